@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# README command 1: create/reuse the pinned environment, then run the main job on the embedded defaults.
+# Extra arguments go to `scalingnote quickstart` (e.g. --data ../shared/data/scifact --out runs/scifact).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+cd "$root"
+exec "${SCALINGNOTE_VENV:-$root/.venv}/bin/scalingnote" quickstart "$@"

@@ -1,0 +1,134 @@
+"""``scalingnote index encode|build|info`` and ``scalingnote search``: thin wrappers over
+:mod:`scalingnote.index`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    index_app = typer.Typer(help="Corpus encoding, FAISS indexes, semantic IDs.", no_args_is_help=True)
+
+    @index_app.command("encode")
+    def encode(
+        tower: str = typer.Option(..., "--tower", help="Document tower: packaged name (minilm-l6, smollm2-135m), HF dir, .gguf or saved tower dir."),
+        data: Path = typer.Option(..., "--data", help="BEIR directory or corpus.jsonl."),
+        out: Path = typer.Option(..., "--out", help="Embeddings directory (resumed if it exists)."),
+        shard_size: int = typer.Option(10_000, "--shard-size", min=1, help="Documents per shard file."),
+        batch_size: int = typer.Option(64, "--batch-size", min=1),
+        num_layers: int | None = typer.Option(None, "--num-layers", min=1, help="Keep the first N transformer layers of a base model."),
+    ) -> None:
+        """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
+        from scalingnote.index.pipeline import encode_with_tower
+
+        res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
+        typer.echo(
+            f"{out}: {res.n_docs} documents in {res.n_shards} shards "
+            f"({res.shards_written} written, {res.shards_skipped} resumed), {res.docs_per_s:.1f} docs/s",
+            err=True,
+        )
+
+    @index_app.command("build")
+    def build(
+        out: Path = typer.Option(..., "--out", help="Index directory to create."),
+        factory: str = typer.Option("Flat", "--factory", help="FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."),
+        embeddings: Path | None = typer.Option(None, "--embeddings", help="Embeddings directory from `index encode`."),
+        tower: str | None = typer.Option(None, "--tower", help="Encode first with this document tower (with --data)."),
+        data: Path | None = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl to encode (with --tower)."),
+        embeddings_out: Path | None = typer.Option(None, "--embeddings-out", help="Where --tower/--data writes embeddings (default <out>.embeddings)."),
+        dim: int | None = typer.Option(None, "--dim", min=1, help="Matryoshka prefix to index (default: full dim)."),
+        semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="Residual K-means layers (0 = none)."),
+        codebook_size: int = typer.Option(256, "--codebook-size", min=1, help="Centroids per semantic-ID layer (clamped to the training size)."),
+        train_size: int = typer.Option(100_000, "--train-size", min=1, help="Seeded training sample size."),
+        seed: int = typer.Option(0, "--seed"),
+        nprobe: int | None = typer.Option(None, "--nprobe", min=1, help="Default IVF probes stored in the index."),
+        ef_search: int | None = typer.Option(None, "--ef-search", min=1, help="Default HNSW efSearch stored in the index."),
+        shard_size: int = typer.Option(10_000, "--shard-size", min=1),
+        batch_size: int = typer.Option(64, "--batch-size", min=1),
+        num_layers: int | None = typer.Option(None, "--num-layers", min=1),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index directory."),
+    ) -> None:
+        """Build a FAISS index (+ semantic IDs) from embeddings, or encode and build in one go."""
+        from scalingnote.errors import ScalingNoteError
+        from scalingnote.index import build_index
+        from scalingnote.index.pipeline import encode_with_tower
+
+        if embeddings is None:
+            if tower is None or data is None:
+                raise ScalingNoteError("index build: give --embeddings DIR, or --tower NAME and --data DIR to encode first")
+            embeddings = embeddings_out or out.with_name(out.name + ".embeddings")
+            encode_with_tower(tower, data, embeddings, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
+        elif tower is not None or data is not None:
+            raise ScalingNoteError("index build: --embeddings and --tower/--data are alternatives; give one")
+        path = build_index(
+            embeddings,
+            out,
+            factory,
+            dim=dim,
+            train_size=train_size,
+            seed=seed,
+            semantic_ids_layers=semantic_ids_layers,
+            codebook_size=codebook_size,
+            nprobe=nprobe,
+            ef_search=ef_search,
+            overwrite=overwrite,
+        )
+        m = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        typer.echo(
+            f"{path}: {m['factory']} over {m['n_vectors']} x {m['dim']}-d vectors, "
+            f"{m['code_bytes_per_vector']} code bytes/vector, built in {m['build_seconds']:.1f}s",
+            err=True,
+        )
+
+    @index_app.command("info")
+    def info(path: Path = typer.Argument(..., help="Index or embeddings directory.")) -> None:
+        """Print an index's (or an embeddings directory's) manifest as JSON."""
+        from scalingnote.errors import ScalingNoteError
+
+        mpath = path / "manifest.json"
+        if not mpath.is_file():
+            raise ScalingNoteError(f"{path}: no manifest.json (not an index or embeddings directory)")
+        try:
+            man = json.loads(mpath.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ScalingNoteError(f"{mpath}: line {e.lineno}: invalid JSON ({e.msg})") from None
+        if man.get("format", "").startswith("scalingnote-index"):
+            from scalingnote.index import read_manifest
+
+            man = read_manifest(path)
+        elif man.get("format", "").startswith("scalingnote-embeddings"):
+            man = dict(man)
+            shards = man.pop("shards", [])
+            man["n_shards"] = len(shards)
+        else:
+            raise ScalingNoteError(f"{mpath}: field 'format' is {man.get('format')!r}: not a scalingnote index or embeddings manifest")
+        typer.echo(json.dumps(man, indent=2, ensure_ascii=False))
+
+    app.add_typer(index_app, name="index")
+
+    @app.command("search")
+    def search(
+        index: Path = typer.Option(..., "--index", help="Index directory."),
+        query_tower: str = typer.Option(..., "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir."),
+        queries: Path = typer.Option(..., "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
+        out: Path = typer.Option(..., "--out", help="TREC run file to write (+ <out>.meta.json)."),
+        split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
+        k: int = typer.Option(100, "--k", min=1),
+        nprobe: int | None = typer.Option(None, "--nprobe", min=1),
+        ef_search: int | None = typer.Option(None, "--ef-search", min=1),
+        rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors."),
+        batch_size: int = typer.Option(256, "--batch-size", min=1),
+    ) -> None:
+        """Search a dense index with a query tower and write a TREC run."""
+        from scalingnote.index.pipeline import read_search_queries, search_queries_to_run
+
+        qs = read_search_queries(queries, split if queries.is_dir() else None)
+        meta = search_queries_to_run(
+            index, qs, out, query_tower=query_tower, k=k, nprobe=nprobe, ef_search=ef_search, rerank=rerank, batch_size=batch_size,
+            config={"queries": str(queries), "split": split, "query_tower": query_tower},
+        )
+        t = meta["timings"]
+        typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)

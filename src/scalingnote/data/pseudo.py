@@ -1,0 +1,369 @@
+"""Pseudo-queries from a corpus: inverse cloze task and LLM query generation.
+
+Two of the annotation types compared in "Scaling Laws for Dense Retrieval" §5
+(ICT as the weakest supervision, LLM-generated queries as the strongest):
+
+* **ICT** (:func:`ict_queries`): one sentence of a document becomes the query and
+  is removed from the document (optionally kept with ``keep_sentence_prob``, as in
+  the original ICT). Sentences are split at ``. ! ?`` followed by white space and
+  an upper-case letter / digit / bracket / quote, and at Chinese ``。！？；``.
+  Sentences shorter than ``min_words`` words (Chinese: ``2 * min_words``
+  characters) are not used as queries; documents with fewer than two sentences
+  are skipped. Seeded per document.
+* **LLM** (:func:`llm_queries`): a causal LM (default: the packaged
+  SmolLM2-135M-Instruct) is prompted through its chat template to write one
+  search query for each document; batched, greedy or seeded sampling. Progress
+  is appended to ``generations.jsonl`` after every batch, so an interrupted run
+  resumes where it stopped (already generated doc ids are skipped).
+
+Both write a BEIR-style directory: ``queries.jsonl`` (ids ``ict-<doc>`` /
+``llm-<doc>``), ``qrels/train.tsv`` (query -> source document, grade 1),
+``triplets.jsonl`` (source ``ict`` / ``llm``, no hard negative), ``stats.json``
+and ``run.json`` (config + versions); ICT can also write the modified
+``corpus.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scalingnote.data.beir import iter_corpus, write_corpus, write_qrels, write_queries
+from scalingnote.data.triplets import write_triplets
+from scalingnote.data.types import Document, Query, Triplet
+from scalingnote.errors import ConfigError, DataError
+from scalingnote.utils import run_metadata, write_json
+
+# ----------------------------------------------------------------------------- sentences
+
+_EN_BOUNDARY = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(\[])")
+_ZH_BOUNDARY = re.compile(r"(?<=[。！？；!?])")
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans ``[start, end)`` of the sentences of ``text`` (English and Chinese
+    punctuation), without surrounding white space."""
+    cuts = {0, len(text)}
+    for m in _EN_BOUNDARY.finditer(text):
+        cuts.add(m.end())
+    for m in _ZH_BOUNDARY.finditer(text):
+        cuts.add(m.end())
+    spans = []
+    bounds = sorted(cuts)
+    for s, e in zip(bounds, bounds[1:]):
+        seg = text[s:e]
+        if not seg.strip():
+            continue
+        lead = len(seg) - len(seg.lstrip())
+        trail = len(seg) - len(seg.rstrip())
+        spans.append((s + lead, e - trail))
+    return spans
+
+
+def split_sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in sentence_spans(text)]
+
+
+def _long_enough(sentence: str, min_words: int) -> bool:
+    if _CJK.search(sentence):
+        return len(_CJK.findall(sentence)) >= 2 * min_words
+    return len(sentence.split()) >= min_words
+
+
+def remove_span(text: str, span: tuple[int, int]) -> str:
+    """``text`` without ``span``, joining the neighbours with one space (none between CJK)."""
+    s, e = span
+    left, right = text[:s].rstrip(), text[e:].lstrip()
+    if not left or not right:
+        return left + right
+    sep = "" if (_CJK.match(left[-1]) or _CJK.match(right[0]) or left[-1] in "。！？；") else " "
+    return left + sep + right
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class PseudoQuery:
+    query: Query
+    doc_id: str
+
+
+def _write_outputs(out: Path, pairs: list[PseudoQuery], source: str, config: Any, stats: dict) -> None:
+    write_queries(out / "queries.jsonl", [p.query for p in pairs])
+    write_qrels(out / "qrels" / "train.tsv", {p.query.id: {p.doc_id: 1} for p in pairs})
+    write_triplets(out / "triplets.jsonl", [Triplet(p.query.id, p.doc_id, None, source) for p in pairs])
+    write_json(out / "stats.json", stats)
+    write_json(out / "run.json", run_metadata(config))
+
+
+def select_documents(corpus_path: str | Path, max_docs: int | None, seed: int) -> list[Document]:
+    """All documents, or a seeded sample of ``max_docs`` of them (kept in corpus order)."""
+    docs = list(iter_corpus(corpus_path))
+    if max_docs is not None and max_docs < len(docs):
+        keep = set(random.Random(seed).sample(range(len(docs)), max_docs))
+        docs = [d for i, d in enumerate(docs) if i in keep]
+    return docs
+
+
+# ----------------------------------------------------------------------------- ICT
+
+
+@dataclass
+class ICTConfig:
+    seed: int = 0
+    max_docs: int | None = None
+    min_words: int = 4
+    keep_sentence_prob: float = 0.0  # original ICT keeps the sentence in 10% of cases
+    write_corpus: bool = False
+
+    def __post_init__(self):
+        if not 0.0 <= self.keep_sentence_prob <= 1.0:
+            raise ValueError("keep_sentence_prob must be in [0, 1]")
+        if self.max_docs is not None and self.max_docs < 1:
+            raise ValueError("max_docs must be >= 1")
+
+
+def ict_example(doc: Document, rng: random.Random, min_words: int = 4, keep_sentence_prob: float = 0.0) -> tuple[str, Document] | None:
+    """``(query sentence, document without it)`` or None when the document has fewer than
+    two sentences or no sentence is long enough."""
+    spans = sentence_spans(doc.content)
+    if len(spans) < 2:
+        return None
+    usable = [sp for sp in spans if _long_enough(doc.content[sp[0] : sp[1]], min_words)]
+    if not usable:
+        return None
+    span = rng.choice(usable)
+    sentence = doc.content[span[0] : span[1]]
+    if keep_sentence_prob > 0 and rng.random() < keep_sentence_prob:
+        return sentence, doc
+    return sentence, Document(doc.id, doc.title, doc.topic, remove_span(doc.content, span))
+
+
+def ict_queries(corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None = None, progress: bool = True) -> list[PseudoQuery]:
+    """Inverse cloze task over a BEIR corpus; writes the outputs listed in the module docstring."""
+    cfg = cfg or ICTConfig()
+    out = Path(out)
+    docs = select_documents(corpus_path, cfg.max_docs, cfg.seed)
+    it: Iterable[Document] = docs
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(docs, desc="ICT", unit="doc")
+    pairs: list[PseudoQuery] = []
+    modified: dict[str, Document] = {}
+    skipped = 0
+    for d in it:
+        ex = ict_example(d, random.Random(f"{cfg.seed}\x1fict\x1f{d.id}"), cfg.min_words, cfg.keep_sentence_prob)
+        if ex is None:
+            skipped += 1
+            continue
+        sentence, new_doc = ex
+        pairs.append(PseudoQuery(Query(f"ict-{d.id}", sentence), d.id))
+        modified[d.id] = new_doc
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.write_corpus:
+        write_corpus(out / "corpus.jsonl", (modified.get(d.id, d) for d in iter_corpus(corpus_path)))
+    stats = {
+        "method": "ict",
+        "corpus": str(corpus_path),
+        "documents": len(docs),
+        "queries": len(pairs),
+        "skipped_documents": skipped,
+        "mean_query_words": round(sum(len(p.query.text.split()) for p in pairs) / max(1, len(pairs)), 2),
+    }
+    _write_outputs(out, pairs, "ict", {"corpus": str(corpus_path), **cfg.__dict__}, stats)
+    return pairs
+
+
+# ----------------------------------------------------------------------------- LLM
+
+SYSTEM_PROMPT = "You are a search engine user. You write short, specific search queries."
+USER_PROMPT = (
+    "Here is a document.\n\nTitle: {title}\nText: {content}\n\n"
+    "Write one search query (at most 12 words) that this document answers. Reply with the query only."
+)
+
+
+@dataclass
+class LLMQueryConfig:
+    model: str = "smollm2-135m"  # packaged name, .gguf file or Hugging Face directory
+    seed: int = 0
+    max_docs: int | None = None
+    batch_size: int = 8
+    max_new_tokens: int = 24
+    do_sample: bool = False  # greedy by default
+    temperature: float = 0.7
+    top_p: float = 0.9
+    max_doc_chars: int = 1200  # document text is cut to this many characters in the prompt
+    threads: int | None = None  # torch CPU threads (None: leave as is)
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.max_new_tokens < 1:
+            raise ValueError("batch_size and max_new_tokens must be >= 1")
+
+
+def load_causal_lm(model: str | os.PathLike = "smollm2-135m"):
+    """``(model, tokenizer)`` for generation from a packaged model name, a GGUF file or a
+    Hugging Face directory. GGUF files go through the shared de-quantised safetensors
+    cache of :mod:`scalingnote.models` (converted once)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from scalingnote.models.loading import convert_gguf, quiet_transformers, resolve_source
+
+    src = resolve_source(model)
+    if src.form == "tower":
+        raise ConfigError(src.path, None, "model", "a saved retrieval tower cannot generate text; pass a causal LM")
+    hf_dir = convert_gguf(src.path) if src.form == "gguf" else src.path
+    with quiet_transformers():
+        try:
+            tok = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
+            lm = AutoModelForCausalLM.from_pretrained(hf_dir, local_files_only=True, dtype=torch.float32)
+        except (OSError, ValueError) as e:
+            raise ConfigError(hf_dir, None, "model", f"cannot load a causal language model: {e}") from None
+    lm.eval()
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return lm, tok
+
+
+def build_prompt(doc: Document, tokenizer, max_doc_chars: int = 1200) -> str:
+    """The generation prompt through the tokenizer's chat template (plain text when it has none)."""
+    content = doc.content if len(doc.content) <= max_doc_chars else doc.content[:max_doc_chars].rsplit(" ", 1)[0] + " ..."
+    user = USER_PROMPT.format(title=doc.title or "(none)", content=content)
+    if getattr(tokenizer, "chat_template", None):
+        msgs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return f"{SYSTEM_PROMPT}\n\n{user}\nQuery:"
+
+
+_PREFIX = re.compile(r"^\s*(search\s+)?query\s*[:：]\s*", re.IGNORECASE)
+
+
+def clean_generation(text: str) -> str:
+    """First non-empty line, without a 'Query:' prefix, quotes or list markers."""
+    for line in text.splitlines():
+        line = _PREFIX.sub("", line.strip())
+        line = re.sub(r"^[-*\d.)\s]+(?=\S)", "", line) if re.match(r"^[-*]|\d+[.)]\s", line) else line
+        line = line.strip().strip("\"'“”‘’`").strip()
+        if line:
+            return line[:300]
+    return ""
+
+
+def _read_generations(path: Path) -> dict[str, dict]:
+    """Done records of an earlier (possibly interrupted) run; a torn last line is dropped."""
+    done: dict[str, dict] = {}
+    if not path.exists():
+        return done
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    good: list[str] = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            doc_id = rec["doc_id"]
+            rec["query"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            if i == len(lines):  # interrupted while writing the last line
+                break
+            raise DataError(path, i, None, "malformed generation record (delete the file to start over)") from None
+        if not line.endswith("\n"):
+            break
+        done[doc_id] = rec
+        good.append(line)
+    if len(good) != sum(1 for ln in lines if ln.strip()):
+        from scalingnote.utils import atomic_write
+
+        with atomic_write(path) as fh:
+            fh.writelines(good)
+    return done
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def generate_queries(docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, log_path: Path, progress: bool = True) -> dict[str, dict]:
+    """Generate one query per document, appending to ``log_path`` after each batch and
+    skipping documents already in it. Returns ``{doc_id: record}`` for all ``docs``."""
+    import torch
+
+    done = _read_generations(log_path)
+    todo = [d for d in docs if d.id not in done]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(docs), initial=len(docs) - len(todo), desc="LLM queries", unit="doc")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    gen_kw: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    if cfg.do_sample:
+        gen_kw.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p)
+    else:
+        gen_kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    with open(log_path, "a", encoding="utf-8") as fh:
+        for batch in _batches(todo, cfg.batch_size):
+            prompts = [build_prompt(d, tokenizer, cfg.max_doc_chars) for d in batch]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+            # one seed per batch, derived from its first document: a resumed run samples the same way
+            torch.manual_seed(zlib.crc32(f"{cfg.seed}\x1f{batch[0].id}".encode()))
+            with torch.inference_mode():
+                out = lm.generate(**enc, **gen_kw)
+            new = out[:, enc["input_ids"].shape[1] :]
+            texts = tokenizer.batch_decode(new, skip_special_tokens=True)
+            for d, raw in zip(batch, texts):
+                rec = {"doc_id": d.id, "query": clean_generation(raw), "raw": raw}
+                done[d.id] = rec
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            if bar is not None:
+                bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    return {d.id: done[d.id] for d in docs}
+
+
+def llm_queries(
+    corpus_path: str | Path,
+    out: str | Path,
+    cfg: LLMQueryConfig | None = None,
+    progress: bool = True,
+    model_and_tokenizer: tuple[Any, Any] | None = None,
+) -> list[PseudoQuery]:
+    """LLM query generation over a BEIR corpus (resumable); writes the outputs listed in the
+    module docstring plus ``generations.jsonl`` (the raw, resumable log)."""
+    import torch
+
+    cfg = cfg or LLMQueryConfig()
+    out = Path(out)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    docs = select_documents(corpus_path, cfg.max_docs, cfg.seed)
+    lm, tok = model_and_tokenizer or load_causal_lm(cfg.model)
+    recs = generate_queries(docs, lm, tok, cfg, out / "generations.jsonl", progress=progress)
+    pairs = [PseudoQuery(Query(f"llm-{d.id}", recs[d.id]["query"]), d.id) for d in docs if recs[d.id]["query"]]
+    stats = {
+        "method": "llm",
+        "model": str(cfg.model),
+        "corpus": str(corpus_path),
+        "documents": len(docs),
+        "queries": len(pairs),
+        "empty_generations": len(docs) - len(pairs),
+        "mean_query_words": round(sum(len(p.query.text.split()) for p in pairs) / max(1, len(pairs)), 2),
+    }
+    _write_outputs(out, pairs, "llm", {"corpus": str(corpus_path), **cfg.__dict__}, stats)
+    return pairs

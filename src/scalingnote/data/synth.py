@@ -1,0 +1,576 @@
+"""A synthetic note-search log: the quick-start's embedded data set.
+
+**Everything produced here is synthetic.** It imitates a note-sharing platform
+(short English notes with a title, a topic and content) with a query population,
+impressions with position bias, clicks and relevance scores from a ranking
+model. It exists so that the whole pipeline can run end to end without private
+logs, and it is built to be *learnable*:
+
+* a lexical signal: a note is "about" a few **focus terms** of its topic, which
+  appear in its title and repeatedly in its content; other topic terms are only
+  mentioned in passing (so lexical matching is useful but imperfect);
+* a **vocabulary gap** a trained retriever can close and a lexical one cannot:
+  queries replace a doc term by its synonym from a fixed synonym table
+  (``SYNONYM`` words never occur in notes) and contain misspellings;
+* **multi-intent** queries that combine two topics;
+* a hidden relevance model: ``grade(q, d)`` = 2 if the note covers the query's
+  topic(s) and has all the query's intent terms as focus terms, 1 if it covers a
+  topic and at least one intent term, 0 otherwise. Test qrels are these grades;
+* impressions from a noisy production ranker (10 results per session, 1-3
+  sessions per query), examination probability ``1 / log2(1 + position)``
+  (position bias) and click probability given examination by grade
+  (``click_prob``);
+* a less noisy "ranking model" whose scores form the relevance log (top
+  ``relevance_depth`` candidates, for a fraction of the training queries).
+
+Logs are written only for training queries, so the test queries (``qrels/test.tsv``)
+never leak into training data. The generator is deterministic given ``seed``.
+
+Layout written by :func:`write_synthetic` (BEIR + logs)::
+
+    corpus.jsonl  queries.jsonl  qrels/train.tsv  qrels/test.tsv
+    logs/clicks.tsv  logs/relevance.tsv  build.yaml  synth.json  README.md
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scalingnote.data.beir import write_corpus, write_qrels, write_queries
+from scalingnote.data.logs import ClickRecord, RelevanceRecord, write_click_log, write_relevance_log
+from scalingnote.data.types import Document, Qrels, Query
+from scalingnote.utils import run_metadata, write_json
+from scalingnote.utils.io import atomic_write
+
+# Topic name | terms; "term:synonym" gives the synonym queries may use instead of
+# the term (synonyms never appear in notes). One line per topic.
+_TOPICS = """
+coffee | espresso grinder:mill beans roast:roasting latte frother:steamer pourover filter kettle:boiler crema barista arabica decaf:decaffeinated aeropress caffeine mug:cup drip cappuccino
+baking | sourdough starter:levain flour oven dough yeast loaf crust knead:kneading proofing:rising croissant butter pastry whisk:beater muffins cake:sponge frosting:icing baguette
+gardening | tomatoes seedlings:sprouts compost soil:dirt mulch fertilizer:manure pruning:lopping shears:clippers raised weeds watering:irrigation perennials trowel:spade greenhouse aphids:greenfly herbs zucchini:courgette
+houseplants | monstera pothos succulents repotting:transplanting humidity:moisture terracotta fern drainage overwatering cuttings propagation sunlight:daylight fiddle orchid cactus:cacti philodendron
+hiking | trail:path boots:footwear backpack:rucksack summit:peak elevation switchbacks blisters trekking poles map compass waterproof ridge trailhead canteen:flask altitude:height
+camping | tent campfire:bonfire stove lantern tarp:groundsheet hammock cooler:icebox firewood campsite:campground marshmallows repellent mosquitoes:bugs headlamp:flashlight axe:hatchet kindling cot
+running | marathon sneakers:trainers pace tempo intervals shins:shinsplints stride endurance:stamina treadmill race:competition medal hydration:electrolytes jogging splits foam roller:massager
+cycling | bicycle:bike gears chain saddle:seat helmet pedals derailleur tires:tyres brakes commute spokes handlebars:bars peloton puncture:flat cleats
+yoga | poses:postures mat vinyasa pranayama flexibility:suppleness hamstrings balance namaste chakra bolster savasana hatha blocks strap
+meditation | mindfulness:awareness breath:breathing mantra calm anxiety:worry focus:concentration retreat cushion:zafu timer journaling:diary gratitude:thankfulness stillness insight visualization silence compassion
+sleep | insomnia:sleeplessness pillow mattress:bed melatonin naps:siestas bedtime circadian snoring dreams blackout alarm:clock drowsy:sleepy duvet:comforter earplugs eyemask
+personal finance | budget spreadsheet:excel savings debt:loans retirement pension index funds stocks:equities dividends mortgage:homeloan taxes credit emergency interest:apr compound frugal:thrifty
+cooking | pasta:spaghetti garlic onions skillet:pan simmer broth:bouillon chicken marinade spices:seasoning noodles wok curry casserole leftovers cilantro:coriander lentils
+photography | camera lens:optics aperture shutter exposure tripod:stand headshots bokeh iso lightroom editing:retouching zoom:telephoto flash:strobe composition mirrorless sensor megapixels
+travel | flights:airfare luggage:baggage passport itinerary hostel:dorm visa layover:stopover souvenirs:keepsakes jetlag currency:forex sightseeing:touring airport railway:train guidebook tourists:visitors
+dogs | puppy:pup leash:lead kibble crate vet:veterinarian fetch treats:snacks groomer harness barking:yapping retriever terrier collar obedience:training kennel:doghouse
+cats | kitten:kitty litter:litterbox scratcher:scratchpost catnip whiskers hairballs:furballs purring tabby siamese meowing:yowling laser neutering perch:cattree declawing
+aquariums | aquarium:fishtank guppies betta cichlids gravel:substrate algae heater ammonia nitrates aquascape shrimp:prawns snails driftwood tetras siphon:vacuum
+woodworking | chisel lathe dovetail joinery walnut oak plywood sandpaper:abrasive bandsaw jigsaw clamps:vises varnish:lacquer workbench:bench glue:adhesive mortise tenon
+knitting | yarn:wool needles stitches scarf sweater:jumper mittens:gloves purl crochet skein gauge cardigan beanie:toque blanket:throw merino
+painting | watercolor:watercolour acrylic canvas brushes palette easel pigments:paints gouache sketchbook:sketchpad portrait impasto mural:fresco landscapes:scenery
+guitar | chords strings fretboard capo amplifier:amp plectrum:pick strumming tuning:tuner riffs:licks acoustic pedalboard fingerstyle barre tabs:tablature frets
+music production | daw mixing:mixdown mastering synthesizer:synth drums:percussion beats:instrumentals midi compressor reverb equalizer:eq vocals:singing microphone:mic monitors:speakers plugins:vst studio
+language learning | vocabulary:vocab grammar flashcards pronunciation conjugation fluency immersion spanish japanese duolingo tutor:teacher kanji verbs dictionary:lexicon listening:comprehension
+chess | openings gambit endgame:endings checkmate:mate rook bishop knight pawn castling blitz tactics:combinations rating:elo puzzles sicilian grandmaster:gm stalemate
+video games | console controller:gamepad multiplayer:online rpg quest:mission speedrun shooter:fps graphics:visuals boss dungeon loot headset:headphones mods:modding indie steam
+board games | dice meeples deck:cards cooperative:coop catan scrabble monopoly expansion:addon rulebook:manual tabletop miniatures:minis wargames playtesting sleeves
+astronomy | telescope:scope planets nebula galaxy:milkyway constellations eclipse meteor saturn jupiter orbit stargazing:skywatching observatory eyepiece:ocular comet
+birdwatching | binoculars:binos feeder:birdfeeder warbler sparrow robin hummingbird owls migration nesting plumage:feathers birdsong:chirping heron woodpecker suet birdhouse:nestbox
+wine | merlot cabernet vineyard:winery sommelier:somm tannins decanter:carafe corkscrew:opener vintage pinot chardonnay cellar riesling prosecco:bubbly
+tea | matcha oolong teapot sencha chai:masala steeping:infusing teabags:sachets chamomile jasmine puerh infuser:strainer darjeeling kombucha
+skincare | moisturizer:moisturiser sunscreen:spf serum retinol:retinoid cleanser:facewash acne:breakouts exfoliating toner pores hyaluronic niacinamide wrinkles:aging eczema dermatologist:derm
+hair care | shampoo conditioner curls frizz:flyaways haircut:trim dandruff:flakes braids:plaits dye:coloring keratin scalp blowdryer:hairdryer straightener:flatiron bangs:fringe ponytail
+fashion | jeans:denim blazer wardrobe:closet thrift:secondhand outfit:ensemble dress:gown accessories tailoring:alterations handbag:purse loafers:moccasins capsule linen hemline
+home repair | drywall plumbing faucet:tap caulk:sealant toilet:loo wrench:spanner drill outlets:sockets breaker:fusebox insulation roof gutters:eaves spackle hinge grout
+interior design | sofa:couch rug:carpet curtains:drapes lighting:lamps decor bookshelf:bookcase armchair wallpaper minimalist ottoman:footstool mirrors scandinavian
+wedding planning | venue bride groom bridesmaids florist:flowers reception:banquet caterer invitations:invites photographer honeymoon vows engagement registry:giftlist tuxedo:tux
+job hunting | resume:cv interviewer recruiter:headhunter salary:wage negotiation linkedin promotion internship:placement networking layoffs:redundancy references
+parenting | toddler newborn:infant diapers:nappies tantrums:meltdowns stroller:pram daycare:nursery breastfeeding teething potty pacifier:dummy babysitter:nanny playground
+fitness | dumbbells:weights barbell squats deadlift protein:whey reps:repetitions kettlebell biceps pushups:pressups plank creatine cardio:aerobic spotter hypertrophy:gains
+nutrition | calories:kcal vegan:plantbased keto carbs:carbohydrates fasting vitamins fiber:fibre smoothie:shake salad macros sugar:sweets cholesterol supplements quinoa
+car maintenance | engine:motor battery transmission:gearbox radiator coolant:antifreeze mechanic:garage sparkplugs alternator windshield:windscreen wipers mileage muffler:silencer dashboard:dash inspection
+gadgets | smartphone:phone charger:adapter laptop:ultrabook earbuds:earphones tablet:ipad firmware bluetooth router:modem wifi:wireless smartwatch:wearable keyboard chromebook
+programming | python javascript debugger compiler git repository:repo database:db framework terminal:shell refactoring:cleanup algorithm:algo recursion docker syntax
+fishing | rod:pole reel lures:spoons bait hook trout bass tackle salmon pier:jetty waders angler:fisherman
+skiing | skis snowboard slopes:pistes chairlift:lift goggles bindings powder:freshies avalanche resort moguls:bumps gondola:cablecar
+beekeeping | hive:beehive bees honey queen swarm smoker varroa:mites comb:honeycomb beeswax beekeeper:apiarist pollen nectar drones
+pottery | clay wheel glaze kiln ceramics bowls vase:urn trimming centering stoneware porcelain:china handbuilding firing
+climbing | bouldering chalk crimps belay carabiner:biner rope crag:cliff rappel:abseil overhang quickdraws:draws
+movies | director:filmmaker sequel trailer:teaser screenplay:script cinema:theater documentary streaming popcorn actors:cast oscars thriller horror animation:cartoons
+reading | novel:book paperback:softcover kindle:ereader library audiobook author:writer chapters bookclub fiction memoir:autobiography poetry:poems bestseller bookmark annotations
+"""
+
+ADJECTIVES = (
+    "great", "terrible", "cheap", "expensive", "simple", "tricky", "underrated", "overrated", "sturdy",
+    "solid", "fantastic", "disappointing", "reliable", "messy", "quick", "slow", "surprising", "perfect",
+)
+TIMES = ("today", "yesterday", "last week", "this month", "every morning", "on weekends", "after work", "all summer")
+VERBS = ("tried", "bought", "tested", "switched to", "cleaned", "fixed", "compared", "started with", "upgraded", "learned about")
+FILLERS = (
+    "Honestly it took a while to get used to it.", "Would recommend to anyone starting out.",
+    "Saving this note for later.", "Let me know what works for you.", "Still figuring things out.",
+    "Small changes really add up.", "Not sponsored, just sharing.", "Happy with the result so far.",
+)
+TITLE_TEMPLATES = (
+    "{A} and {b}: my {adj} experience", "{A} {b} notes", "How I use my {a} with {b}", "{A} tips for {b}",
+    "My {adj} guide to {a} and {b}", "{A} vs {b}: what I learned", "Lessons from {a} and {b}", "{A}, {b} and {c}",
+    "A {adj} week of {a}", "Why {a} changed my {b} routine",
+)
+SENTENCE_TEMPLATES = (
+    "{time} I {verb} a new {a} and the {b} felt {adj}.",
+    "The {a} made a huge difference for my {b}.",
+    "My advice: never skip the {a} when you work on the {b}.",
+    "{A} is {adj}, but the {b} is what really matters.",
+    "After a week the {a} still looks {adj}.",
+    "If you are new to {topic}, start with a simple {a}.",
+    "Honestly the {a} was {adj} and the {b} even more so.",
+    "I keep a small notebook about {a} and {b}.",
+    "People asked about my {a}, so here is everything about it.",
+    "{A} plus {b} is my {adj} combination for {topic}.",
+    "Do not overthink the {a}; the {b} matters more.",
+    "I compared three kinds of {a} {time}.",
+)
+QUERY_TEMPLATES_1 = ("{a}", "best {a}", "{a} tips", "how to choose {a}", "{a} for beginners", "cheap {a}", "{a} problems")
+QUERY_TEMPLATES_2 = (
+    "{a} {b}", "best {a} for {b}", "{a} {b} tips", "{a} with {b}", "{a} vs {b}", "how to use {a} with {b}",
+    "{a} and {b} for beginners", "{a} {b} guide", "{a} {b} problems",
+)
+QUERY_TEMPLATES_3 = ("{a} {b} {c}", "{a} {b} and {c}", "best {a} {b} {c}", "{a} with {b} and {c} tips")
+MULTI_TEMPLATES = ("{a} and {b}", "{a} plus {b}", "{a} while {b}", "{a} {b} ideas", "combining {a} and {b}")
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    terms: tuple[str, ...]
+    synonyms: dict[str, str]  # term -> synonym used only in queries
+
+
+def topics() -> list[Topic]:
+    """The built-in topic vocabularies (validated: no term or synonym is shared)."""
+    out = []
+    for line in _TOPICS.strip().splitlines():
+        name, terms = (p.strip() for p in line.split("|"))
+        ts, syn = [], {}
+        for tok in terms.split():
+            t, _, s = tok.partition(":")
+            ts.append(t)
+            if s:
+                syn[t] = s
+        out.append(Topic(name, tuple(ts), syn))
+    return out
+
+
+def check_vocabulary(tps: list[Topic] | None = None) -> None:
+    """Raise ValueError if a term, synonym or generic word is used twice (which would
+    blur topics or leak synonyms into notes)."""
+    import re
+
+    tps = tps or topics()
+    owner: dict[str, str] = {}
+    generic_text = " ".join(ADJECTIVES + TIMES + VERBS + FILLERS + TITLE_TEMPLATES + SENTENCE_TEMPLATES)
+    generic_text += " " + " ".join(QUERY_TEMPLATES_1 + QUERY_TEMPLATES_2 + QUERY_TEMPLATES_3 + MULTI_TEMPLATES)
+    generic = set(re.findall(r"[a-z]+", re.sub(r"\{[a-zA-Z]+\}", " ", generic_text).lower()))
+    topic_words = {w for t in tps for w in t.name.split()}
+    for t in tps:
+        for w in list(t.terms) + list(t.synonyms.values()):
+            if w in owner:
+                raise ValueError(f"word {w!r} used by topics {owner[w]!r} and {t.name!r}")
+            owner[w] = t.name
+            if w in generic:
+                raise ValueError(f"topic word {w!r} ({t.name}) also appears in the generic templates")
+            if w in topic_words:
+                raise ValueError(f"topic word {w!r} ({t.name}) is also part of a topic name")
+
+
+@dataclass
+class SynthConfig:
+    """Sizes and noise levels of the synthetic log. Defaults keep the quick-start fast."""
+
+    seed: int = 0
+    num_docs: int = 3000
+    num_queries: int = 1500
+    test_fraction: float = 0.2
+    secondary_topic_rate: float = 0.15  # notes with a second topic
+    multi_intent_rate: float = 0.15  # queries combining two topics
+    synonym_rate: float = 0.6  # P(query uses the synonym of a term that has one)
+    typo_rate: float = 0.1  # P(a query term is misspelled)
+    cross_mention_rate: float = 0.4  # P(a note mentions a term of an unrelated topic)
+    sessions: tuple[int, int] = (1, 3)  # impressions sessions per training query
+    page_size: int = 10  # results shown per session
+    ranker_noise: float = 1.2  # std of the production ranker's noise (impressions)
+    click_prob: tuple[float, float, float] = (0.03, 0.35, 0.85)  # P(click | examined, grade 0/1/2)
+    relevance_coverage: float = 0.6  # fraction of training queries with ranking-model scores
+    relevance_depth: int = 30  # scored candidates per query
+    relevance_noise: float = 0.35  # std of the ranking model's noise
+
+    def __post_init__(self):
+        if self.num_docs < 50 or self.num_queries < 10:
+            raise ValueError("num_docs must be >= 50 and num_queries >= 10")
+        if not 0 < self.test_fraction < 1:
+            raise ValueError("test_fraction must be in (0, 1)")
+        for name in (
+            "secondary_topic_rate", "multi_intent_rate", "synonym_rate", "typo_rate", "cross_mention_rate", "relevance_coverage",
+        ):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1]")
+        if self.sessions[0] < 1 or self.sessions[1] < self.sessions[0]:
+            raise ValueError("sessions must be (min >= 1, max >= min)")
+
+
+@dataclass
+class _Note:
+    doc: Document
+    topics: tuple[int, ...]  # primary first
+    focus: frozenset[str]  # what the note is about
+    mentions: frozenset[str]  # terms mentioned in passing
+
+
+@dataclass
+class _Intent:
+    topic: int
+    terms: tuple[str, ...]
+
+
+@dataclass
+class SyntheticLog:
+    config: SynthConfig
+    corpus: list[Document]
+    queries: list[Query]
+    qrels: dict[str, Qrels]  # split -> graded qrels
+    clicks: list[ClickRecord]
+    relevance: list[RelevanceRecord]
+    test_ids: set[str] = field(default_factory=set)  # query ids of the test split
+    meta: dict[str, Any] = field(default_factory=dict)  # per-query intents etc. (for inspection)
+
+
+def _zipf_weights(n: int, s: float = 0.7) -> list[float]:
+    return [1.0 / (r + 1) ** s for r in range(n)]
+
+
+def _weighted_sample(rng: random.Random, items, weights, k: int) -> list:
+    """k distinct items, drawn without replacement proportionally to weights."""
+    items, weights = list(items), list(weights)
+    out = []
+    for _ in range(min(k, len(items))):
+        i = rng.choices(range(len(items)), weights=weights)[0]
+        out.append(items.pop(i))
+        weights.pop(i)
+    return out
+
+
+def _cap(s: str) -> str:
+    return s[:1].upper() + s[1:]
+
+
+def misspell(word: str, rng: random.Random) -> str:
+    """One random edit (swap, drop, double or replace a vowel) inside a word of >= 4 letters."""
+    if len(word) < 4:
+        return word
+    i = rng.randrange(1, len(word) - 1)
+    op = rng.randrange(4)
+    if op == 0:
+        w = word[:i] + word[i + 1] + word[i] + word[i + 2 :]
+    elif op == 1:
+        w = word[:i] + word[i + 1 :]
+    elif op == 2:
+        w = word[:i] + word[i] + word[i:]
+    else:
+        vowels = [j for j, c in enumerate(word) if c in "aeiou" and 0 < j]
+        if not vowels:  # no vowel to change: double a letter instead
+            w = word[:i] + word[i] + word[i:]
+        else:
+            j = rng.choice(vowels)
+            w = word[:j] + rng.choice([v for v in "aeiou" if v != word[j]]) + word[j + 1 :]
+    return w if w != word else word + word[-1]
+
+
+def _make_note(i: int, rng: random.Random, tps: list[Topic], weights: list[list[float]], cfg: SynthConfig, width: int) -> _Note:
+    t0 = rng.randrange(len(tps))
+    tids = [t0]
+    if rng.random() < cfg.secondary_topic_rate:
+        t1 = rng.randrange(len(tps) - 1)
+        tids.append(t1 + (t1 >= t0))
+    focus: list[str] = _weighted_sample(rng, tps[t0].terms, weights[t0], rng.randint(2, 3))
+    if len(tids) == 2:
+        focus += _weighted_sample(rng, tps[tids[1]].terms, weights[tids[1]], 2)
+    background = [t for t in tps[t0].terms if t not in focus]
+    mentions = rng.sample(background, rng.randint(3, 5))  # own-topic terms mentioned in passing
+    if rng.random() < cfg.cross_mention_rate:  # and sometimes a term of an unrelated topic
+        other = rng.choice([k for k in range(len(tps)) if k not in tids])
+        mentions.append(rng.choice(tps[other].terms))
+    topic_name = tps[t0].name
+
+    f = list(focus)
+    rng.shuffle(f)
+    a, b = f[0], f[1]
+    c = f[2] if len(f) > 2 else mentions[0]
+    title = rng.choice(TITLE_TEMPLATES).format(A=_cap(a), a=a, b=b, c=c, adj=rng.choice(ADJECTIVES))
+    sentences = []
+    used: set[str] = set()
+    for _ in range(rng.randint(5, 8)):
+        # slot a: mostly a focus term; slot b: a focus term or a passing mention
+        x = rng.choice(focus) if rng.random() < 0.7 else rng.choice(mentions)
+        y = rng.choice(focus) if rng.random() < 0.5 else rng.choice(mentions)
+        if y == x:
+            y = rng.choice([m for m in mentions + focus if m != x])
+        used.update((x, y))
+        sentences.append(
+            rng.choice(SENTENCE_TEMPLATES).format(
+                A=_cap(x), a=x, b=y, adj=rng.choice(ADJECTIVES), verb=rng.choice(VERBS), time=rng.choice(TIMES),
+                topic=topic_name,
+            )
+        )
+    # mentions not used yet go into one closing sentence, so every mention appears
+    left = [m for m in mentions if m not in used]
+    if left:
+        sentences.append(f"Next time I want to look into {' and '.join(left)}.")
+    if rng.random() < 0.5:
+        sentences.insert(rng.randrange(len(sentences) + 1), rng.choice(FILLERS))
+    # fix capitalisation of sentences starting with a template slot
+    sentences = [_cap(s) for s in sentences]
+    topic = "; ".join(tps[t].name for t in tids)
+    doc = Document(f"n{i:0{width}d}", title, topic, " ".join(sentences))
+    return _Note(doc, tuple(tids), frozenset(focus), frozenset(mentions))
+
+
+def _grade(intents: list[_Intent], note: _Note) -> int:
+    """Hidden relevance (see the module docstring)."""
+    if len(intents) == 1:
+        it = intents[0]
+        if it.topic not in note.topics:
+            return 0
+        if all(t in note.focus for t in it.terms):
+            return 2
+        return 1 if all(t in note.focus or t in note.mentions for t in it.terms) else 0
+    # multi-intent: 2 = every intent is a focus of the note; 1 = one is, and the others are at least mentioned
+    sat = [it.topic in note.topics and all(t in note.focus for t in it.terms) for it in intents]
+    if all(sat):
+        return 2
+    if any(sat) and all(t in note.focus or t in note.mentions for it in intents for t in it.terms):
+        return 1
+    return 0
+
+
+def _render_query(intents: list[_Intent], rng: random.Random, tps: list[Topic], cfg: SynthConfig) -> str:
+    def surface(term: str, topic: int) -> str:
+        syn = tps[topic].synonyms.get(term)
+        if syn is not None and rng.random() < cfg.synonym_rate:
+            term = syn
+        if rng.random() < cfg.typo_rate:
+            term = misspell(term, rng)
+        return term
+
+    if len(intents) == 2:
+        a = surface(intents[0].terms[0], intents[0].topic)
+        b = surface(intents[1].terms[0], intents[1].topic)
+        return rng.choice(MULTI_TEMPLATES).format(a=a, b=b)
+    it = intents[0]
+    words = [surface(t, it.topic) for t in it.terms]
+    tmpl = {1: QUERY_TEMPLATES_1, 2: QUERY_TEMPLATES_2, 3: QUERY_TEMPLATES_3}[len(words)]
+    return rng.choice(tmpl).format(**dict(zip("abc", words)))
+
+
+def generate(cfg: SynthConfig | None = None, progress: bool = False) -> SyntheticLog:
+    """Generate the synthetic corpus, queries, qrels and logs (deterministic by ``cfg.seed``)."""
+    cfg = cfg or SynthConfig()
+    tps = topics()
+    check_vocabulary(tps)
+    rng = random.Random(cfg.seed)
+    # per-topic term popularity: a seeded permutation of Zipf weights
+    weights = []
+    for t in tps:
+        w = _zipf_weights(len(t.terms))
+        rng.shuffle(w)
+        weights.append(w)
+    width = len(str(cfg.num_docs))
+    notes = [_make_note(i, rng, tps, weights, cfg, width) for i in range(cfg.num_docs)]
+    by_topic: dict[int, list[int]] = {}
+    for i, n in enumerate(notes):
+        for t in n.topics:
+            by_topic.setdefault(t, []).append(i)
+    multi_docs = [i for i, n in enumerate(notes) if len(n.topics) == 2]
+
+    # -- queries ------------------------------------------------------------------------
+    qwidth = len(str(cfg.num_queries))
+    seen_text: set[str] = set()
+    queries: list[Query] = []
+    intents_of: dict[str, list[_Intent]] = {}
+    attempts = 0
+    while len(queries) < cfg.num_queries:
+        attempts += 1
+        if attempts > 50 * cfg.num_queries:
+            raise ValueError("could not generate enough distinct queries; lower num_queries")
+        if multi_docs and rng.random() < cfg.multi_intent_rate:
+            seed_note = notes[rng.choice(multi_docs)]
+            t0, t1 = seed_note.topics
+            f0 = [t for t in seed_note.focus if t in tps[t0].terms]
+            f1 = [t for t in seed_note.focus if t in tps[t1].terms]
+            intents = [_Intent(t0, (rng.choice(sorted(f0)),)), _Intent(t1, (rng.choice(sorted(f1)),))]
+        else:
+            seed_note = notes[rng.randrange(len(notes))]
+            t0 = seed_note.topics[0]
+            own = sorted(t for t in seed_note.focus if t in tps[t0].terms)
+            k = rng.choices((1, 2, 3), weights=(0.1, 0.65, 0.25))[0]
+            intents = [_Intent(t0, tuple(rng.sample(own, min(k, len(own)))))]
+        text = _render_query(intents, rng, tps, cfg)
+        if text in seen_text:
+            continue
+        seen_text.add(text)
+        qid = f"q{len(queries):0{qwidth}d}"
+        queries.append(Query(qid, text))
+        intents_of[qid] = intents
+
+    ids = [q.id for q in queries]
+    rng.shuffle(ids)
+    n_test = max(1, int(round(cfg.test_fraction * len(ids))))
+    test_ids = set(ids[:n_test])
+
+    # -- hidden relevance + qrels ----------------------------------------------------------------
+    grades: dict[str, dict[int, int]] = {}
+    for q in queries:
+        cand = sorted({i for it in intents_of[q.id] for i in by_topic.get(it.topic, ())})
+        g = {i: _grade(intents_of[q.id], notes[i]) for i in cand}
+        grades[q.id] = {i: v for i, v in g.items() if v > 0}
+    qrels: dict[str, Qrels] = {"train": {}, "test": {}}
+    for q in queries:
+        split = "test" if q.id in test_ids else "train"
+        if grades[q.id]:
+            qrels[split][q.id] = {notes[i].doc.id: v for i, v in sorted(grades[q.id].items())}
+
+    # -- logs (training queries only) -----------------------------------------------------------
+    clicks: list[ClickRecord] = []
+    relevance: list[RelevanceRecord] = []
+    train_queries = [q for q in queries if q.id not in test_ids]
+    it_q = train_queries
+    if progress:
+        from tqdm.auto import tqdm
+
+        it_q = tqdm(train_queries, desc="synthetic logs", unit="q")
+    for q in it_q:
+        intents = intents_of[q.id]
+        topical = sorted({i for it in intents for i in by_topic.get(it.topic, ())})
+        pool = sorted(set(topical) | set(rng.sample(range(len(notes)), 15)))
+        g = grades[q.id]
+        cover = {i: any(it.topic in notes[i].topics for it in intents) for i in pool}
+
+        def base(i: int) -> float:
+            return g.get(i, 0) + 0.5 * cover[i]
+
+        for _ in range(rng.randint(*cfg.sessions)):
+            ranked = sorted(pool, key=lambda i: -(base(i) + rng.gauss(0.0, cfg.ranker_noise)))[: cfg.page_size]
+            for pos, i in enumerate(ranked, start=1):
+                examined = rng.random() < 1.0 / math.log2(1 + pos)  # position bias
+                clicked = examined and rng.random() < cfg.click_prob[g.get(i, 0)]
+                clicks.append(ClickRecord(q.id, notes[i].doc.id, pos, clicked))
+        if rng.random() < cfg.relevance_coverage:
+            scored = sorted(((base(i) * 1.0 + rng.gauss(0.0, cfg.relevance_noise), i) for i in pool), key=lambda x: -x[0])
+            for s, i in scored[: cfg.relevance_depth]:
+                relevance.append(RelevanceRecord(q.id, notes[i].doc.id, round(s, 4)))
+
+    meta = {
+        "intents": {qid: [{"topic": tps[it.topic].name, "terms": list(it.terms)} for it in its] for qid, its in intents_of.items()},
+        "focus": {n.doc.id: sorted(n.focus) for n in notes},
+    }
+    return SyntheticLog(cfg, [n.doc for n in notes], queries, qrels, clicks, relevance, test_ids, meta)
+
+
+def _readme(log: SyntheticLog) -> str:
+    c = log.config
+    return f"""# Synthetic note-search log (generated; NOT real user data)
+
+This directory was generated by `scalingnote data synth` (seed {c.seed}). Every note,
+query, click and score in it is **synthetic**: it imitates a note-sharing platform's
+search logs so that the scalingnote pipeline can be run end to end without private
+data. Numbers measured on it say nothing about real search quality.
+
+How it is made (see `scalingnote.data.synth`):
+
+* {len(log.corpus)} notes over {len(topics())} topics; each note is about 3-4 *focus
+  terms* of its topic (in the title and repeated in the content) and mentions a few
+  other topic terms in passing; {c.secondary_topic_rate:.0%} of notes have a second topic.
+* {len(log.queries)} queries built from a note's focus terms with query templates;
+  a term with a synonym is replaced by it with probability {c.synonym_rate} (synonyms
+  never occur in notes), terms are misspelled with probability {c.typo_rate}, and
+  {c.multi_intent_rate:.0%} of queries combine two topics.
+* hidden relevance: grade 2 = the note covers the query topic(s) and all intent terms
+  are focus terms; 1 = a topic and at least one intent term; 0 otherwise.
+  `qrels/train.tsv` and `qrels/test.tsv` hold these grades.
+* `logs/clicks.tsv` (query_id, doc_id, position, clicked): {c.page_size} results per
+  session from a noisy ranker, examination probability 1/log2(1+position), click
+  probability {list(c.click_prob)} for grades 0/1/2.
+* `logs/relevance.tsv` (query_id, doc_id, score): top-{c.relevance_depth} candidates
+  scored by a less noisy "ranking model", for {c.relevance_coverage:.0%} of the
+  training queries.
+* Logs cover **training queries only**; test queries ({len(log.qrels['test'])} judged)
+  never appear in them.
+
+Build training triplets with `scalingnote data build --config build.yaml`.
+"""
+
+
+def write_synthetic(out: str | Path, log: SyntheticLog) -> dict[str, Path]:
+    """Write the BEIR layout, logs, a ready ``build.yaml``, ``synth.json`` and README (atomically)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "corpus": out / "corpus.jsonl",
+        "queries": out / "queries.jsonl",
+        "qrels_train": out / "qrels" / "train.tsv",
+        "qrels_test": out / "qrels" / "test.tsv",
+        "clicks": out / "logs" / "clicks.tsv",
+        "relevance": out / "logs" / "relevance.tsv",
+        "build": out / "build.yaml",
+        "meta": out / "synth.json",
+        "readme": out / "README.md",
+    }
+    write_corpus(paths["corpus"], log.corpus)
+    write_queries(paths["queries"], log.queries)
+    write_qrels(paths["qrels_train"], log.qrels["train"])
+    write_qrels(paths["qrels_test"], log.qrels["test"])
+    write_click_log(paths["clicks"], log.clicks)
+    write_relevance_log(paths["relevance"], log.relevance)
+    build = {
+        "queries": "queries.jsonl",
+        "corpus": "corpus.jsonl",
+        "click_log": "logs/clicks.tsv",
+        "relevance_log": "logs/relevance.tsv",
+        "out": "triplets",
+        "seed": log.config.seed,
+        "relevance": {"skip_top_k": 5, "top_t": log.config.relevance_depth},
+        "association": {"planner": {"language": "en"}},
+        "leakage": {"qrels": ["qrels/test.tsv"], "on_leak": "drop"},
+    }
+    with atomic_write(paths["build"]) as fh:
+        fh.write("# Generated by `scalingnote data synth`; paths are relative to this file.\n")
+        yaml.safe_dump(build, fh, sort_keys=False)
+    stats = {
+        "synthetic": True,
+        "documents": len(log.corpus),
+        "queries": len(log.queries),
+        "train_queries": len(log.queries) - len(log.test_ids),
+        "test_queries": len(log.test_ids),
+        "test_queries_judged": len(log.qrels["test"]),
+        "train_queries_judged": len(log.qrels["train"]),
+        "impressions": len(log.clicks),
+        "clicks": sum(r.clicked for r in log.clicks),
+        "relevance_scores": len(log.relevance),
+        "mean_relevant_per_test_query": round(
+            sum(len(v) for v in log.qrels["test"].values()) / max(1, len(log.qrels["test"])), 2
+        ),
+    }
+    write_json(paths["meta"], {**run_metadata(log.config), "stats": stats})
+    with atomic_write(paths["readme"]) as fh:
+        fh.write(_readme(log))
+    return paths
+
+
+def synthesize(out: str | Path, cfg: SynthConfig | None = None, progress: bool = False) -> SyntheticLog:
+    """:func:`generate` + :func:`write_synthetic`."""
+    log = generate(cfg, progress=progress)
+    write_synthetic(out, log)
+    return log

@@ -1,0 +1,431 @@
+"""Resumable, sharded corpus encoding with a document tower.
+
+On-disk format (``scalingnote-embeddings/1``) — kept deliberately simple so other
+writers (e.g. a Ray-based distributed encoder) can produce the same layout::
+
+    <dir>/manifest.json          what is there (below); rewritten atomically
+    <dir>/shards/00000.npy       float32 array (n_i, dim), row r = document r of the shard
+    <dir>/shards/00000.ids.json  JSON list of the n_i document ids, same order
+    <dir>/shards/00001.npy ...
+
+Shard ``i`` holds corpus documents ``[i * shard_size, (i + 1) * shard_size)`` in
+corpus order (the last shard may be shorter). Each shard file is written to a
+temporary name and renamed; a shard counts as finished only once it is listed in
+``manifest["shards"]`` (the manifest is the commit record, updated atomically after
+each shard). Shard files not listed in the manifest are ignored and rewritten.
+
+``manifest.json`` keys: ``format``, ``dim``, ``dtype`` ("float32"), ``normalized``
+(rows are L2-normalised), ``shard_size``, ``tower`` (``name``, ``fingerprint``,
+``compat_id``, ``dim``, ... of the document tower), ``corpus`` (source path),
+``shards`` (list of ``{"shard", "vectors", "ids", "n", "start", "content_sha256",
+"seconds"}``; ``content_sha256`` hashes the shard's document fields),
+``n_docs`` (documents in finished shards), ``complete`` (all documents encoded),
+``encode_seconds`` / ``docs_per_s`` (of the last run), ``batch_size``, ``created``.
+
+An interrupted encoding is resumed by calling :func:`encode_corpus` again with the
+same output directory, tower and shard size: finished shards are not recomputed;
+their stored ids and content hash are checked against the corpus so a changed corpus
+is caught.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from scalingnote.data.types import Document
+from scalingnote.errors import ScalingNoteError
+from scalingnote.utils.io import atomic_path, write_json
+
+FORMAT = "scalingnote-embeddings/1"
+MANIFEST = "manifest.json"
+SHARD_DIR = "shards"
+
+
+@runtime_checkable
+class DocumentEncoder(Protocol):
+    """What :func:`encode_corpus` needs from a document tower."""
+
+    def encode_documents(self, docs: Sequence[Document]) -> np.ndarray: ...
+
+
+def tower_identity(tower: Any) -> dict[str, Any]:
+    """The identity of a tower as recorded in manifests.
+
+    ``fingerprint`` identifies the exact weights + settings; ``compat_id`` is shared
+    by towers whose embeddings live in the same space (a dual-tower pair, a
+    distilled student and its teacher's document tower, or one zero-shot symmetric
+    model used on both sides); ``dim`` is the tower's output size. Works with
+    :class:`scalingnote.models.Tower` (``out_dim``, ``config``) and with any object
+    exposing ``fingerprint`` / ``compat_id`` / ``dim``.
+    """
+    info: dict[str, Any] = {}
+    cfg = getattr(tower, "config", None)
+    name = getattr(tower, "name", None) or getattr(cfg, "base_model", None)
+    if name is not None:
+        info["name"] = str(name)
+    for key in ("fingerprint", "compat_id"):
+        val = getattr(tower, key, None)
+        if val is not None:
+            info[key] = str(val)
+    dim = getattr(tower, "out_dim", None) or getattr(tower, "dim", None)
+    if dim is not None:
+        info["dim"] = int(dim)
+    for key in ("kind", "role", "pooling", "num_layers", "max_doc_length", "max_query_length"):
+        val = getattr(cfg, key, None) if cfg is not None else getattr(tower, key, None)
+        if isinstance(val, (str, int, float, bool)):
+            info[key] = val
+    return info
+
+
+def _encode_call(tower: Any, docs: list[Document], batch_size: int) -> np.ndarray:
+    """``tower.encode_documents(docs)``, passing ``batch_size`` / ``show_progress=False`` where accepted."""
+    import inspect
+
+    fn = tower.encode_documents
+    kw: dict[str, Any] = {}
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "batch_size" in params:
+        kw["batch_size"] = batch_size
+    if "show_progress" in params:
+        kw["show_progress"] = False
+    return fn(docs, **kw)
+
+
+def shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
+    base = out_dir / SHARD_DIR / f"{shard:05d}"
+    return base.with_suffix(".npy"), Path(str(base) + ".ids.json")
+
+
+def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            man = json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScalingNoteError(f"{path}: unreadable embeddings manifest ({e})") from None
+    if man.get("format") != FORMAT:
+        raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+    return man
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class EncodeResult:
+    out_dir: Path
+    n_docs: int
+    n_shards: int
+    shards_skipped: int
+    shards_written: int
+    seconds: float
+    docs_per_s: float
+    manifest: dict[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _as_doc_iter(corpus: str | Path | Iterable[Document]) -> tuple[Iterator[Document], str | None, int | None]:
+    """Documents from a BEIR directory, a corpus.jsonl file, or an iterable; plus source path and count."""
+    from scalingnote.data.beir import iter_corpus
+
+    if isinstance(corpus, (str, Path)):
+        p = Path(corpus)
+        if p.is_dir():
+            p = p / "corpus.jsonl"
+        if not p.exists():
+            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        with open(p, "rb") as fh:
+            total = sum(1 for line in fh if line.strip())
+        return iter_corpus(p), str(p), total
+    if isinstance(corpus, Sequence):
+        return iter(corpus), None, len(corpus)
+    return iter(corpus), None, None
+
+
+def encode_corpus(
+    tower: DocumentEncoder,
+    corpus: str | Path | Iterable[Document],
+    out_dir: str | Path,
+    *,
+    shard_size: int = 10_000,
+    batch_size: int = 64,
+    normalize: bool = True,
+    progress: bool = True,
+    on_shard_done: Callable[[int], None] | None = None,
+    tower_info: dict[str, Any] | None = None,
+) -> EncodeResult:
+    """Encode ``corpus`` with ``tower.encode_documents`` into sharded ``.npy`` files.
+
+    Resumable: finished shards (listed in ``out_dir/manifest.json``) are skipped.
+    ``on_shard_done(shard_index)`` is called after each shard is committed (tests use
+    it to simulate an interruption). ``normalize`` L2-normalises rows (towers
+    normally already do). ``tower_info`` overrides :func:`tower_identity`.
+    Returns counts and documents/s of this run.
+    """
+    if shard_size < 1:
+        raise ScalingNoteError(f"shard_size must be >= 1, got {shard_size}")
+    if batch_size < 1:
+        raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
+    out_dir = Path(out_dir)
+    ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
+    docs, source, total = _as_doc_iter(corpus)
+
+    man = _read_manifest(out_dir)
+    if man is not None:
+        _check_resume(out_dir, man, ident, shard_size)
+        done = {int(s["shard"]): s for s in man["shards"]}
+    else:
+        man = {
+            "format": FORMAT,
+            "dim": None,
+            "dtype": "float32",
+            "normalized": bool(normalize),
+            "shard_size": int(shard_size),
+            "tower": ident,
+            "corpus": {"path": source},
+            "shards": [],
+            "n_docs": 0,
+            "complete": False,
+            "batch_size": int(batch_size),
+            "created": _now(),
+        }
+        done = {}
+    (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, unit="doc", desc="encode", disable=not progress, dynamic_ncols=True)
+    t0 = time.perf_counter()
+    encoded = skipped = written = 0
+    shard = 0
+    try:
+        while True:
+            chunk = list(islice(docs, shard_size))
+            if not chunk:
+                break
+            ids = [d.id for d in chunk]
+            digest = _content_digest(chunk)
+            if shard in done:
+                _verify_shard(out_dir, done[shard], ids, digest, shard)
+                skipped += 1
+                bar.update(len(chunk))
+            else:
+                ts = time.perf_counter()
+                vecs = _encode_chunk(tower, chunk, batch_size, normalize, bar)
+                if man["dim"] is None:
+                    man["dim"] = int(vecs.shape[1])
+                elif vecs.shape[1] != man["dim"]:
+                    raise ScalingNoteError(f"{out_dir / MANIFEST}: field 'dim' is {man['dim']}, but the tower produced {vecs.shape[1]}-d vectors")
+                vpath, ipath = shard_paths(out_dir, shard)
+                with atomic_path(vpath, suffix=".npy") as tmp:
+                    with open(tmp, "wb") as fh:
+                        np.save(fh, vecs)
+                with atomic_path(ipath) as tmp:
+                    tmp.write_text(json.dumps(ids, ensure_ascii=False), encoding="utf-8")
+                rec = {
+                    "shard": shard,
+                    "vectors": str(vpath.relative_to(out_dir)),
+                    "ids": str(ipath.relative_to(out_dir)),
+                    "n": len(ids),
+                    "start": shard * shard_size,
+                    "content_sha256": digest,
+                    "seconds": round(time.perf_counter() - ts, 3),
+                }
+                done[shard] = rec
+                man["shards"] = [done[k] for k in sorted(done)]
+                man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
+                write_json(out_dir / MANIFEST, man)
+                encoded += len(ids)
+                written += 1
+                elapsed = time.perf_counter() - t0
+                bar.set_postfix(docs_per_s=f"{encoded / max(elapsed, 1e-9):.1f}", shard=shard)
+                if on_shard_done is not None:
+                    on_shard_done(shard)
+            shard += 1
+    finally:
+        bar.close()
+    extra = sorted(k for k in done if k >= shard)
+    if extra:
+        raise ScalingNoteError(
+            f"{out_dir / MANIFEST}: lists shard(s) {extra} beyond the end of the corpus ({shard} shards): the corpus changed; use a new output directory"
+        )
+    seconds = time.perf_counter() - t0
+    man["complete"] = True
+    man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
+    man["encode_seconds"] = round(seconds, 3)
+    man["docs_per_s"] = round(encoded / seconds, 2) if encoded and seconds > 0 else None
+    man["updated"] = _now()
+    if man["dim"] is None:
+        raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
+    write_json(out_dir / MANIFEST, man)
+    return EncodeResult(out_dir, man["n_docs"], shard, skipped, written, seconds, man["docs_per_s"] or 0.0, man)
+
+
+def _encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:
+    # sub-chunks of several batches: the tower can sort by length inside each (less
+    # padding) while the progress bar still moves; the split depends only on the shard,
+    # so a resumed run encodes exactly the same batches.
+    step = batch_size * 8
+    parts = []
+    for s in range(0, len(chunk), step):
+        batch = chunk[s : s + step]
+        v = np.asarray(_encode_call(tower, batch, batch_size), dtype=np.float32)
+        if v.ndim != 2 or v.shape[0] != len(batch):
+            raise ScalingNoteError(f"document tower returned shape {v.shape} for {len(batch)} documents")
+        parts.append(v)
+        bar.update(len(batch))
+    vecs = np.ascontiguousarray(np.concatenate(parts, axis=0), dtype=np.float32)
+    if not np.all(np.isfinite(vecs)):
+        raise ScalingNoteError("document tower produced non-finite embeddings")
+    if normalize:
+        vecs = l2_normalize(vecs)
+    return vecs
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalisation (zero rows stay zero), float32."""
+    x = np.asarray(x, dtype=np.float32)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+def _check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int) -> None:
+    path = out_dir / MANIFEST
+    if int(man.get("shard_size", -1)) != shard_size:
+        raise ScalingNoteError(
+            f"{path}: field 'shard_size' is {man.get('shard_size')}, but this run asks for {shard_size}; "
+            "resume with the same shard size or use a new output directory"
+        )
+    old = man.get("tower", {})
+    for key in ("fingerprint", "compat_id"):
+        if key in old and key in ident and str(old[key]) != str(ident[key]):
+            raise ScalingNoteError(
+                f"{path}: field 'tower.{key}' is {old[key]!r}, but the tower given now has {ident[key]!r}; "
+                "these embeddings were made by a different document tower — use a new output directory"
+            )
+
+
+def _content_digest(docs: list[Document]) -> str:
+    """SHA-256 over the documents' fields: detects a corpus edited between runs."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(json.dumps([d.id, d.title, d.topic, d.content], ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str, shard: int) -> None:
+    ipath = out_dir / rec["ids"]
+    try:
+        stored = json.loads(ipath.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScalingNoteError(f"{ipath}: finished shard {shard} has unreadable ids ({e}); delete the output directory and re-encode") from None
+    if stored != ids:
+        first = next((i for i, (a, b) in enumerate(zip(stored, ids, strict=False)) if a != b), min(len(stored), len(ids)))
+        raise ScalingNoteError(
+            f"{ipath}: finished shard {shard} does not match the corpus (first difference at row {first}); "
+            "the corpus changed since encoding started — use a new output directory"
+        )
+    if rec.get("content_sha256") not in (None, digest):
+        raise ScalingNoteError(
+            f"{out_dir / MANIFEST}: finished shard {shard} was encoded from different document texts (content_sha256 differs); "
+            "the corpus changed since encoding started — use a new output directory"
+        )
+
+
+# ---------------------------------------------------------------------- reading
+
+
+@dataclass
+class Embeddings:
+    """Encoded corpus: memory-mapped shards + document ids in corpus order."""
+
+    root: Path
+    manifest: dict[str, Any]
+    shards: list[np.ndarray]  # memory-mapped (n_i, dim) float32
+    ids: list[str]
+
+    @property
+    def dim(self) -> int:
+        return int(self.manifest["dim"])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def tower(self) -> dict[str, Any]:
+        return dict(self.manifest.get("tower", {}))
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """All vectors as one array: the memory map itself for a single shard, else a
+        concatenation in memory (use :meth:`iter_chunks` to stream large corpora)."""
+        if len(self.shards) == 1:
+            return self.shards[0]
+        return np.concatenate(self.shards, axis=0) if self.shards else np.zeros((0, self.dim), np.float32)
+
+    def iter_chunks(self, chunk_size: int = 65536) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(start_row, array)`` blocks of at most ``chunk_size`` rows, across shards."""
+        start = 0
+        for sh in self.shards:
+            for s in range(0, sh.shape[0], chunk_size):
+                block = sh[s : s + chunk_size]
+                yield start + s, block
+            start += sh.shape[0]
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """Gather rows by global index (any order) without concatenating all shards."""
+        idx = np.asarray(idx, dtype=np.int64)
+        out = np.empty((len(idx), self.dim), dtype=np.float32)
+        offsets = np.cumsum([0] + [s.shape[0] for s in self.shards])
+        which = np.searchsorted(offsets, idx, side="right") - 1
+        for si in np.unique(which):
+            m = which == si
+            local = idx[m] - offsets[si]
+            order = np.argsort(local)
+            got = self.shards[si][local[order]]
+            tmp = np.empty_like(got)
+            tmp[order] = got
+            out[m] = tmp
+        return out
+
+
+def load_embeddings(root: str | Path, require_complete: bool = True) -> Embeddings:
+    """Open an embeddings directory written by :func:`encode_corpus` (memory-mapped)."""
+    root = Path(root)
+    man = _read_manifest(root)
+    if man is None:
+        raise ScalingNoteError(f"{root}: no {MANIFEST} — not an embeddings directory (run `scalingnote index encode` first)")
+    if require_complete and not man.get("complete"):
+        raise ScalingNoteError(f"{root / MANIFEST}: field 'complete' is false — encoding was interrupted; rerun the same encode command to resume")
+    shards, ids = [], []
+    for rec in sorted(man["shards"], key=lambda r: int(r["shard"])):
+        vpath, ipath = root / rec["vectors"], root / rec["ids"]
+        try:
+            arr = np.load(vpath, mmap_mode="r")
+            sid = json.loads(ipath.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ScalingNoteError(f"{vpath}: unreadable shard ({e})") from None
+        if arr.ndim != 2 or arr.shape[1] != man["dim"] or arr.shape[0] != rec["n"] or len(sid) != rec["n"]:
+            raise ScalingNoteError(
+                f"{vpath}: shard shape {arr.shape} / {len(sid)} ids does not match the manifest (n={rec['n']}, dim={man['dim']})"
+            )
+        shards.append(arr)
+        ids.extend(sid)
+    return Embeddings(root, man, shards, ids)

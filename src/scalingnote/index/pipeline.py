@@ -1,0 +1,119 @@
+"""End-to-end helpers behind the ``scalingnote index`` / ``scalingnote search`` commands:
+load a tower by name or path, encode a corpus, build an index, search a queries file
+into a TREC run. Each is a thin composition of the library functions.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from scalingnote.data.types import Query
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.dense import DenseIndex, build_index, check_query_tower, read_manifest
+from scalingnote.index.embeddings import EncodeResult, encode_corpus
+
+
+def load_tower_for(name_or_path: str | Path, role: str, *, num_layers: int | None = None, dim: int | None = None, pooling: str | None = None):
+    """``scalingnote.models.load_tower`` for ``role`` ("query" / "document").
+
+    A zero-shot base model (e.g. ``minilm-l6``) loads without a projection, so its query
+    and document towers share a compat id and an index can be built before any training.
+    """
+    from scalingnote.models import load_tower
+
+    return load_tower(str(name_or_path), role=role, num_layers=num_layers, dim=dim, pooling=pooling)
+
+
+def encode_with_tower(
+    tower_name: str | Path,
+    data: str | Path,
+    out_dir: str | Path,
+    *,
+    shard_size: int = 10_000,
+    batch_size: int = 64,
+    num_layers: int | None = None,
+    dim: int | None = None,
+    pooling: str | None = None,
+    progress: bool = True,
+) -> EncodeResult:
+    """Load the document tower ``tower_name`` and encode ``data`` (BEIR dir or corpus.jsonl)."""
+    tower = load_tower_for(tower_name, "document", num_layers=num_layers, dim=dim, pooling=pooling)
+    return encode_corpus(tower, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress)
+
+
+def read_search_queries(path: str | Path, split: str | None = None) -> list[Query]:
+    """Queries to search: a ``queries.jsonl`` file (all queries), or a BEIR directory (the
+    queries judged in ``qrels/<split>.tsv``, or all queries when ``split`` is None)."""
+    from scalingnote.data.beir import load_qrels, load_queries
+
+    p = Path(path)
+    if p.is_dir():
+        queries = load_queries(p / "queries.jsonl")
+        if split is None:
+            return list(queries.values())
+        qrels_file = p / "qrels" / f"{split}.tsv"
+        qrels = load_qrels(qrels_file, query_ids=queries.keys())
+        return [queries[q] for q in qrels]
+    if not p.exists():
+        raise ScalingNoteError(f"{p}: queries file not found")
+    return list(load_queries(p).values())
+
+
+def search_queries_to_run(
+    index_dir: str | Path,
+    queries: list[Query],
+    out: str | Path,
+    *,
+    query_tower: Any = None,
+    k: int = 100,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    rerank: int | None = None,
+    batch_size: int = 256,
+    progress: bool = True,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Encode ``queries`` with ``query_tower`` (a tower or a name/path), search the index,
+    write the TREC run ``out`` and ``<out>.meta.json`` (config, versions, timings).
+    Returns the metadata written."""
+    from scalingnote.data import write_run
+    from scalingnote.utils import run_metadata, write_json
+
+    if not queries:
+        raise ScalingNoteError("no queries to search")
+    if isinstance(query_tower, (str, Path)):
+        man = read_manifest(index_dir)
+        tower = load_tower_for(query_tower, "query")
+        check_query_tower(man, tower, Path(index_dir) / "manifest.json")
+        query_tower = tower
+    index = DenseIndex.open(index_dir, query_tower=query_tower)
+    texts = [q.text for q in queries]
+    t0 = time.perf_counter()
+    qvecs = index.query_vectors(texts)
+    encode_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run = index.search_run([q.id for q in queries], qvecs, k=k, batch_size=batch_size, progress=progress, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
+    search_s = time.perf_counter() - t0
+    write_run(out, run, tag=f"scalingnote-{index.factory}", k=k)
+    cfg = dict(config or {})
+    cfg.update({"index": str(index_dir), "k": k, "nprobe": nprobe, "ef_search": ef_search, "rerank": rerank, "n_queries": len(queries)})
+    meta = run_metadata(cfg)
+    meta["index_manifest"] = {key: index.manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
+    meta["timings"] = {
+        "encode_seconds": round(encode_s, 3),
+        "search_seconds": round(search_s, 3),
+        "search_qps": round(len(queries) / search_s, 1) if search_s > 0 else None,
+    }
+    write_json(Path(str(out) + ".meta.json"), meta)
+    return meta
+
+
+__all__ = [
+    "build_index",
+    "encode_with_tower",
+    "load_tower_for",
+    "read_search_queries",
+    "search_queries_to_run",
+]

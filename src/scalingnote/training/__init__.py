@@ -1,0 +1,34 @@
+"""Stage I: LLM dual-tower training (ScalingNote §3.2) and the TwinBERT / ScalingDoc baselines."""
+
+from scalingnote.training.config import DataSpec, LoraSpec, LossSpec, OptimSpec, TowerSpec, TrainConfig
+from scalingnote.training.driver import build_towers, evaluate_pair, load_train_config, train
+from scalingnote.training.losses import (
+    info_nce_d2q,
+    info_nce_q2d,
+    margin_loss,
+    matryoshka_contrastive,
+    matryoshka_margin,
+    scalingnote_loss,
+)
+from scalingnote.training.trainer import StopTraining, Trainer
+
+__all__ = [
+    "DataSpec",
+    "LoraSpec",
+    "LossSpec",
+    "OptimSpec",
+    "StopTraining",
+    "TowerSpec",
+    "TrainConfig",
+    "Trainer",
+    "build_towers",
+    "evaluate_pair",
+    "info_nce_d2q",
+    "info_nce_q2d",
+    "load_train_config",
+    "margin_loss",
+    "matryoshka_contrastive",
+    "matryoshka_margin",
+    "scalingnote_loss",
+    "train",
+]

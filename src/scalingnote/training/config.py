@@ -1,0 +1,119 @@
+"""Typed configuration of a Stage I run (``scalingnote train --config FILE``).
+
+Defaults follow ScalingNote §4.2 and Table 7 (stage I) where they transfer to small
+models; the learning rate is scaled up for small models and small batches (the
+paper's 3e-6 is for a 7B model at batch 480) and the randomly initialised
+projection W gets its own, larger learning rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
+
+
+@dataclass
+class TowerSpec:
+    """Where a tower's backbone comes from.
+
+    ``model``: a packaged name (``smollm2-135m``, ``minilm-l6``), a Hugging Face
+    directory, a ``.gguf`` file, or a saved scalingnote tower directory.
+    """
+
+    model: str
+    num_layers: int | None = None
+    pooling: str | None = None  #: BERT: "cls" (paper Eq. 13–14) or "mean"; LLM query: "last"
+    max_length: int = 64
+
+
+@dataclass
+class DataSpec:
+    """Training data: a BEIR directory (qrels split -> positives, BM25-mined hard negatives,
+    ScalingNote §4.1.1) or a triplet JSONL built by ``scalingnote data build``."""
+
+    data_dir: str
+    train_split: str = "train"
+    eval_split: str | None = "test"
+    triplets: str | None = None  #: triplet JSONL; default: pairs from qrels/<train_split>.tsv
+    validation_triplets: str | None = None
+    negatives: Literal["bm25", "none"] = "bm25"
+    neg_skip_top: int = 10  #: K: drop the top-K BM25 results (false-negative guard)
+    neg_max_rank: int = 100  #: T: draw the hard negative from ranks K+1..T
+    validation_fraction: float = 0.1  #: queries held out (by query) for contrastive perplexity
+    max_train_examples: int | None = None
+    max_eval_queries: int | None = None
+
+
+@dataclass
+class LossSpec:
+    """ScalingNote Eq. 5–12 hyper-parameters (§4.2: dims 16..128, all weights 1, margin 0.2, α 0.5)."""
+
+    dims: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    weights: list[float] | None = None
+    hard_weights: list[float] | None = None
+    tau: float = 0.05
+    margin: float = 0.2
+    alpha: float = 0.5
+    hard_in_denominator: bool = False
+
+
+@dataclass
+class OptimSpec:
+    """Table 7, stage I: AdamW(0.9, 0.999, 1e-8), weight decay 1e-3, warm-up 10% then linear decay,
+    max grad norm 1.0."""
+
+    lr: float = 2e-5
+    head_lr: float = 1e-3  #: learning rate of the projection W (randomly initialised)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-3
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    batch_size: int = 32  #: global batch (all processes together): the in-batch negatives
+    micro_batch_size: int | None = None  #: < local batch -> gradient caching (exact large-batch gradients)
+    epochs: float = 1.0
+    max_steps: int | None = None
+
+
+@dataclass
+class LoraSpec:
+    """Optional LoRA (PEFT) on the LLM backbones."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class TrainConfig:
+    method: Method = "scaling_dual"
+    output_dir: str = "runs/stage1"
+    query_tower: TowerSpec = field(default_factory=lambda: TowerSpec("smollm2-135m", num_layers=4, max_length=64))
+    doc_tower: TowerSpec = field(default_factory=lambda: TowerSpec("smollm2-135m", num_layers=4, max_length=256))
+    dim: int = 128
+    data: DataSpec = field(default_factory=lambda: DataSpec("../shared/data/scifact"))
+    loss: LossSpec = field(default_factory=LossSpec)
+    optim: OptimSpec = field(default_factory=OptimSpec)
+    lora: LoraSpec | None = None
+    deepspeed: str | None = None  #: ZeRO-3 JSON for multi-GPU runs (needs the deepspeed package)
+    seed: int = 42
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 autocast on GPU
+    save_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    eval_batch_size: int = 64
+    evaluate_zero_shot: bool = False  #: also evaluate the untrained starting point
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.dim not in self.loss.dims:
+            raise ValueError(f"dim={self.dim} must be the largest Matryoshka dim (loss.dims={self.loss.dims})")
+        if max(self.loss.dims) != self.dim:
+            raise ValueError(f"loss.dims={self.loss.dims} must not exceed dim={self.dim}")
+        if self.optim.batch_size < 2:
+            raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
+        if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:
+            raise ValueError(f"need 0 <= data.neg_skip_top < data.neg_max_rank, got {self.data.neg_skip_top}, {self.data.neg_max_rank}")

@@ -1,0 +1,59 @@
+"""Cross-process negatives: all-gather of embeddings *with* gradients.
+
+``gather_with_grad(x)`` returns the concatenation of ``x`` from every rank, in
+rank order. Backward sums the incoming gradient over all ranks (all-reduce) and
+hands each rank the slice of its own rows, so the gradient reaching the local
+embeddings includes the terms from every rank's loss. Combined with DDP's
+gradient averaging and a per-rank loss that is the local mean, the update equals
+that of one process on the concatenated batch. Uses only ``all_gather`` and
+``all_reduce``, so it works on gloo (CPU) as well as NCCL.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        ws = dist.get_world_size()
+        sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(ws)]
+        dist.all_gather(sizes, torch.tensor([x.shape[0]], device=x.device))
+        if any(int(s) != x.shape[0] for s in sizes):
+            raise RuntimeError(
+                f"cross-process negatives need the same local batch size on every rank, got {[int(s) for s in sizes]} "
+                "(use drop_last=True)"
+            )
+        out = [torch.empty_like(x) for _ in range(ws)]
+        dist.all_gather(out, x.contiguous())
+        ctx.n = x.shape[0]
+        return torch.cat(out)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        r = dist.get_rank()
+        return grad[r * ctx.n : (r + 1) * ctx.n]
+
+
+def gather_with_grad(x: Tensor) -> Tensor:
+    """All-gather ``x`` ([B, ...]) across ranks with gradient; identity when not distributed."""
+    if not is_distributed():
+        return x
+    return _GatherWithGrad.apply(x)

@@ -1,0 +1,169 @@
+"""Stage I losses (ScalingNote §3.2, Eq. 5–12), as small pure functions.
+
+Conventions:
+- ``sim`` is cosine similarity (§4.2: "we use cosine similarity ... for better
+  training stability"): every Matryoshka prefix ``x[:, :m]`` is L2-normalised
+  before the dot product.
+- Matryoshka dims ``M = {dim_low, 2·dim_low, ..., dim}`` (§3.2, MRL), default
+  (16, 32, 64, 128) with all weights 1 (§4.2).
+- Cross-process negatives: the contrastive terms take the *local* batch
+  (``q``, ``d``) and the *global* batch gathered from every process (``q_all``,
+  ``d_all``, ``neg_all``), with ``offset`` = index of the first local example in
+  the global batch. Without distribution pass the local tensors as the global
+  ones and ``offset=0``. Each process returns the mean over its local examples;
+  averaging those over processes (what DDP does to gradients) equals the loss of
+  one process on the concatenated batch.
+- Temperature τ: the paper does not state its value. Default 0.05 — the usual
+  value for cosine InfoNCE (SimCSE, Contriever-style retrievers). With cosine
+  scores in [-1, 1] it gives logits in [-20, 20]: sharp enough to separate a
+  positive from in-batch negatives, without the instability of τ = 0.01 at the
+  small batch sizes this toolkit trains with on CPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+DEFAULT_DIMS: tuple[int, ...] = (16, 32, 64, 128)
+VIEWS: tuple[str, ...] = ("title", "content", "emb")
+
+
+def _prefix(x: Tensor, m: int) -> Tensor:
+    """``x[:, :m]`` L2-normalised (the Matryoshka prefix used by ``sim``)."""
+    return F.normalize(x[:, :m], dim=-1)
+
+
+def info_nce_q2d(q: Tensor, candidates: Tensor, targets: Tensor, tau: float) -> Tensor:
+    """Eq. 5: mean over queries of −log softmax_j(sim(q_i, d_j)/τ)[target_i].
+
+    Args:
+        q: [B, m] normalised query prefixes (local queries).
+        candidates: [N, m] normalised document prefixes (all in-batch positives, across
+            processes, optionally followed by the hard negatives).
+        targets: [B] index of each query's positive in ``candidates``.
+    """
+    return F.cross_entropy(q @ candidates.T / tau, targets)
+
+
+def info_nce_d2q(d: Tensor, queries: Tensor, targets: Tensor, tau: float) -> Tensor:
+    """Eq. 6: mean over documents of −log softmax_j(sim(q_j, d_i)/τ)[target_i].
+
+    Args:
+        d: [B, m] normalised positive-document prefixes (local).
+        queries: [N, m] normalised query prefixes of the whole (global) batch.
+        targets: [B] index of each document's query in ``queries``.
+    """
+    return F.cross_entropy(d @ queries.T / tau, targets)
+
+
+def matryoshka_contrastive(
+    q: Tensor,
+    d: Tensor,
+    *,
+    q_all: Tensor | None = None,
+    d_all: Tensor | None = None,
+    neg_all: Tensor | None = None,
+    offset: int = 0,
+    dims: Sequence[int] = DEFAULT_DIMS,
+    weights: Sequence[float] | None = None,
+    tau: float = 0.05,
+) -> Tensor:
+    """Eq. 7 for one document view: ½ Σ_m w^m (L_q2d^m + L_d2q^m).
+
+    ``neg_all`` (global hard negatives, [N, h]) are appended to the query→doc
+    denominators when given (the "hard negatives in the in-batch denominator" option).
+    """
+    q_all = q if q_all is None else q_all
+    d_all = d if d_all is None else d_all
+    weights = [1.0] * len(dims) if weights is None else list(weights)
+    if len(weights) != len(dims):
+        raise ValueError(f"{len(dims)} Matryoshka dims but {len(weights)} weights")
+    targets = torch.arange(q.shape[0], device=q.device) + offset
+    total = q.new_zeros(())
+    for m, w in zip(dims, weights):
+        if m > q.shape[1]:
+            raise ValueError(f"Matryoshka dim {m} exceeds the embedding size {q.shape[1]}")
+        qm, dm, qam, dam = _prefix(q, m), _prefix(d, m), _prefix(q_all, m), _prefix(d_all, m)
+        cands = dam if neg_all is None else torch.cat([dam, _prefix(neg_all, m)])
+        total = total + w * (info_nce_q2d(qm, cands, targets, tau) + info_nce_d2q(dm, qam, targets, tau))
+    return 0.5 * total
+
+
+def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2) -> Tensor:
+    """Eq. 9: mean over queries of max(0, margin − sim(q, d+) + sim(q, d−)) (inputs normalised)."""
+    return F.relu(margin - (q * d_pos).sum(-1) + (q * d_neg).sum(-1)).mean()
+
+
+def matryoshka_margin(
+    q: Tensor,
+    d_pos: Tensor,
+    d_neg: Tensor,
+    *,
+    dims: Sequence[int] = DEFAULT_DIMS,
+    weights: Sequence[float] | None = None,
+    margin: float = 0.2,
+) -> Tensor:
+    """Eq. 10 for one view: Σ_m w_hard^m · L_hard^m (Eq. 9 on each prefix)."""
+    weights = [1.0] * len(dims) if weights is None else list(weights)
+    total = q.new_zeros(())
+    for m, w in zip(dims, weights):
+        total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin)
+    return total
+
+
+def scalingnote_loss(
+    q: Tensor,
+    pos: Mapping[str, Tensor],
+    neg: Mapping[str, Tensor] | None = None,
+    *,
+    q_all: Tensor | None = None,
+    pos_all: Mapping[str, Tensor] | None = None,
+    neg_all: Mapping[str, Tensor] | None = None,
+    offset: int = 0,
+    dims: Sequence[int] = DEFAULT_DIMS,
+    weights: Sequence[float] | None = None,
+    hard_weights: Sequence[float] | None = None,
+    tau: float = 0.05,
+    margin: float = 0.2,
+    alpha: float = 0.5,
+    hard_in_denominator: bool = False,
+) -> tuple[Tensor, dict[str, float]]:
+    """Eq. 12: L = L_con + α·L_hard, with L_con = Σ_views L^view (Eq. 8) and
+    L_hard = Σ_views L_hard^view (Eq. 11).
+
+    Args:
+        q: [B, dim] local query embeddings (before normalisation).
+        pos: view name -> [B, dim] local positive-document embeddings. The LLM document
+            tower gives ``title``, ``content`` and ``emb``; a single-vector tower gives one
+            view (e.g. ``{"emb": d}``) and the sums run over what is given.
+        neg: view name -> [B, dim] hard-negative embeddings (same views), or None.
+        q_all / pos_all / neg_all: the same, gathered from every process (None = local).
+        offset: position of the local batch inside the gathered batch.
+    Returns:
+        (loss, components) where components holds floats ``loss_con``, ``loss_hard`` and
+        ``loss_con/<view>`` for logging.
+    """
+    pos_all = pos if pos_all is None else pos_all
+    neg_all = neg if neg_all is None else neg_all
+    comps: dict[str, float] = {}
+    l_con = q.new_zeros(())
+    for view, d in pos.items():
+        extra = neg_all[view] if (hard_in_denominator and neg_all is not None) else None
+        lv = matryoshka_contrastive(
+            q, d, q_all=q_all, d_all=pos_all[view], neg_all=extra, offset=offset, dims=dims, weights=weights, tau=tau
+        )
+        comps[f"loss_con/{view}"] = float(lv.detach())
+        l_con = l_con + lv
+    l_hard = q.new_zeros(())
+    if neg is not None and alpha:
+        for view, d in pos.items():
+            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin)
+    comps["loss_con"] = float(l_con.detach())
+    comps["loss_hard"] = float(l_hard.detach())
+    loss = l_con + alpha * l_hard
+    comps["loss"] = float(loss.detach())
+    return loss, comps

@@ -1,0 +1,54 @@
+"""Atomic file output: write to a temporary name in the same directory, then rename.
+
+A reader never sees a half-written file, and an interrupted write leaves the
+previous version (if any) intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
+
+    Use for libraries that want a file name (FAISS, safetensors, numpy).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file for writing; it replaces ``path`` only if the block succeeds."""
+    if "b" in mode:
+        encoding = None
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, encoding=encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """Atomically write ``obj`` as JSON (UTF-8, non-ASCII kept readable)."""
+    with atomic_write(path) as fh:
+        json.dump(obj, fh, indent=indent, ensure_ascii=False, sort_keys=False)
+        fh.write("\n")

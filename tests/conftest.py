@@ -1,0 +1,35 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _shared_data() -> Path:
+    env = os.environ.get("SCALINGNOTE_SHARED_DATA")
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path to ../shared/data (SciFact, KUAKE-QTR); skips when absent."""
+    p = _shared_data()
+    if not (p / "scifact" / "corpus.jsonl").exists():
+        pytest.skip(f"shared data not found at {p}")
+    return p
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _limit_threads():
+    try:
+        import torch
+
+        torch.set_num_threads(min(2, os.cpu_count() or 1))
+    except ImportError:
+        pass
+    yield

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from scalingnote.config import load_config, save_config
+from scalingnote.errors import ConfigError
+from scalingnote.utils import atomic_write, run_metadata
+
+
+@dataclass
+class Optim:
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+
+
+@dataclass
+class Cfg:
+    name: str
+    steps: int = 10
+    mode: Literal["a", "b"] = "a"
+    dims: list[int] = field(default_factory=lambda: [16, 32])
+    optim: Optim = field(default_factory=Optim)
+    out: str | None = None
+
+
+def test_load_yaml_and_round_trip(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("name: x\nsteps: 3\noptim:\n  lr: 2e-5\n  betas: [0.8, 0.9]\n")
+    cfg = load_config(Cfg, p, mode="b")
+    assert cfg == Cfg("x", 3, "b", [16, 32], Optim(2e-5, (0.8, 0.9)))
+    save_config(cfg, tmp_path / "resolved.yaml")
+    assert load_config(Cfg, tmp_path / "resolved.yaml") == cfg
+
+
+@pytest.mark.parametrize(
+    "text, line, key, words",
+    [
+        ("name: x\nstesp: 3\n", 2, "stesp", "unknown key"),
+        ("name: x\noptim:\n  lr: fast\n", 3, "optim.lr", "expected a number"),
+        ("name: x\nmode: c\n", 2, "mode", "one of"),
+        ("name: x\ndims: [1, two]\n", 2, "dims[1]", "integer"),
+        ("steps: 3\n", None, None, "missing required"),
+        ("name: x\nsteps: 3: 4\n", 2, None, "invalid YAML"),
+    ],
+)
+def test_config_errors(tmp_path, text, line, key, words):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(Cfg, p)
+    assert words in str(exc.value) and str(p) in str(exc.value)
+    if line is not None:
+        assert exc.value.line == line
+    assert exc.value.field == key
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_write(p) as fh:
+            fh.write("half")
+            raise RuntimeError("boom")
+    assert p.read_text() == "old"
+    assert list(tmp_path.iterdir()) == [p]
+
+
+def test_run_metadata():
+    meta = run_metadata(Cfg("x"))
+    assert meta["config"]["optim"]["lr"] == 1e-4
+    assert "torch" in meta["versions"] and meta["machine"] and meta["created"]
