@@ -188,9 +188,20 @@ def ict_queries(corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None 
 
 SYSTEM_PROMPT = "You are a search engine user. You write short, specific search queries."
 USER_PROMPT = (
-    "Here is a document.\n\nTitle: {title}\nText: {content}\n\n"
+    "Title: {title}\nText: {content}\n\n"
     "Write one search query (at most 12 words) that this document answers. Reply with the query only."
 )
+#: One worked example shown before the document (a 135M model follows a demonstration far
+#: better than an instruction alone).
+EXAMPLE_DOC = Document(
+    "example",
+    "How tyre pressure affects rolling resistance on road bikes",
+    "",
+    "We measured the rolling resistance of 25 mm road tyres at pressures from 60 to 120 psi on smooth "
+    "and rough asphalt. On rough roads, lower pressures were faster because the tyre absorbs vibration "
+    "instead of bouncing the rider.",
+)
+EXAMPLE_QUERY = "best tyre pressure for road bikes on rough roads"
 
 
 @dataclass
@@ -203,7 +214,8 @@ class LLMQueryConfig:
     do_sample: bool = False  # greedy by default
     temperature: float = 0.7
     top_p: float = 0.9
-    max_doc_chars: int = 1200  # document text is cut to this many characters in the prompt
+    no_repeat_ngram_size: int = 4  # small models loop ("in early life in early life") without it
+    max_doc_chars: int = 600  # document text is cut to this many characters in the prompt
     threads: int | None = None  # torch CPU threads (None: leave as is)
 
     def __post_init__(self):
@@ -237,24 +249,43 @@ def load_causal_lm(model: str | os.PathLike = "smollm2-135m"):
     return lm, tok
 
 
-def build_prompt(doc: Document, tokenizer, max_doc_chars: int = 1200) -> str:
-    """The generation prompt through the tokenizer's chat template (plain text when it has none)."""
-    content = doc.content if len(doc.content) <= max_doc_chars else doc.content[:max_doc_chars].rsplit(" ", 1)[0] + " ..."
-    user = USER_PROMPT.format(title=doc.title or "(none)", content=content)
+def _user_message(doc: Document, max_doc_chars: int) -> str:
+    content = doc.content
+    if len(content) > max_doc_chars:
+        content = content[:max_doc_chars].rsplit(" ", 1)[0] + " ..."
+    return USER_PROMPT.format(title=doc.title or "(none)", content=content)
+
+
+def build_prompt(doc: Document, tokenizer, max_doc_chars: int = 600) -> str:
+    """The generation prompt (system message, one worked example, the document) through the
+    tokenizer's chat template; plain text when the tokenizer has none."""
     if getattr(tokenizer, "chat_template", None):
-        msgs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        msgs = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": _user_message(EXAMPLE_DOC, max_doc_chars)},
+            {"role": "assistant", "content": EXAMPLE_QUERY},
+            {"role": "user", "content": _user_message(doc, max_doc_chars)},
+        ]
         return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-    return f"{SYSTEM_PROMPT}\n\n{user}\nQuery:"
+    return (
+        f"{SYSTEM_PROMPT}\n\n{_user_message(EXAMPLE_DOC, max_doc_chars)}\nQuery: {EXAMPLE_QUERY}\n\n"
+        f"{_user_message(doc, max_doc_chars)}\nQuery:"
+    )
 
 
-_PREFIX = re.compile(r"^\s*(search\s+)?query\s*[:：]\s*", re.IGNORECASE)
+_PREFIX = re.compile(r"^.{0,40}?\b(?:search\s+)?query(?:\s+is)?\s*[:：]\s*", re.IGNORECASE)
+_PREAMBLE = re.compile(r"^(here is|here's|sure|the (search )?query|search query|query)\b.*[:：]$", re.IGNORECASE)
 
 
 def clean_generation(text: str) -> str:
-    """First non-empty line, without a 'Query:' prefix, quotes or list markers."""
+    """First usable line: without a "...query:" prefix, preamble lines ("Here is a search
+    query:"), list markers or quotes."""
     for line in text.splitlines():
-        line = _PREFIX.sub("", line.strip())
-        line = re.sub(r"^[-*\d.)\s]+(?=\S)", "", line) if re.match(r"^[-*]|\d+[.)]\s", line) else line
+        line = line.strip()
+        if not line or _PREAMBLE.match(line):
+            continue
+        line = _PREFIX.sub("", line)
+        line = re.sub(r"^(?:[-*•]|\d+[.)])\s+", "", line)
         line = line.strip().strip("\"'“”‘’`").strip()
         if line:
             return line[:300]
@@ -309,7 +340,11 @@ def generate_queries(docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, l
 
         bar = tqdm(total=len(docs), initial=len(docs) - len(todo), desc="LLM queries", unit="doc")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    gen_kw: dict[str, Any] = dict(max_new_tokens=cfg.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    gen_kw: dict[str, Any] = dict(
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        no_repeat_ngram_size=cfg.no_repeat_ngram_size,
+    )
     if cfg.do_sample:
         gen_kw.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p)
     else:
@@ -325,7 +360,10 @@ def generate_queries(docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, l
             new = out[:, enc["input_ids"].shape[1] :]
             texts = tokenizer.batch_decode(new, skip_special_tokens=True)
             for d, raw in zip(batch, texts):
-                rec = {"doc_id": d.id, "query": clean_generation(raw), "raw": raw}
+                q = clean_generation(raw)
+                if q.lower() == EXAMPLE_QUERY:  # parroted the demonstration: not a query for this doc
+                    q = ""
+                rec = {"doc_id": d.id, "query": q, "raw": raw}
                 done[d.id] = rec
                 fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
             fh.flush()

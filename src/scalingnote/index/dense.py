@@ -469,6 +469,7 @@ class DenseIndex:
         self.doc_ids = doc_ids
         self.semantic_ids = semantic_ids
         self.query_tower = query_tower
+        self._hnsw_graph = find_hnsw(index) is not None  # top-level HNSW (not an IVF's HNSW quantiser)
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -584,7 +585,9 @@ class DenseIndex:
         ``queries``: query texts (encoded with the query tower) or vectors ``(nq, dim)``
         (or the document tower's full dim, cut to the indexed prefix).
         ``nprobe`` / ``ef_search``: per-call IVF probes / HNSW beam (default: the
-        index's ``search_defaults``). ``rerank=N``: fetch ``max(N, k)`` candidates from
+        index's ``search_defaults``; on an HNSW graph efSearch is raised to at least the
+        number of candidates, since a beam of width ef returns at most ~ef results).
+        ``rerank=N``: fetch ``max(N, k)`` candidates from
         the ANN index and re-score them exactly with the full-precision vectors
         (TMJ §6); scores are then exact inner products.
         """
@@ -594,14 +597,18 @@ class DenseIndex:
             raise ScalingNoteError(f"rerank must be >= 1 (number of candidates), got {rerank}")
         q = self.query_vectors(queries)
         defaults = self.manifest.get("search_defaults", {})
+        n_cand = max(k, rerank) if rerank else k
+        n_cand = min(n_cand, len(self))
+        ef = ef_search if ef_search is not None else defaults.get("ef_search")
+        if ef is not None and self._hnsw_graph:
+            # an HNSW beam of width ef returns at most ~ef results: widen it to the candidates asked for
+            ef = max(ef, n_cand)
         params, _keep = _search_params(
             self.index,
             nprobe if nprobe is not None else defaults.get("nprobe"),
-            ef_search if ef_search is not None else defaults.get("ef_search"),
+            ef,
             self.factory,
         )
-        n_cand = max(k, rerank) if rerank else k
-        n_cand = min(n_cand, len(self))
         if q.shape[0] == 0:
             D = np.zeros((0, n_cand), np.float32)
             I = np.zeros((0, n_cand), np.int64)

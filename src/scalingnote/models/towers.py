@@ -63,7 +63,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from scalingnote.data import Document
+from scalingnote.data import Document, Query
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
 from scalingnote.models.loading import (
@@ -213,12 +213,16 @@ def orthogonal_projection(hidden: int, dim: int, seed: int) -> torch.Tensor:
 
 
 def _as_texts(texts: Any, what: str) -> list[str]:
+    """Strings (or :class:`~scalingnote.data.Query` records, whose ``.text`` is used)."""
     if isinstance(texts, str):
         raise TypeError(f"{what} must be a list of strings, not a single string")
-    out = list(texts)
-    for i, t in enumerate(out):
+    out = []
+    for i, t in enumerate(texts):
+        if isinstance(t, Query):
+            t = t.text
         if not isinstance(t, str):
-            raise TypeError(f"{what}[{i}] must be a str, got {type(t).__name__}")
+            raise TypeError(f"{what}[{i}] must be a str or Query, got {type(t).__name__}")
+        out.append(t)
     return out
 
 

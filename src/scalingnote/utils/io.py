@@ -19,11 +19,12 @@ from typing import IO, Any
 def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
 
-    Use for libraries that want a file name (FAISS, safetensors, numpy).
+    Use for libraries that want a file name (FAISS, safetensors, numpy). ``suffix`` ends
+    the temporary name (``np.save`` appends ``.npy`` unless the name already ends with it).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix, dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

@@ -1,0 +1,141 @@
+"""Stage I benchmark: zero-shot starting points, TwinBERT, ScalingDoc and ScalingDual trained with
+the same data and step budget on a BEIR set (train -> test).
+
+    python benchmarks/stage1.py --data scifact [--llm-layers 4] [--steps 60]
+
+Writes benchmarks/results/stage1_<data>.json (one row per method) and keeps the trained
+towers under .cache/bench/stage1_<data>/<method>/ (QKD reuses the ScalingDual towers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+
+
+def zero_shot_row(name: str, model: str, data, num_layers: int | None, dim_eval: int | None, batch: int, tau: float) -> dict:
+    from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
+    from scalingnote.models import load_tower, load_tower_pair
+
+    t0 = time.perf_counter()
+    if model.startswith("smollm2"):
+        qt, dt = load_tower_pair(model, num_layers=num_layers, dim=None, max_query_length=64, max_doc_length=256)
+    else:
+        qt = load_tower(model, "query", dim=None, max_query_length=64)
+        dt = load_tower(model, "document", dim=None, max_doc_length=256)
+    doc_ids = list(data.corpus)
+    d = truncate_normalize(dt.encode_documents([data.corpus[i] for i in doc_ids], batch_size=batch), dim_eval)
+    qids = list(data.eval_queries)
+    q = truncate_normalize(qt.encode_queries([data.eval_queries[x] for x in qids], batch_size=batch), dim_eval)
+    m = dense_metrics(q, qids, d, doc_ids, data.eval_qrels, tau=tau)
+    return {
+        "method": name,
+        "query_tower": model,
+        "doc_tower": model,
+        "query_layers": qt.config.num_layers,
+        "doc_layers": dt.config.num_layers,
+        "query_non_embedding_params": qt.non_embedding_params,
+        "dim": qt.out_dim,
+        "train_steps": 0,
+        "train_seconds": 0.0,
+        **{k: round(v, 4) for k, v in m.items()},
+        "eval_seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="scifact")
+    ap.add_argument("--llm-layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--micro-batch-size", type=int, default=16)
+    ap.add_argument("--methods", default="zero_shot_minilm,zero_shot_smollm2,twinbert,scaling_doc,scaling_dual")
+    ap.add_argument("--seed", type=int, default=42)
+    args = ap.parse_args()
+
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig, train
+    from scalingnote.training.data import load_training_data
+
+    data_dir = shared_data_dir() / args.data
+    work = REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
+    methods = args.methods.split(",")
+    towers = {
+        "twinbert": ("minilm-l6", None, "minilm-l6", None),
+        "scaling_doc": ("minilm-l6", None, "smollm2-135m", args.llm_layers),
+        "scaling_dual": ("smollm2-135m", args.llm_layers, "smollm2-135m", args.llm_layers),
+    }
+
+    def cfg_for(method: str) -> TrainConfig:
+        qm, ql, dm, dl = towers[method]
+        return load_config(
+            TrainConfig,
+            {
+                "method": method,
+                "output_dir": str(work / method),
+                "query_tower": {"model": qm, "num_layers": ql, "max_length": 64},
+                "doc_tower": {"model": dm, "num_layers": dl, "max_length": 256},
+                "data": {"data_dir": str(data_dir), "neg_skip_top": 10, "neg_max_rank": 100, "validation_fraction": 0.1},
+                "optim": {"batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "max_steps": args.steps, "epochs": 100.0},
+                "seed": args.seed,
+                "save_every": 20,
+            },
+        )
+
+    rows = []
+    base_cfg = cfg_for("twinbert")
+    data = load_training_data(base_cfg.data, base_cfg.seed)
+    tau = base_cfg.loss.tau
+    for method in methods:
+        if method == "zero_shot_minilm":
+            rows.append(zero_shot_row(method, "minilm-l6", data, None, None, 64, tau))
+        elif method == "zero_shot_smollm2":
+            rows.append(zero_shot_row(method, "smollm2-135m", data, args.llm_layers, None, 32, tau))
+        else:
+            cfg = cfg_for(method)
+            res = train(cfg, resume=True)
+            rows.append(
+                {
+                    "method": method,
+                    "query_tower": towers[method][0],
+                    "doc_tower": towers[method][2],
+                    "query_layers": towers[method][1] or 6,
+                    "doc_layers": towers[method][3] or 6,
+                    "query_non_embedding_params": res["query_tower_non_embedding_params"],
+                    "dim": cfg.dim,
+                    "train_steps": res["total_steps"],
+                    "train_seconds": res["train_seconds"],
+                    **{k: round(res[k], 4) for k in ("ndcg@10", "r@100", "recall@100", "mrr@10", "contrastive_ppl", "val_contrastive_ppl")},
+                    "eval_seconds": res["eval_seconds"],
+                }
+            )
+        print(rows[-1], flush=True)
+    write_results(
+        f"stage1_{args.data}",
+        rows,
+        {
+            "data": args.data,
+            "split": "train -> test",
+            "llm": f"smollm2-135m truncated to {args.llm_layers} layers",
+            "bert": "minilm-l6 (6 layers, mean pooling)",
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "micro_batch_size": args.micro_batch_size,
+            "hard_negatives": "BM25 ranks 11..100",
+            "tau": tau,
+            "contrastive_ppl": "test qrels, W=256 random non-relevant docs, seed 42, cosine/tau",
+            "seed": args.seed,
+            "zero_shot": "no projection (hidden size), MiniLM mean pooling, SmolLM2 [EMB] prompt view / last query token",
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

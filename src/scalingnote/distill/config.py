@@ -1,0 +1,61 @@
+"""Typed configuration of Stage II, query-based knowledge distillation (``scalingnote distill``).
+
+Defaults from ScalingNote Table 7, stage II: AdamW (0.9, 0.999, 1e-8), weight decay
+1e-3, peak learning rate 3e-4, 10% warm-up then linear decay, grad-norm clip 1.0,
+large batches (the paper uses 40,000; here 256 by default for CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from scalingnote.training.config import TowerSpec
+
+
+@dataclass
+class QuerySource:
+    """Queries to distil on: a BEIR directory (optionally only the queries judged in
+    ``qrels/<split>.tsv``) or a ``queries.jsonl`` file (e.g. pseudo-queries). Labels are not used."""
+
+    path: str
+    split: str | None = None
+    max_queries: int | None = None
+
+
+@dataclass
+class DistillOptim:
+    lr: float = 3e-4
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-3
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    batch_size: int = 256
+    epochs: float = 10.0
+    max_steps: int | None = None
+
+
+@dataclass
+class DistillConfig:
+    teacher: str  #: a Stage I output directory (query_tower/, doc_tower/, doc_embeddings.npy, doc_ids.json)
+    output_dir: str = "runs/qkd"
+    student: TowerSpec = field(default_factory=lambda: TowerSpec("minilm-l6", max_length=32))
+    queries: list[QuerySource] = field(default_factory=list)
+    lam: float = 1.0  #: λ of Eq. 15 (§4.2: 1)
+    validation_fraction: float = 0.05
+    optim: DistillOptim = field(default_factory=DistillOptim)
+    eval_data: str | None = None  #: BEIR directory to evaluate ScalingNote on (doc embeddings from the teacher run)
+    eval_split: str = "test"
+    cache_dir: str | None = None  #: teacher cache (default <output_dir>/teacher_cache)
+    teacher_batch_size: int = 128
+    seed: int = 42
+    save_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.queries:
+            raise ValueError("queries: give at least one query source (a BEIR directory or a queries.jsonl)")
+        if self.optim.batch_size < 1:
+            raise ValueError("optim.batch_size must be >= 1")

@@ -1,0 +1,241 @@
+"""Stage II: distil the Stage I query tower into a small BERT student (ScalingNote §3.3).
+
+The student (own tokenizer, [CLS] first, Eq. 13; projection to the teacher's dim,
+Eq. 14) is trained with Eq. 15 on queries only, against cached teacher embeddings.
+ScalingNote = the student + the frozen Stage I document embeddings: documents are
+never re-encoded, and the student carries the document tower's compat id so an
+index built from those embeddings accepts it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from scalingnote.config import save_config
+from scalingnote.data import load_qrels, load_queries
+from scalingnote.data.beir import qrels_path
+from scalingnote.distill.cache import build_teacher_cache
+from scalingnote.distill.config import DistillConfig, QuerySource
+from scalingnote.distill.loss import qkd_loss
+from scalingnote.errors import ScalingNoteError
+from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from scalingnote.training.trainer import linear_warmup_decay, param_groups
+from scalingnote.utils import run_metadata, seed_everything, write_json
+
+log = logging.getLogger(__name__)
+
+
+def _norm_text(t: str) -> str:
+    return " ".join(t.lower().split())
+
+
+def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_texts: set[str]) -> tuple[list[str], list[str], dict[str, int]]:
+    """Unique (id, text) from every source, minus evaluation queries (by id and by normalised
+    text). Ids are prefixed by the source index when two sources collide."""
+    ids: list[str] = []
+    texts: list[str] = []
+    seen_text: set[str] = set()
+    stats: dict[str, int] = {"dropped_eval": 0, "dropped_duplicate": 0}
+    for si, src in enumerate(sources):
+        p = Path(src.path)
+        if p.is_dir():
+            qs = load_queries(p / "queries.jsonl")
+            if src.split:
+                keep = load_qrels(qrels_path(p, src.split), qs.keys())
+                items = [(q, qs[q].text) for q in qs if q in keep]
+            else:
+                items = [(q.id, q.text) for q in qs.values()]
+        else:
+            items = [(q.id, q.text) for q in load_queries(p).values()]
+        if src.max_queries is not None:
+            items = items[: src.max_queries]
+        n_before = len(ids)
+        for qid, text in items:
+            nt = _norm_text(text)
+            if qid in exclude_ids or nt in exclude_texts:
+                stats["dropped_eval"] += 1
+                continue
+            if nt in seen_text:
+                stats["dropped_duplicate"] += 1
+                continue
+            seen_text.add(nt)
+            ids.append(f"s{si}:{qid}")
+            texts.append(text)
+        stats[f"source{si}:{p.name}"] = len(ids) - n_before
+    if not ids:
+        raise ScalingNoteError("distill: no training queries left after removing evaluation queries")
+    return ids, texts, stats
+
+
+def load_stage1(teacher_dir: str | Path):
+    from scalingnote.models import load_tower
+
+    t = Path(teacher_dir)
+    for need in ("query_tower", "doc_embeddings.npy", "doc_ids.json"):
+        if not (t / need).exists():
+            raise ScalingNoteError(f"{t}: not a Stage I output directory (missing {need}); run `scalingnote train` first")
+    return load_tower(t / "query_tower")
+
+
+def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
+    """Run QKD end to end; returns the metrics also written to ``run.json``."""
+    from tqdm.auto import tqdm
+
+    from scalingnote.models import load_tower
+
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "config.yaml")
+    seed_everything(cfg.seed)
+    teacher = load_stage1(cfg.teacher)
+
+    eval_qrels, eval_queries = None, {}
+    if cfg.eval_data:
+        qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
+        eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
+        eval_queries = {q: qs[q].text for q in eval_qrels}
+    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
+    cache = build_teacher_cache(
+        teacher, ids, texts, cfg.cache_dir or out / "teacher_cache", batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress
+    )
+    del teacher  # the LLM is not needed any more
+
+    rng = np.random.default_rng(cfg.seed)
+    perm = rng.permutation(len(cache))
+    n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
+    val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+
+    s = cfg.student
+    student = load_tower(
+        s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=cache.dim,
+        matryoshka_dims=_mdims(cache.dim), max_query_length=s.max_length, projection_seed=cfg.seed,
+    )
+    if student.kind != "bert":
+        log.warning("the student is a %s tower; ScalingNote distils into a small BERT", student.kind)
+    o = cfg.optim
+    bs = min(o.batch_size, len(train_idx))
+    steps_per_epoch = max(1, len(train_idx) // bs)
+    total = math.ceil(o.epochs * steps_per_epoch)
+    total = min(total, o.max_steps) if o.max_steps else total
+    opt = torch.optim.AdamW(param_groups([student], o.lr, o.lr, o.weight_decay), betas=tuple(o.betas), eps=o.eps)
+    sched = linear_warmup_decay(opt, total, o.warmup_ratio)
+    step = 0
+    if resume and (ck := load_latest_checkpoint(out)) is not None:
+        st = ck[1]
+        if st.get("total_steps") != total:
+            raise ScalingNoteError(f"{out}: checkpoint made for {st.get('total_steps')} steps, config now gives {total}; use a new output_dir")
+        student.load_state_dict(st["student"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        set_rng_state(st["rng"])
+        step = int(st["step"])
+    device = next(student.parameters()).device
+
+    def batch_loss(idx: np.ndarray) -> torch.Tensor:
+        enc = student.tokenize_queries([cache.texts[i] for i in idx])
+        q_stu = student({k: v.to(device) for k, v in enc.items()}).float()
+        return qkd_loss(torch.from_numpy(np.array(cache.emb[idx])).to(device), q_stu, cfg.lam)
+
+    def validate() -> float | None:
+        if not len(val_idx):
+            return None
+        student.eval()
+        with torch.no_grad():
+            tot = sum(float(batch_loss(val_idx[i : i + 512])) * len(val_idx[i : i + 512]) for i in range(0, len(val_idx), 512))
+        student.train()
+        return tot / len(val_idx)
+
+    metrics_p = out / "metrics.jsonl"
+    if step == 0 and metrics_p.exists():
+        metrics_p.unlink()
+    student.train()
+    bar = tqdm(total=total, initial=step, desc="QKD", disable=not cfg.show_progress)
+    t0 = time.perf_counter()
+    train_loss = float("nan")
+    try:
+        while step < total:
+            step_rng = rng_state()
+            epoch, i = divmod(step, steps_per_epoch)
+            order = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
+            idx = order[i * bs : (i + 1) * bs]
+            loss = batch_loss(idx)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(student.parameters(), o.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            train_loss = float(loss.detach())
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.4f}")
+            if step % cfg.log_every == 0 or step == total:
+                with open(metrics_p, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps({"step": step, "loss": train_loss, "lr": sched.get_last_lr()[0]}) + "\n")
+            if step % cfg.save_every == 0 and step < total:
+                save_checkpoint(out, step, _state(student, opt, sched, step, total), cfg.keep_checkpoints)
+    except KeyboardInterrupt:
+        opt.zero_grad(set_to_none=True)
+        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng), cfg.keep_checkpoints)
+        raise
+    finally:
+        bar.close()
+    train_seconds = time.perf_counter() - t0
+    student.eval()
+    val = validate()
+    # ScalingNote: the student serves queries against the frozen Stage I document embeddings
+    student.compat_id = cache.meta["compat_id"]
+    student.save(out / "query_tower")
+    res: dict[str, Any] = {
+        "student": s.model,
+        "student_layers": student.config.num_layers,
+        "student_non_embedding_params": student.non_embedding_params,
+        "train_queries": int(len(train_idx)),
+        "validation_queries": int(len(val_idx)),
+        "steps": total,
+        "train_seconds": round(train_seconds, 2),
+        "qkd_train_loss": train_loss,
+        "qkd_val_loss": val,
+        "compat_id": student.compat_id,
+        **{f"queries_{k}": v for k, v in qstats.items()},
+    }
+    if eval_qrels:
+        res.update(evaluate_student(student, cfg.teacher, eval_queries, eval_qrels))
+    write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
+    return res
+
+
+def _mdims(dim: int) -> list[int]:
+    from scalingnote.models.towers import matryoshka_dims_for
+
+    return matryoshka_dims_for(dim)
+
+
+def _state(student, opt, sched, step, total, rng=None) -> dict:
+    return {
+        "student": student.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": rng if rng is not None else rng_state(),
+        "step": step,
+        "total_steps": total,
+    }
+
+
+def evaluate_student(student, teacher_dir: str | Path, queries: dict[str, str], qrels, tau: float = 0.05) -> dict[str, float]:
+    """ScalingNote retrieval: student query embeddings against the Stage I document embeddings."""
+    from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
+
+    t = Path(teacher_dir)
+    d_emb = np.load(t / "doc_embeddings.npy", mmap_mode="r")
+    doc_ids = json.loads((t / "doc_ids.json").read_text(encoding="utf-8"))
+    qids = list(queries)
+    q = truncate_normalize(student.encode_queries([queries[x] for x in qids], batch_size=256, show_progress=False))
+    return dense_metrics(q, qids, truncate_normalize(d_emb), doc_ids, qrels, tau=tau)

@@ -1,0 +1,123 @@
+"""Stage II (QKD) on tiny towers: Eq. 15, the teacher cache, training, compatibility, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from scalingnote.config import load_config
+from scalingnote.distill import DistillConfig, build_teacher_cache, distill, open_teacher_cache, qkd_loss
+from scalingnote.errors import ScalingNoteError
+from scalingnote.models import build_tiny_model, load_tower
+from scalingnote.training import StopTraining, TrainConfig, train
+from tests.helpers.tiny_data import write_tiny_beir
+
+
+def test_qkd_loss_eq15():
+    t = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    s = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    # row 0: 0 - 1*1 ; row 1: ||(1,-1)||^2 = 2, cos 0 -> 2
+    assert abs(float(qkd_loss(t, s, lam=1.0)) - 0.5) < 1e-6
+    assert abs(float(qkd_loss(t, s, lam=0.0)) - 1.0) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def stage1(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qkd")
+    llm = build_tiny_model(root / "llm", "llm", num_layers=2)
+    bert = build_tiny_model(root / "bert", "bert", num_layers=2)
+    data = write_tiny_beir(root / "beir")
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "scaling_dual",
+            "output_dir": str(root / "stage1"),
+            "query_tower": {"model": str(llm), "max_length": 16},
+            "doc_tower": {"model": str(llm), "max_length": 96},
+            "dim": 32,
+            "data": {"data_dir": str(data), "neg_skip_top": 1, "neg_max_rank": 8},
+            "loss": {"dims": [8, 16, 32]},
+            "optim": {"batch_size": 8, "epochs": 2.0, "lr": 1e-3, "head_lr": 1e-2},
+            "show_progress": False,
+        },
+    )
+    train(cfg)
+    return {"root": root, "bert": str(bert), "data": str(data), "stage1": root / "stage1"}
+
+
+def _dcfg(s, out, **over):
+    base = {
+        "teacher": str(s["stage1"]),
+        "output_dir": str(out),
+        "student": {"model": s["bert"], "max_length": 16},
+        "queries": [{"path": s["data"], "split": "train"}, {"path": s["data"]}],
+        "optim": {"batch_size": 8, "epochs": 8.0, "lr": 3e-3},
+        "eval_data": s["data"],
+        "save_every": 3,
+        "log_every": 1,
+        "show_progress": False,
+    }
+    base.update(over)
+    return load_config(DistillConfig, base)
+
+
+def test_distill_learns_and_is_compatible(stage1, tmp_path):
+    res = distill(_dcfg(stage1, tmp_path / "qkd"))
+    log = [json.loads(x) for x in (tmp_path / "qkd" / "metrics.jsonl").read_text().splitlines()]
+    assert log[-1]["loss"] < log[0]["loss"]
+    # eval queries (test split) never reach training, by id or by text
+    assert res["queries_dropped_eval"] >= 6
+    student = load_tower(tmp_path / "qkd" / "query_tower")
+    doc = load_tower(stage1["stage1"] / "doc_tower")
+    assert student.compat_id == doc.compat_id and student.kind == "bert"
+    assert 0 <= res["ndcg@10"] <= 1 and res["qkd_val_loss"] is not None
+
+
+def test_distill_resume_is_exact(stage1, tmp_path):
+    full = tmp_path / "full"
+    distill(_dcfg(stage1, full))
+
+    killed = tmp_path / "killed"
+    import scalingnote.distill.trainer as T
+
+    orig = T.save_checkpoint
+
+    def boom(*a, **k):
+        orig(*a, **k)
+        raise StopTraining
+
+    T.save_checkpoint = boom
+    try:
+        with pytest.raises(StopTraining):
+            distill(_dcfg(stage1, killed))
+    finally:
+        T.save_checkpoint = orig
+    distill(_dcfg(stage1, killed))
+    a = load_tower(full / "query_tower").state_dict()
+    b = load_tower(killed / "query_tower").state_dict()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_teacher_cache_resumes_and_refuses_other_teacher(stage1, tmp_path):
+    teacher = load_tower(stage1["stage1"] / "query_tower")
+    ids = [f"q{i}" for i in range(10)]
+    texts = [f"query number {i} fox" for i in range(10)]
+    c = build_teacher_cache(teacher, ids, texts, tmp_path / "c", chunk=4, show_progress=False)
+    want = teacher.encode_queries(texts, normalize=False, show_progress=False)
+    np.testing.assert_allclose(np.asarray(c.emb), want, rtol=1e-5, atol=1e-6)
+    # simulate an interruption after the first chunk: progress goes back, meta incomplete
+    meta = json.loads((tmp_path / "c" / "meta.json").read_text())
+    meta["complete"] = False
+    (tmp_path / "c" / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "c" / "progress.json").write_text(json.dumps({"rows": 4}))
+    with pytest.raises(ScalingNoteError, match="incomplete"):
+        open_teacher_cache(tmp_path / "c")
+    c2 = build_teacher_cache(teacher, ids, texts, tmp_path / "c", chunk=4, show_progress=False)
+    np.testing.assert_allclose(np.asarray(c2.emb), want, rtol=1e-5, atol=1e-6)
+    other = load_tower(stage1["bert"], "query", dim=None)
+    with pytest.raises(ScalingNoteError, match="another teacher"):
+        build_teacher_cache(other, ids, texts, tmp_path / "c", show_progress=False)
