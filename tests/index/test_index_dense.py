@@ -156,6 +156,10 @@ def test_build_errors_are_clear_and_leave_nothing(tmp_path, syn_vectors, ids):
         build_index(syn_vectors, tmp_path / "x", "IVF256,Flat", doc_ids=ids, train_size=100, progress=False)
     assert not (tmp_path / "x").exists()
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary directory left behind
+    bad = syn_vectors[:10].copy()
+    bad[7, 3] = np.nan
+    with pytest.raises(ScalingNoteError, match="row 7 .*'d7'"):
+        build_index(bad, tmp_path / "x", "Flat", doc_ids=ids[:10], progress=False)
     with pytest.raises(ScalingNoteError, match="duplicate"):
         build_index(syn_vectors[:3], tmp_path / "x", "Flat", doc_ids=["a", "b", "a"], progress=False)
     build_index(syn_vectors[:50], tmp_path / "y", "Flat", doc_ids=ids[:50], semantic_ids_layers=0, progress=False)

@@ -31,9 +31,10 @@ def _register() -> None:
     from scalingnote.cli import index as _index
     from scalingnote.cli import models as _models
     from scalingnote.cli import distill as _distill
+    from scalingnote.cli import quickstart as _quickstart
     from scalingnote.cli import train as _train
 
-    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill):
+    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart):
         mod.register(app)
 
 

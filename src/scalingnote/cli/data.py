@@ -50,7 +50,9 @@ def pseudo_command(
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
     max_docs: Annotated[int | None, typer.Option("--max-docs", min=1, help="Use a seeded sample of this many documents.")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    write_corpus: Annotated[bool, typer.Option("--write-corpus/--no-write-corpus", help="ICT: also write the corpus without the query sentences.")] = False,
+    write_corpus: Annotated[
+        bool, typer.Option("--write-corpus/--no-write-corpus", help="ICT: also write the corpus without the query sentences.")
+    ] = False,
     min_words: Annotated[int, typer.Option("--min-words", min=1, help="ICT: shortest sentence used as a query.")] = 4,
     model: Annotated[str, typer.Option("--model", help="LLM: packaged name, .gguf file or HF directory.")] = "smollm2-135m",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="LLM: documents per generation batch.")] = 8,

@@ -159,7 +159,7 @@ def load_build_config(source: str | Path | dict[str, Any], base_dir: str | Path 
     cfg = load_config(BuildConfig, source, **overrides)
     if base_dir is None:
         base_dir = Path(source).parent if isinstance(source, (str, Path)) else Path.cwd()
-    base = Path(base_dir)
+    base = Path(base_dir).absolute()
     lk = cfg.leakage
     return dataclasses.replace(
         cfg,

@@ -12,9 +12,12 @@ Two of the annotation types compared in "Scaling Laws for Dense Retrieval" §5
   are skipped. Seeded per document.
 * **LLM** (:func:`llm_queries`): a causal LM (default: the packaged
   SmolLM2-135M-Instruct) is prompted through its chat template to write one
-  search query for each document; batched, greedy or seeded sampling. Progress
-  is appended to ``generations.jsonl`` after every batch, so an interrupted run
-  resumes where it stopped (already generated doc ids are skipped).
+  search query for each document (one worked example precedes the document);
+  batched, greedy or seeded sampling. Progress is appended to
+  ``generations.jsonl`` after every batch, so an interrupted run resumes where it
+  stopped (already generated doc ids are skipped; a torn last line is dropped).
+  ``generation_settings.json`` records the model and decoding settings, and a
+  resume with different settings is refused.
 
 Both write a BEIR-style directory: ``queries.jsonl`` (ids ``ict-<doc>`` /
 ``llm-<doc>``), ``qrels/train.tsv`` (query -> source document, grade 1),
@@ -277,16 +280,30 @@ _PREFIX = re.compile(r"^.{0,40}?\b(?:search\s+)?query(?:\s+is)?\s*[:：]\s*", re
 _PREAMBLE = re.compile(r"^(here is|here's|sure|the (search )?query|search query|query)\b.*[:：]$", re.IGNORECASE)
 
 
+def cut_repetition(text: str) -> str:
+    """Cut a degenerate loop: keep the words before the first repeated word trigram
+    (small models drift into "A B C A B C ..."; one cycle is kept)."""
+    words = text.split()
+    norm = [w.lower().strip(",.;:") for w in words]
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - 2):
+        tri = tuple(norm[i : i + 3])
+        if tri in seen:
+            return " ".join(words[:i]).rstrip(",;:")
+        seen.add(tri)
+    return text
+
+
 def clean_generation(text: str) -> str:
     """First usable line: without a "...query:" prefix, preamble lines ("Here is a search
-    query:"), list markers or quotes."""
+    query:"), list markers, quotes or a repetition loop."""
     for line in text.splitlines():
         line = line.strip()
         if not line or _PREAMBLE.match(line):
             continue
         line = _PREFIX.sub("", line)
         line = re.sub(r"^(?:[-*•]|\d+[.)])\s+", "", line)
-        line = line.strip().strip("\"'“”‘’`").strip()
+        line = cut_repetition(line.strip().strip("\"'“”‘’`").strip())
         if line:
             return line[:300]
     return ""
@@ -375,6 +392,37 @@ def generate_queries(docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, l
     return {d.id: done[d.id] for d in docs}
 
 
+def _generation_settings(cfg: LLMQueryConfig) -> dict[str, Any]:
+    """Settings that change what is generated: a resumed run must use the same ones."""
+    return {
+        "model": str(cfg.model),
+        "seed": cfg.seed,
+        "max_new_tokens": cfg.max_new_tokens,
+        "do_sample": cfg.do_sample,
+        "temperature": cfg.temperature if cfg.do_sample else None,
+        "top_p": cfg.top_p if cfg.do_sample else None,
+        "no_repeat_ngram_size": cfg.no_repeat_ngram_size,
+        "max_doc_chars": cfg.max_doc_chars,
+        "prompt": zlib.crc32((SYSTEM_PROMPT + USER_PROMPT + EXAMPLE_DOC.content + EXAMPLE_QUERY).encode()),
+    }
+
+
+def _check_resume(out: Path, cfg: LLMQueryConfig) -> dict[str, Any]:
+    """Refuse to append to generations made with other settings; returns the settings."""
+    path = out / "generation_settings.json"
+    settings = _generation_settings(cfg)
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if diff and (out / "generations.jsonl").exists():
+            raise ConfigError(
+                path, None, diff[0],
+                f"{out} holds generations made with different settings ({', '.join(diff)}); "
+                "use another --out directory or delete it to start over",
+            )
+    return settings
+
+
 def llm_queries(
     corpus_path: str | Path,
     out: str | Path,
@@ -391,7 +439,9 @@ def llm_queries(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     docs = select_documents(corpus_path, cfg.max_docs, cfg.seed)
+    settings = _check_resume(out, cfg)
     lm, tok = model_and_tokenizer or load_causal_lm(cfg.model)
+    write_json(out / "generation_settings.json", settings)
     recs = generate_queries(docs, lm, tok, cfg, out / "generations.jsonl", progress=progress)
     pairs = [PseudoQuery(Query(f"llm-{d.id}", recs[d.id]["query"]), d.id) for d in docs if recs[d.id]["query"]]
     stats = {

@@ -323,10 +323,12 @@ def build_index(
         vec_path = tmp_dir / VECTORS_FILE
         vectors = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float32, shape=(n, dim))
         for s, block in _iter_source(source, add_batch_size):
-            vectors[s : s + len(block)] = l2_normalize(np.asarray(block[:, :dim], dtype=np.float32))
+            block = np.asarray(block[:, :dim], dtype=np.float32)
+            if not np.all(np.isfinite(block)):
+                bad = s + int(np.argwhere(~np.isfinite(block))[0, 0])
+                raise ScalingNoteError(f"embeddings: row {bad} (document {ids[bad]!r}) contains non-finite values")
+            vectors[s : s + len(block)] = l2_normalize(block)
         vectors.flush()
-        if not np.all(np.isfinite(vectors[: min(n, 1000)])):
-            raise ScalingNoteError("embeddings contain non-finite values")
 
         # 2. seeded training sample
         rng = np.random.default_rng(seed)
@@ -387,6 +389,7 @@ def build_index(
             "source_dim": src_dim,
             "matryoshka_prefix": dim < src_dim,
             "n_vectors": n,
+            "nlist": int(ivf.nlist) if ivf is not None else None,
             "tower": tinfo,
             "embeddings_dir": embeddings_dir,
             "files": {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE},
@@ -640,7 +643,7 @@ class DenseIndex:
         uniq = np.unique(cand[valid])
         vecs = np.asarray(self.vectors[uniq], dtype=np.float32)  # sorted rows: sequential mmap reads
         pos = np.searchsorted(uniq, np.where(valid, cand, uniq[0] if len(uniq) else 0))
-        scores = np.einsum("qd,qcd->qc", q, vecs[pos]) if len(uniq) else np.zeros(cand.shape, np.float32)
+        scores = np.matmul(vecs[pos], q[:, :, None])[:, :, 0] if len(uniq) else np.zeros(cand.shape, np.float32)
         scores = np.where(valid, scores, -np.inf).astype(np.float32)
         order = np.argsort(-scores, axis=1, kind="stable")
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(cand, order, axis=1)

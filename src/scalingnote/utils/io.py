@@ -29,6 +29,9 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,32 @@
+"""``scalingnote quickstart``: the whole pipeline on embedded defaults (README command 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("quickstart")
+    def quickstart_cmd(
+        out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."),
+        data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
+        seed: int = typer.Option(0, "--seed"),
+        steps: int = typer.Option(40, "--steps", help="Stage I optimiser steps per method."),
+        llm_layers: int = typer.Option(4, "--llm-layers", help="SmolLM2 layers kept (model-size knob)."),
+        max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
+        set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
+    ) -> None:
+        """data -> Stage I (ScalingDual) -> ScalingDoc/TwinBERT -> QKD -> IVFPQ + semantic IDs -> evaluation."""
+        from scalingnote.cli.train import parse_overrides
+        from scalingnote.config import load_config
+        from scalingnote.quickstart import QuickstartConfig, quickstart
+
+        over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
+        cfg = load_config(
+            QuickstartConfig,
+            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps, "llm_layers": llm_layers,
+             "max_eval_queries": max_eval_queries, **over},
+        )
+        quickstart(cfg)

@@ -1,0 +1,335 @@
+"""The main job: ``scalingnote quickstart`` runs the whole ScalingNote pipeline end to end.
+
+    data (synthetic note-search log -> triplets, or a BEIR directory)
+      -> Stage I: ScalingDual (LLM query + LLM document towers)
+      -> baselines: ScalingDoc (BERT query + LLM doc), TwinBERT (BERT + BERT)
+      -> Stage II: QKD of the ScalingDual query tower into a BERT student (= ScalingNote)
+      -> IVFPQ index over the frozen ScalingDual document embeddings, with semantic IDs
+      -> evaluation table + the `scalingnote serve` command for the built artefacts.
+
+Everything goes under one output directory; each step records completion, so a
+re-run resumes instead of starting over (the training steps also resume from their
+own checkpoints when interrupted). Sizes are reduced for a 2-core CPU: SmolLM2-135M
+truncated to a few layers, short sequences, a few dozen optimiser steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.config import save_config
+from scalingnote.utils import run_metadata, seed_everything, write_json
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QuickstartConfig:
+    out: str = "runs/quickstart"
+    data: str | None = None  #: BEIR directory; None = generate the synthetic note-search log
+    seed: int = 0
+    llm: str = "smollm2-135m"
+    llm_layers: int = 4
+    bert: str = "minilm-l6"
+    student_layers: int = 6
+    synth_docs: int = 2000
+    synth_queries: int = 1000
+    steps: int = 40
+    batch_size: int = 32
+    micro_batch_size: int | None = None
+    query_max_length: int = 32
+    doc_max_length: int = 128
+    qkd_epochs: float = 6.0
+    qkd_batch_size: int = 128
+    qkd_max_pseudo_queries: int = 4000
+    index_factory: str | None = None  #: default IVF{~4·sqrt(n)},PQ16x8 (32x compression of 128-d fp32)
+    semantic_id_layers: int = 6
+    rerank: int = 100
+    nprobe: int = 16
+    eval_split: str = "test"
+    max_eval_queries: int | None = None
+    show_progress: bool = True
+
+
+# ---------------------------------------------------------------------------- steps
+def _done(path: Path) -> bool:
+    return (path / "DONE").exists()
+
+
+def _mark(path: Path, info: dict | None = None) -> None:
+    write_json(path / "DONE", info or {})
+
+
+def _step(title: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).rule(f"[bold]{title}")
+
+
+def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
+    """Returns {"beir": dir, "triplets": path|None, "validation_triplets": path|None}."""
+    if cfg.data:
+        return {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
+    d = out / "data"
+    if not _done(d):
+        _step("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
+        from scalingnote.data.build import load_build_config, run_build
+        from scalingnote.data.synth import SynthConfig, synthesize
+
+        synthesize(d, SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries), progress=cfg.show_progress)
+        res = run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
+        _mark(d, {"triplets": res.stats if hasattr(res, "stats") else {}})
+    return {"beir": str(d), "triplets": str(d / "triplets" / "train.jsonl"), "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+
+
+def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out: Path):
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
+
+    llm = {"model": cfg.llm, "num_layers": cfg.llm_layers}
+    bert = {"model": cfg.bert}
+    q, d = {"scaling_dual": (llm, llm), "scaling_doc": (bert, llm), "twinbert": (bert, bert)}[method]
+    return load_config(
+        TrainConfig,
+        {
+            "method": method,
+            "output_dir": str(out / "stage1" / method),
+            "query_tower": {**q, "max_length": cfg.query_max_length},
+            "doc_tower": {**d, "max_length": cfg.doc_max_length},
+            "data": {
+                "data_dir": data["beir"],
+                "triplets": data["triplets"],
+                "validation_triplets": data["validation_triplets"],
+                "eval_split": cfg.eval_split,
+                "max_eval_queries": cfg.max_eval_queries,
+            },
+            "optim": {"batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "max_steps": cfg.steps, "epochs": 1000.0},
+            "seed": cfg.seed,
+            "save_every": 10,
+            "show_progress": cfg.show_progress,
+        },
+    )
+
+
+def run_stage1(cfg: QuickstartConfig, method: str, data: dict, out: Path) -> dict[str, Any]:
+    from scalingnote.training import train
+
+    d = out / "stage1" / method
+    if not _done(d):
+        _step(f"Stage I: {method}")
+        res = train(stage1_config(cfg, method, data, out), resume=True)
+        _mark(d, res)
+    return json.loads((d / "run.json").read_text())["metrics"]
+
+
+def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> str | None:
+    """ICT pseudo-queries from the corpus: unlabelled queries for QKD."""
+    d = out / "pseudo_ict"
+    if not _done(d):
+        _step("pseudo-queries (inverse cloze task) for QKD")
+        from scalingnote.data.pseudo import ICTConfig, ict_queries
+
+        ict_queries(Path(data["beir"]) / "corpus.jsonl", d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries), progress=cfg.show_progress)
+        _mark(d)
+    q = d / "queries.jsonl"
+    return str(q) if q.exists() else None
+
+
+def run_qkd(cfg: QuickstartConfig, data: dict, out: Path, pseudo: str | None) -> dict[str, Any]:
+    from scalingnote.config import load_config
+    from scalingnote.distill import DistillConfig, distill
+
+    d = out / "qkd"
+    if not _done(d):
+        _step("Stage II: query-based knowledge distillation (QKD) -> ScalingNote")
+        sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
+        if pseudo:
+            sources.append({"path": pseudo})
+        dc = load_config(
+            DistillConfig,
+            {
+                "teacher": str(out / "stage1" / "scaling_dual"),
+                "output_dir": str(d),
+                "student": {"model": cfg.bert, "num_layers": cfg.student_layers, "max_length": cfg.query_max_length},
+                "queries": sources,
+                "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs},
+                "eval_data": data["beir"],
+                "eval_split": cfg.eval_split,
+                "seed": cfg.seed,
+                "show_progress": cfg.show_progress,
+            },
+        )
+        res = distill(dc, resume=True)
+        _mark(d, res)
+    return json.loads((d / "run.json").read_text())["metrics"]
+
+
+def default_factory(n: int, dim: int) -> str:
+    nlist = max(4, min(4096, int(4 * math.sqrt(n))))
+    m = 16 if dim % 16 == 0 else 8
+    return f"IVF{nlist},PQ{m}x8"
+
+
+def build_ivfpq(cfg: QuickstartConfig, out: Path) -> Path:
+    from scalingnote.index import build_index, tower_identity
+    from scalingnote.models import load_tower
+
+    d = out / "index"
+    if not _done(d):
+        _step("index: IVFPQ over the ScalingDual document embeddings + residual-K-means semantic IDs")
+        s1 = out / "stage1" / "scaling_dual"
+        emb = np.load(s1 / "doc_embeddings.npy")
+        ids = json.loads((s1 / "doc_ids.json").read_text())
+        doc_tower = load_tower(s1 / "doc_tower")
+        factory = cfg.index_factory or default_factory(len(ids), emb.shape[1])
+        build_index(
+            emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(doc_tower), seed=cfg.seed,
+            semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
+            nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
+        )
+        _mark(d, {"factory": factory})
+    return d / "ivfpq"
+
+
+# ---------------------------------------------------------------------------- evaluation
+def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 1) -> float:
+    """Queries/s of ``encode_queries`` (batch 256, the threads torch is set to)."""
+    texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
+    tower.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        tower.encode_queries(texts, batch_size=batch_size, show_progress=False)
+    return repeats * len(texts) / (time.perf_counter() - t0)
+
+
+def _auc_labels(beir: Path, split: str) -> tuple[dict, int] | None:
+    """Graded labels for AUC: qrels_graded/<split>.tsv (relevant = grade >= 2) or qrels with 0 grades."""
+    from scalingnote.data import load_qrels
+
+    g = beir / "qrels_graded" / f"{split}.tsv"
+    if g.exists():
+        return load_qrels(g), 2
+    q = load_qrels(beir / "qrels" / f"{split}.tsv")
+    grades = {v for docs in q.values() for v in docs.values()}
+    return (q, 1) if any(v <= 0 for v in grades) and any(v > 0 for v in grades) else None
+
+
+def evaluate_all(cfg: QuickstartConfig, data: dict, out: Path, index_dir: Path) -> list[dict[str, Any]]:
+    """One row per method: query-tower params, query QPS, R@K, nDCG@10, AUC."""
+    from scalingnote.data import load_beir
+    from scalingnote.evaluation import evaluate, pair_auc
+    from scalingnote.evaluation.dense import exact_search, truncate_normalize
+    from scalingnote.index import DenseIndex
+    from scalingnote.index.bm25 import BM25Retriever
+    from scalingnote.models import load_tower
+
+    beir = Path(data["beir"])
+    ds = load_beir(beir, cfg.eval_split)
+    qids = sorted(ds.queries)[: cfg.max_eval_queries] if cfg.max_eval_queries else sorted(ds.queries)
+    qtexts = [ds.queries[q].text for q in qids]
+    qrels = {q: ds.qrels[q] for q in qids}
+    metrics = ["r@10", "r@100", "ndcg@10", "recall@100", "mrr@10"]
+    auc_src = _auc_labels(beir, cfg.eval_split)
+    rows: list[dict[str, Any]] = []
+
+    def auc_of(q_emb: np.ndarray, d_emb: np.ndarray, doc_ids: list[str]) -> float | None:
+        if auc_src is None:
+            return None
+        labels_q, thr = auc_src
+        qi = {q: i for i, q in enumerate(qids)}
+        di = {d: i for i, d in enumerate(doc_ids)}
+        s, y = [], []
+        for q, docs in labels_q.items():
+            if q not in qi:
+                continue
+            for d, g in docs.items():
+                if d in di:
+                    s.append(float(q_emb[qi[q]] @ d_emb[di[d]]))
+                    y.append(g)
+        try:
+            return pair_auc(s, y, threshold=thr)
+        except Exception:
+            return None
+
+    # BM25 reference
+    bm = BM25Retriever.fit(ds.corpus.values(), show_progress=False)
+    t0 = time.perf_counter()
+    run = bm.search(dict(zip(qids, qtexts)), k=100, show_progress=False)
+    rows.append({"method": "bm25", "query_tower": "-", "query_params": 0, "query_qps": round(len(qids) / (time.perf_counter() - t0), 1),
+                 **evaluate(run, qrels, metrics), "auc": None, "search": "bm25s"})
+
+    for method in ("twinbert", "scaling_doc", "scaling_dual"):
+        s1 = out / "stage1" / method
+        qt = load_tower(s1 / "query_tower")
+        ids = json.loads((s1 / "doc_ids.json").read_text())
+        d_emb = truncate_normalize(np.load(s1 / "doc_embeddings.npy"))
+        q_emb = truncate_normalize(qt.encode_queries(qtexts, batch_size=256, show_progress=False))
+        run = exact_search(q_emb, qids, d_emb, ids, k=100)
+        rows.append({"method": method, "query_tower": f"{qt.config.base_model} ({qt.config.num_layers}L)",
+                     "query_params": qt.non_embedding_params, "query_qps": round(query_qps(qt, qtexts), 1),
+                     **evaluate(run, qrels, metrics), "auc": auc_of(q_emb, d_emb, ids), "search": "exact"})
+    # ScalingNote: the distilled student over the frozen ScalingDual document embeddings
+    st = load_tower(out / "qkd" / "query_tower")
+    s1 = out / "stage1" / "scaling_dual"
+    ids = json.loads((s1 / "doc_ids.json").read_text())
+    d_emb = truncate_normalize(np.load(s1 / "doc_embeddings.npy"))
+    q_emb = truncate_normalize(st.encode_queries(qtexts, batch_size=256, show_progress=False))
+    qps = round(query_qps(st, qtexts), 1)
+    base = {"method": "scalingnote", "query_tower": f"{st.config.base_model} ({st.config.num_layers}L, QKD)", "query_params": st.non_embedding_params, "query_qps": qps}
+    rows.append({**base, **evaluate(exact_search(q_emb, qids, d_emb, ids, k=100), qrels, metrics), "auc": auc_of(q_emb, d_emb, ids), "search": "exact"})
+    idx = DenseIndex.open(index_dir, query_tower=st)
+    res = idx.search(q_emb, k=100, nprobe=cfg.nprobe, rerank=cfg.rerank)
+    rows.append({**base, "method": "scalingnote+ivfpq", **evaluate(res.to_run(qids), qrels, metrics), "auc": None,
+                 "search": f"{idx.factory} nprobe={cfg.nprobe} rerank={cfg.rerank}"})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]
+    t = Table(title="scalingnote quickstart: retrieval quality and query cost")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("method", "query_tower", "search") else "right")
+    for r in rows:
+        t.add_row(*[("-" if r.get(c) is None else f"{r[c]:.4f}" if isinstance(r[c], float) and c not in ("query_qps",) else
+                     f"{r[c]/1e6:.1f}M" if c == "query_params" and r[c] else str(r[c])) for c in cols])
+    Console(width=max(160, Console().width)).print(t)
+
+
+def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
+    """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``)."""
+    import torch
+
+    out = Path(cfg.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "quickstart.yaml")
+    seed_everything(cfg.seed)
+    t0 = time.perf_counter()
+    data = prepare_data(cfg, out)
+    for method in ("scaling_dual", "scaling_doc", "twinbert"):
+        run_stage1(cfg, method, data, out)
+    pseudo = pseudo_queries(cfg, data, out)
+    run_qkd(cfg, data, out, pseudo)
+    index_dir = build_ivfpq(cfg, out)
+    _step("evaluation")
+    rows = evaluate_all(cfg, data, out, index_dir)
+    elapsed = time.perf_counter() - t0
+    write_json(out / "results.json", {"rows": rows, "elapsed_s": round(elapsed, 1), **run_metadata(cfg)})
+    print_table(rows)
+    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()})")
+    print("serve the distilled query tower over the compressed index:")
+    print(f"  scalingnote serve --index {out / 'index' / 'ivfpq'} --query-tower {out / 'qkd' / 'query_tower'} --port 8080")
+    return rows
+
+
+__all__ = ["QuickstartConfig", "quickstart", "asdict"]
