@@ -31,10 +31,12 @@ def shared_data() -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _limit_threads():
+    """Unit tests use tiny models: one thread avoids the synchronisation overhead that makes
+    tiny matmuls many times slower on 2 threads (and keeps parallel test runs from thrashing)."""
     try:
         import torch
 
-        torch.set_num_threads(min(2, os.cpu_count() or 1))
+        torch.set_num_threads(1)
     except ImportError:
         pass
     yield

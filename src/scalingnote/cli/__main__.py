@@ -1,0 +1,3 @@
+from scalingnote.cli import main
+
+main()

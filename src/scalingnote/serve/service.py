@@ -1,0 +1,508 @@
+"""The search service behind the HTTP app: loading, dynamic micro-batching, hot swap.
+
+Online query retrieval (ScalingNote §3.5): the small query tower encodes the query,
+the compressed (IVFPQ / HNSW+PQ, TMJ §6) index of the frozen LLM document embeddings
+returns the top-k documents with their semantic IDs.
+
+Concurrency model
+-----------------
+* Requests put work items (one or more query texts + search parameters) on an
+  ``asyncio.Queue``. One batcher task takes the first waiting item, then collects more
+  until ``max_batch`` queries or ``max_wait_ms`` after the first item's arrival, and
+  hands the whole micro-batch to **one** worker thread: the query tower encodes all
+  texts in one call, then FAISS searches them (grouped by identical parameters).
+  torch modules and FAISS indexes are used from that single thread only.
+* Hot swap: a new query tower is loaded in another thread (a different model object,
+  so no shared state with the worker), checked against the index with
+  :func:`scalingnote.index.check_query_tower`, then swapped in by one assignment on the
+  event loop. The batcher reads the tower once per micro-batch, so every batch runs
+  entirely on the old or entirely on the new tower, and requests keep being answered.
+* Shutdown: new work is refused (503), queued work is finished, then the worker stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.serve.metrics import ServeMetrics
+from scalingnote.serve.settings import ServeSettings
+
+log = logging.getLogger("scalingnote.serve")
+
+
+class ServiceError(Exception):
+    """An error with an HTTP status, an error code and a human-readable detail."""
+
+    def __init__(self, status: int, error: str, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.error = error
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    k: int = 10
+    nprobe: int | None = None
+    ef_search: int | None = None
+    rerank: int | None = None
+
+
+@dataclass
+class _Item:
+    texts: list[str]
+    params: SearchParams
+    future: asyncio.Future
+    enqueued: float  # loop.time() at arrival
+
+
+_STOP = object()
+
+
+# --------------------------------------------------------------------------- titles
+
+
+def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | None) -> Path | None:
+    """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a
+    corpus.jsonl), else the corpus recorded by the embeddings the index was built from
+    (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
+    if corpus is not None:
+        p = Path(corpus)
+        if p.is_dir():
+            p = p / "corpus.jsonl"
+        if not p.is_file():
+            raise ScalingNoteError(f"{p}: corpus file not found (--corpus expects a BEIR directory or a corpus.jsonl)")
+        return p
+    emb = index_manifest.get("embeddings_dir")
+    if not emb:
+        return None
+    try:
+        man = json.loads((Path(emb) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    path = (man.get("corpus") or {}).get("path")
+    if path and Path(path).is_file():
+        return Path(path)
+    return None
+
+
+def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:
+    """``{doc_id: title}`` for the indexed documents (others in the corpus are skipped)."""
+    if corpus_path is None:
+        return {}
+    from scalingnote.data.beir import iter_corpus
+
+    wanted = set(doc_ids)
+    titles: dict[str, str] = {}
+    # on_invalid="skip": a bad record costs one title, not the service (the index was built already)
+    for doc in iter_corpus(corpus_path, on_invalid="skip"):
+        if doc.id in wanted:
+            titles[doc.id] = doc.title or ""
+    return titles
+
+
+# --------------------------------------------------------------------------- service
+
+
+class SearchService:
+    """Owns the query tower, the index, the titles, the batcher and the worker thread."""
+
+    def __init__(self, index_dir: str | Path, query_tower: str | Path, settings: ServeSettings | None = None, metrics: ServeMetrics | None = None):
+        self.index_dir = Path(index_dir)
+        self.tower_source = str(query_tower)
+        self.settings = settings or ServeSettings()
+        self.metrics = metrics or ServeMetrics()
+        self.state = "starting"  # starting -> loading -> ready | failed; -> stopping -> stopped
+        self.error: str | None = None
+        self.index = None
+        self.tower = None
+        self.titles: dict[str, str] = {}
+        self.corpus_path: Path | None = None
+        self.has_ivf = False
+        self.has_hnsw = False
+        self.loaded_at: float | None = None
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self._queue: asyncio.Queue | None = None
+        self._queued = 0  # queries waiting (for backpressure / metrics)
+        self._carry: Any = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._batcher: asyncio.Task | None = None
+        self._loader: asyncio.Task | None = None
+        self._reload_lock: asyncio.Lock | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Start the batcher and load the model + index in the background (returns at once)."""
+        self._queue = asyncio.Queue()
+        self._reload_lock = asyncio.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalingnote-model")
+        self._batcher = asyncio.create_task(self._batch_loop(), name="scalingnote-batcher")
+        self._loader = asyncio.create_task(self._load(), name="scalingnote-loader")
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        if self._loader is not None:
+            await asyncio.wait_for(asyncio.shield(self._loader), timeout)
+        if self.state != "ready":
+            raise ScalingNoteError(f"service not ready: {self.error or self.state}")
+
+    async def _load(self) -> None:
+        self.state = "loading"
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._load_sync)
+        except BaseException as e:  # noqa: BLE001 - reported through /healthz and on_failure
+            self.state = "failed"
+            self.error = str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
+            log.error("scalingnote serve: loading failed: %s", self.error)
+            if self.on_failure is not None:
+                self.on_failure(e)
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            return
+        self.state = "ready"
+        self.loaded_at = time.time()
+        self.metrics.ready.set(1)
+        log.info("scalingnote serve: ready (%d documents, tower %s)", len(self.index), self.tower_source)
+
+    def _load_sync(self) -> None:
+        """Runs in the worker thread: tower, index (compatibility checked), titles."""
+        from scalingnote.index import DenseIndex, read_manifest
+        from scalingnote.index.dense import find_hnsw, find_ivf
+        from scalingnote.index.pipeline import load_tower_for
+
+        if self.settings.threads:
+            import torch
+
+            torch.set_num_threads(int(self.settings.threads))
+        manifest = read_manifest(self.index_dir)  # fail fast on a bad directory, before loading a model
+        corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
+        tower = load_tower_for(self.tower_source, "query")
+        index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
+        titles = load_titles(corpus_path, index.doc_ids)
+        # warm-up: the first forward pass allocates; keep that out of the first request's latency
+        tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
+        self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
+        self.has_ivf = find_ivf(index.index) is not None
+        import faiss
+
+        self.has_hnsw = find_hnsw(index.index) is not None or (
+            self.has_ivf and isinstance(faiss.downcast_index(find_ivf(index.index).quantizer), faiss.IndexHNSW)
+        )
+        self._set_tower_info(tower)
+
+    def _set_tower_info(self, tower) -> None:
+        self.metrics.tower_info.clear()
+        self.metrics.tower_info.set(1, name=self.tower_source, fingerprint=str(tower.fingerprint), compat_id=str(tower.compat_id))
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Refuse new work, finish queued work (at most ``timeout`` s), stop the worker."""
+        timeout = self.settings.shutdown_timeout_s if timeout is None else timeout
+        if self.state in ("stopping", "stopped"):
+            return
+        self._closing = True
+        prev, self.state = self.state, "stopping"
+        self.metrics.ready.set(0)
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+        if self._batcher is not None and self._queue is not None:
+            self._queue.put_nowait(_STOP)
+            try:
+                await asyncio.wait_for(asyncio.shield(self._batcher), timeout)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                log.warning("scalingnote serve: shutdown timeout (%.1fs): cancelling queued requests", timeout)
+                self._batcher.cancel()
+                self._fail_queued(ServiceError(503, "shutting_down", "the service is shutting down"))
+        if self._executor is not None:
+            self._executor.shutdown(wait=prev != "loading", cancel_futures=True)
+        self.state = "stopped"
+
+    def _fail_queued(self, exc: BaseException) -> None:
+        items = [self._carry] if isinstance(self._carry, _Item) else []
+        while self._queue is not None and not self._queue.empty():
+            it = self._queue.get_nowait()
+            if isinstance(it, _Item):
+                items.append(it)
+        for it in items:
+            if not it.future.done():
+                it.future.set_exception(exc)
+
+    # ------------------------------------------------------------------ requests
+    def check_ready(self) -> None:
+        if self._closing:
+            raise ServiceError(503, "shutting_down", "the service is shutting down")
+        if self.state != "ready":
+            detail = f"loading failed: {self.error}" if self.state == "failed" else f"not ready ({self.state}): the query tower and index are loading"
+            raise ServiceError(503, "not_ready", detail)
+
+    def validate_params(self, params: SearchParams) -> None:
+        """Range checks that depend on the settings and the index (422 on failure)."""
+        s = self.settings
+        if not 1 <= params.k <= s.max_k:
+            raise ServiceError(422, "invalid_request", f"k: must be in 1..{s.max_k}, got {params.k}")
+        if params.nprobe is not None:
+            if not self.has_ivf:
+                raise ServiceError(422, "invalid_request", f"nprobe: index {self.index.factory!r} has no IVF layer")
+            nlist = int(self.index.manifest.get("nlist") or 1)
+            if not 1 <= params.nprobe <= nlist:
+                raise ServiceError(422, "invalid_request", f"nprobe: must be in 1..{nlist} (the index's nlist), got {params.nprobe}")
+        if params.ef_search is not None:
+            if not self.has_hnsw:
+                raise ServiceError(422, "invalid_request", f"ef_search: index {self.index.factory!r} has no HNSW graph")
+            if not 1 <= params.ef_search <= s.max_rerank:
+                raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
+        if params.rerank is not None and not 1 <= params.rerank <= s.max_rerank:
+            raise ServiceError(422, "invalid_request", f"rerank: must be in 1..{s.max_rerank}, got {params.rerank}")
+
+    def validate_query(self, q: str, where: str = "query") -> None:
+        if not q.strip():
+            raise ServiceError(422, "invalid_request", f"{where}: empty query")
+        if len(q) > self.settings.max_query_chars:
+            raise ServiceError(422, "invalid_request", f"{where}: {len(q)} characters, more than the limit of {self.settings.max_query_chars}")
+
+    async def search(self, texts: list[str], params: SearchParams) -> list[list[dict[str, Any]]]:
+        """Top-k hits for each text (via the micro-batcher)."""
+        self.check_ready()
+        if self._queued + len(texts) > self.settings.max_queue:
+            self.metrics.rejected.inc(reason="overload")
+            raise ServiceError(503, "overloaded", f"{self._queued} queries are waiting (limit {self.settings.max_queue}); retry later")
+        loop = asyncio.get_running_loop()
+        item = _Item(list(texts), params, loop.create_future(), loop.time())
+        self._queued += len(texts)
+        self.metrics.queue_depth.set(self._queued)
+        self._queue.put_nowait(item)
+        return await item.future
+
+    # ------------------------------------------------------------------ batching
+    async def _next_batch(self) -> list[_Item] | None:
+        """Block for the first item, then gather more until max_batch queries or max_wait."""
+        loop = asyncio.get_running_loop()
+        first = self._carry if self._carry is not None else await self._queue.get()
+        self._carry = None
+        if first is _STOP:
+            return None
+        batch, n = [first], len(first.texts)
+        deadline = first.enqueued + self.settings.max_wait_ms / 1000.0
+        while n < self.settings.max_batch:
+            try:
+                nxt = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    nxt = await asyncio.wait_for(self._queue.get(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            if nxt is _STOP or n + len(nxt.texts) > self.settings.max_batch:
+                self._carry = nxt  # next batch (or stop after this one)
+                break
+            batch.append(nxt)
+            n += len(nxt.texts)
+        return batch
+
+    async def _batch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                batch = await self._next_batch()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - never let the batcher die: requests would hang
+                log.exception("scalingnote serve: batcher error")
+                continue
+            if batch is None:
+                return
+            n = sum(len(it.texts) for it in batch)
+            self._queued -= n
+            self.metrics.queue_depth.set(self._queued)
+            live = [it for it in batch if not it.future.done()]  # a disconnected client's request is cancelled
+            if not live:
+                continue
+            now = loop.time()
+            for it in live:
+                self.metrics.queue_wait.observe(now - it.enqueued)
+            tower, index = self.tower, self.index  # the swap point: one tower per micro-batch
+            try:
+                outs = await loop.run_in_executor(self._executor, self._process, tower, index, live)
+            except BaseException as e:  # noqa: BLE001 - delivered to the waiting requests
+                if isinstance(e, asyncio.CancelledError):
+                    for it in live:
+                        if not it.future.done():
+                            it.future.set_exception(ServiceError(503, "shutting_down", "the service is shutting down"))
+                    raise
+                outs = [e] * len(live)
+            for it, out in zip(live, outs, strict=True):
+                if it.future.done():
+                    continue
+                if isinstance(out, BaseException):
+                    it.future.set_exception(out)
+                else:
+                    it.future.set_result(out)
+
+    def _process(self, tower, index, items: list[_Item]) -> list[Any]:
+        """Worker thread: encode every text of the micro-batch in one call, search per parameter group."""
+        texts = [t for it in items for t in it.texts]
+        t0 = time.perf_counter()
+        try:
+            vecs = tower.encode_queries(texts, batch_size=max(self.settings.max_batch, 1), show_progress=False)
+        except Exception as e:  # noqa: BLE001
+            self.metrics.query_errors.inc(len(texts), kind="encode")
+            log.exception("query encoding failed")
+            return [ServiceError(500, "encode_failed", f"{type(e).__name__}: {e}")] * len(items)
+        t1 = time.perf_counter()
+        self.metrics.batch_size.observe(len(texts))
+        self.metrics.encode_seconds.observe(t1 - t0)
+
+        starts = np.cumsum([0] + [len(it.texts) for it in items])
+        groups: dict[SearchParams, list[int]] = defaultdict(list)
+        for i, it in enumerate(items):
+            groups[it.params].append(i)
+        outs: list[Any] = [None] * len(items)
+        for params, members in groups.items():
+            rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
+            try:
+                res = index.search(vecs[rows], params.k, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
+            except ScalingNoteError as e:
+                self.metrics.query_errors.inc(len(rows), kind="search_params")
+                for i in members:
+                    outs[i] = ServiceError(422, "invalid_request", str(e))
+                continue
+            except Exception as e:  # noqa: BLE001
+                self.metrics.query_errors.inc(len(rows), kind="search")
+                log.exception("index search failed")
+                for i in members:
+                    outs[i] = ServiceError(500, "search_failed", f"{type(e).__name__}: {e}")
+                continue
+            hits = self._hits(res)
+            pos = 0
+            for i in members:
+                n = len(items[i].texts)
+                outs[i] = hits[pos : pos + n]
+                pos += n
+        self.metrics.search_seconds.observe(time.perf_counter() - t1)
+        self.metrics.queries.inc(len(texts))
+        return outs
+
+    def _hits(self, res) -> list[list[dict[str, Any]]]:
+        titles = self.titles
+        out = []
+        for j, docs in enumerate(res.doc_ids):
+            scores = res.scores[j]
+            sem = res.semantic_ids[j].tolist() if res.semantic_ids is not None else None
+            out.append(
+                [
+                    {"doc_id": d, "score": float(scores[r]), "title": titles.get(d, ""), "semantic_id": sem[r] if sem is not None else None}
+                    for r, d in enumerate(docs)
+                ]
+            )
+        return out
+
+    # ------------------------------------------------------------------ hot swap
+    async def reload(self, query_tower: str | Path) -> dict[str, Any]:
+        """Load ``query_tower`` in a background thread; swap it in if the index accepts it.
+
+        409 if incompatible (or another reload is running), 400 if it cannot be loaded;
+        the old tower keeps serving in every failure case.
+        """
+        self.check_ready()
+        if self._reload_lock.locked():
+            self.metrics.reloads.inc(result="busy")
+            raise ServiceError(409, "reload_in_progress", "another reload is in progress")
+        async with self._reload_lock:
+            from scalingnote.index import check_query_tower
+            from scalingnote.index.pipeline import load_tower_for
+
+            source = str(query_tower)
+
+            def load():
+                if self.settings.threads:
+                    import torch
+
+                    torch.set_num_threads(int(self.settings.threads))
+                try:
+                    t = load_tower_for(source, "query")
+                except ScalingNoteError as e:
+                    raise ServiceError(400, "tower_load_failed", str(e)) from None
+                except Exception as e:  # noqa: BLE001 - a corrupt directory etc.
+                    raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
+                try:
+                    check_query_tower(self.index.manifest, t, self.index_dir / "manifest.json")
+                except ScalingNoteError as e:
+                    raise ServiceError(409, "incompatible_query_tower", str(e)) from None
+                t.encode_queries(["warm up"], batch_size=1, show_progress=False)  # own thread, own model object
+                return t
+
+            t0 = time.perf_counter()
+            try:
+                new = await asyncio.to_thread(load)
+            except ServiceError as e:  # the old tower keeps serving
+                self.metrics.reloads.inc(result="incompatible" if e.status == 409 else "failed")
+                raise
+            except Exception as e:  # noqa: BLE001
+                self.metrics.reloads.inc(result="failed")
+                raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
+            if self._closing:
+                raise ServiceError(503, "shutting_down", "the service is shutting down")
+            old = self.tower
+            self.tower, self.tower_source = new, source  # atomic between micro-batches
+            self._set_tower_info(new)
+            self.metrics.reloads.inc(result="swapped")
+            log.info("scalingnote serve: query tower swapped to %s (fingerprint %s)", source, new.fingerprint)
+            return {
+                "status": "swapped",
+                "query_tower": self.tower_info(),
+                "previous_fingerprint": str(old.fingerprint) if old is not None else None,
+                "load_seconds": round(time.perf_counter() - t0, 3),
+            }
+
+    # ------------------------------------------------------------------ info
+    def tower_info(self) -> dict[str, Any]:
+        from scalingnote.index import tower_identity
+
+        info = tower_identity(self.tower) if self.tower is not None else {}
+        info["source"] = self.tower_source
+        return info
+
+    def index_info(self) -> dict[str, Any]:
+        m = self.index.manifest
+        sem = m.get("semantic_ids") or {}
+        return {
+            "path": str(self.index_dir),
+            "factory": m.get("factory"),
+            "n_vectors": m.get("n_vectors"),
+            "dim": m.get("dim"),
+            "nlist": m.get("nlist"),
+            "search_defaults": m.get("search_defaults"),
+            "semantic_id_layers": sem.get("n_layers"),
+            "document_tower": {k: (m.get("tower") or {}).get(k) for k in ("name", "fingerprint", "compat_id", "dim")},
+        }
+
+    def health(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": "ok" if self.state == "ready" and not self._closing else self.state}
+        if self.state == "ready":
+            out.update(
+                {
+                    "query_tower": self.tower_info(),
+                    "index": self.index_info(),
+                    "titles": {"corpus": str(self.corpus_path) if self.corpus_path else None, "n": len(self.titles)},
+                    "queue_queries": self._queued,
+                    "reloading": bool(self._reload_lock and self._reload_lock.locked()),
+                }
+            )
+        if self.error:
+            out["error"] = self.error
+        return out
+
