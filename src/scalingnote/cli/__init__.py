@@ -32,9 +32,11 @@ def _register() -> None:
     from scalingnote.cli import models as _models
     from scalingnote.cli import distill as _distill
     from scalingnote.cli import quickstart as _quickstart
+    from scalingnote.cli import serve as _serve
     from scalingnote.cli import train as _train
+    from scalingnote.cli import scaling as _scaling
 
-    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart):
+    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart, _serve, _scaling):
         mod.register(app)
 
 

@@ -1,4 +1,4 @@
-"""``scalingnote index encode|build|info`` and ``scalingnote search``: thin wrappers over
+"""``scalingnote index encode|build|export|info`` and ``scalingnote search``: thin wrappers over
 :mod:`scalingnote.index`."""
 
 from __future__ import annotations
@@ -20,11 +20,27 @@ def register(app: typer.Typer) -> None:
         shard_size: int = typer.Option(10_000, "--shard-size", min=1, help="Documents per shard file."),
         batch_size: int = typer.Option(64, "--batch-size", min=1),
         num_layers: int | None = typer.Option(None, "--num-layers", min=1, help="Keep the first N transformer layers of a base model."),
+        engine: str = typer.Option("local", "--engine", help="local (in-process) or ray (Ray Data actor pool; reads BEIR JSONL or Parquet)."),
+        address: str | None = typer.Option(None, "--address", help="(ray) Ray cluster address (default: start a local one on 127.0.0.1)."),
+        num_actors: int = typer.Option(2, "--num-actors", min=1, help="(ray) Actors in the pool (one tower load each)."),
+        cpus_per_actor: float = typer.Option(0.5, "--cpus-per-actor", min=0.0, help="(ray) CPUs reserved per actor (< 1 on small machines)."),
+        gpus_per_actor: float = typer.Option(0.0, "--gpus-per-actor", min=0.0, help="(ray) GPUs reserved per actor."),
     ) -> None:
         """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
+        from scalingnote.errors import ScalingNoteError
         from scalingnote.index.pipeline import encode_with_tower
 
-        res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
+        if engine == "ray":
+            from scalingnote.index.ray_encode import encode_corpus_ray
+
+            res = encode_corpus_ray(
+                tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers, address=address,
+                num_actors=num_actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor,
+            )
+        elif engine == "local":
+            res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
+        else:
+            raise ScalingNoteError(f"--engine {engine!r}: choose local or ray")
         typer.echo(
             f"{out}: {res.n_docs} documents in {res.n_shards} shards "
             f"({res.shards_written} written, {res.shards_skipped} resumed), {res.docs_per_s:.1f} docs/s",
@@ -80,6 +96,38 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"{path}: {m['factory']} over {m['n_vectors']} x {m['dim']}-d vectors, "
             f"{m['code_bytes_per_vector']} code bytes/vector, built in {m['build_seconds']:.1f}s",
+            err=True,
+        )
+
+    @index_app.command("export")
+    def export(
+        to: str = typer.Option("milvus", "--to", help="Target engine (milvus)."),
+        uri: str = typer.Option(..., "--uri", help="Milvus URI: ./file.db (Milvus Lite, embedded) or http://host:19530."),
+        index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
+        collection: str = typer.Option("scalingnote", "--collection", help="Collection name."),
+        index_type: str = typer.Option("auto", "--index-type", help="auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, IVF_FLAT, FLAT, ..."),
+        dim: int | None = typer.Option(None, "--dim", min=1, help="(embeddings dir) Matryoshka prefix to export."),
+        semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="(embeddings dir) residual K-means layers (0 = none)."),
+        codebook_size: int = typer.Option(256, "--codebook-size", min=1),
+        seed: int = typer.Option(0, "--seed"),
+        token: str | None = typer.Option(None, "--token", envvar="MILVUS_TOKEN", help="Milvus token (user:password or API key)."),
+        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing collection."),
+    ) -> None:
+        """Export an index (vectors, document ids, semantic IDs, tower identity) to a serving engine."""
+        from scalingnote.errors import ScalingNoteError
+
+        if to != "milvus":
+            raise ScalingNoteError(f"--to {to!r}: only milvus is supported")
+        from scalingnote.index.milvus import export_to_milvus
+
+        m = export_to_milvus(
+            index, uri, collection, index_type=index_type, dim=dim, semantic_ids_layers=semantic_ids_layers,
+            codebook_size=codebook_size, seed=seed, token=token, overwrite=overwrite,
+        )
+        note = f" ({m['fallback_reason']})" if m.get("fallback_reason") else ""
+        typer.echo(
+            f"{uri} collection {collection!r}: {m['n_vectors']} x {m['dim']}-d vectors, {m['index_type']} {m['index_params']}{note}, "
+            f"exported in {m['export_seconds']:.1f}s",
             err=True,
         )
 

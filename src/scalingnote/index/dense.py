@@ -243,6 +243,7 @@ def build_index(
     polysemous_training: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    index: Any = None,
 ) -> Path:
     """Build a FAISS index over document embeddings and save it to ``out_dir``.
 
@@ -255,7 +256,9 @@ def build_index(
     semantic-ID codebooks). ``semantic_ids_layers=0`` disables semantic IDs.
     ``nprobe`` / ``ef_search``: defaults stored for searches that do not pass them.
     ``polysemous_training``: keep FAISS's polysemous PQ training (off by default, see
-    :func:`_prepare_training`). Returns ``out_dir``.
+    :func:`_prepare_training`). ``index``: an already trained, empty FAISS index to fill
+    instead of building one from ``factory`` (then only a label in the manifest), e.g. a
+    learned PQ (:mod:`scalingnote.index.pq.export`). Returns ``out_dir``.
     """
     import faiss
 
@@ -300,8 +303,11 @@ def build_index(
     if train_size < 1:
         raise ScalingNoteError(f"train_size must be >= 1, got {train_size}")
 
-    index = make_index(dim, factory)
-    _prepare_training(index, seed, polysemous_training)
+    if index is None:
+        index = make_index(dim, factory)
+        _prepare_training(index, seed, polysemous_training)
+    elif not index.is_trained or index.ntotal != 0 or index.d != dim:
+        raise ScalingNoteError(f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})")
     ivf = find_ivf(index)
     hnsw = find_hnsw(index)
     search_defaults: dict[str, int] = {}

@@ -251,6 +251,12 @@ class Tower(nn.Module):
         self.backbone = backbone
         self.tokenizer = tokenizer
         self.projection = projection
+        # Centre subtracted from the pooled hidden state before W (zeros = no centring); see
+        # :meth:`init_center`. Only towers with a projection have one.
+        if projection is not None:
+            self.register_buffer("center", torch.zeros(config.hidden_size, dtype=torch.float32))
+        else:
+            self.center = None
         self._ids: dict[str, str] | None = None  # {"fingerprint", "space_id"}, computed once
         self._compat_explicit: str | None = None
         pad = tokenizer.pad_token_id
@@ -370,10 +376,20 @@ class Tower(nn.Module):
         return out.last_hidden_state
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
-        """Apply ``W`` (Eq. 3-4 / Eq. 14) if the tower has a projection."""
+        """Apply ``W`` (Eq. 3-4 / Eq. 14) to the centred pooled state ``h - c`` if the tower has a
+        projection (``c`` = 0 unless :meth:`init_center` was called)."""
         if self.projection is None:
             return h
-        return self.projection(h.to(self.projection.weight.dtype))
+        dt = self.projection.weight.dtype
+        return self.projection(h.to(dt) - self.center.to(dt))
+
+    def set_center(self, center: torch.Tensor) -> None:
+        """Set the centre ``c`` (a fixed, saved buffer; changes the fingerprint)."""
+        if self.projection is None:
+            raise ValueError("only a tower with a projection can be centred")
+        with torch.no_grad():
+            self.center.copy_(center.to(self.center.device, torch.float32).reshape(-1))
+        self._ids = None
 
     def _pool_bert(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "cls":
@@ -468,7 +484,10 @@ class Tower(nn.Module):
             self.backbone.save_pretrained(tmp / "backbone")
             self.tokenizer.save_pretrained(tmp / "backbone")
             if self.projection is not None:
-                save_file({"weight": self.projection.weight.detach().cpu().contiguous()}, str(tmp / "projection.safetensors"))
+                save_file(
+                    {"weight": self.projection.weight.detach().cpu().contiguous(), "center": self.center.detach().cpu().contiguous()},
+                    str(tmp / "projection.safetensors"),
+                )
             (tmp / TOWER_FILE).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         return path
 
@@ -504,18 +523,20 @@ class QueryTower(Tower):
         batch, _ = self._batch(self.query_ids(texts, max_length), padding_side)
         return batch
 
-    def forward(self, batch: Any) -> torch.Tensor:
-        """Projected (not normalised) query embeddings ``[B, out_dim]``, with grad when training."""
+    def pooled(self, batch: Any) -> torch.Tensor:
+        """Pooled hidden states ``[B, hidden]`` before the projection."""
         h = self.hidden_states(batch)
         mask = batch["attention_mask"].to(h.device)
         if self.kind == "llm":
             # last non-padding position, under left or right padding (§3.2, Eq. 2)
             pos = torch.arange(mask.shape[1], device=mask.device)
             last = (mask * pos).argmax(-1)
-            pooled = h[torch.arange(h.shape[0], device=h.device), last]
-        else:
-            pooled = self._pool_bert(h, mask)
-        return self.project(pooled)
+            return h[torch.arange(h.shape[0], device=h.device), last]
+        return self._pool_bert(h, mask)
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        """Projected (not normalised) query embeddings ``[B, out_dim]``, with grad when training."""
+        return self.project(self.pooled(batch))
 
     def encode_queries(
         self,
@@ -582,8 +603,9 @@ class DocumentTower(Tower):
         """A padded ``BatchEncoding`` (CPU tensors) ready for :meth:`forward`."""
         return self.collate_documents(self.document_encodings(docs, max_length), padding_side)
 
-    def forward(self, batch: Any) -> dict[str, torch.Tensor]:
-        """Projected (not normalised) views ``{"title", "content", "emb"}``, each ``[B, out_dim]``."""
+    def pooled(self, batch: Any) -> torch.Tensor:
+        """Pooled hidden states before the projection: ``[B, 3, hidden]`` (title, content, emb
+        positions) for an LLM tower, ``[B, hidden]`` for a BERT tower."""
         h = self.hidden_states(batch)
         if self.kind == "llm":
             vp = batch["view_positions"].to(h.device)
@@ -592,11 +614,16 @@ class DocumentTower(Tower):
             if not bool((ids.gather(1, vp + 1) == expected).all()):
                 raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this tower")
             rows = torch.arange(h.shape[0], device=h.device).unsqueeze(1)
-            pooled = self.project(h[rows, vp])  # [B, 3, out]; §3.2 Eq. 1 and 3
-            return {v: pooled[:, i] for i, v in enumerate(VIEWS)}
+            return h[rows, vp]  # §3.2 Eq. 1: the state just before each placeholder
         mask = batch["attention_mask"].to(h.device)
-        pooled = self.project(self._pool_bert(h, mask))
-        return {v: pooled for v in VIEWS}
+        return self._pool_bert(h, mask)
+
+    def forward(self, batch: Any) -> dict[str, torch.Tensor]:
+        """Projected (not normalised) views ``{"title", "content", "emb"}``, each ``[B, out_dim]``."""
+        p = self.project(self.pooled(batch))  # Eq. 3
+        if self.kind == "llm":
+            return {v: p[:, i] for i, v in enumerate(VIEWS)}
+        return {v: p for v in VIEWS}
 
     def _encode_views(self, docs, views, batch_size, dim, normalize, show_progress, max_length):
         encs = self.document_encodings(docs, max_length)
@@ -807,13 +834,20 @@ def load_saved_tower(
         pf = path / "projection.safetensors"
         if not pf.is_file():
             raise ConfigError(pf, None, None, "missing (tower.json says dim is set)")
-        w = load_file(str(pf))["weight"].to(torch.float32)
+        tensors = load_file(str(pf))
+        w = tensors["weight"].to(torch.float32)
+        center = tensors.get("center")
         projection = nn.Linear(cfg.hidden_size, cfg.dim, bias=False)
         if tuple(w.shape) != (cfg.dim, cfg.hidden_size):
             raise ConfigError(pf, None, "weight", f"shape {tuple(w.shape)} != {(cfg.dim, cfg.hidden_size)}")
         with torch.no_grad():
             projection.weight.copy_(w)
     tower = TOWER_CLASSES[cfg.role](cfg, bb.model, bb.tokenizer, projection)
+    if projection is not None and center is not None:
+        if tuple(center.shape) != (cfg.hidden_size,):
+            raise ConfigError(pf, None, "center", f"shape {tuple(center.shape)} != {(cfg.hidden_size,)}")
+        with torch.no_grad():
+            tower.center.copy_(center.to(torch.float32))
     tower.eval()
     stored = {"fingerprint": doc["fingerprint"], "space_id": doc["space_id"]}
     if verify:

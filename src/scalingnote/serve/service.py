@@ -240,6 +240,11 @@ class SearchService:
                 it.future.set_exception(exc)
 
     # ------------------------------------------------------------------ requests
+    @property
+    def queued(self) -> int:
+        """Queries accepted and waiting for the model worker (not yet in a micro-batch)."""
+        return self._queued
+
     def check_ready(self) -> None:
         if self._closing:
             raise ServiceError(503, "shutting_down", "the service is shutting down")
@@ -503,6 +508,6 @@ class SearchService:
                 }
             )
         if self.error:
-            out["error"] = self.error
+            out["load_error"] = self.error
         return out
 

@@ -16,6 +16,21 @@ import torch.distributed as dist
 from torch import Tensor
 
 
+def init_from_env() -> bool:
+    """Initialise the default process group when launched by ``torchrun`` (WORLD_SIZE > 1):
+    NCCL on GPU, gloo on CPU. Returns True when running distributed."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend)
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return True
+
+
 def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 

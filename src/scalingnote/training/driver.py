@@ -63,6 +63,32 @@ def build_towers(cfg: TrainConfig, device=None):
     return qt, dt
 
 
+def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32) -> None:
+    """Set each tower's centre to the mean pooled hidden state over (up to) ``n`` training
+    queries / positive documents (all three document views pooled together)."""
+    import torch
+
+    sample = examples[:n]
+    for tower, items, tok in (
+        (qt, [e.query for e in sample], lambda t, xs: t.tokenize_queries(xs)),
+        (dt, [e.pos for e in sample], lambda t, xs: t.tokenize_documents(xs)),
+    ):
+        if tower.projection is None or not items:
+            continue
+        was_training = tower.training
+        tower.eval()
+        total, count = None, 0
+        with torch.no_grad():
+            for i in range(0, len(items), batch_size):
+                batch = tok(tower, items[i : i + batch_size])
+                p = tower.pooled({k: v.to(tower.device) for k, v in batch.items()}).float()
+                p = p.reshape(-1, p.shape[-1])
+                total = p.sum(0) if total is None else total + p.sum(0)
+                count += p.shape[0]
+        tower.set_center(total / count)
+        tower.train(was_training)
+
+
 def _setup_lora(cfg: TrainConfig, towers) -> None:
     if cfg.lora is None:
         return
@@ -97,6 +123,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
             ) from None
         raise ScalingNoteError("DeepSpeed ZeRO-3 launch is accepted in configs but not wired in this version; use torchrun")
 
+    D.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if D.rank() == 0:
@@ -113,10 +140,15 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         "doc_tower_non_embedding_params": dt.non_embedding_params,
     }
     corpus = data.corpus
-    if cfg.evaluate_zero_shot and data.eval_qrels:
+    if cfg.evaluate_zero_shot and data.eval_qrels and D.rank() == 0:
         zs = evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_")
         results.update(zs)
 
+    if cfg.center:
+        import numpy as _np
+
+        order = _np.random.default_rng(cfg.seed).permutation(len(data.train))
+        init_centers(qt, dt, [data.train[i] for i in order[: cfg.center_samples]])
     _setup_lora(cfg, (qt, dt))
     trainer = Trainer(cfg, qt, dt, data.train, device)
     results["total_steps"] = trainer.total_steps

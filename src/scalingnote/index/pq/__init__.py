@@ -1,0 +1,1 @@
+"""Learned product quantization (TMJ, Huang et al., KDD'23)."""

@@ -1,0 +1,231 @@
+"""Training-time access to the two towers: full forward passes, or cached backbone features.
+
+With a trainable backbone, a batch is tokenized and run through the tower (with grad).
+With a frozen backbone, the tower's output is ``W · pool(backbone(text))`` and only ``W``
+trains: ``pool(backbone(text))`` is computed once (:func:`pooled_features`) and the
+training forward pass is ``tower.project(features[rows])`` — the same function of the same
+weights, so a tower saved after training encodes exactly what training saw. Because the
+projection is linear without bias and the embeddings are L2-normalised afterwards, features
+may be stored normalised (an embeddings directory of the projection-less tower) without
+changing embeddings or gradients.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from scalingnote.data import Document
+from scalingnote.errors import ScalingNoteError
+
+EMB_VIEW = "emb"
+
+
+def _capture_pooled(tower, batch) -> Tensor:
+    """Pooled backbone output (the projection's input) for a tokenized batch."""
+    captured: list[Tensor] = []
+    hook = None
+    if tower.projection is not None:
+        hook = tower.projection.register_forward_hook(lambda mod, inp, out: captured.append(inp[0].detach()))
+    try:
+        out = tower(batch)
+    finally:
+        if hook is not None:
+            hook.remove()
+    if tower.projection is None:
+        t = out[EMB_VIEW] if isinstance(out, dict) else out
+        return t.detach()
+    h = captured[-1]
+    if h.dim() == 3:  # LLM document tower: one projection call over [B, 3 views, H]
+        from scalingnote.models.prompt import VIEWS
+
+        h = h[:, VIEWS.index(EMB_VIEW)]
+    return h
+
+
+@torch.no_grad()
+def pooled_features(tower, items: Sequence[Any], *, batch_size: int = 32, show_progress: bool = False, desc: str = "features") -> np.ndarray:
+    """``pool(backbone(x))`` (before the projection) for queries (str) or documents, float32 ``[n, hidden]``."""
+    from tqdm.auto import tqdm
+
+    items = list(items)
+    hidden = int(tower.config.hidden_size)
+    out = np.zeros((len(items), hidden), dtype=np.float32)
+    if not items:
+        return out
+    is_doc = tower.role == "document"
+    lengths = [len(e.input_ids) for e in tower.document_encodings(items)] if is_doc else [len(s) for s in tower.query_ids(items)]
+    order = sorted(range(len(items)), key=lambda i: (-lengths[i], i))
+    was_training = tower.training
+    tower.eval()
+    try:
+        with tqdm(total=len(items), desc=desc, unit="doc" if is_doc else "q", disable=not show_progress, dynamic_ncols=True) as bar:
+            for s in range(0, len(items), batch_size):
+                idx = order[s : s + batch_size]
+                sub = [items[i] for i in idx]
+                batch = tower.tokenize_documents(sub) if is_doc else tower.tokenize_queries(sub)
+                out[idx] = _capture_pooled(tower, batch).float().cpu().numpy()
+                bar.update(len(idx))
+    finally:
+        tower.train(was_training)
+    return out
+
+
+def projectionless_fingerprint(tower) -> str:
+    """The fingerprint the same tower would have without its projection (``dim=None``, as
+    ``load_tower(base, role, dim=None)`` builds it): identifies embeddings that are exactly
+    this tower's pooled features, normalised."""
+    from torch import nn
+
+    from scalingnote.models import towers as T
+
+    cfg = copy.deepcopy(tower.config)
+    cfg.dim = None
+    cfg.matryoshka_dims = [cfg.hidden_size]
+    cfg.projection_init = None
+    cfg.projection_seed = 0
+    holder = nn.Module()
+    holder.backbone = tower.backbone
+    return T._sha({"format": T.FORMAT, "config": cfg.identity(), "tokenizer": T.tokenizer_digest(tower.tokenizer), "weights": T.weights_digest(holder)})
+
+
+class PooledFeatureEncoder:
+    """Adapter for :func:`scalingnote.index.encode_corpus`: encodes documents into the tower's
+    pooled features (sharded, resumable). Identity = the projection-less fingerprint."""
+
+    def __init__(self, tower):
+        if tower.role != "document":
+            raise ValueError("PooledFeatureEncoder needs a document tower")
+        self.tower = tower
+        self.fingerprint = projectionless_fingerprint(tower)
+        self.compat_id = self.fingerprint
+        self.dim = int(tower.config.hidden_size)
+        self.name = f"{tower.config.base_model} (pooled features)"
+
+    def encode_documents(self, docs: Sequence[Document], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+        return pooled_features(self.tower, docs, batch_size=batch_size, show_progress=show_progress)
+
+
+def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, source_dir: str | Path | None = None, batch_size: int = 32, show_progress: bool = True) -> np.ndarray:
+    """Pooled features of the corpus, rows in ``docs`` order.
+
+    ``source_dir``: an existing embeddings directory written by the projection-less tower
+    (its manifest fingerprint must equal :func:`projectionless_fingerprint`). Otherwise the
+    corpus is encoded (resumably) into ``cache_dir`` with :class:`PooledFeatureEncoder`.
+    """
+    from scalingnote.index.embeddings import encode_corpus, load_embeddings
+
+    enc = PooledFeatureEncoder(tower)
+    if source_dir is not None:
+        emb = load_embeddings(source_dir)
+        fp = emb.tower.get("fingerprint")
+        if fp != enc.fingerprint:
+            raise ScalingNoteError(
+                f"{Path(source_dir) / 'manifest.json'}: field 'tower.fingerprint' is {fp!r}, but the document tower without its "
+                f"projection has fingerprint {enc.fingerprint!r} (encode the corpus with the same base model, layers, pooling and "
+                "max length, and no projection)"
+            )
+    else:
+        ident = {"name": enc.name, "fingerprint": enc.fingerprint, "compat_id": enc.compat_id, "dim": enc.dim, "features": "pooled, before the projection"}
+        encode_corpus(enc, list(docs), cache_dir, shard_size=2000, batch_size=batch_size, progress=show_progress, tower_info=ident)
+        emb = load_embeddings(cache_dir)
+    pos = {d: i for i, d in enumerate(emb.ids)}
+    missing = [d.id for d in docs if d.id not in pos]
+    if missing:
+        raise ScalingNoteError(f"{emb.root}: no features for document {missing[0]!r} ({len(missing)} missing)")
+    vec = np.asarray(emb.vectors, dtype=np.float32)
+    return np.ascontiguousarray(vec[[pos[d.id] for d in docs]])
+
+
+def load_query_features(tower, texts: Sequence[str], cache_path: Path, *, batch_size: int = 64, show_progress: bool = True) -> np.ndarray:
+    """Pooled features of the queries, cached in ``cache_path`` (``.npy`` + ``.json`` key:
+    projection-less fingerprint and a digest of the texts)."""
+    from scalingnote.utils.io import atomic_path, write_json
+
+    texts = list(texts)
+    key = {"fingerprint": projectionless_fingerprint(tower), "texts_sha256": hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest(), "n": len(texts)}
+    meta = cache_path.with_suffix(".json")
+    if cache_path.exists() and meta.exists():
+        try:
+            if json.loads(meta.read_text(encoding="utf-8")) == key:
+                arr = np.load(cache_path)
+                if arr.shape[0] == len(texts):
+                    return arr
+        except (OSError, ValueError):
+            pass
+    arr = pooled_features(tower, texts, batch_size=batch_size, show_progress=show_progress, desc="query features")
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(cache_path, suffix=".npy") as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, arr)
+    write_json(meta, key)
+    return arr
+
+
+class Side:
+    """One tower during training: ``embed(rows)`` (unnormalised, with grad through the trainable
+    parts) and ``encode_all()`` (normalised numpy, no grad)."""
+
+    def __init__(self, tower, items: Sequence[Any], features: np.ndarray | None = None, batch_size: int = 32):
+        self.tower = tower
+        self.items = list(items)
+        self.batch_size = int(batch_size)
+        self.features = None if features is None else torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+        if self.features is not None and self.features.shape[0] != len(self.items):
+            raise ValueError(f"{self.features.shape[0]} feature rows for {len(self.items)} items")
+        if self.features is not None:
+            tower.backbone.requires_grad_(False)
+
+    @property
+    def is_doc(self) -> bool:
+        return self.tower.role == "document"
+
+    @property
+    def cached(self) -> bool:
+        return self.features is not None
+
+    def trainable(self) -> bool:
+        return any(p.requires_grad for p in self.tower.parameters())
+
+    def train_mode(self, on: bool) -> None:
+        """Dropout only when the backbone itself runs (never on cached features)."""
+        self.tower.train(on and not self.cached)
+
+    def embed(self, rows: np.ndarray | Sequence[int]) -> Tensor:
+        rows = np.asarray(rows, dtype=np.int64)
+        dev = self.tower.device
+        if self.features is not None:
+            f = self.features[torch.from_numpy(rows)].to(dev)
+            return self.tower.project(f).float()
+        sub = [self.items[i] for i in rows]
+        batch = self.tower.tokenize_documents(sub) if self.is_doc else self.tower.tokenize_queries(sub)
+        out = self.tower({k: v.to(dev) for k, v in batch.items()})
+        return (out[EMB_VIEW] if isinstance(out, dict) else out).float()
+
+    @torch.no_grad()
+    def encode(self, rows: np.ndarray | Sequence[int] | None = None) -> np.ndarray:
+        """Normalised float32 embeddings of ``rows`` (default: all items)."""
+        rows = np.arange(len(self.items)) if rows is None else np.asarray(rows, dtype=np.int64)
+        was = self.tower.training
+        self.tower.eval()
+        try:
+            if self.features is not None:
+                out = []
+                for s in range(0, len(rows), 8192):
+                    out.append(F.normalize(self.embed(rows[s : s + 8192]), dim=-1).cpu().numpy())
+                return np.concatenate(out, axis=0).astype(np.float32) if out else np.zeros((0, self.tower.out_dim), np.float32)
+            sub = [self.items[i] for i in rows]
+            if self.is_doc:
+                return self.tower.encode_documents(sub, batch_size=self.batch_size, show_progress=False)
+            return self.tower.encode_queries(sub, batch_size=self.batch_size, show_progress=False)
+        finally:
+            self.tower.train(was)

@@ -1,0 +1,602 @@
+"""Distributed corpus encoding with Ray Data: the document tower runs in an actor pool.
+
+Writes exactly the on-disk format of :func:`scalingnote.index.encode_corpus`
+(``scalingnote-embeddings/1``: ``manifest.json`` + ``shards/NNNNN.npy`` +
+``shards/NNNNN.ids.json``), so :func:`scalingnote.index.build_index` and
+:func:`scalingnote.index.load_embeddings` consume it unchanged, and so either encoder
+can resume a directory the other started.
+
+How the work is split
+---------------------
+1. **Plan (driver).** The corpus is streamed once with the same reader as the
+   in-process encoder (:func:`scalingnote.data.iter_corpus` for BEIR JSONL: same
+   validation, same skipping of empty documents, same duplicate-id check) or with the
+   Parquet reader below, and cut into shards of ``shard_size`` documents in corpus
+   order. Shards already listed in the manifest are verified against the corpus
+   (ids + content hash) and skipped. Each pending shard becomes one row (shard index
+   + its documents as list columns) of an Arrow table put into Ray's object store
+   (``ray.put``; Ray spills the object store to disk when it fills up).
+2. **Encode (actor pool).** ``ray.data.from_arrow_refs(...)`` →
+   ``map_batches(_ShardEncoder, batch_size=1, compute=ActorPoolStrategy(size=N),
+   num_cpus=..., num_gpus=...)``: each actor loads the document tower once, encodes
+   a whole shard with the same batching as the in-process encoder (so the vectors
+   are the same), and writes the shard's ``.npy`` / ``.ids.json`` files atomically.
+3. **Commit (driver).** As shard results stream back (in any order) the driver adds
+   them to ``manifest.json`` (rewritten atomically after each shard: the commit
+   record). An interrupted run leaves only committed shards listed; rerunning the
+   same command skips them (resume by shard).
+
+The corpus and the output directory must be on a filesystem that every Ray node
+sees (one machine, NFS, a mounted bucket): actors write the shard files themselves,
+the driver writes the manifest. Every node needs ``scalingnote`` installed and the
+tower available at the same path. The driver loads no model: one Ray task reports
+the tower's identity (fingerprint / compat id) first, so a resumed directory is
+checked against the tower before anything is encoded, and every actor's tower must
+have that same fingerprint (catches nodes holding different model files).
+
+Local clusters
+--------------
+Without ``address``, a local Ray instance is started (bound to 127.0.0.1, no
+dashboard, no usage reporting) and shut down at the end. On a 2-core machine actors
+must ask for less than one CPU each (e.g. ``cpus_per_actor=0.5``): the pool's CPU
+demand must fit in the cluster, which is checked up front. If Ray is already
+initialised in this process (``ray.init`` by the caller), that cluster is used and
+left running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.data.types import Document
+from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.index.embeddings import (
+    FORMAT,
+    MANIFEST,
+    SHARD_DIR,
+    EncodeResult,
+    _check_resume,
+    _content_digest,
+    _encode_chunk,
+    _now,
+    _read_manifest,
+    _verify_shard,
+    shard_paths,
+    tower_identity,
+)
+from scalingnote.utils.io import atomic_path, write_json
+
+log = logging.getLogger("scalingnote.index.ray")
+
+RAY_HINT = "Ray Data is needed for --engine ray: pip install 'ray[data]==2.60.0'"
+
+
+def _import_ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as e:
+        raise ScalingNoteError(f"{RAY_HINT} ({e})") from None
+    return ray
+
+
+# --------------------------------------------------------------------------- tower spec
+
+
+@dataclass(frozen=True)
+class TowerSpec:
+    """How an actor obtains the document tower: a name/path for
+    :func:`scalingnote.index.pipeline.load_tower_for` (plus its options), or a picklable
+    zero-argument ``factory`` returning an object with ``encode_documents``."""
+
+    name: str | None = None
+    num_layers: int | None = None
+    dim: int | None = None
+    pooling: str | None = None
+    factory: Callable[[], Any] | None = None
+
+    def load(self):
+        if self.factory is not None:
+            return self.factory()
+        from scalingnote.index.pipeline import load_tower_for
+
+        return load_tower_for(self.name, "document", num_layers=self.num_layers, dim=self.dim, pooling=self.pooling)
+
+    def describe(self) -> str:
+        return self.name if self.name is not None else getattr(self.factory, "__name__", repr(self.factory))
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _tower_identity_task(spec: TowerSpec, threads: int | None) -> dict[str, Any]:
+    """Runs as a Ray task: load the tower once and report its identity."""
+    _set_threads(threads)
+    return tower_identity(spec.load())
+
+
+class _NullBar:
+    def update(self, n: int) -> None:  # the driver shows progress; actors stay quiet
+        pass
+
+
+class _ShardEncoder:
+    """Ray Data callable class: one tower load per actor; one call encodes one shard."""
+
+    def __init__(self, spec: TowerSpec, out_dir: str, batch_size: int, normalize: bool, threads: int | None):
+        _set_threads(threads)
+        self.tower = spec.load()
+        self.ident = tower_identity(self.tower)
+        self.out_dir = Path(out_dir)
+        self.batch_size = int(batch_size)
+        self.normalize = bool(normalize)
+        self.host = f"{os.uname().nodename}:{os.getpid()}"
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        results = []
+        for row in batch.to_pylist():
+            try:
+                results.append(json.dumps(self._encode_shard(row)))
+            except Exception as e:  # noqa: BLE001 - reported to the driver as data, raised there
+                msg = str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
+                results.append(json.dumps({"shard": int(row["shard"]), "error": msg}))
+        return pa.table({"result": pa.array(results, type=pa.string())})
+
+    def _encode_shard(self, row: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        shard = int(row["shard"])
+        docs = [Document(i, t, p, c) for i, t, p, c in zip(row["ids"], row["titles"], row["topics"], row["contents"], strict=True)]
+        vecs = _encode_chunk(self.tower, docs, self.batch_size, self.normalize, _NullBar())
+        vpath, ipath = shard_paths(self.out_dir, shard)
+        with atomic_path(vpath, suffix=".npy") as tmp:
+            with open(tmp, "wb") as fh:
+                np.save(fh, vecs)
+        with atomic_path(ipath) as tmp:
+            tmp.write_text(json.dumps(list(row["ids"]), ensure_ascii=False), encoding="utf-8")
+        return {
+            "shard": shard,
+            "n": len(docs),
+            "dim": int(vecs.shape[1]),
+            "seconds": round(time.perf_counter() - t0, 3),
+            "fingerprint": self.ident.get("fingerprint"),
+            "worker": self.host,
+        }
+
+
+# --------------------------------------------------------------------------- corpus readers
+
+
+def _corpus_files(corpus: str | Path) -> tuple[str, list[Path]]:
+    """``("jsonl", [file])`` or ``("parquet", [files...])`` for a BEIR directory, a
+    ``corpus.jsonl`` file, a ``.parquet`` file or a directory of ``.parquet`` files."""
+    p = Path(corpus)
+    if p.is_dir():
+        if (p / "corpus.jsonl").is_file():
+            return "jsonl", [p / "corpus.jsonl"]
+        if (p / "corpus.parquet").is_file():
+            return "parquet", [p / "corpus.parquet"]
+        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
+        if files:
+            return "parquet", files
+        raise ScalingNoteError(f"{p}: no corpus.jsonl, corpus.parquet or *.parquet files in this directory")
+    if not p.exists():
+        raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory, a corpus.jsonl or a .parquet file)")
+    if p.suffix == ".parquet":
+        return "parquet", [p]
+    return "jsonl", [p]
+
+
+def iter_parquet_corpus(files: Iterable[str | Path], batch_rows: int = 8192) -> Iterator[Document]:
+    """Documents from Parquet files in order, with the BEIR corpus columns: ``_id`` (or
+    ``id``), ``text`` (or ``content``), optional ``title`` / ``topic``.
+
+    Same rules as :func:`scalingnote.data.iter_corpus`: a missing/non-string/empty id or
+    a missing text is an error naming file, row and column; duplicate ids are an error;
+    documents whose title and text are both empty are skipped with one warning.
+    """
+    import warnings
+
+    import pyarrow.parquet as pq
+
+    seen: dict[str, tuple[str, int]] = {}
+    n_empty, first_empty = 0, None
+    for f in files:
+        f = Path(f)
+        try:
+            pf = pq.ParquetFile(f)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+            raise DataError(f, None, None, f"cannot read as Parquet ({type(e).__name__}: {e})") from None
+        names = set(pf.schema_arrow.names)
+
+        def col(key: str, aliases: tuple[str, ...] = (), required: bool = True, names=names, f=f) -> str | None:
+            for k in (key, *aliases):
+                if k in names:
+                    return k
+            if required:
+                raise DataError(f, None, key, f"missing required column (columns: {sorted(names)})")
+            return None
+
+        c_id, c_text = col("_id", ("id",)), col("text", ("content",))
+        c_title, c_topic = col("title", required=False), col("topic", required=False)
+        cols = [c for c in (c_id, c_title, c_topic, c_text) if c is not None]
+        row = 0
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
+            data = rb.to_pydict()
+            for j in range(rb.num_rows):
+                rown = row + j + 1  # 1-based row number, like line numbers
+
+                def get(c: str | None, required: bool, rown=rown, data=data, j=j) -> str:
+                    if c is None:
+                        return ""
+                    v = data[c][j]
+                    if v is None:
+                        if required:
+                            raise DataError(f, None, c, f"row {rown}: missing value (null)")
+                        return ""
+                    if not isinstance(v, str):
+                        raise DataError(f, None, c, f"row {rown}: expected a string, got {type(v).__name__} {v!r:.60}")
+                    return v
+
+                doc_id = get(c_id, True).strip()
+                if not doc_id:
+                    raise DataError(f, None, c_id, f"row {rown}: must not be empty")
+                title, topic, content = get(c_title, False), get(c_topic, False), get(c_text, True)
+                if doc_id in seen:
+                    pf0, r0 = seen[doc_id]
+                    raise DataError(f, None, c_id, f"row {rown}: duplicate document id {doc_id!r} (first seen in {pf0}, row {r0})")
+                seen[doc_id] = (str(f), rown)
+                if not (title.strip() or content.strip()):
+                    n_empty += 1
+                    first_empty = first_empty or f"{f}, row {rown}"
+                    continue
+                yield Document(doc_id, title, topic, content)
+            row += rb.num_rows
+    if n_empty:
+        warnings.warn(f"skipped {n_empty} empty documents (title and text both empty; first: {first_empty})", stacklevel=2)
+
+
+def _open_corpus(corpus: str | Path | Iterable[Document]) -> tuple[Iterator[Document], str | None, int | None]:
+    """Documents, the source path recorded in the manifest, and a total for the progress bar."""
+    from scalingnote.data.beir import iter_corpus
+
+    if not isinstance(corpus, (str, Path)):
+        docs = list(corpus) if not isinstance(corpus, Iterator) else corpus
+        total = len(docs) if isinstance(docs, list) else None
+        return iter(docs), None, total
+    kind, files = _corpus_files(corpus)
+    if kind == "jsonl":
+        with open(files[0], "rb") as fh:
+            total = sum(1 for line in fh if line.strip())
+        return iter_corpus(files[0]), str(files[0]), total
+    import pyarrow.parquet as pq
+
+    total = 0
+    for f in files:
+        try:
+            total += pq.ParquetFile(f).metadata.num_rows
+        except Exception as e:  # noqa: BLE001
+            raise DataError(f, None, None, f"cannot read as Parquet ({type(e).__name__}: {e})") from None
+    src = str(files[0]) if len(files) == 1 else str(Path(corpus))
+    return iter_parquet_corpus(files), src, total
+
+
+# --------------------------------------------------------------------------- Ray session
+
+
+def _start_ray(address: str | None, num_cpus: float | None, num_gpus: float | None, quiet: bool) -> tuple[Any, bool, float]:
+    """``(ray, started_here, seconds)``: connect to ``address``, reuse an initialised Ray,
+    or start a local instance on 127.0.0.1."""
+    ray = _import_ray()
+    if ray.is_initialized():
+        return ray, False, 0.0
+    # keep a local cluster on the loopback interface, without dashboard or usage reporting
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    t0 = time.perf_counter()
+    kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet, "logging_level": logging.WARNING if quiet else logging.INFO}
+    try:
+        if address:
+            ray.init(address=address, **kw)
+        else:
+            if num_cpus is not None:
+                kw["num_cpus"] = num_cpus
+            if num_gpus is not None:
+                kw["num_gpus"] = num_gpus
+            ray.init(**kw)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
+        raise ScalingNoteError(f"cannot start/connect to {where}: {e}") from None
+    return ray, True, time.perf_counter() - t0
+
+
+def _check_resources(ray, num_actors: int, cpus_per_actor: float, gpus_per_actor: float) -> dict[str, float]:
+    res = ray.cluster_resources()
+    cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+    need_c, need_g = num_actors * cpus_per_actor, num_actors * gpus_per_actor
+    if need_c > cpus + 1e-9:
+        raise ScalingNoteError(
+            f"--num-actors {num_actors} x --cpus-per-actor {cpus_per_actor:g} = {need_c:g} CPUs, but the Ray cluster has {cpus:g}: "
+            "the actor pool could never start (use fewer actors or a fractional --cpus-per-actor, e.g. 0.5)"
+        )
+    if need_g > gpus + 1e-9:
+        raise ScalingNoteError(
+            f"--num-actors {num_actors} x --gpus-per-actor {gpus_per_actor:g} = {need_g:g} GPUs, but the Ray cluster has {gpus:g}"
+        )
+    return {"cpus": cpus, "gpus": gpus}
+
+
+def _ray_error(e: BaseException, what: str) -> ScalingNoteError:
+    """The user-facing error inside a Ray task/actor exception."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, ScalingNoteError):
+        return cause
+    if cause is not None:
+        return ScalingNoteError(f"{what}: {type(cause).__name__}: {cause}")
+    return ScalingNoteError(f"{what}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
+
+
+# --------------------------------------------------------------------------- main entry
+
+
+def encode_corpus_ray(
+    tower: str | Path | Callable[[], Any],
+    corpus: str | Path | Iterable[Document],
+    out_dir: str | Path,
+    *,
+    shard_size: int = 10_000,
+    batch_size: int = 64,
+    num_actors: int = 2,
+    cpus_per_actor: float = 0.5,
+    gpus_per_actor: float = 0.0,
+    address: str | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    threads_per_actor: int | None = None,
+    num_layers: int | None = None,
+    dim: int | None = None,
+    pooling: str | None = None,
+    normalize: bool = True,
+    progress: bool = True,
+    quiet: bool = True,
+    on_shard_done: Callable[[int], None] | None = None,
+) -> EncodeResult:
+    """Encode ``corpus`` with the document tower ``tower`` in a Ray Data actor pool into
+    ``out_dir`` (the :func:`~scalingnote.index.encode_corpus` format; resumable by shard).
+
+    ``tower``: a packaged name / HF dir / ``.gguf`` / saved tower dir (loaded in each actor
+    with ``num_layers`` / ``dim`` / ``pooling``), or a picklable zero-argument factory.
+    ``corpus``: a BEIR directory, a ``corpus.jsonl``, a ``.parquet`` file or a directory of
+    ``.parquet`` files, or an iterable of documents. ``num_actors`` actors each reserve
+    ``cpus_per_actor`` CPUs and ``gpus_per_actor`` GPUs; torch in an actor uses
+    ``threads_per_actor`` threads (default: ``max(1, int(cpus_per_actor))``).
+    ``address``: an existing Ray cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``);
+    default: reuse an initialised Ray or start a local one (``num_cpus`` / ``num_gpus``).
+    ``on_shard_done(shard)`` runs in the driver after each shard is committed.
+    Returns the same :class:`~scalingnote.index.EncodeResult` as the in-process encoder;
+    ``seconds`` / ``docs_per_s`` exclude Ray start-up (recorded in the manifest's ``engine``).
+    """
+    if shard_size < 1:
+        raise ScalingNoteError(f"shard_size must be >= 1, got {shard_size}")
+    if batch_size < 1:
+        raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
+    if num_actors < 1:
+        raise ScalingNoteError(f"num_actors must be >= 1, got {num_actors}")
+    if cpus_per_actor < 0 or gpus_per_actor < 0:
+        raise ScalingNoteError(f"cpus_per_actor / gpus_per_actor must be >= 0, got {cpus_per_actor} / {gpus_per_actor}")
+    if cpus_per_actor == 0 and gpus_per_actor == 0:
+        raise ScalingNoteError("an actor must reserve some CPU or GPU (cpus_per_actor or gpus_per_actor > 0)")
+    if isinstance(tower, (str, Path)):
+        spec = TowerSpec(str(tower), num_layers, dim, pooling)
+    elif callable(tower):
+        if num_layers is not None or dim is not None or pooling is not None:
+            raise ScalingNoteError("num_layers / dim / pooling apply to a tower name or path, not to a tower factory")
+        spec = TowerSpec(factory=tower)
+    else:
+        raise ScalingNoteError(f"tower must be a name, a path or a zero-argument factory, got {type(tower).__name__}")
+    threads = threads_per_actor if threads_per_actor is not None else max(1, int(cpus_per_actor))
+    out_dir = Path(out_dir).resolve()
+    # open the corpus first: a missing file fails before Ray starts
+    docs, source, total = _open_corpus(corpus)
+    man = _read_manifest(out_dir)
+
+    ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
+    try:
+        import ray.data as rd
+
+        ctx = rd.DataContext.get_current()
+        ctx.enable_progress_bars = False  # the driver shows one documents bar
+        if quiet:
+            ctx.print_on_execution_start = False
+            logging.getLogger("ray.data").setLevel(logging.WARNING)
+        cluster = _check_resources(ray, num_actors, cpus_per_actor, gpus_per_actor)
+
+        # 1. the tower's identity (one Ray task with the actors' resources): checked
+        #    against a resumed directory before anything is encoded
+        ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
+        try:
+            ident = ray.get(ident_task.remote(spec, threads))
+        except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
+            raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
+        engine = {
+            "name": "ray",
+            "ray_version": ray.__version__,
+            "address": address,
+            "num_actors": int(num_actors),
+            "cpus_per_actor": float(cpus_per_actor),
+            "gpus_per_actor": float(gpus_per_actor),
+            "threads_per_actor": int(threads),
+            "cluster_cpus": cluster["cpus"],
+            "cluster_gpus": cluster["gpus"],
+            "startup_seconds": round(startup_s, 3),
+        }
+        if man is not None:
+            _check_resume(out_dir, man, ident, shard_size)
+            done = {int(s["shard"]): s for s in man["shards"]}
+        else:
+            man = {
+                "format": FORMAT,
+                "dim": None,
+                "dtype": "float32",
+                "normalized": bool(normalize),
+                "shard_size": int(shard_size),
+                "tower": ident,
+                "corpus": {"path": source},
+                "shards": [],
+                "n_docs": 0,
+                "complete": False,
+                "batch_size": int(batch_size),
+                "created": _now(),
+            }
+            done = {}
+        man["engine"] = engine
+        (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit="doc", desc="encode (ray)", disable=not progress, dynamic_ncols=True)
+        t0 = time.perf_counter()
+        try:
+            # 2. plan: verify finished shards, put pending shards into the object store
+            import pyarrow as pa
+
+            pending: dict[int, dict[str, Any]] = {}
+            refs = []
+            skipped = 0
+            shard = 0
+            while True:
+                chunk = _take(docs, shard_size)
+                if not chunk:
+                    break
+                ids = [d.id for d in chunk]
+                digest = _content_digest(chunk)
+                if shard in done:
+                    _verify_shard(out_dir, done[shard], ids, digest, shard)
+                    skipped += 1
+                    bar.update(len(chunk))
+                else:
+                    table = pa.table(
+                        {
+                            "shard": pa.array([shard], type=pa.int64()),
+                            "ids": pa.array([ids], type=pa.list_(pa.string())),
+                            "titles": pa.array([[d.title for d in chunk]], type=pa.list_(pa.string())),
+                            "topics": pa.array([[d.topic for d in chunk]], type=pa.list_(pa.string())),
+                            "contents": pa.array([[d.content for d in chunk]], type=pa.list_(pa.string())),
+                        }
+                    )
+                    refs.append(ray.put(table))
+                    pending[shard] = {"n": len(chunk), "digest": digest, "ids": ids}
+                shard += 1
+            n_shards = shard
+            extra = sorted(k for k in done if k >= n_shards)
+            if extra:
+                raise ScalingNoteError(
+                    f"{out_dir / MANIFEST}: lists shard(s) {extra} beyond the end of the corpus ({n_shards} shards): the corpus changed; use a new output directory"
+                )
+            if n_shards == 0:
+                raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
+
+            # 3. encode in the actor pool, commit each shard as it comes back
+            written = encoded = 0
+            if refs:
+                ds = rd.from_arrow_refs(refs).map_batches(
+                    _ShardEncoder,
+                    batch_size=1,
+                    batch_format="pyarrow",
+                    compute=rd.ActorPoolStrategy(size=int(num_actors)),
+                    fn_constructor_kwargs={
+                        "spec": spec,
+                        "out_dir": str(out_dir),
+                        "batch_size": batch_size,
+                        "normalize": normalize,
+                        "threads": threads,
+                    },
+                    num_cpus=cpus_per_actor,
+                    num_gpus=gpus_per_actor if gpus_per_actor > 0 else None,
+                )
+                try:
+                    for row in ds.iter_rows():
+                        res = json.loads(row["result"])
+                        sh = int(res["shard"])
+                        if "error" in res:
+                            raise ScalingNoteError(f"shard {sh}: {res['error']}")
+                        info = pending.pop(sh, None)
+                        if info is None:
+                            raise ScalingNoteError(f"shard {sh}: unexpected or repeated result from the Ray pipeline")
+                        if res["n"] != info["n"]:
+                            raise ScalingNoteError(f"shard {sh}: an actor encoded {res['n']} documents, expected {info['n']}")
+                        if ident.get("fingerprint") is not None and res.get("fingerprint") != ident.get("fingerprint"):
+                            raise ScalingNoteError(
+                                f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res.get('fingerprint')!r}, "
+                                f"expected {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
+                            )
+                        if man["dim"] is None:
+                            man["dim"] = int(res["dim"])
+                        elif int(res["dim"]) != int(man["dim"]):
+                            raise ScalingNoteError(
+                                f"{out_dir / MANIFEST}: field 'dim' is {man['dim']}, but the tower produced {res['dim']}-d vectors"
+                            )
+                        vpath, ipath = shard_paths(out_dir, sh)
+                        done[sh] = {
+                            "shard": sh,
+                            "vectors": str(vpath.relative_to(out_dir)),
+                            "ids": str(ipath.relative_to(out_dir)),
+                            "n": info["n"],
+                            "start": sh * shard_size,
+                            "content_sha256": info["digest"],
+                            "seconds": res["seconds"],
+                        }
+                        man["shards"] = [done[k] for k in sorted(done)]
+                        man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
+                        write_json(out_dir / MANIFEST, man)
+                        encoded += info["n"]
+                        written += 1
+                        bar.update(info["n"])
+                        elapsed = time.perf_counter() - t0
+                        bar.set_postfix(docs_per_s=f"{encoded / max(elapsed, 1e-9):.1f}", shard=sh)
+                        if on_shard_done is not None:
+                            on_shard_done(sh)
+                except ScalingNoteError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
+                    raise _ray_error(e, "the Ray encoding pipeline failed") from None
+                if pending:
+                    raise ScalingNoteError(f"the Ray pipeline returned no result for shard(s) {sorted(pending)[:10]}")
+        finally:
+            bar.close()
+        seconds = time.perf_counter() - t0
+        if man["dim"] is None:
+            raise ScalingNoteError(f"{out_dir / MANIFEST}: no dimension recorded (no shard was ever encoded)")
+        man["complete"] = True
+        man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
+        man["encode_seconds"] = round(seconds, 3)
+        man["docs_per_s"] = round(encoded / seconds, 2) if encoded and seconds > 0 else None
+        man["updated"] = _now()
+        write_json(out_dir / MANIFEST, man)
+        return EncodeResult(out_dir, man["n_docs"], n_shards, skipped, written, seconds, man["docs_per_s"] or 0.0, man)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _take(docs: Iterator[Document], n: int) -> list[Document]:
+    from itertools import islice
+
+    return list(islice(docs, n))
+
+
+__all__ = ["TowerSpec", "encode_corpus_ray", "iter_parquet_corpus"]

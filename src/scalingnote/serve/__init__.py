@@ -1,0 +1,59 @@
+"""Online query service (ScalingNote §3.5): HTTP search over the distilled query tower and
+the compressed index, with dynamic micro-batching, input limits, health/metrics
+endpoints, hot swap of the query tower, and a loopback-only load generator (TMJ §6.2).
+
+Typical use::
+
+    from scalingnote.serve import ServeSettings, create_app, serve
+    serve("runs/index/ivfpq", "runs/qkd/query_tower", ServeSettings(port=8080))   # blocks
+
+    app = create_app(index_dir, query_tower_dir, ServeSettings(max_batch=32))    # ASGI app
+    with BackgroundServer(app) as srv:                                            # real uvicorn, free port
+        srv.wait_ready()
+        run_loadtest(srv.url, ["what causes fractures?"], concurrency=8, duration_s=5)
+
+FastAPI / uvicorn / httpx are imported by the submodules that need them.
+"""
+
+from scalingnote.serve.loadtest import LoadTestResult, check_loopback_url, read_queries_file, run_loadtest, run_loadtest_async
+from scalingnote.serve.metrics import ServeMetrics, metric_value, parse_metrics
+from scalingnote.serve.settings import ServeSettings, check_bind_host, is_loopback_host
+
+
+def __getattr__(name: str):
+    # FastAPI-dependent pieces load on first use
+    if name == "create_app":
+        from scalingnote.serve.app import create_app
+
+        return create_app
+    if name in ("serve", "BackgroundServer", "bind_socket"):
+        from scalingnote.serve import server
+
+        return getattr(server, name)
+    if name in ("SearchService", "SearchParams", "ServiceError"):
+        from scalingnote.serve import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module 'scalingnote.serve' has no attribute {name!r}")
+
+
+__all__ = [
+    "BackgroundServer",
+    "LoadTestResult",
+    "SearchParams",
+    "SearchService",
+    "ServeMetrics",
+    "ServeSettings",
+    "ServiceError",
+    "bind_socket",
+    "check_bind_host",
+    "check_loopback_url",
+    "create_app",
+    "is_loopback_host",
+    "metric_value",
+    "parse_metrics",
+    "read_queries_file",
+    "run_loadtest",
+    "run_loadtest_async",
+    "serve",
+]

@@ -1,0 +1,244 @@
+"""The HTTP API (FastAPI): ``create_app(index_dir, query_tower_dir, settings)``.
+
+Endpoints
+---------
+``POST /search``        ``{"query": str, "k": int = 10, "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
+                        -> ``{"results": [{"doc_id", "score", "title", "semantic_id"}], "took_ms"}``
+``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...], "took_ms"}``
+``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
+``GET  /metrics``       Prometheus text exposition
+``POST /admin/reload``  ``{"query_tower": DIR}`` -> hot swap (200), 409 if incompatible, 400 if unloadable;
+                        accepted from loopback clients only
+
+Every error is a JSON body ``{"error": code, "detail": message}`` (422 bodies add
+``"errors": [{"field", "message", "type"}]``): malformed JSON -> 400, unknown fields /
+wrong types / out-of-range values -> 422, too large a body -> 413, not ready / shutting
+down / overloaded -> 503 (with ``Retry-After``). Types are strict: ``"k": "10"`` or
+``"k": 10.0`` is refused rather than coerced.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
+from scalingnote.serve.service import SearchParams, SearchService, ServiceError
+from scalingnote.serve.settings import ServeSettings, is_loopback_host
+
+log = logging.getLogger("scalingnote.serve")
+
+ENDPOINTS = ("/search", "/search/batch", "/healthz", "/metrics", "/admin/reload")
+
+
+# --------------------------------------------------------------------------- request models
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class SearchRequest(_Strict):
+    query: str
+    k: int = 10
+    nprobe: int | None = None
+    ef_search: int | None = None
+    rerank: int | None = None
+
+
+class BatchSearchRequest(_Strict):
+    queries: list[str]
+    k: int = 10
+    nprobe: int | None = None
+    ef_search: int | None = None
+    rerank: int | None = None
+
+
+class ReloadRequest(_Strict):
+    query_tower: str
+
+
+# --------------------------------------------------------------------------- middleware
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body larger than {limit} bytes")
+
+
+class _Guard:
+    """Pure ASGI middleware: request-body size limit, per-endpoint metrics, in-flight gauge."""
+
+    def __init__(self, app, metrics: ServeMetrics, max_body_bytes: int):
+        self.app = app
+        self.metrics = metrics
+        self.max_body = max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        endpoint = path if path in ENDPOINTS else "other"
+        status = {"code": 500}
+        t0 = time.perf_counter()
+        self.metrics.in_flight.inc()
+
+        async def send_wrapper(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            length = dict(scope.get("headers") or []).get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > self.max_body:
+                self.metrics.rejected.inc(reason="body_too_large")
+                resp = _error(413, "body_too_large", f"request body of {int(length)} bytes is larger than the limit of {self.max_body}")
+                await resp(scope, receive, send_wrapper)
+                return
+            seen = {"n": 0}
+            limit = self.max_body
+
+            async def receive_limited():
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen["n"] += len(message.get("body", b""))
+                    if seen["n"] > limit:
+                        self.metrics.rejected.inc(reason="body_too_large")
+                        raise _BodyTooLarge(limit)
+                return message
+
+            await self.app(scope, receive_limited, send_wrapper)
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.requests.inc(endpoint=endpoint, status=str(status["code"]))
+            self.metrics.latency.observe(time.perf_counter() - t0, endpoint=endpoint)
+
+
+def _error(status: int, error: str, detail: Any, **extra: Any) -> JSONResponse:
+    headers = {"Retry-After": "1"} if status == 503 else None
+    return JSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers)
+
+
+def _loc(loc) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) if parts else "body"
+
+
+# --------------------------------------------------------------------------- app
+
+
+def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: ServeSettings | None = None) -> FastAPI:
+    """The service as an ASGI app. The query tower and index load in the background when
+    the app starts (lifespan); ``/healthz`` answers 503 until they are ready. The
+    :class:`SearchService` is ``app.state.service``."""
+    settings = settings or ServeSettings()
+    metrics = ServeMetrics()
+    service = SearchService(index_dir, query_tower_dir, settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop(settings.shutdown_timeout_s)
+
+    app = FastAPI(
+        title="scalingnote query service",
+        description="Dense retrieval: distilled query tower + compressed FAISS index (ScalingNote §3.5).",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.service = service
+    app.state.settings = settings
+    app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+
+    # ------------------------------------------------------------------ errors
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError):
+        if exc.status == 422:
+            metrics.rejected.inc(reason="invalid_request")
+        return _error(exc.status, exc.error, exc.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        errs = exc.errors()
+        bad_json = next((e for e in errs if e.get("type") == "json_invalid"), None)
+        if bad_json is not None:
+            metrics.rejected.inc(reason="malformed_json")
+            ctx = bad_json.get("ctx") or {}
+            return _error(400, "malformed_json", f"request body is not valid JSON: {ctx.get('error', bad_json.get('msg'))}")
+        metrics.rejected.inc(reason="invalid_request")
+        fields = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg")), "type": str(e.get("type"))} for e in errs]
+        detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
+        return _error(422, "invalid_request", detail, errors=fields)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ routes
+    def params_of(req: SearchRequest | BatchSearchRequest) -> SearchParams:
+        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank)
+        service.validate_params(p)
+        return p
+
+    @app.post("/search")
+    async def search(req: SearchRequest):
+        t0 = time.perf_counter()
+        service.check_ready()
+        service.validate_query(req.query)
+        hits = await service.search([req.query], params_of(req))
+        return JSONResponse({"results": hits[0], "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+
+    @app.post("/search/batch")
+    async def search_batch(req: BatchSearchRequest):
+        t0 = time.perf_counter()
+        service.check_ready()
+        if not req.queries:
+            raise ServiceError(422, "invalid_request", "queries: empty list")
+        if len(req.queries) > settings.max_batch_queries:
+            raise ServiceError(422, "invalid_request", f"queries: {len(req.queries)} queries, more than the limit of {settings.max_batch_queries}")
+        for i, q in enumerate(req.queries):
+            service.validate_query(q, f"queries.{i}")
+        hits = await service.search(list(req.queries), params_of(req))
+        return JSONResponse({"results": hits, "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+
+    @app.get("/healthz")
+    async def healthz():
+        h = service.health()
+        if h["status"] == "ok":
+            return JSONResponse(h)
+        detail = f"loading failed: {service.error}" if service.state == "failed" else f"not ready ({h['status']})"
+        return JSONResponse({**h, "error": "not_ready", "detail": detail}, status_code=503, headers={"Retry-After": "1"})
+
+    @app.get("/metrics")
+    async def metrics_endpoint():
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.post("/admin/reload")
+    async def reload(req: ReloadRequest, request: Request):
+        client = request.client.host if request.client else ""
+        if not is_loopback_host(client):
+            raise ServiceError(403, "forbidden", "/admin/reload is accepted from loopback clients only")
+        if not req.query_tower.strip():
+            raise ServiceError(422, "invalid_request", "query_tower: empty path")
+        return JSONResponse(await service.reload(req.query_tower))
+
+    return app

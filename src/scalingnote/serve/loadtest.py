@@ -1,0 +1,251 @@
+"""An async load generator for the query service (the stress test of TMJ §6.2, on loopback).
+
+``concurrency`` workers share one ``httpx.AsyncClient``; each sends ``POST /search``
+requests back to back (closed loop) with the next query of the list, until
+``duration_s`` has passed or ``max_requests`` requests have been sent. Reported: QPS
+(successful requests per second of wall time), latency percentiles of the successful
+requests (ms), error counts by kind, and — from two ``/metrics`` scrapes — the mean
+encode micro-batch size the service used during the run.
+
+Only loopback targets are accepted (127.0.0.0/8, ``localhost``, ``::1``): this tool is
+for measuring one's own service, not for loading other hosts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.serve.metrics import metric_value, parse_metrics
+from scalingnote.serve.settings import is_loopback_host
+
+MAX_CONCURRENCY = 1024
+MAX_DURATION_S = 3600.0
+
+
+def check_loopback_url(url: str) -> tuple[str, str]:
+    """Validate ``url`` and return ``(base_url, search_url)``.
+
+    ``url`` is the service root (``http://127.0.0.1:8080``) or its ``/search`` endpoint.
+    Refuses anything but http(s) to 127.0.0.0/8, ``localhost`` or ``::1``.
+    """
+    try:
+        parts = urlsplit(str(url).strip())
+        host = parts.hostname
+        _ = parts.port  # raises ValueError on a bad port
+    except ValueError as e:
+        raise ScalingNoteError(f"--url {url!r}: invalid URL ({e})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ScalingNoteError(f"--url {url!r}: scheme must be http or https")
+    if not host:
+        raise ScalingNoteError(f"--url {url!r}: no host")
+    if parts.username or parts.password:
+        raise ScalingNoteError(f"--url {url!r}: credentials in the URL are not accepted")
+    if not is_loopback_host(host):
+        raise ScalingNoteError(
+            f"--url {url!r}: host {host!r} is not a loopback address; the load generator only targets "
+            "127.0.0.0/8, localhost or ::1"
+        )
+    path = parts.path.rstrip("/")
+    if path.endswith("/search"):
+        base_path = path[: -len("/search")]
+        search_path = path
+    else:
+        base_path = path
+        search_path = path + "/search"
+    base = urlunsplit((parts.scheme, parts.netloc, base_path, "", ""))
+    return base, urlunsplit((parts.scheme, parts.netloc, search_path, "", ""))
+
+
+def read_queries_file(path: str | Path) -> list[str]:
+    """Query texts from a BEIR ``queries.jsonl`` (``_id``/``text``; also a BEIR directory)
+    or from a text file with one query per line (blank lines skipped)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "queries.jsonl"
+    if not p.is_file():
+        raise ScalingNoteError(f"{p}: queries file not found")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(p, None, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if p.suffix == ".jsonl" or first.startswith("{"):
+        from scalingnote.data.beir import load_queries
+
+        queries = [q.text for q in load_queries(p).values()]
+    else:
+        queries = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not queries:
+        raise DataError(p, None, None, "no queries")
+    return queries
+
+
+@dataclass
+class LoadTestResult:
+    url: str
+    concurrency: int
+    k: int
+    duration_s: float  # wall time of the run
+    requests: int  # sent (ok + errors)
+    ok: int
+    errors: int
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    qps: float = 0.0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    max_ms: float | None = None
+    mean_encode_batch_size: float | None = None  # from /metrics (None if it could not be read)
+    server_queries: int | None = None  # queries the service searched during the run (from /metrics)
+    stopped_by: str = "duration"  # "duration" | "max_requests"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table(self) -> str:
+        def f(v):
+            return "-" if v is None else (f"{v:.2f}" if isinstance(v, float) else str(v))
+
+        rows = [
+            ("url", self.url),
+            ("concurrency", self.concurrency),
+            ("duration (s)", f"{self.duration_s:.2f}"),
+            ("requests", self.requests),
+            ("ok", self.ok),
+            ("errors", self.errors),
+            ("qps", f"{self.qps:.1f}"),
+            ("p50 (ms)", f(self.p50_ms)),
+            ("p95 (ms)", f(self.p95_ms)),
+            ("p99 (ms)", f(self.p99_ms)),
+            ("mean (ms)", f(self.mean_ms)),
+            ("max (ms)", f(self.max_ms)),
+            ("mean encode batch", f(self.mean_encode_batch_size)),
+        ]
+        rows += [(f"  error {k}", v) for k, v in sorted(self.error_kinds.items())]
+        w = max(len(r[0]) for r in rows)
+        return "\n".join(f"{name:<{w}}  {val}" for name, val in rows)
+
+
+async def _scrape(client, base: str) -> dict | None:
+    try:
+        r = await client.get(base + "/metrics")
+        if r.status_code != 200:
+            return None
+        return parse_metrics(r.text)
+    except Exception:  # noqa: BLE001 - metrics are optional for the report
+        return None
+
+
+async def run_loadtest_async(
+    url: str,
+    queries: list[str],
+    *,
+    concurrency: int = 8,
+    duration_s: float = 10.0,
+    max_requests: int | None = None,
+    k: int = 10,
+    timeout_s: float = 30.0,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> LoadTestResult:
+    """Closed-loop load: ``concurrency`` workers, bounded by ``duration_s`` and ``max_requests``.
+
+    ``queries`` are sent in a seeded random order (cycling). ``extra`` adds fields to
+    each request body (e.g. ``{"rerank": 100}``).
+    """
+    import httpx
+
+    base, search_url = check_loopback_url(url)
+    if not 1 <= int(concurrency) <= MAX_CONCURRENCY:
+        raise ScalingNoteError(f"--concurrency must be in 1..{MAX_CONCURRENCY}, got {concurrency}")
+    if not 0 < float(duration_s) <= MAX_DURATION_S:
+        raise ScalingNoteError(f"--duration must be in (0, {MAX_DURATION_S:.0f}] seconds, got {duration_s}")
+    if max_requests is not None and max_requests < 1:
+        raise ScalingNoteError(f"--max-requests must be >= 1, got {max_requests}")
+    if k < 1:
+        raise ScalingNoteError(f"--k must be >= 1, got {k}")
+    if not queries:
+        raise ScalingNoteError("no queries to send")
+    order = np.random.default_rng(seed).permutation(len(queries))
+    bodies = [json.dumps({"query": queries[i], "k": int(k), **(extra or {})}).encode("utf-8") for i in order]
+
+    state = {"sent": 0}
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    stopped_by = "duration"
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(trust_env=False, timeout=timeout_s, limits=limits, headers={"content-type": "application/json"}) as client:
+        before = await _scrape(client, base)
+        t0 = time.perf_counter()
+        deadline = t0 + float(duration_s)
+
+        async def worker() -> None:
+            nonlocal stopped_by
+            while True:
+                if time.perf_counter() >= deadline:
+                    return
+                if max_requests is not None and state["sent"] >= max_requests:
+                    stopped_by = "max_requests"
+                    return
+                i = state["sent"]
+                state["sent"] += 1
+                body = bodies[i % len(bodies)]
+                s = time.perf_counter()
+                try:
+                    r = await client.post(search_url, content=body)
+                    await r.aread()
+                    if r.status_code == 200:
+                        latencies.append(time.perf_counter() - s)
+                    else:
+                        key = f"http_{r.status_code}"
+                        errors[key] = errors.get(key, 0) + 1
+                except httpx.TimeoutException:
+                    errors["timeout"] = errors.get("timeout", 0) + 1
+                except httpx.HTTPError as e:
+                    key = type(e).__name__
+                    errors[key] = errors.get(key, 0) + 1
+                    await asyncio.sleep(0.01)  # server down: do not spin
+
+        await asyncio.gather(*(worker() for _ in range(int(concurrency))))
+        elapsed = time.perf_counter() - t0
+        after = await _scrape(client, base)
+
+    lat_ms = np.asarray(latencies) * 1000.0
+    n_err = sum(errors.values())
+    res = LoadTestResult(
+        url=search_url,
+        concurrency=int(concurrency),
+        k=int(k),
+        duration_s=round(elapsed, 3),
+        requests=len(latencies) + n_err,
+        ok=len(latencies),
+        errors=n_err,
+        error_kinds=dict(sorted(errors.items())),
+        qps=round(len(latencies) / elapsed, 2) if elapsed > 0 else 0.0,
+        stopped_by=stopped_by,
+    )
+    if len(lat_ms):
+        p50, p95, p99 = np.percentile(lat_ms, [50, 95, 99])
+        res.p50_ms, res.p95_ms, res.p99_ms = round(float(p50), 3), round(float(p95), 3), round(float(p99), 3)
+        res.mean_ms, res.max_ms = round(float(lat_ms.mean()), 3), round(float(lat_ms.max()), 3)
+    if before is not None and after is not None:
+        d_sum = metric_value(after, "scalingnote_encode_batch_size_sum") - metric_value(before, "scalingnote_encode_batch_size_sum")
+        d_cnt = metric_value(after, "scalingnote_encode_batch_size_count") - metric_value(before, "scalingnote_encode_batch_size_count")
+        res.mean_encode_batch_size = round(d_sum / d_cnt, 3) if d_cnt > 0 else None
+        res.server_queries = int(metric_value(after, "scalingnote_queries_total") - metric_value(before, "scalingnote_queries_total"))
+    return res
+
+
+def run_loadtest(url: str, queries: list[str], **kwargs: Any) -> LoadTestResult:
+    """Synchronous wrapper of :func:`run_loadtest_async`."""
+    return asyncio.run(run_loadtest_async(url, queries, **kwargs))
