@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
 
+    load_start = [round(v, 2) for v in os.getloadavg()]
     args.cache.mkdir(parents=True, exist_ok=True)
     emb_dir, qvecs, qids, enc = encode_cached(args.cache, args.data)
     qrels_all = load_qrels(args.data / "qrels" / "test.tsv")
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         "nprobe_sweep": args.nprobe_sweep,
         "ef_search": args.ef_search,
         "faiss_threads": faiss.omp_get_max_threads(),
+        "load_avg_1_5_15min_start": load_start,
+        "load_avg_1_5_15min_end": [round(v, 2) for v in os.getloadavg()],
         "faiss_version": faiss.__version__,
         "encoding": enc,
         "semantic_ids": sem_info,

@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from scalingnote.index import DenseIndex, build_index
 
+    load_start = [round(v, 2) for v in os.getloadavg()]
     t0 = time.perf_counter()
     allx = gaussian_mixture(args.n + args.queries, args.dim, args.clusters, args.noise, args.seed)
     x, q = allx[: args.n], np.ascontiguousarray(allx[args.n :])
@@ -186,6 +187,8 @@ def main(argv: list[str] | None = None) -> None:
         "rerank": args.rerank,
         "seed": args.seed,
         "faiss_threads": faiss.omp_get_max_threads(),
+        "load_avg_1_5_15min_start": load_start,
+        "load_avg_1_5_15min_end": [round(v, 2) for v in os.getloadavg()],
         "faiss_version": faiss.__version__,
         "data_seconds": round(gen_s, 1),
         "ground_truth_seconds": round(gt_s, 1),

@@ -8,7 +8,9 @@ of the top 100 — TMJ §6 post-processing) and once with ``Flat`` as the refere
 each, the load generator (``scalingnote.serve.run_loadtest``, closed loop) runs at
 concurrency 1, 8 and 32 for ~15 s each with the 300 SciFact test queries: QPS, p50 /
 p95 / p99 latency, errors, and the mean micro-batch size the service encoded (from
-``/metrics``). This is the stress-test setting of TMJ §6.2 scaled down to one machine.
+``/metrics``). The compressed index is served twice: with the default ``--max-batch 64``
+and with ``--max-batch 8`` (on this CPU MiniLM encodes most queries per second at
+batches of ~8; larger padded batches are slower per query). This is the stress-test setting of TMJ §6.2 scaled down to one machine.
 
 As a correctness check, every test query is also searched through ``/search/batch``
 and the served run is scored (nDCG@10, R@100): it must match the offline numbers of
@@ -84,10 +86,10 @@ def ensure_index(emb_dir: Path, out: Path, factory: str, nprobe: int | None, see
 class ServiceProcess:
     """``scalingnote serve`` in a subprocess on a free loopback port."""
 
-    def __init__(self, index: Path, data: Path, args):
+    def __init__(self, index: Path, data: Path, args, max_batch: int):
         cmd = [
             sys.executable, "-m", "scalingnote", "serve", "--index", str(index), "--query-tower", "minilm-l6",
-            "--corpus", str(data), "--port", "0", "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
+            "--corpus", str(data), "--port", "0", "--max-batch", str(max_batch), "--max-wait-ms", str(args.max_wait_ms),
             "--log-level", "warning",
         ]
         if args.threads:
@@ -145,16 +147,24 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact")
-    ap.add_argument("--indexes", nargs="*", default=list(INDEXES), choices=list(INDEXES))
+    ap.add_argument(
+        "--runs", nargs="*", default=["IVF64,PQ48x8@64", "IVF64,PQ48x8@8", "Flat@64"],
+        help="Service configurations FACTORY@MAX_BATCH (factory one of: " + ", ".join(INDEXES) + ").",
+    )
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32])
     ap.add_argument("--duration", type=float, default=15.0, help="Seconds per concurrency level.")
     ap.add_argument("--warmup", type=float, default=3.0, help="Unrecorded warm-up seconds per index.")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=2, help="torch threads in the service.")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    runs = []
+    for spec in args.runs:
+        factory, _, mb = spec.rpartition("@")
+        if factory not in INDEXES or not mb.isdigit() or int(mb) < 1:
+            ap.error(f"--runs: {spec!r} is not FACTORY@MAX_BATCH with FACTORY in {list(INDEXES)}")
+        runs.append((factory, int(mb)))
 
     from scalingnote.index.pipeline import read_search_queries
     from scalingnote.data import load_qrels
@@ -167,16 +177,18 @@ def main(argv: list[str] | None = None) -> None:
     emb_dir = corpus_embeddings(args.data, args.cache)
     load_before = os.getloadavg()
 
-    rows, health = [], {}
-    for factory in args.indexes:
+    rows, health, qualities = [], {}, {}
+    for factory, max_batch in runs:
         nprobe, extra = INDEXES[factory]
         idx = ensure_index(emb_dir, REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_"), factory, nprobe, args.seed)
-        svc = ServiceProcess(idx, args.data, args)
+        svc = ServiceProcess(idx, args.data, args, max_batch)
         try:
             t0 = time.perf_counter()
             h = svc.wait_ready()
-            health[factory] = {"ready_s": round(time.perf_counter() - t0, 1), "index": h["index"], "query_tower": h["query_tower"], "titles": h["titles"]["n"]}
-            quality = served_quality(svc.url, queries, qrels, extra)
+            health[f"{factory}@{max_batch}"] = {"ready_s": round(time.perf_counter() - t0, 1), "index": h["index"], "query_tower": h["query_tower"], "titles": h["titles"]["n"]}
+            if factory not in qualities:
+                qualities[factory] = served_quality(svc.url, queries, qrels, extra)
+            quality = qualities[factory]
             print(f"{factory}: served nDCG@10 {quality['ndcg@10']}, R@100 {quality['r@100']}", flush=True)
             run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
             for c in args.concurrency:
@@ -184,6 +196,7 @@ def main(argv: list[str] | None = None) -> None:
                 res = run_loadtest(svc.url, texts, concurrency=c, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra)
                 row = {
                     "index": factory,
+                    "max_batch": max_batch,
                     "concurrency": c,
                     "k": args.k,
                     "nprobe": nprobe,
@@ -214,14 +227,14 @@ def main(argv: list[str] | None = None) -> None:
         "dataset": "scifact",
         "split": "test",
         "n_queries": len(texts),
-        "n_documents": health.get(args.indexes[0], {}).get("index", {}).get("n_vectors"),
+        "n_documents": next(iter(health.values()), {}).get("index", {}).get("n_vectors"),
         "query_tower": "minilm-l6 (zero-shot all-MiniLM-L6-v2, mean pooling; same model encoded the documents)",
-        "indexes": {f: {"nprobe": INDEXES[f][0], "request_extra": INDEXES[f][1]} for f in args.indexes},
+        "runs": args.runs,
+        "indexes": {f: {"nprobe": INDEXES[f][0], "request_extra": INDEXES[f][1]} for f, _ in runs},
         "concurrency": args.concurrency,
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "k": args.k,
-        "max_batch": args.max_batch,
         "max_wait_ms": args.max_wait_ms,
         "service_torch_threads": args.threads,
         "seed": args.seed,

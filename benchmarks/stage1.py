@@ -19,16 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
 
 
-def zero_shot_row(name: str, model: str, data, num_layers: int | None, dim_eval: int | None, batch: int, tau: float) -> dict:
+def zero_shot_row(name: str, model: str, data, num_layers: int | None, dim_eval: int | None, batch: int, tau: float, doc_len: int, q_len: int) -> dict:
     from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
     from scalingnote.models import load_tower, load_tower_pair
 
     t0 = time.perf_counter()
     if model.startswith("smollm2"):
-        qt, dt = load_tower_pair(model, num_layers=num_layers, dim=None, max_query_length=64, max_doc_length=256)
+        qt, dt = load_tower_pair(model, num_layers=num_layers, dim=None, max_query_length=q_len, max_doc_length=doc_len)
     else:
-        qt = load_tower(model, "query", dim=None, max_query_length=64)
-        dt = load_tower(model, "document", dim=None, max_doc_length=256)
+        qt = load_tower(model, "query", dim=None, max_query_length=q_len)
+        dt = load_tower(model, "document", dim=None, max_doc_length=doc_len)
     doc_ids = list(data.corpus)
     d = truncate_normalize(dt.encode_documents([data.corpus[i] for i in doc_ids], batch_size=batch), dim_eval)
     qids = list(data.eval_queries)
@@ -58,6 +58,10 @@ def main() -> None:
     ap.add_argument("--micro-batch-size", type=int, default=16)
     ap.add_argument("--methods", default="zero_shot_minilm,zero_shot_smollm2,twinbert,scaling_doc,scaling_dual")
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--doc-max-length", type=int, default=256)
+    ap.add_argument("--query-max-length", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--head-lr", type=float, default=1e-3)
     args = ap.parse_args()
 
     from scalingnote.config import load_config
@@ -80,10 +84,11 @@ def main() -> None:
             {
                 "method": method,
                 "output_dir": str(work / method),
-                "query_tower": {"model": qm, "num_layers": ql, "max_length": 64},
-                "doc_tower": {"model": dm, "num_layers": dl, "max_length": 256},
+                "query_tower": {"model": qm, "num_layers": ql, "max_length": args.query_max_length},
+                "doc_tower": {"model": dm, "num_layers": dl, "max_length": args.doc_max_length},
                 "data": {"data_dir": str(data_dir), "neg_skip_top": 10, "neg_max_rank": 100, "validation_fraction": 0.1},
-                "optim": {"batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "max_steps": args.steps, "epochs": 100.0},
+                "optim": {"batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "max_steps": args.steps, "epochs": 100.0,
+                          "lr": args.lr, "head_lr": args.head_lr},
                 "seed": args.seed,
                 "save_every": 20,
             },
@@ -95,9 +100,9 @@ def main() -> None:
     tau = base_cfg.loss.tau
     for method in methods:
         if method == "zero_shot_minilm":
-            rows.append(zero_shot_row(method, "minilm-l6", data, None, None, 64, tau))
+            rows.append(zero_shot_row(method, "minilm-l6", data, None, None, 64, tau, 256, args.query_max_length))
         elif method == "zero_shot_smollm2":
-            rows.append(zero_shot_row(method, "smollm2-135m", data, args.llm_layers, None, 32, tau))
+            rows.append(zero_shot_row(method, "smollm2-135m", data, args.llm_layers, None, 32, tau, args.doc_max_length, args.query_max_length))
         else:
             cfg = cfg_for(method)
             res = train(cfg, resume=True)
@@ -132,6 +137,10 @@ def main() -> None:
             "tau": tau,
             "contrastive_ppl": "test qrels, W=256 random non-relevant docs, seed 42, cosine/tau",
             "seed": args.seed,
+            "doc_max_length": args.doc_max_length,
+            "lr": args.lr,
+            "head_lr": args.head_lr,
+            "center": "mean pooled state subtracted before W (TrainConfig.center)",
             "zero_shot": "no projection (hidden size), MiniLM mean pooling, SmolLM2 [EMB] prompt view / last query token",
         },
     )

@@ -4,6 +4,7 @@ validation set, and resumes without retraining finished points."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,9 +94,25 @@ def test_sweep_grid_and_resume(tiny, tmp_path):
     assert "versions" in meta and len(meta["metrics"]["rows"]) == 4
 
 
-def test_resume_refuses_changed_training_config(tiny, tmp_path):
+def test_resume_refuses_changed_training_config(tiny, tmp_path, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    from scalingnote.cli import app
+    from scalingnote.config import config_to_dict
+
     out = tmp_path / "sweep"
-    run_sweep(_cfg(tiny, out, layers=[1], data_sizes=[8]))
+    cfgfile = tmp_path / "sweep.yaml"
+    cfgfile.write_text(yaml.safe_dump(config_to_dict(_cfg(tiny, out, layers=[1], data_sizes=[8]))))
+    res = CliRunner().invoke(app, ["scaling", "sweep", "--config", str(cfgfile), "--set", "steps=3"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "1 grid points" in res.output and (out / "results.csv").exists()
+    # the same data directory spelled differently is the same configuration: skipped
+    point = out / "points" / "L1_D8" / "run.json"
+    mtime = point.stat().st_mtime_ns
+    monkeypatch.chdir(Path(tiny["data"]).parent)
+    run_sweep(_cfg(tiny, out, layers=[1], data_sizes=[8], train={"data": {"data_dir": Path(tiny["data"]).name, "negatives": "none"}}))
+    assert point.stat().st_mtime_ns == mtime
     with pytest.raises(ScalingNoteError, match="optim.lr"):
         run_sweep(_cfg(tiny, out, layers=[1], data_sizes=[8], train={"optim": {"batch_size": 4, "lr": 5e-4, "head_lr": 1e-2}}))
 
@@ -126,3 +143,21 @@ def test_config_errors(tiny, tmp_path):
         run_sweep(_cfg(tiny, tmp_path / "big", data_sizes=[8, 10_000]))
     with pytest.raises(ConfigError, match="num_negatives"):
         run_sweep(_cfg(tiny, tmp_path / "w", validation={"num_negatives": 500}))
+
+
+@pytest.mark.shared_data
+def test_scifact_sweep_config_and_fixed_validation(shared_data, tmp_path):
+    """The benchmark config is valid; its validation set is held-out SciFact train queries,
+    identical whatever the grid, and disjoint from every training pair."""
+    from pathlib import Path
+
+    cfgfile = Path(__file__).resolve().parents[2] / "configs" / "scaling_sweep_scifact.yaml"
+    cfg = load_sweep_config(cfgfile, output_dir=str(tmp_path), train__data__data_dir=str(shared_data / "scifact"), show_progress=False)
+    pool, val = prepare(cfg)
+    other = load_sweep_config(cfgfile, output_dir=str(tmp_path), train__data__data_dir=str(shared_data / "scifact"),
+                              data_sizes=[16, 32], layers=[1], show_progress=False)
+    pool2, val2 = prepare(other)
+    assert val.info["hash"] == val2.info["hash"] and [e.query_id for e in pool] == [e.query_id for e in pool2]
+    assert val.info["num_negatives"] == 256 and val.info["queries"] >= 70
+    assert not {e.query_id for e in pool} & set(val.cset.query_ids)
+    assert len(pool) >= max(cfg.data_sizes)

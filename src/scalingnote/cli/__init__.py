@@ -30,13 +30,14 @@ def _register() -> None:
     from scalingnote.cli import evaluate as _evaluate
     from scalingnote.cli import index as _index
     from scalingnote.cli import models as _models
+    from scalingnote.cli import pq as _pq
     from scalingnote.cli import distill as _distill
     from scalingnote.cli import quickstart as _quickstart
     from scalingnote.cli import serve as _serve
     from scalingnote.cli import train as _train
     from scalingnote.cli import scaling as _scaling
 
-    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart, _serve, _scaling):
+    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart, _serve, _scaling, _pq):
         mod.register(app)
 
 

@@ -79,7 +79,7 @@ def register(app: typer.Typer) -> None:
         holdout_by: str | None = typer.Option(None, "--holdout-by", help="N or D (default: the law's variable; N for joint)."),
         at: float | None = typer.Option(None, "--at", help="model/data law: the D (resp. N) whose rows are fitted (default: the largest)."),
         loss_fn: str = typer.Option("soft_l1", "--loss", help="least_squares loss: linear, soft_l1, huber, cauchy, arctan."),
-        f_scale: float | None = typer.Option(None, "--f-scale", help="Robust loss scale (default: 1.4826 * MAD of LS residuals)."),
+        f_scale: float | None = typer.Option(None, "--f-scale", help="Robust loss scale (default: 1.4826 * MAD of the residuals, iterated)."),
         log_residuals: bool = typer.Option(False, "--log-residuals", help="Fit log(prediction) - log(loss) (relative errors)."),
         seed: int = typer.Option(0, "--seed", help="Seed of --holdout-frac."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON to this file."),

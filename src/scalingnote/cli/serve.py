@@ -11,7 +11,7 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
-        index: Path = typer.Option(..., "--index", help="Index directory (`scalingnote index build`)."),
+        index: Path | None = typer.Option(None, "--index", help="Index directory (`scalingnote index build`); required with --backend faiss."),
         query_tower: str = typer.Option(..., "--query-tower", help="Query tower: saved tower dir, HF dir or packaged name (minilm-l6)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback only unless --allow-remote)."),
         port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: a free port, printed at start)."),
@@ -27,6 +27,10 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)."),
         access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="uvicorn access log (one line per request)."),
         log_level: str = typer.Option("info", "--log-level"),
+        backend: str = typer.Option("faiss", "--backend", help="faiss (--index DIR) or milvus (--uri, --collection: `scalingnote index export --to milvus`)."),
+        uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://host:19530."),
+        collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
         from scalingnote.serve import ServeSettings, serve
@@ -46,8 +50,16 @@ def register(app: typer.Typer) -> None:
             threads=threads,
             access_log=access_log,
             log_level=log_level.lower(),
+            backend=backend,
+            milvus_uri=uri,
+            milvus_collection=collection,
+            milvus_token=milvus_token,
         )
-        serve(index, query_tower, settings)
+        if backend == "faiss" and index is None:
+            from scalingnote.errors import ScalingNoteError
+
+            raise ScalingNoteError("serve: --index DIR is required with --backend faiss")
+        serve(index if backend == "faiss" else uri, query_tower, settings)
 
     @app.command("loadtest")
     def loadtest_cmd(

@@ -559,7 +559,7 @@ class DenseIndex:
                 raise ScalingNoteError("searching with query texts needs a query tower: DenseIndex.open(dir, query_tower=...)")
             if not queries:
                 return np.zeros((0, self.dim), dtype=np.float32)
-            q = np.asarray(self.query_tower.encode_queries(queries), dtype=np.float32)
+            q = np.asarray(_encode_queries(self.query_tower, queries), dtype=np.float32)
             what = f"query tower output ({q.shape[-1]}-d)"
         else:
             q = np.asarray(queries, dtype=np.float32)
@@ -670,6 +670,17 @@ class DenseIndex:
 
     def info(self) -> dict[str, Any]:
         return dict(self.manifest)
+
+
+def _encode_queries(tower: Any, texts: list[str]) -> np.ndarray:
+    """``tower.encode_queries(texts)``, without its progress bar where it has one."""
+    import inspect
+
+    try:
+        quiet = "show_progress" in inspect.signature(tower.encode_queries).parameters
+    except (TypeError, ValueError):
+        quiet = False
+    return tower.encode_queries(texts, show_progress=False) if quiet else tower.encode_queries(texts)
 
 
 def _gather(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -69,6 +69,11 @@ LITE_INDEX_TYPES = ("HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "FLAT", "BRUTE_FOR
 IVF_TYPES = ("IVF_PQ", "IVF_FLAT", "IVF_SQ8")
 HNSW_TYPES = ("HNSW", "HNSW_SQ", "HNSW_PQ", "AUTOINDEX")
 MAX_TOPK = 16384  # Milvus' limit on limit (topk) per search
+
+
+class MilvusSearchError(RuntimeError):
+    """A search the Milvus server failed (unreachable, collection dropped...): an operational
+    failure, not bad input (the service answers 500, not 422)."""
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
 log = logging.getLogger("scalingnote.index.milvus")
@@ -170,7 +175,10 @@ def _load_source(source: str | Path | Embeddings, dim: int | None, semantic_ids_
                 raise ScalingNoteError(f"{source}: --dim applies to an embeddings directory; an index directory is exported at its own dim")
             index = DenseIndex.open(source)
             m = index.manifest
-            info = {"kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist")}
+            info = {
+                "kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist"),
+                "embeddings_dir": m.get("embeddings_dir"),
+            }
             sem_info = m.get("semantic_ids")
             return index.vectors, list(index.doc_ids), index.semantic_ids, dict(m.get("tower") or {}), int(m.get("source_dim", m["dim"])), sem_info, info
         emb = load_embeddings(source)
@@ -194,7 +202,8 @@ def _load_source(source: str | Path | Embeddings, dim: int | None, semantic_ids_
         rkm = ResidualKMeans(n_layers=semantic_ids_layers, codebook_size=codebook_size, seed=seed).fit(train_x)
         sem = rkm.assign(np.asarray(vecs, dtype=np.float32))
         sem_info = {"source": "fitted at export", "seed": int(seed), "n_train": int(n_train), **rkm.describe()}
-    info = {"kind": "embeddings", "path": path if isinstance(source, Embeddings) else str(Path(source).resolve())}
+    p = str(Path(path).resolve())
+    info = {"kind": "embeddings", "path": p, "embeddings_dir": p}
     return vecs, list(emb.ids), sem, dict(emb.tower), src_dim, sem_info, info
 
 
@@ -333,6 +342,7 @@ def export_to_milvus(
             "fields": {"pk": PK, "doc_id": DOC_ID, "semantic_id": SEM_ID if sem is not None else None, "vector": VECTOR},
             "tower": tower,
             "source": info,
+            "embeddings_dir": info.get("embeddings_dir"),  # where the service finds the corpus (titles), as in FAISS manifests
             "server_version": version,
             "pymilvus_version": pm.__version__,
             "created": _now(),
@@ -515,17 +525,15 @@ class MilvusSearcher:
     def doc_ids(self) -> list[str]:
         """All document ids in row order (read from the collection once, O(n))."""
         if self._doc_ids is None:
-            ids: list[str | None] = [None] * len(self)
-            it = self.client.query_iterator(self.collection, batch_size=8192, output_fields=[PK, DOC_ID])
-            try:
-                while True:
-                    batch = it.next()
-                    if not batch:
-                        break
-                    for r in batch:
-                        ids[int(r[PK])] = r[DOC_ID]
-            finally:
-                it.close()
+            n, step = len(self), 16384  # Milvus: at most 16384 rows per query
+            ids: list[str | None] = [None] * n
+            for s in range(0, n, step):  # primary-key ranges (no query iterator: Milvus Lite lacks AllocTimestamp)
+                try:
+                    rows = self.client.query(self.collection, filter=f"{PK} >= {s} and {PK} < {s + step}", output_fields=[PK, DOC_ID], limit=step)
+                except Exception as e:  # noqa: BLE001
+                    raise ScalingNoteError(f"{self.root}: reading document ids failed: {_milvus_message(e)}") from None
+                for r in rows:
+                    ids[int(r[PK])] = r[DOC_ID]
             if any(i is None for i in ids):
                 raise ScalingNoteError(f"{self.root}: the collection holds fewer rows than its manifest's n_vectors ({len(self)})")
             self._doc_ids = ids  # type: ignore[assignment]
@@ -596,7 +604,7 @@ class MilvusSearcher:
             try:
                 res = self.client.search(self.collection, data=[v for v in block], limit=n_cand, anns_field=VECTOR, search_params=sp, output_fields=fields)
             except Exception as e:  # noqa: BLE001
-                raise ScalingNoteError(f"{self.root}: search failed: {_milvus_message(e)}") from None
+                raise MilvusSearchError(f"{self.root}: search failed: {_milvus_message(e)}") from None
             for j, hits in enumerate(res):
                 row = s + j
                 ents = [h["entity"] for h in hits]
@@ -639,6 +647,7 @@ def open_searcher(backend: str, *, index_dir: str | Path | None = None, uri: str
 
 __all__ = [
     "FORMAT",
+    "MilvusSearchError",
     "MilvusSearcher",
     "connect",
     "default_index_params",

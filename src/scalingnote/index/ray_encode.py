@@ -29,10 +29,12 @@ How the work is split
 The corpus and the output directory must be on a filesystem that every Ray node
 sees (one machine, NFS, a mounted bucket): actors write the shard files themselves,
 the driver writes the manifest. Every node needs ``scalingnote`` installed and the
-tower available at the same path. The driver loads no model: one Ray task reports
-the tower's identity (fingerprint / compat id) first, so a resumed directory is
-checked against the tower before anything is encoded, and every actor's tower must
-have that same fingerprint (catches nodes holding different model files).
+tower available at the same path. The driver loads no model: every shard result
+carries the actor's tower identity (fingerprint / compat id); a resumed directory is
+checked against it before the first new shard is committed, and all actors must
+report the same fingerprint (catches nodes holding different model files). When no
+shard is left to encode, one Ray task loads the tower to make that check. A tower
+that fails to load in an actor is reported as a one-line error, not as a dead actor.
 
 Local clusters
 --------------
@@ -137,24 +139,30 @@ class _ShardEncoder:
     """Ray Data callable class: one tower load per actor; one call encodes one shard."""
 
     def __init__(self, spec: TowerSpec, out_dir: str, batch_size: int, normalize: bool, threads: int | None):
-        _set_threads(threads)
-        self.tower = spec.load()
-        self.ident = tower_identity(self.tower)
         self.out_dir = Path(out_dir)
         self.batch_size = int(batch_size)
         self.normalize = bool(normalize)
         self.host = f"{os.uname().nodename}:{os.getpid()}"
+        self.tower, self.ident, self.load_error = None, {}, None
+        try:
+            _set_threads(threads)
+            self.tower = spec.load()
+            self.ident = tower_identity(self.tower)
+        except Exception as e:  # noqa: BLE001 - a failing actor constructor gives an unreadable Ray error: report it as data
+            self.load_error = f"loading document tower {spec.describe()!r} on Ray worker {self.host}: " + _message(e)
 
     def __call__(self, batch):
         import pyarrow as pa
 
         results = []
         for row in batch.to_pylist():
+            if self.load_error is not None:
+                results.append(json.dumps({"shard": int(row["shard"]), "error": self.load_error, "load": True}))
+                continue
             try:
                 results.append(json.dumps(self._encode_shard(row)))
             except Exception as e:  # noqa: BLE001 - reported to the driver as data, raised there
-                msg = str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
-                results.append(json.dumps({"shard": int(row["shard"]), "error": msg}))
+                results.append(json.dumps({"shard": int(row["shard"]), "error": _message(e)}))
         return pa.table({"result": pa.array(results, type=pa.string())})
 
     def _encode_shard(self, row: dict[str, Any]) -> dict[str, Any]:
@@ -173,9 +181,13 @@ class _ShardEncoder:
             "n": len(docs),
             "dim": int(vecs.shape[1]),
             "seconds": round(time.perf_counter() - t0, 3),
-            "fingerprint": self.ident.get("fingerprint"),
+            "tower": self.ident,
             "worker": self.host,
         }
+
+
+def _message(e: BaseException) -> str:
+    return str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
 
 
 # --------------------------------------------------------------------------- corpus readers
@@ -413,6 +425,8 @@ def encode_corpus_ray(
     # open the corpus first: a missing file fails before Ray starts
     docs, source, total = _open_corpus(corpus)
     man = _read_manifest(out_dir)
+    if man is not None and int(man.get("shard_size", -1)) != shard_size:
+        _check_resume(out_dir, man, {}, shard_size)  # raises the shard-size message before Ray starts
 
     ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
     try:
@@ -425,13 +439,6 @@ def encode_corpus_ray(
             logging.getLogger("ray.data").setLevel(logging.WARNING)
         cluster = _check_resources(ray, num_actors, cpus_per_actor, gpus_per_actor)
 
-        # 1. the tower's identity (one Ray task with the actors' resources): checked
-        #    against a resumed directory before anything is encoded
-        ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
-        try:
-            ident = ray.get(ident_task.remote(spec, threads))
-        except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
-            raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
         engine = {
             "name": "ray",
             "ray_version": ray.__version__,
@@ -444,8 +451,12 @@ def encode_corpus_ray(
             "cluster_gpus": cluster["gpus"],
             "startup_seconds": round(startup_s, 3),
         }
-        if man is not None:
-            _check_resume(out_dir, man, ident, shard_size)
+        # The tower's identity comes with every shard result (the driver loads no model);
+        # a resumed directory is checked against it before the first new shard is
+        # committed (shard files written before that are uncommitted, hence ignored).
+        resumed = man is not None
+        ident: dict[str, Any] | None = None
+        if resumed:
             done = {int(s["shard"]): s for s in man["shards"]}
         else:
             man = {
@@ -454,7 +465,7 @@ def encode_corpus_ray(
                 "dtype": "float32",
                 "normalized": bool(normalize),
                 "shard_size": int(shard_size),
-                "tower": ident,
+                "tower": None,
                 "corpus": {"path": source},
                 "shards": [],
                 "n_docs": 0,
@@ -499,7 +510,7 @@ def encode_corpus_ray(
                         }
                     )
                     refs.append(ray.put(table))
-                    pending[shard] = {"n": len(chunk), "digest": digest, "ids": ids}
+                    pending[shard] = {"n": len(chunk), "digest": digest}
                 shard += 1
             n_shards = shard
             extra = sorted(k for k in done if k >= n_shards)
@@ -528,21 +539,34 @@ def encode_corpus_ray(
                     num_cpus=cpus_per_actor,
                     num_gpus=gpus_per_actor if gpus_per_actor > 0 else None,
                 )
+                rows = iter(ds.iter_rows())
                 try:
-                    for row in ds.iter_rows():
+                    while True:
+                        try:
+                            row = next(rows)
+                        except StopIteration:
+                            break
+                        except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
+                            raise _ray_error(e, "the Ray encoding pipeline failed") from None
                         res = json.loads(row["result"])
                         sh = int(res["shard"])
                         if "error" in res:
-                            raise ScalingNoteError(f"shard {sh}: {res['error']}")
+                            raise ScalingNoteError(res["error"] if res.get("load") else f"shard {sh}: {res['error']}")
                         info = pending.pop(sh, None)
                         if info is None:
                             raise ScalingNoteError(f"shard {sh}: unexpected or repeated result from the Ray pipeline")
                         if res["n"] != info["n"]:
                             raise ScalingNoteError(f"shard {sh}: an actor encoded {res['n']} documents, expected {info['n']}")
-                        if ident.get("fingerprint") is not None and res.get("fingerprint") != ident.get("fingerprint"):
+                        if ident is None:
+                            ident = res["tower"]
+                            if resumed:
+                                _check_resume(out_dir, man, ident, shard_size)
+                            else:
+                                man["tower"] = ident
+                        elif res["tower"].get("fingerprint") != ident.get("fingerprint"):
                             raise ScalingNoteError(
-                                f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res.get('fingerprint')!r}, "
-                                f"expected {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
+                                f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res['tower'].get('fingerprint')!r}, "
+                                f"other workers have {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
                             )
                         if man["dim"] is None:
                             man["dim"] = int(res["dim"])
@@ -570,12 +594,20 @@ def encode_corpus_ray(
                         bar.set_postfix(docs_per_s=f"{encoded / max(elapsed, 1e-9):.1f}", shard=sh)
                         if on_shard_done is not None:
                             on_shard_done(sh)
-                except ScalingNoteError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
-                    raise _ray_error(e, "the Ray encoding pipeline failed") from None
+                finally:  # stop the streaming execution (and its actors) on an early exit
+                    close = getattr(rows, "close", None)
+                    if close is not None:
+                        close()
                 if pending:
                     raise ScalingNoteError(f"the Ray pipeline returned no result for shard(s) {sorted(pending)[:10]}")
+            else:
+                # nothing left to encode: still check that this tower made the stored shards
+                ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
+                try:
+                    ident = ray.get(ident_task.remote(spec, threads))
+                except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
+                    raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
+                _check_resume(out_dir, man, ident, shard_size)
         finally:
             bar.close()
         seconds = time.perf_counter() - t0

@@ -9,7 +9,8 @@ reports R² of the same forms):
 - :func:`scipy.optimize.least_squares` (trust-region reflective, bounded log-parameters)
   from many data-informed starting points; the best plain least-squares solutions are
   then refined with a robust loss (``soft_l1`` by default) whose scale ``f_scale`` is
-  the robust spread (1.4826·MAD) of the least-squares residuals, so one bad grid point
+  the robust spread (1.4826·MAD) of the residuals, re-estimated from the robust fit's
+  residuals until it settles (an M-estimator with a MAD scale), so one bad grid point
   cannot drag the curve;
 - uncertainties: ``cov(θ) = σ² (JᵀJ)⁻¹`` with J the Jacobian of the residuals w.r.t. the
   log-parameters θ at the solution and ``σ² = Σ r² / (n − p)``; the standard error of a
@@ -221,8 +222,8 @@ def fit_law(
     ``x``: the model sizes N (law "model"), the data sizes D (law "data"), or a pair
     ``(N, D)`` / an ``(n, 2)`` array (law "joint"). ``loss_fn``: a
     :func:`scipy.optimize.least_squares` loss ("linear", "soft_l1", "huber", "cauchy",
-    "arctan"); ``f_scale``: its residual scale (default: 1.4826·MAD of the least-squares
-    residuals). ``residuals="log"`` fits log(prediction) − log(loss) (relative errors, for
+    "arctan"); ``f_scale``: its residual scale (default: 1.4826·MAD of the residuals,
+    iterated from the least-squares to the robust fit). ``residuals="log"`` fits log(prediction) − log(loss) (relative errors, for
     losses spanning orders of magnitude); R² is always computed on the loss itself.
     Deterministic (fixed starting grid, no random restarts).
     """
@@ -274,9 +275,11 @@ def fit_law(
     best = lin[0]
     used_scale = float("nan")
     if loss_fn != "linear":
-        r0 = best.fun
-        mad = 1.4826 * float(np.median(np.abs(r0 - np.median(r0))))
-        used_scale = float(f_scale) if f_scale is not None else max(mad, 1e-9 * float(np.abs(y).max()))
+        floor = 1e-9 * (1.0 if residuals == "log" else float(np.abs(y).max()))
+
+        def mad_scale(r):
+            return max(1.4826 * float(np.median(np.abs(r - np.median(r)))), floor)
+
         # refine the best distinct least-squares optima with the robust loss
         seeds, seen = [], []
         for r in lin:
@@ -285,9 +288,20 @@ def fit_law(
                 seen.append(r.x)
             if len(seeds) >= n_refine:
                 break
+        used_scale = float(f_scale) if f_scale is not None else mad_scale(best.fun)
         robust = [r for r in (solve(s, loss_fn, used_scale) for s in seeds) if r is not None and np.all(np.isfinite(r.fun))]
         if robust:
             best = min(robust, key=lambda r: r.cost)
+            # re-estimate the scale from the robust residuals (an outlier inflates the
+            # least-squares MAD) and refit until it settles
+            for _ in range(5 if f_scale is None else 0):
+                new_scale = mad_scale(best.fun)
+                if abs(new_scale - used_scale) <= 0.05 * used_scale:
+                    break
+                again = solve(best.x, loss_fn, new_scale)
+                if again is None or not np.all(np.isfinite(again.fun)):
+                    break
+                best, used_scale = again, new_scale
     theta = best.x
     r = resid(theta)
     ss_fit = float(np.sum(r**2))

@@ -39,6 +39,44 @@ def _save(fig, path: str | Path) -> Path:
     return path
 
 
+def _short(v: float) -> str:
+    """2e6 -> "2M", 32 -> "32", 0.15 -> "0.15"."""
+    for factor, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= factor:
+            return f"{v / factor:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _log_axes(ax, x: bool = True, y: bool = True) -> None:
+    """Log scale; short plain tick labels (2M, 500k) when an axis spans few decades
+    (scientific notation otherwise); minor ticks labelled at 2x and 5x on short axes."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    major = FuncFormatter(lambda v, _: _short(v))
+
+    def minor_labels(every: bool):
+        def f(v, _):
+            m = v / 10 ** np.floor(np.log10(v))
+            keep = every or round(m) in (2, 5)
+            return _short(v) if keep and abs(m - round(m)) < 1e-6 else ""
+
+        return FuncFormatter(f)
+
+    for on, axis, set_scale, get_lim in ((x, ax.xaxis, ax.set_xscale, ax.get_xlim), (y, ax.yaxis, ax.set_yscale, ax.get_ylim)):
+        if not on:
+            continue
+        set_scale("log")
+        span = _decades(get_lim())
+        if span <= 3:
+            axis.set_major_formatter(major)
+        axis.set_minor_formatter(minor_labels(span < 0.7) if span < 1.6 else NullFormatter())
+
+
+def _decades(lim) -> float:
+    lo, hi = lim
+    return float(np.log10(hi / lo)) if lo > 0 and hi > 0 else 99.0
+
+
 def _span(values, pad: float = 1.6) -> np.ndarray:
     v = np.asarray(values, dtype=np.float64)
     return np.geomspace(v.min() / pad, v.max() * pad, 200)
@@ -66,7 +104,7 @@ def plot_loss_vs(rows: Sequence[dict[str, Any]], var: str, path: str | Path, fit
     for i, g in enumerate(groups):
         rs = sorted([r for r in rows if r.get(other) == g], key=lambda r: r[var])
         col = cmap(i / max(1, len(groups) - 1))
-        label = f"{other}={g:g}" if g is not None else "observed"
+        label = f"{other}={g:.3g}" if g is not None else "observed"
         x = np.array([r[var] for r in rs])
         y = np.array([r["loss"] for r in rs])
         is_held = np.array([(g == fixed_other or fixed_other is None) and float(v) in held_x for v in x], dtype=bool)
@@ -81,13 +119,19 @@ def plot_loss_vs(rows: Sequence[dict[str, Any]], var: str, path: str | Path, fit
         xs = _span([r[var] for r in rows])
         ax.plot(xs, fit.predict(**{var: xs}), color="black", ls="--", lw=1.5,
                 label=f"fit ({_fmt(fit.params)}, R²={fit.r2:.3f})")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    # y range: the observations and the fitted values at the observed sizes (an extrapolated
+    # curve must not squash the data)
+    ys = [r["loss"] for r in rows]
+    if fit is not None:
+        ys += list(np.atleast_1d(fit.predict(**{var: np.array([r[var] for r in rows])})))
+    ys = [v for v in ys if np.isfinite(v) and v > 0]
+    ax.set_ylim(min(ys) / 1.25, max(ys) * 1.25)
+    _log_axes(ax)
     ax.set_xlabel("N (non-embedding parameters)" if var == "N" else "D (training pairs)")
     ax.set_ylabel("contrastive perplexity (validation)")
     title = f"loss vs {var}"
     if fixed_other is not None:
-        title += f" (fit at {other}={fixed_other:g})"
+        title += f" (fit at {other}={fixed_other:.3g})"
     if joint is not None:
         title += "; dotted: joint law"
     ax.set_title(title, fontsize=10)
@@ -111,8 +155,7 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
             h = (r["N"], r["D"]) in held
             ax1.scatter(r["D"], r["loss"], color="red" if h else col, marker="*" if h else "o", s=120 if h else 30, zorder=3)
         ax1.plot(Dspan, joint.predict(N=np.full_like(Dspan, n), D=Dspan), color=col, ls="--", lw=1, label=f"N={n:.3g}")
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
+    _log_axes(ax1)
     ax1.set_xlabel("D (training pairs)")
     ax1.set_ylabel("contrastive perplexity (validation)")
     ax1.set_title(f"joint law, R²={joint.r2:.3f}" + ("; stars: held out" if held else ""), fontsize=10)
@@ -123,11 +166,12 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
     Dg = _span([r["D"] for r in rows], 3.0)
     NN, DD = np.meshgrid(Ng, Dg)
     LL = joint.predict(N=NN, D=DD)
-    cs = ax2.contour(NN, DD, LL, levels=10, cmap="viridis")
+    lo, hi = float(np.nanmin(LL)), float(np.nanmax(LL))
+    levels = np.unique(np.geomspace(lo, hi, 12)[1:-1].round(6)) if hi > lo > 0 else 10
+    cs = ax2.contour(NN, DD, LL, levels=levels, cmap="viridis")
     ax2.clabel(cs, fontsize=7, fmt="%.3g")
     ax2.scatter([r["N"] for r in rows], [r["D"] for r in rows], c="k", s=12, zorder=3)
-    ax2.set_xscale("log")
-    ax2.set_yscale("log")
+    _log_axes(ax2)
     ax2.set_xlabel("N (non-embedding parameters)")
     ax2.set_ylabel("D (training pairs)")
     ax2.set_title("iso-loss lines of " + _fmt(joint.params), fontsize=8)
@@ -155,8 +199,7 @@ def plot_budget(params: Any, budgets: Sequence[float], costs, path: str | Path, 
                 ax.scatter([p.N], [p.loss], color=col, marker="*", s=100, zorder=3)
             except Exception:  # noqa: BLE001 - an unaffordable budget simply has no optimum to mark
                 pass
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_axes(ax)
         ax.set_xlabel("N (non-embedding parameters)")
         ax.set_title("with inference cost" if inf else "without inference cost", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
@@ -166,21 +209,22 @@ def plot_budget(params: Any, budgets: Sequence[float], costs, path: str | Path, 
 
 
 def plot_all(rows: Sequence[dict[str, Any]], fits: dict[str, Any], out_dir: str | Path, budgets: Sequence[float] = (), costs=None,
-             n_range: tuple[float, float] = (1e4, 1e13)) -> list[Path]:
-    """Every plot the available fits allow; returns the written paths."""
+             n_range: tuple[float, float] = (1e4, 1e13), prefix: str = "") -> list[Path]:
+    """Every plot the available fits allow (``<prefix>loss_vs_N.png``, ``loss_vs_D.png``,
+    ``joint.png``, ``budget.png``); returns the written paths."""
     out = Path(out_dir)
     paths = []
     joint = fits.get("joint")
     if rows and "N" in rows[0]:
-        paths.append(plot_loss_vs(rows, "N", out / "loss_vs_N.png", fits.get("model"), joint))
+        paths.append(plot_loss_vs(rows, "N", out / f"{prefix}loss_vs_N.png", fits.get("model"), joint))
     if rows and "D" in rows[0]:
-        paths.append(plot_loss_vs(rows, "D", out / "loss_vs_D.png", fits.get("data"), joint))
+        paths.append(plot_loss_vs(rows, "D", out / f"{prefix}loss_vs_D.png", fits.get("data"), joint))
     if joint is not None:
-        paths.append(plot_joint(rows, joint, out / "joint.png"))
+        paths.append(plot_joint(rows, joint, out / f"{prefix}joint.png"))
         if budgets:
             from scalingnote.scaling.budget import CostModel
 
-            paths.append(plot_budget(joint, budgets, costs or CostModel(), out / "budget.png", n_range))
+            paths.append(plot_budget(joint, budgets, costs or CostModel(), out / f"{prefix}budget.png", n_range))
     return paths
 
 

@@ -338,8 +338,11 @@ def _comparable(cfg_dict: dict[str, Any]) -> dict[str, Any]:
     d = json.loads(json.dumps(cfg_dict))
     for k in _IGNORED_KEYS:
         d.pop(k, None)
-    if "data" in d and d["data"].get("triplets"):
-        d["data"]["triplets"] = Path(d["data"]["triplets"]).name
+    if "data" in d:
+        if d["data"].get("triplets"):
+            d["data"]["triplets"] = Path(d["data"]["triplets"]).name
+        if d["data"].get("data_dir"):  # the same directory however it is spelled
+            d["data"]["data_dir"] = str(Path(d["data"]["data_dir"]).resolve())
     return d
 
 
@@ -432,8 +435,12 @@ def run_sweep(cfg: SweepConfig, *, on_point: Callable[[dict[str, Any]], None] | 
             prev = json.loads(point_file.read_text(encoding="utf-8"))
             _check_same_data(run_dir, dhash, prev.get("data_hash", "missing"))
             if prev.get("config_hash") != chash:
-                _check_same_config(run_dir, tc)  # names the changed keys
-                raise ScalingNoteError(f"{run_dir}: trained with a different configuration; use a new output_dir")
+                # the saved config.yaml decides (a path spelled differently is the same config)
+                if not (run_dir / "config.yaml").exists():
+                    raise ScalingNoteError(f"{run_dir}: trained with a different configuration; use a new output_dir")
+                _check_same_config(run_dir, tc)  # raises naming the changed keys
+                prev["config_hash"] = chash
+                write_json(point_file, prev)
             if prev.get("validation_hash") == val.info["hash"]:
                 row = prev
                 log.info("grid point %s: done, skipped", point_name(L, D))

@@ -70,7 +70,8 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
 
     settings = settings or ServeSettings()
     check_bind_host(settings.host, settings.allow_remote)
-    read_manifest(index_dir)  # fail fast: not an index directory
+    if settings.backend == "faiss":
+        read_manifest(index_dir)  # fail fast: not an index directory
     sock = bind_socket(settings.host, settings.port)
     app = create_app(index_dir, query_tower, settings)
     service = app.state.service

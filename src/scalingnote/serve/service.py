@@ -187,14 +187,26 @@ class SearchService:
             import torch
 
             torch.set_num_threads(int(self.settings.threads))
-        manifest = read_manifest(self.index_dir)  # fail fast on a bad directory, before loading a model
-        corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
-        tower = load_tower_for(self.tower_source, "query")
-        index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
+        if self.settings.backend == "milvus":  # a Milvus collection behind the same search interface
+            from scalingnote.index.milvus import MilvusSearcher
+
+            tower = load_tower_for(self.tower_source, "query")
+            s = self.settings
+            index = MilvusSearcher.open(s.milvus_uri, s.milvus_collection, query_tower=tower, token=s.milvus_token)  # refuses an incompatible tower
+            corpus_path = resolve_corpus_path(index.manifest, s.corpus)
+        else:
+            manifest = read_manifest(self.index_dir)  # fail fast on a bad directory, before loading a model
+            corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
+            tower = load_tower_for(self.tower_source, "query")
+            index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
         titles = load_titles(corpus_path, index.doc_ids)
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
+        if self.settings.backend == "milvus":
+            self.has_ivf, self.has_hnsw = index.has_ivf, index.has_hnsw
+            self._set_tower_info(tower)
+            return
         self.has_ivf = find_ivf(index.index) is not None
         import faiss
 
@@ -444,7 +456,8 @@ class SearchService:
                 except Exception as e:  # noqa: BLE001 - a corrupt directory etc.
                     raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
                 try:
-                    check_query_tower(self.index.manifest, t, self.index_dir / "manifest.json")
+                    where = self.index.root if self.settings.backend == "milvus" else self.index_dir / "manifest.json"
+                    check_query_tower(self.index.manifest, t, where)
                 except ScalingNoteError as e:
                     raise ServiceError(409, "incompatible_query_tower", str(e)) from None
                 t.encode_queries(["warm up"], batch_size=1, show_progress=False)  # own thread, own model object
@@ -485,7 +498,7 @@ class SearchService:
         m = self.index.manifest
         sem = m.get("semantic_ids") or {}
         return {
-            "path": str(self.index_dir),
+            "path": str(self.index.root if self.settings.backend == "milvus" else self.index_dir),
             "factory": m.get("factory"),
             "n_vectors": m.get("n_vectors"),
             "dim": m.get("dim"),

@@ -37,6 +37,12 @@ class ServeSettings:
     threads: int | None = None
     access_log: bool = False
     log_level: str = "info"
+    # search back end: "faiss" (the index directory) or "milvus" (a collection exported by
+    # `scalingnote index export --to milvus`; scalingnote.index.milvus.MilvusSearcher)
+    backend: str = "faiss"
+    milvus_uri: str | None = None
+    milvus_collection: str = "scalingnote"
+    milvus_token: str | None = None
 
     def __post_init__(self) -> None:
         def positive(name: str, minimum: float = 1) -> None:
@@ -54,6 +60,10 @@ class ServeSettings:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(None, None, "log_level", f"unknown level {self.log_level!r}")
+        if self.backend not in ("faiss", "milvus"):
+            raise ConfigError(None, None, "backend", f"must be faiss or milvus, got {self.backend!r}")
+        if self.backend == "milvus" and not self.milvus_uri:
+            raise ConfigError(None, None, "milvus_uri", "required with backend milvus (./file.db for Milvus Lite, or http://host:19530)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,13 +1,13 @@
 """Training-time access to the two towers: full forward passes, or cached backbone features.
 
 With a trainable backbone, a batch is tokenized and run through the tower (with grad).
-With a frozen backbone, the tower's output is ``W · pool(backbone(text))`` and only ``W``
-trains: ``pool(backbone(text))`` is computed once (:func:`pooled_features`) and the
-training forward pass is ``tower.project(features[rows])`` — the same function of the same
-weights, so a tower saved after training encodes exactly what training saw. Because the
-projection is linear without bias and the embeddings are L2-normalised afterwards, features
-may be stored normalised (an embeddings directory of the projection-less tower) without
-changing embeddings or gradients.
+With a frozen backbone, the tower's output is ``W (pool(backbone(text)) - c)`` and only ``W``
+trains: ``pool(backbone(text))`` is computed once (:func:`pooled_features`, stored raw) and
+the training forward pass is ``tower.project(features[rows])`` — the same function of the
+same weights, so a tower saved after training encodes exactly what training saw. When the
+tower's centre ``c`` is zero, the projection is linear without bias and the embeddings are
+L2-normalised afterwards, so features may also come normalised from an embeddings directory
+of the projection-less tower without changing embeddings or gradients.
 """
 
 from __future__ import annotations
@@ -30,26 +30,15 @@ from scalingnote.errors import ScalingNoteError
 EMB_VIEW = "emb"
 
 
-def _capture_pooled(tower, batch) -> Tensor:
-    """Pooled backbone output (the projection's input) for a tokenized batch."""
-    captured: list[Tensor] = []
-    hook = None
-    if tower.projection is not None:
-        hook = tower.projection.register_forward_hook(lambda mod, inp, out: captured.append(inp[0].detach()))
-    try:
-        out = tower(batch)
-    finally:
-        if hook is not None:
-            hook.remove()
-    if tower.projection is None:
-        t = out[EMB_VIEW] if isinstance(out, dict) else out
-        return t.detach()
-    h = captured[-1]
-    if h.dim() == 3:  # LLM document tower: one projection call over [B, 3 views, H]
+def _pooled(tower, batch) -> Tensor:
+    """Pooled backbone output (the projection's input, before centring) for a tokenized batch."""
+    dev = tower.device
+    h = tower.pooled({k: v.to(dev) for k, v in batch.items()})
+    if h.dim() == 3:  # LLM document tower: the states before the three placeholders
         from scalingnote.models.prompt import VIEWS
 
         h = h[:, VIEWS.index(EMB_VIEW)]
-    return h
+    return h.detach()
 
 
 @torch.no_grad()
@@ -73,7 +62,7 @@ def pooled_features(tower, items: Sequence[Any], *, batch_size: int = 32, show_p
                 idx = order[s : s + batch_size]
                 sub = [items[i] for i in idx]
                 batch = tower.tokenize_documents(sub) if is_doc else tower.tokenize_queries(sub)
-                out[idx] = _capture_pooled(tower, batch).float().cpu().numpy()
+                out[idx] = _pooled(tower, batch).float().cpu().numpy()
                 bar.update(len(idx))
     finally:
         tower.train(was_training)
@@ -119,13 +108,20 @@ def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, sourc
     """Pooled features of the corpus, rows in ``docs`` order.
 
     ``source_dir``: an existing embeddings directory written by the projection-less tower
-    (its manifest fingerprint must equal :func:`projectionless_fingerprint`). Otherwise the
-    corpus is encoded (resumably) into ``cache_dir`` with :class:`PooledFeatureEncoder`.
+    (its manifest fingerprint must equal :func:`projectionless_fingerprint`; the tower's
+    centre must be zero, since those rows are normalised). Otherwise the corpus is encoded
+    (resumably, raw features) into ``cache_dir`` with :class:`PooledFeatureEncoder`.
     """
     from scalingnote.index.embeddings import encode_corpus, load_embeddings
 
     enc = PooledFeatureEncoder(tower)
     if source_dir is not None:
+        center = getattr(tower, "center", None)
+        if center is not None and bool(center.abs().sum() > 0):
+            raise ScalingNoteError(
+                f"{source_dir}: normalised embeddings cannot stand for the pooled features of a tower with a non-zero "
+                "projection centre; drop towers.doc_features_dir"
+            )
         emb = load_embeddings(source_dir)
         fp = emb.tower.get("fingerprint")
         if fp != enc.fingerprint:
@@ -136,7 +132,7 @@ def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, sourc
             )
     else:
         ident = {"name": enc.name, "fingerprint": enc.fingerprint, "compat_id": enc.compat_id, "dim": enc.dim, "features": "pooled, before the projection"}
-        encode_corpus(enc, list(docs), cache_dir, shard_size=2000, batch_size=batch_size, progress=show_progress, tower_info=ident)
+        encode_corpus(enc, list(docs), cache_dir, shard_size=2000, batch_size=batch_size, normalize=False, progress=show_progress, tower_info=ident)
         emb = load_embeddings(cache_dir)
     pos = {d: i for i, d in enumerate(emb.ids)}
     missing = [d.id for d in docs if d.id not in pos]

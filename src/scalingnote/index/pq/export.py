@@ -162,8 +162,9 @@ def export_index(
     ``doc_vectors``: the documents' embeddings from the (trained) document tower, ``(n, dim)``
     (normalised here as by :func:`~scalingnote.index.build_index`); every code is the
     nearest learned centroid. ``tower_info``: :func:`~scalingnote.index.tower_identity` of
-    the document tower, so :meth:`DenseIndex.open` can check the query tower. The manifest
-    gets a ``learned_pq`` entry (shape, rotation, kind).
+    the document tower, so :meth:`DenseIndex.open` can check the query tower. ``nprobe`` /
+    ``ef_search``: stored search defaults, used by the kinds they apply to (IVF / HNSW). The
+    manifest gets a ``learned_pq`` entry (shape, rotation, kind).
     """
     from scalingnote.index.dense import MANIFEST, build_index
     from scalingnote.index.embeddings import l2_normalize
@@ -173,6 +174,7 @@ def export_index(
     if x.ndim != 2 or x.shape[1] != pq.dim:
         raise ScalingNoteError(f"doc_vectors: expected shape (n, {pq.dim}), got {x.shape}")
     x = l2_normalize(x)
+    base, _ = parse_kind(kind)
     index = faiss_index(pq, kind, train_vectors=x, seed=seed)
     path = build_index(
         x,
@@ -183,8 +185,8 @@ def export_index(
         seed=seed,
         semantic_ids_layers=semantic_ids_layers,
         codebook_size=codebook_size,
-        nprobe=nprobe,
-        ef_search=ef_search,
+        nprobe=nprobe if base == "ivf" else None,
+        ef_search=ef_search if base == "hnsw" else None,
         overwrite=overwrite,
         progress=progress,
         index=index,
@@ -192,7 +194,7 @@ def export_index(
     import json
 
     man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    man["learned_pq"] = {**pq.describe(), "kind": kind, "by_residual": False if parse_kind(kind)[0] == "ivf" else None}
+    man["learned_pq"] = {**pq.describe(), "kind": kind, "by_residual": False if base == "ivf" else None}
     write_json(path / MANIFEST, man)
     return path
 

@@ -1,0 +1,261 @@
+"""Scale-out engines on one machine -> benchmarks/results/scaleout.json.
+
+Part 1, corpus encoding (all-MiniLM-L6-v2 zero-shot document tower, the first ``--docs``
+SciFact documents, batch ``--batch-size``, shards of ``--shard-size``):
+
+* ``in-process``: :func:`scalingnote.index.encode_corpus`, torch with ``--threads`` threads;
+* ``ray``: :func:`scalingnote.index.ray_encode.encode_corpus_ray` on a local Ray instance,
+  ``--num-actors`` actors x ``--cpus-per-actor`` CPUs, one torch thread per actor.
+
+``docs_per_s`` is documents / encoding time (Ray: from the first shard handed to Ray to the
+last committed, i.e. including actor start-up and model loads, excluding ``ray.init``);
+``wall_s`` is the whole call (Ray: including ``ray.init``). The Ray shards are compared with
+the in-process ones (``max_abs_diff``, ``bit_identical``).
+
+Part 2, search (SciFact test queries, 5183 MiniLM document embeddings, 384-d, cached by
+``benchmarks/index_scifact.py`` under ``.cache/index_scifact``): FAISS Flat / HNSW32 against
+Milvus Lite collections exported by :func:`scalingnote.index.milvus.export_to_milvus`
+(FLAT, HNSW M=32 efConstruction=200, IVF_FLAT), searched through
+:class:`scalingnote.index.milvus.MilvusSearcher` (gRPC to the in-process Milvus Lite
+server). ``qps_batched``: all queries in one call (median of 3); ``qps_single`` /
+``p50_ms`` / ``p99_ms``: one query per call. ``recall@10_vs_flat``: overlap of the top 10
+with the exact FAISS Flat top 10; ``ndcg@10`` against the SciFact qrels.
+
+The machine's 2 cores are shared with other engineers' jobs: the 1-minute load average is
+recorded per row (``loadavg``); timings are indicative only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+# --------------------------------------------------------------------------- part 1
+
+
+def bench_encode(args, work: Path) -> list[dict]:
+    import torch
+
+    from scalingnote.data import iter_corpus, write_corpus
+    from scalingnote.index import encode_corpus, load_embeddings
+    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.models import load_tower
+
+    corpus = work / "corpus.jsonl"
+    docs = list(islice(iter_corpus(args.data / "corpus.jsonl"), args.docs))
+    write_corpus(corpus, docs)
+    rows = []
+
+    torch.set_num_threads(args.threads)
+    la = _load()
+    t0 = time.perf_counter()
+    tower = load_tower("minilm-l6", role="document")
+    load_s = time.perf_counter() - t0
+    res = encode_corpus(tower, corpus, work / "inproc", shard_size=args.shard_size, batch_size=args.batch_size, progress=False)
+    wall = time.perf_counter() - t0
+    rows.append(
+        {
+            "part": "encode", "engine": "in-process", "n_docs": res.n_docs, "shards": res.n_shards, "threads": args.threads,
+            "num_actors": None, "cpus_per_actor": None, "docs_per_s": round(res.docs_per_s, 2), "encode_s": round(res.seconds, 1),
+            "wall_s": round(wall, 1), "startup_s": round(load_s, 2), "max_abs_diff": None, "bit_identical": None,
+            "loadavg": la, "loadavg_after": _load(),
+        }
+    )
+    print(rows[-1], flush=True)
+    del tower
+
+    la = _load()
+    t0 = time.perf_counter()
+    res = encode_corpus_ray(
+        "minilm-l6", corpus, work / "ray", shard_size=args.shard_size, batch_size=args.batch_size,
+        num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, progress=False,
+    )
+    wall = time.perf_counter() - t0
+    a, b = load_embeddings(work / "inproc"), load_embeddings(work / "ray")
+    if a.ids != b.ids:
+        raise SystemExit("Ray and in-process encodings hold different document ids")
+    diff = float(np.max(np.abs(np.asarray(a.vectors) - np.asarray(b.vectors))))
+    eng = res.manifest["engine"]
+    rows.append(
+        {
+            "part": "encode", "engine": "ray", "n_docs": res.n_docs, "shards": res.n_shards, "threads": eng["threads_per_actor"],
+            "num_actors": args.num_actors, "cpus_per_actor": args.cpus_per_actor, "docs_per_s": round(res.docs_per_s, 2),
+            "encode_s": round(res.seconds, 1), "wall_s": round(wall, 1), "startup_s": eng["startup_seconds"],
+            "max_abs_diff": diff, "bit_identical": bool(np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors))),
+            "loadavg": la, "loadavg_after": _load(),
+        }
+    )
+    print(rows[-1], flush=True)
+    return rows
+
+
+# --------------------------------------------------------------------------- part 2
+
+
+def _timed(search, qvecs: np.ndarray, k: int) -> dict:
+    batched = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        res = search(qvecs, k)
+        batched.append(time.perf_counter() - t0)
+    lat = []
+    for i in range(len(qvecs)):
+        t0 = time.perf_counter()
+        search(qvecs[i : i + 1], k)
+        lat.append(time.perf_counter() - t0)
+    lat_ms = np.array(lat) * 1000
+    return {
+        "res": res,
+        "qps_batched": round(len(qvecs) / statistics.median(batched), 1),
+        "qps_single": round(len(qvecs) / float(np.sum(lat)), 1),
+        "p50_ms": round(float(np.percentile(lat_ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
+    }
+
+
+def bench_search(args, work: Path) -> tuple[list[dict], dict]:
+    import faiss
+
+    from benchmarks.index_scifact import encode_cached
+    from scalingnote.data import load_qrels
+    from scalingnote.evaluation import evaluate
+    from scalingnote.index import DenseIndex, build_index
+    from scalingnote.index.milvus import MilvusSearcher, export_to_milvus
+
+    faiss.omp_set_num_threads(args.threads)
+    emb_dir, qvecs, qids, enc = encode_cached(args.cache, args.data)
+    qrels = load_qrels(args.data / "qrels" / "test.tsv")
+    keep = [i for i, q in enumerate(qids) if q in qrels]
+    qvecs, qids = np.ascontiguousarray(qvecs[keep]), [qids[i] for i in keep]
+    k = 10
+
+    rows = []
+    flat_top: list[list[str]] | None = None
+
+    def row(engine: str, index_type: str, params: dict, t: dict, build_s: float, n_docs: int) -> dict:
+        nonlocal flat_top
+        res = t.pop("res")
+        if flat_top is None:
+            flat_top = res.doc_ids
+        rec = np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(flat_top, res.doc_ids, strict=True)])
+        run = res.to_run(qids)
+        m = evaluate(run, qrels, ["ndcg@10", "recall@10"])
+        r = {
+            "part": "search", "engine": engine, "index_type": index_type, "params": json.dumps(params, sort_keys=True),
+            "n_docs": n_docs, "n_queries": len(qids), "recall@10_vs_flat": round(float(rec), 4),
+            "ndcg@10": round(m["ndcg@10"], 4), "recall@10": round(m["recall@10"], 4), **t, "build_s": round(build_s, 2), "loadavg": _load(),
+        }
+        print(r, flush=True)
+        return r
+
+    # FAISS (in-process)
+    for factory, params, ef in (("Flat", {}, None), ("HNSW32", {"M": 32, "efConstruction": 200}, 128)):
+        t0 = time.perf_counter()
+        out = build_index(emb_dir, work / f"faiss-{factory}", factory, semantic_ids_layers=6, ef_search=ef, progress=False, overwrite=True)
+        build_s = time.perf_counter() - t0
+        idx = DenseIndex.open(out)
+        if factory.startswith("HNSW"):
+            # the same graph as the Milvus HNSW build: M=32, efConstruction=200 (the FAISS
+            # factory's default efConstruction is 40); searched with efSearch=128 like Milvus' ef
+            g = faiss.IndexHNSWFlat(idx.dim, 32, faiss.METRIC_INNER_PRODUCT)
+            g.hnsw.efConstruction = 200
+            t0 = time.perf_counter()
+            g.add(np.ascontiguousarray(idx.vectors))
+            build_s = time.perf_counter() - t0
+            idx.index = g
+            params = {**params, "ef": ef}
+        t = _timed(lambda q, kk, idx=idx: idx.search(q, kk), qvecs, k)
+        rows.append(row("faiss", factory, params, t, build_s, len(idx)))
+    flat_dir = work / "faiss-Flat"
+
+    # Milvus Lite, exported from the FAISS Flat index (vectors, ids, semantic IDs)
+    db = str(work / "milvus.db")
+    for itype, params in (("FLAT", None), ("HNSW", None), ("IVF_FLAT", None)):
+        name = f"scifact_{itype.lower()}"
+        t0 = time.perf_counter()
+        man = export_to_milvus(flat_dir, db, name, index_type=itype, index_params=params, progress=False)
+        build_s = time.perf_counter() - t0
+        with MilvusSearcher.open(db, name) as ms:
+            t = _timed(lambda q, kk, ms=ms: ms.search(q, kk), qvecs, k)
+        p = dict(man["index_params"])
+        p.update({"ef": man["search_defaults"]["ef_search"]} if "ef_search" in man["search_defaults"] else {})
+        p.update({"nprobe": man["search_defaults"]["nprobe"]} if "nprobe" in man["search_defaults"] else {})
+        rows.append(row("milvus-lite", itype, p, t, build_s, man["n_vectors"]))
+    info = {"search_embeddings": str(emb_dir), "query_tower": enc.get("query_tower", {}).get("name")}
+    return rows, info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
+    ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact")
+    ap.add_argument("--docs", type=int, default=2000)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--shard-size", type=int, default=250)
+    ap.add_argument("--threads", type=int, default=2, help="torch / FAISS threads in-process")
+    ap.add_argument("--num-actors", type=int, default=2)
+    ap.add_argument("--cpus-per-actor", type=float, default=0.5)
+    ap.add_argument("--skip-encode", action="store_true")
+    ap.add_argument("--skip-search", action="store_true")
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="scaleout-"))
+    rows: list[dict] = []
+    info: dict = {}
+    t_start = time.perf_counter()
+    try:
+        if not args.skip_encode:
+            rows += bench_encode(args, work)
+        if not args.skip_search:
+            r, info = bench_search(args, work)
+            rows += r
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    import ray
+    import pymilvus
+
+    config = {
+        "dataset": "scifact",
+        "encode": {
+            "model": "minilm-l6 (all-MiniLM-L6-v2, zero-shot, mean pooling, docs cut at 256 tokens)",
+            "docs": args.docs, "batch_size": args.batch_size, "shard_size": args.shard_size, "threads_in_process": args.threads,
+            "num_actors": args.num_actors, "cpus_per_actor": args.cpus_per_actor, "ray_cluster": "local, 127.0.0.1",
+        },
+        "search": {"k": 10, "queries": "scifact test (judged)", "faiss_threads": args.threads, **info},
+        "ray_version": ray.__version__,
+        "pymilvus_version": pymilvus.__version__,
+        "milvus_lite_version": __import__("importlib.metadata").metadata.version("milvus-lite"),
+        "total_seconds": round(time.perf_counter() - t_start, 1),
+        "notes": (
+            "2 CPU cores shared with other engineers' jobs (see loadavg per row): timings are indicative. "
+            "Ray docs_per_s includes actor start-up and one model load per actor; startup_s is ray.init. "
+            "Milvus Lite 3.2.2 is a pure-Python gRPC server in the same process (search pays gRPC + protobuf "
+            "serialisation per call) and has no IVF_PQ, so its HNSW/IVF_FLAT stand in for the server's IVF_PQ."
+        ),
+    }
+    path = write_results("scaleout", rows, config)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
