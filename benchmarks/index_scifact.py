@@ -64,7 +64,15 @@ def encode_cached(cache: Path, data: Path) -> tuple[Path, np.ndarray, list[str],
     doc_tower = load_tower("minilm-l6", role="document")
     t0 = time.perf_counter()
     res = encode_corpus(doc_tower, list(ds.corpus.values()), emb_dir, shard_size=2000, batch_size=32)
-    enc = {"corpus_docs_per_s_last_run": res.docs_per_s, "corpus_shards_written": res.shards_written, "seconds": round(time.perf_counter() - t0, 1)}
+    man = json.loads((emb_dir / "manifest.json").read_text())
+    enc = {
+        "corpus_docs_per_s": man.get("docs_per_s"),  # of the run that encoded (cached runs keep it)
+        "corpus_docs_encoded_in_that_run": man.get("docs_encoded_last_run"),
+        "corpus_shards_written_this_run": res.shards_written,
+        "batch_size": 32,
+        "torch_threads": torch.get_num_threads(),
+        "seconds_this_run": round(time.perf_counter() - t0, 1),
+    }
 
     q_tower = load_tower("minilm-l6", role="query")
     qid_path, qvec_path = cache / "minilm-l6-test-queries.ids.json", cache / "minilm-l6-test-queries.npy"

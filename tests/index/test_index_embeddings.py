@@ -85,8 +85,10 @@ def test_interrupted_encoding_resumes_without_recomputing(tmp_path, doc_tower, t
 
     # resuming a complete directory recomputes nothing
     counting.n_encoded = 0
-    encode_corpus(counting, tiny_corpus, tmp_path / "part", shard_size=8, progress=False, tower_info=info)
-    assert counting.n_encoded == 0
+    speed = json.loads((tmp_path / "part" / "manifest.json").read_text())["docs_per_s"]
+    again = encode_corpus(counting, tiny_corpus, tmp_path / "part", shard_size=8, progress=False, tower_info=info)
+    assert counting.n_encoded == 0 and again.docs_per_s == 0.0 and again.shards_skipped == 8
+    assert speed > 0 and json.loads((tmp_path / "part" / "manifest.json").read_text())["docs_per_s"] == speed
 
 
 def test_resume_refuses_another_tower_shard_size_or_corpus(tmp_path, doc_tower, other_bert_dir, tiny_corpus, corpus_factory):

@@ -14,7 +14,7 @@ def register(app: typer.Typer) -> None:
         data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
         seed: int = typer.Option(0, "--seed"),
         steps: int = typer.Option(40, "--steps", help="Stage I optimiser steps per method."),
-        llm_layers: int = typer.Option(4, "--llm-layers", help="SmolLM2 layers kept (model-size knob)."),
+        llm_layers: int = typer.Option(2, "--llm-layers", help="SmolLM2 layers kept (model-size knob)."),
         max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:

@@ -20,7 +20,9 @@ each shard). Shard files not listed in the manifest are ignored and rewritten.
 ``shards`` (list of ``{"shard", "vectors", "ids", "n", "start", "content_sha256",
 "seconds"}``; ``content_sha256`` hashes the shard's document fields),
 ``n_docs`` (documents in finished shards), ``complete`` (all documents encoded),
-``encode_seconds`` / ``docs_per_s`` (of the last run), ``batch_size``, ``created``.
+``encode_seconds`` / ``docs_per_s`` / ``docs_encoded_last_run`` (of the last run that
+encoded anything; a resumed run measures only the shards it encoded), ``batch_size``,
+``created``.
 
 An interrupted encoding is resumed by calling :func:`encode_corpus` again with the
 same output directory, tower and shard size: finished shards are not recomputed;
@@ -128,6 +130,9 @@ def _now() -> str:
 
 @dataclass
 class EncodeResult:
+    """Outcome of one :func:`encode_corpus` call; ``seconds`` / ``docs_per_s`` cover the
+    documents encoded by this call (0 docs/s when every shard was already finished)."""
+
     out_dir: Path
     n_docs: int
     n_shards: int
@@ -266,13 +271,16 @@ def encode_corpus(
     seconds = time.perf_counter() - t0
     man["complete"] = True
     man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
-    man["encode_seconds"] = round(seconds, 3)
-    man["docs_per_s"] = round(encoded / seconds, 2) if encoded and seconds > 0 else None
+    if encoded:  # a run that only verified finished shards keeps the last measured speed
+        man["encode_seconds"] = round(seconds, 3)
+        man["docs_per_s"] = round(encoded / seconds, 2) if seconds > 0 else None
+        man["docs_encoded_last_run"] = encoded
     man["updated"] = _now()
     if man["dim"] is None:
         raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
     write_json(out_dir / MANIFEST, man)
-    return EncodeResult(out_dir, man["n_docs"], shard, skipped, written, seconds, man["docs_per_s"] or 0.0, man)
+    rate = encoded / seconds if encoded and seconds > 0 else 0.0  # this run only
+    return EncodeResult(out_dir, man["n_docs"], shard, skipped, written, seconds, rate, man)
 
 
 def _encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:

@@ -69,7 +69,7 @@ def _log_axes(ax, x: bool = True, y: bool = True) -> None:
         span = _decades(get_lim())
         if span <= 3:
             axis.set_major_formatter(major)
-        axis.set_minor_formatter(minor_labels(span < 0.7) if span < 1.6 else NullFormatter())
+        axis.set_minor_formatter(minor_labels(span < 0.7) if span < 2.0 else NullFormatter())
 
 
 def _decades(lim) -> float:

@@ -1,0 +1,114 @@
+"""Stage II benchmark (ScalingNote Table 6 style): distil the ScalingDual query tower of
+`benchmarks/stage1.py` into MiniLM students of several depths and compare every query tower.
+
+    python benchmarks/stage1.py --data scifact ...      # first: trains scaling_dual / scaling_doc
+    python benchmarks/qkd.py --data scifact [--layers 1,2,4,6]
+
+Rows: student_<L>l (QKD students + frozen ScalingDual document embeddings = ScalingNote),
+scaling_dual (the teacher) and scaling_doc, each with non-embedding parameters, query
+QPS (batch 256, 2 threads), nDCG@10, R@100, and the QKD train / validation loss.
+Writes benchmarks/results/qkd_<data>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="scifact")
+    ap.add_argument("--layers", default="1,2,4,6")
+    ap.add_argument("--epochs", type=float, default=5.0)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--max-pseudo", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=42)
+    args = ap.parse_args()
+
+    import torch
+
+    from scalingnote.config import load_config
+    from scalingnote.data import load_beir
+    from scalingnote.data.pseudo import ICTConfig, ict_queries
+    from scalingnote.distill import DistillConfig, distill
+    from scalingnote.models import load_tower
+    from scalingnote.quickstart import query_qps
+
+    torch.set_num_threads(2)
+    data_dir = shared_data_dir() / args.data
+    s1 = REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
+    work = REPO_ROOT / ".cache" / "bench" / f"qkd_{args.data}"
+    stage1_rows = {r["method"]: r for r in json.loads((REPO_ROOT / "benchmarks" / "results" / f"stage1_{args.data}.json").read_text())["rows"]}
+    pseudo = work / "pseudo_ict"
+    if not (pseudo / "queries.jsonl").exists():
+        ict_queries(data_dir / "corpus.jsonl", pseudo, ICTConfig(seed=args.seed, max_docs=args.max_pseudo))
+    ds = load_beir(data_dir, "test")
+    test_texts = [q.text for q in ds.queries.values()]
+
+    rows = []
+    for L in [int(x) for x in args.layers.split(",")]:
+        cfg = load_config(
+            DistillConfig,
+            {
+                "teacher": str(s1 / "scaling_dual"),
+                "output_dir": str(work / f"student_{L}l"),
+                "cache_dir": str(work / "teacher_cache"),
+                "student": {"model": "minilm-l6", "num_layers": L, "max_length": 64},
+                "queries": [{"path": str(data_dir), "split": "train"}, {"path": str(pseudo / "queries.jsonl")}],
+                "optim": {"batch_size": args.batch_size, "epochs": args.epochs},
+                "eval_data": str(data_dir),
+                "seed": args.seed,
+            },
+        )
+        res = distill(cfg)
+        st = load_tower(work / f"student_{L}l" / "query_tower")
+        rows.append(
+            {
+                "method": f"student_{L}l",
+                "query_tower": f"minilm-l6 truncated to {L} layers (QKD)",
+                "non_embedding_params": st.non_embedding_params,
+                "query_qps": round(query_qps(st, test_texts), 1),
+                "ndcg@10": round(res["ndcg@10"], 4),
+                "r@100": round(res["r@100"], 4),
+                "qkd_train_loss": round(res["qkd_train_loss"], 4),
+                "qkd_val_loss": round(res["qkd_val_loss"], 4) if res["qkd_val_loss"] is not None else None,
+                "train_queries": res["train_queries"],
+                "train_seconds": res["train_seconds"],
+            }
+        )
+        print(rows[-1], flush=True)
+    for m in ("scaling_dual", "scaling_doc"):
+        qt = load_tower(s1 / m / "query_tower")
+        r = stage1_rows[m]
+        rows.append(
+            {
+                "method": m,
+                "query_tower": f"{r['query_tower']} ({r['query_layers']} layers)",
+                "non_embedding_params": qt.non_embedding_params,
+                "query_qps": round(query_qps(qt, test_texts), 1),
+                "ndcg@10": r["ndcg@10"],
+                "r@100": r["r@100"],
+                "qkd_train_loss": None,
+                "qkd_val_loss": None,
+                "train_queries": None,
+                "train_seconds": r["train_seconds"],
+            }
+        )
+    write_results(
+        f"qkd_{args.data}",
+        rows,
+        {"teacher": "scaling_dual of benchmarks/stage1.py", "students": "minilm-l6 truncated", "epochs": args.epochs,
+         "batch_size": args.batch_size, "lr": 3e-4, "lambda": 1.0, "queries": "train split queries + ICT pseudo-queries (test queries removed)",
+         "qps": "encode_queries, batch 256, torch threads 2", "seed": args.seed},
+    )
+
+
+if __name__ == "__main__":
+    main()
