@@ -238,11 +238,17 @@ def test_parse_kind():
 def test_exported_index_opens_with_dense_index_and_searches(tmp_path, query_tower, doc_tower, tiny_corpus):
     from scalingnote.index import DenseIndex, tower_identity
 
-    X = doc_tower.encode_documents(tiny_corpus, show_progress=False)
+    # Well-separated random unit vectors (the tiny random tower's embeddings are nearly identical,
+    # so float32 rounding would reorder near-ties); the tower only provides the identity checks.
+    rng = np.random.default_rng(0)
+    dim = doc_tower.out_dim
+    X = rng.standard_normal((len(tiny_corpus), dim)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
     pq = LearnedPQ.fit(X, m=4, nbits=4, opq=True, seed=0, niter=5, opq_niter=2)
     ids = [d.id for d in tiny_corpus]
-    queries = ["vitamin deficiency fracture", "product quantization centroid"]
-    qv = query_tower.encode_queries(queries, show_progress=False)
+    queries = rng.standard_normal((2, dim)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    qv = queries
     ref = qv @ pq.quantized(X).T
     for kind in ("PQ", "IVF4,PQ", "HNSW8,PQ"):
         path = export_index(pq, X, ids, tmp_path / kind.replace(",", "_"), kind, tower_info=tower_identity(doc_tower), nprobe=4)
