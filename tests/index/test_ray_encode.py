@@ -1,11 +1,11 @@
 """Ray Data corpus encoding (scalingnote.index.ray_encode): same shards as the in-process
 encoder, resumable by shard, Parquet input, clear errors.
 
-Tests that need a Ray cluster are ``slow``: a local Ray instance (2 CPUs, 127.0.0.1) is
-started once per module (10-20 s on the shared 2-core machine) and each Ray pipeline starts
-actors that import torch and load the tower (another 15-25 s under load), so even the
-shortest one takes 45-70 s here. The default run keeps the tests that need no cluster
-(argument checks, the Parquet reader, the CLI option).
+A local Ray instance (2 CPUs, 127.0.0.1) is started once per module (ray.init: ~5 s on the
+2-core machine when it is quiet, 10-20 s when other jobs load it) and each Ray pipeline
+starts actors that import torch and load the tower. One test runs by default (an in-process
+run interrupted, then finished by Ray: resume + equality + index build in one pipeline,
+~18 s quiet, up to ~70 s at load average 12); the other cluster tests are ``slow``.
 """
 
 from __future__ import annotations
@@ -87,10 +87,9 @@ def _assert_same_embeddings(a_dir: Path, b_dir: Path, atol: float = 1e-6) -> boo
     return bool(np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors)))
 
 
-# --------------------------------------------------------------------------- Ray cluster (slow)
+# --------------------------------------------------------------------------- Ray cluster
 
 
-@pytest.mark.slow
 def test_ray_finishes_an_interrupted_in_process_run_identically(ray_cluster, tmp_path, beir, reference, doc_tower, tiny_bert_dir):
     from scalingnote.index.ray_encode import encode_corpus_ray
 
