@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -351,4 +351,4 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["QuickstartConfig", "quickstart", "asdict"]
+__all__ = ["QuickstartConfig", "quickstart"]

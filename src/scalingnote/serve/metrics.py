@@ -65,18 +65,14 @@ class _Metric:
         return [f"# HELP {self.name} {self.help.replace(chr(10), ' ')}", f"# TYPE {self.name} {self.kind}"]
 
 
-class Counter(_Metric):
-    """A monotonically increasing count. ``name`` should end in ``_total``."""
-
-    kind = "counter"
+class _Scalar(_Metric):
+    """One float per label set (shared by :class:`Counter` and :class:`Gauge`)."""
 
     def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()):
         super().__init__(name, help, labelnames)
         self._values: dict[tuple[str, ...], float] = {} if labelnames else {(): 0.0}
 
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
-        if amount < 0:
-            raise ValueError("counters only go up")
+    def _add(self, amount: float, labels: dict[str, str]) -> None:
         key = self._key(labels)
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount
@@ -91,14 +87,21 @@ class Counter(_Metric):
         return self.header() + [f"{self.name}{_labels(self.labelnames, k)} {_fmt(v)}" for k, v in items]
 
 
-class Gauge(_Metric):
+class Counter(_Scalar):
+    """A monotonically increasing count. ``name`` should end in ``_total``."""
+
+    kind = "counter"
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        if amount < 0:
+            raise ValueError("counters only go up")
+        self._add(amount, labels)
+
+
+class Gauge(_Scalar):
     """A value that goes up and down."""
 
     kind = "gauge"
-
-    def __init__(self, name: str, help: str, labelnames: Sequence[str] = ()):
-        super().__init__(name, help, labelnames)
-        self._values: dict[tuple[str, ...], float] = {} if labelnames else {(): 0.0}
 
     def set(self, value: float, **labels: str) -> None:
         key = self._key(labels)
@@ -106,9 +109,7 @@ class Gauge(_Metric):
             self._values[key] = float(value)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
+        self._add(amount, labels)
 
     def dec(self, amount: float = 1.0, **labels: str) -> None:
         self.inc(-amount, **labels)
@@ -116,15 +117,6 @@ class Gauge(_Metric):
     def clear(self) -> None:
         with self._lock:
             self._values = {} if self.labelnames else {(): 0.0}
-
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(self._key(labels), 0.0)
-
-    def render(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return self.header() + [f"{self.name}{_labels(self.labelnames, k)} {_fmt(v)}" for k, v in items]
 
 
 class Histogram(_Metric):

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.config import config_to_dict, save_config
+from scalingnote.config import save_config
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
 from scalingnote.training.config import TowerSpec, TrainConfig
@@ -210,4 +210,4 @@ def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     return load_config(TrainConfig, path, **overrides)
 
 
-__all__ = ["build_towers", "evaluate_pair", "load_train_config", "train", "config_to_dict"]
+__all__ = ["build_towers", "evaluate_pair", "init_centers", "load_train_config", "train"]
