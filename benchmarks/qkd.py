@@ -101,6 +101,17 @@ def main() -> None:
                 "train_seconds": r["train_seconds"],
             }
         )
+    # reference: the LLM query tower at the pre-trained depth (30 layers; QPS only, not trained)
+    full = load_tower("smollm2-135m", "query", dim=128, pooling=load_tower(s1 / "scaling_dual" / "query_tower").config.pooling)
+    rows.append(
+        {
+            "method": "smollm2_full_depth_reference",
+            "query_tower": f"smollm2-135m ({full.config.num_layers} layers, untrained; query cost only)",
+            "non_embedding_params": full.non_embedding_params,
+            "query_qps": round(query_qps(full, test_texts), 1),
+            "ndcg@10": None, "r@100": None, "qkd_train_loss": None, "qkd_val_loss": None, "train_queries": None, "train_seconds": None,
+        }
+    )
     write_results(
         f"qkd_{args.data}",
         rows,

@@ -17,7 +17,9 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 #: (results file, title, columns to show; None = all scalar columns)
 TABLES: list[tuple[str, str, list[str] | None]] = [
     ("bm25", "BM25 baseline (test splits)", ["dataset", "language", "queries", "ndcg@10", "recall@100", "r@100", "mrr@10", "map"]),
-    ("stage1_scifact", "Stage I on SciFact (train -> test)", None),
+    ("stage1_scifact", "Stage I on SciFact (train -> test; SmolLM2 mean pooling, centre + PCA head init)", None),
+    ("llm_pooling_scifact", "Zero-shot SmolLM2 by depth and pooling (SciFact sub-corpus; why the LLM towers mean-pool on CPU)", None),
+    ("stage1_scifact_placeholder", "Stage I on SciFact with the paper's placeholder pooling (earlier run: random head, 2 layers)", None),
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
     ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
@@ -28,6 +30,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("tmj_scifact", "Learned PQ (TMJ) on SciFact", None),
     ("encode_throughput", "Encoding throughput (CPU, fp32, 2 threads)", None),
     ("data_stats", "Training-data statistics", None),
+    ("learnability", "Is the synthetic log learnable? TwinBERT on real vs shuffled triplets", None),
     ("serve_loadtest", "Online service load test", None),
     ("scaling_fit", "Scaling-law fits", None),
 ]

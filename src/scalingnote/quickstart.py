@@ -38,8 +38,12 @@ class QuickstartConfig:
     seed: int = 0
     llm: str = "smollm2-135m"
     llm_layers: int = 2
+    #: SmolLM2 pooling: "mean" (not in the paper; a truncated, briefly trained decoder is at chance
+    #: with the paper's placeholder pooling) or "placeholder" (§3.2)
+    llm_pooling: str = "mean"
     bert: str = "minilm-l6"
     student_layers: int = 6
+    dim: int = 128  #: embedding size (Matryoshka dims 16, 32, 64 ... up to it)
     synth_docs: int = 1500
     synth_queries: int = 800
     steps: int = 40
@@ -57,7 +61,7 @@ class QuickstartConfig:
     qkd_epochs: float = 4.0
     qkd_batch_size: int = 128
     qkd_max_pseudo_queries: int = 3000
-    index_factory: str | None = None  #: default IVF{~4·sqrt(n)},PQ16x8 (32x compression of 128-d fp32)
+    index_factory: str | None = None  #: default: see :func:`default_factory`
     semantic_id_layers: int = 6
     rerank: int = 100
     nprobe: int = 16
@@ -101,7 +105,11 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out: Path):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
 
-    llm = {"model": cfg.llm, "num_layers": cfg.llm_layers}
+    if cfg.llm_pooling not in ("mean", "placeholder"):
+        from scalingnote.errors import ConfigError
+
+        raise ConfigError(None, None, "llm_pooling", f"must be 'mean' or 'placeholder', got {cfg.llm_pooling!r}")
+    llm = {"model": cfg.llm, "num_layers": cfg.llm_layers, "pooling": "mean" if cfg.llm_pooling == "mean" else None}
     bert = {"model": cfg.bert}
     q, d = {"scaling_dual": (llm, llm), "scaling_doc": (bert, llm), "twinbert": (bert, bert)}[method]
     lr, head_lr = (cfg.bert_lr, cfg.bert_head_lr) if method == "twinbert" else (cfg.llm_lr, cfg.llm_head_lr)
@@ -110,6 +118,8 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out: Path):
         {
             "method": method,
             "output_dir": str(out / "stage1" / method),
+            "dim": cfg.dim,
+            "loss": {"dims": [m for m in (16, 32, 64) if m < cfg.dim] + [cfg.dim]},
             "query_tower": {**q, "max_length": cfg.query_max_length},
             "doc_tower": {**d, "max_length": cfg.doc_max_length},
             "data": {
@@ -182,9 +192,14 @@ def run_qkd(cfg: QuickstartConfig, data: dict, out: Path, pseudo: str | None) ->
 
 
 def default_factory(n: int, dim: int) -> str:
+    """IVF with ~4·sqrt(n) lists and 16 PQ sub-quantisers (32x compression of 128-d fp32 at 8 bits).
+
+    Below 10k vectors the codes are 4-bit (64x): 8-bit PQ needs 256 centroids per sub-space,
+    i.e. >= 9,984 training vectors for FAISS's 39-per-centroid rule."""
     nlist = max(4, min(4096, int(4 * math.sqrt(n))))
     m = 16 if dim % 16 == 0 else 8
-    return f"IVF{nlist},PQ{m}x8"
+    bits = 8 if n >= 10_000 else 4
+    return f"IVF{nlist},PQ{m}x{bits}"
 
 
 def build_ivfpq(cfg: QuickstartConfig, out: Path) -> Path:

@@ -99,6 +99,28 @@ def test_llm_document_views_pool_before_placeholders(llm, side, max_len):
             torch.testing.assert_close(views[v][b], h[e.view_positions[j]], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_llm_mean_pooling_query_and_document_segments(llm, side):
+    q = load_tower(llm[1], "query", device="cpu", pooling="mean")
+    seqs = q.query_ids(QUERIES)
+    with torch.no_grad():
+        out = q(q.tokenize_queries(QUERIES, padding_side=side))
+    for i, s in enumerate(seqs):
+        torch.testing.assert_close(out[i], _unbatched_hidden(q, s).mean(0), atol=1e-5, rtol=1e-4)
+    d = load_tower(llm[1], "document", device="cpu", pooling="mean")
+    encs = d.document_encodings(DOCS, max_length=70)
+    with torch.no_grad():
+        views = d(d.collate_documents(encs, padding_side=side))
+    for b, e in enumerate(encs):
+        h = _unbatched_hidden(d, e.input_ids)
+        t, c, em = e.view_positions
+        want = {"title": h[: t + 1].mean(0), "content": h[t + 1 : c + 1].mean(0), "emb": h[: em + 1].mean(0)}
+        for v in VIEWS:
+            torch.testing.assert_close(views[v][b], want[v], atol=1e-5, rtol=1e-4)
+    # mean-pooled LLM towers form their own embedding space (not the placeholder one)
+    assert q.compat_id == d.compat_id != load_tower(llm[1], "query", device="cpu").compat_id
+
+
 def test_llm_document_forward_rejects_foreign_positions(llm):
     d = load_tower(llm[1], "document", device="cpu")
     batch = d.tokenize_documents(DOCS[:2])

@@ -72,6 +72,10 @@ def main() -> None:
     if rank() == 0:
         grads = {n: p.grad.detach().clone() for n, p in model.module.named_parameters()}
         torch.save({"loss": float(mean_loss), "grads": grads}, out)
+    # Tear down in order: DDP (its reducer holds the process group) before the group, and no rank
+    # before its peer is done (otherwise: "terminate called without an active exception", SIGABRT).
+    del model
+    dist.barrier()
     dist.destroy_process_group()
 
 

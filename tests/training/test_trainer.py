@@ -129,3 +129,31 @@ def test_bad_config_is_a_clear_error(tiny, tmp_path):
     assert e.value.line == 3 and e.value.field == "optim.batchsize"
     with pytest.raises(ConfigError, match="largest Matryoshka dim"):
         load_config(TrainConfig, {"dim": 256})
+
+
+@pytest.mark.parametrize("method", ["scaling_dual", "scaling_doc"])
+def test_pca_projection_init(tiny, tmp_path, method):
+    from scalingnote.training.driver import _pooled_sample, init_centers
+
+    cfg = _cfg(tiny, tmp_path / method, method, dim=16, loss={"dims": [8, 16]})  # 16 < hidden size
+    qt, dt = build_towers(cfg, torch.device("cpu"))
+    data = load_training_data(cfg.data, cfg.seed, show_progress=False)
+    w_random = dt.projection.weight.detach().clone()
+    init_centers(qt, dt, data.train, n=64, pca=True)
+    for t in (qt, dt):
+        w = t.projection.weight.detach()
+        scale = t.config.hidden_size / w.shape[0]  # orthogonal rows, same scale as the random init
+        torch.testing.assert_close(w @ w.T, scale * torch.eye(w.shape[0]), atol=1e-4, rtol=0)
+        assert t.config.projection_init == "pca"
+    # one PCA over both towers when they share a base model (aligned spaces), else one each
+    assert torch.equal(qt.projection.weight, dt.projection.weight) == (method == "scaling_dual")
+    states = _pooled_sample(dt, [e.pos for e in data.train[:64]], lambda t, xs: t.tokenize_documents(xs), 16) - dt.center
+    if method == "scaling_dual":  # the joint PCA ranks the variance of both towers' states together
+        qs = _pooled_sample(qt, [e.query for e in data.train[:64]], lambda t, xs: t.tokenize_queries(xs), 16) - qt.center
+        states = torch.cat([qs, states])
+    var = (states @ dt.projection.weight.detach().T).pow(2).mean(0)
+    assert torch.all(var[:-1] >= var[1:] - 1e-6)  # largest variance first (Matryoshka prefixes)
+    if method == "scaling_doc":  # its own PCA keeps more variance than the random orthogonal start
+        assert var.sum() > (states @ w_random.T).pow(2).mean(0).sum()
+    with pytest.raises(ValueError, match="needs center=True"):
+        _cfg(tiny, tmp_path / "x", method, center=False)

@@ -99,8 +99,8 @@ FORMAT = "scalingnote-tower"
 FORMAT_VERSION = 1
 ROLES = ("query", "document")
 POOLINGS = {
-    ("llm", "query"): ("last",),
-    ("llm", "document"): ("prompt",),
+    ("llm", "query"): ("last", "mean"),
+    ("llm", "document"): ("prompt", "mean"),
     ("bert", "query"): ("cls", "mean"),
     ("bert", "document"): ("cls", "mean"),
 }
@@ -126,7 +126,9 @@ class TowerConfig:
     base_num_layers: int  #: layers of the base checkpoint (before truncation)
     dim: int | None  #: projection size; None = no projection (output = hidden size)
     matryoshka_dims: list[int]
-    pooling: str  #: "last" (LLM query), "prompt" (LLM document), "cls" or "mean" (BERT)
+    #: "last" (LLM query, §3.2) / "prompt" (LLM document, §3.2) / "mean" (LLM, not in the
+    #: paper: see :func:`_segment_means`); "cls" or "mean" (BERT)
+    pooling: str
     max_query_length: int = DEFAULT_MAX_QUERY_LENGTH
     max_doc_length: int = 512
     doc_prompt: str | None = None  #: LLM document towers: the §3.2 template
@@ -212,6 +214,30 @@ def orthogonal_projection(hidden: int, dim: int, seed: int) -> torch.Tensor:
     return (q.T * math.sqrt(hidden / dim)).to(torch.float32).contiguous()
 
 
+def _segment_means(h: torch.Tensor, mask: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    """Mean of the hidden states of consecutive segments of each sequence.
+
+    ``ends [B, S]`` are inclusive, ascending end positions: segment ``s`` covers the real
+    (``mask`` = 1) tokens in ``(ends[:, s-1], ends[:, s]]``, the first one starts at the first
+    real token. Returns ``[B, S, H]``.
+
+    This is the ``"mean"`` pooling of LLM towers, **not the paper's** placeholder pooling
+    (§3.2 reads one hidden state before each placeholder). A truncated, untrained decoder's
+    last-token states are nearly identical across texts (zero-shot SmolLM2 at 1-16 layers: see
+    ``benchmarks/results/llm_pooling_scifact.json``), and mean pooling over a causal decoder is
+    the usual remedy (SGPT, Muennighoff 2022).
+    """
+    m = mask.to(h.dtype).unsqueeze(-1)
+    csum = torch.cumsum(h * m, dim=1)  # [B, L, H]
+    ccount = torch.cumsum(m, dim=1)  # [B, L, 1]
+    idx = ends.long()
+    sums = csum.gather(1, idx.unsqueeze(-1).expand(-1, -1, h.shape[-1]))
+    counts = ccount.gather(1, idx.unsqueeze(-1))
+    prev_sums = torch.cat([torch.zeros_like(sums[:, :1]), sums[:, :-1]], dim=1)
+    prev_counts = torch.cat([torch.zeros_like(counts[:, :1]), counts[:, :-1]], dim=1)
+    return (sums - prev_sums) / (counts - prev_counts).clamp(min=1)
+
+
 def _as_texts(texts: Any, what: str) -> list[str]:
     """Strings (or :class:`~scalingnote.data.Query` records, whose ``.text`` is used)."""
     if isinstance(texts, str):
@@ -294,7 +320,10 @@ class Tower(nn.Module):
         w = weights_digest(self)
         cfg = self.config
         fp = _sha({"format": FORMAT, "config": cfg.identity(), "tokenizer": tok, "weights": w})
-        family = "llm" if cfg.kind == "llm" else cfg.pooling
+        if cfg.kind == "llm":
+            family = "llm-mean" if cfg.pooling == "mean" else "llm"
+        else:
+            family = cfg.pooling
         space = _sha({"kind": cfg.kind, "out_dim": cfg.out_dim, "family": family, "tokenizer": tok, "weights": w})
         return {"fingerprint": fp, "space_id": space}
 
@@ -531,6 +560,8 @@ class QueryTower(Tower):
             # last non-padding position, under left or right padding (§3.2, Eq. 2)
             pos = torch.arange(mask.shape[1], device=mask.device)
             last = (mask * pos).argmax(-1)
+            if self.config.pooling == "mean":
+                return _segment_means(h, mask, last.unsqueeze(1))[:, 0]
             return h[torch.arange(h.shape[0], device=h.device), last]
         return self._pool_bert(h, mask)
 
@@ -613,6 +644,11 @@ class DocumentTower(Tower):
             expected = torch.tensor([self.prompt.placeholder_ids[v] for v in VIEWS], device=h.device)
             if not bool((ids.gather(1, vp + 1) == expected).all()):
                 raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this tower")
+            if self.config.pooling == "mean":
+                mask = batch["attention_mask"].to(h.device)
+                segs = _segment_means(h, mask, vp[:, :2])  # title: ..vp_t, content: vp_t+1..vp_c
+                emb = _segment_means(h, mask, vp[:, 2:])  # emb: the whole prompt up to vp_e
+                return torch.cat([segs, emb], dim=1)
             rows = torch.arange(h.shape[0], device=h.device).unsqueeze(1)
             return h[rows, vp]  # §3.2 Eq. 1: the state just before each placeholder
         mask = batch["attention_mask"].to(h.device)
@@ -937,9 +973,13 @@ def load_tower_pair(
     cache_dir: str | os.PathLike | None = None,
     dtype: torch.dtype | str | None = None,
     device: torch.device | str | None = None,
+    query_pooling: str | None = None,
+    doc_pooling: str | None = None,
     **kwargs: Any,
 ) -> tuple[QueryTower, DocumentTower]:
     """A query and a document tower initialised from the same base model (loaded once).
+
+    ``pooling`` applies to both towers; ``query_pooling`` / ``doc_pooling`` override it per tower.
 
     Stage I (§3.2) starts both towers from one checkpoint; their weights are independent
     copies. Built with the same settings they share a ``compat_id`` (rule 1).
@@ -950,9 +990,9 @@ def load_tower_pair(
     bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
     bb.source = dataclasses.replace(bb.source, name=src.name)
     bb2 = dataclasses.replace(bb, model=copy.deepcopy(bb.model), tokenizer=copy.deepcopy(bb.tokenizer))
-    common = dict(dim=dim, pooling=pooling, device=device, dtype=dtype, **kwargs)
-    q = build_tower(bb, "query", **common)
-    d = build_tower(bb2, "document", **common)
+    common = dict(dim=dim, device=device, dtype=dtype, **kwargs)
+    q = build_tower(bb, "query", pooling=query_pooling or pooling, **common)
+    d = build_tower(bb2, "document", pooling=doc_pooling or pooling, **common)
     return q, d  # type: ignore[return-value]
 
 

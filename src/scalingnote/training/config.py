@@ -24,7 +24,9 @@ class TowerSpec:
 
     model: str
     num_layers: int | None = None
-    pooling: str | None = None  #: BERT: "cls" (paper Eq. 13–14) or "mean"; LLM query: "last"
+    #: None = the tower default. BERT: "cls" (paper Eq. 13–14) or "mean"; LLM: "last" (query) /
+    #: "prompt" (document), the paper's placeholder pooling (§3.2), or "mean" (not in the paper)
+    pooling: str | None = None
     max_length: int = 64
 
 
@@ -105,12 +107,18 @@ class TrainConfig:
     keep_checkpoints: int = 2
     log_every: int = 10
     eval_batch_size: int = 64
-    evaluate_zero_shot: bool = False  #: also evaluate the untrained starting point
+    evaluate_zero_shot: bool = False  #: also evaluate the starting point (after the centre / W init)
     #: Subtract the mean pooled state (over ``center_samples`` training texts) before W. Not in
     #: the paper: decoder hidden states are strongly anisotropic (SmolLM2 placeholder states have
     #: mean pairwise cosine ~0.97), which leaves a short CPU run at chance; centring fixes that.
     center: bool = True
     center_samples: int = 256
+    #: Initial W (Eq. 3-4 / Eq. 14): "orthogonal" (random, seeded) or "pca": the top principal
+    #: directions of the centred pooled states of the ``center_samples`` texts (needs ``center``),
+    #: fitted jointly over both towers when they share a base model so their spaces stay aligned.
+    #: Not in the paper: a random 576->128 W throws away most of a pre-trained space, which a short
+    #: CPU run cannot re-learn (measured in benchmarks/results/stage1_scifact.json).
+    projection_init: Literal["orthogonal", "pca"] = "pca"
     show_progress: bool = True
 
     def __post_init__(self) -> None:
@@ -118,6 +126,8 @@ class TrainConfig:
             raise ValueError(f"dim={self.dim} must be the largest Matryoshka dim (loss.dims={self.loss.dims})")
         if max(self.loss.dims) != self.dim:
             raise ValueError(f"loss.dims={self.loss.dims} must not exceed dim={self.dim}")
+        if self.projection_init == "pca" and not self.center:
+            raise ValueError("projection_init='pca' needs center=True (PCA of the centred pooled states)")
         if self.optim.batch_size < 2:
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:

@@ -16,6 +16,8 @@ evaluation corpus encoded by the final document tower, reused by QKD).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import logging
 import time
@@ -49,7 +51,8 @@ def build_towers(cfg: TrainConfig, device=None):
                 f"same model and num_layers (got {q.model}/{q.num_layers} and {d.model}/{d.num_layers})"
             )
         qt, dt = load_tower_pair(
-            q.model, num_layers=q.num_layers, max_query_length=q.max_length, max_doc_length=d.max_length, **common
+            q.model, num_layers=q.num_layers, max_query_length=q.max_length, max_doc_length=d.max_length,
+            query_pooling=q.pooling, doc_pooling=d.pooling, **common
         )
     else:
         qt = load_tower(q.model, "query", num_layers=q.num_layers, pooling=q.pooling, max_query_length=q.max_length, **common)
@@ -63,30 +66,71 @@ def build_towers(cfg: TrainConfig, device=None):
     return qt, dt
 
 
-def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32) -> None:
-    """Set each tower's centre to the mean pooled hidden state over (up to) ``n`` training
-    queries / positive documents (all three document views pooled together)."""
+def _pooled_sample(tower, items, tok, batch_size: int):
+    import torch
+
+    was_training = tower.training
+    tower.eval()
+    parts = []
+    with torch.no_grad():
+        for i in range(0, len(items), batch_size):
+            batch = tok(tower, items[i : i + batch_size])
+            p = tower.pooled({k: v.to(tower.device) for k, v in batch.items()}).float()
+            parts.append(p.reshape(-1, p.shape[-1]).cpu())
+    tower.train(was_training)
+    return torch.cat(parts)
+
+
+def _top_directions(x, k: int):
+    """``[k, H]``: the top-``k`` principal directions of the (already centred) rows of ``x``, each
+    with its sign fixed so that its largest-magnitude coordinate is positive (deterministic)."""
+    import torch
+
+    _, _, vh = torch.linalg.svd(x.double(), full_matrices=False)
+    v = vh[:k]
+    idx = v.abs().argmax(dim=1, keepdim=True)
+    return (v * torch.sign(v.gather(1, idx))).float()
+
+
+def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool = False) -> None:
+    """Set each tower's centre ``c`` to the mean pooled hidden state over (up to) ``n`` training
+    queries / positive documents (all three document views pooled together).
+
+    With ``pca``, also set ``W`` to the top principal directions of the centred states (largest
+    first, so Matryoshka prefixes keep the most variance). When both towers have the same
+    base model and hidden size, one PCA over both towers' states keeps their spaces aligned;
+    otherwise each tower gets its own (there is nothing to align to).
+    """
     import torch
 
     sample = examples[:n]
+    towers = []
     for tower, items, tok in (
         (qt, [e.query for e in sample], lambda t, xs: t.tokenize_queries(xs)),
         (dt, [e.pos for e in sample], lambda t, xs: t.tokenize_documents(xs)),
     ):
         if tower.projection is None or not items:
             continue
-        was_training = tower.training
-        tower.eval()
-        total, count = None, 0
-        with torch.no_grad():
-            for i in range(0, len(items), batch_size):
-                batch = tok(tower, items[i : i + batch_size])
-                p = tower.pooled({k: v.to(tower.device) for k, v in batch.items()}).float()
-                p = p.reshape(-1, p.shape[-1])
-                total = p.sum(0) if total is None else total + p.sum(0)
-                count += p.shape[0]
-        tower.set_center(total / count)
-        tower.train(was_training)
+        p = _pooled_sample(tower, items, tok, batch_size)
+        c = p.mean(0)
+        tower.set_center(c)
+        towers.append((tower, p - c))
+    if not pca or not towers:
+        return
+    same_space = len(towers) == 2 and qt.config.base_model == dt.config.base_model and qt.config.hidden_size == dt.config.hidden_size
+    groups = [towers] if same_space else [[t] for t in towers]
+    for group in groups:
+        k = group[0][0].projection.weight.shape[0]
+        x = torch.cat([p for _, p in group])
+        if x.shape[0] < k:
+            raise ScalingNoteError(f"projection_init='pca' needs >= {k} pooled samples, got {x.shape[0]}; raise center_samples")
+        # same scale as the random init (orthogonal_projection): norm-preserving in expectation
+        w = _top_directions(x, k) * (x.shape[1] / k) ** 0.5
+        for tower, _ in group:
+            with torch.no_grad():
+                tower.projection.weight.copy_(w.to(tower.projection.weight.device, tower.projection.weight.dtype))
+            tower.config = dataclasses.replace(tower.config, projection_init="pca")
+            tower._ids = None
 
 
 def _setup_lora(cfg: TrainConfig, towers) -> None:
@@ -140,15 +184,14 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         "doc_tower_non_embedding_params": dt.non_embedding_params,
     }
     corpus = data.corpus
-    if cfg.evaluate_zero_shot and data.eval_qrels and D.rank() == 0:
-        zs = evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_")
-        results.update(zs)
-
     if cfg.center:
         import numpy as _np
 
         order = _np.random.default_rng(cfg.seed).permutation(len(data.train))
-        init_centers(qt, dt, [data.train[i] for i in order[: cfg.center_samples]])
+        init_centers(qt, dt, [data.train[i] for i in order[: cfg.center_samples]], pca=cfg.projection_init == "pca")
+    if cfg.evaluate_zero_shot and data.eval_qrels and D.rank() == 0:
+        # the starting point of training: pre-trained backbones + the initial centre / W
+        results.update(evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_"))
     _setup_lora(cfg, (qt, dt))
     trainer = Trainer(cfg, qt, dt, data.train, device)
     results["total_steps"] = trainer.total_steps
