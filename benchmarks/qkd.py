@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--max-pseudo", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--stage1", default=None,
+                    help="directory with the Stage I runs scaling_dual/ and scaling_doc/ (default .cache/bench/stage1_<data>; "
+                         "a quick-start run's <out>/stage1 works too)")
     args = ap.parse_args()
 
     import torch
@@ -43,9 +46,9 @@ def main() -> None:
 
     torch.set_num_threads(2)
     data_dir = shared_data_dir() / args.data
-    s1 = REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
+    s1 = Path(args.stage1).resolve() if args.stage1 else REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
     work = REPO_ROOT / ".cache" / "bench" / f"qkd_{args.data}"
-    stage1_rows = {r["method"]: r for r in json.loads((REPO_ROOT / "benchmarks" / "results" / f"stage1_{args.data}.json").read_text())["rows"]}
+    stage1_metrics = {m: json.loads((s1 / m / "run.json").read_text())["metrics"] for m in ("scaling_dual", "scaling_doc")}
     pseudo = work / "pseudo_ict"
     if not (pseudo / "queries.jsonl").exists():
         ict_queries(data_dir / "corpus.jsonl", pseudo, ICTConfig(seed=args.seed, max_docs=args.max_pseudo))
@@ -86,15 +89,15 @@ def main() -> None:
         print(rows[-1], flush=True)
     for m in ("scaling_dual", "scaling_doc"):
         qt = load_tower(s1 / m / "query_tower")
-        r = stage1_rows[m]
+        r = stage1_metrics[m]
         rows.append(
             {
                 "method": m,
-                "query_tower": f"{r['query_tower']} ({r['query_layers']} layers)",
+                "query_tower": f"{qt.config.base_model} ({qt.config.num_layers} layers, {qt.config.pooling} pooling)",
                 "non_embedding_params": qt.non_embedding_params,
                 "query_qps": round(query_qps(qt, test_texts), 1),
-                "ndcg@10": r["ndcg@10"],
-                "r@100": r["r@100"],
+                "ndcg@10": round(r["ndcg@10"], 4),
+                "r@100": round(r["r@100"], 4),
                 "qkd_train_loss": None,
                 "qkd_val_loss": None,
                 "train_queries": None,
@@ -115,7 +118,7 @@ def main() -> None:
     write_results(
         f"qkd_{args.data}",
         rows,
-        {"teacher": "scaling_dual of benchmarks/stage1.py", "students": "minilm-l6 truncated", "epochs": args.epochs,
+        {"teacher": f"scaling_dual of {s1.relative_to(REPO_ROOT) if s1.is_relative_to(REPO_ROOT) else s1}", "students": "minilm-l6 truncated", "epochs": args.epochs,
          "batch_size": args.batch_size, "lr": 3e-4, "lambda": 1.0, "queries": "train split queries + ICT pseudo-queries (test queries removed)",
          "qps": "encode_queries, batch 256, torch threads 2", "seed": args.seed},
     )

@@ -25,13 +25,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=None, help="name of a set under ../shared/data (default: synthetic)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--evaluate-start", action="store_true", help="also evaluate each Stage I method before training")
     args = ap.parse_args()
 
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
     name = args.data or "synthetic"
     out = Path(args.out) if args.out else REPO_ROOT / "runs" / ("quickstart" if name == "synthetic" else f"quickstart_{name}")
-    cfg = QuickstartConfig(out=str(out), data=str(shared_data_dir() / args.data) if args.data else None, show_progress=False)
+    cfg = QuickstartConfig(out=str(out), data=str(shared_data_dir() / args.data) if args.data else None, show_progress=False,
+                           evaluate_start=args.evaluate_start)
     rows = quickstart(cfg)
     run = json.loads((out / "results.json").read_text())
     flat = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]

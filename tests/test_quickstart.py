@@ -22,7 +22,7 @@ def _cfg(tiny_models, out, **over):
     base = dict(
         out=str(out), llm=llm, bert=bert, llm_layers=2, student_layers=1, dim=32, synth_docs=120, synth_queries=60,
         steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-        query_max_length=16, doc_max_length=64, show_progress=False,
+        query_max_length=16, doc_max_length=64, show_progress=False, evaluate_start=True,
     )
     base.update(over)
     return QuickstartConfig(**base)
@@ -36,6 +36,7 @@ def test_quickstart_runs_end_to_end_and_resumes(tiny_models, tmp_path, capsys):
     assert {"twinbert", "scaling_doc", "scaling_dual"} <= set(methods)
     for r in rows:
         assert 0.0 <= r["ndcg@10"] <= 1.0 and 0.0 <= r["r@100"] <= 1.0, r
+    assert all(0.0 <= r["start_ndcg@10"] <= 1.0 for r in rows if r["method"] in ("twinbert", "scaling_doc", "scaling_dual"))
     printed = capsys.readouterr().out
     assert "scalingnote serve --index" in printed and str(out / "qkd" / "query_tower") in printed
     res = json.loads((out / "results.json").read_text())

@@ -67,6 +67,9 @@ class QuickstartConfig:
     nprobe: int = 16
     eval_split: str = "test"
     max_eval_queries: int | None = None
+    #: also evaluate each Stage I method's starting point (pre-trained towers + centre + PCA head):
+    #: the ``start_ndcg@10`` / ``start_r@100`` columns; costs one more corpus encoding per method
+    evaluate_start: bool = False
     show_progress: bool = True
 
 
@@ -133,6 +136,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out: Path):
                       "lr": lr, "head_lr": head_lr},
             "seed": cfg.seed,
             "save_every": 10,
+            "evaluate_zero_shot": cfg.evaluate_start,
             "show_progress": cfg.show_progress,
         },
     )
@@ -307,9 +311,11 @@ def evaluate_all(cfg: QuickstartConfig, data: dict, out: Path, index_dir: Path) 
         d_emb = truncate_normalize(np.load(s1 / "doc_embeddings.npy"))
         q_emb = truncate_normalize(qt.encode_queries(qtexts, batch_size=256, show_progress=False))
         run = exact_search(q_emb, qids, d_emb, ids, k=100)
+        m1 = json.loads((s1 / "run.json").read_text())["metrics"]
+        start = {f"start_{k}": m1[f"zero_shot_{k}"] for k in ("ndcg@10", "r@100") if f"zero_shot_{k}" in m1}
         rows.append({"method": method, "query_tower": f"{qt.config.base_model} ({qt.config.num_layers}L)",
                      "query_params": qt.non_embedding_params, "query_qps": round(query_qps(qt, qtexts), 1),
-                     **evaluate(run, qrels, metrics), "auc": auc_of(q_emb, d_emb, ids), "search": "exact"})
+                     **evaluate(run, qrels, metrics), "auc": auc_of(q_emb, d_emb, ids), "search": "exact", **start})
     # ScalingNote: the distilled student over the frozen ScalingDual document embeddings
     st = load_tower(out / "qkd" / "query_tower")
     s1 = out / "stage1" / "scaling_dual"
@@ -331,6 +337,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     cols = ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]
+    if any("start_ndcg@10" in r for r in rows):
+        cols.insert(cols.index("auc"), "start_ndcg@10")
     t = Table(title="scalingnote quickstart: retrieval quality and query cost")
     for c in cols:
         t.add_column(c, justify="left" if c in ("method", "query_tower", "search") else "right")
