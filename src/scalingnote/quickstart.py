@@ -131,6 +131,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out: Path):
                 "validation_triplets": data["validation_triplets"],
                 "eval_split": cfg.eval_split,
                 "max_eval_queries": cfg.max_eval_queries,
+                "eval_overlap": "drop",  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
             },
             "optim": {"batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "max_steps": cfg.steps, "epochs": 1000.0,
                       "lr": lr, "head_lr": head_lr},

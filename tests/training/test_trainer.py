@@ -157,3 +157,23 @@ def test_pca_projection_init(tiny, tmp_path, method):
         assert var.sum() > (states @ w_random.T).pow(2).mean(0).sum()
     with pytest.raises(ValueError, match="needs center=True"):
         _cfg(tiny, tmp_path / "x", method, center=False)
+
+
+def test_eval_queries_in_training_qrels_error_or_drop(tiny, tmp_path):
+    import shutil
+
+    from scalingnote.errors import ScalingNoteError
+
+    root = tmp_path / "beir"
+    shutil.copytree(tiny["data"], root)
+    train_lines = (root / "qrels" / "train.tsv").read_text().splitlines()
+    qid, did = train_lines[1].split("\t")[:2]
+    with open(root / "qrels" / "test.tsv", "a") as fh:  # a test query that is also a training query
+        fh.write(f"{qid}\t{did}\t1\n")
+    cfg = _cfg({**tiny, "data": str(root)}, tmp_path / "o")
+    with pytest.raises(ScalingNoteError, match="eval_overlap: drop"):
+        load_training_data(cfg.data, cfg.seed, show_progress=False)
+    cfg = _cfg({**tiny, "data": str(root)}, tmp_path / "o", data={"eval_overlap": "drop"})
+    data = load_training_data(cfg.data, cfg.seed, show_progress=False)
+    assert data.dropped_eval_overlap == 1 and qid in data.eval_qrels
+    assert qid not in {e.query_id for e in data.train + data.validation}

@@ -46,6 +46,9 @@ class DataSpec:
     validation_fraction: float = 0.1  #: queries held out (by query) for contrastive perplexity
     max_train_examples: int | None = None
     max_eval_queries: int | None = None
+    #: evaluation queries that are also training queries: "error", or "drop" them from training
+    #: (e.g. KUAKE-QTR: 1,328 of its 1,473 test queries also have train qrels, with other titles)
+    eval_overlap: Literal["error", "drop"] = "error"
 
 
 @dataclass

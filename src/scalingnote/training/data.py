@@ -41,6 +41,7 @@ class TrainingData:
     queries: dict[str, str]
     eval_qrels: Qrels | None
     eval_queries: dict[str, str]
+    dropped_eval_overlap: int = 0  #: training queries dropped because they are evaluation queries
 
     def validation_qrels(self) -> Qrels:
         out: Qrels = {}
@@ -101,20 +102,30 @@ def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True) ->
 
     eval_qrels = None
     eval_queries: dict[str, str] = {}
+    dropped = 0
     if spec.eval_split:
         eval_qrels = load_qrels(qrels_path(root, spec.eval_split), all_queries, corpus)
-        train_q = {e.query_id for e in train}
+        train_q = {e.query_id for e in train} | {e.query_id for e in validation}
         leaked = sorted(set(eval_qrels) & train_q)
-        if leaked:
+        if leaked and spec.eval_overlap == "error":
             raise ScalingNoteError(
-                f"{len(leaked)} evaluation queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r})"
+                f"{len(leaked)} evaluation queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r}); "
+                "set data.eval_overlap: drop to train without them"
             )
+        if leaked:
+            gone = set(leaked)
+            dropped = len(gone)
+            train = [e for e in train if e.query_id not in gone]
+            validation = [e for e in validation if e.query_id not in gone]
+            log.warning("%d evaluation queries of split %r are also training queries: dropped from training", dropped, spec.eval_split)
+            if not train:
+                raise ScalingNoteError(f"{spec.data_dir}: no training examples left after dropping the evaluation queries")
         qids = sorted(eval_qrels)
         if spec.max_eval_queries is not None:
             qids = qids[: spec.max_eval_queries]
             eval_qrels = {q: eval_qrels[q] for q in qids}
         eval_queries = {q: all_queries[q] for q in qids}
-    return TrainingData(train, validation, corpus, all_queries, eval_qrels, eval_queries)
+    return TrainingData(train, validation, corpus, all_queries, eval_qrels, eval_queries, dropped_eval_overlap=dropped)
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -180,6 +180,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         "method": cfg.method,
         "train_examples": len(data.train),
         "validation_examples": len(data.validation),
+        "dropped_eval_overlap_queries": data.dropped_eval_overlap,
         "query_tower_non_embedding_params": qt.non_embedding_params,
         "doc_tower_non_embedding_params": dt.non_embedding_params,
     }
