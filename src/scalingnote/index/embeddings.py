@@ -110,7 +110,7 @@ def shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
     return base.with_suffix(".npy"), Path(str(base) + ".ids.json")
 
 
-def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
     path = out_dir / MANIFEST
     if not path.exists():
         return None
@@ -124,7 +124,7 @@ def _read_manifest(out_dir: Path) -> dict[str, Any] | None:
     return man
 
 
-def _now() -> str:
+def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -189,9 +189,9 @@ def encode_corpus(
     ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
     docs, source, total = _as_doc_iter(corpus)
 
-    man = _read_manifest(out_dir)
+    man = read_manifest(out_dir)
     if man is not None:
-        _check_resume(out_dir, man, ident, shard_size)
+        check_resume(out_dir, man, ident, shard_size)
         done = {int(s["shard"]): s for s in man["shards"]}
     else:
         man = {
@@ -206,7 +206,7 @@ def encode_corpus(
             "n_docs": 0,
             "complete": False,
             "batch_size": int(batch_size),
-            "created": _now(),
+            "created": utc_now(),
         }
         done = {}
     (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
@@ -223,14 +223,14 @@ def encode_corpus(
             if not chunk:
                 break
             ids = [d.id for d in chunk]
-            digest = _content_digest(chunk)
+            digest = content_digest(chunk)
             if shard in done:
-                _verify_shard(out_dir, done[shard], ids, digest, shard)
+                verify_shard(out_dir, done[shard], ids, digest, shard)
                 skipped += 1
                 bar.update(len(chunk))
             else:
                 ts = time.perf_counter()
-                vecs = _encode_chunk(tower, chunk, batch_size, normalize, bar)
+                vecs = encode_chunk(tower, chunk, batch_size, normalize, bar)
                 if man["dim"] is None:
                     man["dim"] = int(vecs.shape[1])
                 elif vecs.shape[1] != man["dim"]:
@@ -275,7 +275,7 @@ def encode_corpus(
         man["encode_seconds"] = round(seconds, 3)
         man["docs_per_s"] = round(encoded / seconds, 2) if seconds > 0 else None
         man["docs_encoded_last_run"] = encoded
-    man["updated"] = _now()
+    man["updated"] = utc_now()
     if man["dim"] is None:
         raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
     write_json(out_dir / MANIFEST, man)
@@ -283,7 +283,7 @@ def encode_corpus(
     return EncodeResult(out_dir, man["n_docs"], shard, skipped, written, seconds, rate, man)
 
 
-def _encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:
+def encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:
     # sub-chunks of several batches: the tower can sort by length inside each (less
     # padding) while the progress bar still moves; the split depends only on the shard,
     # so a resumed run encodes exactly the same batches.
@@ -311,7 +311,7 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def _check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int) -> None:
+def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int) -> None:
     path = out_dir / MANIFEST
     if int(man.get("shard_size", -1)) != shard_size:
         raise ScalingNoteError(
@@ -327,7 +327,7 @@ def _check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], sha
             )
 
 
-def _content_digest(docs: list[Document]) -> str:
+def content_digest(docs: list[Document]) -> str:
     """SHA-256 over the documents' fields: detects a corpus edited between runs."""
     import hashlib
 
@@ -338,7 +338,7 @@ def _content_digest(docs: list[Document]) -> str:
     return h.hexdigest()
 
 
-def _verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str, shard: int) -> None:
+def verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str, shard: int) -> None:
     ipath = out_dir / rec["ids"]
     try:
         stored = json.loads(ipath.read_text(encoding="utf-8"))
@@ -417,7 +417,7 @@ class Embeddings:
 def load_embeddings(root: str | Path, require_complete: bool = True) -> Embeddings:
     """Open an embeddings directory written by :func:`encode_corpus` (memory-mapped)."""
     root = Path(root)
-    man = _read_manifest(root)
+    man = read_manifest(root)
     if man is None:
         raise ScalingNoteError(f"{root}: no {MANIFEST} — not an embeddings directory (run `scalingnote index encode` first)")
     if require_complete and not man.get("complete"):

@@ -66,12 +66,12 @@ from scalingnote.index.embeddings import (
     MANIFEST,
     SHARD_DIR,
     EncodeResult,
-    _check_resume,
-    _content_digest,
-    _encode_chunk,
-    _now,
-    _read_manifest,
-    _verify_shard,
+    check_resume,
+    content_digest,
+    encode_chunk,
+    utc_now,
+    read_manifest,
+    verify_shard,
     shard_paths,
     tower_identity,
 )
@@ -169,7 +169,7 @@ class _ShardEncoder:
         t0 = time.perf_counter()
         shard = int(row["shard"])
         docs = [Document(i, t, p, c) for i, t, p, c in zip(row["ids"], row["titles"], row["topics"], row["contents"], strict=True)]
-        vecs = _encode_chunk(self.tower, docs, self.batch_size, self.normalize, _NullBar())
+        vecs = encode_chunk(self.tower, docs, self.batch_size, self.normalize, _NullBar())
         vpath, ipath = shard_paths(self.out_dir, shard)
         with atomic_path(vpath, suffix=".npy") as tmp:
             with open(tmp, "wb") as fh:
@@ -424,9 +424,9 @@ def encode_corpus_ray(
     out_dir = Path(out_dir).resolve()
     # open the corpus first: a missing file fails before Ray starts
     docs, source, total = _open_corpus(corpus)
-    man = _read_manifest(out_dir)
+    man = read_manifest(out_dir)
     if man is not None and int(man.get("shard_size", -1)) != shard_size:
-        _check_resume(out_dir, man, {}, shard_size)  # raises the shard-size message before Ray starts
+        check_resume(out_dir, man, {}, shard_size)  # raises the shard-size message before Ray starts
 
     ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
     try:
@@ -471,7 +471,7 @@ def encode_corpus_ray(
                 "n_docs": 0,
                 "complete": False,
                 "batch_size": int(batch_size),
-                "created": _now(),
+                "created": utc_now(),
             }
             done = {}
         man["engine"] = engine
@@ -494,9 +494,9 @@ def encode_corpus_ray(
                 if not chunk:
                     break
                 ids = [d.id for d in chunk]
-                digest = _content_digest(chunk)
+                digest = content_digest(chunk)
                 if shard in done:
-                    _verify_shard(out_dir, done[shard], ids, digest, shard)
+                    verify_shard(out_dir, done[shard], ids, digest, shard)
                     skipped += 1
                     bar.update(len(chunk))
                 else:
@@ -560,7 +560,7 @@ def encode_corpus_ray(
                         if ident is None:
                             ident = res["tower"]
                             if resumed:
-                                _check_resume(out_dir, man, ident, shard_size)
+                                check_resume(out_dir, man, ident, shard_size)
                             else:
                                 man["tower"] = ident
                         elif res["tower"].get("fingerprint") != ident.get("fingerprint"):
@@ -607,7 +607,7 @@ def encode_corpus_ray(
                     ident = ray.get(ident_task.remote(spec, threads))
                 except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
                     raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
-                _check_resume(out_dir, man, ident, shard_size)
+                check_resume(out_dir, man, ident, shard_size)
         finally:
             bar.close()
         seconds = time.perf_counter() - t0
@@ -617,7 +617,7 @@ def encode_corpus_ray(
         man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
         man["encode_seconds"] = round(seconds, 3)
         man["docs_per_s"] = round(encoded / seconds, 2) if encoded and seconds > 0 else None
-        man["updated"] = _now()
+        man["updated"] = utc_now()
         write_json(out_dir / MANIFEST, man)
         return EncodeResult(out_dir, man["n_docs"], n_shards, skipped, written, seconds, man["docs_per_s"] or 0.0, man)
     finally:
