@@ -134,7 +134,7 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
     qfile.write_text("".join(json.dumps({"_id": f"x{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     out = tmp_path / "fit"
     cfg = _dcfg(stage1, out, queries=[{"path": str(qfile)}], optim={"batch_size": 8, "epochs": 300.0, "lr": 3e-3},
-                validation_fraction=0.0, eval_data=None, save_every=10_000)
+                validation_fraction=0.0, eval_data=None, save_every=10_000, head_init="orthogonal")
     distill(cfg)
     teacher = load_tower(stage1["stage1"] / "query_tower")
     student = load_tower(out / "query_tower")
@@ -143,3 +143,20 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
     rel_err = float(((t - s) ** 2).sum(1).mean() / (t**2).sum(1).mean())
     cos = float(torch.nn.functional.cosine_similarity(t, s).mean())
     assert rel_err < 0.02 and cos > 0.99, (rel_err, cos)
+
+
+def test_lstsq_head_init_recovers_a_linear_teacher(stage1):
+    from scalingnote.data import load_beir
+    from scalingnote.distill.trainer import init_student_head
+
+    ds = load_beir(stage1["data"], "train")
+    texts = [q.text for q in ds.queries.values()]
+    student = load_tower(stage1["bert"], "query", dim=16, max_query_length=16, device="cpu")
+    with torch.no_grad():
+        h = student.pooled(student.tokenize_queries(texts)).double()
+    a = torch.randn(16, h.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    targets = ((h - h.mean(0)) @ a.T).float().numpy()  # a teacher that is a linear map of the student's states
+    rel = init_student_head(student, texts, targets, batch_size=8, ridge=1e-6)
+    assert rel < 1e-3 and student.config.projection_init == "lstsq"
+    got = student.encode_queries(texts, normalize=False, show_progress=False)
+    assert float(((got - targets) ** 2).sum() / (targets**2).sum()) < 1e-3

@@ -8,6 +8,7 @@ large batches (the paper uses 40,000; here 256 by default for CPU).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from scalingnote.training.config import TowerSpec
 
@@ -48,6 +49,11 @@ class DistillConfig:
     eval_split: str = "test"
     cache_dir: str | None = None  #: teacher cache (default <output_dir>/teacher_cache)
     teacher_batch_size: int = 128
+    #: Initial W_stu (Eq. 14): "lstsq" = centre the student's pooled states and solve a ridge
+    #: least-squares fit to the teacher embeddings on ``head_init_samples`` training queries (a
+    #: linear probe; not in the paper), or "orthogonal" = random. Training then fits Eq. 15 from there.
+    head_init: Literal["lstsq", "orthogonal"] = "lstsq"
+    head_init_samples: int = 4096
     seed: int = 42
     save_every: int = 100
     keep_checkpoints: int = 2

@@ -120,6 +120,11 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     )
     if student.kind != "bert":
         log.warning("the student is a %s tower; ScalingNote distils into a small BERT", student.kind)
+    if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
+        log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", 2 * student.config.hidden_size)
+    elif cfg.head_init == "lstsq":
+        pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
+        init_student_head(student, [cache.texts[i] for i in pick], np.asarray(cache.emb[pick]), batch_size=cfg.teacher_batch_size)
     o = cfg.optim
     bs = min(o.batch_size, len(train_idx))
     steps_per_epoch = max(1, len(train_idx) // bs)
@@ -210,6 +215,43 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         res.update(evaluate_student(student, cfg.teacher, eval_queries, eval_qrels))
     write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
     return res
+
+
+def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3) -> float:
+    """Linear-probe start for Eq. 14: ``c`` = mean pooled student state, ``W`` = the ridge
+    least-squares map from the centred states to the teacher embeddings ``targets [n, dim]``.
+
+    Returns the relative squared error ``sum||t - W(h - c)||^2 / sum||t||^2`` of the fit. Not in the
+    paper: a random W_stu leaves a short CPU run far from the teacher (Eq. 15 must also learn the
+    teacher's magnitude), while this start is the best linear map of the pre-trained states.
+    """
+    import dataclasses
+
+    import torch
+
+    if student.projection is None:
+        raise ScalingNoteError("the student has no projection to initialise")
+    was = student.training
+    student.eval()
+    parts = []
+    with torch.no_grad():
+        for i in range(0, len(texts), batch_size):
+            enc = student.tokenize_queries(texts[i : i + batch_size])
+            parts.append(student.pooled({k: v.to(student.device) for k, v in enc.items()}).double().cpu())
+    student.train(was)
+    h = torch.cat(parts)
+    t = torch.as_tensor(np.asarray(targets), dtype=torch.float64)
+    c = h.mean(0)
+    x = h - c
+    gram = x.T @ x
+    lam = ridge * float(torch.trace(gram)) / gram.shape[0]
+    w = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), x.T @ t).T  # [dim, hidden]
+    with torch.no_grad():
+        student.projection.weight.copy_(w.to(student.projection.weight.dtype))
+    student.set_center(c.float())
+    student.config = dataclasses.replace(student.config, projection_init="lstsq")
+    student._ids = None
+    return float(((t - x @ w.T) ** 2).sum() / (t**2).sum().clamp(min=1e-12))
 
 
 def _mdims(dim: int) -> list[int]:
