@@ -123,7 +123,8 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
         k = group[0][0].projection.weight.shape[0]
         x = torch.cat([p for _, p in group])
         if x.shape[0] < k:
-            raise ScalingNoteError(f"projection_init='pca' needs >= {k} pooled samples, got {x.shape[0]}; raise center_samples")
+            log.warning("projection_init='pca' needs >= %d pooled samples, got %d: keeping the random W", k, x.shape[0])
+            continue
         # same scale as the random init (orthogonal_projection): norm-preserving in expectation
         w = _top_directions(x, k) * (x.shape[1] / k) ** 0.5
         for tower, _ in group:
