@@ -133,6 +133,7 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     opt = torch.optim.AdamW(param_groups([student], o.lr, o.lr, o.weight_decay), betas=tuple(o.betas), eps=o.eps)
     sched = linear_warmup_decay(opt, total, o.warmup_ratio)
     step = 0
+    prior_seconds = 0.0
     if resume and (ck := load_latest_checkpoint(out)) is not None:
         st = ck[1]
         if st.get("total_steps") != total:
@@ -142,6 +143,7 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         sched.load_state_dict(st["scheduler"])
         set_rng_state(st["rng"])
         step = int(st["step"])
+        prior_seconds = float(st.get("train_seconds", 0.0))
     device = next(student.parameters()).device
 
     def batch_loss(idx: np.ndarray) -> torch.Tensor:
@@ -185,14 +187,16 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
                 with open(metrics_p, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps({"step": step, "loss": train_loss, "lr": sched.get_last_lr()[0]}) + "\n")
             if step % cfg.save_every == 0 and step < total:
-                save_checkpoint(out, step, _state(student, opt, sched, step, total), cfg.keep_checkpoints)
+                elapsed = prior_seconds + time.perf_counter() - t0
+                save_checkpoint(out, step, _state(student, opt, sched, step, total, train_seconds=elapsed), cfg.keep_checkpoints)
     except KeyboardInterrupt:
         opt.zero_grad(set_to_none=True)
-        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng), cfg.keep_checkpoints)
+        elapsed = prior_seconds + time.perf_counter() - t0
+        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng, train_seconds=elapsed), cfg.keep_checkpoints)
         raise
     finally:
         bar.close()
-    train_seconds = time.perf_counter() - t0
+    train_seconds = prior_seconds + time.perf_counter() - t0  # summed over resumed runs
     student.eval()
     val = validate()
     # ScalingNote: the student serves queries against the frozen Stage I document embeddings
@@ -260,8 +264,9 @@ def _mdims(dim: int) -> list[int]:
     return matryoshka_dims_for(dim)
 
 
-def _state(student, opt, sched, step, total, rng=None) -> dict:
+def _state(student, opt, sched, step, total, rng=None, train_seconds: float = 0.0) -> dict:
     return {
+        "train_seconds": train_seconds,  # optimiser time so far, summed over resumed runs
         "student": student.state_dict(),
         "optimizer": opt.state_dict(),
         "scheduler": sched.state_dict(),
