@@ -22,7 +22,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_scifact_placeholder", "Stage I on SciFact with the paper's placeholder pooling (earlier run: random head, 2 layers)", None),
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
-    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`) — NOTE: measured with the previous version (placeholder pooling, random heads); not yet re-run", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
+    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
     ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python benchmarks/fresh_clone.py`)", None),
     ("quickstart_scifact", "Quick start on SciFact (`scalingnote quickstart --data ../shared/data/scifact --set evaluate_start=true`: start_* columns = each method before training; the other columns are what the default command gives)", None),
     ("quickstart_kuake_qtr", "Quick start on KUAKE-QTR (`scalingnote quickstart --data ../shared/data/kuake_qtr`)", None),
