@@ -133,7 +133,7 @@ def test_bad_config_is_a_clear_error(tiny, tmp_path):
 
 @pytest.mark.parametrize("method", ["scaling_dual", "scaling_doc"])
 def test_pca_projection_init(tiny, tmp_path, method):
-    from scalingnote.training.driver import _pooled_sample, init_centers
+    from scalingnote.training.driver import pooled_states, init_centers
 
     cfg = _cfg(tiny, tmp_path / method, method, dim=16, loss={"dims": [8, 16]})  # 16 < hidden size
     qt, dt = build_towers(cfg, torch.device("cpu"))
@@ -147,9 +147,9 @@ def test_pca_projection_init(tiny, tmp_path, method):
         assert t.config.projection_init == "pca"
     # one PCA over both towers when they share a base model (aligned spaces), else one each
     assert torch.equal(qt.projection.weight, dt.projection.weight) == (method == "scaling_dual")
-    states = _pooled_sample(dt, [e.pos for e in data.train[:64]], lambda t, xs: t.tokenize_documents(xs), 16) - dt.center
+    states = pooled_states(dt, [e.pos for e in data.train[:64]], lambda t, xs: t.tokenize_documents(xs), 16) - dt.center
     if method == "scaling_dual":  # the joint PCA ranks the variance of both towers' states together
-        qs = _pooled_sample(qt, [e.query for e in data.train[:64]], lambda t, xs: t.tokenize_queries(xs), 16) - qt.center
+        qs = pooled_states(qt, [e.query for e in data.train[:64]], lambda t, xs: t.tokenize_queries(xs), 16) - qt.center
         states = torch.cat([qs, states])
     var = (states @ dt.projection.weight.detach().T).pow(2).mean(0)
     assert torch.all(var[:-1] >= var[1:] - 1e-6)  # largest variance first (Matryoshka prefixes)

@@ -235,15 +235,9 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
 
     if student.projection is None:
         raise ScalingNoteError("the student has no projection to initialise")
-    was = student.training
-    student.eval()
-    parts = []
-    with torch.no_grad():
-        for i in range(0, len(texts), batch_size):
-            enc = student.tokenize_queries(texts[i : i + batch_size])
-            parts.append(student.pooled({k: v.to(student.device) for k, v in enc.items()}).double().cpu())
-    student.train(was)
-    h = torch.cat(parts)
+    from scalingnote.training.driver import pooled_states
+
+    h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
     t = torch.as_tensor(np.asarray(targets), dtype=torch.float64)
     c = h.mean(0)
     x = h - c

@@ -66,7 +66,9 @@ def build_towers(cfg: TrainConfig, device=None):
     return qt, dt
 
 
-def _pooled_sample(tower, items, tok, batch_size: int):
+def pooled_states(tower, items, tok, batch_size: int):
+    """Pooled hidden states (before the projection) of ``items``, tokenised by ``tok(tower, batch)``,
+    in eval mode without grad; rows flattened (an LLM document gives one row per view), on CPU."""
     import torch
 
     was_training = tower.training
@@ -111,7 +113,7 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
     ):
         if tower.projection is None or not items:
             continue
-        p = _pooled_sample(tower, items, tok, batch_size)
+        p = pooled_states(tower, items, tok, batch_size)
         c = p.mean(0)
         tower.set_center(c)
         towers.append((tower, p - c))
