@@ -160,3 +160,32 @@ def test_lstsq_head_init_recovers_a_linear_teacher(stage1):
     assert rel < 1e-3 and student.config.projection_init == "lstsq"
     got = student.encode_queries(texts, normalize=False, show_progress=False)
     assert float(((got - targets) ** 2).sum() / (targets**2).sum()) < 1e-3
+
+
+def test_distill_normalized_target_early_stopping_and_cached_teacher(stage1, tmp_path):
+    """QKD reads a head-only teacher's pooled states from the feature cache (same embeddings as a
+    forward pass), regresses normalised targets, validates every epoch and keeps the best student."""
+    from scalingnote.distill.cache import open_teacher_cache
+
+    plain = distill(_dcfg(stage1, tmp_path / "plain", target="normalized"))
+    cached = distill(_dcfg(stage1, tmp_path / "cached", target="normalized", patience=2, feature_cache_dir=str(tmp_path / "fc")))
+    a = np.asarray(open_teacher_cache(tmp_path / "plain" / "teacher_cache").emb)
+    b = np.asarray(open_teacher_cache(tmp_path / "cached" / "teacher_cache").emb)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    assert list((tmp_path / "fc").glob("query-d2-pooled-*/part-*.npy"))  # the teacher's features were cached
+    assert plain["target"] == "normalized" and not plain["stopped_early"]
+    curve = cached["val_curve"]
+    assert curve[0][0] == 0 and len(curve) >= 2  # the initial student is validated too
+    best = min(v for _, v in curve)
+    assert cached["best_step"] == [s for s, v in curve if v == best][0]
+    # the saved student is the best one: its validation loss is the best of the curve
+    assert abs(cached["qkd_val_loss"] - best) < 1e-4
+
+
+def test_student_with_cached_prefix_trains_top_layers_only(stage1, tmp_path):
+    res = distill(_dcfg(stage1, tmp_path / "k1", student={"model": stage1["bert"], "max_length": 16, "trainable_layers": 1}))
+    assert res["student_trainable_layers"] == 1
+    base = load_tower(stage1["bert"], "query")
+    got = load_tower(tmp_path / "k1" / "query_tower")
+    moved = {n for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters()) if not torch.equal(p, p0)}
+    assert moved and all("layer.1." in n for n in moved), moved

@@ -124,3 +124,24 @@ def test_encode_from_beir_dir_and_bad_inputs(tmp_path, doc_tower, tiny_corpus):
 
     with pytest.raises(ScalingNoteError, match="returned shape"):
         encode_corpus(BadTower(), tiny_corpus[:5], tmp_path / "e3", progress=False)
+
+
+def test_encode_through_the_feature_cache_equals_plain_encoding(tmp_path, tiny_bert_dir, tiny_corpus):
+    """`index encode --feature-cache`: same embeddings and identity; the second run reads the cache."""
+    from scalingnote.index.pipeline import encode_with_tower
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.content}) + "\n" for d in tiny_corpus))
+    plain = encode_with_tower(tiny_bert_dir, corpus, tmp_path / "plain", shard_size=32, progress=False)
+    cached = encode_with_tower(tiny_bert_dir, corpus, tmp_path / "cached", shard_size=32, progress=False, feature_cache=tmp_path / "fc")
+    assert plain.n_docs == cached.n_docs == len(tiny_corpus)
+    a, b = load_embeddings(tmp_path / "plain"), load_embeddings(tmp_path / "cached")
+    np.testing.assert_allclose(np.concatenate(a.shards), np.concatenate(b.shards), atol=1e-5)
+    ma = json.loads((tmp_path / "plain" / "manifest.json").read_text())["tower"]
+    mb = json.loads((tmp_path / "cached" / "manifest.json").read_text())["tower"]
+    assert ma == mb
+    parts = sorted((tmp_path / "fc").rglob("part-*.npy"))
+    assert parts
+    stamp = [p.stat().st_mtime_ns for p in parts]
+    encode_with_tower(tiny_bert_dir, corpus, tmp_path / "again", shard_size=32, progress=False, feature_cache=tmp_path / "fc")
+    assert sorted((tmp_path / "fc").rglob("part-*.npy")) == parts and [p.stat().st_mtime_ns for p in parts] == stamp

@@ -177,3 +177,57 @@ def test_eval_queries_in_training_qrels_error_or_drop(tiny, tmp_path):
     data = load_training_data(cfg.data, cfg.seed, show_progress=False)
     assert data.dropped_eval_overlap == 1 and qid in data.eval_qrels
     assert qid not in {e.query_id for e in data.train + data.validation}
+
+
+@pytest.mark.parametrize("method,k", [("twinbert", 1), ("scaling_doc", 0)])
+def test_prefix_cached_training_resume_equals_uninterrupted(tiny, tmp_path, method, k):
+    over = dict(query_tower={"trainable_layers": k}, doc_tower={"trainable_layers": k}, feature_cache_dir=str(tmp_path / "fc"))
+    full = tmp_path / "full"
+    res = train(_cfg(tiny, full, method, **over))
+    assert res["query_trainable_layers"] == k
+    killed = tmp_path / "killed"
+
+    def kill(step):
+        if step == 5:
+            raise StopTraining
+
+    with pytest.raises(StopTraining):
+        train(_cfg(tiny, killed, method, **over), on_step=kill)
+    train(_cfg(tiny, killed, method, **over), resume=True)
+    a, b = _weights(full), _weights(killed)
+    assert a.keys() == b.keys() and a
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+    # the frozen part did not move: a k = 0 tower keeps its pre-trained backbone
+    if k == 0:
+        from scalingnote.models import load_tower
+
+        base = load_tower(tiny["llm"], "document")
+        saved = load_tower(full / "doc_tower")
+        for (n1, p1), (n2, p2) in zip(base.backbone.named_parameters(), saved.backbone.named_parameters()):
+            torch.testing.assert_close(p1, p2, rtol=0, atol=0, msg=n1)
+
+
+def test_early_stopping_keeps_the_best_validated_weights(tiny, tmp_path):
+    cfg = _cfg(tiny, tmp_path / "es", "twinbert", eval_every=1, patience=2, optim={"epochs": 10.0})
+    data = load_training_data(cfg.data, cfg.seed, show_progress=False)
+    scores = iter([0.1, 0.5, 0.9, 0.3, 0.2, 0.95, 1.0])
+    torch.manual_seed(0)
+    q, d = build_towers(cfg)
+    tr = Trainer(cfg, q, d, data.train)
+    snapshots = {}
+    last = tr.train(resume=False, on_step=lambda s: snapshots.__setitem__(s, {n: p.detach().clone() for n, p in q.named_parameters()}),
+                    validate=lambda: next(scores))
+    # evaluations at steps 0, 1, 2, 3, 4: best 0.9 at step 2, then two worse ones -> stop after step 4
+    assert last["steps_run"] == 4 and last["best_step"] == 2 and last["stopped_early"] == 1.0
+    assert [c[0] for c in tr.best["curve"]] == [0, 1, 2, 3, 4]
+    for n, p in q.named_parameters():
+        torch.testing.assert_close(p.detach(), snapshots[2][n], rtol=0, atol=0, msg=n)
+
+
+def test_pairs_head_init_fits_queries_to_their_documents(tiny, tmp_path):
+    res = train(_cfg(tiny, tmp_path / "p", "scaling_doc", optim={"epochs": 1.0}, projection_init="pairs", evaluate_zero_shot=True))
+    assert 0.0 <= res["init_query_fit_rel_err"] < 1.0  # better than predicting zero
+    from scalingnote.models import load_tower
+
+    assert load_tower(tmp_path / "p" / "query_tower").config.projection_init == "pairs"

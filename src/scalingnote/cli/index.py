@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         num_actors: int = typer.Option(2, "--num-actors", min=1, help="(ray) Actors in the pool (one tower load each)."),
         cpus_per_actor: float = typer.Option(0.5, "--cpus-per-actor", min=0.0, help="(ray) CPUs reserved per actor (< 1 on small machines)."),
         gpus_per_actor: float = typer.Option(0.0, "--gpus-per-actor", min=0.0, help="(ray) GPUs reserved per actor."),
+        feature_cache: Path | None = typer.Option(None, "--feature-cache", help="(local) Feature-cache root of a training run: reuse the cached pooled states of the tower's backbone."),
     ) -> None:
         """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
         from scalingnote.errors import ScalingNoteError
@@ -38,7 +39,8 @@ def register(app: typer.Typer) -> None:
                 num_actors=num_actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor,
             )
         elif engine == "local":
-            res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
+            res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers,
+                                    feature_cache=feature_cache)
         else:
             raise ScalingNoteError(f"--engine {engine!r}: choose local or ray")
         typer.echo(

@@ -13,8 +13,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."),
         data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
         seed: int = typer.Option(0, "--seed"),
-        steps: int = typer.Option(40, "--steps", help="Stage I optimiser steps per method."),
-        llm_layers: int = typer.Option(2, "--llm-layers", help="SmolLM2 layers kept (model-size knob)."),
+        steps: int | None = typer.Option(None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."),
+        llm_layers: int | None = typer.Option(None, "--llm-layers", help="SmolLM2 layers kept (model-size knob; default: QuickstartConfig)."),
         max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
         cfg = load_config(
             QuickstartConfig,
-            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps, "llm_layers": llm_layers,
-             "max_eval_queries": max_eval_queries, **over},
+            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps,
+             **({"llm_layers": llm_layers} if llm_layers is not None else {}), "max_eval_queries": max_eval_queries, **over},
         )
         quickstart(cfg)

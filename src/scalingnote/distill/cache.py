@@ -57,8 +57,12 @@ def build_teacher_cache(
     chunk: int = 2048,
     batch_size: int = 128,
     show_progress: bool = True,
+    encode=None,
 ) -> TeacherCache:
-    """Encode ``texts`` with ``teacher`` (a query tower) into ``out`` (resumable)."""
+    """Encode ``texts`` with ``teacher`` (a query tower) into ``out`` (resumable).
+
+    ``encode(texts) -> [n, dim]`` raw (unnormalised) embeddings replaces ``teacher.encode_queries``
+    (e.g. a :class:`~scalingnote.models.PrefixTower` reading cached features)."""
     from tqdm.auto import tqdm
 
     root = Path(out)
@@ -99,7 +103,9 @@ def build_teacher_cache(
         while done < n:
             end = min(n, done + chunk)
             # raw projected teacher outputs q_i = W^Q h (Eq. 4): Eq. 15's MSE needs the magnitude
-            mm[done:end] = teacher.encode_queries(list(texts[done:end]), batch_size=batch_size, normalize=False, show_progress=False)
+            chunk_texts = list(texts[done:end])
+            mm[done:end] = (encode(chunk_texts) if encode is not None else
+                            teacher.encode_queries(chunk_texts, batch_size=batch_size, normalize=False, show_progress=False))
             mm.flush()
             done = end
             write_json(prog_p, {"rows": done})

@@ -54,6 +54,18 @@ class DistillConfig:
     #: linear probe; not in the paper), or "orthogonal" = random. Training then fits Eq. 15 from there.
     head_init: Literal["lstsq", "orthogonal"] = "lstsq"
     head_init_samples: int = 4096
+    #: Eq. 15 regresses the teacher's raw projected embeddings ("raw", the paper). Retrieval only
+    #: uses their direction and the raw magnitude dominates the squared error, so "normalized"
+    #: regresses the L2-normalised teacher embeddings instead (not in the paper).
+    target: Literal["raw", "normalized"] = "raw"
+    #: validation loss every ``eval_every`` steps (None = once per epoch); stop after ``patience``
+    #: evaluations without improvement (None = run all epochs) and keep the best student weights.
+    eval_every: int | None = None
+    patience: int | None = None
+    #: feature cache of the Stage I run (TrainConfig.feature_cache_dir): a teacher trained with
+    #: ``trainable_layers: 0`` is encoded from its cached pooled states instead of a forward pass;
+    #: also where a student with ``trainable_layers != "all"`` caches its frozen prefix
+    feature_cache_dir: str | None = None
     seed: int = 42
     save_every: int = 100
     keep_checkpoints: int = 2
@@ -65,3 +77,7 @@ class DistillConfig:
             raise ValueError("queries: give at least one query source (a BEIR directory or a queries.jsonl)")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
+        if self.patience is not None and self.patience < 1:
+            raise ValueError("patience must be >= 1 or null")
+        if self.eval_every is not None and self.eval_every < 1:
+            raise ValueError("eval_every must be >= 1 or null")

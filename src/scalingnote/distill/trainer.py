@@ -103,10 +103,23 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
         eval_queries = {q: qs[q].text for q in eval_qrels}
     ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
+    encode = None
+    if cfg.feature_cache_dir:
+        from scalingnote.models import PrefixTower
+
+        # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
+        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
+
+        def encode(xs: list[str]) -> np.ndarray:
+            return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
     cache = build_teacher_cache(
-        teacher, ids, texts, cfg.cache_dir or out / "teacher_cache", batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress
+        teacher, ids, texts, cfg.cache_dir or out / "teacher_cache", batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress,
+        encode=encode,
     )
-    del teacher  # the LLM is not needed any more
+    del teacher, encode  # the LLM is not needed any more
+    targets = np.asarray(cache.emb, dtype=np.float32)
+    if cfg.target == "normalized":
+        targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
 
     rng = np.random.default_rng(cfg.seed)
     perm = rng.permutation(len(cache))
@@ -119,12 +132,19 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         matryoshka_dims=_mdims(cache.dim), max_query_length=s.max_length, projection_seed=cfg.seed,
     )
     if student.kind != "bert":
-        log.warning("the student is a %s tower; ScalingNote distils into a small BERT", student.kind)
+        log.info("the student is a %s tower (ScalingNote distils into a small BERT)", student.kind)
+    s_prefix = None
+    if s.prefix_k is not None:
+        from scalingnote.models import PrefixTower
+
+        s_prefix = PrefixTower(student, s.prefix_k, cfg.feature_cache_dir or out / "feature_cache",
+                               batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
+        s_prefix.ensure(list(cache.texts))
     if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
         log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", 2 * student.config.hidden_size)
     elif cfg.head_init == "lstsq":
         pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-        init_student_head(student, [cache.texts[i] for i in pick], np.asarray(cache.emb[pick]), batch_size=cfg.teacher_batch_size)
+        init_student_head(student, [cache.texts[i] for i in pick], targets[pick], batch_size=cfg.teacher_batch_size, prefix=s_prefix)
     o = cfg.optim
     bs = min(o.batch_size, len(train_idx))
     steps_per_epoch = max(1, len(train_idx) // bs)
@@ -134,6 +154,8 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     sched = linear_warmup_decay(opt, total, o.warmup_ratio)
     step = 0
     prior_seconds = 0.0
+    eval_every = cfg.eval_every or steps_per_epoch
+    best: dict[str, Any] = {"loss": None, "step": 0, "state": None, "bad": 0, "curve": []}
     if resume and (ck := load_latest_checkpoint(out)) is not None:
         st = ck[1]
         if st.get("total_steps") != total:
@@ -144,12 +166,32 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         set_rng_state(st["rng"])
         step = int(st["step"])
         prior_seconds = float(st.get("train_seconds", 0.0))
+        best = st.get("best", best)
     device = next(student.parameters()).device
 
     def batch_loss(idx: np.ndarray) -> torch.Tensor:
-        enc = student.tokenize_queries([cache.texts[i] for i in idx])
-        q_stu = student({k: v.to(device) for k, v in enc.items()}).float()
-        return qkd_loss(torch.from_numpy(np.array(cache.emb[idx])).to(device), q_stu, cfg.lam)
+        batch_texts = [cache.texts[i] for i in idx]
+        if s_prefix is not None:
+            q_stu = s_prefix.queries(batch_texts).float()
+        else:
+            enc = student.tokenize_queries(batch_texts)
+            q_stu = student({k: v.to(device) for k, v in enc.items()}).float()
+        return qkd_loss(torch.from_numpy(targets[idx]).to(device), q_stu, cfg.lam)
+
+    def trainable_state() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in student.named_parameters() if v.requires_grad}
+
+    def check_validation() -> bool:
+        """Validation loss -> best weights; True when ``patience`` evaluations brought no improvement."""
+        v = validate()
+        if v is None:
+            return False
+        best["curve"].append([step, round(v, 6)])
+        if best["loss"] is None or v < best["loss"]:
+            best.update(loss=v, step=step, bad=0, state=trainable_state())
+        else:
+            best["bad"] += 1
+        return cfg.patience is not None and best["bad"] >= cfg.patience
 
     def validate() -> float | None:
         if not len(val_idx):
@@ -167,8 +209,11 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     bar = tqdm(total=total, initial=step, desc="QKD", disable=not cfg.show_progress)
     t0 = time.perf_counter()
     train_loss = float("nan")
+    stop = False
+    if step == 0 and not best["curve"] and len(val_idx):
+        stop = check_validation()  # the initial (least-squares) student is the first candidate
     try:
-        while step < total:
+        while step < total and not stop:
             step_rng = rng_state()
             epoch, i = divmod(step, steps_per_epoch)
             order = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
@@ -183,20 +228,30 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
             train_loss = float(loss.detach())
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.4f}")
-            if step % cfg.log_every == 0 or step == total:
+            rec: dict[str, Any] = {"step": step, "loss": train_loss, "lr": sched.get_last_lr()[0]}
+            if len(val_idx) and (step % eval_every == 0 or step == total):
+                stop = check_validation()
+                rec["val_loss"] = best["curve"][-1][1]
+                bar.set_postfix(loss=f"{train_loss:.4f}", val=f"{rec['val_loss']:.4f}")
+            if step % cfg.log_every == 0 or step == total or "val_loss" in rec:
                 with open(metrics_p, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps({"step": step, "loss": train_loss, "lr": sched.get_last_lr()[0]}) + "\n")
-            if step % cfg.save_every == 0 and step < total:
+                    fh.write(json.dumps(rec) + "\n")
+            if step % cfg.save_every == 0 and step < total and not stop:
                 elapsed = prior_seconds + time.perf_counter() - t0
-                save_checkpoint(out, step, _state(student, opt, sched, step, total, train_seconds=elapsed), cfg.keep_checkpoints)
+                save_checkpoint(out, step, _state(student, opt, sched, step, total, train_seconds=elapsed, best=best), cfg.keep_checkpoints)
     except KeyboardInterrupt:
         opt.zero_grad(set_to_none=True)
         elapsed = prior_seconds + time.perf_counter() - t0
-        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng, train_seconds=elapsed), cfg.keep_checkpoints)
+        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng, train_seconds=elapsed, best=best), cfg.keep_checkpoints)
         raise
     finally:
         bar.close()
     train_seconds = prior_seconds + time.perf_counter() - t0  # summed over resumed runs
+    if best["state"] is not None and best["step"] != step:
+        with torch.no_grad():
+            params = dict(student.named_parameters())
+            for k, v in best["state"].items():
+                params[k].copy_(v)
     student.eval()
     val = validate()
     # ScalingNote: the student serves queries against the frozen Stage I document embeddings
@@ -209,6 +264,12 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
         "train_queries": int(len(train_idx)),
         "validation_queries": int(len(val_idx)),
         "steps": total,
+        "steps_run": step,
+        "best_step": best["step"],
+        "stopped_early": step < total,
+        "val_curve": best["curve"],
+        "target": cfg.target,
+        "student_trainable_layers": s.trainable_layers,
         "train_seconds": round(train_seconds, 2),
         "qkd_train_loss": train_loss,
         "qkd_val_loss": val,
@@ -221,7 +282,7 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     return res
 
 
-def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3) -> float:
+def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3, prefix=None) -> float:
     """Linear-probe start for Eq. 14: ``c`` = mean pooled student state, ``W`` = the ridge
     least-squares map from the centred states to the teacher embeddings ``targets [n, dim]``.
 
@@ -237,7 +298,11 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
         raise ScalingNoteError("the student has no projection to initialise")
     from scalingnote.training.driver import pooled_states
 
-    h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
+    if prefix is not None:
+        with torch.no_grad():
+            h = torch.cat([prefix.pooled(texts[i : i + 512]).float().cpu() for i in range(0, len(texts), 512)]).double()
+    else:
+        h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
     t = torch.as_tensor(np.asarray(targets), dtype=torch.float64)
     c = h.mean(0)
     x = h - c
@@ -258,8 +323,9 @@ def _mdims(dim: int) -> list[int]:
     return matryoshka_dims_for(dim)
 
 
-def _state(student, opt, sched, step, total, rng=None, train_seconds: float = 0.0) -> dict:
+def _state(student, opt, sched, step, total, rng=None, train_seconds: float = 0.0, best: dict | None = None) -> dict:
     return {
+        "best": best,
         "train_seconds": train_seconds,  # optimiser time so far, summed over resumed runs
         "student": student.state_dict(),
         "optimizer": opt.state_dict(),

@@ -12,7 +12,7 @@ from typing import Any
 from scalingnote.data.types import Query
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex, build_index, check_query_tower, read_manifest
-from scalingnote.index.embeddings import EncodeResult, encode_corpus
+from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
 
 
 def load_tower_for(name_or_path: str | Path, role: str, *, num_layers: int | None = None, dim: int | None = None, pooling: str | None = None):
@@ -37,9 +37,20 @@ def encode_with_tower(
     dim: int | None = None,
     pooling: str | None = None,
     progress: bool = True,
+    feature_cache: str | Path | None = None,
 ) -> EncodeResult:
-    """Load the document tower ``tower_name`` and encode ``data`` (BEIR dir or corpus.jsonl)."""
+    """Load the document tower ``tower_name`` and encode ``data`` (BEIR dir or corpus.jsonl).
+
+    ``feature_cache``: a feature-cache root (``TrainConfig.feature_cache_dir``): the tower's pooled
+    backbone states are read from it where cached (a head-only trained tower finds the states its
+    training cached) and stored there otherwise; only the projection runs per document."""
     tower = load_tower_for(tower_name, "document", num_layers=num_layers, dim=dim, pooling=pooling)
+    if feature_cache is not None:
+        from scalingnote.models import PrefixTower
+
+        ident = tower_identity(tower)
+        enc = PrefixTower(tower, 0, feature_cache, batch_size=batch_size, show_progress=progress)
+        return encode_corpus(enc, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress, tower_info=ident)
     return encode_corpus(tower, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress)
 
 

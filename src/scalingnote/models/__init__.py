@@ -38,6 +38,7 @@ from scalingnote.models.prompt import (
     EncodedDocument,
     allocate_budget,
 )
+from scalingnote.models.prefix import FeatureCache, PrefixTower, fill_pooled_depths, freeze_prefix, sub_backbone
 from scalingnote.models.registry import PACKAGED_MODELS, packaged_model_path
 from scalingnote.models.tiny import build_tiny_model, tiny_bert_config, tiny_llm_config, tiny_tokenizer
 from scalingnote.models.towers import (
@@ -69,6 +70,8 @@ __all__ = [
     "Backbone",
     "DocumentPrompt",
     "DocumentTower",
+    "FeatureCache",
+    "PrefixTower",
     "EncodedDocument",
     "ModelSource",
     "QueryTower",
@@ -84,6 +87,8 @@ __all__ = [
     "default_device",
     "default_dtype",
     "detect_kind",
+    "fill_pooled_depths",
+    "freeze_prefix",
     "load_backbone",
     "load_hf_backbone",
     "load_saved_tower",
@@ -95,6 +100,7 @@ __all__ = [
     "packaged_model_path",
     "pair_towers",
     "resolve_source",
+    "sub_backbone",
     "tiny_bert_config",
     "tiny_llm_config",
     "tiny_tokenizer",

@@ -390,18 +390,25 @@ class Tower(nn.Module):
 
     def hidden_states(self, batch: Any) -> torch.Tensor:
         """Last hidden states ``[B, L, H]`` of the backbone for a tokenized batch."""
+        return self.run_layers(batch)
+
+    def run_layers(self, batch: Any, backbone: nn.Module | None = None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Last hidden states of ``backbone`` (default: the whole backbone; a
+        :func:`~scalingnote.models.prefix.sub_backbone` view runs only some layers) for a tokenized
+        batch; ``inputs_embeds`` replaces the token ids (the state entering the view's first layer)."""
         dev = self.device
-        kw: dict[str, Any] = {
-            "input_ids": batch["input_ids"].to(dev),
-            "attention_mask": batch["attention_mask"].to(dev),
-        }
+        kw: dict[str, Any] = {"attention_mask": batch["attention_mask"].to(dev)}
+        if inputs_embeds is None:
+            kw["input_ids"] = batch["input_ids"].to(dev)
+        else:
+            kw["inputs_embeds"] = inputs_embeds.to(dev)
         if self.kind == "llm":
             pos = batch.get("position_ids") if hasattr(batch, "get") else None
             if pos is None:
                 pos = (kw["attention_mask"].cumsum(-1) - 1).clamp(min=0)
             kw["position_ids"] = pos.to(dev)
             kw["use_cache"] = False
-        out = self.backbone(**kw)
+        out = (backbone if backbone is not None else self.backbone)(**kw)
         return out.last_hidden_state
 
     def project(self, h: torch.Tensor) -> torch.Tensor:
@@ -554,7 +561,10 @@ class QueryTower(Tower):
 
     def pooled(self, batch: Any) -> torch.Tensor:
         """Pooled hidden states ``[B, hidden]`` before the projection."""
-        h = self.hidden_states(batch)
+        return self.pool_hidden(self.hidden_states(batch), batch)
+
+    def pool_hidden(self, h: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Pool last hidden states ``h [B, L, H]`` of ``batch`` (see :meth:`pooled`)."""
         mask = batch["attention_mask"].to(h.device)
         if self.kind == "llm":
             # last non-padding position, under left or right padding (§3.2, Eq. 2)
@@ -637,7 +647,10 @@ class DocumentTower(Tower):
     def pooled(self, batch: Any) -> torch.Tensor:
         """Pooled hidden states before the projection: ``[B, 3, hidden]`` (title, content, emb
         positions) for an LLM tower, ``[B, hidden]`` for a BERT tower."""
-        h = self.hidden_states(batch)
+        return self.pool_hidden(self.hidden_states(batch), batch)
+
+    def pool_hidden(self, h: torch.Tensor, batch: Any) -> torch.Tensor:
+        """Pool last hidden states ``h [B, L, H]`` of ``batch`` (see :meth:`pooled`)."""
         if self.kind == "llm":
             vp = batch["view_positions"].to(h.device)
             ids = batch["input_ids"].to(h.device)

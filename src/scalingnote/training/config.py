@@ -28,6 +28,15 @@ class TowerSpec:
     #: "prompt" (document), the paper's placeholder pooling (§3.2), or "mean" (not in the paper)
     pooling: str | None = None
     max_length: int = 64
+    #: Layers that train: "all" (the paper's full fine-tuning, the default on GPU) or ``k`` in
+    #: 0..L: the embeddings and the bottom L-k layers are frozen and their outputs cached on disk
+    #: (``scalingnote.models.prefix``); ``0`` trains the projection head only, over cached pooled states.
+    trainable_layers: int | Literal["all"] = "all"
+
+    @property
+    def prefix_k(self) -> int | None:
+        """``trainable_layers`` as an int, None for "all"."""
+        return None if self.trainable_layers == "all" else int(self.trainable_layers)
 
 
 @dataclass
@@ -121,7 +130,22 @@ class TrainConfig:
     #: fitted jointly over both towers when they share a base model so their spaces stay aligned.
     #: Not in the paper: a random 576->128 W throws away most of a pre-trained space, which a short
     #: CPU run cannot re-learn (measured in benchmarks/results/stage1_scifact.json).
-    projection_init: Literal["orthogonal", "pca"] = "pca"
+    #: "pairs": centre, then the document head = top principal directions of the document states and
+    #: the query head = the ridge least-squares map from query states to their positive documents'
+    #: coordinates (so towers that do not share a space start aligned; not in the paper);
+    #: "auto" = "pairs" when the two towers come from different base models, else "pca".
+    projection_init: Literal["orthogonal", "pca", "pairs", "auto"] = "auto"
+    #: where cached frozen-prefix features live (towers with trainable_layers != "all");
+    #: default <output_dir>/feature_cache. Share it between runs over the same data to reuse features.
+    feature_cache_dir: str | None = None
+    #: validation during training (queries held out from the training split, never the eval split):
+    #: every ``eval_every`` steps ("epoch" = once per epoch; None = only at the end) compute ``validation_metric`` over the
+    #: full corpus; stop after ``patience`` evaluations without improvement (None = never), and
+    #: restore the best weights at the end (``restore_best``).
+    eval_every: int | Literal["epoch"] | None = None
+    validation_metric: Literal["ndcg@10", "contrastive_ppl"] = "ndcg@10"
+    patience: int | None = None
+    restore_best: bool = True
     show_progress: bool = True
 
     def __post_init__(self) -> None:
@@ -129,8 +153,18 @@ class TrainConfig:
             raise ValueError(f"dim={self.dim} must be the largest Matryoshka dim (loss.dims={self.loss.dims})")
         if max(self.loss.dims) != self.dim:
             raise ValueError(f"loss.dims={self.loss.dims} must not exceed dim={self.dim}")
-        if self.projection_init == "pca" and not self.center:
-            raise ValueError("projection_init='pca' needs center=True (PCA of the centred pooled states)")
+        if self.projection_init in ("pca", "pairs", "auto") and not self.center:
+            raise ValueError(f"projection_init={self.projection_init!r} needs center=True (fitted on the centred pooled states)")
+        if isinstance(self.eval_every, int) and self.eval_every < 1:
+            raise ValueError("eval_every must be >= 1 or null")
+        if self.patience is not None and self.eval_every is None:
+            raise ValueError("patience needs eval_every (early stopping checks the validation metric every eval_every steps)")
+        for name, spec in (("query_tower", self.query_tower), ("doc_tower", self.doc_tower)):
+            k = spec.trainable_layers
+            if k != "all" and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+                raise ValueError(f"{name}.trainable_layers must be 'all' or an integer >= 0, got {k!r}")
+        if self.lora is not None and (self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None):
+            raise ValueError("lora and trainable_layers != 'all' cannot be combined (LoRA adapts every layer)")
         if self.optim.batch_size < 2:
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:

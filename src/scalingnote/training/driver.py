@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 from scalingnote.config import save_config
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
-from scalingnote.training.config import TowerSpec, TrainConfig
+from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import load_training_data
 from scalingnote.training.trainer import Trainer
 from scalingnote.utils import run_metadata, seed_everything, write_json
@@ -94,7 +93,77 @@ def _top_directions(x, k: int):
     return (v * torch.sign(v.gather(1, idx))).float()
 
 
-def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool = False) -> None:
+def _pooler(tower, prefix, tok, batch_size: int):
+    """``items -> pooled states [n(*views), H]`` through the feature cache when there is one."""
+    if prefix is None:
+        return lambda items: pooled_states(tower, items, tok, batch_size)
+
+    def pool(items):
+        import torch
+
+        with torch.no_grad():
+            p = prefix.pooled(items).float()
+        return p.reshape(-1, p.shape[-1]).cpu()
+
+    return pool
+
+
+def _ridge(x, y, ridge: float = 1e-3):
+    """``W [out, in]`` minimising ``||x W^T - y||^2 + lam ||W||^2`` (lam relative to trace(x^T x)/in)."""
+    import torch
+
+    x, y = x.double(), y.double()
+    gram = x.T @ x
+    lam = ridge * float(torch.trace(gram)) / gram.shape[0]
+    return torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), x.T @ y).T
+
+
+def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 32, encoders=(None, None)) -> dict[str, float]:
+    """Centre both towers and initialise their projections (``mode``: see ``TrainConfig.projection_init``).
+
+    "pairs" (not in the paper): the document head = the top principal directions of the centred
+    document states; the query head = the ridge least-squares map from the centred query states to
+    the coordinates of their positive documents in that head — so a query tower from another base
+    model (ScalingDoc: MiniLM queries, SmolLM2 documents) starts aligned with the document tower.
+    Returns fit diagnostics (the relative squared error of the query fit).
+    """
+    import torch
+
+    same_base = qt.config.base_model == dt.config.base_model and qt.config.hidden_size == dt.config.hidden_size
+    if mode == "auto":
+        mode = "pca" if same_base else "pairs"
+    if mode in ("pca", "orthogonal"):
+        pools = {"q": _pooler(qt, encoders[0], lambda t, xs: t.tokenize_queries(xs), batch_size),
+                 "d": _pooler(dt, encoders[1], lambda t, xs: t.tokenize_documents(xs), batch_size)}
+        init_centers(qt, dt, examples, n=n, batch_size=batch_size, pca=mode == "pca", pools=pools)
+        return {}
+    if qt.projection is None or dt.projection is None:
+        raise ScalingNoteError("projection_init='pairs' needs a projection on both towers")
+    sample = examples[:n]
+    hq = _pooler(qt, encoders[0], lambda t, xs: t.tokenize_queries(xs), batch_size)([e.query for e in sample])
+    hd_all = _pooler(dt, encoders[1], lambda t, xs: t.tokenize_documents(xs), batch_size)([e.pos for e in sample])
+    views = hd_all.shape[0] // len(sample)
+    cq, cd = hq.mean(0), hd_all.mean(0)
+    qt.set_center(cq)
+    dt.set_center(cd)
+    k = dt.projection.weight.shape[0]
+    xd = hd_all - cd
+    if xd.shape[0] < k or hq.shape[0] < 2:
+        log.warning("projection_init='pairs' needs >= %d samples, got %d: keeping the random W", k, xd.shape[0])
+        return {}
+    wd = _top_directions(xd, k) * (xd.shape[1] / k) ** 0.5
+    target = (xd.reshape(len(sample), views, -1)[:, -1] @ wd.T).double()  # the [EMB] view's coordinates
+    wq = _ridge(hq - cq, target)
+    err = float(((target - (hq - cq).double() @ wq.T) ** 2).sum() / (target**2).sum().clamp(min=1e-12))
+    for tower, w in ((dt, wd), (qt, wq)):
+        with torch.no_grad():
+            tower.projection.weight.copy_(w.to(tower.projection.weight.device, tower.projection.weight.dtype))
+        tower.config = dataclasses.replace(tower.config, projection_init="pairs")
+        tower._ids = None
+    return {"init_query_fit_rel_err": round(err, 4), "init_samples": len(sample)}
+
+
+def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool = False, pools=None) -> None:
     """Set each tower's centre ``c`` to the mean pooled hidden state over (up to) ``n`` training
     queries / positive documents (all three document views pooled together).
 
@@ -107,13 +176,14 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
 
     sample = examples[:n]
     towers = []
-    for tower, items, tok in (
-        (qt, [e.query for e in sample], lambda t, xs: t.tokenize_queries(xs)),
-        (dt, [e.pos for e in sample], lambda t, xs: t.tokenize_documents(xs)),
+    pools = pools or {}
+    for key, tower, items, tok in (
+        ("q", qt, [e.query for e in sample], lambda t, xs: t.tokenize_queries(xs)),
+        ("d", dt, [e.pos for e in sample], lambda t, xs: t.tokenize_documents(xs)),
     ):
         if tower.projection is None or not items:
             continue
-        p = pooled_states(tower, items, tok, batch_size)
+        p = pools[key](items) if key in pools else pooled_states(tower, items, tok, batch_size)
         c = p.mean(0)
         tower.set_center(c)
         towers.append((tower, p - c))
@@ -187,20 +257,26 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         "query_tower_non_embedding_params": qt.non_embedding_params,
         "doc_tower_non_embedding_params": dt.non_embedding_params,
     }
-    corpus = data.corpus
+    encoders = prefix_encoders(cfg, qt, dt, data)
+    results["query_trainable_layers"] = cfg.query_tower.trainable_layers
+    results["doc_trainable_layers"] = cfg.doc_tower.trainable_layers
     if cfg.center:
-        import numpy as _np
-
-        order = _np.random.default_rng(cfg.seed).permutation(len(data.train))
-        init_centers(qt, dt, [data.train[i] for i in order[: cfg.center_samples]], pca=cfg.projection_init == "pca")
+        order = np.random.default_rng(cfg.seed).permutation(len(data.train))
+        sample = [data.train[i] for i in order[: cfg.center_samples]]
+        results.update(init_heads(qt, dt, sample, cfg.projection_init, n=cfg.center_samples, encoders=encoders))
     if cfg.evaluate_zero_shot and data.eval_qrels and D.rank() == 0:
         # the starting point of training: pre-trained backbones + the initial centre / W
-        results.update(evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_"))
+        results.update(evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_", encoders=encoders))
     _setup_lora(cfg, (qt, dt))
-    trainer = Trainer(cfg, qt, dt, data.train, device)
+    trainer = Trainer(cfg, qt, dt, data.train, device, encoders=encoders)
     results["total_steps"] = trainer.total_steps
+    validate = make_validator(cfg, qt, dt, data, encoders) if data.validation and (cfg.eval_every or cfg.patience) else None
     seed_everything(cfg.seed)
-    last = trainer.train(resume=resume, on_step=on_step)
+    last = trainer.train(resume=resume, on_step=on_step, validate=validate)
+    if validate is not None:
+        results["val_curve"] = trainer.best["curve"]
+        for k in ("steps_run", "best_step", "best_val_score", "stopped_early"):
+            results[k] = last.pop(k, None)
     _merge_lora((qt, dt))
     results["train_seconds"] = round(last.pop("train_seconds", 0.0), 2)
     results.update({f"final_{k}": v for k, v in last.items()})
@@ -213,19 +289,76 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         dt.save(out / "doc_tower")
         results["compat_id"] = qt.compat_id
         if data.eval_qrels or data.validation:
-            results.update(evaluate_pair(cfg, qt, dt, data, save_embeddings=out))
+            results.update(evaluate_pair(cfg, qt, dt, data, save_embeddings=out, encoders=encoders))
         meta = run_metadata(cfg)
         write_json(out / "run.json", {"metrics": results, **meta})
     return results
 
 
-def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddings: Path | None = None) -> dict[str, float]:
+def prefix_encoders(cfg: TrainConfig, qt, dt, data):
+    """(query, document) :class:`~scalingnote.models.PrefixTower` for towers with
+    ``trainable_layers != "all"`` (None otherwise); their features for every training text and
+    the whole corpus are cached up front (the expensive part of a CPU run happens once)."""
+    from scalingnote.models import PrefixTower
+
+    root = Path(cfg.feature_cache_dir) if cfg.feature_cache_dir else Path(cfg.output_dir) / "feature_cache"
+    show = cfg.show_progress and D.rank() == 0
+    q_enc = d_enc = None
+    if cfg.query_tower.prefix_k is not None:
+        q_enc = PrefixTower(qt, cfg.query_tower.prefix_k, root, batch_size=cfg.eval_batch_size, show_progress=show)
+        texts = sorted({e.query for e in data.train + data.validation} | set(data.eval_queries.values()))
+        q_enc.ensure(texts)
+    if cfg.doc_tower.prefix_k is not None:
+        d_enc = PrefixTower(dt, cfg.doc_tower.prefix_k, root, batch_size=max(1, cfg.eval_batch_size // 4), show_progress=show)
+        d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, e.neg) if d is not None])
+    return q_enc, d_enc
+
+
+def encode_queries_with(qt, q_enc, texts: list[str], batch_size: int) -> np.ndarray:
+    """Normalised query embeddings, through the feature cache when ``q_enc`` is set."""
+    if q_enc is not None:
+        return q_enc.encode(texts, batch_size=max(256, batch_size))
+    return qt.encode_queries(texts, batch_size=batch_size, show_progress=False)
+
+
+def encode_docs_with(dt, d_enc, docs: list, batch_size: int, show_progress: bool) -> np.ndarray:
+    """Normalised ``[EMB]``-view document embeddings, through the feature cache when ``d_enc`` is set."""
+    if d_enc is not None:
+        return d_enc.encode(docs, batch_size=max(256, batch_size))
+    return dt.encode_documents(docs, batch_size=batch_size, show_progress=show_progress)
+
+
+def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
+    """``() -> score`` on the validation queries (held out from training) over the full corpus:
+    nDCG@10, or minus the contrastive perplexity (higher is better for both)."""
+    from scalingnote.evaluation import contrastive_perplexity
+    from scalingnote.evaluation.dense import dense_metrics, perplexity_negatives, truncate_normalize
+
+    doc_ids = list(data.corpus)
+    docs = [data.corpus[i] for i in doc_ids]
+    vq = sorted({e.query_id for e in data.validation})
+    vtexts = [data.queries[q] for q in vq]
+    qrels = data.validation_qrels()
+
+    def validate() -> float:
+        dn = truncate_normalize(encode_docs_with(dt, encoders[1], docs, cfg.eval_batch_size, False), cfg.dim)
+        qn = truncate_normalize(encode_queries_with(qt, encoders[0], vtexts, cfg.eval_batch_size), cfg.dim)
+        if cfg.validation_metric == "contrastive_ppl":
+            return -contrastive_perplexity(qn, vq, dn, doc_ids, qrels=qrels, temperature=cfg.loss.tau, seed=cfg.seed,
+                                           num_negatives=perplexity_negatives(len(doc_ids), qrels))
+        return float(dense_metrics(qn, vq, dn, doc_ids, qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)["ndcg@10"])
+
+    return validate
+
+
+def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddings: Path | None = None,
+                  encoders=(None, None)) -> dict[str, float]:
     """Encode the corpus once; validation contrastive perplexity + test retrieval metrics."""
     from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
 
     t0 = time.perf_counter()
     doc_ids = list(data.corpus)
-    d_emb = dt.encode_documents([data.corpus[i] for i in doc_ids], batch_size=cfg.eval_batch_size, show_progress=cfg.show_progress)
+    d_emb = encode_docs_with(dt, encoders[1], [data.corpus[i] for i in doc_ids], cfg.eval_batch_size, cfg.show_progress)
     out: dict[str, float] = {}
     dn = truncate_normalize(d_emb, cfg.dim)
     if data.validation:
@@ -233,14 +366,14 @@ def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddi
         from scalingnote.evaluation.dense import perplexity_negatives
 
         vq = sorted({e.query_id for e in data.validation})
-        q_emb = truncate_normalize(qt.encode_queries([data.queries[q] for q in vq], batch_size=cfg.eval_batch_size, show_progress=False), cfg.dim)
+        q_emb = truncate_normalize(encode_queries_with(qt, encoders[0], [data.queries[q] for q in vq], cfg.eval_batch_size), cfg.dim)
         out[f"{prefix}val_contrastive_ppl"] = contrastive_perplexity(
             q_emb, vq, dn, doc_ids, qrels=data.validation_qrels(), temperature=cfg.loss.tau, seed=cfg.seed,
             num_negatives=perplexity_negatives(len(doc_ids), data.validation_qrels()),
         )
     if data.eval_qrels:
         qids = list(data.eval_queries)
-        q_emb = truncate_normalize(qt.encode_queries([data.eval_queries[q] for q in qids], batch_size=cfg.eval_batch_size, show_progress=False), cfg.dim)
+        q_emb = truncate_normalize(encode_queries_with(qt, encoders[0], [data.eval_queries[q] for q in qids], cfg.eval_batch_size), cfg.dim)
         m = dense_metrics(q_emb, qids, dn, doc_ids, data.eval_qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)
         out.update({f"{prefix}{k}": v for k, v in m.items()})
     out[f"{prefix}eval_seconds"] = round(time.perf_counter() - t0, 2)
@@ -257,4 +390,4 @@ def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     return load_config(TrainConfig, path, **overrides)
 
 
-__all__ = ["build_towers", "evaluate_pair", "init_centers", "load_train_config", "train"]
+__all__ = ["build_towers", "evaluate_pair", "init_centers", "init_heads", "load_train_config", "make_validator", "prefix_encoders", "train"]

@@ -95,8 +95,12 @@ class Trainer:
         doc_tower: nn.Module,
         train_examples: list[Example],
         device: torch.device | None = None,
+        encoders: tuple[Any, Any] = (None, None),
     ):
+        """``encoders``: optional (query, document) :class:`~scalingnote.models.PrefixTower` that
+        replace the full forward pass of a tower whose frozen prefix is cached."""
         self.cfg = cfg
+        self.q_prefix, self.d_prefix = encoders
         self.q_tower = query_tower
         self.d_tower = doc_tower
         self.examples = train_examples
@@ -118,6 +122,8 @@ class Trainer:
         self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, o.warmup_ratio)
         self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self.step = 0
+        # early stopping / best weights (ScalingNote trains a fixed schedule; on CPU we validate)
+        self.best: dict[str, Any] = {"score": None, "step": 0, "state": None, "bad": 0, "curve": []}
 
     # -- one step -------------------------------------------------------------------------
     def _autocast(self):
@@ -127,10 +133,11 @@ class Trainer:
 
     def _forward(self, exs: Sequence[Example]) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
         with self._autocast():
-            q = embed_queries(self.q_tower, [e.query for e in exs], self.device)
+            texts = [e.query for e in exs]
+            q = self.q_prefix.queries(texts) if self.q_prefix is not None else embed_queries(self.q_tower, texts, self.device)
             has_neg = all(e.neg is not None for e in exs)
             docs = [e.pos for e in exs] + ([e.neg for e in exs] if has_neg else [])
-            views = embed_documents(self.d_tower, docs, self.device)
+            views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
         n = len(exs)
         q = q.float()
         pos = {k: v[:n].float() for k, v in views.items()}
@@ -227,6 +234,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng": rng if rng is not None else rng_state(),
             "total_steps": self.total_steps,
+            "best": self.best,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -241,6 +249,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         self.step = int(state["step"])
+        self.best = state.get("best", self.best)
 
     def save(self, rng: dict[str, Any] | None = None) -> None:
         if D.rank() == 0:
@@ -267,9 +276,48 @@ class Trainer:
         keep = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
         p.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
 
-    def train(self, resume: bool = True, on_step: Callable[[int], None] | None = None) -> dict[str, float]:
+    def _trainable_state(self) -> dict[str, Tensor]:
+        out = {}
+        for name, tower in (("q", self.q_tower), ("d", self.d_tower)):
+            for k, v in tower.named_parameters():
+                if v.requires_grad:
+                    out[f"{name}.{k}"] = v.detach().clone().cpu()
+        return out
+
+    def _restore_trainable(self, state: dict[str, Tensor]) -> None:
+        towers = {"q": dict(self.q_tower.named_parameters()), "d": dict(self.d_tower.named_parameters())}
+        with torch.no_grad():
+            for key, v in state.items():
+                t, name = key.split(".", 1)
+                towers[t][name].copy_(v.to(towers[t][name].device))
+
+    def _validate(self, validate: Callable[[], float], record: dict[str, float]) -> bool:
+        """Evaluate, remember the best trainable weights; True when patience is exhausted."""
+        self.q_tower.eval()
+        self.d_tower.eval()
+        try:
+            score = float(validate())
+        finally:
+            self.q_tower.train()
+            self.d_tower.train()
+        b = self.best
+        b["curve"].append([self.step, round(score, 6)])
+        record["val_score"] = score
+        if b["score"] is None or score > b["score"]:
+            b.update(score=score, step=self.step, bad=0, state=self._trainable_state() if self.cfg.restore_best else None)
+        else:
+            b["bad"] += 1
+        p = self.cfg.patience
+        return p is not None and b["bad"] >= p
+
+    def train(self, resume: bool = True, on_step: Callable[[int], None] | None = None,
+              validate: Callable[[], float] | None = None) -> dict[str, float]:
         """Run to ``total_steps``. ``on_step(step)`` is called after each optimizer step (and
-        after any checkpoint of that step); raising :class:`StopTraining` there stops cleanly."""
+        after any checkpoint of that step); raising :class:`StopTraining` there stops cleanly.
+
+        ``validate()`` (higher = better) runs at the start and every ``cfg.eval_every`` steps; with
+        ``cfg.patience`` training stops early, and with ``cfg.restore_best`` the towers end with the
+        best validated weights (the start counts: training that only hurts leaves the start)."""
         from tqdm.auto import tqdm
 
         self.out.mkdir(parents=True, exist_ok=True)
@@ -292,8 +340,12 @@ class Trainer:
         t0 = time.perf_counter()
         steps_done = 0
         step_rng = rng_state()
+        every = self.steps_per_epoch if self.cfg.eval_every == "epoch" else self.cfg.eval_every
+        stop = False
+        if validate is not None and self.step == 0 and not self.best["curve"]:
+            stop = self._validate(validate, {})
         try:
-            while self.step < self.total_steps:
+            while self.step < self.total_steps and not stop:
                 step_rng = rng_state()  # an interrupt mid-step checkpoints the state before the step
                 batch = self._batch_for_step(self.step)
                 comps = self.compute_gradients(batch)
@@ -304,6 +356,9 @@ class Trainer:
                 last = comps
                 bar.update(1)
                 bar.set_postfix(loss=f"{comps['loss']:.3f}")
+                if validate is not None and every and (self.step % every == 0 or self.step == self.total_steps):
+                    stop = self._validate(validate, comps)
+                    bar.set_postfix(loss=f"{comps['loss']:.3f}", val=f"{comps['val_score']:.4f}")
                 if D.rank() == 0 and (self.step % self.cfg.log_every == 0 or self.step == self.total_steps):
                     rec = {"step": self.step, **{k: round(v, 6) for k, v in comps.items()}}
                     rec["examples_per_s"] = round(steps_done * self.cfg.optim.batch_size / (time.perf_counter() - t0), 3)
@@ -321,7 +376,17 @@ class Trainer:
             raise
         finally:
             bar.close()
+        if validate is not None and (not every or self.best["curve"][-1][0] != self.step):
+            self._validate(validate, last)  # the final weights are a candidate too
+        if validate is not None and self.cfg.restore_best and self.best["state"] is not None and self.best["step"] != self.step:
+            log.info("restoring the best validated weights (step %d, %.4f)", self.best["step"], self.best["score"])
+            self._restore_trainable(self.best["state"])
         self.q_tower.eval()
         self.d_tower.eval()
         last["train_seconds"] = time.perf_counter() - t0
+        last["steps_run"] = self.step
+        if validate is not None:
+            last["best_step"] = self.best["step"]
+            last["best_val_score"] = self.best["score"]
+            last["stopped_early"] = float(self.step < self.total_steps)
         return last

@@ -13,8 +13,6 @@ of the projection-less tower without changing embeddings or gradients.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -104,36 +102,49 @@ class PooledFeatureEncoder:
         return pooled_features(self.tower, docs, batch_size=batch_size, show_progress=show_progress)
 
 
+def cached_pooled_features(tower, items: Sequence[Any], root: str | Path, *, batch_size: int = 32, show_progress: bool = True) -> np.ndarray:
+    """Pooled features ``[n, hidden]`` (the ``[EMB]`` view of an LLM document tower) through the
+    shared frozen-prefix feature cache (:mod:`scalingnote.models.prefix`, ``k = 0``) under ``root``:
+    the same cache Stage I and QKD read, keyed by the backbone, pooling, lengths and prompt."""
+    from scalingnote.models.prefix import FeatureCache, fill_cache, item_key
+    from scalingnote.models.prompt import VIEWS
+
+    items = list(items)
+    cache = FeatureCache.for_tower(root, tower, 0)
+    fill_cache(cache, tower, 0, items, batch_size=batch_size, show_progress=show_progress)
+    if not items:
+        return np.zeros((0, int(tower.config.hidden_size)), dtype=np.float32)
+    x = cache.pooled_rows([item_key(i) for i in items])
+    return np.ascontiguousarray(x[:, VIEWS.index(EMB_VIEW)] if x.shape[1] == len(VIEWS) else x[:, 0])
+
+
 def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, source_dir: str | Path | None = None, batch_size: int = 32, show_progress: bool = True) -> np.ndarray:
     """Pooled features of the corpus, rows in ``docs`` order.
 
     ``source_dir``: an existing embeddings directory written by the projection-less tower
     (its manifest fingerprint must equal :func:`projectionless_fingerprint`; the tower's
-    centre must be zero, since those rows are normalised). Otherwise the corpus is encoded
-    (resumably, raw features) into ``cache_dir`` with :class:`PooledFeatureEncoder`.
+    centre must be zero, since those rows are normalised). Otherwise the features come from the
+    shared feature cache under ``cache_dir`` (:func:`cached_pooled_features`; resumable).
     """
-    from scalingnote.index.embeddings import encode_corpus, load_embeddings
+    from scalingnote.index.embeddings import load_embeddings
 
+    if source_dir is None:
+        return cached_pooled_features(tower, docs, cache_dir, batch_size=batch_size, show_progress=show_progress)
     enc = PooledFeatureEncoder(tower)
-    if source_dir is not None:
-        center = getattr(tower, "center", None)
-        if center is not None and bool(center.abs().sum() > 0):
-            raise ScalingNoteError(
-                f"{source_dir}: normalised embeddings cannot stand for the pooled features of a tower with a non-zero "
-                "projection centre; drop towers.doc_features_dir"
-            )
-        emb = load_embeddings(source_dir)
-        fp = emb.tower.get("fingerprint")
-        if fp != enc.fingerprint:
-            raise ScalingNoteError(
-                f"{Path(source_dir) / 'manifest.json'}: field 'tower.fingerprint' is {fp!r}, but the document tower without its "
-                f"projection has fingerprint {enc.fingerprint!r} (encode the corpus with the same base model, layers, pooling and "
-                "max length, and no projection)"
-            )
-    else:
-        ident = {"name": enc.name, "fingerprint": enc.fingerprint, "compat_id": enc.compat_id, "dim": enc.dim, "features": "pooled, before the projection"}
-        encode_corpus(enc, list(docs), cache_dir, shard_size=2000, batch_size=batch_size, normalize=False, progress=show_progress, tower_info=ident)
-        emb = load_embeddings(cache_dir)
+    center = getattr(tower, "center", None)
+    if center is not None and bool(center.abs().sum() > 0):
+        raise ScalingNoteError(
+            f"{source_dir}: normalised embeddings cannot stand for the pooled features of a tower with a non-zero "
+            "projection centre; drop towers.doc_features_dir"
+        )
+    emb = load_embeddings(source_dir)
+    fp = emb.tower.get("fingerprint")
+    if fp != enc.fingerprint:
+        raise ScalingNoteError(
+            f"{Path(source_dir) / 'manifest.json'}: field 'tower.fingerprint' is {fp!r}, but the document tower without its "
+            f"projection has fingerprint {enc.fingerprint!r} (encode the corpus with the same base model, layers, pooling and "
+            "max length, and no projection)"
+        )
     pos = {d: i for i, d in enumerate(emb.ids)}
     missing = [d.id for d in docs if d.id not in pos]
     if missing:
@@ -143,28 +154,11 @@ def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, sourc
 
 
 def load_query_features(tower, texts: Sequence[str], cache_path: Path, *, batch_size: int = 64, show_progress: bool = True) -> np.ndarray:
-    """Pooled features of the queries, cached in ``cache_path`` (``.npy`` + ``.json`` key:
-    projection-less fingerprint and a digest of the texts)."""
-    from scalingnote.utils.io import atomic_path, write_json
-
-    texts = list(texts)
-    key = {"fingerprint": projectionless_fingerprint(tower), "texts_sha256": hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode()).hexdigest(), "n": len(texts)}
-    meta = cache_path.with_suffix(".json")
-    if cache_path.exists() and meta.exists():
-        try:
-            if json.loads(meta.read_text(encoding="utf-8")) == key:
-                arr = np.load(cache_path)
-                if arr.shape[0] == len(texts):
-                    return arr
-        except (OSError, ValueError):
-            pass
-    arr = pooled_features(tower, texts, batch_size=batch_size, show_progress=show_progress, desc="query features")
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(cache_path, suffix=".npy") as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, arr)
-    write_json(meta, key)
-    return arr
+    """Pooled features of the queries from the shared feature cache (root: ``cache_path`` without
+    its suffix; a ``.npy`` name is accepted for compatibility)."""
+    root = Path(cache_path)
+    root = root.with_suffix("") if root.suffix == ".npy" else root
+    return cached_pooled_features(tower, list(texts), root, batch_size=batch_size, show_progress=show_progress)
 
 
 class Side:
