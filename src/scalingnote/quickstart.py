@@ -42,7 +42,10 @@ class QuickstartConfig:
     #: with the paper's placeholder pooling) or "placeholder" (§3.2)
     llm_pooling: str = "mean"
     bert: str = "minilm-l6"
-    student_layers: int = 6
+    #: the ScalingNote query tower: MiniLM truncated to ``student_layers``; its embeddings are frozen
+    #: and cached, its top ``student_trainable_layers`` layers train ("all": everything, the paper)
+    student_layers: int = 2
+    student_trainable_layers: int | Literal["all"] = 2
     dim: int = 128  #: embedding size (Matryoshka dims 16, 32, 64 ... up to it)
     synth_docs: int = 1500
     synth_queries: int = 800
@@ -69,7 +72,7 @@ class QuickstartConfig:
     doc_max_length: int = 128
     #: QKD: up to ``qkd_epochs`` epochs, stopping after ``qkd_patience`` epochs without a better
     #: validation loss; "normalized" regresses the L2-normalised teacher embeddings ("raw": Eq. 15 as printed)
-    qkd_epochs: float = 30.0
+    qkd_epochs: float = 10.0
     qkd_patience: int = 3
     qkd_target: Literal["raw", "normalized"] = "normalized"
     qkd_batch_size: int = 128
@@ -199,7 +202,9 @@ def run_qkd(cfg: QuickstartConfig, data: dict, out: Path, pseudo: str | None) ->
             {
                 "teacher": str(out / "stage1" / "scaling_dual"),
                 "output_dir": str(d),
-                "student": {"model": cfg.bert, "num_layers": cfg.student_layers, "max_length": cfg.query_max_length},
+                "student": {"model": cfg.bert, "num_layers": cfg.student_layers, "max_length": cfg.query_max_length,
+                            "trainable_layers": cfg.student_trainable_layers if cfg.student_trainable_layers == "all"
+                            else min(cfg.student_trainable_layers, cfg.student_layers)},
                 "queries": sources,
                 "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs},
                 "target": cfg.qkd_target,

@@ -29,7 +29,9 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import re
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -273,7 +275,8 @@ class FeatureCache:
         if len(keys) == 0:
             return
         pi = len(self._parts)
-        stem = self.root / f"part-{pi:05d}"
+        # a unique name: two processes filling one cache never overwrite each other's parts
+        stem = self.root / f"part-{pi:05d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         info: dict[str, Any] = {"keys": list(keys)}
         if self.pooled:
             arr = np.ascontiguousarray(np.asarray(features, dtype=np.float32))
