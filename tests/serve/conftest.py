@@ -38,3 +38,43 @@ def serve_index(tmp_path_factory, serve_bert_dir, serve_beir):
     root = tmp_path_factory.mktemp("serve-index")
     encode_with_tower(serve_bert_dir, serve_beir, root / "emb", shard_size=32, batch_size=16, progress=False)
     return build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+
+
+# ------------------------------------------------------------------ search page / hybrid (issue 17)
+
+HOSTILE_TITLE = '<script>window.__pwned = 1</script>fox quick brown'
+HOSTILE_SNIPPET = 'quick brown fox <img src=x onerror="window.__pwned = 2"> jumps'
+
+
+@pytest.fixture(scope="session")
+def page_beir(tmp_path_factory):
+    """The tiny corpus plus two documents whose title / text carry markup (untrusted text)."""
+    import json
+
+    root = write_tiny_beir(tmp_path_factory.mktemp("page-beir") / "toy", docs_per_topic=6)
+    with open(root / "corpus.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"_id": "evil1", "title": HOSTILE_TITLE, "text": "quick brown fox jumps over the dog"}) + "\n")
+        fh.write(json.dumps({"_id": "evil2", "title": "fox & <b>bold</b> dog", "text": HOSTILE_SNIPPET}) + "\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def page_index(tmp_path_factory, serve_bert_dir, page_beir):
+    """A Flat index with semantic IDs over ``page_beir``; titles + snippets stored with it."""
+    from scalingnote.index import build_index
+    from scalingnote.index.pipeline import encode_with_tower
+
+    root = tmp_path_factory.mktemp("page-index")
+    encode_with_tower(serve_bert_dir, page_beir, root / "emb", shard_size=64, batch_size=16, progress=False)
+    return build_index(root / "emb", root / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def page_server(page_index, serve_bert_dir, page_beir):
+    """A running service with a BM25 index beside the dense one (built from --corpus at start)."""
+    from scalingnote.serve import BackgroundServer, ServeSettings, create_app
+
+    app = create_app(page_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=5, corpus=str(page_beir)))
+    with BackgroundServer(app) as srv:
+        srv.wait_ready()
+        yield srv

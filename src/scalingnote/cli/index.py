@@ -159,26 +159,92 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(index_app, name="index")
 
+    @index_app.command("bm25")
+    def index_bm25(
+        index: Path = typer.Option(..., "--index", help="Dense index directory: the BM25 index is saved in <index>/bm25."),
+        data: Path | None = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl (default: the corpus the index records)."),
+        language: str = typer.Option("auto", help="auto | en | zh (as `scalingnote bm25`)."),
+        k1: float = typer.Option(1.5),
+        b: float = typer.Option(0.75),
+    ) -> None:
+        """Build (or reuse, when its fingerprint matches) the BM25 index beside a dense index, for hybrid search."""
+        from scalingnote.errors import ScalingNoteError
+        from scalingnote.index.bm25 import BM25Config
+        from scalingnote.index.hybrid import open_hybrid
+
+        if language not in ("auto", "en", "zh"):
+            raise ScalingNoteError(f"--language must be auto, en or zh, got {language!r}")
+        h = open_hybrid(index, None, corpus=data, bm25_config=BM25Config(language=language, k1=k1, b=b))  # type: ignore[arg-type]
+        if h.bm25 is None:
+            raise ScalingNoteError(f"{index}: the index records no corpus; give --data")
+        typer.echo(f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint {h.bm25.fingerprint[:12]})", err=True)
+
     @app.command("search")
     def search(
         index: Path = typer.Option(..., "--index", help="Index directory."),
-        query_tower: str = typer.Option(..., "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir."),
-        queries: Path = typer.Option(..., "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
-        out: Path = typer.Option(..., "--out", help="TREC run file to write (+ <out>.meta.json)."),
+        query_tower: str | None = typer.Option(None, "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir (modes dense and hybrid)."),
+        queries: Path | None = typer.Option(None, "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
+        out: Path | None = typer.Option(None, "--out", help="TREC run file to write (+ <out>.meta.json); with --queries."),
+        query: str | None = typer.Option(None, "--query", help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run."),
         split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
         k: int = typer.Option(100, "--k", min=1),
+        mode: str = typer.Option("dense", "--mode", help="dense | bm25 | hybrid (BM25 fused with dense)."),
+        corpus: Path | None = typer.Option(None, "--corpus", help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records)."),
+        fusion: str = typer.Option("rrf", "--fusion", help="(hybrid) rrf or weighted."),
+        rrf_k: int = typer.Option(60, "--rrf-k", min=0, help="(hybrid rrf) RRF constant."),
+        weight: float = typer.Option(0.5, "--weight", min=0.0, max=1.0, help="(hybrid weighted) weight of the dense side; choose it on validation queries."),
+        norm: str = typer.Option("minmax", "--norm", help="(hybrid weighted) minmax or zscore."),
+        depth: int = typer.Option(100, "--depth", min=1, help="(hybrid) candidates from each side before fusion."),
         nprobe: int | None = typer.Option(None, "--nprobe", min=1),
         ef_search: int | None = typer.Option(None, "--ef-search", min=1),
         rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors."),
         batch_size: int = typer.Option(256, "--batch-size", min=1),
     ) -> None:
-        """Search a dense index with a query tower and write a TREC run."""
+        """Search an index (dense, BM25 or hybrid) and write a TREC run, or print one query's hits."""
+        from scalingnote.errors import ScalingNoteError
+        from scalingnote.index.hybrid import MODES, FusionConfig, hybrid_queries_to_run, open_hybrid
         from scalingnote.index.pipeline import read_search_queries, search_queries_to_run
 
+        if mode not in MODES:
+            raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode != "bm25" and query_tower is None:
+            raise ScalingNoteError(f"--mode {mode} needs --query-tower")
+        if (query is None) == (queries is None):
+            raise ScalingNoteError("give --queries FILE/DIR with --out RUN, or one --query TEXT")
+        if queries is not None and out is None:
+            raise ScalingNoteError("--queries needs --out (the TREC run to write)")
+        fusion_cfg = FusionConfig(method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)  # type: ignore[arg-type]
+        dense_kw = {"nprobe": nprobe, "ef_search": ef_search, "rerank": rerank}
+        if query is None and mode == "dense":
+            qs = read_search_queries(queries, split if queries.is_dir() else None)
+            meta = search_queries_to_run(
+                index, qs, out, query_tower=query_tower, k=k, nprobe=nprobe, ef_search=ef_search, rerank=rerank, batch_size=batch_size,
+                config={"queries": str(queries), "split": split, "query_tower": query_tower},
+            )
+            t = meta["timings"]
+            typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)
+            return
+        searcher = open_hybrid(index, query_tower if mode != "bm25" else None, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense")
+        if query is not None:
+            if not query.strip():
+                raise ScalingNoteError("--query: empty query")
+            res = searcher.search([query], k, mode=mode, **dense_kw)  # type: ignore[arg-type]
+            titles = res.titles[0] if res.titles is not None else None
+            snippets = res.snippets[0] if res.snippets is not None else None
+            for r, d in enumerate(res.doc_ids[0]):
+                hit = {
+                    "rank": r + 1,
+                    "doc_id": d,
+                    "score": round(float(res.scores[0][r]), 6),
+                    "title": titles[r] if titles is not None else "",
+                    "snippet": snippets[r] if snippets is not None else "",
+                    "semantic_id": res.semantic_ids[0][r].tolist() if res.semantic_ids is not None else None,
+                }
+                typer.echo(json.dumps(hit, ensure_ascii=False))
+            return
         qs = read_search_queries(queries, split if queries.is_dir() else None)
-        meta = search_queries_to_run(
-            index, qs, out, query_tower=query_tower, k=k, nprobe=nprobe, ef_search=ef_search, rerank=rerank, batch_size=batch_size,
-            config={"queries": str(queries), "split": split, "query_tower": query_tower},
+        meta = hybrid_queries_to_run(
+            searcher, qs, out, mode=mode, k=k, batch_size=batch_size,  # type: ignore[arg-type]
+            config={"queries": str(queries), "split": split, "query_tower": query_tower}, **dense_kw,
         )
-        t = meta["timings"]
-        typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)
+        typer.echo(f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True)

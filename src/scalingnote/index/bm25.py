@@ -7,11 +7,14 @@ dictionary-free tokenisation for Chinese IR. ``language="auto"`` picks Chinese
 when more than 30% of the characters of a corpus sample are CJK.
 
 The retriever is reused to mine hard negatives for training (ranks K..T after
-dropping the top K, ScalingNote §4.1.1).
+dropping the top K, ScalingNote §4.1.1), and is the lexical side of hybrid search: it is
+saved beside a dense index (``<index>/bm25/``, :func:`open_or_build_bm25`) with a
+fingerprint of the corpus and settings, built once and reloaded while they match.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -86,12 +89,13 @@ class BM25Retriever:
     >>> run = r.search({"q1": "text"}, k=100)  # doctest: +SKIP
     """
 
-    def __init__(self, config: BM25Config, language: str, retriever, tokenizer, doc_ids: list[str]):
+    def __init__(self, config: BM25Config, language: str, retriever, tokenizer, doc_ids: list[str], fingerprint: str | None = None):
         self.config = config
         self.language = language
         self._retriever = retriever
         self._tokenizer = tokenizer
         self.doc_ids = doc_ids
+        self.fingerprint = fingerprint  # corpus_fingerprint(docs, config) of the corpus it was fitted on
 
     @classmethod
     def fit(cls, docs: Iterable[Document], config: BM25Config | None = None, show_progress: bool = True) -> "BM25Retriever":
@@ -108,7 +112,7 @@ class BM25Retriever:
         retriever = bm25s.BM25(k1=config.k1, b=config.b, method=config.method)
         _quiet_bm25s()
         retriever.index(corpus_tokens, show_progress=show_progress)
-        return cls(config, language, retriever, tokenizer, [d.id for d in docs])
+        return cls(config, language, retriever, tokenizer, [d.id for d in docs], corpus_fingerprint(docs, config))
 
     def search(self, queries: Mapping[str, str], k: int = 1000, show_progress: bool = True) -> Run:
         """Top-``k`` documents per query as a :data:`Run` (queries with no known term get an empty list)."""
@@ -148,7 +152,7 @@ class BM25Retriever:
         try:
             self._retriever.save(str(tmp / "bm25s"))
             self._tokenizer.save_vocab(str(tmp / "bm25s"))
-            meta = {"config": asdict(self.config), "language": self.language, "doc_ids": self.doc_ids}
+            meta = {"config": asdict(self.config), "language": self.language, "fingerprint": self.fingerprint, "doc_ids": self.doc_ids}
             (tmp / "bm25.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
             if directory.exists():
                 shutil.rmtree(directory)
@@ -165,12 +169,76 @@ class BM25Retriever:
         meta_path = directory / "bm25.json"
         if not meta_path.exists():
             raise ScalingNoteError(f"{directory}: not a BM25 index (no bm25.json)")
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        config = BM25Config(**meta["config"])
-        tokenizer = _tokenizer(meta["language"])
-        tokenizer.load_vocab(str(directory / "bm25s"))
-        retriever = bm25s.BM25.load(str(directory / "bm25s"))
-        return cls(config, meta["language"], retriever, tokenizer, meta["doc_ids"])
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            config = BM25Config(**meta["config"])
+            language, doc_ids = meta["language"], meta["doc_ids"]
+        except json.JSONDecodeError as e:
+            raise ScalingNoteError(f"{meta_path}: line {e.lineno}: invalid JSON ({e.msg})") from None
+        except (KeyError, TypeError) as e:
+            raise ScalingNoteError(f"{meta_path}: missing or bad field {e}") from None
+        if language not in ("en", "zh"):
+            raise ScalingNoteError(f"{meta_path}: field 'language' is {language!r}, expected 'en' or 'zh'")
+        try:
+            tokenizer = _tokenizer(language)
+            tokenizer.load_vocab(str(directory / "bm25s"))
+            retriever = bm25s.BM25.load(str(directory / "bm25s"))
+        except (OSError, ValueError, KeyError) as e:
+            raise ScalingNoteError(f"{directory / 'bm25s'}: cannot read the BM25 index ({type(e).__name__}: {e})") from None
+        return cls(config, language, retriever, tokenizer, doc_ids, meta.get("fingerprint"))
+
+
+def corpus_fingerprint(docs: Iterable[Document], config: BM25Config) -> str:
+    """SHA-256 over the settings and every document's id and indexed text, in order."""
+    h = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    for d in docs:
+        h.update(d.id.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+        h.update(d.text.encode("utf-8", "surrogatepass"))
+        h.update(b"\x01")
+    return h.hexdigest()
+
+
+BM25_DIR = "bm25"
+
+
+def open_or_build_bm25(
+    index_dir: str | Path,
+    documents: str | Path | Iterable[Document] | None = None,
+    config: BM25Config | None = None,
+    *,
+    show_progress: bool = True,
+) -> BM25Retriever | None:
+    """The BM25 index saved beside the dense index ``index_dir`` (in ``index_dir/bm25``).
+
+    With ``documents`` (a BEIR directory, a corpus.jsonl or Documents): reuse the saved index
+    when its fingerprint matches these documents and ``config``, else fit it and save it
+    (atomically). Without: load the saved index, or return None when there is none."""
+    path = Path(index_dir) / BM25_DIR
+    if documents is None:
+        return BM25Retriever.load(path) if (path / "bm25.json").exists() else None
+    if isinstance(documents, (str, Path)):
+        from scalingnote.data.beir import iter_corpus
+
+        p = Path(documents)
+        if p.is_dir():
+            p = p / "corpus.jsonl"
+        if not p.is_file():
+            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        documents = iter_corpus(p)
+    docs = list(documents)
+    config = config or BM25Config()
+    fp = corpus_fingerprint(docs, config)
+    if (path / "bm25.json").exists():
+        try:
+            saved = json.loads((path / "bm25.json").read_text(encoding="utf-8")).get("fingerprint")
+        except (OSError, json.JSONDecodeError, AttributeError):
+            saved = None
+        if saved == fp:
+            return BM25Retriever.load(path)
+    retriever = BM25Retriever.fit(docs, config, show_progress=show_progress)
+    retriever.save(path)
+    return retriever
 
 
 def _quiet_bm25s() -> None:

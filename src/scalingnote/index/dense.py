@@ -11,6 +11,10 @@ renamed into place, so a reader never sees a half-built index::
     <dir>/doc_ids.json       JSON list: FAISS row i <-> document id doc_ids[i]
     <dir>/semantic_ids.npy   int32 (n, L) residual-K-means semantic IDs (if enabled)
     <dir>/semantic_ids.npz   the residual-K-means codebooks (assign new documents)
+    <dir>/docs.jsonl         (when the corpus is known) one line per FAISS row:
+                             {"id", "title", "snippet"}; search results carry them
+    <dir>/bm25/              (optional) the BM25 index over the same documents, for
+                             hybrid search (:mod:`scalingnote.index.bm25`, :mod:`scalingnote.index.hybrid`)
 
 The full-precision vectors are *copied* into the index directory (not referenced
 from the embeddings directory): an index is self-contained and survives deletion or
@@ -39,14 +43,14 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scalingnote.data.types import Run
+from scalingnote.data.types import Document, Run
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings, tower_identity
 from scalingnote.index.semantic_ids import ResidualKMeans
@@ -58,6 +62,8 @@ VECTORS_FILE = "vectors.npy"
 DOC_IDS_FILE = "doc_ids.json"
 SEMANTIC_IDS_FILE = "semantic_ids.npy"
 SEMANTIC_CODEBOOKS_FILE = "semantic_ids.npz"
+DOCS_FILE = "docs.jsonl"
+SNIPPET_CHARS = 240
 
 DEFAULT_NPROBE = 16
 DEFAULT_EF_SEARCH = 128
@@ -210,6 +216,109 @@ def _search_params(index, nprobe: int | None, ef_search: int | None, factory: st
     return params, keep
 
 
+# --------------------------------------------------------------------------- document store
+
+
+def make_snippet(text: str, max_chars: int = SNIPPET_CHARS) -> str:
+    """The first ``max_chars`` characters of ``text`` (whitespace collapsed), cut at a word
+    boundary when one is near, with an ellipsis when cut."""
+    t = " ".join(str(text).split())
+    if len(t) <= max_chars:
+        return t
+    cut = t[:max_chars]
+    space = cut.rfind(" ")
+    if space >= max_chars * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + "\u2026"
+
+
+def _documents_by_id(documents: str | Path | Mapping[str, Document] | Iterable[Document]) -> tuple[dict[str, Document], str | None]:
+    """``{id: Document}`` from a BEIR directory, a corpus.jsonl, a mapping or an iterable."""
+    if isinstance(documents, (str, Path)):
+        from scalingnote.data.beir import iter_corpus
+
+        p = Path(documents)
+        if p.is_dir():
+            p = p / "corpus.jsonl"
+        if not p.is_file():
+            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        # on_invalid="skip": a bad record costs one title, not the index
+        return {d.id: d for d in iter_corpus(p, on_invalid="skip")}, str(p.resolve())
+    if isinstance(documents, Mapping):
+        return dict(documents), None
+    return {d.id: d for d in documents}, None
+
+
+def _corpus_of_embeddings(embeddings_dir: str | None) -> Path | None:
+    """The corpus file recorded by an embeddings directory's manifest, if it still exists."""
+    if not embeddings_dir:
+        return None
+    try:
+        man = json.loads((Path(embeddings_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    path = (man.get("corpus") or {}).get("path")
+    return Path(path) if path and Path(path).is_file() else None
+
+
+def write_document_store(path: Path, ids: Sequence[str], documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
+    """Write ``docs.jsonl`` (``{"id", "title", "snippet"}`` per FAISS row, in row order) atomically;
+    returns its manifest entry. Documents absent from ``documents`` get empty fields."""
+    from scalingnote.utils.io import atomic_write
+
+    by_id, source = _documents_by_id(documents)
+    n_found = n_titles = 0
+    with atomic_write(path) as fh:
+        for i in ids:
+            d = by_id.get(i)
+            if d is not None:
+                n_found += 1
+                n_titles += bool(d.title)
+            rec = {"id": i, "title": d.title if d else "", "snippet": make_snippet(d.content or d.topic or "", snippet_chars) if d else ""}
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return {"file": path.name, "source": source, "n_documents": len(ids), "n_found": n_found, "n_titles": n_titles, "snippet_chars": snippet_chars}
+
+
+def read_document_store(path: Path, doc_ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Titles and snippets in FAISS row order; checks the ids line by line against the index."""
+    titles: list[str] = []
+    snippets: list[str] = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ScalingNoteError(f"{path}: line {lineno}: invalid JSON ({e.msg})") from None
+                if not isinstance(rec, dict) or lineno > len(doc_ids) or rec.get("id") != doc_ids[lineno - 1]:
+                    raise ScalingNoteError(f"{path}: line {lineno}: field 'id' does not match FAISS row {lineno - 1} of the index")
+                titles.append(str(rec.get("title") or ""))
+                snippets.append(str(rec.get("snippet") or ""))
+    except OSError as e:
+        raise ScalingNoteError(f"{path}: cannot read the document store ({e})") from None
+    if len(titles) != len(doc_ids):
+        raise ScalingNoteError(f"{path}: {len(titles)} lines for {len(doc_ids)} indexed documents")
+    return titles, snippets
+
+
+def attach_documents(index_dir: str | Path, documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
+    """Store titles + snippets with an existing index (``docs.jsonl`` + manifest entry, each
+    written atomically). ``documents``: a BEIR directory, a corpus.jsonl, or Documents."""
+    from scalingnote.utils.io import atomic_write
+
+    root = Path(index_dir)
+    man = read_manifest(root)
+    files = man.get("files", {})
+    doc_ids = json.loads((root / files.get("doc_ids", DOC_IDS_FILE)).read_text(encoding="utf-8"))
+    info = write_document_store(root / DOCS_FILE, doc_ids, documents, snippet_chars)
+    man["files"] = {**files, "docs": DOCS_FILE}
+    man["documents"] = info
+    with atomic_write(root / MANIFEST) as fh:
+        json.dump(man, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
+    return info
+
+
 # --------------------------------------------------------------------------- build
 
 
@@ -244,6 +353,7 @@ def build_index(
     overwrite: bool = False,
     progress: bool = True,
     index: Any = None,
+    documents: str | Path | Mapping[str, Document] | Iterable[Document] | None = None,
 ) -> Path:
     """Build a FAISS index over document embeddings and save it to ``out_dir``.
 
@@ -258,7 +368,10 @@ def build_index(
     ``polysemous_training``: keep FAISS's polysemous PQ training (off by default, see
     :func:`_prepare_training`). ``index``: an already trained, empty FAISS index to fill
     instead of building one from ``factory`` (then only a label in the manifest), e.g. a
-    learned PQ (:mod:`scalingnote.index.pq.export`). Returns ``out_dir``.
+    learned PQ (:mod:`scalingnote.index.pq.export`). ``documents``: the corpus (BEIR
+    directory, corpus.jsonl, or Documents) whose titles + snippets are stored with the index
+    and returned by search; default: the corpus recorded by the embeddings directory, if any.
+    Returns ``out_dir``.
     """
     import faiss
 
@@ -380,6 +493,13 @@ def build_index(
 
         faiss.write_index(index, str(tmp_dir / INDEX_FILE))
         (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(ids, ensure_ascii=False), encoding="utf-8")
+        files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
+        docs_info = None
+        if documents is None:
+            documents = _corpus_of_embeddings(embeddings_dir)
+        if documents is not None:
+            docs_info = write_document_store(tmp_dir / DOCS_FILE, ids, documents)
+            files["docs"] = DOCS_FILE
         index_bytes = (tmp_dir / INDEX_FILE).stat().st_size
         code_bytes = code_bytes_per_vector(index)
         from scalingnote.utils import machine_description, package_versions
@@ -398,7 +518,8 @@ def build_index(
             "nlist": int(ivf.nlist) if ivf is not None else None,
             "tower": tinfo,
             "embeddings_dir": embeddings_dir,
-            "files": {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE},
+            "files": files,
+            "documents": docs_info,
             "code_bytes_per_vector": code_bytes,
             "index_bytes": index_bytes,
             "index_bytes_per_vector": round(index_bytes / n, 3),
@@ -450,12 +571,16 @@ class SearchResult:
     ``doc_ids``: per query, the ids of the hits (length <= k).
     ``semantic_ids``: int32 (nq, k, L) semantic IDs of the hits (``-1`` padding), or None
     when the index has none. ``indices``: int64 (nq, k) FAISS row numbers (``-1`` padding).
+    ``titles`` / ``snippets``: per query, the title and a text snippet of each hit (aligned
+    with ``doc_ids``), or None when the index stores no documents (see ``docs.jsonl``).
     """
 
     scores: np.ndarray
     doc_ids: list[list[str]]
     semantic_ids: np.ndarray | None
     indices: np.ndarray
+    titles: list[list[str]] | None = None
+    snippets: list[list[str]] | None = None
 
     def __iter__(self):
         return iter((self.scores, self.doc_ids, self.semantic_ids))
@@ -470,7 +595,10 @@ class SearchResult:
 class DenseIndex:
     """A saved index opened for search. Use :meth:`open`."""
 
-    def __init__(self, root: Path, manifest: dict[str, Any], index, vectors: np.ndarray, doc_ids: list[str], semantic_ids: np.ndarray | None, query_tower=None):
+    def __init__(
+        self, root: Path, manifest: dict[str, Any], index, vectors: np.ndarray, doc_ids: list[str], semantic_ids: np.ndarray | None,
+        query_tower=None, titles: list[str] | None = None, snippets: list[str] | None = None,
+    ):
         self.root = root
         self.manifest = manifest
         self.index = index
@@ -478,6 +606,8 @@ class DenseIndex:
         self.doc_ids = doc_ids
         self.semantic_ids = semantic_ids
         self.query_tower = query_tower
+        self.titles = titles  # per FAISS row, from docs.jsonl (None: the index stores no documents)
+        self.snippets = snippets
         self._hnsw_graph = find_hnsw(index) is not None  # top-level HNSW (not an IVF's HNSW quantiser)
 
     # ------------------------------------------------------------------ open
@@ -526,7 +656,10 @@ class DenseIndex:
                 raise ScalingNoteError(f"{spath}: cannot read semantic IDs ({e})") from None
             if sem.shape[0] != n:
                 raise ScalingNoteError(f"{spath}: {sem.shape[0]} rows for {n} documents")
-        return cls(root, manifest, index, vectors, doc_ids, sem, query_tower)
+        titles = snippets = None
+        if files.get("docs"):
+            titles, snippets = read_document_store(root / files["docs"], doc_ids)
+        return cls(root, manifest, index, vectors, doc_ids, sem, query_tower, titles, snippets)
 
     # ------------------------------------------------------------------ props
     @property
@@ -641,7 +774,14 @@ class DenseIndex:
             valid = I >= 0
             if valid.any():
                 sem[valid] = _gather(self.semantic_ids, I[valid])
-        return SearchResult(D, doc_ids, sem, I)
+        return self.attach_documents(SearchResult(D, doc_ids, sem, I))
+
+    def attach_documents(self, res: SearchResult) -> SearchResult:
+        """Fill ``res.titles`` / ``res.snippets`` from the document store (rows of ``res.indices``)."""
+        if self.titles is not None and self.snippets is not None:
+            res.titles = [[self.titles[i] for i in row if i >= 0] for row in res.indices]
+            res.snippets = [[self.snippets[i] for i in row if i >= 0] for row in res.indices]
+        return res
 
     def _rerank(self, q: np.ndarray, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner products of the candidates (full-precision, memory-mapped vectors)."""

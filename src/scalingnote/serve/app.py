@@ -2,8 +2,10 @@
 
 Endpoints
 ---------
-``POST /search``        ``{"query": str, "k": int = 10, "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
-                        -> ``{"results": [{"doc_id", "score", "title", "semantic_id"}], "took_ms"}``
+``GET  /``              the search page (``static/index.html`` + ``app.js``: query box, mode, results)
+``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid" = "dense",
+                        "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
+                        -> ``{"results": [{"doc_id", "score", "title", "snippet", "semantic_id"}], "took_ms"}``
 ``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...], "took_ms"}``
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
 ``GET  /metrics``       Prometheus text exposition
@@ -22,12 +24,13 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import asynccontextmanager
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -37,7 +40,20 @@ from scalingnote.serve.settings import ServeSettings, is_loopback_host
 
 log = logging.getLogger("scalingnote.serve")
 
-ENDPOINTS = ("/search", "/search/batch", "/healthz", "/metrics", "/admin/reload")
+ENDPOINTS = ("/search", "/search/batch", "/healthz", "/metrics", "/admin/reload", "/")
+
+# the search page: package files (no build step, no CDN); every document field is set with textContent
+_STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+
+
+def _static_text(name: str) -> str:
+    return resources.files("scalingnote.serve").joinpath("static", name).read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- request models
@@ -50,6 +66,7 @@ class _Strict(BaseModel):
 class SearchRequest(_Strict):
     query: str
     k: int = 10
+    mode: Literal["dense", "bm25", "hybrid"] = "dense"
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
@@ -58,6 +75,7 @@ class SearchRequest(_Strict):
 class BatchSearchRequest(_Strict):
     queries: list[str]
     k: int = 10
+    mode: Literal["dense", "bm25", "hybrid"] = "dense"
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
@@ -195,7 +213,7 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
 
     # ------------------------------------------------------------------ routes
     def params_of(req: SearchRequest | BatchSearchRequest) -> SearchParams:
-        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank)
+        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode)
         service.validate_params(p)
         return p
 
@@ -219,6 +237,16 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
             service.validate_query(q, f"queries.{i}")
         hits = await service.search(list(req.queries), params_of(req))
         return JSONResponse({"results": hits, "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page():
+        return HTMLResponse(_static_text("index.html"), headers=_PAGE_HEADERS)
+
+    @app.get("/static/{name}")
+    async def static_file(name: str):
+        if name not in _STATIC:
+            raise StarletteHTTPException(404, f"/static/{name}: no such file")
+        return Response(_static_text(name), media_type=_STATIC[name], headers=_PAGE_HEADERS)
 
     @app.get("/healthz")
     async def healthz():

@@ -58,6 +58,7 @@ class SearchParams:
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
+    mode: str = "dense"  # dense | bm25 | hybrid (scalingnote.index.hybrid)
 
 
 @dataclass
@@ -76,7 +77,8 @@ _STOP = object()
 
 def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | None) -> Path | None:
     """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a
-    corpus.jsonl), else the corpus recorded by the embeddings the index was built from
+    corpus.jsonl), else the corpus recorded with the index's document store
+    (``manifest["documents"]["source"]``) or by the embeddings the index was built from
     (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
     if corpus is not None:
         p = Path(corpus)
@@ -85,6 +87,9 @@ def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | Non
         if not p.is_file():
             raise ScalingNoteError(f"{p}: corpus file not found (--corpus expects a BEIR directory or a corpus.jsonl)")
         return p
+    src = (index_manifest.get("documents") or {}).get("source")
+    if src and Path(src).is_file():
+        return Path(src)
     emb = index_manifest.get("embeddings_dir")
     if not emb:
         return None
@@ -100,17 +105,45 @@ def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | Non
 
 def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:
     """``{doc_id: title}`` for the indexed documents (others in the corpus are skipped)."""
+    return {d: t for d, (t, _) in load_documents(corpus_path, doc_ids).items()}
+
+
+def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None) -> dict[str, tuple[str, str]]:
+    """``{doc_id: (title, snippet)}`` for the indexed documents: from the index's document
+    store (``docs.jsonl``) when it has one, else read from ``corpus_path`` (others skipped)."""
+    if index is not None and getattr(index, "titles", None) is not None and getattr(index, "snippets", None) is not None:
+        return {d: (t, sn) for d, t, sn in zip(index.doc_ids, index.titles, index.snippets, strict=True)}
     if corpus_path is None:
         return {}
     from scalingnote.data.beir import iter_corpus
+    from scalingnote.index.dense import make_snippet
 
     wanted = set(doc_ids)
-    titles: dict[str, str] = {}
+    docs: dict[str, tuple[str, str]] = {}
     # on_invalid="skip": a bad record costs one title, not the service (the index was built already)
     for doc in iter_corpus(corpus_path, on_invalid="skip"):
         if doc.id in wanted:
-            titles[doc.id] = doc.title or ""
-    return titles
+            docs[doc.id] = (doc.title or "", make_snippet(doc.content or doc.topic or ""))
+    return docs
+
+
+def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str]):
+    """The BM25 index beside the dense index (``<index>/bm25``): reused while its fingerprint
+    matches the indexed documents of ``corpus_path``, else built once and saved; without a
+    corpus, the saved one (or None). A failure costs the bm25/hybrid modes, not the service."""
+    from scalingnote.index.bm25 import open_or_build_bm25
+
+    try:
+        if corpus_path is None:
+            return open_or_build_bm25(index_dir)
+        from scalingnote.data.beir import iter_corpus
+
+        wanted = set(doc_ids)
+        docs = [d for d in iter_corpus(corpus_path, on_invalid="skip") if d.id in wanted]
+        return open_or_build_bm25(index_dir, docs, show_progress=False) if docs else None
+    except (ScalingNoteError, OSError) as e:
+        log.warning("scalingnote serve: no BM25 index (modes bm25 and hybrid are off): %s", e)
+        return None
 
 
 # --------------------------------------------------------------------------- service
@@ -129,6 +162,8 @@ class SearchService:
         self.index = None
         self.tower = None
         self.titles: dict[str, str] = {}
+        self.snippets: dict[str, str] = {}
+        self.searcher = None  # scalingnote.index.hybrid.HybridSearcher (faiss back end)
         self.corpus_path: Path | None = None
         self.has_ivf = False
         self.has_hnsw = False
@@ -199,7 +234,13 @@ class SearchService:
             corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
             tower = load_tower_for(self.tower_source, "query")
             index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
-        titles = load_titles(corpus_path, index.doc_ids)
+        docs = load_documents(corpus_path, index.doc_ids, index)
+        titles = {d: t for d, (t, _) in docs.items()}
+        self.snippets = {d: sn for d, (_, sn) in docs.items()}
+        if self.settings.backend != "milvus":
+            from scalingnote.index.hybrid import HybridSearcher
+
+            self.searcher = HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids))
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
@@ -282,6 +323,14 @@ class SearchService:
                 raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
         if params.rerank is not None and not 1 <= params.rerank <= s.max_rerank:
             raise ServiceError(422, "invalid_request", f"rerank: must be in 1..{s.max_rerank}, got {params.rerank}")
+        if params.mode not in self.modes:
+            why = "unknown mode" if params.mode not in ("dense", "bm25", "hybrid") else "this service has no BM25 index (start it with --corpus, or build one with `scalingnote index bm25`)"
+            raise ServiceError(422, "invalid_request", f"mode: {params.mode!r} is not available: {why}; available: {', '.join(self.modes)}")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """Search modes this service answers: dense always; bm25 and hybrid with a BM25 index."""
+        return self.searcher.modes if self.searcher is not None else ("dense",)
 
     def validate_query(self, q: str, where: str = "query") -> None:
         if not q.strip():
@@ -370,28 +419,52 @@ class SearchService:
                     it.future.set_result(out)
 
     def _process(self, tower, index, items: list[_Item]) -> list[Any]:
-        """Worker thread: encode every text of the micro-batch in one call, search per parameter group."""
+        """Worker thread: encode every text that needs the query tower (modes dense and hybrid)
+        in one call, then search per parameter group (BM25 for bm25, fused for hybrid)."""
         texts = [t for it in items for t in it.texts]
-        t0 = time.perf_counter()
-        try:
-            vecs = tower.encode_queries(texts, batch_size=max(self.settings.max_batch, 1), show_progress=False)
-        except Exception as e:  # noqa: BLE001
-            self.metrics.query_errors.inc(len(texts), kind="encode")
-            log.exception("query encoding failed")
-            return [ServiceError(500, "encode_failed", f"{type(e).__name__}: {e}")] * len(items)
-        t1 = time.perf_counter()
-        self.metrics.batch_size.observe(len(texts))
-        self.metrics.encode_seconds.observe(t1 - t0)
-
         starts = np.cumsum([0] + [len(it.texts) for it in items])
+        need = [i for i, it in enumerate(items) if it.params.mode != "bm25"]
+        enc_rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in need]) if need else np.zeros(0, dtype=np.int64)
+        vec_row = np.full(len(texts), -1, dtype=np.int64)
+        vec_row[enc_rows] = np.arange(len(enc_rows))
+        t0 = time.perf_counter()
+        vecs = None
+        encode_error: ServiceError | None = None
+        if len(enc_rows):
+            try:
+                vecs = tower.encode_queries([texts[r] for r in enc_rows], batch_size=max(self.settings.max_batch, 1), show_progress=False)
+            except Exception as e:  # noqa: BLE001 - only the items that needed the tower fail
+                self.metrics.query_errors.inc(len(enc_rows), kind="encode")
+                log.exception("query encoding failed")
+                encode_error = ServiceError(500, "encode_failed", f"{type(e).__name__}: {e}")
+                if len(need) == len(items):
+                    return [encode_error] * len(items)
+            else:
+                self.metrics.batch_size.observe(len(enc_rows))
+        t1 = time.perf_counter()
+        if len(enc_rows) and encode_error is None:
+            self.metrics.encode_seconds.observe(t1 - t0)
+
         groups: dict[SearchParams, list[int]] = defaultdict(list)
         for i, it in enumerate(items):
             groups[it.params].append(i)
         outs: list[Any] = [None] * len(items)
+        searcher = self.searcher if self.searcher is not None and self.searcher.dense is index else None
         for params, members in groups.items():
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
+            kw = {"nprobe": params.nprobe, "ef_search": params.ef_search, "rerank": params.rerank}
+            if encode_error is not None and params.mode != "bm25":
+                for i in members:
+                    outs[i] = encode_error
+                continue
             try:
-                res = index.search(vecs[rows], params.k, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
+                if params.mode == "dense":
+                    res = index.search(vecs[vec_row[rows]], params.k, **kw)
+                elif searcher is None:
+                    raise ScalingNoteError(f"mode {params.mode!r} needs a BM25 index; this service has none")
+                else:
+                    qv = vecs[vec_row[rows]] if params.mode == "hybrid" else None
+                    res = searcher.search([texts[r] for r in rows], params.k, mode=params.mode, query_vectors=qv, **kw)
             except ScalingNoteError as e:
                 self.metrics.query_errors.inc(len(rows), kind="search_params")
                 for i in members:
@@ -414,14 +487,25 @@ class SearchService:
         return outs
 
     def _hits(self, res) -> list[list[dict[str, Any]]]:
-        titles = self.titles
+        """JSON hits: doc id, score, title, snippet (from the index's document store, else the
+        corpus given at start) and semantic ID."""
+        titles, snippets = self.titles, self.snippets
+        res_titles, res_snippets = getattr(res, "titles", None), getattr(res, "snippets", None)
         out = []
         for j, docs in enumerate(res.doc_ids):
             scores = res.scores[j]
             sem = res.semantic_ids[j].tolist() if res.semantic_ids is not None else None
+            tj = res_titles[j] if res_titles is not None else None
+            sj = res_snippets[j] if res_snippets is not None else None
             out.append(
                 [
-                    {"doc_id": d, "score": float(scores[r]), "title": titles.get(d, ""), "semantic_id": sem[r] if sem is not None else None}
+                    {
+                        "doc_id": d,
+                        "score": float(scores[r]),
+                        "title": tj[r] if tj is not None else titles.get(d, ""),
+                        "snippet": sj[r] if sj is not None else snippets.get(d, ""),
+                        "semantic_id": sem[r] if sem is not None else None,
+                    }
                     for r, d in enumerate(docs)
                 ]
             )
@@ -516,6 +600,7 @@ class SearchService:
                     "query_tower": self.tower_info(),
                     "index": self.index_info(),
                     "titles": {"corpus": str(self.corpus_path) if self.corpus_path else None, "n": len(self.titles)},
+                    "modes": list(self.modes),
                     "queue_queries": self._queued,
                     "reloading": bool(self._reload_lock and self._reload_lock.locked()),
                 }
