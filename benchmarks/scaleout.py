@@ -22,6 +22,13 @@ server). ``qps_batched``: all queries in one call (median of 3); ``qps_single`` 
 ``p50_ms`` / ``p99_ms``: one query per call. ``recall@10_vs_flat``: overlap of the top 10
 with the exact FAISS Flat top 10; ``ndcg@10`` against the SciFact qrels.
 
+Part 3, a real Milvus server (``milvus==2.3.5``, embedded standalone on 127.0.0.1,
+:class:`scalingnote.index.milvus_server.EmbeddedMilvus`) on the same embeddings: FAISS IVFPQ
+and Milvus IVF_PQ with the same nlist / m / nbits / nprobe (``recall@10_vs_flat`` and
+``r@100_vs_flat`` against exact search, target: within 0.02 of FAISS), single-query and
+batched QPS side by side, HNSW and SCANN on the server, and the server's start-up time.
+``--server-only`` runs part 3 alone and keeps the other rows of the existing results file.
+
 The machine's 2 cores are shared with other engineers' jobs: the 1-minute load average is
 recorded per row (``loadavg``); timings are indicative only.
 """
@@ -230,6 +237,141 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     return rows, info
 
 
+# --------------------------------------------------------------------------- part 3
+
+SERVER_PARTS = ("search-server", "milvus-server-startup", "milvus-server-vs-faiss")
+
+
+def _synthetic_inputs(args, work: Path):
+    """``--server-embeddings synthetic``: ``--syn-n`` unit vectors (384-d) from a 200-component
+    Gaussian mixture and 300 perturbed copies as queries; each query's "relevant" document is the
+    one it was drawn from."""
+    rng = np.random.default_rng(0)
+    d, n = 384, args.syn_n
+    centers = rng.normal(size=(200, d))
+    x = centers[rng.integers(0, 200, size=n)] + 0.6 * rng.normal(size=(n, d))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    src = rng.choice(n, size=300, replace=False)
+    q = x[src] + 0.03 * rng.normal(size=(300, d))
+    q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+    ids = [f"s{i}" for i in range(n)]
+    qids = [f"q{i}" for i in range(300)]
+    qrels = {qid: {ids[j]: 1} for qid, j in zip(qids, src)}
+    tower = {"name": "synthetic", "compat_id": "synthetic", "fingerprint": "synthetic", "dim": d}
+    return (x, ids, tower), q, qids, qrels, f"synthetic clustered ({n} x {d}, 200 clusters, seed 0)"
+
+
+def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
+    """A real Milvus 2.3.5 server (embedded standalone, 127.0.0.1) with IVF_PQ, against FAISS
+    IVFPQ with the same nlist / m / nbits / nprobe on the same embeddings; HNSW and SCANN too."""
+    import faiss
+
+    from benchmarks.index_scifact import encode_cached
+    from scalingnote.data import load_qrels
+    from scalingnote.evaluation import evaluate
+    from scalingnote.index import DenseIndex, build_index
+    from scalingnote.index.milvus import MilvusSearcher, default_index_params, export_to_milvus
+    from scalingnote.index.milvus_server import EmbeddedMilvus, _cache_root
+
+    faiss.omp_set_num_threads(args.threads)
+    if args.server_embeddings == "scifact":
+        emb_dir, qvecs, qids, enc = _search_inputs(args, encode_cached)
+        qrels = load_qrels(args.data / "qrels" / "test.tsv")
+        keep = [i for i, q in enumerate(qids) if q in qrels]
+        qvecs, qids = np.ascontiguousarray(qvecs[keep]), [qids[i] for i in keep]
+        label = "scifact minilm-l6 (5183 x 384)"
+    else:  # seeded clustered unit vectors (when the SciFact encoding cannot be afforded)
+        emb_dir, qvecs, qids, qrels, label = _synthetic_inputs(args, work)
+        enc = {"query_tower": {"name": None}}
+
+    def build(out: Path, factory: str) -> Path:  # no semantic IDs: they play no part in this comparison
+        if isinstance(emb_dir, tuple):
+            x, ids, tower = emb_dir
+            return build_index(x, out, factory, doc_ids=ids, tower_info=tower, semantic_ids_layers=0, progress=False, overwrite=True)
+        return build_index(emb_dir, out, factory, semantic_ids_layers=0, progress=False, overwrite=True)
+
+    flat_dir = build(work / "server-faiss-Flat", "Flat")
+    flat = DenseIndex.open(flat_dir)
+    n, d = len(flat), flat.dim
+    ivfpq = default_index_params("IVF_PQ", n, d)  # the sizes Milvus would pick: nlist ~ 4 sqrt(n) (<= n/39), m = d/8, 8 bits
+    nlist, m, nbits, nprobe = ivfpq["nlist"], ivfpq["m"], ivfpq["nbits"], args.nprobe
+    exact10, exact100 = flat.search(qvecs, 10).doc_ids, flat.search(qvecs, 100).doc_ids
+
+    def overlap(ref, got, k):
+        return round(float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(ref, got, strict=True)])), 4)
+
+    rows: list[dict] = []
+
+    def row(engine, index_type, params, search, build_s, **extra):
+        t = _timed(search, qvecs, 10)
+        res = t.pop("res")
+        r100 = search(qvecs, 100)
+        m_ = evaluate(res.to_run(qids), qrels, ["ndcg@10", "recall@10"])
+        r = {
+            "part": "search-server", "engine": engine, "embeddings": label, "index_type": index_type, "params": json.dumps(params, sort_keys=True),
+            "n_docs": n, "n_queries": len(qids), "recall@10_vs_flat": overlap(exact10, res.doc_ids, 10),
+            "r@100_vs_flat": overlap(exact100, r100.doc_ids, 100), "ndcg@10": round(m_["ndcg@10"], 4),
+            "recall@10": round(m_["recall@10"], 4), **t, "build_s": round(build_s, 2), "loadavg": _load(), **extra,
+        }
+        rows.append(r)
+        print(r, flush=True)
+        return r
+
+    # FAISS IVFPQ, same sizes (by_residual ADC, 8-bit codes: the IVF_PQ of Milvus' knowhere)
+    t0 = time.perf_counter()
+    fdir = build(work / "server-faiss-ivfpq", f"IVF{nlist},PQ{m}")
+    fi = DenseIndex.open(fdir)
+    r_faiss = row("faiss", "IVFPQ", {"nlist": nlist, "m": m, "nbits": nbits, "nprobe": nprobe},
+                  lambda q, kk: fi.search(q, kk, nprobe=nprobe), time.perf_counter() - t0)
+
+    cached = (_cache_root() / "milvus-2.3.5" / "bin" / ".complete").exists()
+    srv = EmbeddedMilvus(work / "milvus-data")
+    t0 = time.perf_counter()
+    srv.start()
+    cold_s = time.perf_counter() - t0
+    try:
+        man = export_to_milvus(fdir, srv.uri, "scifact_ivf_pq", index_type="IVF_PQ", progress=False)  # nlist, m from the FAISS index
+        assert (man["index_params"]["nlist"], man["index_params"]["m"], man["index_params"]["nbits"]) == (nlist, m, nbits), man["index_params"]
+        with MilvusSearcher.open(srv.uri, "scifact_ivf_pq") as ms:
+            r_mil = row("milvus-server", "IVF_PQ", {**man["index_params"], "nprobe": nprobe},
+                        lambda q, kk: ms.search(q, kk, nprobe=nprobe), man["export_seconds"],
+                        insert_s=man.get("insert_seconds"), index_s=man.get("index_seconds"))
+        for itype, sp in (("HNSW", {"ef_search": 128}), ("SCANN", {"nprobe": nprobe})):
+            man = export_to_milvus(flat_dir, srv.uri, f"scifact_{itype.lower()}", index_type=itype, progress=False)
+            with MilvusSearcher.open(srv.uri, f"scifact_{itype.lower()}") as ms:
+                p_ = {**man["index_params"], **({"ef": 128} if itype == "HNSW" else {"nprobe": nprobe, "reorder_k": 100})}
+                row("milvus-server", itype, p_, lambda q, kk, ms=ms: ms.search(q, kk, **sp), man["export_seconds"],
+                    insert_s=man.get("insert_seconds"), index_s=man.get("index_seconds"))
+        t0 = time.perf_counter()
+        srv.stop()
+        stop_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        srv.start()  # warm restart on the same data: the collections are still there
+        warm_s = time.perf_counter() - t0
+        with MilvusSearcher.open(srv.uri, "scifact_ivf_pq") as ms:
+            persisted = len(ms) == n
+    finally:
+        srv.stop()
+    rows.append({
+        "part": "milvus-server-startup", "engine": "milvus-server", "startup_s": round(srv.startup_seconds or warm_s, 2),
+        "startup_cold_s": round(cold_s, 2), "binaries_cached_before": cached, "restart_s": round(warm_s, 2),
+        "stop_s": round(stop_s, 2), "data_persisted_across_restart": persisted, "loadavg": _load(),
+    })
+    print(rows[-1], flush=True)
+    g10 = round(abs(r_mil["recall@10_vs_flat"] - r_faiss["recall@10_vs_flat"]), 4)
+    g100 = round(abs(r_mil["r@100_vs_flat"] - r_faiss["r@100_vs_flat"]), 4)
+    rows.append({
+        "part": "milvus-server-vs-faiss", "engine": "milvus-server", "index_type": "IVF_PQ", "recall@10_gap": g10, "r@100_gap": g100,
+        "target_max_gap": 0.02, "target_met": bool(g10 <= 0.02 and g100 <= 0.02),
+        "qps_single_milvus": r_mil["qps_single"], "qps_single_faiss": r_faiss["qps_single"],
+        "qps_batched_milvus": r_mil["qps_batched"], "qps_batched_faiss": r_faiss["qps_batched"],
+    })
+    print(rows[-1], flush=True)
+    info = {"search_embeddings": label, "query_tower": enc.get("query_tower", {}).get("name"), "nlist": nlist, "m": m,
+            "nbits": nbits, "nprobe": nprobe}
+    return rows, info
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
@@ -243,7 +385,16 @@ def main() -> None:
     ap.add_argument("--cpus-per-actor", type=float, default=0.5)
     ap.add_argument("--skip-encode", action="store_true")
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--skip-server", action="store_true", help="skip part 3 (the Milvus 2.3.5 server)")
+    ap.add_argument("--server-only", action="store_true",
+                    help="run only part 3 and keep the other rows (and their config) of the existing results file")
+    ap.add_argument("--nprobe", type=int, default=16, help="part 3: nprobe of FAISS IVFPQ and Milvus IVF_PQ / SCANN")
+    ap.add_argument("--server-embeddings", choices=["scifact", "synthetic"], default="scifact",
+                    help="part 3: SciFact MiniLM embeddings (cached, else encoded) or seeded synthetic vectors")
+    ap.add_argument("--syn-n", type=int, default=20000, help="part 3 synthetic: number of vectors")
     args = ap.parse_args()
+    if args.server_only:
+        args.skip_encode = args.skip_search = True
 
     work = Path(tempfile.mkdtemp(prefix="scaleout-"))
     rows: list[dict] = []
@@ -254,6 +405,9 @@ def main() -> None:
             rows += bench_encode(args, work)
         if not args.skip_search:
             r, info = bench_search(args, work)
+            rows += r
+        if not args.skip_server:
+            r, server_info = bench_milvus_server(args, work)
             rows += r
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -279,6 +433,24 @@ def main() -> None:
             "serialisation per call) and has no IVF_PQ, so its HNSW/IVF_FLAT stand in for the server's IVF_PQ."
         ),
     }
+    if not args.skip_server:
+        config["milvus_server"] = {
+            "package": "milvus==2.3.5 (embedded standalone Milvus 2.3.5: own etcd, local storage; 127.0.0.1)",
+            "pymilvus_version": pymilvus.__version__, **server_info,
+            "notes": (
+                "part 3: FAISS IVFPQ and Milvus IVF_PQ with the same nlist, m, nbits and nprobe on the same embeddings; "
+                "recall@10_vs_flat / r@100_vs_flat: overlap of the top-10 / top-100 with exact search (FAISS Flat). "
+                "qps_single: one query per call (Milvus: one gRPC round trip each); qps_batched: all queries in one call. "
+                "startup_s: start-up to healthy with the server binaries already unpacked (restart_s: again, on the same "
+                "data); startup_cold_s: the first start of this run (includes unpacking ~200 MB when binaries_cached_before "
+                "is false). The machine's 2 cores are shared with other sessions' jobs: QPS and times are noisy."
+            ),
+        }
+    if args.server_only:
+        old = json.loads((Path(__file__).resolve().parent / "results" / "scaleout.json").read_text(encoding="utf-8"))
+        rows = [r for r in old["rows"] if r.get("part") not in SERVER_PARTS] + rows
+        config = {**old["config"], "milvus_server": config["milvus_server"],
+                  "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)"}
     path = write_results("scaleout", rows, config)
     print(f"wrote {path}")
 

@@ -104,10 +104,10 @@ def register(app: typer.Typer) -> None:
     @index_app.command("export")
     def export(
         to: str = typer.Option("milvus", "--to", help="Target engine (milvus)."),
-        uri: str = typer.Option(..., "--uri", help="Milvus URI: ./file.db (Milvus Lite, embedded) or http://host:19530."),
+        uri: str = typer.Option(..., "--uri", help="Milvus URI: ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server)."),
         index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
         collection: str = typer.Option("scalingnote", "--collection", help="Collection name."),
-        index_type: str = typer.Option("auto", "--index-type", help="auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, IVF_FLAT, FLAT, ..."),
+        index_type: str = typer.Option("auto", "--index-type", help="auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ..."),
         dim: int | None = typer.Option(None, "--dim", min=1, help="(embeddings dir) Matryoshka prefix to export."),
         semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="(embeddings dir) residual K-means layers (0 = none)."),
         codebook_size: int = typer.Option(256, "--codebook-size", min=1),
@@ -132,6 +132,28 @@ def register(app: typer.Typer) -> None:
             f"exported in {m['export_seconds']:.1f}s",
             err=True,
         )
+
+    @index_app.command("milvus-server")
+    def milvus_server(
+        data: Path = typer.Option(Path("milvus-data"), "--data", help="Data directory (config, logs, etcd, segments; kept across restarts)."),
+        port: int | None = typer.Option(None, "--port", help="gRPC port on 127.0.0.1 (default: the first free from 19530)."),
+    ) -> None:
+        """Run an embedded Milvus 2.3.5 standalone server (package `milvus`) on 127.0.0.1 until Ctrl-C / SIGTERM;
+        use its URI with `index export --to milvus`, `search --backend milvus` and `serve --backend milvus`."""
+        import signal
+        import threading
+
+        from scalingnote.index.milvus_server import EmbeddedMilvus
+
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        with EmbeddedMilvus(data, port) as srv:
+            typer.echo(f"Milvus server ready at {srv.uri} (pid {srv.pid}, data {srv.data_dir}, started in {srv.startup_seconds:.1f}s); Ctrl-C stops it", err=True)
+            while not stop.wait(0.5):
+                if not srv.running:
+                    raise typer.Exit(1)
+            typer.echo("stopping the Milvus server...", err=True)
 
     @index_app.command("info")
     def info(path: Path = typer.Argument(..., help="Index or embeddings directory.")) -> None:
@@ -181,7 +203,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("search")
     def search(
-        index: Path = typer.Option(..., "--index", help="Index directory."),
+        index: Path | None = typer.Option(None, "--index", help="Index directory (required with --backend faiss)."),
         query_tower: str | None = typer.Option(None, "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir (modes dense and hybrid)."),
         queries: Path | None = typer.Option(None, "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
         out: Path | None = typer.Option(None, "--out", help="TREC run file to write (+ <out>.meta.json); with --queries."),
@@ -199,8 +221,13 @@ def register(app: typer.Typer) -> None:
         ef_search: int | None = typer.Option(None, "--ef-search", min=1),
         rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors."),
         batch_size: int = typer.Option(256, "--batch-size", min=1),
+        backend: str = typer.Option("faiss", "--backend", help="faiss (--index DIR) or milvus (--uri, --collection)."),
+        uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
+        collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token."),
     ) -> None:
-        """Search an index (dense, BM25 or hybrid) and write a TREC run, or print one query's hits."""
+        """Search an index (dense, BM25 or hybrid; FAISS directory, or dense on a Milvus collection) and write a
+        TREC run, or print one query's hits."""
         from scalingnote.errors import ScalingNoteError
         from scalingnote.index.hybrid import MODES, FusionConfig, hybrid_queries_to_run, open_hybrid
         from scalingnote.index.pipeline import read_search_queries, search_queries_to_run
@@ -215,12 +242,29 @@ def register(app: typer.Typer) -> None:
             raise ScalingNoteError("--queries needs --out (the TREC run to write)")
         fusion_cfg = FusionConfig(method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)  # type: ignore[arg-type]
         dense_kw = {"nprobe": nprobe, "ef_search": ef_search, "rerank": rerank}
+        if backend.lower() not in ("faiss", "milvus"):
+            raise ScalingNoteError(f"--backend {backend!r}: choose faiss or milvus")
+        if backend.lower() == "milvus" and (mode != "dense" or query is not None):
+            raise ScalingNoteError("--backend milvus searches dense only, with --queries/--out")
+        if backend.lower() == "faiss" and index is None:
+            raise ScalingNoteError("--backend faiss: --index DIR is required")
         if query is None and mode == "dense":
             qs = read_search_queries(queries, split if queries.is_dir() else None)
-            meta = search_queries_to_run(
-                index, qs, out, query_tower=query_tower, k=k, nprobe=nprobe, ef_search=ef_search, rerank=rerank, batch_size=batch_size,
-                config={"queries": str(queries), "split": split, "query_tower": query_tower},
-            )
+            searcher = None
+            if backend.lower() == "milvus":
+                from scalingnote.index.milvus import open_searcher
+                from scalingnote.index.pipeline import load_tower_for
+
+                searcher = open_searcher("milvus", uri=uri, collection=collection, query_tower=load_tower_for(query_tower, "query"), token=milvus_token)
+            try:
+                meta = search_queries_to_run(
+                    index if searcher is None else f"{uri}#{collection}", qs, out, query_tower=query_tower, k=k, nprobe=nprobe,
+                    ef_search=ef_search, rerank=rerank, batch_size=batch_size, searcher=searcher,
+                    config={"queries": str(queries), "split": split, "query_tower": query_tower, "backend": backend},
+                )
+            finally:
+                if searcher is not None:
+                    searcher.close()
             t = meta["timings"]
             typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)
             return

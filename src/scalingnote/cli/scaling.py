@@ -199,6 +199,52 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {key:18s} N={x['N']:.4g}  D={x['D']:.4g}  loss={x['loss']:.4f}  "
                            f"(data ${x['cost_data']:.4g}, train ${x['cost_train']:.4g}, infer ${x['cost_infer']:.4g}){flag}")
 
+    @sc.command("plan-gpu")
+    def plan_gpu_cmd(
+        arch: str = typer.Option("qwen2.5-7b", "--arch", help="Decoder architecture (qwen2.5-0.5b/1.5b/7b, smollm2-135m/1.7b)."),
+        config: Path | None = typer.Option(None, "--config", "-c", help="A Stage I YAML (configs/gpu/*.yaml): batch, micro-batch, lengths, LoRA, sharding."),
+        num_gpus: int | None = typer.Option(None, "--gpus", help="GPUs (default 8)."),
+        train_pairs: float | None = typer.Option(None, "--train-pairs", help="Training examples (steps = epochs x pairs / global batch)."),
+        steps: int | None = typer.Option(None, "--steps", help="Optimizer steps (instead of --train-pairs)."),
+        corpus_size: float | None = typer.Option(None, "--corpus-size", help="Documents to encode once after training."),
+        gpu_memory: float | None = typer.Option(None, "--gpu-memory-gib", help="Memory of one GPU (default 80)."),
+        set_: list[str] = typer.Option(None, "--set", help="Any other GpuPlanSpec field, e.g. --set peak_flops=312e12 (repeatable)."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, Eq. 14-15)."""
+        import yaml
+
+        from scalingnote.config import load_config
+        from scalingnote.errors import ConfigError
+        from scalingnote.scaling.gpu_plan import GpuPlanSpec, plan_gpu, spec_from_train_config
+
+        extra = {}
+        for item in set_ or []:
+            if "=" not in item:
+                raise ConfigError("--set", None, item, "expected KEY=VALUE")
+            k, v = item.split("=", 1)
+            extra[k.strip()] = yaml.safe_load(v)
+        given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
+        if config is not None:
+            from scalingnote.training.driver import load_train_config
+
+            spec = spec_from_train_config(load_train_config(config), arch, **given)
+        else:
+            spec = load_config(GpuPlanSpec, {"arch": arch, **{k: v for k, v in given.items() if v is not None}})
+        plan = plan_gpu(spec)
+        if as_json:
+            _echo_json(plan)
+            return
+        typer.echo(f"{plan['arch']}: N={plan['non_embedding_params']:.4g} non-embedding, {plan['trainable_params_per_tower']:.4g} trainable "
+                   f"per tower x {plan['llm_towers']} LLM tower(s), {spec.sharding} on {plan['num_gpus']} GPUs")
+        typer.echo(f"batch {spec.global_batch} = {plan['num_gpus']} x {plan['local_batch']} (micro-batch {plan['micro_batch']}, "
+                   f"gradient cache {'on' if plan['gradient_cache'] else 'off'}), {plan['steps']} steps, {plan['flops_per_token']} FLOPs/token")
+        typer.echo(f"memory per GPU: {plan['mem_per_gpu_gib']:.1f} GiB (model states {plan['mem_model_states_gib']:.1f}, FSDP working "
+                   f"{plan['mem_fsdp_working_gib']:.1f}, activations {plan['mem_activations_gib']:.1f}, overhead {plan['mem_overhead_gib']:.1f})"
+                   f" -> {'fits' if plan['fits'] else 'does NOT fit'} in {spec.gpu_memory_gib:g} GiB")
+        typer.echo(f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, ${plan['train_dollars']:.0f}); "
+                   f"encoding the corpus: {plan['encode_gpu_hours']:.1f} GPU-hours")
+
     @sc.command("plot")
     def plot_cmd(
         input: Path = typer.Option(..., "--input", "-i", help="Results CSV with columns N,D,loss."),

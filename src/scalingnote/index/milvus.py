@@ -64,9 +64,9 @@ DEFAULT_COLLECTION = "scalingnote"
 
 INSTALL_HINT = "the Milvus back end needs pymilvus (and milvus-lite for local .db files): pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2'"
 
-SERVER_INDEX_TYPES = ("IVF_PQ", "HNSW", "HNSW_SQ", "HNSW_PQ", "IVF_FLAT", "IVF_SQ8", "FLAT", "AUTOINDEX")
+SERVER_INDEX_TYPES = ("IVF_PQ", "HNSW", "HNSW_SQ", "HNSW_PQ", "IVF_FLAT", "IVF_SQ8", "SCANN", "FLAT", "AUTOINDEX")
 LITE_INDEX_TYPES = ("HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "FLAT", "BRUTE_FORCE", "AUTOINDEX")
-IVF_TYPES = ("IVF_PQ", "IVF_FLAT", "IVF_SQ8")
+IVF_TYPES = ("IVF_PQ", "IVF_FLAT", "IVF_SQ8", "SCANN")  # SCANN: IVF + 4-bit fast-scan PQ (server only)
 HNSW_TYPES = ("HNSW", "HNSW_SQ", "HNSW_PQ", "AUTOINDEX")
 MAX_TOPK = 16384  # Milvus' limit on limit (topk) per search
 
@@ -231,7 +231,7 @@ def default_index_params(index_type: str, n: int, dim: int, source_info: dict[st
             m = re.search(r"PQ(\d+)", factory)
             pq_m = int(m.group(1)) if m and dim % int(m.group(1)) == 0 else _default_pq_m(dim)
             params.update({"m": pq_m, "nbits": 8})
-        return params
+        return params  # SCANN keeps the raw vectors by default (with_raw_data) and re-ranks reorder_k candidates
     if index_type in ("HNSW", "HNSW_SQ", "HNSW_PQ"):
         m = re.search(r"HNSW(\d+)", factory)
         params = {"M": int(m.group(1)) if m else 32, "efConstruction": 200}
@@ -565,6 +565,8 @@ class MilvusSearcher:
         if self.has_ivf:
             nlist = int(self.manifest.get("nlist") or 1)
             params["nprobe"] = int(min(nlist, nprobe if nprobe is not None else defaults.get("nprobe", DEFAULT_NPROBE)))
+            if self.index_type == "SCANN":  # candidates re-ranked exactly after the 4-bit fast-scan PQ pass
+                params["reorder_k"] = int(max(n_cand, defaults.get("reorder_k", 100)))
         if self.has_hnsw:
             ef = ef_search if ef_search is not None else defaults.get("ef_search", DEFAULT_EF_SEARCH)
             params["ef"] = int(max(ef, n_cand))  # a beam of width ef returns at most ~ef results

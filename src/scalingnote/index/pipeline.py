@@ -85,21 +85,26 @@ def search_queries_to_run(
     batch_size: int = 256,
     progress: bool = True,
     config: dict[str, Any] | None = None,
+    searcher: Any = None,
 ) -> dict[str, Any]:
     """Encode ``queries`` with ``query_tower`` (a tower or a name/path), search the index,
     write the TREC run ``out`` and ``<out>.meta.json`` (config, versions, timings).
-    Returns the metadata written."""
+    ``searcher``: an already open searcher (e.g. a :class:`~scalingnote.index.milvus.MilvusSearcher`
+    with its query tower) used instead of opening ``index_dir``. Returns the metadata written."""
     from scalingnote.data import write_run
     from scalingnote.utils import run_metadata, write_json
 
     if not queries:
         raise ScalingNoteError("no queries to search")
-    if isinstance(query_tower, (str, Path)):
-        man = read_manifest(index_dir)
-        tower = load_tower_for(query_tower, "query")
-        check_query_tower(man, tower, Path(index_dir) / "manifest.json")
-        query_tower = tower
-    index = DenseIndex.open(index_dir, query_tower=query_tower)
+    if searcher is not None:
+        index = searcher
+    else:
+        if isinstance(query_tower, (str, Path)):
+            man = read_manifest(index_dir)
+            tower = load_tower_for(query_tower, "query")
+            check_query_tower(man, tower, Path(index_dir) / "manifest.json")
+            query_tower = tower
+        index = DenseIndex.open(index_dir, query_tower=query_tower)
     texts = [q.text for q in queries]
     t0 = time.perf_counter()
     qvecs = index.query_vectors(texts)

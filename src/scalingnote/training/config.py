@@ -102,6 +102,15 @@ class LoraSpec:
 
 
 @dataclass
+class FsdpSpec:
+    """FSDP2 options (``distributed: fsdp``; see :mod:`scalingnote.training.fsdp`)."""
+
+    activation_checkpointing: bool = True  #: recompute each transformer block in backward
+    reshard_after_forward: bool = True  #: free a block's full weights after its forward (ZeRO-3); False = ZeRO-2
+    reduce_dtype: Literal["bf16", "fp32"] = "bf16"  #: gradient reduce-scatter dtype when parameters are bf16 (GPU)
+
+
+@dataclass
 class TrainConfig:
     method: Method = "scaling_dual"
     output_dir: str = "runs/stage1"
@@ -113,6 +122,10 @@ class TrainConfig:
     optim: OptimSpec = field(default_factory=OptimSpec)
     lora: LoraSpec | None = None
     deepspeed: str | None = None  #: ZeRO-3 JSON for multi-GPU runs (needs the deepspeed package)
+    #: data parallelism under torchrun: "ddp" (replicated towers, all-reduced gradients) or
+    #: "fsdp" (FSDP2: towers, gradients and optimizer state sharded across ranks)
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    fsdp: FsdpSpec = field(default_factory=FsdpSpec)
     seed: int = 42
     precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 autocast on GPU
     save_every: int = 50

@@ -222,7 +222,7 @@ def _setup_lora(cfg: TrainConfig, towers) -> None:
 
 def _merge_lora(towers) -> None:
     for t in towers:
-        if hasattr(t.backbone, "merge_and_unload"):
+        if t is not None and hasattr(t.backbone, "merge_and_unload"):
             t.backbone = t.backbone.merge_and_unload()
 
 
@@ -238,7 +238,9 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
                 f"deepspeed config {cfg.deepspeed} given but the deepspeed package is not installed "
                 "(pip install deepspeed on the GPU machines; CPU runs use plain torchrun)"
             ) from None
-        raise ScalingNoteError("DeepSpeed ZeRO-3 launch is accepted in configs but not wired in this version; use torchrun")
+        raise ScalingNoteError(
+            "DeepSpeed ZeRO-3 is not wired in; use `distributed: fsdp` (PyTorch FSDP2, the same ZeRO-3 sharding) under torchrun"
+        )
 
     D.init_from_env()
     out = Path(cfg.output_dir)
@@ -277,6 +279,15 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
         results["val_curve"] = trainer.best["curve"]
         for k in ("steps_run", "best_step", "best_val_score", "stopped_early"):
             results[k] = last.pop(k, None)
+    if trainer.sharded:  # FSDP2: rank 0 gets ordinary towers with the trained weights, other ranks None
+        from scalingnote.training.fsdp import gather_towers
+
+        def fresh():  # same architecture (LoRA included) to load the gathered weights into
+            towers = build_towers(cfg, device)
+            _setup_lora(cfg, towers)
+            return towers
+
+        qt, dt = gather_towers((qt, dt), fresh)
     _merge_lora((qt, dt))
     results["train_seconds"] = round(last.pop("train_seconds", 0.0), 2)
     results.update({f"final_{k}": v for k, v in last.items()})

@@ -83,6 +83,11 @@ def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warm
     return get_linear_schedule_with_warmup(optimizer, math.ceil(warmup_ratio * total_steps), total_steps)
 
 
+def _at_least_fp32(t: Tensor) -> Tensor:
+    """fp32 for the loss (bf16/fp16 embeddings are upcast); float64 stays float64 (exactness tests)."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 class StopTraining(Exception):
     """Raised by a step callback to stop after a checkpoint (used by tests to simulate a kill)."""
 
@@ -116,6 +121,11 @@ class Trainer:
         total = math.ceil(cfg.optim.epochs * self.steps_per_epoch)
         self.total_steps = min(total, cfg.optim.max_steps) if cfg.optim.max_steps else total
         o = cfg.optim
+        self.sharded = False  # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
+        if cfg.distributed == "fsdp":
+            from scalingnote.training.fsdp import shard_towers
+
+            self.sharded = shard_towers([query_tower, doc_tower], self.device, cfg.fsdp, cfg.precision)
         self.optimizer = torch.optim.AdamW(
             param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), betas=tuple(o.betas), eps=o.eps
         )
@@ -139,9 +149,10 @@ class Trainer:
             docs = [e.pos for e in exs] + ([e.neg for e in exs] if has_neg else [])
             views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
         n = len(exs)
-        q = q.float()
-        pos = {k: v[:n].float() for k, v in views.items()}
-        neg = {k: v[n:].float() for k, v in views.items()} if has_neg else None
+        f32 = _at_least_fp32
+        q = f32(q)
+        pos = {k: f32(v[:n]) for k, v in views.items()}
+        neg = {k: f32(v[n:]) for k, v in views.items()} if has_neg else None
         return q, pos, neg
 
     def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None) -> tuple[Tensor, dict[str, float]]:
@@ -206,7 +217,7 @@ class Trainer:
         return comps
 
     def _all_reduce_grads(self) -> None:
-        if not D.is_distributed():
+        if not D.is_distributed() or self.sharded:  # FSDP2 reduce-scatters (averages) in backward
             return
         ws = D.world_size()
         for tower in (self.q_tower, self.d_tower):
@@ -252,6 +263,11 @@ class Trainer:
         self.best = state.get("best", self.best)
 
     def save(self, rng: dict[str, Any] | None = None) -> None:
+        if self.sharded:
+            from scalingnote.training.fsdp import save_sharded
+
+            save_sharded(self, rng)
+            return
         if D.rank() == 0:
             save_checkpoint(self.out, self.step, self.state_dict(rng), keep=self.cfg.keep_checkpoints)
         if D.is_distributed():
@@ -322,9 +338,15 @@ class Trainer:
 
         self.out.mkdir(parents=True, exist_ok=True)
         if resume:
-            ck = load_latest_checkpoint(self.out)
+            if self.sharded:
+                from scalingnote.training.fsdp import load_latest_sharded
+
+                ck = load_latest_sharded(self)
+            else:
+                ck = load_latest_checkpoint(self.out)
+                if ck is not None:
+                    self.load_state_dict(ck[1])
             if ck is not None:
-                self.load_state_dict(ck[1])
                 self._truncate_metrics(self.step)
                 log.info("resumed from step %d", self.step)
         self.q_tower.train()
