@@ -37,6 +37,9 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("data_stats", "Training-data statistics", None),
     ("learnability", "Is the synthetic log learnable? TwinBERT on real vs shuffled triplets", None),
     ("serve_loadtest", "Online service load test", None),
+    ("fuzz", "Fuzzing: readers (hypothesis) and the service (schemathesis); failures must be 0", ["kind", "target", "mode", "examples", "ok", "data_error", "failures", "seconds"]),
+    ("chaos", "Chaos: SIGKILL at a seeded random moment, then the same command again", ["trial", "stage", "kill_at_s", "reference_s", "killed", "half_written_files", "resumed_ok", "outputs_identical", "differing"]),
+    ("soak", "Soak: the service under closed-loop load (per window)", None),
     ("scaling_fit", "Scaling-law fits", None),
 ]
 

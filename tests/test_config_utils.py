@@ -42,7 +42,7 @@ def test_load_yaml_and_round_trip(tmp_path):
         ("name: x\noptim:\n  lr: fast\n", 3, "optim.lr", "expected a number"),
         ("name: x\nmode: c\n", 2, "mode", "one of"),
         ("name: x\ndims: [1, two]\n", 2, "dims[1]", "integer"),
-        ("steps: 3\n", None, None, "missing required"),
+        ("steps: 3\n", None, "name", "missing required"),  # the missing key is named
         ("name: x\nsteps: 3: 4\n", 2, None, "invalid YAML"),
     ],
 )

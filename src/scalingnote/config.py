@@ -10,6 +10,7 @@ are errors (a typo must not be silently ignored).
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -45,6 +46,30 @@ def _key_lines(text: str) -> dict[str, int]:
     if root is not None:
         walk(root, "")
     return lines
+
+
+def _bad_scalar_line(text: str) -> int | None:
+    """1-based line of the first scalar that PyYAML's safe constructor refuses (None if not found)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        stack = [root] if root is not None else []
+        while stack:
+            node = stack.pop(0)
+            if isinstance(node, yaml.ScalarNode):
+                try:
+                    loader.construct_object(node, deep=True)
+                except Exception:  # noqa: BLE001 - the one we are looking for
+                    return node.start_mark.line + 1
+            elif isinstance(node, yaml.MappingNode):
+                stack.extend(x for kv in node.value for x in kv)
+            elif isinstance(node, yaml.SequenceNode):
+                stack.extend(node.value)
+    except Exception:  # noqa: BLE001 - best effort: the caller still reports the error
+        return None
+    finally:
+        loader.dispose()
+    return None
 
 
 class _Ctx:
@@ -150,11 +175,13 @@ def _build(cls: type[T], data: dict[str, Any], prefix: str, ctx: _Ctx) -> T:
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        ctx.fail(prefix, f"missing required key(s) {missing} for {cls.__name__}")
+        ctx.fail(f"{prefix}.{missing[0]}" if prefix else missing[0], f"missing required key(s) {missing} for {cls.__name__}")
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:  # __post_init__ validation
-        ctx.fail(prefix, str(e))
+        # name the first field the message mentions (its line when the file sets it)
+        named = next((n for n in fields if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", str(e))), None)
+        ctx.fail(f"{prefix}.{named}" if prefix and named else (named or prefix), str(e))
 
 
 def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None, **overrides: Any) -> T:
@@ -168,16 +195,26 @@ def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None,
     if isinstance(source, (str, Path)):
         path = str(source)
         try:
-            text = Path(source).read_text(encoding="utf-8")
+            raw = Path(source).read_bytes()
         except OSError as e:
             raise ConfigError(path, None, None, f"cannot read config: {e.strerror or e}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(path, raw[: e.start].count(b"\n") + 1, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
             mark = getattr(e, "problem_mark", None)
             problem = getattr(e, "problem", None) or str(e)
             col = f" (column {mark.column + 1})" if mark else ""
-            raise ConfigError(path, mark.line + 1 if mark else None, None, f"invalid YAML: {problem}{col}") from None
+            line = mark.line + 1 if mark else None
+            if line is None and isinstance(getattr(e, "position", None), int):  # reader errors (control characters)
+                line = text[: e.position].count("\n") + 1
+                problem = f"{getattr(e, 'reason', None) or problem}"
+            raise ConfigError(path, line, None, f"invalid YAML: {problem}{col}") from None
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:  # a scalar PyYAML parses but cannot build (2020-99-99)
+            raise ConfigError(path, _bad_scalar_line(text), None, f"invalid YAML value: {e}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):

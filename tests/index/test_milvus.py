@@ -241,7 +241,8 @@ def test_service_with_milvus_backend_answers_like_faiss(served, tiny_bert_dir, o
     for backend in ("faiss", "milvus"):
         settings = ServeSettings(port=0, backend=backend, milvus_uri=served["db"], milvus_collection="served")
         where = served["index"] if backend == "faiss" else served["db"]
-        with BackgroundServer(create_app(where, tiny_bert_dir, settings)) as srv:
+        app = create_app(where, tiny_bert_dir, settings)
+        with BackgroundServer(app) as srv:
             health = srv.wait_ready()
             assert health["index"]["n_vectors"] == 48 and health["titles"]["n"] == 48  # titles found via the recorded embeddings dir
             with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
@@ -252,7 +253,7 @@ def test_service_with_milvus_backend_answers_like_faiss(served, tiny_bert_dir, o
                     assert health["index"]["factory"] == "milvus:FLAT" and health["index"]["path"].endswith("serve.db#served")
                     r = c.post("/search", json={"query": texts[0], "k": 5, "nprobe": 2})
                     assert r.status_code == 422 and "no IVF layer" in r.json()["detail"]
-                    r = c.post("/admin/reload", json={"query_tower": str(other_bert_dir)})
+                    r = c.post("/admin/reload", json={"query_tower": str(other_bert_dir)}, headers={"Authorization": f"Bearer {app.state.admin_token}"})
                     assert r.status_code == 409 and "not compatible" in r.json()["detail"]
     for fa, mi in zip(answers["faiss"], answers["milvus"], strict=True):
         # the tiny corpus repeats texts: equal scores may come in either order (and swap at

@@ -147,8 +147,9 @@ def test_same_results_as_offline_search(server, tmp_path, serve_index, serve_ber
         ("/nowhere", "{}", 404, "not_found"),
     ],
 )
-def test_bad_input_gets_4xx_json(client, path, body, status, error):
-    r = client.post(path, content=body, headers={"content-type": "application/json"})
+def test_bad_input_gets_4xx_json(client, server, path, body, status, error):
+    headers = {"content-type": "application/json", "authorization": f"Bearer {server.app.state.admin_token}"}  # admin bodies are checked past the token
+    r = client.post(path, content=body, headers=headers)
     assert r.status_code == status, r.text
     payload = r.json()
     assert payload["error"] == error and payload["detail"]
@@ -235,6 +236,7 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_o
     copy_dir = load_tower(serve_bert_dir, role="query").save(tmp_path / "query-tower-copy")  # same weights, saved again
     app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=2))
     probe = {"query": "dense retrieval of documents", "k": 5}
+    admin = {"Authorization": f"Bearer {app.state.admin_token}"}
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         before = httpx.post(srv.url + "/search", json=probe, trust_env=False).json()["results"]
@@ -252,7 +254,7 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_o
                 workers = [asyncio.create_task(hammer(i)) for i in range(4)]
                 await asyncio.sleep(0.05)
                 n_before = len(statuses)
-                r = await c.post("/admin/reload", json={"query_tower": str(target)})
+                r = await c.post("/admin/reload", json={"query_tower": str(target)}, headers=admin)
                 n_during = len(statuses) - n_before
                 await asyncio.sleep(0.05)
                 done.set()
@@ -279,7 +281,7 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_o
         assert [x["doc_id"] for x in again] == [x["doc_id"] for x in before]
 
         # a path that is not a tower: 400, nothing changes
-        r = httpx.post(srv.url + "/admin/reload", json={"query_tower": str(tmp_path / "missing")}, trust_env=False)
+        r = httpx.post(srv.url + "/admin/reload", json={"query_tower": str(tmp_path / "missing")}, headers=admin, trust_env=False)
         assert r.status_code == 400 and r.json()["error"] == "tower_load_failed"
         m = parse_metrics(httpx.get(srv.url + "/metrics", trust_env=False).text)
         assert metric_value(m, "scalingnote_tower_reloads_total", result="swapped") == 1

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         max_query_chars: int = typer.Option(1000, "--max-query-chars", min=1, help="Longest accepted query (characters)."),
         max_k: int = typer.Option(1000, "--max-k", min=1, help="Largest accepted k."),
         max_batch_queries: int = typer.Option(256, "--max-batch-queries", min=1, help="Most queries per /search/batch request."),
-        max_queue: int = typer.Option(4096, "--max-queue", min=1, help="Queued queries beyond which requests get 503 (overload)."),
+        max_queue: int = typer.Option(256, "--max-queue", min=1, help="Most queries waiting for the model; past it requests get 503 + Retry-After. Worst queue wait ~ max_queue / QPS."),
         allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a non-loopback --host."),
         shutdown_timeout: float = typer.Option(30.0, "--shutdown-timeout", min=0.0, help="Seconds to drain requests in flight on shutdown."),
         threads: int | None = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)."),
@@ -31,6 +31,11 @@ def register(app: typer.Typer) -> None:
         uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://host:19530."),
         collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
         milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
+        admin_token: str | None = typer.Option(
+            None, "--admin-token", envvar="SCALINGNOTE_ADMIN_TOKEN", show_envvar=True,
+            help="Token for /admin/* (>= 16 characters; prefer the env var or --admin-token-file: command lines are visible to other users). Default: a random token, printed at start.",
+        ),
+        admin_token_file: Path | None = typer.Option(None, "--admin-token-file", help="File whose first line is the admin token."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
         from scalingnote.serve import ServeSettings, serve
@@ -54,6 +59,8 @@ def register(app: typer.Typer) -> None:
             milvus_uri=uri,
             milvus_collection=collection,
             milvus_token=milvus_token,
+            admin_token=admin_token,
+            admin_token_file=str(admin_token_file) if admin_token_file is not None else None,
         )
         if backend == "faiss" and index is None:
             from scalingnote.errors import ScalingNoteError

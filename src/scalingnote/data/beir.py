@@ -21,12 +21,13 @@ makes them an error.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from scalingnote.data.jsonl import SkipCounter, get_str, iter_jsonl, open_text
+from scalingnote.data.jsonl import SkipCounter, get_str, iter_jsonl, iter_text_lines
 from scalingnote.data.types import Document, Qrels, Query
 from scalingnote.errors import DataError
 from scalingnote.utils.io import atomic_write
@@ -108,37 +109,36 @@ def load_qrels(
     dset = set(doc_ids) if doc_ids is not None else None
     qrels: Qrels = {}
     seen: dict[tuple[str, str], int] = {}
-    with open_text(path) as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            line = raw.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                continue
-            parts = line.split("\t") if "\t" in line else line.split()
-            if lineno == 1 and parts and parts[0].strip().lower() in ("query-id", "query_id", "qid"):
-                continue
-            if len(parts) == 4:  # TREC qrels: qid iter docid rel
-                parts = [parts[0], parts[2], parts[3]]
-            if len(parts) != 3:
-                raise DataError(path, lineno, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}")
-            qid, did, score_s = (p.strip() for p in parts)
-            if not qid:
-                raise DataError(path, lineno, "query-id", "empty id")
-            if not did:
-                raise DataError(path, lineno, "corpus-id", "empty id")
-            try:
-                score_f = float(score_s)
-            except ValueError:
-                raise DataError(path, lineno, "score", f"expected an integer grade, got {score_s!r}") from None
-            if score_f != int(score_f):
-                raise DataError(path, lineno, "score", f"expected an integer grade, got {score_s!r}")
-            if qset is not None and qid not in qset:
-                raise DataError(path, lineno, "query-id", f"unknown query id {qid!r} (not in queries file)")
-            if dset is not None and did not in dset:
-                raise DataError(path, lineno, "corpus-id", f"unknown document id {did!r} (not in corpus file)")
-            if (qid, did) in seen:
-                raise DataError(path, lineno, "corpus-id", f"duplicate judgement for ({qid!r}, {did!r}) (first on line {seen[qid, did]})")
-            seen[qid, did] = lineno
-            qrels.setdefault(qid, {})[did] = int(score_f)
+    for lineno, raw in iter_text_lines(path):  # invalid UTF-8 -> DataError naming the line
+        line = raw.rstrip("\n").rstrip("\r")
+        if not line.strip():
+            continue
+        parts = line.split("\t") if "\t" in line else line.split()
+        if lineno == 1 and parts and parts[0].strip().lower() in ("query-id", "query_id", "qid"):
+            continue
+        if len(parts) == 4:  # TREC qrels: qid iter docid rel
+            parts = [parts[0], parts[2], parts[3]]
+        if len(parts) != 3:
+            raise DataError(path, lineno, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}")
+        qid, did, score_s = (p.strip() for p in parts)
+        if not qid:
+            raise DataError(path, lineno, "query-id", "empty id")
+        if not did:
+            raise DataError(path, lineno, "corpus-id", "empty id")
+        try:
+            score_f = float(score_s)
+        except ValueError:
+            raise DataError(path, lineno, "score", f"expected an integer grade, got {score_s!r}") from None
+        if not math.isfinite(score_f) or score_f != int(score_f):
+            raise DataError(path, lineno, "score", f"expected an integer grade, got {score_s!r}")
+        if qset is not None and qid not in qset:
+            raise DataError(path, lineno, "query-id", f"unknown query id {qid!r} (not in queries file)")
+        if dset is not None and did not in dset:
+            raise DataError(path, lineno, "corpus-id", f"unknown document id {did!r} (not in corpus file)")
+        if (qid, did) in seen:
+            raise DataError(path, lineno, "corpus-id", f"duplicate judgement for ({qid!r}, {did!r}) (first on line {seen[qid, did]})")
+        seen[qid, did] = lineno
+        qrels.setdefault(qid, {})[did] = int(score_f)
     return qrels
 
 

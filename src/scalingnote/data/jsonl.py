@@ -20,6 +20,23 @@ def open_text(path: str | Path):
     return open(path, encoding="utf-8", errors="strict")
 
 
+def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` of a UTF-8 text file (universal newlines, line ends kept).
+
+    Invalid UTF-8 raises :class:`DataError` naming the line (decoding with
+    ``surrogateescape`` keeps the line count exact up to the bad byte)."""
+    with open_text(path) as _probe:  # existence / directory checks with clear messages
+        pass
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            try:
+                line.encode("utf-8")
+            except UnicodeEncodeError as e:
+                bad = ord(line[e.start]) - 0xDC00 if 0xDC80 <= ord(line[e.start]) <= 0xDCFF else ord(line[e.start])
+                raise DataError(path, lineno, None, f"not valid UTF-8 (byte 0x{bad:02x} at column {e.start + 1})") from None
+            yield lineno, line
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, record)`` for each non-blank line; each record must be a JSON object."""
     with open_text(path) as _probe:  # existence / directory checks with clear messages

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalingnote.data.jsonl import open_text
+from scalingnote.data.jsonl import iter_text_lines
 from scalingnote.data.types import Triplet
 from scalingnote.errors import DataError
 
@@ -84,38 +84,29 @@ def _iter_fields(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, di
             yield lineno, rec, True
         return
     header: list[str] | None = None
-    with open_text(path) as fh:
-        lineno = 0
-        while True:
-            try:
-                raw = fh.readline()
-            except UnicodeDecodeError as e:
-                raise DataError(path, lineno + 1, None, f"not valid UTF-8 ({e.reason})") from None
-            if not raw:
-                break
-            lineno += 1
-            line = raw.rstrip("\n").rstrip("\r")
-            if not line.strip():
+    for lineno, raw in iter_text_lines(path):  # invalid UTF-8 -> DataError naming the line
+        line = raw.rstrip("\n").rstrip("\r")
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split("\t")]
+        if header is None and lineno == 1:
+            names = [_ALIASES.get(p.lower(), p.lower()) for p in parts]
+            if names[0] == "query_id" or set(columns) <= set(names):
+                missing = [c for c in columns if c not in names]
+                if missing:
+                    raise DataError(path, lineno, missing[0], f"header lacks column {missing[0]!r} (need {list(columns)})")
+                header = names
                 continue
-            parts = [p.strip() for p in line.split("\t")]
-            if header is None and lineno == 1:
-                names = [_ALIASES.get(p.lower(), p.lower()) for p in parts]
-                if names[0] == "query_id" or set(columns) <= set(names):
-                    missing = [c for c in columns if c not in names]
-                    if missing:
-                        raise DataError(path, lineno, missing[0], f"header lacks column {missing[0]!r} (need {list(columns)})")
-                    header = names
-                    continue
-            if header is not None:
-                if len(parts) != len(header):
-                    raise DataError(path, lineno, None, f"expected {len(header)} tab-separated columns (as in the header), got {len(parts)}")
-                yield lineno, dict(zip(header, parts)), False
-            else:
-                if len(parts) != len(columns):
-                    raise DataError(
-                        path, lineno, None, f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), got {len(parts)}"
-                    )
-                yield lineno, dict(zip(columns, parts)), False
+        if header is not None:
+            if len(parts) != len(header):
+                raise DataError(path, lineno, None, f"expected {len(header)} tab-separated columns (as in the header), got {len(parts)}")
+            yield lineno, dict(zip(header, parts)), False
+        else:
+            if len(parts) != len(columns):
+                raise DataError(
+                    path, lineno, None, f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), got {len(parts)}"
+                )
+            yield lineno, dict(zip(columns, parts)), False
 
 
 def _id(rec: dict, key: str, path: Path, lineno: int, known: Container[str] | None, what: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scalingnote.data.jsonl import open_text
+from scalingnote.data.jsonl import iter_text_lines
 from scalingnote.data.types import Run
 from scalingnote.errors import DataError
 from scalingnote.utils.io import atomic_write
@@ -13,28 +13,27 @@ from scalingnote.utils.io import atomic_write
 def read_run(path: str | Path) -> Run:
     """Read a TREC run. Errors name the file, line and column."""
     run: Run = {}
-    with open_text(path) as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            parts = raw.split()
-            if len(parts) != 6:
-                raise DataError(path, lineno, None, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
-            qid, _, did, rank_s, score_s, _tag = parts
-            try:
-                int(rank_s)
-            except ValueError:
-                raise DataError(path, lineno, "rank", f"expected an integer, got {rank_s!r}") from None
-            try:
-                score = float(score_s)
-            except ValueError:
-                raise DataError(path, lineno, "score", f"expected a number, got {score_s!r}") from None
-            if score != score or score in (float("inf"), float("-inf")):
-                raise DataError(path, lineno, "score", f"score must be finite, got {score_s!r}")
-            docs = run.setdefault(qid, {})
-            if did in docs:
-                raise DataError(path, lineno, "docid", f"document {did!r} listed twice for query {qid!r}")
-            docs[did] = score
+    for lineno, raw in iter_text_lines(path):  # invalid UTF-8 -> DataError naming the line
+        if not raw.strip():
+            continue
+        parts = raw.split()
+        if len(parts) != 6:
+            raise DataError(path, lineno, None, f"expected 6 columns 'qid Q0 docid rank score tag', got {len(parts)}")
+        qid, _, did, rank_s, score_s, _tag = parts
+        try:
+            int(rank_s)
+        except ValueError:
+            raise DataError(path, lineno, "rank", f"expected an integer, got {rank_s!r}") from None
+        try:
+            score = float(score_s)
+        except ValueError:
+            raise DataError(path, lineno, "score", f"expected a number, got {score_s!r}") from None
+        if score != score or score in (float("inf"), float("-inf")):
+            raise DataError(path, lineno, "score", f"score must be finite, got {score_s!r}")
+        docs = run.setdefault(qid, {})
+        if did in docs:
+            raise DataError(path, lineno, "docid", f"document {did!r} listed twice for query {qid!r}")
+        docs[did] = score
     return run
 
 

@@ -10,17 +10,21 @@ Endpoints
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
 ``GET  /metrics``       Prometheus text exposition
 ``POST /admin/reload``  ``{"query_tower": DIR}`` -> hot swap (200), 409 if incompatible, 400 if unloadable;
-                        accepted from loopback clients only
+                        needs the admin token (``Authorization: Bearer TOKEN`` or ``X-Admin-Token``;
+                        401 without it) from a loopback client (403 otherwise), and refuses
+                        requests carrying proxy forwarding headers (403: behind a reverse proxy
+                        on the same host every client would look like loopback)
 
 Every error is a JSON body ``{"error": code, "detail": message}`` (422 bodies add
 ``"errors": [{"field", "message", "type"}]``): malformed JSON -> 400, unknown fields /
 wrong types / out-of-range values -> 422, too large a body -> 413, not ready / shutting
-down / overloaded -> 503 (with ``Retry-After``). Types are strict: ``"k": "10"`` or
+down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained). Types are strict: ``"k": "10"`` or
 ``"k": 10.0`` is refused rather than coerced.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -36,7 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
-from scalingnote.serve.settings import ServeSettings, is_loopback_host
+from scalingnote.serve.settings import FORWARDING_HEADERS, ServeSettings, is_loopback_host, resolve_admin_token
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -93,13 +97,36 @@ class _BodyTooLarge(StarletteHTTPException):
         super().__init__(413, f"request body larger than {limit} bytes")
 
 
-class _Guard:
-    """Pure ASGI middleware: request-body size limit, per-endpoint metrics, in-flight gauge."""
+def admin_denial(path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: ServeMetrics) -> ServiceError | None:
+    """Why an ``/admin/*`` request is refused (None: allowed). Checked before routing and
+    body parsing: proxy forwarding headers (403), a non-loopback peer (403), then the token
+    (401; compared in constant time)."""
+    proxied = [h for h in FORWARDING_HEADERS if h in headers]
+    if proxied:
+        metrics.rejected.inc(reason="admin_proxied")
+        return ServiceError(403, "forbidden", f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback")
+    if not is_loopback_host(client_host):
+        metrics.rejected.inc(reason="admin_remote")
+        return ServiceError(403, "forbidden", f"{path} is accepted from loopback clients only")
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    given = value.strip() if scheme.lower() == "bearer" else headers.get("x-admin-token", "").strip()
+    if not given or not hmac.compare_digest(given.encode("latin-1", "replace"), token):
+        metrics.rejected.inc(reason="admin_unauthorized")
+        return ServiceError(
+            401, "unauthorized",
+            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
+        )
+    return None
 
-    def __init__(self, app, metrics: ServeMetrics, max_body_bytes: int):
+
+class _Guard:
+    """Pure ASGI middleware: request-body size limit, the admin guard, per-endpoint metrics, in-flight gauge."""
+
+    def __init__(self, app, metrics: ServeMetrics, max_body_bytes: int, admin_token: bytes = b""):
         self.app = app
         self.metrics = metrics
         self.max_body = max_body_bytes
+        self.admin_token = admin_token
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -116,6 +143,14 @@ class _Guard:
             await send(message)
 
         try:
+            if path.startswith("/admin/"):
+                hdrs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
+                client = scope.get("client")
+                denied = admin_denial(path, hdrs, client[0] if client else "", self.admin_token, self.metrics)
+                if denied is not None:
+                    resp = _error(denied.status, denied.error, denied.detail, headers={"WWW-Authenticate": "Bearer"} if denied.status == 401 else None)
+                    await resp(scope, receive, send_wrapper)
+                    return
             length = dict(scope.get("headers") or []).get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.max_body:
                 self.metrics.rejected.inc(reason="body_too_large")
@@ -141,9 +176,11 @@ class _Guard:
             self.metrics.latency.observe(time.perf_counter() - t0, endpoint=endpoint)
 
 
-def _error(status: int, error: str, detail: Any, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if status == 503 else None
-    return JSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers)
+def _error(status: int, error: str, detail: Any, retry_after: int | None = None, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    headers = dict(headers or {})
+    if status == 503:
+        headers["Retry-After"] = str(int(retry_after) if retry_after else 1)
+    return JSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
 
 
 def _loc(loc) -> str:
@@ -161,6 +198,7 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
     settings = settings or ServeSettings()
     metrics = ServeMetrics()
     service = SearchService(index_dir, query_tower_dir, settings, metrics)
+    admin_token, admin_token_source = resolve_admin_token(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -179,14 +217,16 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
     )
     app.state.service = service
     app.state.settings = settings
-    app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    app.state.admin_token = admin_token  # printed by `scalingnote serve` when generated
+    app.state.admin_token_source = admin_token_source
+    app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes, admin_token=admin_token.encode("latin-1", "replace"))
 
     # ------------------------------------------------------------------ errors
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
         if exc.status == 422:
             metrics.rejected.inc(reason="invalid_request")
-        return _error(exc.status, exc.error, exc.detail)
+        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
@@ -261,10 +301,7 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.post("/admin/reload")
-    async def reload(req: ReloadRequest, request: Request):
-        client = request.client.host if request.client else ""
-        if not is_loopback_host(client):
-            raise ServiceError(403, "forbidden", "/admin/reload is accepted from loopback clients only")
+    async def reload(req: ReloadRequest):
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))

@@ -207,6 +207,8 @@ class ServeMetrics:
         )
         self.queue_depth = r.add(Gauge("scalingnote_queue_queries", "Queries waiting for the model worker."))
         self.rejected = r.add(Counter("scalingnote_rejected_total", "Requests refused by input limits or overload, by reason.", ("reason",)))
+        self.shed_queries = r.add(Counter("scalingnote_shed_queries_total", "Queries refused with 503 because the queue was full (load shedding)."))
+        self.queue_limit = r.add(Gauge("scalingnote_queue_limit_queries", "The queue bound (max_queue): more waiting queries are shed with 503."))
         self.reloads = r.add(Counter("scalingnote_tower_reloads_total", "Query-tower reloads by result (swapped, incompatible, failed, busy).", ("result",)))
         self.ready = r.add(Gauge("scalingnote_ready", "1 when the query tower and the index are loaded."))
         self.tower_info = r.add(Gauge("scalingnote_query_tower_info", "The query tower being served (value 1).", ("name", "fingerprint", "compat_id")))

@@ -17,6 +17,11 @@ Concurrency model
   :func:`scalingnote.index.check_query_tower`, then swapped in by one assignment on the
   event loop. The batcher reads the tower once per micro-batch, so every batch runs
   entirely on the old or entirely on the new tower, and requests keep being answered.
+* Overload: the queue is bounded by ``max_queue`` queries. A request is admitted when
+  the queue is empty or its queries fit under the bound; otherwise it is shed at once
+  with 503 + ``Retry-After`` (the estimated time to drain the queue at the measured
+  throughput), so the worst queue wait stays near ``max_queue / throughput`` instead of
+  growing with the number of clients.
 * Shutdown: new work is refused (503), queued work is finished, then the worker stops.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -43,13 +49,15 @@ log = logging.getLogger("scalingnote.serve")
 
 
 class ServiceError(Exception):
-    """An error with an HTTP status, an error code and a human-readable detail."""
+    """An error with an HTTP status, an error code and a human-readable detail
+    (``retry_after``: seconds for the ``Retry-After`` header of a 503)."""
 
-    def __init__(self, status: int, error: str, detail: str):
+    def __init__(self, status: int, error: str, detail: str, retry_after: int | None = None):
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,7 @@ class SearchService:
         self.tower_source = str(query_tower)
         self.settings = settings or ServeSettings()
         self.metrics = metrics or ServeMetrics()
+        self.metrics.queue_limit.set(self.settings.max_queue)
         self.state = "starting"  # starting -> loading -> ready | failed; -> stopping -> stopped
         self.error: str | None = None
         self.index = None
@@ -171,6 +180,7 @@ class SearchService:
         self.on_failure: Callable[[BaseException], None] | None = None
         self._queue: asyncio.Queue | None = None
         self._queued = 0  # queries waiting (for backpressure / metrics)
+        self._rate: float | None = None  # EWMA of worker throughput (queries/s), for Retry-After
         self._carry: Any = None
         self._executor: ThreadPoolExecutor | None = None
         self._batcher: asyncio.Task | None = None
@@ -338,12 +348,28 @@ class SearchService:
         if len(q) > self.settings.max_query_chars:
             raise ServiceError(422, "invalid_request", f"{where}: {len(q)} characters, more than the limit of {self.settings.max_query_chars}")
 
+    def retry_after_s(self) -> int:
+        """Seconds until the queue has likely drained (queued / measured throughput), 1..60."""
+        rate = self._rate or 0.0
+        if rate <= 0:
+            return 1
+        return int(min(60, max(1, math.ceil(self._queued / rate))))
+
+    def admits(self, n: int) -> bool:
+        """Whether ``n`` more queries may be queued: the queue is empty (a single request is
+        always served, even one larger than the bound) or they fit under ``max_queue``."""
+        return self._queued == 0 or self._queued + n <= self.settings.max_queue
+
     async def search(self, texts: list[str], params: SearchParams) -> list[list[dict[str, Any]]]:
         """Top-k hits for each text (via the micro-batcher)."""
         self.check_ready()
-        if self._queued + len(texts) > self.settings.max_queue:
+        if not self.admits(len(texts)):  # shed load now rather than queue it behind an unbounded wait
             self.metrics.rejected.inc(reason="overload")
-            raise ServiceError(503, "overloaded", f"{self._queued} queries are waiting (limit {self.settings.max_queue}); retry later")
+            self.metrics.shed_queries.inc(len(texts))
+            raise ServiceError(
+                503, "overloaded", f"{self._queued} queries are waiting (limit {self.settings.max_queue}); retry later",
+                retry_after=self.retry_after_s(),
+            )
         loop = asyncio.get_running_loop()
         item = _Item(list(texts), params, loop.create_future(), loop.time())
         self._queued += len(texts)
@@ -401,6 +427,7 @@ class SearchService:
             for it in live:
                 self.metrics.queue_wait.observe(now - it.enqueued)
             tower, index = self.tower, self.index  # the swap point: one tower per micro-batch
+            t_start = loop.time()
             try:
                 outs = await loop.run_in_executor(self._executor, self._process, tower, index, live)
             except BaseException as e:  # noqa: BLE001 - delivered to the waiting requests
@@ -410,6 +437,10 @@ class SearchService:
                             it.future.set_exception(ServiceError(503, "shutting_down", "the service is shutting down"))
                     raise
                 outs = [e] * len(live)
+            took = loop.time() - t_start
+            if took > 0:  # worker throughput, smoothed (only used for the Retry-After estimate)
+                r = sum(len(it.texts) for it in live) / took
+                self._rate = r if self._rate is None else 0.8 * self._rate + 0.2 * r
             for it, out in zip(live, outs, strict=True):
                 if it.future.done():
                     continue

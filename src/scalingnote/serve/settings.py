@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import asdict, dataclass
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ConfigError, ScalingNoteError
@@ -18,7 +20,21 @@ class ServeSettings:
     first request arrived; the batch is encoded and searched in one model call.
     Limits: each query at most ``max_query_chars`` characters, ``1 <= k <= max_k``, at
     most ``max_batch_queries`` queries per ``/search/batch`` request, request bodies at
-    most ``max_body_bytes``; more than ``max_queue`` waiting queries -> 503 (overload).
+    most ``max_body_bytes``.
+
+    Overload: at most ``max_queue`` queries wait for the model worker; a request that does
+    not fit is shed at once with 503 + ``Retry-After`` (a request is always admitted into
+    an empty queue). The worst queue wait is about ``max_queue / throughput``: pick
+    ``max_queue ~= latency budget (s) x measured QPS`` (``benchmarks/serve_loadtest.py``
+    measures QPS per concurrency and the offline ceiling; see the README for the numbers).
+    The default 256 admits 64+ closed-loop clients with no 503 and bounds the wait to a few
+    seconds at the tens of queries per second a shared 2-core CPU serves with MiniLM.
+    ``max_wait_ms`` only adds latency at low load; ``max_batch`` caps one model call.
+
+    Admin endpoints (``/admin/*``) need the admin token (``Authorization: Bearer TOKEN``
+    or ``X-Admin-Token: TOKEN``) from a loopback client, and refuse requests that carry
+    proxy forwarding headers. The token is ``admin_token``, else the first line of
+    ``admin_token_file``, else generated at start (``resolve_admin_token``).
     """
 
     host: str = "127.0.0.1"
@@ -31,7 +47,7 @@ class ServeSettings:
     max_rerank: int = 10_000
     max_batch_queries: int = 256
     max_body_bytes: int = 1 << 20
-    max_queue: int = 4096
+    max_queue: int = 256
     allow_remote: bool = False
     shutdown_timeout_s: float = 30.0
     threads: int | None = None
@@ -43,6 +59,8 @@ class ServeSettings:
     milvus_uri: str | None = None
     milvus_collection: str = "scalingnote"
     milvus_token: str | None = None
+    admin_token: str | None = field(default=None, repr=False)
+    admin_token_file: str | None = None
 
     def __post_init__(self) -> None:
         def positive(name: str, minimum: float = 1) -> None:
@@ -65,8 +83,51 @@ class ServeSettings:
         if self.backend == "milvus" and not self.milvus_uri:
             raise ConfigError(None, None, "milvus_uri", "required with backend milvus (./file.db for Milvus Lite, or http://host:19530)")
 
+        if self.admin_token is not None:
+            _check_token(self.admin_token, "admin_token")
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings without secrets (tokens are shown as ``"***"``)."""
+        d = asdict(self)
+        for k in ("admin_token", "milvus_token"):
+            if d.get(k) is not None:
+                d[k] = "***"
+        return d
+
+
+ADMIN_TOKEN_MIN_CHARS = 16
+
+
+def _check_token(token: str, where: str) -> str:
+    if not isinstance(token, str) or len(token.strip()) < ADMIN_TOKEN_MIN_CHARS or any(c.isspace() for c in token.strip()):
+        raise ConfigError(None, None, where, f"the admin token must be at least {ADMIN_TOKEN_MIN_CHARS} characters without spaces")
+    return token.strip()
+
+
+def resolve_admin_token(settings: ServeSettings) -> tuple[str, str]:
+    """``(token, source)``: ``settings.admin_token`` ("option"), else the first line of
+    ``settings.admin_token_file`` ("file"), else a new random token ("generated")."""
+    if settings.admin_token is not None:
+        return _check_token(settings.admin_token, "admin_token"), "option"
+    if settings.admin_token_file is not None:
+        p = Path(settings.admin_token_file)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(p, None, "admin_token_file", f"cannot read the admin token file: {getattr(e, 'strerror', None) or e}") from None
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        try:
+            return _check_token(first, "admin_token_file"), "file"
+        except ConfigError as e:
+            raise ConfigError(p, 1, "admin_token_file", e.reason) from None
+    return secrets.token_urlsafe(32), "generated"
+
+
+#: Headers a reverse proxy adds; an admin request carrying one came through a proxy.
+FORWARDING_HEADERS = (
+    "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-forwarded-server",
+    "x-real-ip", "x-client-ip", "x-cluster-client-ip", "true-client-ip", "cf-connecting-ip", "fastly-client-ip", "via",
+)
 
 
 def is_loopback_host(host: str) -> bool:

@@ -310,13 +310,13 @@ class TMJTrainer:
     ) -> dict[str, Any]:
         from tqdm.auto import tqdm
 
-        from scalingnote.training.checkpoint import load_latest_checkpoint, save_checkpoint
+        from scalingnote.training.checkpoint import load_latest_checkpoint, safe_torch_load, save_checkpoint
         from scalingnote.training.trainer import linear_warmup_decay
 
         pdir = self.out / phase
         final = pdir / "final.pt"
         if final.exists():
-            st = torch.load(final, map_location="cpu", weights_only=False)
+            st = safe_torch_load(final)  # weights_only=True + allow-list: never runs pickled code
             self.restore(st["snapshot"])
             log.info("%s: already finished (%s), loaded", phase, final)
             return dict(st.get("info", {}), resumed_finished=True)

@@ -1,0 +1,133 @@
+"""Soak test: the query service under steady closed-loop load for a bounded time.
+
+``scalingnote serve`` runs as its own process on a free loopback port (a tiny BERT query
+tower and an IVF-PQ index with semantic IDs over the tiny BEIR corpus, so the run measures
+the service — HTTP, batching, queue, FAISS — rather than model FLOPs). The load generator
+(``scalingnote.serve.run_loadtest``) keeps ``--concurrency`` clients busy for ``--minutes``
+(default 10 at concurrency 16), in one-minute windows; after each window the service's
+resident memory (RSS, psutil) is sampled. Rows: one per window (requests, errors, QPS,
+p99, RSS). The config holds the totals, RSS at start / end and its growth, and whether the
+service was healthy afterwards. Only 127.0.0.1 is targeted; the run stops by itself.
+
+Run: ``.venv/bin/python benchmarks/soak.py`` (10 minutes + set-up).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import write_results  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--window", type=float, default=60.0, help="Seconds per reported window.")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    import httpx
+    import psutil
+
+    from scalingnote.index import build_index
+    from scalingnote.index.pipeline import encode_with_tower, read_search_queries
+    from scalingnote.models import build_tiny_model
+    from scalingnote.serve import run_loadtest
+    from tests.helpers.tiny_data import write_tiny_beir
+
+    with tempfile.TemporaryDirectory(prefix="sn-soak-") as d:
+        root = Path(d)
+        bert = build_tiny_model(root / "bert", "bert", seed=0)
+        beir = write_tiny_beir(root / "beir", docs_per_topic=8)
+        encode_with_tower(bert, beir, root / "emb", shard_size=32, batch_size=16, progress=False)
+        idx = build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+        texts = [q.text for q in read_search_queries(beir, None)]
+        cmd = [sys.executable, "-m", "scalingnote", "serve", "--index", str(idx), "--query-tower", str(bert), "--port", "0",
+               "--threads", "1", "--log-level", "warning"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            m = re.search(r"listening on (http://\S+?) ", proc.stdout.readline())
+            if not m:
+                raise SystemExit(f"service did not start: {proc.stderr.read()[-2000:]}")
+            url = m.group(1)
+            t0 = time.monotonic()
+            ready = False
+            while not ready and time.monotonic() - t0 < 1200:  # model + index load (slow on a starved CPU)
+                try:
+                    ready = httpx.get(url + "/healthz", trust_env=False).status_code == 200
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None:
+                    raise SystemExit(f"service exited: {proc.stderr.read()[-2000:]}")
+                time.sleep(0.2)
+            if not ready:
+                raise SystemExit("service not ready after 1200 s")
+            ready_s = round(time.monotonic() - t0, 1)
+            ps = psutil.Process(proc.pid)
+            run_loadtest(url, texts, concurrency=4, duration_s=5, seed=args.seed)  # warm-up (allocations of the first batches)
+            rss_start = ps.memory_info().rss
+            rows, total_s = [], args.minutes * 60.0
+            start = time.monotonic()
+            w = 0
+            while time.monotonic() - start < total_s - 1:
+                dur = min(args.window, total_s - (time.monotonic() - start))
+                res = run_loadtest(url, texts, concurrency=args.concurrency, duration_s=dur, seed=args.seed + w, timeout_s=30)
+                rss = ps.memory_info().rss
+                row = {"window": w, "t_end_s": round(time.monotonic() - start, 1), "concurrency": args.concurrency, "requests": res.requests,
+                       "ok": res.ok, "errors": res.errors, "error_kinds": " ".join(f"{k}:{v}" for k, v in res.error_kinds.items()),
+                       "qps": res.qps, "p50_ms": res.p50_ms, "p99_ms": res.p99_ms, "max_ms": res.max_ms, "rss_mb": round(rss / 2**20, 1)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                w += 1
+            rss_end = ps.memory_info().rss
+            h = httpx.get(url + "/healthz", trust_env=False, timeout=30)
+            healthy = h.status_code == 200 and h.json().get("status") == "ok"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+
+    config = {
+        "minutes": args.minutes,
+        "window_s": args.window,
+        "concurrency": args.concurrency,
+        "seed": args.seed,
+        "service": "scalingnote serve (separate process, --threads 1): tiny BERT query tower, IVF4,PQ8x4 + 2 semantic-ID layers over the tiny BEIR corpus",
+        "load_generator": "closed loop, httpx.AsyncClient, 127.0.0.1 only, same machine",
+        "requests": sum(r["requests"] for r in rows),
+        "ok": sum(r["ok"] for r in rows),
+        "errors": sum(r["errors"] for r in rows),
+        "ready_s": ready_s,
+        "rss_start_mb": round(rss_start / 2**20, 1),
+        "rss_start_note": "sampled after the service reported ready and a 5 s warm-up at concurrency 4",
+        "rss_end_mb": round(rss_end / 2**20, 1),
+        "rss_growth_mb": round((rss_end - rss_start) / 2**20, 1),
+        "rss_growth_pct": round(100.0 * (rss_end - rss_start) / rss_start, 2),
+        "healthy_after": healthy,
+        "service_exit_code": code,
+        "note": "2 CPU cores shared with other jobs (the machine was shared): QPS/latency are noisy; requests/errors/RSS are the point.",
+    }
+    path = write_results("soak", rows, config)
+    print(json.dumps({k: config[k] for k in ("requests", "errors", "rss_start_mb", "rss_end_mb", "healthy_after")}), f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
