@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
         uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://host:19530."),
         collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
         milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
+        query_backend: str = typer.Option("torch", "--query-backend", help="Query encoder: torch (eager PyTorch) or onnx (ONNX Runtime)."),
+        onnx_model: Path | None = typer.Option(None, "--onnx-model", help="(onnx) Export dir of `scalingnote models export --format onnx` (its default model: int8 if exported); default: fp32, exported once into the cache."),
+        onnx_threads: int | None = typer.Option(None, "--onnx-threads", min=1, help="(onnx) ONNX Runtime intra-op threads (default 2, capped at the cores)."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
         from scalingnote.serve import ServeSettings, serve
@@ -54,6 +57,9 @@ def register(app: typer.Typer) -> None:
             milvus_uri=uri,
             milvus_collection=collection,
             milvus_token=milvus_token,
+            query_backend=query_backend,
+            onnx_model=str(onnx_model) if onnx_model is not None else None,
+            onnx_threads=onnx_threads,
         )
         if backend == "faiss" and index is None:
             from scalingnote.errors import ScalingNoteError

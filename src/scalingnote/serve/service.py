@@ -200,6 +200,9 @@ class SearchService:
             tower = load_tower_for(self.tower_source, "query")
             index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
         titles = load_titles(corpus_path, index.doc_ids)
+        from scalingnote.serve.query_backend import wrap_query_tower
+
+        tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx (issue 23)
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
