@@ -36,6 +36,9 @@ def register(app: typer.Typer) -> None:
             help="Token for /admin/* (>= 16 characters; prefer the env var or --admin-token-file: command lines are visible to other users). Default: a random token, printed at start.",
         ),
         admin_token_file: Path | None = typer.Option(None, "--admin-token-file", help="File whose first line is the admin token."),
+        query_backend: str = typer.Option("torch", "--query-backend", help="Query encoder: torch (eager PyTorch) or onnx (ONNX Runtime)."),
+        onnx_model: Path | None = typer.Option(None, "--onnx-model", help="(onnx) Export dir of `scalingnote models export --format onnx` (its default model: int8 if exported); default: fp32, exported once into the cache."),
+        onnx_threads: int | None = typer.Option(None, "--onnx-threads", min=1, help="(onnx) ONNX Runtime intra-op threads (default 2, capped at the cores)."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
         from scalingnote.serve import ServeSettings, serve
@@ -61,6 +64,9 @@ def register(app: typer.Typer) -> None:
             milvus_token=milvus_token,
             admin_token=admin_token,
             admin_token_file=str(admin_token_file) if admin_token_file is not None else None,
+            query_backend=query_backend,
+            onnx_model=str(onnx_model) if onnx_model is not None else None,
+            onnx_threads=onnx_threads,
         )
         if backend == "faiss" and index is None:
             from scalingnote.errors import ScalingNoteError

@@ -958,6 +958,14 @@ def load_tower(
             if v is not None and v != saved.get(k):
                 raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
+    if src.form == "hf" and (src.path / "modules.json").is_file():  # a sentence-transformers directory (issue 23)
+        from scalingnote.models.st_import import load_st_tower
+
+        return load_st_tower(
+            src, role or "query", num_layers=num_layers, dim=dim, pooling=pooling, cache_dir=cache_dir, dtype=dtype, device=device,
+            matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
+            doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
+        )
     bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
     bb.source = dataclasses.replace(bb.source, name=src.name)
     return build_tower(

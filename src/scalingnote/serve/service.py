@@ -251,6 +251,9 @@ class SearchService:
             from scalingnote.index.hybrid import HybridSearcher
 
             self.searcher = HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids))
+        from scalingnote.serve.query_backend import wrap_query_tower
+
+        tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx (issue 23)
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path

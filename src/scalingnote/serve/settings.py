@@ -61,6 +61,10 @@ class ServeSettings:
     milvus_token: str | None = None
     admin_token: str | None = field(default=None, repr=False)
     admin_token_file: str | None = None
+    # query encoder (issue 23): "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
+    query_backend: str = "torch"
+    onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
+    onnx_threads: int | None = None  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
 
     def __post_init__(self) -> None:
         def positive(name: str, minimum: float = 1) -> None:
@@ -82,6 +86,12 @@ class ServeSettings:
             raise ConfigError(None, None, "backend", f"must be faiss or milvus, got {self.backend!r}")
         if self.backend == "milvus" and not self.milvus_uri:
             raise ConfigError(None, None, "milvus_uri", "required with backend milvus (./file.db for Milvus Lite, or http://host:19530)")
+        if self.query_backend not in ("torch", "onnx"):
+            raise ConfigError(None, None, "query_backend", f"must be torch or onnx, got {self.query_backend!r}")
+        if self.onnx_threads is not None:
+            positive("onnx_threads")
+        if self.onnx_model is not None and self.query_backend != "onnx":
+            raise ConfigError(None, None, "onnx_model", "is used only with query_backend onnx")
 
         if self.admin_token is not None:
             _check_token(self.admin_token, "admin_token")
