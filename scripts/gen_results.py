@@ -18,8 +18,12 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 TABLES: list[tuple[str, str, list[str] | None]] = [
     ("recipe_scifact", "The CPU recipe on SciFact (`python benchmarks/recipe.py --data scifact`: cached frozen-prefix heads, pair-fitted init, early stopping; QKD students; full test split and corpus)",
      ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
-    ("recipe_kuake_qtr", "The CPU recipe on KUAKE-QTR (`python benchmarks/recipe.py --data kuake_qtr --depths 2,4,8`)",
+    ("recipe_kuake_qtr", "The CPU recipe on KUAKE-QTR (`python benchmarks/recipe.py --data kuake_qtr --depths 2 --students smollm2_1l`)",
      ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
+    ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python benchmarks/hybrid.py --dataset scifact`; dense side in the config)", None),
+    ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
+    ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),
+    ("export", "Exported query towers: torch vs ONNX fp32 / int8", None),
     ("bm25", "BM25 baseline (test splits)", ["dataset", "language", "queries", "ndcg@10", "recall@100", "r@100", "mrr@10", "map"]),
     ("stage1_scifact", "Stage I on SciFact (train -> test; SmolLM2 mean pooling, centre + PCA head init)", None),
     ("llm_pooling_scifact", "Zero-shot SmolLM2 by depth and pooling (SciFact sub-corpus; why the LLM towers mean-pool on CPU)", None),
