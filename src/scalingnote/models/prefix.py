@@ -337,6 +337,18 @@ def _pooled_views(tower, pooled: Tensor) -> Tensor:
     return pooled if pooled.dim() == 3 else pooled.unsqueeze(1)
 
 
+def _iter_parts(tower, items: Sequence[Any], todo: list[int], part_size: int, batch_size: int):
+    """Yield ``(part, batches)``: ``part`` = positions in ``items`` (one cache part), ``batches`` =
+    ``(rows of part, device batch)`` in longest-first order (minimal padding)."""
+    dev = tower.device
+    for p0 in range(0, len(todo), part_size):
+        part = todo[p0 : p0 + part_size]
+        encs = _encodings(tower, [items[i] for i in part])
+        order = sorted(range(len(part)), key=lambda j: -len(_ids_of(tower, encs[j])))
+        chunks = (order[b : b + batch_size] for b in range(0, len(order), batch_size))
+        yield part, ((idx, {kk: v.to(dev) for kk, v in _collate(tower, [encs[j] for j in idx]).items()}) for idx in chunks)
+
+
 @torch.no_grad()
 def fill_cache(cache: FeatureCache, tower, trainable_layers: int, items: Sequence[Any], *, batch_size: int = 32,
                part_size: int = 2048, show_progress: bool = True) -> int:
@@ -352,19 +364,12 @@ def fill_cache(cache: FeatureCache, tower, trainable_layers: int, items: Sequenc
     was_training = tower.training
     tower.eval()
     bottom = None if k == 0 else sub_backbone(tower.backbone, 0, L - k, final_norm=False)
-    dev = tower.device
     try:
         with tqdm(total=len(todo), desc=f"feature cache ({tower.config.role}, depth {cache.key['depth']})", unit="text",
                   disable=not show_progress) as bar:
-            for p0 in range(0, len(todo), part_size):
-                part = todo[p0 : p0 + part_size]
-                encs = _encodings(tower, [items[i] for i in part])
-                order = sorted(range(len(part)), key=lambda j: -len(_ids_of(tower, encs[j])))
+            for part, batches in _iter_parts(tower, items, todo, part_size, batch_size):
                 feats: list[Any] = [None] * len(part)
-                for b0 in range(0, len(order), batch_size):
-                    idx = order[b0 : b0 + batch_size]
-                    batch = _collate(tower, [encs[j] for j in idx])
-                    batch = {kk: v.to(dev) for kk, v in batch.items()}
+                for idx, batch in batches:
                     if k == 0:
                         p = _pooled_views(tower, tower.pooled(batch)).float().cpu().numpy()
                         for r, j in enumerate(idx):
@@ -408,18 +413,12 @@ def fill_pooled_depths(root: str | Path, tower, depths: Sequence[int], items: Se
     top = sub_backbone(tower.backbone, 0, depths[-1])  # no need to run layers above the deepest depth
     was_training = tower.training
     tower.eval()
-    dev = tower.device
     try:
         with tqdm(total=len(todo), desc=f"feature cache ({tower.config.role}, depths {depths})", unit="text",
                   disable=not show_progress) as bar:
-            for p0 in range(0, len(todo), part_size):
-                part = todo[p0 : p0 + part_size]
-                encs = _encodings(tower, [items[i] for i in part])
-                order = sorted(range(len(part)), key=lambda j: -len(_ids_of(tower, encs[j])))
+            for part, batches in _iter_parts(tower, items, todo, part_size, batch_size):
                 feats = {d: [None] * len(part) for d in depths}
-                for b0 in range(0, len(order), batch_size):
-                    idx = order[b0 : b0 + batch_size]
-                    batch = {kk: v.to(dev) for kk, v in _collate(tower, [encs[j] for j in idx]).items()}
+                for idx, batch in batches:
                     captured.clear()
                     tower.run_layers(batch, backbone=top)
                     for d in depths:
