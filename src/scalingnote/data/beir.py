@@ -29,7 +29,7 @@ from typing import Literal
 
 from scalingnote.data.jsonl import SkipCounter, get_str, iter_jsonl, iter_text_lines
 from scalingnote.data.types import Document, Qrels, Query
-from scalingnote.errors import DataError
+from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.utils.io import atomic_write
 
 OnInvalid = Literal["error", "skip"]
@@ -38,6 +38,16 @@ OnInvalid = Literal["error", "skip"]
 def _check_id(rec: dict, path: Path | str, lineno: int) -> str:
     doc_id = get_str(rec, "_id", path, lineno, aliases=("id",), allow_empty=False)
     return doc_id.strip()
+
+
+def corpus_file(path: str | Path) -> Path:
+    """``corpus.jsonl`` of a BEIR directory, or ``path`` itself when it is a corpus file."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "corpus.jsonl"
+    if not p.is_file():
+        raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+    return p
 
 
 def iter_corpus(path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> Iterator[Document]:

@@ -27,7 +27,6 @@ import numpy as np
 
 from scalingnote.data.types import Document, Run
 from scalingnote.errors import ScalingNoteError
-from scalingnote.utils.io import atomic_path
 
 Language = Literal["auto", "en", "zh"]
 
@@ -218,13 +217,9 @@ def open_or_build_bm25(
     if documents is None:
         return BM25Retriever.load(path) if (path / "bm25.json").exists() else None
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.beir import iter_corpus
+        from scalingnote.data.beir import corpus_file, iter_corpus
 
-        p = Path(documents)
-        if p.is_dir():
-            p = p / "corpus.jsonl"
-        if not p.is_file():
-            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        p = corpus_file(documents)
         documents = iter_corpus(p)
     docs = list(documents)
     config = config or BM25Config()

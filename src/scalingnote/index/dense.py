@@ -235,13 +235,9 @@ def make_snippet(text: str, max_chars: int = SNIPPET_CHARS) -> str:
 def _documents_by_id(documents: str | Path | Mapping[str, Document] | Iterable[Document]) -> tuple[dict[str, Document], str | None]:
     """``{id: Document}`` from a BEIR directory, a corpus.jsonl, a mapping or an iterable."""
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.beir import iter_corpus
+        from scalingnote.data.beir import corpus_file, iter_corpus
 
-        p = Path(documents)
-        if p.is_dir():
-            p = p / "corpus.jsonl"
-        if not p.is_file():
-            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        p = corpus_file(documents)
         # on_invalid="skip": a bad record costs one title, not the index
         return {d.id: d for d in iter_corpus(p, on_invalid="skip")}, str(p.resolve())
     if isinstance(documents, Mapping):
