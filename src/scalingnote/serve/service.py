@@ -578,6 +578,12 @@ class SearchService:
                     check_query_tower(self.index.manifest, t, where)
                 except ScalingNoteError as e:
                     raise ServiceError(409, "incompatible_query_tower", str(e)) from None
+                from scalingnote.serve.query_backend import wrap_query_tower
+
+                try:  # the same query backend as at start (ONNX Runtime under --query-backend onnx)
+                    t = wrap_query_tower(t, self.settings)
+                except ScalingNoteError as e:
+                    raise ServiceError(400, "tower_load_failed", str(e)) from None
                 t.encode_queries(["warm up"], batch_size=1, show_progress=False)  # own thread, own model object
                 return t
 
