@@ -32,7 +32,9 @@ def test_quickstart_runs_end_to_end_and_resumes(tiny_models, tmp_path, capsys):
     out = tmp_path / "qs"
     rows = quickstart(_cfg(tiny_models, out))
     methods = [r["method"] for r in rows]
-    assert methods[0] == "bm25" and methods[-2:] == ["scalingnote", "scalingnote+ivfpq"]
+    assert methods[0] == "bm25" and methods[-3:] == ["scalingnote", "scalingnote+bm25", "scalingnote+ivfpq"]
+    hybrid = rows[methods.index("scalingnote+bm25")]
+    assert hybrid["search"].startswith("exact + bm25s, rrf") and hybrid["query_qps"] is None
     assert {"twinbert", "scaling_doc", "scaling_dual"} <= set(methods)
     for r in rows:
         assert 0.0 <= r["ndcg@10"] <= 1.0 and 0.0 <= r["r@100"] <= 1.0, r
@@ -42,6 +44,11 @@ def test_quickstart_runs_end_to_end_and_resumes(tiny_models, tmp_path, capsys):
     res = json.loads((out / "results.json").read_text())
     assert res["rows"] == json.loads(json.dumps(rows)) and "torch" in res["versions"]
     assert (out / "quickstart.yaml").exists()
+    # the index stores the corpus titles, and search returns them
+    from scalingnote.index import DenseIndex
+
+    idx = DenseIndex.open(out / "index" / "ivfpq")
+    assert idx.titles is not None and len(idx.titles) == len(idx.doc_ids) and sum(bool(t) for t in idx.titles) > 0
     # every step recorded completion; a re-run resumes instead of retraining
     steps = [out / "data", out / "stage1" / "scaling_dual", out / "stage1" / "scaling_doc", out / "stage1" / "twinbert", out / "qkd", out / "index"]
     assert all((s / "DONE").exists() for s in steps)
