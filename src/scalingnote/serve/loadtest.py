@@ -183,38 +183,43 @@ async def run_loadtest_async(
     latencies: list[float] = []
     errors: dict[str, int] = {}
     stopped_by = "duration"
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(trust_env=False, timeout=timeout_s, limits=limits, headers={"content-type": "application/json"}) as client:
+    # one client (one keep-alive connection) per worker: httpcore's shared pool re-scans every
+    # connection on each request, which made the *client* the bottleneck at concurrency 64
+    # (measured: 108 q/s with one shared 64-connection pool, the service idle in epoll)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
         before = await _scrape(client, base)
         t0 = time.perf_counter()
         deadline = t0 + float(duration_s)
 
         async def worker() -> None:
             nonlocal stopped_by
-            while True:
-                if time.perf_counter() >= deadline:
-                    return
-                if max_requests is not None and state["sent"] >= max_requests:
-                    stopped_by = "max_requests"
-                    return
-                i = state["sent"]
-                state["sent"] += 1
-                body = bodies[i % len(bodies)]
-                s = time.perf_counter()
-                try:
-                    r = await client.post(search_url, content=body)
-                    await r.aread()
-                    if r.status_code == 200:
-                        latencies.append(time.perf_counter() - s)
-                    else:
-                        key = f"http_{r.status_code}"
+            async with httpx.AsyncClient(trust_env=False, timeout=timeout_s, limits=limits, headers=headers) as own:
+                while True:
+                    if time.perf_counter() >= deadline:
+                        return
+                    if max_requests is not None and state["sent"] >= max_requests:
+                        stopped_by = "max_requests"
+                        return
+                    i = state["sent"]
+                    state["sent"] += 1
+                    body = bodies[i % len(bodies)]
+                    s = time.perf_counter()
+                    try:
+                        r = await own.post(search_url, content=body)
+                        await r.aread()
+                        if r.status_code == 200:
+                            latencies.append(time.perf_counter() - s)
+                        else:
+                            key = f"http_{r.status_code}"
+                            errors[key] = errors.get(key, 0) + 1
+                    except httpx.TimeoutException:
+                        errors["timeout"] = errors.get("timeout", 0) + 1
+                    except httpx.HTTPError as e:
+                        key = type(e).__name__
                         errors[key] = errors.get(key, 0) + 1
-                except httpx.TimeoutException:
-                    errors["timeout"] = errors.get("timeout", 0) + 1
-                except httpx.HTTPError as e:
-                    key = type(e).__name__
-                    errors[key] = errors.get(key, 0) + 1
-                    await asyncio.sleep(0.01)  # server down: do not spin
+                        await asyncio.sleep(0.01)  # server down: do not spin
 
         await asyncio.gather(*(worker() for _ in range(int(concurrency))))
         elapsed = time.perf_counter() - t0
