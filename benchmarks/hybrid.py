@@ -123,6 +123,17 @@ def run_dataset(name: str, args) -> Path:
     all_train = sorted(train.queries)
     train_ids = [q for q in all_train if q not in test.queries and " ".join(train.queries[q].text.lower().split()) not in test_texts_norm]
     n_excluded = len(all_train) - len(train_ids)
+    val_source = "train split (seeded draw)"
+    if args.val_from_stage1:
+        # the queries Stage I held out (its validation split): their labels never reached the dense
+        # model (QKD only mimics the teacher on query texts), so they are unbiased for the weight
+        from scalingnote.training import load_train_config
+        from scalingnote.training.data import load_training_data
+
+        s1 = load_train_config(Path(args.val_from_stage1) / "config.yaml")
+        held_out = {e.query_id for e in load_training_data(s1.data, s1.seed, show_progress=False).validation}
+        train_ids = [q for q in train_ids if q in held_out]
+        val_source = f"queries held out by Stage I ({args.val_from_stage1}, validation_fraction {s1.data.validation_fraction})"
     n_val = min(args.val_queries, len(train_ids))
     val_ids = sorted(rng.choice(train_ids, size=n_val, replace=False).tolist())
     overlap = set(val_ids) & set(test.queries)
@@ -217,9 +228,9 @@ def run_dataset(name: str, args) -> Path:
         "bm25": {"k1": 1.5, "b": 0.75, "method": "lucene", "language": bm.language,
                  "tokenisation": "stemmed (Snowball) + stop words" if bm.language == "en" else "character bigrams"},
         "depth": depth,
-        "validation": {"split": "train", "queries": n_val, "seed": args.seed,
+        "validation": {"split": "train", "queries": n_val, "seed": args.seed, "source": val_source,
                        "excluded_train_queries_also_in_test": n_excluded,
-                       "caveat": ("validation queries come from the train split, which the dense model was trained on (Stage I "
+                       "caveat": None if args.val_from_stage1 else ("validation queries come from the train split, which the dense model was trained on (Stage I "
                                   "pairs / QKD queries): the dense side looks stronger on them than on unseen queries, which "
                                   "biases the chosen weight toward dense"),
                        "grid": {n: {str(w): round(v, 4) for w, v in c.grid.items()} for n, c in choices.items()},
@@ -253,6 +264,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dense-note", default="zero-shot all-MiniLM-L6-v2 (mean pooling, docs cut at 256 tokens); "
                     "the recipe benchmark's best ScalingNote student was not available when this ran",
                     help="free text recorded in the results config about the dense model")
+    ap.add_argument("--val-from-stage1", default=None,
+                    help="Stage I output directory: draw validation queries only from the queries it held out (unseen labels)")
     ap.add_argument("--val-queries", type=int, default=300, help="validation queries drawn from the train split")
     ap.add_argument("--depth", type=int, default=100, help="candidates per side (and kept after fusion)")
     ap.add_argument("--batch-size", type=int, default=64, help="document encoding batch size")
