@@ -54,7 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._common import REPO_ROOT, write_results  # noqa: E402
 
 STAGES = ("index_build", "index_encode", "qkd_cache", "stage1", "quickstart")
-_VOLATILE = re.compile(r"(seconds|_s$|^t_|time|created|elapsed|per_s|qps|duration|versions|machine|^host|hostname|pid|date|resumed|_ms$|started|finished|walltime)", re.I)
+_VOLATILE = re.compile(r"(seconds|_s$|^t_|time|created|elapsed|per_s|qps|duration|versions|machine|^host|hostname|pid|date|resumed|_ms$|started|finished|walltime|last_run)", re.I)
+#: a feature-cache part (``scalingnote.models.prefix.FeatureCache``): unique per writing process
+_CACHE_PART = re.compile(r"^part-\d{5}-\d+-[0-9a-f]{8}\.(json|npy)$")
 
 
 # ------------------------------------------------------------------ running a command in a forked child
@@ -189,11 +191,37 @@ def _canon(obj: Any, root: str) -> Any:
     return _strip(obj, root)
 
 
+def _cache_rows(cache_dir: Path) -> str:
+    """Logical content of a feature cache: a hash over (key, row bytes), sorted by key. Part files
+    are named per writing process (pid + random), so a resumed fill names and splits its parts
+    differently from an uninterrupted one while caching the same rows; an ``.npy`` without its
+    ``.json`` is an interrupted part the reader never sees (FeatureCache counts a part by its json)."""
+    import numpy as np
+
+    rows: dict[str, str] = {}
+    for pj in sorted(cache_dir.glob("part-*.json")):
+        if not _CACHE_PART.match(pj.name):
+            continue
+        info = json.loads(pj.read_text(encoding="utf-8"))
+        arr = np.load(pj.with_suffix(".npy"))
+        offs = info.get("offsets")
+        for i, k in enumerate(info["keys"]):
+            row = arr[i] if offs is None else arr[offs[i]: offs[i + 1]]
+            rows.setdefault(k, hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest())
+    return hashlib.sha256(json.dumps(sorted(rows.items())).encode()).hexdigest()
+
+
 def digest(root: Path) -> dict[str, str]:
-    """Normalised content hash of every visible output file, by relative path."""
+    """Normalised content hash of every visible output file, by relative path (feature caches:
+    by their logical rows, see :func:`_cache_rows`)."""
     out = {}
     r = str(root.resolve())
     for p in _visible(root):
+        if _CACHE_PART.match(p.name) and (p.parent / "meta.json").is_file():
+            rel_dir = str(p.parent.relative_to(root))
+            if f"{rel_dir}/[rows]" not in out:
+                out[f"{rel_dir}/[rows]"] = _cache_rows(p.parent)
+            continue
         rel = str(p.relative_to(root))
         if rel.endswith(".log") or "/logs/" in f"/{rel}" or rel.endswith("tfevents"):
             continue
