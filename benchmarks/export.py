@@ -180,7 +180,7 @@ def score_rows(rows: list[dict], qdir: Path, emb_dir: Path, qrels, args) -> bool
         return False
     z = np.load(Path(args.runs) / f"query_emb_{qdir.parent.name}.npz")
     qids = [str(x) for x in z["qids"]]
-    doc = np.asarray(emb.vectors(), dtype=np.float32)
+    doc = np.asarray(emb.vectors, dtype=np.float32)
     for row in rows:
         if row.get("backend") in BACKENDS and row["tower"] == args.tower_names[str(qdir)]:
             m = evaluate(exact_search(z[row["backend"]], qids, doc, emb.ids, k=100), qrels, ["ndcg@10", "r@100"])
