@@ -6,15 +6,11 @@ Metrics come from scalingnote.evaluation and are cross-checked against pytrec_ev
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import shared_data_dir, write_results  # noqa: E402
-from scalingnote.evaluation import evaluate  # noqa: E402
-from scalingnote.index.bm25 import BM25Config, bm25_search  # noqa: E402
+from benchmarks._common import report, shared_data_dir
+from scalingnote.evaluation import evaluate
+from scalingnote.sparse.bm25 import BM25Config, bm25_search
 
 METRICS = ["ndcg@10", "recall@100", "r@100", "mrr@10", "map"]
 
@@ -49,8 +45,7 @@ def main() -> None:
             }
         )
         print(rows[-1])
-    path = write_results("bm25", rows, {"k1": cfg.k1, "b": cfg.b, "method": cfg.method, "k": 1000, "english": "stemmed (Snowball) + stop words", "chinese": "character bigrams"})
-    print(f"wrote {path}")
+    report("bm25", rows, {"k1": cfg.k1, "b": cfg.b, "method": cfg.method, "k": 1000, "english": "stemmed (Snowball) + stop words", "chinese": "character bigrams"})
 
 
 if __name__ == "__main__":

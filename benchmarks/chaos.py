@@ -26,7 +26,7 @@ same directory, to completion. Per trial:
   versions — and replacing the run directory by a placeholder); ``differing`` lists the
   files that do not.
 
-Run: ``.venv/bin/python benchmarks/chaos.py`` (``--trials 4`` per stage: 20 trials).
+Run: ``.venv/bin/python -m benchmarks.chaos`` (``--trials 4`` per stage: 20 trials).
 """
 
 from __future__ import annotations
@@ -49,9 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, write_results
 
 STAGES = ("index_build", "index_encode", "qkd_cache", "stage1", "quickstart")
 _VOLATILE = re.compile(r"(seconds|_s$|^t_|time|created|elapsed|per_s|qps|duration|versions|machine|^host|hostname|pid|date|resumed|_ms$|started|finished|walltime|last_run)", re.I)

@@ -18,30 +18,28 @@ Rows (flat dicts, told apart by ``kind``):
   pseudo-queries (a seeded sample of SciFact documents; CPU generation is slow), with a
   few samples.
 
-Usage: ``python benchmarks/data_stats.py [--llm-docs 20] [--skip-llm]``.
+Usage: ``python -m benchmarks.data_stats [--llm-docs 20] [--skip-llm]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks._common import shared_data_dir, write_results  # noqa: E402
-from scalingnote.config import config_to_dict  # noqa: E402
-from scalingnote.data import load_beir, load_qrels  # noqa: E402
-from scalingnote.data.build import SOURCES, build_triplets, load_build_config  # noqa: E402
-from scalingnote.data.pseudo import ICTConfig, LLMQueryConfig, ict_queries, llm_queries  # noqa: E402
-from scalingnote.data.synth import SynthConfig, generate, write_synthetic  # noqa: E402
-from scalingnote.evaluation import evaluate  # noqa: E402
+from benchmarks._common import report, shared_data_dir
+from scalingnote.config import config_to_dict
+from scalingnote.data import load_beir, load_qrels
+from scalingnote.data.build import SOURCES, build_triplets, load_build_config
+from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
+from scalingnote.data.pseudo import ICTConfig, ict_queries
+from scalingnote.data.synth import SynthConfig, generate, write_synthetic
+from scalingnote.evaluation import evaluate
 
 METRICS = ["ndcg@10", "recall@100"]
 
@@ -76,7 +74,7 @@ def triplet_rows(triplets, train: set, stats, qrels_train) -> list[dict]:
 def sanity_rows(root: Path, log) -> list[dict]:
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from scalingnote.index.bm25 import BM25Config, bm25_search
+    from scalingnote.sparse.bm25 import BM25Config, bm25_search
 
     ds = load_beir(root, "test")
     doc_ids = list(ds.corpus)
@@ -197,7 +195,7 @@ def main() -> None:
         rows += pseudo_rows("ict", pairs, stats, time.perf_counter() - t0, 5)
         config["ict"] = config_to_dict(ict_cfg)
         if not args.skip_llm:
-            from scalingnote.data.pseudo import load_causal_lm
+            from scalingnote.augment.llm_queries import load_causal_lm
 
             llm_cfg = LLMQueryConfig(seed=args.seed, max_docs=args.llm_docs, max_new_tokens=24, batch_size=10)
             t0 = time.perf_counter()
@@ -211,8 +209,7 @@ def main() -> None:
     for r in rows:
         if r["kind"].startswith("pseudo"):
             print(r)
-    path = write_results("data_stats", rows, config)
-    print(f"wrote {path}")
+    report("data_stats", rows, config)
 
 
 if __name__ == "__main__":

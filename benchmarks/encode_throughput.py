@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import shared_data_dir, write_results
 
 CONFIGS = [
     # model, num_layers, docs to encode (at most), doc max length

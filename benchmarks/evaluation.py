@@ -8,19 +8,15 @@ all metrics and queries, and the time each implementation takes to evaluate the 
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import pytrec_eval
 
-import numpy as np  # noqa: E402
-import pytrec_eval  # noqa: E402
-
-from benchmarks._common import shared_data_dir, write_results  # noqa: E402
-from scalingnote.data import load_qrels  # noqa: E402
-from scalingnote.evaluation import evaluate, per_query  # noqa: E402
-from scalingnote.index.bm25 import bm25_search  # noqa: E402
+from benchmarks._common import shared_data_dir, write_results
+from scalingnote.data import load_qrels
+from scalingnote.evaluation import evaluate, per_query
+from scalingnote.sparse.bm25 import bm25_search
 
 # ours -> pytrec_eval measure key
 PAIRS = {
@@ -77,7 +73,7 @@ def main() -> None:
     path = write_results(
         "evaluation",
         rows,
-        {"reference": "pytrec_eval (trec_eval 9)", "compared_metrics": PAIRS, "bm25": "scalingnote.index.bm25 defaults, k=1000",
+        {"reference": "pytrec_eval (trec_eval 9)", "compared_metrics": PAIRS, "bm25": "scalingnote.sparse.bm25 defaults, k=1000",
          "auc_graded": "kuake_qtr qrels_graded, grade >= 2 positive, judged pairs not retrieved rank last; queries outside the run ignored"},
     )
     print(f"wrote {path}")

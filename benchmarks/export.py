@@ -19,7 +19,7 @@ zero-shot (mean pooling, the SPEC's reference row) on both sides, its corpus emb
 encoded once into ``runs/export_bench/`` (gitignored, resumable; shard layout of
 ``benchmarks/index_scifact.py``'s cache, whose finished shards can be copied in).
 
-Run: ``python benchmarks/export.py`` (about 10 minutes on 2 shared cores, of which the
+Run: ``python -m benchmarks.export`` (about 10 minutes on 2 shared cores, of which the
 first corpus encoding is most).
 """
 
@@ -27,22 +27,14 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # OpenMP spin-waiting is very slow on a shared 2-core machine
-
 import argparse
 import json
-import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, shared_data_dir, write_results
 
 BACKENDS = ("torch_fp32", "onnx_fp32", "onnx_int8")
 
@@ -188,46 +180,11 @@ def score_rows(rows: list[dict], qdir: Path, emb_dir: Path, qrels, args) -> bool
     return True
 
 
-class Service:
-    """``scalingnote serve`` in a subprocess on a free loopback port."""
-
-    def __init__(self, index: Path, qdir: Path, backend: str, onnx_dir: Path, args):
-        cmd = [sys.executable, "-m", "scalingnote", "serve", "--index", str(index), "--query-tower", str(qdir), "--port", "0",
-               "--log-level", "warning", "--threads", str(args.threads), "--max-batch", str(args.max_batch), "--query-backend", backend]
-        if backend == "onnx":
-            cmd += ["--onnx-model", str(onnx_dir), "--onnx-threads", str(args.threads)]
-        env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO_ROOT / "src")}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on (http://\S+?) ", line)
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"service did not start: {line}{self.proc.stderr.read()[-3000:]}")
-        self.url = m.group(1)
-
-    def wait_ready(self, timeout: float = 300) -> dict:
-        import httpx
-
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited: {self.proc.stderr.read()[-3000:]}")
-            try:
-                r = httpx.get(self.url + "/healthz", trust_env=False)
-                if r.status_code == 200:
-                    return r.json()
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError("service not ready in time")
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def Service(index: Path, qdir: Path, backend: str, onnx_dir: Path, args) -> ServeProcess:
+    """``scalingnote serve`` with the ``backend`` query encoder (torch or onnx)."""
+    extra = ["--onnx-model", str(onnx_dir), "--onnx-threads", str(args.threads)] if backend == "onnx" else []
+    return ServeProcess(["--index", str(index), "--query-tower", str(qdir), "--log-level", "warning", "--threads", str(args.threads),
+                         "--max-batch", str(args.max_batch), "--query-backend", backend, *extra])
 
 
 def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries, qrels, args) -> list[dict]:
@@ -247,7 +204,7 @@ def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries
         for backend in ("torch", "onnx"):
             svc = Service(idx, qdir, backend, onnx_dir, args)
             try:
-                svc.wait_ready()
+                svc.wait_ready(timeout=300)
                 if backend not in quality:
                     run = {}
                     with httpx.Client(trust_env=False, timeout=300) as c:
@@ -365,8 +322,7 @@ def make_config(args, validation, exports, sweeps, load_before, status) -> dict:
         "serve": {"concurrency": args.concurrency, "duration_s": args.serve_duration, "rounds": args.serve_rounds,
                   "max_batch": args.max_batch, "index": "Flat", "onnx_model": "int8 export", "load_generator": "closed loop, loopback, same machine"},
         "seed": args.seed,
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **loadavg(load_before),
         "note": (
             "2 CPU cores shared with other sessions working in parallel: absolute QPS and latencies are noisy; the backends "
             "were measured interleaved in one run, so compare their ratios. p50/p99 are of one query per call (tokenization "

@@ -7,7 +7,7 @@ pip's own download cache is the machine's (packages still install from wheels). 
 set-up (``scripts/setup.sh``, the first thing command 1 does), the pipeline, and the total, plus
 the load average before and after (the machine may be shared).
 
-    python benchmarks/fresh_clone.py [--keep DIR]
+    python -m benchmarks.fresh_clone [--keep DIR]
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, write_results
 
 
 def main() -> None:

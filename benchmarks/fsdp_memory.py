@@ -35,8 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 MB = 1024**2
 
 
@@ -129,7 +127,7 @@ def main() -> None:
         worker(args.worker, args.out, args.doc_len)
         return
 
-    from benchmarks._common import write_results
+    from benchmarks._common import report
 
     work = Path(tempfile.mkdtemp(prefix="fsdp-mem-"))
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
@@ -170,8 +168,7 @@ def main() -> None:
             "as loaded before sharding (every rank builds it on CPU), libraries and activations."
         ),
     }
-    path = write_results("fsdp_memory", rows, config)
-    print(f"wrote {path}")
+    report("fsdp_memory", rows, config)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
   ``/healthz`` must be 200 and a search must answer.
 
 Writes ``benchmarks/results/fuzz.json`` (one row per reader / endpoint + mode).
-Run: ``.venv/bin/python benchmarks/fuzz.py`` (a few minutes).
+Run: ``.venv/bin/python -m benchmarks.fuzz`` (a few minutes).
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import tiny_served_index, write_results
 
 
 def fuzz_readers(examples: int, seed: int) -> list[dict]:
@@ -65,20 +62,13 @@ def fuzz_readers(examples: int, seed: int) -> list[dict]:
 def fuzz_endpoints(examples: int, seed: int) -> tuple[list[dict], dict]:
     import httpx
 
-    from scalingnote.index import build_index
-    from scalingnote.index.pipeline import encode_with_tower
-    from scalingnote.models import build_tiny_model
     from scalingnote.serve import BackgroundServer, ServeSettings, create_app
     from tests.helpers.fuzz import fuzz_service
-    from tests.helpers.tiny_data import write_tiny_beir
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="sn-fuzz-svc-") as d:
         root = Path(d)
-        bert = build_tiny_model(root / "bert", "bert", seed=0)
-        beir = write_tiny_beir(root / "beir", docs_per_topic=8)
-        encode_with_tower(bert, beir, root / "emb", shard_size=32, batch_size=16, progress=False)
-        idx = build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+        bert, beir, idx = tiny_served_index(root)
         settings = ServeSettings(port=0, max_wait_ms=1)
         app = create_app(idx, bert, settings)
         with BackgroundServer(app) as srv:

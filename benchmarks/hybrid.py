@@ -9,9 +9,9 @@ hybrid is compared with the better single system by a two-sided paired t-test ov
 
 The dense side is any query tower + document embeddings:
 
-    python benchmarks/hybrid.py                                   # zero-shot MiniLM-L6 (mean pooling)
-    python benchmarks/hybrid.py --query-tower runs/x/qkd/query_tower --doc-embeddings runs/x/emb
-    python benchmarks/hybrid.py --query-tower Q --doc-tower D      # encode the corpus with D first
+    python -m benchmarks.hybrid                                   # zero-shot MiniLM-L6 (mean pooling)
+    python -m benchmarks.hybrid --query-tower runs/x/qkd/query_tower --doc-embeddings runs/x/emb
+    python -m benchmarks.hybrid --query-tower Q --doc-tower D      # encode the corpus with D first
 
 Document embeddings encoded here are cached under ``--work`` (default ``runs/hybrid``, gitignored)
 and resumed, so reruns are cheap. BM25 is ``scalingnote bm25``'s (English: stemmed + stop words;
@@ -24,16 +24,13 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
-from scalingnote.errors import ScalingNoteError  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
+from scalingnote.errors import ScalingNoteError
 
 METRICS = ["ndcg@10", "r@100", "recall@100", "mrr@10"]
 DATASETS = ("scifact", "kuake_qtr")
@@ -108,7 +105,7 @@ def run_dataset(name: str, args) -> Path:
     from scalingnote.evaluation import evaluate, per_query
     from scalingnote.evaluation.dense import exact_search
     from scalingnote.evaluation.significance import paired_ttest
-    from scalingnote.index.bm25 import BM25Config, BM25Retriever
+    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
     from scalingnote.index.hybrid import FusionConfig, choose_weight, fuse_runs
 
     data_dir = shared_data_dir() / name

@@ -13,7 +13,7 @@ MiniLM: mean pooling, documents cut at 256 tokens (the tower's defaults), query 
 document towers are the same zero-shot model. Document embeddings are cached (resumable)
 under ``.cache/index_scifact/`` at the repository root.
 
-Run: ``.venv/bin/python benchmarks/index_scifact.py`` (about 5 minutes on 2 CPU cores,
+Run: ``.venv/bin/python -m benchmarks.index_scifact`` (about 5 minutes on 2 CPU cores,
 plus ~2-4 minutes the first time for encoding the corpus).
 """
 
@@ -21,21 +21,15 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # OpenMP spin-waiting is very slow on a shared 2-core machine
-
 import argparse
 import json
 import shutil
-import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, build_timings, report, shared_data_dir, time_search
 
 FACTORIES = [
     "Flat",
@@ -93,23 +87,7 @@ def encode_cached(cache: Path, data: Path) -> tuple[Path, np.ndarray, list[str],
 
 def timed_search(index, qvecs: np.ndarray, k: int, rerank, nprobe, repeats: int = 3) -> dict:
     """Batched QPS (median of ``repeats`` runs over all queries) and one-query-at-a-time latency."""
-    batched = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        index.search(qvecs, k, nprobe=nprobe, rerank=rerank)
-        batched.append(time.perf_counter() - t0)
-    lat = []
-    for i in range(len(qvecs)):
-        t0 = time.perf_counter()
-        index.search(qvecs[i : i + 1], k, nprobe=nprobe, rerank=rerank)
-        lat.append(time.perf_counter() - t0)
-    lat_ms = np.array(lat) * 1000
-    return {
-        "qps_batched": round(len(qvecs) / statistics.median(batched), 1),
-        "qps_single": round(len(qvecs) / sum(lat), 1),
-        "p50_ms": round(float(np.percentile(lat_ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
-    }
+    return time_search(index, qvecs, k, repeats=repeats, nprobe=nprobe, rerank=rerank)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,10 +166,7 @@ def main(argv: list[str] | None = None) -> None:
                     **timing,
                     "code_bytes_per_vector": m["code_bytes_per_vector"],
                     "index_bytes_per_vector": m["index_bytes_per_vector"],
-                    "compression": m["compression"],
-                    "train_s": m["train_seconds"],
-                    "add_s": m["add_seconds"],
-                    "build_s": round(m["train_seconds"] + m["add_seconds"], 3),
+                    **build_timings(m),
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -234,8 +209,7 @@ def main(argv: list[str] | None = None) -> None:
             "(same ranking as inner product on unit vectors up to code-norm error)."
         ),
     }
-    path = write_results("index_scifact", rows, config)
-    print(f"wrote {path}")
+    report("index_scifact", rows, config)
     for t in target:
         print(f"target {t['factory']} nprobe={t['nprobe']} rerank={t['rerank']}: R@100 rel. Flat = {t['r@100_rel_flat']} -> {'met' if t['met'] else 'NOT met'}")
 

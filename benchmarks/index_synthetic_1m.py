@@ -14,28 +14,22 @@ HNSW graph construction on 1M vectors takes too long on the 2 shared CPU cores t
 run on, so HNSW-based factories are built over the first ``--hnsw-n`` vectors (default
 200,000) with their own exact ground truth; the ``n`` column of each row says which.
 
-Run: ``.venv/bin/python benchmarks/index_synthetic_1m.py`` (about 10 minutes on 2 cores).
+Run: ``.venv/bin/python -m benchmarks.index_synthetic_1m`` (about 10 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # OpenMP spin-waiting is very slow on a shared 2-core machine
-
 import argparse
 import json
 import shutil
-import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, build_timings, time_search, write_results
 
 FACTORIES = [
     "Flat",
@@ -73,23 +67,7 @@ def recall_at(ids: np.ndarray, truth: np.ndarray) -> float:
 
 
 def timed(index, q: np.ndarray, k: int, rerank, n_single: int, repeats: int = 3) -> dict:
-    batched = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        index.search(q, k, rerank=rerank)
-        batched.append(time.perf_counter() - t0)
-    lat = []
-    for i in range(min(n_single, len(q))):
-        t0 = time.perf_counter()
-        index.search(q[i : i + 1], k, rerank=rerank)
-        lat.append(time.perf_counter() - t0)
-    lat_ms = np.array(lat) * 1000
-    return {
-        "qps_batched": round(len(q) / statistics.median(batched), 1),
-        "qps_single": round(len(lat) / sum(lat), 1),
-        "p50_ms": round(float(np.percentile(lat_ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
-    }
+    return time_search(index, q, k, repeats=repeats, n_single=n_single, rerank=rerank)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -161,11 +139,8 @@ def main(argv: list[str] | None = None) -> None:
                 "memory_mb": round(m["index_bytes"] / 2**20, 2),
                 "index_bytes_per_vector": m["index_bytes_per_vector"],
                 "code_bytes_per_vector": m["code_bytes_per_vector"],
-                "compression": m["compression"],
                 "rerank_vectors_bytes": int(n * args.dim * 4) if rerank else 0,
-                "train_s": m["train_seconds"],
-                "add_s": m["add_seconds"],
-                "build_s": round(m["train_seconds"] + m["add_seconds"], 3),
+                **build_timings(m),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)

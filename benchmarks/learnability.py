@@ -10,19 +10,15 @@ evaluated on the synthetic test queries, against two references:
 
 Learnable data = training on the real triplets beats both. Rows: one per triplet set.
 
-    python benchmarks/learnability.py [--steps 120] [--batch-size 16]
+    python -m benchmarks.learnability [--steps 120] [--batch-size 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, write_results
 
 
 def main() -> None:

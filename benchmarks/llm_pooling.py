@@ -16,20 +16,16 @@ Pool: the first ``--queries`` SciFact test queries with qrels, their relevant do
 ``--distractors`` random others (a sub-corpus: absolute numbers are higher than on the
 full corpus; the comparison between rows is the point).
 
-    python benchmarks/llm_pooling.py [--queries 150] [--distractors 700] [--max-layers 16]
+    python -m benchmarks.llm_pooling [--queries 150] [--distractors 700] [--max-layers 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import shared_data_dir, write_results
 
 
 def main() -> None:

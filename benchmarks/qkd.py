@@ -1,8 +1,8 @@
 """Stage II benchmark (ScalingNote Table 6 style): distil the ScalingDual query tower of
 `benchmarks/stage1.py` into MiniLM students of several depths and compare every query tower.
 
-    python benchmarks/stage1.py --data scifact ...      # first: trains scaling_dual / scaling_doc
-    python benchmarks/qkd.py --data scifact [--layers 1,2,4,6]
+    python -m benchmarks.stage1 --data scifact ...      # first: trains scaling_dual / scaling_doc
+    python -m benchmarks.qkd --data scifact [--layers 1,2,4,6]
 
 Rows: student_<L>l (QKD students + frozen ScalingDual document embeddings = ScalingNote),
 scaling_dual (the teacher) and scaling_doc, each with non-embedding parameters, query
@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 
 def main() -> None:

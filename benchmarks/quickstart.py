@@ -1,8 +1,8 @@
 """Run (or resume) `scalingnote quickstart` and record its table in benchmarks/results/.
 
-    python benchmarks/quickstart.py                          # embedded defaults (synthetic log)
-    python benchmarks/quickstart.py --data scifact           # a shared BEIR set
-    python benchmarks/quickstart.py --out runs/quickstart    # reuse an existing run directory
+    python -m benchmarks.quickstart                          # embedded defaults (synthetic log)
+    python -m benchmarks.quickstart --data scifact           # a shared BEIR set
+    python -m benchmarks.quickstart --out runs/quickstart    # reuse an existing run directory
 
 Writes benchmarks/results/quickstart_<name>.json (one row per method), with the run's
 resolved config and its wall time.
@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 
 def main() -> None:

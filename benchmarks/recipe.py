@@ -1,7 +1,7 @@
 """The CPU training recipe, measured (issue: Stage I and II that actually learn on CPU).
 
-    python benchmarks/recipe.py --data scifact [--phase features|all]
-    python benchmarks/recipe.py --data kuake_qtr --depths 2,4,8
+    python -m benchmarks.recipe --data scifact [--phase features|all]
+    python -m benchmarks.recipe --data kuake_qtr --depths 2,4,8
 
 Recipe: cached frozen-prefix training (``trainable_layers: 0`` for Stage I: heads over cached
 pooled states), heads initialised from the training pairs, epochs with early stopping on
@@ -19,12 +19,9 @@ Writes benchmarks/results/recipe_<data>.json.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir
 
 QUERY_MAX = 64
 DOC_MAX = 256
@@ -182,7 +179,7 @@ def baseline_rows(data: str, seed: int) -> list[dict]:
     from scalingnote.data import load_beir
     from scalingnote.evaluation import evaluate
     from scalingnote.evaluation.dense import dense_metrics
-    from scalingnote.index.bm25 import BM25Retriever
+    from scalingnote.sparse.bm25 import BM25Retriever
     from scalingnote.models import PrefixTower, load_tower
     from scalingnote.quickstart import query_qps
 

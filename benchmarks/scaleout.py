@@ -40,7 +40,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from itertools import islice
@@ -48,10 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, report, shared_data_dir
 
 
 def _load() -> float:
@@ -172,7 +169,8 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     from scalingnote.data import load_qrels
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.milvus import MilvusSearcher, export_to_milvus
+    from scalingnote.index.milvus import MilvusSearcher
+    from scalingnote.index.milvus_export import export_to_milvus
 
     faiss.omp_set_num_threads(args.threads)
     emb_dir, qvecs, qids, enc = _search_inputs(args, encode_cached)
@@ -270,7 +268,8 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
     from scalingnote.data import load_qrels
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.milvus import MilvusSearcher, default_index_params, export_to_milvus
+    from scalingnote.index.milvus import MilvusSearcher
+    from scalingnote.index.milvus_export import default_index_params, export_to_milvus
     from scalingnote.index.milvus_server import EmbeddedMilvus, _cache_root
 
     faiss.omp_set_num_threads(args.threads)
@@ -451,8 +450,7 @@ def main() -> None:
         rows = [r for r in old["rows"] if r.get("part") not in SERVER_PARTS] + rows
         config = {**old["config"], "milvus_server": config["milvus_server"],
                   "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)"}
-    path = write_results("scaleout", rows, config)
-    print(f"wrote {path}")
+    report("scaleout", rows, config)
 
 
 if __name__ == "__main__":

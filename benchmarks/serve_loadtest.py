@@ -26,7 +26,7 @@ Caveat recorded in the results: the machine has 2 CPU cores shared with other
 engineers, and the load generator runs on the same cores as the service, so absolute
 numbers are noisy and lower than on a dedicated host.
 
-Run: ``.venv/bin/python benchmarks/serve_loadtest.py`` (about 6-8 minutes; corpus
+Run: ``.venv/bin/python -m benchmarks.serve_loadtest`` (about 6-8 minutes; corpus
 embeddings are reused from ``.cache/index_scifact/`` when present, else encoded there).
 """
 
@@ -34,20 +34,13 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # OpenMP spin-waiting is very slow on a shared 2-core machine
-
 import argparse
 import json
-import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, report, shared_data_dir
 
 INDEXES = {
     # factory: (stored default nprobe, per-request extra fields)
@@ -91,47 +84,12 @@ def ensure_index(emb_dir: Path, out: Path, factory: str, nprobe: int | None, see
     return build_index(emb_dir, out, factory, seed=seed, nprobe=nprobe, semantic_ids_layers=6, codebook_size=256, overwrite=True, progress=False)
 
 
-class ServiceProcess:
-    """``scalingnote serve`` in a subprocess on a free loopback port."""
-
-    def __init__(self, index: Path, data: Path, args, max_batch: int, max_queue: int):
-        cmd = [
-            sys.executable, "-m", "scalingnote", "serve", "--index", str(index), "--query-tower", "minilm-l6",
-            "--corpus", str(data), "--port", "0", "--max-batch", str(max_batch), "--max-wait-ms", str(args.max_wait_ms),
-            "--max-queue", str(max_queue), "--log-level", "warning",
-        ]
-        if args.threads:
-            cmd += ["--threads", str(args.threads)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on (http://\S+?) ", line)
-        if not m:
-            raise RuntimeError(f"service did not start: {line}{self.proc.stderr.read()}")
-        self.url = m.group(1)
-
-    def wait_ready(self, timeout: float = 1200) -> dict:
-        import httpx
-
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                r = httpx.get(self.url + "/healthz", trust_env=False)
-                if r.status_code == 200:
-                    return r.json()
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("service not ready in time")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+def ServiceProcess(index: Path, data: Path, args, max_batch: int, max_queue: int) -> ServeProcess:
+    """``scalingnote serve`` over ``index`` with the MiniLM query tower and the corpus for titles."""
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    return ServeProcess(["--index", str(index), "--query-tower", "minilm-l6", "--corpus", str(data), "--max-batch", str(max_batch),
+                         "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(max_queue), "--log-level", "warning", *threads],
+                        stderr_tail=2000)
 
 
 def offline_throughput(index_dir: Path, texts: list[str], extra: dict, k: int, batch_size: int, threads: int, duration_s: float) -> dict:
@@ -263,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         svc = ServiceProcess(idx, args.data, args, max_batch, args.max_queue)
         try:
             t0 = time.perf_counter()
-            h = svc.wait_ready()
+            h = svc.wait_ready(timeout=1200)
             health[f"{factory}@{max_batch}"] = {"ready_s": round(time.perf_counter() - t0, 1), "index": h["index"], "query_tower": h["query_tower"], "titles": h["titles"]["n"]}
             if factory not in qualities:
                 qualities[factory] = served_quality(svc.url, queries, qrels, extra)
@@ -290,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         idx = REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_")
         svc = ServiceProcess(idx, args.data, args, max_batch, args.overload_queue)
         try:
-            svc.wait_ready()
+            svc.wait_ready(timeout=1200)
             run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
             la = os.getloadavg()[0]
             res = run_loadtest(svc.url, texts, concurrency=args.overload_concurrency, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra)
@@ -326,8 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         "seed": args.seed,
         "load_generator": "closed loop, httpx.AsyncClient, same machine as the service",
         "service": health,
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        **loadavg(load_before),
         "note": (
             "2 CPU cores shared with other engineers' jobs running in parallel (the machine was shared: QPS is noisy); "
             "the load generator and the service share "
@@ -335,8 +292,7 @@ def main(argv: list[str] | None = None) -> None:
             "loopback, queueing, micro-batch wait (max_wait_ms), query encoding (MiniLM, CPU fp32) and FAISS search."
         ),
     }
-    path = write_results("serve_loadtest", rows, config)
-    print(f"wrote {path}")
+    report("serve_loadtest", rows, config)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,11 @@ resident memory (RSS, psutil) is sampled. Rows: one per window (requests, errors
 p99, RSS). The config holds the totals, RSS at start / end and its growth, and whether the
 service was healthy afterwards. Only 127.0.0.1 is targeted; the run stops by itself.
 
-Run: ``.venv/bin/python benchmarks/soak.py`` (10 minutes + set-up).
+Run: ``.venv/bin/python -m benchmarks.soak`` (10 minutes + set-up).
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import json
@@ -28,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import tiny_served_index, write_results
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,18 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     import httpx
     import psutil
 
-    from scalingnote.index import build_index
-    from scalingnote.index.pipeline import encode_with_tower, read_search_queries
-    from scalingnote.models import build_tiny_model
+    from scalingnote.index.pipeline import read_search_queries
     from scalingnote.serve import run_loadtest
-    from tests.helpers.tiny_data import write_tiny_beir
 
     with tempfile.TemporaryDirectory(prefix="sn-soak-") as d:
         root = Path(d)
-        bert = build_tiny_model(root / "bert", "bert", seed=0)
-        beir = write_tiny_beir(root / "beir", docs_per_topic=8)
-        encode_with_tower(bert, beir, root / "emb", shard_size=32, batch_size=16, progress=False)
-        idx = build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+        bert, beir, idx = tiny_served_index(root)
         texts = [q.text for q in read_search_queries(beir, None)]
         cmd = [sys.executable, "-m", "scalingnote", "serve", "--index", str(idx), "--query-tower", str(bert), "--port", "0",
                "--threads", "1", "--log-level", "warning"]

@@ -1,7 +1,7 @@
 """Stage I benchmark: zero-shot starting points, TwinBERT, ScalingDoc and ScalingDual trained with
 the same data and step budget on a BEIR set (train -> test).
 
-    python benchmarks/stage1.py --data scifact [--llm-layers 4] [--steps 60]
+    python -m benchmarks.stage1 --data scifact [--llm-layers 4] [--steps 60]
 
 Writes benchmarks/results/stage1_<data>.json (one row per method) and keeps the trained
 towers under .cache/bench/stage1_<data>/<method>/ (QKD reuses the ScalingDual towers).
@@ -10,13 +10,9 @@ towers under .cache/bench/stage1_<data>/<method>/ (QKD reuses the ScalingDual to
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 
 def zero_shot_row(

@@ -1,6 +1,6 @@
 """TMJ (learned PQ) on SciFact: TMJ Tables 1-2 style comparison at equal bytes per vector.
 
-    python benchmarks/tmj_scifact.py [--ms 16,32] [--seed 42]
+    python -m benchmarks.tmj_scifact [--ms 16,32] [--seed 42]
 
 Dual encoder: MiniLM (all-MiniLM-L6-v2, mean pooling, docs cut at 256 tokens) on both sides
 with a 128-d projection, warmed up on the SciFact train split with L_r (the "well-trained"
@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # FAISS k-means on a shared machine
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from benchmarks._common import REPO_ROOT, shared_data_dir, write_results  # noqa: E402
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 ZERO_SHOT_CACHE = REPO_ROOT / ".cache" / "index_scifact" / "minilm-l6-corpus"
 WORK = REPO_ROOT / ".cache" / "tmj_scifact"
@@ -53,7 +49,7 @@ def served(t, kind: str, out_dir: Path, rerank: int | None = None) -> dict:
     """Export the current codebooks as ``kind``, open with DenseIndex, search the test queries."""
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, tower_identity
-    from scalingnote.index.pq import export_index
+    from scalingnote.pq import export_index
 
     t0 = time.perf_counter()
     path = export_index(t.pq, t.doc_embeddings(), t.data.doc_ids, out_dir, kind, tower_info=tower_identity(t.d_tower), seed=t.cfg.seed, overwrite=True)
@@ -85,7 +81,7 @@ def main() -> None:
     import torch
 
     from scalingnote.errors import ScalingNoteError
-    from scalingnote.index.pq import TMJTrainer, load_pq_config
+    from scalingnote.pq import TMJTrainer, load_pq_config
 
     t_all = time.perf_counter()
     run_dir = WORK / "run"

@@ -1,7 +1,15 @@
-"""Regenerate the README's results section from benchmarks/results/*.json.
+"""Regenerate the results from benchmarks/results/*.json.
 
 Usage: python scripts/gen_results.py [--check]
-The section lives between the markers <!-- results:start --> and <!-- results:end -->.
+
+* ``README.md``, between the markers <!-- results:start --> and <!-- results:end -->: one
+  headline table per dataset (method, query tower, nDCG@10, R@100, query QPS; at most 8
+  columns) and the plots;
+* ``docs/results.md``: every table, all columns (the whole file is generated);
+* ``benchmarks/results/plots/quality_vs_qps_<dataset>.png``: query tower speed vs quality
+  (matplotlib; skipped with a note when matplotlib is absent).
+
+``--check`` only compares: exit 1 when README.md or docs/results.md is stale.
 """
 
 from __future__ import annotations
@@ -12,15 +20,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+PLOTS = RESULTS / "plots"
+DOCS = ROOT / "docs" / "results.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 #: (results file, title, columns to show; None = all scalar columns)
 TABLES: list[tuple[str, str, list[str] | None]] = [
-    ("recipe_scifact", "The CPU recipe on SciFact (`python benchmarks/recipe.py --data scifact`: cached frozen-prefix heads, pair-fitted init, early stopping; QKD students; full test split and corpus)",
+    ("recipe_scifact", "The CPU recipe on SciFact (`python -m benchmarks.recipe --data scifact`: cached frozen-prefix heads, pair-fitted init, early stopping; QKD students; full test split and corpus)",
      ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
-    ("recipe_kuake_qtr", "The CPU recipe on KUAKE-QTR (`python benchmarks/recipe.py --data kuake_qtr --depths 2 --students smollm2_1l`)",
+    ("recipe_kuake_qtr", "The CPU recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr --depths 2 --students smollm2_1l`)",
      ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
-    ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python benchmarks/hybrid.py --dataset scifact`; dense side in the config)", None),
+    ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
     ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
     ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),
     ("export", "Exported query towers: torch vs ONNX fp32 / int8", None),
@@ -31,7 +41,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
     ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
-    ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python benchmarks/fresh_clone.py`)", None),
+    ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python -m benchmarks.fresh_clone`)", None),
     ("quickstart_scifact", "Quick start on SciFact (`scalingnote quickstart --data ../shared/data/scifact --set evaluate_start=true`: start_* columns = each method before training; the other columns are what the default command gives)", None),
     ("quickstart_kuake_qtr", "Quick start on KUAKE-QTR (`scalingnote quickstart --data ../shared/data/kuake_qtr`)", None),
     ("index_scifact", "Indexes on SciFact (MiniLM embeddings)", None),
@@ -54,8 +64,117 @@ def _fmt(v) -> str:
     return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def _load(name: str) -> dict | None:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if data.get("rows") else None
+
+
+def _table(cols: list[str], rows: list[dict], header: list[str] | None = None) -> list[str]:
+    out = ["| " + " | ".join(header or cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return out
+
+
+#: The headline datasets: (results-file suffix, title, note).
+HEADLINE: list[tuple[str, str]] = [
+    ("scifact", "SciFact (English, BEIR; test split, full corpus)"),
+    ("kuake_qtr", "KUAKE-QTR (Chinese query -> title; test split)"),
+]
+HEADLINE_COLS = ["method", "query_tower", "ndcg@10", "r@100", "query_qps", "source"]
+HEADLINE_HEADER = ["method", "query tower", "nDCG@10", "R@100", "query QPS", "results file"]
+assert len(HEADLINE_COLS) <= 8
+
+
+def headline_rows(dataset: str) -> list[dict]:
+    """The recipe's methods on ``dataset`` (the depth sweep's extra rows left out; they are in
+    docs/results.md) plus the hybrid rows, best nDCG@10 first."""
+    rows: list[dict] = []
+    rec = _load(f"recipe_{dataset}")
+    if rec is not None:
+        for r in rec["rows"]:
+            if "_depth_" in r.get("method", "") or "_from_depth_" in r.get("method", ""):
+                continue
+            rows.append({**r, "source": f"recipe_{dataset}"})
+    hyb = _load(f"hybrid_{dataset}")
+    if hyb is not None:
+        ident = ((hyb.get("config") or {}).get("dense_model") or {}).get("query_tower_identity") or {}
+        dense = f"{ident.get('name', 'dense')} ({ident.get('num_layers', '?')}L) + BM25" if ident else "dense + BM25"
+        for r in hyb["rows"]:
+            if str(r.get("mode", "")).startswith("hybrid"):
+                rows.append({"method": f"{r['mode']} ({r.get('fusion', '')})", "query_tower": r.get("query_tower", dense),
+                             "ndcg@10": r.get("ndcg@10"), "r@100": r.get("r@100"), "query_qps": r.get("qps"), "source": f"hybrid_{dataset}"})
+    return sorted(rows, key=lambda r: -(r.get("ndcg@10") or 0.0))
+
+
+def plot_quality_vs_qps(dataset: str, rows: list[dict]) -> Path | None:
+    """Scatter: query QPS (log) vs nDCG@10, one labelled point per method with a query tower."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    # the recipe's towers only: one benchmark, one measurement of QPS (the hybrid rows come from another run)
+    pts = [r for r in rows if str(r.get("source", "")).startswith("recipe_") and r.get("query_qps") and r.get("ndcg@10") is not None
+           and r.get("query_tower") not in (None, "-")]
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for i, r in enumerate(sorted(pts, key=lambda r: r["query_qps"])):
+        student = "QKD" in str(r.get("query_tower"))
+        ax.scatter(r["query_qps"], r["ndcg@10"], s=40, marker="o" if student else "s", color="tab:orange" if student else "tab:blue")
+        ax.annotate(f"{r['method']}\n{r['query_tower']}", (r["query_qps"], r["ndcg@10"]), fontsize=6, xytext=(4, 3 if i % 2 else -12),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    for r in rows:
+        if r.get("method") == "bm25" and r.get("ndcg@10") is not None:
+            ax.axhline(r["ndcg@10"], color="grey", ls="--", lw=0.8)
+            ax.text(0.01, r["ndcg@10"], " BM25", transform=ax.get_yaxis_transform(), fontsize=7, color="grey", va="bottom")
+    ax.set_xlabel("query encoding + search, queries/s (log; CPU, shared machine)")
+    ax.set_ylabel("nDCG@10 (test)")
+    ax.set_title(f"{dataset}: query tower speed vs quality (orange: QKD students)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out = PLOTS / f"quality_vs_qps_{dataset}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def render_headline(plots: bool = True) -> str:
+    out = [START, "", "_Generated by `python scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand. "
+           "Every table with all its columns: [docs/results.md](docs/results.md)._", ""]
+    for dataset, title in HEADLINE:
+        rows = headline_rows(dataset)
+        if not rows:
+            continue
+        out += [f"### {title}", ""]
+        out += _table(HEADLINE_COLS, rows, HEADLINE_HEADER)
+        out.append("")
+        png = PLOTS / f"quality_vs_qps_{dataset}.png"
+        if plots:
+            plot_quality_vs_qps(dataset, rows)
+        if png.exists():
+            out += [f"![{dataset}: query QPS vs nDCG@10]({png.relative_to(ROOT).as_posix()})", ""]
+    curve = PLOTS / "scaling_loss_vs_N.png"
+    if curve.exists():
+        out += ["### Scaling curve (contrastive loss vs non-embedding parameters; `scaling_sweep.json`, `scaling_fit.json`)", "",
+                f"![scaling curve]({curve.relative_to(ROOT).as_posix()})", ""]
+    out.append(END)
+    return "\n".join(out)
+
+
 def render() -> str:
-    out = [START, "", "_Generated by `python scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand._", ""]
+    """docs/results.md: every table of :data:`TABLES`, all its columns."""
+    out = ["# Results: every benchmark table", "",
+           "_Generated by `python scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand._ "
+           "Each table names its results file; each file records its config, package versions and machine. "
+           "Measured on a 2-core CPU machine shared with other jobs: throughput numbers are noisy.", ""]
     for name, title, cols in TABLES:
         path = RESULTS / f"{name}.json"
         if not path.exists():
@@ -68,32 +187,33 @@ def render() -> str:
             cols = []
             for r in rows:
                 cols += [k for k in r if k not in cols and not isinstance(r[k], (dict, list))]
-        out.append(f"### {title}")
+        out.append(f"## {title}")
         out.append("")
         out.append(f"`benchmarks/results/{name}.json` — {data.get('machine', '?')}, {data.get('created', '?')}")
         out.append("")
-        out.append("| " + " | ".join(cols) + " |")
-        out.append("|" + "---|" * len(cols))
-        for r in rows:
-            out.append("| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |")
+        out += _table(cols, rows)
         out.append("")
-    out.append(END)
-    return "\n".join(out)
+    return "\n".join(out).rstrip() + "\n"
 
 
 def main() -> int:
+    check = "--check" in sys.argv
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
     if START not in text or END not in text:
         print("README.md has no results markers", file=sys.stderr)
         return 1
-    new = text[: text.index(START)] + render() + text[text.index(END) + len(END) :]
-    if "--check" in sys.argv:
-        if new != text:
-            print("README results section is stale: run python scripts/gen_results.py", file=sys.stderr)
-            return 1
-        return 0
+    new = text[: text.index(START)] + render_headline(plots=not check) + text[text.index(END) + len(END) :]
+    full = render()
+    old_full = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
+    if check:
+        stale = [p for p, a, b in ((readme, new, text), (DOCS, full, old_full)) if a != b]
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is stale: run python scripts/gen_results.py", file=sys.stderr)
+        return 1 if stale else 0
     readme.write_text(new, encoding="utf-8")
+    DOCS.parent.mkdir(parents=True, exist_ok=True)
+    DOCS.write_text(full, encoding="utf-8")
     return 0
 
 

@@ -245,3 +245,12 @@ def save_config(cfg: Any, path: str | Path) -> None:
 
     with atomic_write(path) as fh:
         yaml.safe_dump(config_to_dict(cfg), fh, sort_keys=False, allow_unicode=True)
+
+
+def cli_meta(help: str | None = None, *, min: float | None = None, max: float | None = None, flag: str | None = None) -> dict[str, Any]:
+    """``dataclasses.field(metadata=cli_meta(...))``: how a config field shows as a generated
+    command-line option (:func:`scalingnote.cli._options.with_config_options`)."""
+    meta: dict[str, Any] = {"help": help, "min": min, "max": max}
+    if flag:
+        meta["flag"] = flag
+    return {"cli": meta}

@@ -283,8 +283,8 @@ def evaluate_all(cfg: QuickstartConfig, data: dict, out: Path, index_dir: Path) 
     from scalingnote.evaluation import evaluate, pair_auc
     from scalingnote.evaluation.dense import exact_search, truncate_normalize
     from scalingnote.index import DenseIndex
-    from scalingnote.index.bm25 import BM25Retriever
     from scalingnote.index.hybrid import hybrid_search_run
+    from scalingnote.sparse.bm25 import BM25Retriever
     from scalingnote.models import load_tower
 
     beir = Path(data["beir"])

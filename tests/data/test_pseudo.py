@@ -1,21 +1,17 @@
-"""Pseudo-queries: sentence splitting, inverse cloze task, resumable LLM generation."""
+"""Pseudo-queries: sentence splitting, inverse cloze task (LLM generation: tests/augment)."""
 
 from __future__ import annotations
 
 import json
 import random
 
-import pytest
 from typer.testing import CliRunner
 
 from scalingnote.data import Document, load_corpus, load_qrels, load_queries, load_triplets, write_corpus
 from scalingnote.data.pseudo import (
     ICTConfig,
-    LLMQueryConfig,
-    clean_generation,
     ict_example,
     ict_queries,
-    llm_queries,
     remove_span,
     sentence_spans,
     split_sentences,
@@ -84,82 +80,6 @@ def test_ict_queries_writes_queries_qrels_and_modified_corpus(tmp_path):
     assert [p.query for p in again] == [p.query for p in pairs]
 
 
-def test_clean_generation():
-    assert clean_generation('Query: "vitamin d and fractures"\nmore') == "vitamin d and fractures"
-    assert clean_generation("Here is a search query that answers it:\n\n1. knee pain running") == "knee pain running"
-    assert clean_generation("The search query: ikaros lymphoid priming") == "ikaros lymphoid priming"
-    assert clean_generation("  \n ") == ""
-    loop = "broad antibody broad neutralizing antibody broad antibody broad antibody monoclonal antibody"
-    assert clean_generation(loop) == "broad antibody broad neutralizing antibody"
-    assert clean_generation("obesity and ADHD: association between obesity and attention deficit") == (
-        "obesity and ADHD: association between obesity and attention deficit"  # a repeated bigram is fine
-    )
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory):
-    from scalingnote.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tinylm") / "lm", "llm", num_layers=2, hidden_size=32)
-
-
-def _corpus(path, n):
-    write_corpus(path, [Document(f"d{i}", f"title {i}", "", f"The quick brown fox number {i} jumps. It is fast.") for i in range(n)])
-
-
-def test_llm_generation_is_resumable_and_deterministic(tmp_path, tiny_lm):
-    _corpus(tmp_path / "corpus.jsonl", 4)
-    cfg = LLMQueryConfig(model=str(tiny_lm), batch_size=3, max_new_tokens=6)
-    out = tmp_path / "llm"
-    llm_queries(tmp_path / "corpus.jsonl", out, cfg, progress=False)
-    log = out / "generations.jsonl"
-    first = log.read_text().splitlines()
-    assert [json.loads(x)["doc_id"] for x in first] == ["d0", "d1", "d2", "d3"]
-    # simulate an interruption while writing, then a bigger corpus: only new docs are generated
-    with open(log, "a") as fh:
-        fh.write('{"doc_id": "d4", "que')
-    _corpus(tmp_path / "corpus.jsonl", 6)
-    llm_queries(tmp_path / "corpus.jsonl", out, cfg, progress=False)
-    second = log.read_text().splitlines()
-    assert second[:4] == first
-    assert [json.loads(x)["doc_id"] for x in second[4:]] == ["d4", "d5"]
-    # greedy decoding: a fresh run gives the same generations
-    fresh = tmp_path / "llm_fresh"
-    llm_queries(tmp_path / "corpus.jsonl", fresh, cfg, progress=False)
-    assert [json.loads(x)["raw"] for x in (fresh / "generations.jsonl").read_text().splitlines()] == [
-        json.loads(x)["raw"] for x in second
-    ]
-    stats = json.loads((out / "stats.json").read_text())
-    assert stats["documents"] == 6 and stats["queries"] + stats["empty_generations"] == 6
-    queries = load_queries(out / "queries.jsonl") if stats["queries"] else {}
-    assert all(q.startswith("llm-d") for q in queries)
-
-
-def test_llm_seeded_sampling_and_settings_guard(tmp_path, tiny_lm):
-    from scalingnote.errors import ConfigError
-
-    _corpus(tmp_path / "corpus.jsonl", 3)
-
-    def raw(out, seed):
-        cfg = LLMQueryConfig(model=str(tiny_lm), max_new_tokens=6, do_sample=True, temperature=1.0, seed=seed)
-        llm_queries(tmp_path / "corpus.jsonl", tmp_path / out, cfg, progress=False)
-        return [json.loads(x)["raw"] for x in (tmp_path / out / "generations.jsonl").read_text().splitlines()]
-
-    assert raw("a", 1) == raw("b", 1)
-    assert raw("c", 2) != raw("a", 1)
-    # resuming into a directory made with other settings is refused
-    with pytest.raises(ConfigError, match="different settings"):
-        llm_queries(tmp_path / "corpus.jsonl", tmp_path / "a", LLMQueryConfig(model=str(tiny_lm), max_new_tokens=6), progress=False)
-
-
-def test_llm_rejects_a_non_model(tmp_path):
-    from scalingnote.errors import ConfigError
-
-    _corpus(tmp_path / "corpus.jsonl", 1)
-    with pytest.raises(ConfigError):
-        llm_queries(tmp_path / "corpus.jsonl", tmp_path / "o", LLMQueryConfig(model=str(tmp_path / "missing")), progress=False)
-
-
 def test_cli_pseudo_ict(tmp_path):
     import typer
 
@@ -173,13 +93,3 @@ def test_cli_pseudo_ict(tmp_path):
     assert len(load_queries(tmp_path / "o" / "queries.jsonl")) == 1
     r = CliRunner().invoke(app, ["data", "pseudo", "--data", str(tmp_path), "--method", "bogus", "--out", str(tmp_path / "o")])
     assert r.exit_code != 0
-
-
-@pytest.mark.real_model
-@pytest.mark.slow
-@pytest.mark.shared_data
-def test_smollm2_writes_queries_for_scifact(tmp_path, shared_data):
-    pairs = llm_queries(
-        shared_data / "scifact" / "corpus.jsonl", tmp_path, LLMQueryConfig(max_docs=2, max_new_tokens=16), progress=False
-    )
-    assert len(pairs) >= 1 and all(2 <= len(p.query.text.split()) <= 40 for p in pairs)

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from scalingnote.data import load_beir, load_qrels, load_queries
 from scalingnote.data.build import build_triplets, load_build_config
 from scalingnote.data.logs import read_click_log, read_relevance_log
-from scalingnote.data.synth import SynthConfig, check_vocabulary, generate, misspell, synthesize, topics
+from scalingnote.data.synth import SynthConfig, generate, misspell, synthesize
+from scalingnote.data.synth_vocab import check_vocabulary, topics
 
 SMALL = dict(num_docs=300, num_queries=120)
 

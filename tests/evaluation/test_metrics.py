@@ -240,7 +240,7 @@ def test_kuake_graded_runs_agree_with_pytrec_eval(shared_data):
 
 @pytest.mark.shared_data
 def test_bm25_scifact_run_agrees_with_pytrec_eval(shared_data):
-    bm25 = pytest.importorskip("scalingnote.index.bm25")
+    bm25 = pytest.importorskip("scalingnote.sparse.bm25")
     run, _ = bm25.bm25_search(shared_data / "scifact", "test", k=1000, show_progress=False)
     qrels = load_qrels(shared_data / "scifact" / "qrels" / "test.tsv")
     means = assert_agrees(run, qrels, ["ndcg@10", "recall@100", "r@100", "mrr@10", "map", "p@10"])

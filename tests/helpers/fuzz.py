@@ -146,7 +146,7 @@ TARGETS: dict[str, Target] = {
         Target("yaml_train_config", "train.yaml", _config("scalingnote.training.config.TrainConfig"),
                _yaml_docs(["method", "dim", "seed", "optim", "loss", "data", "query_tower", "lora", "precision", "save_every"])),
         Target("yaml_distill_config", "qkd.yaml", _config("scalingnote.distill.config.DistillConfig"), _yaml_docs(["teacher", "student", "queries", "lam", "optim", "seed", "head_init", "output_dir"])),
-        Target("yaml_pq_config", "tmj.yaml", _config("scalingnote.index.pq.config.PQTrainConfig"), _yaml_docs(["data", "towers", "pq", "stage1", "tau", "seed", "threads", "output_dir"])),
+        Target("yaml_pq_config", "tmj.yaml", _config("scalingnote.pq.config.PQTrainConfig"), _yaml_docs(["data", "towers", "pq", "stage1", "tau", "seed", "threads", "output_dir"])),
         Target("yaml_build_config", "build.yaml", _build_config,
                _yaml_docs(["queries", "out", "corpus", "click_log", "relevance_log", "seed", "validation_fraction", "relevance", "leakage"])),
     ]

@@ -150,7 +150,7 @@ def test_index_stores_titles_and_snippets_and_search_returns_them(hybrid_env):
 
 def test_build_from_array_with_documents_and_attach_later(tmp_path):
     from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.dense import SNIPPET_CHARS, attach_documents
+    from scalingnote.index.docstore import SNIPPET_CHARS, attach_documents
 
     long_text = "word " * 200
     docs = [Document("a", "Alpha <b>title</b>", "", long_text), Document("b", "", "", "short text")]
@@ -175,7 +175,7 @@ def test_build_from_array_with_documents_and_attach_later(tmp_path):
 def test_bm25_saved_beside_the_index_reused_while_fingerprint_matches(hybrid_env, tmp_path):
     import shutil
 
-    from scalingnote.index.bm25 import BM25Retriever, open_or_build_bm25
+    from scalingnote.sparse.bm25 import BM25Retriever, open_or_build_bm25
 
     idx = tmp_path / "idx"
     shutil.copytree(hybrid_env["index"], idx)
@@ -201,7 +201,7 @@ def test_bm25_saved_beside_the_index_reused_while_fingerprint_matches(hybrid_env
 
 
 def test_chinese_corpus_uses_character_bigrams(tmp_path):
-    from scalingnote.index.bm25 import open_or_build_bm25
+    from scalingnote.sparse.bm25 import open_or_build_bm25
 
     docs = [Document("d0", "", "", "宝宝发烧怎么办"), Document("d1", "", "", "感冒咳嗽吃什么药"), Document("d2", "", "", "宝宝咳嗽")]
     bm = open_or_build_bm25(tmp_path, docs, show_progress=False)
@@ -265,3 +265,36 @@ def test_cli_search_modes_and_titles(hybrid_env, tmp_path):
     assert json.loads(out.with_name(out.name + ".meta.json").read_text())["config"]["mode"] == "bm25"
     r = runner.invoke(app, ["search", "--index", str(idx), "--mode", "hybrid", "--query", "fox"])
     assert isinstance(r.exception, ScalingNoteError) and "needs --query-tower" in str(r.exception)
+
+
+def test_every_back_end_is_a_searcher_with_the_shared_search_run(hybrid_env):
+    """DenseIndex, BM25 and hybrid answer the one Searcher interface; search_run (one shared
+    implementation) gives the run that per-query search gives, batch size aside."""
+    from scalingnote.index import BM25Searcher, DenseIndex, Searcher
+
+    h = open_hybrid(hybrid_env["index"], hybrid_env["tower"], progress=False)
+    bm = BM25Searcher(h.bm25)
+    dense = DenseIndex.open(hybrid_env["index"], query_tower=h.dense.query_tower)
+    texts = ["quick brown fox", "lazy dog sleeps", "zzzz-no-such-term", "fox dog"]
+    qids = [f"q{i}" for i in range(len(texts))]
+    for searcher, kw in ((dense, {}), (bm, {}), (h, {"mode": "hybrid"}), (h, {"mode": "bm25"})):
+        assert isinstance(searcher, Searcher)
+        one_by_one = {}
+        for qid, t in zip(qids, texts, strict=True):
+            one_by_one.update(searcher.search([t], 7, **kw).to_run([qid]))
+        for bs in (1, 3):
+            got = searcher.search_run(qids, texts, k=7, batch_size=bs, **kw)
+            assert got.keys() == one_by_one.keys()
+            for q in qids:  # batched query encoding may differ in the last float bits
+                assert list(got[q]) == list(one_by_one[q]) or sorted(got[q]) == sorted(one_by_one[q])
+                assert np.allclose(sorted(got[q].values()), sorted(one_by_one[q].values()), rtol=0, atol=1e-5)
+    # BM25 through the interface: the retriever's own ranking, rows of its doc ids, no unknown-term hits
+    ref = h.bm25.search({"q": "quick brown fox"}, k=7, show_progress=False)["q"]
+    res = bm.search(["quick brown fox"], 7)
+    assert res.doc_ids[0] == sorted(ref, key=lambda d: (-ref[d], d)) and res.semantic_ids is None
+    assert [bm.doc_ids[i] for i in res.indices[0] if i >= 0] == res.doc_ids[0]
+    assert bm.search(["zzzz-no-such-term"], 3).doc_ids == [[]]
+    with pytest.raises(ScalingNoteError, match="query texts, not vectors"):
+        bm.search(np.zeros((1, 4), np.float32), 3)
+    with pytest.raises(ScalingNoteError, match="takes no nprobe"):
+        bm.search(["fox"], 3, nprobe=4)

@@ -76,3 +76,25 @@ def test_encode_and_build_in_one_go(cli, tmp_path, beir_dir, tiny_bert_dir):
     assert m["tower"]["role"] == "document" and m["semantic_ids"] is None
     r = CliRunner().invoke(cli, ["index", "build", "--factory", "Flat", "--out", str(tmp_path / "x")])
     assert isinstance(r.exception, ScalingNoteError) and "--embeddings" in str(r.exception)
+
+
+def test_index_build_options_are_generated_from_index_config(cli):
+    """Every IndexConfig field is an `index build` option with the field's default; the command
+    hands build_index exactly the config the options describe."""
+    import dataclasses
+
+    import typer.main
+
+    from scalingnote.index.build import IndexConfig
+
+    cmd = typer.main.get_command(cli)
+    build = cmd.commands["index"].commands["build"]  # type: ignore[attr-defined]
+    opts = {p.name: p for p in build.params}
+    for f in dataclasses.fields(IndexConfig):
+        assert f.name in opts, f.name
+        assert opts[f.name].opts == ["--" + f.name.replace("_", "-")]
+        assert opts[f.name].default == f.default
+    assert opts["overwrite"].is_flag
+    ctx = build.make_context("build", ["--out", "x", "--embeddings", "e", "--factory", "IVF4,Flat", "--nprobe", "3", "--overwrite"])
+    cfg_args = {k: ctx.params[k] for k in (f.name for f in dataclasses.fields(IndexConfig))}
+    assert IndexConfig(**cfg_args) == IndexConfig(factory="IVF4,Flat", nprobe=3, overwrite=True)

@@ -15,15 +15,8 @@ from scalingnote.index import DenseIndex, build_index, encode_corpus
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2')")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'milvus-lite==3.2.2')")
 
-from scalingnote.index.milvus import (  # noqa: E402
-    MilvusSearcher,
-    connect,
-    default_index_params,
-    export_to_milvus,
-    open_searcher,
-    read_collection_manifest,
-    resolve_index_type,
-)
+from scalingnote.index.milvus import MilvusSearcher, connect, open_searcher, read_collection_manifest  # noqa: E402
+from scalingnote.index.milvus_export import default_index_params, export_to_milvus, resolve_index_type  # noqa: E402
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
 
@@ -81,6 +74,11 @@ def test_hnsw_search_matches_faiss_flat(exported, flat_index, lite_db, syn_queri
     ref = DenseIndex.open(flat_index).search(syn_queries, 10)
     with MilvusSearcher.open(lite_db, "syn_auto") as ms:
         got = ms.search(syn_queries, 10)
+        from scalingnote.index import Searcher
+
+        assert isinstance(ms, Searcher)  # the shared search_run of every back end
+        qids = [f"q{i}" for i in range(len(syn_queries))]
+        assert ms.search_run(qids, syn_queries, k=10, batch_size=7) == got.to_run(qids)
         assert len(ms) == 3000 and ms.dim == 32 and ms.factory == "milvus:HNSW" and ms.has_hnsw and not ms.has_ivf
         assert ms.doc_ids == DenseIndex.open(flat_index).doc_ids
     _same_topk(ref, got, 10)

@@ -14,7 +14,8 @@ from scalingnote.index import DenseIndex, build_index
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2')")
 
-from scalingnote.index.milvus import MilvusSearcher, connect, export_to_milvus, open_searcher  # noqa: E402
+from scalingnote.index.milvus import MilvusSearcher, connect, open_searcher  # noqa: E402
+from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available  # noqa: E402
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         """Search the queries of a split over the corpus and write a TREC run."""
         from scalingnote.data import write_run
         from scalingnote.errors import ScalingNoteError
-        from scalingnote.index.bm25 import BM25Config, bm25_search
+        from scalingnote.sparse.bm25 import BM25Config, bm25_search
 
         if language not in ("auto", "en", "zh"):
             raise ScalingNoteError(f"--language must be auto, en or zh, got {language!r}")

@@ -61,7 +61,8 @@ def pseudo_command(
     temperature: Annotated[float, typer.Option("--temperature", help="LLM: sampling temperature.")] = 0.7,
 ) -> None:
     """Pseudo-queries from a corpus: inverse cloze task (ict) or LLM generation (llm, resumable)."""
-    from scalingnote.data.pseudo import ICTConfig, LLMQueryConfig, ict_queries, llm_queries
+    from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
+    from scalingnote.data.pseudo import ICTConfig, ict_queries
     from scalingnote.errors import ConfigError
 
     corpus = data / "corpus.jsonl" if data.is_dir() else data

@@ -1,5 +1,6 @@
-"""``scalingnote index encode|build|export|info`` and ``scalingnote search``: thin wrappers over
-:mod:`scalingnote.index`."""
+"""``scalingnote index encode|build|export|milvus-server|info|bm25`` and ``scalingnote search``: thin
+wrappers over :mod:`scalingnote.index`. The options of ``index build`` are generated from
+:class:`~scalingnote.index.build.IndexConfig`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,19 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import with_config_options
+from scalingnote.index.build import IndexConfig
+
 
 def register(app: typer.Typer) -> None:
     index_app = typer.Typer(help="Corpus encoding, FAISS indexes, semantic IDs.", no_args_is_help=True)
+    for add in (_encode, _build, _export, _milvus_server, _info, _bm25):
+        add(index_app)
+    app.add_typer(index_app, name="index")
+    _search(app)
 
+
+def _encode(index_app: typer.Typer) -> None:
     @index_app.command("encode")
     def encode(
         tower: str = typer.Option(..., "--tower", help="Document tower: packaged name (minilm-l6, smollm2-135m), HF dir, .gguf or saved tower dir."),
@@ -49,25 +59,20 @@ def register(app: typer.Typer) -> None:
             err=True,
         )
 
+
+def _build(index_app: typer.Typer) -> None:
     @index_app.command("build")
+    @with_config_options(IndexConfig)
     def build(
         out: Path = typer.Option(..., "--out", help="Index directory to create."),
-        factory: str = typer.Option("Flat", "--factory", help="FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."),
         embeddings: Path | None = typer.Option(None, "--embeddings", help="Embeddings directory from `index encode`."),
         tower: str | None = typer.Option(None, "--tower", help="Encode first with this document tower (with --data)."),
         data: Path | None = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl to encode (with --tower)."),
         embeddings_out: Path | None = typer.Option(None, "--embeddings-out", help="Where --tower/--data writes embeddings (default <out>.embeddings)."),
-        dim: int | None = typer.Option(None, "--dim", min=1, help="Matryoshka prefix to index (default: full dim)."),
-        semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="Residual K-means layers (0 = none)."),
-        codebook_size: int = typer.Option(256, "--codebook-size", min=1, help="Centroids per semantic-ID layer (clamped to the training size)."),
-        train_size: int = typer.Option(100_000, "--train-size", min=1, help="Seeded training sample size."),
-        seed: int = typer.Option(0, "--seed"),
-        nprobe: int | None = typer.Option(None, "--nprobe", min=1, help="Default IVF probes stored in the index."),
-        ef_search: int | None = typer.Option(None, "--ef-search", min=1, help="Default HNSW efSearch stored in the index."),
         shard_size: int = typer.Option(10_000, "--shard-size", min=1),
         batch_size: int = typer.Option(64, "--batch-size", min=1),
         num_layers: int | None = typer.Option(None, "--num-layers", min=1),
-        overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing index directory."),
+        cfg: IndexConfig = None,  # type: ignore[assignment]  # one option per IndexConfig field
     ) -> None:
         """Build a FAISS index (+ semantic IDs) from embeddings, or encode and build in one go."""
         from scalingnote.errors import ScalingNoteError
@@ -81,19 +86,7 @@ def register(app: typer.Typer) -> None:
             encode_with_tower(tower, data, embeddings, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers)
         elif tower is not None or data is not None:
             raise ScalingNoteError("index build: --embeddings and --tower/--data are alternatives; give one")
-        path = build_index(
-            embeddings,
-            out,
-            factory,
-            dim=dim,
-            train_size=train_size,
-            seed=seed,
-            semantic_ids_layers=semantic_ids_layers,
-            codebook_size=codebook_size,
-            nprobe=nprobe,
-            ef_search=ef_search,
-            overwrite=overwrite,
-        )
+        path = build_index(embeddings, out, **cfg.kwargs())
         m = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
         typer.echo(
             f"{path}: {m['factory']} over {m['n_vectors']} x {m['dim']}-d vectors, "
@@ -101,6 +94,8 @@ def register(app: typer.Typer) -> None:
             err=True,
         )
 
+
+def _export(index_app: typer.Typer) -> None:
     @index_app.command("export")
     def export(
         to: str = typer.Option("milvus", "--to", help="Target engine (milvus)."),
@@ -120,7 +115,7 @@ def register(app: typer.Typer) -> None:
 
         if to != "milvus":
             raise ScalingNoteError(f"--to {to!r}: only milvus is supported")
-        from scalingnote.index.milvus import export_to_milvus
+        from scalingnote.index.milvus_export import export_to_milvus
 
         m = export_to_milvus(
             index, uri, collection, index_type=index_type, dim=dim, semantic_ids_layers=semantic_ids_layers,
@@ -133,6 +128,8 @@ def register(app: typer.Typer) -> None:
             err=True,
         )
 
+
+def _milvus_server(index_app: typer.Typer) -> None:
     @index_app.command("milvus-server")
     def milvus_server(
         data: Path = typer.Option(Path("milvus-data"), "--data", help="Data directory (config, logs, etcd, segments; kept across restarts)."),
@@ -155,6 +152,8 @@ def register(app: typer.Typer) -> None:
                     raise typer.Exit(1)
             typer.echo("stopping the Milvus server...", err=True)
 
+
+def _info(index_app: typer.Typer) -> None:
     @index_app.command("info")
     def info(path: Path = typer.Argument(..., help="Index or embeddings directory.")) -> None:
         """Print an index's (or an embeddings directory's) manifest as JSON."""
@@ -179,8 +178,8 @@ def register(app: typer.Typer) -> None:
             raise ScalingNoteError(f"{mpath}: field 'format' is {man.get('format')!r}: not a scalingnote index or embeddings manifest")
         typer.echo(json.dumps(man, indent=2, ensure_ascii=False))
 
-    app.add_typer(index_app, name="index")
 
+def _bm25(index_app: typer.Typer) -> None:
     @index_app.command("bm25")
     def index_bm25(
         index: Path = typer.Option(..., "--index", help="Dense index directory: the BM25 index is saved in <index>/bm25."),
@@ -191,7 +190,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build (or reuse, when its fingerprint matches) the BM25 index beside a dense index, for hybrid search."""
         from scalingnote.errors import ScalingNoteError
-        from scalingnote.index.bm25 import BM25Config
+        from scalingnote.sparse.bm25 import BM25Config
         from scalingnote.index.hybrid import open_hybrid
 
         if language not in ("auto", "en", "zh"):
@@ -201,6 +200,8 @@ def register(app: typer.Typer) -> None:
             raise ScalingNoteError(f"{index}: the index records no corpus; give --data")
         typer.echo(f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint {h.bm25.fingerprint[:12]})", err=True)
 
+
+def _search(app: typer.Typer) -> None:
     @app.command("search")
     def search(
         index: Path | None = typer.Option(None, "--index", help="Index directory (required with --backend faiss)."),

@@ -1,5 +1,5 @@
 """``scalingnote pq train``: learned product quantization (TMJ) — a thin wrapper over
-:mod:`scalingnote.index.pq`."""
+:mod:`scalingnote.pq`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         """Warm-up, PQ/OPQ init, stage 1 (L1 or L0), stage 2 (PQ-oriented negatives), export.
         Rerunning with the same output_dir resumes from the last checkpoint / finished phase."""
         from scalingnote.cli.train import parse_overrides
-        from scalingnote.index.pq import load_pq_config, train
+        from scalingnote.pq import load_pq_config, train
 
         over = parse_overrides(set_)
         if output_dir is not None:

@@ -54,7 +54,11 @@ def _echo_json(obj) -> None:
 def register(app: typer.Typer) -> None:
     sc = typer.Typer(help="Scaling laws (Fang et al. 2024; ScalingNote §4.4): sweep, fit, predict, plan, plot.", no_args_is_help=True)
     app.add_typer(sc, name="scaling")
+    for add in (_sweep, _fit, _predict, _plan, _plan_gpu, _plot):
+        add(sc)
 
+
+def _sweep(sc: typer.Typer) -> None:
     @sc.command("sweep")
     def sweep_cmd(
         config: Path = typer.Option(..., "--config", "-c", help="YAML SweepConfig (see configs/scaling_sweep_*.yaml)."),
@@ -69,6 +73,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"{len(res.rows)} grid points -> {res.table}")
         typer.echo(f"validation: {json.dumps(res.validation)}")
 
+
+def _fit(sc: typer.Typer) -> None:
     @sc.command("fit")
     def fit_cmd(
         input: Path = typer.Option(..., "--input", "-i", help="Results CSV with columns N,D,loss (sweep output)."),
@@ -114,6 +120,8 @@ def register(app: typer.Typer) -> None:
         if res.holdout:
             typer.echo(f"  held out {res.holdout['n']} rows: MAE = {res.holdout['mae']:.4g}, MAPE = {100 * res.holdout['mape']:.2f}%")
 
+
+def _predict(sc: typer.Typer) -> None:
     @sc.command("predict")
     def predict_cmd(
         fit: Path = typer.Option(None, "--fit", help="JSON written by `scaling fit --json` (or --output)."),
@@ -156,6 +164,8 @@ def register(app: typer.Typer) -> None:
             rows.append(r)
         _echo_json({"law": law, "params": p, "predictions": rows})
 
+
+def _plan(sc: typer.Typer) -> None:
     @sc.command("plan")
     def plan_cmd(
         budget: list[float] = typer.Option(..., "--budget", help="Total budget in $ (repeatable)."),
@@ -199,6 +209,8 @@ def register(app: typer.Typer) -> None:
                 typer.echo(f"  {key:18s} N={x['N']:.4g}  D={x['D']:.4g}  loss={x['loss']:.4f}  "
                            f"(data ${x['cost_data']:.4g}, train ${x['cost_train']:.4g}, infer ${x['cost_infer']:.4g}){flag}")
 
+
+def _plan_gpu(sc: typer.Typer) -> None:
     @sc.command("plan-gpu")
     def plan_gpu_cmd(
         arch: str = typer.Option("qwen2.5-7b", "--arch", help="Decoder architecture (qwen2.5-0.5b/1.5b/7b, smollm2-135m/1.7b)."),
@@ -245,6 +257,8 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, ${plan['train_dollars']:.0f}); "
                    f"encoding the corpus: {plan['encode_gpu_hours']:.1f} GPU-hours")
 
+
+def _plot(sc: typer.Typer) -> None:
     @sc.command("plot")
     def plot_cmd(
         input: Path = typer.Option(..., "--input", "-i", help="Results CSV with columns N,D,loss."),

@@ -1,6 +1,6 @@
 """Data layer: record types, BEIR / TREC / triplet readers and writers with validation;
 search logs -> training triplets (one-hop, multi-hop via query association); pseudo-queries
-(ICT, LLM); the synthetic note-search log."""
+(ICT; LLM-generated ones live in :mod:`scalingnote.augment`); the synthetic note-search log."""
 
 from scalingnote.data.beir import (
     BeirDataset,
@@ -26,7 +26,7 @@ from scalingnote.data.logs import (
     relevance_one_hop,
 )
 from scalingnote.data.planner import IDFPlanner, TermPlanner, Tokenizer
-from scalingnote.data.pseudo import ICTConfig, LLMQueryConfig, ict_queries, llm_queries
+from scalingnote.data.pseudo import ICTConfig, ict_queries
 from scalingnote.data.synth import SynthConfig, generate_synthetic, synthesize
 from scalingnote.data.trec import read_run, write_run
 from scalingnote.data.triplets import iter_triplets, load_triplets, write_triplets
@@ -41,7 +41,6 @@ __all__ = [
     "Document",
     "ICTConfig",
     "IDFPlanner",
-    "LLMQueryConfig",
     "RelevanceRecord",
     "SynthConfig",
     "TermPlanner",
@@ -52,7 +51,6 @@ __all__ = [
     "find_associations",
     "generate_synthetic",
     "ict_queries",
-    "llm_queries",
     "load_build_config",
     "match_queries",
     "read_click_log",

@@ -226,30 +226,9 @@ def _cap(neigh: set[str], k: int, rng: random.Random) -> list[str]:
     return ordered
 
 
-def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False) -> BuildResult:
-    """Run the whole pipeline in memory (see the module docstring)."""
-    queries = load_queries(cfg.queries)
-    doc_ids = {d.id for d in iter_corpus(cfg.corpus)} if cfg.corpus is not None else None
-    clicks = read_click_log(cfg.click_log, queries, doc_ids) if cfg.click_log is not None else []
-    rels = read_relevance_log(cfg.relevance_log, queries, doc_ids) if cfg.relevance_log is not None else []
-    stats: dict[str, Any] = {"inputs": {}}
-    if cfg.click_log is not None:
-        stats["inputs"]["click_log"] = {
-            "path": str(cfg.click_log),
-            "impressions": len(clicks),
-            "clicks": sum(r.clicked for r in clicks),
-            "queries": len({r.query_id for r in clicks}),
-            "documents": len({r.doc_id for r in clicks}),
-        }
-    if cfg.relevance_log is not None:
-        stats["inputs"]["relevance_log"] = {
-            "path": str(cfg.relevance_log),
-            "scores": len(rels),
-            "queries": len({r.query_id for r in rels}),
-            "documents": len({r.doc_id for r in rels}),
-        }
-
-    # -- leakage ---------------------------------------------------------------------------
+def _drop_leaked(cfg: BuildConfig, queries, clicks: list, rels: list) -> tuple[list, list, dict[str, Any]]:
+    """Remove (or, with ``on_leak: error``, refuse) logged queries that are evaluation queries,
+    by id or by normalised text; returns the kept records and the leakage statistics."""
     eval_ids, eval_texts = _eval_queries(cfg, queries)
     leaked: dict[str, str] = {}  # logged qid -> reason
     for qid in {r.query_id for r in clicks} | {r.query_id for r in rels}:
@@ -273,7 +252,7 @@ def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] 
             f"({n_click_before - len(clicks)} click and {n_rel_before - len(rels)} relevance records)",
             stacklevel=2,
         )
-    stats["leakage"] = {
+    return clicks, rels, {
         "eval_queries": len(eval_ids),
         "leaked_queries": len(leaked),
         "leaked_by_id": sum(q in eval_ids for q in leaked),
@@ -283,13 +262,10 @@ def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] 
         "on_leak": cfg.leakage.on_leak,
     }
 
-    # -- one hop -----------------------------------------------------------------------
-    agg = aggregate_clicks(clicks)
-    ranked = rank_relevance(rels)
-    click1 = click_one_hop(agg, cfg.seed)
-    rel1 = relevance_one_hop(ranked, cfg.relevance.skip_top_k, cfg.relevance.top_t, cfg.seed)
 
-    # -- association + multi hop ------------------------------------------------------------
+def _multi_hop(cfg: BuildConfig, queries, agg, ranked, click1: dict[str, list[Triplet]], rel1: dict[str, list[Triplet]],
+               planner, progress: bool) -> tuple[list[Triplet], list[Triplet], int, dict[str, Any]]:
+    """Query association (Algorithm 1) and the triplets of associated queries (multi-hop)."""
     click_m: list[Triplet] = []
     rel_m: list[Triplet] = []
     conflicts = 0
@@ -331,7 +307,7 @@ def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] 
                 expand(q1, _cap(assoc.click[q1], acfg.max_neighbours, rng), click1, "click_multi_hop", click_m)
             if q1 in assoc.rel:
                 expand(q1, _cap(assoc.rel[q1], acfg.max_neighbours, rng), rel1, "relevance_multi_hop", rel_m)
-        stats["association"] = {
+        assoc_stats = {
             "queries": len(population),
             "queries_without_terms": sum(1 for s in scores.values() if not s),
             "candidate_pairs": assoc.candidate_pairs,
@@ -343,7 +319,44 @@ def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] 
             "th_rel": acfg.th_rel,
         }
     else:
-        stats["association"] = {"queries": len(population), "enabled": acfg.enabled}
+        assoc_stats = {"queries": len(population), "enabled": acfg.enabled}
+    return click_m, rel_m, conflicts, assoc_stats
+
+
+def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False) -> BuildResult:
+    """Run the whole pipeline in memory (see the module docstring)."""
+    queries = load_queries(cfg.queries)
+    doc_ids = {d.id for d in iter_corpus(cfg.corpus)} if cfg.corpus is not None else None
+    clicks = read_click_log(cfg.click_log, queries, doc_ids) if cfg.click_log is not None else []
+    rels = read_relevance_log(cfg.relevance_log, queries, doc_ids) if cfg.relevance_log is not None else []
+    stats: dict[str, Any] = {"inputs": {}}
+    if cfg.click_log is not None:
+        stats["inputs"]["click_log"] = {
+            "path": str(cfg.click_log),
+            "impressions": len(clicks),
+            "clicks": sum(r.clicked for r in clicks),
+            "queries": len({r.query_id for r in clicks}),
+            "documents": len({r.doc_id for r in clicks}),
+        }
+    if cfg.relevance_log is not None:
+        stats["inputs"]["relevance_log"] = {
+            "path": str(cfg.relevance_log),
+            "scores": len(rels),
+            "queries": len({r.query_id for r in rels}),
+            "documents": len({r.doc_id for r in rels}),
+        }
+
+    # -- leakage ---------------------------------------------------------------------------
+    clicks, rels, stats["leakage"] = _drop_leaked(cfg, queries, clicks, rels)
+
+    # -- one hop -----------------------------------------------------------------------
+    agg = aggregate_clicks(clicks)
+    ranked = rank_relevance(rels)
+    click1 = click_one_hop(agg, cfg.seed)
+    rel1 = relevance_one_hop(ranked, cfg.relevance.skip_top_k, cfg.relevance.top_t, cfg.seed)
+
+    # -- association + multi hop ------------------------------------------------------------
+    click_m, rel_m, conflicts, stats["association"] = _multi_hop(cfg, queries, agg, ranked, click1, rel1, planner, progress)
 
     # -- merge + dedup -------------------------------------------------------------------
     merged: list[Triplet] = []

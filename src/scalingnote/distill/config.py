@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from scalingnote.training.config import TowerSpec
+from scalingnote.models.spec import TowerSpec
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +25,7 @@ from scalingnote.distill.cache import build_teacher_cache
 from scalingnote.distill.config import DistillConfig, QuerySource
 from scalingnote.distill.loss import qkd_loss
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
-from scalingnote.training.trainer import linear_warmup_decay, param_groups
+from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
 log = logging.getLogger(__name__)
@@ -85,10 +83,78 @@ def load_stage1(teacher_dir: str | Path):
     return load_tower(t / "query_tower")
 
 
+class QKDLoop(TrainLoop):
+    """Stage II on the shared loop: Eq. 15 on a batch of queries against the cached teacher
+    embeddings; validation = the loss on held-out queries (lower is better)."""
+
+    desc = "QKD"
+    higher_is_better = False
+    save_when_stopping = False
+
+    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, texts, targets: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray,
+                 batch_size: int, steps_per_epoch: int, total: int):
+        o = cfg.optim
+        settings = LoopSettings(o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
+                                eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
+        super().__init__(out, total, settings)
+        self.cfg, self.student, self.prefix, self.texts, self.targets = cfg, student, prefix, texts, targets
+        self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = train_idx, val_idx, batch_size, steps_per_epoch
+        self.device = next(student.parameters()).device
+        self.build_optimizer(param_groups([student], o.lr, o.lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
+
+    def modules(self) -> list:
+        return [self.student]
+
+    def trainable_params(self) -> list[torch.Tensor]:
+        return list(self.student.parameters())
+
+    def batch_loss(self, idx: np.ndarray) -> torch.Tensor:
+        batch_texts = [self.texts[i] for i in idx]
+        if self.prefix is not None:
+            q_stu = self.prefix.queries(batch_texts).float()
+        else:
+            enc = self.student.tokenize_queries(batch_texts)
+            q_stu = self.student({k: v.to(self.device) for k, v in enc.items()}).float()
+        return qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device), q_stu, self.cfg.lam)
+
+    def train_step(self, step: int) -> dict[str, float]:
+        epoch, i = divmod(step, self.steps_per_epoch)
+        order = np.random.default_rng([self.cfg.seed, epoch]).permutation(self.train_idx)
+        loss = self.batch_loss(order[i * self.bs : (i + 1) * self.bs])
+        loss.backward()
+        return {"loss": float(loss.detach())}
+
+    def has_validation(self) -> bool:
+        return len(self.val_idx) > 0
+
+    def validate(self) -> float | None:
+        if not len(self.val_idx):
+            return None
+        was = self.student.training
+        self.student.eval()
+        with torch.no_grad():
+            v = self.val_idx
+            tot = sum(float(self.batch_loss(v[i : i + 512])) * len(v[i : i + 512]) for i in range(0, len(v), 512))
+        self.student.train(was)
+        return tot / len(v)
+
+    def model_state(self) -> dict[str, Any]:
+        return {"student": self.student.state_dict()}
+
+    def load_model_state(self, state: dict[str, Any]) -> None:
+        self.student.load_state_dict(state["student"])
+
+    def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
+        if not (self.step % self.cfg.log_every == 0 or self.step == self.total_steps or validated):
+            return None
+        rec: dict[str, Any] = {"step": self.step, "loss": comps["loss"], "lr": comps["lr"]}
+        if validated:
+            rec["val_loss"] = self.best["curve"][-1][1]
+        return rec
+
+
 def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     """Run QKD end to end; returns the metrics also written to ``run.json``."""
-    from tqdm.auto import tqdm
-
     from scalingnote.models import load_tower
 
     out = Path(cfg.output_dir)
@@ -150,110 +216,14 @@ def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
     steps_per_epoch = max(1, len(train_idx) // bs)
     total = math.ceil(o.epochs * steps_per_epoch)
     total = min(total, o.max_steps) if o.max_steps else total
-    opt = torch.optim.AdamW(param_groups([student], o.lr, o.lr, o.weight_decay), betas=tuple(o.betas), eps=o.eps)
-    sched = linear_warmup_decay(opt, total, o.warmup_ratio)
-    step = 0
-    prior_seconds = 0.0
-    eval_every = cfg.eval_every or steps_per_epoch
-    best: dict[str, Any] = {"loss": None, "step": 0, "state": None, "bad": 0, "curve": []}
-    if resume and (ck := load_latest_checkpoint(out)) is not None:
-        st = ck[1]
-        if st.get("total_steps") != total:
-            raise ScalingNoteError(f"{out}: checkpoint made for {st.get('total_steps')} steps, config now gives {total}; use a new output_dir")
-        student.load_state_dict(st["student"])
-        opt.load_state_dict(st["optimizer"])
-        sched.load_state_dict(st["scheduler"])
-        set_rng_state(st["rng"])
-        step = int(st["step"])
-        prior_seconds = float(st.get("train_seconds", 0.0))
-        best = st.get("best", best)
-    device = next(student.parameters()).device
-
-    def batch_loss(idx: np.ndarray) -> torch.Tensor:
-        batch_texts = [cache.texts[i] for i in idx]
-        if s_prefix is not None:
-            q_stu = s_prefix.queries(batch_texts).float()
-        else:
-            enc = student.tokenize_queries(batch_texts)
-            q_stu = student({k: v.to(device) for k, v in enc.items()}).float()
-        return qkd_loss(torch.from_numpy(targets[idx]).to(device), q_stu, cfg.lam)
-
-    def trainable_state() -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in student.named_parameters() if v.requires_grad}
-
-    def check_validation() -> bool:
-        """Validation loss -> best weights; True when ``patience`` evaluations brought no improvement."""
-        v = validate()
-        if v is None:
-            return False
-        best["curve"].append([step, round(v, 6)])
-        if best["loss"] is None or v < best["loss"]:
-            best.update(loss=v, step=step, bad=0, state=trainable_state())
-        else:
-            best["bad"] += 1
-        return cfg.patience is not None and best["bad"] >= cfg.patience
-
-    def validate() -> float | None:
-        if not len(val_idx):
-            return None
-        student.eval()
-        with torch.no_grad():
-            tot = sum(float(batch_loss(val_idx[i : i + 512])) * len(val_idx[i : i + 512]) for i in range(0, len(val_idx), 512))
-        student.train()
-        return tot / len(val_idx)
-
-    metrics_p = out / "metrics.jsonl"
-    if step == 0 and metrics_p.exists():
-        metrics_p.unlink()
-    student.train()
-    bar = tqdm(total=total, initial=step, desc="QKD", disable=not cfg.show_progress)
-    t0 = time.perf_counter()
-    train_loss = float("nan")
-    stop = False
-    if step == 0 and not best["curve"] and len(val_idx):
-        stop = check_validation()  # the initial (least-squares) student is the first candidate
-    try:
-        while step < total and not stop:
-            step_rng = rng_state()
-            epoch, i = divmod(step, steps_per_epoch)
-            order = np.random.default_rng([cfg.seed, epoch]).permutation(train_idx)
-            idx = order[i * bs : (i + 1) * bs]
-            loss = batch_loss(idx)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(student.parameters(), o.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            train_loss = float(loss.detach())
-            bar.update(1)
-            bar.set_postfix(loss=f"{train_loss:.4f}")
-            rec: dict[str, Any] = {"step": step, "loss": train_loss, "lr": sched.get_last_lr()[0]}
-            if len(val_idx) and (step % eval_every == 0 or step == total):
-                stop = check_validation()
-                rec["val_loss"] = best["curve"][-1][1]
-                bar.set_postfix(loss=f"{train_loss:.4f}", val=f"{rec['val_loss']:.4f}")
-            if step % cfg.log_every == 0 or step == total or "val_loss" in rec:
-                with open(metrics_p, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(rec) + "\n")
-            if step % cfg.save_every == 0 and step < total and not stop:
-                elapsed = prior_seconds + time.perf_counter() - t0
-                save_checkpoint(out, step, _state(student, opt, sched, step, total, train_seconds=elapsed, best=best), cfg.keep_checkpoints)
-    except KeyboardInterrupt:
-        opt.zero_grad(set_to_none=True)
-        elapsed = prior_seconds + time.perf_counter() - t0
-        save_checkpoint(out, step, _state(student, opt, sched, step, total, step_rng, train_seconds=elapsed, best=best), cfg.keep_checkpoints)
-        raise
-    finally:
-        bar.close()
-    train_seconds = prior_seconds + time.perf_counter() - t0  # summed over resumed runs
-    if best["state"] is not None and best["step"] != step:
-        with torch.no_grad():
-            params = dict(student.named_parameters())
-            for k, v in best["state"].items():
-                params[k].copy_(v)
+    loop = QKDLoop(cfg, out, student, s_prefix, cache.texts, targets, train_idx, val_idx, bs, steps_per_epoch, total)
+    last = loop.run(resume=resume)
+    step = loop.step
+    train_seconds = loop.total_train_seconds  # summed over resumed runs
+    train_loss = float(last.get("loss", float("nan")))
+    best = loop.best
     student.eval()
-    val = validate()
+    val = loop.validate()
     # ScalingNote: the student serves queries against the frozen Stage I document embeddings
     student.compat_id = cache.meta["compat_id"]
     student.save(out / "query_tower")
@@ -321,19 +291,6 @@ def _mdims(dim: int) -> list[int]:
     from scalingnote.models.towers import matryoshka_dims_for
 
     return matryoshka_dims_for(dim)
-
-
-def _state(student, opt, sched, step, total, rng=None, train_seconds: float = 0.0, best: dict | None = None) -> dict:
-    return {
-        "best": best,
-        "train_seconds": train_seconds,  # optimiser time so far, summed over resumed runs
-        "student": student.state_dict(),
-        "optimizer": opt.state_dict(),
-        "scheduler": sched.state_dict(),
-        "rng": rng if rng is not None else rng_state(),
-        "step": step,
-        "total_steps": total,
-    }
 
 
 def evaluate_student(student, teacher_dir: str | Path, queries: dict[str, str], qrels, tau: float = 0.05) -> dict[str, float]:

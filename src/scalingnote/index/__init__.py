@@ -1,21 +1,15 @@
 """Indexes: resumable sharded corpus encoding, FAISS dense indexes (Flat / IVFPQ / HNSW /
-HNSW+PQ / OPQ) with exact re-rank, residual-K-means semantic IDs, and the BM25 baseline.
+HNSW+PQ / OPQ) with exact re-rank, residual-K-means semantic IDs, hybrid (BM25 + dense) search and
+the export adapters that write a learned PQ (:mod:`scalingnote.pq`) into FAISS structures.
+BM25 itself lives in :mod:`scalingnote.sparse`.
 
 FAISS is imported lazily (inside the functions that need it).
 """
 
-# BM25 lexical baseline (scalingnote.index.bm25) — exported by its author below this line.
-# from scalingnote.index.bm25 import ...
-
-from scalingnote.index.dense import (
-    DenseIndex,
-    SearchResult,
-    build_index,
-    check_query_tower,
-    code_bytes_per_vector,
-    make_index,
-    read_manifest,
-)
+from scalingnote.index.build import build_index
+from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss_utils import code_bytes_per_vector, make_index
+from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import (
     DocumentEncoder,
     EncodeResult,
@@ -25,9 +19,15 @@ from scalingnote.index.embeddings import (
     load_embeddings,
     tower_identity,
 )
+from scalingnote.index.searcher import BM25Searcher, SearchResult, Searcher, SearcherBase, VectorSearcher, search_run
 from scalingnote.index.semantic_ids import ResidualKMeans
 
 __all__ = [
+    "BM25Searcher",
+    "Searcher",
+    "SearcherBase",
+    "VectorSearcher",
+    "search_run",
     "DenseIndex",
     "DocumentEncoder",
     "EncodeResult",

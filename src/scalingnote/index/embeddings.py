@@ -37,15 +37,15 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from scalingnote.data.parquet import open_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.utils.io import atomic_path, write_json
+from scalingnote.utils.io import atomic_path
 
 FORMAT = "scalingnote-embeddings/1"
 MANIFEST = "manifest.json"
@@ -143,24 +143,6 @@ class EncodeResult:
     manifest: dict[str, Any] = field(repr=False, default_factory=dict)
 
 
-def _as_doc_iter(corpus: str | Path | Iterable[Document]) -> tuple[Iterator[Document], str | None, int | None]:
-    """Documents from a BEIR directory, a corpus.jsonl file, or an iterable; plus source path and count."""
-    from scalingnote.data.beir import iter_corpus
-
-    if isinstance(corpus, (str, Path)):
-        p = Path(corpus)
-        if p.is_dir():
-            p = p / "corpus.jsonl"
-        if not p.exists():
-            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
-        with open(p, "rb") as fh:
-            total = sum(1 for line in fh if line.strip())
-        return iter_corpus(p), str(p), total
-    if isinstance(corpus, Sequence):
-        return iter(corpus), None, len(corpus)
-    return iter(corpus), None, None
-
-
 def encode_corpus(
     tower: DocumentEncoder,
     corpus: str | Path | Iterable[Document],
@@ -185,102 +167,42 @@ def encode_corpus(
         raise ScalingNoteError(f"shard_size must be >= 1, got {shard_size}")
     if batch_size < 1:
         raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
-    out_dir = Path(out_dir)
-    ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
-    docs, source, total = _as_doc_iter(corpus)
-
-    man = read_manifest(out_dir)
-    if man is not None:
-        check_resume(out_dir, man, ident, shard_size)
-        done = {int(s["shard"]): s for s in man["shards"]}
-    else:
-        man = {
-            "format": FORMAT,
-            "dim": None,
-            "dtype": "float32",
-            "normalized": bool(normalize),
-            "shard_size": int(shard_size),
-            "tower": ident,
-            "corpus": {"path": source},
-            "shards": [],
-            "n_docs": 0,
-            "complete": False,
-            "batch_size": int(batch_size),
-            "created": utc_now(),
-        }
-        done = {}
-    (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
-
     from tqdm.auto import tqdm
 
+    from scalingnote.index.shards import ShardLog
+
+    out_dir = Path(out_dir)
+    ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
+    docs, source, total = open_corpus(corpus)
+    shards = ShardLog.open(out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=ident)
+    if shards.resumed:
+        check_resume(out_dir, shards.man, ident, shard_size)
     bar = tqdm(total=total, unit="doc", desc="encode", disable=not progress, dynamic_ncols=True)
     t0 = time.perf_counter()
-    encoded = skipped = written = 0
-    shard = 0
+    encoded = written = 0
     try:
-        while True:
-            chunk = list(islice(docs, shard_size))
-            if not chunk:
-                break
+        for shard, chunk, digest in shards.plan(docs, shard_size, on_finished=bar.update):
+            ts = time.perf_counter()
+            vecs = encode_chunk(tower, chunk, batch_size, normalize, bar)
+            shards.set_dim(vecs.shape[1])
             ids = [d.id for d in chunk]
-            digest = content_digest(chunk)
-            if shard in done:
-                verify_shard(out_dir, done[shard], ids, digest, shard)
-                skipped += 1
-                bar.update(len(chunk))
-            else:
-                ts = time.perf_counter()
-                vecs = encode_chunk(tower, chunk, batch_size, normalize, bar)
-                if man["dim"] is None:
-                    man["dim"] = int(vecs.shape[1])
-                elif vecs.shape[1] != man["dim"]:
-                    raise ScalingNoteError(f"{out_dir / MANIFEST}: field 'dim' is {man['dim']}, but the tower produced {vecs.shape[1]}-d vectors")
-                vpath, ipath = shard_paths(out_dir, shard)
-                with atomic_path(vpath, suffix=".npy") as tmp:
-                    with open(tmp, "wb") as fh:
-                        np.save(fh, vecs)
-                with atomic_path(ipath) as tmp:
-                    tmp.write_text(json.dumps(ids, ensure_ascii=False), encoding="utf-8")
-                rec = {
-                    "shard": shard,
-                    "vectors": str(vpath.relative_to(out_dir)),
-                    "ids": str(ipath.relative_to(out_dir)),
-                    "n": len(ids),
-                    "start": shard * shard_size,
-                    "content_sha256": digest,
-                    "seconds": round(time.perf_counter() - ts, 3),
-                }
-                done[shard] = rec
-                man["shards"] = [done[k] for k in sorted(done)]
-                man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
-                write_json(out_dir / MANIFEST, man)
-                encoded += len(ids)
-                written += 1
-                elapsed = time.perf_counter() - t0
-                bar.set_postfix(docs_per_s=f"{encoded / max(elapsed, 1e-9):.1f}", shard=shard)
-                if on_shard_done is not None:
-                    on_shard_done(shard)
-            shard += 1
+            vpath, ipath = shard_paths(out_dir, shard)
+            with atomic_path(vpath, suffix=".npy") as tmp:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, vecs)
+            with atomic_path(ipath) as tmp:
+                tmp.write_text(json.dumps(ids, ensure_ascii=False), encoding="utf-8")
+            shards.commit(shard, len(ids), digest, shard_size, round(time.perf_counter() - ts, 3))
+            encoded += len(ids)
+            written += 1
+            bar.set_postfix(docs_per_s=f"{encoded / max(time.perf_counter() - t0, 1e-9):.1f}", shard=shard)
+            if on_shard_done is not None:
+                on_shard_done(shard)
     finally:
         bar.close()
-    extra = sorted(k for k in done if k >= shard)
-    if extra:
-        raise ScalingNoteError(
-            f"{out_dir / MANIFEST}: lists shard(s) {extra} beyond the end of the corpus ({shard} shards): the corpus changed; use a new output directory"
-        )
-    seconds = time.perf_counter() - t0
-    man["complete"] = True
-    man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
-    if encoded:  # a run that only verified finished shards keeps the last measured speed
-        man["encode_seconds"] = round(seconds, 3)
-        man["docs_per_s"] = round(encoded / seconds, 2) if seconds > 0 else None
-        man["docs_encoded_last_run"] = encoded
-    man["updated"] = utc_now()
-    if man["dim"] is None:
-        raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
-    write_json(out_dir / MANIFEST, man)
+    seconds = shards.finish(t0, encoded, f"{source or 'corpus'}: no documents to encode")
     rate = encoded / seconds if encoded and seconds > 0 else 0.0  # this run only
-    return EncodeResult(out_dir, man["n_docs"], shard, skipped, written, seconds, rate, man)
+    return EncodeResult(out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man)
 
 
 def encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:

@@ -12,9 +12,9 @@ Two fusions, both over the top ``depth`` documents of each side:
   (:func:`choose_weight`), never on the queries reported.
 
 :class:`HybridSearcher` puts a :class:`~scalingnote.index.dense.DenseIndex` and a
-:class:`~scalingnote.index.bm25.BM25Retriever` over the same documents behind one
+:class:`~scalingnote.sparse.bm25.BM25Retriever` over the same documents behind one
 ``search(texts, k, mode=...)`` with ``mode`` in ``dense`` / ``bm25`` / ``hybrid``; the BM25
-index lives beside the dense index (:func:`scalingnote.index.bm25.open_or_build_bm25`).
+index lives beside the dense index (:func:`scalingnote.sparse.bm25.open_or_build_bm25`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import numpy as np
 
 from scalingnote.data.types import Qrels, Run
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.searcher import SearchResult, SearcherBase
 
 Mode = Literal["dense", "bm25", "hybrid"]
 FusionMethod = Literal["rrf", "weighted"]
@@ -220,12 +221,13 @@ def hybrid_search_run(
 # --------------------------------------------------------------------------- searcher
 
 
-class HybridSearcher:
+class HybridSearcher(SearcherBase):
     """Dense index + BM25 over the same documents, searched by ``mode``.
 
-    ``search`` returns a :class:`~scalingnote.index.dense.SearchResult` whose rows carry the
+    ``search`` returns a :class:`~scalingnote.index.searcher.SearchResult` whose rows carry the
     document ids, scores (cosine for ``dense``, BM25 for ``bm25``, fused for ``hybrid``),
-    semantic IDs, titles and snippets (from the dense index's document store).
+    semantic IDs, titles and snippets (from the dense index's document store);
+    ``search_run(query_ids, texts, k, mode=...)`` is the shared batched run of every searcher.
     """
 
     def __init__(self, dense, bm25=None, fusion: FusionConfig | None = None):
@@ -240,6 +242,13 @@ class HybridSearcher:
                     f"BM25 index and dense index cover different documents: {len(unknown)} BM25 document(s) "
                     f"(e.g. {unknown[0]!r}) are not in the dense index; rebuild the BM25 index from the indexed corpus"
                 )
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return self.dense.doc_ids
+
+    def __len__(self) -> int:
+        return len(self.dense)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -266,8 +275,6 @@ class HybridSearcher:
     ):
         """Top-``k`` per text. ``query_vectors``: precomputed query embeddings (else the dense
         index's query tower encodes ``texts``); ``dense_kw``: nprobe / ef_search / rerank."""
-        from scalingnote.index.dense import SearchResult
-
         self.check_mode(mode)
         if k < 1:
             raise ScalingNoteError(f"k must be >= 1, got {k}")
@@ -287,23 +294,8 @@ class HybridSearcher:
             for i in range(len(texts)):
                 dense_scores = {d: float(s) for d, s in zip(dres.doc_ids[i], dres.scores[i], strict=False)}
                 runs.append(_top(fuse_scores(dense_scores, lex[str(i)], fusion), k))
-        nq = len(texts)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        idx = np.full((nq, k), -1, dtype=np.int64)
-        doc_ids: list[list[str]] = []
-        for i, run in enumerate(runs):
-            ids = list(run)
-            doc_ids.append(ids)
-            scores[i, : len(ids)] = [run[d] for d in ids]
-            idx[i, : len(ids)] = [self._row[d] for d in ids]
-        sem = None
-        if self.dense.semantic_ids is not None:
-            L = self.dense.semantic_ids.shape[1]
-            sem = np.full((nq, k, L), -1, dtype=np.int32)
-            valid = idx >= 0
-            if valid.any():
-                sem[valid] = np.asarray(self.dense.semantic_ids)[idx[valid]]
-        return self.dense.attach_documents(SearchResult(scores, doc_ids, sem, idx))
+        sem = self.dense.semantic_ids
+        return self.dense.attach_documents(SearchResult.from_runs(runs, k, self._row, None if sem is None else np.asarray(sem)))
 
 
 # --------------------------------------------------------------------------- open / run files
@@ -311,7 +303,7 @@ class HybridSearcher:
 
 def _index_corpus(dense) -> str | None:
     """The corpus an index's documents came from (document store source, or the embeddings' corpus)."""
-    from scalingnote.index.dense import _corpus_of_embeddings
+    from scalingnote.index.docstore import _corpus_of_embeddings
 
     src = (dense.manifest.get("documents") or {}).get("source")
     if src and Path(src).is_file():
@@ -335,17 +327,10 @@ def open_hybrid(
     (default: the corpus the index records) and reused while its fingerprint (documents +
     settings) matches; with no corpus known, the saved one (or none)."""
     from scalingnote.data.beir import iter_corpus
-    from scalingnote.index.bm25 import open_or_build_bm25
-    from scalingnote.index.dense import DenseIndex, check_query_tower, read_manifest
+    from scalingnote.sparse.bm25 import open_or_build_bm25
+    from scalingnote.index.pipeline import open_dense
 
-    if isinstance(query_tower, (str, Path)):
-        from scalingnote.index.pipeline import load_tower_for
-
-        man = read_manifest(index_dir)
-        tower = load_tower_for(query_tower, "query")
-        check_query_tower(man, tower, Path(index_dir) / "manifest.json")
-        query_tower = tower
-    dense = DenseIndex.open(index_dir, query_tower=query_tower)
+    dense = open_dense(index_dir, query_tower)
     if not bm25:
         return HybridSearcher(dense, None, fusion)
     src = corpus if corpus is not None else _index_corpus(dense)
@@ -380,30 +365,21 @@ def hybrid_queries_to_run(
     import time
 
     from scalingnote.data import write_run
-    from scalingnote.utils import run_metadata, write_json
+    from scalingnote.index.pipeline import write_run_meta
 
     if not queries:
         raise ScalingNoteError("no queries to search")
     searcher.check_mode(mode)
-    run: Run = {}
     t0 = time.perf_counter()
-    for s in range(0, len(queries), batch_size):
-        chunk = queries[s : s + batch_size]
-        res = searcher.search([q.text for q in chunk], k, mode=mode, **dense_kw)
-        run.update(res.to_run([q.id for q in chunk]))
+    run = searcher.search_run([q.id for q in queries], [q.text for q in queries], k, batch_size=batch_size, mode=mode, **dense_kw)
     secs = time.perf_counter() - t0
     write_run(out, run, tag=f"scalingnote-{mode}", k=k)
     cfg = dict(config or {})
     cfg.update({"mode": mode, "k": k, "n_queries": len(queries), **{key: v for key, v in dense_kw.items() if v is not None}})
     if mode == "hybrid":
         cfg["fusion"] = asdict(searcher.fusion)
-    meta = run_metadata(cfg)
-    meta["index_manifest"] = {key: searcher.dense.manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
-    if searcher.bm25 is not None:
-        meta["bm25"] = {"language": searcher.bm25.language, "fingerprint": searcher.bm25.fingerprint}
-    meta["timings"] = {"search_seconds": round(secs, 3), "search_qps": round(len(queries) / secs, 1) if secs > 0 else None}
-    write_json(Path(str(out) + ".meta.json"), meta)
-    return meta
+    bm25 = {"bm25": {"language": searcher.bm25.language, "fingerprint": searcher.bm25.fingerprint}} if searcher.bm25 is not None else {}
+    return write_run_meta(out, cfg, searcher.dense.manifest, len(queries), secs, extra=bm25)
 
 
 __all__ = [

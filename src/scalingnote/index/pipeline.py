@@ -11,7 +11,9 @@ from typing import Any
 
 from scalingnote.data.types import Query
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.dense import DenseIndex, build_index, check_query_tower, read_manifest
+from scalingnote.index.build import build_index
+from scalingnote.index.dense import DenseIndex
+from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
 
 
@@ -72,6 +74,16 @@ def read_search_queries(path: str | Path, split: str | None = None) -> list[Quer
     return list(load_queries(p).values())
 
 
+def open_dense(index_dir: str | Path, query_tower: Any = None) -> DenseIndex:
+    """Open a dense index with ``query_tower`` (a tower, a name/path loaded as a query tower, or
+    None for vector queries); a name/path is checked against the index before the index loads."""
+    if isinstance(query_tower, (str, Path)):
+        tower = load_tower_for(query_tower, "query")
+        check_query_tower(read_manifest(index_dir), tower, Path(index_dir) / "manifest.json")
+        query_tower = tower
+    return DenseIndex.open(index_dir, query_tower=query_tower)
+
+
 def search_queries_to_run(
     index_dir: str | Path,
     queries: list[Query],
@@ -92,19 +104,13 @@ def search_queries_to_run(
     ``searcher``: an already open searcher (e.g. a :class:`~scalingnote.index.milvus.MilvusSearcher`
     with its query tower) used instead of opening ``index_dir``. Returns the metadata written."""
     from scalingnote.data import write_run
-    from scalingnote.utils import run_metadata, write_json
 
     if not queries:
         raise ScalingNoteError("no queries to search")
     if searcher is not None:
         index = searcher
     else:
-        if isinstance(query_tower, (str, Path)):
-            man = read_manifest(index_dir)
-            tower = load_tower_for(query_tower, "query")
-            check_query_tower(man, tower, Path(index_dir) / "manifest.json")
-            query_tower = tower
-        index = DenseIndex.open(index_dir, query_tower=query_tower)
+        index = open_dense(index_dir, query_tower)
     texts = [q.text for q in queries]
     t0 = time.perf_counter()
     qvecs = index.query_vectors(texts)
@@ -115,13 +121,21 @@ def search_queries_to_run(
     write_run(out, run, tag=f"scalingnote-{index.factory}", k=k)
     cfg = dict(config or {})
     cfg.update({"index": str(index_dir), "k": k, "nprobe": nprobe, "ef_search": ef_search, "rerank": rerank, "n_queries": len(queries)})
-    meta = run_metadata(cfg)
-    meta["index_manifest"] = {key: index.manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
-    meta["timings"] = {
-        "encode_seconds": round(encode_s, 3),
-        "search_seconds": round(search_s, 3),
-        "search_qps": round(len(queries) / search_s, 1) if search_s > 0 else None,
-    }
+    return write_run_meta(out, cfg, index.manifest, len(queries), search_s, encode_seconds=encode_s)
+
+
+def write_run_meta(out: str | Path, config: dict[str, Any], manifest: dict[str, Any], n_queries: int, search_seconds: float,
+                   *, encode_seconds: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``<out>.meta.json`` beside a TREC run: config + versions + machine, the index's identity
+    (factory, dim, size, document tower, search defaults) and the timings. Returns it."""
+    from scalingnote.utils import run_metadata, write_json
+
+    meta = run_metadata(config)
+    meta["index_manifest"] = {key: manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
+    meta.update(extra or {})
+    timings = {} if encode_seconds is None else {"encode_seconds": round(encode_seconds, 3)}
+    timings.update({"search_seconds": round(search_seconds, 3), "search_qps": round(n_queries / search_seconds, 1) if search_seconds > 0 else None})
+    meta["timings"] = timings
     write_json(Path(str(out) + ".meta.json"), meta)
     return meta
 
@@ -131,5 +145,7 @@ __all__ = [
     "encode_with_tower",
     "load_tower_for",
     "read_search_queries",
+    "open_dense",
     "search_queries_to_run",
+    "write_run_meta",
 ]

@@ -52,7 +52,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,22 +60,20 @@ from typing import Any
 import numpy as np
 
 from scalingnote.data.types import Document
-from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import (
-    FORMAT,
     MANIFEST,
-    SHARD_DIR,
     EncodeResult,
     check_resume,
-    content_digest,
     encode_chunk,
-    utc_now,
     read_manifest,
-    verify_shard,
     shard_paths,
     tower_identity,
 )
-from scalingnote.utils.io import atomic_path, write_json
+from scalingnote.data.parquet import open_corpus
+from scalingnote.models.spec import TowerSpec
+from scalingnote.index.shards import ShardLog
+from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger("scalingnote.index.ray")
 
@@ -95,15 +93,14 @@ def _import_ray():
 
 
 @dataclass(frozen=True)
-class TowerSpec:
-    """How an actor obtains the document tower: a name/path for
-    :func:`scalingnote.index.pipeline.load_tower_for` (plus its options), or a picklable
-    zero-argument ``factory`` returning an object with ``encode_documents``."""
+class ActorTower:
+    """How an actor obtains the document tower: a :class:`~scalingnote.models.spec.TowerSpec`
+    (name/path + options, loaded with :func:`scalingnote.index.pipeline.load_tower_for`, with the
+    projection ``dim``), or a picklable zero-argument ``factory`` returning an object with
+    ``encode_documents``."""
 
-    name: str | None = None
-    num_layers: int | None = None
+    spec: TowerSpec | None = None
     dim: int | None = None
-    pooling: str | None = None
     factory: Callable[[], Any] | None = None
 
     def load(self):
@@ -111,10 +108,11 @@ class TowerSpec:
             return self.factory()
         from scalingnote.index.pipeline import load_tower_for
 
-        return load_tower_for(self.name, "document", num_layers=self.num_layers, dim=self.dim, pooling=self.pooling)
+        s = self.spec
+        return load_tower_for(s.model, "document", num_layers=s.num_layers, dim=self.dim, pooling=s.pooling)
 
     def describe(self) -> str:
-        return self.name if self.name is not None else getattr(self.factory, "__name__", repr(self.factory))
+        return self.spec.model if self.spec is not None else getattr(self.factory, "__name__", repr(self.factory))
 
 
 def _set_threads(threads: int | None) -> None:
@@ -124,7 +122,7 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
-def _tower_identity_task(spec: TowerSpec, threads: int | None) -> dict[str, Any]:
+def _tower_identity_task(spec: ActorTower, threads: int | None) -> dict[str, Any]:
     """Runs as a Ray task: load the tower once and report its identity."""
     _set_threads(threads)
     return tower_identity(spec.load())
@@ -138,7 +136,7 @@ class _NullBar:
 class _ShardEncoder:
     """Ray Data callable class: one tower load per actor; one call encodes one shard."""
 
-    def __init__(self, spec: TowerSpec, out_dir: str, batch_size: int, normalize: bool, threads: int | None):
+    def __init__(self, spec: ActorTower, out_dir: str, batch_size: int, normalize: bool, threads: int | None):
         self.out_dir = Path(out_dir)
         self.batch_size = int(batch_size)
         self.normalize = bool(normalize)
@@ -188,123 +186,6 @@ class _ShardEncoder:
 
 def _message(e: BaseException) -> str:
     return str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
-
-
-# --------------------------------------------------------------------------- corpus readers
-
-
-def _corpus_files(corpus: str | Path) -> tuple[str, list[Path]]:
-    """``("jsonl", [file])`` or ``("parquet", [files...])`` for a BEIR directory, a
-    ``corpus.jsonl`` file, a ``.parquet`` file or a directory of ``.parquet`` files."""
-    p = Path(corpus)
-    if p.is_dir():
-        if (p / "corpus.jsonl").is_file():
-            return "jsonl", [p / "corpus.jsonl"]
-        if (p / "corpus.parquet").is_file():
-            return "parquet", [p / "corpus.parquet"]
-        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
-        if files:
-            return "parquet", files
-        raise ScalingNoteError(f"{p}: no corpus.jsonl, corpus.parquet or *.parquet files in this directory")
-    if not p.exists():
-        raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory, a corpus.jsonl or a .parquet file)")
-    if p.suffix == ".parquet":
-        return "parquet", [p]
-    return "jsonl", [p]
-
-
-def iter_parquet_corpus(files: Iterable[str | Path], batch_rows: int = 8192) -> Iterator[Document]:
-    """Documents from Parquet files in order, with the BEIR corpus columns: ``_id`` (or
-    ``id``), ``text`` (or ``content``), optional ``title`` / ``topic``.
-
-    Same rules as :func:`scalingnote.data.iter_corpus`: a missing/non-string/empty id or
-    a missing text is an error naming file, row and column; duplicate ids are an error;
-    documents whose title and text are both empty are skipped with one warning.
-    """
-    import warnings
-
-    import pyarrow.parquet as pq
-
-    seen: dict[str, tuple[str, int]] = {}
-    n_empty, first_empty = 0, None
-    for f in files:
-        f = Path(f)
-        try:
-            pf = pq.ParquetFile(f)
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-            raise DataError(f, None, None, f"cannot read as Parquet ({type(e).__name__}: {e})") from None
-        names = set(pf.schema_arrow.names)
-
-        def col(key: str, aliases: tuple[str, ...] = (), required: bool = True, names=names, f=f) -> str | None:
-            for k in (key, *aliases):
-                if k in names:
-                    return k
-            if required:
-                raise DataError(f, None, key, f"missing required column (columns: {sorted(names)})")
-            return None
-
-        c_id, c_text = col("_id", ("id",)), col("text", ("content",))
-        c_title, c_topic = col("title", required=False), col("topic", required=False)
-        cols = [c for c in (c_id, c_title, c_topic, c_text) if c is not None]
-        row = 0
-        for rb in pf.iter_batches(batch_size=batch_rows, columns=cols):
-            data = rb.to_pydict()
-            for j in range(rb.num_rows):
-                rown = row + j + 1  # 1-based row number, like line numbers
-
-                def get(c: str | None, required: bool, rown=rown, data=data, j=j) -> str:
-                    if c is None:
-                        return ""
-                    v = data[c][j]
-                    if v is None:
-                        if required:
-                            raise DataError(f, None, c, f"row {rown}: missing value (null)")
-                        return ""
-                    if not isinstance(v, str):
-                        raise DataError(f, None, c, f"row {rown}: expected a string, got {type(v).__name__} {v!r:.60}")
-                    return v
-
-                doc_id = get(c_id, True).strip()
-                if not doc_id:
-                    raise DataError(f, None, c_id, f"row {rown}: must not be empty")
-                title, topic, content = get(c_title, False), get(c_topic, False), get(c_text, True)
-                if doc_id in seen:
-                    pf0, r0 = seen[doc_id]
-                    raise DataError(f, None, c_id, f"row {rown}: duplicate document id {doc_id!r} (first seen in {pf0}, row {r0})")
-                seen[doc_id] = (str(f), rown)
-                if not (title.strip() or content.strip()):
-                    n_empty += 1
-                    first_empty = first_empty or f"{f}, row {rown}"
-                    continue
-                yield Document(doc_id, title, topic, content)
-            row += rb.num_rows
-    if n_empty:
-        warnings.warn(f"skipped {n_empty} empty documents (title and text both empty; first: {first_empty})", stacklevel=2)
-
-
-def _open_corpus(corpus: str | Path | Iterable[Document]) -> tuple[Iterator[Document], str | None, int | None]:
-    """Documents, the source path recorded in the manifest, and a total for the progress bar."""
-    from scalingnote.data.beir import iter_corpus
-
-    if not isinstance(corpus, (str, Path)):
-        docs = list(corpus) if not isinstance(corpus, Iterator) else corpus
-        total = len(docs) if isinstance(docs, list) else None
-        return iter(docs), None, total
-    kind, files = _corpus_files(corpus)
-    if kind == "jsonl":
-        with open(files[0], "rb") as fh:
-            total = sum(1 for line in fh if line.strip())
-        return iter_corpus(files[0]), str(files[0]), total
-    import pyarrow.parquet as pq
-
-    total = 0
-    for f in files:
-        try:
-            total += pq.ParquetFile(f).metadata.num_rows
-        except Exception as e:  # noqa: BLE001
-            raise DataError(f, None, None, f"cannot read as Parquet ({type(e).__name__}: {e})") from None
-    src = str(files[0]) if len(files) == 1 else str(Path(corpus))
-    return iter_parquet_corpus(files), src, total
 
 
 # --------------------------------------------------------------------------- Ray session
@@ -402,6 +283,92 @@ def encode_corpus_ray(
     Returns the same :class:`~scalingnote.index.EncodeResult` as the in-process encoder;
     ``seconds`` / ``docs_per_s`` exclude Ray start-up (recorded in the manifest's ``engine``).
     """
+    _check_sizes(shard_size, batch_size, num_actors, cpus_per_actor, gpus_per_actor)
+    spec = _tower_spec(tower, num_layers, dim, pooling)
+    threads = threads_per_actor if threads_per_actor is not None else max(1, int(cpus_per_actor))
+    out_dir = Path(out_dir).resolve()
+    # open the corpus first: a missing file fails before Ray starts
+    docs, source, total = open_corpus(corpus)
+    prior = read_manifest(out_dir)
+    if prior is not None and int(prior.get("shard_size", -1)) != shard_size:
+        check_resume(out_dir, prior, {}, shard_size)  # raises the shard-size message before Ray starts
+
+    ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
+    try:
+        import ray.data as rd
+
+        engine = _engine_info(ray, rd, quiet, address, num_actors, cpus_per_actor, gpus_per_actor, threads, startup_s)
+        # The tower's identity comes with every shard result (the driver loads no model);
+        # a resumed directory is checked against it before the first new shard is
+        # committed (shard files written before that are uncommitted, hence ignored).
+        shards = ShardLog.open(out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=None)
+        shards.man["engine"] = engine
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, unit="doc", desc="encode (ray)", disable=not progress, dynamic_ncols=True)
+        t0 = time.perf_counter()
+        try:
+            # plan: verify finished shards, put pending shards into the object store
+            pending: dict[int, dict[str, Any]] = {}
+            refs = [ray.put(_shard_table(shard, chunk)) for shard, chunk, _ in _record(shards.plan(docs, shard_size, on_finished=bar.update), pending)]
+            if shards.n_shards == 0:
+                raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
+            # encode in the actor pool, commit each shard as it comes back
+            encoded = 0
+            if refs:
+                ds = rd.from_arrow_refs(refs).map_batches(
+                    _ShardEncoder,
+                    batch_size=1,
+                    batch_format="pyarrow",
+                    compute=rd.ActorPoolStrategy(size=int(num_actors)),
+                    fn_constructor_kwargs={"spec": spec, "out_dir": str(out_dir), "batch_size": batch_size, "normalize": normalize, "threads": threads},
+                    num_cpus=cpus_per_actor,
+                    num_gpus=gpus_per_actor if gpus_per_actor > 0 else None,
+                )
+                encoded = _commit_results(ds, shards, pending, shard_size, bar, t0, on_shard_done)
+            else:
+                # nothing left to encode: still check that this tower made the stored shards
+                ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
+                try:
+                    ident = ray.get(ident_task.remote(spec, threads))
+                except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
+                    raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
+                check_resume(out_dir, shards.man, ident, shard_size)
+        finally:
+            bar.close()
+        seconds = shards.finish(t0, encoded, f"{out_dir / MANIFEST}: no dimension recorded (no shard was ever encoded)")
+        written = len(refs)
+        rate = encoded / seconds if encoded and seconds > 0 else 0.0
+        return EncodeResult(out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _engine_info(ray, rd, quiet: bool, address: str | None, num_actors: int, cpus_per_actor: float, gpus_per_actor: float,
+                 threads: int, startup_s: float) -> dict[str, Any]:
+    """Quiet Ray Data down, check the cluster can hold the actor pool; the manifest's ``engine``."""
+    ctx = rd.DataContext.get_current()
+    ctx.enable_progress_bars = False  # the driver shows one documents bar
+    if quiet:
+        ctx.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+    cluster = _check_resources(ray, num_actors, cpus_per_actor, gpus_per_actor)
+    return {
+        "name": "ray",
+        "ray_version": ray.__version__,
+        "address": address,
+        "num_actors": int(num_actors),
+        "cpus_per_actor": float(cpus_per_actor),
+        "gpus_per_actor": float(gpus_per_actor),
+        "threads_per_actor": int(threads),
+        "cluster_cpus": cluster["cpus"],
+        "cluster_gpus": cluster["gpus"],
+        "startup_seconds": round(startup_s, 3),
+    }
+
+
+def _check_sizes(shard_size: int, batch_size: int, num_actors: int, cpus_per_actor: float, gpus_per_actor: float) -> None:
     if shard_size < 1:
         raise ScalingNoteError(f"shard_size must be >= 1, got {shard_size}")
     if batch_size < 1:
@@ -412,223 +379,88 @@ def encode_corpus_ray(
         raise ScalingNoteError(f"cpus_per_actor / gpus_per_actor must be >= 0, got {cpus_per_actor} / {gpus_per_actor}")
     if cpus_per_actor == 0 and gpus_per_actor == 0:
         raise ScalingNoteError("an actor must reserve some CPU or GPU (cpus_per_actor or gpus_per_actor > 0)")
+
+
+def _tower_spec(tower, num_layers: int | None, dim: int | None, pooling: str | None) -> ActorTower:
     if isinstance(tower, (str, Path)):
-        spec = TowerSpec(str(tower), num_layers, dim, pooling)
-    elif callable(tower):
+        return ActorTower(TowerSpec(str(tower), num_layers=num_layers, pooling=pooling), dim=dim)
+    if callable(tower):
         if num_layers is not None or dim is not None or pooling is not None:
             raise ScalingNoteError("num_layers / dim / pooling apply to a tower name or path, not to a tower factory")
-        spec = TowerSpec(factory=tower)
-    else:
-        raise ScalingNoteError(f"tower must be a name, a path or a zero-argument factory, got {type(tower).__name__}")
-    threads = threads_per_actor if threads_per_actor is not None else max(1, int(cpus_per_actor))
-    out_dir = Path(out_dir).resolve()
-    # open the corpus first: a missing file fails before Ray starts
-    docs, source, total = _open_corpus(corpus)
-    man = read_manifest(out_dir)
-    if man is not None and int(man.get("shard_size", -1)) != shard_size:
-        check_resume(out_dir, man, {}, shard_size)  # raises the shard-size message before Ray starts
+        return ActorTower(factory=tower)
+    raise ScalingNoteError(f"tower must be a name, a path or a zero-argument factory, got {type(tower).__name__}")
 
-    ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
-    try:
-        import ray.data as rd
 
-        ctx = rd.DataContext.get_current()
-        ctx.enable_progress_bars = False  # the driver shows one documents bar
-        if quiet:
-            ctx.print_on_execution_start = False
-            logging.getLogger("ray.data").setLevel(logging.WARNING)
-        cluster = _check_resources(ray, num_actors, cpus_per_actor, gpus_per_actor)
+def _record(planned, pending: dict[int, dict[str, Any]]):
+    """Pass the planned shards through, remembering each one's size and digest in ``pending``."""
+    for shard, chunk, digest in planned:
+        pending[shard] = {"n": len(chunk), "digest": digest}
+        yield shard, chunk, digest
 
-        engine = {
-            "name": "ray",
-            "ray_version": ray.__version__,
-            "address": address,
-            "num_actors": int(num_actors),
-            "cpus_per_actor": float(cpus_per_actor),
-            "gpus_per_actor": float(gpus_per_actor),
-            "threads_per_actor": int(threads),
-            "cluster_cpus": cluster["cpus"],
-            "cluster_gpus": cluster["gpus"],
-            "startup_seconds": round(startup_s, 3),
+
+def _shard_table(shard: int, chunk: list[Document]):
+    """One shard as a one-row Arrow table (lists of ids / titles / topics / contents)."""
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "shard": pa.array([shard], type=pa.int64()),
+            "ids": pa.array([[d.id for d in chunk]], type=pa.list_(pa.string())),
+            "titles": pa.array([[d.title for d in chunk]], type=pa.list_(pa.string())),
+            "topics": pa.array([[d.topic for d in chunk]], type=pa.list_(pa.string())),
+            "contents": pa.array([[d.content for d in chunk]], type=pa.list_(pa.string())),
         }
-        # The tower's identity comes with every shard result (the driver loads no model);
-        # a resumed directory is checked against it before the first new shard is
-        # committed (shard files written before that are uncommitted, hence ignored).
-        resumed = man is not None
-        ident: dict[str, Any] | None = None
-        if resumed:
-            done = {int(s["shard"]): s for s in man["shards"]}
-        else:
-            man = {
-                "format": FORMAT,
-                "dim": None,
-                "dtype": "float32",
-                "normalized": bool(normalize),
-                "shard_size": int(shard_size),
-                "tower": None,
-                "corpus": {"path": source},
-                "shards": [],
-                "n_docs": 0,
-                "complete": False,
-                "batch_size": int(batch_size),
-                "created": utc_now(),
-            }
-            done = {}
-        man["engine"] = engine
-        (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
+    )
 
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, unit="doc", desc="encode (ray)", disable=not progress, dynamic_ncols=True)
-        t0 = time.perf_counter()
-        try:
-            # 2. plan: verify finished shards, put pending shards into the object store
-            import pyarrow as pa
-
-            pending: dict[int, dict[str, Any]] = {}
-            refs = []
-            skipped = 0
-            shard = 0
-            while True:
-                chunk = _take(docs, shard_size)
-                if not chunk:
-                    break
-                ids = [d.id for d in chunk]
-                digest = content_digest(chunk)
-                if shard in done:
-                    verify_shard(out_dir, done[shard], ids, digest, shard)
-                    skipped += 1
-                    bar.update(len(chunk))
+def _commit_results(ds, shards: ShardLog, pending: dict[int, dict[str, Any]], shard_size: int, bar, t0: float, on_shard_done) -> int:
+    """Stream the actor pool's results; check each (size, tower identity, dim) and commit its
+    shard. Returns the number of documents encoded."""
+    encoded = 0
+    ident: dict[str, Any] | None = None
+    rows = iter(ds.iter_rows())
+    try:
+        while True:
+            try:
+                row = next(rows)
+            except StopIteration:
+                break
+            except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
+                raise _ray_error(e, "the Ray encoding pipeline failed") from None
+            res = json.loads(row["result"])
+            sh = int(res["shard"])
+            if "error" in res:
+                raise ScalingNoteError(res["error"] if res.get("load") else f"shard {sh}: {res['error']}")
+            info = pending.pop(sh, None)
+            if info is None:
+                raise ScalingNoteError(f"shard {sh}: unexpected or repeated result from the Ray pipeline")
+            if res["n"] != info["n"]:
+                raise ScalingNoteError(f"shard {sh}: an actor encoded {res['n']} documents, expected {info['n']}")
+            if ident is None:
+                ident = res["tower"]
+                if shards.resumed:
+                    check_resume(shards.out_dir, shards.man, ident, shard_size)
                 else:
-                    table = pa.table(
-                        {
-                            "shard": pa.array([shard], type=pa.int64()),
-                            "ids": pa.array([ids], type=pa.list_(pa.string())),
-                            "titles": pa.array([[d.title for d in chunk]], type=pa.list_(pa.string())),
-                            "topics": pa.array([[d.topic for d in chunk]], type=pa.list_(pa.string())),
-                            "contents": pa.array([[d.content for d in chunk]], type=pa.list_(pa.string())),
-                        }
-                    )
-                    refs.append(ray.put(table))
-                    pending[shard] = {"n": len(chunk), "digest": digest}
-                shard += 1
-            n_shards = shard
-            extra = sorted(k for k in done if k >= n_shards)
-            if extra:
+                    shards.man["tower"] = ident
+            elif res["tower"].get("fingerprint") != ident.get("fingerprint"):
                 raise ScalingNoteError(
-                    f"{out_dir / MANIFEST}: lists shard(s) {extra} beyond the end of the corpus ({n_shards} shards): the corpus changed; use a new output directory"
+                    f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res['tower'].get('fingerprint')!r}, "
+                    f"other workers have {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
                 )
-            if n_shards == 0:
-                raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
-
-            # 3. encode in the actor pool, commit each shard as it comes back
-            written = encoded = 0
-            if refs:
-                ds = rd.from_arrow_refs(refs).map_batches(
-                    _ShardEncoder,
-                    batch_size=1,
-                    batch_format="pyarrow",
-                    compute=rd.ActorPoolStrategy(size=int(num_actors)),
-                    fn_constructor_kwargs={
-                        "spec": spec,
-                        "out_dir": str(out_dir),
-                        "batch_size": batch_size,
-                        "normalize": normalize,
-                        "threads": threads,
-                    },
-                    num_cpus=cpus_per_actor,
-                    num_gpus=gpus_per_actor if gpus_per_actor > 0 else None,
-                )
-                rows = iter(ds.iter_rows())
-                try:
-                    while True:
-                        try:
-                            row = next(rows)
-                        except StopIteration:
-                            break
-                        except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
-                            raise _ray_error(e, "the Ray encoding pipeline failed") from None
-                        res = json.loads(row["result"])
-                        sh = int(res["shard"])
-                        if "error" in res:
-                            raise ScalingNoteError(res["error"] if res.get("load") else f"shard {sh}: {res['error']}")
-                        info = pending.pop(sh, None)
-                        if info is None:
-                            raise ScalingNoteError(f"shard {sh}: unexpected or repeated result from the Ray pipeline")
-                        if res["n"] != info["n"]:
-                            raise ScalingNoteError(f"shard {sh}: an actor encoded {res['n']} documents, expected {info['n']}")
-                        if ident is None:
-                            ident = res["tower"]
-                            if resumed:
-                                check_resume(out_dir, man, ident, shard_size)
-                            else:
-                                man["tower"] = ident
-                        elif res["tower"].get("fingerprint") != ident.get("fingerprint"):
-                            raise ScalingNoteError(
-                                f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res['tower'].get('fingerprint')!r}, "
-                                f"other workers have {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
-                            )
-                        if man["dim"] is None:
-                            man["dim"] = int(res["dim"])
-                        elif int(res["dim"]) != int(man["dim"]):
-                            raise ScalingNoteError(
-                                f"{out_dir / MANIFEST}: field 'dim' is {man['dim']}, but the tower produced {res['dim']}-d vectors"
-                            )
-                        vpath, ipath = shard_paths(out_dir, sh)
-                        done[sh] = {
-                            "shard": sh,
-                            "vectors": str(vpath.relative_to(out_dir)),
-                            "ids": str(ipath.relative_to(out_dir)),
-                            "n": info["n"],
-                            "start": sh * shard_size,
-                            "content_sha256": info["digest"],
-                            "seconds": res["seconds"],
-                        }
-                        man["shards"] = [done[k] for k in sorted(done)]
-                        man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
-                        write_json(out_dir / MANIFEST, man)
-                        encoded += info["n"]
-                        written += 1
-                        bar.update(info["n"])
-                        elapsed = time.perf_counter() - t0
-                        bar.set_postfix(docs_per_s=f"{encoded / max(elapsed, 1e-9):.1f}", shard=sh)
-                        if on_shard_done is not None:
-                            on_shard_done(sh)
-                finally:  # stop the streaming execution (and its actors) on an early exit
-                    close = getattr(rows, "close", None)
-                    if close is not None:
-                        close()
-                if pending:
-                    raise ScalingNoteError(f"the Ray pipeline returned no result for shard(s) {sorted(pending)[:10]}")
-            else:
-                # nothing left to encode: still check that this tower made the stored shards
-                ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
-                try:
-                    ident = ray.get(ident_task.remote(spec, threads))
-                except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
-                    raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
-                check_resume(out_dir, man, ident, shard_size)
-        finally:
-            bar.close()
-        seconds = time.perf_counter() - t0
-        if man["dim"] is None:
-            raise ScalingNoteError(f"{out_dir / MANIFEST}: no dimension recorded (no shard was ever encoded)")
-        man["complete"] = True
-        man["n_docs"] = int(sum(s["n"] for s in man["shards"]))
-        man["encode_seconds"] = round(seconds, 3)
-        man["docs_per_s"] = round(encoded / seconds, 2) if encoded and seconds > 0 else None
-        man["updated"] = utc_now()
-        write_json(out_dir / MANIFEST, man)
-        return EncodeResult(out_dir, man["n_docs"], n_shards, skipped, written, seconds, man["docs_per_s"] or 0.0, man)
-    finally:
-        if started:
-            ray.shutdown()
+            shards.set_dim(int(res["dim"]))
+            shards.commit(sh, info["n"], info["digest"], shard_size, res["seconds"])
+            encoded += info["n"]
+            bar.update(info["n"])
+            bar.set_postfix(docs_per_s=f"{encoded / max(time.perf_counter() - t0, 1e-9):.1f}", shard=sh)
+            if on_shard_done is not None:
+                on_shard_done(sh)
+    finally:  # stop the streaming execution (and its actors) on an early exit
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+    if pending:
+        raise ScalingNoteError(f"the Ray pipeline returned no result for shard(s) {sorted(pending)[:10]}")
+    return encoded
 
 
-def _take(docs: Iterator[Document], n: int) -> list[Document]:
-    from itertools import islice
-
-    return list(islice(docs, n))
-
-
-__all__ = ["TowerSpec", "encode_corpus_ray", "iter_parquet_corpus"]
+__all__ = ["ActorTower", "encode_corpus_ray"]

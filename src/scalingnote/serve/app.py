@@ -221,7 +221,13 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
     app.state.admin_token_source = admin_token_source
     app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes, admin_token=admin_token.encode("latin-1", "replace"))
 
-    # ------------------------------------------------------------------ errors
+    _add_error_handlers(app, metrics)
+    _add_routes(app, service, settings, metrics)
+    return app
+
+
+def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
+    """JSON errors with a machine-readable ``error`` code for every failure path."""
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
         if exc.status == 422:
@@ -251,7 +257,8 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
         log.exception("unhandled error on %s", request.url.path)
         return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
 
-    # ------------------------------------------------------------------ routes
+
+def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, metrics: ServeMetrics) -> None:
     def params_of(req: SearchRequest | BatchSearchRequest) -> SearchParams:
         p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode)
         service.validate_params(p)
@@ -305,5 +312,3 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))
-
-    return app

@@ -73,16 +73,8 @@ class OnnxQueryTower:
             raise AttributeError(name)
         return getattr(self.tower, name)
 
-    def encode_queries(
-        self,
-        texts: list[str],
-        *,
-        batch_size: int = 64,
-        dim: int | None = None,
-        normalize: bool = True,
-        show_progress: bool = False,
-        max_length: int | None = None,
-    ) -> np.ndarray:
+    def encode_queries(self, texts: list[str], *, batch_size: int = 64, dim: int | None = None, normalize: bool = True,
+                       show_progress: bool = False, max_length: int | None = None) -> np.ndarray:
         """float32 ``[N, dim]`` L2-normalised embeddings (like ``QueryTower.encode_queries``).
 
         The graph returns unit vectors, so ``normalize=False`` gives the prefix of the unit

@@ -28,136 +28,28 @@ Concurrency model
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from scalingnote.errors import ScalingNoteError
+from scalingnote.serve.corpus import load_bm25, load_documents, resolve_corpus_path
 from scalingnote.serve.metrics import ServeMetrics
+from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
-
-
-class ServiceError(Exception):
-    """An error with an HTTP status, an error code and a human-readable detail
-    (``retry_after``: seconds for the ``Retry-After`` header of a 503)."""
-
-    def __init__(self, status: int, error: str, detail: str, retry_after: int | None = None):
-        super().__init__(detail)
-        self.status = status
-        self.error = error
-        self.detail = detail
-        self.retry_after = retry_after
-
-
-@dataclass(frozen=True)
-class SearchParams:
-    k: int = 10
-    nprobe: int | None = None
-    ef_search: int | None = None
-    rerank: int | None = None
-    mode: str = "dense"  # dense | bm25 | hybrid (scalingnote.index.hybrid)
-
-
-@dataclass
-class _Item:
-    texts: list[str]
-    params: SearchParams
-    future: asyncio.Future
-    enqueued: float  # loop.time() at arrival
-
-
-_STOP = object()
-
-
-# --------------------------------------------------------------------------- titles
-
-
-def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | None) -> Path | None:
-    """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a
-    corpus.jsonl), else the corpus recorded with the index's document store
-    (``manifest["documents"]["source"]``) or by the embeddings the index was built from
-    (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
-    if corpus is not None:
-        p = Path(corpus)
-        if p.is_dir():
-            p = p / "corpus.jsonl"
-        if not p.is_file():
-            raise ScalingNoteError(f"{p}: corpus file not found (--corpus expects a BEIR directory or a corpus.jsonl)")
-        return p
-    src = (index_manifest.get("documents") or {}).get("source")
-    if src and Path(src).is_file():
-        return Path(src)
-    emb = index_manifest.get("embeddings_dir")
-    if not emb:
-        return None
-    try:
-        man = json.loads((Path(emb) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    path = (man.get("corpus") or {}).get("path")
-    if path and Path(path).is_file():
-        return Path(path)
-    return None
-
-
-def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:
-    """``{doc_id: title}`` for the indexed documents (others in the corpus are skipped)."""
-    return {d: t for d, (t, _) in load_documents(corpus_path, doc_ids).items()}
-
-
-def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None) -> dict[str, tuple[str, str]]:
-    """``{doc_id: (title, snippet)}`` for the indexed documents: from the index's document
-    store (``docs.jsonl``) when it has one, else read from ``corpus_path`` (others skipped)."""
-    if index is not None and getattr(index, "titles", None) is not None and getattr(index, "snippets", None) is not None:
-        return {d: (t, sn) for d, t, sn in zip(index.doc_ids, index.titles, index.snippets, strict=True)}
-    if corpus_path is None:
-        return {}
-    from scalingnote.data.beir import iter_corpus
-    from scalingnote.index.dense import make_snippet
-
-    wanted = set(doc_ids)
-    docs: dict[str, tuple[str, str]] = {}
-    # on_invalid="skip": a bad record costs one title, not the service (the index was built already)
-    for doc in iter_corpus(corpus_path, on_invalid="skip"):
-        if doc.id in wanted:
-            docs[doc.id] = (doc.title or "", make_snippet(doc.content or doc.topic or ""))
-    return docs
-
-
-def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str]):
-    """The BM25 index beside the dense index (``<index>/bm25``): reused while its fingerprint
-    matches the indexed documents of ``corpus_path``, else built once and saved; without a
-    corpus, the saved one (or None). A failure costs the bm25/hybrid modes, not the service."""
-    from scalingnote.index.bm25 import open_or_build_bm25
-
-    try:
-        if corpus_path is None:
-            return open_or_build_bm25(index_dir)
-        from scalingnote.data.beir import iter_corpus
-
-        wanted = set(doc_ids)
-        docs = [d for d in iter_corpus(corpus_path, on_invalid="skip") if d.id in wanted]
-        return open_or_build_bm25(index_dir, docs, show_progress=False) if docs else None
-    except (ScalingNoteError, OSError) as e:
-        log.warning("scalingnote serve: no BM25 index (modes bm25 and hybrid are off): %s", e)
-        return None
+_STOP = object()  # queue sentinel: the batcher stops
 
 
 # --------------------------------------------------------------------------- service
 
 
-class SearchService:
+class SearchService(BatchProcessing):
     """Owns the query tower, the index, the titles, the batcher and the worker thread."""
 
     def __init__(self, index_dir: str | Path, query_tower: str | Path, settings: ServeSettings | None = None, metrics: ServeMetrics | None = None):
@@ -225,7 +117,7 @@ class SearchService:
     def _load_sync(self) -> None:
         """Runs in the worker thread: tower, index (compatibility checked), titles."""
         from scalingnote.index import DenseIndex, read_manifest
-        from scalingnote.index.dense import find_hnsw, find_ivf
+        from scalingnote.index.faiss_utils import find_hnsw, find_ivf
         from scalingnote.index.pipeline import load_tower_for
 
         if self.settings.threads:
@@ -451,99 +343,6 @@ class SearchService:
                     it.future.set_exception(out)
                 else:
                     it.future.set_result(out)
-
-    def _process(self, tower, index, items: list[_Item]) -> list[Any]:
-        """Worker thread: encode every text that needs the query tower (modes dense and hybrid)
-        in one call, then search per parameter group (BM25 for bm25, fused for hybrid)."""
-        texts = [t for it in items for t in it.texts]
-        starts = np.cumsum([0] + [len(it.texts) for it in items])
-        need = [i for i, it in enumerate(items) if it.params.mode != "bm25"]
-        enc_rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in need]) if need else np.zeros(0, dtype=np.int64)
-        vec_row = np.full(len(texts), -1, dtype=np.int64)
-        vec_row[enc_rows] = np.arange(len(enc_rows))
-        t0 = time.perf_counter()
-        vecs = None
-        encode_error: ServiceError | None = None
-        if len(enc_rows):
-            try:
-                vecs = tower.encode_queries([texts[r] for r in enc_rows], batch_size=max(self.settings.max_batch, 1), show_progress=False)
-            except Exception as e:  # noqa: BLE001 - only the items that needed the tower fail
-                self.metrics.query_errors.inc(len(enc_rows), kind="encode")
-                log.exception("query encoding failed")
-                encode_error = ServiceError(500, "encode_failed", f"{type(e).__name__}: {e}")
-                if len(need) == len(items):
-                    return [encode_error] * len(items)
-            else:
-                self.metrics.batch_size.observe(len(enc_rows))
-        t1 = time.perf_counter()
-        if len(enc_rows) and encode_error is None:
-            self.metrics.encode_seconds.observe(t1 - t0)
-
-        groups: dict[SearchParams, list[int]] = defaultdict(list)
-        for i, it in enumerate(items):
-            groups[it.params].append(i)
-        outs: list[Any] = [None] * len(items)
-        searcher = self.searcher if self.searcher is not None and self.searcher.dense is index else None
-        for params, members in groups.items():
-            rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
-            kw = {"nprobe": params.nprobe, "ef_search": params.ef_search, "rerank": params.rerank}
-            if encode_error is not None and params.mode != "bm25":
-                for i in members:
-                    outs[i] = encode_error
-                continue
-            try:
-                if params.mode == "dense":
-                    res = index.search(vecs[vec_row[rows]], params.k, **kw)
-                elif searcher is None:
-                    raise ScalingNoteError(f"mode {params.mode!r} needs a BM25 index; this service has none")
-                else:
-                    qv = vecs[vec_row[rows]] if params.mode == "hybrid" else None
-                    res = searcher.search([texts[r] for r in rows], params.k, mode=params.mode, query_vectors=qv, **kw)
-            except ScalingNoteError as e:
-                self.metrics.query_errors.inc(len(rows), kind="search_params")
-                for i in members:
-                    outs[i] = ServiceError(422, "invalid_request", str(e))
-                continue
-            except Exception as e:  # noqa: BLE001
-                self.metrics.query_errors.inc(len(rows), kind="search")
-                log.exception("index search failed")
-                for i in members:
-                    outs[i] = ServiceError(500, "search_failed", f"{type(e).__name__}: {e}")
-                continue
-            hits = self._hits(res)
-            pos = 0
-            for i in members:
-                n = len(items[i].texts)
-                outs[i] = hits[pos : pos + n]
-                pos += n
-        self.metrics.search_seconds.observe(time.perf_counter() - t1)
-        self.metrics.queries.inc(len(texts))
-        return outs
-
-    def _hits(self, res) -> list[list[dict[str, Any]]]:
-        """JSON hits: doc id, score, title, snippet (from the index's document store, else the
-        corpus given at start) and semantic ID."""
-        titles, snippets = self.titles, self.snippets
-        res_titles, res_snippets = getattr(res, "titles", None), getattr(res, "snippets", None)
-        out = []
-        for j, docs in enumerate(res.doc_ids):
-            scores = res.scores[j]
-            sem = res.semantic_ids[j].tolist() if res.semantic_ids is not None else None
-            tj = res_titles[j] if res_titles is not None else None
-            sj = res_snippets[j] if res_snippets is not None else None
-            out.append(
-                [
-                    {
-                        "doc_id": d,
-                        "score": float(scores[r]),
-                        "title": tj[r] if tj is not None else titles.get(d, ""),
-                        "snippet": sj[r] if sj is not None else snippets.get(d, ""),
-                        "semantic_id": sem[r] if sem is not None else None,
-                    }
-                    for r, d in enumerate(docs)
-                ]
-            )
-        return out
 
     # ------------------------------------------------------------------ hot swap
     async def reload(self, query_tower: str | Path) -> dict[str, Any]:

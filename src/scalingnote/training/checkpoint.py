@@ -119,14 +119,16 @@ def save_checkpoint(output_dir: str | Path, step: int, state: dict[str, Any], ke
     return final
 
 
-def list_checkpoints(output_dir: str | Path) -> list[int]:
+def list_checkpoints(output_dir: str | Path, marker: str = "state.pt") -> list[int]:
+    """Steps of the complete checkpoints under ``<output_dir>/checkpoints`` (a ``step-N``
+    directory holding ``marker``; sharded checkpoints pass theirs), ascending."""
     root = Path(output_dir) / "checkpoints"
     if not root.is_dir():
         return []
     steps = []
     for p in root.iterdir():
         m = _STEP_RE.match(p.name)
-        if m and (p / "state.pt").exists():
+        if m and (p / marker).exists():
             steps.append(int(m.group(1)))
     return sorted(steps)
 

@@ -11,32 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
+
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
-
-
-@dataclass
-class TowerSpec:
-    """Where a tower's backbone comes from.
-
-    ``model``: a packaged name (``smollm2-135m``, ``minilm-l6``), a Hugging Face
-    directory, a ``.gguf`` file, or a saved scalingnote tower directory.
-    """
-
-    model: str
-    num_layers: int | None = None
-    #: None = the tower default. BERT: "cls" (paper Eq. 13–14) or "mean"; LLM: "last" (query) /
-    #: "prompt" (document), the paper's placeholder pooling (§3.2), or "mean" (not in the paper)
-    pooling: str | None = None
-    max_length: int = 64
-    #: Layers that train: "all" (the paper's full fine-tuning, the default on GPU) or ``k`` in
-    #: 0..L: the embeddings and the bottom L-k layers are frozen and their outputs cached on disk
-    #: (``scalingnote.models.prefix``); ``0`` trains the projection head only, over cached pooled states.
-    trainable_layers: int | Literal["all"] = "all"
-
-    @property
-    def prefix_k(self) -> int | None:
-        """``trainable_layers`` as an int, None for "all"."""
-        return None if self.trainable_layers == "all" else int(self.trainable_layers)
 
 
 @dataclass

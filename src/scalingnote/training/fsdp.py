@@ -44,7 +44,7 @@ from torch import nn
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
-from scalingnote.training.checkpoint import checkpoint_dir, rng_state, set_rng_state
+from scalingnote.training.checkpoint import checkpoint_dir, list_checkpoints, rng_state, set_rng_state
 from scalingnote.training.config import FsdpSpec
 from scalingnote.utils.io import atomic_path
 
@@ -181,17 +181,8 @@ def _container(trainer: Trainer) -> nn.Module:
 
 
 def list_sharded_checkpoints(output_dir: str | Path) -> list[int]:
-    root = Path(output_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    steps = []
-    for p in root.iterdir():
-        if p.name.startswith("step-") and (p / MARKER).exists():
-            try:
-                steps.append(int(p.name[5:]))
-            except ValueError:
-                continue
-    return sorted(steps)
+    """Steps of the complete sharded checkpoints (those with the ``MARKER`` file), ascending."""
+    return list_checkpoints(output_dir, marker=MARKER)
 
 
 def save_sharded(trainer: Trainer, rng: dict[str, Any] | None = None) -> Path:

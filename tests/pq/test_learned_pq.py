@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.pq import (
+from scalingnote.pq import (
     LearnedPQ,
     dense_retrieval_loss,
     export_index,

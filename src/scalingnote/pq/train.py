@@ -27,7 +27,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from scalingnote.data import Document, Qrels
+from scalingnote.data import Qrels
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.pq.config import PhaseOptim, PQDataSpec, PQTowerSpec, PQTrainConfig, Stage1Spec, Stage2Spec, WarmupSpec
-from scalingnote.index.pq.encoders import Side, load_doc_features, load_query_features
-from scalingnote.index.pq.losses import dense_retrieval_loss, pq_retrieval_loss, stage1_loss
-from scalingnote.index.pq.mining import negative_stats, pq_oriented_negatives, sample_negatives, search, top_negatives
-from scalingnote.index.pq.module import LearnedPQ
+from scalingnote.pq.config import PhaseOptim, PQTrainConfig, Stage1Spec, Stage2Spec, WarmupSpec
+from scalingnote.pq.encoders import Side, load_doc_features, load_query_features
+from scalingnote.pq.losses import dense_retrieval_loss, pq_retrieval_loss, stage1_loss
+from scalingnote.pq.mining import negative_stats, pq_oriented_negatives, sample_negatives, search, top_negatives
+from scalingnote.pq.module import LearnedPQ
+from scalingnote.pq.data import PQData, build_towers, load_pq_data
+from scalingnote.pq.phase import PhaseLoop
 
 log = logging.getLogger(__name__)
 
@@ -50,100 +51,9 @@ PHASE_IDS = {"warmup": 0, "stage1": 1, "stage2": 2}
 EVAL_METRICS = ("ndcg@10", "r@100", "recall@100", "mrr@10")
 
 
-# ----------------------------------------------------------------------------- data
-@dataclass
-class PQData:
-    """Corpus (row order = ``docs``), training queries with positive rows, evaluation queries."""
-
-    docs: list[Document]
-    train_qids: list[str]
-    train_texts: list[str]
-    train_pos: list[set[int]]
-    eval_qids: list[str]
-    eval_texts: list[str]
-    eval_qrels: Qrels
-    val_qids: list[str]
-    val_texts: list[str]
-    val_qrels: Qrels
-
-    @property
-    def doc_ids(self) -> list[str]:
-        return [d.id for d in self.docs]
-
-
-def load_pq_data(spec: PQDataSpec, seed: int = 0) -> PQData:
-    """Read a BEIR directory: corpus, queries, ``qrels/<train_split>`` positives (grade > 0),
-    ``qrels/<eval_split>``; hold out ``validation_fraction`` of the training queries."""
-    from scalingnote.data import load_corpus, load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-
-    root = Path(spec.data_dir)
-    corpus = load_corpus(root / "corpus.jsonl")
-    queries = {q.id: q.text for q in load_queries(root / "queries.jsonl").values()}
-    docs = list(corpus.values())
-    row = {d.id: i for i, d in enumerate(docs)}
-    tr = load_qrels(qrels_path(root, spec.train_split), queries, corpus)
-    pos = {q: {row[d] for d, g in ds.items() if g > 0} for q, ds in sorted(tr.items())}
-    qids = [q for q, p in pos.items() if p]
-    if spec.max_train_queries is not None:
-        qids = qids[: spec.max_train_queries]
-    val: list[str] = []
-    if spec.validation_fraction > 0 and len(qids) > 1:
-        rng = np.random.default_rng(seed)
-        n_val = max(1, int(round(len(qids) * spec.validation_fraction)))
-        val = sorted(rng.choice(qids, size=n_val, replace=False).tolist())
-    vset = set(val)
-    train = [q for q in qids if q not in vset]
-    if not train:
-        raise ScalingNoteError(f"{qrels_path(root, spec.train_split)}: no training query with a relevant document")
-    eval_qids: list[str] = []
-    eval_qrels: Qrels = {}
-    if spec.eval_split:
-        eq = load_qrels(qrels_path(root, spec.eval_split), queries, corpus)
-        leaked = sorted(set(eq) & set(train))
-        if leaked:
-            raise ScalingNoteError(f"{len(leaked)} queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r})")
-        eval_qids = sorted(q for q, ds in eq.items() if any(g > 0 for g in ds.values()))
-        if spec.max_eval_queries is not None:
-            eval_qids = eval_qids[: spec.max_eval_queries]
-        eval_qrels = {q: eq[q] for q in eval_qids}
-    val_qrels = {q: {docs[r].id: 1 for r in pos[q]} for q in val}
-    return PQData(
-        docs=docs,
-        train_qids=train,
-        train_texts=[queries[q] for q in train],
-        train_pos=[pos[q] for q in train],
-        eval_qids=eval_qids,
-        eval_texts=[queries[q] for q in eval_qids],
-        eval_qrels=eval_qrels,
-        val_qids=val,
-        val_texts=[queries[q] for q in val],
-        val_qrels=val_qrels,
-    )
-
-
-def build_towers(spec: PQTowerSpec, seed: int = 0):
-    """(query tower, document tower): base models get a projection to ``spec.dim``; saved tower
-    directories are loaded as saved."""
-    from scalingnote.models import load_tower
-    from scalingnote.models.loading import resolve_source
-
-    def one(name: str, role: str, max_len: int):
-        if resolve_source(name).form == "tower":
-            return load_tower(name, role)
-        kw: dict[str, Any] = {"max_query_length": max_len} if role == "query" else {"max_doc_length": max_len}
-        return load_tower(name, role, dim=spec.dim, num_layers=spec.num_layers, pooling=spec.pooling, projection_seed=seed, **kw)
-
-    q = one(spec.query_model, "query", spec.query_max_length)
-    d = one(spec.doc_model, "document", spec.doc_max_length)
-    if q.out_dim != d.out_dim:
-        raise ScalingNoteError(f"towers: query tower outputs {q.out_dim}-d vectors, document tower {d.out_dim}-d")
-    return q, d
-
-
 # ----------------------------------------------------------------------------- trainer
 class TMJTrainer:
-    """Holds the two towers (as :class:`~scalingnote.index.pq.encoders.Side`), the learned PQ and
+    """Holds the two towers (as :class:`~scalingnote.pq.encoders.Side`), the learned PQ and
     the data; each phase method trains in place and returns evaluation metrics."""
 
     def __init__(
@@ -308,10 +218,7 @@ class TMJTrainer:
         remine_every: int = 0,
         sides: tuple[Side, ...] = (),
     ) -> dict[str, Any]:
-        from tqdm.auto import tqdm
-
-        from scalingnote.training.checkpoint import load_latest_checkpoint, safe_torch_load, save_checkpoint
-        from scalingnote.training.trainer import linear_warmup_decay
+        from scalingnote.training.checkpoint import safe_torch_load
 
         pdir = self.out / phase
         final = pdir / "final.pt"
@@ -323,74 +230,11 @@ class TMJTrainer:
         groups = [g for g in groups if g["params"]]
         if not groups:
             raise ScalingNoteError(f"{phase}: nothing to train (frozen towers without a projection and no codebooks)")
-        total = int(spec.steps)
-        opt = torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
-        sched = linear_warmup_decay(opt, total, spec.warmup_ratio)
-        step = 0
-        ck = load_latest_checkpoint(pdir)
-        if ck is not None:
-            state = ck[1]
-            if state.get("total_steps") != total:
-                raise ScalingNoteError(f"{pdir}: checkpoint made for {state.get('total_steps')} steps, config asks {total}; use a new output_dir")
-            self.restore(state["snapshot"])
-            opt.load_state_dict(state["optimizer"])
-            sched.load_state_dict(state["scheduler"])
-            step, negatives = int(state["step"]), state["negatives"]
-            self._truncate_log(phase, step)
-            log.info("%s: resumed at step %d", phase, step)
-        params = [p for g in groups for p in g["params"]]
-        dev = self.q_tower.device
-
-        def save(at: int) -> None:
-            save_checkpoint(
-                pdir,
-                at,
-                {"step": at, "total_steps": total, "snapshot": self.snapshot(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(), "negatives": negatives},
-                keep=self.cfg.keep_checkpoints,
-            )
-
-        for s in sides:
-            s.train_mode(True)
-        t0 = time.perf_counter()
-        last: dict[str, float] = {}
-        bar = tqdm(total=total, initial=step, desc=f"TMJ {phase}", disable=not self.progress, dynamic_ncols=True)
-        consistent = True
-        try:
-            while step < total:
-                if remine is not None and remine_every and step % remine_every == 0:
-                    negatives = remine()
-                qrows, cand, targets, mask = self._batch(phase, spec, step, negatives)
-                loss, comps = loss_fn(qrows, cand, targets.to(dev), mask.to(dev))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                consistent = False
-                gn = torch.nn.utils.clip_grad_norm_(params, spec.max_grad_norm)
-                opt.step()
-                sched.step()
-                step += 1
-                consistent = True
-                last = {**comps, "grad_norm": float(gn), "lr": float(sched.get_last_lr()[0])}
-                bar.update(1)
-                bar.set_postfix(loss=f"{comps['loss']:.3f}")
-                if step % self.cfg.log_every == 0 or step == total:
-                    self._log({"phase": phase, "step": step, **{k: round(v, 6) for k, v in last.items()}})
-                if step % self.cfg.save_every == 0 and step < total:
-                    save(step)
-                if self.on_step is not None:
-                    self.on_step(phase, step)
-        except KeyboardInterrupt:
-            bar.close()
-            if consistent:
-                log.warning("%s: interrupted at step %d; writing a checkpoint, rerun to resume", phase, step)
-                save(step)
-            raise
-        finally:
-            bar.close()
-            for s in sides:
-                s.train_mode(False)
+        loop = PhaseLoop(self, phase, spec, groups, loss_fn, negatives, remine, remine_every, sides)
+        last = loop.run(resume=True)
         self._doc_emb = None
-        info = {f"final_{k}": round(v, 6) for k, v in last.items()}
-        info.update({"steps": total, "train_seconds": round(time.perf_counter() - t0, 2), **negative_stats(negatives)})
+        info = {f"final_{k}": round(v, 6) for k, v in last.items() if k not in ("train_seconds", "steps_run")}
+        info.update({"steps": loop.total_steps, "train_seconds": round(last["train_seconds"], 2), **negative_stats(loop.negatives)})
         from scalingnote.utils.io import atomic_path
 
         pdir.mkdir(parents=True, exist_ok=True)
@@ -403,22 +247,8 @@ class TMJTrainer:
         with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(rec) + "\n")
 
-    def _truncate_log(self, phase: str, step: int) -> None:
-        p = self.out / "metrics.jsonl"
-        if not p.exists():
-            return
-        keep = []
-        for ln in p.read_text(encoding="utf-8").splitlines():
-            if not ln.strip():
-                continue
-            r = json.loads(ln)
-            if r.get("phase") == phase and r.get("step", 0) > step:
-                continue
-            keep.append(ln)
-        p.write_text("".join(k + "\n" for k in keep), encoding="utf-8")
-
     def _tower_groups(self, towers: list[Any], spec: PhaseOptim) -> list[dict]:
-        from scalingnote.training.trainer import param_groups
+        from scalingnote.training.loop import param_groups
 
         return param_groups(towers, spec.encoder_lr, spec.head_lr, spec.weight_decay) if towers else []
 
@@ -555,7 +385,7 @@ class TMJTrainer:
         with the evaluation queries and record ``served_<kind>_*`` metrics."""
         from scalingnote.evaluation import evaluate
         from scalingnote.index import DenseIndex, tower_identity
-        from scalingnote.index.pq.export import export_index
+        from scalingnote.index.learned_pq import export_index
         from scalingnote.models import pair_towers
 
         if self.pq is None:

@@ -3,25 +3,25 @@ FAISS, the TMJ losses (Eq. 4–9), two-stage joint training with PQ-oriented neg
 and export of the learned codebooks into FAISS IndexPQ / IVFPQ / HNSW-PQ indexes that
 :class:`scalingnote.index.DenseIndex` serves unchanged.
 
-    from scalingnote.index.pq import LearnedPQ, TMJTrainer, load_pq_config
+    from scalingnote.pq import LearnedPQ, TMJTrainer, load_pq_config
     res = TMJTrainer(load_pq_config("configs/tmj_scifact.yaml")).run()
 
 Training and export import torch / FAISS lazily where they can.
 """
 
-from scalingnote.index.pq.config import (
+from scalingnote.pq.config import (
     ExportSpec,
     PhaseOptim,
     PQDataSpec,
-    PQTowerSpec,
+    PQTowers,
     PQTrainConfig,
     QuantizerSpec,
     Stage1Spec,
     Stage2Spec,
     WarmupSpec,
 )
-from scalingnote.index.pq.export import export_index, factory_label, faiss_codes, faiss_index, parse_kind
-from scalingnote.index.pq.losses import (
+from scalingnote.index.learned_pq import export_index, factory_label, faiss_codes, faiss_index, parse_kind
+from scalingnote.pq.losses import (
     dense_retrieval_loss,
     joint_loss,
     multitask_loss,
@@ -31,16 +31,16 @@ from scalingnote.index.pq.losses import (
     stage1_loss,
     straight_through,
 )
-from scalingnote.index.pq.mining import pq_oriented_negatives, sample_negatives, search, top_negatives
-from scalingnote.index.pq.module import LearnedPQ
-from scalingnote.index.pq.train import PQData, TMJTrainer, build_towers, load_pq_config, load_pq_data, train
+from scalingnote.pq.mining import pq_oriented_negatives, sample_negatives, search, top_negatives
+from scalingnote.pq.module import LearnedPQ
+from scalingnote.pq.train import PQData, TMJTrainer, build_towers, load_pq_config, load_pq_data, train
 
 __all__ = [
     "ExportSpec",
     "LearnedPQ",
     "PQData",
     "PQDataSpec",
-    "PQTowerSpec",
+    "PQTowers",
     "PQTrainConfig",
     "PhaseOptim",
     "QuantizerSpec",

@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from scalingnote.errors import ConfigError, ScalingNoteError
-from scalingnote.index.pq import LearnedPQ, TMJTrainer, load_pq_config
-from scalingnote.index.pq.encoders import load_doc_features, projectionless_fingerprint
+from scalingnote.pq import LearnedPQ, TMJTrainer, load_pq_config
+from scalingnote.pq.encoders import load_doc_features, projectionless_fingerprint
 from tests.helpers.tiny_data import write_tiny_beir
 
 
@@ -154,7 +154,7 @@ def test_cli_pq_train_and_config_errors(beir, tiny_bert_dir, tmp_path):
 def test_cached_features_give_the_towers_own_embeddings(tiny_bert_dir, tiny_corpus, tmp_path):
     """Frozen-backbone training uses project(features): it must equal the tower's own encoding,
     also with a non-zero projection centre (raw features are cached, not normalised ones)."""
-    from scalingnote.index.pq.encoders import Side, load_query_features, pooled_features
+    from scalingnote.pq.encoders import Side, load_query_features, pooled_features
     from scalingnote.models import load_tower
 
     d = load_tower(tiny_bert_dir, "document", dim=16, max_doc_length=32)

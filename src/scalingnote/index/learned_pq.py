@@ -1,11 +1,16 @@
-"""Write a learned product quantizer into FAISS indexes served by :class:`~scalingnote.index.DenseIndex`.
+"""Export adapters: write a learned product quantizer (trained by :mod:`scalingnote.pq`) into
+FAISS indexes served by :class:`~scalingnote.index.DenseIndex`.
+
+The index layer sits below the PQ stage, so it takes the quantizer by its shape
+(:class:`Codebooks`: ``dim``, ``m``, ``nbits``, ``codebooks``, ``rotation``, ``describe()``),
+never by importing :class:`scalingnote.pq.LearnedPQ`.
 
 Three structures (inner-product metric, cosine on unit vectors, except HNSW — see below):
 
 * ``"PQ"`` — ``faiss.IndexPQ``: the learned centroids are copied into ``pq.centroids``
   (``faiss.copy_array_to_vector``); ``add`` recomputes every document's code as its
   nearest learned centroid per sub-space (Eq. 2), so the index scores ``<q, x̂>`` exactly as
-  :class:`~scalingnote.index.pq.LearnedPQ` does (tested to 1e-5).
+  :class:`~scalingnote.pq.LearnedPQ` does (tested to 1e-5).
 * ``"IVF{nlist},PQ"`` — ``faiss.IndexIVFPQ`` with ``by_residual = False``. The learned
   codebooks quantize the document vectors themselves (TMJ learns them on ``d``, not on
   residuals to coarse centroids), so the PQ codes and ADC scores of every document are
@@ -32,12 +37,24 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.pq.module import LearnedPQ
+
+
+class Codebooks(Protocol):
+    """What the adapters read from a learned PQ (:class:`scalingnote.pq.LearnedPQ` has it):
+    ``codebooks`` ``(m, 2**nbits, dim/m)`` and an optional orthogonal ``rotation`` (torch tensors)."""
+
+    dim: int
+    m: int
+    nbits: int
+    codebooks: Any
+    rotation: Any
+
+    def describe(self) -> dict[str, Any]: ...
 
 _KIND_RE = re.compile(r"^(?:(?P<ivf>IVF(?P<nlist>\d+))|(?P<hnsw>HNSW(?P<hm>\d+)))?(?:,)?PQ$")
 
@@ -61,7 +78,7 @@ def parse_kind(kind: str) -> tuple[str, int | None]:
     return "pq", None
 
 
-def factory_label(pq: LearnedPQ, kind: str) -> str:
+def factory_label(pq: Codebooks, kind: str) -> str:
     """A FAISS-factory-like description stored in the manifest, e.g. ``learned:OPQ16,IVF64,PQ16x8``."""
     base, n = parse_kind(kind)
     parts = [f"OPQ{pq.m}"] if pq.rotation is not None else []
@@ -75,7 +92,7 @@ def factory_label(pq: LearnedPQ, kind: str) -> str:
     return "learned:" + ",".join(parts)
 
 
-def _set_centroids(faiss_pq, pq: LearnedPQ) -> None:
+def _set_centroids(faiss_pq, pq: Codebooks) -> None:
     import faiss
 
     if (faiss_pq.M, faiss_pq.nbits, faiss_pq.d) != (pq.m, pq.nbits, pq.dim):
@@ -84,7 +101,7 @@ def _set_centroids(faiss_pq, pq: LearnedPQ) -> None:
     faiss.copy_array_to_vector(cb, faiss_pq.centroids)
 
 
-def faiss_index(pq: LearnedPQ, kind: str = "PQ", *, train_vectors: np.ndarray | None = None, seed: int = 0, kmeans_iter: int = 20):
+def faiss_index(pq: Codebooks, kind: str = "PQ", *, train_vectors: np.ndarray | None = None, seed: int = 0, kmeans_iter: int = 20):
     """A trained, empty FAISS index (inner product) holding the learned centroids (and rotation).
 
     ``train_vectors``: document vectors for the IVF coarse quantizer (``IVF*`` kinds only).
@@ -142,7 +159,7 @@ def faiss_index(pq: LearnedPQ, kind: str = "PQ", *, train_vectors: np.ndarray | 
 
 
 def export_index(
-    pq: LearnedPQ,
+    pq: Codebooks,
     doc_vectors: np.ndarray,
     doc_ids: Sequence[str],
     out_dir: str | Path,
@@ -166,7 +183,8 @@ def export_index(
     ``ef_search``: stored search defaults, used by the kinds they apply to (IVF / HNSW). The
     manifest gets a ``learned_pq`` entry (shape, rotation, kind).
     """
-    from scalingnote.index.dense import MANIFEST, build_index
+    from scalingnote.index.build import build_index
+    from scalingnote.index.layout import MANIFEST
     from scalingnote.index.embeddings import l2_normalize
     from scalingnote.utils import write_json
 

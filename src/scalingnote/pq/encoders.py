@@ -73,7 +73,8 @@ def projectionless_fingerprint(tower) -> str:
     this tower's pooled features, normalised."""
     from torch import nn
 
-    from scalingnote.models import towers as T
+    from scalingnote.models.towers import FORMAT
+    from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
 
     cfg = copy.deepcopy(tower.config)
     cfg.dim = None
@@ -82,7 +83,7 @@ def projectionless_fingerprint(tower) -> str:
     cfg.projection_seed = 0
     holder = nn.Module()
     holder.backbone = tower.backbone
-    return T._sha({"format": T.FORMAT, "config": cfg.identity(), "tokenizer": T.tokenizer_digest(tower.tokenizer), "weights": T.weights_digest(holder)})
+    return _sha({"format": FORMAT, "config": cfg.identity(), "tokenizer": tokenizer_digest(tower.tokenizer), "weights": weights_digest(holder)})
 
 
 class PooledFeatureEncoder:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from scalingnote.data import Document
-from scalingnote.index.bm25 import BM25Retriever, chinese_bigrams, detect_language, sample_hard_negatives
+from scalingnote.sparse.bm25 import BM25Retriever, chinese_bigrams, detect_language, sample_hard_negatives
 
 
 def test_chinese_bigrams_and_detection():

@@ -1,36 +1,11 @@
-"""Cached frozen-prefix features: train only the top ``k`` layers (``trainable_layers: k``).
-
-On a 2-core CPU a full back-propagation step through an LLM tower costs seconds, so a short
-run leaves every tower worse than its start. With ``trainable_layers = k`` the embeddings
-and the bottom ``L - k`` transformer layers of a tower are frozen: their output for a text
-never changes, so it is computed **once per distinct text** and cached on disk. A training
-step then runs only the top ``k`` layers, the pooling and the head:
-
-* ``k = 0``: the cache holds the *pooled* states (before the projection; one row per
-  document view for the LLM prompt, §3.2), and a step is ``W (h - c)`` (Eq. 3-4 / Eq. 14).
-* ``0 < k < L``: the cache holds the hidden states after layer ``L - k`` for every real
-  token; a step runs layers ``L-k .. L-1`` (+ the final norm of a decoder) on them.
-* ``k = None`` ("all"): no cache; the paper's full fine-tuning (the default on GPU).
-
-A cache directory is keyed by everything that determines its content: tower kind and role,
-depth ``L - k``, pooling (``k = 0``), maximum length, document prompt and field caps, a
-digest of the tokenizer and of the frozen weights (embeddings + the bottom layers, + the final
-norm for ``k = 0``). Rows are keyed by a hash of the text (a document: title, topic,
-content). Shards are written under a temporary name and renamed (a reader never sees half a
-shard); an interrupted fill keeps its finished shards and resumes; a directory whose key
-differs from the tower's is refused. One pass of a deep tower can fill the ``k = 0`` caches
-of several truncation depths at once (:func:`fill_pooled_depths`) — the key of depth ``N``
-equals the key of the same model truncated to ``N`` layers.
-"""
+"""The on-disk feature cache of frozen-prefix states (keyed by tower, depth, weights and
+tokenizer), and filling it for a list of texts or documents."""
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import logging
 import os
-import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,92 +15,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from scalingnote.data import Document, Query
+from scalingnote.data.types import Document, Query
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.utils.io import atomic_path, write_json
 
-log = logging.getLogger(__name__)
+from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers, layer_list, sub_backbone
 
 FORMAT = "scalingnote-feature-cache"
 FORMAT_VERSION = 1
-_LAYER_RE = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")
-
-
-# ============================================================================ backbone views
-def layer_list(backbone: nn.Module) -> nn.ModuleList:
-    """The transformer blocks of a backbone (decoder: ``.layers``; BERT: ``.encoder.layer``)."""
-    if isinstance(getattr(backbone, "layers", None), nn.ModuleList):
-        return backbone.layers
-    enc = getattr(backbone, "encoder", None)
-    if enc is not None and isinstance(getattr(enc, "layer", None), nn.ModuleList):
-        return enc.layer
-    raise ConfigError(None, None, "trainable_layers", f"cannot find the transformer layers of {type(backbone).__name__} (LoRA-wrapped backbones cannot be split)")
-
-
-class _PassThroughEmbeddings(nn.Module):
-    """Stands in for BERT's embedding block when the input already is a hidden state."""
-
-    def forward(self, input_ids=None, inputs_embeds=None, **_: Any) -> Tensor:  # noqa: D401
-        return inputs_embeds
-
-
-def sub_backbone(backbone: nn.Module, start: int, stop: int | None = None, *, final_norm: bool = True,
-                 from_hidden: bool | None = None) -> nn.Module:
-    """A view of ``backbone`` that runs only layers ``start .. stop-1`` (parameters shared).
-
-    ``from_hidden`` (default ``start > 0``): the view is called with ``inputs_embeds`` = the hidden
-    state entering layer ``start`` (the embedding block is skipped).
-    ``final_norm=False`` drops a decoder's final norm (for a prefix that feeds more layers).
-    Uses each model's own forward (masks, rotary positions), so the result equals the
-    corresponding part of a full forward pass.
-    """
-    layers = list(layer_list(backbone))
-    stop = len(layers) if stop is None else stop
-    if not 0 <= start <= stop <= len(layers):
-        raise ValueError(f"layer range {start}..{stop} outside 0..{len(layers)}")
-    view = copy.copy(backbone)
-    view._modules = dict(backbone._modules)  # a new child table; the children themselves are shared
-    kept = nn.ModuleList(layers[start:stop])
-    if isinstance(getattr(backbone, "layers", None), nn.ModuleList):  # decoder (Llama family)
-        view._modules["layers"] = kept
-        if not final_norm and "norm" in view._modules:
-            view._modules["norm"] = nn.Identity()
-    else:  # BERT: embeddings -> encoder.layer[...] (no final norm)
-        enc = copy.copy(backbone.encoder)
-        enc._modules = dict(backbone.encoder._modules)
-        enc._modules["layer"] = kept
-        view._modules["encoder"] = enc
-        if (start > 0) if from_hidden is None else from_hidden:
-            view._modules["embeddings"] = _PassThroughEmbeddings()
-        view._modules["pooler"] = None
-    return view
-
-
-def freeze_prefix(tower: nn.Module, trainable_layers: int | None) -> None:
-    """Freeze the embeddings and the bottom ``L - k`` layers (``k = 0``: the whole backbone)."""
-    if trainable_layers is None:
-        return
-    L = int(tower.config.num_layers)
-    k = check_trainable_layers(trainable_layers, L)
-    if k == 0:
-        for p in tower.backbone.parameters():
-            p.requires_grad_(False)
-        return
-    for name, p in tower.backbone.named_parameters():
-        m = _LAYER_RE.search(name)
-        if m is not None:
-            if int(m.group(1)) < L - k:
-                p.requires_grad_(False)
-        elif "embed" in name:  # token / position / type embeddings and the embedding norm
-            p.requires_grad_(False)
-
-
-def check_trainable_layers(k: int | None, num_layers: int) -> int:
-    if k is None:
-        return num_layers
-    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= num_layers:
-        raise ConfigError(None, None, "trainable_layers", f"must be 'all' or an integer in 0..{num_layers}, got {k!r}")
-    return k
 
 
 # ============================================================================ keys
@@ -438,103 +335,3 @@ def fill_pooled_depths(root: str | Path, tower, depths: Sequence[int], items: Se
             hk.remove()
         tower.train(was_training)
     return caches
-
-
-# ============================================================================ training-time tower
-class PrefixTower:
-    """A tower whose bottom ``L - k`` layers are frozen and cached (see the module docstring).
-
-    ``queries(texts)`` / ``documents(docs)`` return what ``tower(tower.tokenize_...(x))``
-    returns — projected, not normalised, with grad through the top layers and the head —
-    but read the frozen part from the cache (filled on demand).
-    """
-
-    def __init__(self, tower, trainable_layers: int, cache_root: str | Path, *, batch_size: int = 32, show_progress: bool = True):
-        self.tower = tower
-        self.k = check_trainable_layers(trainable_layers, int(tower.config.num_layers))
-        self.cache = FeatureCache.for_tower(cache_root, tower, self.k)
-        self.batch_size = batch_size
-        self.show_progress = show_progress
-        L = int(tower.config.num_layers)
-        self._top = None if self.k == 0 else sub_backbone(tower.backbone, L - self.k, from_hidden=True)
-        freeze_prefix(tower, self.k)
-
-    def ensure(self, items: Sequence[Any]) -> int:
-        """Cache the features of ``items`` that are missing; returns how many were computed."""
-        return fill_cache(self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress)
-
-    def pooled(self, items: Sequence[Any]) -> Tensor:
-        """Pooled states before the projection: ``[B, H]`` or ``[B, 3, H]`` (LLM documents)."""
-        items = list(items)
-        keys = [item_key(it) for it in items]
-        if self.cache.missing(keys):
-            self.ensure(items)
-        t = self.tower
-        dev = t.device
-        if self.k == 0:
-            x = torch.from_numpy(self.cache.pooled_rows(keys)).to(dev)
-            return x[:, 0] if x.shape[1] == 1 else x
-        encs = _encodings(t, items)
-        states = self.cache.token_rows(keys)
-        for e, s, it in zip(encs, states, items):
-            if len(_ids_of(t, e)) != s.shape[0]:
-                raise ScalingNoteError(f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}")
-        batch = {kk: v.to(dev) for kk, v in _collate(t, encs).items()}
-        mask = batch["attention_mask"].bool()
-        h = torch.zeros(mask.shape + (states[0].shape[1],), dtype=t.dtype, device=dev)
-        h[mask] = torch.from_numpy(np.concatenate(states)).to(dev, t.dtype)  # row-major: each row's real tokens in order
-        out = t.run_layers(batch, backbone=self._top, inputs_embeds=h)
-        return t.pool_hidden(out, batch)
-
-    def queries(self, texts: Sequence[Any]) -> Tensor:
-        return self.tower.project(self.pooled(texts))
-
-    def documents(self, docs: Sequence[Document]) -> dict[str, Tensor]:
-        from scalingnote.models.prompt import VIEWS
-
-        p = self.tower.project(self.pooled(docs))
-        if p.dim() == 3:
-            return {v: p[:, i] for i, v in enumerate(VIEWS)}
-        return {v: p for v in VIEWS}
-
-    def encode_documents(self, docs: Sequence[Document], *, batch_size: int = 256, show_progress: bool = False,
-                         view: str = "emb", dim: int | None = None, normalize: bool = True) -> np.ndarray:
-        """Like :meth:`DocumentTower.encode_documents` (what ``index encode`` calls), from the cache."""
-        return self.encode(docs, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
-
-    @torch.no_grad()
-    def encode(self, items: Sequence[Any], *, view: str | None = "emb", dim: int | None = None, normalize: bool = True,
-               batch_size: int = 256) -> np.ndarray:
-        """float32 embeddings like ``encode_queries`` / ``encode_documents`` (eval mode, no grad)."""
-        items = list(items)
-        self.ensure(items)
-        was = self.tower.training
-        self.tower.eval()
-        out = []
-        try:
-            for i in range(0, len(items), batch_size):
-                chunk = items[i : i + batch_size]
-                if self.tower.config.role == "query":
-                    e = self.queries(chunk)
-                else:
-                    e = self.documents(chunk)[view or "emb"]
-                e = e[:, : (dim or e.shape[1])].float()
-                if normalize:
-                    e = torch.nn.functional.normalize(e, dim=-1)
-                out.append(e.cpu().numpy())
-        finally:
-            self.tower.train(was)
-        return np.concatenate(out) if out else np.zeros((0, dim or self.tower.out_dim), dtype=np.float32)
-
-
-__all__ = [
-    "FeatureCache",
-    "PrefixTower",
-    "cache_key",
-    "check_trainable_layers",
-    "fill_cache",
-    "fill_pooled_depths",
-    "freeze_prefix",
-    "item_key",
-    "sub_backbone",
-]

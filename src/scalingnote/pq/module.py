@@ -15,7 +15,7 @@ Operations (``x``: ``[B, dim]``):
 * :meth:`quantize` — hard, soft, straight-through (Eq. 7) or soft straight-through.
 
 Centroid layout ``[M][K][dim/M]`` is FAISS's ``ProductQuantizer.centroids`` layout, so
-:mod:`scalingnote.index.pq.export` copies the tensor into FAISS unchanged.
+:mod:`scalingnote.index.learned_pq` copies the tensor into FAISS unchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.pq.losses import straight_through
+from scalingnote.pq.losses import straight_through
 
 QuantizeMode = Literal["hard", "ste", "soft", "ste_soft"]
 FORMAT = "scalingnote-learned-pq/1"
@@ -117,7 +117,7 @@ class LearnedPQ(nn.Module):
 
         ``hard``: ``x̂`` (Eq. 3; gradient reaches the selected centroids only).
         ``ste``: Eq. 7 straight-through ``x̃`` — forward value ``x̂``; gradient reaches ``x``
-        (identity) and the selected centroids (see :func:`~scalingnote.index.pq.losses.straight_through`).
+        (identity) and the selected centroids (see :func:`~scalingnote.pq.losses.straight_through`).
         ``soft``: the soft reconstruction (gradient to ``x`` through the assignment
         probabilities, and to every centroid).
         ``ste_soft``: forward ``x̂``, backward through the soft reconstruction (DPQ, Chen et al. 2020).

@@ -31,7 +31,7 @@ class PQDataSpec:
 
 
 @dataclass
-class PQTowerSpec:
+class PQTowers:
     """The dual encoder to start from.
 
     ``query_model`` / ``doc_model``: packaged names (``minilm-l6``), Hugging Face directories,
@@ -130,7 +130,7 @@ class Stage2Spec(PhaseOptim):
 
 @dataclass
 class ExportSpec:
-    """FAISS indexes written with the learned codebooks (see :mod:`scalingnote.index.pq.export`)."""
+    """FAISS indexes written with the learned codebooks (see :mod:`scalingnote.index.learned_pq`)."""
 
     indexes: list[str] = field(default_factory=lambda: ["PQ", "IVF64,PQ", "HNSW32,PQ"])
     nprobe: int | None = None
@@ -143,7 +143,7 @@ class ExportSpec:
 class PQTrainConfig:
     data: PQDataSpec
     output_dir: str = "runs/tmj"
-    towers: PQTowerSpec = field(default_factory=PQTowerSpec)
+    towers: PQTowers = field(default_factory=PQTowers)
     pq: QuantizerSpec = field(default_factory=QuantizerSpec)
     warmup: WarmupSpec = field(default_factory=WarmupSpec)
     stage1: Stage1Spec = field(default_factory=Stage1Spec)

@@ -1,0 +1,360 @@
+"""Build a FAISS dense index from document embeddings and save it with a manifest (searched by
+:class:`~scalingnote.index.dense.DenseIndex`).
+
+Index directory layout (``scalingnote-index/1``), built in a temporary directory and
+renamed into place, so a reader never sees a half-built index::
+
+    <dir>/manifest.json      settings, identity of the document tower, sizes, timings
+    <dir>/index.faiss        the FAISS index (faiss.write_index)
+    <dir>/vectors.npy        full-precision float32 (n, dim) vectors, L2-normalised,
+                             memory-mapped at search time for the exact re-rank
+    <dir>/doc_ids.json       JSON list: FAISS row i <-> document id doc_ids[i]
+    <dir>/semantic_ids.npy   int32 (n, L) residual-K-means semantic IDs (if enabled)
+    <dir>/semantic_ids.npz   the residual-K-means codebooks (assign new documents)
+    <dir>/docs.jsonl         (when the corpus is known) one line per FAISS row:
+                             {"id", "title", "snippet"}; search results carry them
+    <dir>/bm25/              (optional) the BM25 index over the same documents, for
+                             hybrid search (:mod:`scalingnote.sparse.bm25`, :mod:`scalingnote.index.hybrid`)
+
+The full-precision vectors are *copied* into the index directory (not referenced
+from the embeddings directory): an index is self-contained and survives deletion or
+re-encoding of the embeddings, at the cost of ``4 * dim`` bytes per document on disk.
+They are the Matryoshka prefix actually indexed (first ``dim`` components of the
+document embedding, re-normalised).
+
+Similarity is the inner product of L2-normalised vectors (cosine), as in
+ScalingNote §3 and TMJ §6. ``faiss.index_factory(d, factory,
+faiss.METRIC_INNER_PRODUCT)`` is used; a few FAISS index types ignore the metric
+argument (``HNSW{m}_PQ{M}`` is built with L2); for those the L2 distance of unit
+vectors is converted back to a similarity ``1 - d/2`` (same ranking as cosine when
+the stored codes have unit norm) and the manifest records ``faiss_metric: "l2"``.
+
+Re-rank (TMJ §6, "post-processing"): retrieve the top ``N`` candidates from the
+compressed index, re-score them exactly with the full-precision vectors and keep
+the top ``k`` — TMJ's "Recall 2@20" is ``k=2, rerank=20``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.config import cli_meta
+from scalingnote.data.types import Document
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.index.semantic_ids import ResidualKMeans
+from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
+from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
+from scalingnote.index.layout import (
+    DEFAULT_EF_SEARCH,
+    DEFAULT_NPROBE,
+    DOC_IDS_FILE,
+    DOCS_FILE,
+    FORMAT,
+    INDEX_FILE,
+    MANIFEST,
+    SEMANTIC_CODEBOOKS_FILE,
+    SEMANTIC_IDS_FILE,
+    VECTORS_FILE,
+    _now,
+    _replace_dir,
+)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass
+class IndexConfig:
+    """Index-building settings; ``scalingnote index build`` generates its options from these
+    fields, and :func:`build_index` takes them as keywords (``build_index(src, out, **cfg.kwargs())``)."""
+
+    factory: str = field(default="Flat", metadata=cli_meta("FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."))
+    dim: int | None = field(default=None, metadata=cli_meta("Matryoshka prefix to index (default: full dim).", min=1))
+    semantic_ids_layers: int = field(default=6, metadata=cli_meta("Residual K-means layers (0 = none).", min=0))
+    codebook_size: int = field(default=256, metadata=cli_meta("Centroids per semantic-ID layer (clamped to the training size).", min=1))
+    train_size: int = field(default=100_000, metadata=cli_meta("Seeded training sample size.", min=1))
+    seed: int = field(default=0, metadata=cli_meta("Seed of the training sample and the k-means."))
+    nprobe: int | None = field(default=None, metadata=cli_meta("Default IVF probes stored in the index.", min=1))
+    ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
+    overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
+
+    def kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _iter_source(src: Embeddings | np.ndarray, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
+    if isinstance(src, Embeddings):
+        yield from src.iter_chunks(chunk)
+    else:
+        for s in range(0, src.shape[0], chunk):
+            yield s, src[s : s + chunk]
+
+
+def build_index(
+    source: str | Path | Embeddings | np.ndarray,
+    out_dir: str | Path,
+    factory: str = "Flat",
+    *,
+    doc_ids: Sequence[str] | None = None,
+    tower_info: dict[str, Any] | None = None,
+    dim: int | None = None,
+    train_size: int = 100_000,
+    seed: int = 0,
+    semantic_ids_layers: int = 6,
+    codebook_size: int = 256,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    add_batch_size: int = 65_536,
+    polysemous_training: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    index: Any = None,
+    documents: str | Path | Mapping[str, Document] | Iterable[Document] | None = None,
+) -> Path:
+    """Build a FAISS index over document embeddings and save it to ``out_dir``.
+
+    ``source``: an embeddings directory (:func:`~scalingnote.index.encode_corpus`), a
+    loaded :class:`~scalingnote.index.Embeddings`, or a float array ``(n, d)`` with
+    ``doc_ids`` (then ``tower_info`` may name the document tower).
+    ``dim``: Matryoshka prefix to index (default: all components); vectors are cut to
+    the first ``dim`` components and re-normalised.
+    ``train_size``: size of the seeded random training sample (FAISS training and
+    semantic-ID codebooks). ``semantic_ids_layers=0`` disables semantic IDs.
+    ``nprobe`` / ``ef_search``: defaults stored for searches that do not pass them.
+    ``polysemous_training``: keep FAISS's polysemous PQ training (off by default, see
+    :func:`_prepare_training`). ``index``: an already trained, empty FAISS index to fill
+    instead of building one from ``factory`` (then only a label in the manifest), e.g. a
+    learned PQ (:mod:`scalingnote.index.learned_pq`). ``documents``: the corpus (BEIR
+    directory, corpus.jsonl, or Documents) whose titles + snippets are stored with the index
+    and returned by search; default: the corpus recorded by the embeddings directory, if any.
+    Returns ``out_dir``.
+    """
+    import faiss
+
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise ScalingNoteError(f"{out_dir}: already exists (pass overwrite=True / --overwrite to replace it)")
+    src = _resolve_source(source, doc_ids, tower_info)
+    n, src_dim = len(src.ids), src.dim
+    dim = src_dim if dim is None else int(dim)
+    if not 1 <= dim <= src_dim:
+        raise ScalingNoteError(f"dim: {dim} is not a valid Matryoshka prefix of {src_dim}-d embeddings (1..{src_dim})")
+    if train_size < 1:
+        raise ScalingNoteError(f"train_size must be >= 1, got {train_size}")
+    if index is None:
+        index = make_index(dim, factory)
+        _prepare_training(index, seed, polysemous_training)
+    elif not index.is_trained or index.ntotal != 0 or index.d != dim:
+        raise ScalingNoteError(f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})")
+    search_defaults = _search_defaults(index, factory, nprobe, ef_search)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        # 1. full-precision (Matryoshka prefix, re-normalised) vectors, memory-mapped
+        vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, add_batch_size)
+        # 2. seeded training sample; train and fill the FAISS index
+        rng = np.random.default_rng(seed)
+        n_train = min(int(train_size), n)
+        train_rows = np.sort(rng.choice(n, size=n_train, replace=False)) if n_train < n else np.arange(n)
+        train_x = np.ascontiguousarray(vectors[train_rows])
+        timings = _train_and_add(index, factory, vectors, train_x, add_batch_size, progress)
+        # 3. semantic IDs (ScalingNote §3.5): residual K-means fitted on the same sample
+        t0 = time.perf_counter()
+        sem_info = _semantic_ids(tmp_dir, vectors, train_x, semantic_ids_layers, codebook_size, seed, add_batch_size)
+        timings["semantic_ids_seconds"] = time.perf_counter() - t0
+        del vectors
+
+        faiss.write_index(index, str(tmp_dir / INDEX_FILE))
+        (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
+        files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
+        docs_info = None
+        if documents is None:
+            documents = _corpus_of_embeddings(src.embeddings_dir)
+        if documents is not None:
+            docs_info = write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
+            files["docs"] = DOCS_FILE
+        manifest = _manifest(
+            index, factory, tmp_dir, src, dim, files, docs_info,
+            {"train_size": int(train_size), "n_train": n_train, "seed": int(seed), "search_defaults": search_defaults, "semantic_ids": sem_info},
+            timings, t_start,
+        )
+        with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=2, ensure_ascii=False)
+            fh.write("\n")
+        _replace_dir(tmp_dir, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return out_dir
+
+
+@dataclass
+class _Source:
+    """The vectors to index with their ids, dimension, tower identity and embeddings directory."""
+
+    data: Embeddings | np.ndarray
+    ids: list[str]
+    dim: int
+    tower: dict[str, Any]
+    embeddings_dir: str | None
+
+
+def _resolve_source(source, doc_ids: Sequence[str] | None, tower_info: dict[str, Any] | None) -> _Source:
+    embeddings_dir: str | None = None
+    if isinstance(source, (str, Path)):
+        embeddings_dir = str(Path(source).resolve())
+        source = load_embeddings(source)
+    if isinstance(source, Embeddings):
+        if doc_ids is not None:
+            raise ScalingNoteError("doc_ids must not be given with an embeddings directory (it has its own ids)")
+        tinfo = dict(source.tower) if tower_info is None else dict(tower_info)
+        if embeddings_dir is None:
+            embeddings_dir = str(source.root.resolve())
+        src = _Source(source, list(source.ids), source.dim, tinfo, embeddings_dir)
+    else:
+        arr = np.asarray(source)
+        if arr.ndim != 2:
+            raise ScalingNoteError(f"embeddings: expected a 2-D array (n, dim), got shape {arr.shape}")
+        if doc_ids is None:
+            raise ScalingNoteError("doc_ids are required when building from an array")
+        ids = [str(i) for i in doc_ids]
+        if len(ids) != arr.shape[0]:
+            raise ScalingNoteError(f"doc_ids: {len(ids)} ids for {arr.shape[0]} vectors")
+        src = _Source(arr, ids, int(arr.shape[1]), dict(tower_info or {}), None)
+    n = len(src.ids)
+    if n == 0:
+        raise ScalingNoteError("cannot build an index over 0 documents")
+    if len(set(src.ids)) != n:
+        seen: set[str] = set()
+        dup = next(i for i in src.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
+        raise ScalingNoteError(f"doc_ids: duplicate document id {dup!r}")
+    return src
+
+
+def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | None) -> dict[str, int]:
+    """The ``search_defaults`` manifest entry; refuses nprobe / ef_search on an index without IVF / HNSW."""
+    import faiss
+
+    ivf, hnsw = find_ivf(index), find_hnsw(index)
+    out: dict[str, int] = {}
+    if ivf is not None:
+        out["nprobe"] = int(min(ivf.nlist, nprobe if nprobe is not None else DEFAULT_NPROBE))
+    elif nprobe is not None:
+        raise ScalingNoteError(f"nprobe={nprobe} given, but index {factory!r} has no IVF layer")
+    if hnsw is not None or (ivf is not None and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)):
+        out["ef_search"] = int(ef_search if ef_search is not None else DEFAULT_EF_SEARCH)
+    elif ef_search is not None:
+        raise ScalingNoteError(f"ef_search={ef_search} given, but index {factory!r} has no HNSW graph")
+    return out
+
+
+def _write_vectors(path: Path, src: _Source, dim: int, chunk: int) -> np.ndarray:
+    """The Matryoshka prefix of every vector, L2-normalised, into a memory-mapped ``.npy``."""
+    ids = src.ids
+    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(ids), dim))
+    for s, block in _iter_source(src.data, chunk):
+        block = np.asarray(block[:, :dim], dtype=np.float32)
+        if not np.all(np.isfinite(block)):
+            bad = s + int(np.argwhere(~np.isfinite(block))[0, 0])
+            raise ScalingNoteError(f"embeddings: row {bad} (document {ids[bad]!r}) contains non-finite values")
+        vectors[s : s + len(block)] = l2_normalize(block)
+    vectors.flush()
+    return vectors
+
+
+def _train_and_add(index, factory: str, vectors: np.ndarray, train_x: np.ndarray, chunk: int, progress: bool) -> dict[str, float]:
+    from tqdm.auto import tqdm
+
+    n = vectors.shape[0]
+    t0 = time.perf_counter()
+    if not index.is_trained:
+        try:
+            index.train(train_x)
+        except RuntimeError as e:
+            raise ScalingNoteError(
+                f"factory {factory!r}: training on {len(train_x)} vectors failed: {_faiss_message(e)} "
+                "(use a smaller IVF/PQ size or a larger --train-size)"
+            ) from None
+    train_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with tqdm(total=n, unit="vec", desc=f"add {factory}", disable=not progress, dynamic_ncols=True) as bar:
+        for s in range(0, n, chunk):
+            block = np.ascontiguousarray(vectors[s : s + chunk])
+            index.add(block)
+            bar.update(len(block))
+    add_seconds = time.perf_counter() - t0
+    if index.ntotal != n:
+        raise ScalingNoteError(f"FAISS index holds {index.ntotal} vectors after adding {n}")
+    return {"train_seconds": train_seconds, "add_seconds": add_seconds}
+
+
+def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, layers: int, codebook_size: int, seed: int, chunk: int) -> dict[str, Any] | None:
+    """Residual-K-means semantic IDs of every document (``semantic_ids.npy``) + codebooks."""
+    if not layers or layers <= 0:
+        return None
+    n = vectors.shape[0]
+    rkm = ResidualKMeans(n_layers=layers, codebook_size=codebook_size, seed=seed).fit(train_x)
+    codes = np.lib.format.open_memmap(tmp_dir / SEMANTIC_IDS_FILE, mode="w+", dtype=np.int32, shape=(n, rkm.n_layers))
+    for s in range(0, n, chunk):
+        codes[s : s + chunk] = rkm.assign(vectors[s : s + chunk])
+    codes.flush()
+    del codes
+    rkm.save(tmp_dir / SEMANTIC_CODEBOOKS_FILE)
+    return {"file": SEMANTIC_IDS_FILE, "codebooks": SEMANTIC_CODEBOOKS_FILE, **rkm.describe()}
+
+
+def _manifest(index, factory: str, tmp_dir: Path, src: _Source, dim: int, files: dict[str, str], docs_info, sampling: dict[str, Any],
+              timings: dict[str, float], t_start: float) -> dict[str, Any]:
+    import faiss
+
+    from scalingnote.utils import machine_description, package_versions
+
+    n = len(src.ids)
+    ivf = find_ivf(index)
+    index_bytes = (tmp_dir / INDEX_FILE).stat().st_size
+    code_bytes = code_bytes_per_vector(index)
+    return {
+        "format": FORMAT,
+        "factory": factory.strip(),
+        "faiss_class": type(faiss.downcast_index(index)).__name__,
+        "metric": "inner_product",
+        "faiss_metric": "inner_product" if index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2",
+        "normalized": True,
+        "dim": dim,
+        "source_dim": src.dim,
+        "matryoshka_prefix": dim < src.dim,
+        "n_vectors": n,
+        "nlist": int(ivf.nlist) if ivf is not None else None,
+        "tower": src.tower,
+        "embeddings_dir": src.embeddings_dir,
+        "files": files,
+        "documents": docs_info,
+        "code_bytes_per_vector": code_bytes,
+        "index_bytes": index_bytes,
+        "index_bytes_per_vector": round(index_bytes / n, 3),
+        "float_bytes_per_vector": 4 * dim,
+        "compression": round(4 * dim / code_bytes, 3) if code_bytes else None,
+        **sampling,
+        **{k: round(v, 3) for k, v in timings.items()},
+        "build_seconds": round(time.perf_counter() - t_start, 3),
+        "faiss_version": faiss.__version__,
+        "versions": package_versions(),
+        "machine": machine_description(),
+        "created": _now(),
+    }

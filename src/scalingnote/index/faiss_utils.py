@@ -1,0 +1,158 @@
+"""FAISS helpers: index construction from a factory string, finding the IVF / HNSW layers of a
+composite index, code sizes, training preparation and per-call search parameters."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+from scalingnote.errors import ScalingNoteError
+
+
+# --------------------------------------------------------------------------- FAISS helpers
+
+
+def _faiss_message(e: BaseException) -> str:
+    """The useful part of a FAISS C++ error message."""
+    msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+    for marker in ("failed: ", "Error: "):
+        if marker in msg:
+            msg = msg.rsplit(marker, 1)[1]
+            break
+    return msg.strip()
+
+
+def make_index(dim: int, factory: str):
+    """``faiss.index_factory(dim, factory, METRIC_INNER_PRODUCT)`` with a clear error on a bad string."""
+    import faiss
+
+    if not factory or not factory.strip():
+        raise ScalingNoteError("factory: empty FAISS factory string")
+    try:
+        return faiss.index_factory(int(dim), factory.strip(), faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as e:
+        raise ScalingNoteError(f"factory {factory!r} (dim {dim}): FAISS cannot build it: {_faiss_message(e)}") from None
+
+
+def _layers(index) -> Iterator[Any]:
+    """Walk the wrapper chain: PreTransform -> IVF / HNSW (-> storage / quantizer)."""
+    import faiss
+
+    idx = faiss.downcast_index(index)
+    yield idx
+    if isinstance(idx, faiss.IndexPreTransform):
+        yield from _layers(idx.index)
+    elif isinstance(idx, faiss.IndexHNSW):
+        yield from _layers(idx.storage)
+    elif isinstance(idx, (faiss.IndexIDMap, faiss.IndexIDMap2)):
+        yield from _layers(idx.index)
+
+
+def find_ivf(index):
+    """The IVF layer of ``index`` (through OPQ/pre-transform wrappers), or None."""
+    import faiss
+
+    for layer in _layers(index):
+        if isinstance(layer, faiss.IndexIVF):
+            return layer
+    return None
+
+
+def find_hnsw(index):
+    """The top-level HNSW graph index of ``index`` (through wrappers), or None."""
+    import faiss
+
+    for layer in _layers(index):
+        if isinstance(layer, faiss.IndexHNSW):
+            return layer
+    return None
+
+
+def code_bytes_per_vector(index) -> int | None:
+    """Bytes of the stored code of one vector (PQ/SQ/flat codes; not ids or graph links)."""
+    import faiss
+
+    ivf = find_ivf(index)
+    if ivf is not None:
+        return int(ivf.code_size)
+    for layer in _layers(index):
+        if isinstance(layer, (faiss.IndexPreTransform, faiss.IndexHNSW)):
+            continue
+        try:
+            return int(layer.sa_code_size())
+        except RuntimeError:
+            continue
+    return None
+
+
+def _prepare_training(index, seed: int, polysemous_training: bool) -> None:
+    """Seed the K-means of IVF coarse quantisers and PQ codebooks (FAISS default: a fixed
+    1234) and switch off polysemous training unless asked for.
+
+    FAISS's factory enables polysemous training for ``PQ{M}`` (``PQ{M}np`` disables it):
+    it permutes PQ centroids so Hamming distances between codes approximate L2, which
+    only matters for polysemous (Hamming-filtered) search, which this package does not
+    use; it costs seconds to minutes per index and does not change ADC search results.
+    """
+    import faiss
+
+    for layer in _layers(index):
+        with contextlib.suppress(AttributeError):
+            if isinstance(layer, faiss.IndexIVF):
+                layer.cp.seed = int(seed)
+            if hasattr(layer, "pq") and hasattr(layer.pq, "cp"):
+                layer.pq.cp.seed = int(seed) + 1
+            if hasattr(layer, "do_polysemous_training") and not polysemous_training:
+                layer.do_polysemous_training = False
+
+
+def _search_params(index, nprobe: int | None, ef_search: int | None, factory: str):
+    """Per-call FAISS SearchParameters (thread-safe, no global index mutation).
+
+    Returns ``(params_or_None, keepalive)``; ``keepalive`` holds nested parameter
+    objects that the C++ side only references.
+    """
+    import faiss
+
+    keep: list[Any] = []
+    used = {"nprobe": False, "ef_search": False}
+
+    def build(idx):
+        idx = faiss.downcast_index(idx)
+        if isinstance(idx, faiss.IndexPreTransform):
+            inner = build(idx.index)
+            if inner is None:
+                return None
+            keep.append(inner)
+            return faiss.SearchParametersPreTransform(index_params=inner)
+        if isinstance(idx, faiss.IndexIVF):
+            kw: dict[str, Any] = {}
+            if nprobe is not None:
+                if nprobe < 1:
+                    raise ScalingNoteError(f"nprobe must be >= 1, got {nprobe}")
+                kw["nprobe"] = int(min(nprobe, idx.nlist))
+                used["nprobe"] = True
+            q = faiss.downcast_index(idx.quantizer)
+            if ef_search is not None and isinstance(q, faiss.IndexHNSW):
+                qp = faiss.SearchParametersHNSW(efSearch=int(ef_search))
+                keep.append(qp)
+                kw["quantizer_params"] = qp
+                used["ef_search"] = True
+            return faiss.SearchParametersIVF(**kw) if kw else None
+        if isinstance(idx, faiss.IndexHNSW):
+            if ef_search is not None:
+                if ef_search < 1:
+                    raise ScalingNoteError(f"ef_search must be >= 1, got {ef_search}")
+                used["ef_search"] = True
+                return faiss.SearchParametersHNSW(efSearch=int(ef_search))
+            return None
+        return None
+
+    params = build(index)
+    if nprobe is not None and not used["nprobe"]:
+        raise ScalingNoteError(f"nprobe={nprobe} given, but index {factory!r} has no IVF layer")
+    if ef_search is not None and not used["ef_search"]:
+        raise ScalingNoteError(f"ef_search={ef_search} given, but index {factory!r} has no HNSW graph")
+    return params, keep

@@ -1,0 +1,83 @@
+"""The on-disk layout of a dense index directory (``scalingnote-index/1``): file names, search
+defaults, the manifest reader, the query-tower check, and the atomic directory swap."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.embeddings import tower_identity
+
+
+FORMAT = "scalingnote-index/1"
+MANIFEST = "manifest.json"
+INDEX_FILE = "index.faiss"
+VECTORS_FILE = "vectors.npy"
+DOC_IDS_FILE = "doc_ids.json"
+SEMANTIC_IDS_FILE = "semantic_ids.npy"
+SEMANTIC_CODEBOOKS_FILE = "semantic_ids.npz"
+DOCS_FILE = "docs.jsonl"
+SNIPPET_CHARS = 240
+
+DEFAULT_NPROBE = 16
+DEFAULT_EF_SEARCH = 128
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    root = Path(root)
+    path = root / MANIFEST
+    if not path.exists():
+        raise ScalingNoteError(f"{root}: no {MANIFEST} — not an index directory (build one with `scalingnote index build`)")
+    try:
+        man = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScalingNoteError(f"{path}: unreadable index manifest ({e})") from None
+    if man.get("format") != FORMAT:
+        raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+    return man
+
+
+def check_query_tower(manifest: dict[str, Any], query_tower, where: str | Path = MANIFEST) -> None:
+    """Raise :class:`ScalingNoteError` unless ``query_tower`` can search this index."""
+    doc = manifest.get("tower") or {}
+    q = tower_identity(query_tower)
+    doc_compat, q_compat = doc.get("compat_id"), q.get("compat_id")
+    if doc_compat is None:
+        raise ScalingNoteError(
+            f"{where}: the index records no document-tower compat id (built from raw vectors), so query tower "
+            f"{q.get('name', '?')!r} cannot be checked; search it with precomputed query vectors instead"
+        )
+    if q_compat is None or str(q_compat) != str(doc_compat):
+        raise ScalingNoteError(
+            f"{where}: query tower {q.get('name', '?')!r} (compat id {q_compat!r}, fingerprint {q.get('fingerprint')!r}) "
+            f"is not compatible with the index's document tower {doc.get('name', '?')!r} "
+            f"(compat id {doc_compat!r}, fingerprint {doc.get('fingerprint')!r})"
+        )
+    qdim = q.get("dim")
+    dim, src = int(manifest["dim"]), int(manifest.get("source_dim", manifest["dim"]))
+    if qdim is not None and int(qdim) not in (dim, src):
+        raise ScalingNoteError(
+            f"{where}: query tower {q.get('name', '?')!r} outputs {qdim}-d vectors, but the index dim is {dim} "
+            f"(document tower dim {src})"
+        )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _replace_dir(tmp_dir: Path, out_dir: Path) -> None:
+    """Rename ``tmp_dir`` onto ``out_dir``; an existing ``out_dir`` is swapped out then removed."""
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        os.replace(out_dir, old)
+        os.replace(tmp_dir, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp_dir, out_dir)

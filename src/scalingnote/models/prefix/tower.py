@@ -1,0 +1,104 @@
+"""The training-time tower over cached prefix features (:class:`PrefixTower`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from scalingnote.data.types import Document
+from scalingnote.errors import ScalingNoteError
+
+from scalingnote.models.prefix.cache import FeatureCache, _collate, _encodings, _ids_of, fill_cache, item_key
+from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, sub_backbone
+
+
+# ============================================================================ training-time tower
+class PrefixTower:
+    """A tower whose bottom ``L - k`` layers are frozen and cached (see the module docstring).
+
+    ``queries(texts)`` / ``documents(docs)`` return what ``tower(tower.tokenize_...(x))``
+    returns — projected, not normalised, with grad through the top layers and the head —
+    but read the frozen part from the cache (filled on demand).
+    """
+
+    def __init__(self, tower, trainable_layers: int, cache_root: str | Path, *, batch_size: int = 32, show_progress: bool = True):
+        self.tower = tower
+        self.k = check_trainable_layers(trainable_layers, int(tower.config.num_layers))
+        self.cache = FeatureCache.for_tower(cache_root, tower, self.k)
+        self.batch_size = batch_size
+        self.show_progress = show_progress
+        L = int(tower.config.num_layers)
+        self._top = None if self.k == 0 else sub_backbone(tower.backbone, L - self.k, from_hidden=True)
+        freeze_prefix(tower, self.k)
+
+    def ensure(self, items: Sequence[Any]) -> int:
+        """Cache the features of ``items`` that are missing; returns how many were computed."""
+        return fill_cache(self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress)
+
+    def pooled(self, items: Sequence[Any]) -> Tensor:
+        """Pooled states before the projection: ``[B, H]`` or ``[B, 3, H]`` (LLM documents)."""
+        items = list(items)
+        keys = [item_key(it) for it in items]
+        if self.cache.missing(keys):
+            self.ensure(items)
+        t = self.tower
+        dev = t.device
+        if self.k == 0:
+            x = torch.from_numpy(self.cache.pooled_rows(keys)).to(dev)
+            return x[:, 0] if x.shape[1] == 1 else x
+        encs = _encodings(t, items)
+        states = self.cache.token_rows(keys)
+        for e, s, it in zip(encs, states, items):
+            if len(_ids_of(t, e)) != s.shape[0]:
+                raise ScalingNoteError(f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}")
+        batch = {kk: v.to(dev) for kk, v in _collate(t, encs).items()}
+        mask = batch["attention_mask"].bool()
+        h = torch.zeros(mask.shape + (states[0].shape[1],), dtype=t.dtype, device=dev)
+        h[mask] = torch.from_numpy(np.concatenate(states)).to(dev, t.dtype)  # row-major: each row's real tokens in order
+        out = t.run_layers(batch, backbone=self._top, inputs_embeds=h)
+        return t.pool_hidden(out, batch)
+
+    def queries(self, texts: Sequence[Any]) -> Tensor:
+        return self.tower.project(self.pooled(texts))
+
+    def documents(self, docs: Sequence[Document]) -> dict[str, Tensor]:
+        from scalingnote.models.prompt import VIEWS
+
+        p = self.tower.project(self.pooled(docs))
+        if p.dim() == 3:
+            return {v: p[:, i] for i, v in enumerate(VIEWS)}
+        return {v: p for v in VIEWS}
+
+    def encode_documents(self, docs: Sequence[Document], *, batch_size: int = 256, show_progress: bool = False,
+                         view: str = "emb", dim: int | None = None, normalize: bool = True) -> np.ndarray:
+        """Like :meth:`DocumentTower.encode_documents` (what ``index encode`` calls), from the cache."""
+        return self.encode(docs, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
+
+    @torch.no_grad()
+    def encode(self, items: Sequence[Any], *, view: str | None = "emb", dim: int | None = None, normalize: bool = True,
+               batch_size: int = 256) -> np.ndarray:
+        """float32 embeddings like ``encode_queries`` / ``encode_documents`` (eval mode, no grad)."""
+        items = list(items)
+        self.ensure(items)
+        was = self.tower.training
+        self.tower.eval()
+        out = []
+        try:
+            for i in range(0, len(items), batch_size):
+                chunk = items[i : i + batch_size]
+                if self.tower.config.role == "query":
+                    e = self.queries(chunk)
+                else:
+                    e = self.documents(chunk)[view or "emb"]
+                e = e[:, : (dim or e.shape[1])].float()
+                if normalize:
+                    e = torch.nn.functional.normalize(e, dim=-1)
+                out.append(e.cpu().numpy())
+        finally:
+            self.tower.train(was)
+        return np.concatenate(out) if out else np.zeros((0, dim or self.tower.out_dim), dtype=np.float32)

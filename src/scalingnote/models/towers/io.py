@@ -1,0 +1,330 @@
+"""Building and loading towers: from a base model (LLM or BERT, local directory or GGUF), from a
+saved ``tower.json`` directory, or a query/document pair."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from scalingnote.errors import ConfigError
+from scalingnote.models.loading import (
+    TOWER_FILE,
+    Backbone,
+    default_device,
+    load_backbone,
+    load_hf_backbone,
+    parse_dtype,
+    resolve_source,
+)
+from scalingnote.models.prompt import DEFAULT_FIELD_CAPS, PAPER_DOCUMENT_PROMPT, SPECIAL_TOKENS
+from scalingnote.models.towers.classes import TOWER_CLASSES, DocumentTower, QueryTower
+from scalingnote.models.towers.config import (
+    DEFAULT_MAX_DOC_LENGTH,
+    DEFAULT_MAX_QUERY_LENGTH,
+    FORMAT,
+    FORMAT_VERSION,
+    ROLES,
+    TowerConfig,
+    matryoshka_dims_for,
+)
+from scalingnote.models.towers.pooling import orthogonal_projection
+
+
+def _add_placeholder_tokens(model: nn.Module, tokenizer: Any) -> list[str]:
+    """Add [TITLE_QUERY], [CONTENT_QUERY], [EMB] as special tokens; new embedding rows = mean of old rows.
+
+    The mean (not HF's random ``mean_resizing`` sample) keeps construction deterministic,
+    so query and document towers built separately from one base get identical weights.
+    """
+    vocab = tokenizer.get_vocab()
+    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+    if missing:
+        tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
+    emb = model.get_input_embeddings()
+    old = emb.weight.shape[0]
+    needed = max(len(tokenizer), max(int(tokenizer.convert_tokens_to_ids(t)) for t in SPECIAL_TOKENS) + 1)
+    if needed > old:
+        with torch.no_grad():
+            mean = emb.weight[:old].float().mean(0)
+        model.resize_token_embeddings(needed, mean_resizing=False)
+        with torch.no_grad():
+            w = model.get_input_embeddings().weight
+            w[old:] = mean.to(w.dtype)
+    return list(SPECIAL_TOKENS)
+
+
+def build_tower(
+    backbone: Backbone,
+    role: str = "query",
+    *,
+    dim: int | None = None,
+    matryoshka_dims: list[int] | tuple[int, ...] | None = None,
+    pooling: str | None = None,
+    max_query_length: int | None = None,
+    max_doc_length: int | None = None,
+    doc_prompt: str | None = None,
+    field_caps: dict[str, int | None] | None = None,
+    projection_seed: int = 0,
+    padding_side: str = "right",
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+) -> QueryTower | DocumentTower:
+    """Wrap a loaded :class:`Backbone` into a tower (takes ownership of it: the model and
+    tokenizer are modified in place — LLM placeholders are added).
+
+    ``pooling=None`` picks: LLM query "last", LLM document "prompt"; BERT: the pooling a
+    sentence-transformers directory declares (``1_Pooling``; all-MiniLM-L6-v2: "mean"),
+    else "cls" as in the paper (§3.3).
+    """
+    if role not in ROLES:
+        raise ConfigError(None, None, "role", f"must be 'query' or 'document', got {role!r}")
+    model, tok, kind = backbone.model, backbone.tokenizer, backbone.kind
+    special: list[str] = []
+    if kind == "llm":
+        if tok.eos_token_id is None:
+            raise ConfigError(backbone.hf_dir, None, "eos_token", "an LLM tower needs a tokenizer with an EOS token")
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        # added to every LLM tower (query ones too) so both towers of a pair share one vocabulary
+        special = _add_placeholder_tokens(model, tok)
+        default_pool = "last" if role == "query" else "prompt"
+    else:
+        if tok.pad_token_id is None:
+            raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
+        default_pool = backbone.native_pooling if backbone.native_pooling in ("cls", "mean") else "cls"
+    pool = pooling or default_pool
+    hidden = int(model.config.hidden_size)
+    out = dim if dim is not None else hidden
+    if matryoshka_dims is None:
+        md = matryoshka_dims_for(out) if dim is not None else [out]
+    else:
+        md = sorted({int(m) for m in matryoshka_dims})
+    doc_len = max_doc_length or DEFAULT_MAX_DOC_LENGTH[kind]
+    is_llm_doc = kind == "llm" and role == "document"
+    try:
+        cfg = TowerConfig(
+            kind=kind,
+            role=role,
+            base_model=backbone.source.name,
+            hidden_size=hidden,
+            num_layers=int(model.config.num_hidden_layers),
+            base_num_layers=backbone.base_num_layers,
+            dim=dim,
+            matryoshka_dims=md,
+            pooling=pool,
+            max_query_length=max_query_length or DEFAULT_MAX_QUERY_LENGTH,
+            max_doc_length=doc_len,
+            doc_prompt=(doc_prompt or PAPER_DOCUMENT_PROMPT) if is_llm_doc else None,
+            field_caps=dict(field_caps if field_caps is not None else DEFAULT_FIELD_CAPS) if is_llm_doc else None,
+            special_tokens=special,
+            projection_init="orthogonal" if dim is not None else None,
+            projection_seed=int(projection_seed),
+            padding_side=padding_side,
+        )
+    except ValueError as e:
+        raise ConfigError(None, None, "tower", str(e)) from None
+    projection = None
+    if dim is not None:
+        projection = nn.Linear(hidden, dim, bias=False)
+        with torch.no_grad():
+            projection.weight.copy_(orthogonal_projection(hidden, dim, projection_seed))
+    tower = TOWER_CLASSES[role](cfg, model, tok, projection)
+    tower.eval()
+    dev = torch.device(device) if device is not None else default_device()
+    dt = parse_dtype(dtype, dev)
+    if dt != torch.float32:
+        tower.refresh_fingerprint()  # identity is defined on the fp32 weights, before the cast
+    return tower.to(device=dev, dtype=dt)
+
+
+def _read_tower_json(path: Path) -> dict[str, Any]:
+    f = path / TOWER_FILE
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f, None, None, f"cannot read: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ConfigError(f, None, "format", f"not a {FORMAT} file")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(f, None, "format_version", f"unsupported version {doc.get('format_version')!r} (expected {FORMAT_VERSION})")
+    for key in ("config", "fingerprint", "space_id", "compat_id", "compat_source"):
+        if key not in doc:
+            raise ConfigError(f, None, key, "missing")
+    return doc
+
+
+def load_saved_tower(
+    path: str | os.PathLike,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
+    verify: bool = False,
+    padding_side: str | None = None,
+) -> QueryTower | DocumentTower:
+    """Load a directory written by :meth:`Tower.save` (exact round trip).
+
+    The stored fingerprint is trusted; ``verify=True`` recomputes it from the loaded
+    weights and raises if they differ (a modified or corrupted directory).
+    """
+    from safetensors.torch import load_file
+
+    from scalingnote.config import load_config
+
+    path = Path(path)
+    doc = _read_tower_json(path)
+    cfg_dict = dict(doc["config"])
+    if padding_side is not None:
+        cfg_dict["padding_side"] = padding_side
+    try:
+        cfg = load_config(TowerConfig, cfg_dict)
+    except ConfigError as e:
+        raise ConfigError(path / TOWER_FILE, None, f"config.{e.field}" if e.field else "config", e.reason) from None
+    bb = load_hf_backbone(path / "backbone", kind=cfg.kind)
+    if bb.num_layers != cfg.num_layers or bb.hidden_size != cfg.hidden_size:
+        raise ConfigError(path / "backbone" / "config.json", None, "num_hidden_layers", "does not match tower.json")
+    projection = None
+    if cfg.dim is not None:
+        pf = path / "projection.safetensors"
+        if not pf.is_file():
+            raise ConfigError(pf, None, None, "missing (tower.json says dim is set)")
+        tensors = load_file(str(pf))
+        w = tensors["weight"].to(torch.float32)
+        center = tensors.get("center")
+        projection = nn.Linear(cfg.hidden_size, cfg.dim, bias=False)
+        if tuple(w.shape) != (cfg.dim, cfg.hidden_size):
+            raise ConfigError(pf, None, "weight", f"shape {tuple(w.shape)} != {(cfg.dim, cfg.hidden_size)}")
+        with torch.no_grad():
+            projection.weight.copy_(w)
+    tower = TOWER_CLASSES[cfg.role](cfg, bb.model, bb.tokenizer, projection)
+    if projection is not None and center is not None:
+        if tuple(center.shape) != (cfg.hidden_size,):
+            raise ConfigError(pf, None, "center", f"shape {tuple(center.shape)} != {(cfg.hidden_size,)}")
+        with torch.no_grad():
+            tower.center.copy_(center.to(torch.float32))
+    tower.eval()
+    stored = {"fingerprint": doc["fingerprint"], "space_id": doc["space_id"]}
+    if verify:
+        actual = tower._compute_ids()
+        if actual != stored:
+            raise ConfigError(path / TOWER_FILE, None, "fingerprint", f"stored {stored['fingerprint']} but the weights give {actual['fingerprint']}")
+    tower._ids = stored
+    if doc["compat_source"] == "explicit":
+        tower._compat_explicit = doc["compat_id"]
+    dev = torch.device(device) if device is not None else default_device()
+    return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
+
+
+def load_tower(
+    name_or_path: str | os.PathLike,
+    role: str | None = None,
+    *,
+    num_layers: int | None = None,
+    dim: int | None = None,
+    pooling: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None,
+    matryoshka_dims: list[int] | tuple[int, ...] | None = None,
+    max_query_length: int | None = None,
+    max_doc_length: int | None = None,
+    doc_prompt: str | None = None,
+    field_caps: dict[str, int | None] | None = None,
+    projection_seed: int = 0,
+    padding_side: str | None = None,
+    verify: bool = False,
+) -> QueryTower | DocumentTower:
+    """Load a tower from a packaged name (``smollm2-135m``, ``minilm-l6``), an HF directory,
+    a ``.gguf`` file (converted once into the cache) or a saved tower directory.
+
+    Base models: ``role`` defaults to "query"; ``dim=None`` means **no projection**
+    (zero-shot; output = hidden size) — pass ``dim=DEFAULT_DIM`` (128) for a trainable
+    projection; ``num_layers`` keeps the first N layers. Saved towers: the saved settings
+    are used; arguments that would change them must be left None or equal the saved value.
+    Device: CUDA if available else CPU; dtype: fp32 on CPU, bf16 on GPU.
+    """
+    src = resolve_source(name_or_path)
+    if src.form == "tower":
+        doc = _read_tower_json(src.path)
+        saved = doc["config"]
+        wanted = {
+            "role": role,
+            "num_layers": num_layers,
+            "dim": dim,
+            "pooling": pooling,
+            "max_query_length": max_query_length,
+            "max_doc_length": max_doc_length,
+            "doc_prompt": doc_prompt,
+            "field_caps": field_caps,
+        }
+        if matryoshka_dims is not None:
+            wanted["matryoshka_dims"] = sorted({int(m) for m in matryoshka_dims})
+        for k, v in wanted.items():
+            if v is not None and v != saved.get(k):
+                raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
+        return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
+    if src.form == "hf" and (src.path / "modules.json").is_file():  # a sentence-transformers directory (issue 23)
+        from scalingnote.models.st_import import load_st_tower
+
+        return load_st_tower(
+            src, role or "query", num_layers=num_layers, dim=dim, pooling=pooling, cache_dir=cache_dir, dtype=dtype, device=device,
+            matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
+            doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
+        )
+    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
+    bb.source = dataclasses.replace(bb.source, name=src.name)
+    return build_tower(
+        bb,
+        role or "query",
+        dim=dim,
+        matryoshka_dims=matryoshka_dims,
+        pooling=pooling,
+        max_query_length=max_query_length,
+        max_doc_length=max_doc_length,
+        doc_prompt=doc_prompt,
+        field_caps=field_caps,
+        projection_seed=projection_seed,
+        padding_side=padding_side or "right",
+        device=device,
+        dtype=dtype,
+    )
+
+
+def load_tower_pair(
+    name_or_path: str | os.PathLike,
+    *,
+    num_layers: int | None = None,
+    dim: int | None = None,
+    pooling: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    dtype: torch.dtype | str | None = None,
+    device: torch.device | str | None = None,
+    query_pooling: str | None = None,
+    doc_pooling: str | None = None,
+    **kwargs: Any,
+) -> tuple[QueryTower, DocumentTower]:
+    """A query and a document tower initialised from the same base model (loaded once).
+
+    ``pooling`` applies to both towers; ``query_pooling`` / ``doc_pooling`` override it per tower.
+
+    Stage I (§3.2) starts both towers from one checkpoint; their weights are independent
+    copies. Built with the same settings they share a ``compat_id`` (rule 1).
+    """
+    src = resolve_source(name_or_path)
+    if src.form == "tower":
+        raise ConfigError(src.path, None, "model", "is a saved tower: load each saved tower with load_tower")
+    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
+    bb.source = dataclasses.replace(bb.source, name=src.name)
+    bb2 = dataclasses.replace(bb, model=copy.deepcopy(bb.model), tokenizer=copy.deepcopy(bb.tokenizer))
+    common = dict(dim=dim, device=device, dtype=dtype, **kwargs)
+    q = build_tower(bb, "query", pooling=query_pooling or pooling, **common)
+    d = build_tower(bb2, "document", pooling=doc_pooling or pooling, **common)
+    return q, d  # type: ignore[return-value]

@@ -1,0 +1,87 @@
+"""What the service shows beside document ids: titles and snippets from the corpus (when the
+index stores none), and the BM25 index for the bm25 / hybrid modes."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+from scalingnote.errors import ScalingNoteError
+
+
+log = logging.getLogger("scalingnote.serve")
+
+
+def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | None) -> Path | None:
+    """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a
+    corpus.jsonl), else the corpus recorded with the index's document store
+    (``manifest["documents"]["source"]``) or by the embeddings the index was built from
+    (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
+    if corpus is not None:
+        p = Path(corpus)
+        if p.is_dir():
+            p = p / "corpus.jsonl"
+        if not p.is_file():
+            raise ScalingNoteError(f"{p}: corpus file not found (--corpus expects a BEIR directory or a corpus.jsonl)")
+        return p
+    src = (index_manifest.get("documents") or {}).get("source")
+    if src and Path(src).is_file():
+        return Path(src)
+    emb = index_manifest.get("embeddings_dir")
+    if not emb:
+        return None
+    try:
+        man = json.loads((Path(emb) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    path = (man.get("corpus") or {}).get("path")
+    if path and Path(path).is_file():
+        return Path(path)
+    return None
+
+
+def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:
+    """``{doc_id: title}`` for the indexed documents (others in the corpus are skipped)."""
+    return {d: t for d, (t, _) in load_documents(corpus_path, doc_ids).items()}
+
+
+def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None) -> dict[str, tuple[str, str]]:
+    """``{doc_id: (title, snippet)}`` for the indexed documents: from the index's document
+    store (``docs.jsonl``) when it has one, else read from ``corpus_path`` (others skipped)."""
+    if index is not None and getattr(index, "titles", None) is not None and getattr(index, "snippets", None) is not None:
+        return {d: (t, sn) for d, t, sn in zip(index.doc_ids, index.titles, index.snippets, strict=True)}
+    if corpus_path is None:
+        return {}
+    from scalingnote.data.beir import iter_corpus
+    from scalingnote.index.docstore import make_snippet
+
+    wanted = set(doc_ids)
+    docs: dict[str, tuple[str, str]] = {}
+    # on_invalid="skip": a bad record costs one title, not the service (the index was built already)
+    for doc in iter_corpus(corpus_path, on_invalid="skip"):
+        if doc.id in wanted:
+            docs[doc.id] = (doc.title or "", make_snippet(doc.content or doc.topic or ""))
+    return docs
+
+
+def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str]):
+    """The BM25 index beside the dense index (``<index>/bm25``): reused while its fingerprint
+    matches the indexed documents of ``corpus_path``, else built once and saved; without a
+    corpus, the saved one (or None). A failure costs the bm25/hybrid modes, not the service."""
+    from scalingnote.sparse.bm25 import open_or_build_bm25
+
+    try:
+        if corpus_path is None:
+            return open_or_build_bm25(index_dir)
+        from scalingnote.data.beir import iter_corpus
+
+        wanted = set(doc_ids)
+        docs = [d for d in iter_corpus(corpus_path, on_invalid="skip") if d.id in wanted]
+        return open_or_build_bm25(index_dir, docs, show_progress=False) if docs else None
+    except (ScalingNoteError, OSError) as e:
+        log.warning("scalingnote serve: no BM25 index (modes bm25 and hybrid are off): %s", e)
+        return None

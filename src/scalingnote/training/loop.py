@@ -1,0 +1,341 @@
+"""The one training loop of every stage (Stage I, QKD, the TMJ learned-PQ phases).
+
+:class:`TrainLoop` owns the scaffolding that the three trainers used to repeat: AdamW with the
+Table 7 parameter groups and the linear warm-up/decay schedule, the step loop with gradient
+clipping, progress bar, ``metrics.jsonl`` logging, checkpoints every ``save_every`` steps with
+exact resume (model + optimizer + scheduler + step + every RNG state; log lines written after
+the checkpoint are dropped on resume), a checkpoint on Ctrl-C, and validation with early
+stopping and best-weights restore. A stage subclasses it (the shape of FlagEmbedding's
+``AbsRunner``) and fills in:
+
+* :meth:`train_step` — forward + backward for step ``step`` (gradients left in ``.grad``),
+  returning the loss components to log;
+* :meth:`model_state` / :meth:`load_model_state` — what of the model goes into a checkpoint;
+* optionally :meth:`validate` (a score, ``higher_is_better``), :meth:`before_step`,
+  :meth:`after_step`, :meth:`log_record`, :meth:`reduce_gradients`, :meth:`save` / :meth:`load_latest`
+  (sharded checkpoints), :meth:`trainable_state` / :meth:`restore_trainable` (best weights).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+
+log = logging.getLogger(__name__)
+
+
+def _is_head(name: str) -> bool:
+    return name.startswith("projection") or ".projection." in name
+
+
+def param_groups(towers: Sequence[nn.Module], lr: float, head_lr: float, weight_decay: float) -> list[dict]:
+    """Backbone / projection groups, weight decay off for biases and norm weights (Table 7)."""
+    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+    seen: set[int] = set()
+    for tower in towers:
+        for name, p in tower.named_parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            no_decay = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias")
+            groups.setdefault((_is_head(name), no_decay), []).append(p)
+    return [
+        {"params": ps, "lr": head_lr if head else lr, "weight_decay": 0.0 if nd else weight_decay}
+        for (head, nd), ps in groups.items()
+    ]
+
+
+def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float):
+    """Table 7: linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0."""
+    from transformers import get_linear_schedule_with_warmup
+
+    return get_linear_schedule_with_warmup(optimizer, math.ceil(warmup_ratio * total_steps), total_steps)
+
+
+class StopTraining(Exception):
+    """Raised by a step callback to stop after a checkpoint (used by tests to simulate a kill)."""
+
+
+@dataclass
+class LoopSettings:
+    """How the loop runs: clipping, logging / checkpoint / validation periods, early stopping."""
+
+    max_grad_norm: float = 1.0
+    log_every: int = 10
+    save_every: int = 50
+    keep_checkpoints: int = 2
+    show_progress: bool = True
+    eval_every: int = 0  # 0: validate only at the start and the end
+    patience: int | None = None  # validations without improvement before stopping (None: never stop)
+    restore_best: bool = True  # end with the best validated weights
+
+
+class TrainLoop:
+    """Shared step loop; see the module docstring for the hooks a stage fills in."""
+
+    desc = "train"
+    higher_is_better = True  # validate() returns a score (True) or a loss (False)
+    save_when_stopping = True  # checkpoint at a save_every step even when validation stops there
+
+    def __init__(self, out_dir: str | Path, total_steps: int, settings: LoopSettings, *, metrics_path: str | Path | None = None, is_main: bool = True):
+        self.out = Path(out_dir)
+        self.total_steps = int(total_steps)
+        self.settings = settings
+        self.metrics_path = Path(metrics_path) if metrics_path is not None else self.out / "metrics.jsonl"
+        self.is_main = is_main
+        self.step = 0
+        self.prior_seconds = 0.0  # optimiser time of earlier (interrupted) runs
+        self.best: dict[str, Any] = {"score": None, "step": 0, "state": None, "bad": 0, "curve": []}
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+
+    # -- optimizer ----------------------------------------------------------------------------
+    def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        """AdamW over ``groups`` (see :func:`param_groups`) + :func:`linear_warmup_decay`."""
+        groups = [g for g in groups if g["params"]]
+        if not groups:
+            raise ScalingNoteError(f"{self.desc}: nothing to train (every parameter is frozen)")
+        self.optimizer = torch.optim.AdamW(groups, betas=tuple(betas), eps=eps)
+        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio)
+
+    def trainable_params(self) -> list[Tensor]:
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    # -- hooks a stage fills in ------------------------------------------------------------------
+    def modules(self) -> list[nn.Module]:
+        """Modules switched to train mode during the loop (and back to eval after it)."""
+        return []
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """Forward + backward of step ``step``; returns the loss components (``loss`` first)."""
+        raise NotImplementedError
+
+    def model_state(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def load_model_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def validate(self) -> float | None:
+        """Validation score (or loss, ``higher_is_better = False``); None: no validation."""
+        return None
+
+    def has_validation(self) -> bool:
+        return type(self).validate is not TrainLoop.validate
+
+    def before_step(self, step: int) -> None:
+        """Called before :meth:`train_step` (e.g. re-mining negatives)."""
+
+    def after_step(self, step: int) -> None:
+        """Called after each optimizer step and its checkpoint; may raise :class:`StopTraining`."""
+
+    def reduce_gradients(self) -> None:
+        """Called between backward and clipping (e.g. all-reduce across ranks)."""
+
+    def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
+        """The ``metrics.jsonl`` line for this step, or None to skip it."""
+        if self.step % self.settings.log_every == 0 or self.step == self.total_steps:
+            return {"step": self.step, **{k: round(v, 6) for k, v in comps.items()}}
+        return None
+
+    def keep_log_line(self, rec: dict[str, Any], step: int) -> bool:
+        """On resume at ``step``: keep this earlier log line (lines of later steps are redone)."""
+        return rec.get("step", 0) <= step
+
+    def trainable_state(self) -> dict[str, Tensor]:
+        """The weights that training changes (the best-weights snapshot)."""
+        return {f"{i}.{k}": v.detach().clone().cpu() for i, m in enumerate(self.modules()) for k, v in m.named_parameters() if v.requires_grad}
+
+    def restore_trainable(self, state: dict[str, Tensor]) -> None:
+        params = {f"{i}.{k}": v for i, m in enumerate(self.modules()) for k, v in m.named_parameters()}
+        with torch.no_grad():
+            for key, v in state.items():
+                params[key].copy_(v.to(params[key].device))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self, rng: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": rng if rng is not None else rng_state(),
+            "best": self.best,
+            "train_seconds": self.prior_seconds + self._elapsed(),
+            **self.model_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("total_steps") != self.total_steps:
+            raise ScalingNoteError(
+                f"{self.out}: checkpoint was made for {state.get('total_steps')} total steps, this run has {self.total_steps}: "
+                "the config changed; use a new output_dir"
+            )
+        self.load_model_state(state)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("rng") is not None:
+            set_rng_state(state["rng"])
+        self.step = int(state["step"])
+        self.best = state.get("best") or self.best
+        self.prior_seconds = float(state.get("train_seconds", 0.0))
+
+    def save(self, rng: dict[str, Any] | None = None) -> None:
+        if self.is_main:
+            save_checkpoint(self.out, self.step, self.state_dict(rng), keep=self.settings.keep_checkpoints)
+
+    def load_latest(self) -> bool:
+        """Load the newest checkpoint under ``out``; True when there was one."""
+        ck = load_latest_checkpoint(self.out)
+        if ck is None:
+            return False
+        self.load_state_dict(ck[1])
+        return True
+
+    # -- metrics log ----------------------------------------------------------------------------
+    def _truncate_log(self, step: int) -> None:
+        p = self.metrics_path
+        if not p.exists() or not self.is_main:
+            return
+        keep = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and self.keep_log_line(json.loads(ln), step)]
+        p.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
+
+    def write_log(self, rec: dict[str, Any]) -> None:
+        if self.is_main:
+            self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+
+    # -- validation -----------------------------------------------------------------------------
+    def _set_train(self, on: bool) -> None:
+        for m in self.modules():
+            m.train(on)
+
+    def check_validation(self, comps: dict[str, float]) -> bool:
+        """Validate, remember the best trainable weights; True when ``patience`` is exhausted."""
+        self._set_train(False)
+        try:
+            score = self.validate()
+        finally:
+            self._set_train(True)
+        if score is None:
+            return False
+        score = float(score)
+        b = self.best
+        b["curve"].append([self.step, round(score, 6)])
+        comps["val_score" if self.higher_is_better else "val_loss"] = score
+        better = b["score"] is None or (score > b["score"] if self.higher_is_better else score < b["score"])
+        if better:
+            b.update(score=score, step=self.step, bad=0, state=self.trainable_state() if self.settings.restore_best else None)
+        else:
+            b["bad"] += 1
+        return self.settings.patience is not None and b["bad"] >= self.settings.patience
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.perf_counter() - self._t0 if getattr(self, "_t0", None) is not None else 0.0
+
+    def optimizer_step(self) -> float:
+        self.reduce_gradients()
+        gnorm = torch.nn.utils.clip_grad_norm_(self.trainable_params(), self.settings.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(gnorm)
+
+    def _postfix(self, bar, comps: dict[str, float]) -> None:
+        extra = {}
+        for key in ("val_score", "val_loss"):
+            if key in comps:
+                extra["val"] = f"{comps[key]:.4f}"
+        bar.set_postfix(loss=f"{comps['loss']:.4f}", **extra)
+
+    def run(self, resume: bool = True) -> dict[str, float]:
+        """Train to ``total_steps`` (resuming from the newest checkpoint with ``resume``); returns
+        the last step's components plus ``train_seconds`` (this run), ``steps_run`` and, with
+        validation, ``best_step`` / ``best_val_score`` / ``stopped_early``."""
+        from tqdm.auto import tqdm
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._t0 = None
+        if resume and self.load_latest():
+            log.info("%s: resumed from step %d", self.desc, self.step)
+        self._truncate_log(self.step)
+        self._set_train(True)
+        bar = tqdm(total=self.total_steps, initial=self.step, desc=self.desc, disable=not self.settings.show_progress or not self.is_main, dynamic_ncols=True)
+        last: dict[str, float] = {}
+        self._t0 = time.perf_counter()
+        self.steps_done = 0
+        step_rng = rng_state()
+        validating = self.has_validation()
+        every = self.settings.eval_every
+        stop = False
+        # where a Ctrl-C lands: "grad" (weights untouched: checkpoint the state before the step),
+        # "update" (optimizer mid-update: no consistent state, no checkpoint), "done" (checkpoint now)
+        zone = "done"
+        if validating and self.step == 0 and not self.best["curve"]:
+            stop = self.check_validation({})  # the start is a candidate too
+        try:
+            while self.step < self.total_steps and not stop:
+                step_rng = rng_state()  # an interrupt mid-step checkpoints the state before the step
+                zone = "grad"
+                self.before_step(self.step)
+                comps = self.train_step(self.step)
+                zone = "update"
+                comps["grad_norm"] = self.optimizer_step()
+                self.step += 1
+                zone = "done"
+                self.steps_done += 1
+                comps["lr"] = float(self.scheduler.get_last_lr()[0])
+                last = comps
+                bar.update(1)
+                validated = False
+                if validating and every and (self.step % every == 0 or self.step == self.total_steps):
+                    stop = self.check_validation(comps)
+                    validated = True
+                self._postfix(bar, comps)
+                rec = self.log_record(comps, validated)
+                if rec is not None:
+                    self.write_log(rec)
+                if self.step % self.settings.save_every == 0 and self.step < self.total_steps and (self.save_when_stopping or not stop):
+                    self.save()
+                self.after_step(self.step)
+        except KeyboardInterrupt:
+            bar.close()
+            if zone != "update":
+                log.warning("%s: interrupted at step %d: writing a checkpoint; rerun to resume", self.desc, self.step)
+                self.optimizer.zero_grad(set_to_none=True)
+                self.save(rng=step_rng if zone == "grad" else None)
+            raise
+        finally:
+            bar.close()
+        if validating and (not every or not self.best["curve"] or self.best["curve"][-1][0] != self.step):
+            self.check_validation(last)  # the final weights are a candidate too
+        b = self.best
+        if validating and self.settings.restore_best and b["state"] is not None and b["step"] != self.step:
+            log.info("%s: restoring the best validated weights (step %d, %.4f)", self.desc, b["step"], b["score"])
+            self.restore_trainable(b["state"])
+        self._set_train(False)
+        last["train_seconds"] = self._elapsed()
+        self.total_train_seconds = self.prior_seconds + last["train_seconds"]
+        last["steps_run"] = self.step
+        if validating:
+            last["best_step"] = b["step"]
+            last["best_val_score"] = b["score"]
+            last["stopped_early"] = float(self.step < self.total_steps)
+        return last
+
+
+__all__ = ["LoopSettings", "StopTraining", "TrainLoop", "linear_warmup_decay", "param_groups"]
