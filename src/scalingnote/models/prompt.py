@@ -30,6 +30,53 @@ PAPER_DOCUMENT_PROMPT = (
     "combine the predicted query terms, and compress the above content into one word: “[EMB]”."
 )
 
+#: Named document prompts (``doc_tower.prompt`` of a Stage I config), for the prompt ablations of
+#: ScalingNote §4.5.1 / Table 5 (issue #21). ``full`` is the paper's prompt; the others drop one
+#: part of it and otherwise keep its wording:
+#:
+#: - ``no_title``: no title view: the title joins the content sentence, no [TITLE_QUERY] prediction
+#:   ("w/o title loss" in Table 5);
+#: - ``no_content``: no content view: the content sentence has no [CONTENT_QUERY] prediction;
+#: - ``no_summarize``: no inductive "combine ... compress into one word" instruction and no [EMB]:
+#:   the content view is the final embedding ("w/o summarize": "directly use the predicted query
+#:   term embedding of the content as the final embedding");
+#: - ``plain``: the document as plain text (title, topic, content on three lines), no instruction
+#:   and no placeholder: one view pooled over the whole text is the embedding.
+#:
+#: A view a preset lacks has no loss term (:attr:`DocumentPrompt.loss_views`); its output slot
+#: repeats the embedding so that every tower keeps the (title, content, emb) layout.
+PROMPT_PRESETS: dict[str, str] = {
+    "full": PAPER_DOCUMENT_PROMPT,
+    "no_title": (
+        "Document: {‘title’: {title}, ‘topic’: {topic}, ‘content’: {content}}. Predict a query term: “[CONTENT_QUERY]”, "
+        "combine the predicted query terms, and compress the above content into one word: “[EMB]”."
+    ),
+    "no_content": (
+        "Document: {‘title’: {title}}. Predict a query term: “[TITLE_QUERY]”.\n"
+        "Document: {‘topic’: {topic}, ‘content’: {content}}. Combine the predicted query terms, "
+        "and compress the above content into one word: “[EMB]”."
+    ),
+    "no_summarize": (
+        "Document: {‘title’: {title}}. Predict a query term: “[TITLE_QUERY]”.\n"
+        "Document: {‘topic’: {topic}, ‘content’: {content}}. Predict a query term: “[CONTENT_QUERY]”."
+    ),
+    "plain": "{title}\n{topic}\n{content}",
+}
+_PRESET_TEMPLATES = frozenset(PROMPT_PRESETS.values())
+
+
+def resolve_prompt(name_or_template: str | None) -> str | None:
+    """A preset name -> its template; a template (it has a ``{field}`` or a placeholder) or None -> itself."""
+    if name_or_template is None or name_or_template in _PRESET_TEMPLATES:
+        return name_or_template
+    if name_or_template in PROMPT_PRESETS:
+        return PROMPT_PRESETS[name_or_template]
+    if "{" in name_or_template or "[" in name_or_template:
+        return name_or_template
+    raise ConfigError(None, None, "prompt", f"unknown prompt preset {name_or_template!r} (presets: {', '.join(PROMPT_PRESETS)}; "
+                      "or give a template with {title}/{topic}/{content} fields and the three placeholders)")
+
+
 #: Document views, in output order, and their placeholder tokens.
 VIEWS: tuple[str, ...] = ("title", "content", "emb")
 PLACEHOLDERS: dict[str, str] = {"title": "[TITLE_QUERY]", "content": "[CONTENT_QUERY]", "emb": "[EMB]"}
@@ -48,7 +95,8 @@ _VIEW_OF = {tok: view for view, tok in PLACEHOLDERS.items()}
 def parse_template(template: str) -> list[tuple[str, str]]:
     """Split a template into ``("text", s)``, ``("field", name)`` and ``("view", name)`` segments.
 
-    Each placeholder must occur exactly once; each field at most once.
+    Each placeholder must occur exactly once (the named presets of :data:`PROMPT_PRESETS` may lack
+    some: see there); each field at most once.
     """
     segs: list[tuple[str, str]] = []
     for part in _TOKEN_RE.split(template):
@@ -62,7 +110,7 @@ def parse_template(template: str) -> list[tuple[str, str]]:
             segs.append(("text", part))
     for view in VIEWS:
         n = sum(1 for t, v in segs if t == "view" and v == view)
-        if n != 1:
+        if n != 1 and not (n == 0 and template in _PRESET_TEMPLATES):
             raise ConfigError(None, None, "doc_prompt", f"placeholder {PLACEHOLDERS[view]} must occur exactly once, found {n}")
     for f in FIELDS:
         n = sum(1 for t, v in segs if t == "field" and v == f)
@@ -156,6 +204,9 @@ class DocumentPrompt:
                 raise ConfigError(None, None, "tokenizer", f"placeholder {tok} is not a token of this tokenizer (add it first)")
             self.placeholder_ids[view] = int(tid)
         self.prefix_ids = special_prefix(tokenizer)
+        #: views whose placeholder is in the template (all three except for some presets)
+        self.views_present: tuple[str, ...] = tuple(v for v in VIEWS if ("view", v) in self.segments)
+        self.absent_views: tuple[str, ...] = tuple(v for v in VIEWS if v not in self.views_present)
         # Byte-level BPE tokenizers merge a leading space into the next word ("Ġword"); for those,
         # the space that ends a template text before a field is tokenized together with the field.
         plain = tokenizer("word", add_special_tokens=False)["input_ids"]
@@ -194,7 +245,55 @@ class DocumentPrompt:
             else:
                 pos[val] = len(ids) - 1
                 ids.append(self.placeholder_ids[val])
-        return ids, (pos["title"], pos["content"], pos["emb"])
+        last = len(ids) - 1  # a view the template lacks points at the last token (see :meth:`pool`)
+        return ids, (pos.get("title", last), pos.get("content", last), pos.get("emb", last))
+
+    @property
+    def loss_views(self) -> tuple[str, ...]:
+        """The views that get a loss term: those in the template (``emb`` alone for a template without any)."""
+        return self.views_present or ("emb",)
+
+    def pool(self, h: Any, batch: Any, pooling: str) -> Any:
+        """``[B, 3, H]`` views of a template that lacks some placeholders (the presets of
+        :data:`PROMPT_PRESETS`); a full template is pooled by the tower itself.
+
+        ``mean``: a view is the mean of its sentence — title: tokens up to [TITLE_QUERY]; content:
+        after the title view (or from the start) up to [CONTENT_QUERY]; emb: the whole prompt up to
+        [EMB]. ``prompt``: the state just before the placeholder (§3.2). Without [EMB] the
+        embedding is the content view, or without that too, the pooled whole text (mean) / the last
+        token's state (prompt). A view the template lacks repeats the embedding (no loss term).
+        """
+        import torch
+
+        vp = batch["view_positions"].to(h.device)
+        ids = batch["input_ids"].to(h.device)
+        mask = batch["attention_mask"].to(h.device)
+        for i, v in enumerate(VIEWS):
+            if v in self.views_present and not bool((ids[:, 1:].gather(1, vp[:, i : i + 1]) == self.placeholder_ids[v]).all()):
+                raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this prompt")
+        rows = torch.arange(h.shape[0], device=h.device)
+        # the last real token of each row (a template without placeholders ends its views there)
+        last = torch.where(mask.bool(), torch.arange(mask.shape[1], device=h.device), -1).max(dim=1).values
+        present = self.views_present
+        if pooling == "mean":
+            m = mask.to(h.dtype).unsqueeze(-1)
+            csum = torch.cat([torch.zeros_like(h[:, :1]), torch.cumsum(h * m, dim=1)], dim=1)  # csum[:, j+1] = sum up to j
+            cnt = torch.cat([torch.zeros_like(m[:, :1]), torch.cumsum(m, dim=1)], dim=1)
+
+            def span(a, b):  # mean over the real tokens in (a, b]
+                s = csum[rows, b + 1] - csum[rows, a + 1]
+                return s / (cnt[rows, b + 1] - cnt[rows, a + 1]).clamp(min=1)
+
+            start = torch.full_like(last, -1)
+            t = span(start, vp[:, 0]) if "title" in present else None
+            c = span(vp[:, 0] if "title" in present else start, vp[:, 1]) if "content" in present else None
+            whole = span(start, last)
+            e = span(start, vp[:, 2]) if "emb" in present else (c if c is not None else whole)
+        else:
+            t = h[rows, vp[:, 0]] if "title" in present else None
+            c = h[rows, vp[:, 1]] if "content" in present else None
+            e = h[rows, vp[:, 2]] if "emb" in present else (c if c is not None else h[rows, last])
+        return torch.stack([t if t is not None else e, c if c is not None else e, e], dim=1)
 
     @property
     def fixed_length(self) -> int:

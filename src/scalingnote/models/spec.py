@@ -25,6 +25,10 @@ class TowerSpec:
     #: 0..L: the embeddings and the bottom L-k layers are frozen and their outputs cached on disk
     #: (``scalingnote.models.prefix``); ``0`` trains the projection head only, over cached pooled states.
     trainable_layers: int | Literal["all"] = "all"
+    #: LLM document towers: the document prompt — a preset of ``scalingnote.models.prompt.PROMPT_PRESETS``
+    #: (``full`` = the paper's §3.2 prompt, ``no_title``, ``no_content``, ``no_summarize``, ``plain``) or a
+    #: template; None = ``full``
+    prompt: str | None = None
 
     @property
     def prefix_k(self) -> int | None:

@@ -128,7 +128,7 @@ def plot_loss_vs(rows: Sequence[dict[str, Any]], var: str, path: str | Path, fit
     ax.set_ylim(min(ys) / 1.25, max(ys) * 1.25)
     _log_axes(ax)
     ax.set_xlabel("N (non-embedding parameters)" if var == "N" else "D (training pairs)")
-    ax.set_ylabel("contrastive perplexity (validation)")
+    ax.set_ylabel("contrastive perplexity (fixed evaluation set)")
     title = f"loss vs {var}"
     if fixed_other is not None:
         title += f" (fit at {other}={fixed_other:.3g})"
@@ -157,7 +157,7 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
         ax1.plot(Dspan, joint.predict(N=np.full_like(Dspan, n), D=Dspan), color=col, ls="--", lw=1, label=f"N={n:.3g}")
     _log_axes(ax1)
     ax1.set_xlabel("D (training pairs)")
-    ax1.set_ylabel("contrastive perplexity (validation)")
+    ax1.set_ylabel("contrastive perplexity (fixed evaluation set)")
     ax1.set_title(f"joint law, R²={joint.r2:.3f}" + ("; stars: held out" if held else ""), fontsize=10)
     ax1.legend(fontsize=7)
     ax1.grid(True, which="both", alpha=0.3)

@@ -41,8 +41,11 @@ def build_towers(cfg: TrainConfig, device=None):
     """The (query, document) towers of ``cfg.method``, with a trainable projection to ``cfg.dim``."""
     from scalingnote.models import load_tower, load_tower_pair
 
+    from scalingnote.models.prompt import resolve_prompt
+
     q, d = cfg.query_tower, cfg.doc_tower
-    common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, projection_seed=cfg.seed)
+    common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, projection_seed=cfg.seed,
+                  doc_prompt=resolve_prompt(d.prompt))
     if cfg.method == "scaling_dual":
         if (q.model, q.num_layers) != (d.model, d.num_layers):
             raise ScalingNoteError(
@@ -56,6 +59,8 @@ def build_towers(cfg: TrainConfig, device=None):
     else:
         qt = load_tower(q.model, "query", num_layers=q.num_layers, pooling=q.pooling, max_query_length=q.max_length, **common)
         dt = load_tower(d.model, "document", num_layers=d.num_layers, pooling=d.pooling, max_doc_length=d.max_length, **common)
+    if d.prompt is not None and dt.kind != "llm":
+        raise ScalingNoteError(f"doc_tower.prompt {d.prompt!r} is for LLM document towers; {d.model} is a {dt.kind} tower")
     expect = {"scaling_dual": ("llm", "llm"), "scaling_doc": ("bert", "llm"), "twinbert": ("bert", "bert")}[cfg.method]
     if (qt.kind, dt.kind) != expect:
         raise ScalingNoteError(

@@ -116,6 +116,9 @@ class Trainer(TrainLoop):
             has_neg = all(e.neg is not None for e in exs)
             docs = [e.pos for e in exs] + ([e.neg for e in exs] if has_neg else [])
             views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
+        keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views (issue #21)
+        if keep:
+            views = {k: v for k, v in views.items() if k in keep}
         n = len(exs)
         f32 = _at_least_fp32
         q = f32(q)

@@ -137,6 +137,8 @@ class DocumentTower(Tower):
     def pool_hidden(self, h: torch.Tensor, batch: Any) -> torch.Tensor:
         """Pool last hidden states ``h [B, L, H]`` of ``batch`` (see :meth:`pooled`)."""
         if self.kind == "llm":
+            if self.prompt.absent_views:  # a prompt preset without some views (issue #21): see DocumentPrompt.pool
+                return self.prompt.pool(h, batch, self.config.pooling)
             vp = batch["view_positions"].to(h.device)
             ids = batch["input_ids"].to(h.device)
             expected = torch.tensor([self.prompt.placeholder_ids[v] for v in VIEWS], device=h.device)
