@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.models.prefix.tower import encode_eval
 
 
 class DocumentFusion(nn.Module):
@@ -174,20 +175,7 @@ class FusedPrefixEncoder:
     def encode(self, items, *, view: str | None = "emb", dim: int | None = None, normalize: bool = True, batch_size: int = 256) -> np.ndarray:
         items = list(items)
         self.prefix.ensure(items)
-        was = self.tower.training
-        self.tower.eval()
-        out = []
-        try:
-            for i in range(0, len(items), batch_size):
-                chunk = items[i : i + batch_size]
-                e = self.queries(chunk) if self.role == "query" else self.documents(chunk)[view or "emb"]
-                e = e[:, : (dim or e.shape[1])].float()
-                if normalize:
-                    e = torch.nn.functional.normalize(e, dim=-1)
-                out.append(e.cpu().numpy())
-        finally:
-            self.tower.train(was)
-        return np.concatenate(out) if out else np.zeros((0, dim or self.tower.out_dim), dtype=np.float32)
+        return encode_eval(self, items, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
 
 
 __all__ = ["DocumentFeatures", "DocumentFusion", "FusedPrefixEncoder", "QueryFusion"]

@@ -85,20 +85,25 @@ class PrefixTower:
         """float32 embeddings like ``encode_queries`` / ``encode_documents`` (eval mode, no grad)."""
         items = list(items)
         self.ensure(items)
-        was = self.tower.training
-        self.tower.eval()
-        out = []
-        try:
-            for i in range(0, len(items), batch_size):
-                chunk = items[i : i + batch_size]
-                if self.tower.config.role == "query":
-                    e = self.queries(chunk)
-                else:
-                    e = self.documents(chunk)[view or "emb"]
-                e = e[:, : (dim or e.shape[1])].float()
-                if normalize:
-                    e = torch.nn.functional.normalize(e, dim=-1)
-                out.append(e.cpu().numpy())
-        finally:
-            self.tower.train(was)
-        return np.concatenate(out) if out else np.zeros((0, dim or self.tower.out_dim), dtype=np.float32)
+        return encode_eval(self, items, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
+
+
+@torch.no_grad()
+def encode_eval(enc: Any, items: list[Any], *, view: str | None, dim: int | None, normalize: bool, batch_size: int) -> np.ndarray:
+    """The eval-mode, no-grad batching loop shared by :class:`PrefixTower` and the fusion
+    encoders: ``enc`` has ``tower`` (its ``config.role`` picks ``queries`` or ``documents``),
+    ``queries(chunk) -> [B, D]`` and ``documents(chunk) -> {view: [B, D]}``; features must be cached."""
+    was = enc.tower.training
+    enc.tower.eval()
+    out = []
+    try:
+        for i in range(0, len(items), batch_size):
+            chunk = items[i : i + batch_size]
+            e = enc.queries(chunk) if enc.tower.config.role == "query" else enc.documents(chunk)[view or "emb"]
+            e = e[:, : (dim or e.shape[1])].float()
+            if normalize:
+                e = torch.nn.functional.normalize(e, dim=-1)
+            out.append(e.cpu().numpy())
+    finally:
+        enc.tower.train(was)
+    return np.concatenate(out) if out else np.zeros((0, dim or enc.tower.out_dim), dtype=np.float32)
