@@ -206,6 +206,52 @@ def _as_arrays(law: str, x, loss) -> tuple[np.ndarray, np.ndarray | None, np.nda
     return next(iter(arrays.values())), None, y
 
 
+def _robust_refine(lin: list, solve, loss_fn: str, f_scale: float | None, n_refine: int, floor: float):
+    """Refine the best distinct least-squares optima ``lin`` (sorted by cost) with the robust
+    ``loss_fn``; the residual scale is ``f_scale`` or 1.4826·MAD, re-estimated from the robust
+    residuals until it settles (an outlier inflates the least-squares MAD). Returns (best, scale)."""
+
+    def mad_scale(r):
+        return max(1.4826 * float(np.median(np.abs(r - np.median(r)))), floor)
+
+    best = lin[0]
+    seeds: list[np.ndarray] = []
+    for r in lin:
+        if all(np.max(np.abs(r.x - s)) > 1e-6 for s in seeds):
+            seeds.append(r.x)
+        if len(seeds) >= n_refine:
+            break
+    used_scale = float(f_scale) if f_scale is not None else mad_scale(best.fun)
+    robust = [r for r in (solve(s, loss_fn, used_scale) for s in seeds) if r is not None and np.all(np.isfinite(r.fun))]
+    if not robust:
+        return best, used_scale
+    best = min(robust, key=lambda r: r.cost)
+    for _ in range(5 if f_scale is None else 0):
+        new_scale = mad_scale(best.fun)
+        if abs(new_scale - used_scale) <= 0.05 * used_scale:
+            break
+        again = solve(best.x, loss_fn, new_scale)
+        if again is None or not np.all(np.isfinite(again.fun)):
+            break
+        best, used_scale = again, new_scale
+    return best, used_scale
+
+
+def _uncertainty(theta, jac, ss_fit: float, n: int, names, params: dict[str, float], lo, hi):
+    """cov(theta) = s^2 (J^T J)^-1 on the log parameters, standard errors by the delta method
+    on the natural scale; a parameter pinned at its bound has no meaningful standard error."""
+    p = len(names)
+    dof = n - p
+    cov = np.full((p, p), np.nan)
+    if dof > 0:
+        J = jac(theta)
+        cov = (ss_fit / dof) * np.linalg.pinv(J.T @ J)
+    se_log = np.sqrt(np.clip(np.diag(cov), 0, None)) if dof > 0 else np.full(p, np.nan)
+    at_bound = [k for k, t, l, h in zip(names, theta, lo, hi) if t <= l + 1e-6 or t >= h - 1e-6]
+    stderr = {k: (float("nan") if k in at_bound else float(params[k] * s)) for k, s in zip(names, se_log)}
+    return cov, stderr, at_bound
+
+
 def fit_law(
     x,
     loss: Sequence[float] | np.ndarray,
@@ -276,32 +322,7 @@ def fit_law(
     used_scale = float("nan")
     if loss_fn != "linear":
         floor = 1e-9 * (1.0 if residuals == "log" else float(np.abs(y).max()))
-
-        def mad_scale(r):
-            return max(1.4826 * float(np.median(np.abs(r - np.median(r)))), floor)
-
-        # refine the best distinct least-squares optima with the robust loss
-        seeds, seen = [], []
-        for r in lin:
-            if all(np.max(np.abs(r.x - s)) > 1e-6 for s in seen):
-                seeds.append(r.x)
-                seen.append(r.x)
-            if len(seeds) >= n_refine:
-                break
-        used_scale = float(f_scale) if f_scale is not None else mad_scale(best.fun)
-        robust = [r for r in (solve(s, loss_fn, used_scale) for s in seeds) if r is not None and np.all(np.isfinite(r.fun))]
-        if robust:
-            best = min(robust, key=lambda r: r.cost)
-            # re-estimate the scale from the robust residuals (an outlier inflates the
-            # least-squares MAD) and refit until it settles
-            for _ in range(5 if f_scale is None else 0):
-                new_scale = mad_scale(best.fun)
-                if abs(new_scale - used_scale) <= 0.05 * used_scale:
-                    break
-                again = solve(best.x, loss_fn, new_scale)
-                if again is None or not np.all(np.isfinite(again.fun)):
-                    break
-                best, used_scale = again, new_scale
+        best, used_scale = _robust_refine(lin, solve, loss_fn, f_scale, n_refine, floor)
     theta = best.x
     r = resid(theta)
     ss_fit = float(np.sum(r**2))
@@ -311,17 +332,7 @@ def fit_law(
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
     params = {k: float(np.exp(t)) for k, t in zip(names, theta)}
 
-    # uncertainties: cov(theta) = s^2 (J^T J)^-1, delta method to the natural scale
-    dof = n - p
-    cov = np.full((p, p), np.nan)
-    if dof > 0:
-        J = jac(theta)
-        s2 = ss_fit / dof
-        cov = s2 * np.linalg.pinv(J.T @ J)
-    se_log = np.sqrt(np.clip(np.diag(cov), 0, None)) if dof > 0 else np.full(p, np.nan)
-    # a parameter pinned at its bound has no meaningful standard error
-    at_bound = [k for k, t, l, h in zip(names, theta, lo, hi) if t <= l + 1e-6 or t >= h - 1e-6]
-    stderr = {k: (float("nan") if k in at_bound else float(params[k] * s)) for k, s in zip(names, se_log)}
+    cov, stderr, at_bound = _uncertainty(theta, jac, ss_fit, n, names, params, lo, hi)
     return FitResult(
         law=law,
         params=params,
