@@ -146,6 +146,19 @@ async def _scrape(client, base: str) -> dict | None:
         return None
 
 
+def _check_load_args(queries: list[str], concurrency: int, duration_s: float, max_requests: int | None, k: int) -> None:
+    if not 1 <= int(concurrency) <= MAX_CONCURRENCY:
+        raise ScalingNoteError(f"--concurrency must be in 1..{MAX_CONCURRENCY}, got {concurrency}")
+    if not 0 < float(duration_s) <= MAX_DURATION_S:
+        raise ScalingNoteError(f"--duration must be in (0, {MAX_DURATION_S:.0f}] seconds, got {duration_s}")
+    if max_requests is not None and max_requests < 1:
+        raise ScalingNoteError(f"--max-requests must be >= 1, got {max_requests}")
+    if k < 1:
+        raise ScalingNoteError(f"--k must be >= 1, got {k}")
+    if not queries:
+        raise ScalingNoteError("no queries to send")
+
+
 async def run_loadtest_async(
     url: str,
     queries: list[str],
@@ -166,16 +179,7 @@ async def run_loadtest_async(
     import httpx
 
     base, search_url = check_loopback_url(url)
-    if not 1 <= int(concurrency) <= MAX_CONCURRENCY:
-        raise ScalingNoteError(f"--concurrency must be in 1..{MAX_CONCURRENCY}, got {concurrency}")
-    if not 0 < float(duration_s) <= MAX_DURATION_S:
-        raise ScalingNoteError(f"--duration must be in (0, {MAX_DURATION_S:.0f}] seconds, got {duration_s}")
-    if max_requests is not None and max_requests < 1:
-        raise ScalingNoteError(f"--max-requests must be >= 1, got {max_requests}")
-    if k < 1:
-        raise ScalingNoteError(f"--k must be >= 1, got {k}")
-    if not queries:
-        raise ScalingNoteError("no queries to send")
+    _check_load_args(queries, concurrency, duration_s, max_requests, k)
     order = np.random.default_rng(seed).permutation(len(queries))
     bodies = [json.dumps({"query": queries[i], "k": int(k), **(extra or {})}).encode("utf-8") for i in order]
 
