@@ -32,9 +32,11 @@ def test_quickstart_runs_end_to_end_and_resumes(tiny_models, tmp_path, capsys):
     out = tmp_path / "qs"
     rows = quickstart(_cfg(tiny_models, out))
     methods = [r["method"] for r in rows]
-    assert methods[0] == "bm25" and methods[-3:] == ["scalingnote", "scalingnote+bm25", "scalingnote+ivfpq"]
+    assert methods[0] == "bm25" and methods[-4:] == ["scalingnote", "scalingnote+bm25", "scalingnote+bm25_weighted", "scalingnote+ivfpq"]
     hybrid = rows[methods.index("scalingnote+bm25")]
     assert hybrid["search"].startswith("exact + bm25s, rrf") and hybrid["query_qps"] is None
+    weighted = rows[methods.index("scalingnote+bm25_weighted")]
+    assert "held-out queries" in weighted["search"] and 0.0 <= weighted["ndcg@10"] <= 1.0
     assert {"twinbert", "scaling_doc", "scaling_dual"} <= set(methods)
     for r in rows:
         assert 0.0 <= r["ndcg@10"] <= 1.0 and 0.0 <= r["r@100"] <= 1.0, r
