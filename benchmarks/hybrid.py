@@ -106,7 +106,7 @@ def run_dataset(name: str, args) -> Path:
     from scalingnote.evaluation.dense import exact_search
     from scalingnote.evaluation.significance import paired_ttest
     from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
-    from scalingnote.index.hybrid import FusionConfig, choose_weight, fuse_runs
+    from scalingnote.index.hybrid import FusionConfig, choose_norm_and_weight, fuse_runs
 
     data_dir = shared_data_dir() / name
     work = Path(args.work) / name
@@ -124,13 +124,11 @@ def run_dataset(name: str, args) -> Path:
     if args.val_from_stage1:
         # the queries Stage I held out (its validation split): their labels never reached the dense
         # model (QKD only mimics the teacher on query texts), so they are unbiased for the weight
-        from scalingnote.training import load_train_config
-        from scalingnote.training.data import load_training_data
+        from scalingnote.training.driver import heldout_queries
 
-        s1 = load_train_config(Path(args.val_from_stage1) / "config.yaml")
-        held_out = {e.query_id for e in load_training_data(s1.data, s1.seed, show_progress=False).validation}
+        held_out, _ = heldout_queries(args.val_from_stage1)
         train_ids = [q for q in train_ids if q in held_out]
-        val_source = f"queries held out by Stage I ({args.val_from_stage1}, validation_fraction {s1.data.validation_fraction})"
+        val_source = f"queries held out by Stage I ({args.val_from_stage1})"
     n_val = min(args.val_queries, len(train_ids))
     val_ids = sorted(rng.choice(train_ids, size=n_val, replace=False).tolist())
     overlap = set(val_ids) & set(test.queries)
@@ -170,9 +168,8 @@ def run_dataset(name: str, args) -> Path:
 
     # ---- fusion settings: RRF k=60 (no tuning); weighted: norm + weight picked on validation only
     rrf_cfg = FusionConfig(method="rrf", rrf_k=60, depth=depth)
-    choices = {norm: choose_weight(dn_val, bm_val, qrels_val, norm=norm, depth=depth) for norm in ("minmax", "zscore")}
-    best_norm = max(choices, key=lambda n: (round(choices[n].value, 10), n == "minmax"))
-    wc = choices[best_norm]
+    wc, choices = choose_norm_and_weight(dn_val, bm_val, qrels_val, depth=depth)
+    best_norm = wc.norm
     w_cfg = FusionConfig(method="weighted", weight=wc.weight, norm=best_norm, depth=depth)
     t0 = time.perf_counter()
     rrf_test = fuse_runs(dn_test, bm_test, rrf_cfg, k=depth)

@@ -277,40 +277,23 @@ def _auc_labels(beir: Path, split: str) -> tuple[dict, int] | None:
     return (q, 1) if any(v <= 0 for v in grades) and any(v > 0 for v in grades) else None
 
 
-def _heldout_queries(stage1_dir: Path, exclude: set[str]) -> tuple[list[str], list[str], dict] | None:
-    """The validation queries of a Stage I run (its held-out split or validation triplets) with
-    their positives as qrels, minus ``exclude``; None when it held none out."""
-    from scalingnote.training import load_train_config
-    from scalingnote.training.data import load_training_data
-
-    cfg = load_train_config(stage1_dir / "config.yaml")
-    qrels: dict[str, dict[str, int]] = {}
-    texts: dict[str, str] = {}
-    for e in load_training_data(cfg.data, cfg.seed, show_progress=False).validation:
-        if e.query_id not in exclude:
-            qrels.setdefault(e.query_id, {})[e.pos.id] = 1
-            texts[e.query_id] = e.query
-    if not qrels:
-        return None
-    v_ids = sorted(qrels)
-    return v_ids, [texts[q] for q in v_ids], qrels
-
-
 def _weighted_hybrid_row(out: Path, reported: set[str], st, d_emb: np.ndarray, ids: list[str], bm, dense_run, bm_run, qrels,
                          metrics: list[str]) -> dict[str, Any] | None:
     """Weighted fusion of the student's dense run and BM25, its norm and dense weight chosen on
     the queries Stage I held out (never the reported ones); None when Stage I held none out."""
     from scalingnote.evaluation import evaluate
     from scalingnote.evaluation.dense import exact_search, truncate_normalize
-    from scalingnote.index.hybrid import choose_weight, hybrid_search_run
+    from scalingnote.index.hybrid import choose_norm_and_weight, hybrid_search_run
+    from scalingnote.training.driver import heldout_queries
 
-    val = _heldout_queries(out / "stage1" / "scaling_dual", exclude=reported)
-    if val is None:
+    v_queries, v_qrels = heldout_queries(out / "stage1" / "scaling_dual", exclude=reported)
+    if not v_queries:
         return None
-    v_ids, v_texts, v_qrels = val
+    v_ids = sorted(v_queries)
+    v_texts = [v_queries[q] for q in v_ids]
     dense_val = exact_search(truncate_normalize(st.encode_queries(v_texts, batch_size=256, show_progress=False)), v_ids, d_emb, ids, k=100)
     bm_val = bm.search(dict(zip(v_ids, v_texts)), k=100, show_progress=False)
-    best = max((choose_weight(dense_val, bm_val, v_qrels, norm=n) for n in ("minmax", "zscore")), key=lambda c: c.value)
+    best, _ = choose_norm_and_weight(dense_val, bm_val, v_qrels)
     hyb, _ = hybrid_search_run(dense_run, bm_run, "weighted", k=100, weight=best.weight, norm=best.norm)
     return {"method": "scalingnote+bm25_weighted", "query_qps": None, **evaluate(hyb, qrels, metrics), "auc": None,
             "search": f"exact + bm25s, {best.norm} w_dense={best.weight} (chosen on {best.n_queries} held-out queries)"}

@@ -55,6 +55,15 @@ def _corpus_of_embeddings(embeddings_dir: str | None) -> Path | None:
     return Path(path) if path and Path(path).is_file() else None
 
 
+def index_corpus(manifest: dict[str, Any]) -> Path | None:
+    """The corpus an index's documents came from: its document store's source, else the corpus
+    recorded by the embeddings it was built from; None when neither file still exists."""
+    src = (manifest.get("documents") or {}).get("source")
+    if src and Path(src).is_file():
+        return Path(src)
+    return _corpus_of_embeddings(manifest.get("embeddings_dir"))
+
+
 def write_document_store(path: Path, ids: Sequence[str], documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
     """Write ``docs.jsonl`` (``{"id", "title", "snippet"}`` per FAISS row, in row order) atomically;
     returns its manifest entry. Documents absent from ``documents`` get empty fields."""

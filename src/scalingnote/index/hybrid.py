@@ -181,6 +181,21 @@ def choose_weight(
 # --------------------------------------------------------------------------- convenience API
 
 
+def choose_norm_and_weight(
+    dense_run: Run,
+    bm25_run: Run,
+    qrels: Qrels,
+    *,
+    norms: Sequence[Norm] = ("minmax", "zscore"),
+    depth: int = DEFAULT_DEPTH,
+) -> tuple[WeightChoice, dict[str, WeightChoice]]:
+    """:func:`choose_weight` under each score normalisation in ``norms``; returns the best choice
+    (ties go to the earlier norm) and every norm's choice."""
+    choices = {n: choose_weight(dense_run, bm25_run, qrels, norm=n, depth=depth) for n in norms}
+    best = max(norms, key=lambda n: (round(choices[n].value, 10), -list(norms).index(n)))
+    return choices[best], choices
+
+
 def hybrid_search_run(
     dense_run: Run,
     bm25_run: Run,
@@ -303,12 +318,9 @@ class HybridSearcher(SearcherBase):
 
 def _index_corpus(dense) -> str | None:
     """The corpus an index's documents came from (document store source, or the embeddings' corpus)."""
-    from scalingnote.index.docstore import _corpus_of_embeddings
+    from scalingnote.index.docstore import index_corpus
 
-    src = (dense.manifest.get("documents") or {}).get("source")
-    if src and Path(src).is_file():
-        return src
-    p = _corpus_of_embeddings(dense.manifest.get("embeddings_dir"))
+    p = index_corpus(dense.manifest)
     return str(p) if p else None
 
 
@@ -384,6 +396,7 @@ def hybrid_queries_to_run(
 
 __all__ = [
     "DEFAULT_RRF_K",
+    "choose_norm_and_weight",
     "FusionConfig",
     "HybridSearcher",
     "MODES",

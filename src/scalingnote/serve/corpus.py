@@ -3,13 +3,14 @@ index stores none), and the BM25 index for the bm25 / hybrid modes."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 
+from scalingnote.data.beir import corpus_file
+from scalingnote.index.docstore import index_corpus
 from scalingnote.errors import ScalingNoteError
 
 
@@ -22,26 +23,8 @@ def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | Non
     (``manifest["documents"]["source"]``) or by the embeddings the index was built from
     (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
     if corpus is not None:
-        p = Path(corpus)
-        if p.is_dir():
-            p = p / "corpus.jsonl"
-        if not p.is_file():
-            raise ScalingNoteError(f"{p}: corpus file not found (--corpus expects a BEIR directory or a corpus.jsonl)")
-        return p
-    src = (index_manifest.get("documents") or {}).get("source")
-    if src and Path(src).is_file():
-        return Path(src)
-    emb = index_manifest.get("embeddings_dir")
-    if not emb:
-        return None
-    try:
-        man = json.loads((Path(emb) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    path = (man.get("corpus") or {}).get("path")
-    if path and Path(path).is_file():
-        return Path(path)
-    return None
+        return corpus_file(corpus)
+    return index_corpus(index_manifest)
 
 
 def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:

@@ -406,4 +406,18 @@ def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     return load_config(TrainConfig, path, **overrides)
 
 
-__all__ = ["build_towers", "evaluate_pair", "init_centers", "init_heads", "load_train_config", "make_validator", "prefix_encoders", "train"]
+def heldout_queries(run_dir: str | Path, exclude: set[str] | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """The validation queries of a Stage I output directory (its held-out split, or its
+    validation triplets) as ``({query_id: text}, {query_id: {positive_id: 1}})``, minus
+    ``exclude``: labels the run never trained on, e.g. to tune a fusion weight."""
+    cfg = load_train_config(Path(run_dir) / "config.yaml")
+    texts: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for e in load_training_data(cfg.data, cfg.seed, show_progress=False).validation:
+        if not exclude or e.query_id not in exclude:
+            texts[e.query_id] = e.query
+            qrels.setdefault(e.query_id, {})[e.pos.id] = 1
+    return texts, qrels
+
+
+__all__ = ["build_towers", "heldout_queries", "evaluate_pair", "init_centers", "init_heads", "load_train_config", "make_validator", "prefix_encoders", "train"]
