@@ -14,7 +14,9 @@ The int8 model keeps in fp32 the MatMuls its quantization hurts most, chosen on 
 *train* queries (validation), never on the test queries (``scalingnote.models.export``).
 
 Towers: ``--query-tower DIR --doc-embeddings DIR`` (repeatable, paired; e.g. the best student of
-the recipe benchmark and its teacher's document embeddings). Default: all-MiniLM-L6-v2
+the recipe benchmark and its teacher's document embeddings, written as an embeddings directory by
+``scalingnote index encode --tower <stage1>/doc_tower --data ../shared/data/scifact --out DIR
+--feature-cache runs/recipe/scifact/features``, which reads the recipe's cache). Default: all-MiniLM-L6-v2
 zero-shot (mean pooling, the SPEC's reference row) on both sides, its corpus embeddings
 encoded once into ``runs/export_bench/`` (gitignored, resumable; shard layout of
 ``benchmarks/index_scifact.py``'s cache, whose finished shards can be copied in).
