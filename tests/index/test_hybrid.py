@@ -285,9 +285,13 @@ def test_every_back_end_is_a_searcher_with_the_shared_search_run(hybrid_env):
         for bs in (1, 3):
             got = searcher.search_run(qids, texts, k=7, batch_size=bs, **kw)
             assert got.keys() == one_by_one.keys()
-            for q in qids:  # batched query encoding may differ in the last float bits
+            # batched query encoding may differ in the last float bits; under RRF (rank-based) that can
+            # swap two near-tied dense neighbours, which moves their fused scores by one rank step
+            # (1/(60+r) - 1/(61+r) < 3e-4), not by a float-rounding amount
+            atol = 3e-4 if kw.get("mode") == "hybrid" else 1e-5
+            for q in qids:
                 assert list(got[q]) == list(one_by_one[q]) or sorted(got[q]) == sorted(one_by_one[q])
-                assert np.allclose(sorted(got[q].values()), sorted(one_by_one[q].values()), rtol=0, atol=1e-5)
+                assert np.allclose(sorted(got[q].values()), sorted(one_by_one[q].values()), rtol=0, atol=atol)
     # BM25 through the interface: the retriever's own ranking, rows of its doc ids, no unknown-term hits
     ref = h.bm25.search({"q": "quick brown fox"}, k=7, show_progress=False)["q"]
     res = bm.search(["quick brown fox"], 7)

@@ -15,10 +15,13 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(True, "--resume/--no-resume"),
         set_: list[str] = typer.Option(None, "--set", help="Override a key, e.g. --set optim.lr=1e-4 (repeatable)."),
     ) -> None:
-        """Distil a Stage I query tower into a small BERT student (ScalingNote §3.3)."""
+        """Distil a Stage I query tower into a small BERT student (ScalingNote §3.3). Under
+        torchrun (``distributed: ddp|fsdp``) rank 0 prints the metrics."""
         from scalingnote.cli.train import parse_overrides
         from scalingnote.config import load_config
         from scalingnote.distill import DistillConfig, distill
 
         cfg = load_config(DistillConfig, config, **parse_overrides(set_))
-        typer.echo(json.dumps(distill(cfg, resume=resume), indent=2, default=str))
+        res = distill(cfg, resume=resume)
+        if res:  # other ranks of a torchrun job return {}
+            typer.echo(json.dumps(res, indent=2, default=str))

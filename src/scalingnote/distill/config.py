@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from scalingnote.models.spec import TowerSpec
+from scalingnote.training.config import FsdpSpec
 
 
 @dataclass
@@ -66,6 +67,12 @@ class DistillConfig:
     #: ``trainable_layers: 0`` is encoded from its cached pooled states instead of a forward pass;
     #: also where a student with ``trainable_layers != "all"`` caches its frozen prefix
     feature_cache_dir: str | None = None
+    #: data parallelism under ``torchrun`` (one process: ignored): "ddp" (replicated student,
+    #: all-reduced gradients) or "fsdp" (FSDP2: student, gradients and AdamW state sharded across
+    #: ranks; ``fsdp`` options as in Stage I). ``optim.batch_size`` is the global batch either way.
+    distributed: Literal["ddp", "fsdp"] = "ddp"
+    fsdp: FsdpSpec = field(default_factory=FsdpSpec)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 on GPU
     seed: int = 42
     save_every: int = 100
     keep_checkpoints: int = 2
@@ -81,3 +88,8 @@ class DistillConfig:
             raise ValueError("patience must be >= 1 or null")
         if self.eval_every is not None and self.eval_every < 1:
             raise ValueError("eval_every must be >= 1 or null")
+        if self.distributed == "fsdp" and self.student.prefix_k is not None:
+            raise ValueError(
+                "distributed: fsdp shards the student's transformer blocks for a full forward pass; a student with a cached "
+                "frozen prefix (student.trainable_layers != 'all') runs only its top layers and head: use distributed: ddp"
+            )

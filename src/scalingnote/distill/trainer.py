@@ -9,9 +9,13 @@ index built from those embeddings accepts it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +25,11 @@ import torch
 from scalingnote.config import save_config
 from scalingnote.data import load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
-from scalingnote.distill.cache import build_teacher_cache
+from scalingnote.distill.cache import build_teacher_cache, open_teacher_cache
 from scalingnote.distill.config import DistillConfig, QuerySource
 from scalingnote.distill.loss import qkd_loss
 from scalingnote.errors import ScalingNoteError
+from scalingnote.training import distributed as D
 from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
@@ -83,51 +88,196 @@ def load_stage1(teacher_dir: str | Path):
     return load_tower(t / "query_tower")
 
 
+@dataclass
+class QKDData:
+    """What Stage II trains on: the cached teacher targets of the collected queries, the
+    train / validation split, and where it came from."""
+
+    texts: list[str]
+    targets: np.ndarray  #: [n, dim] float32, Eq. 15's q_i (L2-normalised with ``target: normalized``)
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    compat_id: str  #: the Stage I document tower's compat id (the student inherits it)
+    query_stats: dict[str, int]
+    eval_queries: dict[str, str]
+    eval_qrels: dict | None
+
+    @property
+    def dim(self) -> int:
+        return int(self.targets.shape[1])
+
+
+def prepare_data(cfg: DistillConfig) -> QKDData:
+    """Collect the training queries (minus evaluation queries), encode them once with the frozen
+    Stage I query tower into the teacher cache (rank 0 only under torchrun; the other ranks read
+    it after a barrier and never load the LLM), and split off the validation queries."""
+    out = Path(cfg.output_dir)
+    eval_qrels, eval_queries = None, {}
+    if cfg.eval_data:
+        qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
+        eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
+        eval_queries = {q: qs[q].text for q in eval_qrels}
+    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
+    root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
+    if D.rank() == 0:
+        _build_cache(cfg, ids, texts, root)
+    D.barrier()
+    cache = open_teacher_cache(root)
+    if cache.ids != ids:
+        raise ScalingNoteError(f"{root}: the teacher cache holds another query set than this run collected; use a new cache_dir")
+    targets = np.asarray(cache.emb, dtype=np.float32)
+    if cfg.target == "normalized":
+        targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
+    perm = np.random.default_rng(cfg.seed).permutation(len(cache))
+    n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
+    return QKDData(list(cache.texts), targets, np.sort(perm[n_val:]), np.sort(perm[:n_val]), cache.meta["compat_id"], qstats,
+                   eval_queries, eval_qrels)
+
+
+def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> None:
+    teacher = load_stage1(cfg.teacher)
+    encode = None
+    if cfg.feature_cache_dir:
+        from scalingnote.models import PrefixTower
+
+        # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
+        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
+
+        def encode(xs: list[str]) -> np.ndarray:
+            return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
+    build_teacher_cache(teacher, ids, texts, root, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress, encode=encode)
+
+
+def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None = None):
+    """The student (Eq. 13-14) with its initial head, and its :class:`PrefixTower` when its
+    bottom layers are frozen and cached (``student.trainable_layers != "all"``; else None).
+    Under torchrun rank 0 fills the feature cache and fits the head; the other ranks read the
+    cache after it and receive rank 0's weights, so every replica starts identical."""
+    from scalingnote.models import PrefixTower
+
+    s = cfg.student
+    student = _load_student(cfg, data.dim, device)
+    if student.kind != "bert":
+        log.info("the student is a %s tower (ScalingNote distils into a small BERT)", student.kind)
+    s_prefix = None
+    main = D.rank() == 0
+    if s.prefix_k is not None:
+        if not main:
+            D.barrier()  # rank 0 fills the cache first
+        s_prefix = PrefixTower(student, s.prefix_k, cfg.feature_cache_dir or Path(cfg.output_dir) / "feature_cache",
+                               batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress and main)
+        s_prefix.ensure(list(data.texts))
+        if main:
+            D.barrier()
+    train_idx = data.train_idx
+    if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
+        log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", 2 * student.config.hidden_size)
+    elif cfg.head_init == "lstsq":
+        if main:
+            pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
+            init_student_head(student, [data.texts[i] for i in pick], data.targets[pick], batch_size=cfg.teacher_batch_size, prefix=s_prefix)
+        else:
+            student.config = dataclasses.replace(student.config, projection_init="lstsq")
+            student._ids = None
+        D.broadcast_module(student)
+    return student, s_prefix
+
+
+def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None):
+    """A fresh student with a (seeded, random) projection to the teacher's ``dim``; fp32 master
+    weights (bf16 compute on GPU comes from autocast / FSDP2's MixedPrecisionPolicy)."""
+    from scalingnote.models import load_tower
+
+    s = cfg.student
+    return load_tower(
+        s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=dim, matryoshka_dims=_mdims(dim),
+        max_query_length=s.max_length, projection_seed=cfg.seed, device=device, dtype=torch.float32,
+    )
+
+
 class QKDLoop(TrainLoop):
     """Stage II on the shared loop: Eq. 15 on a batch of queries against the cached teacher
-    embeddings; validation = the loss on held-out queries (lower is better)."""
+    embeddings; validation = the loss on held-out queries (lower is better).
+
+    Under torchrun each rank takes its slice of the global batch (``optim.batch_size``) and its
+    loss is the slice's mean; the ranks' gradients are averaged (DDP all-reduce, or FSDP2's
+    reduce-scatter with ``distributed: fsdp``), so a step equals one process's step on the whole
+    batch (``tests/distill/test_qkd_distributed.py``)."""
 
     desc = "QKD"
     higher_is_better = False
     save_when_stopping = False
 
-    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, texts, targets: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray,
-                 batch_size: int, steps_per_epoch: int, total: int):
+    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, data: QKDData, on_step: Callable[[int], None] | None = None):
         o = cfg.optim
+        ws = D.world_size()
+        if o.batch_size % ws:
+            raise ValueError(f"optim.batch_size={o.batch_size} must be divisible by the world size {ws}")
+        bs = min(o.batch_size, len(data.train_idx))
+        bs -= bs % ws
+        if bs == 0:
+            raise ScalingNoteError(f"distill: {len(data.train_idx)} training queries for {ws} processes")
+        steps_per_epoch = max(1, len(data.train_idx) // bs)
+        total = math.ceil(o.epochs * steps_per_epoch)
+        total = min(total, o.max_steps) if o.max_steps else total
         settings = LoopSettings(o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
-        super().__init__(out, total, settings)
-        self.cfg, self.student, self.prefix, self.texts, self.targets = cfg, student, prefix, texts, targets
-        self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = train_idx, val_idx, batch_size, steps_per_epoch
+        super().__init__(out, total, settings, is_main=D.rank() == 0)
+        self.cfg, self.student, self.prefix, self.data = cfg, student, prefix, data
+        self.texts, self.targets = data.texts, data.targets
+        self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = data.train_idx, data.val_idx, bs, steps_per_epoch
+        self.local_bs = bs // ws
         self.device = next(student.parameters()).device
+        self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
+        self._on_step = on_step
+        if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
+            from scalingnote.training.fsdp import shard_towers
+
+            self.sharded = shard_towers([student], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([student], o.lr, o.lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
 
     def modules(self) -> list:
         return [self.student]
+
+    def checkpoint_modules(self) -> dict:
+        return {"student": self.student}
 
     def trainable_params(self) -> list[torch.Tensor]:
         return list(self.student.parameters())
 
     def batch_loss(self, idx: np.ndarray) -> torch.Tensor:
         batch_texts = [self.texts[i] for i in idx]
-        if self.prefix is not None:
-            q_stu = self.prefix.queries(batch_texts).float()
-        else:
-            enc = self.student.tokenize_queries(batch_texts)
-            q_stu = self.student({k: v.to(self.device) for k, v in enc.items()}).float()
-        return qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device), q_stu, self.cfg.lam)
+        ctx = torch.autocast(device_type=self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
+        with ctx:
+            if self.prefix is not None:
+                q_stu = self.prefix.queries(batch_texts)
+            else:
+                enc = self.student.tokenize_queries(batch_texts)
+                q_stu = self.student({k: v.to(self.device) for k, v in enc.items()})
+        q_stu = q_stu if q_stu.dtype == torch.float64 else q_stu.float()  # float64 stays (exactness tests)
+        return qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device, q_stu.dtype), q_stu, self.cfg.lam)
 
-    def train_step(self, step: int) -> dict[str, float]:
+    def batch_for_step(self, step: int) -> np.ndarray:
+        """This rank's rows of step ``step``: the global batch is a pure function of
+        ``(seed, epoch)``; rank r takes its ``r``-th slice."""
         epoch, i = divmod(step, self.steps_per_epoch)
         order = np.random.default_rng([self.cfg.seed, epoch]).permutation(self.train_idx)
-        loss = self.batch_loss(order[i * self.bs : (i + 1) * self.bs])
+        batch = order[i * self.bs : (i + 1) * self.bs]
+        r = D.rank()
+        return batch[r * self.local_bs : (r + 1) * self.local_bs]
+
+    def train_step(self, step: int) -> dict[str, float]:
+        loss = self.batch_loss(self.batch_for_step(step))
         loss.backward()
-        return {"loss": float(loss.detach())}
+        return {"loss": D.mean_over_ranks(float(loss.detach()))}  # the global batch's loss
 
     def has_validation(self) -> bool:
         return len(self.val_idx) > 0
 
     def validate(self) -> float | None:
+        """Mean Eq. 15 loss over the validation queries. Every rank computes it over all of them
+        (a sharded forward is collective, so the ranks run the same batches) and rank 0's value
+        is broadcast, so early stopping decides the same everywhere."""
         if not len(self.val_idx):
             return None
         was = self.student.training
@@ -136,13 +286,17 @@ class QKDLoop(TrainLoop):
             v = self.val_idx
             tot = sum(float(self.batch_loss(v[i : i + 512])) * len(v[i : i + 512]) for i in range(0, len(v), 512))
         self.student.train(was)
-        return tot / len(v)
+        return D.broadcast_float(tot / len(v))
 
     def model_state(self) -> dict[str, Any]:
         return {"student": self.student.state_dict()}
 
     def load_model_state(self, state: dict[str, Any]) -> None:
         self.student.load_state_dict(state["student"])
+
+    def after_step(self, step: int) -> None:
+        if self._on_step is not None:
+            self._on_step(step)
 
     def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
         if not (self.step % self.cfg.log_every == 0 or self.step == self.total_steps or validated):
@@ -153,101 +307,60 @@ class QKDLoop(TrainLoop):
         return rec
 
 
-def distill(cfg: DistillConfig, resume: bool = True) -> dict[str, Any]:
-    """Run QKD end to end; returns the metrics also written to ``run.json``."""
-    from scalingnote.models import load_tower
-
+def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run QKD end to end; returns the metrics also written to ``run.json`` (under torchrun: by
+    rank 0, which also saves and evaluates the gathered student; other ranks return ``{}``).
+    ``on_step(step)`` runs after every optimizer step (and its checkpoint)."""
+    D.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_config(cfg, out / "config.yaml")
+    main = D.rank() == 0
+    if main:
+        save_config(cfg, out / "config.yaml")
     seed_everything(cfg.seed)
-    teacher = load_stage1(cfg.teacher)
-
-    eval_qrels, eval_queries = None, {}
-    if cfg.eval_data:
-        qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
-        eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
-        eval_queries = {q: qs[q].text for q in eval_qrels}
-    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
-    encode = None
-    if cfg.feature_cache_dir:
-        from scalingnote.models import PrefixTower
-
-        # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
-        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
-
-        def encode(xs: list[str]) -> np.ndarray:
-            return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
-    cache = build_teacher_cache(
-        teacher, ids, texts, cfg.cache_dir or out / "teacher_cache", batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress,
-        encode=encode,
-    )
-    del teacher, encode  # the LLM is not needed any more
-    targets = np.asarray(cache.emb, dtype=np.float32)
-    if cfg.target == "normalized":
-        targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
-
-    rng = np.random.default_rng(cfg.seed)
-    perm = rng.permutation(len(cache))
-    n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
-    val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
-
-    s = cfg.student
-    student = load_tower(
-        s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=cache.dim,
-        matryoshka_dims=_mdims(cache.dim), max_query_length=s.max_length, projection_seed=cfg.seed,
-    )
-    if student.kind != "bert":
-        log.info("the student is a %s tower (ScalingNote distils into a small BERT)", student.kind)
-    s_prefix = None
-    if s.prefix_k is not None:
-        from scalingnote.models import PrefixTower
-
-        s_prefix = PrefixTower(student, s.prefix_k, cfg.feature_cache_dir or out / "feature_cache",
-                               batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
-        s_prefix.ensure(list(cache.texts))
-    if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
-        log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", 2 * student.config.hidden_size)
-    elif cfg.head_init == "lstsq":
-        pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-        init_student_head(student, [cache.texts[i] for i in pick], targets[pick], batch_size=cfg.teacher_batch_size, prefix=s_prefix)
-    o = cfg.optim
-    bs = min(o.batch_size, len(train_idx))
-    steps_per_epoch = max(1, len(train_idx) // bs)
-    total = math.ceil(o.epochs * steps_per_epoch)
-    total = min(total, o.max_steps) if o.max_steps else total
-    loop = QKDLoop(cfg, out, student, s_prefix, cache.texts, targets, train_idx, val_idx, bs, steps_per_epoch, total)
+    data = prepare_data(cfg)
+    device = D.local_device()
+    student, s_prefix = build_student(cfg, data, device)
+    n_params, n_layers = student.non_embedding_params, student.config.num_layers
+    loop = QKDLoop(cfg, out, student, s_prefix, data, on_step=on_step)
     last = loop.run(resume=resume)
-    step = loop.step
-    train_seconds = loop.total_train_seconds  # summed over resumed runs
     train_loss = float(last.get("loss", float("nan")))
-    best = loop.best
+    val = loop.validate()  # collective when sharded: every rank takes part
+    if loop.sharded:  # FSDP2: rank 0 gets an ordinary student with the trained weights
+        from scalingnote.training.fsdp import gather_towers
+
+        (student,) = gather_towers([student], lambda: [_load_student(cfg, data.dim, device)])
+    D.barrier()
+    if not main:
+        return {}
     student.eval()
-    val = loop.validate()
     # ScalingNote: the student serves queries against the frozen Stage I document embeddings
-    student.compat_id = cache.meta["compat_id"]
+    student.compat_id = data.compat_id
     student.save(out / "query_tower")
+    best = loop.best
     res: dict[str, Any] = {
-        "student": s.model,
-        "student_layers": student.config.num_layers,
-        "student_non_embedding_params": student.non_embedding_params,
-        "train_queries": int(len(train_idx)),
-        "validation_queries": int(len(val_idx)),
-        "steps": total,
-        "steps_run": step,
+        "student": cfg.student.model,
+        "student_layers": n_layers,
+        "student_non_embedding_params": n_params,
+        "train_queries": int(len(data.train_idx)),
+        "validation_queries": int(len(data.val_idx)),
+        "processes": D.world_size(),
+        "distributed": cfg.distributed if D.is_distributed() else "none",
+        "steps": loop.total_steps,
+        "steps_run": loop.step,
         "best_step": best["step"],
-        "stopped_early": step < total,
+        "stopped_early": loop.step < loop.total_steps,
         "val_curve": best["curve"],
         "target": cfg.target,
-        "student_trainable_layers": s.trainable_layers,
-        "train_seconds": round(train_seconds, 2),
+        "student_trainable_layers": cfg.student.trainable_layers,
+        "train_seconds": round(loop.total_train_seconds, 2),  # summed over resumed runs
         "qkd_train_loss": train_loss,
         "qkd_val_loss": val,
         "compat_id": student.compat_id,
-        **{f"queries_{k}": v for k, v in qstats.items()},
+        **{f"queries_{k}": v for k, v in data.query_stats.items()},
     }
-    if eval_qrels:
-        res.update(evaluate_student(student, cfg.teacher, eval_queries, eval_qrels))
+    if data.eval_qrels:
+        res.update(evaluate_student(student, cfg.teacher, data.eval_queries, data.eval_qrels))
     write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
     return res
 
@@ -260,10 +373,6 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     paper: a random W_stu leaves a short CPU run far from the teacher (Eq. 15 must also learn the
     teacher's magnitude), while this start is the best linear map of the pre-trained states.
     """
-    import dataclasses
-
-    import torch
-
     if student.projection is None:
         raise ScalingNoteError("the student has no projection to initialise")
     from scalingnote.training.driver import pooled_states

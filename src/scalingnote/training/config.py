@@ -153,6 +153,11 @@ class TrainConfig:
             k = spec.trainable_layers
             if k != "all" and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
                 raise ValueError(f"{name}.trainable_layers must be 'all' or an integer >= 0, got {k!r}")
+        if self.distributed == "fsdp" and (self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None):
+            raise ValueError(
+                "distributed: fsdp shards the transformer blocks of a full forward pass; towers with a cached frozen prefix "
+                "(trainable_layers != 'all') run only their top layers and head: use distributed: ddp"
+            )
         if self.lora is not None and (self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None):
             raise ValueError("lora and trainable_layers != 'all' cannot be combined (LoRA adapts every layer)")
         if self.optim.batch_size < 2:

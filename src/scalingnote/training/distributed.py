@@ -43,6 +43,61 @@ def world_size() -> int:
     return dist.get_world_size() if is_distributed() else 1
 
 
+def local_device() -> torch.device:
+    """This process's device: ``cuda:<rank on this node>`` when CUDA is available, else CPU."""
+    import os
+
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % max(1, torch.cuda.device_count()))
+    return torch.device("cpu")
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in one process)."""
+    if is_distributed():
+        dist.barrier()
+
+
+def average_gradients(modules) -> None:
+    """DDP's gradient step: all-reduce every ``.grad`` of ``modules`` and divide by the world
+    size, so each rank holds the gradient of the mean of the ranks' (local-mean) losses."""
+    if not is_distributed():
+        return
+    ws = dist.get_world_size()
+    for m in modules:
+        for p in m.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= ws
+
+
+def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
+    """Copy ``src``'s parameters and buffers into every rank's ``module`` (same architecture)."""
+    if not is_distributed():
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src)
+
+
+def broadcast_float(x: float | None, src: int = 0) -> float | None:
+    """``src``'s value of ``x`` on every rank (None stays None when ``src`` has None)."""
+    if not is_distributed():
+        return x
+    obj = [x]
+    dist.broadcast_object_list(obj, src)
+    return obj[0]
+
+
+def mean_over_ranks(x: float) -> float:
+    """The mean of ``x`` over ranks (each rank's local-mean loss -> the global-batch loss)."""
+    if not is_distributed():
+        return x
+    t = torch.tensor([x], dtype=torch.float64, device=local_device() if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return float(t) / dist.get_world_size()
+
+
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]

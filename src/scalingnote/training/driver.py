@@ -39,13 +39,16 @@ log = logging.getLogger(__name__)
 
 def build_towers(cfg: TrainConfig, device=None):
     """The (query, document) towers of ``cfg.method``, with a trainable projection to ``cfg.dim``."""
-    from scalingnote.models import load_tower, load_tower_pair
+    import torch
 
+    from scalingnote.models import load_tower, load_tower_pair
     from scalingnote.models.prompt import resolve_prompt
 
     q, d = cfg.query_tower, cfg.doc_tower
-    common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, projection_seed=cfg.seed,
-                  doc_prompt=resolve_prompt(d.prompt))
+    # fp32 master weights on every device: bf16 compute on GPU comes from autocast / FSDP2's
+    # MixedPrecisionPolicy, and AdamW keeps fp32 states (what `scaling plan-gpu` counts)
+    common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, dtype=torch.float32,
+                  projection_seed=cfg.seed, doc_prompt=resolve_prompt(d.prompt))
     if cfg.method == "scaling_dual":
         if (q.model, q.num_layers) != (d.model, d.num_layers):
             raise ScalingNoteError(
@@ -233,8 +236,6 @@ def _merge_lora(towers) -> None:
 
 def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]:
     """Run Stage I end to end. Returns the metrics dict also written to ``run.json``."""
-    import torch
-
     if cfg.deepspeed:
         try:
             import deepspeed  # noqa: F401
@@ -253,7 +254,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
     if D.rank() == 0:
         save_config(cfg, out / "config.yaml")
     seed_everything(cfg.seed)
-    device = torch.device("cuda", D.rank() % max(1, torch.cuda.device_count())) if torch.cuda.is_available() else torch.device("cpu")
+    device = D.local_device()
     data = load_training_data(cfg.data, cfg.seed, show_progress=cfg.show_progress and D.rank() == 0)
     qt, dt = build_towers(cfg, device)
     results: dict[str, Any] = {

@@ -1,7 +1,8 @@
 """Sharded data-parallel training with PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``).
 
-Selected by ``distributed: fsdp`` in the Stage I config (``scalingnote train``, launched by
-``torchrun``). What it does to each tower, in order:
+Selected by ``distributed: fsdp`` in the Stage I config (``scalingnote train``) and the QKD
+config (``scalingnote distill``, the student), launched by ``torchrun``. What it does to each
+tower, in order:
 
 1. activation checkpointing (``fsdp.activation_checkpointing``): the backbone's own
    Hugging Face gradient checkpointing, non-reentrant (recomputes each transformer block in
@@ -23,7 +24,8 @@ concatenated batch (``tests/training/test_fsdp.py``).
 
 Checkpoints are sharded (``torch.distributed.checkpoint``): every rank writes its shards
 of the towers and of the optimizer state into ``checkpoints/step-N/`` plus a small
-``rank-R.pt`` with the scheduler, step and that rank's RNG states; the directory is built
+``rank-R.pt`` with the scheduler, step, that rank's RNG states and its shards of the best
+validated weights; the directory is built
 under a temporary name and renamed by rank 0 after a barrier, so a killed run never leaves
 a checkpoint that looks complete. Resuming loads them back into the sharded modules and
 continues bit-identically.
@@ -49,7 +51,7 @@ from scalingnote.training.config import FsdpSpec
 from scalingnote.utils.io import atomic_path
 
 if TYPE_CHECKING:  # pragma: no cover
-    from scalingnote.training.trainer import Trainer
+    from scalingnote.training.loop import TrainLoop
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +177,10 @@ def gather_towers(towers: Sequence[nn.Module], rebuild: Callable[[], Sequence[nn
 
 
 # ----------------------------------------------------------------------------- checkpoints
-def _container(trainer: Trainer) -> nn.Module:
-    # A plain container so that FQNs are "query_tower.…" / "doc_tower.…"; it does not change the towers.
-    return nn.ModuleDict({"query_tower": trainer.q_tower, "doc_tower": trainer.d_tower})
+def _container(loop: TrainLoop) -> nn.Module:
+    # A plain container so that FQNs are "<name>.…" (Stage I: "query_tower" / "doc_tower", QKD:
+    # "student"); it does not change the modules.
+    return nn.ModuleDict(loop.checkpoint_modules())
 
 
 def list_sharded_checkpoints(output_dir: str | Path) -> list[int]:
@@ -185,8 +188,8 @@ def list_sharded_checkpoints(output_dir: str | Path) -> list[int]:
     return list_checkpoints(output_dir, marker=MARKER)
 
 
-def save_sharded(trainer: Trainer, rng: dict[str, Any] | None = None) -> Path:
-    """Collective: write a sharded checkpoint of ``trainer`` at its current step."""
+def save_sharded(trainer: TrainLoop, rng: dict[str, Any] | None = None) -> Path:
+    """Collective: write a sharded checkpoint of the loop ``trainer`` at its current step."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -205,6 +208,8 @@ def save_sharded(trainer: Trainer, rng: dict[str, Any] | None = None) -> Path:
         "total_steps": trainer.total_steps,
         "scheduler": trainer.scheduler.state_dict(),
         "rng": rng if rng is not None else rng_state(),
+        "best": trainer.best,  # its "state" holds this rank's shards (TrainLoop.trainable_state)
+        "train_seconds": trainer.prior_seconds + trainer._elapsed(),
     }
     with atomic_path(tmp / f"rank-{D.rank():05d}.pt", suffix=".pt") as p:
         torch.save(extra, p)
@@ -216,16 +221,16 @@ def save_sharded(trainer: Trainer, rng: dict[str, Any] | None = None) -> Path:
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        keep = trainer.cfg.keep_checkpoints
+        keep = trainer.settings.keep_checkpoints
         for s in list_sharded_checkpoints(trainer.out)[:-keep] if keep > 0 else []:
             shutil.rmtree(checkpoint_dir(trainer.out, s), ignore_errors=True)
     dist.barrier()
     return final
 
 
-def load_latest_sharded(trainer: Trainer) -> int | None:
-    """Collective: load the newest sharded checkpoint of ``trainer.out`` into the trainer
-    (towers, optimizer, scheduler, step, this rank's RNG). Returns the step, or None."""
+def load_latest_sharded(trainer: TrainLoop) -> int | None:
+    """Collective: load the newest sharded checkpoint of ``trainer.out`` into the loop
+    (modules, optimizer, scheduler, step, best weights, this rank's RNG). Returns the step, or None."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -253,6 +258,8 @@ def load_latest_sharded(trainer: Trainer) -> int | None:
     trainer.scheduler.load_state_dict(extra["scheduler"])
     set_rng_state(extra["rng"])
     trainer.step = int(extra["step"])
+    trainer.best = extra.get("best") or trainer.best
+    trainer.prior_seconds = float(extra.get("train_seconds", 0.0))
     return trainer.step
 
 

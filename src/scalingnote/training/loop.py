@@ -12,8 +12,13 @@ stopping and best-weights restore. A stage subclasses it (the shape of FlagEmbed
   returning the loss components to log;
 * :meth:`model_state` / :meth:`load_model_state` — what of the model goes into a checkpoint;
 * optionally :meth:`validate` (a score, ``higher_is_better``), :meth:`before_step`,
-  :meth:`after_step`, :meth:`log_record`, :meth:`reduce_gradients`, :meth:`save` / :meth:`load_latest`
-  (sharded checkpoints), :meth:`trainable_state` / :meth:`restore_trainable` (best weights).
+  :meth:`after_step`, :meth:`log_record`, :meth:`checkpoint_modules` (names in sharded
+  checkpoints), :meth:`trainable_state` / :meth:`restore_trainable` (best weights).
+
+Under ``torchrun`` the loop is data parallel: with ``sharded`` False (DDP) it averages the
+gradients of :meth:`modules` across ranks before clipping and rank 0 writes the checkpoints;
+with ``sharded`` True (the stage applied FSDP2, :mod:`scalingnote.training.fsdp`) the
+reduce-scatter in backward has averaged them already and every rank writes its shards.
 """
 
 from __future__ import annotations
@@ -31,9 +36,16 @@ import torch
 from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.training import distributed as D
+from scalingnote.training import fsdp
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 
 log = logging.getLogger(__name__)
+
+
+def _local(t: Tensor) -> Tensor:
+    """This rank's shard of an FSDP2 (DTensor) parameter; the tensor itself otherwise."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _is_head(name: str) -> bool:
@@ -100,6 +112,7 @@ class TrainLoop:
         self.best: dict[str, Any] = {"score": None, "step": 0, "state": None, "bad": 0, "curve": []}
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
+        self.sharded = False  # set by a stage that applied FSDP2 to its modules
 
     # -- optimizer ----------------------------------------------------------------------------
     def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> None:
@@ -142,7 +155,14 @@ class TrainLoop:
         """Called after each optimizer step and its checkpoint; may raise :class:`StopTraining`."""
 
     def reduce_gradients(self) -> None:
-        """Called between backward and clipping (e.g. all-reduce across ranks)."""
+        """Called between backward and clipping: under torchrun without sharding, DDP's
+        average of the gradients over ranks (FSDP2 has reduce-scattered them in backward)."""
+        if not self.sharded:
+            D.average_gradients(self.modules())
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        """The modules of a sharded checkpoint, by the name their keys are stored under."""
+        return {str(i): m for i, m in enumerate(self.modules())}
 
     def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
         """The ``metrics.jsonl`` line for this step, or None to skip it."""
@@ -155,14 +175,19 @@ class TrainLoop:
         return rec.get("step", 0) <= step
 
     def trainable_state(self) -> dict[str, Tensor]:
-        """The weights that training changes (the best-weights snapshot)."""
-        return {f"{i}.{k}": v.detach().clone().cpu() for i, m in enumerate(self.modules()) for k, v in m.named_parameters() if v.requires_grad}
+        """The weights that training changes (the best-weights snapshot; this rank's shards
+        when sharded)."""
+        return {
+            f"{i}.{k}": _local(v).detach().clone().cpu()
+            for i, m in enumerate(self.modules()) for k, v in m.named_parameters() if v.requires_grad
+        }
 
     def restore_trainable(self, state: dict[str, Tensor]) -> None:
         params = {f"{i}.{k}": v for i, m in enumerate(self.modules()) for k, v in m.named_parameters()}
         with torch.no_grad():
             for key, v in state.items():
-                params[key].copy_(v.to(params[key].device))
+                dst = _local(params[key])
+                dst.copy_(v.to(dst.device))
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self, rng: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -193,11 +218,18 @@ class TrainLoop:
         self.prior_seconds = float(state.get("train_seconds", 0.0))
 
     def save(self, rng: dict[str, Any] | None = None) -> None:
+        """Checkpoint the current step (collective under torchrun)."""
+        if self.sharded:
+            fsdp.save_sharded(self, rng)
+            return
         if self.is_main:
             save_checkpoint(self.out, self.step, self.state_dict(rng), keep=self.settings.keep_checkpoints)
+        D.barrier()
 
     def load_latest(self) -> bool:
         """Load the newest checkpoint under ``out``; True when there was one."""
+        if self.sharded:
+            return fsdp.load_latest_sharded(self) is not None
         ck = load_latest_checkpoint(self.out)
         if ck is None:
             return False

@@ -26,7 +26,6 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from scalingnote.training import distributed as D
@@ -93,7 +92,7 @@ class Trainer(TrainLoop):
         )
         super().__init__(cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0)
         self.desc = f"stage I ({cfg.method})"
-        self.sharded = False  # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
+        # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
         if cfg.distributed == "fsdp":
             from scalingnote.training.fsdp import shard_towers
 
@@ -194,15 +193,8 @@ class Trainer(TrainLoop):
     def train_step(self, step: int) -> dict[str, float]:
         return self.compute_gradients(self._batch_for_step(step))
 
-    def reduce_gradients(self) -> None:
-        if not D.is_distributed() or self.sharded:  # FSDP2 reduce-scatters (averages) in backward
-            return
-        ws = D.world_size()
-        for tower in (self.q_tower, self.d_tower):
-            for p in tower.parameters():
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
-                    p.grad /= ws
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        return {"query_tower": self.q_tower, "doc_tower": self.d_tower}
 
     def model_state(self) -> dict[str, Any]:
         return {"query_tower": self.q_tower.state_dict(), "doc_tower": self.d_tower.state_dict()}
@@ -226,23 +218,6 @@ class Trainer(TrainLoop):
         if rec is not None:
             rec["examples_per_s"] = round(self.steps_done * self.cfg.optim.batch_size / self._elapsed(), 3)
         return rec
-
-    def save(self, rng: dict[str, Any] | None = None) -> None:
-        if self.sharded:
-            from scalingnote.training.fsdp import save_sharded
-
-            save_sharded(self, rng)
-            return
-        super().save(rng)
-        if D.is_distributed():
-            dist.barrier()
-
-    def load_latest(self) -> bool:
-        if self.sharded:
-            from scalingnote.training.fsdp import load_latest_sharded
-
-            return load_latest_sharded(self) is not None
-        return super().load_latest()
 
     def _batch_for_step(self, step: int) -> list[Example]:
         epoch, i = divmod(step, self.steps_per_epoch)
