@@ -42,6 +42,29 @@ def write_results(name: str, rows: list[dict[str, Any]], config: dict[str, Any] 
     return path
 
 
+# --------------------------------------------------------------------------- torchrun
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (for torchrun's rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_launch(nproc: int, *args: str) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) running ``args`` (a script and its arguments, or ``-m module ...``)
+    on ``nproc`` local processes under torchrun: gloo on loopback, 1 thread per process, ``src/``
+    importable."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--nnodes=1",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", *args]
+    return cmd, env
+
+
 # --------------------------------------------------------------------------- timing
 
 

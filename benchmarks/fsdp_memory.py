@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -111,12 +110,6 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
     os._exit(0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", choices=["ddp", "fsdp"])
@@ -127,16 +120,13 @@ def main() -> None:
         worker(args.worker, args.out, args.doc_len)
         return
 
-    from benchmarks._common import report
+    from benchmarks._common import report, torchrun_launch
 
     work = Path(tempfile.mkdtemp(prefix="fsdp-mem-"))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent / "src"), env.get("PYTHONPATH", "")])
     rows = []
     t_start = time.perf_counter()
     for mode in ("ddp", "fsdp"):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1", "--master_addr=127.0.0.1",
-               f"--master_port={_free_port()}", __file__, "--worker", mode, "--out", str(work), "--doc-len", str(args.doc_len)]
+        cmd, env = torchrun_launch(2, __file__, "--worker", mode, "--out", str(work), "--doc-len", str(args.doc_len))
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -33,6 +33,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
     ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
     ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),
+    ("qkd_distributed", "QKD in one process vs two torchrun processes (DDP, FSDP2) on SciFact (`python -m benchmarks.qkd_distributed`; MiniLM-2L student of the depth-2 ScalingDual teacher; row `start` = after the head fit, before training)",
+     ["run", "processes", "distributed", "steps_run", "best_step", "start_val_loss", "qkd_val_loss", "ndcg@10", "r@100", "ndcg@10_minus_1proc", "train_seconds", "steps_per_s"]),
     ("export", "Exported query towers: torch vs ONNX fp32 / int8", None),
     ("bm25", "BM25 baseline (test splits)", ["dataset", "language", "queries", "ndcg@10", "recall@100", "r@100", "mrr@10", "map"]),
     ("stage1_scifact", "Stage I on SciFact (train -> test; SmolLM2 mean pooling, centre + PCA head init)", None),

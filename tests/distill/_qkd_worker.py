@@ -15,8 +15,6 @@ step), so the next launch must resume from the last (sharded) checkpoint.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -86,14 +84,22 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
             rec["grads"].append(full_grads(student))
             rec["grad_norm"].append(loop.optimizer_step())
             loop.step += 1
-        rec["weights"] = full_state_dict(student) if loop.sharded else _state(student)
+        gather = (lambda: full_state_dict(student)) if loop.sharded else (lambda: _state(student))
+        rec["weights"] = gather()
+        # the best-weights snapshot (this rank's shards when sharded) restores in place after another step
+        snap = loop.trainable_state()
+        loop.train_step(n_steps)
+        loop.optimizer_step()
+        rec["moved_on"] = gather()
+        loop.restore_trainable(snap)
+        rec["restored"] = gather()
         return rec
     finally:
         torch.set_num_threads(threads)
 
 
 def main() -> None:
-    import torch.distributed as dist
+    from tests.helpers.torchrun import finish_worker, kill_hook
 
     from scalingnote.training import distributed as D
 
@@ -107,18 +113,10 @@ def main() -> None:
     elif mode == "train":
         from scalingnote.distill import distill
 
-        def on_step(step: int) -> None:
-            if spec.get("kill_at") == step and D.rank() == 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        res = distill(make_cfg(spec, out, spec["distributed"]), on_step=on_step)
+        res = distill(make_cfg(spec, out, spec["distributed"]), on_step=kill_hook(spec.get("kill_at")))
         if D.rank() == 0:
             Path(out, "result.json").write_text(json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))}))
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see tests/training/_ddp_worker.py: skip interpreter teardown (gloo threads)
+    finish_worker()
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ Writes {"loss": mean over ranks, "grads": {name: grad}} from rank 0 to argv[1] (
 
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -76,13 +76,10 @@ def main() -> None:
     # Tear down in order: DDP (its reducer holds the process group) before the group, and no rank
     # before its peer is done (otherwise: "terminate called without an active exception", SIGABRT).
     del model
-    dist.barrier()
-    dist.destroy_process_group()
-    # Skip interpreter teardown: under heavy load a gloo thread can still be joinable when C++
-    # static destructors run, which aborts the process (SIGABRT) after its work is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.helpers.torchrun import finish_worker
+
+    finish_worker()
 
 
 if __name__ == "__main__":

@@ -14,8 +14,6 @@ checkpoint of that step), so the next launch must resume from the last sharded c
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -91,7 +89,7 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
 
 
 def main() -> None:
-    import torch.distributed as dist
+    from tests.helpers.torchrun import finish_worker, kill_hook
 
     from scalingnote.training import distributed as D
 
@@ -105,18 +103,10 @@ def main() -> None:
     elif mode == "train":
         from scalingnote.training import train
 
-        def on_step(step: int) -> None:
-            if spec.get("kill_at") == step and D.rank() == 0:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        res = train(make_cfg(spec, out, "fsdp"), on_step=on_step)
+        res = train(make_cfg(spec, out, "fsdp"), on_step=kill_hook(spec.get("kill_at")))
         if D.rank() == 0:
             Path(out, "result.json").write_text(json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))}))
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see _ddp_worker.py: skip interpreter teardown (gloo threads)
+    finish_worker()
 
 
 if __name__ == "__main__":
