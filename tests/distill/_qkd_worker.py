@@ -45,6 +45,8 @@ def make_cfg(spec: dict, out: str, distributed: str):
     }
     if spec.get("max_steps"):
         base["optim"]["max_steps"] = spec["max_steps"]
+    if spec.get("head_init"):
+        base["head_init"] = spec["head_init"]
     return load_config(DistillConfig, base)
 
 

@@ -77,11 +77,12 @@ def assert_same_steps(got: dict, ref: dict, n_steps: int, tol: float = 1e-5) -> 
         torch.testing.assert_close(w[k], r[k], atol=tol, rtol=tol, msg=f"weight {k}")
 
 
-def assert_kill_resumes(launch, spec: dict, full: Path, killed: Path, weights) -> None:
-    """Exact resume of a sharded run: ``launch("train", spec_json, out, check=...)`` runs 5 steps
-    with a checkpoint every 2. The run killed after step 3 leaves only the step-2 sharded
-    checkpoint and no final output; relaunched, it ends with ``weights(out)`` equal to the
-    uninterrupted run's to the bit and a metrics log with each step once."""
+def assert_kill_resumes(launch, spec: dict, full: Path, killed: Path, weights, marker: str = "sharded.json") -> None:
+    """Exact resume of a multi-process run: ``launch("train", spec_json, out, check=...)`` runs 5
+    steps with a checkpoint every 2. The run killed after step 3 leaves only the step-2
+    checkpoint (complete: its ``marker`` file exists; ``state.pt`` for a DDP checkpoint) and no
+    final output; relaunched, it ends with ``weights(out)`` equal to the uninterrupted run's to
+    the bit and a metrics log with each step once."""
     import json
 
     import torch
@@ -91,7 +92,7 @@ def assert_kill_resumes(launch, spec: dict, full: Path, killed: Path, weights) -
     assert proc.returncode != 0  # rank 0 died by SIGKILL after step 3 (checkpoint at step 2 only)
     ck = killed / "checkpoints"
     assert sorted(p.name for p in ck.iterdir() if not p.name.startswith(".")) == ["step-00000002"]
-    assert (ck / "step-00000002" / "sharded.json").exists()
+    assert (ck / "step-00000002" / marker).exists()
     assert not (killed / "query_tower").exists()
     launch("train", json.dumps(spec), str(killed))
     a, b = weights(full), weights(killed)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -26,8 +27,7 @@ sys.path.insert(0, str(HERE))
 from _fsdp_worker import run_steps  # noqa: E402
 
 
-def _torchrun(*args: str, check: bool = True):
-    return torchrun(HERE / "_fsdp_worker.py", *args, check=check)
+_torchrun = functools.partial(torchrun, HERE / "_fsdp_worker.py")
 
 
 @pytest.fixture(scope="module")

@@ -89,6 +89,16 @@ def broadcast_float(x: float | None, src: int = 0) -> float | None:
     return obj[0]
 
 
+def gather_to_rank0(obj):
+    """Every rank's ``obj`` (picklable) as a list in rank order on rank 0; None on the other
+    ranks and in one process."""
+    if not is_distributed():
+        return None
+    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def mean_over_ranks(x: float) -> float:
     """The mean of ``x`` over ranks (each rank's local-mean loss -> the global-batch loss)."""
     if not is_distributed():

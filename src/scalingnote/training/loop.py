@@ -211,7 +211,13 @@ class TrainLoop:
         self.load_model_state(state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        if state.get("rng") is not None:
+        per_rank = state.get("rng_ranks")  # a data-parallel (DDP) run: every rank's own RNG streams
+        if per_rank and len(per_rank) == D.world_size():
+            set_rng_state(per_rank[D.rank()])
+        elif state.get("rng") is not None:
+            if per_rank:
+                log.warning("%s: checkpoint written by %d processes, this run has %d: RNG streams are not replayed exactly",
+                            self.out, len(per_rank), D.world_size())
             set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.best = state.get("best") or self.best
@@ -222,8 +228,13 @@ class TrainLoop:
         if self.sharded:
             fsdp.save_sharded(self, rng)
             return
+        rng = rng if rng is not None else rng_state()
+        per_rank = D.gather_to_rank0(rng)  # rank 0 writes the file; each rank resumes its own dropout streams
         if self.is_main:
-            save_checkpoint(self.out, self.step, self.state_dict(rng), keep=self.settings.keep_checkpoints)
+            state = self.state_dict(rng)
+            if per_rank is not None:
+                state["rng_ranks"] = per_rank
+            save_checkpoint(self.out, self.step, state, keep=self.settings.keep_checkpoints)
         D.barrier()
 
     def load_latest(self) -> bool:
