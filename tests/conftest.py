@@ -29,6 +29,22 @@ def shared_data() -> Path:
     return p
 
 
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory):
+    """A tiny random BERT (seed 0), built once per session (index, learned-PQ and service tests)."""
+    from scalingnote.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert", "bert", seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_bert_dir(tmp_path_factory):
+    """A second tiny BERT with different random weights (a different, incompatible embedding space)."""
+    from scalingnote.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert-other", "bert", seed=1)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _limit_threads():
     """Unit tests use tiny models: one thread avoids the synchronisation overhead that makes

@@ -8,6 +8,7 @@ import pytest
 from scalingnote.config import load_config, save_config
 from scalingnote.errors import ConfigError
 from scalingnote.utils import atomic_write, run_metadata
+from scalingnote.utils.io import read_json, write_jsonl
 
 
 @dataclass
@@ -66,6 +67,23 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
             raise RuntimeError("boom")
     assert p.read_text() == "old"
     assert list(tmp_path.iterdir()) == [p]
+
+
+def test_write_jsonl_and_read_json(tmp_path):
+    p = tmp_path / "r.jsonl"
+    assert write_jsonl(p, iter([{"a": "é"}, [1, 2]])) == 2
+    assert p.read_text(encoding="utf-8") == '{"a": "é"}\n[1, 2]\n'
+    good = tmp_path / "g.json"
+    good.write_text('{"k": 1}', encoding="utf-8")
+    assert read_json(good) == {"k": 1}
+    bad = tmp_path / "b.json"
+    bad.write_text('{"k": 1,\n oops}', encoding="utf-8")
+    with pytest.raises(ConfigError, match="invalid JSON") as exc:
+        read_json(bad)
+    assert exc.value.path == str(bad) and exc.value.line == 2
+    with pytest.raises(ConfigError, match=r"cannot read \(.*\): not a thing") as exc:
+        read_json(tmp_path / "missing.json", unreadable="not a thing")
+    assert exc.value.path == str(tmp_path / "missing.json")
 
 
 def test_run_metadata():

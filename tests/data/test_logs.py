@@ -52,24 +52,36 @@ def test_header_may_reorder_columns(tmp_path):
     assert (r.query_id, r.doc_id, r.position, r.clicked) == ("q1", "d1", 0, True)
 
 
+# kind -> (reader, file name, header, a valid first row)
+_LOGS = {
+    "click": (read_click_log, "clicks.tsv", "query_id\tdoc_id\tposition\tclicked", "q1\td1\t1\t1"),
+    "relevance": (read_relevance_log, "rel.tsv", "query_id\tdoc_id\tscore", "q1\td1\t0.9"),
+}
+
+
 @pytest.mark.parametrize(
-    "row, field, needle",
+    "kind, row, field, needle",
     [
-        ("q1\td1\tx\t1", "position", "non-negative integer"),
-        ("q1\td1\t1.5\t1", "position", "non-negative integer"),
-        ("q1\td1\t-1\t1", "position", "non-negative integer"),
-        ("q1\td1\t1\t2", "clicked", "0 or 1"),
-        ("q1\td1\t1\tyes", "clicked", "0 or 1"),
-        ("q9\td1\t1\t1", "query_id", "unknown query id 'q9'"),
-        ("q1\td9\t1\t1", "doc_id", "unknown document id 'd9'"),
-        ("\td1\t1\t1", "query_id", "empty id"),
+        ("click", "q1\td1\tx\t1", "position", "non-negative integer"),
+        ("click", "q1\td1\t1.5\t1", "position", "non-negative integer"),
+        ("click", "q1\td1\t-1\t1", "position", "non-negative integer"),
+        ("click", "q1\td1\t1\t2", "clicked", "0 or 1"),
+        ("click", "q1\td1\t1\tyes", "clicked", "0 or 1"),
+        ("click", "q9\td1\t1\t1", "query_id", "unknown query id 'q9'"),
+        ("click", "q1\td9\t1\t1", "doc_id", "unknown document id 'd9'"),
+        ("click", "\td1\t1\t1", "query_id", "empty id"),
+        ("relevance", "q1\td2\thigh", "score", "expected a number"),
+        ("relevance", "q1\td2\tnan", "score", "finite"),
+        ("relevance", "q1\td1\t0.3", "doc_id", "second score"),
+        ("relevance", "q7\td2\t0.3", "query_id", "unknown query id"),
     ],
 )
-def test_malformed_click_tsv_names_file_line_field(tmp_path, row, field, needle):
-    p = _tsv(tmp_path, "clicks.tsv", ["q1\td1\t1\t1", row], "query_id\tdoc_id\tposition\tclicked")
-    e = _err(read_click_log, p, QIDS, DIDS)
+def test_malformed_log_row_names_file_line_field(tmp_path, kind, row, field, needle):
+    reader, name, header, good = _LOGS[kind]
+    p = _tsv(tmp_path, name, [good, row], header)
+    e = _err(reader, p, QIDS, DIDS)
     assert e.path == str(p) and e.line == 3 and e.field == field
-    assert needle in str(e) and "clicks.tsv" in str(e) and "line 3" in str(e)
+    assert needle in str(e) and name in str(e) and "line 3" in str(e)
 
 
 def test_wrong_column_count(tmp_path):
@@ -96,21 +108,6 @@ def test_click_jsonl_validation(tmp_path):
         assert (e.line, e.field) == (2, field)
     p.write_text(json.dumps(recs[0]) + "\n{not json\n")
     assert _err(read_click_log, p, QIDS, DIDS).line == 2
-
-
-@pytest.mark.parametrize(
-    "row, field, needle",
-    [
-        ("q1\td2\thigh", "score", "expected a number"),
-        ("q1\td2\tnan", "score", "finite"),
-        ("q1\td1\t0.3", "doc_id", "second score"),
-        ("q7\td2\t0.3", "query_id", "unknown query id"),
-    ],
-)
-def test_malformed_relevance_log(tmp_path, row, field, needle):
-    p = _tsv(tmp_path, "rel.tsv", ["q1\td1\t0.9", row], "query_id\tdoc_id\tscore")
-    e = _err(read_relevance_log, p, QIDS, DIDS)
-    assert (e.line, e.field) == (3, field) and needle in str(e) and "rel.tsv" in str(e)
 
 
 def test_missing_file_is_a_data_error(tmp_path):

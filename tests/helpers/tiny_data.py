@@ -34,3 +34,14 @@ def write_tiny_beir(root: Path, docs_per_topic: int = 8, seed: int = 0) -> Path:
             n += 1
     write_beir(root, docs, queries, {"train": qrels_train, "test": qrels_test})
     return root
+
+
+def tiny_inputs(root: Path, *models: str, data: bool = True, docs_per_topic: int = 8) -> dict[str, str]:
+    """Paths (as strings) of tiny random 2-layer models, one per kind in ``models`` ("llm",
+    "bert") at ``root/<kind>``, and with ``data`` the tiny BEIR directory ``root/beir`` (key "data")."""
+    from scalingnote.models import build_tiny_model
+
+    out = {kind: str(build_tiny_model(root / kind, kind, num_layers=2)) for kind in models}
+    if data:
+        out["data"] = str(write_tiny_beir(root / "beir", docs_per_topic=docs_per_topic))
+    return out

@@ -1,5 +1,5 @@
-"""Fixtures for the dense-index tests: tiny random towers (real tower code, random weights),
-a small corpus, clustered synthetic vectors."""
+"""Fixtures for the dense-index tests: towers of the tiny random BERT (``tiny_bert_dir``, real
+tower code, random weights; in tests/conftest.py), a small corpus, clustered synthetic vectors."""
 
 from __future__ import annotations
 
@@ -37,21 +37,6 @@ def clustered_vectors(n: int, d: int, n_clusters: int = 20, seed: int = 0, noise
     x = centers[rng.integers(0, n_clusters, size=n)] + noise * rng.normal(size=(n, d))
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     return x.astype(np.float32)
-
-
-@pytest.fixture(scope="session")
-def tiny_bert_dir(tmp_path_factory):
-    from scalingnote.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert", "bert", seed=0)
-
-
-@pytest.fixture(scope="session")
-def other_bert_dir(tmp_path_factory):
-    """A second tiny BERT with different random weights (a different embedding space)."""
-    from scalingnote.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny-bert-other", "bert", seed=1)
 
 
 @pytest.fixture(scope="session")

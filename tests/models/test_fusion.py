@@ -55,33 +55,15 @@ def test_document_features_lookup():
 
 @pytest.fixture(scope="module")
 def heads_setup(tmp_path_factory):
-    from scalingnote.config import load_config
-    from scalingnote.data import load_corpus, load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-    from scalingnote.models import build_tiny_model
-    from scalingnote.scaling.heads import HeadSession, make_eval_set
-    from scalingnote.training import TrainConfig
+    from scalingnote.scaling.heads import make_eval_set
     from scalingnote.training.data import Example
-    from tests.helpers.tiny_data import write_tiny_beir
+    from tests.helpers.tiny_heads import tiny_head_session
 
-    torch.set_num_threads(1)
-    root = tmp_path_factory.mktemp("fusion")
-    llm = str(build_tiny_model(root / "llm", "llm", num_layers=2))
-    data = write_tiny_beir(root / "beir", docs_per_topic=6)
-    corpus = load_corpus(data / "corpus.jsonl")
-    queries = {q.id: q.text for q in load_queries(data / "queries.jsonl").values()}
-    qrels = load_qrels(qrels_path(data, "train"), queries, corpus)
-    train = [Example(q, queries[q], corpus[d], None) for q in sorted(qrels) for d in qrels[q]]
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_dual", "output_dir": str(root / "run"),
-        "query_tower": {"model": llm, "max_length": 16, "pooling": "mean", "trainable_layers": 0},
-        "doc_tower": {"model": llm, "max_length": 96, "pooling": "mean", "trainable_layers": 0},
-        "dim": 16, "loss": {"dims": [8, 16]}, "data": {"data_dir": str(data), "negatives": "none"},
-        "projection_init": "pca", "center_samples": 64, "feature_cache_dir": str(root / "features"), "show_progress": False,
-    })
-    session = HeadSession(cfg, corpus)
-    dev = make_eval_set(queries, {q: qrels[q] for q in sorted(qrels)[:6]}, session.doc_ids, num_negatives=8, seed=1)
-    return session, train, dev, queries
+    h = tiny_head_session(tmp_path_factory.mktemp("fusion"), docs_per_topic=6)
+    qrels, queries = h.train_qrels, h.queries
+    train = [Example(q, queries[q], h.corpus[d], None) for q in sorted(qrels) for d in qrels[q]]
+    dev = make_eval_set(queries, {q: qrels[q] for q in sorted(qrels)[:6]}, h.session.doc_ids, num_negatives=8, seed=1)
+    return h.session, train, dev, queries
 
 
 def test_fused_encoder_trains_the_fusion_parameters(heads_setup, tmp_path):

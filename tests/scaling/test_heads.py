@@ -9,47 +9,23 @@ import json
 import numpy as np
 import pytest
 
-from scalingnote.config import load_config
-from scalingnote.data import load_corpus, load_qrels, load_queries
-from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ConfigError
-from scalingnote.models import build_tiny_model
 from scalingnote.scaling.heads import HeadSession, PointSettings, make_eval_set, run_point, score, train_point
-from scalingnote.training import TrainConfig
 from scalingnote.training.data import Example
-from tests.helpers.tiny_data import write_tiny_beir
+from tests.helpers.tiny_heads import tiny_head_session
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    import torch
-
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("heads")
-    llm = str(build_tiny_model(root / "llm", "llm", num_layers=2))
-    data = write_tiny_beir(root / "beir", docs_per_topic=10)
-    corpus = load_corpus(data / "corpus.jsonl")
-    queries = {q.id: q.text for q in load_queries(data / "queries.jsonl").values()}
-    train_qrels = load_qrels(qrels_path(data, "train"), queries, corpus)
-    test_qrels = load_qrels(qrels_path(data, "test"), queries, corpus)
+    h = tiny_head_session(root, docs_per_topic=10)
+    queries, train_qrels, session = h.queries, h.train_qrels, h.session
     qids = sorted(train_qrels)
     dev_q = set(qids[::6])
-    train = [Example(q, queries[q], corpus[d], None, "human") for q in qids if q not in dev_q for d in train_qrels[q]]
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_dual",
-        "output_dir": str(root / "run"),
-        "query_tower": {"model": llm, "max_length": 16, "pooling": "mean", "trainable_layers": 0},
-        "doc_tower": {"model": llm, "max_length": 96, "pooling": "mean", "trainable_layers": 0},
-        "dim": 16, "loss": {"dims": [8, 16]},
-        "data": {"data_dir": str(data), "negatives": "none"},
-        "projection_init": "pca", "center_samples": 64,
-        "feature_cache_dir": str(root / "features"),
-        "show_progress": False,
-    })
-    session = HeadSession(cfg, corpus)
+    train = [Example(q, queries[q], h.corpus[d], None, "human") for q in qids if q not in dev_q for d in train_qrels[q]]
     dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, session.doc_ids, num_negatives=16, seed=1, name="dev")
-    test = make_eval_set(queries, test_qrels, session.doc_ids, num_negatives=16, seed=0, name="test")
-    return {"session": session, "train": train, "dev": dev, "test": test, "root": root, "cfg": cfg, "corpus": corpus}
+    test = make_eval_set(queries, h.test_qrels, session.doc_ids, num_negatives=16, seed=0, name="test")
+    return {"session": session, "train": train, "dev": dev, "test": test, "root": root, "cfg": h.cfg, "corpus": h.corpus}
 
 
 def test_point_trains_to_a_lower_dev_loss_and_keeps_the_best(setup, tmp_path):

@@ -10,19 +10,14 @@ import numpy as np
 import pytest
 
 from scalingnote.errors import ConfigError, ScalingNoteError
-from scalingnote.models import build_tiny_model
 from scalingnote.scaling.sweep import SweepConfig, load_sweep_config, prepare, run_sweep
 from scalingnote.scaling.table import read_table
-from tests.helpers.tiny_data import write_tiny_beir
+from tests.helpers.tiny_data import tiny_inputs
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny_sweep")
-    return {
-        "bert": str(build_tiny_model(root / "bert", "bert", num_layers=2)),
-        "data": str(write_tiny_beir(root / "beir")),
-    }
+    return tiny_inputs(tmp_path_factory.mktemp("tiny_sweep"), "bert")
 
 
 def _cfg(tiny, out, **over) -> SweepConfig:

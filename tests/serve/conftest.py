@@ -1,5 +1,6 @@
-"""Fixtures for the service tests: a tiny BERT tower used zero-shot on both sides, a tiny
-BEIR corpus, an IVF-PQ index with semantic IDs built from it, and a running service."""
+"""Fixtures for the service tests: the tiny BERT (``tiny_bert_dir``, tests/conftest.py) used
+zero-shot on both sides, a tiny BEIR corpus, an IVF-PQ index with semantic IDs built from it,
+and a running service."""
 
 from __future__ import annotations
 
@@ -9,34 +10,19 @@ from tests.helpers.tiny_data import write_tiny_beir
 
 
 @pytest.fixture(scope="session")
-def serve_bert_dir(tmp_path_factory):
-    from scalingnote.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("serve-models") / "tiny-bert", "bert", seed=0)
-
-
-@pytest.fixture(scope="session")
-def serve_other_bert_dir(tmp_path_factory):
-    """Another tiny BERT (different random weights): an incompatible embedding space."""
-    from scalingnote.models import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("serve-models") / "tiny-bert-other", "bert", seed=1)
-
-
-@pytest.fixture(scope="session")
 def serve_beir(tmp_path_factory):
     return write_tiny_beir(tmp_path_factory.mktemp("serve-beir") / "toy", docs_per_topic=8)
 
 
 @pytest.fixture(scope="session")
-def serve_index(tmp_path_factory, serve_bert_dir, serve_beir):
+def serve_index(tmp_path_factory, tiny_bert_dir, serve_beir):
     """IVF4,PQ8x4 over the 48 tiny documents, 2 semantic-ID layers; the embeddings record the
     corpus path, so the service finds the titles without --corpus."""
     from scalingnote.index import build_index
     from scalingnote.index.pipeline import encode_with_tower
 
     root = tmp_path_factory.mktemp("serve-index")
-    encode_with_tower(serve_bert_dir, serve_beir, root / "emb", shard_size=32, batch_size=16, progress=False)
+    encode_with_tower(tiny_bert_dir, serve_beir, root / "emb", shard_size=32, batch_size=16, progress=False)
     return build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
 
 
@@ -59,22 +45,22 @@ def page_beir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def page_index(tmp_path_factory, serve_bert_dir, page_beir):
+def page_index(tmp_path_factory, tiny_bert_dir, page_beir):
     """A Flat index with semantic IDs over ``page_beir``; titles + snippets stored with it."""
     from scalingnote.index import build_index
     from scalingnote.index.pipeline import encode_with_tower
 
     root = tmp_path_factory.mktemp("page-index")
-    encode_with_tower(serve_bert_dir, page_beir, root / "emb", shard_size=64, batch_size=16, progress=False)
+    encode_with_tower(tiny_bert_dir, page_beir, root / "emb", shard_size=64, batch_size=16, progress=False)
     return build_index(root / "emb", root / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
 
 
 @pytest.fixture(scope="session")
-def page_server(page_index, serve_bert_dir, page_beir):
+def page_server(page_index, tiny_bert_dir, page_beir):
     """A running service with a BM25 index beside the dense one (built from --corpus at start)."""
     from scalingnote.serve import BackgroundServer, ServeSettings, create_app
 
-    app = create_app(page_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=5, corpus=str(page_beir)))
+    app = create_app(page_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=5, corpus=str(page_beir)))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         yield srv

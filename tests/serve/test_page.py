@@ -55,10 +55,10 @@ def test_search_modes_return_titles_snippets_and_semantic_ids(client, page_beir,
         assert HOSTILE_TITLE in [h["title"] for h in hits]  # the hostile document is returned verbatim
 
 
-def test_hybrid_equals_offline_fusion(client, page_server, page_index, serve_bert_dir, page_beir):
+def test_hybrid_equals_offline_fusion(client, page_server, page_index, tiny_bert_dir, page_beir):
     from scalingnote.index.hybrid import open_hybrid
 
-    h = open_hybrid(page_index, serve_bert_dir, progress=False)
+    h = open_hybrid(page_index, tiny_bert_dir, progress=False)
     ref = h.search(["quick brown fox"], 5, mode="hybrid")
     hits = client.post("/search", json={"query": "quick brown fox", "k": 5, "mode": "hybrid"}).json()["results"]
     assert [x["doc_id"] for x in hits] == ref.doc_ids[0]
@@ -73,7 +73,7 @@ def test_mode_is_validated_and_reported(client):
     assert r.status_code == 200 and [len(x) for x in r.json()["results"]] == [3, 3]
 
 
-def test_without_bm25_the_modes_are_refused(serve_index, serve_bert_dir):
+def test_without_bm25_the_modes_are_refused(serve_index, tiny_bert_dir):
     """An index with no BM25 beside it and no corpus given: bm25 / hybrid answer 422, dense works."""
     import shutil
     import tempfile
@@ -89,7 +89,7 @@ def test_without_bm25_the_modes_are_refused(serve_index, serve_bert_dir):
         man["documents"] = {**(man.get("documents") or {}), "source": None}
         (idx / "manifest.json").write_text(json.dumps(man))
         shutil.rmtree(idx / "bm25", ignore_errors=True)
-        app = create_app(idx, serve_bert_dir, ServeSettings(port=0))
+        app = create_app(idx, tiny_bert_dir, ServeSettings(port=0))
         with BackgroundServer(app) as srv:
             srv.wait_ready()
             with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:

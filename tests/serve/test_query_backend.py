@@ -14,19 +14,19 @@ from scalingnote.serve import BackgroundServer, ServeSettings, create_app  # noq
 
 
 @pytest.fixture(scope="module")
-def onnx_export(serve_bert_dir, tmp_path_factory):
+def onnx_export(tiny_bert_dir, tmp_path_factory):
     from scalingnote.models import load_tower
     from scalingnote.models.export import export_onnx
 
-    tower = load_tower(serve_bert_dir, role="query", device="cpu", dtype="float32")
+    tower = load_tower(tiny_bert_dir, role="query", device="cpu", dtype="float32")
     return export_onnx(tower, tmp_path_factory.mktemp("onnx") / "q")
 
 
-def test_onnx_query_tower_matches_torch(serve_bert_dir, onnx_export):
+def test_onnx_query_tower_matches_torch(tiny_bert_dir, onnx_export):
     from scalingnote.models import load_tower
     from scalingnote.serve.query_backend import OnnxQueryTower
 
-    tower = load_tower(serve_bert_dir, role="query", device="cpu", dtype="float32")
+    tower = load_tower(tiny_bert_dir, role="query", device="cpu", dtype="float32")
     enc = OnnxQueryTower(tower, onnx_export, threads=1)
     texts = ["quick brown fox", "vitamin deficiency risk", "dense retrieval", "糖尿病 水果", "x " * 300]
     ref = tower.encode_queries(texts, show_progress=False)
@@ -36,11 +36,11 @@ def test_onnx_query_tower_matches_torch(serve_bert_dir, onnx_export):
     assert enc.fingerprint == tower.fingerprint and enc.compat_id == tower.compat_id and enc.out_dim == tower.out_dim
 
 
-def test_export_of_another_tower_is_refused(serve_other_bert_dir, onnx_export):
+def test_export_of_another_tower_is_refused(other_bert_dir, onnx_export):
     from scalingnote.models import load_tower
     from scalingnote.serve.query_backend import OnnxQueryTower
 
-    other = load_tower(serve_other_bert_dir, role="query", device="cpu", dtype="float32")
+    other = load_tower(other_bert_dir, role="query", device="cpu", dtype="float32")
     with pytest.raises(ConfigError, match="another tower"):
         OnnxQueryTower(other, onnx_export)
 
@@ -54,10 +54,10 @@ def test_settings_validate_the_query_backend():
         ServeSettings(onnx_model="/x")
 
 
-def test_service_with_onnx_backend_answers_like_torch(serve_index, serve_bert_dir, onnx_export):
+def test_service_with_onnx_backend_answers_like_torch(serve_index, tiny_bert_dir, onnx_export):
     results = {}
     for backend, extra in (("torch", {}), ("onnx", {"onnx_model": str(onnx_export), "onnx_threads": 1})):
-        app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=20, query_backend=backend, **extra))
+        app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=20, query_backend=backend, **extra))
         with BackgroundServer(app) as srv:
             srv.wait_ready()
             with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:

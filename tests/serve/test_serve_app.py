@@ -20,9 +20,9 @@ TOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def server(serve_index, serve_bert_dir):
+def server(serve_index, tiny_bert_dir):
     """A shared read-only server (hot swap and shutdown tests start their own)."""
-    app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8))
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         yield srv
@@ -84,8 +84,8 @@ async def _post_all(url: str, bodies: list[dict], path: str = "/search") -> list
 # (cosine ~0.99998), so which 2 of 4 lists a query would probe is decided by float rounding that
 # differs between a batched and a single-query matmul (seen flaky at nprobe=2 in a full run).
 @pytest.mark.parametrize("extra", [(), ("--nprobe", "4", "--rerank", "20")], ids=["defaults", "nprobe4-rerank20"])
-def test_same_results_as_offline_search(server, tmp_path, serve_index, serve_bert_dir, serve_beir, extra):
-    ref = _offline_run(tmp_path, serve_index, serve_bert_dir, serve_beir, *extra)
+def test_same_results_as_offline_search(server, tmp_path, serve_index, tiny_bert_dir, serve_beir, extra):
+    ref = _offline_run(tmp_path, serve_index, tiny_bert_dir, serve_beir, *extra)
     queries = _test_queries(serve_beir)
     params = {"k": 10}
     if extra:
@@ -198,9 +198,9 @@ def test_healthz_and_metrics(client, serve_index):
     assert metric_value(m, "scalingnote_query_tower_info", compat_id=h["query_tower"]["compat_id"]) == 1
 
 
-def test_healthz_503_before_loading_and_on_failure(serve_index, serve_bert_dir, serve_other_bert_dir):
+def test_healthz_503_before_loading_and_on_failure(serve_index, tiny_bert_dir, other_bert_dir):
     # not started (no lifespan): 503 "starting", and searches are refused with 503
-    app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0))
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0))
 
     async def not_started():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
@@ -213,13 +213,13 @@ def test_healthz_503_before_loading_and_on_failure(serve_index, serve_bert_dir, 
     async def remote_admin():  # /admin/reload from a non-loopback client (possible with --allow-remote)
         transport = httpx.ASGITransport(app=app, client=("10.1.2.3", 4567))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
-            return await c.post("/admin/reload", json={"query_tower": str(serve_bert_dir)})
+            return await c.post("/admin/reload", json={"query_tower": str(tiny_bert_dir)})
 
     r = asyncio.run(remote_admin())
     assert r.status_code == 403 and r.json()["error"] == "forbidden"
 
     # an incompatible query tower: loading fails, /healthz stays 503 and says why
-    app = create_app(serve_index, serve_other_bert_dir, ServeSettings(port=0))
+    app = create_app(serve_index, other_bert_dir, ServeSettings(port=0))
     with BackgroundServer(app) as srv:
         with pytest.raises(ScalingNoteError, match="not compatible"):
             srv.wait_ready(timeout=30)
@@ -230,11 +230,11 @@ def test_healthz_503_before_loading_and_on_failure(serve_index, serve_bert_dir, 
 # ------------------------------------------------------------------ hot swap
 
 
-def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_other_bert_dir):
+def test_hot_swap_keeps_answering(tmp_path, serve_index, tiny_bert_dir, other_bert_dir):
     from scalingnote.models import load_tower
 
-    copy_dir = load_tower(serve_bert_dir, role="query").save(tmp_path / "query-tower-copy")  # same weights, saved again
-    app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=2))
+    copy_dir = load_tower(tiny_bert_dir, role="query").save(tmp_path / "query-tower-copy")  # same weights, saved again
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=2))
     probe = {"query": "dense retrieval of documents", "k": 5}
     admin = {"Authorization": f"Bearer {app.state.admin_token}"}
     with BackgroundServer(app) as srv:
@@ -272,7 +272,7 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_o
         assert all(abs(a["score"] - b["score"]) <= TOL for a, b in zip(after, before, strict=True))
 
         # an incompatible tower is refused with 409; the current one keeps serving
-        r, statuses, _ = asyncio.run(swap_under_load(serve_other_bert_dir))
+        r, statuses, _ = asyncio.run(swap_under_load(other_bert_dir))
         assert r.status_code == 409 and r.json()["error"] == "incompatible_query_tower"
         assert "not compatible" in r.json()["detail"]
         assert statuses and set(statuses) == {200}
@@ -292,10 +292,10 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, serve_bert_dir, serve_o
 # ------------------------------------------------------------------ graceful shutdown
 
 
-def test_graceful_shutdown_drains_requests(serve_index, serve_bert_dir):
+def test_graceful_shutdown_drains_requests(serve_index, tiny_bert_dir):
     # a long batching window keeps the requests queued in the batcher when shutdown starts
     settings = ServeSettings(port=0, max_wait_ms=400, max_batch=64, shutdown_timeout_s=20)
-    app = create_app(serve_index, serve_bert_dir, settings)
+    app = create_app(serve_index, tiny_bert_dir, settings)
     svc = app.state.service
     srv = BackgroundServer(app).start()
     srv.wait_ready()
@@ -321,20 +321,20 @@ def test_graceful_shutdown_drains_requests(serve_index, serve_bert_dir):
 # ------------------------------------------------------------------ CLI
 
 
-def test_cli_serve_refuses_remote_host_and_reports_load_failure(serve_index, serve_bert_dir, serve_other_bert_dir):
+def test_cli_serve_refuses_remote_host_and_reports_load_failure(serve_index, tiny_bert_dir, other_bert_dir):
     from scalingnote.cli import app
 
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(serve_bert_dir), "--host", "0.0.0.0"])
+    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--host", "0.0.0.0"])
     assert isinstance(r.exception, ScalingNoteError) and "not a loopback address" in str(r.exception)
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index.parent), "--query-tower", str(serve_bert_dir), "--port", "0"])
+    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index.parent), "--query-tower", str(tiny_bert_dir), "--port", "0"])
     assert isinstance(r.exception, ScalingNoteError) and "not an index directory" in str(r.exception)
     # the real uvicorn server starts, loading fails (incompatible tower), the command stops with the reason
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(serve_other_bert_dir), "--port", "0", "--log-level", "warning"])
+    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(other_bert_dir), "--port", "0", "--log-level", "warning"])
     assert isinstance(r.exception, ScalingNoteError) and "not compatible" in str(r.exception)
     assert "listening on http://127.0.0.1:" in r.output
 
 
-def test_cli_serve_process_answers_and_exits_cleanly_on_sigterm(serve_index, serve_bert_dir):
+def test_cli_serve_process_answers_and_exits_cleanly_on_sigterm(serve_index, tiny_bert_dir):
     """``scalingnote serve`` as a real process: port 0, /healthz, a search, SIGTERM -> graceful exit 0."""
     import re
     import signal
@@ -342,7 +342,7 @@ def test_cli_serve_process_answers_and_exits_cleanly_on_sigterm(serve_index, ser
     import sys
 
     p = subprocess.Popen(
-        [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(serve_bert_dir), "--port", "0", "--threads", "1"],
+        [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--port", "0", "--threads", "1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

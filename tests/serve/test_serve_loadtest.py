@@ -116,10 +116,10 @@ def test_loadtest_counts_errors_when_nothing_listens():
     assert res.error_kinds == {"ConnectError": 6} and res.stopped_by == "max_requests"
 
 
-def test_loadtest_against_the_service(tmp_path, serve_index, serve_bert_dir, serve_beir):
+def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serve_beir):
     from scalingnote.cli import app as cli
 
-    app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, max_wait_ms=5))
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=5))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         res = run_loadtest(srv.url, read_queries_file(serve_beir / "queries.jsonl"), concurrency=4, duration_s=30, max_requests=40, k=5)

@@ -26,10 +26,10 @@ async def _post_all(url: str, bodies: list[dict]) -> list[httpx.Response]:
 # ------------------------------------------------------------------ overload
 
 
-def test_queue_bound_sheds_with_503_and_retry_after(serve_index, serve_bert_dir):
+def test_queue_bound_sheds_with_503_and_retry_after(serve_index, tiny_bert_dir):
     # a long batching window keeps admitted requests counted as queued while the rest arrive
     settings = ServeSettings(port=0, max_queue=4, max_batch=64, max_wait_ms=600, max_batch_queries=8)
-    app = create_app(serve_index, serve_bert_dir, settings)
+    app = create_app(serve_index, tiny_bert_dir, settings)
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         rs = asyncio.run(_post_all(srv.url, [{"query": f"quantization codes {i}", "k": 3} for i in range(12)]))
@@ -57,10 +57,10 @@ def test_queue_bound_sheds_with_503_and_retry_after(serve_index, serve_bert_dir)
         assert r.status_code == 200
 
 
-def test_retry_after_follows_measured_throughput(serve_index, serve_bert_dir):
+def test_retry_after_follows_measured_throughput(serve_index, tiny_bert_dir):
     from scalingnote.serve.service import SearchService
 
-    svc = SearchService(serve_index, serve_bert_dir, ServeSettings(max_queue=10))
+    svc = SearchService(serve_index, tiny_bert_dir, ServeSettings(max_queue=10))
     assert svc.retry_after_s() == 1  # nothing measured yet
     svc._rate, svc._queued = 2.0, 10  # 10 waiting at 2 queries/s -> 5 s
     assert svc.retry_after_s() == 5
@@ -74,9 +74,9 @@ def test_retry_after_follows_measured_throughput(serve_index, serve_bert_dir):
 # ------------------------------------------------------------------ admin guard
 
 
-def test_admin_needs_token_loopback_and_no_forwarding_headers(tmp_path, serve_index, serve_bert_dir):
+def test_admin_needs_token_loopback_and_no_forwarding_headers(tmp_path, serve_index, tiny_bert_dir):
     token = "s3cret-admin-token-0123456789"
-    app = create_app(serve_index, serve_bert_dir, ServeSettings(port=0, admin_token=token))
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, admin_token=token))
     assert app.state.admin_token == token and app.state.admin_token_source == "option"
     body = {"query_tower": str(tmp_path / "missing")}  # past the guard this is a 400 (not a tower)
     good = {"Authorization": f"Bearer {token}"}
@@ -129,7 +129,7 @@ def test_admin_token_sources(tmp_path):
     assert "x" * 20 not in repr(ServeSettings(admin_token="x" * 20))
 
 
-def test_cli_serve_prints_generated_token_and_env_token_works(tmp_path, serve_index, serve_bert_dir):
+def test_cli_serve_prints_generated_token_and_env_token_works(tmp_path, serve_index, tiny_bert_dir):
     """`scalingnote serve` prints a generated token (which then works) and takes one from the env."""
     import os
 
@@ -138,7 +138,7 @@ def test_cli_serve_prints_generated_token_and_env_token_works(tmp_path, serve_in
         if env_token:
             env["SCALINGNOTE_ADMIN_TOKEN"] = env_token
         p = subprocess.Popen(
-            [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(serve_bert_dir), "--port", "0", "--threads", "1", "--log-level", "warning"],
+            [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--port", "0", "--threads", "1", "--log-level", "warning"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         first, second = p.stdout.readline(), p.stdout.readline()

@@ -20,6 +20,22 @@ from typing import Any
 import typer
 
 
+def parse_key_values(items: list[str] | None, option: str = "--set", example: str = "") -> dict[str, Any]:
+    """``["a.b=1e-4", "c=x"]`` (a repeatable ``KEY=VALUE`` option) -> ``{"a.b": 1e-4, "c": "x"}``,
+    values parsed as YAML scalars; ``example`` is shown when an item has no ``=``."""
+    import yaml
+
+    from scalingnote.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(option, None, item, f"expected KEY=VALUE (e.g. {example})" if example else "expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
 def config_parameters(cls: type) -> list[inspect.Parameter]:
     """One keyword-only :class:`inspect.Parameter` with a ``typer.Option`` default per field."""
     hints = typing.get_type_hints(cls)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import parse_key_values
+
 LAW_HELP = "model: L(N)=(A/N)^alpha+delta; data: L(D)=(B/D)^beta+delta; joint: L(N,D)=[(A/N)^(alpha/beta)+B/D]^beta+delta"
 
 
@@ -31,18 +33,10 @@ def _parse_params(text: str) -> dict[str, float]:
 
 def _cost_model(cost: list[str] | None, **explicit):
     """A CostModel from ``--cost KEY=VALUE`` items plus the explicit options that were given."""
-    import yaml
-
     from scalingnote.config import load_config
-    from scalingnote.errors import ConfigError
     from scalingnote.scaling.budget import CostModel
 
-    data = {}
-    for item in cost or []:
-        if "=" not in item:
-            raise ConfigError("--cost", None, item, "expected KEY=VALUE (e.g. corpus_size=1e9)")
-        k, v = item.split("=", 1)
-        data[k.strip()] = yaml.safe_load(v)
+    data = parse_key_values(cost, "--cost", "corpus_size=1e9")
     data.update({k: v for k, v in explicit.items() if v is not None})
     return load_config(CostModel, data)
 
@@ -224,18 +218,10 @@ def _plan_gpu(sc: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, Eq. 14-15)."""
-        import yaml
-
         from scalingnote.config import load_config
-        from scalingnote.errors import ConfigError
         from scalingnote.scaling.gpu_plan import GpuPlanSpec, plan_gpu, spec_from_train_config
 
-        extra = {}
-        for item in set_ or []:
-            if "=" not in item:
-                raise ConfigError("--set", None, item, "expected KEY=VALUE")
-            k, v = item.split("=", 1)
-            extra[k.strip()] = yaml.safe_load(v)
+        extra = parse_key_values(set_, "--set")
         given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
         if config is not None:
             from scalingnote.training.driver import load_train_config

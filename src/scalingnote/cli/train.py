@@ -7,20 +7,12 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import parse_key_values
+
 
 def parse_overrides(items: list[str] | None) -> dict:
     """``--set optim.lr=1e-4`` -> {"optim__lr": 1e-4} (values parsed as YAML scalars)."""
-    import yaml
-
-    from scalingnote.errors import ConfigError
-
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError("--set", None, item, "expected KEY=VALUE (e.g. optim.lr=1e-4)")
-        k, v = item.split("=", 1)
-        out[k.strip().replace(".", "__")] = yaml.safe_load(v)
-    return out
+    return {k.replace(".", "__"): v for k, v in parse_key_values(items, "--set", "optim.lr=1e-4").items()}
 
 
 def register(app: typer.Typer) -> None:

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from scalingnote.data.jsonl import SkipCounter, get_str, iter_jsonl, iter_text_lines
 from scalingnote.data.types import Document, Qrels, Query
 from scalingnote.errors import DataError, ScalingNoteError
-from scalingnote.utils.io import atomic_write
+from scalingnote.utils.io import atomic_write, write_jsonl
 
 OnInvalid = Literal["error", "skip"]
+_Rec = TypeVar("_Rec", Document, Query)
 
 
 def _check_id(rec: dict, path: Path | str, lineno: int) -> str:
@@ -50,54 +51,60 @@ def corpus_file(path: str | Path) -> Path:
     return p
 
 
-def iter_corpus(path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> Iterator[Document]:
-    """Stream documents from a BEIR ``corpus.jsonl``. Duplicate ids are an error."""
+def _document(rec: dict, path: str | Path, lineno: int) -> Document:
+    doc_id = _check_id(rec, path, lineno)
+    title = get_str(rec, "title", path, lineno, required=False)
+    topic = get_str(rec, "topic", path, lineno, required=False)
+    content = get_str(rec, "text", path, lineno, required=True, aliases=("content",))
+    return Document(doc_id, title, topic, content)
+
+
+def _query(rec: dict, path: str | Path, lineno: int) -> Query:
+    qid = _check_id(rec, path, lineno)
+    return Query(qid, get_str(rec, "text", path, lineno, allow_empty=False))
+
+
+def _iter_records(
+    path: str | Path, on_invalid: OnInvalid, parse: Callable[[dict, str | Path, int], _Rec], what: str, what_plural: str
+) -> Iterator[tuple[int, _Rec]]:
+    """``(line, record)`` for each record of a BEIR JSONL file that ``parse`` accepts; a rejected
+    one is raised, or skipped with ``on_invalid="skip"`` (one warning with the count at the end);
+    a duplicate id is always an error."""
     seen: dict[str, int] = {}
-    skipped = SkipCounter(path, "documents")
-    empty = SkipCounter(path, "empty documents (title and text both empty)")
+    skipped = SkipCounter(path, what_plural)
     for lineno, rec in iter_jsonl(path):
         try:
-            doc_id = _check_id(rec, path, lineno)
-            title = get_str(rec, "title", path, lineno, required=False)
-            topic = get_str(rec, "topic", path, lineno, required=False)
-            content = get_str(rec, "text", path, lineno, required=True, aliases=("content",))
+            item = parse(rec, path, lineno)
         except DataError as e:
             if on_invalid == "skip":
                 skipped.skip(e)
                 continue
             raise
-        if doc_id in seen:
-            raise DataError(path, lineno, "_id", f"duplicate document id {doc_id!r} (first seen on line {seen[doc_id]})")
-        seen[doc_id] = lineno
-        if not (title.strip() or content.strip()):
+        if item.id in seen:
+            raise DataError(path, lineno, "_id", f"duplicate {what} id {item.id!r} (first seen on line {seen[item.id]})")
+        seen[item.id] = lineno
+        yield lineno, item
+    skipped.report(stacklevel=4)  # the caller of iter_corpus / iter_queries
+
+
+def iter_corpus(path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> Iterator[Document]:
+    """Stream documents from a BEIR ``corpus.jsonl``. Duplicate ids are an error."""
+    empty = SkipCounter(path, "empty documents (title and text both empty)")
+    for lineno, doc in _iter_records(path, on_invalid, _document, "document", "documents"):
+        if not (doc.title.strip() or doc.content.strip()):
             err = DataError(path, lineno, "text", "empty document: both 'title' and 'text' are empty")
             if on_empty == "skip":
                 empty.skip(err)
                 continue
             raise err
-        yield Document(doc_id, title, topic, content)
-    skipped.report()
+        yield doc
     empty.report()
 
 
 def iter_queries(path: str | Path, on_invalid: OnInvalid = "error") -> Iterator[Query]:
     """Stream queries from a BEIR ``queries.jsonl``. Duplicate ids are an error."""
-    seen: dict[str, int] = {}
-    skipped = SkipCounter(path, "queries")
-    for lineno, rec in iter_jsonl(path):
-        try:
-            qid = _check_id(rec, path, lineno)
-            text = get_str(rec, "text", path, lineno, allow_empty=False)
-        except DataError as e:
-            if on_invalid == "skip":
-                skipped.skip(e)
-                continue
-            raise
-        if qid in seen:
-            raise DataError(path, lineno, "_id", f"duplicate query id {qid!r} (first seen on line {seen[qid]})")
-        seen[qid] = lineno
-        yield Query(qid, text)
-    skipped.report()
+    for _, query in _iter_records(path, on_invalid, _query, "query", "queries"):
+        yield query
 
 
 def load_corpus(path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> dict[str, Document]:
@@ -191,25 +198,11 @@ def load_beir(root: str | Path, split: str = "test", on_invalid: OnInvalid = "er
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:
-    import json
-
-    n = 0
-    with atomic_write(path) as fh:
-        for d in docs:
-            fh.write(json.dumps(d.to_beir(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (d.to_beir() for d in docs))
 
 
 def write_queries(path: str | Path, queries: Iterable[Query]) -> int:
-    import json
-
-    n = 0
-    with atomic_write(path) as fh:
-        for q in queries:
-            fh.write(json.dumps(q.to_beir(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (q.to_beir() for q in queries))
 
 
 def write_qrels(path: str | Path, qrels: Qrels) -> None:

@@ -98,9 +98,10 @@ class SkipCounter:
         if self.first is None:
             self.first = str(err)
 
-    def report(self) -> None:
+    def report(self, *, stacklevel: int = 3) -> None:
+        """``stacklevel`` as for :func:`warnings.warn`, counted from here (3: the caller of the reader)."""
         if self.count:
             warnings.warn(
                 f"{self.path}: skipped {self.count} invalid {self.what} (first: {self.first})",
-                stacklevel=3,
+                stacklevel=stacklevel,
             )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Container, Iterable, Iterator
 from pathlib import Path
 
 from scalingnote.data.jsonl import get_str, iter_jsonl
 from scalingnote.data.types import Triplet
 from scalingnote.errors import DataError
-from scalingnote.utils.io import atomic_write
+from scalingnote.utils.io import write_jsonl
 
 
 def iter_triplets(
@@ -42,9 +41,4 @@ def load_triplets(path: str | Path, query_ids=None, doc_ids=None) -> list[Triple
 
 
 def write_triplets(path: str | Path, triplets: Iterable[Triplet]) -> int:
-    n = 0
-    with atomic_write(path) as fh:
-        for t in triplets:
-            fh.write(json.dumps(t.to_json(), ensure_ascii=False) + "\n")
-            n += 1
-    return n
+    return write_jsonl(path, (t.to_json() for t in triplets))

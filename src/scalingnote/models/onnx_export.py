@@ -20,6 +20,7 @@ from torch import nn
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
 from scalingnote.models.loading import quiet_transformers
+from scalingnote.utils.io import read_json
 
 log = logging.getLogger("scalingnote.models")
 from scalingnote.models.export_common import ExportRefused, INPUT_NAMES, ONNX_FP32, ONNX_INT8, ONNX_META, ONNX_OPSET, OUTPUT_NAME, PROBE_TEXTS, QUANTIZE, _as_documents, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_embed, _versions, refusal_reason
@@ -314,12 +315,7 @@ def export_onnx(
 def read_onnx_meta(path: str | os.PathLike) -> dict[str, Any]:
     """``scalingnote_onnx.json`` of an ONNX export directory (clear errors on a bad one)."""
     f = Path(path) / ONNX_META
-    try:
-        doc = json.loads(f.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f, None, None, f"cannot read ({e.strerror or e}): not an ONNX export of `scalingnote models export --format onnx`") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    doc = read_json(f, unreadable="not an ONNX export of `scalingnote models export --format onnx`")
     for key in ("format", "models", "default_model", "tower"):
         if key not in doc:
             raise ConfigError(f, None, key, "missing")

@@ -25,7 +25,6 @@ decoder (LLM) models (scalingnote's LLM query tower appends EOS and pools itself
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 import torch
 
 from scalingnote.errors import ConfigError
+from scalingnote.utils.io import read_json
 
 log = logging.getLogger("scalingnote.models")
 
@@ -62,15 +62,6 @@ def is_sentence_transformers_dir(path: str | Path) -> bool:
     return (Path(path) / MODULES_FILE).is_file()
 
 
-def _read_json(f: Path) -> Any:
-    try:
-        return json.loads(f.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f, None, None, f"cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f, e.lineno, None, f"invalid JSON: {e.msg}") from None
-
-
 def _pooling_mode(cfg: dict[str, Any], f: Path) -> str:
     mode = cfg.get("pooling_mode")
     if isinstance(mode, list):
@@ -97,7 +88,7 @@ def read_st_layout(path: str | Path) -> STLayout:
     """Parse ``modules.json`` and the module configs; refuse what a tower cannot express."""
     root = Path(path)
     mf = root / MODULES_FILE
-    mods = _read_json(mf)
+    mods = read_json(mf)
     if not isinstance(mods, list) or not mods:
         raise ConfigError(mf, None, None, "must be a non-empty list of modules")
     transformer_dir = pooling = dense_dir = None
@@ -120,7 +111,7 @@ def read_st_layout(path: str | Path) -> STLayout:
         elif short == "Pooling":
             if pooling is not None or n_dense:
                 raise ConfigError(mf, None, f"[{i}].type", "one Pooling module, before any Dense module, is supported")
-            pooling = _pooling_mode(_read_json(sub / "config.json"), sub / "config.json")
+            pooling = _pooling_mode(read_json(sub / "config.json"), sub / "config.json")
         elif short == "Dense":
             n_dense += 1
             if n_dense > 1:
@@ -128,7 +119,7 @@ def read_st_layout(path: str | Path) -> STLayout:
             if pooling is None:
                 raise ConfigError(mf, None, f"[{i}].type", "a Dense module before Pooling acts per token, which a tower head does not")
             cf = sub / "config.json"
-            cfg = _read_json(cf)
+            cfg = read_json(cf)
             act = str(cfg.get("activation_function", "torch.nn.modules.activation.Tanh"))
             if act.rsplit(".", 1)[-1] != "Identity":
                 raise ConfigError(cf, None, "activation_function", f"{act}: a tower head is linear (identity activation)")
@@ -141,11 +132,11 @@ def read_st_layout(path: str | Path) -> STLayout:
     cst = root / "config_sentence_transformers.json"
     prompts, default_prompt = {}, None
     if cst.is_file():
-        d = _read_json(cst)
+        d = read_json(cst)
         prompts = {str(k): str(v) for k, v in (d.get("prompts") or {}).items()}
         default_prompt = d.get("default_prompt_name")
     sbc = transformer_dir / "sentence_bert_config.json"
-    lower = bool(_read_json(sbc).get("do_lower_case", False)) if sbc.is_file() else False
+    lower = bool(read_json(sbc).get("do_lower_case", False)) if sbc.is_file() else False
     return STLayout(root, transformer_dir, pooling, dense_dir, dense_in, dense_out, dense_bias, normalize, prompts, default_prompt, lower)
 
 

@@ -258,6 +258,26 @@ class TMJTrainer:
     def _train_queries(self) -> np.ndarray:
         return self.query_embeddings(self.train_rows())
 
+    def _pq_phase_spec(self, phase: str, spec: Any) -> Any:
+        """``spec`` (default: the config's) of a phase that trains the centroids; None when it has
+        no steps; an error when the product quantizer was not initialised."""
+        spec = spec or getattr(self.cfg, phase)
+        if spec.steps <= 0:
+            return None
+        if self.pq is None:
+            raise ScalingNoteError(f"{phase}: initialise the product quantizer first (init_pq)")
+        return spec
+
+    def _first_negatives(self, phase: str, docs: Callable[[], np.ndarray], depth: int, skip: int = 0) -> list[np.ndarray]:
+        """Hard negatives mined once, before ``phase``, from the current model's ranking of the
+        training queries against ``docs()`` (ranks ``skip`` to ``skip + depth``, positives removed);
+        none when the phase already finished (resume loads its weights instead)."""
+        if (self.out / phase / "final.pt").exists():
+            return []
+        with torch.no_grad():
+            ranking = search(self._train_queries(), docs(), skip + depth)
+        return top_negatives(ranking[:, skip:], self.data.train_pos)
+
     # ------------------------------------------------------------------ phases
     def warmup(self, spec: WarmupSpec | None = None) -> dict[str, Any]:
         """Dense warm-up with ``L_r`` (Eq. 5); negatives from the starting model's dense ranking."""
@@ -265,12 +285,7 @@ class TMJTrainer:
         if spec.steps <= 0:
             return {}
         tau = self.cfg.tau
-        final = self.out / "warmup" / "final.pt"
-        negatives: list[np.ndarray] = []
-        if not final.exists():
-            with torch.no_grad():
-                ranking = search(self._train_queries(), self.doc_embeddings(), spec.neg_skip + spec.neg_depth)
-            negatives = top_negatives(ranking[:, spec.neg_skip :], self.data.train_pos)
+        negatives = self._first_negatives("warmup", self.doc_embeddings, spec.neg_depth, skip=spec.neg_skip)
 
         def loss_fn(qrows, cand, targets, mask):
             q = F.normalize(self.q_side.embed(qrows), dim=-1)
@@ -302,18 +317,11 @@ class TMJTrainer:
 
     def stage1(self, spec: Stage1Spec | None = None) -> dict[str, Any]:
         """Stage 1: ``L1`` (Eq. 9) or ``L0`` (Eq. 8) on towers + centroids."""
-        spec = spec or self.cfg.stage1
-        if spec.steps <= 0:
+        spec = self._pq_phase_spec("stage1", spec)
+        if spec is None:
             return {}
-        if self.pq is None:
-            raise ScalingNoteError("stage1: initialise the product quantizer first (init_pq)")
         tau = self.cfg.tau
-        final = self.out / "stage1" / "final.pt"
-        negatives: list[np.ndarray] = []
-        if not final.exists():
-            with torch.no_grad():
-                ranking = search(self._train_queries(), self.pq.quantized(self.doc_embeddings()), spec.neg_depth)
-            negatives = top_negatives(ranking, self.data.train_pos)
+        negatives = self._first_negatives("stage1", lambda: self.pq.quantized(self.doc_embeddings()), spec.neg_depth)
         weights = {"m": spec.w_m, "rhat": spec.w_rhat, "r": spec.w_r}
         pq = self.pq
 
@@ -333,11 +341,9 @@ class TMJTrainer:
     def stage2(self, spec: Stage2Spec | None = None) -> dict[str, Any]:
         """Stage 2: document tower frozen; query tower + centroids with ``L_r̂`` (Eq. 6) and
         PQ-oriented negatives (§3.4), re-mined every ``mine_every`` steps."""
-        spec = spec or self.cfg.stage2
-        if spec.steps <= 0:
+        spec = self._pq_phase_spec("stage2", spec)
+        if spec is None:
             return {}
-        if self.pq is None:
-            raise ScalingNoteError("stage2: initialise the product quantizer first (init_pq)")
         tau = self.cfg.tau
         X = self.doc_embeddings()  # frozen document embeddings, computed once
         Xt = torch.from_numpy(X).to(self.q_tower.device)

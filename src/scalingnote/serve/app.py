@@ -67,22 +67,22 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class SearchRequest(_Strict):
+class _SearchOptions(_Strict):
+    """The search parameters shared by ``/search`` and ``/search/batch``."""
+
+    k: int = 10
+    mode: Literal["dense", "bm25", "hybrid"] = "dense"
+    nprobe: int | None = None
+    ef_search: int | None = None
+    rerank: int | None = None
+
+
+class SearchRequest(_SearchOptions):
     query: str
-    k: int = 10
-    mode: Literal["dense", "bm25", "hybrid"] = "dense"
-    nprobe: int | None = None
-    ef_search: int | None = None
-    rerank: int | None = None
 
 
-class BatchSearchRequest(_Strict):
+class BatchSearchRequest(_SearchOptions):
     queries: list[str]
-    k: int = 10
-    mode: Literal["dense", "bm25", "hybrid"] = "dense"
-    nprobe: int | None = None
-    ef_search: int | None = None
-    rerank: int | None = None
 
 
 class ReloadRequest(_Strict):
@@ -259,7 +259,7 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
 
 def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, metrics: ServeMetrics) -> None:
-    def params_of(req: SearchRequest | BatchSearchRequest) -> SearchParams:
+    def params_of(req: _SearchOptions) -> SearchParams:
         p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode)
         service.validate_params(p)
         return p

@@ -10,9 +10,11 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from scalingnote.errors import ConfigError
 
 
 @contextlib.contextmanager
@@ -56,3 +58,25 @@ def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
     with atomic_write(path) as fh:
         json.dump(obj, fh, indent=indent, ensure_ascii=False, sort_keys=False)
         fh.write("\n")
+
+
+def write_jsonl(path: str | Path, records: Iterable[Any]) -> int:
+    """Atomically write one JSON value per line (UTF-8, non-ASCII kept readable); returns the count."""
+    n = 0
+    with atomic_write(path) as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_json(path: str | Path, *, unreadable: str | None = None) -> Any:
+    """Parse a JSON file; a missing/unreadable file or invalid JSON is a :class:`ConfigError`
+    naming the file (and the line). ``unreadable`` says what the file should have been."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        why = f"cannot read ({e.strerror or e}): {unreadable}" if unreadable else f"cannot read: {e.strerror or e}"
+        raise ConfigError(path, None, None, why) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(path, e.lineno, None, f"invalid JSON: {e.msg}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from scalingnote.models.towers.config import (
     matryoshka_dims_for,
 )
 from scalingnote.models.towers.pooling import orthogonal_projection
+from scalingnote.utils.io import read_json
 
 
 def _add_placeholder_tokens(model: nn.Module, tokenizer: Any) -> list[str]:
@@ -146,12 +146,7 @@ def build_tower(
 
 def _read_tower_json(path: Path) -> dict[str, Any]:
     f = path / TOWER_FILE
-    try:
-        doc = json.loads(f.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f, None, None, f"cannot read: {e.strerror or e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f, e.lineno, None, f"invalid JSON: {e.msg}") from None
+    doc = read_json(f)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f, None, "format", f"not a {FORMAT} file")
     if doc.get("format_version") != FORMAT_VERSION:
