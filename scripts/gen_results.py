@@ -43,6 +43,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
     ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
+    ("quickstart_equivalence", "Quick start before the restructuring (commit 318a7af) vs now, embedded defaults, full precision (`python -m benchmarks.quickstart_equivalence`)", None),
     ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python -m benchmarks.fresh_clone`)", None),
     ("quickstart_scifact", "Quick start on SciFact (`scalingnote quickstart --data ../shared/data/scifact --set evaluate_start=true`: start_* columns = each method before training; the other columns are what the default command gives)", None),
     ("quickstart_kuake_qtr", "Quick start on KUAKE-QTR (`scalingnote quickstart --data ../shared/data/kuake_qtr`)", None),
