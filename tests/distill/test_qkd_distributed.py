@@ -114,3 +114,17 @@ def test_fsdp_refuses_a_cached_prefix_student(teacher, tmp_path):
 def test_the_gpu_qkd_recipe_loads():
     cfg = load_config(DistillConfig, Path(__file__).resolve().parents[2] / "configs" / "gpu" / "qkd_from_qwen2.5_7b_fsdp.yaml")
     assert cfg.distributed == "fsdp" and cfg.precision == "bf16" and cfg.optim.batch_size == 40000
+
+
+def test_fsdp_config_in_one_process_trains_unsharded(teacher, tmp_path, caplog):
+    """Without torchrun, `distributed: fsdp` falls back to ordinary training, with a warning."""
+    from _qkd_worker import make_cfg
+
+    from scalingnote.distill import distill
+
+    cfg = make_cfg({**teacher, "max_steps": 2}, str(tmp_path / "one"), "fsdp")
+    with caplog.at_level("WARNING"):
+        res = distill(cfg)
+    assert "needs torchrun" in caplog.text
+    assert res["processes"] == 1 and res["distributed"] == "none" and res["steps_run"] == 2
+    assert (tmp_path / "one" / "query_tower").exists()

@@ -146,6 +146,9 @@ def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Pat
         def encode(xs: list[str]) -> np.ndarray:
             return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
     build_teacher_cache(teacher, ids, texts, root, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress, encode=encode)
+    del teacher, encode  # the LLM is not needed any more: give its GPU memory back before the student trains
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None = None):
