@@ -46,6 +46,8 @@ def make_cfg(spec: dict, out: str, distributed: str):
         base["lora"] = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
     if spec.get("max_steps"):
         base["optim"]["max_steps"] = spec["max_steps"]
+    if spec.get("eval_every"):  # validation nDCG@10 on every rank, best weights kept in the sharded checkpoints
+        base["eval_every"] = spec["eval_every"]
     return load_config(TrainConfig, base)
 
 

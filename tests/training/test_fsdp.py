@@ -66,8 +66,10 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow  # three torchrun launches, ~45 s on 2 shared cores
 def test_killed_sharded_run_resumes_bit_identically(tiny, tmp_path):
-    spec = {**tiny, "max_steps": 5, "lora": False, "micro": 4}
+    spec = {**tiny, "max_steps": 5, "lora": False, "micro": 4, "eval_every": 2}
     full, killed = tmp_path / "full", tmp_path / "killed"
     assert_kill_resumes(_torchrun, spec, full, killed, _weights)
-    res_a, res_b = (json.loads((p / "result.json").read_text()) for p in (full, killed))
+    res_a, res_b = (json.loads((p / "run.json").read_text())["metrics"] for p in (full, killed))
     assert res_a["final_loss"] == res_b["final_loss"]
+    assert res_a["val_curve"] == res_b["val_curve"] and len(res_a["val_curve"]) >= 3  # start, steps 2 and 4, end
+    assert res_a["best_step"] == res_b["best_step"]

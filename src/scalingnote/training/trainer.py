@@ -204,7 +204,9 @@ class Trainer(TrainLoop):
         self.d_tower.load_state_dict(state["doc_tower"])
 
     def validate(self) -> float | None:
-        return None if self._validate_fn is None else float(self._validate_fn())
+        # every rank validates (a sharded forward is collective); rank 0's score decides early
+        # stopping everywhere, so the ranks cannot part ways on a last-bit difference
+        return None if self._validate_fn is None else D.broadcast_float(float(self._validate_fn()))
 
     def has_validation(self) -> bool:
         return self._validate_fn is not None

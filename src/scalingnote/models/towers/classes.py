@@ -83,7 +83,7 @@ class QueryTower(Tower):
         return self._run(
             seqs,
             lambda idx: self._batch([seqs[i] for i in idx])[0],
-            self.forward,
+            self,  # the module call (not .forward): FSDP2 all-gathers a sharded tower in its pre-forward hook
             batch_size=batch_size,
             dim=dim,
             normalize=normalize,
@@ -166,7 +166,7 @@ class DocumentTower(Tower):
         return self._run(
             [e.input_ids for e in encs],
             lambda idx: self.collate_documents([encs[i] for i in idx]),
-            self.forward,
+            self,  # the module call: hooks run (FSDP2)
             batch_size=batch_size,
             dim=dim,
             normalize=normalize,
