@@ -94,9 +94,9 @@ def gather_to_rank0(obj):
     ranks and in one process."""
     if not is_distributed():
         return None
-    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, out, dst=0)
-    return out
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)  # (all_gather_object works on gloo and NCCL alike; the objects are small)
+    return out if dist.get_rank() == 0 else None
 
 
 def mean_over_ranks(x: float) -> float:
