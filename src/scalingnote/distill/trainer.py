@@ -9,7 +9,6 @@ index built from those embeddings accepts it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -25,7 +24,7 @@ import torch
 from scalingnote.config import save_config
 from scalingnote.data import load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
-from scalingnote.distill.cache import build_teacher_cache, open_teacher_cache
+from scalingnote.distill.cache import TeacherCache, build_teacher_cache, open_teacher_cache
 from scalingnote.distill.config import DistillConfig, QuerySource
 from scalingnote.distill.loss import qkd_loss
 from scalingnote.errors import ScalingNoteError
@@ -119,10 +118,10 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         eval_queries = {q: qs[q].text for q in eval_qrels}
     ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
     root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
-    if D.rank() == 0:
-        _build_cache(cfg, ids, texts, root)
+    cache = _build_cache(cfg, ids, texts, root) if D.rank() == 0 else None
     D.barrier()
-    cache = open_teacher_cache(root)
+    if cache is None:
+        cache = open_teacher_cache(root)
     if cache.ids != ids:
         raise ScalingNoteError(f"{root}: the teacher cache holds another query set than this run collected; use a new cache_dir")
     targets = np.asarray(cache.emb, dtype=np.float32)
@@ -134,7 +133,7 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
                    eval_queries, eval_qrels)
 
 
-def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> None:
+def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> TeacherCache:
     teacher = load_stage1(cfg.teacher)
     encode = None
     if cfg.feature_cache_dir:
@@ -145,10 +144,11 @@ def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Pat
 
         def encode(xs: list[str]) -> np.ndarray:
             return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
-    build_teacher_cache(teacher, ids, texts, root, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress, encode=encode)
+    cache = build_teacher_cache(teacher, ids, texts, root, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress, encode=encode)
     del teacher, encode  # the LLM is not needed any more: give its GPU memory back before the student trains
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+    return cache
 
 
 def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None = None):
@@ -179,10 +179,9 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
         if main:
             pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
             init_student_head(student, [data.texts[i] for i in pick], data.targets[pick], batch_size=cfg.teacher_batch_size, prefix=s_prefix)
-        else:
-            student.config = dataclasses.replace(student.config, projection_init="lstsq")
-            student._ids = None
-        D.broadcast_module(student)
+        D.broadcast_module(student)  # rank 0's W and centre
+        if not main:
+            student.set_projection("lstsq")
     return student, s_prefix
 
 
@@ -214,8 +213,7 @@ class QKDLoop(TrainLoop):
     def __init__(self, cfg: DistillConfig, out: Path, student, prefix, data: QKDData, on_step: Callable[[int], None] | None = None):
         o = cfg.optim
         ws = D.world_size()
-        if o.batch_size % ws:
-            raise ValueError(f"optim.batch_size={o.batch_size} must be divisible by the world size {ws}")
+        D.local_batch_size(o.batch_size)  # checks that the ranks split the global batch evenly
         bs = min(o.batch_size, len(data.train_idx))
         bs -= bs % ws
         if bs == 0:
@@ -226,10 +224,9 @@ class QKDLoop(TrainLoop):
         settings = LoopSettings(o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
         super().__init__(out, total, settings, is_main=D.rank() == 0)
-        self.cfg, self.student, self.prefix, self.data = cfg, student, prefix, data
+        self.cfg, self.student, self.prefix = cfg, student, prefix
         self.texts, self.targets = data.texts, data.targets
         self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = data.train_idx, data.val_idx, bs, steps_per_epoch
-        self.local_bs = bs // ws
         self.device = next(student.parameters()).device
         self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self._on_step = on_step
@@ -265,9 +262,7 @@ class QKDLoop(TrainLoop):
         ``(seed, epoch)``; rank r takes its ``r``-th slice."""
         epoch, i = divmod(step, self.steps_per_epoch)
         order = np.random.default_rng([self.cfg.seed, epoch]).permutation(self.train_idx)
-        batch = order[i * self.bs : (i + 1) * self.bs]
-        r = D.rank()
-        return batch[r * self.local_bs : (r + 1) * self.local_bs]
+        return D.rank_slice(order[i * self.bs : (i + 1) * self.bs])
 
     def train_step(self, step: int) -> dict[str, float]:
         loss = self.batch_loss(self.batch_for_step(step))
@@ -278,9 +273,8 @@ class QKDLoop(TrainLoop):
         return len(self.val_idx) > 0
 
     def validate(self) -> float | None:
-        """Mean Eq. 15 loss over the validation queries. Every rank computes it over all of them
-        (a sharded forward is collective, so the ranks run the same batches) and rank 0's value
-        is broadcast, so early stopping decides the same everywhere."""
+        """Mean Eq. 15 loss over the validation queries. Every rank computes it over all of them:
+        a sharded forward is collective, so the ranks run the same batches."""
         if not len(self.val_idx):
             return None
         was = self.student.training
@@ -289,7 +283,7 @@ class QKDLoop(TrainLoop):
             v = self.val_idx
             tot = sum(float(self.batch_loss(v[i : i + 512])) * len(v[i : i + 512]) for i in range(0, len(v), 512))
         self.student.train(was)
-        return D.broadcast_float(tot / len(v))
+        return tot / len(v)
 
     def model_state(self) -> dict[str, Any]:
         return {"student": self.student.state_dict()}
@@ -391,11 +385,8 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     gram = x.T @ x
     lam = ridge * float(torch.trace(gram)) / gram.shape[0]
     w = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), x.T @ t).T  # [dim, hidden]
-    with torch.no_grad():
-        student.projection.weight.copy_(w.to(student.projection.weight.dtype))
+    student.set_projection("lstsq", w)
     student.set_center(c.float())
-    student.config = dataclasses.replace(student.config, projection_init="lstsq")
-    student._ids = None
     return float(((t - x @ w.T) ** 2).sum() / (t**2).sum().clamp(min=1e-12))
 
 

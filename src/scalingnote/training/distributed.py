@@ -52,6 +52,20 @@ def local_device() -> torch.device:
     return torch.device("cpu")
 
 
+def local_batch_size(global_batch: int) -> int:
+    """This rank's share of a global batch (an error unless the ranks split it evenly)."""
+    ws = world_size()
+    if global_batch % ws:
+        raise ValueError(f"optim.batch_size={global_batch} must be divisible by the world size {ws}")
+    return global_batch // ws
+
+
+def rank_slice(batch):
+    """This rank's contiguous slice of a global batch (rank r takes the r-th of equal parts)."""
+    n = len(batch) // world_size()
+    return batch[rank() * n : (rank() + 1) * n]
+
+
 def barrier() -> None:
     """Wait for every rank (no-op in one process)."""
     if is_distributed():

@@ -16,8 +16,6 @@ evaluation corpus encoded by the final document tower, reused by QKD).
 
 from __future__ import annotations
 
-import dataclasses
-
 import logging
 import time
 from pathlib import Path
@@ -135,7 +133,6 @@ def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 3
     model (ScalingDoc: MiniLM queries, SmolLM2 documents) starts aligned with the document tower.
     Returns fit diagnostics (the relative squared error of the query fit).
     """
-    import torch
 
     same_base = qt.config.base_model == dt.config.base_model and qt.config.hidden_size == dt.config.hidden_size
     if mode == "auto":
@@ -164,10 +161,7 @@ def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 3
     wq = _ridge(hq - cq, target)
     err = float(((target - (hq - cq).double() @ wq.T) ** 2).sum() / (target**2).sum().clamp(min=1e-12))
     for tower, w in ((dt, wd), (qt, wq)):
-        with torch.no_grad():
-            tower.projection.weight.copy_(w.to(tower.projection.weight.device, tower.projection.weight.dtype))
-        tower.config = dataclasses.replace(tower.config, projection_init="pairs")
-        tower._ids = None
+        tower.set_projection("pairs", w)
     return {"init_query_fit_rel_err": round(err, 4), "init_samples": len(sample)}
 
 
@@ -208,10 +202,7 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
         # same scale as the random init (orthogonal_projection): norm-preserving in expectation
         w = _top_directions(x, k) * (x.shape[1] / k) ** 0.5
         for tower, _ in group:
-            with torch.no_grad():
-                tower.projection.weight.copy_(w.to(tower.projection.weight.device, tower.projection.weight.dtype))
-            tower.config = dataclasses.replace(tower.config, projection_init="pca")
-            tower._ids = None
+            tower.set_projection("pca", w)
 
 
 def _setup_lora(cfg: TrainConfig, towers) -> None:

@@ -209,7 +209,7 @@ def save_sharded(trainer: TrainLoop, rng: dict[str, Any] | None = None) -> Path:
         "scheduler": trainer.scheduler.state_dict(),
         "rng": rng if rng is not None else rng_state(),
         "best": trainer.best,  # its "state" holds this rank's shards (TrainLoop.trainable_state)
-        "train_seconds": trainer.prior_seconds + trainer._elapsed(),
+        "train_seconds": trainer.train_seconds(),
     }
     with atomic_path(tmp / f"rank-{D.rank():05d}.pt", suffix=".pt") as p:
         torch.save(extra, p)

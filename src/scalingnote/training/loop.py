@@ -198,7 +198,7 @@ class TrainLoop:
             "scheduler": self.scheduler.state_dict(),
             "rng": rng if rng is not None else rng_state(),
             "best": self.best,
-            "train_seconds": self.prior_seconds + self._elapsed(),
+            "train_seconds": self.train_seconds(),
             **self.model_state(),
         }
 
@@ -275,7 +275,9 @@ class TrainLoop:
             self._set_train(True)
         if score is None:
             return False
-        score = float(score)
+        # every rank validates (a sharded forward is collective); rank 0's score decides, so the
+        # ranks cannot part ways on early stopping over a last-bit difference
+        score = float(D.broadcast_float(float(score)))
         b = self.best
         b["curve"].append([self.step, round(score, 6)])
         comps["val_score" if self.higher_is_better else "val_loss"] = score
@@ -287,6 +289,10 @@ class TrainLoop:
         return self.settings.patience is not None and b["bad"] >= self.settings.patience
 
     # -- the loop -------------------------------------------------------------------------------
+    def train_seconds(self) -> float:
+        """Optimiser time so far, earlier (interrupted and resumed) runs included."""
+        return self.prior_seconds + self._elapsed()
+
     def _elapsed(self) -> float:
         return time.perf_counter() - self._t0 if getattr(self, "_t0", None) is not None else 0.0
 

@@ -77,10 +77,7 @@ class Trainer(TrainLoop):
         self.d_tower = doc_tower
         self.examples = train_examples
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        ws = D.world_size()
-        if cfg.optim.batch_size % ws:
-            raise ValueError(f"optim.batch_size={cfg.optim.batch_size} must be divisible by the world size {ws}")
-        self.local_batch = cfg.optim.batch_size // ws
+        self.local_batch = D.local_batch_size(cfg.optim.batch_size)
         self.steps_per_epoch = len(train_examples) // cfg.optim.batch_size
         if self.steps_per_epoch == 0:
             raise ValueError(f"{len(train_examples)} training examples < batch size {cfg.optim.batch_size}")
@@ -204,9 +201,7 @@ class Trainer(TrainLoop):
         self.d_tower.load_state_dict(state["doc_tower"])
 
     def validate(self) -> float | None:
-        # every rank validates (a sharded forward is collective); rank 0's score decides early
-        # stopping everywhere, so the ranks cannot part ways on a last-bit difference
-        return None if self._validate_fn is None else D.broadcast_float(float(self._validate_fn()))
+        return None if self._validate_fn is None else float(self._validate_fn())
 
     def has_validation(self) -> bool:
         return self._validate_fn is not None
@@ -224,9 +219,7 @@ class Trainer(TrainLoop):
     def _batch_for_step(self, step: int) -> list[Example]:
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = epoch_order(len(self.examples), self.cfg.optim.batch_size, self.cfg.seed, epoch)[i]
-        r = D.rank()
-        local = idx[r * self.local_batch : (r + 1) * self.local_batch]
-        return [self.examples[j] for j in local]
+        return [self.examples[j] for j in D.rank_slice(idx)]
 
     def train(self, resume: bool = True, on_step: Callable[[int], None] | None = None,
               validate: Callable[[], float] | None = None) -> dict[str, float]:

@@ -204,6 +204,17 @@ class Tower(nn.Module):
         dt = self.projection.weight.dtype
         return self.projection(h.to(dt) - self.center.to(dt))
 
+    def set_projection(self, init: str, weight: torch.Tensor | None = None) -> None:
+        """Record a fitted start of ``W`` (``config.projection_init = init``; changes the
+        fingerprint), copying ``weight`` [dim, hidden] into it when given."""
+        if self.projection is None:
+            raise ValueError("only a tower with a projection has a W to set")
+        if weight is not None:
+            with torch.no_grad():
+                self.projection.weight.copy_(weight.to(self.projection.weight.device, self.projection.weight.dtype))
+        self.config = dataclasses.replace(self.config, projection_init=init)
+        self._ids = None
+
     def set_center(self, center: torch.Tensor) -> None:
         """Set the centre ``c`` (a fixed, saved buffer; changes the fingerprint)."""
         if self.projection is None:
