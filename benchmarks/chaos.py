@@ -262,11 +262,11 @@ def _models(work: Path) -> dict[str, str]:
 
 def quickstart_args(models: dict, out: Path, seed: int) -> list[str]:
     sets = dict(
-        llm=models["llm"], bert=models["bert"], student_layers=1, dim=32, synth_docs=120, synth_queries=60, batch_size=4,
+        llm=models["llm"], bert=models["bert"], bert_small_layers=1, dim=32, synth_docs=120, synth_queries=60, batch_size=4,
         qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2, query_max_length=16,
         doc_max_length=64, show_progress=False,
     )
-    args = ["quickstart", "--out", str(out), "--seed", str(seed), "--steps", "3", "--llm-layers", "2"]
+    args = ["quickstart", "--out", str(out), "--seed", str(seed), "--steps", "3", "--llm-depths", "2"]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     return args
@@ -278,15 +278,17 @@ def stage_commands(work: Path, models: dict, ref_qs: Path, seed: int) -> dict[st
     from scalingnote.distill import DistillConfig
     from scalingnote.quickstart import QuickstartConfig, stage1_config
 
-    qcfg = QuickstartConfig(out=str(ref_qs), llm=models["llm"], bert=models["bert"], llm_layers=2, student_layers=1, dim=32,
+    qcfg = QuickstartConfig(out=str(ref_qs), llm=models["llm"], bert=models["bert"], llm_depths=[2], bert_small_layers=1, dim=32,
                             synth_docs=120, synth_queries=60, steps=30, batch_size=4, query_max_length=16, doc_max_length=64,
                             show_progress=False, seed=seed)
     data = {"beir": str(ref_qs / "data"), "triplets": str(ref_qs / "data" / "triplets" / "train.jsonl"),
             "validation_triplets": str(ref_qs / "data" / "triplets" / "validation.jsonl")}
-    tc = stage1_config(qcfg, "scaling_dual", data, work / "unused")
+    llm = {"model": models["llm"], "num_layers": 2, "pooling": "mean", "trainable_layers": 0}
+    tc = stage1_config(qcfg, "scaling_dual", data, work / "unused", {**llm, "max_length": 16}, {**llm, "max_length": 64},
+                       lr=qcfg.llm_lr, head_lr=qcfg.head_lrs[-1], max_epochs=qcfg.max_epochs)
     tc.save_every = 10
     save_config(tc, work / "stage1.yaml")
-    teacher = ref_qs / "stage1" / "scaling_dual"
+    teacher = Path(json.loads((ref_qs / "results.json").read_text())["choices"]["teacher"]["dir"])
 
     def qkd_yaml(out: Path) -> Path:
         dc = load_config(DistillConfig, {

@@ -26,10 +26,10 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 #: (results file, title, columns to show; None = all scalar columns)
 TABLES: list[tuple[str, str, list[str] | None]] = [
-    ("recipe_scifact", "The CPU recipe on SciFact (`python -m benchmarks.recipe --data scifact`: cached frozen-prefix heads, pair-fitted init, early stopping; QKD students; full test split and corpus)",
-     ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
-    ("recipe_kuake_qtr", "The CPU recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr --depths 2 --students smollm2_1l`)",
-     ["method", "query_tower", "teacher", "ndcg@10", "r@100", "start_ndcg@10", "query_qps", "retention_ndcg@10", "retention_r@100", "speedup_vs_teacher", "train_seconds"]),
+    ("recipe_scifact", "The quick-start recipe on SciFact (`python -m benchmarks.recipe --data scifact`: every choice on validation queries; the paper's comparison at matched online cost per family; full test split and corpus)",
+     ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
+    ("recipe_kuake_qtr", "The quick-start recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
+    ("recipe_synthetic", "The quick-start recipe on the synthetic note-search log (`python -m benchmarks.recipe --data synthetic`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
     ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
     ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
     ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),
@@ -42,7 +42,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_scifact_placeholder", "Stage I on SciFact with the paper's placeholder pooling (earlier run: random head, 2 layers)", None),
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
-    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "query_tower", "query_params", "query_qps", "r@10", "r@100", "ndcg@10", "auc", "search"]),
+    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
     ("quickstart_equivalence", "Quick start before the restructuring (commit 318a7af) vs now, embedded defaults, full precision (`python -m benchmarks.quickstart_equivalence`)", None),
     ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python -m benchmarks.fresh_clone`)", None),
     ("quickstart_scifact", "Quick start on SciFact (`scalingnote quickstart --data ../shared/data/scifact --set evaluate_start=true`: start_* columns = each method before training; the other columns are what the default command gives)", None),
@@ -89,31 +89,22 @@ def _table(cols: list[str], rows: list[dict], header: list[str] | None = None) -
 HEADLINE: list[tuple[str, str]] = [
     ("scifact", "SciFact (English, BEIR; test split, full corpus)"),
     ("kuake_qtr", "KUAKE-QTR (Chinese query -> title; test split)"),
+    ("synthetic", "Synthetic note-search log (the quick start's embedded defaults)"),
 ]
-HEADLINE_COLS = ["method", "query_tower", "ndcg@10", "r@100", "query_qps", "source"]
-HEADLINE_HEADER = ["method", "query tower", "nDCG@10", "R@100", "query QPS", "results file"]
+HEADLINE_COLS = ["method", "large_tower", "query_tower", "val_ndcg@10", "ndcg@10", "r@100", "query_qps", "chosen"]
+HEADLINE_HEADER = ["method", "large tower", "query tower", "val nDCG@10", "nDCG@10", "R@100", "query QPS", "chosen"]
 assert len(HEADLINE_COLS) <= 8
 
 
 def headline_rows(dataset: str) -> list[dict]:
-    """The recipe's methods on ``dataset`` (the depth sweep's extra rows left out; they are in
-    docs/results.md) plus the hybrid rows, best nDCG@10 first."""
-    rows: list[dict] = []
+    """The recipe's rows on ``dataset`` (its depth candidates and other students are in
+    docs/results.md), in the file's order: baselines, the matched-cost comparison per family,
+    the served rows."""
     rec = _load(f"recipe_{dataset}")
-    if rec is not None:
-        for r in rec["rows"]:
-            if "_depth_" in r.get("method", "") or "_from_depth_" in r.get("method", ""):
-                continue
-            rows.append({**r, "source": f"recipe_{dataset}"})
-    hyb = _load(f"hybrid_{dataset}")
-    if hyb is not None:
-        ident = ((hyb.get("config") or {}).get("dense_model") or {}).get("query_tower_identity") or {}
-        dense = f"{ident.get('name', 'dense')} ({ident.get('num_layers', '?')}L) + BM25" if ident else "dense + BM25"
-        for r in hyb["rows"]:
-            if str(r.get("mode", "")).startswith("hybrid"):
-                rows.append({"method": f"{r['mode']} ({r.get('fusion', '')})", "query_tower": r.get("query_tower", dense),
-                             "ndcg@10": r.get("ndcg@10"), "r@100": r.get("r@100"), "query_qps": r.get("qps"), "source": f"hybrid_{dataset}"})
-    return sorted(rows, key=lambda r: -(r.get("ndcg@10") or 0.0))
+    if rec is None:
+        return []
+    return [{**r, "source": f"recipe_{dataset}"} for r in rec["rows"]
+            if not str(r.get("method", "")).startswith(("scaling_dual_depth_", "scalingnote_candidate"))]
 
 
 def plot_quality_vs_qps(dataset: str, rows: list[dict]) -> Path | None:

@@ -14,11 +14,13 @@ def register(app: typer.Typer) -> None:
         data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
         seed: int = typer.Option(0, "--seed"),
         steps: int | None = typer.Option(None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."),
-        llm_layers: int | None = typer.Option(None, "--llm-layers", help="SmolLM2 layers kept (model-size knob; default: QuickstartConfig)."),
+        llm_depths: str | None = typer.Option(None, "--llm-depths", help="Candidate SmolLM2 depths of the large LLM tower, chosen on validation (e.g. 2,4)."),
+        teacher: str | None = typer.Option(None, "--teacher", help="Pin the QKD teacher's family (bert or llm); default: the best on validation."),
+        student_p99_ms: float | None = typer.Option(None, "--student-p99-ms", help="Latency budget: the best-validating student whose single-query p99 (ms) is under it."),
         max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:
-        """data -> Stage I (ScalingDual) -> ScalingDoc/TwinBERT -> QKD -> IVFPQ + semantic IDs -> evaluation."""
+        """data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> matched-cost comparison -> IVFPQ + semantic IDs -> served default."""
         from scalingnote.cli.train import parse_overrides
         from scalingnote.config import load_config
         from scalingnote.quickstart import QuickstartConfig, quickstart
@@ -27,6 +29,8 @@ def register(app: typer.Typer) -> None:
         cfg = load_config(
             QuickstartConfig,
             {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps,
-             **({"llm_layers": llm_layers} if llm_layers is not None else {}), "max_eval_queries": max_eval_queries, **over},
+             **({"llm_depths": [int(x) for x in llm_depths.split(",")]} if llm_depths else {}),
+             **({"teacher": teacher} if teacher else {}), **({"student_p99_ms": student_p99_ms} if student_p99_ms else {}),
+             "max_eval_queries": max_eval_queries, **over},
         )
         quickstart(cfg)

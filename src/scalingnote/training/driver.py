@@ -62,7 +62,9 @@ def build_towers(cfg: TrainConfig, device=None):
         dt = load_tower(d.model, "document", num_layers=d.num_layers, pooling=d.pooling, max_doc_length=d.max_length, **common)
     if d.prompt is not None and dt.kind != "llm":
         raise ScalingNoteError(f"doc_tower.prompt {d.prompt!r} is for LLM document towers; {d.model} is a {dt.kind} tower")
-    expect = {"scaling_dual": ("llm", "llm"), "scaling_doc": ("bert", "llm"), "twinbert": ("bert", "bert")}[cfg.method]
+    # ScalingDoc (§4.1.3) = a small query tower + the LLM document tower; the paper's query tower is
+    # a BERT, and a truncated LLM of the same family is the matched-cost one where BERT cannot read
+    expect = {"scaling_dual": ("llm", "llm"), "scaling_doc": (qt.kind, "llm"), "twinbert": ("bert", "bert")}[cfg.method]
     if (qt.kind, dt.kind) != expect:
         raise ScalingNoteError(
             f"method {cfg.method} expects a {expect[0]} query tower and a {expect[1]} document tower, "

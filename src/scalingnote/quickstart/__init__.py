@@ -1,0 +1,152 @@
+"""The main job: ``scalingnote quickstart`` runs the whole ScalingNote pipeline end to end, making
+every choice on validation queries held out from the user's training split.
+
+    data (synthetic note-search log -> triplets, or a BEIR directory)
+      -> which model families can read the queries (tokenizer check; a family that cannot is skipped)
+      -> Stage I per family: the large dual tower (depth and head learning rate chosen on validation;
+         never worse than its zero-shot start), the teacher = the best large tower on validation
+      -> Stage II: QKD of the teacher into the student(s); the best-validating student within the
+         latency budget is ScalingNote
+      -> the paper's comparison at matched online cost per family (twinbert_small, scaling_doc,
+         scalingnote, scaling_dual; ScalingNote Tables 3-4)
+      -> IVFPQ index over the teacher's document embeddings, with semantic IDs
+      -> the served default (student alone or fused with BM25, chosen on validation), the table
+         and the `scalingnote serve` command for it.
+
+Everything goes under one output directory; each step records the digest of its inputs, so a
+re-run resumes, and a step made from other inputs is redone. Sizes are reduced for a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from scalingnote.quickstart.config import FAMILIES, Family, QuickstartConfig, family, parse_student
+from scalingnote.quickstart.runs import default_factory, prepare_data, stage1_config
+from scalingnote.quickstart.scoring import query_qps
+
+
+def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path) -> tuple[list[dict], Any, Any, Any]:
+    """BM25 (test and validation runs) and the zero-shot BERT-family tower."""
+    from scalingnote.data import load_corpus
+    from scalingnote.evaluation import evaluate
+    from scalingnote.quickstart import runs
+    from scalingnote.quickstart.report import row, tower_label
+    from scalingnote.quickstart.scoring import METRICS, Scored, per_query_ndcg, score
+    from scalingnote.sparse.bm25 import BM25Retriever
+
+    corpus = load_corpus(Path(data["beir"]) / "corpus.jsonl")
+    bm = BM25Retriever.fit(corpus.values(), show_progress=False)
+    t0 = time.perf_counter()
+    bm_run = bm.search(dict(zip(ev.qids, ev.texts)), k=100, show_progress=False)
+    qps = round(len(ev.qids) / (time.perf_counter() - t0), 1)
+    bm_val = bm.search(dict(zip(ev.val_qids, ev.val_texts)), k=100, show_progress=False) if ev.val_qids else {}
+    val = round(float(evaluate(bm_val, ev.val_qrels, ["ndcg@10"])["ndcg@10"]), 4) if ev.val_qids else float("nan")
+    bm_sc = Scored(evaluate(bm_run, ev.qrels, METRICS), per_query_ndcg(bm_run, ev.qrels), val, bm_run, bm_val)
+    rows = [dict(row("bm25", bm_sc), query_qps=qps)]
+    if "bert" in cfg.families:
+        fam = family(cfg, "bert")
+        like = next((out / "stage1").glob("*_large_*"))
+        zs = runs.zero_shot_run(cfg, fam, fam.depths[0], like, data, out)
+        label, n = tower_label(pool, zs / "query_tower")
+        rows.append(row(f"zero_shot_{Path(cfg.bert).name}", score(pool, zs / "query_tower", zs, ev), query=label, layers=n,
+                        tower=zs / "query_tower"))
+    return rows, bm_sc, bm, bm_run
+
+
+def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Path, bm_sc, index_dir: Path) -> tuple[list[dict], dict]:
+    """The chosen student alone, fused with BM25 (RRF; weighted with the norm and weight fitted on
+    validation), and over the IVFPQ index; which one is served is chosen on validation."""
+    from scalingnote.evaluation import evaluate
+    from scalingnote.index import DenseIndex
+    from scalingnote.index.hybrid import hybrid_search_run
+    from scalingnote.quickstart.choose import cross_fit_fusion
+    from scalingnote.quickstart.report import row, tower_label
+    from scalingnote.quickstart.scoring import METRICS, Scored, per_query_ndcg, score
+
+    sc = score(pool, student["dir"], teacher_dir, ev)
+    label, n = tower_label(pool, student["dir"], qkd=True)
+    base = {"large_tower": tower_label(pool, teacher_dir / "query_tower")[0], "query_tower": label, "query_layers": n}
+    fusion = cross_fit_fusion(sc.val_run, bm_sc.val_run, ev.val_qrels, seed=cfg.seed) if ev.val_qids else {"choice": "dense", "reason": "no validation queries"}
+    rows = []
+    rrf, info = hybrid_search_run(sc.run, bm_sc.run, "rrf", k=100)
+    rows.append({**row("scalingnote+bm25_rrf", Scored(evaluate(rrf, ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
+                  "search": f"exact + bm25s, rrf k={info['rrf_k']}"})
+    if "weight" in fusion:
+        hyb, _ = hybrid_search_run(sc.run, bm_sc.run, "weighted", k=100, weight=fusion["weight"], norm=fusion["norm"])
+        rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), per_query_ndcg(hyb, ev.qrels),
+                                                                fusion["val_hybrid"], {}, {})), **base,
+                     "chosen": "served" if fusion["choice"] == "hybrid" else "",
+                     "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
+    idx = DenseIndex.open(index_dir, query_tower=pool.tower(student["dir"]))
+    res = idx.search(pool.encode(student["dir"], ev.texts), k=100, nprobe=cfg.nprobe, rerank=cfg.rerank)
+    rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
+                 "search": f"{idx.factory} nprobe={cfg.nprobe} rerank={cfg.rerank}", "_tower": student["dir"]})
+    return rows, fusion
+
+
+def _write_fusion(index_dir: Path, fusion: dict) -> None:
+    """The served default beside the index (read by ``scalingnote serve``)."""
+    from scalingnote.utils import write_json
+
+    if "weight" in fusion:
+        write_json(index_dir / "fusion.json", {"method": "weighted", "weight": fusion["weight"], "norm": fusion["norm"],
+                                               "default_mode": "hybrid" if fusion["choice"] == "hybrid" else "dense",
+                                               "reason": fusion["reason"]})
+
+
+def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
+    """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``)."""
+    import torch
+
+    from scalingnote.config import save_config
+    from scalingnote.quickstart import pipeline as P, report as R, runs
+    from scalingnote.quickstart.scoring import TowerPool, load_eval_set
+    from scalingnote.utils import run_metadata, seed_everything, write_json
+
+    P.check_inputs(cfg)
+    out = Path(cfg.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "quickstart.yaml")
+    seed_everything(cfg.seed)
+    t0 = time.perf_counter()
+    data = runs.prepare_data(cfg, out)
+    readable, report = P.readable_families(cfg, Path(data["beir"]))
+    fams = [family(cfg, f) for f in readable]
+    pool = TowerPool()
+    first = runs.large_tower_runs(cfg, fams[0], data, out)  # the held-out queries come from the first Stage I run
+    ev = load_eval_set(Path(data["beir"]), cfg.eval_split, Path(next(iter(first.values()))["run_dir"]), cfg.max_eval_queries)
+    large = P.large_towers(cfg, fams, data, out, pool, ev)
+    teacher, t_why = P.choose.choose_best({f: large[f]["val"] for f in readable}, None if cfg.teacher == "auto" else cfg.teacher)
+    P.say(f"teacher: {teacher} large tower ({t_why})")
+    pseudo = runs.pseudo_queries(cfg, data, out)
+    students = P.train_students(cfg, readable, large, teacher, data, out, pseudo, pool, ev)
+    comp = P.comparison_runs(cfg, readable, large, students, data, out, pseudo) if cfg.compare else {}
+    index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"])
+    runs.banner("evaluation")
+    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
+    rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
+    rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
+    served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
+    if fusion["choice"] == "dense":
+        next(r for r in rows if "student" in r["chosen"])["chosen"] += "+served"
+    rows += served + R.depth_rows(pool, ev, large)
+    R.measure_qps(pool, rows, ev.texts)
+    _write_fusion(index_dir, fusion)
+    elapsed = time.perf_counter() - t0
+    choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows)}
+    write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), **run_metadata(cfg)})
+    R.print_table(rows)
+    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()})")
+    mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
+    print(f"served default: {mode}: {fusion['reason']}")
+    print("serve it:")
+    print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")
+    return rows
+
+
+__all__ = ["FAMILIES", "Family", "QuickstartConfig", "default_factory", "family", "parse_student", "prepare_data", "query_qps",
+           "quickstart", "stage1_config"]

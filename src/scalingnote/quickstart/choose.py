@@ -1,0 +1,134 @@
+"""Every choice the quick start makes, made on validation queries held out from the training
+split (never the reported split): can a tower read the data, which large tower teaches, is a
+trained tower better than its start, which student fits the latency budget, and is the served
+default the student alone or the student fused with BM25.
+
+These are small pure functions over numbers and runs, so each rule is tested on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- can it read the data
+def tokenizer_report(tokenizer: Any, texts: Sequence[str]) -> dict[str, float]:
+    """Share of unknown tokens and characters per token of ``tokenizer`` on ``texts``.
+
+    A vocabulary that cannot represent the text maps it to its unknown token (MiniLM's English
+    WordPiece on Chinese: ~70% ``[UNK]``); byte-level BPE never does (its cost shows as fewer
+    characters per token instead)."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    n_tok = n_unk = n_chr = 0
+    for t in texts:
+        ids = tokenizer(t, add_special_tokens=False)["input_ids"]
+        n_tok += len(ids)
+        n_chr += len(t)
+        if unk is not None:
+            n_unk += sum(1 for i in ids if i == unk)
+    return {"unk_share": round(n_unk / max(1, n_tok), 4), "chars_per_token": round(n_chr / max(1, n_tok), 2),
+            "tokens": n_tok, "texts": len(texts)}
+
+
+def readability(report: Mapping[str, float], max_unk_share: float) -> tuple[bool, str]:
+    """(readable, reason) for a :func:`tokenizer_report`."""
+    share = float(report["unk_share"])
+    if share > max_unk_share:
+        return False, (f"{share:.0%} of its tokens on {report['texts']} sample queries are the unknown token "
+                       f"(limit {max_unk_share:.0%}): its vocabulary cannot read this text")
+    return True, f"{share:.1%} unknown tokens, {report['chars_per_token']} characters per token"
+
+
+# ----------------------------------------------------------------------------- never worse than the start
+def keep_better(trained_val: float, start_val: float | None, what: str) -> tuple[bool, str]:
+    """Keep the trained tower unless its validation score is below its start's.
+
+    Returns (keep_trained, message); the message says what was kept and why."""
+    if start_val is None or trained_val >= start_val:
+        return True, f"{what}: trained {trained_val:.4f} >= start {start_val if start_val is not None else float('nan'):.4f} on validation"
+    return False, (f"{what}: training made it worse on validation ({trained_val:.4f} < its start {start_val:.4f}); "
+                   "keeping the start")
+
+
+# ----------------------------------------------------------------------------- teacher and student
+def choose_best(val: Mapping[str, float], pinned: str | None = None) -> tuple[str, str]:
+    """The key with the best validation score (ties: the first in order), or ``pinned``;
+    returns (choice, reason)."""
+    if not val:
+        raise ValueError("choose_best: no candidate")
+    listing = ", ".join(f"{k} {v:.4f}" for k, v in val.items())
+    if pinned is not None:
+        if pinned not in val:
+            raise ValueError(f"pinned choice {pinned!r} is not a candidate ({list(val)})")
+        return pinned, f"pinned by the config (validation nDCG@10: {listing})"
+    best = max(val, key=lambda k: (val[k], -list(val).index(k)))
+    return best, f"best validation nDCG@10 of {listing}"
+
+
+def choose_student(cands: Sequence[Mapping[str, Any]], budget_ms: float | None) -> tuple[str | None, list[dict[str, Any]], str]:
+    """Among candidates ``{"name", "val", "p99_ms"}`` keep the best-validating one whose p99 is
+    under ``budget_ms`` (None: no budget). Returns (name or None, the quality/latency frontier
+    — the candidates no other one beats on both — and the reason)."""
+    rows = [dict(c) for c in cands]
+    frontier = [c for c in rows if not any(o["val"] >= c["val"] and o["p99_ms"] < c["p99_ms"] or
+                                           o["val"] > c["val"] and o["p99_ms"] <= c["p99_ms"] for o in rows)]
+    frontier.sort(key=lambda c: c["p99_ms"])
+    fits = [c for c in rows if budget_ms is None or c["p99_ms"] <= budget_ms]
+    if not fits:
+        fastest = min(rows, key=lambda c: c["p99_ms"]) if rows else None
+        why = (f"no student meets p99 <= {budget_ms} ms (fastest: {fastest['name']} {fastest['p99_ms']:.2f} ms)"
+               if fastest else "no student candidate")
+        return None, frontier, why
+    best = max(fits, key=lambda c: (c["val"], -c["p99_ms"]))
+    budget = "no latency budget" if budget_ms is None else f"p99 <= {budget_ms} ms"
+    return best["name"], frontier, f"best validation nDCG@10 ({best['val']:.4f}) with {budget} (p99 {best['p99_ms']:.2f} ms)"
+
+
+# ----------------------------------------------------------------------------- the served default
+def _mean_ndcg(run, qrels, qids) -> float:
+    from scalingnote.evaluation import evaluate
+
+    if not qids:
+        return 0.0
+    return float(evaluate({q: run.get(q, {}) for q in qids}, {q: qrels[q] for q in qids}, ["ndcg@10"])["ndcg@10"])
+
+
+def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any]:
+    """Is fusing the dense run with BM25 better than the dense run alone, on validation queries?
+
+    The fusion norm and weight are fitted on one half of the queries and scored on the other
+    (and the other way round), so fusion's extra free parameter cannot win by fitting the very
+    queries it is judged on. Returns both held-out scores, the choice (``"dense"`` or ``"hybrid"``)
+    and the norm / weight fitted on all the validation queries (what the served hybrid uses)."""
+    from scalingnote.index.hybrid import choose_norm_and_weight, hybrid_search_run
+
+    qids = sorted(q for q in qrels if q in dense_run or q in bm25_run)
+    order = np.random.default_rng(seed).permutation(len(qids))
+    halves = [[qids[i] for i in sorted(order[: len(qids) // 2])], [qids[i] for i in sorted(order[len(qids) // 2:])]]
+    fused_scores, dense_scores = [], []
+    for fit, judge in (halves, halves[::-1]):
+        if not fit or not judge:
+            continue
+        best, _ = choose_norm_and_weight({q: dense_run.get(q, {}) for q in fit}, {q: bm25_run.get(q, {}) for q in fit},
+                                         {q: qrels[q] for q in fit})
+        sub_d = {q: dense_run.get(q, {}) for q in judge}
+        hyb, _ = hybrid_search_run(sub_d, {q: bm25_run.get(q, {}) for q in judge}, "weighted", k=100, weight=best.weight, norm=best.norm)
+        fused_scores.append((_mean_ndcg(hyb, qrels, judge), len(judge)))
+        dense_scores.append((_mean_ndcg(sub_d, qrels, judge), len(judge)))
+    n = sum(c for _, c in fused_scores) or 1
+    fused = sum(s * c for s, c in fused_scores) / n
+    dense = sum(s * c for s, c in dense_scores) / n
+    full, _ = choose_norm_and_weight(dense_run, bm25_run, qrels)
+    choice = "hybrid" if fused > dense else "dense"
+    return {"choice": choice, "val_dense": round(dense, 4), "val_hybrid": round(fused, 4), "norm": full.norm, "weight": full.weight,
+            "n_queries": len(qids),
+            "reason": f"2-fold cross-fitted validation nDCG@10: student alone {dense:.4f}, student + BM25 {fused:.4f}"}
+
+
+__all__ = ["choose_best", "choose_student", "cross_fit_fusion", "keep_better", "readability", "tokenizer_report"]

@@ -1,0 +1,143 @@
+"""Typed configuration of ``scalingnote quickstart`` and the two large-tower families it compares.
+
+Nothing here is fixed to what won on one data set: the large tower that teaches, the LLM depth,
+the head learning rate, the student and the fusion weight are all chosen on queries held out
+from the user's training split (:mod:`scalingnote.quickstart.choose`). The fields below are the
+candidate sets and the budgets those choices are made within.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from scalingnote.errors import ConfigError
+
+FAMILIES = ("bert", "llm")
+
+
+@dataclass
+class QuickstartConfig:
+    out: str = "runs/quickstart"
+    data: str | None = None  #: BEIR directory; None = generate the synthetic note-search log
+    seed: int = 0
+    #: the large-tower families trained in Stage I ("bert": a BERT-family encoder, e.g. MiniLM or any
+    #: imported sentence-transformers model; "llm": a decoder LLM, SmolLM2 truncated). A family whose
+    #: tokenizer cannot read the data's queries is skipped with its reason (``max_unk_share``).
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    #: the QKD teacher: "auto" = the large tower with the best validation nDCG@10, or pin a family
+    teacher: Literal["auto", "bert", "llm"] = "auto"
+    bert: str = "minilm-l6"
+    bert_layers: int | None = None  #: large BERT tower depth (None = every layer of the model)
+    bert_small_layers: int = 2  #: the online query-tower size of the BERT family (matched-cost rows, student)
+    bert_lr: float = 1e-4  #: backbone learning rate of BERT layers that train
+    llm: str = "smollm2-135m"
+    #: candidate depths of the large LLM tower (SmolLM2 truncated), chosen on validation
+    llm_depths: list[int] = field(default_factory=lambda: [2, 4])
+    llm_small_layers: int = 1  #: the online query-tower size of the LLM family (1 SmolLM2 layer ~ 2 MiniLM layers of compute)
+    llm_lr: float = 5e-5
+    #: SmolLM2 pooling: "mean" (not in the paper; a truncated, briefly trained decoder is at chance
+    #: with the paper's placeholder pooling) or "placeholder" (§3.2)
+    llm_pooling: str = "mean"
+    dim: int = 128  #: embedding size (Matryoshka dims 16, 32, 64 ... up to it)
+    synth_docs: int = 1500
+    synth_queries: int = 800
+    #: layers of the large towers that train: 0 = heads over cached pooled states (the CPU recipe),
+    #: k = the top k layers over cached token states, "all" = the paper's full fine-tuning (GPU)
+    trainable_layers: int | Literal["all"] = 0
+    #: head learning rates tried for every large tower; the best validation nDCG@10 wins
+    head_lrs: list[float] = field(default_factory=lambda: [1e-3, 3e-3])
+    #: Stage I runs up to ``max_epochs`` epochs (``steps``: an optional cap), validating every epoch
+    #: on held-out training queries and stopping after ``patience`` epochs without improvement
+    max_epochs: float = 40.0
+    #: epochs of the small towers trained end to end (twinbert_small / scaling_doc query tower)
+    small_max_epochs: float = 10.0
+    steps: int | None = None
+    patience: int = 4
+    batch_size: int = 64
+    micro_batch_size: int | None = None
+    query_max_length: int = 32
+    doc_max_length: int = 128
+    #: QKD: up to ``qkd_epochs`` epochs, stopping after ``qkd_patience`` epochs without a better
+    #: validation loss; "normalized" regresses the L2-normalised teacher embeddings ("raw": Eq. 15 as printed)
+    qkd_epochs: float = 30.0
+    qkd_patience: int = 3
+    qkd_target: Literal["raw", "normalized"] = "normalized"
+    qkd_batch_size: int = 128
+    qkd_max_pseudo_queries: int = 3000
+    #: QKD students, "family:layers" (e.g. ["bert:1", "bert:2", "llm:1"]); None = the teacher family's
+    #: small tower (another readable family's where it cannot read the data), or with
+    #: ``student_p99_ms`` every readable family at 1..its small size
+    students: list[str] | None = None
+    #: latency budget: keep the best-validating student whose single-query p99 (ms, this machine,
+    #: ``serve_backend``) is under it; None = no budget
+    student_p99_ms: float | None = None
+    serve_backend: Literal["torch", "onnx"] = "torch"
+    #: a family is skipped when more than this share of its tokens on a query sample is unknown
+    max_unk_share: float = 0.05
+    #: the matched-cost comparison of the paper (twinbert_small, scaling_doc, scalingnote, scaling_dual
+    #: for every readable family); False = only what the served model needs
+    compare: bool = True
+    index_factory: str | None = None  #: default: see :func:`scalingnote.quickstart.runs.default_factory`
+    semantic_id_layers: int = 6
+    rerank: int = 100
+    nprobe: int = 16
+    eval_split: str = "test"
+    max_eval_queries: int | None = None
+    show_progress: bool = True
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.families if f not in FAMILIES]
+        if bad or not self.families:
+            raise ConfigError(None, None, "families", f"must be a non-empty subset of {list(FAMILIES)}, got {self.families!r}")
+        if self.llm_pooling not in ("mean", "placeholder"):
+            raise ConfigError(None, None, "llm_pooling", f"must be 'mean' or 'placeholder', got {self.llm_pooling!r}")
+        if self.teacher != "auto" and self.teacher not in self.families:
+            raise ConfigError(None, None, "teacher", f"{self.teacher!r} is not among families {self.families}")
+        if not self.llm_depths or min(self.llm_depths) < 1:
+            raise ConfigError(None, None, "llm_depths", f"needs depths >= 1, got {self.llm_depths!r}")
+        if not self.head_lrs or min(self.head_lrs) <= 0:
+            raise ConfigError(None, None, "head_lrs", f"needs positive learning rates, got {self.head_lrs!r}")
+        if self.student_p99_ms is not None and self.student_p99_ms <= 0:
+            raise ConfigError(None, None, "student_p99_ms", f"must be > 0 ms, got {self.student_p99_ms}")
+        for s in self.students or []:
+            parse_student(s)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One large-tower family: its model, the candidate depths of its large tower, the size of its
+    small (online) query tower, pooling and backbone learning rate."""
+
+    name: str
+    model: str
+    depths: tuple[int | None, ...]
+    small_layers: int
+    pooling: str | None
+    lr: float
+
+    def tower(self, layers: int | None, k: int | str, max_length: int) -> dict:
+        spec = {"model": self.model, "max_length": max_length, "trainable_layers": k}
+        if layers is not None:
+            spec["num_layers"] = layers
+        if self.pooling is not None:
+            spec["pooling"] = self.pooling
+        return spec
+
+
+def family(cfg: QuickstartConfig, name: str) -> Family:
+    if name == "bert":
+        return Family("bert", cfg.bert, (cfg.bert_layers,), cfg.bert_small_layers, "mean", cfg.bert_lr)
+    pooling = "mean" if cfg.llm_pooling == "mean" else None
+    return Family("llm", cfg.llm, tuple(sorted(set(cfg.llm_depths))), cfg.llm_small_layers, pooling, cfg.llm_lr)
+
+
+def parse_student(s: str) -> tuple[str, int]:
+    """``"bert:2"`` -> ("bert", 2)."""
+    fam, _, layers = str(s).partition(":")
+    if fam not in FAMILIES or not layers.isdigit() or int(layers) < 1:
+        raise ConfigError(None, None, "students", f"each entry is 'family:layers' with family in {list(FAMILIES)}, got {s!r}")
+    return fam, int(layers)
+
+
+__all__ = ["FAMILIES", "Family", "QuickstartConfig", "family", "parse_student"]

@@ -1,0 +1,162 @@
+"""The quick start's choices, in order: which families can read the data, each family's large
+tower (depth and head learning rate on validation, never worse than its zero-shot start), the
+teacher, the students (and the latency budget), the paper's matched-cost comparison, and the
+served default. Every choice reads validation queries held out from the training split."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.quickstart import choose, runs
+from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
+from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_ms
+
+log = logging.getLogger(__name__)
+
+
+def say(msg: str) -> None:
+    print(f"[quickstart] {msg}", flush=True)
+
+
+def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dict[str, Any]]:
+    """Measure each family's tokenizer on a sample of the data's queries; skip those that cannot
+    read it (with the reason)."""
+    import random
+
+    from scalingnote.data import load_queries
+    from scalingnote.models import load_tower
+
+    texts = [q.text for q in load_queries(beir / "queries.jsonl").values()]
+    sample = random.Random(cfg.seed).sample(texts, min(500, len(texts)))
+    ok, report = [], {}
+    for name in cfg.families:
+        fam = family(cfg, name)
+        tok = load_tower(fam.model, "query", num_layers=1, dim=None).tokenizer
+        rep = choose.tokenizer_report(tok, sample)
+        readable, why = choose.readability(rep, cfg.max_unk_share)
+        report[name] = {**rep, "model": fam.model, "readable": readable, "reason": why}
+        say(f"{name} ({fam.model}): {'reads the data' if readable else 'SKIPPED'}: {why}")
+        if readable:
+            ok.append(name)
+    if not ok:
+        raise ScalingNoteError(f"no model family can read the queries of {beir}: " + "; ".join(f"{k}: {v['reason']}" for k, v in report.items()))
+    return ok, report
+
+
+def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet) -> dict[str, dict]:
+    """Per family: every depth's best-head-lr run, the depth chosen on validation, and the kept
+    tower (the trained one, or its zero-shot start when training made it worse on validation)."""
+    res = {}
+    for fam in fams:
+        by_depth = runs.large_tower_runs(cfg, fam, data, out)
+        depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
+        best = by_depth[None if depth == "None" else int(depth)]
+        trained_dir = Path(best["run_dir"])
+        zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
+        trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
+        start = score(pool, zs_dir / "query_tower", zs_dir, ev)
+        keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower")
+        say(msg)
+        res[fam.name] = {
+            "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
+            "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
+            "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "depth": best["depth"],
+            "val_trained": trained.val_ndcg, "val_start": start.val_ndcg,
+        }
+    return res
+
+
+def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str) -> list[tuple[str, int]]:
+    if cfg.students:
+        cands = [parse_student(s) for s in cfg.students]
+        skipped = [f"{f}:{n}" for f, n in cands if f not in readable]
+        if skipped:
+            say(f"students {skipped} skipped: their family cannot read the data")
+        cands = [(f, n) for f, n in cands if f in readable]
+    elif cfg.student_p99_ms is not None:
+        cands = [(f, n) for f in readable for n in range(1, family(cfg, f).small_layers + 1)]
+    else:
+        cands = [(teacher, family(cfg, teacher).small_layers)]
+    if not cands:
+        raise ScalingNoteError("no student candidate can read the data (students: " + ", ".join(cfg.students or []) + ")")
+    return cands
+
+
+def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
+                   pseudo: str | None, pool: TowerPool, ev: EvalSet) -> dict[str, Any]:
+    """QKD from the teacher into each student candidate; the best-validating one within the
+    latency budget is the ScalingNote student."""
+    tdir = large[teacher]["dir"]
+    cands = []
+    for fam_name, layers in student_candidates(cfg, readable, teacher):
+        fam = family(cfg, fam_name)
+        name = f"{fam_name}{layers}_from_{teacher}"
+        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo)
+        qdir = Path(m["run_dir"]) / "query_tower"
+        sc = score(pool, qdir, tdir, ev)
+        p99 = single_query_p99_ms(pool.tower(qdir), ev.texts or ev.val_texts, backend=cfg.serve_backend,
+                                  export_dir=Path(m["run_dir"]) / "onnx")
+        cands.append({"name": name, "family": fam_name, "layers": layers, "val": sc.val_ndcg, "p99_ms": p99, "dir": str(qdir),
+                      "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
+        say(f"student {name}: validation nDCG@10 {sc.val_ndcg:.4f}, single-query p99 {p99:.2f} ms ({cfg.serve_backend}), "
+            f"QKD best step {m.get('best_step')} of {m.get('steps_run')}")
+    name, frontier, why = choose.choose_student(cands, cfg.student_p99_ms)
+    if name is None:
+        raise ScalingNoteError(f"student_p99_ms={cfg.student_p99_ms}: {why}")
+    say(f"student: {name} ({why})")
+    return {"chosen": next(c for c in cands if c["name"] == name), "candidates": cands,
+            "frontier": [c["name"] for c in frontier], "reason": why}
+
+
+def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path,
+                    pseudo: str | None) -> dict[str, dict[str, dict]]:
+    """The paper's comparison at matched online cost (ScalingNote Tables 3-4), per family: the
+    small dual tower, ScalingDoc, ScalingNote (QKD of the family's large tower into its small
+    tower) and ScalingDual (the large tower itself, the upper bound)."""
+    res = {}
+    for name in readable:
+        L = large[name]
+        fam: Family = L["family"]
+        hl = float(L["head_lr"])
+        small = runs.small_dual_run(cfg, fam, data, out, hl)
+        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl)
+        qkd_name = f"{name}{fam.small_layers}_from_{name}"
+        reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
+        qkd_dir = Path(reuse["dir"]).parent if reuse else Path(runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out,
+                                                                                pseudo)["run_dir"])
+        res[name] = {
+            "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
+            "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},
+            "scalingnote": {"q": qkd_dir / "query_tower", "d": L["dir"], "layers": fam.small_layers},
+            "scaling_dual": {"q": L["dir"] / "query_tower", "d": L["dir"], "layers": None},
+        }
+    return res
+
+
+def check_inputs(cfg: QuickstartConfig) -> None:
+    """Fail before any work when the data directory is not a BEIR directory."""
+    if not cfg.data:
+        return
+    d = Path(cfg.data)
+    missing = [p for p in ("corpus.jsonl", "queries.jsonl", "qrels") if not (d / p).exists()]
+    if not d.is_dir() or missing:
+        raise ScalingNoteError(f"--data {d}: not a BEIR directory ({'does not exist' if not d.exists() else 'missing ' + ', '.join(missing)})")
+    split = d / "qrels" / f"{cfg.eval_split}.tsv"
+    if not split.exists():
+        raise ScalingNoteError(f"--data {d}: no {split.relative_to(d)} for eval_split={cfg.eval_split!r}")
+
+
+def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why: str, students: dict) -> dict[str, Any]:
+    fams = {}
+    for name, rep in report.items():
+        L = large.get(name)
+        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
+                                  "tower_dir": str(L["dir"])} if L else {})}
+    return {"families": fams, "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},
+            "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
+
+
+__all__ = ["check_inputs", "comparison_runs", "large_towers", "readable_families", "student_candidates", "summary", "train_students"]

@@ -1,0 +1,129 @@
+"""The quick start's results table: baselines, the paper's matched-cost comparison per family
+(with paired t-tests between its steps), the LLM depth candidates, the student candidates and
+the served rows, each with its validation and test figures and what was chosen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, query_qps, score
+
+ORDER = ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
+
+
+def tower_label(pool: TowerPool, qdir: str | Path, qkd: bool = False) -> tuple[str, int]:
+    c = pool.tower(qdir).config
+    base = Path(c.base_model).name if "/" in str(c.base_model) else c.base_model
+    if base == "backbone":  # a student started from its teacher's saved backbone
+        base = Path(c.base_model).parent.parent.name
+    return f"{base} ({c.num_layers}L{', QKD' if qkd else ''})", int(c.num_layers)
+
+
+def row(method: str, sc: Scored, *, large: str = "-", query: str = "-", layers: int | None = None, chosen: str = "",
+        tower: str | None = None, **extra: Any) -> dict[str, Any]:
+    r = {"method": method, "large_tower": large, "query_tower": query, "query_layers": layers, **sc.metrics,
+         "val_ndcg@10": sc.val_ndcg, "query_qps": None, "chosen": chosen, **extra}
+    if tower is not None:
+        r["_tower"] = str(tower)
+    return r
+
+
+def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teacher: str, student_dir: str) -> list[dict]:
+    """Per family: twinbert_small < scaling_doc < scalingnote <= scaling_dual (the paper's claim),
+    each step with the paired t-test p-value over the reported queries against the previous one."""
+    from scalingnote.evaluation.significance import paired_ttest
+
+    rows = []
+    for fam, methods in comp.items():
+        L = large[fam]
+        large_label = tower_label(pool, L["dir"] / "query_tower")[0]
+        prev: Scored | None = None
+        for method in ORDER:
+            m = methods[method]
+            sc = score(pool, m["q"], m["d"], ev)
+            label, n = tower_label(pool, m["q"], qkd=method == "scalingnote")
+            chosen = []
+            if method == "scaling_dual" and fam == teacher:
+                chosen.append("teacher")
+            if method == "scalingnote" and str(m["q"]) == student_dir:
+                chosen.append("student")
+            extra = {"p_vs_prev": round(paired_ttest(sc.per_query, prev.per_query).pvalue, 6) if prev else None,
+                     "delta_vs_prev": round(sc.metrics["ndcg@10"] - prev.metrics["ndcg@10"], 4) if prev else None}
+            if method == "scaling_dual":
+                extra["note"] = f"kept the {L['kept']} tower ({L['guard']})"
+            rows.append(row(method, sc, large=large_label, query=label, layers=n, chosen="+".join(chosen), tower=m["q"], family=fam, **extra))
+            prev = sc
+    return rows
+
+
+def student_rows(pool: TowerPool, ev: EvalSet, students: dict, teacher_dir: Path, rows: list[dict]) -> list[dict]:
+    """Every student candidate not already a row of the comparison (another family or size), and
+    each candidate's single-query p99 (the latency frontier the student was chosen from)."""
+    large_label = tower_label(pool, teacher_dir / "query_tower")[0]
+    by_dir = {r.get("_tower"): r for r in rows}
+    new = []
+    for c in students["candidates"]:
+        chosen = c["name"] == students["chosen"]["name"]
+        r = by_dir.get(c["dir"])
+        if r is None:
+            label, n = tower_label(pool, c["dir"], qkd=True)
+            r = row("scalingnote" if chosen else "scalingnote_candidate", score(pool, c["dir"], teacher_dir, ev), large=large_label,
+                    query=label, layers=n, chosen="student" if chosen else "", tower=c["dir"])
+            new.append(r)
+        r["p99_ms"] = c["p99_ms"]
+        r["on_frontier"] = c["name"] in students["frontier"]
+    return new
+
+
+def ordering_holds(rows: list[dict]) -> dict[str, bool]:
+    """Per family: does twinbert_small < scaling_doc < scalingnote <= scaling_dual hold on nDCG@10?"""
+    out = {}
+    for fam in sorted({r["family"] for r in rows if "family" in r and r["method"] in ORDER}):
+        v = {r["method"]: r["ndcg@10"] for r in rows if r.get("family") == fam and r["method"] in ORDER}
+        out[fam] = v["twinbert_small"] < v["scaling_doc"] < v["scalingnote"] <= v["scaling_dual"]
+    return out
+
+
+def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
+    """Every candidate depth of a family with several (its best head learning rate each)."""
+    rows = []
+    for fam, L in large.items():
+        if len(L["depths"]) < 2:
+            continue
+        for depth, m in L["depths"].items():
+            d = Path(m["run_dir"])
+            sc = score(pool, d / "query_tower", d, ev)
+            label, n = tower_label(pool, d / "query_tower")
+            rows.append(row(f"scaling_dual_depth_{depth}", sc, large=label, query=label, layers=n, tower=d / "query_tower", family=fam,
+                            chosen="depth" if d == L["trained_dir"] else "", head_lr_grid=m["lr_grid"],
+                            stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds")))
+    return rows
+
+
+def measure_qps(pool: TowerPool, rows: list[dict], texts: list[str]) -> None:
+    """Query QPS of every query tower, measured back to back at the end."""
+    qps: dict[str, float] = {}
+    for r in rows:
+        t = r.pop("_tower", None)
+        if t is not None:
+            if t not in qps:
+                qps[t] = round(query_qps(pool.tower(t), texts), 1)
+            r["query_qps"] = qps[t]
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cols = ["method", "large_tower", "query_tower", "query_qps", "val_ndcg@10", "r@100", "ndcg@10", "p_vs_prev", "chosen"]
+    t = Table(title="scalingnote quickstart: quality and online query cost (choices made on validation queries)")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("method", "large_tower", "query_tower", "chosen") else "right")
+    for r in rows:
+        t.add_row(*[("-" if r.get(c) is None else f"{r[c]:.4f}" if isinstance(r[c], float) and c not in ("query_qps", "p_vs_prev")
+                     else f"{r[c]:.2g}" if c == "p_vs_prev" else str(r[c])) for c in cols])
+    Console(width=max(170, Console().width)).print(t)
+
+
+__all__ = ["ORDER", "comparison_rows", "depth_rows", "measure_qps", "ordering_holds", "print_table", "row", "student_rows", "tower_label"]

@@ -1,0 +1,338 @@
+"""The quick start's steps: data, Stage I runs of the large and small towers, the zero-shot start
+of a family, pseudo-queries, QKD and the IVFPQ index. Each step writes a ``DONE`` marker holding
+the digest of its inputs and settings; a re-run reuses a step only when they match, and redoes it
+(saying what changed) when they do not."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.utils import write_json
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- step markers
+def _root(path: Path) -> Path | None:
+    """The quick start's output directory above a step (the one holding ``quickstart.yaml``)."""
+    for p in (path, *path.parents):
+        if (p / "quickstart.yaml").exists():
+            return p
+    return None
+
+
+def _canon(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    """``inputs`` as plain JSON with the output directory written as ``$OUT``, so a run directory
+    that is moved or copied whole still matches its steps."""
+    text = json.dumps(inputs, sort_keys=True, default=str)
+    root = _root(path)
+    if root is not None:
+        text = text.replace(json.dumps(str(root))[1:-1], "$OUT")
+    return json.loads(text)
+
+
+def _digest(inputs: dict[str, Any]) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def step_done(path: Path, inputs: dict[str, Any]) -> bool:
+    """True when ``path`` finished with these inputs; a step finished with other inputs is
+    cleared (its directory removed) and redone, with a message naming what changed."""
+    marker = path / "DONE"
+    if not marker.exists():
+        return False
+    try:
+        old = json.loads(marker.read_text(encoding="utf-8")).get("inputs", {})
+    except (OSError, ValueError):
+        old = {}
+    new = _canon(path, inputs)
+    if _digest(old) == _digest(new):
+        return True
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    log.warning("%s was made from other inputs (%s changed): redoing it", path, ", ".join(changed) or "format")
+    print(f"[quickstart] {path.name}: made from other inputs ({', '.join(changed) or 'format'} changed): redoing it", flush=True)
+    shutil.rmtree(path)
+    return False
+
+
+def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
+    canon = _canon(path, inputs)
+    write_json(path / "DONE", {"inputs": canon, "digest": _digest(canon), **(info or {})})
+
+
+def banner(title: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).rule(f"[bold]{title}")
+
+
+# ---------------------------------------------------------------------------- data
+def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
+    """Returns {"beir": dir, "triplets": path|None, "validation_triplets": path|None}."""
+    if cfg.data:
+        return {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
+    d = out / "data"
+    inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
+    if not step_done(d, inputs):
+        banner("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
+        from scalingnote.data.build import load_build_config, run_build
+        from scalingnote.data.synth import SynthConfig, synthesize
+
+        synthesize(d, SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries), progress=cfg.show_progress)
+        run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
+        mark_done(d, inputs)
+    return {"beir": str(d), "triplets": str(d / "triplets" / "train.jsonl"), "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+
+
+def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
+    """What identifies the training data of a step: the BEIR files' sizes and mtimes."""
+    beir = Path(data["beir"])
+    files = {}
+    for p in sorted([beir / "corpus.jsonl", beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
+                    + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]):
+        if p.exists():
+            st = p.stat()
+            files[str(p)] = [st.st_size, st.st_mtime_ns]
+    return files
+
+
+# ---------------------------------------------------------------------------- Stage I
+def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
+                  max_epochs: float):
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
+
+    heads_only = q["trainable_layers"] == 0 and d["trainable_layers"] == 0
+    return load_config(TrainConfig, {
+        "method": method,
+        "output_dir": str(out_dir),
+        "dim": cfg.dim,
+        "loss": {"dims": [m for m in (16, 32, 64) if m < cfg.dim] + [cfg.dim]},
+        "query_tower": q,
+        "doc_tower": d,
+        "data": {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
+                 "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
+                 "eval_overlap": "drop"},  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+        "optim": {"batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "max_steps": cfg.steps,
+                  "epochs": max_epochs, "lr": lr, "head_lr": head_lr},
+        "seed": cfg.seed,
+        "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # shared by every run over this data
+        "center_samples": 100_000 if heads_only else 1024,  # cached features make the head fit cheap
+        "eval_every": "epoch",  # validation queries: held out from the training split / triplets
+        "patience": cfg.patience,
+        "save_every": 50,
+        "evaluate_zero_shot": False,
+        "show_progress": cfg.show_progress,
+    })
+
+
+def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: Path, q: dict, d: dict, *, lr: float, head_lr: float,
+               max_epochs: float) -> dict[str, Any]:
+    """Train (or reuse) one Stage I run under ``out/stage1/<name>``; returns its metrics + ``run_dir``."""
+    from scalingnote.training import train
+
+    run_dir = out / "stage1" / name
+    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs)
+    inputs = {"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}
+    if not step_done(run_dir, inputs):
+        banner(f"Stage I: {name}")
+        res = train(tc, resume=True)
+        mark_done(run_dir, inputs, {"best_val_score": res.get("best_val_score")})
+    m = json.loads((run_dir / "run.json").read_text())["metrics"]
+    return dict(m, run_dir=str(run_dir))
+
+
+def _config_dict(c) -> dict:
+    from dataclasses import asdict
+
+    return asdict(c)
+
+
+def family_method(fam: Family) -> str:
+    """Stage I's method name for two towers of one family (it checks the towers' kinds): the
+    matched-cost rows differ in tower sizes, not kinds, so ScalingDoc's small query tower and
+    large document tower of one family train under that family's dual method."""
+    return "scaling_dual" if fam.name == "llm" else "twinbert"
+
+
+def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) -> dict[int | None, dict[str, Any]]:
+    """The family's large dual tower at each candidate depth, each with the best head learning
+    rate of ``cfg.head_lrs`` on validation; {depth: metrics (+ ``lr_grid``)}."""
+    res = {}
+    for depth in fam.depths:
+        tried, best = [], None
+        for hl in cfg.head_lrs:
+            tower = fam.tower(depth, cfg.trainable_layers, cfg.query_max_length)
+            m = run_stage1(cfg, f"{fam.name}_large_L{depth or 'all'}_hlr{hl:g}", family_method(fam),
+                           data, out, tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=hl, max_epochs=cfg.max_epochs)
+            m = dict(m, head_lr=hl, depth=depth)
+            tried.append(f"{hl:g}:{m['best_val_score']:.4f}")
+            if best is None or m["best_val_score"] > best["best_val_score"]:
+                best = m
+        res[depth] = dict(best, lr_grid=" ".join(tried))
+    return res
+
+
+def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float) -> dict[str, Any]:
+    """``twinbert_small``: the family's small tower on both sides. The query tower (the online
+    one) trains every layer (embeddings frozen and cached); the document tower trains like every
+    document tower of the run (``trainable_layers``: heads only on a CPU, where a step over the
+    layers of 64 + 64 documents costs seconds)."""
+    s = fam.small_layers
+    q = fam.tower(s, s, cfg.query_max_length)
+    d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length)
+    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}", family_method(fam), data, out, q, d,
+                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs)
+
+
+def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data: dict, out: Path, head_lr: float) -> dict[str, Any]:
+    """``scaling_doc``: the small query tower (every layer trains) + the large document tower
+    (``trainable_layers``, like every document tower), trained jointly."""
+    s = fam.small_layers
+    q = fam.tower(s, s, cfg.query_max_length)
+    d = fam.tower(depth, cfg.trainable_layers, cfg.doc_max_length)
+    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}_L{depth or 'all'}", "scaling_doc" if fam.name == "llm" else "twinbert", data, out, q, d,
+                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs)
+
+
+# ---------------------------------------------------------------------------- the zero-shot start
+def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: Path, data: dict, out: Path) -> Path:
+    """The family's pre-trained tower as a Stage I output directory (native pooling, no
+    projection): the start a trained large tower must beat, and a teacher when it does not."""
+    from scalingnote.data import load_corpus
+    from scalingnote.models import PrefixTower, load_tower, pair_towers
+
+    d = out / "stage1" / f"{fam.name}_zero_shot_L{depth or 'all'}"
+    inputs = {"model": fam.model, "depth": depth, "pooling": fam.pooling, "q_max": cfg.query_max_length, "d_max": cfg.doc_max_length,
+              "data": data_fingerprint(data)}
+    if step_done(d, inputs):
+        return d
+    banner(f"zero-shot start: {fam.name} ({fam.model})")
+    kw = {"num_layers": depth} if depth else {}
+    pool = {"pooling": fam.pooling} if fam.pooling else {}
+    qt = load_tower(fam.model, "query", dim=None, max_query_length=cfg.query_max_length, **kw, **pool)
+    dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, **kw, **pool)
+    corpus = load_corpus(Path(data["beir"]) / "corpus.jsonl")
+    ids = list(corpus)
+    emb = PrefixTower(dt, 0, Path(cfg.out).resolve() / "features", show_progress=cfg.show_progress).encode(
+        [corpus[i] for i in ids], normalize=False)
+    pair_towers(qt, dt)
+    d.mkdir(parents=True, exist_ok=True)
+    qt.save(d / "query_tower")
+    dt.save(d / "doc_tower")
+    np.save(d / "doc_embeddings.npy", np.asarray(emb, dtype=np.float32))
+    write_json(d / "doc_ids.json", ids, indent=None)
+    shutil.copy(like / "config.yaml", d / "config.yaml")  # the same data spec: the same held-out queries
+    write_json(d / "run.json", {"metrics": {"method": "zero_shot", "compat_id": qt.compat_id}})
+    mark_done(d, inputs)
+    return d
+
+
+# ---------------------------------------------------------------------------- Stage II
+def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> str | None:
+    """ICT pseudo-queries from the corpus: unlabelled queries for QKD."""
+    d = out / "pseudo_ict"
+    inputs = {"max_docs": cfg.qkd_max_pseudo_queries, "seed": cfg.seed, "data": data_fingerprint(data)}
+    if not step_done(d, inputs):
+        banner("pseudo-queries (inverse cloze task) for QKD")
+        from scalingnote.data.pseudo import ICTConfig, ict_queries
+
+        ict_queries(Path(data["beir"]) / "corpus.jsonl", d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries),
+                    progress=cfg.show_progress)
+        mark_done(d, inputs)
+    q = d / "queries.jsonl"
+    return str(q) if q.exists() else None
+
+
+def student_base(fam: Family, teacher_dir: Path, layers: int) -> str:
+    """Where a student of the teacher's family starts: the teacher's own bottom ``layers`` layers
+    (its saved backbone) when training changed them, else the pre-trained model (identical then)."""
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
+
+    cfg_file = teacher_dir / "config.yaml"
+    if not (teacher_dir / "run.json").exists() or "zero_shot" in teacher_dir.name or not cfg_file.exists():
+        return fam.model
+    k = load_config(TrainConfig, cfg_file).query_tower.trainable_layers
+    n = json.loads((teacher_dir / "query_tower" / "tower.json").read_text())["config"]["num_layers"]
+    return str(teacher_dir / "query_tower" / "backbone") if k == "all" or n - int(k) < layers else fam.model
+
+
+def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
+            pseudo: str | None) -> dict[str, Any]:
+    from scalingnote.config import load_config
+    from scalingnote.distill import DistillConfig, distill
+
+    d = out / "qkd" / name
+    sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
+    if pseudo:
+        sources.append({"path": pseudo})
+    student = {"model": student_base(fam, teacher_dir, layers), "num_layers": layers, "max_length": cfg.query_max_length,
+               "trainable_layers": layers}  # embeddings frozen and cached, every layer trains
+    if fam.pooling:
+        student["pooling"] = fam.pooling
+    dc = load_config(DistillConfig, {
+        "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
+        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "lr": 3e-4 if fam.name == "bert" else 1e-4},
+        "target": cfg.qkd_target, "patience": cfg.qkd_patience,
+        "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
+        "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
+    })
+    teacher_marker = teacher_dir / "DONE"
+    inputs = {"config": json.loads(json.dumps(_config_dict(dc), default=str)), "data": data_fingerprint(data),
+              "teacher": json.loads(teacher_marker.read_text()).get("digest") if teacher_marker.exists() else None}
+    if not step_done(d, inputs):
+        banner(f"Stage II: QKD {name}")
+        distill(dc, resume=True)
+        mark_done(d, inputs)
+    return dict(json.loads((d / "run.json").read_text())["metrics"], run_dir=str(d))
+
+
+# ---------------------------------------------------------------------------- index
+def default_factory(n: int, dim: int) -> str:
+    """IVF with ~4·sqrt(n) lists and 16 PQ sub-quantisers (32x compression of 128-d fp32 at 8 bits).
+
+    Below 10k vectors the codes are 4-bit (64x): 8-bit PQ needs 256 centroids per sub-space,
+    i.e. >= 9,984 training vectors for FAISS's 39-per-centroid rule."""
+    nlist = max(4, min(4096, int(4 * math.sqrt(n))))
+    m = 16 if dim % 16 == 0 else 8
+    bits = 8 if n >= 10_000 else 4
+    return f"IVF{nlist},PQ{m}x{bits}"
+
+
+def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path) -> Path:
+    """IVFPQ + residual-K-means semantic IDs over the teacher's document embeddings."""
+    from scalingnote.index import build_index, tower_identity
+    from scalingnote.models import load_tower
+
+    d = out / "index"
+    teacher_marker = teacher_dir / "DONE"
+    inputs = {"teacher": str(teacher_dir), "teacher_digest": json.loads(teacher_marker.read_text()).get("digest"),
+              "factory": cfg.index_factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
+    if not step_done(d, inputs):
+        banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
+        emb = np.load(teacher_dir / "doc_embeddings.npy")
+        ids = json.loads((teacher_dir / "doc_ids.json").read_text())
+        factory = cfg.index_factory or default_factory(len(ids), emb.shape[1])
+        build_index(
+            emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
+            semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
+            nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
+            documents=Path(data["beir"]),  # titles + snippets returned by search / serve
+        )
+        mark_done(d, inputs, {"factory": factory})
+    return d / "ivfpq"
+
+
+__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "mark_done", "prepare_data", "pseudo_queries", "run_qkd",
+           "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]

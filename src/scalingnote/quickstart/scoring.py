@@ -1,0 +1,146 @@
+"""Scoring a query tower over a set of document embeddings, on the reported split and on the
+validation queries Stage I held out; query throughput and single-query latency."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METRICS = ["r@10", "r@100", "ndcg@10", "recall@100", "mrr@10"]
+
+
+@dataclass
+class EvalSet:
+    """The reported queries (test split) and the validation queries (held out from training)."""
+
+    qids: list[str]
+    texts: list[str]
+    qrels: dict[str, dict[str, int]]
+    val_qids: list[str]
+    val_texts: list[str]
+    val_qrels: dict[str, dict[str, int]]
+
+
+@dataclass
+class Scored:
+    """A query tower over a document-embedding set: metrics on the reported split, per-query
+    nDCG@10 (for paired tests), the validation nDCG@10 and both dense runs."""
+
+    metrics: dict[str, float]
+    per_query: dict[str, float]
+    val_ndcg: float
+    run: dict[str, dict[str, float]] = field(repr=False)
+    val_run: dict[str, dict[str, float]] = field(repr=False)
+
+
+def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int | None) -> EvalSet:
+    from scalingnote.data import load_beir
+    from scalingnote.training.driver import heldout_queries
+
+    ds = load_beir(beir, split)
+    qids = sorted(ds.queries)[:max_queries] if max_queries else sorted(ds.queries)
+    vq, vqrels = heldout_queries(heldout_from, exclude=set(qids))
+    vids = sorted(vq)
+    return EvalSet(qids, [ds.queries[q].text for q in qids], {q: ds.qrels[q] for q in qids}, vids, [vq[q] for q in vids],
+                   {q: vqrels[q] for q in vids})
+
+
+class TowerPool:
+    """Loads each query tower and each document-embedding set once."""
+
+    def __init__(self) -> None:
+        self._towers: dict[str, Any] = {}
+        self._docs: dict[str, tuple[np.ndarray, list[str]]] = {}
+
+    def tower(self, path: str | Path):
+        from scalingnote.models import load_tower
+
+        key = str(path)
+        if key not in self._towers:
+            self._towers[key] = load_tower(path)
+        return self._towers[key]
+
+    def docs(self, run_dir: str | Path) -> tuple[np.ndarray, list[str]]:
+        import json
+
+        from scalingnote.evaluation.dense import truncate_normalize
+
+        key = str(run_dir)
+        if key not in self._docs:
+            d = Path(run_dir)
+            self._docs[key] = (truncate_normalize(np.load(d / "doc_embeddings.npy")), json.loads((d / "doc_ids.json").read_text()))
+        return self._docs[key]
+
+    def encode(self, path: str | Path, texts: list[str]) -> np.ndarray:
+        from scalingnote.evaluation.dense import truncate_normalize
+
+        return truncate_normalize(self.tower(path).encode_queries(texts, batch_size=256, show_progress=False))
+
+
+def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalSet) -> Scored:
+    from scalingnote.evaluation import evaluate
+    from scalingnote.evaluation.dense import exact_search
+
+    d_emb, ids = pool.docs(doc_run)
+    run = exact_search(pool.encode(tower_dir, ev.texts), ev.qids, d_emb, ids, k=100)
+    val_run = exact_search(pool.encode(tower_dir, ev.val_texts), ev.val_qids, d_emb, ids, k=100) if ev.val_qids else {}
+    val = float(evaluate(val_run, ev.val_qrels, ["ndcg@10"])["ndcg@10"]) if ev.val_qids else float("nan")
+    return Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run)
+
+
+def per_query_ndcg(run, qrels) -> dict[str, float]:
+    from scalingnote.evaluation.metrics import per_query
+
+    pq = per_query(run, qrels, ["ndcg@10"])
+    return {q: float(v["ndcg@10"]) for q, v in pq.items()}
+
+
+def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 1) -> float:
+    """Queries/s of ``encode_queries`` (batch 256, the threads torch is set to)."""
+    texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
+    tower.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        tower.encode_queries(texts, batch_size=batch_size, show_progress=False)
+    return repeats * len(texts) / (time.perf_counter() - t0)
+
+
+def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 200, export_dir: Path | None = None) -> float:
+    """p99 of encoding one query at a time (ms, one intra-op thread) with the back end it will be
+    served with: eager PyTorch, or ONNX Runtime over the int8 export (``backend="onnx"``)."""
+    texts = (texts * math.ceil(n / max(1, len(texts))))[:n]
+    encode = tower.encode_queries
+    if backend == "onnx":
+        from scalingnote.models.onnx_export import export_onnx, ort_session, onnx_embed
+
+        assert export_dir is not None, "backend onnx needs export_dir"
+        if not (export_dir / "scalingnote_onnx.json").exists():
+            export_onnx(tower, export_dir, quantize="int8", validation_texts=texts[:64])
+        name = "model_int8.onnx" if (export_dir / "model_int8.onnx").exists() else "model.onnx"
+        sess = ort_session(export_dir / name, threads=1)
+
+        def encode(xs, **_):
+            return onnx_embed(sess, tower, xs, batch_size=1)
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one request, one core: two intra-op threads on a busy machine inflate it ~10x
+    try:
+        for t in texts[:10]:
+            encode([t], batch_size=1, show_progress=False)  # warm-up
+        times = []
+        for t in texts:
+            t0 = time.perf_counter()
+            encode([t], batch_size=1, show_progress=False)
+            times.append((time.perf_counter() - t0) * 1000)
+    finally:
+        torch.set_num_threads(threads)
+    return round(float(np.percentile(times, 99)), 3)
+
+
+__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "score", "single_query_p99_ms"]

@@ -1,0 +1,87 @@
+"""The quick start's choice rules, each on its own (pure functions over numbers and runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scalingnote.quickstart.choose import choose_best, choose_student, cross_fit_fusion, keep_better, readability, tokenizer_report
+
+
+class _Tok:
+    """A whitespace tokenizer with a fixed vocabulary; everything else is unknown (id 0)."""
+
+    unk_token_id = 0
+
+    def __init__(self, vocab):
+        self.vocab = {w: i + 1 for i, w in enumerate(vocab)}
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.vocab.get(w, 0) for w in text.split()]}
+
+
+def test_tokenizer_report_counts_unknown_tokens_and_characters():
+    rep = tokenizer_report(_Tok(["heart", "attack"]), ["heart attack", "heart xyz"])
+    assert rep["unk_share"] == 0.25 and rep["tokens"] == 4 and rep["chars_per_token"] == round(21 / 4, 2)
+
+
+def test_readability_refuses_a_vocabulary_that_maps_the_text_to_unknown():
+    ok, why = readability({"unk_share": 0.70, "chars_per_token": 1.04, "texts": 500}, 0.05)
+    assert not ok and "70%" in why and "cannot read" in why
+    ok, _ = readability({"unk_share": 0.01, "chars_per_token": 4.3, "texts": 500}, 0.05)
+    assert ok
+
+
+def test_minilm_cannot_read_chinese_but_smollm2_can():
+    """The packaged tokenizers on Chinese queries: MiniLM's English WordPiece is mostly [UNK]."""
+    pytest.importorskip("transformers")
+    from scalingnote.models import load_tower
+
+    zh = ["10个月宝宝一般睡多少个小时", "孕妇可以吃螃蟹吗", "高血压吃什么药好", "感冒了喝什么汤好得快"]
+    minilm = tokenizer_report(load_tower("minilm-l6", "query", num_layers=1, dim=None).tokenizer, zh)
+    smol = tokenizer_report(load_tower("smollm2-135m", "query", num_layers=1, dim=None).tokenizer, zh)
+    assert not readability(minilm, 0.05)[0] and minilm["unk_share"] > 0.3
+    assert readability(smol, 0.05)[0]
+
+
+@pytest.mark.parametrize(("trained", "start", "keep"), [(0.60, 0.50, True), (0.50, 0.50, True), (0.40, 0.50, False), (0.3, None, True)])
+def test_keep_better_keeps_the_start_when_training_hurts(trained, start, keep):
+    kept, msg = keep_better(trained, start, "bert large tower")
+    assert kept is keep
+    assert ("keeping the start" in msg) is (not keep)
+
+
+def test_choose_best_and_pinning():
+    assert choose_best({"bert": 0.7, "llm": 0.6})[0] == "bert"
+    assert choose_best({"bert": 0.6, "llm": 0.6})[0] == "bert"  # ties: first in order
+    choice, why = choose_best({"bert": 0.7, "llm": 0.6}, pinned="llm")
+    assert choice == "llm" and "pinned" in why
+    with pytest.raises(ValueError, match="not a candidate"):
+        choose_best({"bert": 0.7}, pinned="llm")
+
+
+def test_choose_student_respects_the_latency_budget_and_reports_the_frontier():
+    cands = [{"name": "bert1", "val": 0.55, "p99_ms": 3.0}, {"name": "bert2", "val": 0.60, "p99_ms": 5.0},
+             {"name": "llm1", "val": 0.58, "p99_ms": 9.0}, {"name": "bert3", "val": 0.62, "p99_ms": 7.0}]
+    assert choose_student(cands, None)[0] == "bert3"
+    name, frontier, why = choose_student(cands, 5.5)
+    assert name == "bert2" and "p99 <= 5.5" in why
+    assert [c["name"] for c in frontier] == ["bert1", "bert2", "bert3"]  # llm1 is beaten on both axes by bert3
+    name, _, why = choose_student(cands, 1.0)
+    assert name is None and "fastest: bert1" in why
+
+
+def test_cross_fit_fusion_does_not_choose_fusion_when_bm25_adds_nothing():
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(20)}
+    dense = {q: {f"d{i}": 2.0, "x": 1.0} for i, q in enumerate(qrels)}  # perfect
+    bm25 = {q: {"x": 5.0, "y": 4.0} for q in qrels}  # useless
+    res = cross_fit_fusion(dense, bm25, qrels)
+    assert res["choice"] == "dense" and res["val_dense"] == 1.0 and res["val_hybrid"] <= 1.0
+
+
+def test_cross_fit_fusion_chooses_fusion_when_both_sides_help():
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(40)}
+    # dense ranks the answer first for even queries and a close second for odd ones; BM25 the other way round
+    dense = {f"q{i}": ({f"d{i}": 3.0, "x": 2.9, "z": 0.0} if i % 2 == 0 else {"x": 3.0, f"d{i}": 2.9, "z": 0.0}) for i in range(40)}
+    bm25 = {f"q{i}": ({f"d{i}": 9.0, "y": 1.0, "z": 0.0} if i % 2 else {"y": 9.0, f"d{i}": 8.9, "z": 0.0}) for i in range(40)}
+    res = cross_fit_fusion(dense, bm25, qrels)
+    assert res["choice"] == "hybrid" and res["val_hybrid"] > res["val_dense"]

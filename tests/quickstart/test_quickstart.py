@@ -1,0 +1,150 @@
+"""The quick-start pipeline end to end on tiny random models (the real run uses SmolLM2 + MiniLM)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.models import build_tiny_model
+from scalingnote.quickstart import QuickstartConfig, default_factory, quickstart
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qs_models")
+    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(build_tiny_model(root / "bert", "bert", num_layers=2))
+
+
+def _cfg(tiny_models, out, **over):
+    llm, bert = tiny_models
+    base = dict(
+        out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120,
+        synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
+        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3],
+    )
+    base.update(over)
+    return QuickstartConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def first_run(tiny_models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("qs") / "run"
+    rows = quickstart(_cfg(tiny_models, out))
+    return out, rows
+
+
+def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys):
+    out, rows = first_run
+    methods = [r["method"] for r in rows]
+    assert methods[:2] == ["bm25", "zero_shot_bert"]
+    # the paper's matched-cost comparison, once per readable family, in the paper's order
+    for fam in ("bert", "llm"):
+        assert [r["method"] for r in rows if r.get("family") == fam and r["method"] in
+                ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")] == ["twinbert_small", "scaling_doc", "scalingnote", "scaling_dual"]
+    small = {r["family"]: r["query_layers"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote")}
+    assert small == {"bert": 1, "llm": 1}  # one online query-tower size per family
+    # one teacher, one student, one served default; every row with a validation figure where it has one
+    assert sum("teacher" in r["chosen"] for r in rows) == 1
+    assert sum("student" in r["chosen"] for r in rows) == 1
+    assert sum("served" in r["chosen"] for r in rows) == 1
+    assert all(0.0 <= r["ndcg@10"] <= 1.0 for r in rows)
+    res = json.loads((out / "results.json").read_text())
+    ch = res["choices"]
+    assert ch["teacher"]["family"] in ("bert", "llm") and "validation" in ch["teacher"]["reason"]
+    assert {f["readable"] for f in ch["families"].values()} == {True}
+    assert ch["served"]["choice"] in ("dense", "hybrid") and "cross-fitted" in ch["served"]["reason"]
+    assert set(ch["ordering"]) == {"bert", "llm"} and "versions" in res
+    assert (out / "index" / "ivfpq" / "fusion.json").exists()
+    teacher_row = next(r for r in rows if "teacher" in r["chosen"])
+    assert teacher_row["family"] == ch["teacher"]["family"]
+
+
+def test_rerun_resumes_every_step(first_run, tiny_models):
+    out, rows = first_run
+    markers = sorted(out.glob("**/DONE"))
+    assert len(markers) >= 10
+    stamps = {m: m.stat().st_mtime_ns for m in markers}
+    again = quickstart(_cfg(tiny_models, out))
+    assert {m: m.stat().st_mtime_ns for m in markers} == stamps
+    assert [r["method"] for r in again] == [r["method"] for r in rows]
+
+
+def _beir_copy(src, dst, *, scramble_test: bool):
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("DONE", "triplets", "logs"))
+    if scramble_test:  # every test label points at another document
+        lines = (dst / "qrels" / "test.tsv").read_text().splitlines()
+        docs = [ln.split("\t")[1] for ln in lines[1:]]
+        rot = docs[1:] + docs[:1]
+        (dst / "qrels" / "test.tsv").write_text("\n".join([lines[0]] + [f"{ln.split(chr(9))[0]}\t{d}\t1" for ln, d in zip(lines[1:], rot)]) + "\n")
+
+
+def test_teacher_choice_never_reads_the_test_labels(first_run, tiny_models, tmp_path):
+    out, _ = first_run
+    a, b = tmp_path / "a", tmp_path / "b"
+    _beir_copy(out / "data", a, scramble_test=False)
+    _beir_copy(out / "data", b, scramble_test=True)
+    res = {}
+    for name, data in (("a", a), ("b", b)):
+        quickstart(_cfg(tiny_models, tmp_path / f"out_{name}", data=str(data), compare=False))
+        res[name] = json.loads((tmp_path / f"out_{name}" / "results.json").read_text())
+    ca, cb = res["a"]["choices"], res["b"]["choices"]
+    assert ca["teacher"]["family"] == cb["teacher"]["family"] and ca["teacher"]["reason"] == cb["teacher"]["reason"]
+    assert {f: v.get("val_ndcg@10") for f, v in ca["families"].items()} == {f: v.get("val_ndcg@10") for f, v in cb["families"].items()}
+    assert ca["student"]["chosen"] == cb["student"]["chosen"] and ca["served"]["choice"] == cb["served"]["choice"]
+    # ... while the test figures did change
+    assert [r["ndcg@10"] for r in res["a"]["rows"]] != [r["ndcg@10"] for r in res["b"]["rows"]]
+
+
+def test_the_guard_keeps_the_start_when_the_trained_tower_is_worse(first_run, tiny_models, tmp_path, capsys):
+    """Damage the trained BERT large tower's head (as a training run that diverged would): the run
+    keeps its zero-shot start, says so, and a teacher from that family is the zero-shot tower."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out, _ = first_run
+    work = tmp_path / "guard"
+    shutil.copytree(out, work)
+    for run in work.glob("stage1/bert_large_*"):
+        for side in ("query_tower", "doc_tower"):
+            f = run / side / "projection.safetensors"
+            t = load_file(str(f))
+            t["weight"] = torch.randn(t["weight"].shape, generator=torch.Generator().manual_seed(1)) * 10
+            save_file(t, str(f))
+    # llm_depths=[2]: the LLM family's ScalingDoc pairs a 1-layer query tower with a 2-layer document tower
+    rows = quickstart(_cfg(tiny_models, work, teacher="bert", llm_depths=[2]))
+    assert next(r for r in rows if r["method"] == "scaling_doc" and r["family"] == "llm")["large_tower"].endswith("(2L)")
+    ch = json.loads((work / "results.json").read_text())["choices"]
+    assert ch["families"]["bert"]["kept"] == "zero_shot" and "keeping the start" in ch["families"]["bert"]["guard"]
+    assert "zero_shot" in ch["teacher"]["dir"]
+    assert "keeping the start" in capsys.readouterr().out
+
+
+def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, tiny_models, tmp_path, capsys):
+    out, _ = first_run
+    work = tmp_path / "reuse"
+    shutil.copytree(out, work)
+    before = {p: p.stat().st_mtime_ns for p in [*work.glob("stage1/*_large_*/DONE"), *work.glob("stage1/*_zero_shot_*/DONE"),
+                                                 work / "index" / "DONE"]}
+    quickstart(_cfg(tiny_models, work, synth_docs=100, compare=False))  # other data, same directory
+    assert "made from other inputs" in capsys.readouterr().out
+    for p, t in before.items():  # every step this run used was made again from the new data
+        assert not p.exists() or p.stat().st_mtime_ns != t, p
+    assert json.loads((work / "results.json").read_text())["config"]["synth_docs"] == 100
+
+
+def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
+    with pytest.raises(ScalingNoteError, match="not a BEIR directory"):
+        quickstart(_cfg(tiny_models, tmp_path / "x", data=str(tmp_path / "nonexistent")))
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ConfigError, match="llm_pooling"):
+        _cfg(tiny_models, tmp_path / "bad", llm_pooling="avg")
+    with pytest.raises(ConfigError, match="students"):
+        _cfg(tiny_models, tmp_path / "bad", students=["gpt:2"])
+
+
+def test_default_factory_uses_4_bit_codes_below_10k_vectors():
+    assert default_factory(1500, 128) == "IVF154,PQ16x4"
+    assert default_factory(32176, 128) == "IVF717,PQ16x8"
