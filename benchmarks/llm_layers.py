@@ -128,14 +128,16 @@ def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]
     return row
 
 
-def add_significance(rows: list[dict], data: str) -> None:
+def add_significance(rows: list[dict], data: str, runs: dict) -> None:
     """Start nDCG@10 of k > 0 rows (= their depth's k = 0 start: same towers, same heads) and the
     paired t-test of each row against the same k one depth shallower (per-query nDCG@10)."""
     from scalingnote.data import load_beir
     from scalingnote.evaluation.significance import compare_runs
 
     qrels = load_beir(shared_data_dir() / data, "test").qrels
-    runs = {(r["depth"], r["trainable_layers"], r["tower"]): per_query_run(Path(r["_dir"]), data) for r in rows}
+    for r in rows:  # ``runs``: per-row test runs, kept between calls
+        if (r["depth"], r["trainable_layers"], r["tower"]) not in runs:
+            runs[(r["depth"], r["trainable_layers"], r["tower"])] = per_query_run(Path(r["_dir"]), data)
     for r in rows:
         if r["start_ndcg@10"] is None:
             base = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
@@ -177,9 +179,10 @@ def main() -> None:
               "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
               "twinbert_reference_ndcg@10": 0.746, "twinbert_reference": "benchmarks/results/recipe_scifact.json (MiniLM-L6 heads, 40 epochs)"}
     rows: list[dict] = []
+    runs: dict = {}
     for n, k in order:
         rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb))
-        add_significance(rows, args.data)
+        add_significance(rows, args.data, runs)
         report(f"llm_layers_{args.data}", [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
                {**config, **loadavg(before)})
 
