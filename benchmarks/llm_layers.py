@@ -16,8 +16,10 @@ resumes from its checkpoint; caches keep their finished parts).
 Columns: ``depth``, ``trainable_layers``, ``tower`` (query / doc / both), ``ndcg@10``, ``r@100``,
 ``contrastive_ppl`` (test), ``start_ndcg@10``, ``val_curve`` ("step:val nDCG@10 ..."),
 ``train_seconds``, ``cache_gb`` (estimated before the fill: query + document cache of the row),
-and ``p_vs_depth_<d>``: paired t-test p-value of the row's per-query nDCG@10 against the same
-``k`` at the next shallower depth. Writes benchmarks/results/llm_layers_<data>.json.
+``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
+nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
+``p_vs_heads`` / ``delta_ndcg@10_vs_heads``: against the heads-only row of the same depth.
+Writes benchmarks/results/llm_layers_<data>.json.
 """
 
 from __future__ import annotations
@@ -129,8 +131,9 @@ def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]
 
 
 def add_significance(rows: list[dict], data: str, runs: dict) -> None:
-    """Start nDCG@10 of k > 0 rows (= their depth's k = 0 start: same towers, same heads) and the
-    paired t-test of each row against the same k one depth shallower (per-query nDCG@10)."""
+    """Start nDCG@10 of k > 0 rows (= their depth's k = 0 start: same towers, same heads) and
+    paired t-tests (per-query test nDCG@10) of each row against the same k one depth shallower
+    and, for k > 0, against the heads-only row of its depth."""
     from scalingnote.data import load_beir
     from scalingnote.evaluation.significance import compare_runs
 
@@ -142,6 +145,11 @@ def add_significance(rows: list[dict], data: str, runs: dict) -> None:
         if r["start_ndcg@10"] is None:
             base = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
             r["start_ndcg@10"] = base["start_ndcg@10"] if base else None
+        heads = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
+        if r["trainable_layers"] and heads is not None:  # trained layers vs heads only, same depth and budget
+            c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(heads["depth"], 0, heads["tower"])], qrels)
+            r["delta_ndcg@10_vs_heads"] = round(c.mean_a - c.mean_b, 4)
+            r["p_vs_heads"] = round(c.ttest.pvalue, 4)
         shallower = [b for b in rows if b["trainable_layers"] == r["trainable_layers"] and b["tower"] == r["tower"] and b["depth"] < r["depth"]]
         if shallower:
             b = max(shallower, key=lambda x: x["depth"])
@@ -164,6 +172,7 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4, help="learning rate of the trained LLM layers")
     ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--note", default="", help="free text kept in the results config (e.g. rows not run and why)")
     args = ap.parse_args()
     depths = [int(x) for x in args.depths.split(",")]
     ks = [int(x) for x in args.k.split(",")]
@@ -177,7 +186,7 @@ def main() -> None:
               "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
               "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
               "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
-              "twinbert_reference_ndcg@10": 0.746, "twinbert_reference": "benchmarks/results/recipe_scifact.json (MiniLM-L6 heads, 40 epochs)"}
+              "note": args.note, "twinbert_reference_ndcg@10": 0.746, "twinbert_reference": "benchmarks/results/recipe_scifact.json (MiniLM-L6 heads, 40 epochs)"}
     rows: list[dict] = []
     runs: dict = {}
     for n, k in order:
