@@ -128,6 +128,8 @@ class TrainConfig:
     #: where cached frozen-prefix features live (towers with trainable_layers != "all");
     #: default <output_dir>/feature_cache. Share it between runs over the same data to reuse features.
     feature_cache_dir: str | None = None
+    #: storage of token caches (0 < trainable_layers): float16 halves disk and page cache; float32 is exact
+    feature_cache_dtype: Literal["float16", "float32"] = "float16"
     #: validation during training (queries held out from the training split, never the eval split):
     #: every ``eval_every`` steps ("epoch" = once per epoch; None = only at the end) compute ``validation_metric`` over the
     #: full corpus; stop after ``patience`` evaluations without improvement (None = never), and
@@ -158,8 +160,10 @@ class TrainConfig:
                 "distributed: fsdp shards the transformer blocks of a full forward pass; towers with a cached frozen prefix "
                 "(trainable_layers != 'all') run only their top layers and head: use distributed: ddp"
             )
-        if self.lora is not None and (self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None):
-            raise ValueError("lora and trainable_layers != 'all' cannot be combined (LoRA adapts every layer)")
+        ks = [s.prefix_k for s in (self.query_tower, self.doc_tower)]
+        if self.lora is not None and all(k == 0 for k in ks):
+            raise ValueError("lora needs trainable layers: with trainable_layers 0 on both towers only the heads train")
+        # lora with 0 < trainable_layers: adapters on the top k layers only (the cached prefix stays frozen)
         if self.optim.batch_size < 2:
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:

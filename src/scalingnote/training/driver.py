@@ -212,19 +212,25 @@ def _setup_lora(cfg: TrainConfig, towers) -> None:
         return
     try:
         from peft import LoraConfig, get_peft_model
+
+        from scalingnote.models.prefix import has_lora
     except ImportError as e:  # pragma: no cover - peft is a pinned dependency
         raise ScalingNoteError("lora: the peft package is not installed") from e
     for t in towers:
-        if t.kind != "llm":
+        if t.kind != "llm" or has_lora(t.backbone):  # towers over a cached prefix got adapters on their top layers
             continue
         lc = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules)
         t.backbone = get_peft_model(t.backbone, lc)
 
 
 def _merge_lora(towers) -> None:
+    from scalingnote.models.prefix import merge_lora
+
     for t in towers:
         if t is not None and hasattr(t.backbone, "merge_and_unload"):
             t.backbone = t.backbone.merge_and_unload()
+        elif t is not None:
+            merge_lora(t)  # adapters injected on the top layers of a cached-prefix tower
 
 
 def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]:
@@ -314,12 +320,17 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
     root = Path(cfg.feature_cache_dir) if cfg.feature_cache_dir else Path(cfg.output_dir) / "feature_cache"
     show = cfg.show_progress and D.rank() == 0
     q_enc = d_enc = None
+    kw = {"show_progress": show, "dtype": cfg.feature_cache_dtype}
+
+    def lora(k):  # LoRA on the top k layers of a tower over a cached prefix (k = 0: heads only)
+        return cfg.lora if k else None
+
     if cfg.query_tower.prefix_k is not None:
-        q_enc = PrefixTower(qt, cfg.query_tower.prefix_k, root, batch_size=cfg.eval_batch_size, show_progress=show)
+        q_enc = PrefixTower(qt, cfg.query_tower.prefix_k, root, batch_size=cfg.eval_batch_size, lora=lora(cfg.query_tower.prefix_k), **kw)
         texts = sorted({e.query for e in data.train + data.validation} | set(data.eval_queries.values()))
         q_enc.ensure(texts)
     if cfg.doc_tower.prefix_k is not None:
-        d_enc = PrefixTower(dt, cfg.doc_tower.prefix_k, root, batch_size=max(1, cfg.eval_batch_size // 4), show_progress=show)
+        d_enc = PrefixTower(dt, cfg.doc_tower.prefix_k, root, batch_size=max(1, cfg.eval_batch_size // 4), lora=lora(cfg.doc_tower.prefix_k), **kw)
         d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, e.neg) if d is not None])
     return q_enc, d_enc
 

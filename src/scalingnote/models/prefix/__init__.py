@@ -8,8 +8,11 @@ step then runs only the top ``k`` layers, the pooling and the head:
 
 * ``k = 0``: the cache holds the *pooled* states (before the projection; one row per
   document view for the LLM prompt, §3.2), and a step is ``W (h - c)`` (Eq. 3-4 / Eq. 14).
-* ``0 < k < L``: the cache holds the hidden states after layer ``L - k`` for every real
-  token; a step runs layers ``L-k .. L-1`` (+ the final norm of a decoder) on them.
+* ``0 < k <= L``: the cache holds the hidden states entering layer ``L - k`` for every real
+  token (float16 by default, memory-mapped; with an LLM document prompt, the positions before
+  its 3 placeholders, §3.2, so the views pool the same tokens); a step runs layers
+  ``L-k .. L-1`` (+ the final norm of a decoder) on them, for the query and the document tower
+  alike; LoRA adapters on those layers are an option (:func:`add_top_lora`).
 * ``k = None`` ("all"): no cache; the paper's full fine-tuning (the default on GPU).
 
 A cache directory is keyed by everything that determines its content: tower kind and role,
@@ -18,9 +21,10 @@ digest of the tokenizer and of the frozen weights (embeddings + the bottom layer
 norm for ``k = 0``). Rows are keyed by a hash of the text (a document: title, topic,
 content). Shards are written under a temporary name and renamed (a reader never sees half a
 shard); an interrupted fill keeps its finished shards and resumes; a directory whose key
-differs from the tower's is refused. One pass of a deep tower can fill the ``k = 0`` caches
-of several truncation depths at once (:func:`fill_pooled_depths`) — the key of depth ``N``
-equals the key of the same model truncated to ``N`` layers.
+differs from the tower's is refused. One pass of a deep tower fills the caches of several
+``(depth N, k)`` pairs at once (:func:`fill_depths`; :func:`fill_pooled_depths` for ``k = 0``) —
+the key of ``(N, k)`` equals the key of the same model truncated to ``N`` layers with ``k``
+trainable. A fill logs its disk size before computing anything (:func:`estimate_cache_bytes`).
 """
 
 from scalingnote.models.prefix.cache import (
@@ -28,12 +32,12 @@ from scalingnote.models.prefix.cache import (
     FORMAT_VERSION,
     FeatureCache,
     cache_key,
-    fill_cache,
-    fill_pooled_depths,
     item_key,
     key_digest,
     prefix_weights_digest,
 )
+from scalingnote.models.prefix.fill import estimate_cache_bytes, fill_cache, fill_depths, fill_pooled_depths, fill_targets
+from scalingnote.models.prefix.lora import add_top_lora, has_lora, merge_lora
 from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, layer_list, sub_backbone
 from scalingnote.models.prefix.tower import PrefixTower
 
@@ -44,6 +48,12 @@ __all__ = [
     "layer_list",
     "prefix_weights_digest",
     "FeatureCache",
+    "add_top_lora",
+    "estimate_cache_bytes",
+    "fill_depths",
+    "fill_targets",
+    "has_lora",
+    "merge_lora",
     "PrefixTower",
     "cache_key",
     "check_trainable_layers",

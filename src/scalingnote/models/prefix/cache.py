@@ -1,5 +1,5 @@
-"""The on-disk feature cache of frozen-prefix states (keyed by tower, depth, weights and
-tokenizer), and filling it for a list of texts or documents."""
+"""The on-disk feature cache of frozen-prefix states (keyed by tower, depth, weights, tokenizer
+and storage dtype); filling it is :mod:`scalingnote.models.prefix.fill`."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from scalingnote.data.types import Document, Query
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.utils.io import atomic_path, write_json
 
-from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers, layer_list, sub_backbone
+from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers
 
 FORMAT = "scalingnote-feature-cache"
 FORMAT_VERSION = 1
@@ -47,10 +47,17 @@ def prefix_weights_digest(backbone: nn.Module, depth: int, *, final_norm: bool) 
     return h.hexdigest()[:32]
 
 
-def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = None) -> dict[str, Any]:
+#: storage dtypes of token caches (pooled caches are always float32: one row per text is small)
+TOKEN_DTYPES = ("float16", "float32")
+
+
+def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = None, dtype: str = "float16") -> dict[str, Any]:
     """The fields a cache of ``tower``'s frozen prefix depends on.
 
-    ``depth`` (``k = 0`` only): the key the same model truncated to ``depth`` layers would have.
+    ``depth``: the number of frozen layers (default ``L - k``) — the key the same model truncated
+    to ``depth + k`` layers would have (a token cache of prefix depth ``d`` serves every
+    ``(L', k)`` with ``L' - k = d``). ``dtype`` (token caches only): ``"float16"`` (half the disk
+    of float32; the step upcasts) or ``"float32"`` (exact).
     """
     from scalingnote.models.towers import tokenizer_digest
 
@@ -59,9 +66,9 @@ def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = No
     k = check_trainable_layers(trainable_layers, L)
     pooled = k == 0
     d = L - k if depth is None else int(depth)
-    if depth is not None and not pooled:
-        raise ValueError("depth= is only for pooled (k = 0) caches")
-    return {
+    if not 0 <= d <= L:
+        raise ValueError(f"cache depth must be in 0..{L}, got {d}")
+    key = {
         "kind": cfg.kind,
         "role": cfg.role,
         "depth": d,
@@ -73,6 +80,15 @@ def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = No
         "tokenizer": tokenizer_digest(tower.tokenizer),
         "weights": prefix_weights_digest(tower.backbone, d, final_norm=pooled),
     }
+    if not pooled:  # pooled keys keep their v1 fields: existing pooled caches stay valid
+        if dtype not in TOKEN_DTYPES:
+            raise ConfigError(None, None, "feature_cache_dtype", f"must be one of {TOKEN_DTYPES}, got {dtype!r}")
+        key["dtype"] = dtype
+    return key
+
+
+def cache_dir_name(key: dict[str, Any]) -> str:
+    return f"{key['role']}-d{key['depth']}-{'pooled' if key['pooled'] else 'tokens'}-{key_digest(key)}"
 
 
 def key_digest(key: dict[str, Any]) -> str:
@@ -92,10 +108,13 @@ def item_key(item: Any) -> str:
 class FeatureCache:
     """One directory of cached features for one key: ``meta.json`` + ``part-NNNNN.{npy,json}``.
 
-    Pooled caches hold ``[n, V, H]`` (V = 3 document views for an LLM document tower, else 1);
-    token caches hold the concatenated real-token states ``[sum(len), H]`` with offsets. A part
-    counts once its ``.json`` exists (written after its ``.npy``), so an interrupted write
-    leaves at most an orphan array that is overwritten on resume.
+    Pooled caches hold ``[n, V, H]`` float32 (V = 3 document views for an LLM document tower,
+    else 1); token caches hold the concatenated real-token states ``[sum(len), H]`` in the key's
+    ``dtype`` (float16 by default) with offsets, and for an LLM document tower the positions
+    before its §3.2 placeholders (checked against the re-tokenized batch at every read). Parts
+    are memory-mapped when read. A part counts once its ``.json`` exists (written atomically
+    after its atomically written ``.npy``), so an interrupted fill leaves at most an orphan array,
+    never a part a reader would take for complete.
     """
 
     def __init__(self, root: str | Path, key: dict[str, Any]):
@@ -122,17 +141,28 @@ class FeatureCache:
         self._index: dict[str, tuple[int, int]] = {}
         self._parts: list[dict[str, Any]] = []
         self._arrays: dict[int, np.ndarray] = {}
+        #: the size estimate of the last fill, made before it computed anything ({rows, tokens, bytes, gb})
+        self.planned: dict[str, Any] | None = None
         self._load_index()
 
     @classmethod
-    def for_tower(cls, root: str | Path, tower: nn.Module, trainable_layers: int, *, depth: int | None = None) -> FeatureCache:
-        """The cache of ``tower``'s prefix under ``root/<key digest>/``."""
-        key = cache_key(tower, trainable_layers, depth=depth)
-        return cls(Path(root) / f"{key['role']}-d{key['depth']}-{'pooled' if key['pooled'] else 'tokens'}-{key_digest(key)}", key)
+    def for_tower(cls, root: str | Path, tower: nn.Module, trainable_layers: int, *, depth: int | None = None,
+                  dtype: str = "float16") -> FeatureCache:
+        """The cache of ``tower``'s prefix under ``root/<role>-d<depth>-<pooled|tokens>-<key digest>/``."""
+        key = cache_key(tower, trainable_layers, depth=depth, dtype=dtype)
+        return cls(Path(root) / cache_dir_name(key), key)
 
     @property
     def pooled(self) -> bool:
         return bool(self.key["pooled"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.key.get("dtype", "float32"))
+
+    def disk_bytes(self) -> int:
+        """Bytes of the finished parts on disk (arrays and their indexes)."""
+        return sum(p["npy"].stat().st_size + p["npy"].with_suffix(".json").stat().st_size for p in self._parts)
 
     def _load_index(self) -> None:
         parts = sorted(self.root.glob("part-*.json"))
@@ -167,8 +197,10 @@ class FeatureCache:
             self._arrays[pi] = a
         return a
 
-    def add(self, keys: Sequence[str], features: Sequence[np.ndarray] | np.ndarray) -> None:
-        """Store one part: pooled ``[n, V, H]`` or a list of ``[len_i, H]`` token states."""
+    def add(self, keys: Sequence[str], features: Sequence[np.ndarray] | np.ndarray,
+            view_positions: Sequence[Sequence[int]] | None = None) -> None:
+        """Store one part: pooled ``[n, V, H]`` or a list of ``[len_i, H]`` token states (with the
+        unpadded positions before the 3 placeholders of each document, LLM document towers)."""
         if len(keys) == 0:
             return
         pi = len(self._parts)
@@ -182,7 +214,13 @@ class FeatureCache:
         else:
             lens = [int(f.shape[0]) for f in features]
             info["offsets"] = np.concatenate([[0], np.cumsum(lens)]).tolist()
-            arr = np.ascontiguousarray(np.concatenate([np.asarray(f, dtype=np.float32) for f in features]))
+            arr = np.ascontiguousarray(np.concatenate([np.asarray(f) for f in features]).astype(self.dtype, copy=False))
+            if view_positions is not None:
+                info["view_positions"] = [[int(v) for v in vp] for vp in view_positions]
+        if not np.isfinite(arr).all():
+            raise ScalingNoteError(
+                f"feature cache {self.root}: non-finite states (beyond the {self.dtype} range?) — use float32 storage "
+                "(feature_cache_dtype: float32)")
         with atomic_path(stem.with_suffix(".npy"), suffix=".npy") as tmp:
             np.save(tmp, arr)
         write_json(stem.with_suffix(".json"), info, indent=None)
@@ -203,7 +241,7 @@ class FeatureCache:
         return out if out is not None else np.zeros((0, 1, 1), dtype=np.float32)
 
     def token_rows(self, keys: Sequence[str]) -> list[np.ndarray]:
-        """``[len_i, H]`` per key (memory-mapped slices)."""
+        """``[len_i, H]`` per key in the storage dtype (memory-mapped slices)."""
         res = []
         for k in keys:
             pi, row = self._index[k]
@@ -211,127 +249,15 @@ class FeatureCache:
             res.append(self._array(pi)[off[row] : off[row + 1]])
         return res
 
-
-# ============================================================================ filling
-def _encodings(tower, items: Sequence[Any]) -> list[Any]:
-    if tower.config.role == "query":
-        return tower.query_ids([it.text if isinstance(it, Query) else it for it in items])
-    return tower.document_encodings(list(items))
-
-
-def _collate(tower, encs: list[Any]) -> Any:
-    if tower.config.role == "query":
-        return tower._batch(encs)[0]
-    return tower.collate_documents(encs)
+    def view_positions(self, keys: Sequence[str]) -> list[list[int]] | None:
+        """The cached positions before the 3 placeholders per key (None: not a document prompt cache)."""
+        out = []
+        for k in keys:
+            pi, row = self._index[k]
+            vp = self._parts[pi].get("view_positions")
+            if vp is None:
+                return None
+            out.append(vp[row])
+        return out
 
 
-def _ids_of(tower, enc: Any) -> list[int]:
-    return enc if tower.config.role == "query" else enc.input_ids
-
-
-def _pooled_views(tower, pooled: Tensor) -> Tensor:
-    """``[B, V, H]`` from a tower's pooled output (``[B, H]`` or ``[B, 3, H]``)."""
-    return pooled if pooled.dim() == 3 else pooled.unsqueeze(1)
-
-
-def _iter_parts(tower, items: Sequence[Any], todo: list[int], part_size: int, batch_size: int):
-    """Yield ``(part, batches)``: ``part`` = positions in ``items`` (one cache part), ``batches`` =
-    ``(rows of part, device batch)`` in longest-first order (minimal padding)."""
-    dev = tower.device
-    for p0 in range(0, len(todo), part_size):
-        part = todo[p0 : p0 + part_size]
-        encs = _encodings(tower, [items[i] for i in part])
-        order = sorted(range(len(part)), key=lambda j: -len(_ids_of(tower, encs[j])))
-        chunks = (order[b : b + batch_size] for b in range(0, len(order), batch_size))
-        yield part, ((idx, {kk: v.to(dev) for kk, v in _collate(tower, [encs[j] for j in idx]).items()}) for idx in chunks)
-
-
-@torch.no_grad()
-def fill_cache(cache: FeatureCache, tower, trainable_layers: int, items: Sequence[Any], *, batch_size: int = 32,
-               part_size: int = 2048, show_progress: bool = True) -> int:
-    """Compute and store the prefix features of the ``items`` not yet cached. Returns how many."""
-    from tqdm.auto import tqdm
-
-    keys = [item_key(it) for it in items]
-    todo = cache.missing(keys)
-    if not todo:
-        return 0
-    L = int(tower.config.num_layers)
-    k = check_trainable_layers(trainable_layers, L)
-    was_training = tower.training
-    tower.eval()
-    bottom = None if k == 0 else sub_backbone(tower.backbone, 0, L - k, final_norm=False)
-    try:
-        with tqdm(total=len(todo), desc=f"feature cache ({tower.config.role}, depth {cache.key['depth']})", unit="text",
-                  disable=not show_progress) as bar:
-            for part, batches in _iter_parts(tower, items, todo, part_size, batch_size):
-                feats: list[Any] = [None] * len(part)
-                for idx, batch in batches:
-                    if k == 0:
-                        p = _pooled_views(tower, tower.pooled(batch)).float().cpu().numpy()
-                        for r, j in enumerate(idx):
-                            feats[j] = p[r]
-                    else:
-                        h = tower.run_layers(batch, backbone=bottom).float().cpu().numpy()
-                        mask = batch["attention_mask"].cpu().numpy().astype(bool)
-                        for r, j in enumerate(idx):
-                            feats[j] = h[r][mask[r]]
-                    bar.update(len(idx))
-                cache.add([keys[i] for i in part], np.stack(feats) if k == 0 else feats)
-    finally:
-        tower.train(was_training)
-    return len(todo)
-
-
-@torch.no_grad()
-def fill_pooled_depths(root: str | Path, tower, depths: Sequence[int], items: Sequence[Any], *, batch_size: int = 16,
-                       part_size: int = 1024, show_progress: bool = True) -> dict[int, FeatureCache]:
-    """One pass of ``tower`` fills the ``k = 0`` caches of the same model truncated to each depth.
-
-    The state after layer ``N`` (+ the final norm of a decoder) pooled the tower's way is what a
-    tower truncated to ``N`` layers pools; :func:`cache_key` with ``depth=N`` gives that tower's key.
-    """
-    from tqdm.auto import tqdm
-
-    L = int(tower.config.num_layers)
-    depths = sorted({int(d) for d in depths})
-    if not depths or depths[0] < 1 or depths[-1] > L:
-        raise ValueError(f"depths must be in 1..{L}, got {depths}")
-    caches = {d: FeatureCache.for_tower(root, tower, 0, depth=d) for d in depths}
-    keys = [item_key(it) for it in items]
-    todo = sorted({i for c in caches.values() for i in c.missing(keys)})
-    if not todo:
-        return caches
-    layers = layer_list(tower.backbone)
-    norm = getattr(tower.backbone, "norm", None) if tower.config.kind == "llm" else None
-    captured: dict[int, Tensor] = {}
-    hooks = [layers[d - 1].register_forward_hook(lambda m, a, out, d=d: captured.__setitem__(d, out[0] if isinstance(out, tuple) else out))
-             for d in depths]
-    top = sub_backbone(tower.backbone, 0, depths[-1])  # no need to run layers above the deepest depth
-    was_training = tower.training
-    tower.eval()
-    try:
-        with tqdm(total=len(todo), desc=f"feature cache ({tower.config.role}, depths {depths})", unit="text",
-                  disable=not show_progress) as bar:
-            for part, batches in _iter_parts(tower, items, todo, part_size, batch_size):
-                feats = {d: [None] * len(part) for d in depths}
-                for idx, batch in batches:
-                    captured.clear()
-                    tower.run_layers(batch, backbone=top)
-                    for d in depths:
-                        h = captured[d]
-                        if norm is not None:
-                            h = norm(h)
-                        p = _pooled_views(tower, tower.pool_hidden(h, batch)).float().cpu().numpy()
-                        for r, j in enumerate(idx):
-                            feats[d][j] = p[r]
-                    bar.update(len(idx))
-                for d in depths:
-                    c = caches[d]
-                    sel = [j for j, i in enumerate(part) if keys[i] not in c]
-                    c.add([keys[part[j]] for j in sel], np.stack([feats[d][j] for j in sel]) if sel else np.zeros((0, 1, 1)))
-    finally:
-        for hk in hooks:
-            hk.remove()
-        tower.train(was_training)
-    return caches

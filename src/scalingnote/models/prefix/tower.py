@@ -13,7 +13,8 @@ from torch import Tensor
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 
-from scalingnote.models.prefix.cache import FeatureCache, _collate, _encodings, _ids_of, fill_cache, item_key
+from scalingnote.models.prefix.cache import FeatureCache, item_key
+from scalingnote.models.prefix.fill import _collate, _encodings, _ids_of, _view_positions, estimate_cache_bytes, fill_cache
 from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, sub_backbone
 
 
@@ -24,20 +25,35 @@ class PrefixTower:
     ``queries(texts)`` / ``documents(docs)`` return what ``tower(tower.tokenize_...(x))``
     returns — projected, not normalised, with grad through the top layers and the head —
     but read the frozen part from the cache (filled on demand).
+
+    ``dtype``: storage of a token cache (``"float16"``: half the disk and page cache; the step
+    upcasts to the tower's dtype). ``lora``: a LoRA spec (``r``, ``alpha``, ``dropout``,
+    ``target_modules``) — adapters on the top ``k`` layers train instead of their weights.
     """
 
-    def __init__(self, tower, trainable_layers: int, cache_root: str | Path, *, batch_size: int = 32, show_progress: bool = True):
+    def __init__(self, tower, trainable_layers: int, cache_root: str | Path, *, batch_size: int = 32, show_progress: bool = True,
+                 dtype: str = "float16", lora: Any = None):
         self.tower = tower
         self.k = check_trainable_layers(trainable_layers, int(tower.config.num_layers))
-        self.cache = FeatureCache.for_tower(cache_root, tower, self.k)
+        self.dtype = dtype
+        self.cache = FeatureCache.for_tower(cache_root, tower, self.k, dtype=dtype)
         self.batch_size = batch_size
         self.show_progress = show_progress
         L = int(tower.config.num_layers)
         self._top = None if self.k == 0 else sub_backbone(tower.backbone, L - self.k, from_hidden=True)
         freeze_prefix(tower, self.k)
+        if lora is not None:
+            from scalingnote.models.prefix.lora import add_top_lora
+
+            add_top_lora(tower, self.k, lora)
+
+    def estimate(self, items: Sequence[Any]) -> dict[str, Any]:
+        """The cache's disk size for ``items`` before filling (``{rows, tokens, bytes, gb}``)."""
+        return estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
 
     def ensure(self, items: Sequence[Any]) -> int:
-        """Cache the features of ``items`` that are missing; returns how many were computed."""
+        """Cache the features of ``items`` that are missing (the size to be written is logged
+        first, and kept in ``self.cache.planned``); returns how many were computed."""
         return fill_cache(self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress)
 
     def pooled(self, items: Sequence[Any]) -> Tensor:
@@ -53,9 +69,13 @@ class PrefixTower:
             return x[:, 0] if x.shape[1] == 1 else x
         encs = _encodings(t, items)
         states = self.cache.token_rows(keys)
-        for e, s, it in zip(encs, states, items):
+        cached_vp = self.cache.view_positions(keys)
+        for i, (e, s, it) in enumerate(zip(encs, states, items)):
             if len(_ids_of(t, e)) != s.shape[0]:
                 raise ScalingNoteError(f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}")
+            vp = _view_positions(t, e)
+            if vp is not None and (cached_vp is None or tuple(cached_vp[i]) != vp):
+                raise ScalingNoteError(f"feature cache {self.cache.root}: placeholder positions of {item_key(it)} differ from the cached ones")
         batch = {kk: v.to(dev) for kk, v in _collate(t, encs).items()}
         mask = batch["attention_mask"].bool()
         h = torch.zeros(mask.shape + (states[0].shape[1],), dtype=t.dtype, device=dev)

@@ -1,0 +1,200 @@
+"""The document-tower scaling curve with trained LLM layers (ScalingNote §4.4, issue 30).
+
+    python -m benchmarks.llm_layers --data scifact [--depths 2,4,8] [--k 0,1,2] [--side both]
+
+ScalingDual (SmolLM2 query and document towers truncated to ``depth`` layers, mean pooling) with
+the top ``k`` layers trained over the token-level prefix cache (``trainable_layers: k``; ``k = 0``
+= heads only over cached pooled states, the rows beside them from the same run). One pass of
+the deepest tower fills the caches of every (depth, k) pair (:func:`fill_depths`); the caches'
+disk size is estimated before the fill. Every row: same data, the same step budget
+(``--max-epochs`` x steps per epoch), validation nDCG@10 over the full corpus every epoch on
+queries held out from training, early stopping with ``--patience``, best weights restored.
+Rows are trained in the order given and the results file is rewritten after each, so an
+interrupted run resumes (finished rows are read from their ``run.json``; a row in progress
+resumes from its checkpoint; caches keep their finished parts).
+
+Columns: ``depth``, ``trainable_layers``, ``tower`` (query / doc / both), ``ndcg@10``, ``r@100``,
+``contrastive_ppl`` (test), ``start_ndcg@10``, ``val_curve`` ("step:val nDCG@10 ..."),
+``train_seconds``, ``cache_gb`` (estimated before the fill: query + document cache of the row),
+``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
+nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
+``p_vs_heads`` / ``delta_ndcg@10_vs_heads``: against the heads-only row of the same depth.
+Writes benchmarks/results/llm_layers_<data>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from benchmarks._common import REPO_ROOT, loadavg, report, shared_data_dir
+
+LLM = "smollm2-135m"
+QUERY_MAX = 64
+
+
+def work_dir(data: str, doc_max: int) -> Path:
+    return REPO_ROOT / "runs" / "llm_layers" / f"{data}_doc{doc_max}"
+
+
+def fill_caches(data: str, depths: list[int], ks: list[int], doc_max: int) -> dict[str, float]:
+    """One pass of SmolLM2 at the deepest depth per tower fills every (depth, k) cache; returns
+    the estimated GB (before filling) of the ``pooled`` and ``tokens`` caches per tower."""
+    from scalingnote.data import load_corpus, load_queries
+    from scalingnote.models import load_tower
+    from scalingnote.models.prefix import estimate_cache_bytes, fill_depths
+
+    root = work_dir(data, doc_max) / "features"
+    d = shared_data_dir() / data
+    corpus = list(load_corpus(d / "corpus.jsonl").values())
+    queries = sorted({q.text for q in load_queries(d / "queries.jsonl").values()})
+    pairs = [(n, k) for n in depths for k in ks if k <= n]
+    gb = {}
+    for role, items, kw, bs in (("query", queries, {"max_query_length": QUERY_MAX}, 64),
+                                ("document", corpus, {"max_doc_length": doc_max}, 16)):
+        t = load_tower(LLM, role, pooling="mean", num_layers=max(depths), **kw)
+        for kind, k in (("pooled", 0), ("tokens", 1)):
+            est = estimate_cache_bytes(t, k, items)
+            gb[f"{role}_{kind}"] = est["gb"]
+            print(f"[llm_layers] {role} {kind} cache per depth: {est['rows']} texts, {est['tokens']} tokens, ~{est['gb']:.3f} GB", flush=True)
+        t0 = time.perf_counter()
+        fill_depths(root, t, pairs, items, batch_size=bs)
+        gb[f"{role}_fill_seconds"] = round(time.perf_counter() - t0, 1)
+        del t
+    return gb
+
+
+def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
+
+    qk = k if side in ("both", "query") else 0
+    dk = k if side in ("both", "doc") else 0
+    llm = {"model": LLM, "num_layers": depth, "pooling": "mean"}
+    return load_config(TrainConfig, {
+        "method": "scaling_dual",
+        "output_dir": str(out),
+        "query_tower": {**llm, "max_length": QUERY_MAX, "trainable_layers": qk},
+        "doc_tower": {**llm, "max_length": args.doc_max, "trainable_layers": dk},
+        "dim": 128,
+        "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
+                 "validation_fraction": 0.1, "negatives": "bm25"},
+        "optim": {"batch_size": 64, "epochs": args.max_epochs, "lr": args.lr, "head_lr": args.head_lr, "warmup_ratio": 0.1},
+        "seed": args.seed,
+        "center_samples": 100_000,  # every training pair: the pooled states come from the caches
+        "feature_cache_dir": str(work_dir(data, args.doc_max) / "features"),
+        "feature_cache_dtype": "float16",
+        "eval_every": "epoch",
+        "patience": args.patience,
+        "save_every": 5,
+        "evaluate_zero_shot": k == 0,  # k > 0 starts from the same towers and heads as k = 0 (see start_ndcg@10)
+        "show_progress": False,
+    })
+
+
+def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
+    """The saved towers' test run (query tower re-encoded, the saved document embeddings)."""
+    import numpy as np
+
+    from scalingnote.data import load_beir
+    from scalingnote.evaluation.dense import exact_search, truncate_normalize
+    from scalingnote.models import load_tower
+
+    ds = load_beir(shared_data_dir() / data, "test")
+    qids = sorted(ds.qrels)
+    qt = load_tower(run_dir / "query_tower")
+    q = truncate_normalize(qt.encode_queries([ds.queries[i].text for i in qids], batch_size=128, show_progress=False), 128)
+    doc_ids = json.loads((run_dir / "doc_ids.json").read_text())
+    d = truncate_normalize(np.load(run_dir / "doc_embeddings.npy"), 128)
+    return exact_search(q, qids, d, doc_ids, k=100)
+
+
+def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]) -> dict:
+    from scalingnote.training import train
+
+    out = work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}_lr{args.lr:g}_e{args.max_epochs:g}"
+    if not (out / "run.json").exists():
+        train(stage1_config(data, depth, k, side, args, out), resume=True)
+    m = json.loads((out / "run.json").read_text())["metrics"]
+    cache_gb = sum(gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"] for r, s in (("query", "query"), ("document", "doc")))
+    row = {"method": "scaling_dual", "depth": depth, "trainable_layers": k, "tower": side if k else "heads",
+           "ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
+           "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
+           "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
+           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "train_seconds": m["train_seconds"],
+           "cache_gb": round(cache_gb, 4), "_dir": str(out)}
+    print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
+          f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
+    return row
+
+
+def add_significance(rows: list[dict], data: str, runs: dict) -> None:
+    """Start nDCG@10 of k > 0 rows (= their depth's k = 0 start: same towers, same heads) and
+    paired t-tests (per-query test nDCG@10) of each row against the same k one depth shallower
+    and, for k > 0, against the heads-only row of its depth."""
+    from scalingnote.data import load_beir
+    from scalingnote.evaluation.significance import compare_runs
+
+    qrels = load_beir(shared_data_dir() / data, "test").qrels
+    for r in rows:  # ``runs``: per-row test runs, kept between calls
+        if (r["depth"], r["trainable_layers"], r["tower"]) not in runs:
+            runs[(r["depth"], r["trainable_layers"], r["tower"])] = per_query_run(Path(r["_dir"]), data)
+    for r in rows:
+        if r["start_ndcg@10"] is None:
+            base = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
+            r["start_ndcg@10"] = base["start_ndcg@10"] if base else None
+        heads = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
+        if r["trainable_layers"] and heads is not None:  # trained layers vs heads only, same depth and budget
+            c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(heads["depth"], 0, heads["tower"])], qrels)
+            r["delta_ndcg@10_vs_heads"] = round(c.mean_a - c.mean_b, 4)
+            r["p_vs_heads"] = round(c.ttest.pvalue, 4)
+        shallower = [b for b in rows if b["trainable_layers"] == r["trainable_layers"] and b["tower"] == r["tower"] and b["depth"] < r["depth"]]
+        if shallower:
+            b = max(shallower, key=lambda x: x["depth"])
+            c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(b["depth"], b["trainable_layers"], b["tower"])], qrels)
+            r["vs_shallower_depth"] = b["depth"]
+            r["delta_ndcg@10_vs_shallower"] = round(c.mean_a - c.mean_b, 4)
+            r["p_vs_shallower"] = round(c.ttest.pvalue, 4)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="scifact", choices=["scifact", "kuake_qtr"])
+    ap.add_argument("--depths", default="2,4")
+    ap.add_argument("--k", default="0,1,2", help="trainable top layers per row (0 = heads only)")
+    ap.add_argument("--side", default="both", choices=["both", "query", "doc"], help="towers whose top k layers train")
+    ap.add_argument("--order", default="", help="rows to train, in order, as depth:k,... (default: every depth x k, k = 0 first)")
+    ap.add_argument("--doc-max", type=int, default=128, help="document max tokens (the paper: 256)")
+    ap.add_argument("--max-epochs", type=float, default=3.0, help="step budget per row: epochs x steps per epoch")
+    ap.add_argument("--patience", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=1e-4, help="learning rate of the trained LLM layers")
+    ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--note", default="", help="free text kept in the results config (e.g. rows not run and why)")
+    args = ap.parse_args()
+    depths = [int(x) for x in args.depths.split(",")]
+    ks = [int(x) for x in args.k.split(",")]
+    order = ([tuple(int(v) for v in x.split(":")) for x in args.order.split(",")] if args.order
+             else [(n, k) for k in sorted(ks) for n in depths])
+    before = __import__("os").getloadavg()
+    gb = fill_caches(args.data, depths, ks, args.doc_max)
+    config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}" for n, k in order), "side": args.side,
+              "model": LLM, "pooling": "mean", "query_max_length": QUERY_MAX, "doc_max_length": args.doc_max,
+              "max_epochs": args.max_epochs, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "seed": args.seed,
+              "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
+              "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
+              "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
+              "note": args.note, "twinbert_reference_ndcg@10": 0.746, "twinbert_reference": "benchmarks/results/recipe_scifact.json (MiniLM-L6 heads, 40 epochs)"}
+    rows: list[dict] = []
+    runs: dict = {}
+    for n, k in order:
+        rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb))
+        add_significance(rows, args.data, runs)
+        report(f"llm_layers_{args.data}", [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
+               {**config, **loadavg(before)})
+
+
+if __name__ == "__main__":
+    main()
