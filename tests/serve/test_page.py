@@ -122,3 +122,41 @@ def test_mixed_modes_in_one_micro_batch_answer_like_single_requests(page_server)
                 assert got == alone
             elif b["mode"] == "dense":  # batched vs single encoding: same scores up to float rounding
                 assert [h["score"] for h in got] == pytest.approx([h["score"] for h in alone], abs=1e-5)
+
+
+def test_fusion_json_beside_the_index_sets_the_default_mode_and_weights(page_index, tiny_bert_dir, page_beir, tmp_path):
+    """The quick start records its served default (chosen on validation) in fusion.json; a request
+    without ``mode`` then gets that weighted hybrid, equal to offline fusion with the same settings."""
+    import shutil
+
+    from scalingnote.index.hybrid import FusionConfig, open_hybrid
+    from scalingnote.serve import BackgroundServer, ServeSettings, create_app
+
+    idx = tmp_path / "idx"
+    shutil.copytree(page_index, idx)
+    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.3, "norm": "zscore", "default_mode": "hybrid"}))
+    h = open_hybrid(idx, tiny_bert_dir, progress=False)
+    h.fusion = FusionConfig(method="weighted", weight=0.3, norm="zscore")
+    ref = h.search(["quick brown fox"], 5, mode="hybrid")
+    app = create_app(idx, tiny_bert_dir, ServeSettings(port=0, corpus=str(page_beir)))
+    with BackgroundServer(app) as srv:
+        srv.wait_ready()
+        with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
+            hits = c.post("/search", json={"query": "quick brown fox", "k": 5}).json()["results"]
+            assert [x["doc_id"] for x in hits] == ref.doc_ids[0]
+            assert [x["score"] for x in hits] == pytest.approx(ref.scores[0].tolist(), abs=1e-6)  # fused, not cosine
+            dense = c.post("/search", json={"query": "quick brown fox", "k": 5, "mode": "dense"}).json()["results"]
+            assert [x["score"] for x in dense] != pytest.approx([x["score"] for x in hits], abs=1e-3)
+
+
+def test_a_bad_fusion_json_is_refused_naming_its_field(tmp_path):
+    from scalingnote.errors import ConfigError
+    from scalingnote.index.hybrid import load_fusion
+
+    (tmp_path / "fusion.json").write_text(json.dumps({"default_mode": "sparse"}))
+    with pytest.raises(ConfigError, match="default_mode"):
+        load_fusion(tmp_path)
+    (tmp_path / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 3}))
+    with pytest.raises(ConfigError, match="weight"):
+        load_fusion(tmp_path)
+    assert load_fusion(tmp_path / "none")[1] == "dense"

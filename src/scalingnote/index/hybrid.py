@@ -19,6 +19,7 @@ index lives beside the dense index (:func:`scalingnote.sparse.bm25.open_or_build
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -65,6 +66,32 @@ class FusionConfig:
             raise ScalingNoteError(f"fusion: weight must be in [0, 1], got {self.weight!r}")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
             raise ScalingNoteError(f"fusion: depth must be an integer >= 1, got {self.depth!r}")
+
+
+FUSION_FILE = "fusion.json"
+
+
+def load_fusion(index_dir: str | Path) -> tuple[FusionConfig, str]:
+    """The fusion settings and the default search mode recorded beside an index
+    (``fusion.json``, written by the quick start from its validation choice); the defaults
+    (RRF, mode ``dense``) when there is none."""
+    from scalingnote.errors import ConfigError
+
+    f = Path(index_dir) / FUSION_FILE
+    if not f.exists():
+        return FusionConfig(), "dense"
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f, None, None, f"not a JSON object: {e}") from None
+    mode = doc.get("default_mode", "dense")
+    if mode not in ("dense", "bm25", "hybrid"):
+        raise ConfigError(f, None, "default_mode", f"must be dense, bm25 or hybrid, got {mode!r}")
+    keys = ("method", "rrf_k", "weight", "norm", "depth")
+    try:
+        return FusionConfig(**{k: doc[k] for k in keys if k in doc}), mode
+    except ScalingNoteError as e:
+        raise ConfigError(f, None, None, str(e)) from None
 
 
 # --------------------------------------------------------------------------- per-query fusion

@@ -3,7 +3,7 @@
 Endpoints
 ---------
 ``GET  /``              the search page (``static/index.html`` + ``app.js``: query box, mode, results)
-``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid" = "dense",
+``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid" (default: fusion.json beside the index, else "dense"),
                         "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
                         -> ``{"results": [{"doc_id", "score", "title", "snippet", "semantic_id"}], "took_ms"}``
 ``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...], "took_ms"}``
@@ -71,7 +71,7 @@ class _SearchOptions(_Strict):
     """The search parameters shared by ``/search`` and ``/search/batch``."""
 
     k: int = 10
-    mode: Literal["dense", "bm25", "hybrid"] = "dense"
+    mode: Literal["dense", "bm25", "hybrid"] | None = None  #: None = the service's default (the index's fusion.json, else dense)
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
@@ -260,7 +260,7 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
 def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, metrics: ServeMetrics) -> None:
     def params_of(req: _SearchOptions) -> SearchParams:
-        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode)
+        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode or service.default_mode)
         service.validate_params(p)
         return p
 

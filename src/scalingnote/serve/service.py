@@ -65,6 +65,7 @@ class SearchService(BatchProcessing):
         self.titles: dict[str, str] = {}
         self.snippets: dict[str, str] = {}
         self.searcher = None  # scalingnote.index.hybrid.HybridSearcher (faiss back end)
+        self.default_mode = "dense"  #: a request without ``mode``; the index's fusion.json may make it hybrid
         self.corpus_path: Path | None = None
         self.has_ivf = False
         self.has_hnsw = False
@@ -142,7 +143,11 @@ class SearchService(BatchProcessing):
         if self.settings.backend != "milvus":
             from scalingnote.index.hybrid import HybridSearcher
 
-            self.searcher = HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids))
+            from scalingnote.index.hybrid import load_fusion
+
+            fusion, mode = load_fusion(self.index_dir)  # the served default chosen on validation (quick start)
+            self.searcher = HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids), fusion=fusion)
+            self.default_mode = mode if mode in self.searcher.modes else "dense"
         from scalingnote.serve.query_backend import wrap_query_tower
 
         tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx (issue 23)
