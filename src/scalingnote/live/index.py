@@ -76,8 +76,9 @@ class LiveIndex:
     a drop-in for :class:`~scalingnote.index.DenseIndex` in the service; writers call
     :meth:`upsert` / :meth:`delete` / :meth:`compact` / :meth:`rebuild`."""
 
-    def __init__(self, root: Path, query_tower=None, document_tower=None, writer: bool = True):
+    def __init__(self, root: Path, query_tower=None, document_tower=None, writer: bool = True, corpus: str | Path | None = None):
         self.root = Path(root)
+        self.corpus = corpus  # generation 0's corpus when the index records none (serve --corpus)
         self.query_tower = query_tower
         self._doc_tower_spec = document_tower
         self._doc_tower = None
@@ -86,19 +87,23 @@ class LiveIndex:
         self._lock_fh = None
         self.writer = writer
         self.after_log: Callable[[int], None] | None = None  # test hook: called between log write and apply
-        self._compacting = False
-        self._load_generation()
-        self.wal = WriteAheadLog(live_dir(self.root) / "wal") if writer else None
+        self.wal: WriteAheadLog | None = None
+        wal_dir = live_dir(self.root) / "wal"
         if writer:
-            self._acquire_writer_lock()
-            self._replay()
+            self._acquire_writer_lock()  # before reading: no other writer may swap generations meanwhile
+        self._load_generation()
+        if writer:
+            self.wal = WriteAheadLog(wal_dir)
+            self._replay(self.wal, truncate=True)
+        elif wal_dir.is_dir():  # a reader replays too (acknowledged documents), but never cuts the log
+            self._replay(WriteAheadLog(wal_dir, create=False), truncate=False)
 
     # ------------------------------------------------------------------ open / replay
     @classmethod
-    def open(cls, root: str | Path, query_tower=None, *, document_tower=None, writer: bool = True) -> LiveIndex:
+    def open(cls, root: str | Path, query_tower=None, *, document_tower=None, writer: bool = True, corpus: str | Path | None = None) -> LiveIndex:
         """Open the generation in use and replay the log after it. ``writer=True`` takes the
         index's writer lock (one writing process at a time: a service or a CLI command)."""
-        return cls(Path(root), query_tower, document_tower, writer)
+        return cls(Path(root), query_tower, document_tower, writer, corpus)
 
     def _acquire_writer_lock(self) -> None:
         live_dir(self.root).mkdir(parents=True, exist_ok=True)
@@ -116,7 +121,7 @@ class LiveIndex:
         dense = DenseIndex.open(gen, self.query_tower, mmap=False)
         meta = read_live_meta(gen)
         store = RowStore(dense)
-        lexical = self._open_bm25(gen, dense, store)
+        lexical = self._open_bm25(gen, dense, store, self._corpus_of(gen, dense))
         rkm = dense.semantic_id_model()
         with self.lock:
             self.gen, self.meta, self.store, self.lexical, self.rkm = gen, meta, store, lexical, rkm
@@ -125,13 +130,20 @@ class LiveIndex:
             self.added = int(meta.get("added_since_training", 0))
             self.version = 0
 
-    @staticmethod
-    def _open_bm25(gen: Path, dense: DenseIndex, store: RowStore) -> LiveBM25 | None:
-        from scalingnote.data.beir import iter_corpus
+    def _corpus_of(self, gen: Path, dense: DenseIndex) -> Path | None:
+        """The full texts of a generation's documents: its corpus (generation 0: ``corpus`` if given)."""
+        from scalingnote.data.beir import corpus_file
         from scalingnote.index.docstore import index_corpus
+
+        if gen == self.root and self.corpus is not None:
+            return corpus_file(self.corpus)
+        return index_corpus(dense.manifest)
+
+    @staticmethod
+    def _open_bm25(gen: Path, dense: DenseIndex, store: RowStore, src: Path | None) -> LiveBM25 | None:
+        from scalingnote.data.beir import iter_corpus
         from scalingnote.sparse.bm25 import open_or_build_bm25
 
-        src = index_corpus(dense.manifest)
         try:
             if src is None:
                 base = open_or_build_bm25(gen)
@@ -148,16 +160,16 @@ class LiveIndex:
         lex.row_of = store.row_of
         return lex
 
-    def _replay(self) -> None:
+    def _replay(self, wal: WriteAheadLog, truncate: bool) -> None:
         t0, n = time.perf_counter(), 0
-        for rec in self.wal.replay(after_seq=int(self.meta.get("wal_seq", 0))):
+        for rec in wal.replay(after_seq=int(self.meta.get("wal_seq", 0)), truncate=truncate):
             if rec["op"] == "upsert":
                 docs = [Document(d["_id"], d.get("title", ""), d.get("topic", ""), d.get("text", "")) for d in rec["docs"]]
                 self._apply_upsert(docs, unpack_array(rec["vectors"]), unpack_array(rec.get("sem")))
             else:
                 self._apply_delete(rec["ids"])
             n += 1
-        self.wal.last_seq = max(self.wal.last_seq, int(self.meta.get("wal_seq", 0)))
+        wal.last_seq = max(wal.last_seq, int(self.meta.get("wal_seq", 0)))
         if n:
             log.info("live index %s: replayed %d log records in %.2fs", self.root, n, time.perf_counter() - t0)
         self.replayed = n
@@ -283,11 +295,10 @@ class LiveIndex:
         """Full documents of ``rows``: added ones from memory, the generation's from its corpus
         (a document whose text is unknown keeps its title and snippet)."""
         from scalingnote.data.beir import iter_corpus
-        from scalingnote.index.docstore import index_corpus
 
         need = {int(r) for r in rows if r < self.gen_rows}
         by_row: dict[int, Document] = {}
-        src = index_corpus(self.manifest)
+        src = self._corpus_of(self.gen, self.store.dense)
         if need and src is not None:
             for d in iter_corpus(src, on_invalid="skip"):
                 r = self.store.row_of.get(d.id)

@@ -61,9 +61,10 @@ def _encode_line(record: dict[str, Any]) -> bytes:
 class WriteAheadLog:
     """Append-only, fsync-ed batch log. Not thread-safe: the live index serialises writers."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, create: bool = True):
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.dir.mkdir(parents=True, exist_ok=True)
         self._fh = None
         self.last_seq = 0
         self.records = 0  # records in the log (all segments)
@@ -72,7 +73,7 @@ class WriteAheadLog:
     def segments(self) -> list[Path]:
         return sorted(p for p in self.dir.iterdir() if p.suffix == SEGMENT_SUFFIX)
 
-    def replay(self, after_seq: int = 0) -> Iterator[dict[str, Any]]:
+    def replay(self, after_seq: int = 0, truncate: bool = True) -> Iterator[dict[str, Any]]:
         """Every record with ``seq > after_seq``, in order. An unterminated final fragment of the
         last segment (a write torn by a crash: never acknowledged) is cut off; a complete line
         that fails its checksum is corruption and raises with the file and line."""
@@ -92,7 +93,7 @@ class WriteAheadLog:
                 self.last_seq = max(self.last_seq, int(rec["seq"]))
                 if rec["seq"] > after_seq:
                     yield rec
-            if tail:
+            if tail and truncate:
                 if si != len(segs) - 1:
                     raise ScalingNoteError(f"{seg}: line {len(lines) + 1}: unterminated record in a closed segment")
                 self._truncate(seg, good_bytes)
