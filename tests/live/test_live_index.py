@@ -179,3 +179,26 @@ def test_rebuild_retrains_and_drift_counts(live_index, tiny_bert_dir):
     assert live.meta["trained_generation"] == int(info["generation"].split("-")[1])
     assert _bm25(live, "new") and len(live) == 72 and live.wal.records == 0
     live.close()
+
+
+def test_crash_during_compaction_keeps_the_old_generation(live_index, tiny_bert_dir, monkeypatch):
+    import scalingnote.live.index as live_mod
+
+    live = _open(live_index, tiny_bert_dir)
+    live.upsert([Document("c1", "heron", "", "heron fishing")])
+    live.delete(["d1"])
+
+    def crash(root, gen):
+        raise KeyboardInterrupt("killed before the swap")
+
+    monkeypatch.setattr(live_mod, "swap_current", crash)
+    with pytest.raises(KeyboardInterrupt):
+        live.compact()
+    assert _bm25(live, "heron") == ["c1"]  # searches go on over the old state
+    live.close()
+    monkeypatch.undo()
+    again = _open(live_index, tiny_bert_dir)
+    assert again.gen == live_index and "c1" in again.row_of and "d1" not in again.row_of and len(again) == 48
+    info = again.compact()  # the half-written generation is replaced, not reused
+    assert again.gen.name == info["generation"] and _bm25(again, "heron") == ["c1"]
+    again.close()
