@@ -10,6 +10,18 @@ from pathlib import Path
 import typer
 
 
+def _run(live, work, compact: bool) -> None:
+    """``work(live)`` -> a JSON-able dict; then compaction (a new generation), the stats, close, print."""
+    try:
+        out = work(live)
+        if compact:
+            out["compaction"] = live.compact()
+        out["stats"] = live.stats()
+    finally:
+        live.close()
+    typer.echo(json.dumps(out))
+
+
 def register_live(index_app: typer.Typer) -> None:
     @index_app.command("add")
     def add(
@@ -26,8 +38,8 @@ def register_live(index_app: typer.Typer) -> None:
         from scalingnote.live import LiveIndex, read_documents
 
         batch = read_documents(docs)  # all or nothing: refuse the file before any change
-        live = LiveIndex.open(index, document_tower=tower)
-        try:
+
+        def work(live) -> dict:
             _ = live.document_tower  # fingerprint check before anything is logged
             out = {"upserted": 0, "replaced": 0}
             with tqdm(total=len(batch), unit="doc", desc="add", dynamic_ncols=True) as bar:
@@ -36,12 +48,9 @@ def register_live(index_app: typer.Typer) -> None:
                     out["upserted"] += r["upserted"]
                     out["replaced"] += r["replaced"]
                     bar.update(r["upserted"])
-            if compact:
-                out["compaction"] = live.compact()
-            out["stats"] = live.stats()
-        finally:
-            live.close()
-        typer.echo(json.dumps(out))
+            return out
+
+        _run(LiveIndex.open(index, document_tower=tower), work, compact)
 
     @index_app.command("delete")
     def delete(
@@ -53,15 +62,7 @@ def register_live(index_app: typer.Typer) -> None:
         from scalingnote.live import LiveIndex, read_ids
 
         wanted = read_ids(ids)
-        live = LiveIndex.open(index, writer=True)
-        try:
-            out = live.delete(wanted)
-            if compact:
-                out["compaction"] = live.compact()
-            out["stats"] = live.stats()
-        finally:
-            live.close()
-        typer.echo(json.dumps(out))
+        _run(LiveIndex.open(index), lambda live: live.delete(wanted), compact)
 
     @index_app.command("rebuild")
     def rebuild(
@@ -71,10 +72,4 @@ def register_live(index_app: typer.Typer) -> None:
         """Write a new generation of the live documents (retrained codebooks by default) and swap it in."""
         from scalingnote.live import LiveIndex
 
-        live = LiveIndex.open(index, writer=True)
-        try:
-            before = live.stats()
-            res = live.compact(retrain=retrain, progress=True)
-            typer.echo(json.dumps({**res, "before": before, "after": live.stats()}))
-        finally:
-            live.close()
+        _run(LiveIndex.open(index), lambda live: {"before": live.stats(), **live.compact(retrain=retrain, progress=True)}, compact=False)
