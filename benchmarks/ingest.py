@@ -25,7 +25,7 @@ Phases (rows ``phase``):
   and the batch in flight at the kill must be entirely present or entirely absent.
 
 Run: ``flock /tmp/sn-heavy.lock nice -n 10 .venv/bin/python -m benchmarks.ingest`` (~20 min on 2 cores,
-the first run encodes 4,000 documents).
+the first run encodes 3,000 documents).
 """
 
 from __future__ import annotations
@@ -306,8 +306,8 @@ def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Ra
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", type=int, default=2000, help="Documents of the original index.")
-    ap.add_argument("--new", type=int, default=2000, help="Held-back documents (the +100%% point needs --base of them).")
+    ap.add_argument("--base", type=int, default=1500, help="Documents of the original index.")
+    ap.add_argument("--new", type=int, default=1500, help="Held-back documents (the +100%% point needs --base of them).")
     ap.add_argument("--load-s", type=float, default=20.0, help="Seconds per load-test phase.")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)

@@ -49,9 +49,11 @@ def open_serving_index(index_dir: Path, tower, settings):
 
 
 def _ingest_thread_init() -> None:
-    """Lower this thread's CPU priority (Linux: per thread) and use one torch thread."""
+    """Lower this thread's CPU priority by 10 nice levels (Linux: per thread; relative, so a
+    service started under ``nice`` keeps its searches ahead) and use one torch thread."""
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + 10))
     except (OSError, AttributeError):
         pass
     import torch
