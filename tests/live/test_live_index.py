@@ -202,3 +202,26 @@ def test_crash_during_compaction_keeps_the_old_generation(live_index, tiny_bert_
     info = again.compact()  # the half-written generation is replaced, not reused
     assert again.gen.name == info["generation"] and _bm25(again, "heron") == ["c1"]
     again.close()
+
+
+def test_hnsw_deletes_by_tombstone_filtered_at_search(tmp_path, _built_index, tiny_bert_dir):
+    """HNSW cannot remove: replaced / deleted rows stay in the graph as tombstones, never returned."""
+    from scalingnote.index import build_index
+
+    _beir, ivf = _built_index
+    base = LiveIndex.open(ivf, writer=False)
+    vecs, ids = base.store.vectors.view.copy(), list(base.store.doc_ids)
+    idx = build_index(vecs, tmp_path / "hnsw", "HNSW8", doc_ids=ids, tower_info=base.manifest["tower"], semantic_ids_layers=0, progress=False)
+    live = _open(idx, tiny_bert_dir)
+    assert not live.store.can_remove
+    live.delete(ids[:10])
+    live.upsert([Document(ids[10], "tapir", "", "tapir snout")])
+    assert live.store.tombstones == 11 and live.index.ntotal == 49
+    res = live.search(vecs, 10)
+    got = {d for row in res.doc_ids for d in row}
+    assert not got & set(ids[:10]) and all(len(row) == 10 for row in res.doc_ids)
+    assert sum(row.count(ids[10]) for row in res.doc_ids) <= len(res.doc_ids)  # never twice in one row
+    assert all(len(set(row)) == len(row) for row in res.doc_ids)
+    live.compact()  # the new generation holds live rows only
+    assert live.store.tombstones == 0 and live.index.ntotal == 38 == len(live)
+    live.close()

@@ -156,7 +156,8 @@ def write_generation(
     # the full documents (the next compaction's and the BM25 fit's source) and BM25 over them
     with open(gen / CORPUS, "w", encoding="utf-8") as fh:
         for d in documents:
-            fh.write(json.dumps(d.to_beir(), ensure_ascii=False) + "\n")
+            if d.text.strip():  # a document whose text is unknown (index built without a corpus) has none
+                fh.write(json.dumps(d.to_beir(), ensure_ascii=False) + "\n")
     man = read_manifest(gen)
     man["documents"] = {**(man.get("documents") or {}), "source": str((gen / CORPUS).resolve())}
     write_json(gen / MANIFEST, man)
