@@ -52,6 +52,7 @@ def test_documents_upsert_delete_and_metrics(server):
     assert metric_value(m, "scalingnote_live_documents") == 48
     assert metric_value(m, "scalingnote_live_added_share") == pytest.approx(1 / 48, abs=1e-4)
     assert metric_value(m, "scalingnote_live_documents_total", op="upsert") == 2
+    assert 0.0 < metric_value(m, "scalingnote_live_recall_estimate") <= 1.0  # computed in the ingest thread after a write
 
 
 def test_reload_refused_below_the_overlap_threshold(server, tiny_bert_dir, other_bert_dir):
