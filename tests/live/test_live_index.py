@@ -225,3 +225,33 @@ def test_hnsw_deletes_by_tombstone_filtered_at_search(tmp_path, _built_index, ti
     live.compact()  # the new generation holds live rows only
     assert live.store.tombstones == 0 and live.index.ntotal == 38 == len(live)
     live.close()
+
+
+def test_searches_never_fail_during_ingest_and_compaction(live_index, tiny_bert_dir):
+    import threading
+
+    live = _open(live_index, tiny_bert_dir)
+    searcher = live.searcher()
+    errors, counts, stop = [], [], threading.Event()
+
+    def search_loop():
+        while not stop.is_set():
+            try:
+                res = searcher.search(["fox quick dense vitamin"], 10, mode="hybrid")
+                counts.append(len(res.doc_ids[0]))
+            except Exception as e:  # noqa: BLE001 - the test collects them
+                errors.append(repr(e))
+
+    th = threading.Thread(target=search_loop)
+    th.start()
+    try:
+        for i in range(3):
+            live.upsert([Document(f"s{i}-{j}", f"fox {i}", "", "fox quick vitamin") for j in range(4)])
+            live.delete([f"d{i}"])
+            live.compact(retrain=i == 2)
+    finally:
+        stop.set()
+        th.join()
+    assert not errors and counts and min(counts) == 10
+    assert len(live) == 48 + 12 - 3
+    live.close()
