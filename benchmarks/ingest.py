@@ -21,7 +21,8 @@ Phases (rows ``phase``):
 * ``chaos``: ``--kills`` cycles of: start the service, stream batches of 1-16 new documents
   (each carries a unique marker word), SIGKILL at a random moment, restart; then every
   acknowledged document must be found by BM25 (its marker: exactly that document, once) and by
-  dense search (its own text as the query, rerank), no hit may be duplicated or lack its title,
+  dense search (its own text as the query, every IVF list probed, exact re-rank of 200; found
+  with the default 16 probes is reported beside it), no hit may be duplicated or lack its title,
   and the batch in flight at the kill must be entirely present or entirely absent.
 
 Run: ``flock /tmp/sn-heavy.lock nice -n 10 .venv/bin/python -m benchmarks.ingest`` (~20 min on 2 cores,
@@ -230,22 +231,29 @@ def _marked(doc, cycle: int, j: int):
     return Document(f"chaos-{cycle:02d}-{j:04d}", doc.title or mark, doc.topic, f"{doc.content} {mark}"), mark
 
 
-def _present(c, url: str, doc, mark: str) -> tuple[bool, bool, str]:
-    """(found by BM25 marker, found by dense, problem or '')."""
+def _present(c, url: str, doc, mark: str, nlist: int) -> tuple[bool, bool, bool, str]:
+    """(found by BM25 marker, found by dense with every IVF list probed, found by dense with the
+    index's default probes, problem or ''). Dense: the document's own text as the query, top-100
+    after an exact re-rank of 200 candidates; the all-lists search tells whether the document is
+    in the dense index at all, the default one whether IVF probing also reaches it."""
     r = c.post(url + "/search", json={"query": mark, "k": 10, "mode": "bm25"}, timeout=120).json()["results"]
     ids = [h["doc_id"] for h in r]
     bm = ids == [doc.id]
     if ids and not bm:
-        return False, False, f"bm25 {mark}: {ids}"
+        return False, False, False, f"bm25 {mark}: {ids}"
     q = f"{doc.title} {doc.content}"[:900]
-    d = c.post(url + "/search", json={"query": q, "k": 100, "mode": "dense", "rerank": 200}, timeout=120).json()["results"]
-    dids = [h["doc_id"] for h in d]
-    if len(dids) != len(set(dids)):
-        return bm, False, f"duplicated hits for {doc.id}"
-    hit = next((h for h in d if h["doc_id"] == doc.id), None)
-    if hit is not None and hit["title"] != doc.title:
-        return bm, True, f"half-added {doc.id}: title {hit['title']!r}"
-    return bm, hit is not None, ""
+    found = []
+    for probes in (None, nlist):
+        body = {"query": q, "k": 100, "mode": "dense", "rerank": 200, **({"nprobe": probes} if probes else {})}
+        d = c.post(url + "/search", json=body, timeout=120).json()["results"]
+        dids = [h["doc_id"] for h in d]
+        if len(dids) != len(set(dids)):
+            return bm, False, False, f"duplicated hits for {doc.id}"
+        hit = next((h for h in d if h["doc_id"] == doc.id), None)
+        if hit is not None and hit["title"] != doc.title:
+            return bm, True, True, f"half-added {doc.id}: title {hit['title']!r}"
+        found.append(hit is not None)
+    return bm, found[1], found[0], ""
 
 
 def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Random, start: int) -> tuple[dict, int, ServeProcess]:
@@ -284,19 +292,21 @@ def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Ra
     th.join(30)
     lost = list(inflight["batch"])
     srv = start_service(index)
-    problems, n_bm, n_dense, present = [], 0, 0, 0
+    nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 1)
+    problems, n_bm, n_dense, n_default, present = [], 0, 0, 0, 0
     with httpx.Client(trust_env=False) as c:
         for doc, mark in acked:
-            bm, de, why = _present(c, srv.url, doc, mark)
+            bm, de, de_default, why = _present(c, srv.url, doc, mark, nlist)
             n_bm += bm
             n_dense += de
+            n_default += de_default
             if why or not (bm and de):
                 problems.append(why or f"{doc.id}: bm25={bm} dense={de}")
-        present = sum(_present(c, srv.url, d, m)[0] for d, m in lost)
+        present = sum(_present(c, srv.url, d, m, nlist)[0] for d, m in lost)
         if present not in (0, len(lost)):
             problems.append(f"in-flight batch half applied: {present}/{len(lost)}")
     row = {"phase": "chaos", "cycle": cycle, "acked": len(acked), "bm25_found": n_bm, "dense_found": n_dense,
-           "inflight_docs": len(lost), "inflight_present": present, "ok": not problems, "problems": "; ".join(problems[:3])}
+           "dense_found_default_nprobe": n_default,           "inflight_docs": len(lost), "inflight_present": present, "ok": not problems, "problems": "; ".join(problems[:3])}
     print(json.dumps(row), flush=True)
     return row, start + len(acked) + len(lost), srv
 
