@@ -15,8 +15,9 @@ The layers, lowest first (packages on one line are peers and may not import each
     training                  Stage I trainer and the shared loop
     distill                   QKD (Stage II) on top of the training loop
     index                     encoding, FAISS / Milvus / hybrid searchers, learned-PQ export adapters
-    pq, scaling               TMJ learned-PQ stage (exports and verifies through index);
-                              scaling-law sweeps / fits
+    pq, scaling, live         TMJ learned-PQ stage (exports and verifies through index);
+                              scaling-law sweeps / fits; the live index (add / replace / delete
+                              with a write-ahead log, generations, drift; ScalingNote §3.5)
     serve                     HTTP service over index
     quickstart                the end-to-end demo pipeline
     cli                       ``scalingnote <stage> <verb>``
@@ -49,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("training",),
     ("distill",),
     ("index",),
-    ("pq", "scaling"),
+    ("pq", "scaling", "live"),
     ("serve",),
     ("quickstart",),
     ("cli",),

@@ -17,6 +17,9 @@ def register(app: typer.Typer) -> None:
     index_app = typer.Typer(help="Corpus encoding, FAISS indexes, semantic IDs.", no_args_is_help=True)
     for add in (_encode, _build, _export, _milvus_server, _info, _bm25):
         add(index_app)
+    from scalingnote.cli.index_live import register_live
+
+    register_live(index_app)  # add | delete | rebuild (the live index)
     app.add_typer(index_app, name="index")
     _search(app)
 

@@ -312,3 +312,7 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))
+
+    from scalingnote.serve.documents import add_document_routes
+
+    add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (live index, issue 29)

@@ -31,6 +31,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -80,6 +81,7 @@ class SearchService(BatchProcessing):
         self._loader: asyncio.Task | None = None
         self._reload_lock: asyncio.Lock | None = None
         self._closing = False
+        self.recent_queries: deque[str] = deque(maxlen=256)  # the /admin/reload overlap check samples them
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -117,7 +119,7 @@ class SearchService(BatchProcessing):
 
     def _load_sync(self) -> None:
         """Runs in the worker thread: tower, index (compatibility checked), titles."""
-        from scalingnote.index import DenseIndex, read_manifest
+        from scalingnote.index import read_manifest
         from scalingnote.index.faiss_utils import find_hnsw, find_ivf
         from scalingnote.index.pipeline import load_tower_for
 
@@ -136,7 +138,9 @@ class SearchService(BatchProcessing):
             manifest = read_manifest(self.index_dir)  # fail fast on a bad directory, before loading a model
             corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
             tower = load_tower_for(self.tower_source, "query")
-            index = DenseIndex.open(self.index_dir, query_tower=tower)  # refuses an incompatible tower
+            from scalingnote.serve.documents import open_serving_index
+
+            index = open_serving_index(self.index_dir, tower, self.settings)  # refuses an incompatible tower; live (issue 29)
         docs = load_documents(corpus_path, index.doc_ids, index)
         titles = {d: t for d, (t, _) in docs.items()}
         self.snippets = {d: sn for d, (_, sn) in docs.items()}
@@ -146,7 +150,9 @@ class SearchService(BatchProcessing):
             from scalingnote.index.hybrid import load_fusion
 
             fusion, mode = load_fusion(self.index_dir)  # the served default chosen on validation (quick start)
-            self.searcher = HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids), fusion=fusion)
+            live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
+            self.searcher = (live(fusion) if live is not None else
+                             HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids), fusion=fusion))
             self.default_mode = mode if mode in self.searcher.modes else "dense"
         from scalingnote.serve.query_backend import wrap_query_tower
 
@@ -271,6 +277,7 @@ class SearchService(BatchProcessing):
                 retry_after=self.retry_after_s(),
             )
         loop = asyncio.get_running_loop()
+        self.recent_queries.extend(texts)
         item = _Item(list(texts), params, loop.create_future(), loop.time())
         self._queued += len(texts)
         self.metrics.queue_depth.set(self._queued)
@@ -400,6 +407,15 @@ class SearchService(BatchProcessing):
             except Exception as e:  # noqa: BLE001
                 self.metrics.reloads.inc(result="failed")
                 raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
+            check = None
+            if self.settings.backend != "milvus":  # issue 29 item 4: top-10 overlap with the running tower
+                from scalingnote.serve.documents import check_reload
+
+                try:
+                    check = await asyncio.get_running_loop().run_in_executor(self._executor, check_reload, self, new)
+                except ServiceError:
+                    self.metrics.reloads.inc(result="low_overlap")
+                    raise
             if self._closing:
                 raise ServiceError(503, "shutting_down", "the service is shutting down")
             old = self.tower
@@ -412,6 +428,7 @@ class SearchService(BatchProcessing):
                 "query_tower": self.tower_info(),
                 "previous_fingerprint": str(old.fingerprint) if old is not None else None,
                 "load_seconds": round(time.perf_counter() - t0, 3),
+                "overlap_check": check,
             }
 
     # ------------------------------------------------------------------ info

@@ -65,6 +65,14 @@ class ServeSettings:
     query_backend: str = "torch"
     onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
     onnx_threads: int | None = None  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
+    # the live index (issue 29; scalingnote.live, scalingnote.serve.documents)
+    live: bool = True  #: serve a faiss index as a live index (POST /documents, write-ahead log replayed at start)
+    document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
+    max_document_chars: int = 100_000  #: largest accepted document (title + topic + text)
+    max_documents_per_request: int = 1024
+    live_compact_docs: int = 2000  #: compact when the BM25 delta + tombstones reach this many documents
+    reload_min_overlap: float = 0.5  #: /admin/reload refuses a tower whose top-10 overlap with the running one is lower
+    reload_sample_queries: int = 64  #: recent queries the reload check compares the towers on
 
     def __post_init__(self) -> None:
         def positive(name: str, minimum: float = 1) -> None:
@@ -92,6 +100,11 @@ class ServeSettings:
             positive("onnx_threads")
         if self.onnx_model is not None and self.query_backend != "onnx":
             raise ConfigError(None, None, "onnx_model", "is used only with query_backend onnx")
+
+        for name in ("max_document_chars", "max_documents_per_request", "live_compact_docs", "reload_sample_queries"):
+            positive(name)
+        if isinstance(self.reload_min_overlap, bool) or not isinstance(self.reload_min_overlap, (int, float)) or not 0 <= self.reload_min_overlap <= 1:
+            raise ConfigError(None, None, "reload_min_overlap", f"must be in [0, 1], got {self.reload_min_overlap!r}")
 
         if self.admin_token is not None:
             _check_token(self.admin_token, "admin_token")

@@ -1,0 +1,161 @@
+"""The dense side of a live index: the FAISS index, the full-precision vectors, the row <-> id
+map, the semantic IDs and the document store (titles, snippets), all growing by rows.
+
+Rows are append-only. A FAISS id is the row number (as ``build_index`` adds them), so an
+upsert of an existing id marks its old row dead and appends a new row; a delete marks the row
+dead. On an IVF index (IVFPQ, OPQ+IVFPQ) the dead row is also removed from the inverted lists
+(``remove_ids``); on Flat / HNSW / HNSW+PQ (no removal in FAISS) it stays as a tombstone and is
+filtered out at search time (candidates are over-fetched by the number of tombstones). Every
+mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from scalingnote.data.types import Document
+from scalingnote.index.dense import DenseIndex
+from scalingnote.index.docstore import make_snippet
+from scalingnote.index.faiss_utils import find_ivf
+from scalingnote.index.searcher import SearchResult
+
+
+class _Growing:
+    """A 2-D numpy array with amortised O(1) row appends; ``view`` is the filled part."""
+
+    def __init__(self, init: np.ndarray | None, width: int, dtype):
+        n = 0 if init is None else int(init.shape[0])
+        self.buf = np.zeros((max(16, 2 * n), width), dtype=dtype)
+        if n:
+            self.buf[:n] = init
+        self.n = n
+
+    def append(self, rows: np.ndarray) -> None:
+        need = self.n + len(rows)
+        if need > len(self.buf):
+            new = np.zeros((max(need, 2 * len(self.buf)), self.buf.shape[1]), dtype=self.buf.dtype)
+            new[: self.n] = self.buf[: self.n]
+            self.buf = new
+        self.buf[self.n : need] = rows
+        self.n = need
+
+    @property
+    def view(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+
+class RowStore:
+    """The rows of a live dense index; wraps a :class:`DenseIndex` whose arrays it keeps current."""
+
+    def __init__(self, dense: DenseIndex, alive: np.ndarray | None = None):
+        self.dense = dense
+        n = len(dense.doc_ids)
+        self.vectors = _Growing(np.asarray(dense.vectors, dtype=np.float32), dense.dim, np.float32)
+        sem = dense.semantic_ids
+        self.sem = _Growing(np.asarray(sem, dtype=np.int32), sem.shape[1], np.int32) if sem is not None else None
+        self.alive = np.ones(n, dtype=bool) if alive is None else np.asarray(alive, dtype=bool).copy()
+        self.doc_ids: list[str] = list(dense.doc_ids)
+        self.titles: list[str] = list(dense.titles) if dense.titles is not None else [""] * n
+        self.snippets: list[str] = list(dense.snippets) if dense.snippets is not None else [""] * n
+        self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids) if self.alive[i]}
+        self.can_remove = find_ivf(dense.index) is not None
+        self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
+        self._sync()
+
+    # ------------------------------------------------------------------ state
+    def _sync(self) -> None:
+        """Point the wrapped DenseIndex at the current arrays (rows, vectors, ids, documents)."""
+        d = self.dense
+        d.vectors = self.vectors.view
+        d.semantic_ids = self.sem.view if self.sem is not None else None
+        d.doc_ids, d.titles, d.snippets = self.doc_ids, self.titles, self.snippets
+        d.manifest["n_vectors"] = len(self.doc_ids)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.doc_ids)
+
+    @property
+    def n_alive(self) -> int:
+        return len(self.row_of)
+
+    def alive_rows(self) -> np.ndarray:
+        return np.flatnonzero(self.alive)
+
+    # ------------------------------------------------------------------ mutation (under the lock)
+    def _kill(self, rows: list[int]) -> None:
+        if not rows:
+            return
+        r = np.asarray(rows, dtype=np.int64)
+        self.alive[r] = False
+        if self.can_remove:
+            self.dense.index.remove_ids(r)
+        else:
+            self.tombstones += len(rows)
+
+    def delete(self, ids: Sequence[str]) -> list[str]:
+        """Mark the rows of ``ids`` dead; returns the ids that were present."""
+        rows, found = [], []
+        for i in ids:
+            r = self.row_of.pop(i, None)
+            if r is not None:
+                rows.append(r)
+                found.append(i)
+        self._kill(rows)
+        return found
+
+    def upsert(self, docs: Sequence[Document], vectors: np.ndarray, sem: np.ndarray | None) -> tuple[int, int]:
+        """Append one row per document (replacing a present id); returns ``(first_row, n_replaced)``."""
+        old = [self.row_of[d.id] for d in docs if d.id in self.row_of]
+        self._kill(old)
+        first = self.n_rows
+        rows = np.arange(first, first + len(docs), dtype=np.int64)
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.can_remove:
+            self.dense.index.add_with_ids(x, rows)
+        else:
+            assert self.dense.index.ntotal == first, (self.dense.index.ntotal, first)
+            self.dense.index.add(x)
+        self.vectors.append(x)
+        if self.sem is not None:
+            self.sem.append(sem)
+        self.alive = np.concatenate([self.alive, np.ones(len(docs), dtype=bool)])
+        for d, r in zip(docs, rows.tolist(), strict=True):
+            self.doc_ids.append(d.id)
+            self.titles.append(d.title)
+            self.snippets.append(make_snippet(d.content or d.topic or ""))
+            self.row_of[d.id] = r
+        self._sync()
+        return first, len(old)
+
+    # ------------------------------------------------------------------ search (under the lock)
+    def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:
+        """:meth:`DenseIndex.search` over the live rows: over-fetch by the tombstones, drop dead rows."""
+        extra = min(self.tombstones, self.n_rows)
+        res = self.dense.search(queries, k + extra, **kw) if extra else self.dense.search(queries, k, **kw)
+        if extra:
+            res = filter_rows(res, self.alive, k)
+        return res
+
+
+def filter_rows(res: SearchResult, alive: np.ndarray, k: int) -> SearchResult:
+    """Keep, per query, the first ``k`` hits whose row is alive (padding with -1 / -inf)."""
+    nq = res.indices.shape[0]
+    scores = np.full((nq, k), -np.inf, dtype=np.float32)
+    idx = np.full((nq, k), -1, dtype=np.int64)
+    sem = None if res.semantic_ids is None else np.full((nq, k, res.semantic_ids.shape[2]), -1, dtype=np.int32)
+    doc_ids, titles, snippets = [], [], []
+    for q in range(nq):
+        keep = [j for j, r in enumerate(res.indices[q]) if r >= 0 and alive[r]][:k]
+        n = len(keep)
+        scores[q, :n], idx[q, :n] = res.scores[q, keep], res.indices[q, keep]
+        if sem is not None:
+            sem[q, :n] = res.semantic_ids[q, keep]
+        doc_ids.append([res.doc_ids[q][j] for j in keep])
+        if res.titles is not None:
+            titles.append([res.titles[q][j] for j in keep])
+            snippets.append([res.snippets[q][j] for j in keep])
+    return SearchResult(scores, doc_ids, sem, idx, titles if res.titles is not None else None, snippets if res.snippets is not None else None)

@@ -1,0 +1,34 @@
+"""``scalingnote index add | delete | rebuild`` on a tiny index."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from scalingnote.cli import app as cli
+from scalingnote.live import LiveIndex
+
+
+def _last_json(output: str) -> dict:
+    line = [x for x in output.splitlines() if "{" in x][-1]  # (the progress bar shares the line)
+    return json.loads(line[line.index("{\"") :])
+
+
+def test_add_delete_rebuild(live_index, tiny_bert_dir, tmp_path):
+    docs = tmp_path / "new.jsonl"
+    docs.write_text("\n".join(json.dumps({"_id": f"c{i}", "title": f"capybara {i}", "text": "capybara river"}) for i in range(3)) + "\n")
+    r = CliRunner().invoke(cli, ["index", "add", "--index", str(live_index), "--docs", str(docs), "--tower", str(tiny_bert_dir)])
+    assert r.exit_code == 0, r.output
+    out = _last_json(r.output)
+    assert out["upserted"] == 3 and out["stats"]["documents"] == 51 and out["compaction"]["generation"] == "gen-000001"
+    ids = tmp_path / "ids.txt"
+    ids.write_text("c0\nd3\n\n")
+    r = CliRunner().invoke(cli, ["index", "delete", "--index", str(live_index), "--ids", str(ids)])
+    assert r.exit_code == 0 and _last_json(r.output)["deleted"] == 2, r.output
+    r = CliRunner().invoke(cli, ["index", "rebuild", "--index", str(live_index)])
+    assert r.exit_code == 0, r.output
+    out = _last_json(r.output)
+    assert out["retrained"] and out["before"]["added_since_training"] == 3 and out["stats"]["added_share"] == 0
+    live = LiveIndex.open(live_index, writer=False)
+    assert len(live) == 49 and "c0" not in live.row_of and "c1" in live.row_of and "d3" not in live.row_of
