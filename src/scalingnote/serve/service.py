@@ -145,9 +145,7 @@ class SearchService(BatchProcessing):
         titles = {d: t for d, (t, _) in docs.items()}
         self.snippets = {d: sn for d, (_, sn) in docs.items()}
         if self.settings.backend != "milvus":
-            from scalingnote.index.hybrid import HybridSearcher
-
-            from scalingnote.index.hybrid import load_fusion
+            from scalingnote.index.hybrid import HybridSearcher, load_fusion
 
             fusion, mode = load_fusion(self.index_dir)  # the served default chosen on validation (quick start)
             live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
