@@ -107,3 +107,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(res.to_dict()))
         else:
             typer.echo(res.table())
+        if res.ok == 0:
+            typer.echo(f"loadtest: no request succeeded ({res.errors} errors, stopped by {res.stopped_by})", err=True)
+            raise typer.Exit(1)
