@@ -143,6 +143,9 @@ def input_digest(inputs: dict) -> str:
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key (list items by index: ``queries.0.path``) -> leaf value."""
+    if isinstance(obj, list) and obj:
+        obj = {str(i): v for i, v in enumerate(obj)}
     if isinstance(obj, dict) and _FP not in obj and obj:
         out: dict[str, Any] = {}
         for k, v in obj.items():
