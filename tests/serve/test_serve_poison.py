@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from scalingnote.serve import BackgroundServer, ServeSettings, create_app, metric_value, parse_metrics
+from tests.serve.test_serve_app import client  # noqa: F401 - a client of this module's server
 
 POISON = "poison-marker"
 
@@ -25,12 +26,6 @@ def server(serve_index, tiny_bert_dir):
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         yield srv
-
-
-@pytest.fixture()
-def client(server):
-    with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as c:
-        yield c
 
 
 async def _post_all(url: str, bodies: list[bytes]) -> list[httpx.Response]:
