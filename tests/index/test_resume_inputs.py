@@ -17,9 +17,11 @@ def test_encoding_resume_refuses_other_tower_settings_or_normalisation(tmp_path,
     out = tmp_path / "e"
     info = {"fingerprint": "f1", "compat_id": "c1", "max_doc_length": 96, "pooling": "cls"}
     encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info=info)
-    with pytest.raises(ScalingNoteError, match=r"max_doc_length: 96 -> 32") as e:
+    with pytest.raises(ScalingNoteError, match=r"tower\.max_doc_length: 96 -> 32") as e:
         encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "max_doc_length": 32})
-    assert "tower" in str(e.value) and "new output directory" in str(e.value)
+    assert "tower.fingerprint" not in str(e.value) and "new output directory" in str(e.value)
+    moved = encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "name": "/elsewhere/tower"})
+    assert moved.shards_written == 0  # the same weights loaded from another place
     with pytest.raises(ScalingNoteError, match="normalized"):
         encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info=info, normalize=False)
     again = encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info=info)

@@ -249,13 +249,14 @@ def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shar
             f"{path}: field 'normalized' is {man['normalized']}, but this run asks for normalize={normalize}; use a new output directory"
         )
     old = man.get("tower") or {}
-    keys = [k for k in sorted(set(old) & set(ident)) if str(old[k]) != str(ident[k])]
+    # "name" is where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
+    keys = [k for k in sorted(set(old) & set(ident)) if k != "name" and str(old[k]) != str(ident[k])]
     if keys:
         from scalingnote.utils.steps import describe_changes
 
-        what = describe_changes({k: old[k] for k in keys}, {k: ident[k] for k in keys})
+        what = describe_changes({"tower": {k: old[k] for k in keys}}, {"tower": {k: ident[k] for k in keys}})
         raise ScalingNoteError(
-            f"{path}: field 'tower' differs ({what}); these embeddings were made by a different "
+            f"{path}: the document tower differs ({what}); these embeddings were made by a different "
             "document tower or tower settings — use a new output directory"
         )
 
