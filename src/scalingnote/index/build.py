@@ -148,20 +148,18 @@ def build_index(
     learned PQ (:mod:`scalingnote.index.learned_pq`). ``documents``: the corpus (BEIR
     directory, corpus.jsonl, or Documents) whose titles + snippets are stored with the index
     and returned by search; default: the corpus recorded by the embeddings directory, if any.
-    The manifest records the build's inputs and their digest (:func:`build_inputs`). An existing
-    ``out_dir`` is replaced with ``overwrite``; kept with ``reuse`` when it was built from the
-    same inputs; otherwise refused, naming the inputs that differ. Returns ``out_dir``.
+    The manifest records the build's inputs (:func:`build_inputs`); an existing ``out_dir`` is
+    replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
+    naming the inputs that differ. Returns ``out_dir``.
     """
     import faiss
 
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not (overwrite or reuse):
-        raise ScalingNoteError(f"{out_dir}: already exists (pass overwrite=True / --overwrite to replace it)")
     src = _resolve_source(source, doc_ids, tower_info)
-    settings = {"factory": factory.strip(), "dim": dim, "train_size": train_size, "seed": seed, "semantic_ids_layers": semantic_ids_layers,
-                "codebook_size": codebook_size, "nprobe": nprobe, "ef_search": ef_search, "polysemous_training": polysemous_training}
-    inputs = build_inputs(src, settings, documents, prebuilt=index is not None)
+    inputs = build_inputs(src, dict(factory=factory.strip(), dim=dim, train_size=train_size, seed=seed, semantic_ids_layers=semantic_ids_layers,
+                                    codebook_size=codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training),
+                          documents, prebuilt=index is not None)
     if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
         return out_dir
     n, src_dim = len(src.ids), src.dim
@@ -197,12 +195,7 @@ def build_index(
         faiss.write_index(index, str(tmp_dir / INDEX_FILE))
         (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
         files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
-        docs_info = None
-        if documents is None:
-            documents = _corpus_of_embeddings(src.embeddings_dir)
-        if documents is not None:
-            docs_info = write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
-            files["docs"] = DOCS_FILE
+        docs_info = _write_docs(tmp_dir, src, documents, files)
         manifest = _manifest(
             index, factory, tmp_dir, src, dim, files, docs_info,
             {"train_size": int(train_size), "n_train": n_train, "seed": int(seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
@@ -217,6 +210,17 @@ def build_index(
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return out_dir
+
+
+def _write_docs(tmp_dir: Path, src: _Source, documents: Any, files: dict[str, str]) -> dict[str, Any] | None:
+    """The document store (titles + snippets) of ``documents`` (default: the corpus recorded by
+    the embeddings directory); adds it to ``files``. None when there is no corpus."""
+    if documents is None:
+        documents = _corpus_of_embeddings(src.embeddings_dir)
+    if documents is None:
+        return None
+    files["docs"] = DOCS_FILE
+    return write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
 
 
 def build_inputs(src: _Source, settings: dict[str, Any], documents: Any, *, prebuilt: bool) -> dict[str, Any]:
@@ -251,6 +255,9 @@ def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, re
         old = {}
     same = old.get("inputs_sha256") == input_digest(inputs) and not inputs.get("prebuilt_index") and inputs.get("documents") != "<iterable>"
     what = describe_changes(old["inputs"], inputs) if isinstance(old.get("inputs"), dict) else "it records no build inputs"
+    if not (overwrite or reuse):
+        raise ScalingNoteError(f"{out_dir}: already exists (built from {'the same' if same else 'other'} inputs); "
+                               "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the same inputs")
     if same and reuse:
         log.info("%s: built from the same inputs; reused", out_dir)
         return True

@@ -250,6 +250,12 @@ async def run_loadtest_async(
         elapsed = time.perf_counter() - t0
         after = await _scrape(client, base)
 
+    return _result(search_url, concurrency, k, elapsed, latencies, errors, stopped_by, before, after)
+
+
+def _result(search_url: str, concurrency: int, k: int, elapsed: float, latencies: list[float], errors: dict[str, int], stopped_by: str,
+            before: dict | None, after: dict | None) -> LoadTestResult:
+    """The run's counts, QPS, latency percentiles and (from two /metrics scrapes) batch sizes."""
     lat_ms = np.asarray(latencies) * 1000.0
     n_err = sum(errors.values())
     res = LoadTestResult(
