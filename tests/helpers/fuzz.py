@@ -257,7 +257,7 @@ _BLANK_CHARS = "\x00\x01\x1f\x7f\t\n \u00a0\u200b\u200c\u200d\u2028\u2029\u2060\
 _good_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cf", "Zs", "Zl", "Zp")), min_size=1, max_size=20)
 
 
-def _splice(body: bytes, junk: bytes, at: int) -> bytes:
+def _splice_at(body: bytes, junk: bytes, at: int) -> bytes:
     at = at % (len(body) + 1)
     return body[:at] + junk + body[at:]
 
@@ -293,7 +293,7 @@ UNICODE_STRATEGIES: dict[str, tuple[Any, set[int]]] = {
     ),
     # invalid UTF-8 spliced into a valid body: malformed_json (400)
     "invalid_utf8_body": (
-        st.builds(lambda t, junk, i: ("/search", _splice(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
+        st.builds(lambda t, junk, i: ("/search", _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
                   st.text(max_size=20), st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3", b"\xe2\x82", b"\xc0\xaf", b"\xf8\x88\x80\x80\x80"]),
                   st.integers(0, 60)),
         {400},
@@ -302,7 +302,7 @@ UNICODE_STRATEGIES: dict[str, tuple[Any, set[int]]] = {
     # as a lone surrogate ("surrogatepass"), so inside the query string it is a 422 naming the
     # field, elsewhere a 400 malformed_json
     "encoded_surrogate_body": (
-        st.builds(lambda t, junk, i: ("/search", _splice(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
+        st.builds(lambda t, junk, i: ("/search", _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
                   st.text(max_size=20), st.sampled_from([b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\xb2\x80"]), st.integers(0, 60)),
         {400, 422},
     ),
