@@ -32,3 +32,20 @@ def test_schemathesis_no_5xx_no_hang_healthy_after(serve_index, tiny_bert_dir):
         assert h.status_code == 200 and h.json()["status"] == "ok"
         r = httpx.post(srv.url + "/search", json={"query": "product quantization", "k": 3}, trust_env=False, timeout=30)
         assert r.status_code == 200 and len(r.json()["results"]) == 3
+
+
+def test_invalid_unicode_and_malformed_bodies_get_the_documented_4xx(serve_index, tiny_bert_dir):
+    """Issue 32: lone surrogates / blank queries -> 422, invalid UTF-8 / deep JSON -> 400
+    malformed_json, a non-JSON content type -> 415; never a 5xx or internals in the body."""
+    from tests.helpers.fuzz import UNICODE_STRATEGIES, fuzz_unicode
+
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1))
+    with BackgroundServer(app) as srv:
+        srv.wait_ready()
+        results = fuzz_unicode(srv.url, examples=20)
+        assert {r.operation for r in results} == set(UNICODE_STRATEGIES)
+        bad = [(r.operation, r.first_failure) for r in results if r.failures]
+        assert not bad, bad
+        assert all(r.examples >= 5 for r in results)
+        r = httpx.post(srv.url + "/search", json={"query": "product quantization", "k": 3}, trust_env=False, timeout=30)
+        assert r.status_code == 200

@@ -105,15 +105,55 @@ def test_read_queries_file(tmp_path):
         read_queries_file(tmp_path / "missing.txt")
 
 
-def test_loadtest_counts_errors_when_nothing_listens():
+def _free_port() -> int:
     from scalingnote.serve import bind_socket
 
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     sock.close()  # a free port with nothing listening
-    res = run_loadtest(f"http://127.0.0.1:{port}", ["fox"], concurrency=2, duration_s=5, max_requests=6, timeout_s=2)
-    assert res.ok == 0 and res.errors == 6 and res.requests == 6 and res.p50_ms is None
-    assert res.error_kinds == {"ConnectError": 6} and res.stopped_by == "max_requests"
+    return port
+
+
+def test_loadtest_refuses_a_closed_port_before_the_run(tmp_path):
+    from scalingnote.cli import app as cli
+
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(ScalingNoteError, match="no service answers"):
+        run_loadtest(url, ["fox"], concurrency=2, duration_s=5, max_requests=6, timeout_s=2)
+    queries = tmp_path / "q.txt"
+    queries.write_text("fox\n")
+    r = CliRunner().invoke(cli, ["loadtest", "--url", url, "--queries", str(queries), "--duration", "30"])
+    assert r.exit_code != 0 and isinstance(r.exception, ScalingNoteError) and "no service answers" in str(r.exception)  # main() prints it, exit 2
+
+
+def test_loadtest_stops_when_the_service_goes_away(serve_index, tiny_bert_dir):
+    """The service stops mid-run: the run ends soon after (not at its 60 s duration), reports
+    ``unreachable`` and counts the connection errors."""
+    import threading
+    import time
+
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, shutdown_timeout_s=1))
+    out = {}
+    with BackgroundServer(app) as srv:
+        srv.wait_ready()
+        t = threading.Thread(target=lambda: out.update(res=run_loadtest(srv.url, ["fox"], concurrency=2, duration_s=60, timeout_s=2)))
+        t.start()
+        time.sleep(1.0)
+    t0 = time.perf_counter()
+    t.join(30)
+    res = out["res"]
+    assert not t.is_alive() and time.perf_counter() - t0 < 20
+    assert res.stopped_by == "unreachable" and res.ok > 0 and res.errors >= 10 and res.duration_s < 30
+
+
+def test_loadtest_cli_exits_nonzero_when_every_request_fails(serve_index, tiny_bert_dir, serve_beir):
+    from scalingnote.cli import app as cli
+
+    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, max_k=10))
+    with BackgroundServer(app) as srv:
+        srv.wait_ready()
+        r = CliRunner().invoke(cli, ["loadtest", "--url", srv.url, "--queries", str(serve_beir), "--max-requests", "4", "--k", "50"])
+    assert r.exit_code == 1 and "no request succeeded" in r.output and "http_422" in r.output
 
 
 def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serve_beir):

@@ -107,3 +107,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(res.to_dict()))
         else:
             typer.echo(res.table())
+        _exit_unless_any_succeeded(res)
+
+
+def _exit_unless_any_succeeded(res) -> None:
+    """``scalingnote loadtest`` exits 1 when no request succeeded (a closed port, a broken service)."""
+    if res.ok == 0:
+        typer.echo(f"loadtest: no request succeeded ({res.errors} errors, stopped by {res.stopped_by})", err=True)
+        raise typer.Exit(1)

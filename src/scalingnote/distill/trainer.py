@@ -30,6 +30,7 @@ from scalingnote.distill.loss import qkd_loss
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
 from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
+from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
 log = logging.getLogger(__name__)
@@ -304,13 +305,31 @@ class QKDLoop(TrainLoop):
         return rec
 
 
-def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
+    """What a QKD run's checkpoints depend on (:mod:`scalingnote.training.resume`): the config
+    (teacher-cache location and batch size aside) with the teacher's query tower and document
+    embeddings, the query sources, the evaluation data and a local student model fingerprinted."""
+    inputs = config_inputs(cfg, {"eval_data": cfg.eval_data, "student.model": cfg.student.model})
+    inputs.pop("cache_dir", None)
+    inputs.pop("teacher_batch_size", None)
+    teacher = Path(cfg.teacher)
+    inputs["teacher"] = {"dir": str(teacher.resolve()), "query_tower": teacher / "query_tower", "doc_embeddings": teacher / "doc_embeddings.npy"}
+    inputs["queries"] = [{**q, "path": as_input_path(q["path"])} for q in inputs["queries"]]
+    return inputs
+
+
+def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None, on_change: OnChange = "refuse") -> dict[str, Any]:
     """Run QKD end to end; returns the metrics also written to ``run.json`` (under torchrun: by
     rank 0, which also saves and evaluates the gathered student; other ranks return ``{}``).
-    ``on_step(step)`` runs after every optimizer step (and its checkpoint)."""
+    ``on_step(step)`` runs after every optimizer step (and its checkpoint). ``resume`` continues
+    from checkpoints made from the same inputs (:func:`qkd_inputs`); others are refused with the
+    keys that differ (``on_change="refuse"``) or cleared (``"redo"``)."""
     D.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    inputs = qkd_inputs(cfg)
+    begin_run(out, inputs, resume=resume, on_change=on_change,  # before config.yaml is overwritten or any work
+              stale=() if cfg.cache_dir else ("teacher_cache",))  # a redo re-encodes its queries with the teacher
     main = D.rank() == 0
     if main:
         save_config(cfg, out / "config.yaml")
@@ -359,6 +378,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     if data.eval_qrels:
         res.update(evaluate_student(student, cfg.teacher, data.eval_queries, data.eval_qrels))
     write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
+    finish_run(out, inputs, {"steps": loop.total_steps})
     return res
 
 

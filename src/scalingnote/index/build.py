@@ -36,7 +36,9 @@ the top ``k`` — TMJ's "Recall 2@20" is ``k=2, rerank=20``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -51,7 +53,8 @@ import numpy as np
 from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.utils.steps import canonical, describe_changes, input_digest
+from scalingnote.index.embeddings import Embeddings, content_digest, l2_normalize, load_embeddings
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
 from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
@@ -71,6 +74,8 @@ from scalingnote.index.layout import (
 )
 
 
+log = logging.getLogger(__name__)
+
 # --------------------------------------------------------------------------- config
 
 
@@ -88,6 +93,7 @@ class IndexConfig:
     nprobe: int | None = field(default=None, metadata=cli_meta("Default IVF probes stored in the index.", min=1))
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
+    reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
 
     def kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -124,6 +130,7 @@ def build_index(
     progress: bool = True,
     index: Any = None,
     documents: str | Path | Mapping[str, Document] | Iterable[Document] | None = None,
+    reuse: bool = False,
 ) -> Path:
     """Build a FAISS index over document embeddings and save it to ``out_dir``.
 
@@ -141,15 +148,20 @@ def build_index(
     learned PQ (:mod:`scalingnote.index.learned_pq`). ``documents``: the corpus (BEIR
     directory, corpus.jsonl, or Documents) whose titles + snippets are stored with the index
     and returned by search; default: the corpus recorded by the embeddings directory, if any.
-    Returns ``out_dir``.
+    The manifest records the build's inputs (:func:`build_inputs`); an existing ``out_dir`` is
+    replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
+    naming the inputs that differ. Returns ``out_dir``.
     """
     import faiss
 
     t_start = time.perf_counter()
     out_dir = Path(out_dir)
-    if out_dir.exists() and not overwrite:
-        raise ScalingNoteError(f"{out_dir}: already exists (pass overwrite=True / --overwrite to replace it)")
     src = _resolve_source(source, doc_ids, tower_info)
+    inputs = build_inputs(src, dict(factory=factory.strip(), dim=dim, train_size=train_size, seed=seed, semantic_ids_layers=semantic_ids_layers,
+                                    codebook_size=codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training),
+                          documents, prebuilt=index is not None)
+    if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
+        return out_dir
     n, src_dim = len(src.ids), src.dim
     dim = src_dim if dim is None else int(dim)
     if not 1 <= dim <= src_dim:
@@ -183,15 +195,11 @@ def build_index(
         faiss.write_index(index, str(tmp_dir / INDEX_FILE))
         (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
         files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
-        docs_info = None
-        if documents is None:
-            documents = _corpus_of_embeddings(src.embeddings_dir)
-        if documents is not None:
-            docs_info = write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
-            files["docs"] = DOCS_FILE
+        docs_info = _write_docs(tmp_dir, src, documents, files)
         manifest = _manifest(
             index, factory, tmp_dir, src, dim, files, docs_info,
-            {"train_size": int(train_size), "n_train": n_train, "seed": int(seed), "search_defaults": search_defaults, "semantic_ids": sem_info},
+            {"train_size": int(train_size), "n_train": n_train, "seed": int(seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
+             "inputs": inputs, "inputs_sha256": input_digest(inputs)},
             timings, t_start,
         )
         with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
@@ -202,6 +210,62 @@ def build_index(
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return out_dir
+
+
+def _write_docs(tmp_dir: Path, src: _Source, documents: Any, files: dict[str, str]) -> dict[str, Any] | None:
+    """The document store (titles + snippets) of ``documents`` (default: the corpus recorded by
+    the embeddings directory); adds it to ``files``. None when there is no corpus."""
+    if documents is None:
+        documents = _corpus_of_embeddings(src.embeddings_dir)
+    if documents is None:
+        return None
+    files["docs"] = DOCS_FILE
+    return write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
+
+
+def build_inputs(src: _Source, settings: dict[str, Any], documents: Any, *, prebuilt: bool) -> dict[str, Any]:
+    """What an index is built from (canonical, see :mod:`scalingnote.utils.steps`): the vectors
+    (an embeddings directory by its shards' content digests and tower; an array by the SHA-256
+    of its bytes and ids), the settings and the document store's corpus. A prebuilt FAISS index
+    (``index=``) has no digest: such a build is never reused."""
+    if isinstance(src.data, Embeddings):
+        m = src.data.manifest
+        vectors: Any = {"embeddings": [s.get("content_sha256") for s in m.get("shards", [])], "normalized": m.get("normalized")}
+    else:
+        h = hashlib.sha256(np.ascontiguousarray(src.data, dtype=np.float32).tobytes())
+        h.update(json.dumps(src.ids, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        vectors = {"array_sha256": h.hexdigest()}
+    if documents is None or isinstance(documents, (str, Path)):
+        docs: Any = Path(documents) if documents is not None else None
+    elif isinstance(documents, (Mapping, list, tuple)):
+        docs = {"content_sha256": content_digest(list(documents.values() if isinstance(documents, Mapping) else documents))}
+    else:
+        docs = "<iterable>"  # a one-shot iterable cannot be read twice: never reused
+    tower = {k: src.tower.get(k) for k in ("fingerprint", "compat_id") if k in src.tower}
+    return canonical({"vectors": {**vectors, "n": len(src.ids), "dim": src.dim, "tower": tower}, **settings, "documents": docs,
+                      "prebuilt_index": prebuilt})
+
+
+def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, reuse: bool) -> bool:
+    """True: ``out_dir`` was built from ``inputs`` and ``reuse`` keeps it. False: rebuild it
+    (``overwrite``). Otherwise refused, naming the inputs that differ."""
+    try:
+        old = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = {}
+    same = old.get("inputs_sha256") == input_digest(inputs) and not inputs.get("prebuilt_index") and inputs.get("documents") != "<iterable>"
+    what = describe_changes(old["inputs"], inputs) if isinstance(old.get("inputs"), dict) else "it records no build inputs"
+    if not (overwrite or reuse):
+        raise ScalingNoteError(f"{out_dir}: already exists (built from {'the same' if same else 'other'} inputs); "
+                               "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the same inputs")
+    if same and reuse:
+        log.info("%s: built from the same inputs; reused", out_dir)
+        return True
+    if overwrite:
+        if not same:
+            log.warning("%s: replacing an index built from other inputs (%s)", out_dir, what)
+        return False
+    raise ScalingNoteError(f"{out_dir}: already exists, built from other inputs ({what}); pass overwrite=True / --overwrite to replace it")
 
 
 @dataclass

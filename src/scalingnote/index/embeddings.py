@@ -176,7 +176,7 @@ def encode_corpus(
     docs, source, total = open_corpus(corpus)
     shards = ShardLog.open(out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=ident)
     if shards.resumed:
-        check_resume(out_dir, shards.man, ident, shard_size)
+        check_resume(out_dir, shards.man, ident, shard_size, normalize)
     bar = tqdm(total=total, unit="doc", desc="encode", disable=not progress, dynamic_ncols=True)
     t0 = time.perf_counter()
     encoded = written = 0
@@ -233,20 +233,32 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int) -> None:
+def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int, normalize: bool | None = None) -> None:
+    """Refuse to resume an encoding made with other settings (issue 32): the shard size, the
+    normalisation, or any identity field of the document tower recorded in both (weights
+    fingerprint, compat id, pooling, maximum length, layers ...). The documents themselves are
+    checked shard by shard (:func:`verify_shard`)."""
     path = out_dir / MANIFEST
     if int(man.get("shard_size", -1)) != shard_size:
         raise ScalingNoteError(
             f"{path}: field 'shard_size' is {man.get('shard_size')}, but this run asks for {shard_size}; "
             "resume with the same shard size or use a new output directory"
         )
-    old = man.get("tower", {})
-    for key in ("fingerprint", "compat_id"):
-        if key in old and key in ident and str(old[key]) != str(ident[key]):
-            raise ScalingNoteError(
-                f"{path}: field 'tower.{key}' is {old[key]!r}, but the tower given now has {ident[key]!r}; "
-                "these embeddings were made by a different document tower — use a new output directory"
-            )
+    if normalize is not None and "normalized" in man and bool(man["normalized"]) != bool(normalize):
+        raise ScalingNoteError(
+            f"{path}: field 'normalized' is {man['normalized']}, but this run asks for normalize={normalize}; use a new output directory"
+        )
+    old = man.get("tower") or {}
+    # "name" is where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
+    keys = [k for k in sorted(set(old) & set(ident)) if k != "name" and str(old[k]) != str(ident[k])]
+    if keys:
+        from scalingnote.utils.steps import describe_changes
+
+        what = describe_changes({"tower": {k: old[k] for k in keys}}, {"tower": {k: ident[k] for k in keys}})
+        raise ScalingNoteError(
+            f"{path}: the document tower differs ({what}); these embeddings were made by a different "
+            "document tower or tower settings — use a new output directory"
+        )
 
 
 def content_digest(docs: list[Document]) -> str:

@@ -5,8 +5,12 @@ Endpoints
 ``GET  /``              the search page (``static/index.html`` + ``app.js``: query box, mode, results)
 ``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid" (default: fusion.json beside the index, else "dense"),
                         "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
-                        -> ``{"results": [{"doc_id", "score", "title", "snippet", "semantic_id"}], "took_ms"}``
-``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...], "took_ms"}``
+                        -> ``{"results": [{"doc_id", "score", "title", "snippet", "semantic_id"}],
+                        "found": int, "fewer_than_k": bool, "took_ms"}`` (``fewer_than_k``: fewer
+                        hits than ``k`` came back — a small corpus, or IVF lists probed that hold
+                        fewer than ``k`` documents: raise ``nprobe``)
+``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...],
+                        "found": [int, ...], "fewer_than_k": [bool, ...], "took_ms"}``
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
 ``GET  /metrics``       Prometheus text exposition
 ``POST /admin/reload``  ``{"query_tower": DIR}`` -> hot swap (200), 409 if incompatible, 400 if unloadable;
@@ -16,8 +20,14 @@ Endpoints
                         on the same host every client would look like loopback)
 
 Every error is a JSON body ``{"error": code, "detail": message}`` (422 bodies add
-``"errors": [{"field", "message", "type"}]``): malformed JSON -> 400, unknown fields /
-wrong types / out-of-range values -> 422, too large a body -> 413, not ready / shutting
+``"errors": [{"field", "message", "type"}]``): malformed JSON (also invalid UTF-8 or JSON
+nested too deeply) -> 400 ``malformed_json``, a non-JSON content type -> 415
+``unsupported_media_type``, a wrong method -> 405 with ``Allow``, unknown fields /
+wrong types / out-of-range values / a query that is not valid Unicode (lone surrogate) or is
+empty (only whitespace, NUL / control or zero-width characters) -> 422 naming the field,
+too large a body -> 413, a query the tower cannot encode -> 500 ``encode_failed`` for that
+request only (its micro-batch neighbours are retried alone and answered; no exception text in
+any body, the cause is one log line), not ready / shutting
 down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained). Types are strict: ``"k": "10"`` or
 ``"k": 10.0`` is refused rather than coerced.
 """
@@ -25,6 +35,7 @@ down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has like
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -176,11 +187,46 @@ class _Guard:
             self.metrics.latency.observe(time.perf_counter() - t0, endpoint=endpoint)
 
 
+class _SafeJSONResponse(JSONResponse):
+    """JSON that renders even when an echoed string (a field name from the request) holds a lone
+    surrogate: such strings are written as ``\\uXXXX`` escapes instead of failing to encode."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def _error(status: int, error: str, detail: Any, retry_after: int | None = None, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     headers = dict(headers or {})
     if status == 503:
         headers["Retry-After"] = str(int(retry_after) if retry_after else 1)
-    return JSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
+    return _SafeJSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
+
+
+def _is_json_type(content_type: str | None) -> bool:
+    """No content type (FastAPI then parses JSON) or ``application/json`` / ``application/*+json``."""
+    if not content_type:
+        return True
+    main = content_type.split(";", 1)[0].strip().lower()
+    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
+
+
+def _unparsable_body(exc: BaseException) -> str:
+    """Why FastAPI could not parse a request body (its 400 carries the cause as ``__cause__``)."""
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"request body is not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
+    if isinstance(cause, RecursionError):
+        return "request body is not valid JSON: nested too deeply"
+    return "request body is not valid JSON"
+
+
+def _found(hits: list, k: int) -> dict[str, Any]:
+    """``found``: hits returned; ``fewer_than_k``: fewer than the ``k`` asked for (a small corpus,
+    or an IVF index whose ``nprobe`` lists hold fewer than ``k`` documents: raise ``nprobe``)."""
+    return {"found": len(hits), "fewer_than_k": len(hits) < k}
 
 
 def _loc(loc) -> str:
@@ -237,6 +283,10 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         errs = exc.errors()
+        content_type = request.headers.get("content-type")
+        if not _is_json_type(content_type):  # FastAPI hands a non-JSON body to the model as bytes
+            metrics.rejected.inc(reason="unsupported_media_type")
+            return _error(415, "unsupported_media_type", f"content type {content_type[:100]!r} is not accepted; send application/json")
         bad_json = next((e for e in errs if e.get("type") == "json_invalid"), None)
         if bad_json is not None:
             metrics.rejected.inc(reason="malformed_json")
@@ -249,13 +299,16 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body (invalid UTF-8, too deep)
+            metrics.rejected.inc(reason="malformed_json")
+            return _error(400, "malformed_json", _unparsable_body(exc))
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail)
+        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, headers=exc.headers)  # 405 keeps its Allow header
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+        return _error(500, "internal_error", "internal error; the service log has the cause")  # never internals in the body
 
 
 def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, metrics: ServeMetrics) -> None:
@@ -270,7 +323,7 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         service.check_ready()
         service.validate_query(req.query)
         hits = await service.search([req.query], params_of(req))
-        return JSONResponse({"results": hits[0], "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+        return JSONResponse({"results": hits[0], **_found(hits[0], req.k), "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     @app.post("/search/batch")
     async def search_batch(req: BatchSearchRequest):
@@ -283,7 +336,9 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         for i, q in enumerate(req.queries):
             service.validate_query(q, f"queries.{i}")
         hits = await service.search(list(req.queries), params_of(req))
-        return JSONResponse({"results": hits, "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+        found = [_found(h, req.k) for h in hits]
+        return JSONResponse({"results": hits, "found": [f["found"] for f in found], "fewer_than_k": [f["fewer_than_k"] for f in found],
+                             "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     @app.get("/", response_class=HTMLResponse)
     async def page():

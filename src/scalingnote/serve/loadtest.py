@@ -2,7 +2,10 @@
 
 ``concurrency`` workers share one ``httpx.AsyncClient``; each sends ``POST /search``
 requests back to back (closed loop) with the next query of the list, until
-``duration_s`` has passed or ``max_requests`` requests have been sent. Reported: QPS
+``duration_s`` has passed or ``max_requests`` requests have been sent. A target where nothing
+listens is refused before the run; a service that stops answering mid-run (every worker's
+connections failing, ``2 x concurrency`` failures in a row) ends it (``stopped_by:
+"unreachable"``), and ``scalingnote loadtest`` exits 1 when no request succeeded. Reported: QPS
 (successful requests per second of wall time), latency percentiles of the successful
 requests (ms), error counts by kind, and — from two ``/metrics`` scrapes — the mean
 encode micro-batch size the service used during the run.
@@ -107,7 +110,7 @@ class LoadTestResult:
     max_ms: float | None = None
     mean_encode_batch_size: float | None = None  # from /metrics (None if it could not be read)
     server_queries: int | None = None  # queries the service searched during the run (from /metrics)
-    stopped_by: str = "duration"  # "duration" | "max_requests"
+    stopped_by: str = "duration"  # "duration" | "max_requests" | "unreachable" (the service stopped answering)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,6 +147,16 @@ async def _scrape(client, base: str) -> dict | None:
         return parse_metrics(r.text)
     except Exception:  # noqa: BLE001 - metrics are optional for the report
         return None
+
+
+async def _check_reachable(client, base: str) -> None:
+    """Refuse to start when nothing answers at ``base`` (a closed port, a wrong host)."""
+    import httpx
+
+    try:
+        await client.get(base + "/healthz")
+    except httpx.TransportError as e:
+        raise ScalingNoteError(f"{base}: no service answers ({type(e).__name__}); is `scalingnote serve` running on that port?") from None
 
 
 def _check_load_args(queries: list[str], concurrency: int, duration_s: float, max_requests: int | None, k: int) -> None:
@@ -183,7 +196,8 @@ async def run_loadtest_async(
     order = np.random.default_rng(seed).permutation(len(queries))
     bodies = [json.dumps({"query": queries[i], "k": int(k), **(extra or {})}).encode("utf-8") for i in order]
 
-    state = {"sent": 0}
+    state = {"sent": 0, "down": 0}  # down: transport failures in a row (no answer at all)
+    give_up = max(10, 2 * int(concurrency))
     latencies: list[float] = []
     errors: dict[str, int] = {}
     stopped_by = "duration"
@@ -193,6 +207,7 @@ async def run_loadtest_async(
     limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
     headers = {"content-type": "application/json"}
     async with httpx.AsyncClient(trust_env=False, timeout=timeout_s) as client:
+        await _check_reachable(client, base)
         before = await _scrape(client, base)
         t0 = time.perf_counter()
         deadline = t0 + float(duration_s)
@@ -206,6 +221,9 @@ async def run_loadtest_async(
                     if max_requests is not None and state["sent"] >= max_requests:
                         stopped_by = "max_requests"
                         return
+                    if state["down"] >= give_up:  # the service went away: stop instead of hammering a closed port
+                        stopped_by = "unreachable"
+                        return
                     i = state["sent"]
                     state["sent"] += 1
                     body = bodies[i % len(bodies)]
@@ -213,6 +231,7 @@ async def run_loadtest_async(
                     try:
                         r = await own.post(search_url, content=body)
                         await r.aread()
+                        state["down"] = 0
                         if r.status_code == 200:
                             latencies.append(time.perf_counter() - s)
                         else:
@@ -223,12 +242,20 @@ async def run_loadtest_async(
                     except httpx.HTTPError as e:
                         key = type(e).__name__
                         errors[key] = errors.get(key, 0) + 1
+                        if isinstance(e, httpx.TransportError):
+                            state["down"] += 1
                         await asyncio.sleep(0.01)  # server down: do not spin
 
         await asyncio.gather(*(worker() for _ in range(int(concurrency))))
         elapsed = time.perf_counter() - t0
         after = await _scrape(client, base)
 
+    return _result(search_url, concurrency, k, elapsed, latencies, errors, stopped_by, before, after)
+
+
+def _result(search_url: str, concurrency: int, k: int, elapsed: float, latencies: list[float], errors: dict[str, int], stopped_by: str,
+            before: dict | None, after: dict | None) -> LoadTestResult:
+    """The run's counts, QPS, latency percentiles and (from two /metrics scrapes) batch sizes."""
     lat_ms = np.asarray(latencies) * 1000.0
     n_err = sum(errors.values())
     res = LoadTestResult(

@@ -1,12 +1,15 @@
 """The work of one micro-batch (run in the service's worker thread): encode the texts that need
-the query tower in one call, search per group of identical parameters, turn results into JSON
-hits; plus the request / error types shared with the HTTP app."""
+the query tower in one call (if that call fails, each request's texts on their own, so only the
+request the tower cannot encode fails), search per group of identical parameters, turn results
+into JSON hits; plus the request / error types shared with the HTTP app. Error bodies never
+carry exception text: the cause goes to the service log, one line per micro-batch."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,30 @@ class _Item:
 
 
 
+# characters that carry no text: whitespace, control (NUL ...), format (zero-width space / joiners,
+# BOM, bidi marks) and separators; a query made only of these is empty
+_BLANK_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def query_problem(q: str) -> str | None:
+    """Why ``q`` cannot be searched (None: it can): not valid Unicode (a lone surrogate, which
+    JSON's ``\\ud800`` escapes can carry but no encoder accepts), or empty (nothing but
+    whitespace, control characters such as NUL, and zero-width / format characters)."""
+    try:
+        q.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"not valid Unicode: lone surrogate U+{ord(q[e.start]):04X} at character {e.start}"
+    if all(c.isspace() or unicodedata.category(c) in _BLANK_CATEGORIES for c in q):
+        return "empty query" if not q.strip() else "empty query (only control, zero-width or format characters)"
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    """``Type: message`` on one line, at most 300 characters (for the service log)."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
+
+
 class BatchProcessing:
     """Mixin of :class:`~scalingnote.serve.service.SearchService`: needs ``settings``,
     ``metrics``, ``searcher``, ``titles`` and ``snippets``."""
@@ -64,21 +91,11 @@ class BatchProcessing:
         vec_row = np.full(len(texts), -1, dtype=np.int64)
         vec_row[enc_rows] = np.arange(len(enc_rows))
         t0 = time.perf_counter()
-        vecs = None
-        encode_error: ServiceError | None = None
-        if len(enc_rows):
-            try:
-                vecs = tower.encode_queries([texts[r] for r in enc_rows], batch_size=max(self.settings.max_batch, 1), show_progress=False)
-            except Exception as e:  # noqa: BLE001 - only the items that needed the tower fail
-                self.metrics.query_errors.inc(len(enc_rows), kind="encode")
-                log.exception("query encoding failed")
-                encode_error = ServiceError(500, "encode_failed", f"{type(e).__name__}: {e}")
-                if len(need) == len(items):
-                    return [encode_error] * len(items)
-            else:
-                self.metrics.batch_size.observe(len(enc_rows))
+        vecs, failed = self._encode(tower, texts, enc_rows, items, need)
+        if failed and len(failed) == len(items):
+            return [failed[i] for i in range(len(items))]
         t1 = time.perf_counter()
-        if len(enc_rows) and encode_error is None:
+        if len(enc_rows) and not failed:
             self.metrics.encode_seconds.observe(t1 - t0)
 
         groups: dict[SearchParams, list[int]] = defaultdict(list)
@@ -87,12 +104,15 @@ class BatchProcessing:
         outs: list[Any] = [None] * len(items)
         searcher = self.searcher if self.searcher is not None and self.searcher.dense is index else None
         for params, members in groups.items():
+            if params.mode != "bm25":  # items the tower could not encode fail alone
+                for i in members:
+                    if i in failed:
+                        outs[i] = failed[i]
+                members = [i for i in members if i not in failed]
+                if not members:
+                    continue
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
             kw = {"nprobe": params.nprobe, "ef_search": params.ef_search, "rerank": params.rerank}
-            if encode_error is not None and params.mode != "bm25":
-                for i in members:
-                    outs[i] = encode_error
-                continue
             try:
                 if params.mode == "dense":
                     res = index.search(vecs[vec_row[rows]], params.k, **kw)
@@ -106,11 +126,11 @@ class BatchProcessing:
                 for i in members:
                     outs[i] = ServiceError(422, "invalid_request", str(e))
                 continue
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:  # noqa: BLE001 - internals go to the log (one line), never into the body
                 self.metrics.query_errors.inc(len(rows), kind="search")
-                log.exception("index search failed")
+                log.error("index search failed for %d queries (mode %s, k %d): %s", len(rows), params.mode, params.k, _one_line(e))
                 for i in members:
-                    outs[i] = ServiceError(500, "search_failed", f"{type(e).__name__}: {e}")
+                    outs[i] = ServiceError(500, "search_failed", "the index search failed; the service log has the cause")
                 continue
             hits = self._hits(res)
             pos = 0
@@ -121,6 +141,49 @@ class BatchProcessing:
         self.metrics.search_seconds.observe(time.perf_counter() - t1)
         self.metrics.queries.inc(len(texts))
         return outs
+
+    def _encode(self, tower, texts: list[str], enc_rows: np.ndarray, items: list[_Item], need: list[int]) -> tuple[np.ndarray | None, dict[int, ServiceError]]:
+        """Encode ``texts[enc_rows]`` in one call. If that call fails, encode each item's texts on
+        their own, so that only the items the tower cannot encode fail (one bad query must not
+        fail its micro-batch neighbours); one log line says how many failed and why. Returns the
+        vectors (row ``r`` of ``enc_rows`` -> row ``r``; failed items' rows are zero) and the
+        failed items by index."""
+        if not len(enc_rows):
+            return None, {}
+        bs = max(self.settings.max_batch, 1)
+        try:
+            vecs = tower.encode_queries([texts[r] for r in enc_rows], batch_size=bs, show_progress=False)
+        except Exception as batch_error:  # noqa: BLE001 - retried item by item below
+            first_error = batch_error
+        else:
+            self.metrics.batch_size.observe(len(enc_rows))
+            return vecs, {}
+        parts: dict[int, np.ndarray] = {}
+        failed: dict[int, ServiceError] = {}
+        cause: BaseException = first_error
+        for i in need:
+            try:
+                parts[i] = np.asarray(tower.encode_queries(items[i].texts, batch_size=bs, show_progress=False), dtype=np.float32)
+            except Exception as e:  # noqa: BLE001 - this item fails alone
+                cause = e
+                failed[i] = ServiceError(500, "encode_failed", "the query tower could not encode this query; the service log has the cause")
+        n_bad = sum(len(items[i].texts) for i in failed)
+        if n_bad:
+            self.metrics.query_errors.inc(n_bad, kind="encode")
+        log.error("query encoding failed for a micro-batch of %d queries; retried one request at a time: %d of %d requests failed (%s)",
+                  len(enc_rows), len(failed), len(need), _one_line(cause))
+        if not parts:
+            return None, failed
+        dim = next(iter(parts.values())).shape[1]
+        vecs = np.zeros((len(enc_rows), dim), dtype=np.float32)
+        pos = 0
+        for i in need:
+            n = len(items[i].texts)
+            if i in parts:
+                vecs[pos : pos + n] = parts[i]
+            pos += n
+        self.metrics.batch_size.observe(len(enc_rows) - n_bad)
+        return vecs, failed
 
     def _hits(self, res) -> list[list[dict[str, Any]]]:
         """JSON hits: doc id, score, title, snippet (from the index's document store, else the

@@ -40,7 +40,7 @@ from typing import Any
 from scalingnote.errors import ScalingNoteError
 from scalingnote.serve.corpus import load_bm25, load_documents, resolve_corpus_path
 from scalingnote.serve.metrics import ServeMetrics
-from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item  # noqa: F401 - re-exported for the app
+from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
@@ -247,8 +247,11 @@ class SearchService(BatchProcessing):
         return self.searcher.modes if self.searcher is not None else ("dense",)
 
     def validate_query(self, q: str, where: str = "query") -> None:
-        if not q.strip():
-            raise ServiceError(422, "invalid_request", f"{where}: empty query")
+        """422 naming ``where`` for a query that is not valid Unicode, empty (see
+        :func:`~scalingnote.serve.processing.query_problem`) or too long: refused before batching."""
+        problem = query_problem(q)
+        if problem is not None:
+            raise ServiceError(422, "invalid_request", f"{where}: {problem}")
         if len(q) > self.settings.max_query_chars:
             raise ServiceError(422, "invalid_request", f"{where}: {len(q)} characters, more than the limit of {self.settings.max_query_chars}")
 

@@ -28,6 +28,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import load_training_data
+from scalingnote.training.resume import OnChange, begin_run, config_inputs, finish_run
 from scalingnote.training.trainer import Trainer
 from scalingnote.utils import run_metadata, seed_everything, write_json
 from scalingnote.utils.io import atomic_path
@@ -233,8 +234,20 @@ def _merge_lora(towers) -> None:
             merge_lora(t)  # adapters injected on the top layers of a cached-prefix tower
 
 
-def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]:
-    """Run Stage I end to end. Returns the metrics dict also written to ``run.json``."""
+def stage1_inputs(cfg: TrainConfig) -> dict[str, Any]:
+    """What a Stage I run's checkpoints depend on (:mod:`scalingnote.training.resume`): the config
+    with the data files and local model directories fingerprinted."""
+    d = cfg.data
+    return config_inputs(cfg, {"data.data_dir": d.data_dir, "data.triplets": d.triplets, "data.validation_triplets": d.validation_triplets,
+                               "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model})
+
+
+def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChange = "refuse") -> dict[str, Any]:
+    """Run Stage I end to end. Returns the metrics dict also written to ``run.json``.
+
+    ``resume``: continue from the newest checkpoint in ``output_dir`` when it was made from the
+    same inputs (:func:`stage1_inputs`); checkpoints made from other inputs are refused with the
+    keys that differ (``on_change="refuse"``) or cleared (``"redo"``)."""
     if cfg.deepspeed:
         try:
             import deepspeed  # noqa: F401
@@ -250,6 +263,8 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
     D.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    inputs = stage1_inputs(cfg)
+    begin_run(out, inputs, resume=resume, on_change=on_change)  # before config.yaml is overwritten or any work
     if D.rank() == 0:
         save_config(cfg, out / "config.yaml")
     seed_everything(cfg.seed)
@@ -308,6 +323,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None) -> dict[str, Any]
             results.update(evaluate_pair(cfg, qt, dt, data, save_embeddings=out, encoders=encoders))
         meta = run_metadata(cfg)
         write_json(out / "run.json", {"metrics": results, **meta})
+    finish_run(out, inputs, {"total_steps": results.get("total_steps")})
     return results
 
 
