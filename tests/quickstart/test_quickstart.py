@@ -136,8 +136,13 @@ def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, 
 
 
 def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
-    with pytest.raises(ScalingNoteError, match="not a BEIR directory"):
+    with pytest.raises(ScalingNoteError, match="no such directory"):
         quickstart(_cfg(tiny_models, tmp_path / "x", data=str(tmp_path / "nonexistent")))
+    (tmp_path / "beir" / "qrels").mkdir(parents=True)
+    for f in ("corpus.jsonl", "queries.jsonl"):
+        (tmp_path / "beir" / f).write_text("")
+    with pytest.raises(ScalingNoteError, match="missing qrels/test.tsv"):
+        quickstart(_cfg(tiny_models, tmp_path / "x", data=str(tmp_path / "beir")))
     assert not (tmp_path / "x").exists()
     with pytest.raises(ConfigError, match="llm_pooling"):
         _cfg(tiny_models, tmp_path / "bad", llm_pooling="avg")

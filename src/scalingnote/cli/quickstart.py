@@ -24,6 +24,7 @@ def register(app: typer.Typer) -> None:
         from scalingnote.cli.train import parse_overrides
         from scalingnote.config import load_config
         from scalingnote.quickstart import QuickstartConfig, quickstart
+        from scalingnote.quickstart.pipeline import check_inputs
 
         check_inputs(out, data)  # before any work: a bad --data fails now, not after Stage I started
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
@@ -35,21 +36,3 @@ def register(app: typer.Typer) -> None:
              "max_eval_queries": max_eval_queries, **over},
         )
         quickstart(cfg)
-
-
-def check_inputs(out: Path, data: Path | None) -> None:
-    """``--data`` must be a BEIR directory (corpus.jsonl, queries.jsonl, qrels/) and ``--out``
-    a directory (or not exist yet); a :class:`~scalingnote.errors.ScalingNoteError` names the path."""
-    from scalingnote.errors import ScalingNoteError
-
-    if out.exists() and not out.is_dir():
-        raise ScalingNoteError(f"--out {out}: exists and is not a directory")
-    if data is None:
-        return
-    if not data.exists():
-        raise ScalingNoteError(f"--data {data}: no such directory")
-    if not data.is_dir():
-        raise ScalingNoteError(f"--data {data}: not a directory (give a BEIR directory: corpus.jsonl, queries.jsonl, qrels/)")
-    missing = [name for name in ("corpus.jsonl", "queries.jsonl", "qrels") if not (data / name).exists()]
-    if missing:
-        raise ScalingNoteError(f"--data {data}: not a BEIR directory, missing {', '.join(missing)}")

@@ -107,7 +107,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set
     from scalingnote.utils import run_metadata, seed_everything, write_json
 
-    P.check_inputs(cfg)
+    P.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split)
     out = Path(cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "quickstart.yaml")

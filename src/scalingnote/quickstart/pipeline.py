@@ -136,17 +136,22 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
     return res
 
 
-def check_inputs(cfg: QuickstartConfig) -> None:
-    """Fail before any work when the data directory is not a BEIR directory."""
-    if not cfg.data:
+def check_inputs(out: Path, data: Path | None, eval_split: str = "test") -> None:
+    """Fail before any work: ``--out`` must be a directory (or not exist yet), ``--data`` a BEIR
+    directory (corpus.jsonl, queries.jsonl, qrels/<eval_split>.tsv); the error names the path."""
+    if out.exists() and not out.is_dir():
+        raise ScalingNoteError(f"--out {out}: exists and is not a directory")
+    if data is None:
         return
-    d = Path(cfg.data)
-    missing = [p for p in ("corpus.jsonl", "queries.jsonl", "qrels") if not (d / p).exists()]
-    if not d.is_dir() or missing:
-        raise ScalingNoteError(f"--data {d}: not a BEIR directory ({'does not exist' if not d.exists() else 'missing ' + ', '.join(missing)})")
-    split = d / "qrels" / f"{cfg.eval_split}.tsv"
-    if not split.exists():
-        raise ScalingNoteError(f"--data {d}: no {split.relative_to(d)} for eval_split={cfg.eval_split!r}")
+    if not data.exists():
+        raise ScalingNoteError(f"--data {data}: no such directory")
+    if not data.is_dir():
+        raise ScalingNoteError(f"--data {data}: not a directory (give a BEIR directory: corpus.jsonl, queries.jsonl, qrels/)")
+    missing = [name for name in ("corpus.jsonl", "queries.jsonl", "qrels") if not (data / name).exists()]
+    if missing:
+        raise ScalingNoteError(f"--data {data}: not a BEIR directory, missing {', '.join(missing)}")
+    if not (data / "qrels" / f"{eval_split}.tsv").exists():
+        raise ScalingNoteError(f"--data {data}: not a BEIR directory for eval_split={eval_split!r}, missing qrels/{eval_split}.tsv")
 
 
 def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why: str, students: dict) -> dict[str, Any]:

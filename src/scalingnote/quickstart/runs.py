@@ -39,35 +39,28 @@ def _canon(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
     return json.loads(text)
 
 
-def _digest(inputs: dict[str, Any]) -> str:
-    import hashlib
-
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def step_done(path: Path, inputs: dict[str, Any]) -> bool:
-    """True when ``path`` finished with these inputs; a step finished with other inputs is
-    cleared (its directory removed) and redone, with a message naming what changed."""
-    marker = path / "DONE"
-    if not marker.exists():
-        return False
-    try:
-        old = json.loads(marker.read_text(encoding="utf-8")).get("inputs", {})
-    except (OSError, ValueError):
-        old = {}
-    new = _canon(path, inputs)
-    if _digest(old) == _digest(new):
+    """True when ``path`` finished with these inputs (:mod:`scalingnote.utils.steps`); a step
+    finished with other inputs is cleared (its directory removed) and redone, with a message
+    naming what changed."""
+    from scalingnote.utils.steps import changed_keys, step_state
+
+    canon = _canon(path, inputs)
+    state = step_state(path, canon)
+    if state == "done":
         return True
-    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    log.warning("%s was made from other inputs (%s changed): redoing it", path, ", ".join(changed) or "format")
-    print(f"[quickstart] {path.name}: made from other inputs ({', '.join(changed) or 'format'} changed): redoing it", flush=True)
-    shutil.rmtree(path)
+    if state == "changed":
+        changed = ", ".join(changed_keys(path, canon)) or "format"
+        log.warning("%s was made from other inputs (%s changed): redoing it", path, changed)
+        print(f"[quickstart] {path.name}: made from other inputs ({changed} changed): redoing it", flush=True)
+        shutil.rmtree(path)
     return False
 
 
 def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
-    canon = _canon(path, inputs)
-    write_json(path / "DONE", {"inputs": canon, "digest": _digest(canon), **(info or {})})
+    from scalingnote.utils.steps import mark_step
+
+    mark_step(path, _canon(path, inputs), info)
 
 
 def banner(title: str) -> None:
@@ -146,7 +139,7 @@ def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: P
     inputs = {"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
-        res = train(tc, resume=True)
+        res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
         mark_done(run_dir, inputs, {"best_val_score": res.get("best_val_score")})
     m = json.loads((run_dir / "run.json").read_text())["metrics"]
     return dict(m, run_dir=str(run_dir))
@@ -293,7 +286,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
               "teacher": json.loads(teacher_marker.read_text()).get("digest") if teacher_marker.exists() else None}
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
-        distill(dc, resume=True)
+        distill(dc, resume=True, on_change="redo")
         mark_done(d, inputs)
     return dict(json.loads((d / "run.json").read_text())["metrics"], run_dir=str(d))
 
