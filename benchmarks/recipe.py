@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,19 @@ def targets(rows: list[dict[str, Any]], ordering: dict[str, bool]) -> dict[str, 
     return t
 
 
+def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None) -> Path:
+    """``benchmarks/results/<name>.json`` from a finished quick-start run directory (its
+    ``results.json``: rows, choices, resolved config, versions)."""
+    res = json.loads((out / "results.json").read_text())
+    flat = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in res["rows"]]
+    config = {**res["config"], "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
+              "choices": res["choices"], "targets": targets(flat, res["choices"]["ordering"]), "elapsed_s_last_run": res["elapsed_s"],
+              "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine (shared by other jobs: noisy)",
+              "p99_ms": "single-query encode, one intra-op thread, 200 queries one at a time, after 10 warm-up queries",
+              **(note or {})}
+    return write_results(name, flat, config)
+
+
 def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Path | None, extra: dict[str, Any]) -> Path:
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
@@ -58,14 +70,8 @@ def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Pat
     out = out or REPO_ROOT / "runs" / "recipe" / data
     cfg = QuickstartConfig(out=str(out), data=None if data == "synthetic" else str(shared_data_dir() / data), llm_depths=llm_depths,
                            query_max_length=q_max, doc_max_length=d_max, student_p99_ms=student_p99_ms, show_progress=False, **extra)
-    rows = quickstart(cfg)
-    res = json.loads((out / "results.json").read_text())
-    flat = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
-    config = {**asdict(cfg), "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
-              "choices": res["choices"], "targets": targets(flat, res["choices"]["ordering"]), "elapsed_s": res["elapsed_s"],
-              "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine (shared by other jobs: noisy)",
-              "p99_ms": "single-query encode, 200 queries one at a time, after 10 warm-up queries"}
-    return write_results(f"recipe_{data}", flat, config)
+    quickstart(cfg)
+    return results_of_run(f"recipe_{data}", out)
 
 
 def main() -> None:
@@ -75,7 +81,11 @@ def main() -> None:
     ap.add_argument("--student-p99-ms", type=float, default=None)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--set", action="append", default=[], help="QuickstartConfig override key=JSON value, e.g. --set qkd_epochs=10")
+    ap.add_argument("--from-run", type=Path, default=None, help="write the results file from this finished run directory instead")
     args = ap.parse_args()
+    if args.from_run is not None:
+        print(results_of_run(f"recipe_{args.data}", args.from_run.resolve()))
+        return
     extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
     print(run(args.data, [int(x) for x in args.llm_depths.split(",")], args.student_p99_ms, args.out, extra))
 

@@ -145,10 +145,15 @@ def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: P
     return dict(m, run_dir=str(run_dir))
 
 
+#: settings that do not change what a step produces (progress bars, logging, checkpoint cadence)
+COSMETIC = ("show_progress", "save_every", "log_every", "keep_checkpoints")
+
+
 def _config_dict(c) -> dict:
+    """A run's config as the inputs of its step, without :data:`COSMETIC` fields."""
     from dataclasses import asdict
 
-    return asdict(c)
+    return {k: v for k, v in asdict(c).items() if k not in COSMETIC}
 
 
 def family_method(fam: Family) -> str:
