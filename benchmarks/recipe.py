@@ -54,7 +54,8 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None) -> 
     """``benchmarks/results/<name>.json`` from a finished quick-start run directory (its
     ``results.json``: rows, choices, resolved config, versions)."""
     res = json.loads((out / "results.json").read_text())
-    flat = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in res["rows"]]
+    flat = [{k: (None if isinstance(v, float) and v != v else round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+            for r in res["rows"]]  # NaN (no figure) -> null: strict JSON
     config = {**res["config"], "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
               "choices": res["choices"], "targets": targets(flat, res["choices"]["ordering"]), "elapsed_s_last_run": res["elapsed_s"],
               "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine (shared by other jobs: noisy)",

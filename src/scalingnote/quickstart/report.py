@@ -22,8 +22,9 @@ def tower_label(pool: TowerPool, qdir: str | Path, qkd: bool = False) -> tuple[s
 
 def row(method: str, sc: Scored, *, large: str = "-", query: str = "-", layers: int | None = None, chosen: str = "",
         tower: str | None = None, **extra: Any) -> dict[str, Any]:
+    val = None if sc.val_ndcg != sc.val_ndcg else sc.val_ndcg  # NaN (no validation figure) -> null
     r = {"method": method, "large_tower": large, "query_tower": query, "query_layers": layers, **sc.metrics,
-         "val_ndcg@10": sc.val_ndcg, "query_qps": None, "chosen": chosen, **extra}
+         "val_ndcg@10": val, "query_qps": None, "chosen": chosen, **extra}
     if tower is not None:
         r["_tower"] = str(tower)
     return r
