@@ -56,6 +56,8 @@ class TowerPool:
     def __init__(self) -> None:
         self._towers: dict[str, Any] = {}
         self._docs: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._emb: dict[tuple[str, int], np.ndarray] = {}  #: (tower, id of the text list) -> embeddings
+        self.scored: dict[tuple[str, str], Scored] = {}  #: (tower, doc run) -> its score, computed once
 
     def tower(self, path: str | Path):
         from scalingnote.models import load_tower
@@ -77,20 +79,29 @@ class TowerPool:
         return self._docs[key]
 
     def encode(self, path: str | Path, texts: list[str]) -> np.ndarray:
+        """Normalised query embeddings; each (tower, text list) is encoded once (the lists are the
+        eval set's, which live as long as the pool)."""
         from scalingnote.evaluation.dense import truncate_normalize
 
-        return truncate_normalize(self.tower(path).encode_queries(texts, batch_size=256, show_progress=False))
+        key = (str(path), id(texts))
+        if key not in self._emb:
+            self._emb[key] = truncate_normalize(self.tower(path).encode_queries(texts, batch_size=256, show_progress=False))
+        return self._emb[key]
 
 
 def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalSet) -> Scored:
     from scalingnote.evaluation import evaluate
     from scalingnote.evaluation.dense import exact_search
 
+    key = (str(tower_dir), str(doc_run))
+    if key in pool.scored:
+        return pool.scored[key]
     d_emb, ids = pool.docs(doc_run)
     run = exact_search(pool.encode(tower_dir, ev.texts), ev.qids, d_emb, ids, k=100)
     val_run = exact_search(pool.encode(tower_dir, ev.val_texts), ev.val_qids, d_emb, ids, k=100) if ev.val_qids else {}
     val = float(evaluate(val_run, ev.val_qrels, ["ndcg@10"])["ndcg@10"]) if ev.val_qids else float("nan")
-    return Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run)
+    pool.scored[key] = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run)
+    return pool.scored[key]
 
 
 def per_query_ndcg(run, qrels) -> dict[str, float]:
