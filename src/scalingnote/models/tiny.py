@@ -60,12 +60,10 @@ def tiny_tokenizer(kind: str = "llm", vocab_size: int = 512) -> Any:
         tok.train_from_iterator(list(TINY_CORPUS), trainer)
         return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=LLM_EOS, pad_token=LLM_PAD)
     if kind == "bert":
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok = Tokenizer(models.WordPiece(_tiny_wordpiece_vocab(vocab_size), unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIALS), show_progress=False)
-        tok.train_from_iterator(list(TINY_CORPUS), trainer)
         cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
@@ -80,6 +78,25 @@ def tiny_tokenizer(kind: str = "llm", vocab_size: int = 512) -> Any:
             model_max_length=512,
         )
     raise ValueError(f"kind must be 'llm' or 'bert', got {kind!r}")
+
+
+def _tiny_wordpiece_vocab(vocab_size: int) -> dict[str, int]:
+    """A WordPiece vocabulary built in a fixed order: the specials, every character of
+    :data:`TINY_CORPUS` alone and as a ``##`` continuation, then its most frequent words.
+
+    (``tokenizers``' ``WordPieceTrainer`` breaks ties between equally frequent merges in hash
+    order, which differs between processes: its vocabulary, and so every tiny BERT, changed
+    from run to run.)"""
+    from collections import Counter
+
+    from tokenizers import normalizers, pre_tokenizers
+
+    norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words = Counter(w for line in TINY_CORPUS for w, _ in pre.pre_tokenize_str(norm.normalize_str(line)))
+    chars = sorted({c for w in words for c in w})
+    tokens = [*BERT_SPECIALS, *chars, *(f"##{c}" for c in chars)]
+    tokens += [w for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])) if len(w) > 1 and w not in tokens]
+    return {t: i for i, t in enumerate(tokens[:vocab_size])}
 
 
 def tiny_llm_config(
