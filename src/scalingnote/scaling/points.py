@@ -1,4 +1,4 @@
-"""Converged head-only training points over cached frozen-prefix features (issue #21).
+"""Converged head-only training points over cached frozen-prefix features.
 
 A *point* of a scaling sweep / ablation is one Stage I run of the CPU recipe
 (``trainable_layers: 0``: the projection heads train over cached pooled states, see
