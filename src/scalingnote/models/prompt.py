@@ -245,7 +245,7 @@ class DocumentPrompt:
             else:
                 pos[val] = len(ids) - 1
                 ids.append(self.placeholder_ids[val])
-        last = len(ids) - 1  # a view the template lacks points at the last token (see :meth:`pool`)
+        last = len(ids) - 1  # a view the template lacks points at the last token (see :meth:`spans`)
         return ids, (pos.get("title", last), pos.get("content", last), pos.get("emb", last))
 
     @property

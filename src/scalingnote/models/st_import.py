@@ -12,8 +12,7 @@ A directory with a ``modules.json`` (one a user fine-tuned elsewhere, or one wri
 * ``Normalize`` -> nothing to do (scalingnote normalises the embeddings it returns).
 
 :func:`scalingnote.models.load_tower` reads every such directory with this module and builds the
-tower (:func:`scalingnote.models.towers.io.load_st_tower`),
-so ``index encode``, ``evaluate``, ``serve`` and QKD (teacher ``query_tower`` or student
+tower from what it found, so ``index encode``, ``evaluate``, ``serve`` and QKD (teacher ``query_tower`` or student
 ``model``) accept one wherever they accept a Hugging Face directory. A directory with no
 ``Dense`` module loads exactly as the plain Hugging Face directory did before (so existing
 indexes of the packaged all-MiniLM-L6-v2 keep their compat id).

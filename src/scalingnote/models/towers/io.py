@@ -221,22 +221,10 @@ def load_saved_tower(
     return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
 
 
-def load_st_tower(
-    source: ModelSource | str | os.PathLike,
-    role: str = "query",
-    *,
-    num_layers: int | None = None,
-    dim: int | None = None,
-    pooling: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    dtype: torch.dtype | str | None = None,
-    device: torch.device | str | None = None,
-    **build_kwargs: Any,
-) -> QueryTower | DocumentTower:
+def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, **kw: Any) -> QueryTower | DocumentTower:
     """A tower from a sentence-transformers directory (read by :mod:`scalingnote.models.st_import`):
     its transformer, its pooling (the pooling table's entry with that ``st_mode``) and its ``Dense``
-    head as the projection, the bias as the centre."""
-    src = source if isinstance(source, ModelSource) else resolve_source(source)
+    head as the projection, the bias as the centre. ``kw``: :func:`build_tower`'s keywords."""
     layout = read_st_layout(src.path)
     mf = src.path / MODULES_FILE
     bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir)
@@ -247,13 +235,15 @@ def load_st_tower(
         known = sorted({m.st_mode for m in POOLING_MODES.values() if m.st_mode and bb.kind in m.kinds})
         raise ConfigError(mf, None, "Pooling", f"pooling mode {layout.pooling!r}: a {bb.kind.upper()} tower pools with one of {known} "
                           "(register a pooling mode with that st_mode to import it)")
+    pooling, dim = kw.pop("pooling"), kw.pop("dim")
     if layout.dense_dir is None:
         # no head: exactly the tower a plain HF directory gives (the declared pooling is the default)
-        return build_tower(bb, role, dim=dim, pooling=pooling or st_pool, device=device, dtype=dtype, **build_kwargs)
+        return build_tower(bb, role, dim=dim, pooling=pooling or st_pool, **kw)
     if pooling is not None and st_pool is not None and pooling != st_pool:
         raise ConfigError(mf, None, "Pooling", f"the Dense head was trained on {st_pool!r} pooling; asked for {pooling!r}")
     w, center = dense_head(layout, bb.hidden_size, dim)
-    tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **build_kwargs)
+    device, dtype = kw.pop("device"), kw.pop("dtype")
+    tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **kw)
     with torch.no_grad():
         tower.projection.weight.copy_(w.to(torch.float32))
     tower.set_center(center.to(torch.float32))
@@ -311,8 +301,8 @@ def load_tower(
                 raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
     if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
-        return load_st_tower(
-            src, role or "query", num_layers=num_layers, dim=dim, pooling=pooling, cache_dir=cache_dir, dtype=dtype, device=device,
+        return _load_st_tower(
+            src, role or "query", num_layers, cache_dir, dim=dim, pooling=pooling, dtype=dtype, device=device,
             matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
             doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
         )
