@@ -14,7 +14,8 @@ from scalingnote.data import Document
 from scalingnote.errors import ConfigError
 from scalingnote.models import POOLING_MODES, PoolingMode, load_tower, pooling_mode, register_pooling
 from scalingnote.models.prompt import PROMPT_PRESETS
-from scalingnote.models.towers.pooling import default_pooling, from_st_mode
+from scalingnote.models.towers.pooling import default_pooling, from_st_mode, pooling_modes
+from scalingnote.utils.registry import RegistryError
 
 QUERIES = ["fox", "what is dense retrieval and why does it need a large language model", "", "Scaling laws relate model size"]
 DOCS = [
@@ -25,12 +26,10 @@ DOCS = [
 
 
 @pytest.fixture()
-def table():
-    """Restore the pooling table after a test that registers modes."""
-    saved = dict(POOLING_MODES)
-    yield POOLING_MODES
-    POOLING_MODES.clear()
-    POOLING_MODES.update(saved)
+def table(monkeypatch):
+    """The pooling table, restored after a test that registers modes."""
+    monkeypatch.setattr(POOLING_MODES, "_entries", dict(POOLING_MODES._entries))
+    return POOLING_MODES
 
 
 # ------------------------------------------------------------------ the old implementation (oracle)
@@ -126,18 +125,18 @@ def test_bert_modes_reproduce_the_old_numbers(tiny_dirs, role, pooling):
 
 
 def test_builtin_entries_say_what_the_code_needs():
-    allowed = {(k, r): {n for n, m in POOLING_MODES.items() if m.allows(k, r)} for k in ("llm", "bert") for r in ("query", "document")}
+    allowed = {(k, r): {m.name for m in pooling_modes(k, r)} for k in ("llm", "bert") for r in ("query", "document")}
     assert allowed == {("llm", "query"): {"last", "mean"}, ("llm", "document"): {"prompt", "mean"},
                        ("bert", "query"): {"cls", "mean"}, ("bert", "document"): {"cls", "mean"}}
-    assert {n: m.st_mode for n, m in POOLING_MODES.items()} == {"cls": "cls", "mean": "mean", "last": "lasttoken", "prompt": None}
-    assert {n: m.reads for n, m in POOLING_MODES.items()} == {"cls": "first", "mean": "span", "last": "end", "prompt": "end"}
+    assert {m.name: m.st_mode for m in pooling_modes()} == {"cls": "cls", "mean": "mean", "last": "lasttoken", "prompt": None}
+    assert {m.name: m.reads for m in pooling_modes()} == {"cls": "first", "mean": "span", "last": "end", "prompt": "end"}
     assert [default_pooling(k, r) for k, r in allowed] == ["last", "prompt", "cls", "cls"]
     assert default_pooling("bert", "query", "mean") == "mean" and default_pooling("bert", "query", "last") == "cls"
     assert from_st_mode("lasttoken") == "last" and from_st_mode("lasttoken", "bert") is None and from_st_mode("max") is None
 
 
 def test_unknown_and_misplaced_modes_are_clear_errors(tiny_dirs):
-    with pytest.raises(ConfigError, match=r"unknown pooling mode 'nope'; known: cls, mean, last, prompt"):
+    with pytest.raises(ConfigError, match=r"field 'pooling': unknown pooling mode 'nope'; known: cls, last, mean, prompt"):
         pooling_mode("nope")
     with pytest.raises(ConfigError, match=r"pooling 'prompt' is not for a bert query tower; use one of: cls, mean"):
         load_tower(tiny_dirs["bert"], "query", pooling="prompt", device="cpu")
@@ -146,10 +145,10 @@ def test_unknown_and_misplaced_modes_are_clear_errors(tiny_dirs):
 
 
 def test_register_refuses_taken_names_unless_replace(table):
-    fn = POOLING_MODES["mean"].pool
-    with pytest.raises(ValueError, match="'mean' is already registered"):
+    fn = pooling_mode("mean").pool
+    with pytest.raises(RegistryError, match="'mean' is already registered"):
         register_pooling("mean", fn)
-    with pytest.raises(ValueError, match="without ':'"):
+    with pytest.raises(RegistryError, match="without ':'"):
         register_pooling("a:b", fn)
     with pytest.raises(ValueError, match="named 'x', registered as 'y'"):
         register_pooling("y", PoolingMode("x", fn))
@@ -158,7 +157,7 @@ def test_register_refuses_taken_names_unless_replace(table):
     with pytest.raises(ValueError, match="reads must be one of"):
         register_pooling("z", fn, reads="middle")
     new = register_pooling("mean", fn, replace=True, description="replaced")
-    assert POOLING_MODES["mean"] is new and new.description == "replaced"
+    assert pooling_mode("mean") is new and new.description == "replaced"
 
 
 def _max_pool(h, mask, spans):

@@ -35,7 +35,7 @@ from scalingnote.models.towers.config import (
     TowerConfig,
     matryoshka_dims_for,
 )
-from scalingnote.models.towers.pooling import POOLING_MODES, default_pooling, from_st_mode, orthogonal_projection
+from scalingnote.models.towers.pooling import default_pooling, from_st_mode, orthogonal_projection, pooling_modes
 from scalingnote.utils.io import read_json
 
 
@@ -232,7 +232,7 @@ def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_di
     check_importable(layout, role, bb.kind)
     st_pool = from_st_mode(layout.pooling, bb.kind)
     if layout.pooling is not None and st_pool is None:
-        known = sorted({m.st_mode for m in POOLING_MODES.values() if m.st_mode and bb.kind in m.kinds})
+        known = sorted({m.st_mode for m in pooling_modes(bb.kind) if m.st_mode})
         raise ConfigError(mf, None, "Pooling", f"pooling mode {layout.pooling!r}: a {bb.kind.upper()} tower pools with one of {known} "
                           "(register a pooling mode with that st_mode to import it)")
     pooling, dim = kw.pop("pooling"), kw.pop("dim")

@@ -12,7 +12,8 @@ tokens in ``(start, end]`` (``start = -1``: from the first token). Prompt code m
 * a BERT tower embeds the text as given (§3.3): its one view is the whole text, ``spans=None``;
   a mode computes it with its ``whole`` formula, or from :func:`text_spans` when it has none.
 
-A mode returns ``[B, S, H]``. The table (:data:`POOLING_MODES`) holds the built-in modes:
+A mode returns ``[B, S, H]``. The table (:data:`POOLING_MODES`, a
+:class:`~scalingnote.utils.registry.Registry`) holds the built-in modes:
 
 ============  ===========  ==============  =========  ==========================================
 name          towers       reads           ST mode    vector
@@ -37,14 +38,15 @@ is named (``load_tower(..., pooling=...)``, a config's ``pooling:``); see ``docs
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from scalingnote.errors import ConfigError
+from scalingnote.utils.registry import Registry, RegistryError
 
 KINDS = ("llm", "bert")
 ROLES = ("query", "document")
@@ -148,22 +150,18 @@ def _masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 # ====================================================================== the table
 
-POOLING_MODES: dict[str, PoolingMode] = {}
+#: name -> :class:`PoolingMode` (the built-in modes are registered below)
+POOLING_MODES: Registry[PoolingMode] = Registry("pooling mode")
 
 
-def register_pooling(name: str, pool: PoolFn | PoolingMode, *, replace: bool = False, **fields) -> PoolingMode:
+def register_pooling(name: str, pool: PoolFn | PoolingMode, *, replace: bool = False, **fields: Any) -> PoolingMode:
     """Add a pooling mode to the table: ``pool`` is a :data:`PoolFn` (the other
     :class:`PoolingMode` fields as keywords) or a ready :class:`PoolingMode`. A name that is
     taken raises unless ``replace=True``. Returns the entry."""
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ValueError(f"a pooling mode name must be a non-empty string without ':', got {name!r}")
-    if name in POOLING_MODES and not replace:
-        raise ValueError(f"pooling mode {name!r} is already registered (pass replace=True to replace it)")
     mode = pool if isinstance(pool, PoolingMode) else PoolingMode(name, pool, **fields)
     if mode.name != name:
         raise ValueError(f"the pooling mode object is named {mode.name!r}, registered as {name!r}")
-    POOLING_MODES[name] = mode
-    return mode
+    return POOLING_MODES.register(name, mode, replace=replace)
 
 
 register_pooling("cls", _first_token, kinds=("bert",), reads="first", st_mode="cls", families={"bert": "cls"},
@@ -176,49 +174,47 @@ register_pooling("prompt", _span_end, kinds=("llm",), roles=("document",), reads
                  default_for=(("llm", "document"),), description="the state before each placeholder (§3.2 Eq. 1)")
 
 
-def _known(kind: str | None = None, role: str | None = None) -> str:
-    names = [n for n, m in POOLING_MODES.items() if kind is None or m.allows(kind, role)]
-    return ", ".join(names) + " (or a dotted path 'package.module:attribute' naming a PoolingMode)"
+def pooling_modes(kind: str | None = None, role: str | None = None) -> list[PoolingMode]:
+    """The table's entries (by name), those a ``kind`` ``role`` tower may use when given."""
+    modes = [POOLING_MODES.get(n) for n in POOLING_MODES]
+    return [m for m in modes if kind is None or (kind in m.kinds and (role is None or role in m.roles))]
 
 
 def pooling_mode(name: str, option: str = "pooling") -> PoolingMode:
     """The table's entry ``name``, or the :class:`PoolingMode` a dotted path names; a clear
     :class:`~scalingnote.errors.ConfigError` naming ``option`` otherwise."""
-    if isinstance(name, str) and name in POOLING_MODES:
-        return POOLING_MODES[name]
-    if not isinstance(name, str) or ":" not in name:
-        raise ConfigError(None, None, option, f"unknown pooling mode {name!r}; known: {_known()}")
-    module, _, attr = name.partition(":")
     try:
-        obj = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError(None, None, option, f"cannot import pooling mode {name!r}: {type(e).__name__}: {e}") from None
-    if not isinstance(obj, PoolingMode):
-        raise ConfigError(None, None, option, f"{name!r} is a {type(obj).__name__}, not a scalingnote PoolingMode")
-    return obj
+        mode = POOLING_MODES.get(name)
+    except RegistryError as e:
+        raise ConfigError(None, None, option, str(e)) from None
+    if not isinstance(mode, PoolingMode):
+        raise ConfigError(None, None, option, f"{name!r} is a {type(mode).__name__}, not a scalingnote PoolingMode")
+    return mode
 
 
 def check_pooling(name: str, kind: str, role: str, option: str = "pooling") -> PoolingMode:
     """The entry for ``name`` if a ``kind`` ``role`` tower may use it, else a clear ConfigError."""
     mode = pooling_mode(name, option)
     if not mode.allows(kind, role):
-        raise ConfigError(None, None, option, f"pooling {name!r} is not for a {kind} {role} tower; use one of: {_known(kind, role)}")
+        known = ", ".join(m.name for m in pooling_modes(kind, role))
+        raise ConfigError(None, None, option, f"pooling {name!r} is not for a {kind} {role} tower; use one of: {known} "
+                          "(or a dotted path 'package.module:attribute' naming a PoolingMode)")
     return mode
 
 
 def default_pooling(kind: str, role: str, declared: str | None = None) -> str:
     """The pooling a tower gets when none is asked: ``declared`` (a sentence-transformers
     directory's own pooling) when the table allows it, else the mode marked default."""
-    if declared in POOLING_MODES and POOLING_MODES[declared].allows(kind, role):
+    if declared in POOLING_MODES and POOLING_MODES.get(declared).allows(kind, role):
         return declared
-    return next(n for n, m in POOLING_MODES.items() if (kind, role) in m.default_for)
+    return next(m.name for m in pooling_modes() if (kind, role) in m.default_for)
 
 
 def from_st_mode(st_mode: str | None, kind: str | None = None) -> str | None:
-    """The table's name for a sentence-transformers ``Pooling`` mode (for ``kind`` towers when given), or None."""
-    return next((n for n, m in POOLING_MODES.items() if st_mode and m.st_mode == st_mode and (kind is None or kind in m.kinds)), None)
+    """The table's name for a sentence-transformers ``Pooling`` mode (for ``kind`` towers when
+    given; the entry named like the mode first), or None."""
+    names = [m.name for m in pooling_modes(kind) if st_mode and m.st_mode == st_mode]
+    return st_mode if st_mode in names else next(iter(names), None)
 
 
 # ====================================================================== projection
@@ -245,6 +241,7 @@ __all__ = [
     "last_positions",
     "orthogonal_projection",
     "pooling_mode",
+    "pooling_modes",
     "register_pooling",
     "text_spans",
 ]
