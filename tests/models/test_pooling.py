@@ -26,10 +26,10 @@ DOCS = [
 
 
 @pytest.fixture()
-def table(monkeypatch):
+def table():
     """The pooling table, restored after a test that registers modes."""
-    monkeypatch.setattr(POOLING_MODES, "_entries", dict(POOLING_MODES._entries))
-    return POOLING_MODES
+    with POOLING_MODES.scoped() as t:
+        yield t
 
 
 # ------------------------------------------------------------------ the old implementation (oracle)
