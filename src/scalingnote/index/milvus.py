@@ -71,6 +71,8 @@ MAX_TOPK = 16384  # Milvus' limit on limit (topk) per search
 class MilvusSearchError(RuntimeError):
     """A search the Milvus server failed (unreachable, collection dropped...): an operational
     failure, not bad input (the service answers 500, not 422)."""
+
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
 log = logging.getLogger("scalingnote.index.milvus")
@@ -325,17 +327,6 @@ def open_searcher(backend: str, *, index_dir: str | Path | None = None, uri: str
         return MilvusSearcher.open(uri, collection, query_tower=query_tower, token=token)
     raise ScalingNoteError(f"backend {backend!r}: choose faiss or milvus")
 
-
-def __getattr__(name: str):
-    """Compatibility: the export functions moved to :mod:`scalingnote.index.milvus_export`."""
-    if name in _MOVED:
-        from scalingnote.index import milvus_export
-
-        return getattr(milvus_export, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_MOVED = ("default_index_params", "export_to_milvus", "resolve_index_type")
 
 __all__ = [
     "FORMAT",
