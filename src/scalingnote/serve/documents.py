@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.serve.processing import ServiceError
+from scalingnote.serve.settings import admin_denial
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -143,8 +144,6 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
     metrics.collectors.append(state.collect)
 
     def guard(request: Request) -> None:  # the admin rule of /admin/* (token, loopback, no proxy headers)
-        from scalingnote.serve.app import admin_denial
-
         hdrs = {k.lower(): v for k, v in request.headers.items()}
         token = str(request.app.state.admin_token).encode("latin-1", "replace")
         denied = admin_denial(request.url.path, hdrs, request.client.host if request.client else "", token, metrics)

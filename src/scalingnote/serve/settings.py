@@ -1,7 +1,8 @@
-"""Service settings and the loopback rule."""
+"""Service settings, the loopback rule and the admin rule."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.serve.processing import ServiceError
 
 
 @dataclass
@@ -171,3 +173,25 @@ def check_bind_host(host: str, allow_remote: bool) -> None:
             f"--host {host!r} is not a loopback address: the service listens on 127.0.0.1 / ::1 / localhost only, "
             "unless --allow-remote is given (then put it behind your own authentication)"
         )
+
+
+def admin_denial(path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: Any) -> ServiceError | None:
+    """Why an ``/admin/*`` request is refused (None: allowed). Checked before routing and
+    body parsing: proxy forwarding headers (403), a non-loopback peer (403), then the token
+    (401; compared in constant time)."""
+    proxied = [h for h in FORWARDING_HEADERS if h in headers]
+    if proxied:
+        metrics.rejected.inc(reason="admin_proxied")
+        return ServiceError(403, "forbidden", f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback")
+    if not is_loopback_host(client_host):
+        metrics.rejected.inc(reason="admin_remote")
+        return ServiceError(403, "forbidden", f"{path} is accepted from loopback clients only")
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    given = value.strip() if scheme.lower() == "bearer" else headers.get("x-admin-token", "").strip()
+    if not given or not hmac.compare_digest(given.encode("latin-1", "replace"), token):
+        metrics.rejected.inc(reason="admin_unauthorized")
+        return ServiceError(
+            401, "unauthorized",
+            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
+        )
+    return None
