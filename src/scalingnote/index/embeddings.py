@@ -206,7 +206,7 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int, normalize: bool | None = None) -> None:
-    """Refuse to resume an encoding made with other settings (issue 32): the shard size, the
+    """Refuse to resume an encoding made with other settings: the shard size, the
     normalisation, or any identity field of the document tower recorded in both (weights
     fingerprint, compat id, pooling, maximum length, layers ...). The documents themselves are
     checked shard by shard (:func:`~scalingnote.index.shards.verify_shard`)."""

@@ -347,4 +347,4 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
 
     from scalingnote.serve.documents import add_document_routes
 
-    add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (live index, issue 29)
+    add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (the live index)

@@ -55,20 +55,21 @@ class ServeSettings:
     threads: int | None = None
     access_log: bool = False
     log_level: str = "info"
-    # search back end: "faiss" (the index directory) or "milvus" (a collection exported by
-    # `scalingnote index export --to milvus`; scalingnote.index.milvus.MilvusSearcher)
+    # search back end: a name of scalingnote.index.backends ("faiss": the index directory;
+    # "milvus": a collection exported by `scalingnote index export --to milvus`), or a dotted
+    # path "package.module:attribute"; a back end located by URI reads uri / collection / token
     backend: str = "faiss"
-    milvus_uri: str | None = None
-    milvus_collection: str = "scalingnote"
-    milvus_token: str | None = None
+    uri: str | None = None
+    collection: str = "scalingnote"
+    backend_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
     admin_token_file: str | None = None
-    # query encoder (issue 23): "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
+    # query encoder: "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
     query_backend: str = "torch"
     onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
     onnx_threads: int | None = None  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
-    # the live index (issue 29; scalingnote.live, scalingnote.serve.documents)
-    live: bool = True  #: serve a faiss index as a live index (POST /documents, write-ahead log replayed at start)
+    # the live index (scalingnote.live, scalingnote.serve.documents)
+    live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
     max_document_chars: int = 100_000  #: largest accepted document (title + topic + text)
     max_documents_per_request: int = 1024
@@ -92,10 +93,14 @@ class ServeSettings:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(None, None, "log_level", f"unknown level {self.log_level!r}")
-        if self.backend not in ("faiss", "milvus"):
-            raise ConfigError(None, None, "backend", f"must be faiss or milvus, got {self.backend!r}")
-        if self.backend == "milvus" and not self.milvus_uri:
-            raise ConfigError(None, None, "milvus_uri", "required with backend milvus (./file.db for Milvus Lite, or http://host:19530)")
+        from scalingnote.index.backends import get_backend
+
+        try:
+            entry = get_backend(self.backend, "backend")
+        except ScalingNoteError as e:
+            raise ConfigError(None, None, "backend", str(e)) from None
+        if entry.location == "uri" and not self.uri:
+            raise ConfigError(None, None, "uri", f"required with backend {entry.name} ({entry.help or 'the back end service URI'})")
         if self.query_backend not in ("torch", "onnx"):
             raise ConfigError(None, None, "query_backend", f"must be torch or onnx, got {self.query_backend!r}")
         if self.onnx_threads is not None:
@@ -114,7 +119,7 @@ class ServeSettings:
     def to_dict(self) -> dict[str, Any]:
         """The settings without secrets (tokens are shown as ``"***"``)."""
         d = asdict(self)
-        for k in ("admin_token", "milvus_token"):
+        for k in ("admin_token", "backend_token"):
             if d.get(k) is not None:
                 d[k] = "***"
         return d
