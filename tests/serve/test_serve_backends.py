@@ -92,10 +92,13 @@ def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(numpy_b
         r = c.delete("/documents/d0", headers={"Authorization": "Bearer " + "t" * 16})
         assert r.status_code == 409 and "cannot delete" in r.json()["detail"]
 
-    ref = DenseIndex.open(flat_index, query_tower=load_tower_for(tiny_bert_dir, "query")).search(texts, 5)
+    # FAISS Flat's score of every document: the served hits are its top 5 (the same scores, each
+    # hit with its own FAISS score; the tiny random tower makes near-ties, which may swap)
+    ref = DenseIndex.open(flat_index, query_tower=load_tower_for(tiny_bert_dir, "query")).search(texts, 48)
     for hits, ids, scores in zip(served, ref.doc_ids, ref.scores, strict=True):
-        np.testing.assert_allclose([h["score"] for h in hits], scores, rtol=0, atol=1e-5)
-        assert [h["doc_id"] for h in hits] == ids
+        np.testing.assert_allclose([h["score"] for h in hits], scores[:5], rtol=0, atol=1e-5)
+        by_id = dict(zip(ids, scores))
+        np.testing.assert_allclose([by_id[h["doc_id"]] for h in hits], [h["score"] for h in hits], rtol=0, atol=1e-5)
         assert all(h["title"] for h in hits)  # titles from the corpus the index records
 
 
