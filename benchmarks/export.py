@@ -194,7 +194,7 @@ def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries
 
     from scalingnote.evaluation import evaluate
     from scalingnote.index import build_index
-    from scalingnote.serve import run_loadtest
+    from benchmarks.loadgen import run_loadtest
 
     idx = runs / "index" / (emb_dir.name + "-flat")
     if not (idx / "manifest.json").is_file():

@@ -170,7 +170,7 @@ def post_docs(client, url: str, docs) -> bool:
 def phase_service(index: Path, new_docs, qtexts, load_s: float, seed: int) -> tuple[list[dict], int]:
     import httpx
 
-    from scalingnote.serve import run_loadtest
+    from benchmarks.loadgen import run_loadtest
 
     rows, used = [], 0
     srv = start_service(index)

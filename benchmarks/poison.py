@@ -4,7 +4,7 @@ micro-batched with?
 The service (``scalingnote serve`` in a subprocess, loopback) serves the real MiniLM query
 tower (zero-shot all-MiniLM-L6-v2, the quick start's BERT) over an IVF-PQ index with
 semantic IDs (the quick start's kind of index) of the synthetic note-search log's corpus.
-Normal clients: ``concurrency`` closed-loop workers (``scalingnote.serve.run_loadtest``) with
+Normal clients: ``concurrency`` closed-loop workers (``benchmarks.loadgen.run_loadtest``) with
 the test queries. Phases alternate, ``--rounds`` times each, ``--duration`` seconds each:
 
 * ``clean``: the normal clients alone;
@@ -74,7 +74,7 @@ async def _attacker(base: str, rate: float, duration_s: float, statuses: dict[st
 
 
 async def _phase(url: str, texts: list[str], args, poisoned: bool) -> tuple[object, dict[str, int]]:
-    from scalingnote.serve import run_loadtest_async
+    from benchmarks.loadgen import run_loadtest_async
 
     statuses: dict[str, int] = {}
     load = run_loadtest_async(url, texts, concurrency=args.concurrency, duration_s=args.duration, k=args.k, seed=args.seed, extra={"nprobe": NPROBE})
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     from scalingnote.index.pipeline import read_search_queries
-    from scalingnote.serve import run_loadtest
+    from benchmarks.loadgen import run_loadtest
 
     data, idx = _data(args)
     texts = [q.text for q in read_search_queries(data, "test")]

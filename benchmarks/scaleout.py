@@ -15,7 +15,7 @@ the in-process ones (``max_abs_diff``, ``bit_identical``).
 Part 2, search (SciFact test queries, 5183 MiniLM document embeddings, 384-d, read from
 ``benchmarks/index_scifact.py``'s cache ``.cache/index_scifact`` when complete, else encoded
 once into ``.cache/scaleout``): FAISS Flat / HNSW32 against
-Milvus Lite collections exported by :func:`scalingnote.index.milvus.export_to_milvus`
+Milvus Lite collections exported by :func:`scalingnote.index.milvus_export.export_to_milvus`
 (FLAT, HNSW M=32 efConstruction=200, IVF_FLAT), searched through
 :class:`scalingnote.index.milvus.MilvusSearcher` (gRPC to the in-process Milvus Lite
 server). ``qps_batched``: all queries in one call (median of 3); ``qps_single`` /

@@ -5,7 +5,7 @@ all-MiniLM-L6-v2 (zero-shot, mean pooling — usable as a query tower for an ind
 its own document embeddings) over SciFact's 5,183 documents, once with a compressed
 index (``IVF64,PQ48x8``: 32x compression, nprobe 16, requests ask for an exact re-rank
 of the top 100 — TMJ §6 post-processing) and once with ``Flat`` as the reference. For
-each, the load generator (``scalingnote.serve.run_loadtest``, closed loop) runs at
+each, the load generator (``benchmarks.loadgen.run_loadtest``, closed loop) runs at
 concurrency 1, 8, 32 and 64 for ~15 s each with the 300 SciFact test queries: QPS, p50 /
 p95 / p99 latency, errors (503s from load shedding counted apart from other errors), and
 the mean micro-batch size the service encoded (from ``/metrics``). Each configuration also
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from scalingnote.index.pipeline import read_search_queries
     from scalingnote.data import load_qrels
-    from scalingnote.serve import run_loadtest
+    from benchmarks.loadgen import run_loadtest
 
     if args.synthetic:
         from scalingnote.data import SynthConfig, synthesize

@@ -3,7 +3,7 @@
 ``scalingnote serve`` runs as its own process on a free loopback port (a tiny BERT query
 tower and an IVF-PQ index with semantic IDs over the tiny BEIR corpus, so the run measures
 the service — HTTP, batching, queue, FAISS — rather than model FLOPs). The load generator
-(``scalingnote.serve.run_loadtest``) keeps ``--concurrency`` clients busy for ``--minutes``
+(``benchmarks.loadgen.run_loadtest``) keeps ``--concurrency`` clients busy for ``--minutes``
 (default 10 at concurrency 16), in one-minute windows; after each window the service's
 resident memory (RSS, psutil) is sampled. Rows: one per window (requests, errors, QPS,
 p99, RSS). The config holds the totals, RSS at start / end and its growth, and whether the
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     import psutil
 
     from scalingnote.index.pipeline import read_search_queries
-    from scalingnote.serve import run_loadtest
+    from benchmarks.loadgen import run_loadtest
 
     with tempfile.TemporaryDirectory(prefix="sn-soak-") as d:
         root = Path(d)

@@ -206,7 +206,7 @@ def fuzz_service(url: str, openapi: dict, *, examples: int, admin_token: str | N
     from hypothesis.errors import Unsatisfiable
     from schemathesis import GenerationMode
 
-    from scalingnote.serve.loadtest import check_loopback_url
+    from benchmarks.loadgen import check_loopback_url
 
     base, _ = check_loopback_url(url)
     schema = schemathesis.openapi.from_dict(openapi)
@@ -330,7 +330,7 @@ def fuzz_unicode(url: str, *, examples: int, seed: int = 0, timeout_s: float = 2
     import requests
     from hypothesis import HealthCheck, given, seed as hseed, settings
 
-    from scalingnote.serve.loadtest import check_loopback_url
+    from benchmarks.loadgen import check_loopback_url
 
     base, _ = check_loopback_url(url)
     session = requests.Session()

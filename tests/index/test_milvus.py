@@ -15,7 +15,8 @@ from scalingnote.index import DenseIndex, build_index, encode_corpus
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2')")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'milvus-lite==3.2.2')")
 
-from scalingnote.index.milvus import MilvusSearcher, connect, open_searcher, read_collection_manifest  # noqa: E402
+from scalingnote.index.backends import open_searcher  # noqa: E402
+from scalingnote.index.milvus import MilvusSearcher, connect, read_collection_manifest  # noqa: E402
 from scalingnote.index.milvus_export import default_index_params, export_to_milvus, resolve_index_type  # noqa: E402
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
@@ -237,7 +238,7 @@ def test_service_with_milvus_backend_answers_like_faiss(served, tiny_bert_dir, o
     texts = [q.text for q in read_search_queries(served["beir"], "test")]
     answers = {}
     for backend in ("faiss", "milvus"):
-        settings = ServeSettings(port=0, backend=backend, milvus_uri=served["db"], milvus_collection="served")
+        settings = ServeSettings(port=0, backend=backend, uri=served["db"], collection="served")
         where = served["index"] if backend == "faiss" else served["db"]
         app = create_app(where, tiny_bert_dir, settings)
         with BackgroundServer(app) as srv:
@@ -269,7 +270,7 @@ def test_service_with_milvus_backend_answers_like_faiss(served, tiny_bert_dir, o
                 assert abs(h["score"] - kth) <= 1e-5  # only a tie at the k-th place may differ
 
     # an incompatible query tower: the service never becomes ready
-    settings = ServeSettings(port=0, backend="milvus", milvus_uri=served["db"], milvus_collection="served")
+    settings = ServeSettings(port=0, backend="milvus", uri=served["db"], collection="served")
     with BackgroundServer(create_app(served["db"], other_bert_dir, settings)) as srv:
         with pytest.raises(ScalingNoteError, match="not compatible"):
             srv.wait_ready()
@@ -279,7 +280,7 @@ def test_serve_settings_need_a_milvus_uri():
     from scalingnote.errors import ConfigError
     from scalingnote.serve import ServeSettings
 
-    with pytest.raises(ConfigError, match="milvus_uri"):
+    with pytest.raises(ConfigError, match="uri"):
         ServeSettings(backend="milvus")
     with pytest.raises(ConfigError, match="backend"):
         ServeSettings(backend="elastic")

@@ -14,7 +14,8 @@ from scalingnote.index import DenseIndex, build_index
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2')")
 
-from scalingnote.index.milvus import MilvusSearcher, connect, open_searcher  # noqa: E402
+from scalingnote.index.backends import open_searcher  # noqa: E402
+from scalingnote.index.milvus import MilvusSearcher, connect  # noqa: E402
 from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available  # noqa: E402
 
@@ -138,7 +139,7 @@ def test_cli_search_and_service_on_the_server(server, tmp_path, tiny_bert_dir):
     assert runs["milvus"].keys() == runs["faiss"].keys()
     for q in runs["faiss"]:  # HNSW on 48 vectors with ef >= k is exact here: same top-1 score
         assert abs(max(runs["milvus"][q].values()) - max(runs["faiss"][q].values())) < 1e-4
-    settings = ServeSettings(port=0, backend="milvus", milvus_uri=server.uri, milvus_collection="served")
+    settings = ServeSettings(port=0, backend="milvus", uri=server.uri, collection="served")
     text = read_search_queries(beir, "test")[0].text
     with BackgroundServer(create_app(server.uri, tiny_bert_dir, settings)) as srv:
         health = srv.wait_ready()

@@ -1,4 +1,4 @@
-"""Encoding and index builds are reused only when built from the same inputs (issue 32)."""
+"""Encoding and index builds are reused only when built from the same inputs."""
 
 from __future__ import annotations
 

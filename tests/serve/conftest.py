@@ -26,7 +26,7 @@ def serve_index(tmp_path_factory, tiny_bert_dir, serve_beir):
     return build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
 
 
-# ------------------------------------------------------------------ search page / hybrid (issue 17)
+# ------------------------------------------------------------------ search page / hybrid
 
 HOSTILE_TITLE = '<script>window.__pwned = 1</script>fox quick brown'
 HOSTILE_SNIPPET = 'quick brown fox <img src=x onerror="window.__pwned = 2"> jumps'

@@ -1,4 +1,4 @@
-"""``serve --query-backend onnx`` (issue 23): ONNX Runtime encodes the queries, the answers equal
+"""``serve --query-backend onnx``: ONNX Runtime encodes the queries, the answers equal
 the torch backend's; an export of another tower is refused; settings are validated."""
 
 from __future__ import annotations

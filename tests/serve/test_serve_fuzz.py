@@ -35,7 +35,7 @@ def test_schemathesis_no_5xx_no_hang_healthy_after(serve_index, tiny_bert_dir):
 
 
 def test_invalid_unicode_and_malformed_bodies_get_the_documented_4xx(serve_index, tiny_bert_dir):
-    """Issue 32: lone surrogates / blank queries -> 422, invalid UTF-8 / deep JSON -> 400
+    """Lone surrogates / blank queries -> 422, invalid UTF-8 / deep JSON -> 400
     malformed_json, a non-JSON content type -> 415; never a 5xx or internals in the body."""
     from tests.helpers.fuzz import UNICODE_STRATEGIES, fuzz_unicode
 

@@ -1,23 +1,15 @@
-"""The load generator: loopback-only rule, queries files, a real run against the service."""
+"""The load generator (``benchmarks/loadgen.py``, ``python -m benchmarks.loadgen``): loopback-only
+rule, queries files, a real run against the service."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from typer.testing import CliRunner
 
+from benchmarks.loadgen import check_loopback_url, main as loadgen, read_queries_file, run_loadtest
 from scalingnote.errors import DataError, ScalingNoteError
-from scalingnote.serve import (
-    BackgroundServer,
-    ServeSettings,
-    check_bind_host,
-    check_loopback_url,
-    create_app,
-    is_loopback_host,
-    read_queries_file,
-    run_loadtest,
-)
+from scalingnote.serve import BackgroundServer, ServeSettings, check_bind_host, create_app, is_loopback_host
 
 
 @pytest.mark.parametrize(
@@ -69,13 +61,11 @@ def test_bind_host_rule():
     check_bind_host("0.0.0.0", allow_remote=True)
 
 
-def test_loadtest_refuses_remote_before_sending(tmp_path):
-    from scalingnote.cli import app
-
+def test_loadtest_refuses_remote_before_sending(tmp_path, capsys):
     q = tmp_path / "q.txt"
     q.write_text("fox\n")
-    r = CliRunner().invoke(app, ["loadtest", "--url", "http://93.184.216.34:80", "--queries", str(q), "--duration", "1"])
-    assert isinstance(r.exception, ScalingNoteError) and "not a loopback address" in str(r.exception)
+    assert loadgen(["--url", "http://93.184.216.34:80", "--queries", str(q), "--duration", "1"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err
     with pytest.raises(ScalingNoteError, match="loopback"):
         run_loadtest("http://example.com", ["fox"], duration_s=1)
     with pytest.raises(ScalingNoteError, match="concurrency"):
@@ -114,16 +104,14 @@ def _free_port() -> int:
     return port
 
 
-def test_loadtest_refuses_a_closed_port_before_the_run(tmp_path):
-    from scalingnote.cli import app as cli
-
+def test_loadtest_refuses_a_closed_port_before_the_run(tmp_path, capsys):
     url = f"http://127.0.0.1:{_free_port()}"
     with pytest.raises(ScalingNoteError, match="no service answers"):
         run_loadtest(url, ["fox"], concurrency=2, duration_s=5, max_requests=6, timeout_s=2)
     queries = tmp_path / "q.txt"
     queries.write_text("fox\n")
-    r = CliRunner().invoke(cli, ["loadtest", "--url", url, "--queries", str(queries), "--duration", "30"])
-    assert r.exit_code != 0 and isinstance(r.exception, ScalingNoteError) and "no service answers" in str(r.exception)  # main() prints it, exit 2
+    assert loadgen(["--url", url, "--queries", str(queries), "--duration", "30"]) == 2
+    assert "no service answers" in capsys.readouterr().err
 
 
 def test_loadtest_stops_when_the_service_goes_away(serve_index, tiny_bert_dir):
@@ -146,19 +134,16 @@ def test_loadtest_stops_when_the_service_goes_away(serve_index, tiny_bert_dir):
     assert res.stopped_by == "unreachable" and res.ok > 0 and res.errors >= 10 and res.duration_s < 30
 
 
-def test_loadtest_cli_exits_nonzero_when_every_request_fails(serve_index, tiny_bert_dir, serve_beir):
-    from scalingnote.cli import app as cli
-
+def test_loadtest_cli_exits_nonzero_when_every_request_fails(serve_index, tiny_bert_dir, serve_beir, capsys):
     app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, max_k=10))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
-        r = CliRunner().invoke(cli, ["loadtest", "--url", srv.url, "--queries", str(serve_beir), "--max-requests", "4", "--k", "50"])
-    assert r.exit_code == 1 and "no request succeeded" in r.output and "http_422" in r.output
+        code = loadgen(["--url", srv.url, "--queries", str(serve_beir), "--max-requests", "4", "--k", "50"])
+    out = capsys.readouterr()
+    assert code == 1 and "no request succeeded" in out.err and "http_422" in out.out
 
 
-def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serve_beir):
-    from scalingnote.cli import app as cli
-
+def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serve_beir, capsys):
     app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=5))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
@@ -169,11 +154,11 @@ def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serv
 
         # time-bounded run, and the CLI's --json / --out
         out = tmp_path / "lt.json"
-        r = CliRunner().invoke(
-            cli, ["loadtest", "--url", srv.url, "--queries", str(serve_beir), "--concurrency", "2", "--duration", "0.5", "--json", "--out", str(out)]
-        )
-        assert r.exit_code == 0, r.output
-        obj = json.loads(r.stdout.strip().splitlines()[-1])
+        capsys.readouterr()
+        code = loadgen(["--url", srv.url, "--queries", str(serve_beir), "--concurrency", "2", "--duration", "0.5", "--json", "--out", str(out)])
+        printed = capsys.readouterr()
+        assert code == 0, printed.err
+        obj = json.loads(printed.out.strip().splitlines()[-1])
         assert obj["stopped_by"] == "duration" and obj["ok"] > 0 and obj["errors"] == 0 and obj["duration_s"] < 5
         saved = json.loads(out.read_text())
         assert saved["result"]["ok"] == obj["ok"] and saved["config"]["concurrency"] == 2 and "versions" in saved
@@ -181,5 +166,6 @@ def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serv
         # errors are counted, not fatal: k above the service's limit -> 422 for every request
         bad = run_loadtest(srv.url, ["fox"], concurrency=2, duration_s=10, max_requests=5, k=5000)
         assert bad.ok == 0 and bad.error_kinds == {"http_422": 5}
-        r = CliRunner().invoke(cli, ["loadtest", "--url", srv.url, "--queries", str(serve_beir), "--max-requests", "3"])
-        assert r.exit_code == 0 and "p99 (ms)" in r.stdout and "qps" in r.stdout
+        code = loadgen(["--url", srv.url, "--queries", str(serve_beir), "--max-requests", "3"])
+        printed = capsys.readouterr().out
+        assert code == 0 and "p99 (ms)" in printed and "qps" in printed

@@ -1,4 +1,4 @@
-"""One bad query must not fail its micro-batch neighbours (issue 32), and the small HTTP gaps:
+"""One bad query must not fail its micro-batch neighbours, and the small HTTP gaps:
 invalid UTF-8 / deep JSON -> ``malformed_json``, a non-JSON content type -> 415, 405 with
 ``Allow``, fewer than k hits reported. A real uvicorn server, the tiny BERT tower and the
 IVF-PQ index of ``tests/serve/conftest.py``."""

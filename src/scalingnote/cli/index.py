@@ -101,8 +101,8 @@ def _build(index_app: typer.Typer) -> None:
 def _export(index_app: typer.Typer) -> None:
     @index_app.command("export")
     def export(
-        to: str = typer.Option("milvus", "--to", help="Target engine (milvus)."),
-        uri: str = typer.Option(..., "--uri", help="Milvus URI: ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server)."),
+        to: str = typer.Option("milvus", "--to", help="Target back end (scalingnote.index.backends; one with an export: milvus), or a dotted path 'package.module:attribute'."),
+        uri: str = typer.Option(..., "--uri", help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server)."),
         index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
         collection: str = typer.Option("scalingnote", "--collection", help="Collection name."),
         index_type: str = typer.Option("auto", "--index-type", help="auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ..."),
@@ -113,21 +113,22 @@ def _export(index_app: typer.Typer) -> None:
         token: str | None = typer.Option(None, "--token", envvar="MILVUS_TOKEN", help="Milvus token (user:password or API key)."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing collection."),
     ) -> None:
-        """Export an index (vectors, document ids, semantic IDs, tower identity) to a serving engine."""
+        """Export an index (vectors, document ids, semantic IDs, tower identity) to a serving back end."""
         from scalingnote.errors import ScalingNoteError
+        from scalingnote.index.backends import backend_names, get_backend
 
-        if to != "milvus":
-            raise ScalingNoteError(f"--to {to!r}: only milvus is supported")
-        from scalingnote.index.milvus_export import export_to_milvus
-
-        m = export_to_milvus(
-            index, uri, collection, index_type=index_type, dim=dim, semantic_ids_layers=semantic_ids_layers,
+        entry = get_backend(to, "--to")
+        if entry.export is None:
+            have = [n for n in backend_names() if get_backend(n).export is not None]
+            raise ScalingNoteError(f"--to {to!r}: back end {entry.name} has no export (back ends with one: {', '.join(have) or 'none'})")
+        m = entry.export(
+            index, uri, collection=collection, index_type=index_type, dim=dim, semantic_ids_layers=semantic_ids_layers,
             codebook_size=codebook_size, seed=seed, token=token, overwrite=overwrite,
         )
         note = f" ({m['fallback_reason']})" if m.get("fallback_reason") else ""
         typer.echo(
-            f"{uri} collection {collection!r}: {m['n_vectors']} x {m['dim']}-d vectors, {m['index_type']} {m['index_params']}{note}, "
-            f"exported in {m['export_seconds']:.1f}s",
+            f"{uri} collection {collection!r}: {m.get('n_vectors')} x {m.get('dim')}-d vectors, {m.get('index_type', entry.name)} "
+            f"{m.get('index_params', '')}{note}, exported in {float(m.get('export_seconds', 0.0)):.1f}s",
             err=True,
         )
 
@@ -225,16 +226,17 @@ def _search(app: typer.Typer) -> None:
         ef_search: int | None = typer.Option(None, "--ef-search", min=1),
         rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors."),
         batch_size: int = typer.Option(256, "--batch-size", min=1),
-        backend: str = typer.Option("faiss", "--backend", help="faiss (--index DIR) or milvus (--uri, --collection)."),
-        uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
+        backend: str = typer.Option("faiss", "--backend", help="A back end of scalingnote.index.backends: faiss (--index DIR), milvus (--uri, --collection), or a dotted path 'package.module:attribute'."),
+        uri: str | None = typer.Option(None, "--uri", help="(a back end located by URI; milvus) ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
         collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
         milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token."),
     ) -> None:
-        """Search an index (dense, BM25 or hybrid; FAISS directory, or dense on a Milvus collection) and write a
+        """Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a
         TREC run, or print one query's hits."""
         from scalingnote.errors import ScalingNoteError
+        from scalingnote.index.backends import backend_location, get_backend, open_searcher
         from scalingnote.index.hybrid import MODES, FusionConfig, hybrid_queries_to_run, open_hybrid
-        from scalingnote.index.pipeline import read_search_queries, search_queries_to_run
+        from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 
         if mode not in MODES:
             raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -246,53 +248,55 @@ def _search(app: typer.Typer) -> None:
             raise ScalingNoteError("--queries needs --out (the TREC run to write)")
         fusion_cfg = FusionConfig(method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)  # type: ignore[arg-type]
         dense_kw = {"nprobe": nprobe, "ef_search": ef_search, "rerank": rerank}
-        if backend.lower() not in ("faiss", "milvus"):
-            raise ScalingNoteError(f"--backend {backend!r}: choose faiss or milvus")
-        if backend.lower() == "milvus" and (mode != "dense" or query is not None):
-            raise ScalingNoteError("--backend milvus searches dense only, with --queries/--out")
-        if backend.lower() == "faiss" and index is None:
-            raise ScalingNoteError("--backend faiss: --index DIR is required")
-        if query is None and mode == "dense":
-            qs = read_search_queries(queries, split if queries.is_dir() else None)
-            searcher = None
-            if backend.lower() == "milvus":
-                from scalingnote.index.milvus import open_searcher
-                from scalingnote.index.pipeline import load_tower_for
-
-                searcher = open_searcher("milvus", uri=uri, collection=collection, query_tower=load_tower_for(query_tower, "query"), token=milvus_token)
-            try:
+        entry = get_backend(backend, "--backend")
+        location = backend_location(entry, index, uri, "search")
+        tower = load_tower_for(query_tower, "query") if mode != "bm25" else None
+        dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
+        try:
+            if query is None and mode == "dense":
+                qs = read_search_queries(queries, split if queries.is_dir() else None)
                 meta = search_queries_to_run(
-                    index if searcher is None else f"{uri}#{collection}", qs, out, query_tower=query_tower, k=k, nprobe=nprobe,
-                    ef_search=ef_search, rerank=rerank, batch_size=batch_size, searcher=searcher,
+                    getattr(dense, "root", location), qs, out, k=k, nprobe=nprobe, ef_search=ef_search, rerank=rerank,
+                    batch_size=batch_size, searcher=dense,
                     config={"queries": str(queries), "split": split, "query_tower": query_tower, "backend": backend},
                 )
-            finally:
-                if searcher is not None:
-                    searcher.close()
-            t = meta["timings"]
-            typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)
-            return
-        searcher = open_hybrid(index, query_tower if mode != "bm25" else None, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense")
-        if query is not None:
-            if not query.strip():
-                raise ScalingNoteError("--query: empty query")
-            res = searcher.search([query], k, mode=mode, **dense_kw)  # type: ignore[arg-type]
-            titles = res.titles[0] if res.titles is not None else None
-            snippets = res.snippets[0] if res.snippets is not None else None
-            for r, d in enumerate(res.doc_ids[0]):
-                hit = {
-                    "rank": r + 1,
-                    "doc_id": d,
-                    "score": round(float(res.scores[0][r]), 6),
-                    "title": titles[r] if titles is not None else "",
-                    "snippet": snippets[r] if snippets is not None else "",
-                    "semantic_id": res.semantic_ids[0][r].tolist() if res.semantic_ids is not None else None,
-                }
-                typer.echo(json.dumps(hit, ensure_ascii=False))
-            return
-        qs = read_search_queries(queries, split if queries.is_dir() else None)
-        meta = hybrid_queries_to_run(
-            searcher, qs, out, mode=mode, k=k, batch_size=batch_size,  # type: ignore[arg-type]
-            config={"queries": str(queries), "split": split, "query_tower": query_tower}, **dense_kw,
-        )
-        typer.echo(f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True)
+                t = meta["timings"]
+                typer.echo(f"wrote {out} ({len(qs)} queries; search {t['search_qps']} q/s)", err=True)
+                return
+            if getattr(dense, "local_dir", None) is None:
+                raise ScalingNoteError(f"--backend {entry.name} searches dense only, with --queries/--out: --mode bm25/hybrid and --query "
+                                       "need an index directory beside the searcher (e.g. --backend faiss)")
+            searcher = open_hybrid(dense.local_dir, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
+            if query is not None:
+                _print_hits(searcher, query, k, mode, dense_kw)
+                return
+            qs = read_search_queries(queries, split if queries.is_dir() else None)
+            meta = hybrid_queries_to_run(
+                searcher, qs, out, mode=mode, k=k, batch_size=batch_size,  # type: ignore[arg-type]
+                config={"queries": str(queries), "split": split, "query_tower": query_tower}, **dense_kw,
+            )
+            typer.echo(f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True)
+        finally:
+            if hasattr(dense, "close"):
+                dense.close()
+
+
+def _print_hits(searcher, query: str, k: int, mode: str, dense_kw: dict) -> None:
+    """``scalingnote search --query``: one JSON line per hit (rank, id, score, title, snippet, semantic ID)."""
+    from scalingnote.errors import ScalingNoteError
+
+    if not query.strip():
+        raise ScalingNoteError("--query: empty query")
+    res = searcher.search([query], k, mode=mode, **dense_kw)  # type: ignore[arg-type]
+    titles = res.titles[0] if res.titles is not None else None
+    snippets = res.snippets[0] if res.snippets is not None else None
+    for r, d in enumerate(res.doc_ids[0]):
+        hit = {
+            "rank": r + 1,
+            "doc_id": d,
+            "score": round(float(res.scores[0][r]), 6),
+            "title": titles[r] if titles is not None else "",
+            "snippet": snippets[r] if snippets is not None else "",
+            "semantic_id": res.semantic_ids[0][r].tolist() if res.semantic_ids is not None else None,
+        }
+        typer.echo(json.dumps(hit, ensure_ascii=False))

@@ -1,8 +1,8 @@
-"""``scalingnote serve`` and ``scalingnote loadtest``: thin wrappers over :mod:`scalingnote.serve`."""
+"""``scalingnote serve``: a thin wrapper over :mod:`scalingnote.serve` (the load generator that
+measures a running service is ``python -m benchmarks.loadgen``, outside the product packages)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -27,8 +27,8 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)."),
         access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="uvicorn access log (one line per request)."),
         log_level: str = typer.Option("info", "--log-level"),
-        backend: str = typer.Option("faiss", "--backend", help="faiss (--index DIR) or milvus (--uri, --collection: `scalingnote index export --to milvus`)."),
-        uri: str | None = typer.Option(None, "--uri", help="(milvus) ./file.db (Milvus Lite) or http://host:19530."),
+        backend: str = typer.Option("faiss", "--backend", help="A back end of scalingnote.index.backends: faiss (--index DIR), milvus (--uri, --collection: `scalingnote index export --to milvus`), or a dotted path 'package.module:attribute'."),
+        uri: str | None = typer.Option(None, "--uri", help="(a back end located by URI; milvus) ./file.db (Milvus Lite) or http://host:19530."),
         collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
         milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
         admin_token: str | None = typer.Option(
@@ -59,59 +59,15 @@ def register(app: typer.Typer) -> None:
             access_log=access_log,
             log_level=log_level.lower(),
             backend=backend,
-            milvus_uri=uri,
-            milvus_collection=collection,
-            milvus_token=milvus_token,
+            uri=uri,
+            collection=collection,
+            backend_token=milvus_token,
             admin_token=admin_token,
             admin_token_file=str(admin_token_file) if admin_token_file is not None else None,
             query_backend=query_backend,
             onnx_model=str(onnx_model) if onnx_model is not None else None,
             onnx_threads=onnx_threads,
         )
-        if backend == "faiss" and index is None:
-            from scalingnote.errors import ScalingNoteError
+        from scalingnote.index.backends import backend_location, get_backend
 
-            raise ScalingNoteError("serve: --index DIR is required with --backend faiss")
-        serve(index if backend == "faiss" else uri, query_tower, settings)
-
-    @app.command("loadtest")
-    def loadtest_cmd(
-        url: str = typer.Option(..., "--url", help="Service URL on loopback, e.g. http://127.0.0.1:8080."),
-        queries: Path = typer.Option(..., "--queries", help="BEIR queries.jsonl (or BEIR dir), or a text file with one query per line."),
-        concurrency: int = typer.Option(8, "--concurrency", min=1, help="Concurrent clients (closed loop)."),
-        duration: float = typer.Option(10.0, "--duration", min=0.001, help="Seconds to run."),
-        max_requests: int | None = typer.Option(None, "--max-requests", min=1, help="Stop after this many requests."),
-        k: int = typer.Option(10, "--k", min=1),
-        rerank: int | None = typer.Option(None, "--rerank", min=1, help="Ask the service to re-rank N candidates."),
-        timeout: float = typer.Option(30.0, "--timeout", min=0.001, help="Per-request timeout (seconds)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the query order."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
-        out: Path | None = typer.Option(None, "--out", help="Also write the result + config + versions as JSON (atomically)."),
-    ) -> None:
-        """Load-test a running service (loopback only): QPS, p50/p95/p99 latency, errors."""
-        from scalingnote.serve import check_loopback_url, read_queries_file, run_loadtest
-        from scalingnote.utils import run_metadata, write_json
-
-        check_loopback_url(url)  # refuse before reading anything
-        texts = read_queries_file(queries)
-        res = run_loadtest(
-            url, texts, concurrency=concurrency, duration_s=duration, max_requests=max_requests, k=k, timeout_s=timeout, seed=seed,
-            extra={"rerank": rerank} if rerank is not None else None,
-        )
-        if out is not None:
-            meta = run_metadata({"url": url, "queries": str(queries), "concurrency": concurrency, "duration": duration,
-                                 "max_requests": max_requests, "k": k, "rerank": rerank, "timeout": timeout, "seed": seed})
-            meta["result"] = res.to_dict()
-            write_json(out, meta)
-        if as_json:
-            typer.echo(json.dumps(res.to_dict()))
-        else:
-            typer.echo(res.table())
-        _exit_unless_any_succeeded(res)
-
-
-def _exit_unless_any_succeeded(res) -> None:
-    """``scalingnote loadtest`` exits 1 when no request succeeded (a closed port, a broken service)."""
-    if res.ok == 0:
-        typer.echo(f"loadtest: no request succeeded ({res.errors} errors, stopped by {res.stopped_by})", err=True)
-        raise typer.Exit(1)
+        serve(backend_location(get_backend(backend, "--backend"), index, uri, "serve"), query_tower, settings)

@@ -6,6 +6,7 @@ BM25 itself lives in :mod:`scalingnote.sparse`.
 FAISS is imported lazily (inside the functions that need it).
 """
 
+from scalingnote.index.backends import Backend, get_backend, open_searcher, register_backend
 from scalingnote.index.build import build_index
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.faiss_utils import code_bytes_per_vector, make_index
@@ -24,6 +25,10 @@ from scalingnote.index.semantic_ids import ResidualKMeans
 
 __all__ = [
     "BM25Searcher",
+    "Backend",
+    "get_backend",
+    "open_searcher",
+    "register_backend",
     "Searcher",
     "SearcherBase",
     "VectorSearcher",

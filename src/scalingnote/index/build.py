@@ -54,7 +54,8 @@ from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.utils.steps import canonical, describe_changes, input_digest
-from scalingnote.index.embeddings import Embeddings, content_digest, l2_normalize, load_embeddings
+from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.index.shards import content_digest
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
 from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index

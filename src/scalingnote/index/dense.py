@@ -17,7 +17,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.docstore import read_document_store
-from scalingnote.index.faiss_utils import _faiss_message, _search_params, find_hnsw
+from scalingnote.index.faiss_utils import _faiss_message, _search_params, find_hnsw, find_ivf
 from scalingnote.index.layout import DOC_IDS_FILE, INDEX_FILE, MANIFEST, VECTORS_FILE, check_query_tower, read_manifest
 
 
@@ -95,6 +95,28 @@ class DenseIndex(VectorSearcher):
         return cls(root, manifest, index, vectors, doc_ids, sem, query_tower, titles, snippets)
 
     # ------------------------------------------------------------------ props
+    supports_rerank = True  # capability flags (SearcherBase); upsert / delete: scalingnote.live.LiveIndex
+
+    @property
+    def local_dir(self) -> Path:
+        return self.root
+
+    @property
+    def has_ivf(self) -> bool:
+        return find_ivf(self.index) is not None
+
+    @property
+    def has_hnsw(self) -> bool:
+        """An HNSW graph ``ef_search`` applies to: the index itself or its IVF's coarse quantiser."""
+        if self._hnsw_graph:
+            return True
+        ivf = find_ivf(self.index)
+        if ivf is None:
+            return False
+        import faiss
+
+        return isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)
+
     def semantic_id_model(self) -> ResidualKMeans | None:
         """The residual-K-means codebooks, to assign semantic IDs to new documents."""
         sem = self.manifest.get("semantic_ids")

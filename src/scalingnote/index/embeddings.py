@@ -32,7 +32,6 @@ is caught.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -45,11 +44,9 @@ import numpy as np
 from scalingnote.data.parquet import open_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path
 
-FORMAT = "scalingnote-embeddings/1"
-MANIFEST = "manifest.json"
-SHARD_DIR = "shards"
 
 
 @runtime_checkable
@@ -105,29 +102,6 @@ def _encode_call(tower: Any, docs: list[Document], batch_size: int) -> np.ndarra
     return fn(docs, **kw)
 
 
-def shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
-    base = out_dir / SHARD_DIR / f"{shard:05d}"
-    return base.with_suffix(".npy"), Path(str(base) + ".ids.json")
-
-
-def read_manifest(out_dir: Path) -> dict[str, Any] | None:
-    path = out_dir / MANIFEST
-    if not path.exists():
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            man = json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
-        raise ScalingNoteError(f"{path}: unreadable embeddings manifest ({e})") from None
-    if man.get("format") != FORMAT:
-        raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
-    return man
-
-
-def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
 @dataclass
 class EncodeResult:
     """Outcome of one :func:`encode_corpus` call; ``seconds`` / ``docs_per_s`` cover the
@@ -168,8 +142,6 @@ def encode_corpus(
     if batch_size < 1:
         raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
     from tqdm.auto import tqdm
-
-    from scalingnote.index.shards import ShardLog
 
     out_dir = Path(out_dir)
     ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
@@ -234,10 +206,10 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int, normalize: bool | None = None) -> None:
-    """Refuse to resume an encoding made with other settings (issue 32): the shard size, the
+    """Refuse to resume an encoding made with other settings: the shard size, the
     normalisation, or any identity field of the document tower recorded in both (weights
     fingerprint, compat id, pooling, maximum length, layers ...). The documents themselves are
-    checked shard by shard (:func:`verify_shard`)."""
+    checked shard by shard (:func:`~scalingnote.index.shards.verify_shard`)."""
     path = out_dir / MANIFEST
     if int(man.get("shard_size", -1)) != shard_size:
         raise ScalingNoteError(
@@ -258,36 +230,6 @@ def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shar
         raise ScalingNoteError(
             f"{path}: the document tower differs ({what}); these embeddings were made by a different "
             "document tower or tower settings — use a new output directory"
-        )
-
-
-def content_digest(docs: list[Document]) -> str:
-    """SHA-256 over the documents' fields: detects a corpus edited between runs."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for d in docs:
-        h.update(json.dumps([d.id, d.title, d.topic, d.content], ensure_ascii=False).encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
-
-
-def verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str, shard: int) -> None:
-    ipath = out_dir / rec["ids"]
-    try:
-        stored = json.loads(ipath.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ScalingNoteError(f"{ipath}: finished shard {shard} has unreadable ids ({e}); delete the output directory and re-encode") from None
-    if stored != ids:
-        first = next((i for i, (a, b) in enumerate(zip(stored, ids, strict=False)) if a != b), min(len(stored), len(ids)))
-        raise ScalingNoteError(
-            f"{ipath}: finished shard {shard} does not match the corpus (first difference at row {first}); "
-            "the corpus changed since encoding started — use a new output directory"
-        )
-    if rec.get("content_sha256") not in (None, digest):
-        raise ScalingNoteError(
-            f"{out_dir / MANIFEST}: finished shard {shard} was encoded from different document texts (content_sha256 differs); "
-            "the corpus changed since encoding started — use a new output directory"
         )
 
 

@@ -360,16 +360,20 @@ def open_hybrid(
     bm25_config=None,
     bm25: bool = True,
     progress: bool = True,
+    dense: Any = None,
 ) -> HybridSearcher:
     """Open a dense index (with ``query_tower``: a tower, a name/path, or None for vectors /
-    bm25 only) and, with ``bm25=True``, the BM25 index beside it: built once from ``corpus``
-    (default: the corpus the index records) and reused while its fingerprint (documents +
-    settings) matches; with no corpus known, the saved one (or none)."""
+    bm25 only; or ``dense``, a searcher already open over ``index_dir``, e.g. from
+    :func:`scalingnote.index.backends.open_searcher`) and, with ``bm25=True``, the BM25 index
+    beside it: built once from ``corpus`` (default: the corpus the index records) and reused
+    while its fingerprint (documents + settings) matches; with no corpus known, the saved one
+    (or none)."""
     from scalingnote.data.beir import iter_corpus
     from scalingnote.sparse.bm25 import open_or_build_bm25
     from scalingnote.index.pipeline import open_dense
 
-    dense = open_dense(index_dir, query_tower)
+    if dense is None:
+        dense = open_dense(index_dir, query_tower)
     if not bm25:
         return HybridSearcher(dense, None, fusion)
     src = corpus if corpus is not None else _index_corpus(dense)

@@ -50,7 +50,6 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.dense import DenseIndex
 from scalingnote.index.layout import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, check_query_tower
 from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher
 
@@ -71,6 +70,8 @@ MAX_TOPK = 16384  # Milvus' limit on limit (topk) per search
 class MilvusSearchError(RuntimeError):
     """A search the Milvus server failed (unreachable, collection dropped...): an operational
     failure, not bad input (the service answers 500, not 422)."""
+
+
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
 log = logging.getLogger("scalingnote.index.milvus")
@@ -219,6 +220,8 @@ class MilvusSearcher(VectorSearcher):
     def index_type(self) -> str:
         return str(self.manifest["index_type"])
 
+    supports_rerank = True  # capability flags (SearcherBase); no upsert / delete here: scalingnote.live.milvus writes
+
     @property
     def has_ivf(self) -> bool:
         return self.index_type in IVF_TYPES
@@ -310,32 +313,6 @@ class MilvusSearcher(VectorSearcher):
                         sem[row, r, : len(e[sem_field])] = e[sem_field]
         return SearchResult(D, doc_ids, sem, I)
 
-def open_searcher(backend: str, *, index_dir: str | Path | None = None, uri: str | Path | None = None, collection: str = DEFAULT_COLLECTION, query_tower=None, token: str | None = None):
-    """A searcher for the serving back end ``backend``: ``"faiss"`` -> :class:`DenseIndex`
-    over ``index_dir``; ``"milvus"`` -> :class:`MilvusSearcher` on ``uri`` / ``collection``.
-    Both refuse a query tower incompatible with the document tower."""
-    b = (backend or "faiss").lower()
-    if b == "faiss":
-        if index_dir is None:
-            raise ScalingNoteError("backend faiss: an index directory is required (--index)")
-        return DenseIndex.open(index_dir, query_tower=query_tower)
-    if b == "milvus":
-        if uri is None:
-            raise ScalingNoteError("backend milvus: a Milvus URI is required (--uri, e.g. ./index.db for Milvus Lite or http://host:19530)")
-        return MilvusSearcher.open(uri, collection, query_tower=query_tower, token=token)
-    raise ScalingNoteError(f"backend {backend!r}: choose faiss or milvus")
-
-
-def __getattr__(name: str):
-    """Compatibility: the export functions moved to :mod:`scalingnote.index.milvus_export`."""
-    if name in _MOVED:
-        from scalingnote.index import milvus_export
-
-        return getattr(milvus_export, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_MOVED = ("default_index_params", "export_to_milvus", "resolve_index_type")
 
 __all__ = [
     "FORMAT",
@@ -343,6 +320,5 @@ __all__ = [
     "MilvusSearcher",
     "connect",
     "is_lite_uri",
-    "open_searcher",
     "read_collection_manifest",
 ]

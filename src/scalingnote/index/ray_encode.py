@@ -61,18 +61,10 @@ import numpy as np
 
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.embeddings import (
-    MANIFEST,
-    EncodeResult,
-    check_resume,
-    encode_chunk,
-    read_manifest,
-    shard_paths,
-    tower_identity,
-)
+from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
 from scalingnote.data.parquet import open_corpus
 from scalingnote.models.spec import TowerSpec
-from scalingnote.index.shards import ShardLog
+from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger("scalingnote.index.ray")

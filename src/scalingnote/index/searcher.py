@@ -11,6 +11,10 @@ batching); the back ends only implement ``search``:
   interface (query texts only);
 * :class:`~scalingnote.index.hybrid.HybridSearcher` — dense + BM25 fused (``mode=``).
 
+The vector back ends are opened by name through :mod:`scalingnote.index.backends` (the table
+the CLI and the service ask); their capability flags (:class:`SearcherBase`) say what a
+request may ask of them.
+
 The two vector back ends share :class:`VectorSearcher`, which turns query texts (through the
 query tower) or precomputed vectors into unit vectors of the index dimension.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -112,7 +117,28 @@ def search_run(searcher: Any, query_ids: Sequence[str], queries: Any, k: int = 1
 
 
 class SearcherBase:
-    """Gives a back end that implements ``search`` the shared :meth:`search_run`."""
+    """Gives a back end that implements ``search`` the shared :meth:`search_run`, and says what
+    it can do: the capability flags below are what the service (and the CLI) ask of a back end
+    (class defaults: nothing beyond ``search(queries, k)``; a searcher whose answer depends on
+    the opened index overrides a flag with a property)."""
+
+    #: ``nprobe=`` (IVF lists probed) applies: the index has an IVF layer
+    has_ivf: bool = False
+    #: ``ef_search=`` (HNSW beam width) applies: the index has an HNSW graph
+    has_hnsw: bool = False
+    #: ``rerank=N`` (re-score N candidates exactly with full-precision vectors) applies
+    supports_rerank: bool = False
+    #: ``upsert(docs)`` adds or replaces documents while it serves (``POST /documents``)
+    supports_upsert: bool = False
+    #: ``delete(ids)`` removes documents while it serves (``DELETE /documents/{id}``)
+    supports_delete: bool = False
+    #: the scalingnote index directory it reads (a BM25 index and ``fusion.json`` beside it give
+    #: the service its bm25 / hybrid modes), or None
+    local_dir: Path | None = None
+
+    def attach_documents(self, res: SearchResult) -> SearchResult:
+        """Fill ``res.titles`` / ``res.snippets`` where the back end stores documents (here: none)."""
+        return res
 
     def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:  # pragma: no cover - abstract
         raise NotImplementedError

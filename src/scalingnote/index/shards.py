@@ -1,5 +1,9 @@
-"""The one shard-resume helper of corpus encoding (in-process :func:`~scalingnote.index.encode_corpus`
-and Ray :func:`~scalingnote.index.ray_encode.encode_corpus_ray`).
+"""The on-disk shards of an embeddings directory (``scalingnote-embeddings/1``, described in
+:mod:`scalingnote.index.embeddings`) and the one shard-resume helper of corpus encoding
+(in-process :func:`~scalingnote.index.encode_corpus` and Ray
+:func:`~scalingnote.index.ray_encode.encode_corpus_ray`): shard paths, the manifest reader, the
+content digest and the check of a finished shard. This module imports nothing else of
+:mod:`scalingnote.index`; :mod:`~scalingnote.index.embeddings` builds on it.
 
 An embeddings directory is committed shard by shard: ``shards/00000.npy`` + ``00000.ids.json``
 are written (atomically) first, then the shard is listed in ``manifest.json``. A resumed run
@@ -9,6 +13,8 @@ the others; a shard file that is not in the manifest is ignored and rewritten.
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import time
 from collections.abc import Iterator
 from itertools import islice
@@ -17,8 +23,65 @@ from typing import Any
 
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.embeddings import FORMAT, MANIFEST, SHARD_DIR, content_digest, read_manifest, shard_paths, utc_now, verify_shard
 from scalingnote.utils.io import write_json
+
+
+FORMAT = "scalingnote-embeddings/1"
+MANIFEST = "manifest.json"
+SHARD_DIR = "shards"
+
+
+def shard_paths(out_dir: Path, shard: int) -> tuple[Path, Path]:
+    base = out_dir / SHARD_DIR / f"{shard:05d}"
+    return base.with_suffix(".npy"), Path(str(base) + ".ids.json")
+
+
+def read_manifest(out_dir: Path) -> dict[str, Any] | None:
+    path = out_dir / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            man = json.load(fh)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScalingNoteError(f"{path}: unreadable embeddings manifest ({e})") from None
+    if man.get("format") != FORMAT:
+        raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+    return man
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def content_digest(docs: list[Document]) -> str:
+    """SHA-256 over the documents' fields: detects a corpus edited between runs."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(json.dumps([d.id, d.title, d.topic, d.content], ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str, shard: int) -> None:
+    ipath = out_dir / rec["ids"]
+    try:
+        stored = json.loads(ipath.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ScalingNoteError(f"{ipath}: finished shard {shard} has unreadable ids ({e}); delete the output directory and re-encode") from None
+    if stored != ids:
+        first = next((i for i, (a, b) in enumerate(zip(stored, ids, strict=False)) if a != b), min(len(stored), len(ids)))
+        raise ScalingNoteError(
+            f"{ipath}: finished shard {shard} does not match the corpus (first difference at row {first}); "
+            "the corpus changed since encoding started — use a new output directory"
+        )
+    if rec.get("content_sha256") not in (None, digest):
+        raise ScalingNoteError(
+            f"{out_dir / MANIFEST}: finished shard {shard} was encoded from different document texts (content_sha256 differs); "
+            "the corpus changed since encoding started — use a new output directory"
+        )
 
 
 class ShardLog:
@@ -122,4 +185,4 @@ class ShardLog:
         return seconds
 
 
-__all__ = ["ShardLog"]
+__all__ = ["FORMAT", "MANIFEST", "SHARD_DIR", "ShardLog", "content_digest", "read_manifest", "shard_paths", "utc_now", "verify_shard"]

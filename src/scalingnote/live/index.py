@@ -175,6 +175,22 @@ class LiveIndex:
         self.replayed = n
 
     # ------------------------------------------------------------------ DenseIndex interface
+    # capability flags (scalingnote.index.searcher.SearcherBase): the FAISS index of the current
+    # generation says nprobe / ef_search; documents are added, replaced and deleted while it serves
+    supports_rerank = supports_upsert = supports_delete = True
+
+    @property
+    def has_ivf(self) -> bool:
+        return self.store.dense.has_ivf
+
+    @property
+    def has_hnsw(self) -> bool:
+        return self.store.dense.has_hnsw
+
+    @property
+    def local_dir(self) -> Path:
+        return self.root
+
     @property
     def manifest(self) -> dict[str, Any]:
         return self.store.dense.manifest

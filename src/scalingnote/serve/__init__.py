@@ -1,6 +1,7 @@
 """Online query service (ScalingNote §3.5): HTTP search over the distilled query tower and
-the compressed index, with dynamic micro-batching, input limits, health/metrics
-endpoints, hot swap of the query tower, and a loopback-only load generator (TMJ §6.2).
+the compressed index (any back end of :mod:`scalingnote.index.backends`), with dynamic
+micro-batching, input limits, health/metrics endpoints and hot swap of the query tower. The
+loopback-only load generator (TMJ §6.2) that measures it is ``benchmarks/loadgen.py``.
 
 Typical use::
 
@@ -10,12 +11,11 @@ Typical use::
     app = create_app(index_dir, query_tower_dir, ServeSettings(max_batch=32))    # ASGI app
     with BackgroundServer(app) as srv:                                            # real uvicorn, free port
         srv.wait_ready()
-        run_loadtest(srv.url, ["what causes fractures?"], concurrency=8, duration_s=5)
+        httpx.post(srv.url + "/search", json={"query": "what causes fractures?"})
 
 FastAPI / uvicorn / httpx are imported by the submodules that need them.
 """
 
-from scalingnote.serve.loadtest import LoadTestResult, check_loopback_url, read_queries_file, run_loadtest, run_loadtest_async
 from scalingnote.serve.metrics import ServeMetrics, metric_value, parse_metrics
 from scalingnote.serve.settings import ServeSettings, check_bind_host, is_loopback_host
 
@@ -39,7 +39,6 @@ def __getattr__(name: str):
 
 __all__ = [
     "BackgroundServer",
-    "LoadTestResult",
     "SearchParams",
     "SearchService",
     "ServeMetrics",
@@ -47,13 +46,9 @@ __all__ = [
     "ServiceError",
     "bind_socket",
     "check_bind_host",
-    "check_loopback_url",
     "create_app",
     "is_loopback_host",
     "metric_value",
     "parse_metrics",
-    "read_queries_file",
-    "run_loadtest",
-    "run_loadtest_async",
     "serve",
 ]

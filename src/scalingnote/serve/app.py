@@ -34,7 +34,6 @@ down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has like
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -51,7 +50,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
-from scalingnote.serve.settings import FORWARDING_HEADERS, ServeSettings, is_loopback_host, resolve_admin_token
+from scalingnote.serve.settings import ServeSettings, admin_denial, resolve_admin_token
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -106,28 +105,6 @@ class ReloadRequest(_Strict):
 class _BodyTooLarge(StarletteHTTPException):
     def __init__(self, limit: int):
         super().__init__(413, f"request body larger than {limit} bytes")
-
-
-def admin_denial(path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: ServeMetrics) -> ServiceError | None:
-    """Why an ``/admin/*`` request is refused (None: allowed). Checked before routing and
-    body parsing: proxy forwarding headers (403), a non-loopback peer (403), then the token
-    (401; compared in constant time)."""
-    proxied = [h for h in FORWARDING_HEADERS if h in headers]
-    if proxied:
-        metrics.rejected.inc(reason="admin_proxied")
-        return ServiceError(403, "forbidden", f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback")
-    if not is_loopback_host(client_host):
-        metrics.rejected.inc(reason="admin_remote")
-        return ServiceError(403, "forbidden", f"{path} is accepted from loopback clients only")
-    scheme, _, value = headers.get("authorization", "").partition(" ")
-    given = value.strip() if scheme.lower() == "bearer" else headers.get("x-admin-token", "").strip()
-    if not given or not hmac.compare_digest(given.encode("latin-1", "replace"), token):
-        metrics.rejected.inc(reason="admin_unauthorized")
-        return ServiceError(
-            401, "unauthorized",
-            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
-        )
-    return None
 
 
 class _Guard:
@@ -370,4 +347,4 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
 
     from scalingnote.serve.documents import add_document_routes
 
-    add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (live index, issue 29)
+    add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (the live index)

@@ -1,4 +1,4 @@
-"""The live index behind the service (issue 29, ScalingNote §3.5): ``POST /documents`` (a batch,
+"""The live index behind the service (ScalingNote §3.5): ``POST /documents`` (a batch,
 upsert by id, all or nothing) and ``DELETE /documents/{id}``, both admin endpoints (token,
 loopback); live metrics in ``/metrics``; the top-10 overlap check of ``/admin/reload``.
 
@@ -25,27 +25,31 @@ from fastapi.responses import JSONResponse
 
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.serve.processing import ServiceError
+from scalingnote.serve.settings import admin_denial
 
 log = logging.getLogger("scalingnote.serve")
 
 RECALL_REFRESH_S = 30.0
 
 
-def open_serving_index(index_dir: Path, tower, settings):
-    """The index a ``faiss`` service searches: a :class:`~scalingnote.live.LiveIndex` (log
-    replayed) when ``settings.live``; read-only when another process holds its writer lock."""
-    from scalingnote.index import DenseIndex
-    from scalingnote.live import LiveIndex
+def open_serving_index(backend, location, tower, settings):
+    """The searcher a service answers with: the back end's live (writable) form when it has one
+    and ``settings.live`` (FAISS: a :class:`~scalingnote.live.LiveIndex`, log replayed;
+    read-only when another process holds its writer lock), else the back end's searcher.
+    ``backend``: an entry of :mod:`scalingnote.index.backends`."""
+    from scalingnote.index.backends import resolve_opener
 
-    if not getattr(settings, "live", True):
-        return DenseIndex.open(index_dir, query_tower=tower)
+    if backend.live is None or not getattr(settings, "live", True):
+        options = {"collection": settings.collection, "token": settings.backend_token} if backend.location == "uri" else {}
+        return backend.open(location, query_tower=tower, **options)
+    live_open = resolve_opener(backend.live, f"back end {backend.name} live")
     try:
-        return LiveIndex.open(index_dir, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus)
+        return live_open(location, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus)
     except ScalingNoteError as e:
         if "another process" not in str(e):
             raise
         log.warning("scalingnote serve: %s; serving it read-only", e)
-        return LiveIndex.open(index_dir, tower, writer=False, corpus=settings.corpus)
+        return live_open(location, tower, writer=False, corpus=settings.corpus)
 
 
 def _ingest_thread_init() -> None:
@@ -72,14 +76,14 @@ class _LiveState:
         self.recall_version = -1
         self._recall_running = False
 
-    def live(self, write: bool = True):
-        from scalingnote.live import LiveIndex
-
+    def live(self, write: bool = True, op: str = "supports_upsert"):
         self.service.check_ready()
         idx = self.service.index
-        if not isinstance(idx, LiveIndex):
-            raise ServiceError(409, "not_live", "this service does not serve a live index (backend milvus or live off)")
-        if write and not idx.writer:
+        if not self.service.capability(op):
+            what = "add or replace" if op == "supports_upsert" else "delete"
+            raise ServiceError(409, "not_live", f"this service cannot {what} documents: back end {self.service.settings.backend!r} "
+                                                "does not while it serves, or the live index is off (ServeSettings.live)")
+        if write and not getattr(idx, "writer", True):
             raise ServiceError(409, "read_only", f"{idx.root}: another process holds the index's writer lock; this service serves it read-only")
         return idx
 
@@ -110,7 +114,7 @@ class _LiveState:
         from scalingnote.live import LiveIndex
 
         idx = self.service.index
-        if not isinstance(idx, LiveIndex):
+        if not isinstance(idx, LiveIndex):  # the gauges are the live index's own statistics
             return
         st = idx.stats()
         m = self.metrics
@@ -143,8 +147,6 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
     metrics.collectors.append(state.collect)
 
     def guard(request: Request) -> None:  # the admin rule of /admin/* (token, loopback, no proxy headers)
-        from scalingnote.serve.app import admin_denial
-
         hdrs = {k.lower(): v for k, v in request.headers.items()}
         token = str(request.app.state.admin_token).encode("latin-1", "replace")
         denied = admin_denial(request.url.path, hdrs, request.client.host if request.client else "", token, metrics)
@@ -177,7 +179,7 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
 
     async def delete(doc_id: str, request: Request):
         guard(request)
-        idx = state.live()
+        idx = state.live(op="supports_delete")
         t0 = time.perf_counter()
         res = await state.run(idx.delete, [doc_id])
         if not res["deleted"]:
@@ -216,7 +218,7 @@ def probe_queries(recent: list[str], index, n: int, seed: int = 0) -> tuple[list
 
 
 def check_reload(service, new_tower) -> dict[str, Any]:
-    """Item 4 of issue 29: refuse (409) a new query tower whose top-10 over the live index overlaps
+    """Refuse (409) a new query tower whose top-10 over the live index overlaps
     the running tower's by less than ``settings.reload_min_overlap`` on a sample of recent queries."""
     s = service.settings
     threshold = float(getattr(s, "reload_min_overlap", 0.5))

@@ -212,7 +212,7 @@ class ServeMetrics:
         self.reloads = r.add(Counter("scalingnote_tower_reloads_total", "Query-tower reloads by result (swapped, incompatible, failed, busy).", ("result",)))
         self.ready = r.add(Gauge("scalingnote_ready", "1 when the query tower and the index are loaded."))
         self.tower_info = r.add(Gauge("scalingnote_query_tower_info", "The query tower being served (value 1).", ("name", "fingerprint", "compat_id")))
-        # the live index (issue 29): filled by scalingnote.serve.documents before each render
+        # the live index: filled by scalingnote.serve.documents before each render
         self.live_documents = r.add(Gauge("scalingnote_live_documents", "Documents in the live index."))
         self.live_added_share = r.add(Gauge("scalingnote_live_added_share", "Documents added since the codebooks were last trained / documents they were trained on."))
         self.live_recall = r.add(Gauge("scalingnote_live_recall_estimate", "Sampled recall@10 of the ANN index vs exact search over the live vectors."))

@@ -112,7 +112,8 @@ class BatchProcessing:
                 if not members:
                     continue
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
-            kw = {"nprobe": params.nprobe, "ef_search": params.ef_search, "rerank": params.rerank}
+            # only the options a request set: a back end without IVF / HNSW / re-rank need not take them
+            kw = {k: v for k, v in (("nprobe", params.nprobe), ("ef_search", params.ef_search), ("rerank", params.rerank)) if v is not None}
             try:
                 if params.mode == "dense":
                     res = index.search(vecs[vec_row[rows]], params.k, **kw)

@@ -57,7 +57,8 @@ def _uvicorn_server(app, settings: ServeSettings):
 
 
 def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSettings | None = None) -> None:
-    """Serve ``index_dir`` with ``query_tower`` until interrupted (blocks).
+    """Serve ``index_dir`` (where ``settings.backend`` lives: an index directory, or the URI of a
+    back end located by URI) with ``query_tower`` until interrupted (blocks).
 
     Refuses non-loopback hosts unless ``settings.allow_remote``. If the tower or index
     fails to load, the server stops and a :class:`ScalingNoteError` says why.
@@ -65,13 +66,14 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
     import os
 
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss start OpenMP (shared CPUs)
-    from scalingnote.index import read_manifest
+    from scalingnote.index.backends import get_backend
     from scalingnote.serve.app import create_app
 
     settings = settings or ServeSettings()
     check_bind_host(settings.host, settings.allow_remote)
-    if settings.backend == "faiss":
-        read_manifest(index_dir)  # fail fast: not an index directory
+    backend = get_backend(settings.backend, "backend")
+    if backend.manifest is not None:
+        backend.manifest(index_dir)  # fail fast: not where the back end lives (e.g. not an index directory)
     sock = bind_socket(settings.host, settings.port)
     app = create_app(index_dir, query_tower, settings)
     service = app.state.service

@@ -10,8 +10,8 @@ Concurrency model
   ``asyncio.Queue``. One batcher task takes the first waiting item, then collects more
   until ``max_batch`` queries or ``max_wait_ms`` after the first item's arrival, and
   hands the whole micro-batch to **one** worker thread: the query tower encodes all
-  texts in one call, then FAISS searches them (grouped by identical parameters).
-  torch modules and FAISS indexes are used from that single thread only.
+  texts in one call, then the back end searches them (grouped by identical parameters).
+  torch modules and the index are used from that single thread only.
 * Hot swap: a new query tower is loaded in another thread (a different model object,
   so no shared state with the worker), checked against the index with
   :func:`scalingnote.index.check_query_tower`, then swapped in by one assignment on the
@@ -65,11 +65,9 @@ class SearchService(BatchProcessing):
         self.tower = None
         self.titles: dict[str, str] = {}
         self.snippets: dict[str, str] = {}
-        self.searcher = None  # scalingnote.index.hybrid.HybridSearcher (faiss back end)
+        self.searcher = None  # scalingnote.index.hybrid.HybridSearcher (a back end with an index directory)
         self.default_mode = "dense"  #: a request without ``mode``; the index's fusion.json may make it hybrid
         self.corpus_path: Path | None = None
-        self.has_ivf = False
-        self.has_hnsw = False
         self.loaded_at: float | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
         self._queue: asyncio.Queue | None = None
@@ -118,57 +116,56 @@ class SearchService(BatchProcessing):
         log.info("scalingnote serve: ready (%d documents, tower %s)", len(self.index), self.tower_source)
 
     def _load_sync(self) -> None:
-        """Runs in the worker thread: tower, index (compatibility checked), titles."""
-        from scalingnote.index import read_manifest
-        from scalingnote.index.faiss_utils import find_hnsw, find_ivf
+        """Runs in the worker thread: tower, index (compatibility checked), titles. The back end
+        comes from :mod:`scalingnote.index.backends`; what it can do, from its searcher's flags."""
+        from scalingnote.index.backends import get_backend
         from scalingnote.index.pipeline import load_tower_for
+        from scalingnote.serve.documents import open_serving_index
 
         if self.settings.threads:
             import torch
 
             torch.set_num_threads(int(self.settings.threads))
-        if self.settings.backend == "milvus":  # a Milvus collection behind the same search interface
-            from scalingnote.index.milvus import MilvusSearcher
-
-            tower = load_tower_for(self.tower_source, "query")
-            s = self.settings
-            index = MilvusSearcher.open(s.milvus_uri, s.milvus_collection, query_tower=tower, token=s.milvus_token)  # refuses an incompatible tower
-            corpus_path = resolve_corpus_path(index.manifest, s.corpus)
-        else:
-            manifest = read_manifest(self.index_dir)  # fail fast on a bad directory, before loading a model
-            corpus_path = resolve_corpus_path(manifest, self.settings.corpus)
-            tower = load_tower_for(self.tower_source, "query")
-            from scalingnote.serve.documents import open_serving_index
-
-            index = open_serving_index(self.index_dir, tower, self.settings)  # refuses an incompatible tower; live (issue 29)
+        backend = get_backend(self.settings.backend, "backend")
+        location = self.location
+        # fail fast on a wrong location, before loading a model; its corpus gives the titles
+        manifest = backend.manifest(location) if backend.manifest is not None else None
+        corpus_path = resolve_corpus_path(manifest, self.settings.corpus) if manifest is not None else None
+        tower = load_tower_for(self.tower_source, "query")
+        index = open_serving_index(backend, location, tower, self.settings)  # refuses an incompatible tower
+        if manifest is None:
+            corpus_path = resolve_corpus_path(index.manifest, self.settings.corpus)
         docs = load_documents(corpus_path, index.doc_ids, index)
         titles = {d: t for d, (t, _) in docs.items()}
         self.snippets = {d: sn for d, (_, sn) in docs.items()}
-        if self.settings.backend != "milvus":
+        local = getattr(index, "local_dir", None)
+        if local is not None:  # an index directory: the BM25 index and fusion.json beside it (modes bm25, hybrid)
             from scalingnote.index.hybrid import HybridSearcher, load_fusion
 
-            fusion, mode = load_fusion(self.index_dir)  # the served default chosen on validation (quick start)
+            fusion, mode = load_fusion(local)  # the served default chosen on validation (quick start)
             live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
             self.searcher = (live(fusion) if live is not None else
-                             HybridSearcher(index, load_bm25(self.index_dir, corpus_path, index.doc_ids), fusion=fusion))
+                             HybridSearcher(index, load_bm25(local, corpus_path, index.doc_ids), fusion=fusion))
             self.default_mode = mode if mode in self.searcher.modes else "dense"
         from scalingnote.serve.query_backend import wrap_query_tower
 
-        tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx (issue 23)
+        tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
-        if self.settings.backend == "milvus":
-            self.has_ivf, self.has_hnsw = index.has_ivf, index.has_hnsw
-            self._set_tower_info(tower)
-            return
-        self.has_ivf = find_ivf(index.index) is not None
-        import faiss
-
-        self.has_hnsw = find_hnsw(index.index) is not None or (
-            self.has_ivf and isinstance(faiss.downcast_index(find_ivf(index.index).quantizer), faiss.IndexHNSW)
-        )
         self._set_tower_info(tower)
+
+    @property
+    def location(self) -> str | Path:
+        """Where the back end lives: the index directory, or ``settings.uri`` for one located by URI."""
+        from scalingnote.index.backends import get_backend
+
+        return self.settings.uri if get_backend(self.settings.backend, "backend").location == "uri" else self.index_dir
+
+    def capability(self, flag: str) -> bool:
+        """A capability flag of the served searcher (:class:`~scalingnote.index.searcher.SearcherBase`);
+        False for a flag the back end does not declare."""
+        return bool(getattr(self.index, flag, False))
 
     def _set_tower_info(self, tower) -> None:
         self.metrics.tower_info.clear()
@@ -225,16 +222,18 @@ class SearchService(BatchProcessing):
         if not 1 <= params.k <= s.max_k:
             raise ServiceError(422, "invalid_request", f"k: must be in 1..{s.max_k}, got {params.k}")
         if params.nprobe is not None:
-            if not self.has_ivf:
+            if not self.capability("has_ivf"):
                 raise ServiceError(422, "invalid_request", f"nprobe: index {self.index.factory!r} has no IVF layer")
             nlist = int(self.index.manifest.get("nlist") or 1)
             if not 1 <= params.nprobe <= nlist:
                 raise ServiceError(422, "invalid_request", f"nprobe: must be in 1..{nlist} (the index's nlist), got {params.nprobe}")
         if params.ef_search is not None:
-            if not self.has_hnsw:
+            if not self.capability("has_hnsw"):
                 raise ServiceError(422, "invalid_request", f"ef_search: index {self.index.factory!r} has no HNSW graph")
             if not 1 <= params.ef_search <= s.max_rerank:
                 raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
+        if params.rerank is not None and not self.capability("supports_rerank"):
+            raise ServiceError(422, "invalid_request", f"rerank: index {self.index.factory!r} does not re-rank candidates (back end {self.settings.backend})")
         if params.rerank is not None and not 1 <= params.rerank <= s.max_rerank:
             raise ServiceError(422, "invalid_request", f"rerank: must be in 1..{s.max_rerank}, got {params.rerank}")
         if params.mode not in self.modes:
@@ -386,8 +385,7 @@ class SearchService(BatchProcessing):
                 except Exception as e:  # noqa: BLE001 - a corrupt directory etc.
                     raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
                 try:
-                    where = self.index.root if self.settings.backend == "milvus" else self.index_dir / "manifest.json"
-                    check_query_tower(self.index.manifest, t, where)
+                    check_query_tower(self.index.manifest, t, getattr(self.index, "root", self.location))
                 except ScalingNoteError as e:
                     raise ServiceError(409, "incompatible_query_tower", str(e)) from None
                 from scalingnote.serve.query_backend import wrap_query_tower
@@ -408,15 +406,13 @@ class SearchService(BatchProcessing):
             except Exception as e:  # noqa: BLE001
                 self.metrics.reloads.inc(result="failed")
                 raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
-            check = None
-            if self.settings.backend != "milvus":  # issue 29 item 4: top-10 overlap with the running tower
-                from scalingnote.serve.documents import check_reload
+            from scalingnote.serve.documents import check_reload
 
-                try:
-                    check = await asyncio.get_running_loop().run_in_executor(self._executor, check_reload, self, new)
-                except ServiceError:
-                    self.metrics.reloads.inc(result="low_overlap")
-                    raise
+            try:  # the new tower's top-10 must overlap the running tower's
+                check = await asyncio.get_running_loop().run_in_executor(self._executor, check_reload, self, new)
+            except ServiceError:
+                self.metrics.reloads.inc(result="low_overlap")
+                raise
             if self._closing:
                 raise ServiceError(503, "shutting_down", "the service is shutting down")
             old = self.tower
@@ -444,7 +440,7 @@ class SearchService(BatchProcessing):
         m = self.index.manifest
         sem = m.get("semantic_ids") or {}
         return {
-            "path": str(self.index.root if self.settings.backend == "milvus" else self.index_dir),
+            "path": str(getattr(self.index, "root", self.location)),
             "factory": m.get("factory"),
             "n_vectors": m.get("n_vectors"),
             "dim": m.get("dim"),

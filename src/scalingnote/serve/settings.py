@@ -1,7 +1,8 @@
-"""Service settings and the loopback rule."""
+"""Service settings, the loopback rule and the admin rule."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import secrets
 from dataclasses import asdict, dataclass, field
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.serve.processing import ServiceError
 
 
 @dataclass
@@ -53,20 +55,21 @@ class ServeSettings:
     threads: int | None = None
     access_log: bool = False
     log_level: str = "info"
-    # search back end: "faiss" (the index directory) or "milvus" (a collection exported by
-    # `scalingnote index export --to milvus`; scalingnote.index.milvus.MilvusSearcher)
+    # search back end: a name of scalingnote.index.backends ("faiss": the index directory;
+    # "milvus": a collection exported by `scalingnote index export --to milvus`), or a dotted
+    # path "package.module:attribute"; a back end located by URI reads uri / collection / token
     backend: str = "faiss"
-    milvus_uri: str | None = None
-    milvus_collection: str = "scalingnote"
-    milvus_token: str | None = None
+    uri: str | None = None
+    collection: str = "scalingnote"
+    backend_token: str | None = field(default=None, repr=False)
     admin_token: str | None = field(default=None, repr=False)
     admin_token_file: str | None = None
-    # query encoder (issue 23): "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
+    # query encoder: "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
     query_backend: str = "torch"
     onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
     onnx_threads: int | None = None  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
-    # the live index (issue 29; scalingnote.live, scalingnote.serve.documents)
-    live: bool = True  #: serve a faiss index as a live index (POST /documents, write-ahead log replayed at start)
+    # the live index (scalingnote.live, scalingnote.serve.documents)
+    live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
     max_document_chars: int = 100_000  #: largest accepted document (title + topic + text)
     max_documents_per_request: int = 1024
@@ -90,10 +93,14 @@ class ServeSettings:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(None, None, "log_level", f"unknown level {self.log_level!r}")
-        if self.backend not in ("faiss", "milvus"):
-            raise ConfigError(None, None, "backend", f"must be faiss or milvus, got {self.backend!r}")
-        if self.backend == "milvus" and not self.milvus_uri:
-            raise ConfigError(None, None, "milvus_uri", "required with backend milvus (./file.db for Milvus Lite, or http://host:19530)")
+        from scalingnote.index.backends import get_backend
+
+        try:
+            entry = get_backend(self.backend, "backend")
+        except ScalingNoteError as e:
+            raise ConfigError(None, None, "backend", str(e)) from None
+        if entry.location == "uri" and not self.uri:
+            raise ConfigError(None, None, "uri", f"required with backend {entry.name} ({entry.help or 'the back end service URI'})")
         if self.query_backend not in ("torch", "onnx"):
             raise ConfigError(None, None, "query_backend", f"must be torch or onnx, got {self.query_backend!r}")
         if self.onnx_threads is not None:
@@ -112,7 +119,7 @@ class ServeSettings:
     def to_dict(self) -> dict[str, Any]:
         """The settings without secrets (tokens are shown as ``"***"``)."""
         d = asdict(self)
-        for k in ("admin_token", "milvus_token"):
+        for k in ("admin_token", "backend_token"):
             if d.get(k) is not None:
                 d[k] = "***"
         return d
@@ -171,3 +178,25 @@ def check_bind_host(host: str, allow_remote: bool) -> None:
             f"--host {host!r} is not a loopback address: the service listens on 127.0.0.1 / ::1 / localhost only, "
             "unless --allow-remote is given (then put it behind your own authentication)"
         )
+
+
+def admin_denial(path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: Any) -> ServiceError | None:
+    """Why an ``/admin/*`` request is refused (None: allowed). Checked before routing and
+    body parsing: proxy forwarding headers (403), a non-loopback peer (403), then the token
+    (401; compared in constant time)."""
+    proxied = [h for h in FORWARDING_HEADERS if h in headers]
+    if proxied:
+        metrics.rejected.inc(reason="admin_proxied")
+        return ServiceError(403, "forbidden", f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback")
+    if not is_loopback_host(client_host):
+        metrics.rejected.inc(reason="admin_remote")
+        return ServiceError(403, "forbidden", f"{path} is accepted from loopback clients only")
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    given = value.strip() if scheme.lower() == "bearer" else headers.get("x-admin-token", "").strip()
+    if not given or not hmac.compare_digest(given.encode("latin-1", "replace"), token):
+        metrics.rejected.inc(reason="admin_unauthorized")
+        return ServiceError(
+            401, "unauthorized",
+            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
+        )
+    return None

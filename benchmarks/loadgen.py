@@ -1,11 +1,15 @@
 """An async load generator for the query service (the stress test of TMJ §6.2, on loopback).
 
+Run ``python -m benchmarks.loadgen --url http://127.0.0.1:8080 --queries QUERIES`` from the
+repository root (the benchmarks import :func:`run_loadtest` / :func:`run_loadtest_async`). It
+is a client of the service, so it lives here rather than in the product packages.
+
 ``concurrency`` workers share one ``httpx.AsyncClient``; each sends ``POST /search``
 requests back to back (closed loop) with the next query of the list, until
 ``duration_s`` has passed or ``max_requests`` requests have been sent. A target where nothing
 listens is refused before the run; a service that stops answering mid-run (every worker's
 connections failing, ``2 x concurrency`` failures in a row) ends it (``stopped_by:
-"unreachable"``), and ``scalingnote loadtest`` exits 1 when no request succeeded. Reported: QPS
+"unreachable"``), and the command exits 1 when no request succeeded. Reported: QPS
 (successful requests per second of wall time), latency percentiles of the successful
 requests (ms), error counts by kind, and — from two ``/metrics`` scrapes — the mean
 encode micro-batch size the service used during the run.
@@ -16,8 +20,10 @@ for measuring one's own service, not for loading other hosts.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -285,3 +291,45 @@ def _result(search_url: str, concurrency: int, k: int, elapsed: float, latencies
 def run_loadtest(url: str, queries: list[str], **kwargs: Any) -> LoadTestResult:
     """Synchronous wrapper of :func:`run_loadtest_async`."""
     return asyncio.run(run_loadtest_async(url, queries, **kwargs))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.loadgen``: load-test a running service (loopback only) and print QPS,
+    p50/p95/p99 latency and errors; exit status 1 when no request succeeded."""
+    from scalingnote.utils import run_metadata, write_json
+
+    ap = argparse.ArgumentParser(description="Load-test a running scalingnote service (loopback only): QPS, p50/p95/p99 latency, errors.")
+    ap.add_argument("--url", required=True, help="Service URL on loopback, e.g. http://127.0.0.1:8080.")
+    ap.add_argument("--queries", required=True, type=Path, help="BEIR queries.jsonl (or BEIR dir), or a text file with one query per line.")
+    ap.add_argument("--concurrency", type=int, default=8, help="Concurrent clients (closed loop).")
+    ap.add_argument("--duration", type=float, default=10.0, help="Seconds to run.")
+    ap.add_argument("--max-requests", type=int, default=None, help="Stop after this many requests.")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--rerank", type=int, default=None, help="Ask the service to re-rank N candidates.")
+    ap.add_argument("--timeout", type=float, default=30.0, help="Per-request timeout (seconds).")
+    ap.add_argument("--seed", type=int, default=0, help="Seed of the query order.")
+    ap.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
+    ap.add_argument("--out", type=Path, default=None, help="Also write the result + config + versions as JSON (atomically).")
+    a = ap.parse_args(argv)
+    try:
+        check_loopback_url(a.url)  # refuse before reading anything
+        texts = read_queries_file(a.queries)
+        res = run_loadtest(a.url, texts, concurrency=a.concurrency, duration_s=a.duration, max_requests=a.max_requests, k=a.k,
+                           timeout_s=a.timeout, seed=a.seed, extra={"rerank": a.rerank} if a.rerank is not None else None)
+    except ScalingNoteError as e:
+        print(f"loadgen: {e}", file=sys.stderr)
+        return 2
+    if a.out is not None:
+        meta = run_metadata({"url": a.url, "queries": str(a.queries), "concurrency": a.concurrency, "duration": a.duration,
+                             "max_requests": a.max_requests, "k": a.k, "rerank": a.rerank, "timeout": a.timeout, "seed": a.seed})
+        meta["result"] = res.to_dict()
+        write_json(a.out, meta)
+    print(json.dumps(res.to_dict()) if a.json else res.table())
+    if res.ok == 0:
+        print(f"loadgen: no request succeeded ({res.errors} errors, stopped by {res.stopped_by})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

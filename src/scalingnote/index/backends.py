@@ -1,0 +1,184 @@
+"""The vector back ends, in one table: a name -> how to open its searcher, where it lives, how an
+index is exported into it and how the service opens it for writing.
+
+``scalingnote search --backend``, ``scalingnote index export --to``, ``scalingnote serve
+--backend`` and :class:`scalingnote.serve.ServeSettings` (``backend``) all ask this table; what
+an opened searcher can do (``nprobe`` / ``ef_search`` / ``rerank``, upsert / delete, a local
+index directory for BM25 and fusion) is said by the capability flags of the searcher classes
+(:class:`~scalingnote.index.searcher.SearcherBase`), which the service reads.
+
+Built in: ``faiss`` (:class:`~scalingnote.index.DenseIndex` over an index directory) and
+``milvus`` (:class:`~scalingnote.index.milvus.MilvusSearcher` on a collection). A back end
+from user code is one call (nothing else to edit)::
+
+    from scalingnote.index.backends import register_backend
+    register_backend("numpy", NumpySearcher.open)   # open(location, query_tower=None, **options)
+
+Wherever an option names a back end, a dotted path ``"package.module:attribute"`` naming a
+:class:`Backend` (or an opener) is accepted too, imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.dense import DenseIndex
+from scalingnote.index.layout import read_manifest
+
+DEFAULT_COLLECTION = "scalingnote"
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One entry of the table.
+
+    ``open(location, query_tower=None, **options)`` -> a searcher (the
+    :class:`~scalingnote.index.searcher.Searcher` interface, with ``manifest``; its class says
+    its capabilities). ``location``: what locates it, ``"index"`` (a directory: ``--index``) or
+    ``"uri"`` (a service: ``--uri``, and the opener also takes ``collection=`` and ``token=``).
+    ``manifest(location)``: reads the back end's manifest without loading anything (the service
+    and ``scalingnote serve`` call it first, to fail fast on a wrong location), or None.
+    ``export(source, location, **options)`` -> manifest: ``scalingnote index export --to NAME``
+    (``source``: an index or embeddings directory), or None. ``live``: the opener of its
+    writable form the service uses when ``ServeSettings.live`` is on, called as
+    ``live(location, query_tower, document_tower=..., corpus=..., writer=...)`` (a dotted path
+    when it sits above :mod:`scalingnote.index`: FAISS's is :class:`scalingnote.live.LiveIndex`),
+    or None. ``help``: one line for error messages.
+    """
+
+    name: str
+    open: Callable[..., Any]
+    location: Literal["index", "uri"] = "index"
+    manifest: Callable[[Any], dict[str, Any]] | None = None
+    export: Callable[..., dict[str, Any]] | None = None
+    live: Callable[..., Any] | str | None = None
+    help: str = ""
+
+
+def _open_faiss(location: str | Path, query_tower: Any = None) -> DenseIndex:
+    return DenseIndex.open(location, query_tower=query_tower)
+
+
+def _open_milvus(location: str, query_tower: Any = None, *, collection: str = DEFAULT_COLLECTION, token: str | None = None):
+    from scalingnote.index.milvus import MilvusSearcher  # pymilvus itself is imported on first connect
+
+    return MilvusSearcher.open(location, collection or DEFAULT_COLLECTION, query_tower=query_tower, token=token)
+
+
+def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAULT_COLLECTION, **options: Any) -> dict[str, Any]:
+    from scalingnote.index.milvus_export import export_to_milvus
+
+    return export_to_milvus(source, location, collection, **options)
+
+
+_BACKENDS: dict[str, Backend] = {
+    "faiss": Backend(
+        "faiss", _open_faiss, "index", manifest=read_manifest, live="scalingnote.live:LiveIndex.open",
+        help="a FAISS index directory (`scalingnote index build`)",
+    ),
+    "milvus": Backend(
+        "milvus", _open_milvus, "uri", export=_export_milvus,
+        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME",
+    ),
+}
+
+
+def register_backend(name: str, open: Callable[..., Any], *, location: Literal["index", "uri"] = "index",
+                     manifest: Callable[[Any], dict[str, Any]] | None = None, export: Callable[..., dict[str, Any]] | None = None,
+                     live: Callable[..., Any] | str | None = None, help: str = "", replace: bool = False) -> Backend:
+    """Add the back end ``name`` (see :class:`Backend` for the fields); a name that exists is
+    refused unless ``replace=True``. Returns the entry."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ScalingNoteError(f"back end name must be a non-empty string without ':', got {name!r}")
+    if name in _BACKENDS and not replace:
+        raise ScalingNoteError(f"back end {name!r} is registered already (pass replace=True to replace it)")
+    if not callable(open):
+        raise ScalingNoteError(f"back end {name!r}: open must be callable, got {type(open).__name__}")
+    if location not in ("index", "uri"):
+        raise ScalingNoteError(f"back end {name!r}: location must be 'index' or 'uri', got {location!r}")
+    entry = Backend(name, open, location, manifest, export, live, help)
+    _BACKENDS[name] = entry
+    return entry
+
+
+def backend_names() -> list[str]:
+    """The registered back ends, in registration order."""
+    return list(_BACKENDS)
+
+
+def load_attribute(spec: str, option: str) -> Any:
+    """The object a dotted path ``"package.module:attr"`` (``attr`` may be ``A.b``) names; a clear
+    error naming ``option`` when it cannot be imported."""
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise ScalingNoteError(f"{option} {spec!r}: a dotted path must look like 'package.module:attribute'")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise ScalingNoteError(f"{option} {spec!r}: cannot import module {mod_name!r} ({e})") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ScalingNoteError(f"{option} {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def get_backend(spec: str | Backend, option: str = "backend") -> Backend:
+    """The entry ``spec`` names: a registered name, a dotted path to a :class:`Backend` or to an
+    opener (a back end located by ``--index``), or an entry itself. An unknown name is an error
+    naming ``option`` and listing the known back ends."""
+    if isinstance(spec, Backend):
+        return spec
+    if not isinstance(spec, str):
+        raise ScalingNoteError(f"{option}: expected a back-end name, got {type(spec).__name__}")
+    if spec in _BACKENDS:
+        return _BACKENDS[spec]
+    if spec.lower() in _BACKENDS:  # --backend FAISS
+        return _BACKENDS[spec.lower()]
+    if ":" not in spec:
+        raise ScalingNoteError(f"{option} {spec!r}: unknown back end; known: {', '.join(_BACKENDS)} (or a dotted path 'package.module:attribute')")
+    obj = load_attribute(spec, option)
+    if isinstance(obj, Backend):
+        return obj
+    if callable(obj):
+        return Backend(spec, obj)
+    raise ScalingNoteError(f"{option} {spec!r}: names a {type(obj).__name__}, not a Backend or an opener")
+
+
+def resolve_opener(fn: Callable[..., Any] | str, option: str) -> Callable[..., Any]:
+    """``fn``, or the callable a dotted path names (an entry's ``live`` opener)."""
+    return load_attribute(fn, option) if isinstance(fn, str) else fn
+
+
+def backend_location(entry: Backend, index_dir: str | Path | None, uri: str | None, where: str) -> str | Path:
+    """Where ``entry`` lives: ``index_dir`` or ``uri`` as its ``location`` says; an error naming
+    the missing option otherwise."""
+    if entry.location == "uri":
+        if not uri:
+            raise ScalingNoteError(f"{where}: --uri URI is required with --backend {entry.name} ({entry.help or 'the back end service URI'})")
+        return uri
+    if index_dir is None:
+        raise ScalingNoteError(f"{where}: --index DIR is required with --backend {entry.name} ({entry.help or 'its index directory'})")
+    return index_dir
+
+
+def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None, uri: str | Path | None = None,
+                  collection: str = DEFAULT_COLLECTION, query_tower: Any = None, token: str | None = None) -> Any:
+    """A searcher of the back end ``backend`` (a name, a dotted path or an entry): over
+    ``index_dir`` (``faiss``: :class:`DenseIndex`) or on ``uri`` / ``collection`` (``milvus``:
+    :class:`~scalingnote.index.milvus.MilvusSearcher`). Every built-in back end refuses a query
+    tower incompatible with the document tower."""
+    entry = get_backend(backend, "backend")
+    location = backend_location(entry, index_dir, None if uri is None else str(uri), f"backend {entry.name}")
+    if entry.location == "uri":
+        return entry.open(location, query_tower=query_tower, collection=collection, token=token)
+    return entry.open(location, query_tower=query_tower)
+
+
+__all__ = ["Backend", "backend_location", "backend_names", "get_backend", "load_attribute", "open_searcher", "register_backend", "resolve_opener"]
