@@ -12,10 +12,10 @@ from scalingnote.index.backends import Backend, backend_location, backend_names,
 
 
 @pytest.fixture
-def table(monkeypatch):
-    """A private copy of the table: registrations made by a test do not leak into others."""
-    monkeypatch.setattr(backends, "_BACKENDS", dict(backends._BACKENDS))
-    return backends._BACKENDS
+def table():
+    """Registrations made by a test do not leak into others."""
+    with backends.BACKENDS.scoped() as t:
+        yield t
 
 
 def _opener(location, query_tower=None):
@@ -38,7 +38,7 @@ def test_unknown_name_lists_the_known_ones():
     with pytest.raises(ScalingNoteError) as e:
         get_backend("qdrant", "--backend")
     msg = str(e.value)
-    assert "--backend 'qdrant'" in msg and "unknown back end" in msg and "faiss, milvus" in msg
+    assert "--backend: unknown back end 'qdrant'" in msg and "known: faiss, milvus" in msg
     with pytest.raises(ConfigError, match="field 'backend'.*known: faiss, milvus"):
         from scalingnote.serve import ServeSettings
 
@@ -48,9 +48,9 @@ def test_unknown_name_lists_the_known_ones():
 def test_register_refuses_a_duplicate_unless_replace(table):
     entry = register_backend("numpy", _opener, help="exact numpy")
     assert get_backend("numpy") is entry and "numpy" in backend_names()
-    with pytest.raises(ScalingNoteError, match="'numpy' is registered already.*replace=True"):
+    with pytest.raises(ScalingNoteError, match="'numpy' is already registered.*replace=True"):
         register_backend("numpy", _opener)
-    with pytest.raises(ScalingNoteError, match="'faiss' is registered already"):
+    with pytest.raises(ScalingNoteError, match="'faiss' is already registered"):
         register_backend("faiss", _opener)
     again = register_backend("numpy", _opener, location="uri", replace=True)
     assert get_backend("numpy") is again and again.location == "uri"
@@ -79,7 +79,7 @@ def test_dotted_paths_name_an_entry_or_an_opener(tmp_path):
     assert isinstance(entry, Backend) and entry.name == "dotted" and open_searcher(entry, index_dir=tmp_path)[0] == "opened"
     wrapped = get_backend("tests.index.test_backends:_opener")
     assert wrapped.name == "tests.index.test_backends:_opener" and wrapped.location == "index" and wrapped.open.__name__ == "_opener"
-    with pytest.raises(ScalingNoteError, match="--backend 'no_such_module:X': cannot import module 'no_such_module'"):
+    with pytest.raises(ScalingNoteError, match="--backend: cannot import back end 'no_such_module:X': ModuleNotFoundError"):
         get_backend("no_such_module:X", "--backend")
     with pytest.raises(ScalingNoteError, match="has no attribute 'NOPE'"):
         get_backend("tests.index.test_backends:NOPE", "--backend")

@@ -40,9 +40,9 @@ class NumpySearcher(VectorSearcher):
 
 
 @pytest.fixture
-def numpy_backend(monkeypatch):
-    monkeypatch.setattr(backends, "_BACKENDS", dict(backends._BACKENDS))
-    return backends.register_backend("numpy", NumpySearcher.open, help="exact numpy search over an index directory")
+def numpy_backend():
+    with backends.BACKENDS.scoped():
+        yield backends.register_backend("numpy", NumpySearcher.open, help="exact numpy search over an index directory")
 
 
 @pytest.fixture(scope="module")

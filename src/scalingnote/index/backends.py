@@ -20,7 +20,6 @@ Wherever an option names a back end, a dotted path ``"package.module:attribute"`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any, Literal
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.layout import read_manifest
+from scalingnote.utils.registry import Registry, import_dotted
 
 DEFAULT_COLLECTION = "scalingnote"
 
@@ -76,7 +76,7 @@ def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAU
     return export_to_milvus(source, location, collection, **options)
 
 
-_BACKENDS: dict[str, Backend] = {
+BACKENDS: Registry[Backend] = Registry("back end", {
     "faiss": Backend(
         "faiss", _open_faiss, "index", manifest=read_manifest, live="scalingnote.live:LiveIndex.open",
         help="a FAISS index directory (`scalingnote index build`)",
@@ -85,7 +85,7 @@ _BACKENDS: dict[str, Backend] = {
         "milvus", _open_milvus, "uri", export=_export_milvus,
         help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME",
     ),
-}
+})
 
 
 def register_backend(name: str, open: Callable[..., Any], *, location: Literal["index", "uri"] = "index",
@@ -93,40 +93,21 @@ def register_backend(name: str, open: Callable[..., Any], *, location: Literal["
                      live: Callable[..., Any] | str | None = None, help: str = "", replace: bool = False) -> Backend:
     """Add the back end ``name`` (see :class:`Backend` for the fields); a name that exists is
     refused unless ``replace=True``. Returns the entry."""
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ScalingNoteError(f"back end name must be a non-empty string without ':', got {name!r}")
-    if name in _BACKENDS and not replace:
-        raise ScalingNoteError(f"back end {name!r} is registered already (pass replace=True to replace it)")
     if not callable(open):
         raise ScalingNoteError(f"back end {name!r}: open must be callable, got {type(open).__name__}")
     if location not in ("index", "uri"):
         raise ScalingNoteError(f"back end {name!r}: location must be 'index' or 'uri', got {location!r}")
-    entry = Backend(name, open, location, manifest, export, live, help)
-    _BACKENDS[name] = entry
-    return entry
+    return BACKENDS.register(name, Backend(name, open, location, manifest, export, live, help), replace=replace)
 
 
 def backend_names() -> list[str]:
-    """The registered back ends, in registration order."""
-    return list(_BACKENDS)
+    """The registered back ends (sorted)."""
+    return BACKENDS.names()
 
 
 def load_attribute(spec: str, option: str) -> Any:
-    """The object a dotted path ``"package.module:attr"`` (``attr`` may be ``A.b``) names; a clear
-    error naming ``option`` when it cannot be imported."""
-    mod_name, _, attr = spec.partition(":")
-    if not mod_name or not attr:
-        raise ScalingNoteError(f"{option} {spec!r}: a dotted path must look like 'package.module:attribute'")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ScalingNoteError(f"{option} {spec!r}: cannot import module {mod_name!r} ({e})") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ScalingNoteError(f"{option} {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
-    return obj
+    """The object a dotted path ``"package.module:attr"`` names; a clear error naming ``option``."""
+    return import_dotted(spec, option, "back end")
 
 
 def get_backend(spec: str | Backend, option: str = "backend") -> Backend:
@@ -137,13 +118,9 @@ def get_backend(spec: str | Backend, option: str = "backend") -> Backend:
         return spec
     if not isinstance(spec, str):
         raise ScalingNoteError(f"{option}: expected a back-end name, got {type(spec).__name__}")
-    if spec in _BACKENDS:
-        return _BACKENDS[spec]
-    if spec.lower() in _BACKENDS:  # --backend FAISS
-        return _BACKENDS[spec.lower()]
-    if ":" not in spec:
-        raise ScalingNoteError(f"{option} {spec!r}: unknown back end; known: {', '.join(_BACKENDS)} (or a dotted path 'package.module:attribute')")
-    obj = load_attribute(spec, option)
+    if spec.lower() in BACKENDS and spec not in BACKENDS:  # --backend FAISS
+        spec = spec.lower()
+    obj = BACKENDS.get(spec, option)
     if isinstance(obj, Backend):
         return obj
     if callable(obj):
@@ -181,4 +158,4 @@ def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None
     return entry.open(location, query_tower=query_tower)
 
 
-__all__ = ["Backend", "backend_location", "backend_names", "get_backend", "load_attribute", "open_searcher", "register_backend", "resolve_opener"]
+__all__ = ["BACKENDS", "Backend", "backend_location", "backend_names", "get_backend", "load_attribute", "open_searcher", "register_backend", "resolve_opener"]

@@ -25,6 +25,23 @@ class RegistryError(ScalingNoteError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def import_dotted(spec: str, option: str | None = None, what: str = "object") -> object:
+    """The object a dotted path ``"package.module:attribute"`` names (``attribute`` may be
+    ``A.b``), imported now; a :class:`RegistryError` naming ``option`` and ``what`` when it
+    cannot be."""
+    where = f"{option}: " if option else ""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise RegistryError(f"{where}{what} {spec!r}: a dotted path must look like 'package.module:attribute'")
+    try:
+        obj: object = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as e:
+        raise RegistryError(f"{where}cannot import {what} {spec!r}: {type(e).__name__}: {e}") from None
+    return obj
+
+
 class Registry(Generic[T]):
     """A table ``name -> entry`` with a clear error for unknown names.
 
@@ -60,14 +77,7 @@ class Registry(Generic[T]):
         if name in self._entries:
             return self._entries[name]
         if isinstance(name, str) and ":" in name:
-            module, _, attr = name.partition(":")
-            try:
-                obj = importlib.import_module(module)
-                for part in attr.split("."):
-                    obj = getattr(obj, part)
-            except (ImportError, AttributeError) as e:
-                raise RegistryError(f"{where}cannot import {self.what} {name!r}: {type(e).__name__}: {e}") from None
-            return obj  # type: ignore[return-value]
+            return import_dotted(name, option, self.what)  # type: ignore[return-value]
         raise RegistryError(f"{where}unknown {self.what} {name!r}; known: {', '.join(self.names())} "
                             "(or a dotted path 'package.module:attribute')")
 
@@ -84,4 +94,4 @@ class Registry(Generic[T]):
         return len(self._entries)
 
 
-__all__ = ["Registry", "RegistryError"]
+__all__ = ["Registry", "RegistryError", "import_dotted"]
