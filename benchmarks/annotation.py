@@ -12,7 +12,7 @@ for ``--gen-minutes`` (resumable, in pool order) and the largest size is what it
 
 Every point: ScalingDual, SmolLM2 truncated to 2 layers, heads only over cached pooled states,
 in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on the contrastive perplexity of
-the human dev queries (stop after 1000 steps without improvement), best weights restored (``scalingnote.scaling.heads``). Columns:
+the human dev queries (stop after 1000 steps without improvement), best weights restored (``scalingnote.scaling.points``). Columns:
 ``contrastive_ppl`` (Fang et al. Eq. 6 on the SciFact test queries, W = 256 negatives drawn once,
 seed 0, s = cos/0.05), ``ndcg@10``, ``r@100``, and two-sided paired t-test p-values against the
 human labels at the same D. A L(D) = (B/D)^beta + delta fit per annotation type gives the slopes.
@@ -72,7 +72,7 @@ def main() -> None:
 
     from scalingnote.data import load_corpus, load_qrels, load_queries
     from scalingnote.data.beir import qrels_path
-    from scalingnote.scaling.heads import HeadSession, PointSettings, make_eval_set, run_point
+    from scalingnote.scaling.points import HeadSession, PointSettings, make_eval_set, run_point
     from scalingnote.training.data import Example, _split_by_query
 
     torch.set_num_threads(args.threads)

@@ -6,7 +6,7 @@ IDs, side features and a user/context vector into the towers help?
 Data: the synthetic note-search log (``scalingnote.data.synth``, default size: 3,000 notes, 1,500
 queries, 20% test queries), training pairs = graded training qrels (grade >= 1, up to 4 positives per
 query), 10% of the training queries held out as dev. Model: ScalingDual, SmolLM2-135M truncated to 2
-layers, heads only over cached pooled states (``scalingnote.scaling.heads``), in-batch negatives,
+layers, heads only over cached pooled states (``scalingnote.scaling.points``), in-batch negatives,
 batch 64, head lr 3e-3, early stopping on the dev contrastive perplexity (stop after 1000 steps without improvement), best weights
 restored — the same for every row; only the fusion inputs differ (``scalingnote.models.fusion``):
 
@@ -87,9 +87,9 @@ def main() -> None:
     from scalingnote.data.synth import SynthConfig, generate
     from scalingnote.index.semantic_ids import ResidualKMeans
     from scalingnote.models.fusion import DocumentFeatures, DocumentFusion, FusedPrefixEncoder, QueryFusion
-    from scalingnote.scaling.heads import HeadSession, PointSettings, make_eval_set, run_point
+    from scalingnote.scaling.points import HeadSession, PointSettings, make_eval_set, run_point
     from scalingnote.training.data import Example, _split_by_query
-    from scalingnote.training.driver import init_heads
+    from scalingnote.training.heads import init_heads
 
     torch.set_num_threads(args.threads)
     rows_wanted = args.rows.split(",")

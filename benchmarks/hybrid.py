@@ -124,7 +124,7 @@ def run_dataset(name: str, args) -> Path:
     if args.val_from_stage1:
         # the queries Stage I held out (its validation split): their labels never reached the dense
         # model (QKD only mimics the teacher on query texts), so they are unbiased for the weight
-        from scalingnote.training.driver import heldout_queries
+        from scalingnote.training.evaluate import heldout_queries
 
         held_out, _ = heldout_queries(args.val_from_stage1)
         train_ids = [q for q in train_ids if q in held_out]

@@ -74,7 +74,7 @@ def main() -> None:
     import torch
 
     from scalingnote.models.prompt import PROMPT_PRESETS
-    from scalingnote.scaling.heads import HeadSession, PointSettings, make_eval_set, run_point
+    from scalingnote.scaling.points import HeadSession, PointSettings, make_eval_set, run_point
     from scalingnote.training.data import load_training_data
 
     torch.set_num_threads(args.threads)

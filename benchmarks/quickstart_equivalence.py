@@ -1,15 +1,14 @@
 """Is the quick start unchanged by a refactoring? -> benchmarks/results/quickstart_equivalence.json.
 
 Compares two quick-start run directories made from different commits on the embedded defaults
-(same seed), at full precision: every method's row of ``results.json`` (matched by method) and
-every number in ``qkd/run.json`` and ``stage1/<method>/run.json``, timings, paths and versions
-excluded. The run recorded here compares the code before the restructuring of issue 20 (commit
-318a7af, the parent of 89b6453) with the current code::
+(same seed), at full precision: every row of ``results.json`` (matched by method and family),
+its choices (teacher, student, served mode: the names, paths left out) and every number of each
+step's ``run.json`` (``stage1/*``, ``qkd/*``), timings, paths and versions excluded::
 
-    git worktree add --detach /tmp/pre 318a7af
-    (cd /tmp/pre && PYTHONPATH=src python benchmarks/quickstart.py --out /tmp/qs_pre)   # the layout of that commit
+    git worktree add --detach /tmp/pre <older commit>
+    (cd /tmp/pre && PYTHONPATH=src python -m benchmarks.quickstart --out /tmp/qs_pre)
     python -m benchmarks.quickstart --out /tmp/qs_now
-    python -m benchmarks.quickstart_equivalence --before /tmp/qs_pre --after /tmp/qs_now
+    python -m benchmarks.quickstart_equivalence --before /tmp/qs_pre --after /tmp/qs_now --before-commit <older commit>
 """
 
 from __future__ import annotations
@@ -43,22 +42,46 @@ def compare(a: dict[str, float], b: dict[str, float], tol: float) -> dict[str, A
             "worst": worst or "", "within_tol": all(d <= tol for d in diffs.values())}
 
 
+def _labels(doc: Any, prefix: str = "") -> dict[str, str]:
+    """Every string of the choices by its path, file-system paths left out."""
+    if isinstance(doc, dict):
+        return {k: v for key, val in doc.items() for k, v in _labels(val, f"{prefix}.{key}" if prefix else key).items()}
+    if isinstance(doc, list):
+        return {k: v for i, val in enumerate(doc) for k, v in _labels(val, f"{prefix}[{i}]").items()}
+    if isinstance(doc, str) and "/" not in doc and not any(s in prefix.lower() for s in ("dir", "path")):
+        return {prefix: doc}
+    return {}
+
+
+def _choices_row(before: Any, after: Any) -> dict[str, Any]:
+    a, b = _labels(before), _labels(after)
+    differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    num = compare(numbers(before), numbers(after), 1e-6)
+    return {"what": "results.json choices", "in_after": True, "labels_compared": len(a), "labels_differ": ", ".join(differ[:5]),
+            **num, "within_tol": num["within_tol"] and not differ}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, required=True, help="quick-start run directory of the older commit")
     ap.add_argument("--after", type=Path, required=True, help="quick-start run directory of the current code")
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--before-commit", default="", help="the commit the --before run was made from (recorded)")
     args = ap.parse_args(argv)
     load = lambda root, rel: json.loads((root / rel).read_text(encoding="utf-8"))  # noqa: E731
+    key = lambda r: f"{r['method']}[{r['family']}]" if r.get("family") else r["method"]  # noqa: E731
     rows = []
-    before = {r["method"]: r for r in load(args.before, "results.json")["rows"]}
-    after = {r["method"]: r for r in load(args.after, "results.json")["rows"]}
+    before = {key(r): r for r in load(args.before, "results.json")["rows"]}
+    after = {key(r): r for r in load(args.after, "results.json")["rows"]}
     for m, r in before.items():
         row = {"what": f"results.json {m}", "in_after": m in after}
         if m in after:
             row.update(compare(numbers(r), numbers(after[m]), args.tol))
+            row["labels_equal"] = {k: v for k, v in r.items() if isinstance(v, str)} == {k: v for k, v in after[m].items() if isinstance(v, str)}
+            row["within_tol"] = row["within_tol"] and row["labels_equal"]
         rows.append(row)
-    runs = ["qkd/run.json"] + sorted(str(p.relative_to(args.before)) for p in args.before.glob("stage1/*/run.json"))
+    rows.append(_choices_row(load(args.before, "results.json").get("choices", {}), load(args.after, "results.json").get("choices", {})))
+    runs = sorted(str(p.relative_to(args.before)) for pat in ("stage1/*/run.json", "qkd/*/run.json") for p in args.before.glob(pat))
     for rel in runs:
         row = {"what": rel, "in_after": (args.after / rel).exists()}
         if row["in_after"]:
@@ -66,9 +89,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     for r in rows:
         print(r, flush=True)
-    config = {"before": str(args.before), "after": str(args.after), "tol": args.tol,
-              "before_commit": "318a7af (the parent of the restructuring commit 89b6453)",
-              "methods_only_after": ", ".join(m for m in after if m not in before),
+    config = {"before": str(args.before), "after": str(args.after), "tol": args.tol, "before_commit": args.before_commit,
+              "rows_only_after": ", ".join(m for m in after if m not in before),
               "all_within_tol": all(r.get("within_tol", False) for r in rows)}
     print(write_results("quickstart_equivalence", rows, config))
 

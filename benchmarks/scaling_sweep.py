@@ -69,7 +69,7 @@ def load_pool(data: str, ict_dir: Path, seed: int):
 
     from scalingnote.data import load_corpus, load_qrels, load_queries
     from scalingnote.data.beir import qrels_path
-    from scalingnote.scaling.heads import make_eval_set
+    from scalingnote.scaling.points import make_eval_set
     from scalingnote.training.data import Example, _split_by_query
 
     root = shared_data_dir() / data
@@ -142,7 +142,7 @@ def grid_order(families: list[str], d_grid: list[int]) -> list[tuple[str, int, i
 def run_points(args) -> None:
     import torch
 
-    from scalingnote.scaling.heads import HeadSession, PointSettings, run_point
+    from scalingnote.scaling.points import HeadSession, PointSettings, run_point
 
     torch.set_num_threads(args.threads)
     pool, dev, test, corpus, queries = load_pool(args.data, args.ict, args.seed)
@@ -184,7 +184,7 @@ def run_points(args) -> None:
 
 def collect_rows(work: Path, seed: int = 0) -> list[dict]:
     """Finished points trained with the current settings (points of other settings are ignored)."""
-    from scalingnote.scaling.heads import PointSettings
+    from scalingnote.scaling.points import PointSettings
 
     current = str(PointSettings(seed=seed))
     rows = []

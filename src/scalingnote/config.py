@@ -113,6 +113,9 @@ def _convert(value: Any, tp: Any, key: str, ctx: _Ctx) -> Any:
             ctx.fail(key, f"must be one of {list(args)}, got {value!r}")
         return value
     if dataclasses.is_dataclass(tp):
+        shorthand = getattr(tp, "__config_shorthand__", None)  # e.g. `loss: infonce` = `loss: {name: infonce}`
+        if shorthand and isinstance(value, str):
+            value = {shorthand: value}
         if not isinstance(value, dict):
             ctx.fail(key, f"expected a mapping for {tp.__name__}, got {type(value).__name__}")
         return _build(tp, value, key, ctx)
@@ -164,8 +167,13 @@ def _build(cls: type[T], data: dict[str, Any], prefix: str, ctx: _Ctx) -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs = {}
+    removed = getattr(cls, "__config_removed__", {})  # keys of older versions: null is accepted, a value is refused
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
+        if k in removed and k not in fields:
+            if v is None:
+                continue
+            ctx.fail(key, f"no longer supported: {removed[k]}")
         if k not in fields:
             ctx.fail(key, f"unknown key; valid keys of {cls.__name__}: {sorted(fields)}")
         kwargs[k] = _convert(v, hints[k], key, ctx)

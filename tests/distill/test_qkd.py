@@ -151,7 +151,7 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
 
 def test_lstsq_head_init_recovers_a_linear_teacher(stage1):
     from scalingnote.data import load_beir
-    from scalingnote.distill.trainer import init_student_head
+    from scalingnote.training.heads import init_student_head
 
     ds = load_beir(stage1["data"], "train")
     texts = [q.text for q in ds.queries.values()]

@@ -1,4 +1,4 @@
-"""A head-only training session (:mod:`scalingnote.scaling.heads`) on a tiny random LLM and the
+"""A head-only training session (:mod:`scalingnote.scaling.points`) on a tiny random LLM and the
 tiny BEIR directory, for the tests of converged head points and of fusion towers."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def tiny_head_session(root: Path, docs_per_topic: int) -> TinyHeads:
     from scalingnote.config import load_config
     from scalingnote.data import load_corpus, load_qrels, load_queries
     from scalingnote.data.beir import qrels_path
-    from scalingnote.scaling.heads import HeadSession
+    from scalingnote.scaling.points import HeadSession
     from scalingnote.training import TrainConfig
 
     torch.set_num_threads(1)

@@ -55,7 +55,7 @@ def test_document_features_lookup():
 
 @pytest.fixture(scope="module")
 def heads_setup(tmp_path_factory):
-    from scalingnote.scaling.heads import make_eval_set
+    from scalingnote.scaling.points import make_eval_set
     from scalingnote.training.data import Example
     from tests.helpers.tiny_heads import tiny_head_session
 
@@ -67,7 +67,7 @@ def heads_setup(tmp_path_factory):
 
 
 def test_fused_encoder_trains_the_fusion_parameters(heads_setup, tmp_path):
-    from scalingnote.scaling.heads import PointSettings, train_point
+    from scalingnote.scaling.points import PointSettings, train_point
 
     session, train, dev, queries = heads_setup
     base_q, base_d = session.q_enc, session.d_enc

@@ -115,7 +115,7 @@ def test_trainer_drops_absent_views_from_the_loss(llm_dir, tiny_dirs, tmp_path):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
     from scalingnote.training.data import Example
-    from scalingnote.training.driver import build_towers
+    from scalingnote.training.towers import build_towers
     from scalingnote.training.trainer import Trainer
 
     cfg = load_config(TrainConfig, {

@@ -59,7 +59,7 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
     from scalingnote.training import build_towers
     from scalingnote.training import distributed as D
     from scalingnote.training.data import load_training_data
-    from scalingnote.training.driver import _setup_lora
+    from scalingnote.training.towers import setup_lora
     from scalingnote.training.fsdp import full_grads, full_state_dict
     from scalingnote.training.trainer import Trainer
 
@@ -68,7 +68,7 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
     torch.manual_seed(0)
     q, d = build_towers(cfg, torch.device("cpu"))
     q.double(), d.double()
-    _setup_lora(cfg, (q, d))
+    setup_lora(cfg, (q, d))
     tr = Trainer(cfg, q, d, data.train, torch.device("cpu"))
     assert tr.sharded == (distributed == "fsdp")
     q.train(), d.train()

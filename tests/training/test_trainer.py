@@ -137,7 +137,7 @@ def test_bad_config_is_a_clear_error(tiny, tmp_path):
 
 @pytest.mark.parametrize("method", ["scaling_dual", "scaling_doc"])
 def test_pca_projection_init(tiny, tmp_path, method):
-    from scalingnote.training.driver import pooled_states, init_centers
+    from scalingnote.training.heads import init_centers, pooled_states
 
     cfg = _cfg(tiny, tmp_path / method, method, dim=16, loss={"dims": [8, 16]})  # 16 < hidden size
     qt, dt = build_towers(cfg, torch.device("cpu"))

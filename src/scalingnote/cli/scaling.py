@@ -224,7 +224,7 @@ def _plan_gpu(sc: typer.Typer) -> None:
         extra = parse_key_values(set_, "--set")
         given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
         if config is not None:
-            from scalingnote.training.driver import load_train_config
+            from scalingnote.training.config import load_train_config
 
             spec = spec_from_train_config(load_train_config(config), arch, **given)
         else:

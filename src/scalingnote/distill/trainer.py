@@ -29,6 +29,7 @@ from scalingnote.distill.config import DistillConfig, QuerySource
 from scalingnote.distill.loss import qkd_loss
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
+from scalingnote.training.heads import init_student_head
 from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
 from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
 from scalingnote.utils import run_metadata, seed_everything, write_json
@@ -380,34 +381,6 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
     finish_run(out, inputs, {"steps": loop.total_steps})
     return res
-
-
-def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3, prefix=None) -> float:
-    """Linear-probe start for Eq. 14: ``c`` = mean pooled student state, ``W`` = the ridge
-    least-squares map from the centred states to the teacher embeddings ``targets [n, dim]``.
-
-    Returns the relative squared error ``sum||t - W(h - c)||^2 / sum||t||^2`` of the fit. Not in the
-    paper: a random W_stu leaves a short CPU run far from the teacher (Eq. 15 must also learn the
-    teacher's magnitude), while this start is the best linear map of the pre-trained states.
-    """
-    if student.projection is None:
-        raise ScalingNoteError("the student has no projection to initialise")
-    from scalingnote.training.driver import pooled_states
-
-    if prefix is not None:
-        with torch.no_grad():
-            h = torch.cat([prefix.pooled(texts[i : i + 512]).float().cpu() for i in range(0, len(texts), 512)]).double()
-    else:
-        h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
-    t = torch.as_tensor(np.asarray(targets), dtype=torch.float64)
-    c = h.mean(0)
-    x = h - c
-    gram = x.T @ x
-    lam = ridge * float(torch.trace(gram)) / gram.shape[0]
-    w = torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), x.T @ t).T  # [dim, hidden]
-    student.set_projection("lstsq", w)
-    student.set_center(c.float())
-    return float(((t - x @ w.T) ** 2).sum() / (t**2).sum().clamp(min=1e-12))
 
 
 def _mdims(dim: int) -> list[int]:

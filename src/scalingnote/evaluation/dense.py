@@ -7,7 +7,7 @@ product is the cosine similarity the towers were trained with.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -73,26 +73,3 @@ def dense_metrics(
             num_negatives=perplexity_negatives(len(doc_ids), judged),
         )
     return out
-
-
-def encode_and_score(
-    query_tower,
-    doc_tower,
-    queries: Mapping[str, str],
-    corpus: Mapping,
-    qrels: Qrels,
-    dim: int | None = None,
-    batch_size: int = 64,
-    tau: float | None = 0.05,
-    show_progress: bool = True,
-    doc_emb: np.ndarray | None = None,
-) -> tuple[dict[str, float], np.ndarray]:
-    """Encode the corpus (unless ``doc_emb`` is given) and the queries, then score.
-    Returns (metrics, document embeddings) so callers can reuse the corpus encoding."""
-    doc_ids = list(corpus)
-    if doc_emb is None:
-        doc_emb = doc_tower.encode_documents([corpus[d] for d in doc_ids], batch_size=batch_size, show_progress=show_progress)
-    qids = list(queries)
-    q_emb = query_tower.encode_queries([queries[q] for q in qids], batch_size=batch_size, show_progress=show_progress)
-    m = dense_metrics(truncate_normalize(q_emb, dim), qids, truncate_normalize(doc_emb, dim), doc_ids, qrels, tau=tau)
-    return m, doc_emb

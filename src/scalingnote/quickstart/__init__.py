@@ -19,7 +19,6 @@ re-run resumes, and a step made from other inputs is redone. Sizes are reduced f
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any

@@ -40,7 +40,7 @@ class Scored:
 
 def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int | None) -> EvalSet:
     from scalingnote.data import load_beir
-    from scalingnote.training.driver import heldout_queries
+    from scalingnote.training.evaluate import heldout_queries
 
     ds = load_beir(beir, split)
     qids = sorted(ds.queries)[:max_queries] if max_queries else sorted(ds.queries)

@@ -1,7 +1,10 @@
 """Stage I: LLM dual-tower training (ScalingNote §3.2) and the TwinBERT / ScalingDoc baselines."""
 
 from scalingnote.training.config import DataSpec, LoraSpec, LossSpec, OptimSpec, TowerSpec, TrainConfig
-from scalingnote.training.driver import build_towers, evaluate_pair, load_train_config, train
+from scalingnote.training.config import load_train_config
+from scalingnote.training.driver import train
+from scalingnote.training.evaluate import evaluate_pair
+from scalingnote.training.towers import build_towers
 from scalingnote.training.losses import (
     info_nce_d2q,
     info_nce_q2d,

@@ -9,7 +9,8 @@ projection W gets its own, larger learning rate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
 
@@ -39,8 +40,15 @@ class DataSpec:
 
 @dataclass
 class LossSpec:
-    """ScalingNote Eq. 5–12 hyper-parameters (§4.2: dims 16..128, all weights 1, margin 0.2, α 0.5)."""
+    """The Stage I loss: ``name`` chooses it from :data:`scalingnote.training.losses.LOSSES` (or is a
+    dotted path ``"package.module:function"``); the rest are ScalingNote Eq. 5–12 hyper-parameters
+    (§4.2: dims 16..128, all weights 1, margin 0.2, α 0.5), and ``options`` a loss's own settings.
+    In YAML, ``loss: infonce`` is short for ``loss: {name: infonce}``."""
 
+    __config_shorthand__ = "name"
+
+    name: str = "scalingnote"
+    options: dict[str, Any] = field(default_factory=dict)
     dims: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     weights: list[float] | None = None
     hard_weights: list[float] | None = None
@@ -48,6 +56,15 @@ class LossSpec:
     margin: float = 0.2
     alpha: float = 0.5
     hard_in_denominator: bool = False
+
+    def __post_init__(self) -> None:
+        from scalingnote.training.losses import get_loss
+        from scalingnote.utils.registry import RegistryError
+
+        try:
+            get_loss(self.name, option="name")
+        except RegistryError as e:  # -> ConfigError naming loss.name and its line
+            raise ValueError(str(e)) from None
 
 
 @dataclass
@@ -89,6 +106,10 @@ class FsdpSpec:
 
 @dataclass
 class TrainConfig:
+    #: keys older configs may hold: ``null`` is read (and dropped), a value is refused with the reason
+    __config_removed__ = {"deepspeed": "DeepSpeed was never wired in; use `distributed: fsdp` (PyTorch FSDP2, the same "
+                                       "ZeRO-3 sharding) under torchrun"}
+
     method: Method = "scaling_dual"
     output_dir: str = "runs/stage1"
     query_tower: TowerSpec = field(default_factory=lambda: TowerSpec("smollm2-135m", num_layers=4, max_length=64))
@@ -98,7 +119,6 @@ class TrainConfig:
     loss: LossSpec = field(default_factory=LossSpec)
     optim: OptimSpec = field(default_factory=OptimSpec)
     lora: LoraSpec | None = None
-    deepspeed: str | None = None  #: ZeRO-3 JSON for multi-GPU runs (needs the deepspeed package)
     #: data parallelism under torchrun: "ddp" (replicated towers, all-reduced gradients) or
     #: "fsdp" (FSDP2: towers, gradients and optimizer state sharded across ranks)
     distributed: Literal["ddp", "fsdp"] = "ddp"
@@ -168,3 +188,10 @@ class TrainConfig:
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:
             raise ValueError(f"need 0 <= data.neg_skip_top < data.neg_max_rank, got {self.data.neg_skip_top}, {self.data.neg_max_rank}")
+
+
+def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
+    """A :class:`TrainConfig` from a YAML file (or the defaults), with dotted-key ``overrides``."""
+    from scalingnote.config import load_config
+
+    return load_config(TrainConfig, path, **overrides)

@@ -1,4 +1,4 @@
-"""Resume only from checkpoints made from the same inputs (issue 32; Stage I and QKD).
+"""Resume only from checkpoints made from the same inputs (Stage I and QKD).
 
 A training run records its inputs (:func:`scalingnote.utils.steps.check_step`) in
 ``<output_dir>/checkpoints/STEP_INPUTS.json``: the resolved config without the keys that

@@ -33,7 +33,7 @@ from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
 from scalingnote.training.loop import LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, param_groups
-from scalingnote.training.losses import scalingnote_loss
+from scalingnote.training.losses import LossBatch, get_loss
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ class Trainer(TrainLoop):
         """``encoders``: optional (query, document) :class:`~scalingnote.models.PrefixTower` that
         replace the full forward pass of a tower whose frozen prefix is cached."""
         self.cfg = cfg
+        self.loss_fn = get_loss(cfg.loss.name)
         self.q_prefix, self.d_prefix = encoders
         self.q_tower = query_tower
         self.d_tower = doc_tower
@@ -112,7 +113,7 @@ class Trainer(TrainLoop):
             has_neg = all(e.neg is not None for e in exs)
             docs = [e.pos for e in exs] + ([e.neg for e in exs] if has_neg else [])
             views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
-        keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views (issue #21)
+        keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views
         if keep:
             views = {k: v for k, v in views.items() if k in keep}
         n = len(exs)
@@ -123,8 +124,9 @@ class Trainer(TrainLoop):
         return q, pos, neg
 
     def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None) -> tuple[Tensor, dict[str, float]]:
-        L = self.cfg.loss
-        return scalingnote_loss(
+        """The configured Stage I loss (``loss.name``; the paper's Eq. 12 by default) over this
+        process's batch and the batch gathered from every process (cross-process negatives)."""
+        batch = LossBatch(
             q,
             pos,
             neg,
@@ -132,14 +134,8 @@ class Trainer(TrainLoop):
             pos_all={k: D.gather_with_grad(v) for k, v in pos.items()},
             neg_all={k: D.gather_with_grad(v) for k, v in neg.items()} if neg is not None else None,
             offset=D.rank() * q.shape[0],
-            dims=L.dims,
-            weights=L.weights,
-            hard_weights=L.hard_weights,
-            tau=L.tau,
-            margin=L.margin,
-            alpha=L.alpha,
-            hard_in_denominator=L.hard_in_denominator,
         )
+        return self.loss_fn(batch, self.cfg.loss)
 
     def compute_gradients(self, exs: Sequence[Example]) -> dict[str, float]:
         """Forward + backward for one (local) batch, with gradient caching when

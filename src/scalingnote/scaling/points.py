@@ -1,4 +1,4 @@
-"""Converged head-only training points over cached frozen-prefix features (issue #21).
+"""Converged head-only training points over cached frozen-prefix features.
 
 A *point* of a scaling sweep / ablation is one Stage I run of the CPU recipe
 (``trainable_layers: 0``: the projection heads train over cached pooled states, see
@@ -82,7 +82,7 @@ class HeadSession:
         import torch
 
         from scalingnote.models import PrefixTower
-        from scalingnote.training.driver import build_towers
+        from scalingnote.training.towers import build_towers
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
             if spec.prefix_k != 0:
@@ -216,7 +216,7 @@ def train_point(session: HeadSession, train: Sequence[Any], dev: EvalSet, out_di
     contrastive perplexity stops improving; the best weights are restored. Returns the training
     record (steps, best step, dev curve, seconds). The towers keep the trained heads."""
     from scalingnote.evaluation import contrastive_perplexity
-    from scalingnote.training.driver import init_heads
+    from scalingnote.training.heads import init_heads
     from scalingnote.training.trainer import Trainer
     from scalingnote.utils import seed_everything
 

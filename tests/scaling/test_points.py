@@ -1,4 +1,4 @@
-"""Converged head-only points (scalingnote.scaling.heads) on tiny random towers: training lowers
+"""Converged head-only points (scalingnote.scaling.points) on tiny random towers: training lowers
 the dev loss, the best weights are kept, every point starts from the same heads, scoring is on
 fixed tuples, and a finished point is not retrained."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scalingnote.errors import ConfigError
-from scalingnote.scaling.heads import HeadSession, PointSettings, make_eval_set, run_point, score, train_point
+from scalingnote.scaling.points import HeadSession, PointSettings, make_eval_set, run_point, score, train_point
 from scalingnote.training.data import Example
 from tests.helpers.tiny_heads import tiny_head_session
 
