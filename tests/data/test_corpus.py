@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from scalingnote.data import Document, write_corpus
+from scalingnote.data import corpus
 from scalingnote.data.corpus import (
-    FORMATS,
     find_corpus,
     get_corpus_format,
     iter_corpus,
@@ -21,6 +21,7 @@ from scalingnote.data.corpus import (
 )
 from scalingnote.data.jsonl import iter_text_lines
 from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.utils.registry import Registry
 
 DOCS = [
     Document("d1", "Vitamin D", "", "Vitamin D lowers the risk of fractures."),
@@ -31,12 +32,10 @@ DOCS = [
 
 
 @pytest.fixture(autouse=True)
-def _restore_formats():
-    """Registration mutates the table: every test leaves it as it found it."""
-    saved = dict(FORMATS)
-    yield
-    FORMATS.clear()
-    FORMATS.update(saved)
+def _own_table(monkeypatch):
+    """Registration changes the table: each test registers into a copy of it."""
+    table = corpus.FORMATS
+    monkeypatch.setattr(corpus, "FORMATS", Registry(table.what, {n: table.get(n) for n in table.names()}))
 
 
 def _write_parquet(path: Path, docs: list[Document], **extra_cols) -> Path:
@@ -157,7 +156,7 @@ def test_jsonl_options_pass_through(tmp_path):
 # ----------------------------------------------------------------------------- registration
 def test_a_registered_format_is_recognised_everywhere_the_built_ins_are(tmp_path):
     fmt = register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
-    assert FORMATS["tsv"] is fmt and fmt.beir_file == "corpus.tsv"
+    assert corpus.FORMATS.get("tsv") is fmt and fmt.beir_file == "corpus.tsv"
     _write_tsv(tmp_path / "beir" / "corpus.tsv", DOCS)
     assert list(iter_corpus(tmp_path / "beir" / "corpus.tsv")) == [Document(d.id, d.title, "", d.content) for d in DOCS]
     assert find_corpus(tmp_path / "beir").format is fmt
@@ -173,18 +172,18 @@ def test_registration_refuses_clashes_and_bad_entries():
     with pytest.raises(ScalingNoteError, match="corpus format 'tsv' is already registered"):
         register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
     again = register_corpus_format("tsv", read_tsv, suffixes=(".tsv", ".tab"), replace=True)
-    assert FORMATS["tsv"] is again and again.suffixes == (".tsv", ".tab")
+    assert corpus.FORMATS.get("tsv") is again and again.suffixes == (".tsv", ".tab")
     with pytest.raises(ScalingNoteError, match="suffix '.tsv' already belongs to format 'tsv'"):
         register_corpus_format("other", read_tsv, suffixes=(".TSV",))
     with pytest.raises(ScalingNoteError, match="suffixes must be like '.tsv'"):
         register_corpus_format("csv", read_tsv, suffixes=("csv",))
     with pytest.raises(ScalingNoteError, match="must be callable"):
         register_corpus_format("csv", "read_tsv", suffixes=(".csv",))
-    assert "other" not in FORMATS and "csv" not in FORMATS
+    assert "other" not in corpus.FORMATS and "csv" not in corpus.FORMATS
 
 
 def test_unknown_and_dotted_format_names(tmp_path, monkeypatch):
-    with pytest.raises(ScalingNoteError, match=r"unknown corpus format 'xml' \(known: jsonl, parquet;"):
+    with pytest.raises(ScalingNoteError, match=r"format: unknown corpus format 'xml'; known: jsonl, parquet"):
         get_corpus_format("xml")
     (tmp_path / "my_reader.py").write_text(
         "from scalingnote.data import Document\n"
@@ -197,10 +196,12 @@ def test_unknown_and_dotted_format_names(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "c.psv").write_text("a|one\nb|two\n", encoding="utf-8")
     assert [d.content for d in iter_corpus(tmp_path / "c.psv", format="my_reader:read")] == ["one", "two"]
-    with pytest.raises(ScalingNoteError, match=r"corpus format 'no_such_mod:read': cannot import module 'no_such_mod'"):
-        get_corpus_format("no_such_mod:read")
-    with pytest.raises(ScalingNoteError, match=r"module 'my_reader' has no attribute 'nope'"):
+    with pytest.raises(ScalingNoteError, match=r"corpus\.format: cannot import corpus format 'no_such_mod:read': ModuleNotFoundError"):
+        get_corpus_format("no_such_mod:read", option="corpus.format")
+    with pytest.raises(ScalingNoteError, match=r"cannot import corpus format 'my_reader:nope': AttributeError"):
         get_corpus_format("my_reader:nope")
+    with pytest.raises(ScalingNoteError, match=r"format: 'my_reader:__name__' is neither a CorpusFormat nor a reader function"):
+        get_corpus_format("my_reader:__name__")
     sys.modules.pop("my_reader", None)
 
 
@@ -218,7 +219,7 @@ def _fixed(items):
         ([DOCS[0], {"_id": "x"}], None, "document 2: the 'fixed' reader gave a dict, not a Document"),
         ([DOCS[0], Document("  ", "t", "", "x")], "_id", "document 2: must not be empty"),
         ([DOCS[0], Document("d9", None, "", "x")], "title", "document 2: expected a string, got NoneType"),
-        ([DOCS[0], DOCS[1], Document("d1", "again", "", "x")], "_id", "document 3: duplicate document id 'd1' (first seen as document 1)"),
+        ([DOCS[0], DOCS[1], Document("d1", "again", "", "x")], "_id", "document 3: duplicate document id 'd1' (first seen in {p}, document 1)"),
     ],
 )
 def test_user_reader_output_is_checked(tmp_path, items, field, words):
@@ -227,7 +228,7 @@ def test_user_reader_output_is_checked(tmp_path, items, field, words):
     with pytest.raises(DataError) as e:
         list(iter_corpus(tmp_path / "c.fx"))
     assert (e.value.path, e.value.field) == (str(tmp_path / "c.fx"), field)
-    assert words in str(e.value)
+    assert words.format(p=tmp_path / "c.fx") in str(e.value)
 
 
 def test_user_reader_skips_invalid_and_empty_like_the_built_ins(tmp_path):
@@ -238,7 +239,8 @@ def test_user_reader_skips_invalid_and_empty_like_the_built_ins(tmp_path):
         got = list(iter_corpus(tmp_path / "c.fx", on_invalid="skip"))
     assert got == [DOCS[0], DOCS[1]]
     msgs = sorted(str(w.message) for w in rec)
-    assert "skipped 1 invalid documents" in msgs[0] and "skipped 1 invalid empty documents" in msgs[1]
+    assert msgs[0].startswith(f"{tmp_path / 'c.fx'}: skipped 1 invalid documents (first: ") and "document 2: must not be empty" in msgs[0]
+    assert msgs[1] == f"skipped 1 empty documents (title and text both empty; first: {tmp_path / 'c.fx'}, document 3)"
     with pytest.raises(DataError, match=r"field 'text': document 3: empty document"):
         list(iter_corpus(tmp_path / "c.fx", on_invalid="skip", on_empty="error"))
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from scalingnote.data import Document, Query, write_beir
-from scalingnote.data.corpus import FORMATS, register_corpus_format
+from scalingnote.data import corpus
+from scalingnote.data.corpus import register_corpus_format
+from scalingnote.utils.registry import Registry
 
 WORDS = "vitamin fracture knee running obesity attention sleep coffee heart liver lung brain".split()
 
@@ -22,9 +24,10 @@ def read_tsv(path: Path):
 
 
 @pytest.fixture()
-def twins(tmp_path):
+def twins(tmp_path, monkeypatch):
     """Two BEIR directories with the same documents: corpus.jsonl and corpus.tsv."""
-    saved = dict(FORMATS)
+    table = corpus.FORMATS  # registered into a copy of the table
+    monkeypatch.setattr(corpus, "FORMATS", Registry(table.what, {n: table.get(n) for n in table.names()}))
     register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
     docs = [Document(f"d{i}", f"{w} study", "", f"{w} {WORDS[(i + 3) % len(WORDS)]} and {w} in adults") for i, w in enumerate(WORDS)]
     queries = [Query(f"q{i}", f"{w} effects") for i, w in enumerate(WORDS)]
@@ -35,9 +38,7 @@ def twins(tmp_path):
     write_beir(tsv, docs, queries, {"train": train, "test": test})
     (tsv / "corpus.jsonl").unlink()
     (tsv / "corpus.tsv").write_text("".join(f"{d.id}\t{d.title}\t{d.content}\n" for d in docs), encoding="utf-8")
-    yield jsonl, tsv, docs
-    FORMATS.clear()
-    FORMATS.update(saved)
+    return jsonl, tsv, docs
 
 
 def test_beir_training_and_tmj_data(twins):

@@ -14,8 +14,8 @@ name        suffixes            BEIR directory file   also
                                                       files is one corpus (files in name order)
 ==========  ==================  ====================  ==============================================
 
-A path is recognised so: a directory holds one of the ``beir_file`` names (checked in table
-order), else files of a ``sharded`` format; a file is read by the format owning its suffix, a
+A path is recognised so: a directory holds one of the ``beir_file`` names (``corpus.jsonl``
+first, then the other formats' by format name), else files of a ``sharded`` format; a file is read by the format owning its suffix, a
 file with no known suffix as JSONL; ``format=`` (a name or ``"package.module:reader"``)
 overrides recognition.
 
@@ -41,6 +41,7 @@ from scalingnote.data.beir import iter_corpus as iter_jsonl_corpus
 from scalingnote.data.jsonl import SkipCounter
 from scalingnote.data.types import Document
 from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.utils.registry import Registry
 
 OnInvalid = Literal["error", "skip"]
 #: ``read(path, on_invalid=..., on_empty=...)``: the documents of one file (or shard directory).
@@ -60,9 +61,14 @@ class CorpusFormat:
     count: Callable[[Path], int] | None = None  #: fast document count (progress bars); None: unknown
 
 
-#: The table of corpus formats, in recognition order. Extend it with :func:`register_corpus_format`.
-FORMATS: dict[str, CorpusFormat] = {}
-DEFAULT_FORMAT = "jsonl"  #: a file whose suffix no format owns is read as this
+#: The table of corpus formats. Extend it with :func:`register_corpus_format`.
+FORMATS: Registry[CorpusFormat] = Registry("corpus format")
+DEFAULT_FORMAT = "jsonl"  #: a file whose suffix no format owns is read as this; first in a BEIR directory
+
+
+def _formats() -> list[CorpusFormat]:
+    """The formats in recognition order: the default first, then the others by name."""
+    return [FORMATS.get(n) for n in sorted(FORMATS.names(), key=lambda n: (n != DEFAULT_FORMAT, n))]
 
 
 # ----------------------------------------------------------------------------- registration
@@ -85,87 +91,87 @@ def register_corpus_format(
     directory (default ``"corpus" + suffixes[0]``). Unless ``validates=True`` (then ``read`` is
     called with ``on_invalid`` / ``on_empty`` and checks everything itself, like the built-ins),
     the documents are checked here. An existing name raises unless ``replace=True``."""
-    if not isinstance(name, str) or not name.strip():
-        raise ScalingNoteError(f"corpus format name must be a non-empty string, got {name!r}")
     if not callable(read):
         raise ScalingNoteError(f"corpus format {name!r}: the reader must be callable, got {type(read).__name__}")
     sfx = tuple(s.lower() for s in suffixes)
     if not sfx or any(not isinstance(s, str) or not s.startswith(".") or len(s) < 2 for s in sfx):
         raise ScalingNoteError(f"corpus format {name!r}: suffixes must be like '.tsv', got {tuple(suffixes)!r}")
-    if name in FORMATS and not replace:
-        raise ScalingNoteError(f"corpus format {name!r} is already registered (pass replace=True to replace it)")
-    for other in FORMATS.values():
+    for other in _formats():
         taken = sorted(set(sfx) & set(other.suffixes))
         if other.name != name and taken:
             raise ScalingNoteError(f"corpus format {name!r}: suffix {taken[0]!r} already belongs to format {other.name!r}")
     fmt = CorpusFormat(name, read if validates else _checked(read, name), sfx, beir_file or f"corpus{sfx[0]}", sharded, count)
-    FORMATS[name] = fmt
-    return fmt
+    return FORMATS.register(name, fmt, replace=replace)
 
 
-def get_corpus_format(spec: str | CorpusFormat) -> CorpusFormat:
+def get_corpus_format(spec: str | CorpusFormat, option: str = "format") -> CorpusFormat:
     """A format by name, or a reader given as ``"package.module:attribute"`` (a
-    :class:`CorpusFormat`, or a ``read(path)`` function used as an unregistered format)."""
+    :class:`CorpusFormat`, or a ``read(path)`` function used as an unregistered format);
+    ``option`` names the setting in errors."""
     if isinstance(spec, CorpusFormat):
         return spec
-    if spec in FORMATS:
-        return FORMATS[spec]
-    if isinstance(spec, str) and ":" in spec:
-        obj = _import_object(spec)
-        if isinstance(obj, CorpusFormat):
-            return obj
-        if callable(obj):
-            return CorpusFormat(spec, _checked(obj, spec), ())
-        raise ScalingNoteError(f"corpus format {spec!r}: expected a CorpusFormat or a reader function, got {type(obj).__name__}")
-    raise ScalingNoteError(f"unknown corpus format {spec!r} (known: {', '.join(sorted(FORMATS))}; or give 'package.module:reader')")
+    obj = FORMATS.get(spec, option=option)
+    if isinstance(obj, CorpusFormat):
+        return obj
+    if callable(obj):
+        return CorpusFormat(spec, _checked(obj, spec), ())
+    raise ScalingNoteError(f"{option}: {spec!r} is neither a CorpusFormat nor a reader function (got {type(obj).__name__})")
 
 
-def _import_object(spec: str):
-    import importlib
+class _Screen:
+    """The checks every reader's documents pass, in one place: an invalid record raises, or is
+    skipped and counted per file under ``on_invalid="skip"``; a duplicate id always raises; a
+    document whose title and text are both empty is skipped with one warning at the end, or
+    raises under ``on_empty="error"``. Errors name the file, the record (``"row 5"``,
+    ``"document 5"``) and the field."""
 
-    mod_name, _, attr = spec.partition(":")
-    try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ScalingNoteError(f"corpus format {spec!r}: cannot import module {mod_name!r} ({e})") from None
-    try:
-        return getattr(mod, attr)
-    except AttributeError:
-        raise ScalingNoteError(f"corpus format {spec!r}: module {mod_name!r} has no attribute {attr!r}") from None
+    def __init__(self, on_invalid: OnInvalid, on_empty: OnInvalid):
+        self.on_invalid, self.on_empty = on_invalid, on_empty
+        self.seen: dict[str, str] = {}
+        self.invalid: dict[str, SkipCounter] = {}
+        self.n_empty, self.first_empty = 0, ""
+
+    def admit(self, f: Path, where: str, make: Callable[[], Document], id_field: str = "_id", text_field: str = "text") -> Document | None:
+        """The document ``make()`` builds, or None when it is skipped."""
+        try:
+            doc = make()
+        except DataError as e:
+            if self.on_invalid != "skip":
+                raise
+            self.invalid.setdefault(str(f), SkipCounter(f, "documents")).skip(e)
+            return None
+        if doc.id in self.seen:
+            raise DataError(f, None, id_field, f"{where}: duplicate document id {doc.id!r} (first seen in {self.seen[doc.id]})")
+        self.seen[doc.id] = f"{f}, {where}"
+        if doc.title.strip() or doc.content.strip():
+            return doc
+        if self.on_empty == "error":
+            raise DataError(f, None, text_field, f"{where}: empty document: both 'title' and 'text' are empty")
+        self.n_empty, self.first_empty = self.n_empty + 1, self.first_empty or f"{f}, {where}"
+        return None
+
+    def report(self) -> None:
+        for counter in self.invalid.values():
+            counter.report(stacklevel=4)  # the caller of iter_corpus
+        if self.n_empty:
+            warnings.warn(f"skipped {self.n_empty} empty documents (title and text both empty; first: {self.first_empty})", stacklevel=3)
 
 
 def _checked(read: Callable[[Path], Iterable[Document]], name: str) -> Reader:
-    """``read`` with the checks the built-in readers make themselves (types, ids, duplicates,
-    empty documents), errors naming the file, the document number and the field."""
+    """``read`` (a user's reader) with the checks the built-in readers make (:class:`_Screen`)."""
 
     def read_checked(path: Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> Iterator[Document]:
-        seen: dict[str, int] = {}
-        invalid, empty = SkipCounter(path, "documents"), SkipCounter(path, _EMPTY)
-        for n, doc in enumerate(read(path), start=1):
-            try:
-                _check_document(doc, path, n, name)
-            except DataError as e:
-                if on_invalid == "skip":
-                    invalid.skip(e)
-                    continue
-                raise
-            if doc.id in seen:
-                raise DataError(path, None, "_id", f"document {n}: duplicate document id {doc.id!r} (first seen as document {seen[doc.id]})")
-            seen[doc.id] = n
-            if not (doc.title.strip() or doc.content.strip()):
-                err = DataError(path, None, "text", f"document {n}: empty document: both 'title' and 'text' are empty")
-                if on_empty == "skip":
-                    empty.skip(err)
-                    continue
-                raise err
-            yield doc
-        invalid.report()
-        empty.report()
+        screen = _Screen(on_invalid, on_empty)
+        for n, item in enumerate(read(path), start=1):
+            doc = screen.admit(path, f"document {n}", lambda: _check_document(item, path, n, name))  # noqa: B023 - called at once
+            if doc is not None:
+                yield doc
+        screen.report()
 
     return read_checked
 
 
-def _check_document(doc: object, path: Path, n: int, name: str) -> None:
+def _check_document(doc: object, path: Path, n: int, name: str) -> Document:
     if not isinstance(doc, Document):
         raise DataError(path, None, None, f"document {n}: the {name!r} reader gave a {type(doc).__name__}, not a Document")
     for fld, key in (("id", "_id"), ("title", "title"), ("topic", "topic"), ("content", "text")):
@@ -174,6 +180,7 @@ def _check_document(doc: object, path: Path, n: int, name: str) -> None:
             raise DataError(path, None, key, f"document {n}: expected a string, got {type(v).__name__} {v!r:.60}")
     if not doc.id.strip():
         raise DataError(path, None, "_id", f"document {n}: must not be empty")
+    return doc
 
 
 # ----------------------------------------------------------------------------- recognition
@@ -200,7 +207,7 @@ def find_corpus(path: str | Path, format: str | CorpusFormat | None = None) -> C
     ``format`` (a name or ``"package.module:reader"``) overrides recognition."""
     p = Path(path)
     forced = get_corpus_format(format) if format is not None else None
-    candidates = [forced] if forced is not None else list(FORMATS.values())
+    candidates = [forced] if forced is not None else _formats()
     if p.is_dir():
         for fmt in candidates:
             if fmt.beir_file and (p / fmt.beir_file).is_file():
@@ -209,14 +216,14 @@ def find_corpus(path: str | Path, format: str | CorpusFormat | None = None) -> C
             if fmt.sharded and _shard_files(p, fmt):
                 return CorpusSource(p, fmt)
         looked = [f.beir_file for f in candidates if f.beir_file] + [f"*{f.suffixes[0]}" for f in candidates if f.sharded]
-        raise DataError(p, None, None, f"no corpus in this directory (looked for {', '.join(looked)}; formats: {', '.join(FORMATS)})")
+        raise DataError(p, None, None, f"no corpus in this directory (looked for {', '.join(looked)}; formats: {', '.join(FORMATS.names())})")
     if not p.exists():
-        known = ", ".join(s for f in FORMATS.values() for s in f.suffixes)
+        known = ", ".join(s for f in _formats() for s in f.suffixes)
         raise DataError(p, None, None, f"corpus file not found (expected a BEIR directory or a corpus file: {known})")
     if forced is not None:
         return CorpusSource(p, forced)
-    owners = [(len(s), f) for f in FORMATS.values() for s in f.suffixes if p.name.lower().endswith(s)]
-    return CorpusSource(p, max(owners, key=lambda t: t[0])[1] if owners else FORMATS[DEFAULT_FORMAT])
+    owners = [(len(s), f) for f in _formats() for s in f.suffixes if p.name.lower().endswith(s)]
+    return CorpusSource(p, max(owners, key=lambda t: t[0])[1] if owners else FORMATS.get(DEFAULT_FORMAT))
 
 
 # ----------------------------------------------------------------------------- reading
@@ -277,7 +284,7 @@ def _read_jsonl(path: Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid
 
 def parquet_files(path: Path) -> list[Path]:
     """A ``.parquet`` file, or the ``*.parquet`` files of a directory in name order."""
-    return _shard_files(path, FORMATS["parquet"]) if path.is_dir() else [path]
+    return _shard_files(path, FORMATS.get("parquet")) if path.is_dir() else [path]
 
 
 def _count_parquet(path: Path) -> int:
@@ -309,8 +316,7 @@ def iter_parquet_corpus(
     """
     import pyarrow.parquet as pq
 
-    seen: dict[str, tuple[str, int]] = {}
-    n_empty, first_empty = 0, None
+    screen = _Screen(on_invalid, on_empty)
     for f in files:
         f = Path(f)
         try:
@@ -318,33 +324,17 @@ def iter_parquet_corpus(
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
             raise DataError(f, None, None, f"cannot read as Parquet ({type(e).__name__}: {e})") from None
         cols = _parquet_columns(f, set(pf.schema_arrow.names))
-        invalid, row = SkipCounter(f, "documents"), 0
+        row = 0
         for rb in pf.iter_batches(batch_size=batch_rows, columns=[c for c in cols if c is not None]):
             data = rb.to_pydict()
             for j in range(rb.num_rows):
+                values = {c: data[c][j] for c in cols if c is not None}
                 rown = row + j + 1  # 1-based row number, like line numbers
-                try:
-                    doc = _parquet_document(f, rown, cols, {c: data[c][j] for c in cols if c is not None})
-                except DataError as e:
-                    if on_invalid == "skip":
-                        invalid.skip(e)
-                        continue
-                    raise
-                if doc.id in seen:
-                    pf0, r0 = seen[doc.id]
-                    raise DataError(f, None, cols[0], f"row {rown}: duplicate document id {doc.id!r} (first seen in {pf0}, row {r0})")
-                seen[doc.id] = (str(f), rown)
-                if not (doc.title.strip() or doc.content.strip()):
-                    err = DataError(f, None, cols[3], f"row {rown}: empty document: both 'title' and 'text' are empty")
-                    if on_empty == "error":
-                        raise err
-                    n_empty, first_empty = n_empty + 1, first_empty or f"{f}, row {rown}"
-                    continue
-                yield doc
+                doc = screen.admit(f, f"row {rown}", lambda: _parquet_document(f, rown, cols, values), cols[0], cols[3])  # noqa: B023
+                if doc is not None:
+                    yield doc
             row += rb.num_rows
-        invalid.report()
-    if n_empty:
-        warnings.warn(f"skipped {n_empty} empty documents (title and text both empty; first: {first_empty})", stacklevel=2)
+    screen.report()
 
 
 def _parquet_columns(f: Path, names: set[str]) -> tuple[str, str | None, str | None, str]:
