@@ -93,7 +93,7 @@ def register_corpus_format(
     the documents are checked here. An existing name raises unless ``replace=True``."""
     if not callable(read):
         raise ScalingNoteError(f"corpus format {name!r}: the reader must be callable, got {type(read).__name__}")
-    sfx = tuple(s.lower() for s in suffixes)
+    sfx = tuple(s.lower() if isinstance(s, str) else s for s in suffixes)
     if not sfx or any(not isinstance(s, str) or not s.startswith(".") or len(s) < 2 for s in sfx):
         raise ScalingNoteError(f"corpus format {name!r}: suffixes must be like '.tsv', got {tuple(suffixes)!r}")
     for other in _formats():
