@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,7 @@ def _labels(doc: Any, prefix: str = "") -> dict[str, str]:
     if isinstance(doc, list):
         return {k: v for i, val in enumerate(doc) for k, v in _labels(val, f"{prefix}[{i}]").items()}
     if isinstance(doc, str) and "/" not in doc and not any(s in prefix.lower() for s in ("dir", "path")):
-        return {prefix: doc}
+        return {prefix: re.sub(r"[\d.]+ ms\b", "<timing> ms", doc)}  # latencies are timings, not choices
     return {}
 
 

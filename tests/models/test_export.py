@@ -1,4 +1,4 @@
-"""Export to sentence-transformers and ONNX (issue 23): the exported artefacts embed like the tower."""
+"""Export to sentence-transformers and ONNX: the exported artefacts embed like the tower."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Named document prompts (ScalingNote Table 5 ablations, issue #21): parsing, pooling of the
+"""Named document prompts (ScalingNote Table 5 ablations): parsing, pooling of the
 views a preset has, and the loss only over those views."""
 
 from __future__ import annotations

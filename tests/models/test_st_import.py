@@ -1,4 +1,4 @@
-"""A sentence-transformers directory used as a tower (issue 23): loads through ``load_tower``,
+"""A sentence-transformers directory used as a tower: loads through ``load_tower``,
 embeds like ``SentenceTransformer``, indexes and searches end to end; what a tower cannot
 express is refused with the reason."""
 

@@ -27,3 +27,11 @@ def test_dotted_paths_import_on_demand():
         reg.get("nosuchmodule_xyz:f")
     with pytest.raises(RegistryError, match="AttributeError"):
         reg.get("os:no_such_attribute")
+
+
+def test_scoped_registrations_are_undone():
+    reg = Registry("back end", {"faiss": 1})
+    with reg.scoped():
+        reg.register("mine", 2)
+        assert reg.get("mine") == 2
+    assert reg.names() == ["faiss"]

@@ -44,7 +44,9 @@ from scalingnote.models.tiny import build_tiny_model, tiny_bert_config, tiny_llm
 from scalingnote.models.towers import (
     DEFAULT_DIM,
     DEFAULT_MATRYOSHKA_DIMS,
+    POOLING_MODES,
     DocumentTower,
+    PoolingMode,
     QueryTower,
     Tower,
     TowerConfig,
@@ -56,6 +58,8 @@ from scalingnote.models.towers import (
     matryoshka_dims_for,
     orthogonal_projection,
     pair_towers,
+    pooling_mode,
+    register_pooling,
 )
 
 __all__ = [
@@ -63,6 +67,7 @@ __all__ = [
     "DEFAULT_FIELD_CAPS",
     "DEFAULT_MATRYOSHKA_DIMS",
     "PACKAGED_MODELS",
+    "POOLING_MODES",
     "PAPER_DOCUMENT_PROMPT",
     "PLACEHOLDERS",
     "SPECIAL_TOKENS",
@@ -72,6 +77,7 @@ __all__ = [
     "DocumentTower",
     "FeatureCache",
     "PrefixTower",
+    "PoolingMode",
     "EncodedDocument",
     "ModelSource",
     "QueryTower",
@@ -99,6 +105,8 @@ __all__ = [
     "orthogonal_projection",
     "packaged_model_path",
     "pair_towers",
+    "pooling_mode",
+    "register_pooling",
     "resolve_source",
     "sub_backbone",
     "tiny_bert_config",

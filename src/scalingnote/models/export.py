@@ -8,7 +8,8 @@ Two formats (``scalingnote models export <tower> --format ... --out DIR``):
 
 * **sentence-transformers** — ``SentenceTransformer(DIR)`` loads it offline and embeds like
   scalingnote's own encoder: ``modules.json`` with the transformer (saved in the directory
-  root), ``Pooling`` (mean / cls / lasttoken), the trained head as a ``Dense`` module
+  root), ``Pooling`` (the ``st_mode`` of the tower's entry in the pooling table:
+  mean / cls / lasttoken for the built-in modes), the trained head as a ``Dense`` module
   (identity activation; the tower's centre ``c`` becomes the bias ``-W c``: ``W (h - c)``),
   and ``Normalize``. ``config_sentence_transformers.json`` carries the query/document prompts
   (empty strings: scalingnote towers add no text prefix). An LLM query tower appends EOS to
@@ -81,7 +82,6 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
     out = Path(out)
     c = tower.config
     tok = _export_tokenizer(tower)
-    pool_mode = {"cls": "cls", "mean": "mean", "last": "lasttoken"}[c.pooling]
     with atomic_dir(out, replace=_replaceable(out, "modules.json")) as tmp, tempfile.TemporaryDirectory(prefix=".hf.", dir=tmp.parent) as work:
         hf = Path(work) / "hf"
         with quiet_transformers():
@@ -92,7 +92,7 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
             _check_tokenizer(tower, AutoTokenizer.from_pretrained(hf, local_files_only=True), texts)
             modules: list[nn.Module] = [
                 Transformer(str(hf), max_seq_length=_max_length(tower), model_kwargs={"dtype": torch.float32}),
-                Pooling(c.hidden_size, pooling_mode=pool_mode),
+                Pooling(c.hidden_size, pooling_mode=tower.pooling_mode.st_mode),  # the pooling table's ST equivalent
             ]
             if tower.projection is not None:
                 w = tower.projection.weight.detach().to(torch.float64)

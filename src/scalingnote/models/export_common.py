@@ -107,13 +107,20 @@ def refusal_reason(tower, fmt: str = "sentence-transformers") -> str | None:
             ", so no export would embed like the tower. Encode documents with `scalingnote index encode` and export the "
             "query tower (or a BERT document tower) instead"
         )
-    if c.kind == "bert" and c.pooling == "cls":
+    mode = tower.pooling_mode  # what the export needs to know about the pooling: see models.towers.pooling
+    if fmt == "sentence-transformers" and mode.st_mode is None:
+        return (
+            f"pooling {c.pooling!r} has no sentence-transformers Pooling mode that computes the same vector (its st_mode is "
+            "None in the pooling table); export to onnx instead, or register the mode with the st_mode that matches it"
+        )
+    if mode.reads == "first":
         cls_id = tower.tokenizer.cls_token_id
         probe = list(tower.tokenizer("probe", add_special_tokens=True)["input_ids"])
         if cls_id is None or not probe or probe[0] != cls_id:
             return (
-                "this BERT tower pools [CLS] but its tokenizer does not put [CLS] first: the tower inserts it itself (§3.3), "
-                "which a sentence-transformers Transformer module does not; use a tokenizer with a [CLS] post-processor or mean pooling"
+                f"this tower pools the first token ({c.pooling!r}) but its tokenizer does not put [CLS] first: the tower inserts it "
+                "itself (§3.3), which a sentence-transformers Transformer module does not; use a tokenizer with a [CLS] "
+                "post-processor or mean pooling"
             )
     return None
 

@@ -34,6 +34,7 @@ from torch import nn
 from scalingnote.errors import ConfigError
 from scalingnote.models._fs import atomic_dir
 from scalingnote.models.registry import canonical_name, packaged_model_path
+from scalingnote.models.st_import import declared_pooling
 
 log = logging.getLogger("scalingnote.models")
 
@@ -291,7 +292,7 @@ class Backbone:
     source: ModelSource
     hf_dir: Path  #: the HF directory actually read (the cache entry for GGUF sources)
     base_num_layers: int  #: layers in the checkpoint before truncation
-    native_pooling: str | None = None  #: pooling a sentence-transformers directory declares
+    native_pooling: str | None = None  #: the sentence-transformers pooling mode the directory declares (``1_Pooling``)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -318,24 +319,6 @@ def detect_kind(config: Any) -> str:
     if mt in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return "llm"
     raise ConfigError(None, None, "model", f"cannot tell whether model_type {mt!r} is a decoder LLM or a BERT encoder")
-
-
-def native_pooling(hf_dir: Path) -> str | None:
-    """Pooling declared by a sentence-transformers directory (``1_Pooling/config.json``), if any."""
-    cfg = Path(hf_dir) / "1_Pooling" / "config.json"
-    if not cfg.is_file():
-        return None
-    try:
-        d = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    if d.get("pooling_mode_mean_tokens"):
-        return "mean"
-    if d.get("pooling_mode_cls_token"):
-        return "cls"
-    if d.get("pooling_mode_lasttoken"):
-        return "last"
-    return None
 
 
 def _layer_list(model: nn.Module) -> nn.ModuleList:
@@ -451,7 +434,7 @@ def load_hf_backbone(
         source=source or ModelSource("hf", hf_dir.resolve(), str(hf_dir)),
         hf_dir=hf_dir,
         base_num_layers=base_layers,
-        native_pooling=native_pooling(hf_dir),
+        native_pooling=declared_pooling(hf_dir),
     )
 
 

@@ -31,7 +31,7 @@ PAPER_DOCUMENT_PROMPT = (
 )
 
 #: Named document prompts (``doc_tower.prompt`` of a Stage I config), for the prompt ablations of
-#: ScalingNote §4.5.1 / Table 5 (issue #21). ``full`` is the paper's prompt; the others drop one
+#: ScalingNote §4.5.1 / Table 5. ``full`` is the paper's prompt; the others drop one
 #: part of it and otherwise keep its wording:
 #:
 #: - ``no_title``: no title view: the title joins the content sentence, no [TITLE_QUERY] prediction
@@ -245,7 +245,7 @@ class DocumentPrompt:
             else:
                 pos[val] = len(ids) - 1
                 ids.append(self.placeholder_ids[val])
-        last = len(ids) - 1  # a view the template lacks points at the last token (see :meth:`pool`)
+        last = len(ids) - 1  # a view the template lacks points at the last token (see :meth:`spans`)
         return ids, (pos.get("title", last), pos.get("content", last), pos.get("emb", last))
 
     @property
@@ -253,46 +253,30 @@ class DocumentPrompt:
         """The views that get a loss term: those in the template (``emb`` alone for a template without any)."""
         return self.views_present or ("emb",)
 
-    def pool(self, h: Any, batch: Any, pooling: str) -> Any:
-        """``[B, 3, H]`` views of a template that lacks some placeholders (the presets of
-        :data:`PROMPT_PRESETS`); a full template is pooled by the tower itself.
+    def spans(self, batch: Any) -> Any:
+        """``[B, 3, 2]``: the token span ``(start, end]`` of each view, in :data:`VIEWS` order, of a
+        batch built from :meth:`encode` (the tower's ``view_positions``), for a pooling mode
+        (:mod:`~scalingnote.models.towers.pooling`) to pool.
 
-        ``mean``: a view is the mean of its sentence — title: tokens up to [TITLE_QUERY]; content:
-        after the title view (or from the start) up to [CONTENT_QUERY]; emb: the whole prompt up to
-        [EMB]. ``prompt``: the state just before the placeholder (§3.2). Without [EMB] the
-        embedding is the content view, or without that too, the pooled whole text (mean) / the last
-        token's state (prompt). A view the template lacks repeats the embedding (no loss term).
+        A view ends just before its placeholder (§3.2 Eq. 1). Title: from the first token;
+        content: after the title view (or from the first token without one); emb: the whole
+        prompt up to [EMB]. Without [EMB] the embedding is the content view, or without that
+        too, the whole text (up to the last token). A view the template lacks repeats the
+        embedding's span (and has no loss term).
         """
         import torch
 
-        vp = batch["view_positions"].to(h.device)
-        ids = batch["input_ids"].to(h.device)
-        mask = batch["attention_mask"].to(h.device)
+        vp, ids, mask = batch["view_positions"], batch["input_ids"], batch["attention_mask"]
         for i, v in enumerate(VIEWS):
             if v in self.views_present and not bool((ids[:, 1:].gather(1, vp[:, i : i + 1]) == self.placeholder_ids[v]).all()):
                 raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this prompt")
-        rows = torch.arange(h.shape[0], device=h.device)
-        # the last real token of each row (a template without placeholders ends its views there)
-        last = torch.where(mask.bool(), torch.arange(mask.shape[1], device=h.device), -1).max(dim=1).values
+        start = torch.full_like(vp[:, 0], -1)
+        last = torch.where(mask.bool(), torch.arange(mask.shape[1], device=mask.device), -1).max(dim=1).values
         present = self.views_present
-        if pooling == "mean":
-            m = mask.to(h.dtype).unsqueeze(-1)
-            csum = torch.cat([torch.zeros_like(h[:, :1]), torch.cumsum(h * m, dim=1)], dim=1)  # csum[:, j+1] = sum up to j
-            cnt = torch.cat([torch.zeros_like(m[:, :1]), torch.cumsum(m, dim=1)], dim=1)
-
-            def span(a, b):  # mean over the real tokens in (a, b]
-                s = csum[rows, b + 1] - csum[rows, a + 1]
-                return s / (cnt[rows, b + 1] - cnt[rows, a + 1]).clamp(min=1)
-
-            start = torch.full_like(last, -1)
-            t = span(start, vp[:, 0]) if "title" in present else None
-            c = span(vp[:, 0] if "title" in present else start, vp[:, 1]) if "content" in present else None
-            whole = span(start, last)
-            e = span(start, vp[:, 2]) if "emb" in present else (c if c is not None else whole)
-        else:
-            t = h[rows, vp[:, 0]] if "title" in present else None
-            c = h[rows, vp[:, 1]] if "content" in present else None
-            e = h[rows, vp[:, 2]] if "emb" in present else (c if c is not None else h[rows, last])
+        span = lambda a, b: torch.stack([a, b], dim=-1)  # noqa: E731
+        t = span(start, vp[:, 0]) if "title" in present else None
+        c = span(vp[:, 0] if t is not None else start, vp[:, 1]) if "content" in present else None
+        e = span(start, vp[:, 2]) if "emb" in present else (c if c is not None else span(start, last))
         return torch.stack([t if t is not None else e, c if c is not None else e, e], dim=1)
 
     @property

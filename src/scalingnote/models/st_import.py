@@ -4,27 +4,30 @@ A directory with a ``modules.json`` (one a user fine-tuned elsewhere, or one wri
 ``scalingnote models export --format sentence-transformers``) is read module by module:
 
 * ``Transformer`` (its ``path``: the directory root or a sub-directory) -> the backbone;
-* ``Pooling`` -> the tower's pooling (``mean`` or ``cls``);
+* ``Pooling`` -> the tower's pooling: the entry of the pooling table
+  (:mod:`~scalingnote.models.towers.pooling`) whose ``st_mode`` is the module's mode;
 * ``Dense`` (at most one, identity activation, ``in_features`` = hidden size) -> the tower's
   projection ``W``; its bias ``b`` becomes the tower's centre ``c`` with ``W c = -b``
   (``W (h - c) = W h + b``), solved by least squares and checked;
 * ``Normalize`` -> nothing to do (scalingnote normalises the embeddings it returns).
 
-:func:`scalingnote.models.load_tower` calls :func:`load_st_tower` for every such directory,
-so ``index encode``, ``evaluate``, ``serve`` and QKD (teacher ``query_tower`` or student
+:func:`scalingnote.models.load_tower` reads every such directory with this module and builds the
+tower from what it found, so ``index encode``, ``evaluate``, ``serve`` and QKD (teacher ``query_tower`` or student
 ``model``) accept one wherever they accept a Hugging Face directory. A directory with no
 ``Dense`` module loads exactly as the plain Hugging Face directory did before (so existing
 indexes of the packaged all-MiniLM-L6-v2 keep their compat id).
 
 Refused, with the reason: other module types, several ``Dense`` modules, a non-identity
-activation, ``max`` / ``weightedmean`` / ``lasttoken`` pooling of an encoder, a non-empty
-prompt for the tower's role (scalingnote towers add no text prefix), ``do_lower_case``, and
-decoder (LLM) models (scalingnote's LLM query tower appends EOS and pools itself, §3.2).
+activation, a pooling mode no entry of the pooling table computes for an encoder (by default
+``max`` / ``weightedmean`` / ``lasttoken``), a non-empty prompt for the tower's role (scalingnote
+towers add no text prefix), ``do_lower_case``, and decoder (LLM) models (scalingnote's LLM query
+tower appends EOS and pools itself, §3.2).
+
+This module reads the directory only; it imports nothing of the towers (which import it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,30 +61,41 @@ class STLayout:
     do_lower_case: bool
 
 
-def is_sentence_transformers_dir(path: str | Path) -> bool:
-    return (Path(path) / MODULES_FILE).is_file()
+#: sentence-transformers' older ``Pooling`` config: one boolean per mode
+_LEGACY_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
 
 
-def _pooling_mode(cfg: dict[str, Any], f: Path) -> str:
+def st_pooling_mode(cfg: dict[str, Any], f: Path) -> str:
+    """The single mode of a ``Pooling`` config (``pooling_mode``, or the older per-mode flags);
+    a ConfigError naming file ``f`` unless exactly one is set."""
     mode = cfg.get("pooling_mode")
     if isinstance(mode, list):
         mode = mode[0] if len(mode) == 1 else None
     if mode is None:
-        legacy = {
-            "pooling_mode_cls_token": "cls",
-            "pooling_mode_max_tokens": "max",
-            "pooling_mode_mean_tokens": "mean",
-            "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-            "pooling_mode_weightedmean_tokens": "weightedmean",
-            "pooling_mode_lasttoken": "lasttoken",
-        }
-        on = [v for k, v in legacy.items() if cfg.get(k)]
+        on = [v for k, v in _LEGACY_POOLING_FLAGS.items() if cfg.get(k)]
         if len(on) != 1:
             raise ConfigError(f, None, "pooling_mode", f"exactly one pooling mode must be set, found {on or 'none'}")
         mode = on[0]
     if not isinstance(mode, str):
         raise ConfigError(f, None, "pooling_mode", f"a single pooling mode is needed, got {cfg.get('pooling_mode')!r}")
     return mode
+
+
+def declared_pooling(hf_dir: str | Path) -> str | None:
+    """The sentence-transformers pooling mode a model directory declares in ``1_Pooling/config.json``
+    (e.g. ``"mean"`` for all-MiniLM-L6-v2), or None (no such file, or not one readable mode)."""
+    f = Path(hf_dir) / "1_Pooling" / "config.json"
+    try:
+        return st_pooling_mode(read_json(f), f) if f.is_file() else None
+    except ConfigError:
+        return None
 
 
 def read_st_layout(path: str | Path) -> STLayout:
@@ -111,7 +125,7 @@ def read_st_layout(path: str | Path) -> STLayout:
         elif short == "Pooling":
             if pooling is not None or n_dense:
                 raise ConfigError(mf, None, f"[{i}].type", "one Pooling module, before any Dense module, is supported")
-            pooling = _pooling_mode(read_json(sub / "config.json"), sub / "config.json")
+            pooling = st_pooling_mode(read_json(sub / "config.json"), sub / "config.json")
         elif short == "Dense":
             n_dense += 1
             if n_dense > 1:
@@ -163,66 +177,40 @@ def _dense_weights(layout: STLayout) -> tuple[torch.Tensor, torch.Tensor | None]
     return w, (b.to(torch.float64) if b is not None else None)
 
 
-def load_st_tower(
-    source: Any,
-    role: str = "query",
-    *,
-    num_layers: int | None = None,
-    dim: int | None = None,
-    pooling: str | None = None,
-    cache_dir: Any = None,
-    dtype: Any = None,
-    device: Any = None,
-    **build_kwargs: Any,
-):
-    """A tower from a sentence-transformers directory (``source``: a ``ModelSource`` or a path)."""
-    from scalingnote.models.loading import ModelSource, load_backbone, parse_dtype, default_device, resolve_source
-    from scalingnote.models.towers import build_tower
-
-    src = source if isinstance(source, ModelSource) else resolve_source(source)
-    layout = read_st_layout(src.path)
-    mf = src.path / MODULES_FILE
+def check_importable(layout: STLayout, role: str, kind: str) -> None:
+    """Refuse what a ``kind`` ``role`` tower cannot embed like the directory does (see the module docstring)."""
     for name in (role, layout.default_prompt_name):
         if name and layout.prompts.get(name):
             raise ConfigError(
-                src.path / "config_sentence_transformers.json", None, f"prompts.{name}",
+                layout.root / "config_sentence_transformers.json", None, f"prompts.{name}",
                 f"{layout.prompts[name]!r}: scalingnote towers embed the text as given (no prompt prefix); "
                 "remove the prompt, or prepend it to your queries/documents yourself",
             )
     if layout.do_lower_case:
         raise ConfigError(layout.transformer_dir / "sentence_bert_config.json", None, "do_lower_case",
                           "scalingnote towers tokenize the text as given; use a lower-casing tokenizer instead")
-    bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir)
-    bb.source = dataclasses.replace(bb.source, name=src.name)
-    if bb.kind != "bert":
+    if kind != "bert":
         raise ConfigError(
-            mf, None, "[0].type",
+            layout.root / MODULES_FILE, None, "[0].type",
             "decoder (LLM) sentence-transformers models are not imported: a scalingnote LLM query tower appends EOS and pools "
             "itself (§3.2), which this directory's tokenizer/pooling may or may not do; load the base model directory instead",
         )
-    st_pool = layout.pooling
-    if st_pool is not None and st_pool not in ("mean", "cls"):
-        raise ConfigError(mf, None, "Pooling", f"pooling mode {st_pool!r}: a BERT tower pools 'mean' or 'cls'")
-    if layout.dense_dir is None:
-        # no head: exactly the tower a plain HF directory gives (the declared pooling is the default)
-        return build_tower(bb, role, dim=dim, pooling=pooling or st_pool, device=device, dtype=dtype, **build_kwargs)
-    if pooling is not None and st_pool is not None and pooling != st_pool:
-        raise ConfigError(mf, None, "Pooling", f"the Dense head was trained on {st_pool!r} pooling; asked for {pooling!r}")
-    if layout.dense_in != bb.hidden_size:
-        raise ConfigError(layout.dense_dir / "config.json", None, "in_features", f"{layout.dense_in} != the transformer's hidden size {bb.hidden_size}")
+
+
+def dense_head(layout: STLayout, hidden_size: int, dim: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``Dense`` module as a tower head: ``(W [out, hidden], c [hidden])`` (float64) with
+    ``W (h - c) = W h + b``: the bias ``b`` becomes the centre ``c``, ``W c = -b``, solved by
+    least squares and checked."""
+    assert layout.dense_dir is not None
+    if layout.dense_in != hidden_size:
+        raise ConfigError(layout.dense_dir / "config.json", None, "in_features", f"{layout.dense_in} != the transformer's hidden size {hidden_size}")
     if dim is not None and dim != layout.dense_out:
         raise ConfigError(layout.dense_dir / "config.json", None, "out_features", f"the Dense head gives {layout.dense_out} dims; asked for dim={dim}")
     w, b = _dense_weights(layout)
-    center = torch.zeros(bb.hidden_size, dtype=torch.float64)
+    center = torch.zeros(hidden_size, dtype=torch.float64)
     if b is not None and float(b.abs().max()) > 0:
         center = -(torch.linalg.pinv(w) @ b)  # W c = -b  <=>  W (h - c) = W h + b
         resid = float((w @ center + b).abs().max())
         if resid > 1e-5 * (1.0 + float(b.abs().max())):
             raise ConfigError(layout.dense_dir, None, "linear.bias", f"cannot be written as W c (residual {resid:.2e}): the head's weight is rank-deficient")
-    tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **build_kwargs)
-    with torch.no_grad():
-        tower.projection.weight.copy_(w.to(torch.float32))
-    tower.set_center(center.to(torch.float32))
-    tower.refresh_fingerprint()  # identity of the fp32 weights, before any cast
-    dev = torch.device(device) if device is not None else default_device()
-    return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
+    return w, center

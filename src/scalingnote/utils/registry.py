@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 from scalingnote.errors import ScalingNoteError
@@ -41,6 +42,15 @@ class Registry(Generic[T]):
             raise RegistryError(f"{self.what} {name!r} is already registered (pass replace=True to replace it)")
         self._entries[name] = entry
         return entry
+
+    @contextmanager
+    def scoped(self) -> Iterator[Registry[T]]:
+        """Entries registered inside the ``with`` block are gone after it (tests, experiments)."""
+        saved = dict(self._entries)
+        try:
+            yield self
+        finally:
+            self._entries = saved
 
     def get(self, name: str, option: str | None = None) -> T:
         """The entry named ``name``, or the object a dotted path ``"module:attribute"`` names.

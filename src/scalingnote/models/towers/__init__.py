@@ -2,9 +2,11 @@
 
 Split along its seams (as Tevatron splits ``EncoderModel`` / ``DenseModel``):
 :mod:`~scalingnote.models.towers.config` (``TowerConfig``, defaults),
-:mod:`~scalingnote.models.towers.identity` (digests, ``pair_towers``, ``check_compatible``),
-:mod:`~scalingnote.models.towers.pooling`, :mod:`~scalingnote.models.towers.base` (``Tower``),
-:mod:`~scalingnote.models.towers.classes` (``QueryTower``, ``DocumentTower``) and
+:mod:`~scalingnote.models.towers.identity` (digests),
+:mod:`~scalingnote.models.towers.pooling` (the pooling table, ``register_pooling``),
+:mod:`~scalingnote.models.towers.base` (``Tower``),
+:mod:`~scalingnote.models.towers.classes` (``QueryTower``, ``DocumentTower``, ``pair_towers``,
+``check_compatible``) and
 :mod:`~scalingnote.models.towers.io` (build / save / load). Everything is importable from
 ``scalingnote.models.towers`` as before.
 
@@ -54,7 +56,7 @@ re-derived after :meth:`Tower.refresh_fingerprint`.
 """
 
 from scalingnote.models.towers.base import Tower
-from scalingnote.models.towers.classes import TOWER_CLASSES, DocumentTower, QueryTower
+from scalingnote.models.towers.classes import TOWER_CLASSES, DocumentTower, QueryTower, check_compatible, pair_towers
 from scalingnote.models.towers.config import (
     DEFAULT_DIM,
     DEFAULT_MATRYOSHKA_DIMS,
@@ -62,14 +64,19 @@ from scalingnote.models.towers.config import (
     DEFAULT_MAX_QUERY_LENGTH,
     FORMAT,
     FORMAT_VERSION,
-    POOLINGS,
-    ROLES,
     TowerConfig,
     matryoshka_dims_for,
 )
-from scalingnote.models.towers.identity import check_compatible, pair_towers, tokenizer_digest, weights_digest
+from scalingnote.models.towers.identity import tokenizer_digest, weights_digest
 from scalingnote.models.towers.io import build_tower, load_saved_tower, load_tower, load_tower_pair
-from scalingnote.models.towers.pooling import orthogonal_projection
+from scalingnote.models.towers.pooling import (
+    POOLING_MODES,
+    ROLES,
+    PoolingMode,
+    orthogonal_projection,
+    pooling_mode,
+    register_pooling,
+)
 
 __all__ = [
     "DEFAULT_DIM",
@@ -78,10 +85,11 @@ __all__ = [
     "DEFAULT_MAX_QUERY_LENGTH",
     "FORMAT",
     "FORMAT_VERSION",
-    "POOLINGS",
+    "POOLING_MODES",
     "ROLES",
     "TOWER_CLASSES",
     "DocumentTower",
+    "PoolingMode",
     "QueryTower",
     "Tower",
     "TowerConfig",
@@ -93,6 +101,8 @@ __all__ = [
     "matryoshka_dims_for",
     "orthogonal_projection",
     "pair_towers",
+    "pooling_mode",
+    "register_pooling",
     "tokenizer_digest",
     "weights_digest",
 ]

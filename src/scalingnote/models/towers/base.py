@@ -1,5 +1,5 @@
 """The tower base class: backbone + tokenizer + optional projection ``W`` with Matryoshka
-prefixes, fingerprint / compat id, padding, pooling and saving (ScalingNote §3.2)."""
+prefixes, fingerprint / compat id, padding, the encoding loop and saving (ScalingNote §3.2)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from scalingnote.models.loading import TOWER_FILE, count_non_embedding_params, q
 from scalingnote.models.prompt import special_prefix
 from scalingnote.models.towers.config import FORMAT, FORMAT_VERSION, TowerConfig
 from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
+from scalingnote.models.towers.pooling import PoolingMode, pooling_mode
 
 
 def _as_texts(texts: Any, what: str) -> list[str]:
@@ -82,6 +83,11 @@ class Tower(nn.Module):
         return self.config.kind
 
     @property
+    def pooling_mode(self) -> PoolingMode:
+        """The pooling table's entry for ``config.pooling``."""
+        return pooling_mode(self.config.pooling)
+
+    @property
     def out_dim(self) -> int:
         """Output size: ``dim`` with a projection, else the hidden size."""
         return self.config.out_dim
@@ -105,10 +111,7 @@ class Tower(nn.Module):
         w = weights_digest(self)
         cfg = self.config
         fp = _sha({"format": FORMAT, "config": cfg.identity(), "tokenizer": tok, "weights": w})
-        if cfg.kind == "llm":
-            family = "llm-mean" if cfg.pooling == "mean" else "llm"
-        else:
-            family = cfg.pooling
+        family = self.pooling_mode.family(cfg.kind)
         space = _sha({"kind": cfg.kind, "out_dim": cfg.out_dim, "family": family, "tokenizer": tok, "weights": w})
         return {"fingerprint": fp, "space_id": space}
 
@@ -223,19 +226,13 @@ class Tower(nn.Module):
             self.center.copy_(center.to(self.center.device, torch.float32).reshape(-1))
         self._ids = None
 
-    def _pool_bert(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if self.config.pooling == "cls":
-            return h[:, 0]  # [CLS] is the first token (right padding), §3.3 Eq. 13-14
-        m = mask.to(h.dtype).unsqueeze(-1)
-        return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)  # sentence-transformers mean pooling
-
     def _bert_ids(self, texts: list[str], max_length: int) -> list[list[int]]:
         enc = self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
         cls_id = self.tokenizer.cls_token_id
         out = []
         for e in enc:
             e = list(e)
-            if self.config.pooling == "cls" and cls_id is not None and (not e or e[0] != cls_id):
+            if self.pooling_mode.reads == "first" and cls_id is not None and (not e or e[0] != cls_id):
                 e = ([cls_id] + e)[:max_length]  # §3.3: [CLS] inserted before the text
             out.append(e)
         return out

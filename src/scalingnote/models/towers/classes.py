@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 from scalingnote.data.types import Document
-from scalingnote.errors import ConfigError
+from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models.prompt import PAPER_DOCUMENT_PROMPT, VIEWS, DocumentPrompt, EncodedDocument
 from scalingnote.models.towers.base import Tower, _as_docs, _as_texts
 from scalingnote.models.towers.config import TowerConfig
-from scalingnote.models.towers.pooling import _segment_means
+from scalingnote.models.towers.pooling import text_spans
 
 
 class QueryTower(Tower):
@@ -51,14 +51,9 @@ class QueryTower(Tower):
     def pool_hidden(self, h: torch.Tensor, batch: Any) -> torch.Tensor:
         """Pool last hidden states ``h [B, L, H]`` of ``batch`` (see :meth:`pooled`)."""
         mask = batch["attention_mask"].to(h.device)
-        if self.kind == "llm":
-            # last non-padding position, under left or right padding (§3.2, Eq. 2)
-            pos = torch.arange(mask.shape[1], device=mask.device)
-            last = (mask * pos).argmax(-1)
-            if self.config.pooling == "mean":
-                return _segment_means(h, mask, last.unsqueeze(1))[:, 0]
-            return h[torch.arange(h.shape[0], device=h.device), last]
-        return self._pool_bert(h, mask)
+        # LLM: one view ending at the EOS appended to the query (§3.2 Eq. 2); BERT: the whole text
+        spans = text_spans(mask) if self.kind == "llm" else None
+        return self.pooling_mode(h, mask, spans)[:, 0]
 
     def forward(self, batch: Any) -> torch.Tensor:
         """Projected (not normalised) query embeddings ``[B, out_dim]``, with grad when training."""
@@ -136,23 +131,10 @@ class DocumentTower(Tower):
 
     def pool_hidden(self, h: torch.Tensor, batch: Any) -> torch.Tensor:
         """Pool last hidden states ``h [B, L, H]`` of ``batch`` (see :meth:`pooled`)."""
-        if self.kind == "llm":
-            if self.prompt.absent_views:  # a prompt preset without some views (issue #21): see DocumentPrompt.pool
-                return self.prompt.pool(h, batch, self.config.pooling)
-            vp = batch["view_positions"].to(h.device)
-            ids = batch["input_ids"].to(h.device)
-            expected = torch.tensor([self.prompt.placeholder_ids[v] for v in VIEWS], device=h.device)
-            if not bool((ids.gather(1, vp + 1) == expected).all()):
-                raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this tower")
-            if self.config.pooling == "mean":
-                mask = batch["attention_mask"].to(h.device)
-                segs = _segment_means(h, mask, vp[:, :2])  # title: ..vp_t, content: vp_t+1..vp_c
-                emb = _segment_means(h, mask, vp[:, 2:])  # emb: the whole prompt up to vp_e
-                return torch.cat([segs, emb], dim=1)
-            rows = torch.arange(h.shape[0], device=h.device).unsqueeze(1)
-            return h[rows, vp]  # §3.2 Eq. 1: the state just before each placeholder
         mask = batch["attention_mask"].to(h.device)
-        return self._pool_bert(h, mask)
+        if self.prompt is not None:  # one span per view, ending just before its placeholder (§3.2 Eq. 1)
+            return self.pooling_mode(h, mask, self.prompt.spans(batch))
+        return self.pooling_mode(h, mask)[:, 0]  # BERT: the whole text
 
     def forward(self, batch: Any) -> dict[str, torch.Tensor]:
         """Projected (not normalised) views ``{"title", "content", "emb"}``, each ``[B, out_dim]``."""
@@ -206,3 +188,31 @@ class DocumentTower(Tower):
 
 
 TOWER_CLASSES: dict[str, type[Tower]] = {"query": QueryTower, "document": DocumentTower}
+
+
+# ====================================================================== compatibility
+
+
+def pair_towers(query: QueryTower, document: DocumentTower) -> str:
+    """Tie towers trained together (rule 2): both get the document tower's fresh fingerprint."""
+    if query.role != "query" or document.role != "document":
+        raise ValueError("pair_towers(query_tower, document_tower)")
+    if query.out_dim != document.out_dim:
+        raise ConfigError(None, None, "dim", f"query out_dim {query.out_dim} != document out_dim {document.out_dim}")
+    cid = document.refresh_fingerprint()
+    document.compat_id = cid
+    query.compat_id = cid
+    return cid
+
+
+def check_compatible(query: Tower, compat_id: str, *, out_dim: int | None = None, where: str | None = None) -> None:
+    """Raise :class:`~scalingnote.errors.ScalingNoteError` unless ``query`` can search an index
+    built with document embeddings of ``compat_id`` (and ``out_dim``)."""
+    prefix = f"{where}: " if where else ""
+    if query.compat_id != compat_id:
+        raise ScalingNoteError(
+            f"{prefix}query tower (compat_id {query.compat_id}) is not compatible with document embeddings "
+            f"of compat_id {compat_id}: use the query tower trained or distilled with that document tower"
+        )
+    if out_dim is not None and out_dim > query.out_dim:
+        raise ScalingNoteError(f"{prefix}index dim {out_dim} exceeds the query tower's output dim {query.out_dim}")

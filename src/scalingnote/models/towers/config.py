@@ -1,5 +1,6 @@
-"""Tower configuration: :class:`TowerConfig`, the defaults (dim 128, Matryoshka prefixes
-16/32/64/128 — ScalingNote §3.2 "MRL") and the pooling choices per kind and role."""
+"""Tower configuration: :class:`TowerConfig` and the defaults (dim 128, Matryoshka prefixes
+16/32/64/128 — ScalingNote §3.2 "MRL"). Which pooling a tower may use is the pooling table's
+business (:mod:`scalingnote.models.towers.pooling`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalingnote.models.towers.pooling import ROLES, check_pooling
 
 #: Default projection size and Matryoshka prefixes (ScalingNote §3.2, "MRL"; §4 uses dim=128).
 DEFAULT_DIM = 128
@@ -16,13 +18,6 @@ DEFAULT_MAX_DOC_LENGTH = {"llm": 512, "bert": 256}
 
 FORMAT = "scalingnote-tower"
 FORMAT_VERSION = 1
-ROLES = ("query", "document")
-POOLINGS = {
-    ("llm", "query"): ("last", "mean"),
-    ("llm", "document"): ("prompt", "mean"),
-    ("bert", "query"): ("cls", "mean"),
-    ("bert", "document"): ("cls", "mean"),
-}
 
 
 def matryoshka_dims_for(dim: int, low: int = 16) -> list[int]:
@@ -45,8 +40,8 @@ class TowerConfig:
     base_num_layers: int  #: layers of the base checkpoint (before truncation)
     dim: int | None  #: projection size; None = no projection (output = hidden size)
     matryoshka_dims: list[int]
-    #: "last" (LLM query, §3.2) / "prompt" (LLM document, §3.2) / "mean" (LLM, not in the
-    #: paper: see :func:`_segment_means`); "cls" or "mean" (BERT)
+    #: a name in the pooling table (:data:`~scalingnote.models.towers.pooling.POOLING_MODES`:
+    #: "last" / "prompt" / "mean" for LLMs, "cls" / "mean" for BERT) or a dotted path to a PoolingMode
     pooling: str
     max_query_length: int = DEFAULT_MAX_QUERY_LENGTH
     max_doc_length: int = 512
@@ -62,9 +57,7 @@ class TowerConfig:
             raise ValueError(f"kind must be 'llm' or 'bert', got {self.kind!r}")
         if self.role not in ROLES:
             raise ValueError(f"role must be 'query' or 'document', got {self.role!r}")
-        allowed = POOLINGS[(self.kind, self.role)]
-        if self.pooling not in allowed:
-            raise ValueError(f"pooling for a {self.kind} {self.role} tower must be one of {allowed}, got {self.pooling!r}")
+        check_pooling(self.pooling, self.kind, self.role)  # a ConfigError (a ValueError) naming the known modes
         if self.dim is not None and not 1 <= self.dim <= self.hidden_size:
             raise ValueError(f"dim must be in 1..hidden_size ({self.hidden_size}) or null, got {self.dim}")
         out = self.out_dim

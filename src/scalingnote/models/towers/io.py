@@ -17,12 +17,14 @@ from scalingnote.models.loading import (
     TOWER_FILE,
     Backbone,
     default_device,
+    ModelSource,
     load_backbone,
     load_hf_backbone,
     parse_dtype,
     resolve_source,
 )
 from scalingnote.models.prompt import DEFAULT_FIELD_CAPS, PAPER_DOCUMENT_PROMPT, SPECIAL_TOKENS
+from scalingnote.models.st_import import MODULES_FILE, check_importable, dense_head, read_st_layout
 from scalingnote.models.towers.classes import TOWER_CLASSES, DocumentTower, QueryTower
 from scalingnote.models.towers.config import (
     DEFAULT_MAX_DOC_LENGTH,
@@ -33,7 +35,7 @@ from scalingnote.models.towers.config import (
     TowerConfig,
     matryoshka_dims_for,
 )
-from scalingnote.models.towers.pooling import orthogonal_projection
+from scalingnote.models.towers.pooling import default_pooling, from_st_mode, orthogonal_projection, pooling_modes
 from scalingnote.utils.io import read_json
 
 
@@ -79,9 +81,10 @@ def build_tower(
     """Wrap a loaded :class:`Backbone` into a tower (takes ownership of it: the model and
     tokenizer are modified in place — LLM placeholders are added).
 
-    ``pooling=None`` picks: LLM query "last", LLM document "prompt"; BERT: the pooling a
-    sentence-transformers directory declares (``1_Pooling``; all-MiniLM-L6-v2: "mean"),
-    else "cls" as in the paper (§3.3).
+    ``pooling`` names an entry of the pooling table (:mod:`~scalingnote.models.towers.pooling`) or
+    a dotted path to one; ``None`` picks: LLM query "last", LLM document "prompt"; BERT: the pooling
+    a sentence-transformers directory declares (``1_Pooling``; all-MiniLM-L6-v2: "mean"), else
+    "cls" as in the paper (§3.3).
     """
     if role not in ROLES:
         raise ConfigError(None, None, "role", f"must be 'query' or 'document', got {role!r}")
@@ -94,12 +97,12 @@ def build_tower(
             tok.pad_token = tok.eos_token
         # added to every LLM tower (query ones too) so both towers of a pair share one vocabulary
         special = _add_placeholder_tokens(model, tok)
-        default_pool = "last" if role == "query" else "prompt"
-    else:
-        if tok.pad_token_id is None:
-            raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
-        default_pool = backbone.native_pooling if backbone.native_pooling in ("cls", "mean") else "cls"
-    pool = pooling or default_pool
+    elif tok.pad_token_id is None:
+        raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
+    # a BERT tower takes the pooling its sentence-transformers directory declares (when the pooling
+    # table has it); an LLM tower pools as §3.2 says unless asked
+    declared = from_st_mode(backbone.native_pooling, kind) if kind == "bert" else None
+    pool = pooling or default_pooling(kind, role, declared)
     hidden = int(model.config.hidden_size)
     out = dim if dim is not None else hidden
     if matryoshka_dims is None:
@@ -218,6 +221,37 @@ def load_saved_tower(
     return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
 
 
+def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, **kw: Any) -> QueryTower | DocumentTower:
+    """A tower from a sentence-transformers directory (read by :mod:`scalingnote.models.st_import`):
+    its transformer, its pooling (the pooling table's entry with that ``st_mode``) and its ``Dense``
+    head as the projection, the bias as the centre. ``kw``: :func:`build_tower`'s keywords."""
+    layout = read_st_layout(src.path)
+    mf = src.path / MODULES_FILE
+    bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir)
+    bb.source = dataclasses.replace(bb.source, name=src.name)
+    check_importable(layout, role, bb.kind)
+    st_pool = from_st_mode(layout.pooling, bb.kind)
+    if layout.pooling is not None and st_pool is None:
+        known = sorted({m.st_mode for m in pooling_modes(bb.kind) if m.st_mode})
+        raise ConfigError(mf, None, "Pooling", f"pooling mode {layout.pooling!r}: a {bb.kind.upper()} tower pools with one of {known} "
+                          "(register a pooling mode with that st_mode to import it)")
+    pooling, dim = kw.pop("pooling"), kw.pop("dim")
+    if layout.dense_dir is None:
+        # no head: exactly the tower a plain HF directory gives (the declared pooling is the default)
+        return build_tower(bb, role, dim=dim, pooling=pooling or st_pool, **kw)
+    if pooling is not None and st_pool is not None and pooling != st_pool:
+        raise ConfigError(mf, None, "Pooling", f"the Dense head was trained on {st_pool!r} pooling; asked for {pooling!r}")
+    w, center = dense_head(layout, bb.hidden_size, dim)
+    device, dtype = kw.pop("device"), kw.pop("dtype")
+    tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **kw)
+    with torch.no_grad():
+        tower.projection.weight.copy_(w.to(torch.float32))
+    tower.set_center(center.to(torch.float32))
+    tower.refresh_fingerprint()  # identity of the fp32 weights, before any cast
+    dev = torch.device(device) if device is not None else default_device()
+    return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
+
+
 def load_tower(
     name_or_path: str | os.PathLike,
     role: str | None = None,
@@ -266,11 +300,9 @@ def load_tower(
             if v is not None and v != saved.get(k):
                 raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
-    if src.form == "hf" and (src.path / "modules.json").is_file():  # a sentence-transformers directory (issue 23)
-        from scalingnote.models.st_import import load_st_tower
-
-        return load_st_tower(
-            src, role or "query", num_layers=num_layers, dim=dim, pooling=pooling, cache_dir=cache_dir, dtype=dtype, device=device,
+    if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
+        return _load_st_tower(
+            src, role or "query", num_layers, cache_dir, dim=dim, pooling=pooling, dtype=dtype, device=device,
             matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
             doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
         )
