@@ -21,7 +21,6 @@ from scalingnote.data.corpus import (
 )
 from scalingnote.data.jsonl import iter_text_lines
 from scalingnote.errors import DataError, ScalingNoteError
-from scalingnote.utils.registry import Registry
 
 DOCS = [
     Document("d1", "Vitamin D", "", "Vitamin D lowers the risk of fractures."),
@@ -32,10 +31,10 @@ DOCS = [
 
 
 @pytest.fixture(autouse=True)
-def _own_table(monkeypatch):
-    """Registration changes the table: each test registers into a copy of it."""
-    table = corpus.FORMATS
-    monkeypatch.setattr(corpus, "FORMATS", Registry(table.what, {n: table.get(n) for n in table.names()}))
+def _scoped_table():
+    """Registration changes the table: what a test registers is gone after it."""
+    with corpus.FORMATS.scoped():
+        yield
 
 
 def _write_parquet(path: Path, docs: list[Document], **extra_cols) -> Path:

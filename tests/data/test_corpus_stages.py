@@ -10,7 +10,6 @@ import pytest
 from scalingnote.data import Document, Query, write_beir
 from scalingnote.data import corpus
 from scalingnote.data.corpus import register_corpus_format
-from scalingnote.utils.registry import Registry
 
 WORDS = "vitamin fracture knee running obesity attention sleep coffee heart liver lung brain".split()
 
@@ -24,10 +23,14 @@ def read_tsv(path: Path):
 
 
 @pytest.fixture()
-def twins(tmp_path, monkeypatch):
-    """Two BEIR directories with the same documents: corpus.jsonl and corpus.tsv."""
-    table = corpus.FORMATS  # registered into a copy of the table
-    monkeypatch.setattr(corpus, "FORMATS", Registry(table.what, {n: table.get(n) for n in table.names()}))
+def twins(tmp_path):
+    """Two BEIR directories with the same documents: corpus.jsonl and corpus.tsv ("tsv" is
+    registered for the test only)."""
+    with corpus.FORMATS.scoped():
+        yield _write_twins(tmp_path)
+
+
+def _write_twins(tmp_path):
     register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
     docs = [Document(f"d{i}", f"{w} study", "", f"{w} {WORDS[(i + 3) % len(WORDS)]} and {w} in adults") for i, w in enumerate(WORDS)]
     queries = [Query(f"q{i}", f"{w} effects") for i, w in enumerate(WORDS)]
