@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from scalingnote.data import Document, load_queries, write_corpus
-from scalingnote.augment.llm_queries import LLMQueryConfig, clean_generation, llm_queries
+from scalingnote.augment.llm_queries import EXAMPLE_QUERY, LLMQueryConfig, clean_generation, llm_queries
+from scalingnote.data import Document, load_qrels, load_queries, write_corpus
 
 
 def test_clean_generation():
@@ -55,10 +55,16 @@ def test_llm_generation_is_resumable_and_deterministic(tmp_path, tiny_lm):
     assert [json.loads(x)["raw"] for x in (fresh / "generations.jsonl").read_text().splitlines()] == [
         json.loads(x)["raw"] for x in second
     ]
+    # every document got a generation, and the written queries are exactly the cleaned non-empty ones
+    recs = [json.loads(x) for x in second]
+    assert all(r["raw"].strip() for r in recs), recs
+    cleaned = {r["doc_id"]: clean_generation(r["raw"]) for r in recs}
+    expected = {f"llm-{d}": q for d, q in cleaned.items() if q and q.lower() != EXAMPLE_QUERY}
+    assert expected, f"every generation cleaned to nothing, so nothing below is checked: {recs}"
+    assert {q.id: q.text for q in load_queries(out / "queries.jsonl").values()} == expected
+    assert load_qrels(out / "qrels" / "train.tsv") == {q: {q.removeprefix("llm-"): 1} for q in expected}
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["documents"] == 6 and stats["queries"] + stats["empty_generations"] == 6
-    queries = load_queries(out / "queries.jsonl") if stats["queries"] else {}
-    assert all(q.startswith("llm-d") for q in queries)
+    assert (stats["documents"], stats["queries"], stats["empty_generations"]) == (6, len(expected), 6 - len(expected))
 
 
 def test_llm_seeded_sampling_and_settings_guard(tmp_path, tiny_lm):

@@ -179,7 +179,7 @@ def test_idf_planner_default_and_custom_factory(logs, tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         res = build_triplets(_cfg(logs, association={"planner": {"factory": "my_planner_mod:make"}}))
     assert res.stats["association"]["queries"] == 4
-    with pytest.raises(ConfigError), warnings.catch_warnings():
+    with pytest.raises(ConfigError, match=r"association\.planner\.factory.*no_such_module_xyz"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_triplets(_cfg(logs, association={"planner": {"factory": "no_such_module_xyz:make"}}))
 

@@ -163,5 +163,5 @@ def test_relevance_one_hop_top1_positive_and_negative_from_ranks_k_to_t():
     assert seen == {f"d{i:02d}" for i in range(5, 12)}  # ranks 6..12 (1-based), never the top 5
     short = rank_relevance(recs[:5])
     assert relevance_one_hop(short, 5, 12)["q"][0].neg_id is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need 1 <= skip_top_k < top_t, got K=5, T=5"):
         relevance_one_hop(ranked, skip_top_k=5, top_t=5)

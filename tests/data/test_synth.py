@@ -96,9 +96,9 @@ def test_generated_build_config_runs_without_leakage(tmp_path):
 
 
 def test_invalid_sizes_rejected():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="num_docs must be >= 50"):
         SynthConfig(num_docs=10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"test_fraction must be in \(0, 1\)"):
         SynthConfig(test_fraction=1.0)
 
 

@@ -58,6 +58,8 @@ def test_trainer_runs_every_phase_and_resumes_exactly(beir, tiny_bert_dir, tmp_p
         assert (out / phase / "final.pt").exists()
         assert res_a[phase]["steps"] == cfg_a.__getattribute__(phase).steps
     assert {"dense_ndcg@10", "pq_ndcg@10", "val_pq_ndcg@10"} <= set(res_a["stage2"])
+    # the exported flat PQ index (FAISS) ranks exactly as the learned codebooks did in stage 2
+    assert res_a["export"]["served_pq_ndcg@10"] == pytest.approx(res_a["stage2"]["pq_ndcg@10"], abs=1e-5)
     run = json.loads((out / "run.json").read_text())
     assert run["metrics"]["stage1"]["loss"] == "l1" and "versions" in run and "machine" in run
     logs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from scalingnote.data import Document
+from scalingnote.errors import ScalingNoteError
 from scalingnote.sparse.bm25 import BM25Retriever, chinese_bigrams, detect_language, sample_hard_negatives
 
 
@@ -42,5 +43,7 @@ def test_sample_hard_negatives_skips_top_k_and_positives():
     assert negs <= {f"d{i}" for i in range(10, 20)} - {"d12"}
     assert len(negs) > 5
     assert sample_hard_negatives({"q": {"d0": 1.0}}, {}, skip_top=5, max_rank=10)["q"] is None
-    with pytest.raises(Exception):
+    with pytest.raises(ScalingNoteError, match="need 0 <= K < T, got K=10, T=5"):
         sample_hard_negatives(run, {}, skip_top=10, max_rank=5)
+    with pytest.raises(ScalingNoteError, match="got K=-1, T=5"):
+        sample_hard_negatives(run, {}, skip_top=-1, max_rank=5)

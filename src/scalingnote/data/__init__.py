@@ -4,10 +4,7 @@ search logs -> training triplets (one-hop, multi-hop via query association); pse
 
 from scalingnote.data.beir import (
     BeirDataset,
-    iter_corpus,
     iter_queries,
-    load_beir,
-    load_corpus,
     load_qrels,
     load_queries,
     write_beir,
@@ -15,6 +12,7 @@ from scalingnote.data.beir import (
     write_qrels,
     write_queries,
 )
+from scalingnote.data.corpus import FORMATS, CorpusFormat, iter_corpus, load_beir, load_corpus, open_corpus, register_corpus_format
 from scalingnote.data.association import Association, associate_scores, find_associations, match_queries
 from scalingnote.data.build import BuildConfig, BuildResult, build_triplets, load_build_config, run_build
 from scalingnote.data.logs import (
@@ -35,6 +33,8 @@ from scalingnote.data.types import Document, Qrels, Query, Run, Triplet
 __all__ = [
     "Association",
     "BeirDataset",
+    "CorpusFormat",
+    "FORMATS",
     "BuildConfig",
     "BuildResult",
     "ClickRecord",
@@ -70,7 +70,9 @@ __all__ = [
     "load_qrels",
     "load_queries",
     "load_triplets",
+    "open_corpus",
     "read_run",
+    "register_corpus_format",
     "write_beir",
     "write_corpus",
     "write_qrels",

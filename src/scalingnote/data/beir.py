@@ -1,4 +1,8 @@
-"""Readers and writers for the BEIR layout.
+"""Readers and writers for the BEIR layout (JSONL records and TSV qrels).
+
+Stages read documents through :mod:`scalingnote.data.corpus` (any registered corpus format,
+a BEIR directory, :func:`~scalingnote.data.corpus.load_beir`); :func:`iter_corpus` here is its
+``jsonl`` reader.
 
 A BEIR directory holds ``corpus.jsonl`` (``_id``, ``title``, ``text``, optional
 ``topic``), ``queries.jsonl`` (``_id``, ``text``) and ``qrels/<split>.tsv``
@@ -179,22 +183,6 @@ def qrels_path(root: str | Path, split: str, graded: bool = False) -> Path:
     root = Path(root)
     sub = "qrels_graded" if graded else "qrels"
     return root / sub / f"{split}.tsv"
-
-
-def load_beir(root: str | Path, split: str = "test", on_invalid: OnInvalid = "error", graded: bool = False) -> BeirDataset:
-    """Load ``root/corpus.jsonl``, ``root/queries.jsonl`` and ``root/qrels/<split>.tsv``.
-
-    ``queries`` keeps only queries judged in the split; qrels that point at unknown
-    query or document ids are an error (file, line, field).
-    """
-    root = Path(root)
-    if not root.is_dir():
-        raise DataError(root, None, None, "BEIR directory not found")
-    corpus = load_corpus(root / "corpus.jsonl", on_invalid)
-    all_queries = load_queries(root / "queries.jsonl", on_invalid)
-    qrels = load_qrels(qrels_path(root, split, graded), all_queries.keys(), corpus.keys())
-    queries = {qid: all_queries[qid] for qid in qrels}
-    return BeirDataset(root, split, corpus, queries, qrels, all_queries)
 
 
 def write_corpus(path: str | Path, docs: Iterable[Document]) -> int:

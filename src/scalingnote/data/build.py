@@ -47,7 +47,8 @@ from typing import Any, Literal
 
 from scalingnote.config import load_config, save_config
 from scalingnote.data.association import find_associations
-from scalingnote.data.beir import iter_corpus, load_qrels, load_queries
+from scalingnote.data.beir import load_qrels, load_queries
+from scalingnote.data.corpus import iter_corpus
 from scalingnote.data.logs import (
     aggregate_clicks,
     click_one_hop,
@@ -128,7 +129,7 @@ class BuildConfig:
 
     queries: Path  # queries.jsonl with the text of every logged query
     out: Path
-    corpus: Path | None = None  # corpus.jsonl: when given, log doc ids must exist in it
+    corpus: Path | None = None  # a corpus (any registered format): when given, log doc ids must exist in it
     click_log: Path | None = None
     relevance_log: Path | None = None
     seed: int = 0

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scalingnote.data.beir import iter_corpus, write_corpus, write_qrels, write_queries
+from scalingnote.data.beir import write_corpus, write_qrels, write_queries
+from scalingnote.data.corpus import iter_corpus
 from scalingnote.data.triplets import write_triplets
 from scalingnote.data.types import Document, Query, Triplet
 from scalingnote.utils import run_metadata, write_json

@@ -42,7 +42,7 @@ def load_pq_data(spec: PQDataSpec, seed: int = 0) -> PQData:
     from scalingnote.data.beir import qrels_path
 
     root = Path(spec.data_dir)
-    corpus = load_corpus(root / "corpus.jsonl")
+    corpus = load_corpus(root)  # any registered corpus format (scalingnote.data.corpus)
     queries = {q.id: q.text for q in load_queries(root / "queries.jsonl").values()}
     docs = list(corpus.values())
     row = {d.id: i for i, d in enumerate(docs)}

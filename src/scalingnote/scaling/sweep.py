@@ -188,7 +188,7 @@ def prepare(cfg: SweepConfig) -> tuple[list[Any], _Validation]:
     if same_dir:
         corpus, queries = pool_data.corpus, pool_data.queries
     else:
-        corpus = load_corpus(vdir / "corpus.jsonl")
+        corpus = load_corpus(vdir)  # any registered corpus format (scalingnote.data.corpus)
         queries = {q.id: q.text for q in load_queries(vdir / "queries.jsonl").values()}
 
     if v.split is None:

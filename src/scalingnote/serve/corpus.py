@@ -8,28 +8,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-from scalingnote.data.beir import corpus_file
-from scalingnote.index.docstore import index_corpus
+from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.errors import ScalingNoteError
-
+from scalingnote.index.docstore import index_corpus, make_snippet
 
 log = logging.getLogger("scalingnote.serve")
 
 
 def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | None) -> Path | None:
-    """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a
-    corpus.jsonl), else the corpus recorded with the index's document store
+    """The corpus to read titles from: ``corpus`` if given (a BEIR directory or a corpus file
+    of any registered format), else the corpus recorded with the index's document store
     (``manifest["documents"]["source"]``) or by the embeddings the index was built from
     (``manifest["embeddings_dir"]/manifest.json["corpus"]["path"]``), else None."""
     if corpus is not None:
-        return corpus_file(corpus)
+        return find_corpus(corpus).path
     return index_corpus(index_manifest)
-
-
-def load_titles(corpus_path: Path | None, doc_ids: Sequence[str]) -> dict[str, str]:
-    """``{doc_id: title}`` for the indexed documents (others in the corpus are skipped)."""
-    return {d: t for d, (t, _) in load_documents(corpus_path, doc_ids).items()}
 
 
 def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None) -> dict[str, tuple[str, str]]:
@@ -39,9 +32,6 @@ def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None)
         return {d: (t, sn) for d, t, sn in zip(index.doc_ids, index.titles, index.snippets, strict=True)}
     if corpus_path is None:
         return {}
-    from scalingnote.data.beir import iter_corpus
-    from scalingnote.index.docstore import make_snippet
-
     wanted = set(doc_ids)
     docs: dict[str, tuple[str, str]] = {}
     # on_invalid="skip": a bad record costs one title, not the service (the index was built already)
@@ -60,8 +50,6 @@ def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str])
     try:
         if corpus_path is None:
             return open_or_build_bm25(index_dir)
-        from scalingnote.data.beir import iter_corpus
-
         wanted = set(doc_ids)
         docs = [d for d in iter_corpus(corpus_path, on_invalid="skip") if d.id in wanted]
         return open_or_build_bm25(index_dir, docs, show_progress=False) if docs else None

@@ -210,17 +210,16 @@ def open_or_build_bm25(
 ) -> BM25Retriever | None:
     """The BM25 index saved beside the dense index ``index_dir`` (in ``index_dir/bm25``).
 
-    With ``documents`` (a BEIR directory, a corpus.jsonl or Documents): reuse the saved index
+    With ``documents`` (a BEIR directory, a corpus file of any registered format, or Documents): reuse the saved index
     when its fingerprint matches these documents and ``config``, else fit it and save it
     (atomically). Without: load the saved index, or return None when there is none."""
     path = Path(index_dir) / BM25_DIR
     if documents is None:
         return BM25Retriever.load(path) if (path / "bm25.json").exists() else None
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.beir import corpus_file, iter_corpus
+        from scalingnote.data.corpus import iter_corpus
 
-        p = corpus_file(documents)
-        documents = iter_corpus(p)
+        documents = iter_corpus(documents)
     docs = list(documents)
     config = config or BM25Config()
     fp = corpus_fingerprint(docs, config)
@@ -247,8 +246,9 @@ def bm25_search(
     config: BM25Config | None = None,
     show_progress: bool = True,
 ) -> tuple[Run, "BM25Retriever"]:
-    """Search the queries judged in ``data_dir/qrels/<split>.tsv`` over ``data_dir/corpus.jsonl``."""
-    from scalingnote.data.beir import load_beir
+    """Search the queries judged in ``data_dir/qrels/<split>.tsv`` over the corpus of ``data_dir``
+    (any registered corpus format)."""
+    from scalingnote.data.corpus import load_beir
 
     ds = load_beir(data_dir, split)
     retriever = BM25Retriever.fit(ds.corpus.values(), config, show_progress=show_progress)

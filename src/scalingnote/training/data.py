@@ -61,7 +61,7 @@ def _split_by_query(qids: list[str], fraction: float, seed: int) -> set[str]:
 
 def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True) -> TrainingData:
     root = Path(spec.data_dir)
-    corpus = load_corpus(root / "corpus.jsonl")
+    corpus = load_corpus(root)  # any registered corpus format (scalingnote.data.corpus)
     all_queries = {q.id: q.text for q in load_queries(root / "queries.jsonl").values()}
 
     if spec.triplets:
