@@ -24,6 +24,9 @@ The layers, lowest first (packages on one line are peers and may not import each
     __main__                  ``python -m scalingnote``
     benchmarks/               (outside src) may import any of the above; nothing imports it
 
+No two files may import each other, directly or around a loop (any depth, ``TYPE_CHECKING``
+blocks aside): :func:`import_circles` over :func:`import_graph`.
+
 The TMJ learned-PQ stage is a package of its own beside ``distill`` but sits above ``index``:
 its last phase writes the learned codebooks into FAISS indexes through the export adapters of
 ``index.learned_pq`` and verifies them with ``DenseIndex``; ``index`` never imports ``pq``.
@@ -168,3 +171,90 @@ def test_scan_sees_function_local_and_relative_imports(tmp_path):
 @pytest.mark.parametrize("pkg", sorted(p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()))
 def test_every_package_has_a_layer(pkg):
     assert pkg in RANK, f"scalingnote.{pkg} is not placed in LAYERS (tests/test_layering.py)"
+
+
+# ----------------------------------------------------------------------------- import circles
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            lines.update(n.lineno for n in ast.walk(node) if hasattr(n, "lineno"))
+    return lines
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """``module -> modules it imports`` inside ``src`` (imports at any depth, ``TYPE_CHECKING``
+    blocks left out). ``from pkg import sub`` counts as importing the submodule ``pkg.sub``; a
+    name that is not a submodule counts as importing ``pkg`` (its ``__init__``)."""
+    mods = {_module_name(p, src): p for p in sorted(src.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        skip = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
+        out: set[str] = set()
+        for line, target, names in _imports(path, mod):
+            if line in skip or target not in mods and not any(f"{target}.{n}" in mods for n in names):
+                continue
+            subs = {f"{target}.{n}" for n in names if f"{target}.{n}" in mods}
+            out |= subs
+            if target in mods and (not names or len(subs) < len(names)):
+                out.add(target)
+        out.discard(mod)
+        graph[mod] = out
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circle_between_files():
+    circles = import_circles(import_graph())
+    assert not circles, "modules that import each other (directly or around a loop):\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_circle_finder_sees_a_function_local_loop(tmp_path):
+    src = tmp_path / "scalingnote"
+    (src / "index").mkdir(parents=True)
+    (src / "index" / "__init__.py").write_text("")
+    (src / "index" / "a.py").write_text("from scalingnote.index.b import g\n")
+    (src / "index" / "b.py").write_text("def g():\n    from scalingnote.index import a\n    return a\n")
+    (src / "index" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scalingnote.index.a import g\n")
+    assert import_circles(import_graph(src)) == [["scalingnote.index.a", "scalingnote.index.b"]]

@@ -154,7 +154,7 @@ def _write_parquet(path: Path, rows: list[dict]) -> Path:
 
 def test_parquet_reader_matches_jsonl_and_names_bad_rows(tmp_path, beir):
     from scalingnote.data import iter_corpus
-    from scalingnote.data.parquet import iter_parquet_corpus
+    from scalingnote.data.corpus import iter_parquet_corpus
 
     docs = list(iter_corpus(beir / "corpus.jsonl"))
     rows = [{"_id": d.id, "title": d.title, "topic": d.topic, "text": d.content} for d in docs]

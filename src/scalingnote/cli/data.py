@@ -45,7 +45,7 @@ def build_command(
 
 @data_app.command("pseudo")
 def pseudo_command(
-    data: Annotated[Path, typer.Option("--data", help="BEIR directory holding corpus.jsonl (or a corpus.jsonl file).")],
+    data: Annotated[Path, typer.Option("--data", help="BEIR directory (or a corpus file: jsonl, parquet, or a registered format).")],
     method: Annotated[str, typer.Option("--method", help="ict | llm")],
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
     max_docs: Annotated[int | None, typer.Option("--max-docs", min=1, help="Use a seeded sample of this many documents.")] = None,
@@ -65,7 +65,7 @@ def pseudo_command(
     from scalingnote.data.pseudo import ICTConfig, ict_queries
     from scalingnote.errors import ConfigError
 
-    corpus = data / "corpus.jsonl" if data.is_dir() else data
+    corpus = data  # a BEIR directory or a corpus file in any registered format (scalingnote.data.corpus)
     if method == "ict":
         pairs = ict_queries(corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus))
     elif method == "llm":

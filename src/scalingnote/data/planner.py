@@ -176,17 +176,10 @@ class IDFPlanner:
 
 
 def load_planner_factory(spec: str):
-    """Import ``"package.module:attribute"`` (a custom planner factory)."""
-    import importlib
+    """Import ``"package.module:attribute"`` (a custom planner factory); ValueError when it cannot be."""
+    from scalingnote.utils.registry import RegistryError, import_dotted
 
-    if ":" not in spec:
-        raise ValueError(f"planner factory must look like 'package.module:function', got {spec!r}")
-    mod_name, attr = spec.split(":", 1)
     try:
-        mod = importlib.import_module(mod_name)
-    except ImportError as e:
-        raise ValueError(f"cannot import planner module {mod_name!r}: {e}") from None
-    try:
-        return getattr(mod, attr)
-    except AttributeError:
-        raise ValueError(f"module {mod_name!r} has no attribute {attr!r}") from None
+        return import_dotted(spec, None, "planner factory")
+    except RegistryError as e:
+        raise ValueError(str(e)) from None

@@ -31,13 +31,14 @@ def make_snippet(text: str, max_chars: int = SNIPPET_CHARS) -> str:
 
 
 def _documents_by_id(documents: str | Path | Mapping[str, Document] | Iterable[Document]) -> tuple[dict[str, Document], str | None]:
-    """``{id: Document}`` from a BEIR directory, a corpus.jsonl, a mapping or an iterable."""
+    """``{id: Document}`` from a corpus (a BEIR directory or a corpus file in any registered
+    format, :mod:`scalingnote.data.corpus`), a mapping or an iterable."""
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.beir import corpus_file, iter_corpus
+        from scalingnote.data.corpus import find_corpus
 
-        p = corpus_file(documents)
+        src = find_corpus(documents)
         # on_invalid="skip": a bad record costs one title, not the index
-        return {d.id: d for d in iter_corpus(p, on_invalid="skip")}, str(p.resolve())
+        return {d.id: d for d in src.read(on_invalid="skip")}, str(src.path.resolve())
     if isinstance(documents, Mapping):
         return dict(documents), None
     return {d.id: d for d in documents}, None
@@ -52,14 +53,14 @@ def _corpus_of_embeddings(embeddings_dir: str | None) -> Path | None:
     except (OSError, json.JSONDecodeError):
         return None
     path = (man.get("corpus") or {}).get("path")
-    return Path(path) if path and Path(path).is_file() else None
+    return Path(path) if path and Path(path).exists() else None  # a file, or a directory of shards
 
 
 def index_corpus(manifest: dict[str, Any]) -> Path | None:
     """The corpus an index's documents came from: its document store's source, else the corpus
     recorded by the embeddings it was built from; None when neither file still exists."""
     src = (manifest.get("documents") or {}).get("source")
-    if src and Path(src).is_file():
+    if src and Path(src).exists():
         return Path(src)
     return _corpus_of_embeddings(manifest.get("embeddings_dir"))
 

@@ -41,7 +41,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from scalingnote.data.parquet import open_corpus
+from scalingnote.data.corpus import open_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths

@@ -368,7 +368,7 @@ def open_hybrid(
     beside it: built once from ``corpus`` (default: the corpus the index records) and reused
     while its fingerprint (documents + settings) matches; with no corpus known, the saved one
     (or none)."""
-    from scalingnote.data.beir import iter_corpus
+    from scalingnote.data.corpus import find_corpus
     from scalingnote.sparse.bm25 import open_or_build_bm25
     from scalingnote.index.pipeline import open_dense
 
@@ -380,12 +380,10 @@ def open_hybrid(
     if src is None:
         lexical = open_or_build_bm25(index_dir)
     else:
-        p = Path(src)
-        p = p / "corpus.jsonl" if p.is_dir() else p
-        if not p.is_file():
-            raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
+        found = find_corpus(src)  # any registered format; a clear error naming the path when there is none
+        p = found.path
         wanted = set(dense.doc_ids)
-        docs = [d for d in iter_corpus(p) if d.id in wanted]
+        docs = [d for d in found.read() if d.id in wanted]
         if not docs:
             raise ScalingNoteError(f"{p}: no document of the corpus is in the index {index_dir}")
         lexical = open_or_build_bm25(index_dir, docs, bm25_config, show_progress=progress)

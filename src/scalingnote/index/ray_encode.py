@@ -62,7 +62,7 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
-from scalingnote.data.parquet import open_corpus
+from scalingnote.data.corpus import open_corpus
 from scalingnote.models.spec import TowerSpec
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path

@@ -132,16 +132,16 @@ class LiveIndex:
 
     def _corpus_of(self, gen: Path, dense: DenseIndex) -> Path | None:
         """The full texts of a generation's documents: its corpus (generation 0: ``corpus`` if given)."""
-        from scalingnote.data.beir import corpus_file
+        from scalingnote.data.corpus import find_corpus
         from scalingnote.index.docstore import index_corpus
 
         if gen == self.root and self.corpus is not None:
-            return corpus_file(self.corpus)
+            return find_corpus(self.corpus).path
         return index_corpus(dense.manifest)
 
     @staticmethod
     def _open_bm25(gen: Path, dense: DenseIndex, store: RowStore, src: Path | None) -> LiveBM25 | None:
-        from scalingnote.data.beir import iter_corpus
+        from scalingnote.data.corpus import iter_corpus
         from scalingnote.sparse.bm25 import open_or_build_bm25
 
         try:
@@ -310,7 +310,7 @@ class LiveIndex:
     def _live_documents(self, rows: np.ndarray) -> list[Document]:
         """Full documents of ``rows``: added ones from memory, the generation's from its corpus
         (a document whose text is unknown keeps its title and snippet)."""
-        from scalingnote.data.beir import iter_corpus
+        from scalingnote.data.corpus import iter_corpus
 
         need = {int(r) for r in rows if r < self.gen_rows}
         by_row: dict[int, Document] = {}
