@@ -6,18 +6,8 @@ import json
 
 import pytest
 
-from scalingnote.data.logs import (
-    ClickRecord,
-    RelevanceRecord,
-    aggregate_clicks,
-    click_one_hop,
-    rank_relevance,
-    read_click_log,
-    read_relevance_log,
-    relevance_one_hop,
-    write_click_log,
-    write_relevance_log,
-)
+from scalingnote.data import logs as L
+from scalingnote.data.logs import ClickRecord, RelevanceRecord, read_click_log, read_relevance_log, write_click_log, write_relevance_log
 from scalingnote.errors import DataError
 
 QIDS = {"q1", "q2"}
@@ -135,9 +125,9 @@ def test_click_one_hop_clicked_is_positive_unclicked_exposed_is_negative():
         ClickRecord("q2", "d4", 1, False),  # never clicked -> no triplet
         ClickRecord("q3", "d4", 1, True),  # no exposed-not-clicked doc -> neg None
     ]
-    agg = aggregate_clicks(recs)
+    agg = L.aggregate_clicks(recs)
     assert agg["q1"].positives == ["d1", "d2"] and agg["q1"].negatives == ["d3"]
-    trip = click_one_hop(agg, seed=0)
+    trip = L.click_one_hop(agg, seed=0)
     assert set(trip) == {"q1", "q3"}
     assert [(t.pos_id, t.neg_id, t.source) for t in trip["q1"]] == [("d1", "d3", "click_one_hop"), ("d2", "d3", "click_one_hop")]
     assert trip["q3"][0].neg_id is None
@@ -145,23 +135,23 @@ def test_click_one_hop_clicked_is_positive_unclicked_exposed_is_negative():
 
 def test_click_negative_is_random_but_seeded():
     recs = [ClickRecord("q", "pos", 1, True)] + [ClickRecord("q", f"n{i}", i + 2, False) for i in range(20)]
-    agg = aggregate_clicks(recs)
-    negs = {click_one_hop(agg, seed=s)["q"][0].neg_id for s in range(30)}
+    agg = L.aggregate_clicks(recs)
+    negs = {L.click_one_hop(agg, seed=s)["q"][0].neg_id for s in range(30)}
     assert len(negs) > 5 and negs <= {f"n{i}" for i in range(20)}
-    assert click_one_hop(agg, seed=3) == click_one_hop(agg, seed=3)
-    assert click_one_hop(aggregate_clicks(list(reversed(recs))), seed=3) == click_one_hop(agg, seed=3)  # order-free
+    assert L.click_one_hop(agg, seed=3) == L.click_one_hop(agg, seed=3)
+    assert L.click_one_hop(L.aggregate_clicks(list(reversed(recs))), seed=3) == L.click_one_hop(agg, seed=3)  # order-free
 
 
 def test_relevance_one_hop_top1_positive_and_negative_from_ranks_k_to_t():
     recs = [RelevanceRecord("q", f"d{i:02d}", 100.0 - i) for i in range(40)]  # d00 best
-    ranked = rank_relevance(recs)
+    ranked = L.rank_relevance(recs)
     seen = set()
     for seed in range(60):
-        (t,) = relevance_one_hop(ranked, skip_top_k=5, top_t=12, seed=seed)["q"]
+        (t,) = L.relevance_one_hop(ranked, skip_top_k=5, top_t=12, seed=seed)["q"]
         assert t.pos_id == "d00" and t.source == "relevance_one_hop"
         seen.add(t.neg_id)
     assert seen == {f"d{i:02d}" for i in range(5, 12)}  # ranks 6..12 (1-based), never the top 5
-    short = rank_relevance(recs[:5])
-    assert relevance_one_hop(short, 5, 12)["q"][0].neg_id is None
+    short = L.rank_relevance(recs[:5])
+    assert L.relevance_one_hop(short, 5, 12)["q"][0].neg_id is None
     with pytest.raises(ValueError, match="need 1 <= skip_top_k < top_t, got K=5, T=5"):
-        relevance_one_hop(ranked, skip_top_k=5, top_t=5)
+        L.relevance_one_hop(ranked, skip_top_k=5, top_t=5)

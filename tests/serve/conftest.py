@@ -4,6 +4,8 @@ and a running service."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from tests.helpers.tiny_data import write_tiny_beir
@@ -58,9 +60,15 @@ def page_index(tmp_path_factory, tiny_bert_dir, page_beir):
 @pytest.fixture(scope="session")
 def page_server(page_index, tiny_bert_dir, page_beir):
     """A running service with a BM25 index beside the dense one (built from --corpus at start)."""
+    with running_server(page_index, tiny_bert_dir, max_wait_ms=5, corpus=str(page_beir)) as srv:
+        yield srv
+
+
+@contextmanager
+def running_server(index, tower, **settings):
+    """The service over ``index`` with ``tower``, in a background thread on a free port, ready."""
     from scalingnote.serve import BackgroundServer, ServeSettings, create_app
 
-    app = create_app(page_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=5, corpus=str(page_beir)))
-    with BackgroundServer(app) as srv:
+    with BackgroundServer(create_app(index, tower, ServeSettings(port=0, **settings))) as srv:
         srv.wait_ready()
         yield srv

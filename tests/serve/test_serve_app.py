@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.serve import BackgroundServer, ServeSettings, create_app, metric_value, parse_metrics
+from tests.serve.conftest import running_server
 
 TOL = 1e-5
 
@@ -22,9 +23,7 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def server(serve_index, tiny_bert_dir):
     """A shared read-only server (hot swap and shutdown tests start their own)."""
-    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8))
-    with BackgroundServer(app) as srv:
-        srv.wait_ready()
+    with running_server(serve_index, tiny_bert_dir, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8) as srv:
         yield srv
 
 

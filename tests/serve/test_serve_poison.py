@@ -13,8 +13,9 @@ import httpx
 import numpy as np
 import pytest
 
-from scalingnote.serve import BackgroundServer, ServeSettings, create_app, metric_value, parse_metrics
+from scalingnote.serve import metric_value, parse_metrics
 from tests.serve.test_serve_app import client  # noqa: F401 - a client of this module's server
+from tests.serve.conftest import running_server
 
 POISON = "poison-marker"
 
@@ -22,9 +23,7 @@ POISON = "poison-marker"
 @pytest.fixture(scope="module")
 def server(serve_index, tiny_bert_dir):
     # max_wait_ms=100: 32 concurrent requests land in one or two micro-batches
-    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=100, max_batch=64, max_k=200, max_batch_queries=8))
-    with BackgroundServer(app) as srv:
-        srv.wait_ready()
+    with running_server(serve_index, tiny_bert_dir, max_wait_ms=100, max_batch=64, max_k=200, max_batch_queries=8) as srv:
         yield srv
 
 
