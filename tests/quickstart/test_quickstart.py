@@ -23,7 +23,7 @@ def _cfg(tiny_models, out, **over):
     base = dict(
         out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120,
         synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3],
+        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="all",
     )
     base.update(over)
     return QuickstartConfig(**base)
@@ -132,8 +132,10 @@ def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, 
     shutil.copytree(out, work)
     before = {p: p.stat().st_mtime_ns for p in [*work.glob("stage1/*_large_*/DONE"), *work.glob("stage1/*_zero_shot_*/DONE"),
                                                  work / "index" / "DONE"]}
-    quickstart(_cfg(tiny_models, work, synth_docs=100, compare=False))  # other data, same directory
+    rows = quickstart(_cfg(tiny_models, work, synth_docs=100, compare="teacher"))  # other data, same directory
     assert "made from other inputs" in capsys.readouterr().out
+    teacher = json.loads((work / "results.json").read_text())["choices"]["teacher"]["family"]
+    assert {r["family"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")} == {teacher}
     for p, t in before.items():  # every step this run used was made again from the new data
         assert not p.exists() or p.stat().st_mtime_ns != t, p
     assert json.loads((work / "results.json").read_text())["config"]["synth_docs"] == 100
@@ -152,6 +154,10 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
         _cfg(tiny_models, tmp_path / "bad", llm_pooling="avg")
     with pytest.raises(ConfigError, match="students"):
         _cfg(tiny_models, tmp_path / "bad", students=["gpt:2"])
+    assert QuickstartConfig().compare == "teacher"
+    assert _cfg(tiny_models, tmp_path / "b", compare=True).compare == "all" and _cfg(tiny_models, tmp_path / "b", compare=False).compare == "none"
+    with pytest.raises(ConfigError, match="compare"):
+        _cfg(tiny_models, tmp_path / "bad", compare="some")
 
 
 def test_default_factory_uses_4_bit_codes_below_10k_vectors():

@@ -123,7 +123,8 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     P.say(f"teacher: {teacher} large tower ({t_why})")
     pseudo = runs.pseudo_queries(cfg, data, out)
     students = P.train_students(cfg, readable, large, teacher, data, out, pseudo, pool, ev)
-    comp = P.comparison_runs(cfg, readable, large, students, data, out, pseudo) if cfg.compare else {}
+    compared = {"all": readable, "teacher": [teacher], "none": []}[cfg.compare]
+    comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
     index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"])
     runs.banner("evaluation")
     rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)

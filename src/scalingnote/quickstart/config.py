@@ -75,9 +75,11 @@ class QuickstartConfig:
     serve_backend: Literal["torch", "onnx"] = "torch"
     #: a family is skipped when more than this share of its tokens on a query sample is unknown
     max_unk_share: float = 0.05
-    #: the matched-cost comparison of the paper (twinbert_small, scaling_doc, scalingnote, scaling_dual
-    #: for every readable family); False = only what the served model needs
-    compare: bool = True
+    #: the matched-cost comparison of the paper (twinbert_small, scaling_doc, scalingnote, scaling_dual):
+    #: "teacher" = in the teacher's family (the one the served student comes from), "all" (or true) =
+    #: in every readable family (two more Stage I runs and a QKD run per family), "none" (or false) =
+    #: only what the served model needs
+    compare: bool | Literal["teacher", "all", "none"] = "teacher"
     index_factory: str | None = None  #: default: see :func:`scalingnote.quickstart.runs.default_factory`
     semantic_id_layers: int = 6
     rerank: int = 100
@@ -87,6 +89,10 @@ class QuickstartConfig:
     show_progress: bool = True
 
     def __post_init__(self) -> None:
+        if isinstance(self.compare, bool):
+            self.compare = "all" if self.compare else "none"
+        if self.compare not in ("teacher", "all", "none"):
+            raise ConfigError(None, None, "compare", f"must be teacher, all or none (or true / false), got {self.compare!r}")
         bad = [f for f in self.families if f not in FAMILIES]
         if bad or not self.families:
             raise ConfigError(None, None, "families", f"must be a non-empty subset of {list(FAMILIES)}, got {self.families!r}")
