@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--after", type=Path, required=True, help="quick-start run directory of the current code")
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--before-commit", default="", help="the commit the --before run was made from (recorded)")
+    ap.add_argument("--after-commit", default="", help="the commit the --after run was made from (recorded)")
     args = ap.parse_args(argv)
     load = lambda root, rel: json.loads((root / rel).read_text(encoding="utf-8"))  # noqa: E731
     key = lambda r: f"{r['method']}[{r['family']}]" if r.get("family") else r["method"]  # noqa: E731
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
     for r in rows:
         print(r, flush=True)
-    config = {"before": str(args.before), "after": str(args.after), "tol": args.tol, "before_commit": args.before_commit,
+    config = {"before": str(args.before), "after": str(args.after), "tol": args.tol, "before_commit": args.before_commit, "after_commit": args.after_commit,
               "rows_only_after": ", ".join(m for m in after if m not in before),
               "all_within_tol": all(r.get("within_tol", False) for r in rows)}
     print(write_results("quickstart_equivalence", rows, config))
