@@ -58,7 +58,9 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None) -> 
     flat = [{k: (None if isinstance(v, float) and v != v else round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
             for r in res["rows"]]  # NaN (no figure) -> null: strict JSON
     config = {**res["config"], "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
-              "choices": res["choices"], "targets": targets(flat, res["choices"]["ordering"]), "elapsed_s_last_run": res["elapsed_s"],
+              "choices": res["choices"], "elapsed_s_last_run": res["elapsed_s"],
+              "targets": {**targets(flat, res["choices"]["ordering"]), "pipeline_minutes": round(res["elapsed_s"] / 60, 1),
+                          "pipeline_within_10_minutes": res["elapsed_s"] <= 600},
               "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine (shared by other jobs: noisy)",
               "p99_ms": "single-query encode, one intra-op thread, 200 queries one at a time, after 10 warm-up queries",
               **(note or {})}
