@@ -62,3 +62,13 @@ def test_register_loss_refuses_a_taken_name():
     with pytest.raises(RegistryError, match="already registered"):
         register_loss("scalingnote", lambda b, s: None)
     assert set(LOSSES.names()) >= {"scalingnote", "infonce"}
+
+
+def test_a_retired_key_reads_as_null_and_refuses_a_value(tmp_path):
+    base = "method: twinbert\noutput_dir: o\nquery_tower: {model: m}\ndoc_tower: {model: m}\ndim: 128\ndata: {data_dir: d}\n"
+    f = tmp_path / "c.yaml"
+    f.write_text(base + "deepspeed: null\n")  # written by older versions into every saved config.yaml
+    assert not hasattr(load_config(TrainConfig, f), "deepspeed")
+    f.write_text(base + "deepspeed: zero3.json\n")
+    with pytest.raises(ConfigError, match=r"line 7.*deepspeed.*no longer supported.*distributed: fsdp"):
+        load_config(TrainConfig, f)
