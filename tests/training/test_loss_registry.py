@@ -23,9 +23,9 @@ def _batch(b=6, h=16, seed=0, neg=True):
 
 def test_default_is_the_paper_loss_with_the_config_hyper_parameters():
     spec = LossSpec(dims=[8, 16], alpha=0.3, margin=0.1)
-    assert spec.name == "scalingnote"
+    assert spec.name is None and spec.loss_name == "scalingnote"
     b = _batch()
-    loss, comps = get_loss(spec.name)(b, spec)
+    loss, comps = get_loss(spec.loss_name)(b, spec)
     ref, _ = scalingnote_loss(b.q, b.pos, b.neg, dims=[8, 16], alpha=0.3, margin=0.1)
     assert torch.equal(loss, ref) and comps["loss"] == pytest.approx(float(ref))
 

@@ -160,3 +160,11 @@ def test_a_started_step_with_other_inputs_is_changed(tmp_path):
     assert step_state(d, {"data": "b"}) == "changed"
     with pytest.raises(StepChangedError, match="data: a -> b"):
         check_step(d, {"data": "b"}, on_change="refuse")
+
+
+def test_a_setting_added_or_retired_at_an_empty_default_is_no_change(tmp_path):
+    d = tmp_path / "step"
+    mark_step(d, {"lr": 0.1, "deepspeed": None, "loss": {"dims": [8]}})  # recorded by an older version
+    assert step_state(d, {"lr": 0.1, "loss": {"dims": [8], "name": None, "options": {}}}) == "done"
+    assert changed_keys(d, {"lr": 0.1, "loss": {"dims": [8], "name": "infonce"}}) == ["loss.name"]
+    assert changed_keys(d, {"lr": 0.1, "deepspeed": "zero3.json", "loss": {"dims": [8]}}) == ["deepspeed"]

@@ -47,7 +47,9 @@ class LossSpec:
 
     __config_shorthand__ = "name"
 
-    name: str = "scalingnote"
+    #: None = ``scalingnote`` (the paper's Eq. 12): a default that keeps the inputs recorded by
+    #: runs made before losses had names, so their checkpoints stay valid
+    name: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     dims: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     weights: list[float] | None = None
@@ -57,12 +59,17 @@ class LossSpec:
     alpha: float = 0.5
     hard_in_denominator: bool = False
 
+    @property
+    def loss_name(self) -> str:
+        """The loss this spec chooses (``name``, or the default ``scalingnote``)."""
+        return self.name or "scalingnote"
+
     def __post_init__(self) -> None:
         from scalingnote.training.losses import get_loss
         from scalingnote.utils.registry import RegistryError
 
         try:
-            get_loss(self.name, option="name")
+            get_loss(self.loss_name, option="name")
         except RegistryError as e:  # -> ConfigError naming loss.name and its line
             raise ValueError(str(e)) from None
 

@@ -72,7 +72,7 @@ class Trainer(TrainLoop):
         """``encoders``: optional (query, document) :class:`~scalingnote.models.PrefixTower` that
         replace the full forward pass of a tower whose frozen prefix is cached."""
         self.cfg = cfg
-        self.loss_fn = get_loss(cfg.loss.name)
+        self.loss_fn = get_loss(cfg.loss.loss_name)
         self.q_prefix, self.d_prefix = encoders
         self.q_tower = query_tower
         self.d_tower = doc_tower

@@ -154,11 +154,18 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix or "<inputs>": obj}
 
 
+def _value(flat: dict[str, Any], key: str) -> Any:
+    """A key's value; absent, null and ``{}`` read alike (a setting added or retired at its empty
+    default does not change what a step was made from)."""
+    v = flat.get(key)
+    return None if v == {} else v
+
+
 def diff_keys(old: Any, new: Any) -> list[str]:
     """Dotted keys whose values differ between two canonical input dicts (a path fingerprint is
-    one value: ``data.data_dir``, not its parts)."""
+    one value: ``data.data_dir``, not its parts; absent, null and ``{}`` are the same value)."""
     a, b = _flatten(old), _flatten(new)
-    return sorted(k for k in set(a) | set(b) if a.get(k, "<absent>") != b.get(k, "<absent>"))
+    return sorted(k for k in set(a) | set(b) if _value(a, k) != _value(b, k))
 
 
 def _show(v: Any) -> str:
@@ -215,9 +222,9 @@ def _compare(step_dir: Path, canon: dict[str, Any]) -> tuple[StepState, list[str
         return ("partial" if busy else "missing"), [], ""
     if "digest" not in rec or "inputs" not in rec:
         return "changed", ["<unrecorded>"], f"{step_dir / which} records no inputs (written before input digests were kept)"
-    if rec["digest"] == _digest_of(canon):
+    keys = [] if rec["digest"] == _digest_of(canon) else diff_keys(rec["inputs"], canon)
+    if not keys:  # the same inputs (up to settings added or retired at an empty default)
         return ("done" if which == MARKER else "partial"), [], ""
-    keys = diff_keys(rec["inputs"], canon) or ["<digest>"]
     return "changed", keys, describe_changes(rec["inputs"], canon)
 
 
