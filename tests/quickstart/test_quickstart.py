@@ -154,6 +154,9 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
         _cfg(tiny_models, tmp_path / "bad", llm_pooling="avg")
     with pytest.raises(ConfigError, match="students"):
         _cfg(tiny_models, tmp_path / "bad", students=["gpt:2"])
+    with pytest.raises(ScalingNoteError, match=r"doc_max_length=8: the llm family's document prompt alone takes \d+ tokens"):
+        quickstart(_cfg(tiny_models, tmp_path / "short", doc_max_length=8, families=["llm"]))
+    assert not (tmp_path / "short" / "stage1").exists()  # refused before any training
     assert QuickstartConfig().compare == "teacher"
     assert _cfg(tiny_models, tmp_path / "b", compare=True).compare == "all" and _cfg(tiny_models, tmp_path / "b", compare=False).compare == "none"
     with pytest.raises(ConfigError, match="compare"):

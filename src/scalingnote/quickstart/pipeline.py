@@ -40,10 +40,30 @@ def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dic
         report[name] = {**rep, "model": fam.model, "readable": readable, "reason": why}
         say(f"{name} ({fam.model}): {'reads the data' if readable else 'SKIPPED'}: {why}")
         if readable:
+            report[name].update(_prompt_budget(cfg, name, fam.model))
             ok.append(name)
     if not ok:
         raise ScalingNoteError(f"no model family can read the queries of {beir}: " + "; ".join(f"{k}: {v['reason']}" for k, v in report.items()))
     return ok, report
+
+
+def _prompt_budget(cfg: QuickstartConfig, name: str, model: str) -> dict[str, int]:
+    """How many of ``doc_max_length`` tokens a family's document prompt (ScalingNote §3.2's
+    template, LLM towers) leaves to the document: an error when none, a warning when the template
+    takes more than half (a 64-token budget left ~4 title tokens of KUAKE-QTR and scored 0.22)."""
+    from scalingnote.models import load_tower
+
+    prompt = getattr(load_tower(model, "document", num_layers=1, dim=None), "prompt", None)
+    if prompt is None:
+        return {}
+    fixed, budget = prompt.fixed_length, cfg.doc_max_length
+    if fixed >= budget:
+        raise ScalingNoteError(f"doc_max_length={budget}: the {name} family's document prompt alone takes {fixed} tokens; "
+                               f"raise doc_max_length (e.g. --set doc_max_length={2 * fixed + 64})")
+    if 2 * fixed > budget:
+        say(f"WARNING: the {name} family's document prompt takes {fixed} of doc_max_length={budget} tokens, leaving "
+            f"{budget - fixed} to each document; raise doc_max_length if documents are longer")
+    return {"prompt_tokens": fixed, "document_tokens_left": budget - fixed}
 
 
 def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet) -> dict[str, dict]:
