@@ -24,15 +24,18 @@ from benchmarks._common import write_results
 SKIP = ("seconds", "qps", "_s", "ms", "created", "time", "path", "dir", "versions", "machine", "out", "teacher", "model", "cache")
 
 
-def numbers(doc: Any, prefix: str = "") -> dict[str, float]:
-    """Every float of a JSON document by its path (timings, paths and versions left out)."""
+def leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf value of a JSON document by its path (``a.b[0].c``)."""
     if isinstance(doc, dict):
-        return {k: v for key, val in doc.items() for k, v in numbers(val, f"{prefix}.{key}" if prefix else key).items()}
+        return {k: v for key, val in doc.items() for k, v in leaves(val, f"{prefix}.{key}" if prefix else key).items()}
     if isinstance(doc, list):
-        return {k: v for i, val in enumerate(doc) for k, v in numbers(val, f"{prefix}[{i}]").items()}
-    if isinstance(doc, float) and not any(s in prefix.lower() for s in SKIP):
-        return {prefix: doc}
-    return {}
+        return {k: v for i, val in enumerate(doc) for k, v in leaves(val, f"{prefix}[{i}]").items()}
+    return {prefix: doc}
+
+
+def numbers(doc: Any) -> dict[str, float]:
+    """Every float of a JSON document by its path (timings, paths and versions left out)."""
+    return {k: v for k, v in leaves(doc).items() if isinstance(v, float) and not any(s in k.lower() for s in SKIP)}
 
 
 def compare(a: dict[str, float], b: dict[str, float], tol: float) -> dict[str, Any]:
@@ -43,15 +46,11 @@ def compare(a: dict[str, float], b: dict[str, float], tol: float) -> dict[str, A
             "worst": worst or "", "within_tol": all(d <= tol for d in diffs.values())}
 
 
-def _labels(doc: Any, prefix: str = "") -> dict[str, str]:
-    """Every string of the choices by its path, file-system paths left out."""
-    if isinstance(doc, dict):
-        return {k: v for key, val in doc.items() for k, v in _labels(val, f"{prefix}.{key}" if prefix else key).items()}
-    if isinstance(doc, list):
-        return {k: v for i, val in enumerate(doc) for k, v in _labels(val, f"{prefix}[{i}]").items()}
-    if isinstance(doc, str) and "/" not in doc and not any(s in prefix.lower() for s in ("dir", "path")):
-        return {prefix: re.sub(r"[\d.]+ ms\b", "<timing> ms", doc)}  # latencies are timings, not choices
-    return {}
+def _labels(doc: Any) -> dict[str, str]:
+    """Every string of the choices by its path, file-system paths left out (latencies inside
+    them are timings, not choices)."""
+    return {k: re.sub(r"[\d.]+ ms\b", "<timing> ms", v) for k, v in leaves(doc).items()
+            if isinstance(v, str) and "/" not in v and not any(s in k.lower() for s in ("dir", "path"))}
 
 
 def _choices_row(before: Any, after: Any) -> dict[str, Any]:

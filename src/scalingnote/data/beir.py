@@ -33,7 +33,7 @@ from typing import Literal, TypeVar
 
 from scalingnote.data.jsonl import SkipCounter, get_str, iter_jsonl, iter_text_lines
 from scalingnote.data.types import Document, Qrels, Query
-from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.errors import DataError
 from scalingnote.utils.io import atomic_write, write_jsonl
 
 OnInvalid = Literal["error", "skip"]
@@ -43,16 +43,6 @@ _Rec = TypeVar("_Rec", Document, Query)
 def _check_id(rec: dict, path: Path | str, lineno: int) -> str:
     doc_id = get_str(rec, "_id", path, lineno, aliases=("id",), allow_empty=False)
     return doc_id.strip()
-
-
-def corpus_file(path: str | Path) -> Path:
-    """``corpus.jsonl`` of a BEIR directory, or ``path`` itself when it is a corpus file."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "corpus.jsonl"
-    if not p.is_file():
-        raise ScalingNoteError(f"{p}: corpus file not found (expected a BEIR directory or a corpus.jsonl)")
-    return p
 
 
 def _document(rec: dict, path: str | Path, lineno: int) -> Document:

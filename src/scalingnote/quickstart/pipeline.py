@@ -34,26 +34,24 @@ def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dic
     ok, report = [], {}
     for name in cfg.families:
         fam = family(cfg, name)
-        tok = load_tower(fam.model, "query", num_layers=1, dim=None).tokenizer
-        rep = choose.tokenizer_report(tok, sample)
+        # one load per family: its tokenizer reads the queries, its prompt (LLM towers) is checked below
+        tower = load_tower(fam.model, "document", num_layers=1, dim=None)
+        rep = choose.tokenizer_report(tower.tokenizer, sample)
         readable, why = choose.readability(rep, cfg.max_unk_share)
         report[name] = {**rep, "model": fam.model, "readable": readable, "reason": why}
         say(f"{name} ({fam.model}): {'reads the data' if readable else 'SKIPPED'}: {why}")
         if readable:
-            report[name].update(_prompt_budget(cfg, name, fam.model))
+            report[name].update(_prompt_budget(cfg, name, getattr(tower, "prompt", None)))
             ok.append(name)
     if not ok:
         raise ScalingNoteError(f"no model family can read the queries of {beir}: " + "; ".join(f"{k}: {v['reason']}" for k, v in report.items()))
     return ok, report
 
 
-def _prompt_budget(cfg: QuickstartConfig, name: str, model: str) -> dict[str, int]:
+def _prompt_budget(cfg: QuickstartConfig, name: str, prompt: Any) -> dict[str, int]:
     """How many of ``doc_max_length`` tokens a family's document prompt (ScalingNote §3.2's
     template, LLM towers) leaves to the document: an error when none, a warning when the template
     takes more than half (a 64-token budget left ~4 title tokens of KUAKE-QTR and scored 0.22)."""
-    from scalingnote.models import load_tower
-
-    prompt = getattr(load_tower(model, "document", num_layers=1, dim=None), "prompt", None)
     if prompt is None:
         return {}
     fixed, budget = prompt.fixed_length, cfg.doc_max_length
