@@ -60,3 +60,25 @@ def test_quickstart_over_other_data_redoes_stage1(tiny_models, tmp_path):
     assert str(b) in cfg and str(a) not in cfg
     assert not np.allclose(np.load(s1 / "doc_embeddings.npy"), emb_a)  # b's texts, not a's
     assert str(b) in (out / "qkd" / "bert1_from_bert" / "config.yaml").read_text()
+
+
+def test_data_fingerprint_reads_content_not_modification_times(tmp_path):
+    """A data set copied or re-provisioned with the same bytes (new mtimes) keeps every step;
+    one changed byte changes the fingerprint."""
+    import os
+
+    from scalingnote.quickstart.runs import data_fingerprint
+    from tests.helpers.tiny_data import write_tiny_beir
+
+    beir = write_tiny_beir(tmp_path / "beir")
+    data = {"beir": str(beir), "triplets": None, "validation_triplets": None}
+    before = data_fingerprint(data)
+    corpus = beir / "corpus.jsonl"
+    st = corpus.stat()
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert data_fingerprint(data) == before
+    text = corpus.read_text()
+    corpus.write_text(text.replace("a", "b", 1))
+    after = data_fingerprint(data)
+    assert after != before and after[str(corpus)] != before[str(corpus)]
+    assert data_fingerprint({**data, "fingerprint": before}) == before  # prepare_data computes it once per run

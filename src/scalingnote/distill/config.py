@@ -44,6 +44,12 @@ class DistillConfig:
     student: TowerSpec = field(default_factory=lambda: TowerSpec("minilm-l6", max_length=32))
     queries: list[QuerySource] = field(default_factory=list)
     lam: float = 1.0  #: λ of Eq. 15 (§4.2: 1)
+    #: weight of the listwise term (not in the paper): KL between the teacher's and the student's score
+    #: distributions over each query's teacher top ``rank_k`` documents at temperature ``rank_tau``
+    #: (:func:`scalingnote.distill.loss.qkd_rank_loss`); 0 = Eq. 15 alone, as in the paper
+    rank_weight: float = 0.0
+    rank_k: int = 32
+    rank_tau: float = 0.05
     validation_fraction: float = 0.05
     optim: DistillOptim = field(default_factory=DistillOptim)
     eval_data: str | None = None  #: BEIR directory to evaluate ScalingNote on (doc embeddings from the teacher run)
@@ -84,6 +90,8 @@ class DistillConfig:
             raise ValueError("queries: give at least one query source (a BEIR directory or a queries.jsonl)")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
+        if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:
+            raise ValueError(f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, {self.rank_tau}")
         if self.patience is not None and self.patience < 1:
             raise ValueError("patience must be >= 1 or null")
         if self.eval_every is not None and self.eval_every < 1:

@@ -19,3 +19,23 @@ def qkd_loss(teacher: Tensor, student: Tensor, lam: float = 1.0) -> Tensor:
     sq = (teacher - student).pow(2).sum(-1)
     cos = F.cosine_similarity(teacher, student, dim=-1)
     return (sq - lam * cos).mean()
+
+
+def qkd_rank_loss(teacher_scores: Tensor, student_scores: Tensor, tau: float = 0.05) -> Tensor:
+    """Listwise score distillation over each query's teacher top-k documents (not in the paper).
+
+    L_rank = mean_i KL( softmax(s_i^T / τ) ‖ softmax(s_i^S / τ) ), with s_ij^T = cos(q_i, d_j) and
+    s_ij^S = cos(q_i^stu, d_j) over the k documents d_j that the teacher ranks highest for query i
+    (the frozen Stage I document embeddings: ScalingNote §3.3 serves the student against them).
+    Eq. 15 matches the student's vector to the teacher's everywhere; this term spends the student's
+    capacity where ranking happens, on the order of the documents near the query (as in score
+    distillation for dense retrievers, e.g. TCT-ColBERT, Lin et al. 2021).
+
+    Args:
+        teacher_scores: [B, k] teacher cosine scores of the top-k documents.
+        student_scores: [B, k] student cosine scores of the same documents.
+        tau: softmax temperature (Stage I's τ, §4.2: 0.05).
+    """
+    log_p_t = F.log_softmax(teacher_scores / tau, dim=-1)
+    log_p_s = F.log_softmax(student_scores / tau, dim=-1)
+    return F.kl_div(log_p_s, log_p_t, log_target=True, reduction="batchmean")

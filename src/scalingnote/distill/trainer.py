@@ -26,7 +26,8 @@ from scalingnote.data import load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
 from scalingnote.distill.cache import TeacherCache, build_teacher_cache, open_teacher_cache
 from scalingnote.distill.config import DistillConfig, QuerySource
-from scalingnote.distill.loss import qkd_loss
+from scalingnote.distill.loss import qkd_loss, qkd_rank_loss
+from scalingnote.distill.ranking import TeacherRanking, teacher_ranking
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
 from scalingnote.training.heads import init_student_head
@@ -102,6 +103,7 @@ class QKDData:
     query_stats: dict[str, int]
     eval_queries: dict[str, str]
     eval_qrels: dict | None
+    ranking: TeacherRanking | None = None  #: the teacher's top-k documents per query (``rank_weight > 0``)
 
     @property
     def dim(self) -> int:
@@ -131,8 +133,9 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
     perm = np.random.default_rng(cfg.seed).permutation(len(cache))
     n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
+    ranking = teacher_ranking(cfg.teacher, targets, cfg.rank_k) if cfg.rank_weight > 0 else None
     return QKDData(list(cache.texts), targets, np.sort(perm[n_val:]), np.sort(perm[:n_val]), cache.meta["compat_id"], qstats,
-                   eval_queries, eval_qrels)
+                   eval_queries, eval_qrels, ranking)
 
 
 def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> TeacherCache:
@@ -227,7 +230,7 @@ class QKDLoop(TrainLoop):
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
-        self.texts, self.targets = data.texts, data.targets
+        self.texts, self.targets, self.ranking = data.texts, data.targets, data.ranking
         self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = data.train_idx, data.val_idx, bs, steps_per_epoch
         self.device = next(student.parameters()).device
         self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
@@ -257,7 +260,11 @@ class QKDLoop(TrainLoop):
                 enc = self.student.tokenize_queries(batch_texts)
                 q_stu = self.student({k: v.to(self.device) for k, v in enc.items()})
         q_stu = q_stu if q_stu.dtype == torch.float64 else q_stu.float()  # float64 stays (exactness tests)
-        return qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device, q_stu.dtype), q_stu, self.cfg.lam)
+        loss = qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device, q_stu.dtype), q_stu, self.cfg.lam)
+        if self.ranking is not None:
+            t_scores, s_scores = self.ranking.batch(idx, q_stu)
+            loss = loss + self.cfg.rank_weight * qkd_rank_loss(t_scores, s_scores, self.cfg.rank_tau)
+        return loss
 
     def batch_for_step(self, step: int) -> np.ndarray:
         """This rank's rows of step ``step``: the global batch is a pure function of
@@ -369,6 +376,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
         "stopped_early": loop.step < loop.total_steps,
         "val_curve": best["curve"],
         "target": cfg.target,
+        "rank_weight": cfg.rank_weight,
         "student_trainable_layers": cfg.student.trainable_layers,
         "train_seconds": round(loop.total_train_seconds, 2),  # summed over resumed runs
         "qkd_train_loss": train_loss,

@@ -65,6 +65,8 @@ class QuickstartConfig:
     qkd_target: Literal["raw", "normalized"] = "normalized"
     qkd_batch_size: int = 128
     qkd_max_pseudo_queries: int = 3000
+    #: weight of QKD's listwise term over the teacher's top-k documents (not in the paper; 0 = Eq. 15 alone)
+    qkd_rank_weight: float = 0.0
     #: QKD students, "family:layers" (e.g. ["bert:1", "bert:2", "llm:1"]); None = the teacher family's
     #: small tower (another readable family's where it cannot read the data), or with
     #: ``student_p99_ms`` every readable family at 1..its small size

@@ -73,7 +73,8 @@ def banner(title: str) -> None:
 def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
     """Returns {"beir": dir, "triplets": path|None, "validation_triplets": path|None}."""
     if cfg.data:
-        return {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
+        data = {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
+        return {**data, "fingerprint": data_fingerprint(data)}
     d = out / "data"
     inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
     if not step_done(d, inputs):
@@ -84,18 +85,24 @@ def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
         synthesize(d, SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries), progress=cfg.show_progress)
         run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
         mark_done(d, inputs)
-    return {"beir": str(d), "triplets": str(d / "triplets" / "train.jsonl"), "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+    data = {"beir": str(d), "triplets": str(d / "triplets" / "train.jsonl"), "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+    return {**data, "fingerprint": data_fingerprint(data)}
 
 
 def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
-    """What identifies the training data of a step: the BEIR files' sizes and mtimes."""
+    """What identifies the training data of a step: the BEIR files' sizes and SHA-256 digests
+    (content, not modification times: a copied or re-provisioned data set with the same bytes
+    reuses every step). Computed once per run by :func:`prepare_data` (``data["fingerprint"]``)."""
+    if "fingerprint" in data:
+        return data["fingerprint"]
+    from scalingnote.utils.steps import file_sha256
+
     beir = Path(data["beir"])
     files = {}
     for p in sorted([beir / "corpus.jsonl", beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
                     + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]):
         if p.exists():
-            st = p.stat()
-            files[str(p)] = [st.st_size, st.st_mtime_ns]
+            files[str(p)] = [p.stat().st_size, file_sha256(p)]
     return files
 
 
@@ -282,7 +289,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
     dc = load_config(DistillConfig, {
         "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
         "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "lr": 3e-4 if fam.name == "bert" else 1e-4},
-        "target": cfg.qkd_target, "patience": cfg.qkd_patience,
+        "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": cfg.qkd_rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
     })

@@ -72,13 +72,18 @@ class StepChangedError(ScalingNoteError):
 # --------------------------------------------------------------------------- digests
 
 
+def file_sha256(p: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _file_fp(p: Path, st: os.stat_result) -> dict[str, Any]:
     if st.st_size <= SMALL_FILE:
-        h = hashlib.sha256()
-        with open(p, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        return {"size": st.st_size, "sha256": h.hexdigest()}
+        return {"size": st.st_size, "sha256": file_sha256(p)}
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
