@@ -132,8 +132,11 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
     student gets there — squared error near 0 and cosine near 1 against the teacher embeddings."""
     from scalingnote.data import load_beir
 
+    from scalingnote.training.evaluate import heldout_queries
+
     ds = load_beir(stage1["data"], "train")
-    texts = [ds.queries[q].text for q in sorted(ds.qrels)][:16]
+    held, _ = heldout_queries(stage1["stage1"])  # the teacher's validation queries never reach QKD
+    texts = [ds.queries[q].text for q in sorted(ds.qrels) if q not in held][:16]
     qfile = tmp_path / "queries.jsonl"
     qfile.write_text("".join(json.dumps({"_id": f"x{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     out = tmp_path / "fit"

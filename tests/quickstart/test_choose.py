@@ -70,6 +70,14 @@ def test_choose_student_respects_the_latency_budget_and_reports_the_frontier():
     assert name is None and "fastest: bert1" in why
 
 
+def test_choose_student_breaks_validation_ties_by_size_then_order_never_by_timing_noise():
+    same = [{"name": "bert2_rw0", "layers": 2, "val": 0.6, "p99_ms": 5.2}, {"name": "bert2_rw1", "layers": 2, "val": 0.6, "p99_ms": 4.9}]
+    assert choose_student(same, None)[0] == "bert2_rw0"
+    assert choose_student(same[::-1], None)[0] == "bert2_rw1"
+    sizes = [{"name": "bert2", "layers": 2, "val": 0.6, "p99_ms": 3.0}, {"name": "bert1", "layers": 1, "val": 0.6, "p99_ms": 3.1}]
+    assert choose_student(sizes, None)[0] == "bert1"
+
+
 def test_cross_fit_fusion_does_not_choose_fusion_when_bm25_adds_nothing():
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(20)}
     dense = {q: {f"d{i}": 2.0, "x": 1.0} for i, q in enumerate(qrels)}  # perfect

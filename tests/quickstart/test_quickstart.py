@@ -64,6 +64,12 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert (out / "index" / "ivfpq" / "fusion.json").exists()
     teacher_row = next(r for r in rows if "teacher" in r["chosen"])
     assert teacher_row["family"] == ch["teacher"]["family"]
+    # QKD's listwise weight is a choice on validation: one student per weight, the best-validating kept
+    cands = ch["student"]["candidates"]
+    assert sorted(c["rank_weight"] for c in cands) == [0.0, 1.0]
+    best = max(cands, key=lambda c: (c["val"], -cands.index(c)))
+    assert ch["student"]["chosen"] == best["name"] and best["name"].endswith(f"_rw{best['rank_weight']:g}")
+    assert {r.get("qkd_rank_weight") for r in rows if r.get("p99_ms") is not None} == {0.0, 1.0}
 
 
 def test_rerun_resumes_every_step(first_run, tiny_models):

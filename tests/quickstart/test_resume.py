@@ -59,7 +59,7 @@ def test_quickstart_over_other_data_redoes_stage1(tiny_models, tmp_path):
     cfg = (s1 / "config.yaml").read_text()
     assert str(b) in cfg and str(a) not in cfg
     assert not np.allclose(np.load(s1 / "doc_embeddings.npy"), emb_a)  # b's texts, not a's
-    assert str(b) in (out / "qkd" / "bert1_from_bert" / "config.yaml").read_text()
+    assert str(b) in (out / "qkd" / "bert1_from_bert_rw1" / "config.yaml").read_text()
 
 
 def test_data_fingerprint_reads_content_not_modification_times(tmp_path):

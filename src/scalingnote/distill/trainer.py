@@ -42,13 +42,16 @@ def _norm_text(t: str) -> str:
     return " ".join(t.lower().split())
 
 
-def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_texts: set[str]) -> tuple[list[str], list[str], dict[str, int]]:
+def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_texts: set[str],
+                    holdout: tuple[set[str], set[str]] | None = None) -> tuple[list[str], list[str], dict[str, int]]:
     """Unique (id, text) from every source, minus evaluation queries (by id and by normalised
-    text). Ids are prefixed by the source index when two sources collide."""
+    text) and minus ``holdout`` = (ids, normalised texts) of the teacher's validation queries.
+    Ids are prefixed by the source index when two sources collide."""
     ids: list[str] = []
     texts: list[str] = []
     seen_text: set[str] = set()
-    stats: dict[str, int] = {"dropped_eval": 0, "dropped_duplicate": 0}
+    hold_ids, hold_texts = holdout or (set(), set())
+    stats: dict[str, int] = {"dropped_eval": 0, "dropped_teacher_validation": 0, "dropped_duplicate": 0}
     for si, src in enumerate(sources):
         p = Path(src.path)
         if p.is_dir():
@@ -68,6 +71,9 @@ def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_t
             if qid in exclude_ids or nt in exclude_texts:
                 stats["dropped_eval"] += 1
                 continue
+            if qid in hold_ids or nt in hold_texts:
+                stats["dropped_teacher_validation"] += 1
+                continue
             if nt in seen_text:
                 stats["dropped_duplicate"] += 1
                 continue
@@ -78,6 +84,18 @@ def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_t
     if not ids:
         raise ScalingNoteError("distill: no training queries left after removing evaluation queries")
     return ids, texts, stats
+
+
+def teacher_holdout(teacher_dir: str | Path) -> tuple[set[str], set[str]] | None:
+    """(ids, normalised texts) of the teacher run's held-out validation queries, or None for a
+    teacher directory without a Stage I config (nothing is known to be held out)."""
+    from scalingnote.training.evaluate import heldout_queries
+
+    if not (Path(teacher_dir) / "config.yaml").exists():
+        log.info("%s: no config.yaml, so no validation queries of the teacher to hold out of QKD", teacher_dir)
+        return None
+    texts, _ = heldout_queries(teacher_dir)
+    return set(texts), {_norm_text(t) for t in texts.values()}
 
 
 def load_stage1(teacher_dir: str | Path):
@@ -120,7 +138,8 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
         eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
         eval_queries = {q: qs[q].text for q in eval_qrels}
-    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()})
+    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()},
+                                         teacher_holdout(cfg.teacher) if cfg.exclude_teacher_validation else None)
     root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
     cache = _build_cache(cfg, ids, texts, root) if D.rank() == 0 else None
     D.barrier()

@@ -85,7 +85,10 @@ def choose_student(cands: Sequence[Mapping[str, Any]], budget_ms: float | None) 
         why = (f"no student meets p99 <= {budget_ms} ms (fastest: {fastest['name']} {fastest['p99_ms']:.2f} ms)"
                if fastest else "no student candidate")
         return None, frontier, why
-    best = max(fits, key=lambda c: (c["val"], -c["p99_ms"]))
+    # ties on validation: the smaller tower, then the first candidate. Not the lower p99: two
+    # students of one architecture (e.g. two QKD loss weights) differ in p99 only by timing noise
+    order = {id(c): i for i, c in enumerate(fits)}
+    best = max(fits, key=lambda c: (c["val"], -c.get("layers", 0), -order[id(c)]))
     budget = "no latency budget" if budget_ms is None else f"p99 <= {budget_ms} ms"
     return best["name"], frontier, f"best validation nDCG@10 ({best['val']:.4f}) with {budget} (p99 {best['p99_ms']:.2f} ms)"
 

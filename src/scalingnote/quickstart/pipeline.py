@@ -105,22 +105,23 @@ def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str)
 
 def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
                    pseudo: str | None, pool: TowerPool, ev: EvalSet) -> dict[str, Any]:
-    """QKD from the teacher into each student candidate; the best-validating one within the
-    latency budget is the ScalingNote student."""
+    """QKD from the teacher into each student candidate at each listwise weight; the
+    best-validating one within the latency budget is the ScalingNote student."""
     tdir = large[teacher]["dir"]
     cands = []
     for fam_name, layers in student_candidates(cfg, readable, teacher):
         fam = family(cfg, fam_name)
-        name = f"{fam_name}{layers}_from_{teacher}"
-        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo)
-        qdir = Path(m["run_dir"]) / "query_tower"
-        sc = score(pool, qdir, tdir, ev)
-        p99 = single_query_p99_ms(pool.tower(qdir), ev.texts or ev.val_texts, backend=cfg.serve_backend,
-                                  export_dir=Path(m["run_dir"]) / "onnx")
-        cands.append({"name": name, "family": fam_name, "layers": layers, "val": sc.val_ndcg, "p99_ms": p99, "dir": str(qdir),
-                      "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
-        say(f"student {name}: validation nDCG@10 {sc.val_ndcg:.4f}, single-query p99 {p99:.2f} ms ({cfg.serve_backend}), "
-            f"QKD best step {m.get('best_step')} of {m.get('steps_run')}")
+        for w in cfg.qkd_rank_weights:
+            name = runs.qkd_name(fam_name, layers, teacher, w)
+            m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w)
+            qdir = Path(m["run_dir"]) / "query_tower"
+            sc = score(pool, qdir, tdir, ev)
+            p99 = single_query_p99_ms(pool.tower(qdir), ev.texts or ev.val_texts, backend=cfg.serve_backend,
+                                      export_dir=Path(m["run_dir"]) / "onnx")
+            cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg, "p99_ms": p99,
+                          "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
+            say(f"student {name}: validation nDCG@10 {sc.val_ndcg:.4f}, single-query p99 {p99:.2f} ms ({cfg.serve_backend}), "
+                f"QKD best step {m.get('best_step')} of {m.get('steps_run')}")
     name, frontier, why = choose.choose_student(cands, cfg.student_p99_ms)
     if name is None:
         raise ScalingNoteError(f"student_p99_ms={cfg.student_p99_ms}: {why}")
@@ -141,10 +142,11 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         hl = float(L["head_lr"])
         small = runs.small_dual_run(cfg, fam, data, out, hl)
         doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl)
-        qkd_name = f"{name}{fam.small_layers}_from_{name}"
+        w = students["chosen"]["rank_weight"]  # the listwise weight the served student was chosen with
+        qkd_name = runs.qkd_name(name, fam.small_layers, name, w)
         reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
         qkd_dir = Path(reuse["dir"]).parent if reuse else Path(runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out,
-                                                                                pseudo)["run_dir"])
+                                                                                pseudo, rank_weight=w)["run_dir"])
         res[name] = {
             "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
             "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},

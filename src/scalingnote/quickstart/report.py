@@ -73,6 +73,7 @@ def student_rows(pool: TowerPool, ev: EvalSet, students: dict, teacher_dir: Path
                     query=label, layers=n, chosen="student" if chosen else "", tower=c["dir"])
             new.append(r)
         r["p99_ms"] = c["p99_ms"]
+        r["qkd_rank_weight"] = c.get("rank_weight")
         r["on_frontier"] = c["name"] in students["frontier"]
     return new
 

@@ -273,8 +273,14 @@ def student_base(fam: Family, teacher_dir: Path, layers: int) -> str:
     return str(teacher_dir / "query_tower" / "backbone") if k == "all" or n - int(k) < layers else fam.model
 
 
+def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float) -> str:
+    """``bert2_from_bert_rw1``: the QKD step of a student (family, size) of a teacher family at one
+    listwise weight."""
+    return f"{student_family}{layers}_from_{teacher}_rw{rank_weight:g}"
+
+
 def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
-            pseudo: str | None) -> dict[str, Any]:
+            pseudo: str | None, *, rank_weight: float) -> dict[str, Any]:
     from scalingnote.config import load_config
     from scalingnote.distill import DistillConfig, distill
 
@@ -289,7 +295,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
     dc = load_config(DistillConfig, {
         "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
         "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "lr": 3e-4 if fam.name == "bert" else 1e-4},
-        "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": cfg.qkd_rank_weight,
+        "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
     })
@@ -339,5 +345,5 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     return d / "ivfpq"
 
 
-__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "mark_done", "prepare_data", "pseudo_queries", "run_qkd",
+__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
