@@ -30,6 +30,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
     ("recipe_kuake_qtr", "The quick-start recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
     ("recipe_synthetic", "The quick-start recipe on the synthetic note-search log (`python -m benchmarks.recipe --data synthetic`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
+    ("qkd_listwise", "QKD with and without its listwise term, same teacher and steps (`python -m benchmarks.qkd_listwise`; val = the teacher's held-out validation queries, never distilled on; p = paired t-test vs the first row of the data set)",
+     ["data", "student", "rank_weight", "epochs", "steps_run", "best_step", "train_queries", "train_seconds", "val_ndcg@10", "val_p_vs_first", "ndcg@10", "r@100", "p_vs_first"]),
     ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
     ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
     ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),
