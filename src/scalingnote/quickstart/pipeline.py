@@ -150,7 +150,7 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         res[name] = {
             "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
             "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},
-            "scalingnote": {"q": qkd_dir / "query_tower", "d": L["dir"], "layers": fam.small_layers},
+            "scalingnote": {"q": qkd_dir / "query_tower", "d": L["dir"], "layers": fam.small_layers, "rank_weight": w},
             "scaling_dual": {"q": L["dir"] / "query_tower", "d": L["dir"], "layers": None},
         }
     return res

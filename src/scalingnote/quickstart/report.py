@@ -51,6 +51,8 @@ def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teach
                 chosen.append("student")
             extra = {"p_vs_prev": round(paired_ttest(sc.per_query, prev.per_query).pvalue, 6) if prev else None,
                      "delta_vs_prev": round(sc.metrics["ndcg@10"] - prev.metrics["ndcg@10"], 4) if prev else None}
+            if method == "scalingnote":
+                extra["qkd_rank_weight"] = m.get("rank_weight")
             if method == "scaling_dual":
                 extra["note"] = f"kept the {L['kept']} tower ({L['guard']})"
             rows.append(row(method, sc, large=large_label, query=label, layers=n, chosen="+".join(chosen), tower=m["q"], family=fam, **extra))

@@ -111,14 +111,18 @@ def per_query_ndcg(run, qrels) -> dict[str, float]:
     return {q: float(v["ndcg@10"]) for q, v in pq.items()}
 
 
-def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 1) -> float:
-    """Queries/s of ``encode_queries`` (batch 256, the threads torch is set to)."""
+def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 3) -> float:
+    """Queries/s of ``encode_queries`` (512 queries, batch 256, the threads torch is set to): the
+    best of ``repeats`` timed passes, as ``timeit`` reports, since a pass is only slowed by other
+    work on the machine (one pass measured two towers of one architecture 2x apart)."""
     texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
     tower.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
-    t0 = time.perf_counter()
-    for _ in range(repeats):
+    best = float("inf")
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
         tower.encode_queries(texts, batch_size=batch_size, show_progress=False)
-    return repeats * len(texts) / (time.perf_counter() - t0)
+        best = min(best, time.perf_counter() - t0)
+    return len(texts) / best
 
 
 def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 200, export_dir: Path | None = None) -> float:
