@@ -26,14 +26,14 @@ def main() -> None:
     args = ap.parse_args()
     name = args.data or "synthetic"
     if args.from_run is not None:
-        print(results_of_run(f"quickstart_{name}", args.from_run.resolve()))
+        print(results_of_run(f"quickstart_{name}", args.from_run.resolve(), timed=True))
         return
 
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
     out = Path(args.out) if args.out else REPO_ROOT / "runs" / ("quickstart" if name == "synthetic" else f"quickstart_{name}")
     quickstart(QuickstartConfig(out=str(out), data=str(shared_data_dir() / args.data) if args.data else None, show_progress=False))
-    print(results_of_run(f"quickstart_{name}", out.resolve()))
+    print(results_of_run(f"quickstart_{name}", out.resolve(), timed=True))
 
 
 if __name__ == "__main__":
