@@ -32,39 +32,6 @@ from typing import Any
 from benchmarks._common import REPO_ROOT, RESULTS_DIR, shared_data_dir, write_results
 
 
-def _per_query(student_dir: Path, teacher_dir: Path, queries: dict[str, str], qrels) -> tuple[dict[str, float], dict[str, float]]:
-    """(metrics, per-query nDCG@10) of a saved student against the teacher's document embeddings."""
-    import numpy as np
-
-    from scalingnote.evaluation.dense import truncate_normalize
-    from scalingnote.evaluation.metrics import evaluate, per_query
-    from scalingnote.models import load_tower
-
-    s = load_tower(student_dir / "query_tower")
-    s.eval()
-    d_emb = truncate_normalize(np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r"))
-    doc_ids = json.loads((teacher_dir / "doc_ids.json").read_text(encoding="utf-8"))
-    qids = [q for q in queries if q in qrels]
-    q = truncate_normalize(s.encode_queries([queries[x] for x in qids], batch_size=256, show_progress=False))
-    scores = q @ d_emb.T
-    top = np.argsort(-scores, axis=1)[:, :100]
-    run = {qid: {doc_ids[j]: float(scores[i, j]) for j in top[i]} for i, qid in enumerate(qids)}
-    qrels = {k: qrels[k] for k in qids}
-    res = evaluate(run, qrels, ("ndcg@10", "r@100"))
-    return {"ndcg@10": res["ndcg@10"], "r@100": res["r@100"]}, {q: float(v["ndcg@10"]) for q, v in per_query(run, qrels, ["ndcg@10"]).items()}
-
-
-def _eval_sets(data_dir: Path, teacher_dir: Path) -> dict[str, tuple[dict[str, str], Any]]:
-    from scalingnote.data import load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-    from scalingnote.training.evaluate import heldout_queries
-
-    val_q, val_qrels = heldout_queries(teacher_dir)
-    qs = load_queries(data_dir / "queries.jsonl")
-    test_qrels = load_qrels(qrels_path(data_dir, "test"), qs.keys())
-    return {"val": (val_q, val_qrels), "test": ({q: qs[q].text for q in test_qrels}, test_qrels)}
-
-
 def train_variants(data: str, run: Path, epochs: float, weights: list[float]) -> dict[str, Path]:
     """Train the quick start's QKD once per weight (resumable steps under ``run/qkd``)."""
     from benchmarks.recipe import LENGTHS
@@ -88,26 +55,32 @@ def train_variants(data: str, run: Path, epochs: float, weights: list[float]) ->
 
 
 def score_students(data: str, teacher_dir: Path, students: dict[str, Path]) -> list[dict[str, Any]]:
+    """Each student against the teacher's document embeddings, on the quick start's own evaluation
+    set (:func:`scalingnote.quickstart.scoring.load_eval_set`: test split + the teacher's held-out
+    validation queries), with paired t-tests against the first student."""
+    from scalingnote.evaluation import evaluate
     from scalingnote.evaluation.significance import paired_ttest
+    from scalingnote.quickstart.scoring import TowerPool, load_eval_set, per_query_ndcg, score
 
     data_dir = Path(json.loads((teacher_dir / "run.json").read_text())["config"]["data"]["data_dir"])
-    sets = _eval_sets(data_dir, teacher_dir)
-    rows, first = [], {}
+    ev, pool = load_eval_set(data_dir, "test", teacher_dir, None), TowerPool()
+    rows, first = [], None
     for label, d in students.items():
         info = json.loads((d / "run.json").read_text())
         m, c = info["metrics"], info["config"]
+        sc = score(pool, d / "query_tower", teacher_dir, ev)
+        per_q = {"val_": per_query_ndcg(sc.val_run, ev.val_qrels), "": sc.per_query}
         row: dict[str, Any] = {"data": data, "student": label, "rank_weight": c.get("rank_weight", 0.0), "epochs": c["optim"]["epochs"],
                                "steps_run": m["steps_run"], "best_step": m["best_step"], "train_queries": m["train_queries"],
-                               "train_seconds": m["train_seconds"]}
-        for split, (queries, qrels) in sets.items():
-            metrics, per_q = _per_query(d, teacher_dir, queries, qrels)
-            prefix = "val_" if split == "val" else ""
-            row.update({f"{prefix}{k}": round(v, 4) for k, v in metrics.items()}, **{f"{prefix}n_queries": len(per_q)})
-            if split in first:
-                keys = sorted(per_q)
-                row[f"{prefix}p_vs_first"] = round(paired_ttest([per_q[k] for k in keys], [first[split][k] for k in keys]).pvalue, 4)
-            else:
-                first[split] = per_q
+                               "train_seconds": m["train_seconds"],
+                               "val_ndcg@10": round(sc.val_ndcg, 4), "val_r@100": round(evaluate(sc.val_run, ev.val_qrels, ["r@100"])["r@100"], 4),
+                               "val_n_queries": len(per_q["val_"]), "ndcg@10": round(sc.metrics["ndcg@10"], 4),
+                               "r@100": round(sc.metrics["r@100"], 4), "n_queries": len(per_q[""])}
+        for prefix, pq in per_q.items():
+            if first is not None:
+                keys = sorted(pq)
+                row[f"{prefix}p_vs_first"] = round(paired_ttest([pq[k] for k in keys], [first[prefix][k] for k in keys]).pvalue, 4)
+        first = first or per_q
         rows.append(row)
     return rows
 

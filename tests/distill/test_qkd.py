@@ -131,7 +131,6 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
     """Eq. 15 is minimised (= -λ) when the student reproduces the teacher: on a small query set the
     student gets there — squared error near 0 and cosine near 1 against the teacher embeddings."""
     from scalingnote.data import load_beir
-
     from scalingnote.training.evaluate import heldout_queries
 
     ds = load_beir(stage1["data"], "train")

@@ -3,6 +3,7 @@ quick start scores students with, so a student trained on them would validate op
 
 from __future__ import annotations
 
+from scalingnote.data import load_beir
 from scalingnote.distill import distill, open_teacher_cache
 from scalingnote.distill.trainer import _norm_text
 from scalingnote.training.evaluate import heldout_queries
@@ -28,16 +29,9 @@ def test_the_old_behaviour_keeps_them(stage1, tmp_path):  # noqa: F811
     """The switch is real: with it off, the same sources do include the teacher's validation queries."""
     val, _ = heldout_queries(stage1["stage1"])
     distill(_dcfg(stage1, tmp_path / "kept", exclude_teacher_validation=False, optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3}))
-    _, test = heldout_test(stage1["data"])
+    ds = load_beir(stage1["data"], "test")
+    test = {_norm_text(ds.queries[q].text) for q in ds.qrels}
     _, texts = _trained_on(tmp_path / "kept")
     want = {_norm_text(t) for t in val.values()} - test  # a validation query that is also a test query is dropped as such
     assert want and want <= texts
 
-
-def heldout_test(data) -> tuple[set[str], set[str]]:
-    from scalingnote.data import load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-
-    qs = load_queries(f"{data}/queries.jsonl")
-    test = load_qrels(qrels_path(data, "test"), qs.keys())
-    return set(test), {_norm_text(qs[q].text) for q in test}

@@ -42,16 +42,14 @@ def _norm_text(t: str) -> str:
     return " ".join(t.lower().split())
 
 
-def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_texts: set[str],
-                    holdout: tuple[set[str], set[str]] | None = None) -> tuple[list[str], list[str], dict[str, int]]:
-    """Unique (id, text) from every source, minus evaluation queries (by id and by normalised
-    text) and minus ``holdout`` = (ids, normalised texts) of the teacher's validation queries.
-    Ids are prefixed by the source index when two sources collide."""
+def collect_queries(sources: list[QuerySource], exclude: dict[str, tuple[set[str], set[str]]]) -> tuple[list[str], list[str], dict[str, int]]:
+    """Unique (id, text) from every source, minus each named set of ``exclude`` = {name: (ids,
+    normalised texts)} (the evaluation queries, the teacher's validation queries), counted as
+    ``dropped_<name>``. Ids are prefixed by the source index when two sources collide."""
     ids: list[str] = []
     texts: list[str] = []
     seen_text: set[str] = set()
-    hold_ids, hold_texts = holdout or (set(), set())
-    stats: dict[str, int] = {"dropped_eval": 0, "dropped_teacher_validation": 0, "dropped_duplicate": 0}
+    stats: dict[str, int] = {**{f"dropped_{name}": 0 for name in exclude}, "dropped_duplicate": 0}
     for si, src in enumerate(sources):
         p = Path(src.path)
         if p.is_dir():
@@ -68,11 +66,9 @@ def collect_queries(sources: list[QuerySource], exclude_ids: set[str], exclude_t
         n_before = len(ids)
         for qid, text in items:
             nt = _norm_text(text)
-            if qid in exclude_ids or nt in exclude_texts:
-                stats["dropped_eval"] += 1
-                continue
-            if qid in hold_ids or nt in hold_texts:
-                stats["dropped_teacher_validation"] += 1
+            hit = next((name for name, (x_ids, x_texts) in exclude.items() if qid in x_ids or nt in x_texts), None)
+            if hit is not None:
+                stats[f"dropped_{hit}"] += 1
                 continue
             if nt in seen_text:
                 stats["dropped_duplicate"] += 1
@@ -138,8 +134,9 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
         eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
         eval_queries = {q: qs[q].text for q in eval_qrels}
-    ids, texts, qstats = collect_queries(cfg.queries, set(eval_queries), {_norm_text(t) for t in eval_queries.values()},
-                                         teacher_holdout(cfg.teacher) if cfg.exclude_teacher_validation else None)
+    held = teacher_holdout(cfg.teacher) if cfg.exclude_teacher_validation else None
+    ids, texts, qstats = collect_queries(cfg.queries, {"eval": (set(eval_queries), {_norm_text(t) for t in eval_queries.values()}),
+                                                       "teacher_validation": held or (set(), set())})
     root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
     cache = _build_cache(cfg, ids, texts, root) if D.rank() == 0 else None
     D.barrier()
