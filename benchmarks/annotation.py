@@ -55,7 +55,7 @@ def generate_llm(docs, out: Path, minutes: float, seed: int) -> dict[str, str]:
 
 
 def main() -> None:
-    from benchmarks.recipe import pseudo_queries_path, stage1_config, work_dir
+    from benchmarks._heads_recipe import pseudo_queries_path, stage1_config, work_dir
     from benchmarks.scaling_sweep import _fit_record
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -72,7 +72,7 @@ def context_vectors(log, topics: list[str], seed: int, noise: float = 0.3) -> di
 
 def main() -> None:
     from benchmarks.prompt_ablation import paired_pvalues
-    from benchmarks.recipe import stage1_config
+    from benchmarks._heads_recipe import stage1_config
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "fusion")

@@ -7,7 +7,7 @@ view), ``no_summarize`` (no "combine ... compress into one word" instruction; th
 embedding) and ``plain`` (the document as plain text, no placeholders): the presets of
 ``scalingnote.models.prompt.PROMPT_PRESETS``, each a config switch ``doc_tower.prompt``.
 
-Same recipe and data for every row (benchmarks/recipe.py, ScalingDual, SmolLM2 truncated to depth 2,
+Same recipe and data for every row (benchmarks/_heads_recipe.py, ScalingDual, SmolLM2 truncated to depth 2,
 mean pooling): heads only over cached pooled states (``trainable_layers: 0``), heads initialised from
 the training pairs (PCA), BM25 hard negatives, batch 64, head lr 3e-3 (the recipe's validated choice
 for depth 2), <= 40 epochs with validation nDCG@10 every epoch on 10% of the training queries,
@@ -61,7 +61,7 @@ def write_rows(data: str, recs: dict, config: dict) -> list[dict]:
 
 
 def main() -> None:
-    from benchmarks.recipe import stage1_config, work_dir
+    from benchmarks._heads_recipe import stage1_config, work_dir
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="scifact")

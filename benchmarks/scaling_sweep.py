@@ -39,6 +39,8 @@ from pathlib import Path
 
 from benchmarks._common import REPO_ROOT, RESULTS_DIR, shared_data_dir, write_results
 
+QUERY_MAX, DOC_MAX = 64, 256  # the paper's lengths (the heads-only points read cached pooled states)
+LLM, BERT = "smollm2-135m", "minilm-l6"
 FAMILIES = {"smollm2": ("scaling_dual", [2, 4, 8, 16, 30]), "minilm": ("twinbert", [1, 2, 3, 4, 6])}
 PRIMARY = ("smollm2", 2)  # the recipe's best-validated ScalingDual depth: the model of the headline L(D)
 D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]  # + the whole pool (the held-out largest D)
@@ -46,20 +48,31 @@ JOINT_D = [64, 256, 1024, 4096]  # the sizes of the other models (+ the whole po
 
 
 def session_config(data: str, family: str, depth: int, features: Path, seed: int, out: Path):
-    import dataclasses
-
-    from benchmarks.recipe import stage1_config
+    """The heads-only Stage I configuration of one (family, depth): frozen towers, cached pooled states."""
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
 
     method = FAMILIES[family][0]
-    cfg = stage1_config(data, method, depth, 3e-3, seed, out, max_epochs=40)
-    cfg = dataclasses.replace(
-        cfg,
-        query_tower=dataclasses.replace(cfg.query_tower, num_layers=depth),
-        doc_tower=dataclasses.replace(cfg.doc_tower, num_layers=depth),
-        feature_cache_dir=str(features),
-        data=dataclasses.replace(cfg.data, negatives="none"),
-    )
-    return cfg
+    tower = {"model": LLM, "num_layers": depth, "pooling": "mean"} if family == "smollm2" else {"model": BERT, "num_layers": depth}
+    return load_config(TrainConfig, {
+        "method": method, "output_dir": str(out), "dim": 128,
+        "query_tower": {**tower, "max_length": QUERY_MAX, "trainable_layers": 0},
+        "doc_tower": {**tower, "max_length": DOC_MAX, "trainable_layers": 0},
+        "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
+                 "validation_fraction": 0.1, "negatives": "none"},
+        "optim": {"batch_size": 64, "epochs": 40, "lr": 0.0, "head_lr": 3e-3, "warmup_ratio": 0.02},
+        "seed": seed, "center_samples": 100_000, "feature_cache_dir": str(features), "show_progress": False,
+    })
+
+
+def ict_dir(work: Path, data: str, seed: int) -> Path:
+    """ICT pseudo-queries over every corpus document (made once)."""
+    from scalingnote.data.pseudo import ICTConfig, ict_queries
+
+    d = work / "pseudo_ict"
+    if not (d / "triplets.jsonl").exists():
+        ict_queries(shared_data_dir() / data / "corpus.jsonl", d, ICTConfig(seed=seed), progress=True)
+    return d
 
 
 def load_pool(data: str, ict_dir: Path, seed: int):
@@ -112,7 +125,6 @@ def pool_digest(pool, dev, test) -> str:
 
 def fill_minilm_depths(data: str, features: Path, depths: list[int], query_texts: list[str], corpus) -> None:
     """Pooled MiniLM caches at every truncation depth in one pass per role (recipe: query 64, doc 256 tokens)."""
-    from benchmarks.recipe import BERT, DOC_MAX, QUERY_MAX
     from scalingnote.models import fill_pooled_depths, load_tower
 
     mq = load_tower(BERT, "query", max_query_length=QUERY_MAX)
@@ -295,13 +307,11 @@ def fit_all(args) -> None:
 
 
 def main() -> None:
-    from benchmarks.recipe import work_dir
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="scifact")
     ap.add_argument("--phase", default="all", choices=["all", "points", "fit"])
-    ap.add_argument("--features", type=Path, default=None, help="feature cache dir (default runs/recipe/<data>/features)")
-    ap.add_argument("--ict", type=Path, default=None, help="ICT pseudo-query dir (default runs/recipe/<data>/pseudo_ict, made if missing)")
+    ap.add_argument("--features", type=Path, default=None, help="feature cache dir (default <work>/features)")
+    ap.add_argument("--ict", type=Path, default=None, help="ICT pseudo-query dir (default <work>/pseudo_ict, made if missing)")
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "scaling_sweep")
     ap.add_argument("--families", default="smollm2,minilm")
     ap.add_argument("--seed", type=int, default=0)
@@ -309,11 +319,8 @@ def main() -> None:
     ap.add_argument("--only", default="", help="run only these points, e.g. smollm2:2:64,minilm:6:64 (smoke tests)")
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop starting new points after this long (0 = no limit)")
     args = ap.parse_args()
-    args.features = args.features or work_dir(args.data) / "features"
-    if args.ict is None:
-        from benchmarks.recipe import pseudo_queries_path
-
-        args.ict = pseudo_queries_path(args.data, args.seed).parent
+    args.features = args.features or args.work / "features"
+    args.ict = args.ict or ict_dir(args.work, args.data, args.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.phase in ("all", "points"):
         run_points(args)

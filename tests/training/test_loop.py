@@ -93,3 +93,29 @@ def test_a_changed_schedule_refuses_the_old_checkpoint(tmp_path):
         t.run()
     with pytest.raises(ScalingNoteError, match="total steps"):
         Toy(tmp_path / "a", total=20).run()
+
+
+@pytest.mark.parametrize("schedule", ["linear", "constant"])
+def test_learning_rate_schedules(schedule):
+    from scalingnote.training.loop import linear_warmup_decay
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = linear_warmup_decay(opt, 100, 0.1, schedule=schedule, warmup_steps=4)
+    lrs = []
+    for _ in range(100):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs[0] == 0.0 and lrs[2] == pytest.approx(0.5) and lrs[4] == pytest.approx(1.0)  # warm-up of 4 steps, not 10
+    if schedule == "constant":
+        assert lrs[-1] == pytest.approx(1.0)  # a longer run does not end at a lower rate
+    else:
+        assert lrs[-1] == pytest.approx(1 / 96) and lrs[50] < lrs[10]
+
+
+def test_an_unknown_schedule_is_refused():
+    from scalingnote.training.loop import linear_warmup_decay
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    with pytest.raises(ScalingNoteError, match="schedule"):
+        linear_warmup_decay(opt, 10, 0.1, schedule="cosine")

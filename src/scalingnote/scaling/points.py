@@ -51,11 +51,15 @@ class EvalSet:
     qrels: dict[str, dict[str, int]]
     cset: Any  #: :class:`~scalingnote.evaluation.perplexity.ContrastiveSet` over ``doc_ids``
     name: str = "eval"
+    #: the documents ``cset`` indexes (a fixed pool for cheap validations; None = the session's corpus)
+    doc_ids: list[str] | None = None
 
 
 def make_eval_set(queries: dict[str, str], qrels: dict[str, dict[str, int]], doc_ids: Sequence[str], *,
-                  num_negatives: int = 256, seed: int = 0, name: str = "eval") -> EvalSet:
-    """An :class:`EvalSet` whose W negatives per (query, positive) pair are drawn once with ``seed``."""
+                  num_negatives: int = 256, seed: int = 0, name: str = "eval", pool: bool = False) -> EvalSet:
+    """An :class:`EvalSet` whose W negatives per (query, positive) pair are drawn once with ``seed``
+    from ``doc_ids``. ``pool=True``: ``doc_ids`` is a fixed document pool (not the whole corpus),
+    recorded in the set so a validation encodes only those documents."""
     from scalingnote.evaluation.dense import perplexity_negatives
     from scalingnote.evaluation.perplexity import sample_contrastive_set
 
@@ -68,7 +72,7 @@ def make_eval_set(queries: dict[str, str], qrels: dict[str, dict[str, int]], doc
     qids = sorted(qrels)
     w = min(num_negatives, perplexity_negatives(len(doc_ids), qrels, num_negatives))
     cset = sample_contrastive_set(qrels, list(doc_ids), num_negatives=w, seed=seed)
-    return EvalSet(qids, [queries[q] for q in qids], qrels, cset, name)
+    return EvalSet(qids, [queries[q] for q in qids], qrels, cset, name, list(doc_ids) if pool else None)
 
 
 class HeadSession:
@@ -109,19 +113,28 @@ class HeadSession:
         n = self.q_enc.ensure(sorted(set(query_texts)))
         return n + self.d_enc.ensure(list(self.docs) + list(docs))
 
+    @property
+    def encoders(self) -> tuple[Any, Any]:
+        """The (query, document) prefix encoders the trainer steps through."""
+        return self.q_enc, self.d_enc
+
     def reset(self) -> None:
         """Back to the pre-trained heads the session started with."""
         for t in (self.qt, self.dt):
             _load_head_state(t, self._initial[id(t)])
 
-    def encode(self, texts: Sequence[str] | None = None, *, docs: bool = False) -> np.ndarray:
-        """Normalised embeddings (``[EMB]`` view for documents) of ``texts`` or of the corpus.
+    def encode(self, texts: Sequence[str] | None = None, *, docs: bool = False, doc_ids: Sequence[str] | None = None) -> np.ndarray:
+        """Normalised embeddings (``[EMB]`` view for documents) of ``texts`` or of the corpus
+        (``doc_ids``: of those corpus documents only).
 
         With plain head-only encoders the frozen pooled states are read once and kept: a
         validation is then one projection (validations every few steps stay cheap)."""
         from scalingnote.evaluation.dense import truncate_normalize
         from scalingnote.models import PrefixTower
 
+        if docs and doc_ids is not None:
+            pos = {d: i for i, d in enumerate(self.doc_ids)}
+            return self.encode(docs=True)[[pos[d] for d in doc_ids]]
         enc, items = (self.d_enc, self.docs) if docs else (self.q_enc, list(texts or []))
         if type(enc) is not PrefixTower:  # e.g. a fusion encoder: its own path
             return truncate_normalize(enc.encode(items, batch_size=1024), self.cfg.dim)
@@ -162,7 +175,7 @@ def _load_head_state(tower, st: dict[str, Any]) -> None:
     tower._ids = None
 
 
-def score(session: HeadSession, ev: EvalSet, doc_emb: np.ndarray | None = None, *, per_query: bool = True) -> dict[str, Any]:
+def score(session: Any, ev: EvalSet, doc_emb: np.ndarray | None = None, *, per_query: bool = True) -> dict[str, Any]:
     """Contrastive perplexity (Eq. 6 of Fang et al., s = cos/τ) + nDCG@10 / R@100 of the current heads on ``ev``."""
     from scalingnote.evaluation import contrastive_perplexity, evaluate
     from scalingnote.evaluation.dense import exact_search
@@ -204,15 +217,19 @@ class PointSettings:
     seed: int = 0
     #: early-stopping metric on the dev set: "contrastive_ppl" (the scaling-law loss) or "ndcg@10" (the recipe's)
     validation_metric: str = "contrastive_ppl"
+    #: learning-rate schedule after the warm-up ("linear" decay to 0, or "constant", see OptimSpec.schedule)
+    schedule: str = "linear"
+    warmup_steps: int | None = None  #: overrides ``warmup_ratio`` (the same warm-up at every data size)
 
     def __post_init__(self) -> None:
         if self.validation_metric not in ("contrastive_ppl", "ndcg@10"):
             raise ConfigError(None, None, "validation_metric", f"must be 'contrastive_ppl' or 'ndcg@10', got {self.validation_metric!r}")
 
 
-def train_point(session: HeadSession, train: Sequence[Any], dev: EvalSet, out_dir: str | Path,
+def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str | Path,
                 settings: PointSettings | None = None) -> dict[str, Any]:
-    """Train the heads on ``train`` (:class:`~scalingnote.training.data.Example`) until the dev
+    """Train ``session`` (a :class:`HeadSession`, or a :class:`~scalingnote.scaling.trained.TowerSession`
+    whose every layer trains) on ``train`` (:class:`~scalingnote.training.data.Example`) until the dev
     contrastive perplexity stops improving; the best weights are restored. Returns the training
     record (steps, best step, dev curve, seconds). The towers keep the trained heads."""
     from scalingnote.evaluation import contrastive_perplexity
@@ -236,7 +253,8 @@ def train_point(session: HeadSession, train: Sequence[Any], dev: EvalSet, out_di
         output_dir=str(out),
         seed=s.seed,
         optim=dataclasses.replace(cfg.optim, batch_size=bs, epochs=math.ceil(s.max_steps / spe) + 1, max_steps=s.max_steps,
-                                  lr=s.lr, head_lr=s.head_lr, warmup_ratio=s.warmup_ratio),
+                                  lr=s.lr, head_lr=s.head_lr, warmup_ratio=s.warmup_ratio, schedule=s.schedule,
+                                  warmup_steps=s.warmup_steps),
         eval_every=every,
         patience=s.patience if s.patience is not None else max(3, math.ceil(s.patience_steps / every)),
         restore_best=True,
@@ -247,19 +265,20 @@ def train_point(session: HeadSession, train: Sequence[Any], dev: EvalSet, out_di
     seed_everything(s.seed)
     order = np.random.default_rng(s.seed).permutation(len(train))
     sample = [train[i] for i in order[: cfg.center_samples]]
-    init_heads(session.qt, session.dt, sample, cfg.projection_init, n=cfg.center_samples, encoders=(session.q_enc, session.d_enc))
+    init_heads(session.qt, session.dt, sample, cfg.projection_init, n=cfg.center_samples, encoders=session.encoders)
+    dev_docs = dev.doc_ids or session.doc_ids
 
     def validate() -> float:
-        d = session.encode(docs=True)
+        d = session.encode(docs=True, doc_ids=dev.doc_ids)
         q = session.encode(dev.texts)
         if s.validation_metric == "ndcg@10":
             from scalingnote.evaluation import evaluate
             from scalingnote.evaluation.dense import exact_search
 
-            return evaluate(exact_search(q, dev.query_ids, d, session.doc_ids, k=10), dev.qrels, ["ndcg@10"])["ndcg@10"]
-        return -contrastive_perplexity(q, dev.query_ids, d, session.doc_ids, dev.cset, temperature=cfg.loss.tau)
+            return evaluate(exact_search(q, dev.query_ids, d, dev_docs, k=10), dev.qrels, ["ndcg@10"])["ndcg@10"]
+        return -contrastive_perplexity(q, dev.query_ids, d, dev_docs, dev.cset, temperature=cfg.loss.tau)
 
-    trainer = Trainer(pcfg, session.qt, session.dt, train, session.device, encoders=(session.q_enc, session.d_enc))
+    trainer = Trainer(pcfg, session.qt, session.dt, train, session.device, encoders=session.encoders)
     seed_everything(s.seed)
     t0 = time.perf_counter()
     last = trainer.train(resume=False, validate=validate)
@@ -282,7 +301,7 @@ def _dev_scores(metric: str, best: float, start: float) -> dict[str, float]:
     return {"dev_contrastive_ppl": -best, "start_dev_contrastive_ppl": -start}
 
 
-def run_point(session: HeadSession, train: Sequence[Any], dev: EvalSet, test: EvalSet, out_dir: str | Path,
+def run_point(session: Any, train: Sequence[Any], dev: EvalSet, test: EvalSet, out_dir: str | Path,
               settings: PointSettings | None = None, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`train_point` then :func:`score` on ``test``; the record (with per-query values) is
     written to ``out_dir/point.json`` — a rerun with the same ``key`` in ``extra`` is skipped

@@ -90,6 +90,11 @@ class OptimSpec:
     micro_batch_size: int | None = None  #: < local batch -> gradient caching (exact large-batch gradients)
     epochs: float = 1.0
     max_steps: int | None = None
+    #: "linear": Table 7 (warm-up then linear decay to 0); "constant": warm-up then a constant rate, so
+    #: runs of different lengths end at the same rate (scaling sweeps, Fang et al. §3.4 fixed-step training)
+    schedule: Literal["linear", "constant"] = "linear"
+    #: warm-up length in steps (overrides ``warmup_ratio``): the same warm-up for runs of any length
+    warmup_steps: int | None = None
 
 
 @dataclass

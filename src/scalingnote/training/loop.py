@@ -69,11 +69,18 @@ def param_groups(towers: Sequence[nn.Module], lr: float, head_lr: float, weight_
     ]
 
 
-def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float):
-    """Table 7: linear warm-up over ``warmup_ratio`` of the steps, then linear decay to 0."""
-    from transformers import get_linear_schedule_with_warmup
+def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, *,
+                        schedule: str = "linear", warmup_steps: int | None = None):
+    """Table 7: linear warm-up over ``warmup_ratio`` of the steps (or ``warmup_steps``), then linear
+    decay to 0; ``schedule="constant"``: the same warm-up, then a constant rate."""
+    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
-    return get_linear_schedule_with_warmup(optimizer, math.ceil(warmup_ratio * total_steps), total_steps)
+    warm = warmup_steps if warmup_steps is not None else math.ceil(warmup_ratio * total_steps)
+    if schedule == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warm)
+    if schedule != "linear":
+        raise ScalingNoteError(f"unknown learning-rate schedule {schedule!r} (expected 'linear' or 'constant')")
+    return get_linear_schedule_with_warmup(optimizer, warm, total_steps)
 
 
 class StopTraining(Exception):
@@ -115,13 +122,14 @@ class TrainLoop:
         self.sharded = False  # set by a stage that applied FSDP2 to its modules
 
     # -- optimizer ----------------------------------------------------------------------------
-    def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
+                        *, schedule: str = "linear", warmup_steps: int | None = None) -> None:
         """AdamW over ``groups`` (see :func:`param_groups`) + :func:`linear_warmup_decay`."""
         groups = [g for g in groups if g["params"]]
         if not groups:
             raise ScalingNoteError(f"{self.desc}: nothing to train (every parameter is frozen)")
         self.optimizer = torch.optim.AdamW(groups, betas=tuple(betas), eps=eps)
-        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio)
+        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warmup_steps)
 
     def trainable_params(self) -> list[Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]

@@ -95,7 +95,8 @@ class Trainer(TrainLoop):
             from scalingnote.training.fsdp import shard_towers
 
             self.sharded = shard_towers([query_tower, doc_tower], self.device, cfg.fsdp, cfg.precision)
-        self.build_optimizer(param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
+        self.build_optimizer(param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps,
+                             schedule=o.schedule, warmup_steps=o.warmup_steps)
         self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self._validate_fn: Callable[[], float] | None = None
         self._on_step: Callable[[int], None] | None = None

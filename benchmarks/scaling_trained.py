@@ -1,0 +1,226 @@
+"""Scaling laws over towers whose every layer trains (issue #30, items 3-4).
+
+    python -m benchmarks.scaling_trained --phase points|predict|heldout|plan|fit   (or all, in that order)
+
+Protocol (Fang et al., *Scaling Laws for Dense Retrieval* §3.4-3.5, §4-6), at CPU scale:
+
+- model size N = non-embedding parameters of a tower truncated to 1..L layers: MiniLM-L6 at
+  1..6 (``--family minilm``, TwinBERT: a query and a document tower) and SmolLM2-135M at 1, 2,
+  3, 4, 6 (``--family smollm2``, ScalingDual, mean pooling, the §3.2 document prompt; 128
+  document tokens of text in both families); **every** transformer layer, norm and head
+  trains, only the ``nn.Embedding`` tables are frozen (N counts exactly what trains);
+- data size D = the first D pairs of a pool of SciFact human training pairs (minus dev) + one
+  ICT pseudo-query per corpus document, shuffled once (seed 0): nested sets, the same
+  human:ICT mix at every size;
+- every point: a fixed budget of ``--steps`` (200) steps at batch 32 (Fang et al. train a fixed
+  10,000 steps), in-batch negatives, AdamW at a **constant** rate after a 20-step warm-up (so a
+  larger D is not also a lower final rate), queries 32 / documents 128 tokens; the dev
+  contrastive perplexity (10% of the human training queries, never trained on; W = 256
+  negatives from a fixed pool of 768 documents) every 30 steps, stop after 3 validations
+  without improvement, best weights restored;
+- the loss L = contrastive perplexity (Eq. 6, W = 256 negatives per pair from the whole corpus,
+  drawn once, s = cos/0.05) on the 300 SciFact test queries; nDCG@10 / R@100 on the same queries
+  over the whole corpus;
+- fits (``scalingnote.scaling.fit``): L(N) at D = 4096 per family; for MiniLM also L(D) of the
+  2-layer tower and L(N, D) over every fitted point. **Held out before they are measured**: the
+  largest N (6 layers, D = 4096), and for MiniLM the largest D (2 layers, the whole pool) and one
+  corner (6 layers, D = 256); ``predict`` writes their predictions
+  (``scaling_trained_predictions.json``) before ``heldout`` trains them;
+- budget planner (§6): the joint law of the fitted points picks the (N, D) of least predicted
+  loss under a budget the sweep did not contain (cost factors in the results' config); ``plan``
+  trains that pick and records predicted vs measured.
+
+Writes benchmarks/results/scaling_trained_sweep.json (one row per point: role, depth, N, D, loss,
+nDCG@10, R@100, start and best dev loss, dev curve, steps, train seconds),
+scaling_trained_fit.json and plots/scaling_trained_*.png. Points resume
+(``runs/scaling_trained/d<depth>/D<D>/point.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._common import REPO_ROOT, shared_data_dir
+
+@dataclass(frozen=True)
+class Family:
+    """One model family of the size axis: every depth is the same pre-trained model truncated."""
+
+    name: str
+    model: str
+    method: str
+    depths: tuple[int, ...]
+    doc_max: int  #: document tokens (an LLM's includes its 56-token §3.2 prompt: 128 of text either way)
+    pooling: str | None = None
+    data_depth: int | None = None  #: the model of L(D) (None: no data axis for this family)
+    joint_extra: tuple[tuple[int, int], ...] = ()  #: D varies at more than one N: the joint law's interaction
+
+
+FAMILIES = {
+    "minilm": Family("minilm", "minilm-l6", "twinbert", (1, 2, 3, 4, 5, 6), 128, data_depth=2, joint_extra=((4, 256), (1, 512))),
+    "smollm2": Family("smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean"),
+}
+MODEL_D = 4096  #: the data size of L(N)
+D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]
+QUERY_MAX = 32
+
+
+def fitted_points(fam: Family) -> list[tuple[int, int, str]]:
+    pts = [(d, MODEL_D, "model") for d in fam.depths[:-1]]
+    if fam.data_depth is not None:
+        pts += [(fam.data_depth, D, "data") for D in D_GRID if D != MODEL_D]
+    return pts + [(n, D, "joint") for n, D in fam.joint_extra]
+
+
+def heldout_points(fam: Family, pool_size: int) -> list[tuple[int, int, str]]:
+    out = [(fam.depths[-1], MODEL_D, "heldout_largest_n")]
+    if fam.data_depth is not None:
+        out += [(fam.data_depth, pool_size, "heldout_largest_d"), (fam.depths[-1], 256, "heldout_corner")]
+    return out
+
+
+def settings(args):
+    from scalingnote.scaling.points import PointSettings
+
+    return PointSettings(lr=args.lr, head_lr=1e-3, batch_size=32, max_steps=args.steps, min_eval_every=30, max_eval_every=30,
+                         patience=3, warmup_steps=20, schedule="constant", seed=args.seed)
+
+
+def family_dir(args, fam: Family) -> Path:
+    return args.work if fam.name == "minilm" else args.work / fam.name
+
+
+def session_config(fam: Family, depth: int, args, out: Path):
+    from scalingnote.config import load_config
+    from scalingnote.training import TrainConfig
+
+    tower = {"model": fam.model, "num_layers": depth, "trainable_layers": "all", **({"pooling": fam.pooling} if fam.pooling else {})}
+    return load_config(TrainConfig, {
+        "method": fam.method, "output_dir": str(out), "dim": 128,
+        "query_tower": {**tower, "max_length": QUERY_MAX}, "doc_tower": {**tower, "max_length": fam.doc_max},
+        "data": {"data_dir": str(shared_data_dir() / args.data), "negatives": "none"},
+        "optim": {"batch_size": 32, "lr": args.lr, "head_lr": 1e-3},
+        "center_samples": 512, "projection_init": "pca", "seed": args.seed, "show_progress": False,
+    })
+
+
+def ensure_ict(data: str, work: Path, seed: int) -> Path:
+    """ICT pseudo-queries over every corpus document (made once, reused)."""
+    from scalingnote.data.pseudo import ICTConfig, ict_queries
+
+    out = work / "pseudo_ict"
+    if not (out / "triplets.jsonl").exists():
+        ict_queries(shared_data_dir() / data / "corpus.jsonl", out, ICTConfig(seed=seed))
+    return out
+
+
+def load(args):
+    """(pool, dev over a fixed 768-document pool, test over the corpus, corpus, digest)."""
+    import numpy as np
+
+    from benchmarks.scaling_sweep import load_pool, pool_digest
+    from scalingnote.scaling.points import make_eval_set
+
+    pool, dev_full, test, corpus, queries = load_pool(args.data, ensure_ict(args.data, args.work, args.seed), args.seed)
+    rng = np.random.default_rng(args.seed + 7)
+    ids = list(corpus)
+    keep = {ids[i] for i in rng.choice(len(ids), size=768, replace=False)} | {d for q in dev_full.qrels.values() for d in q}
+    dev = make_eval_set(queries, dev_full.qrels, sorted(keep), seed=args.seed + 1, name="dev", pool=True)
+    return pool, dev, test, corpus, pool_digest(pool, dev, test)
+
+
+def run(fam: Family, points: list[tuple[int, int, str]], args) -> None:
+    import torch
+
+    from scalingnote.scaling.points import run_point
+    from scalingnote.scaling.trained import TowerSession
+
+    torch.set_num_threads(args.threads)
+    pool, dev, test, corpus, digest = load(args)
+    st = settings(args)
+    root = family_dir(args, fam)
+    session, at = None, None
+    for depth, D, role in sorted(points, key=lambda p: p[0]):  # one model in memory, loaded once per depth
+        key = f"{fam.model}|{depth}|{D}|{digest}|{st}"
+        out = root / f"d{depth}" / f"D{D}"
+        if (out / "point.json").exists() and json.loads((out / "point.json").read_text()).get("key") == key:
+            continue
+        if at != depth:
+            session = None  # free the previous depth's towers before loading the next
+            session, at = TowerSession(session_config(fam, depth, args, root / f"d{depth}"), corpus), depth
+        t0 = time.perf_counter()
+        rec = run_point(session, pool[:D], dev, test, out, st,
+                        extra={"key": key, "role": role, "depth": depth, "D": D, "human_pairs": sum(e.source == "human" for e in pool[:D])})
+        print(f"[scaling_trained] {fam.name} d{depth} D{D} ({role}): test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
+              f"dev {rec['start_dev_contrastive_ppl']:.4f}->{rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} "
+              f"(best {rec['best_step']}) {time.perf_counter() - t0:.0f}s", flush=True)
+
+
+def rows(args, fam: Family) -> list[dict]:
+    """The finished points of ``fam`` trained with the current settings."""
+    st = str(settings(args))
+    out = []
+    for f in sorted(family_dir(args, fam).glob("d*/D*/point.json")):
+        r = json.loads(f.read_text(encoding="utf-8"))
+        if not r.get("key", "").startswith(f"{fam.model}|") or not r["key"].endswith(st):
+            continue
+        out.append({"role": r["role"], "family": fam.name, "method": fam.method, "depth": r["depth"], "N": r["non_embedding_params"]["query"],
+                    "D": r["D"], "loss": r["test_contrastive_ppl"], "ndcg@10": r["ndcg@10"], "r@100": r["r@100"],
+                    "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"], "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+                    "dev_curve": " ".join(f"{a}:{b:.4f}" for a, b in r["dev_curve"]), "human_pairs": r["human_pairs"],
+                    "steps_run": r["steps_run"], "best_step": r["best_step"], "train_seconds": r["train_seconds"]})
+    return sorted(out, key=lambda r: (r["depth"], r["D"]))
+
+
+def laws(fit_rows: list[dict], fam: Family) -> dict:
+    """The fits of the fitted points: {"model": L(N) at D = MODEL_D, "data": L(D), "joint": L(N, D)} (the
+    last two where the family has a data axis)."""
+    from scalingnote.scaling.fit import fit_table
+
+    out = {"model": fit_table([r for r in fit_rows if r["D"] == MODEL_D], "model")}
+    if fam.data_depth is not None:
+        out["data"] = fit_table([r for r in fit_rows if r["depth"] == fam.data_depth], "data")
+        out["joint"] = fit_table(fit_rows, "joint")
+    return out
+
+
+def main() -> None:
+    from benchmarks.scaling_trained_report import fit_report, plan, predict
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="scifact", choices=["scifact"])
+    ap.add_argument("--family", default="minilm", choices=sorted(FAMILIES))
+    ap.add_argument("--phase", default="all", choices=["all", "points", "predict", "heldout", "plan", "fit"])
+    ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "scaling_trained")
+    ap.add_argument("--steps", type=int, default=200, help="step budget of every point")
+    ap.add_argument("--lr", type=float, default=1e-4, help="constant learning rate of the transformer layers")
+    ap.add_argument("--budget", type=float, default=0.0, help="planner budget in $ (0 = the default of the results' config)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    fam = FAMILIES[args.family]
+    phases = ["points", "predict", "heldout", "plan", "fit"] if args.phase == "all" else [args.phase]
+    if fam.data_depth is None and "plan" in phases:
+        phases.remove("plan")  # the planner needs the joint law: a family with a data axis
+    for ph in phases:
+        if ph == "points":
+            run(fam, fitted_points(fam), args)
+        elif ph == "predict":
+            predict(args, fam)
+        elif ph == "heldout":
+            pool, *_ = load(args)
+            run(fam, heldout_points(fam, len(pool)), args)
+        elif ph == "plan":
+            plan(args, fam)
+        else:
+            fit_report(args)
+
+
+if __name__ == "__main__":
+    main()
