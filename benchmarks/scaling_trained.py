@@ -70,16 +70,17 @@ D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]
 QUERY_MAX = 32
 
 
-def fitted_points(fam: Family) -> list[tuple[int, int, str]]:
+def fitted_points(fam: Family, axis: str = "all") -> list[tuple[int, int, str]]:
+    """``axis="model"``: the model-size axis only (L(N) at D = MODEL_D)."""
     pts = [(d, MODEL_D, "model") for d in fam.depths[:-1]]
-    if fam.data_depth is not None:
+    if fam.data_depth is not None and axis == "all":
         pts += [(fam.data_depth, D, "data") for D in D_GRID if D != MODEL_D]
     return pts + [(n, D, "joint") for n, D in fam.joint_extra]
 
 
-def heldout_points(fam: Family, pool_size: int) -> list[tuple[int, int, str]]:
+def heldout_points(fam: Family, pool_size: int, axis: str = "all") -> list[tuple[int, int, str]]:
     out = [(fam.depths[-1], MODEL_D, "heldout_largest_n")]
-    if fam.data_depth is not None:
+    if fam.data_depth is not None and axis == "all":
         out += [(fam.data_depth, pool_size, "heldout_largest_d"), (fam.depths[-1], 256, "heldout_corner")]
     return out
 
@@ -183,7 +184,7 @@ def laws(fit_rows: list[dict], fam: Family) -> dict:
     from scalingnote.scaling.fit import fit_table
 
     out = {"model": fit_table([r for r in fit_rows if r["D"] == MODEL_D], "model")}
-    if fam.data_depth is not None:
+    if fam.data_depth is not None and len({r["D"] for r in fit_rows if r["depth"] == fam.data_depth}) >= 4:
         out["data"] = fit_table([r for r in fit_rows if r["depth"] == fam.data_depth], "data")
         out["joint"] = fit_table(fit_rows, "joint")
     return out
@@ -200,22 +201,24 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200, help="step budget of every point")
     ap.add_argument("--lr", type=float, default=1e-4, help="constant learning rate of the transformer layers")
     ap.add_argument("--budget", type=float, default=0.0, help="planner budget in $ (0 = the default of the results' config)")
+    ap.add_argument("--axis", default="all", choices=["all", "model"], help="model: the model-size axis only (L(N))")
+    ap.add_argument("--tag", default="", help="results as scaling_trained_<tag>_*.json (e.g. another --steps); use its own --work")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     fam = FAMILIES[args.family]
     phases = ["points", "predict", "heldout", "plan", "fit"] if args.phase == "all" else [args.phase]
-    if fam.data_depth is None and "plan" in phases:
+    if (fam.data_depth is None or args.axis == "model") and "plan" in phases:
         phases.remove("plan")  # the planner needs the joint law: a family with a data axis
     for ph in phases:
         if ph == "points":
-            run(fam, fitted_points(fam), args)
+            run(fam, fitted_points(fam, args.axis), args)
         elif ph == "predict":
             predict(args, fam)
         elif ph == "heldout":
             pool, *_ = load(args)
-            run(fam, heldout_points(fam, len(pool)), args)
+            run(fam, heldout_points(fam, len(pool), args.axis), args)
         elif ph == "plan":
             plan(args, fam)
         else:

@@ -18,12 +18,16 @@ from benchmarks._common import REPO_ROOT, RESULTS_DIR, write_results
 from benchmarks.scaling_trained import FAMILIES, MODEL_D, Family, family_dir, heldout_points, laws, load, rows, run, session_config
 from scalingnote.utils import write_json
 
-PREDICTIONS = "scaling_trained_predictions"
 #: this machine: 2 cores at the measured ~130 GFLOP/s of a training step (fp32), $0.10 per machine-hour
 CPU = {"price_per_hour": 0.10, "flops": 1.3e11}
 #: the deployment the planner prices: 1e9 documents of 128 tokens encoded once (Eq. 15)
 CORPUS_DOCS, DOC_TOKENS = 1e9, 128
 DEFAULT_BUDGET = 1500.0
+
+
+def result_name(args, what: str) -> str:
+    """``scaling_trained[_<tag>]_<what>``: a run with another step budget (``--tag``) keeps its own files."""
+    return f"scaling_trained{'_' + args.tag if args.tag else ''}_{what}"
 
 
 def fitted(rs: list[dict]) -> list[dict]:
@@ -57,16 +61,16 @@ def depth_params(args, fam: Family) -> dict[int, int]:
 def predict(args, fam: Family) -> None:
     """Predict the family's held-out points from its fitted points; the other families' predictions stay."""
     pool, *_ = load(args)
-    held = heldout_points(fam, len(pool))
+    held = heldout_points(fam, len(pool), args.axis)
     rs = rows(args, fam)
     measured = {(r["depth"], r["D"]) for r in rs if r["role"].startswith("heldout")}
     if measured:
         raise SystemExit(f"{fam.name}: held-out points already measured ({sorted(measured)}): predictions must come first; "
-                         f"the predictions on record are benchmarks/results/{PREDICTIONS}.json")
+                         f"the predictions on record are benchmarks/results/{result_name(args, 'predictions')}.json")
     fr = fitted(rs)
     fits = laws(fr, fam)
     ns = depth_params(args, fam)
-    pf = RESULTS_DIR / f"{PREDICTIONS}.json"
+    pf = RESULTS_DIR / f"{result_name(args, 'predictions')}.json"
     out = [r for r in (json.loads(pf.read_text())["rows"] if pf.exists() else []) if r.get("family") != fam.name]
     for depth, D, role in held:
         N = ns[depth]
@@ -76,7 +80,7 @@ def predict(args, fam: Family) -> None:
             p = float(f.predict(N=N) if law == "model" else f.predict(D=D) if law == "data" else f.predict(N=N, D=D))
             out.append({"family": fam.name, "point": role, "depth": depth, "N": N, "D": D, "law": law, "predicted_loss": round(p, 5),
                         "fit_points": f.n_fit, "fit_r2": round(f.r2, 4)})
-    write_results(PREDICTIONS, out, {"note": "each family's rows written from its fitted points before its held-out points were trained"})
+    write_results(result_name(args, "predictions"), out, {"note": "each family's rows written from its fitted points before its held-out points were trained"})
     for r in out:
         print(r)
 
@@ -136,15 +140,15 @@ def _family_report(args, fam: Family, preds: list[dict]) -> tuple[list[dict], li
         out.append(_check("budget_plan", "joint", fam.name, pl["depth"], pl["N"], pl["D"], pl["predicted_loss"],
                           by_point.get((pl["depth"], pl["D"])), budget=pl["budget"], plan_N=round(pl["plan_N"]), plan_D=round(pl["plan_D"])))
     plots = RESULTS_DIR / "plots"
-    plot_loss_vs([r for r in rs if r["D"] == MODEL_D], "N", plots / f"scaling_trained_model_{fam.name}.png", fit=fits["model"])
+    plot_loss_vs([r for r in rs if r["D"] == MODEL_D], "N", plots / f"{result_name(args, 'model')}_{fam.name}.png", fit=fits["model"])
     if "data" in fits:
-        plot_loss_vs([r for r in rs if r["depth"] == fam.data_depth], "D", plots / f"scaling_trained_data_{fam.name}.png", fit=fits["data"])
-        plot_joint(rs, fits["joint"], plots / f"scaling_trained_joint_{fam.name}.png")
+        plot_loss_vs([r for r in rs if r["depth"] == fam.data_depth], "D", plots / f"{result_name(args, 'data')}_{fam.name}.png", fit=fits["data"])
+        plot_joint(rs, fits["joint"], plots / f"{result_name(args, 'joint')}_{fam.name}.png")
     return rs, out
 
 
 def fit_report(args) -> None:
-    pf = RESULTS_DIR / f"{PREDICTIONS}.json"
+    pf = RESULTS_DIR / f"{result_name(args, 'predictions')}.json"
     preds = json.loads(pf.read_text())["rows"] if pf.exists() else []
     points, out = [], []
     for fam in FAMILIES.values():
@@ -153,22 +157,22 @@ def fit_report(args) -> None:
         out += fr
     if not points:
         raise SystemExit(f"no finished points under {args.work}")
-    plots = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (RESULTS_DIR / "plots").glob("scaling_trained_*.png"))
+    plots = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (RESULTS_DIR / "plots").glob(f"{result_name(args, '')}*.png"))
     cfg = {"data": args.data, "families": {f.name: {"model": f.model, "method": f.method, "depths": list(f.depths), "doc_max_length": f.doc_max,
                                                    "pooling": f.pooling, "data_depth": f.data_depth} for f in FAMILIES.values()},
-           "training": "every transformer layer, norm and head trained; nn.Embedding tables frozen", "steps": args.steps, "batch_size": 32,
+           "training": "every transformer layer, norm and head trained; nn.Embedding tables frozen", "steps": args.steps, "axis": args.axis, "batch_size": 32,
            "lr": args.lr, "head_lr": 1e-3,
            "schedule": "constant after a 20-step warm-up", "query_max_length": 32,
            "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, s=cos/0.05), 300 SciFact test queries",
            "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every 30 steps, patience 3, best restored",
            "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); D = first D pairs",
            "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and a corner "
-                      f"(6 layers, D=256): predicted in benchmarks/results/{PREDICTIONS}.json before they were trained",
+                      f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before they were trained",
            "cost_model": {**cost_model(args).factors(), "cpu": CPU, "corpus_docs": CORPUS_DOCS, "doc_tokens": DOC_TOKENS},
            "plots": plots,
            "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its prediction"}
-    write_results("scaling_trained_sweep", points, cfg)
-    write_results("scaling_trained_fit", out, cfg)
+    write_results(result_name(args, "sweep"), points, cfg)
+    write_results(result_name(args, "fit"), out, cfg)
     for r in out:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
 

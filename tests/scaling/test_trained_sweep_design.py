@@ -36,7 +36,7 @@ def test_predictions_are_refused_after_a_held_out_point_was_measured(tmp_path):
 
     if not (shared_data_dir() / "scifact" / "corpus.jsonl").exists():
         pytest.skip("needs ../shared/data/scifact")
-    args = argparse.Namespace(data="scifact", work=tmp_path, seed=0, steps=200, lr=1e-4, threads=1)
+    args = argparse.Namespace(data="scifact", work=tmp_path, seed=0, steps=200, lr=1e-4, threads=1, axis="all", tag="")
     fam = st.FAMILIES["minilm"]
     p = tmp_path / "d6" / "D4096" / "point.json"
     p.parent.mkdir(parents=True)
