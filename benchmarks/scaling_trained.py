@@ -59,11 +59,12 @@ class Family:
     pooling: str | None = None
     data_depth: int | None = None  #: the model of L(D) (None: no data axis for this family)
     joint_extra: tuple[tuple[int, int], ...] = ()  #: D varies at more than one N: the joint law's interaction
+    eval_every: int = 30  #: dev validation period in steps (SmolLM2: 50, its validations cost more CPU time)
 
 
 FAMILIES = {
     "minilm": Family("minilm", "minilm-l6", "twinbert", (1, 2, 3, 4, 5, 6), 128, data_depth=2, joint_extra=((4, 256), (1, 512))),
-    "smollm2": Family("smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean"),
+    "smollm2": Family("smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean", eval_every=50),
 }
 MODEL_D = 4096  #: the data size of L(N)
 D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]
@@ -85,10 +86,11 @@ def heldout_points(fam: Family, pool_size: int, axis: str = "all") -> list[tuple
     return out
 
 
-def settings(args):
+def settings(args, fam: Family):
     from scalingnote.scaling.points import PointSettings
 
-    return PointSettings(lr=args.lr, head_lr=1e-3, batch_size=32, max_steps=args.steps, min_eval_every=30, max_eval_every=30,
+    every = fam.eval_every
+    return PointSettings(lr=args.lr, head_lr=1e-3, batch_size=32, max_steps=args.steps, min_eval_every=every, max_eval_every=every,
                          patience=3, warmup_steps=20, schedule="constant", seed=args.seed)
 
 
@@ -143,7 +145,7 @@ def run(fam: Family, points: list[tuple[int, int, str]], args) -> None:
 
     torch.set_num_threads(args.threads)
     pool, dev, test, corpus, digest = load(args)
-    st = settings(args)
+    st = settings(args, fam)
     root = family_dir(args, fam)
     session, at = None, None
     for depth, D, role in sorted(points, key=lambda p: p[0]):  # one model in memory, loaded once per depth
@@ -163,14 +165,19 @@ def run(fam: Family, points: list[tuple[int, int, str]], args) -> None:
 
 
 def rows(args, fam: Family) -> list[dict]:
-    """The finished points of ``fam`` trained with the current settings."""
-    st = str(settings(args))
+    """The finished points of ``fam`` trained with the current settings (``_per_query``: each test
+    query's loss, for paired tests between points)."""
+    import numpy as np
+
+    st = str(settings(args, fam))
     out = []
     for f in sorted(family_dir(args, fam).glob("d*/D*/point.json")):
         r = json.loads(f.read_text(encoding="utf-8"))
         if not r.get("key", "").startswith(f"{fam.model}|") or not r["key"].endswith(st):
             continue
-        out.append({"role": r["role"], "family": fam.name, "method": fam.method, "depth": r["depth"], "N": r["non_embedding_params"]["query"],
+        per_query = [v[2] for v in r["per_query"].values() if len(v) > 2]  # the mean contrastive loss of each test query
+        out.append({"_per_query": dict(zip(r["per_query"], per_query)), "loss_se": round(float(np.std(per_query, ddof=1) / np.sqrt(len(per_query))), 4),
+                    "role": r["role"], "family": fam.name, "method": fam.method, "depth": r["depth"], "N": r["non_embedding_params"]["query"],
                     "D": r["D"], "loss": r["test_contrastive_ppl"], "ndcg@10": r["ndcg@10"], "r@100": r["r@100"],
                     "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"], "dev_contrastive_ppl": r["dev_contrastive_ppl"],
                     "dev_curve": " ".join(f"{a}:{b:.4f}" for a, b in r["dev_curve"]), "human_pairs": r["human_pairs"],

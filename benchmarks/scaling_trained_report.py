@@ -122,6 +122,23 @@ def _check(name: str, law: str, family: str, depth: int, N: int, D: int, predict
     return rec
 
 
+def add_paired_tests(rs: list[dict]) -> None:
+    """Each point of the model axis against the next shallower depth at the same D: the mean
+    per-query loss difference and its paired t-test p-value (300 test queries)."""
+    from scipy import stats
+
+    for r in rs:
+        shallower = [b for b in rs if b["D"] == r["D"] and b["depth"] < r["depth"]]
+        if not shallower:
+            continue
+        b = max(shallower, key=lambda x: x["depth"])
+        ks = sorted(set(r["_per_query"]) & set(b["_per_query"]))
+        x, y = [r["_per_query"][k] for k in ks], [b["_per_query"][k] for k in ks]
+        r["vs_shallower_depth"] = b["depth"]
+        r["delta_loss_vs_shallower"] = round(sum(x) / len(x) - sum(y) / len(y), 4)
+        r["p_vs_shallower"] = round(float(stats.ttest_rel(x, y).pvalue), 4)
+
+
 def _family_report(args, fam: Family, preds: list[dict]) -> tuple[list[dict], list[dict]]:
     """(points, fit and check rows) of one family; its plots."""
     from scalingnote.scaling.plots import plot_joint, plot_loss_vs
@@ -129,6 +146,7 @@ def _family_report(args, fam: Family, preds: list[dict]) -> tuple[list[dict], li
     rs = rows(args, fam)
     if not rs:
         return [], []
+    add_paired_tests(rs)
     fits = laws(fitted(rs), fam)
     out = [{**_law_row(f"{law}_{fam.name}", f), "family": fam.name} for law, f in fits.items()]
     by_point = {(r["depth"], r["D"]): r for r in rs}
@@ -159,19 +177,21 @@ def fit_report(args) -> None:
         raise SystemExit(f"no finished points under {args.work}")
     plots = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (RESULTS_DIR / "plots").glob(f"{result_name(args, '')}*.png"))
     cfg = {"data": args.data, "families": {f.name: {"model": f.model, "method": f.method, "depths": list(f.depths), "doc_max_length": f.doc_max,
-                                                   "pooling": f.pooling, "data_depth": f.data_depth} for f in FAMILIES.values()},
+                                                   "pooling": f.pooling, "data_depth": f.data_depth, "eval_every": f.eval_every}
+                                                  for f in FAMILIES.values()},
            "training": "every transformer layer, norm and head trained; nn.Embedding tables frozen", "steps": args.steps, "axis": args.axis, "batch_size": 32,
            "lr": args.lr, "head_lr": 1e-3,
            "schedule": "constant after a 20-step warm-up", "query_max_length": 32,
            "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, s=cos/0.05), 300 SciFact test queries",
-           "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every 30 steps, patience 3, best restored",
+           "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every eval_every steps (per family), "
+                  "patience 3 validations, best weights restored",
            "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); D = first D pairs",
            "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and a corner "
                       f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before they were trained",
            "cost_model": {**cost_model(args).factors(), "cpu": CPU, "corpus_docs": CORPUS_DOCS, "doc_tokens": DOC_TOKENS},
            "plots": plots,
            "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its prediction"}
-    write_results(result_name(args, "sweep"), points, cfg)
+    write_results(result_name(args, "sweep"), [{k: v for k, v in r.items() if not k.startswith("_")} for r in points], cfg)
     write_results(result_name(args, "fit"), out, cfg)
     for r in out:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
