@@ -60,7 +60,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("chaos", "Chaos: SIGKILL at a seeded random moment, then the same command again", ["trial", "stage", "kill_at_s", "reference_s", "killed", "half_written_files", "resumed_ok", "outputs_identical", "differing"]),
     ("soak", "Soak: the service under closed-loop load (per window)", None),
     ("scaling_fit", "Scaling-law fits (heads only over frozen towers: `python -m benchmarks.scaling_sweep`)", None),
-    ("scaling_trained_fit", "Scaling laws over towers whose every layer trains (`python -m benchmarks.scaling_trained`; MiniLM 1-6 layers on SciFact; "
+    ("scaling_trained_fit", "Scaling laws over towers whose every layer trains (`python -m benchmarks.scaling_trained`; MiniLM 1-6 and SmolLM2 1-6 layers on SciFact; "
      "held-out points predicted before they were trained, see `scaling_trained_predictions.json`)",
      ["fit", "check", "law", "points", "r2", "A", "alpha", "B", "beta", "delta", "at_bound", "depth", "N", "D", "budget", "predicted", "measured",
       "rel_err", "within_5pct"]),
@@ -168,10 +168,12 @@ def render_headline(plots: bool = True) -> str:
             plot_quality_vs_qps(dataset, rows)
         if png.exists():
             out += [f"![{dataset}: query QPS vs nDCG@10]({png.relative_to(ROOT).as_posix()})", ""]
-    curve = PLOTS / "scaling_data_smollm2_d2.png"  # the primary L(D) fit of benchmarks.scaling_sweep
-    if curve.exists():
-        out += ["### Scaling curve (contrastive loss vs training pairs D, SmolLM2 depth 2; `scaling_fit.json`, all fits in "
-                "[docs/results.md](docs/results.md))", "", f"![scaling curve]({curve.relative_to(ROOT).as_posix()})", ""]
+    trained = [(PLOTS / f"scaling_trained_{law}.png", label) for law, label in
+               (("data_minilm", "MiniLM L(D), 2 layers"), ("model_minilm", "MiniLM L(N) at D = 4,096"), ("model_smollm2", "SmolLM2 L(N) at D = 4,096"))]
+    if all(p.exists() for p, _ in trained):  # benchmarks.scaling_trained: towers whose every layer trains
+        out += ["### Scaling laws over trained towers (MiniLM and SmolLM2 truncated to 1-6 layers on SciFact, every layer trained; `scaling_trained_fit.json`, "
+                "held-out points predicted before they were trained)", ""]
+        out += [" ".join(f"![{label}]({p.relative_to(ROOT).as_posix()})" for p, label in trained), ""]
     out.append(END)
     return "\n".join(out)
 
