@@ -18,15 +18,18 @@ def work_dir(data: str) -> Path:
     return REPO_ROOT / "runs" / "recipe" / data
 
 
-def pseudo_queries_path(data: str, seed: int) -> Path:
-    """ICT pseudo-queries over every corpus document, made once (``<work>/pseudo_ict_all``)."""
+def ict_dir(out: Path, data: str, seed: int) -> Path:
+    """``out``, holding ICT pseudo-queries over every corpus document of ``data`` (made once)."""
     from scalingnote.data.pseudo import ICTConfig, ict_queries
 
-    d = work_dir(data) / "pseudo_ict_all"
-    q = d / "queries.jsonl"
-    if not q.exists():
-        ict_queries(shared_data_dir() / data / "corpus.jsonl", d, ICTConfig(seed=seed), progress=True)
-    return q
+    if not (out / "triplets.jsonl").exists():
+        ict_queries(shared_data_dir() / data / "corpus.jsonl", out, ICTConfig(seed=seed), progress=True)
+    return out
+
+
+def pseudo_queries_path(data: str, seed: int) -> Path:
+    """ICT pseudo-queries over every corpus document, made once (``<work>/pseudo_ict_all``)."""
+    return ict_dir(work_dir(data) / "pseudo_ict_all", data, seed) / "queries.jsonl"
 
 
 def stage1_config(data: str, method: str, depth: int, head_lr: float, seed: int, out: Path, *, max_epochs: float):

@@ -65,16 +65,6 @@ def session_config(data: str, family: str, depth: int, features: Path, seed: int
     })
 
 
-def ict_dir(work: Path, data: str, seed: int) -> Path:
-    """ICT pseudo-queries over every corpus document (made once)."""
-    from scalingnote.data.pseudo import ICTConfig, ict_queries
-
-    d = work / "pseudo_ict"
-    if not (d / "triplets.jsonl").exists():
-        ict_queries(shared_data_dir() / data / "corpus.jsonl", d, ICTConfig(seed=seed), progress=True)
-    return d
-
-
 def load_pool(data: str, ict_dir: Path, seed: int):
     """(pool, dev, test, corpus, queries): the shuffled human + ICT training pool, the dev and the
     test evaluation sets (their contrastive tuples drawn once)."""
@@ -320,7 +310,10 @@ def main() -> None:
     ap.add_argument("--max-minutes", type=float, default=0.0, help="stop starting new points after this long (0 = no limit)")
     args = ap.parse_args()
     args.features = args.features or args.work / "features"
-    args.ict = args.ict or ict_dir(args.work, args.data, args.seed)
+    if args.ict is None:
+        from benchmarks._heads_recipe import ict_dir
+
+        args.ict = ict_dir(args.work / "pseudo_ict", args.data, args.seed)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.phase in ("all", "points"):
         run_points(args)

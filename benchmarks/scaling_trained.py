@@ -112,24 +112,15 @@ def session_config(fam: Family, depth: int, args, out: Path):
     })
 
 
-def ensure_ict(data: str, work: Path, seed: int) -> Path:
-    """ICT pseudo-queries over every corpus document (made once, reused)."""
-    from scalingnote.data.pseudo import ICTConfig, ict_queries
-
-    out = work / "pseudo_ict"
-    if not (out / "triplets.jsonl").exists():
-        ict_queries(shared_data_dir() / data / "corpus.jsonl", out, ICTConfig(seed=seed))
-    return out
-
-
 def load(args):
     """(pool, dev over a fixed 768-document pool, test over the corpus, corpus, digest)."""
     import numpy as np
 
+    from benchmarks._heads_recipe import ict_dir
     from benchmarks.scaling_sweep import load_pool, pool_digest
     from scalingnote.scaling.points import make_eval_set
 
-    pool, dev_full, test, corpus, queries = load_pool(args.data, ensure_ict(args.data, args.work, args.seed), args.seed)
+    pool, dev_full, test, corpus, queries = load_pool(args.data, ict_dir(args.work / "pseudo_ict", args.data, args.seed), args.seed)
     rng = np.random.default_rng(args.seed + 7)
     ids = list(corpus)
     keep = {ids[i] for i in rng.choice(len(ids), size=768, replace=False)} | {d for q in dev_full.qrels.values() for d in q}
