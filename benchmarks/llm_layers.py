@@ -4,17 +4,21 @@
 
 ScalingDual (SmolLM2 query and document towers truncated to ``depth`` layers, mean pooling) with
 the top ``k`` layers trained over the token-level prefix cache (``trainable_layers: k``; ``k = 0``
-= heads only over cached pooled states, the rows beside them from the same run). One pass of
+= heads only over cached pooled states, the rows beside them from the same run). Heads first,
+then layers (``--warm-heads``, the default): a ``k > 0`` row starts from its depth's trained
+heads-only row (``init_heads_from``) and spends its whole step budget on the layers, so a heads
+step (milliseconds over pooled caches) never competes with a layer step (seconds) for the budget. One pass of
 the deepest tower fills the caches of every (depth, k) pair (:func:`fill_depths`); the caches'
-disk size is estimated before the fill. Every row: same data, the same step budget
-(``--max-epochs`` x steps per epoch), validation nDCG@10 over the full corpus every epoch on
+disk size is estimated before the fill. Every row of one ``k``: same data, the same step
+budget (``--heads-epochs`` for ``k = 0``, ``--max-epochs`` for ``k > 0``, x steps per epoch), validation nDCG@10 over the full corpus every epoch on
 queries held out from training, early stopping with ``--patience``, best weights restored.
 Rows are trained in the order given and the results file is rewritten after each, so an
 interrupted run resumes (finished rows are read from their ``run.json``; a row in progress
 resumes from its checkpoint; caches keep their finished parts).
 
 Columns: ``depth``, ``trainable_layers``, ``tower`` (query / doc / both), ``ndcg@10``, ``r@100``,
-``contrastive_ppl`` (test), ``start_ndcg@10``, ``val_curve`` ("step:val nDCG@10 ..."),
+``contrastive_ppl`` (test), ``start_ndcg@10`` (test nDCG@10 of the row's start: the initial heads
+for ``k = 0``, the trained heads-only row for a warm ``k > 0`` row), ``val_curve`` ("step:val nDCG@10 ..."),
 ``train_seconds``, ``cache_gb`` (estimated before the fill: query + document cache of the row),
 ``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
 nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
@@ -66,6 +70,13 @@ def fill_caches(data: str, depths: list[int], ks: list[int], doc_max: int) -> di
     return gb
 
 
+def row_dir(data: str, depth: int, k: int, side: str, args) -> Path:
+    if k == 0:
+        return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k0_heads_lr{args.head_lr:g}_e{args.heads_epochs:g}"
+    warm = "_warm" if args.warm_heads else ""
+    return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{args.lr:g}_e{args.max_epochs:g}"
+
+
 def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
@@ -81,7 +92,9 @@ def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
         "dim": 128,
         "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
                  "validation_fraction": 0.1, "negatives": "bm25"},
-        "optim": {"batch_size": 64, "epochs": args.max_epochs, "lr": args.lr, "head_lr": args.head_lr, "warmup_ratio": 0.1},
+        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": args.lr, "head_lr": args.head_lr,
+                  "warmup_ratio": 0.1},
+        "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads else None,
         "seed": args.seed,
         "center_samples": 100_000,  # every training pair: the pooled states come from the caches
         "feature_cache_dir": str(work_dir(data, args.doc_max) / "features"),
@@ -89,7 +102,7 @@ def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
         "eval_every": "epoch",
         "patience": args.patience,
         "save_every": 5,
-        "evaluate_zero_shot": k == 0,  # k > 0 starts from the same towers and heads as k = 0 (see start_ndcg@10)
+        "evaluate_zero_shot": k == 0,  # k > 0 starts from the heads-only row's result (warm) or its start (see start_ndcg@10)
         "show_progress": False,
     })
 
@@ -114,7 +127,9 @@ def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
 def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]) -> dict:
     from scalingnote.training import train
 
-    out = work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}_lr{args.lr:g}_e{args.max_epochs:g}"
+    out = row_dir(data, depth, k, side, args)
+    if k and args.warm_heads and not (row_dir(data, depth, 0, "both", args) / "run.json").is_file():
+        raise SystemExit(f"[llm_layers] depth {depth} k {k} starts from the heads-only row of depth {depth}: put {depth}:0 before {depth}:{k} in --order")
     if not (out / "run.json").exists():
         train(stage1_config(data, depth, k, side, args, out), resume=True)
     m = json.loads((out / "run.json").read_text())["metrics"]
@@ -124,14 +139,14 @@ def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]
            "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
            "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
            "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "train_seconds": m["train_seconds"],
-           "cache_gb": round(cache_gb, 4), "_dir": str(out)}
+           "cache_gb": round(cache_gb, 4), "_dir": str(out), "_warm": bool(k and args.warm_heads)}
     print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
           f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
     return row
 
 
 def add_significance(rows: list[dict], data: str, runs: dict) -> None:
-    """Start nDCG@10 of k > 0 rows (= their depth's k = 0 start: same towers, same heads) and
+    """Start nDCG@10 of k > 0 rows (warm: their depth's trained k = 0 row; else its start) and
     paired t-tests (per-query test nDCG@10) of each row against the same k one depth shallower
     and, for k > 0, against the heads-only row of its depth."""
     from scalingnote.data import load_beir
@@ -144,7 +159,7 @@ def add_significance(rows: list[dict], data: str, runs: dict) -> None:
     for r in rows:
         if r["start_ndcg@10"] is None:
             base = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
-            r["start_ndcg@10"] = base["start_ndcg@10"] if base else None
+            r["start_ndcg@10"] = (base["ndcg@10"] if r.get("_warm") else base["start_ndcg@10"]) if base else None
         heads = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
         if r["trainable_layers"] and heads is not None:  # trained layers vs heads only, same depth and budget
             c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(heads["depth"], 0, heads["tower"])], qrels)
@@ -167,7 +182,10 @@ def main() -> None:
     ap.add_argument("--side", default="both", choices=["both", "query", "doc"], help="towers whose top k layers train")
     ap.add_argument("--order", default="", help="rows to train, in order, as depth:k,... (default: every depth x k, k = 0 first)")
     ap.add_argument("--doc-max", type=int, default=128, help="document max tokens (the paper: 256)")
-    ap.add_argument("--max-epochs", type=float, default=3.0, help="step budget per row: epochs x steps per epoch")
+    ap.add_argument("--max-epochs", type=float, default=3.0, help="step budget of a k > 0 row: epochs x steps per epoch")
+    ap.add_argument("--heads-epochs", type=float, default=40.0, help="step budget of a heads-only (k = 0) row (the recipe's 40)")
+    ap.add_argument("--warm-heads", action=argparse.BooleanOptionalAction, default=True,
+                    help="k > 0 rows start from their depth's trained heads-only row (heads first, then layers)")
     ap.add_argument("--patience", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-4, help="learning rate of the trained LLM layers")
     ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
@@ -182,7 +200,7 @@ def main() -> None:
     gb = fill_caches(args.data, depths, ks, args.doc_max)
     config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}" for n, k in order), "side": args.side,
               "model": LLM, "pooling": "mean", "query_max_length": QUERY_MAX, "doc_max_length": args.doc_max,
-              "max_epochs": args.max_epochs, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "seed": args.seed,
+              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "seed": args.seed,
               "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
               "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
               "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),

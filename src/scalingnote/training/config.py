@@ -157,6 +157,11 @@ class TrainConfig:
     #: coordinates (so towers that do not share a space start aligned; not in the paper);
     #: "auto" = "pairs" when the two towers come from different base models, else "pca".
     projection_init: Literal["orthogonal", "pca", "pairs", "auto"] = "auto"
+    #: a finished Stage I run directory whose trained heads (centre and W of its ``query_tower/``
+    #: and ``doc_tower/``) start this run instead of ``projection_init``: train the heads first over
+    #: cached pooled states (cheap), then unfreeze the top layers from them (gradual unfreezing;
+    #: not in the paper). Its towers must pool the same base model at the same depth.
+    init_heads_from: str | None = None
     #: where cached frozen-prefix features live (towers with trainable_layers != "all");
     #: default <output_dir>/feature_cache. Share it between runs over the same data to reuse features.
     feature_cache_dir: str | None = None
@@ -177,6 +182,8 @@ class TrainConfig:
             raise ValueError(f"dim={self.dim} must be the largest Matryoshka dim (loss.dims={self.loss.dims})")
         if max(self.loss.dims) != self.dim:
             raise ValueError(f"loss.dims={self.loss.dims} must not exceed dim={self.dim}")
+        if self.init_heads_from is not None and not self.center:
+            raise ValueError("init_heads_from needs center=True (the loaded heads include the centre)")
         if self.projection_init in ("pca", "pairs", "auto") and not self.center:
             raise ValueError(f"projection_init={self.projection_init!r} needs center=True (fitted on the centred pooled states)")
         if isinstance(self.eval_every, int) and self.eval_every < 1:

@@ -26,8 +26,8 @@ from scalingnote.training import distributed as D
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import TrainingData, load_training_data
 from scalingnote.training.evaluate import evaluate_pair, make_validator
-from scalingnote.training.heads import init_heads
-from scalingnote.training.resume import OnChange, begin_run, config_inputs, finish_run
+from scalingnote.training.heads import head_files, init_heads, load_heads
+from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
 from scalingnote.training.towers import build_towers, merge_lora, prefix_encoders, setup_lora
 from scalingnote.training.trainer import Trainer
 from scalingnote.utils import run_metadata, seed_everything, write_json
@@ -83,7 +83,13 @@ def stage1_inputs(cfg: TrainConfig) -> dict[str, Any]:
     with the data files and local model directories fingerprinted."""
     d = cfg.data
     return config_inputs(cfg, {"data.data_dir": d.data_dir, "data.triplets": d.triplets, "data.validation_triplets": d.validation_triplets,
-                               "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model})
+                               "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model,
+                               "init_heads_from": _head_inputs(cfg.init_heads_from)})
+
+
+def _head_inputs(run_dir: str | None) -> dict[str, Any] | None:
+    """``init_heads_from`` as inputs: its two head files fingerprinted (not the whole run directory)."""
+    return {side: as_input_path(str(f)) for side, f in head_files(run_dir).items()} if run_dir else None
 
 
 def _describe(cfg: TrainConfig, qt, dt, data: TrainingData) -> dict[str, Any]:
@@ -100,9 +106,12 @@ def _describe(cfg: TrainConfig, qt, dt, data: TrainingData) -> dict[str, Any]:
 
 
 def _init_heads(cfg: TrainConfig, qt, dt, data: TrainingData, encoders) -> dict[str, float]:
-    """Centre (and initialise, ``projection_init``) both heads from a seeded sample of the training pairs."""
+    """Centre (and initialise, ``projection_init``) both heads from a seeded sample of the training
+    pairs, or load them from a finished run (``init_heads_from``)."""
     if not cfg.center:
         return {}
+    if cfg.init_heads_from:
+        return load_heads(qt, dt, cfg.init_heads_from)
     order = np.random.default_rng(cfg.seed).permutation(len(data.train))
     sample = [data.train[i] for i in order[: cfg.center_samples]]
     return init_heads(qt, dt, sample, cfg.projection_init, n=cfg.center_samples, encoders=encoders)

@@ -4,6 +4,7 @@
   principal directions (Matryoshka prefixes keep the most variance);
 - :func:`init_heads` — the ``projection_init`` modes of a Stage I run (``pca``, ``orthogonal``,
   ``pairs``: the query head fitted by ridge least squares onto the document head's coordinates);
+- :func:`load_heads` — heads of a finished run (``init_heads_from``: heads first, then layers);
 - :func:`init_student_head` — the QKD student's linear-probe start for ScalingNote Eq. 14
   (``W`` = the ridge least-squares map from the student's states to the teacher's embeddings);
 - :func:`pooled_states`, :func:`top_directions`, :func:`ridge_fit` — the pieces they share.
@@ -117,6 +118,49 @@ def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 3
     return {"init_query_fit_rel_err": round(err, 4), "init_samples": len(sample)}
 
 
+#: tower settings a loaded head must share with the tower it starts (the same pooled space)
+_HEAD_SPACE = ("kind", "base_model", "hidden_size", "num_layers", "pooling", "dim")
+
+
+def head_files(run_dir) -> dict[str, "Path"]:
+    """``{"query": ..., "doc": ...}``: the head files of a Stage I run's saved towers."""
+    from pathlib import Path
+
+    return {side: Path(run_dir) / f"{side}_tower" / "projection.safetensors" for side in ("query", "doc")}
+
+
+def load_heads(qt, dt, run_dir) -> dict[str, str]:
+    """Start both towers' heads (centre ``c`` and ``W``) from a finished Stage I run's saved towers
+    (``TrainConfig.init_heads_from``): the heads-first half of gradual unfreezing. The saved
+    towers must pool the same base model at the same depth (:data:`_HEAD_SPACE`); anything else is
+    refused naming the file and the field."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from scalingnote.errors import ConfigError
+
+    for side, tower in (("query", qt), ("doc", dt)):
+        f = head_files(run_dir)[side]
+        meta = f.parent / "tower.json"
+        if tower.projection is None:
+            raise ConfigError(f, None, "init_heads_from", f"the {side} tower has no projection (dim) to load a head into")
+        if not f.is_file() or not meta.is_file():
+            raise ConfigError(f, None, "init_heads_from", f"missing: {run_dir} is not a finished Stage I run with a saved {side} tower")
+        saved = json.loads(meta.read_text(encoding="utf-8")).get("config", {})
+        for key in _HEAD_SPACE:
+            mine = getattr(tower.config, key)
+            if saved.get(key) != mine:
+                raise ConfigError(meta, None, f"config.{key}", f"{saved.get(key)!r} != {mine!r} of the tower it would start (init_heads_from)")
+        t = load_file(str(f))
+        with torch.no_grad():
+            tower.projection.weight.copy_(t["weight"].to(tower.projection.weight.device, tower.projection.weight.dtype))
+            tower.center.copy_(t["center"].to(tower.center.device, tower.center.dtype))
+    log.info("heads loaded from %s", run_dir)
+    return {"init_heads_from": str(run_dir)}
+
+
 def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool = False, pools=None) -> None:
     """Set each tower's centre ``c`` to the mean pooled hidden state over (up to) ``n`` training
     queries / positive documents (all three document views pooled together).
@@ -183,4 +227,4 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     return float(((t - x @ w.T) ** 2).sum() / (t**2).sum().clamp(min=1e-12))
 
 
-__all__ = ["init_centers", "init_heads", "init_student_head", "pooled_states", "ridge_fit", "top_directions"]
+__all__ = ["head_files", "init_centers", "init_heads", "init_student_head", "load_heads", "pooled_states", "ridge_fit", "top_directions"]
