@@ -132,6 +132,32 @@ def test_the_guard_keeps_the_start_when_the_trained_tower_is_worse(first_run, ti
     assert "keeping the start" in capsys.readouterr().out
 
 
+def test_unfreeze_trains_the_chosen_towers_top_layers_from_their_heads_and_keeps_the_better(first_run, tiny_models, tmp_path):
+    out, _ = first_run
+    work = tmp_path / "unfreeze"
+    shutil.copytree(out, work)
+    rows = quickstart(_cfg(tiny_models, work, unfreeze_layers=1, unfreeze_epochs=1.0))
+    fams = json.loads((work / "results.json").read_text())["choices"]["families"]
+    for fam in ("bert", "llm"):
+        u = fams[fam]["unfrozen"]
+        top = work / "stage1" / u["dir"].split("/")[-1]
+        heads = json.loads((top / "run.json").read_text())["metrics"]["init_heads_from"]
+        assert "_top1" in top.name and (work / "stage1" / heads.split("/")[-1] / "run.json").is_file() and "_top1" not in heads
+        # kept on validation only: the layer run when it is not below its heads-only start
+        assert u["kept"] == ("top_layers" if u["val_top_layers"] >= u["val_heads_only"] else "heads_only") and "validation" in u["reason"]
+        if fams[fam]["kept"] == "trained":
+            assert ("_top1" in fams[fam]["tower_dir"]) == (u["kept"] == "top_layers")
+        row = next(r for r in rows if r["method"] == "scaling_dual_top1_layers" and r["family"] == fam)
+        assert row["stage1_val_ndcg"] == round(u["val_top_layers"], 4) and (row["chosen"] == "top_layers") == (u["kept"] == "top_layers")
+
+
+def test_unfreeze_needs_heads_only_large_towers(tiny_models, tmp_path):
+    with pytest.raises(ConfigError, match="unfreeze_layers"):
+        _cfg(tiny_models, tmp_path, unfreeze_layers=1, trainable_layers=1)
+    with pytest.raises(ConfigError, match="unfreeze_layers"):
+        _cfg(tiny_models, tmp_path, unfreeze_layers=-1)
+
+
 def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, tiny_models, tmp_path, capsys):
     out, _ = first_run
     work = tmp_path / "reuse"

@@ -75,16 +75,36 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         trained_dir = Path(best["run_dir"])
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
+        heads_dir, unfrozen = trained_dir, None
+        if cfg.unfreeze_layers:  # heads first, then the top layers from them; kept only if validation improves
+            trained_dir, trained, unfrozen = _unfreeze(cfg, fam, best, data, out, pool, ev, trained_dir, trained)
         start = score(pool, zs_dir / "query_tower", zs_dir, ev)
         keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower")
         say(msg)
         res[fam.name] = {
             "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
+            "heads_dir": heads_dir, "unfrozen": unfrozen,
             "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
             "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "depth": best["depth"],
             "val_trained": trained.val_ndcg, "val_start": start.val_ndcg,
         }
     return res
+
+
+def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, pool: TowerPool, ev: EvalSet, heads_dir: Path,
+              heads: Any) -> tuple[Path, Any, dict[str, Any]]:
+    """Train the chosen heads-only tower's top ``cfg.unfreeze_layers`` layers from its heads; returns
+    the kept (directory, score) — the layer run only when its validation nDCG@10 is not below the
+    heads-only run's — and what was measured."""
+    top = runs.unfreeze_run(cfg, fam, best, data, out)
+    top_dir = Path(top["run_dir"])
+    top_sc = score(pool, top_dir / "query_tower", top_dir, ev)
+    keep, msg = choose.keep_better(top_sc.val_ndcg, heads.val_ndcg, f"{fam.name} large tower with its top {cfg.unfreeze_layers} layers trained "
+                                                                     "(start: its heads-only run)")
+    say(msg)
+    info = {"dir": str(top_dir), "layers": cfg.unfreeze_layers, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
+            "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds")}
+    return (top_dir, top_sc, info) if keep else (heads_dir, heads, info)
 
 
 def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str) -> list[tuple[str, int]]:
@@ -179,7 +199,7 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
     for name, rep in report.items():
         L = large.get(name)
         fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
-                                  "tower_dir": str(L["dir"])} if L else {})}
+                                  "tower_dir": str(L["dir"]), "unfrozen": L.get("unfrozen")} if L else {})}
     return {"families": fams, "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
 

@@ -90,18 +90,25 @@ def ordering_holds(rows: list[dict]) -> dict[str, bool]:
 
 
 def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
-    """Every candidate depth of a family with several (its best head learning rate each)."""
+    """Every candidate depth of a family with several (its best head learning rate each), and the
+    chosen depth with its top layers trained from its heads (``unfreeze_layers``) where it ran."""
     rows = []
     for fam, L in large.items():
-        if len(L["depths"]) < 2:
-            continue
-        for depth, m in L["depths"].items():
+        for depth, m in L["depths"].items() if len(L["depths"]) >= 2 else ():
             d = Path(m["run_dir"])
             sc = score(pool, d / "query_tower", d, ev)
             label, n = tower_label(pool, d / "query_tower")
             rows.append(row(f"scaling_dual_depth_{depth}", sc, large=label, query=label, layers=n, tower=d / "query_tower", family=fam,
-                            chosen="depth" if d == L["trained_dir"] else "", head_lr_grid=m["lr_grid"],
+                            chosen="depth" if d == L.get("heads_dir", L["trained_dir"]) else "", head_lr_grid=m["lr_grid"],
                             stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds")))
+        u = L.get("unfrozen")
+        if u:
+            d = Path(u["dir"])
+            label, n = tower_label(pool, d / "query_tower")
+            rows.append(row(f"scaling_dual_top{u['layers']}_layers", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n,
+                            tower=d / "query_tower", family=fam, chosen="top_layers" if u["kept"] == "top_layers" else "",
+                            stage1_val_ndcg=round(u["val_top_layers"], 4), val_heads_only=round(u["val_heads_only"], 4),
+                            train_seconds=u.get("train_seconds")))
     return rows
 
 

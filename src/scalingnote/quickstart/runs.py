@@ -108,7 +108,7 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- Stage I
 def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-                  max_epochs: float):
+                  max_epochs: float, init_heads_from: str | None = None):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
 
@@ -132,17 +132,18 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
         "patience": cfg.patience,
         "save_every": 50,
         "evaluate_zero_shot": False,
+        "init_heads_from": init_heads_from,
         "show_progress": cfg.show_progress,
     })
 
 
 def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-               max_epochs: float) -> dict[str, Any]:
+               max_epochs: float, init_heads_from: str | None = None) -> dict[str, Any]:
     """Train (or reuse) one Stage I run under ``out/stage1/<name>``; returns its metrics + ``run_dir``."""
     from scalingnote.training import train
 
     run_dir = out / "stage1" / name
-    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs)
+    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from)
     inputs = {"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
@@ -186,6 +187,17 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
                 best = m
         res[depth] = dict(best, lr_grid=" ".join(tried))
     return res
+
+
+def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path) -> dict[str, Any]:
+    """Heads first, then layers: the family's chosen heads-only large tower (``best``, a
+    :func:`large_tower_runs` entry) with the top ``cfg.unfreeze_layers`` layers of both towers
+    trained, starting from its trained heads."""
+    k = cfg.unfreeze_layers
+    tower = fam.tower(best["depth"], k, cfg.query_max_length)
+    return run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}_top{k}", family_method(fam), data, out,
+                      tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"], max_epochs=cfg.unfreeze_epochs,
+                      init_heads_from=best["run_dir"])
 
 
 def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float) -> dict[str, Any]:
@@ -345,5 +357,5 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     return d / "ivfpq"
 
 
-__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
