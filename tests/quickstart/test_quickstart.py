@@ -156,6 +156,9 @@ def test_unfreeze_needs_heads_only_large_towers(tiny_models, tmp_path):
         _cfg(tiny_models, tmp_path, unfreeze_layers=1, trainable_layers=1)
     with pytest.raises(ConfigError, match="unfreeze_layers"):
         _cfg(tiny_models, tmp_path, unfreeze_layers=-1)
+    auto = _cfg(tiny_models, tmp_path)  # "auto": top layers on a GPU only (a CPU layer step costs seconds)
+    assert (auto.unfreeze_k(gpu=False), auto.unfreeze_k(gpu=True)) == (0, 1)
+    assert _cfg(tiny_models, tmp_path, trainable_layers=1).unfreeze_k(gpu=True) == 0
 
 
 def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, tiny_models, tmp_path, capsys):

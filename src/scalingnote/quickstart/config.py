@@ -48,9 +48,9 @@ class QuickstartConfig:
     #: heads first, then layers: once a family's depth and head learning rate are chosen (heads over
     #: cached pooled states), train the top ``unfreeze_layers`` layers of both its large towers from
     #: those heads (``TrainConfig.init_heads_from``) for up to ``unfreeze_epochs``, kept only when
-    #: validation nDCG@10 improves. 0 = off, the CPU default: a layer step costs seconds and the
-    #: measured gain is small (benchmarks/results/llm_layers_scifact.json); on a GPU, turn it on
-    unfreeze_layers: int = 0
+    #: validation nDCG@10 improves. 0 = off; "auto" = 1 on a GPU, 0 on a CPU, where a layer step
+    #: costs seconds and the measured gain is small (benchmarks/results/llm_layers_scifact.json)
+    unfreeze_layers: int | Literal["auto"] = "auto"
     unfreeze_epochs: float = 5.0
     #: head learning rates tried for every large tower; the best validation nDCG@10 wins
     head_lrs: list[float] = field(default_factory=lambda: [1e-3, 3e-3])
@@ -114,12 +114,13 @@ class QuickstartConfig:
             raise ConfigError(None, None, "teacher", f"{self.teacher!r} is not among families {self.families}")
         if not self.llm_depths or min(self.llm_depths) < 1:
             raise ConfigError(None, None, "llm_depths", f"needs depths >= 1, got {self.llm_depths!r}")
-        if isinstance(self.unfreeze_layers, bool) or not isinstance(self.unfreeze_layers, int) or self.unfreeze_layers < 0:
-            raise ConfigError(None, None, "unfreeze_layers", f"must be an integer >= 0, got {self.unfreeze_layers!r}")
-        if self.unfreeze_layers and self.trainable_layers != 0:
+        u = self.unfreeze_layers
+        if u != "auto" and (isinstance(u, bool) or not isinstance(u, int) or u < 0):
+            raise ConfigError(None, None, "unfreeze_layers", f"must be 'auto' or an integer >= 0, got {u!r}")
+        if u != "auto" and u and self.trainable_layers != 0:
             raise ConfigError(None, None, "unfreeze_layers", "starts from heads-only large towers: needs trainable_layers 0, "
                                                               f"got {self.trainable_layers!r}")
-        if self.unfreeze_layers and self.unfreeze_layers > min(self.llm_depths):
+        if u != "auto" and u and u > min(self.llm_depths):
             raise ConfigError(None, None, "unfreeze_layers", f"{self.unfreeze_layers} > the shallowest llm_depths {min(self.llm_depths)}")
         if not self.head_lrs or min(self.head_lrs) <= 0:
             raise ConfigError(None, None, "head_lrs", f"needs positive learning rates, got {self.head_lrs!r}")
@@ -129,6 +130,12 @@ class QuickstartConfig:
             raise ConfigError(None, None, "student_p99_ms", f"must be > 0 ms, got {self.student_p99_ms}")
         for s in self.students or []:
             parse_student(s)
+
+    def unfreeze_k(self, gpu: bool) -> int:
+        """``unfreeze_layers`` resolved: "auto" = 1 on a GPU (heads-only large towers), 0 on a CPU."""
+        if self.unfreeze_layers == "auto":
+            return 1 if gpu and self.trainable_layers == 0 else 0
+        return int(self.unfreeze_layers)
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,9 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
         heads_dir, unfrozen = trained_dir, None
-        if cfg.unfreeze_layers:  # heads first, then the top layers from them; kept only if validation improves
-            trained_dir, trained, unfrozen = _unfreeze(cfg, fam, best, data, out, pool, ev, trained_dir, trained)
+        k = cfg.unfreeze_k(_gpu())
+        if k:  # heads first, then the top layers from them; kept only if validation improves
+            trained_dir, trained, unfrozen = _unfreeze(cfg, fam, best, k, data, out, pool, ev, trained_dir, trained)
         start = score(pool, zs_dir / "query_tower", zs_dir, ev)
         keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower")
         say(msg)
@@ -91,18 +92,24 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
     return res
 
 
-def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, pool: TowerPool, ev: EvalSet, heads_dir: Path,
-              heads: Any) -> tuple[Path, Any, dict[str, Any]]:
-    """Train the chosen heads-only tower's top ``cfg.unfreeze_layers`` layers from its heads; returns
-    the kept (directory, score) — the layer run only when its validation nDCG@10 is not below the
+def _gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict, out: Path, pool: TowerPool, ev: EvalSet,
+              heads_dir: Path, heads: Any) -> tuple[Path, Any, dict[str, Any]]:
+    """Train the chosen heads-only tower's top ``k`` layers from its heads; returns the kept
+    (directory, score) — the layer run only when its validation nDCG@10 is not below the
     heads-only run's — and what was measured."""
-    top = runs.unfreeze_run(cfg, fam, best, data, out)
+    top = runs.unfreeze_run(cfg, fam, best, k, data, out)
     top_dir = Path(top["run_dir"])
     top_sc = score(pool, top_dir / "query_tower", top_dir, ev)
-    keep, msg = choose.keep_better(top_sc.val_ndcg, heads.val_ndcg, f"{fam.name} large tower with its top {cfg.unfreeze_layers} layers trained "
+    keep, msg = choose.keep_better(top_sc.val_ndcg, heads.val_ndcg, f"{fam.name} large tower with its top {k} layers trained "
                                                                      "(start: its heads-only run)")
     say(msg)
-    info = {"dir": str(top_dir), "layers": cfg.unfreeze_layers, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
+    info = {"dir": str(top_dir), "layers": k, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
             "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds")}
     return (top_dir, top_sc, info) if keep else (heads_dir, heads, info)
 

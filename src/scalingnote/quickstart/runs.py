@@ -189,11 +189,10 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
     return res
 
 
-def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path) -> dict[str, Any]:
+def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: int, data: dict, out: Path) -> dict[str, Any]:
     """Heads first, then layers: the family's chosen heads-only large tower (``best``, a
-    :func:`large_tower_runs` entry) with the top ``cfg.unfreeze_layers`` layers of both towers
-    trained, starting from its trained heads."""
-    k = cfg.unfreeze_layers
+    :func:`large_tower_runs` entry) with the top ``k`` layers of both towers trained, starting
+    from its trained heads."""
     tower = fam.tower(best["depth"], k, cfg.query_max_length)
     return run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}_top{k}", family_method(fam), data, out,
                       tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"], max_epochs=cfg.unfreeze_epochs,
