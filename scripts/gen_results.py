@@ -67,6 +67,10 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("scaling_trained_sweep", "Points of the trained scaling sweep (loss = test contrastive perplexity; dev curve = step:dev loss)",
      ["role", "depth", "N", "D", "human_pairs", "loss", "ndcg@10", "r@100", "start_dev_contrastive_ppl", "dev_contrastive_ppl", "best_step",
       "steps_run", "train_seconds", "dev_curve"]),
+    ("llm_layers_scifact", "The document-tower depth curve with trained LLM layers (ScalingNote §4.4; `python -m benchmarks.llm_layers`): SmolLM2 "
+     "ScalingDual, heads only vs the top k layers of both towers trained from those heads",
+     ["depth", "trainable_layers", "tower", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
+      "steps_run", "train_seconds", "cache_gb", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),
     ("prompt_ablation_scifact", "Document-prompt ablations on SciFact (ScalingNote Table 5; `python -m benchmarks.prompt_ablation`)", None),
     ("fusion_synthetic", "Fusion towers on the synthetic note-search log (ScalingNote §3.5; `python -m benchmarks.fusion`)", None),
     ("annotation_scifact", "Annotation types at matched sizes on SciFact (scaling-laws paper §5; `python -m benchmarks.annotation`)", None),
@@ -174,6 +178,10 @@ def render_headline(plots: bool = True) -> str:
         out += ["### Scaling laws over trained towers (MiniLM and SmolLM2 truncated to 1-6 layers on SciFact, every layer trained; `scaling_trained_fit.json`, "
                 "held-out points predicted before they were trained)", ""]
         out += [" ".join(f"![{label}]({p.relative_to(ROOT).as_posix()})" for p, label in trained), ""]
+    depth = PLOTS / "llm_layers_scifact.png"
+    if depth.exists():  # benchmarks.llm_layers: the §4.4 document-tower depth curve
+        out += ["### The document-tower depth curve with trained LLM layers (SmolLM2 ScalingDual on SciFact; `llm_layers_scifact.json`)", "",
+                f"![SciFact: nDCG@10 vs SmolLM2 depth]({depth.relative_to(ROOT).as_posix()})", ""]
     out.append(END)
     return "\n".join(out)
 
