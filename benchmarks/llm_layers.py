@@ -23,7 +23,7 @@ for ``k = 0``, the trained heads-only row for a warm ``k > 0`` row), ``val_curve
 ``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
 nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
 ``p_vs_heads`` / ``delta_ndcg@10_vs_heads``: against the heads-only row of the same depth.
-Writes benchmarks/results/llm_layers_<data>.json.
+Writes benchmarks/results/llm_layers_<data>[_<tag>].json and plots/llm_layers_<data>[_<tag>].png.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def row_dir(data: str, depth: int, k: int, side: str, args) -> Path:
     if k == 0:
         return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k0_heads_lr{args.head_lr:g}_e{args.heads_epochs:g}"
     warm = "_warm" if args.warm_heads else ""
-    return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{args.lr:g}_e{args.max_epochs:g}"
+    hlr = f"_hlr{args.layer_head_lr:g}" if args.layer_head_lr is not None else ""
+    return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{args.lr:g}{hlr}_e{args.max_epochs:g}"
 
 
 def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
@@ -92,7 +93,8 @@ def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
         "dim": 128,
         "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
                  "validation_fraction": 0.1, "negatives": "bm25"},
-        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": args.lr, "head_lr": args.head_lr,
+        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": args.lr,
+                  "head_lr": args.layer_head_lr if k and args.layer_head_lr is not None else args.head_lr,
                   "warmup_ratio": 0.1},
         "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads else None,
         "seed": args.seed,
@@ -184,7 +186,7 @@ def twinbert_reference(data: str) -> tuple[float | None, str]:
     return (hit["ndcg@10"], f"benchmarks/results/recipe_{data}.json: scaling_dual, {hit['large_tower']}") if hit else (None, "none")
 
 
-def plot_depth_curve(rows: list[dict], data: str, twinbert: float | None) -> Path:
+def plot_depth_curve(rows: list[dict], name: str, twinbert: float | None) -> Path:
     """Test nDCG@10 against depth (log scale), one line per ``k``, TwinBERT as a reference line."""
     from scalingnote.scaling.plots import _plt, _save
 
@@ -199,10 +201,10 @@ def plot_depth_curve(rows: list[dict], data: str, twinbert: float | None) -> Pat
     ax.set_xscale("log", base=2)
     ax.set_xticks(sorted({r["depth"] for r in rows}), [str(d) for d in sorted({r["depth"] for r in rows})])
     ax.set_xlabel("SmolLM2 depth (layers of both towers)")
-    ax.set_ylabel(f"test nDCG@10 ({data})")
+    ax.set_ylabel(f"test nDCG@10 ({name.removeprefix('llm_layers_')})")
     ax.set_title("ScalingDual document-tower scaling (ScalingNote §4.4), CPU budget")
     ax.legend(fontsize=8)
-    path = RESULTS_DIR / "plots" / f"llm_layers_{data}.png"
+    path = RESULTS_DIR / "plots" / f"{name}.png"
     _save(fig, path)
     return path
 
@@ -222,7 +224,10 @@ def main() -> None:
     ap.add_argument("--patience", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-4, help="learning rate of the trained LLM layers")
     ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
+    ap.add_argument("--layer-head-lr", type=float, default=None,
+                    help="head learning rate of k > 0 rows (default: --head-lr; warm heads restart their schedule at it)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="", help="results file llm_layers_<data>_<tag>.json (a side experiment beside the main grid)")
     ap.add_argument("--note", default="", help="free text kept in the results config (e.g. rows not run and why)")
     args = ap.parse_args()
     depths = [int(x) for x in args.depths.split(",")]
@@ -234,7 +239,7 @@ def main() -> None:
     twin, twin_src = twinbert_reference(args.data)
     config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}" for n, k in order), "side": args.side,
               "model": LLM, "pooling": "mean", "query_max_length": QUERY_MAX, "doc_max_length": args.doc_max,
-              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "seed": args.seed,
+              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "layer_head_lr": args.layer_head_lr, "seed": args.seed,
               "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
               "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
               "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
@@ -244,8 +249,9 @@ def main() -> None:
     for n, k in order:
         rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb))
         add_significance(rows, args.data, runs)
-        config["plot"] = plot_depth_curve(rows, args.data, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
-        report(f"llm_layers_{args.data}", [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
+        name = f"llm_layers_{args.data}" + (f"_{args.tag}" if args.tag else "")
+        config["plot"] = plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
+        report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
                {**config, **loadavg(before)})
 
 

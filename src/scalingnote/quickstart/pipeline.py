@@ -106,8 +106,10 @@ def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict
     top = runs.unfreeze_run(cfg, fam, best, k, data, out)
     top_dir = Path(top["run_dir"])
     top_sc = score(pool, top_dir / "query_tower", top_dir, ev)
-    keep, msg = choose.keep_better(top_sc.val_ndcg, heads.val_ndcg, f"{fam.name} large tower with its top {k} layers trained "
-                                                                     "(start: its heads-only run)")
+    what = f"{fam.name} large tower with its top {k} layers trained from its heads"
+    keep = top_sc.val_ndcg > heads.val_ndcg  # a tie (no step beat the start) keeps the simpler heads-only tower
+    msg = (f"{what}: {top_sc.val_ndcg:.4f} > heads only {heads.val_ndcg:.4f} on validation: kept" if keep else
+           f"{what}: {top_sc.val_ndcg:.4f} <= heads only {heads.val_ndcg:.4f} on validation: keeping the heads-only tower")
     say(msg)
     info = {"dir": str(top_dir), "layers": k, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
             "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds")}
