@@ -159,10 +159,9 @@ def add_significance(rows: list[dict], data: str, runs: dict) -> None:
         if (r["depth"], r["trainable_layers"], r["tower"]) not in runs:
             runs[(r["depth"], r["trainable_layers"], r["tower"])] = per_query_run(Path(r["_dir"]), data)
     for r in rows:
-        if r["start_ndcg@10"] is None:
-            base = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
-            r["start_ndcg@10"] = (base["ndcg@10"] if r.get("_warm") else base["start_ndcg@10"]) if base else None
         heads = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
+        if r["start_ndcg@10"] is None and heads is not None:
+            r["start_ndcg@10"] = heads["ndcg@10"] if r.get("_warm") else heads["start_ndcg@10"]
         if r["trainable_layers"] and heads is not None:  # trained layers vs heads only, same depth and budget
             c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(heads["depth"], 0, heads["tower"])], qrels)
             r["delta_ndcg@10_vs_heads"] = round(c.mean_a - c.mean_b, 4)
@@ -246,10 +245,10 @@ def main() -> None:
               "note": args.note, "twinbert_reference_ndcg@10": twin, "twinbert_reference": twin_src}
     rows: list[dict] = []
     runs: dict = {}
+    name = f"llm_layers_{args.data}" + (f"_{args.tag}" if args.tag else "")
     for n, k in order:
         rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb))
         add_significance(rows, args.data, runs)
-        name = f"llm_layers_{args.data}" + (f"_{args.tag}" if args.tag else "")
         config["plot"] = plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
         report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
                {**config, **loadavg(before)})

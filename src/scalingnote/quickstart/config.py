@@ -117,11 +117,12 @@ class QuickstartConfig:
         u = self.unfreeze_layers
         if u != "auto" and (isinstance(u, bool) or not isinstance(u, int) or u < 0):
             raise ConfigError(None, None, "unfreeze_layers", f"must be 'auto' or an integer >= 0, got {u!r}")
-        if u != "auto" and u and self.trainable_layers != 0:
-            raise ConfigError(None, None, "unfreeze_layers", "starts from heads-only large towers: needs trainable_layers 0, "
-                                                              f"got {self.trainable_layers!r}")
-        if u != "auto" and u and u > min(self.llm_depths):
-            raise ConfigError(None, None, "unfreeze_layers", f"{self.unfreeze_layers} > the shallowest llm_depths {min(self.llm_depths)}")
+        if u != "auto" and u:
+            if self.trainable_layers != 0:
+                raise ConfigError(None, None, "unfreeze_layers", "starts from heads-only large towers: needs trainable_layers 0, "
+                                                                  f"got {self.trainable_layers!r}")
+            if u > min(self.llm_depths):
+                raise ConfigError(None, None, "unfreeze_layers", f"{u} > the shallowest llm_depths {min(self.llm_depths)}")
         if not self.head_lrs or min(self.head_lrs) <= 0:
             raise ConfigError(None, None, "head_lrs", f"needs positive learning rates, got {self.head_lrs!r}")
         if not self.qkd_rank_weights or min(self.qkd_rank_weights) < 0:

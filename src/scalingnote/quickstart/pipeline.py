@@ -101,8 +101,8 @@ def _gpu() -> bool:
 def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict, out: Path, pool: TowerPool, ev: EvalSet,
               heads_dir: Path, heads: Any) -> tuple[Path, Any, dict[str, Any]]:
     """Train the chosen heads-only tower's top ``k`` layers from its heads; returns the kept
-    (directory, score) — the layer run only when its validation nDCG@10 is not below the
-    heads-only run's — and what was measured."""
+    (directory, score) — the layer run only when its validation nDCG@10 is above the heads-only
+    run's — and what was measured."""
     top = runs.unfreeze_run(cfg, fam, best, k, data, out)
     top_dir = Path(top["run_dir"])
     top_sc = score(pool, top_dir / "query_tower", top_dir, ev)

@@ -99,7 +99,7 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
             sc = score(pool, d / "query_tower", d, ev)
             label, n = tower_label(pool, d / "query_tower")
             rows.append(row(f"scaling_dual_depth_{depth}", sc, large=label, query=label, layers=n, tower=d / "query_tower", family=fam,
-                            chosen="depth" if d == L.get("heads_dir", L["trained_dir"]) else "", head_lr_grid=m["lr_grid"],
+                            chosen="depth" if d == L["heads_dir"] else "", head_lr_grid=m["lr_grid"],
                             stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds")))
         u = L.get("unfrozen")
         if u:
