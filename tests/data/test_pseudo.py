@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from scalingnote.data import Document, load_corpus, load_qrels, load_queries, load_triplets, write_corpus
 from scalingnote.data.pseudo import (
     ICTConfig,
+    corpus_texts,
     ict_example,
     ict_queries,
     remove_span,
@@ -78,6 +79,35 @@ def test_ict_queries_writes_queries_qrels_and_modified_corpus(tmp_path):
     # seeded
     again = ict_queries(tmp_path / "corpus.jsonl", tmp_path / "ict2", ICTConfig(seed=1, min_words=2), progress=False)
     assert [p.query for p in again] == [p.query for p in pairs]
+
+
+def test_corpus_texts_are_titles_and_sentences_deduplicated_and_sampled_with_the_seed(tmp_path):
+    docs = [
+        Document("a", "Vitamin D in winter", "", EN),
+        Document("b", "Vitamin D in winter", "", "Too short. Low levels are common in winter! Teeth come late sometimes."),
+        Document("c", "", "", ZH),
+    ]
+    write_corpus(tmp_path / "corpus.jsonl", docs)
+    got = corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "t", max_texts=100, min_words=3)
+    texts = [q.text for q in got]
+    # every title and every long-enough sentence once (b's title and its second sentence repeat a's)
+    assert texts == ["Vitamin D in winter", *split_sentences(EN), "Teeth come late sometimes.", *split_sentences(ZH)]
+    assert [q.id for q in got][:2] == ["title-a", "sent-a-0"] and "Too short." not in texts
+    assert set(load_queries(tmp_path / "t" / "queries.jsonl")) == {q.id for q in got}
+    assert not (tmp_path / "t" / "qrels").exists()  # unlabelled: nothing here is a relevance judgement
+    stats = json.loads((tmp_path / "t" / "stats.json").read_text())
+    assert stats["distinct_texts"] == len(texts) and stats["titles"] == 1
+    # a cap keeps a seeded sample, in corpus order
+    a = corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "s1", max_texts=3, seed=5, min_words=3)
+    b = corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "s2", max_texts=3, seed=5, min_words=3)
+    assert [q.id for q in a] == [q.id for q in b] and len(a) == 3
+    assert [texts.index(q.text) for q in a] == sorted(texts.index(q.text) for q in a)
+    try:
+        corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "bad", max_texts=0)
+    except ValueError as e:
+        assert "max_texts" in str(e)
+    else:
+        raise AssertionError("max_texts=0 accepted")
 
 
 def test_cli_pseudo_ict(tmp_path):

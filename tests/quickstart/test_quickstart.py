@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def _cfg(tiny_models, out, **over):
     base = dict(
         out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120,
         synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="all",
+        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="all", qkd_rank_weights=[0.0, 1.0],
     )
     base.update(over)
     return QuickstartConfig(**base)
@@ -70,6 +71,10 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     best = max(cands, key=lambda c: (c["val"], -cands.index(c)))
     assert ch["student"]["chosen"] == best["name"] and best["name"].endswith(f"_rw{best['rank_weight']:g}")
     assert {r.get("qkd_rank_weight") for r in rows if r.get("p99_ms") is not None} == {0.0, 1.0}
+    # QKD imitates the teacher on the labelled queries, the ICT pseudo-queries and the corpus's own text
+    qkd = json.loads((out / "qkd" / ch["student"]["chosen"] / "run.json").read_text())
+    assert [Path(q["path"]).relative_to(out).parts[0] for q in qkd["config"]["queries"]] == ["data", "pseudo_ict", "corpus_texts"]
+    assert qkd["metrics"]["queries_source2:queries.jsonl"] > 0
 
 
 def test_rerun_resumes_every_step(first_run, tiny_models):
@@ -201,3 +206,17 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
 def test_default_factory_uses_4_bit_codes_below_10k_vectors():
     assert default_factory(1500, 128) == "IVF154,PQ16x4"
     assert default_factory(32176, 128) == "IVF717,PQ16x8"
+
+
+def test_corpus_text_ablation_reproduces_the_runs_student_and_distils_without_the_text(first_run):
+    from benchmarks.qkd_corpus_texts import measure
+
+    out, _ = first_run
+    rows, config = measure(out, [0])
+    res = json.loads((out / "results.json").read_text())
+    own, off = rows
+    chosen = next(c for c in res["choices"]["student"]["candidates"] if c["name"] == res["choices"]["student"]["chosen"])
+    assert own["qkd_run"] == "as_run" and own["val_ndcg@10"] == chosen["val"] and own["corpus_texts"] > 0
+    assert off["corpus_texts"] == 0 and off["qkd_queries"] < own["qkd_queries"] and off["p_vs_first"] is not None
+    assert config["val_queries"] > 0 and "bm25" in config["baselines_ndcg@10"]
+    assert (out / "qkd" / f"{chosen['name']}_texts0" / "DONE").exists()

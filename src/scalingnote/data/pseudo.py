@@ -183,3 +183,41 @@ def ict_queries(corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None 
     }
     write_pseudo_outputs(out, pairs, "ict", {"corpus": str(corpus_path), **cfg.__dict__}, stats)
     return pairs
+
+
+# ----------------------------------------------------------------------------- corpus text
+
+
+def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed: int = 0, min_words: int = 3) -> list[Query]:
+    """Unlabelled in-domain text for query distillation: every document title and every sentence
+    of at least ``min_words`` words (Chinese: ``2 * min_words`` characters), de-duplicated, then a
+    seeded sample of ``max_texts`` of them (kept in corpus order). Writes ``queries.jsonl`` (ids
+    ``title-<doc>`` / ``sent-<doc>-<i>``), ``stats.json`` and ``run.json``; no qrels: nothing here is a
+    relevance label. A student imitating its teacher's query tower on the data's own vocabulary
+    (embedding alignment over unlabelled text, as in query-encoder distillation by embedding
+    alignment, 2023) sees far more than the labelled queries it would otherwise imitate."""
+    if max_texts < 1:
+        raise ValueError(f"max_texts must be >= 1, got {max_texts}")
+    out = Path(out)
+    texts: list[Query] = []
+    seen: set[str] = set()
+    docs = 0
+    for d in iter_corpus(corpus_path):
+        docs += 1
+        cands = [(f"title-{d.id}", d.title.strip())] if d.title and d.title.strip() else []
+        cands += [(f"sent-{d.id}-{i}", s) for i, s in enumerate(split_sentences(d.content)) if _long_enough(s, min_words)]
+        for qid, t in cands:
+            if t not in seen:
+                seen.add(t)
+                texts.append(Query(qid, t))
+    pool = len(texts)
+    if pool > max_texts:
+        keep = set(random.Random(f"{seed}\x1ftexts").sample(range(pool), max_texts))
+        texts = [q for i, q in enumerate(texts) if i in keep]
+    out.mkdir(parents=True, exist_ok=True)
+    write_queries(out / "queries.jsonl", texts)
+    stats = {"method": "corpus_texts", "corpus": str(corpus_path), "documents": docs, "distinct_texts": pool, "queries": len(texts),
+             "titles": sum(q.id.startswith("title-") for q in texts)}
+    write_json(out / "stats.json", stats)
+    write_json(out / "run.json", run_metadata({"corpus": str(corpus_path), "max_texts": max_texts, "seed": seed, "min_words": min_words}))
+    return texts

@@ -133,7 +133,7 @@ def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str)
 
 
 def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
-                   pseudo: str | None, pool: TowerPool, ev: EvalSet) -> dict[str, Any]:
+                   pseudo: list[str], pool: TowerPool, ev: EvalSet) -> dict[str, Any]:
     """QKD from the teacher into each student candidate at each listwise weight; the
     best-validating one within the latency budget is the ScalingNote student."""
     tdir = large[teacher]["dir"]
@@ -160,7 +160,7 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
 
 
 def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path,
-                    pseudo: str | None) -> dict[str, dict[str, dict]]:
+                    pseudo: list[str]) -> dict[str, dict[str, dict]]:
     """The paper's comparison at matched online cost (ScalingNote Tables 3-4), per family: the
     small dual tower, ScalingDoc, ScalingNote (QKD of the family's large tower into its small
     tower) and ScalingDual (the large tower itself, the upper bound)."""

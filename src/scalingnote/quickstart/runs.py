@@ -255,19 +255,28 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
 
 
 # ---------------------------------------------------------------------------- Stage II
-def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> str | None:
-    """ICT pseudo-queries from the corpus: unlabelled queries for QKD."""
+def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
+    """QKD's unlabelled query sources from the corpus: ICT pseudo-queries and (``qkd_corpus_texts``)
+    a sample of its titles and sentences. Returns the ``queries.jsonl`` paths."""
+    from scalingnote.data.pseudo import ICTConfig, corpus_texts, ict_queries
+
+    corpus = Path(data["beir"]) / "corpus.jsonl"
     d = out / "pseudo_ict"
     inputs = {"max_docs": cfg.qkd_max_pseudo_queries, "seed": cfg.seed, "data": data_fingerprint(data)}
     if not step_done(d, inputs):
         banner("pseudo-queries (inverse cloze task) for QKD")
-        from scalingnote.data.pseudo import ICTConfig, ict_queries
-
-        ict_queries(Path(data["beir"]) / "corpus.jsonl", d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries),
-                    progress=cfg.show_progress)
+        ict_queries(corpus, d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries), progress=cfg.show_progress)
         mark_done(d, inputs)
-    q = d / "queries.jsonl"
-    return str(q) if q.exists() else None
+    sources = [d / "queries.jsonl"]
+    if cfg.qkd_corpus_texts:
+        t = out / "corpus_texts"
+        inputs = {"max_texts": cfg.qkd_corpus_texts, "seed": cfg.seed, "data": data_fingerprint(data)}
+        if not step_done(t, inputs):
+            banner(f"corpus text for QKD (titles and sentences, up to {cfg.qkd_corpus_texts})")
+            corpus_texts(corpus, t, cfg.qkd_corpus_texts, seed=cfg.seed)
+            mark_done(t, inputs)
+        sources.append(t / "queries.jsonl")
+    return [str(q) for q in sources if q.exists()]
 
 
 def student_base(fam: Family, teacher_dir: Path, layers: int) -> str:
@@ -291,21 +300,21 @@ def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float)
 
 
 def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
-            pseudo: str | None, *, rank_weight: float) -> dict[str, Any]:
+            pseudo: list[str], *, rank_weight: float) -> dict[str, Any]:
     from scalingnote.config import load_config
     from scalingnote.distill import DistillConfig, distill
 
     d = out / "qkd" / name
     sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
-    if pseudo:
-        sources.append({"path": pseudo})
+    sources += [{"path": p} for p in pseudo]
     student = {"model": student_base(fam, teacher_dir, layers), "num_layers": layers, "max_length": cfg.query_max_length,
                "trainable_layers": layers}  # embeddings frozen and cached, every layer trains
     if fam.pooling:
         student["pooling"] = fam.pooling
     dc = load_config(DistillConfig, {
         "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
-        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "lr": 3e-4 if fam.name == "bert" else 1e-4},
+        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "max_steps": cfg.qkd_max_steps,
+                  "lr": 3e-4 if fam.name == "bert" else 1e-4},
         "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
