@@ -61,6 +61,7 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None, tim
             for r in res["rows"]]  # NaN (no figure) -> null: strict JSON
     config = {**res["config"], "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
               "choices": res["choices"], "elapsed_s_last_run": res["elapsed_s"],
+              "phase_seconds_last_run": res.get("phase_seconds"),
               "targets": {**targets(flat, res["choices"]["ordering"]),
                           **({"pipeline_minutes": round(res["elapsed_s"] / 60, 1), "pipeline_within_10_minutes": res["elapsed_s"] <= 600}
                              if timed else {})},

@@ -62,6 +62,10 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert {f["readable"] for f in ch["families"].values()} == {True}
     assert ch["served"]["choice"] in ("dense", "hybrid") and "cross-fitted" in ch["served"]["reason"]
     assert set(ch["ordering"]) == {"bert", "llm"} and "versions" in res
+    # where the time went, phase by phase (a user over budget sees which knob to turn)
+    phases = res["phase_seconds"]
+    assert list(phases) == ["data", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
+    assert min(phases.values()) >= 0 and sum(phases.values()) <= res["elapsed_s"] + 0.5
     assert (out / "index" / "ivfpq" / "fusion.json").exists()
     teacher_row = next(r for r in rows if "teacher" in r["chosen"])
     assert teacher_row["family"] == ch["teacher"]["family"]

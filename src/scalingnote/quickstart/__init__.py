@@ -97,6 +97,19 @@ def _write_fusion(index_dir: Path, fusion: dict) -> None:
                                                "reason": fusion["reason"]})
 
 
+class _Laps:
+    """Wall seconds of each phase of a run (a reused step costs ~0), for ``results.json``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = round(now - self._t, 1)
+        self._t = now
+
+
 def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``)."""
     import torch
@@ -112,8 +125,10 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     save_config(cfg, out / "quickstart.yaml")
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
+    laps = _Laps()
     data = runs.prepare_data(cfg, out)
     readable, report = P.readable_families(cfg, Path(data["beir"]))
+    laps.lap("data")
     fams = [family(cfg, f) for f in readable]
     pool = TowerPool()
     first = runs.large_tower_runs(cfg, fams[0], data, out)  # the held-out queries come from the first Stage I run
@@ -121,11 +136,15 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     large = P.large_towers(cfg, fams, data, out, pool, ev)
     teacher, t_why = P.choose.choose_best({f: large[f]["val"] for f in readable}, None if cfg.teacher == "auto" else cfg.teacher)
     P.say(f"teacher: {teacher} large tower ({t_why})")
+    laps.lap("stage1_large_towers")
     pseudo = runs.pseudo_queries(cfg, data, out)
     students = P.train_students(cfg, readable, large, teacher, data, out, pseudo, pool, ev)
+    laps.lap("stage2_students")
     compared = {"all": readable, "teacher": [teacher], "none": []}[cfg.compare]
     comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
+    laps.lap("comparison_runs")
     index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"])
+    laps.lap("index")
     runs.banner("evaluation")
     rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
@@ -136,11 +155,14 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     rows += served + R.depth_rows(pool, ev, large)
     R.measure_qps(pool, rows, ev.texts)
     _write_fusion(index_dir, fusion)
+    laps.lap("evaluation")
     elapsed = time.perf_counter() - t0
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows)}
-    write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), **run_metadata(cfg)})
+    write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
+                                      **run_metadata(cfg)})
     R.print_table(rows)
-    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()})")
+    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
+          + ", ".join(f"{k} {v:g}" for k, v in laps.seconds.items()) + ")")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
     print("serve it:")
