@@ -82,12 +82,9 @@ def test_ict_queries_writes_queries_qrels_and_modified_corpus(tmp_path):
 
 
 def test_corpus_texts_are_titles_and_sentences_deduplicated_and_sampled_with_the_seed(tmp_path):
-    docs = [
-        Document("a", "Vitamin D in winter", "", EN),
-        Document("b", "Vitamin D in winter", "", "Too short. Low levels are common in winter! Teeth come late sometimes."),
-        Document("c", "", "", ZH),
-    ]
-    write_corpus(tmp_path / "corpus.jsonl", docs)
+    title = "Vitamin D in winter"
+    b_text = "Too short. Low levels are common in winter! Teeth come late sometimes."
+    write_corpus(tmp_path / "corpus.jsonl", [Document("a", title, "", EN), Document("b", title, "", b_text), Document("c", "", "", ZH)])
     got = corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "t", max_texts=100, min_words=3)
     texts = [q.text for q in got]
     # every title and every long-enough sentence once (b's title and its second sentence repeat a's)
