@@ -42,7 +42,8 @@ def _texts_of(qkd_run: Path) -> int:
     return sum(sum(1 for _ in p.open()) for p in srcs if p.parent.name == "corpus_texts")
 
 
-def measure(run: Path, texts: list[int], qkd_epochs: float | None = None) -> tuple[list[dict], dict]:
+def measure(run: Path, texts: list[int], epochs: list[float] | None = None) -> tuple[list[dict], dict]:
+    """The ``as_run`` row, then one row per (epoch budget, texts value); the run's student is scored once."""
     from scalingnote.config import load_config
     from scalingnote.quickstart import QuickstartConfig, family, runs
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
@@ -64,7 +65,7 @@ def measure(run: Path, texts: list[int], qkd_epochs: float | None = None) -> tup
     n0 = _texts_of(own)
     rows = [_row("as_run", n0, json.loads((own / "run.json").read_text())["metrics"], sc0, None, chosen, teacher)]
     fam = family(cfg, cand["family"])
-    for n in texts:
+    for qkd_epochs, n in [(e, n) for e in (epochs or [None]) for n in texts]:
         if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs:
             continue  # that is the run's own QKD step
         c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs)
@@ -73,12 +74,12 @@ def measure(run: Path, texts: list[int], qkd_epochs: float | None = None) -> tup
         rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
                          chosen, teacher))
         print(rows[-1], flush=True)
+    baselines = [r for r in res["rows"] if r["method"] == "bm25" or r["method"].startswith("zero_shot_")]
     config = {"run": str(run.relative_to(REPO_ROOT)) if run.is_relative_to(REPO_ROOT) else str(run), "texts": texts,
               "qkd_max_steps": cfg.qkd_max_steps, "qkd_epochs": cfg.qkd_epochs, "val_queries": len(ev.val_qids),
-              "test_queries": len(ev.qids), "baselines_ndcg@10": {r["method"]: r["ndcg@10"] for r in res["rows"]
-                                                                 if r["method"] == "bm25" or r["method"].startswith("zero_shot_")},
-              "baselines_val_ndcg@10": {r["method"]: r.get("val_ndcg@10") for r in res["rows"]
-                                        if r["method"] == "bm25" or r["method"].startswith("zero_shot_")}}
+              "test_queries": len(ev.qids), "baselines_ndcg@10": {r["method"]: r["ndcg@10"] for r in baselines},
+              "baselines_val_ndcg@10": {r["method"]: r.get("val_ndcg@10") for r in baselines},
+              "qkd_epochs_of_new_rows": epochs or "the run's"}
     return rows, config
 
 
@@ -92,11 +93,7 @@ def main() -> None:
     ap.add_argument("--name", default=None, help="results name suffix (default: the run's data, or synthetic)")
     args = ap.parse_args()
     run = args.run.resolve()
-    rows, config = [], {}
-    for e in args.qkd_epochs or [None]:
-        r, config = measure(run, [int(x) for x in args.texts.split(",")], e)
-        rows += r if not rows else r[1:]  # the as_run row once
-    config["qkd_epochs_of_new_rows"] = args.qkd_epochs or "the run's"
+    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs)
     data = json.loads((run / "results.json").read_text())["config"].get("data")
     name = args.name or (Path(data).name if data else "synthetic")
     print(write_results(f"qkd_corpus_texts_{name}", rows, config))
