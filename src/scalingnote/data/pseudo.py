@@ -109,10 +109,15 @@ def write_pseudo_outputs(out: Path, pairs: list[PseudoQuery], source: str, confi
 def select_documents(corpus_path: str | Path, max_docs: int | None, seed: int) -> list[Document]:
     """All documents, or a seeded sample of ``max_docs`` of them (kept in corpus order)."""
     docs = list(iter_corpus(corpus_path))
-    if max_docs is not None and max_docs < len(docs):
-        keep = set(random.Random(seed).sample(range(len(docs)), max_docs))
-        docs = [d for i, d in enumerate(docs) if i in keep]
-    return docs
+    return sample_in_order(docs, max_docs, random.Random(seed)) if max_docs is not None else docs
+
+
+def sample_in_order(items: list, k: int, rng: random.Random) -> list:
+    """A random sample of ``k`` of ``items`` (all of them when there are no more), kept in their order."""
+    if k >= len(items):
+        return items
+    keep = set(rng.sample(range(len(items)), k))
+    return [x for i, x in enumerate(items) if i in keep]
 
 
 # ----------------------------------------------------------------------------- ICT
@@ -211,9 +216,7 @@ def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed:
                 seen.add(t)
                 texts.append(Query(qid, t))
     pool = len(texts)
-    if pool > max_texts:
-        keep = set(random.Random(f"{seed}\x1ftexts").sample(range(pool), max_texts))
-        texts = [q for i, q in enumerate(texts) if i in keep]
+    texts = sample_in_order(texts, max_texts, random.Random(f"{seed}\x1ftexts"))
     out.mkdir(parents=True, exist_ok=True)
     write_queries(out / "queries.jsonl", texts)
     stats = {"method": "corpus_texts", "corpus": str(corpus_path), "documents": docs, "distinct_texts": pool, "queries": len(texts),
