@@ -224,3 +224,32 @@ def test_corpus_text_ablation_reproduces_the_runs_student_and_distils_without_th
     assert off["corpus_texts"] == 0 and off["qkd_queries"] < own["qkd_queries"] and off["p_vs_first"] is not None
     assert config["val_queries"] > 0 and "bm25" in config["baselines_ndcg@10"]
     assert (out / "qkd" / f"{chosen['name']}_texts0" / "DONE").exists()
+
+
+def _llm_doc_caches(features: Path) -> dict[str, int]:
+    from scalingnote.models import FeatureCache
+
+    out = {}
+    for p in sorted(features.glob("document-d*-pooled-*")):
+        key = json.loads((p / "meta.json").read_text())["key"]
+        if key["kind"] == "llm":
+            out[p.name] = len(FeatureCache(p, key))
+    return out
+
+
+def test_one_pass_fills_every_candidate_depth_under_the_stage1_key(first_run, tiny_models, tmp_path):
+    from scalingnote.data import load_corpus
+    from scalingnote.quickstart import family
+    from scalingnote.quickstart.runs import prefill_depth_caches
+
+    out, _ = first_run
+    cfg = _cfg(tiny_models, tmp_path / "fresh")
+    prefill_depth_caches(cfg, family(cfg, "llm"), {"beir": str(out / "data")})
+    n = len(load_corpus(out / "data" / "corpus.jsonl"))
+    filled = _llm_doc_caches(tmp_path / "fresh" / "features")
+    # both depths from one pass of the 2-layer tower, every document, and the very directories (keys)
+    # the run's Stage I towers of depth 1 and 2 read: they would not have to encode the corpus again
+    assert [k.rsplit("-", 1)[0] for k in filled] == ["document-d1-pooled", "document-d2-pooled"]
+    assert set(filled.values()) == {n}
+    assert set(filled) == set(_llm_doc_caches(out / "features"))
+

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, query_qps, score
+from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, query_qps_many, score
 
 ORDER = ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
 
@@ -113,14 +113,13 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
 
 
 def measure_qps(pool: TowerPool, rows: list[dict], texts: list[str]) -> None:
-    """Query QPS of every query tower, measured back to back at the end."""
-    qps: dict[str, float] = {}
+    """Query QPS of every query tower, measured together at the end (interleaved rounds)."""
+    dirs = list(dict.fromkeys(t for r in rows if (t := r.get("_tower")) is not None))
+    qps = query_qps_many({str(t): pool.tower(t) for t in dirs}, texts)
     for r in rows:
         t = r.pop("_tower", None)
         if t is not None:
-            if t not in qps:
-                qps[t] = round(query_qps(pool.tower(t), texts), 1)
-            r["query_qps"] = qps[t]
+            r["query_qps"] = round(qps[str(t)], 1)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

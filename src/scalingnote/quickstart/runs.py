@@ -174,6 +174,7 @@ def family_method(fam: Family) -> str:
 def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) -> dict[int | None, dict[str, Any]]:
     """The family's large dual tower at each candidate depth, each with the best head learning
     rate of ``cfg.head_lrs`` on validation; {depth: metrics (+ ``lr_grid``)}."""
+    prefill_depth_caches(cfg, fam, data)
     res = {}
     for depth in fam.depths:
         tried, best = [], None
@@ -187,6 +188,23 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
                 best = m
         res[depth] = dict(best, lr_grid=" ".join(tried))
     return res
+
+
+def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None:
+    """One pass of the deepest candidate's frozen prefix fills the pooled document caches of
+    every candidate depth (heads-only runs read the state after layer N + the final norm, which
+    the deepest tower passes through), so each shallower depth costs no pass of its own over the
+    corpus (a no-op when there is one depth, layers train, or the caches are full)."""
+    depths = sorted({d for d in fam.depths if d})
+    if cfg.trainable_layers != 0 or len(depths) < 2:
+        return
+    from scalingnote.data import load_corpus
+    from scalingnote.models import fill_pooled_depths, load_tower
+
+    pool = {"pooling": fam.pooling} if fam.pooling else {}
+    dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, num_layers=depths[-1], **pool)
+    corpus = load_corpus(Path(data["beir"]) / "corpus.jsonl")
+    fill_pooled_depths(Path(cfg.out).resolve() / "features", dt, depths, list(corpus.values()), show_progress=cfg.show_progress)
 
 
 def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: int, data: dict, out: Path) -> dict[str, Any]:

@@ -112,17 +112,27 @@ def per_query_ndcg(run, qrels) -> dict[str, float]:
 
 
 def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 3) -> float:
-    """Queries/s of ``encode_queries`` (512 queries, batch 256, the threads torch is set to): the
-    best of ``repeats`` timed passes, as ``timeit`` reports, since a pass is only slowed by other
-    work on the machine (one pass measured two towers of one architecture 2x apart)."""
+    """Queries/s of one tower's ``encode_queries`` (see :func:`query_qps_many`)."""
+    return query_qps_many({"_": tower}, texts, batch_size=batch_size, repeats=repeats)["_"]
+
+
+def query_qps_many(towers: dict[str, Any], texts: list[str], batch_size: int = 256, repeats: int = 5) -> dict[str, float]:
+    """Queries/s of each tower's ``encode_queries`` (512 queries, batch 256, the threads torch is
+    set to): the best of ``repeats`` timed passes, as ``timeit`` reports, since a pass is only
+    slowed by other work on the machine. The towers take turns within each round, so a slow
+    spell of the machine hits every tower alike and their ratio (a speed-up) is not one tower's
+    luck (measured one after the other, the same two towers read 2.70x in one run, 3.11x in the
+    next; interleaved, 2.63-2.65x)."""
     texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
-    tower.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
-    best = float("inf")
+    for t in towers.values():
+        t.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
+    best = {name: float("inf") for name in towers}
     for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        tower.encode_queries(texts, batch_size=batch_size, show_progress=False)
-        best = min(best, time.perf_counter() - t0)
-    return len(texts) / best
+        for name, t in towers.items():
+            t0 = time.perf_counter()
+            t.encode_queries(texts, batch_size=batch_size, show_progress=False)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return {name: len(texts) / b for name, b in best.items()}
 
 
 def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 200, export_dir: Path | None = None) -> float:
@@ -158,4 +168,4 @@ def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: i
     return round(float(np.percentile(times, 99)), 3)
 
 
-__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "score", "single_query_p99_ms"]
+__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_ms"]
