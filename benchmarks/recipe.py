@@ -40,9 +40,11 @@ def targets(rows: list[dict[str, Any]], ordering: dict[str, bool]) -> dict[str, 
         "zero_shot_ndcg@10": zero["ndcg@10"] if zero else None,
         "student_ge_bm25": student["ndcg@10"] >= by["bm25"]["ndcg@10"],
         "student_ge_max_bm25_zero_shot": student["ndcg@10"] >= max(r["ndcg@10"] for r in baselines),
+        "student_p_vs_best_baseline": student.get("p_vs_best_baseline"),  # paired t-test (runs since 2026-11-26)
         "served": served["method"],
         "served_ndcg@10": served["ndcg@10"],
         "served_ge_every_baseline": all(served["ndcg@10"] >= r["ndcg@10"] for r in baselines),
+        "served_p_vs_best_baseline": served.get("p_vs_best_baseline"),
         "served_ge_max_bm25_student": served["ndcg@10"] >= max(by["bm25"]["ndcg@10"], student["ndcg@10"]),
         "ordering_twinbert_small<scaling_doc<scalingnote<=scaling_dual": ordering,
     }

@@ -27,9 +27,9 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 #: (results file, title, columns to show; None = all scalar columns)
 TABLES: list[tuple[str, str, list[str] | None]] = [
     ("recipe_scifact", "The quick-start recipe on SciFact (`python -m benchmarks.recipe --data scifact`: every choice on validation queries; the paper's comparison at matched online cost per family; full test split and corpus)",
-     ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
-    ("recipe_kuake_qtr", "The quick-start recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
-    ("recipe_synthetic", "The quick-start recipe on the synthetic note-search log (`python -m benchmarks.recipe --data synthetic`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
+     ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "p_vs_best_baseline", "query_qps", "p99_ms", "chosen"]),
+    ("recipe_kuake_qtr", "The quick-start recipe on KUAKE-QTR (`python -m benchmarks.recipe --data kuake_qtr`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "p_vs_best_baseline", "query_qps", "p99_ms", "chosen"]),
+    ("recipe_synthetic", "The quick-start recipe on the synthetic note-search log (`python -m benchmarks.recipe --data synthetic`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "p_vs_best_baseline", "query_qps", "p99_ms", "chosen"]),
     ("qkd_listwise", "QKD with and without its listwise term, same teacher and steps (`python -m benchmarks.qkd_listwise`; val = the teacher's held-out validation queries, never distilled on; p = paired t-test vs the first row of the data set)",
      ["data", "student", "rank_weight", "epochs", "steps_run", "best_step", "train_queries", "train_seconds", "val_ndcg@10", "val_p_vs_first", "ndcg@10", "r@100", "p_vs_first"]),
     ("qkd_corpus_texts_synthetic", "QKD's query pool with and without the corpus's titles and sentences (synthetic log, quick start) (`python -m benchmarks.qkd_corpus_texts`; row as_run = the run's own student; p = paired t-test vs it)",
@@ -50,7 +50,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_scifact_placeholder", "Stage I on SciFact with the paper's placeholder pooling (earlier run: random head, 2 layers)", None),
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
-    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "query_qps", "p99_ms", "chosen"]),
+    ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", ["method", "large_tower", "query_tower", "query_layers", "val_ndcg@10", "ndcg@10", "r@100", "p_vs_prev", "p_vs_best_baseline", "query_qps", "p99_ms", "chosen"]),
     ("quickstart_equivalence", "Quick start before the restructuring (commit 318a7af) vs now, embedded defaults, full precision (`python -m benchmarks.quickstart_equivalence`)", None),
     ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python -m benchmarks.fresh_clone`)", None),
     ("quickstart_scifact", "Quick start on SciFact (`scalingnote quickstart --data ../shared/data/scifact --set evaluate_start=true`: start_* columns = each method before training; the other columns are what the default command gives)", None),

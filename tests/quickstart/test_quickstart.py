@@ -56,6 +56,12 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert next(r["ndcg@10"] for r in rows if r["method"] == "bm25") > 0.5
     student = next(r for r in rows if "student" in r["chosen"])
     assert all(r["ndcg@10"] > student["ndcg@10"] + 0.1 for r in rows if r["method"].startswith("scalingnote+bm25"))
+    # the student and the served row each carry a paired t-test against the best baseline row
+    best = max((r for r in rows if r["method"] in ("bm25", "zero_shot_bert")), key=lambda r: r["ndcg@10"])
+    for r in (student, next(r for r in rows if "served" in r["chosen"])):
+        assert r["best_baseline"] == best["method"] and 0 <= r["p_vs_best_baseline"] <= 1
+        assert r["delta_vs_best_baseline"] == pytest.approx(r["ndcg@10"] - best["ndcg@10"], abs=1e-4)
+    assert not any("_pq" in r or "_tower" in r for r in rows)
     res = json.loads((out / "results.json").read_text())
     ch = res["choices"]
     assert ch["teacher"]["family"] in ("bert", "llm") and "validation" in ch["teacher"]["reason"]

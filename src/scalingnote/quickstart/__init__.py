@@ -154,6 +154,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         next(r for r in rows if "student" in r["chosen"])["chosen"] += "+served"
     rows += served + R.depth_rows(pool, ev, large)
     R.measure_qps(pool, rows, ev.texts)
+    R.vs_best_baseline(rows)
     _write_fusion(index_dir, fusion)
     laps.lap("evaluation")
     elapsed = time.perf_counter() - t0

@@ -27,7 +27,26 @@ def row(method: str, sc: Scored, *, large: str = "-", query: str = "-", layers: 
          "val_ndcg@10": val, "query_qps": None, "chosen": chosen, **extra}
     if tower is not None:
         r["_tower"] = str(tower)
+    if sc.per_query:
+        r["_pq"] = sc.per_query  # per-query nDCG@10 for the significance columns; dropped by vs_best_baseline
     return r
+
+
+def vs_best_baseline(rows: list[dict], baselines: tuple[str, ...] = ("bm25", "zero_shot_")) -> None:
+    """The chosen student's and the served row's paired t-test against the best baseline row
+    (BM25 or the zero-shot tower, by test nDCG@10): ``best_baseline``, ``delta_vs_best_baseline``,
+    ``p_vs_best_baseline`` (a target missed or met by a hair reads with its p-value). Drops the
+    rows' per-query scores."""
+    from scalingnote.evaluation.significance import paired_ttest
+
+    base = [r for r in rows if r["method"].startswith(baselines) and r.get("_pq")]
+    best = max(base, key=lambda r: r["ndcg@10"]) if base else None
+    for r in rows:
+        if best is not None and r is not best and r.get("_pq") and ("student" in r["chosen"] or "served" in r["chosen"]):
+            r.update(best_baseline=best["method"], delta_vs_best_baseline=round(r["ndcg@10"] - best["ndcg@10"], 4),
+                     p_vs_best_baseline=round(paired_ttest(r["_pq"], best["_pq"]).pvalue, 6))
+    for r in rows:
+        r.pop("_pq", None)
 
 
 def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teacher: str, student_dir: str) -> list[dict]:
