@@ -122,7 +122,7 @@ def query_qps_many(towers: dict[str, Any], texts: list[str], batch_size: int = 2
     slowed by other work on the machine. The towers take turns within each round, so a slow
     spell of the machine hits every tower alike and their ratio (a speed-up) is not one tower's
     luck (measured one after the other, the same two towers read 2.70x in one run, 3.11x in the
-    next; interleaved, 2.63-2.65x)."""
+    next; interleaved, 2.6-2.9x across runs)."""
     texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
     for t in towers.values():
         t.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
