@@ -46,6 +46,7 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None) -> t
     """The ``as_run`` row, then one row per (epoch budget, texts value); the run's student is scored once."""
     from scalingnote.config import load_config
     from scalingnote.quickstart import QuickstartConfig, family, runs
+    from scalingnote.quickstart.report import BASELINES
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
 
     cfg = load_config(QuickstartConfig, run / "quickstart.yaml")  # a field the run predates takes today's default
@@ -74,7 +75,7 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None) -> t
         rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
                          chosen, teacher))
         print(rows[-1], flush=True)
-    baselines = [r for r in res["rows"] if r["method"] == "bm25" or r["method"].startswith("zero_shot_")]
+    baselines = [r for r in res["rows"] if r["method"].startswith(BASELINES)]
     config = {"run": str(run.relative_to(REPO_ROOT)) if run.is_relative_to(REPO_ROOT) else str(run), "texts": texts,
               "qkd_max_steps": cfg.qkd_max_steps, "qkd_epochs": cfg.qkd_epochs, "val_queries": len(ev.val_qids),
               "test_queries": len(ev.qids), "baselines_ndcg@10": {r["method"]: r["ndcg@10"] for r in baselines},

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
+from scalingnote.quickstart.report import BASELINES
 
 #: per data set: query / document lengths (tokens). KUAKE titles are short, but the LLM document prompt (§3.2) adds
 #: its template around them: at 64 tokens it crowded the text out (nDCG@10 0.22 vs 0.57 at 256)
 LENGTHS = {"scifact": (64, 256), "kuake_qtr": (64, 256), "synthetic": (32, 128)}
-BASELINES = ("bm25", "zero_shot_")
 
 
 def targets(rows: list[dict[str, Any]], ordering: dict[str, bool]) -> dict[str, Any]:

@@ -74,7 +74,7 @@ class QuickstartConfig:
     qkd_max_pseudo_queries: int = 3000
     #: unlabelled corpus text (titles and sentences, a seeded sample of this many) added to QKD's query
     #: pool: the student imitates the teacher's query tower on the data's own vocabulary, not only on the
-    #: few logged queries (``benchmarks/results/qkd_corpus_texts.json``); 0 = off
+    #: few logged queries (``benchmarks/results/qkd_corpus_texts_<data>.json``); 0 = off
     qkd_corpus_texts: int = 10000
     #: QKD's step budget: at most this many steps (the schedule spans them), whatever the pool's size;
     #: None = ``qkd_epochs`` epochs

@@ -10,6 +10,8 @@ from typing import Any
 from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, query_qps_many, score
 
 ORDER = ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
+#: method-name prefixes of the baseline rows (BM25, the zero-shot BERT-family tower)
+BASELINES = ("bm25", "zero_shot_")
 
 
 def tower_label(pool: TowerPool, qdir: str | Path, qkd: bool = False) -> tuple[str, int]:
@@ -32,14 +34,14 @@ def row(method: str, sc: Scored, *, large: str = "-", query: str = "-", layers: 
     return r
 
 
-def vs_best_baseline(rows: list[dict], baselines: tuple[str, ...] = ("bm25", "zero_shot_")) -> None:
+def vs_best_baseline(rows: list[dict]) -> None:
     """The chosen student's and the served row's paired t-test against the best baseline row
     (BM25 or the zero-shot tower, by test nDCG@10): ``best_baseline``, ``delta_vs_best_baseline``,
     ``p_vs_best_baseline`` (a target missed or met by a hair reads with its p-value). Drops the
     rows' per-query scores."""
     from scalingnote.evaluation.significance import paired_ttest
 
-    base = [r for r in rows if r["method"].startswith(baselines) and r.get("_pq")]
+    base = [r for r in rows if r["method"].startswith(BASELINES) and r.get("_pq")]
     best = max(base, key=lambda r: r["ndcg@10"]) if base else None
     for r in rows:
         if best is not None and r is not best and r.get("_pq") and ("student" in r["chosen"] or "served" in r["chosen"]):
@@ -134,11 +136,11 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
 def measure_qps(pool: TowerPool, rows: list[dict], texts: list[str]) -> None:
     """Query QPS of every query tower, measured together at the end (interleaved rounds)."""
     dirs = list(dict.fromkeys(t for r in rows if (t := r.get("_tower")) is not None))
-    qps = query_qps_many({str(t): pool.tower(t) for t in dirs}, texts)
+    qps = query_qps_many({t: pool.tower(t) for t in dirs}, texts)
     for r in rows:
         t = r.pop("_tower", None)
         if t is not None:
-            r["query_qps"] = round(qps[str(t)], 1)
+            r["query_qps"] = round(qps[t], 1)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
