@@ -48,6 +48,11 @@ def targets(rows: list[dict[str, Any]], ordering: dict[str, bool]) -> dict[str, 
         "served_ge_max_bm25_student": served["ndcg@10"] >= max(by["bm25"]["ndcg@10"], student["ndcg@10"]),
         "ordering_twinbert_small<scaling_doc<scalingnote<=scaling_dual": ordering,
     }
+    ivf = by.get("scalingnote+ivfpq")
+    if ivf:  # what the compressed index (nprobe / re-rank chosen on validation + training queries) costs the student
+        t["ivfpq_ndcg@10"] = ivf["ndcg@10"]
+        t["ivfpq_minus_exact_student"] = round(ivf["ndcg@10"] - student["ndcg@10"], 4)
+        t["ivfpq_ge_every_baseline"] = all(ivf["ndcg@10"] >= r["ndcg@10"] for r in baselines)
     if six and student.get("query_qps"):
         t["student_speedup_vs_6_layer_tower"] = round(student["query_qps"] / six[0]["query_qps"], 2)
     return t

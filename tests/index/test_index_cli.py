@@ -57,6 +57,13 @@ def test_encode_build_info_search(cli, tmp_path, beir_dir, tiny_bert_dir, other_
     meta = json.loads((tmp_path / "run.trec.meta.json").read_text())
     assert meta["config"]["rerank"] == 30 and meta["timings"]["search_qps"] > 0 and "faiss-cpu" in meta["versions"]
 
+    # `index tune` chooses nprobe / re-rank on the queries and writes them as the search defaults
+    r = runner.invoke(cli, ["index", "tune", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--queries", str(beir_dir), "--split", "test", "--target", "0.9"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((idx / "manifest.json").read_text())
+    chosen = man["search_tuning"]["chosen"]
+    assert chosen["recall"] >= 0.9 and man["search_defaults"]["nprobe"] == chosen["nprobe"] and "recall@10 vs exact" in r.output
+
     # a queries.jsonl file works too
     r = runner.invoke(cli, ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--queries", str(beir_dir / "queries.jsonl"), "--out", str(tmp_path / "run2.trec"), "--k", "5"])
     assert r.exit_code == 0, r.output

@@ -73,6 +73,14 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert list(phases) == ["data", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
     assert min(phases.values()) >= 0 and sum(phases.values()) <= res["elapsed_s"] + 0.5
     assert (out / "index" / "ivfpq" / "fusion.json").exists()
+    # the served index's nprobe / re-rank were chosen on validation + training queries (never test)
+    # and are its search defaults; the compressed-index row searched with them
+    man = json.loads((out / "index" / "ivfpq" / "manifest.json").read_text())
+    tuned = ch["index"]
+    assert tuned == man["search_tuning"] and man["search_defaults"]["nprobe"] == tuned["chosen"]["nprobe"]
+    assert tuned["n_queries"] > 0 and "recall@10 vs exact" in tuned["reason"]
+    ivf_row = next(r for r in rows if r["method"] == "scalingnote+ivfpq")
+    assert f"nprobe={tuned['chosen']['nprobe']} rerank={tuned['chosen']['rerank']}" in ivf_row["search"]
     teacher_row = next(r for r in rows if "teacher" in r["chosen"])
     assert teacher_row["family"] == ch["teacher"]["family"]
     # QKD's listwise weight is a choice on validation: one student per weight, the best-validating kept
@@ -213,8 +221,9 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
         _cfg(tiny_models, tmp_path / "bad", compare="some")
 
 
-def test_default_factory_uses_4_bit_codes_below_10k_vectors():
-    assert default_factory(1500, 128) == "IVF154,PQ16x4"
+def test_default_factory_uses_4_bit_codes_below_10k_vectors_and_39_points_per_list():
+    assert default_factory(1500, 128) == "IVF38,PQ16x4"  # 4*sqrt(n) = 154 lists would hold ~10 vectors each
+    assert default_factory(5183, 128) == "IVF132,PQ16x4"
     assert default_factory(32176, 128) == "IVF717,PQ16x8"
 
 
@@ -259,3 +268,15 @@ def test_one_pass_fills_every_candidate_depth_under_the_stage1_key(first_run, ti
     assert set(filled.values()) == {n}
     assert set(filled) == set(_llm_doc_caches(out / "features"))
 
+
+
+def test_index_tuning_queries_are_validation_and_training_queries_never_test(first_run):
+    from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
+
+    out, _ = first_run
+    stage1 = next(p.parent for p in sorted((out / "stage1").glob("*/run.json")))
+    ev = load_eval_set(out / "data", "test", stage1, None)
+    texts = tuning_texts(ev, stage1, limit=20, seed=0)
+    assert texts[: len(ev.val_texts)] == ev.val_texts and len(texts) == len(ev.val_texts) + 20
+    assert not set(texts) & set(ev.texts) and len(set(texts)) == len(texts)
+    assert texts == tuning_texts(ev, stage1, limit=20, seed=0)  # seeded

@@ -1,4 +1,4 @@
-"""``scalingnote index encode|build|export|milvus-server|info|bm25`` and ``scalingnote search``: thin
+"""``scalingnote index encode|build|tune|export|milvus-server|info|bm25`` and ``scalingnote search``: thin
 wrappers over :mod:`scalingnote.index`. The options of ``index build`` are generated from
 :class:`~scalingnote.index.build.IndexConfig`."""
 
@@ -15,7 +15,7 @@ from scalingnote.index.build import IndexConfig
 
 def register(app: typer.Typer) -> None:
     index_app = typer.Typer(help="Corpus encoding, FAISS indexes, semantic IDs.", no_args_is_help=True)
-    for add in (_encode, _build, _export, _milvus_server, _info, _bm25):
+    for add in (_encode, _build, _tune, _export, _milvus_server, _info, _bm25):
         add(index_app)
     from scalingnote.cli.index_live import register_live
 
@@ -155,6 +155,35 @@ def _milvus_server(index_app: typer.Typer) -> None:
                 if not srv.running:
                     raise typer.Exit(1)
             typer.echo("stopping the Milvus server...", err=True)
+
+
+def _tune(index_app: typer.Typer) -> None:
+    @index_app.command("tune")
+    def tune(
+        index: Path = typer.Option(..., "--index", help="Index directory (its search defaults are rewritten)."),
+        query_tower: str = typer.Option(..., "--query-tower", help="The query tower the index will be served with."),
+        queries: Path = typer.Option(..., "--queries", help="queries.jsonl, or a BEIR directory (with --split): validation or training queries, never test."),
+        split: str | None = typer.Option("train", "--split", help="With a BEIR directory: the queries judged in qrels/<split>.tsv."),
+        target: float = typer.Option(0.99, "--target", min=0.0, max=1.0, help="Recall@k against exact search to reach."),
+        k: int = typer.Option(10, "--k", min=1),
+        limit: int = typer.Option(2000, "--limit", min=1, help="Tune on at most this many queries (a seeded sample)."),
+        seed: int = typer.Option(0, "--seed"),
+    ) -> None:
+        """Choose the cheapest nprobe / ef_search and re-rank depth whose top-k keeps `target` of exact
+        search's top-k on the given queries; write them as the index's search defaults."""
+        import numpy as np
+
+        from scalingnote.index import DenseIndex
+        from scalingnote.index.pipeline import load_tower_for, read_search_queries
+        from scalingnote.index.tune import save_search_defaults, tune_search
+
+        qs = read_search_queries(queries, split)
+        if len(qs) > limit:
+            qs = [qs[i] for i in sorted(np.random.default_rng(seed).choice(len(qs), size=limit, replace=False).tolist())]
+        idx = DenseIndex.open(index, query_tower=load_tower_for(query_tower, "query"))
+        rep = tune_search(idx, idx.query_vectors([q.text for q in qs]), k=k, target=target)
+        defaults = save_search_defaults(index, rep)
+        typer.echo(f"{rep['reason']}\n{index}: search defaults {json.dumps(defaults)}")
 
 
 def _info(index_app: typer.Typer) -> None:

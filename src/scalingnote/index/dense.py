@@ -132,10 +132,13 @@ class DenseIndex(VectorSearcher):
         number of candidates, since a beam of width ef returns at most ~ef results).
         ``rerank=N``: fetch ``max(N, k)`` candidates from
         the ANN index and re-score them exactly with the full-precision vectors
-        (TMJ §6); scores are then exact inner products.
+        (TMJ §6); scores are then exact inner products. ``rerank=None``: the index's
+        default (set by :func:`scalingnote.index.tune.tune_search`; none unless tuned),
+        ``rerank=0``: no re-rank.
         """
-        q, n_cand = self.prepare_search(queries, k, rerank)
         defaults = self.manifest.get("search_defaults", {})
+        rerank = rerank if rerank is not None else defaults.get("rerank")
+        q, n_cand = self.prepare_search(queries, k, rerank)
         ef = ef_search if ef_search is not None else defaults.get("ef_search")
         if ef is not None and self._hnsw_graph:
             # an HNSW beam of width ef returns at most ~ef results: widen it to the candidates asked for

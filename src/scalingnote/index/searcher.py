@@ -188,11 +188,11 @@ class VectorSearcher(SearcherBase):
 
     def prepare_search(self, queries: Queries, k: int, rerank: int | None) -> tuple[np.ndarray, int]:
         """Checks ``k`` / ``rerank``; the query unit vectors and the number of ANN candidates
-        to fetch (``max(k, rerank)``, at most the number of documents)."""
+        to fetch (``max(k, rerank)``, at most the number of documents); ``rerank=0``: no re-rank."""
         if k < 1:
             raise ScalingNoteError(f"k must be >= 1, got {k}")
-        if rerank is not None and rerank < 1:
-            raise ScalingNoteError(f"rerank must be >= 1 (number of candidates), got {rerank}")
+        if rerank is not None and rerank < 0:
+            raise ScalingNoteError(f"rerank must be >= 0 (number of candidates; 0 = no re-rank), got {rerank}")
         return self.query_vectors(queries), min(max(k, rerank) if rerank else k, len(self))
 
     def query_vectors(self, queries: Queries) -> np.ndarray:

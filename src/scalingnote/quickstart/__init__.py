@@ -81,9 +81,15 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
                      "chosen": "served" if fusion["choice"] == "hybrid" else "",
                      "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
     idx = DenseIndex.open(index_dir, query_tower=pool.tower(student["dir"]))
-    res = idx.search(pool.encode(student["dir"], ev.texts), k=100, nprobe=cfg.nprobe, rerank=cfg.rerank)
+    tuned = idx.manifest.get("search_tuning")
+    kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
+    res = idx.search(pool.encode(student["dir"], ev.texts), k=100, **kw)
+    used = {**idx.manifest.get("search_defaults", {}), **kw}
+    how = f"nprobe={used.get('nprobe')} rerank={used.get('rerank', 0)}"
+    if tuned:
+        how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
     rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
-                 "search": f"{idx.factory} nprobe={cfg.nprobe} rerank={cfg.rerank}", "_tower": student["dir"]})
+                 "search": f"{idx.factory} {how}", "_tower": student["dir"]})
     return rows, fusion
 
 
@@ -116,7 +122,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
 
     from scalingnote.config import save_config
     from scalingnote.quickstart import pipeline as P, report as R, runs
-    from scalingnote.quickstart.scoring import TowerPool, load_eval_set
+    from scalingnote.quickstart.scoring import TowerPool, load_eval_set, tuning_texts
     from scalingnote.utils import run_metadata, seed_everything, write_json
 
     P.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split)
@@ -131,7 +137,8 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     fams = [family(cfg, f) for f in readable]
     pool = TowerPool()
     first = runs.large_tower_runs(cfg, fams[0], data, out)  # the held-out queries come from the first Stage I run
-    ev = load_eval_set(Path(data["beir"]), cfg.eval_split, Path(next(iter(first.values()))["run_dir"]), cfg.max_eval_queries)
+    first_dir = Path(next(iter(first.values()))["run_dir"])
+    ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
     large = P.large_towers(cfg, fams, data, out, pool, ev)
     teacher, t_why = P.choose.choose_best({f: large[f]["val"] for f in readable}, None if cfg.teacher == "auto" else cfg.teacher)
     P.say(f"teacher: {teacher} large tower ({t_why})")
@@ -142,7 +149,8 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     compared = {"all": readable, "teacher": [teacher], "none": []}[cfg.compare]
     comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
     laps.lap("comparison_runs")
-    index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"])
+    tune = tuning_texts(ev, first_dir, seed=cfg.seed) if cfg.index_recall is not None else None
+    index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"], Path(students["chosen"]["dir"]), tune)
     laps.lap("index")
     runs.banner("evaluation")
     rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
@@ -157,7 +165,10 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     _write_fusion(index_dir, fusion)
     laps.lap("evaluation")
     elapsed = time.perf_counter() - laps.start
-    choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows)}
+    from scalingnote.index import read_manifest
+
+    choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
+               "index": read_manifest(index_dir).get("search_tuning")}
     write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
                                       **run_metadata(cfg)})
     R.print_table(rows)

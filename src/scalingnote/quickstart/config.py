@@ -105,6 +105,10 @@ class QuickstartConfig:
     semantic_id_layers: int = 6
     rerank: int = 100
     nprobe: int = 16
+    #: choose nprobe and the re-rank depth on validation + training queries (encoded by the served
+    #: student): the cheapest setting whose top 10 holds this share of exact search's top 10
+    #: (:func:`scalingnote.index.tune.tune_search`); None = serve ``nprobe`` / ``rerank`` as given
+    index_recall: float | None = 0.99
     eval_split: str = "test"
     max_eval_queries: int | None = None
     show_progress: bool = True

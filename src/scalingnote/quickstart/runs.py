@@ -349,25 +349,37 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
 
 # ---------------------------------------------------------------------------- index
 def default_factory(n: int, dim: int) -> str:
-    """IVF with ~4·sqrt(n) lists and 16 PQ sub-quantisers (32x compression of 128-d fp32 at 8 bits).
+    """IVF with ~4·sqrt(n) lists, at most n/39 (FAISS's 39 training points per centroid), and 16 PQ
+    sub-quantisers (32x compression of 128-d fp32 at 8 bits).
 
     Below 10k vectors the codes are 4-bit (64x): 8-bit PQ needs 256 centroids per sub-space,
-    i.e. >= 9,984 training vectors for FAISS's 39-per-centroid rule."""
-    nlist = max(4, min(4096, int(4 * math.sqrt(n))))
+    i.e. >= 9,984 training vectors for the same rule."""
+    nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39))
     m = 16 if dim % 16 == 0 else 8
     bits = 8 if n >= 10_000 else 4
     return f"IVF{nlist},PQ{m}x{bits}"
 
 
-def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path) -> Path:
-    """IVFPQ + residual-K-means semantic IDs over the teacher's document embeddings."""
+def _digest(step_dir: Path) -> str | None:
+    marker = step_dir / "DONE"
+    return json.loads(marker.read_text()).get("digest") if marker.exists() else None
+
+
+def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path, student_dir: Path | None = None,
+                tune_queries: Any = None) -> Path:
+    """IVFPQ + residual-K-means semantic IDs over the teacher's document embeddings; with
+    ``cfg.index_recall``, its nprobe and re-rank depth chosen on ``tune_queries`` (texts the served
+    student encodes: validation and training queries, never test)."""
     from scalingnote.index import build_index, tower_identity
     from scalingnote.models import load_tower
 
     d = out / "index"
-    teacher_marker = teacher_dir / "DONE"
-    inputs = {"teacher": str(teacher_dir), "teacher_digest": json.loads(teacher_marker.read_text()).get("digest"),
+    tuned = cfg.index_recall is not None and student_dir is not None and tune_queries
+    inputs = {"teacher": str(teacher_dir), "teacher_digest": _digest(teacher_dir),
               "factory": cfg.index_factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
+    if tuned:
+        inputs.update(index_recall=cfg.index_recall, student=str(student_dir), student_digest=_digest(Path(student_dir).parent),
+                      tune_queries=len(tune_queries))
     if not step_done(d, inputs):
         banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
         emb = np.load(teacher_dir / "doc_embeddings.npy")
@@ -379,9 +391,27 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
             nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
-        mark_done(d, inputs, {"factory": factory})
+        extra: dict[str, Any] = {"factory": factory}
+        if tuned:
+            extra["search_tuning"] = tune_index(cfg, d / "ivfpq", student_dir, tune_queries)
+        mark_done(d, inputs, extra)
     return d / "ivfpq"
 
 
-__all__ = ["build_ivfpq", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> dict[str, Any]:
+    """Choose the served nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on
+    ``texts`` encoded by the student; written into the index's search defaults."""
+    from scalingnote.index import DenseIndex
+    from scalingnote.index.tune import save_search_defaults, tune_search
+    from scalingnote.models import load_tower
+
+    tower = load_tower(student_dir)
+    idx = DenseIndex.open(index_dir, query_tower=tower)
+    report = tune_search(idx, idx.query_vectors(list(texts)), k=10, target=float(cfg.index_recall))
+    save_search_defaults(index_dir, report)
+    banner(f"index search settings: {report['reason']}")
+    return {key: report[key] for key in ("chosen", "met", "reason")}
+
+
+__all__ = ["build_ivfpq", "tune_index", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]

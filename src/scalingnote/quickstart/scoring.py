@@ -50,6 +50,25 @@ def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int |
                    {q: vqrels[q] for q in vids})
 
 
+def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int = 0) -> list[str]:
+    """Query texts to tune the index's search settings on: the validation queries and up to
+    ``limit`` training queries of the Stage I run ``heldout_from`` (never a reported query)."""
+    from scalingnote.training.config import load_train_config
+    from scalingnote.training.data import load_training_data
+
+    cfg = load_train_config(Path(heldout_from) / "config.yaml")
+    test_ids, test_texts = set(ev.qids), set(ev.texts)
+    seen = set(ev.val_texts)
+    train = []
+    for e in load_training_data(cfg.data, cfg.seed, show_progress=False).train:
+        if e.query_id not in test_ids and e.query not in test_texts and e.query not in seen:
+            seen.add(e.query)
+            train.append(e.query)
+    rng = np.random.default_rng(seed)
+    pick = sorted(rng.choice(len(train), size=min(limit, len(train)), replace=False).tolist()) if train else []
+    return list(ev.val_texts) + [train[i] for i in pick]
+
+
 class TowerPool:
     """Loads each query tower and each document-embedding set once."""
 
