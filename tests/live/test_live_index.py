@@ -261,3 +261,20 @@ def test_searches_never_fail_during_ingest_and_compaction(live_index, tiny_bert_
     assert not errors and counts and min(counts) == 10
     assert len(live) == 48 + 12 - 3
     live.close()
+
+
+def test_tuned_search_settings_survive_a_compaction(live_index, tiny_bert_dir):
+    from scalingnote.index import DenseIndex, read_manifest
+    from scalingnote.index.tune import save_search_defaults, tune_search
+
+    idx = DenseIndex.open(live_index)
+    save_search_defaults(live_index, tune_search(idx, np.asarray(idx.vectors[:20]), k=5, target=0.99, reranks=(50,)))
+    want = read_manifest(live_index)["search_defaults"]
+    assert want["rerank"] == 50
+    live = _open(live_index, tiny_bert_dir)
+    for retrain in (False, True):  # a compaction into the trained structure, and a retraining rebuild
+        live.upsert([Document(f"t{retrain}", "tapir", "", "a tapir swims")])
+        live.compact(retrain=retrain)
+        man = live.store.dense.manifest
+        assert man["search_defaults"] == want and man["search_tuning"]["chosen"]["rerank"] == 50
+    live.close()
