@@ -219,6 +219,8 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
     assert _cfg(tiny_models, tmp_path / "b", compare=True).compare == "all" and _cfg(tiny_models, tmp_path / "b", compare=False).compare == "none"
     with pytest.raises(ConfigError, match="compare"):
         _cfg(tiny_models, tmp_path / "bad", compare="some")
+    with pytest.raises(ConfigError, match="index_recall"):
+        _cfg(tiny_models, tmp_path / "bad", index_recall=1.5)
 
 
 def test_default_factory_uses_4_bit_codes_below_10k_vectors_and_39_points_per_list():

@@ -146,6 +146,8 @@ class QuickstartConfig:
             raise ConfigError(None, None, "qkd_rank_weights", f"needs weights >= 0, got {self.qkd_rank_weights!r}")
         if self.student_p99_ms is not None and self.student_p99_ms <= 0:
             raise ConfigError(None, None, "student_p99_ms", f"must be > 0 ms, got {self.student_p99_ms}")
+        if self.index_recall is not None and not 0 < self.index_recall <= 1:
+            raise ConfigError(None, None, "index_recall", f"must be in (0, 1] (a share of exact search's top 10) or null, got {self.index_recall}")
         for s in self.students or []:
             parse_student(s)
 
