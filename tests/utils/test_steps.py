@@ -168,3 +168,30 @@ def test_a_setting_added_or_retired_at_an_empty_default_is_no_change(tmp_path):
     assert step_state(d, {"lr": 0.1, "loss": {"dims": [8], "name": None, "options": {}}}) == "done"
     assert changed_keys(d, {"lr": 0.1, "loss": {"dims": [8], "name": "infonce"}}) == ["loss.name"]
     assert changed_keys(d, {"lr": 0.1, "deepspeed": "zero3.json", "loss": {"dims": [8]}}) == ["deepspeed"]
+
+
+@dataclass
+class _CfgV2:  # _Cfg of a later version: one more setting, with a non-empty default
+    seed: int = 0
+    optim: _Opt = field(default_factory=_Opt)
+    schedule: str = "linear"
+
+
+def test_a_setting_added_later_at_its_default_does_not_redo_older_steps(tmp_path):
+    from dataclasses import asdict
+
+    from scalingnote.utils.steps import with_defaults
+
+    d = tmp_path / "step"
+    mark_step(d, with_defaults({"config": asdict(_Cfg(seed=3)), "data": "a"}, _Cfg(seed=3), "config."))  # the older version
+    new = _CfgV2(seed=3)
+    assert step_state(d, with_defaults({"config": asdict(new), "data": "a"}, new, "config.")) == "done"
+    other = _CfgV2(seed=3, schedule="cosine")  # the new setting away from its default is a change
+    assert changed_keys(d, with_defaults({"config": asdict(other), "data": "a"}, other, "config.")) == ["config.schedule"]
+    # a record made before defaults were recorded at all matches too, and real changes still show
+    mark_step(d, {"config": asdict(_Cfg(seed=3)), "data": "a"})
+    assert step_state(d, with_defaults({"config": asdict(new), "data": "a"}, new, "config.")) == "done"
+    moved = _CfgV2(seed=4, optim=_Opt(dims=(8,)))
+    assert changed_keys(d, with_defaults({"config": asdict(moved), "data": "a"}, moved, "config.")) == ["config.optim.dims.0", "config.optim.dims.1", "config.seed"]
+    with pytest.raises(StepChangedError, match=r"config.seed: 3 -> 4"):
+        check_step(d, with_defaults({"config": asdict(moved), "data": "a"}, moved, "config."), on_change="refuse")

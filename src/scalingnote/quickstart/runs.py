@@ -16,6 +16,7 @@ import numpy as np
 
 from scalingnote.quickstart.config import Family, QuickstartConfig
 from scalingnote.utils import write_json
+from scalingnote.utils.steps import with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: P
 
     run_dir = out / "stage1" / name
     tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from)
-    inputs = {"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}
+    inputs = with_defaults({"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}, tc, "config.")
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
         res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
@@ -338,8 +339,8 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
     })
     teacher_marker = teacher_dir / "DONE"
-    inputs = {"config": json.loads(json.dumps(_config_dict(dc), default=str)), "data": data_fingerprint(data),
-              "teacher": json.loads(teacher_marker.read_text()).get("digest") if teacher_marker.exists() else None}
+    inputs = with_defaults({"config": json.loads(json.dumps(_config_dict(dc), default=str)), "data": data_fingerprint(data),
+                            "teacher": json.loads(teacher_marker.read_text()).get("digest") if teacher_marker.exists() else None}, dc, "config.")
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
         distill(dc, resume=True, on_change="redo")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scalingnote.training import distributed as D
-from scalingnote.utils.steps import RECORD, changed_keys, check_step, mark_step
+from scalingnote.utils.steps import RECORD, changed_keys, check_step, mark_step, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def config_inputs(cfg: Any, paths: dict[str, Any] | None = None) -> dict[str, An
         for p in parents:
             node = node[p]
         node[last] = as_input_path(value) if isinstance(value, str) else value
-    return out
+    return with_defaults(out, cfg)  # a setting added later at its default does not redo older runs
 
 
 def begin_run(out: str | Path, inputs: dict[str, Any], *, resume: bool, on_change: OnChange, stale: tuple[str, ...] = ()) -> None:

@@ -166,11 +166,56 @@ def _value(flat: dict[str, Any], key: str) -> Any:
     return None if v == {} else v
 
 
+DEFAULTS = "$defaults"  #: inputs key: {dotted key: the config field's default} (see :func:`with_defaults`)
+
+
+def _field_defaults(cls: type, prefix: str) -> dict[str, Any]:
+    """Canonical leaf defaults of a dataclass's fields (nested dataclass defaults recursed into;
+    fields without a default skipped)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+        else:
+            continue
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(_field_defaults(type(value), key + "."))
+        else:
+            out.update(_flatten(canonical(value), key))
+    return out
+
+
+def with_defaults(inputs: dict[str, Any], cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """``inputs`` plus the defaults of ``cfg``'s dataclass fields (under ``prefix``, e.g.
+    ``"config."`` where the config sits under ``inputs["config"]``), so that a step recorded
+    before a setting existed still matches while that setting has its default: a field added
+    later at a non-empty default (``optim.schedule: "linear"``) does not redo older steps."""
+    known = dict(inputs.get(DEFAULTS) or {})
+    known.update(_field_defaults(type(cfg), prefix))
+    return {**inputs, DEFAULTS: known}
+
+
 def diff_keys(old: Any, new: Any) -> list[str]:
     """Dotted keys whose values differ between two canonical input dicts (a path fingerprint is
-    one value: ``data.data_dir``, not its parts; absent, null and ``{}`` are the same value)."""
-    a, b = _flatten(old), _flatten(new)
-    return sorted(k for k in set(a) | set(b) if _value(a, k) != _value(b, k))
+    one value: ``data.data_dir``, not its parts; absent, null and ``{}`` are the same value; a
+    key the old record lacks whose new value is its field's default, :func:`with_defaults`, is
+    no difference)."""
+    defaults = (new.get(DEFAULTS) if isinstance(new, dict) else None) or {}
+    a, b = _flatten(_without_defaults(old)), _flatten(_without_defaults(new))
+
+    def differs(k: str) -> bool:
+        if _value(a, k) == _value(b, k):
+            return False
+        return not (k not in a and k in defaults and defaults[k] == b.get(k))  # added since, at its default
+
+    return sorted(k for k in set(a) | set(b) if differs(k))
+
+
+def _without_defaults(obj: Any) -> Any:
+    return {k: v for k, v in obj.items() if k != DEFAULTS} if isinstance(obj, dict) else obj
 
 
 def _show(v: Any) -> str:
@@ -182,7 +227,7 @@ def _show(v: Any) -> str:
 
 def describe_changes(old: Any, new: Any, limit: int = 6) -> str:
     """``key: old -> new`` for the differing keys (paths whose content changed say so)."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = _flatten(_without_defaults(old)), _flatten(_without_defaults(new))
     parts = []
     keys = diff_keys(old, new)
     for k in keys[:limit]:
@@ -277,6 +322,7 @@ def mark_step(step_dir: str | Path, inputs: dict, info: dict | None = None) -> N
 
 
 __all__ = [
+    "DEFAULTS",
     "StepChangedError",
     "canonical",
     "changed_keys",
@@ -284,6 +330,7 @@ __all__ = [
     "describe_changes",
     "diff_keys",
     "fingerprint",
+    "with_defaults",
     "input_digest",
     "mark_step",
     "step_state",
