@@ -94,15 +94,19 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
     exact = exact_topk(index.vectors, q, k)
     knob, values, ivf = _probe_grid(index)
     grid: list[dict[str, Any]] = []
+    best = float("inf")  # the cost of the cheapest setting that reached the target so far
     for rr in sorted({int(r) for r in reranks if 0 <= int(r)}):
         if 0 < rr < k:
             continue
         for v in values:  # recall rises with the probes: stop at the first value that reaches the target
+            if _cost(index, knob, v, rr, ivf) >= best:
+                break  # dearer than a setting already good enough (the cost rises with the probes too)
             kw = {knob: v} if knob else {}
             res = index.search(q, k=k, rerank=rr, **kw)  # rerank=0: none (not the index default)
             rec = recall_vs_exact(np.asarray(res.indices), exact)
             grid.append({**({knob: v} if knob else {}), "rerank": rr, "recall": round(rec, 4), "cost": _cost(index, knob, v, rr, ivf)})
             if rec >= target:
+                best = min(best, grid[-1]["cost"])
                 break
     ok = [g for g in grid if g["recall"] >= target]
     chosen = min(ok, key=lambda g: g["cost"]) if ok else max(grid, key=lambda g: (g["recall"], -g["cost"]))
