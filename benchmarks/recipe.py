@@ -1,6 +1,6 @@
 """The quick start's recipe on a shared data set, measured: every choice on validation queries.
 
-    python -m benchmarks.recipe --data scifact|kuake_qtr|synthetic [--llm-depths 2,4] [--student-p99-ms X]
+    python -m benchmarks.recipe --data scifact|kuake_qtr|synthetic [--llm-depths 2,4] [--student-p99-ms X] [--tag NAME]
 
 Runs the quick-start pipeline (``scalingnote.quickstart``: readable families, large towers with
 depth and head learning rate chosen on validation and the zero-shot guard, the teacher, QKD
@@ -78,7 +78,7 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None, tim
     return write_results(name, flat, config)
 
 
-def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Path | None, extra: dict[str, Any]) -> Path:
+def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Path | None, extra: dict[str, Any], name: str | None = None) -> Path:
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
     q_max, d_max = LENGTHS[data]
@@ -87,7 +87,7 @@ def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Pat
     cfg = QuickstartConfig(out=str(out), data=None if data == "synthetic" else str(shared_data_dir() / data), llm_depths=llm_depths,
                            query_max_length=q_max, doc_max_length=d_max, student_p99_ms=student_p99_ms, show_progress=False, **extra)
     quickstart(cfg)
-    return results_of_run(f"recipe_{data}", out)
+    return results_of_run(name or f"recipe_{data}", out)
 
 
 def main() -> None:
@@ -98,12 +98,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--set", action="append", default=[], help="QuickstartConfig override key=JSON value, e.g. --set qkd_epochs=10")
     ap.add_argument("--from-run", type=Path, default=None, help="write the results file from this finished run directory instead")
+    ap.add_argument("--tag", default=None, help="write recipe_<data>_<tag>.json (a variant beside the default table)")
     args = ap.parse_args()
+    name = f"recipe_{args.data}" + (f"_{args.tag}" if args.tag else "")
     if args.from_run is not None:
-        print(results_of_run(f"recipe_{args.data}", args.from_run.resolve()))
+        print(results_of_run(name, args.from_run.resolve()))
         return
     extra = {k: json.loads(v) for k, v in (s.split("=", 1) for s in args.set)}
-    print(run(args.data, [int(x) for x in args.llm_depths.split(",")], args.student_p99_ms, args.out, extra))
+    print(run(args.data, [int(x) for x in args.llm_depths.split(",")], args.student_p99_ms, args.out, extra, name))
 
 
 if __name__ == "__main__":
