@@ -79,3 +79,15 @@ def test_flat_index_and_bad_arguments(tmp_path, syn_vectors, syn_queries):
         tune_search(flat, syn_queries[:0])
     with pytest.raises(ScalingNoteError, match="target"):
         tune_search(flat, syn_queries[:5], target=1.5)
+
+
+def test_hnsw_index_tunes_ef_search(tmp_path, syn_vectors, syn_queries):
+    ids = [str(i) for i in range(len(syn_vectors))]
+    root = build_index(syn_vectors, tmp_path / "hnsw", "HNSW16_PQ8", doc_ids=ids, semantic_ids_layers=0, ef_search=16, progress=False)
+    idx = DenseIndex.open(root)
+    rep = tune_search(idx, syn_queries[:40], k=10, target=0.95)
+    c = rep["chosen"]
+    assert rep["knob"] == "ef_search" and rep["met"] and c["recall"] >= 0.95
+    save_search_defaults(root, rep)
+    man = json.loads((root / "manifest.json").read_text())
+    assert man["search_defaults"]["ef_search"] == c["ef_search"] and "nprobe" not in man["search_defaults"]
