@@ -94,6 +94,7 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
     exact = exact_topk(index.vectors, q, k)
     knob, values, ivf = _probe_grid(index)
     grid: list[dict[str, Any]] = []
+    reached: list[bool] = []
     best = float("inf")  # the cost of the cheapest setting that reached the target so far
     for rr in sorted({int(r) for r in reranks if 0 <= int(r)}):
         if 0 < rr < k:
@@ -105,10 +106,11 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
             res = index.search(q, k=k, rerank=rr, **kw)  # rerank=0: none (not the index default)
             rec = recall_vs_exact(np.asarray(res.indices), exact)
             grid.append({**({knob: v} if knob else {}), "rerank": rr, "recall": round(rec, 4), "cost": _cost(index, knob, v, rr, ivf)})
-            if rec >= target:
+            reached.append(rec >= target)  # the unrounded recall decides
+            if reached[-1]:
                 best = min(best, grid[-1]["cost"])
                 break
-    ok = [g for g in grid if g["recall"] >= target]
+    ok = [g for g, r in zip(grid, reached) if r]
     chosen = min(ok, key=lambda g: g["cost"]) if ok else max(grid, key=lambda g: (g["recall"], -g["cost"]))
     setting = ", ".join(f"{key}={chosen[key]}" for key in (knob, "rerank") if key)
     why = (f"cheapest setting with recall@{k} vs exact >= {target} on {q.shape[0]} queries: {setting} ({chosen['recall']})" if ok else
