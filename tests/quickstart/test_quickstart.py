@@ -282,3 +282,26 @@ def test_index_tuning_queries_are_validation_and_training_queries_never_test(fir
     assert texts[: len(ev.val_texts)] == ev.val_texts and len(texts) == len(ev.val_texts) + 20
     assert not set(texts) & set(ev.texts) and len(set(texts)) == len(texts)
     assert texts == tuning_texts(ev, stage1, limit=20, seed=0)  # seeded
+
+
+def test_another_target_or_student_retunes_the_index_without_rebuilding_it(first_run, tiny_models):
+    from scalingnote.quickstart import runs
+    from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
+
+    out, _ = first_run
+    ch = json.loads((out / "results.json").read_text())["choices"]
+    student = Path(next(c for c in ch["student"]["candidates"] if c["name"] == ch["student"]["chosen"])["dir"])
+    stage1 = next(p.parent for p in sorted((out / "stage1").glob("*/run.json")))
+    ev = load_eval_set(out / "data", "test", stage1, None)
+    texts = tuning_texts(ev, stage1, seed=0)
+    cfg = _cfg(tiny_models, out)
+    data = runs.prepare_data(cfg, out)
+    faiss_file, manifest = out / "index" / "ivfpq" / "index.faiss", out / "index" / "ivfpq" / "manifest.json"
+    built, tuned = faiss_file.stat().st_mtime_ns, manifest.stat().st_mtime_ns
+    runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # the run's own inputs: nothing to do
+    assert manifest.stat().st_mtime_ns == tuned
+    runs.build_ivfpq(_cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts)
+    assert faiss_file.stat().st_mtime_ns == built  # not rebuilt
+    assert json.loads(manifest.read_text())["search_tuning"]["target"] == 0.5  # re-tuned
+    runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
+    assert json.loads(manifest.read_text())["search_tuning"]["target"] == cfg.index_recall and faiss_file.stat().st_mtime_ns == built

@@ -118,9 +118,10 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
     return {"k": k, "target": target, "n_queries": int(q.shape[0]), "knob": knob, "chosen": chosen, "met": bool(ok), "reason": why, "grid": grid}
 
 
-def save_search_defaults(root: str | Path, report: dict[str, Any]) -> dict[str, Any]:
+def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """Write the tuned setting into the index manifest's ``search_defaults`` (atomically) and the
-    report as ``search_tuning``; returns the new defaults."""
+    report (+ ``extra``, e.g. a digest of what it was tuned on) as ``search_tuning``; returns the
+    new defaults."""
     from scalingnote.index.layout import MANIFEST, read_manifest
     from scalingnote.utils import write_json
 
@@ -135,7 +136,7 @@ def save_search_defaults(root: str | Path, report: dict[str, Any]) -> dict[str, 
     else:
         defaults.pop("rerank", None)
     man["search_defaults"] = defaults
-    man["search_tuning"] = {key: report[key] for key in ("k", "target", "n_queries", "chosen", "met", "reason")}
+    man["search_tuning"] = {**{key: report[key] for key in ("k", "target", "n_queries", "chosen", "met", "reason")}, **extra}
     write_json(root / MANIFEST, man)
     return defaults
 

@@ -370,17 +370,14 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
                 tune_queries: Any = None) -> Path:
     """IVFPQ + residual-K-means semantic IDs over the teacher's document embeddings; with
     ``cfg.index_recall``, its nprobe and re-rank depth chosen on ``tune_queries`` (texts the served
-    student encodes: validation and training queries, never test)."""
+    student encodes: validation and training queries, never test). Another student re-tunes the
+    index; it does not rebuild it."""
     from scalingnote.index import build_index, tower_identity
     from scalingnote.models import load_tower
 
     d = out / "index"
-    tuned = cfg.index_recall is not None and student_dir is not None and tune_queries
     inputs = {"teacher": str(teacher_dir), "teacher_digest": _digest(teacher_dir),
               "factory": cfg.index_factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
-    if tuned:
-        inputs.update(index_recall=cfg.index_recall, student=str(student_dir), student_digest=_digest(Path(student_dir).parent),
-                      tune_queries=len(tune_queries))
     if not step_done(d, inputs):
         banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
         emb = np.load(teacher_dir / "doc_embeddings.npy")
@@ -392,26 +389,31 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
             nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
-        extra: dict[str, Any] = {"factory": factory}
-        if tuned:
-            extra["search_tuning"] = tune_index(cfg, d / "ivfpq", student_dir, tune_queries)
-        mark_done(d, inputs, extra)
+        mark_done(d, inputs, {"factory": factory})
+    if cfg.index_recall is not None and student_dir is not None and tune_queries:
+        tune_index(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
     return d / "ivfpq"
 
 
 def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> dict[str, Any]:
     """Choose the served nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on
-    ``texts`` encoded by the student; written into the index's search defaults."""
-    from scalingnote.index import DenseIndex
+    ``texts`` encoded by the student; written into the index's search defaults, with a digest of
+    what they were chosen from (the same target, student and queries again: nothing to do)."""
+    from scalingnote.index import DenseIndex, read_manifest
     from scalingnote.index.tune import save_search_defaults, tune_search
     from scalingnote.models import load_tower
+    from scalingnote.utils.steps import input_digest
 
-    tower = load_tower(student_dir)
-    idx = DenseIndex.open(index_dir, query_tower=tower)
-    report = tune_search(idx, idx.query_vectors(list(texts)), k=10, target=float(cfg.index_recall))
-    save_search_defaults(index_dir, report)
+    key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": _digest(student_dir.parent),
+                        "queries": texts})
+    done = read_manifest(index_dir).get("search_tuning") or {}
+    if done.get("inputs_digest") == key:
+        return done
+    idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
+    report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
+    save_search_defaults(index_dir, report, inputs_digest=key)
     banner(f"index search settings: {report['reason']}")
-    return {key: report[key] for key in ("chosen", "met", "reason")}
+    return read_manifest(index_dir)["search_tuning"]
 
 
 __all__ = ["build_ivfpq", "tune_index", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
