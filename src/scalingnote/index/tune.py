@@ -100,15 +100,16 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
         if 0 < rr < k:
             continue
         for v in values:  # recall rises with the probes: stop at the first value that reaches the target
-            if _cost(index, knob, v, rr, ivf) >= best:
+            cost = _cost(index, knob, v, rr, ivf)
+            if cost >= best:
                 break  # dearer than a setting already good enough (the cost rises with the probes too)
             kw = {knob: v} if knob else {}
             res = index.search(q, k=k, rerank=rr, **kw)  # rerank=0: none (not the index default)
             rec = recall_vs_exact(np.asarray(res.indices), exact)
-            grid.append({**({knob: v} if knob else {}), "rerank": rr, "recall": round(rec, 4), "cost": _cost(index, knob, v, rr, ivf)})
+            grid.append({**kw, "rerank": rr, "recall": round(rec, 4), "cost": cost})
             reached.append(rec >= target)  # the unrounded recall decides
             if reached[-1]:
-                best = min(best, grid[-1]["cost"])
+                best = min(best, cost)
                 break
     ok = [g for g, r in zip(grid, reached) if r]
     chosen = min(ok, key=lambda g: g["cost"]) if ok else max(grid, key=lambda g: (g["recall"], -g["cost"]))

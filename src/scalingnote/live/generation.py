@@ -153,11 +153,9 @@ def write_generation(
                 if key in manifest:
                     new_man[key] = manifest[key]
             write_json(gen / MANIFEST, new_man)
-    if defaults.get("rerank") or manifest.get("search_tuning"):  # tuned search settings outlive a compaction
+    if manifest.get("search_tuning"):  # tuned search settings (incl. a default re-rank depth) outlive a compaction
         new_man = read_manifest(gen)
-        new_man["search_defaults"] = {**(new_man.get("search_defaults") or {}), **({"rerank": int(defaults["rerank"])} if defaults.get("rerank") else {})}
-        if manifest.get("search_tuning"):
-            new_man["search_tuning"] = manifest["search_tuning"]
+        new_man.update(search_defaults=defaults, search_tuning=manifest["search_tuning"])
         write_json(gen / MANIFEST, new_man)
     # the full documents (the next compaction's and the BM25 fit's source) and BM25 over them
     with open(gen / CORPUS, "w", encoding="utf-8") as fh:

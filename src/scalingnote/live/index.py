@@ -36,6 +36,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.embeddings import l2_normalize, tower_identity
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher
+from scalingnote.index.tune import recall_vs_exact
 from scalingnote.live.generation import LIVE_DIR, current_generation, live_dir, read_live_meta, swap_current, write_generation
 from scalingnote.live.lexical import LiveBM25
 from scalingnote.live.store import RowStore
@@ -393,8 +394,7 @@ class LiveIndex:
             live_vecs = self.store.vectors.view[rows]
             exact = rows[np.argsort(-(q @ live_vecs.T), axis=1)[:, :k]]
             ann = self.store.search(q, k).indices
-        hits = [len(set(a.tolist()) & set(e.tolist())) for a, e in zip(ann, exact, strict=True)]
-        return float(np.mean(hits) / k)
+        return recall_vs_exact(np.asarray(ann), exact)
 
 
 class LiveSearcher(HybridSearcher):

@@ -121,6 +121,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     import torch
 
     from scalingnote.config import save_config
+    from scalingnote.index import read_manifest
     from scalingnote.quickstart import pipeline as P, report as R, runs
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set, tuning_texts
     from scalingnote.utils import run_metadata, seed_everything, write_json
@@ -165,8 +166,6 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     _write_fusion(index_dir, fusion)
     laps.lap("evaluation")
     elapsed = time.perf_counter() - laps.start
-    from scalingnote.index import read_manifest
-
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
                "index": read_manifest(index_dir).get("search_tuning")}
     write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,

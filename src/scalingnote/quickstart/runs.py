@@ -145,7 +145,7 @@ def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: P
 
     run_dir = out / "stage1" / name
     tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from)
-    inputs = with_defaults({"config": json.loads(json.dumps(_config_dict(tc), default=str)), "data": data_fingerprint(data)}, tc, "config.")
+    inputs = _step_inputs(tc, data=data_fingerprint(data))
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
         res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
@@ -163,6 +163,12 @@ def _config_dict(c) -> dict:
     from dataclasses import asdict
 
     return {k: v for k, v in asdict(c).items() if k not in COSMETIC}
+
+
+def _step_inputs(c, **more: Any) -> dict[str, Any]:
+    """A training step's inputs: its config (plain JSON, with its fields' defaults, so a setting a
+    later version adds at its default is no change) and ``more``."""
+    return with_defaults({"config": json.loads(json.dumps(_config_dict(c), default=str)), **more}, c, "config.")
 
 
 def family_method(fam: Family) -> str:
@@ -338,9 +344,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
     })
-    teacher_marker = teacher_dir / "DONE"
-    inputs = with_defaults({"config": json.loads(json.dumps(_config_dict(dc), default=str)), "data": data_fingerprint(data),
-                            "teacher": json.loads(teacher_marker.read_text()).get("digest") if teacher_marker.exists() else None}, dc, "config.")
+    inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=_digest(teacher_dir))
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
         distill(dc, resume=True, on_change="redo")
@@ -395,7 +399,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     return d / "ivfpq"
 
 
-def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> dict[str, Any]:
+def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
     """Choose the served nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on
     ``texts`` encoded by the student; written into the index's search defaults, with a digest of
     what they were chosen from (the same target, student and queries again: nothing to do)."""
@@ -408,12 +412,11 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
                         "queries": texts})
     done = read_manifest(index_dir).get("search_tuning") or {}
     if done.get("inputs_digest") == key:
-        return done
+        return
     idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
     report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
     save_search_defaults(index_dir, report, inputs_digest=key)
     banner(f"index search settings: {report['reason']}")
-    return read_manifest(index_dir)["search_tuning"]
 
 
 __all__ = ["build_ivfpq", "tune_index", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
