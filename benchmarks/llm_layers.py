@@ -1,10 +1,14 @@
 """The document-tower scaling curve with trained LLM layers (ScalingNote §4.4, issue 30).
 
     python -m benchmarks.llm_layers --data scifact [--depths 2,4,8] [--k 0,1,2] [--side both]
+    python -m benchmarks.llm_layers --data scifact --depths 2,4,8,12 --k 0,all --lr 3e-5,1e-4 --tag gpu  # on a GPU
 
 ScalingDual (SmolLM2 query and document towers truncated to ``depth`` layers, mean pooling) with
 the top ``k`` layers trained over the token-level prefix cache (``trainable_layers: k``; ``k = 0``
-= heads only over cached pooled states, the rows beside them from the same run). Heads first,
+= heads only over cached pooled states, the rows beside them from the same run; ``k = all``: every
+layer of both towers trains end to end, no cache: the paper's setting, for a GPU). ``--lr`` may
+list several layer learning rates: each (depth, k) then trains once per rate and the row with
+the best validation nDCG@10 is marked ``chosen`` (the plot and the p-values use chosen rows). Heads first,
 then layers (``--warm-heads``, the default): a ``k > 0`` row starts from its depth's trained
 heads-only row (``init_heads_from``) and spends its whole step budget on the layers, so a heads
 step (milliseconds over pooled caches) never competes with a layer step (seconds) for the budget. One pass of
@@ -19,7 +23,7 @@ resumes from its checkpoint; caches keep their finished parts).
 Columns: ``depth``, ``trainable_layers``, ``tower`` (query / doc / both), ``ndcg@10``, ``r@100``,
 ``contrastive_ppl`` (test), ``start_ndcg@10`` (test nDCG@10 of the row's start: the initial heads
 for ``k = 0``, the trained heads-only row for a warm ``k > 0`` row), ``val_curve`` ("step:val nDCG@10 ..."),
-``train_seconds``, ``cache_gb`` (estimated before the fill: query + document cache of the row),
+``lr``, ``chosen``, ``train_seconds``, ``cache_gb`` (estimated before the fill: query + document cache of the row),
 ``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
 nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
 ``p_vs_heads`` / ``delta_ndcg@10_vs_heads``: against the heads-only row of the same depth.
@@ -54,7 +58,7 @@ def fill_caches(data: str, depths: list[int], ks: list[int], doc_max: int) -> di
     d = shared_data_dir() / data
     corpus = list(load_corpus(d / "corpus.jsonl").values())
     queries = sorted({q.text for q in load_queries(d / "queries.jsonl").values()})
-    pairs = [(n, k) for n in depths for k in ks if k <= n]
+    pairs = [(n, k) for n in depths for k in ks if k != "all" and k <= n]  # k = all: no cache
     gb = {}
     for role, items, kw, bs in (("query", queries, {"max_query_length": QUERY_MAX}, 64),
                                 ("document", corpus, {"max_doc_length": doc_max}, 16)):
@@ -70,15 +74,25 @@ def fill_caches(data: str, depths: list[int], ks: list[int], doc_max: int) -> di
     return gb
 
 
-def row_dir(data: str, depth: int, k: int, side: str, args) -> Path:
+def parse_k(x: str) -> int | str:
+    """A ``--k`` entry: an int >= 0 (top layers over the prefix cache) or ``all``."""
+    return "all" if x.strip() == "all" else int(x)
+
+
+def k_order(k: int | str) -> int:
+    return 10**6 if k == "all" else int(k)
+
+
+def row_dir(data: str, depth: int, k: int | str, side: str, args, lr: float | None = None) -> Path:
     if k == 0:
         return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k0_heads_lr{args.head_lr:g}_e{args.heads_epochs:g}"
     warm = "_warm" if args.warm_heads else ""
     hlr = f"_hlr{args.layer_head_lr:g}" if args.layer_head_lr is not None else ""
-    return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{args.lr:g}{hlr}_e{args.max_epochs:g}"
+    lr = args.lrs[0] if lr is None else lr
+    return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{lr:g}{hlr}_e{args.max_epochs:g}"
 
 
-def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
+def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Path, lr: float):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
 
@@ -93,7 +107,7 @@ def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
         "dim": 128,
         "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
                  "validation_fraction": 0.1, "negatives": "bm25"},
-        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": args.lr,
+        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": lr,
                   "head_lr": args.layer_head_lr if k and args.layer_head_lr is not None else args.head_lr,
                   "warmup_ratio": 0.1},
         "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads else None,
@@ -106,6 +120,7 @@ def stage1_config(data: str, depth: int, k: int, side: str, args, out: Path):
         "save_every": 5,
         "evaluate_zero_shot": k == 0,  # k > 0 starts from the heads-only row's result (warm) or its start (see start_ndcg@10)
         "show_progress": False,
+        "precision": args.precision,
     })
 
 
@@ -126,21 +141,22 @@ def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
     return exact_search(q, qids, d, doc_ids, k=100)
 
 
-def run_row(data: str, depth: int, k: int, side: str, args, gb: dict[str, float]) -> dict:
+def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, float], lr: float) -> dict:
     from scalingnote.training import train
 
-    out = row_dir(data, depth, k, side, args)
+    out = row_dir(data, depth, k, side, args, lr)
     if k and args.warm_heads and not (row_dir(data, depth, 0, "both", args) / "run.json").is_file():
         raise SystemExit(f"[llm_layers] depth {depth} k {k} starts from the heads-only row of depth {depth}: put {depth}:0 before {depth}:{k} in --order")
     if not (out / "run.json").exists():
-        train(stage1_config(data, depth, k, side, args, out), resume=True)
+        train(stage1_config(data, depth, k, side, args, out, lr), resume=True)
     m = json.loads((out / "run.json").read_text())["metrics"]
-    cache_gb = sum(gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"] for r, s in (("query", "query"), ("document", "doc")))
+    cache_gb = 0.0 if k == "all" else sum(gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"] for r, s in (("query", "query"), ("document", "doc")))
     row = {"method": "scaling_dual", "depth": depth, "trainable_layers": k, "tower": side if k else "heads",
            "ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
            "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
            "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
-           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "train_seconds": m["train_seconds"],
+           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "lr": lr if k else args.head_lr,
+           "chosen": True, "train_seconds": m["train_seconds"],
            "cache_gb": round(cache_gb, 4), "_dir": str(out), "_warm": bool(k and args.warm_heads)}
     print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
           f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
@@ -155,24 +171,40 @@ def add_significance(rows: list[dict], data: str, runs: dict) -> None:
     from scalingnote.evaluation.significance import compare_runs
 
     qrels = load_beir(shared_data_dir() / data, "test").qrels
+    mark_chosen(rows)
     for r in rows:  # ``runs``: per-row test runs, kept between calls
-        if (r["depth"], r["trainable_layers"], r["tower"]) not in runs:
-            runs[(r["depth"], r["trainable_layers"], r["tower"])] = per_query_run(Path(r["_dir"]), data)
+        if r["_dir"] not in runs:
+            runs[r["_dir"]] = per_query_run(Path(r["_dir"]), data)
     for r in rows:
         heads = next((b for b in rows if b["depth"] == r["depth"] and b["trainable_layers"] == 0), None)
         if r["start_ndcg@10"] is None and heads is not None:
             r["start_ndcg@10"] = heads["ndcg@10"] if r.get("_warm") else heads["start_ndcg@10"]
         if r["trainable_layers"] and heads is not None:  # trained layers vs heads only, same depth and budget
-            c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(heads["depth"], 0, heads["tower"])], qrels)
+            c = compare_runs(runs[r["_dir"]], runs[heads["_dir"]], qrels)
             r["delta_ndcg@10_vs_heads"] = round(c.mean_a - c.mean_b, 4)
             r["p_vs_heads"] = round(c.ttest.pvalue, 4)
-        shallower = [b for b in rows if b["trainable_layers"] == r["trainable_layers"] and b["tower"] == r["tower"] and b["depth"] < r["depth"]]
+        shallower = [b for b in rows if b["trainable_layers"] == r["trainable_layers"] and b["tower"] == r["tower"]
+                     and b["depth"] < r["depth"] and b["chosen"]]
         if shallower:
             b = max(shallower, key=lambda x: x["depth"])
-            c = compare_runs(runs[(r["depth"], r["trainable_layers"], r["tower"])], runs[(b["depth"], b["trainable_layers"], b["tower"])], qrels)
+            c = compare_runs(runs[r["_dir"]], runs[b["_dir"]], qrels)
             r["vs_shallower_depth"] = b["depth"]
             r["delta_ndcg@10_vs_shallower"] = round(c.mean_a - c.mean_b, 4)
             r["p_vs_shallower"] = round(c.ttest.pvalue, 4)
+
+
+def mark_chosen(rows: list[dict]) -> None:
+    """``chosen``: the row of its (depth, k, tower) with the best validation nDCG@10 (several
+    ``--lr``); never a test figure."""
+    for r in rows:
+        same = [b for b in rows if (b["depth"], b["trainable_layers"], b["tower"]) == (r["depth"], r["trainable_layers"], r["tower"])]
+        r["chosen"] = r is max(same, key=lambda b: b["val_ndcg@10"])
+
+
+def device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
 
 
 def twinbert_reference(data: str) -> tuple[float | None, str]:
@@ -191,9 +223,10 @@ def plot_depth_curve(rows: list[dict], name: str, twinbert: float | None) -> Pat
 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4.3))
-    for k in sorted({r["trainable_layers"] for r in rows}):
-        rs = sorted([r for r in rows if r["trainable_layers"] == k], key=lambda r: r["depth"])
-        label = "heads only (frozen backbone)" if k == 0 else f"top {k} layer{'s' if k > 1 else ''} trained, {rs[0]['tower']} tower(s)"
+    for k in sorted({r["trainable_layers"] for r in rows}, key=k_order):
+        rs = sorted([r for r in rows if r["trainable_layers"] == k and r["chosen"]], key=lambda r: r["depth"])
+        label = ("heads only (frozen backbone)" if k == 0 else f"every layer trained, {rs[0]['tower']} tower(s)" if k == "all"
+                 else f"top {k} layer{'s' if k > 1 else ''} trained, {rs[0]['tower']} tower(s)")
         ax.plot([r["depth"] for r in rs], [r["ndcg@10"] for r in rs], "o-", label=label)
     if twinbert is not None:
         ax.axhline(twinbert, color="grey", ls="--", label=f"TwinBERT (MiniLM-L6) {twinbert:.3f}")
@@ -201,44 +234,61 @@ def plot_depth_curve(rows: list[dict], name: str, twinbert: float | None) -> Pat
     ax.set_xticks(sorted({r["depth"] for r in rows}), [str(d) for d in sorted({r["depth"] for r in rows})])
     ax.set_xlabel("SmolLM2 depth (layers of both towers)")
     ax.set_ylabel(f"test nDCG@10 ({name.removeprefix('llm_layers_')})")
-    ax.set_title("ScalingDual document-tower scaling (ScalingNote §4.4), CPU budget")
+    ax.set_title(f"ScalingDual document-tower scaling (ScalingNote §4.4), {device_name()}")
     ax.legend(fontsize=8)
     path = RESULTS_DIR / "plots" / f"{name}.png"
     _save(fig, path)
     return path
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="scifact", choices=["scifact", "kuake_qtr"])
     ap.add_argument("--depths", default="2,4")
-    ap.add_argument("--k", default="0,1,2", help="trainable top layers per row (0 = heads only)")
+    ap.add_argument("--k", default="0,1,2", help="trainable top layers per row (0 = heads only, all = every layer, no cache)")
     ap.add_argument("--side", default="both", choices=["both", "query", "doc"], help="towers whose top k layers train")
-    ap.add_argument("--order", default="", help="rows to train, in order, as depth:k,... (default: every depth x k, k = 0 first)")
+    ap.add_argument("--order", default="", help="rows to train, in order, as depth:k[:lr],... (default: k = 0 rows, then every lr x k x depth)")
     ap.add_argument("--doc-max", type=int, default=128, help="document max tokens (the paper: 256)")
     ap.add_argument("--max-epochs", type=float, default=3.0, help="step budget of a k > 0 row: epochs x steps per epoch")
     ap.add_argument("--heads-epochs", type=float, default=40.0, help="step budget of a heads-only (k = 0) row (the recipe's 40)")
     ap.add_argument("--warm-heads", action=argparse.BooleanOptionalAction, default=True,
                     help="k > 0 rows start from their depth's trained heads-only row (heads first, then layers)")
     ap.add_argument("--patience", type=int, default=1)
-    ap.add_argument("--lr", type=float, default=1e-4, help="learning rate of the trained LLM layers")
+    ap.add_argument("--lr", default="1e-4", help="learning rate(s) of the trained LLM layers, comma-separated: chosen on validation")
     ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
     ap.add_argument("--layer-head-lr", type=float, default=None,
                     help="head learning rate of k > 0 rows (default: --head-lr; warm heads restart their schedule at it)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="auto: fp32 on CPU, bf16 autocast on GPU")
     ap.add_argument("--tag", default="", help="results file llm_layers_<data>_<tag>.json (a side experiment beside the main grid)")
     ap.add_argument("--note", default="", help="free text kept in the results config (e.g. rows not run and why)")
-    args = ap.parse_args()
-    depths = [int(x) for x in args.depths.split(",")]
-    ks = [int(x) for x in args.k.split(",")]
-    order = ([tuple(int(v) for v in x.split(":")) for x in args.order.split(",")] if args.order
-             else [(n, k) for k in sorted(ks) for n in depths])
+    args = ap.parse_args(argv)
+    args.depths = [int(x) for x in args.depths.split(",")]
+    args.ks = [parse_k(x) for x in args.k.split(",")]
+    args.lrs = [float(x) for x in args.lr.split(",")]
+    return args
+
+
+def row_order(args: argparse.Namespace) -> list[tuple[int, int | str, float]]:
+    """(depth, k, lr) of every row in training order: ``--order``, else the heads-only rows
+    first (every later row starts from one), then per layer learning rate every k x depth."""
+    if args.order:
+        return [(int(v[0]), parse_k(v[1]), float(v[2]) if len(v) > 2 else args.lrs[0])
+                for v in (x.split(":") for x in args.order.split(","))]
+    return ([(n, 0, args.head_lr) for n in args.depths if 0 in args.ks]
+            + [(n, k, lr) for lr in args.lrs for k in sorted(args.ks, key=k_order) if k != 0 for n in args.depths])
+
+
+def main() -> None:
+    args = parse_args()
+    depths, ks, order = args.depths, args.ks, row_order(args)
     before = __import__("os").getloadavg()
     gb = fill_caches(args.data, depths, ks, args.doc_max)
     twin, twin_src = twinbert_reference(args.data)
-    config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}" for n, k in order), "side": args.side,
+    config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}:{lr:g}" for n, k, lr in order), "side": args.side,
+              "device": device_name(),
               "model": LLM, "pooling": "mean", "query_max_length": QUERY_MAX, "doc_max_length": args.doc_max,
-              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lr, "head_lr": args.head_lr, "layer_head_lr": args.layer_head_lr, "seed": args.seed,
+              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lrs, "head_lr": args.head_lr, "layer_head_lr": args.layer_head_lr, "seed": args.seed, "precision": args.precision,
               "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
               "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
               "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
@@ -246,8 +296,8 @@ def main() -> None:
     rows: list[dict] = []
     runs: dict = {}
     name = f"llm_layers_{args.data}" + (f"_{args.tag}" if args.tag else "")
-    for n, k in order:
-        rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb))
+    for n, k, lr in order:
+        rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb, lr))
         add_significance(rows, args.data, runs)
         config["plot"] = plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
         report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],

@@ -81,6 +81,11 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      "ScalingDual, heads only vs the top k layers of both towers trained from those heads",
      ["depth", "trainable_layers", "tower", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
       "steps_run", "train_seconds", "cache_gb", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),
+    ("llm_layers_scifact_gpu", "The same depth curve with every SmolLM2 layer of both towers trained end to end, on a lent NVIDIA H200 "
+     "(`bash scripts/device_llm_layers.sh`: SmolLM2 cut to 12 layers to fit the transfer limit; bf16 autocast; two layer learning rates, "
+     "`chosen` = best validation nDCG@10 of its depth; heads-only rows from the same run)",
+     ["depth", "trainable_layers", "lr", "chosen", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
+      "steps_run", "train_seconds", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),
     ("prompt_ablation_scifact", "Document-prompt ablations on SciFact (ScalingNote Table 5; `python -m benchmarks.prompt_ablation`)", None),
     ("fusion_synthetic", "Fusion towers on the synthetic note-search log (ScalingNote §3.5; `python -m benchmarks.fusion`)", None),
     ("annotation_scifact", "Annotation types at matched sizes on SciFact (scaling-laws paper §5; `python -m benchmarks.annotation`)", None),
@@ -192,6 +197,10 @@ def render_headline(plots: bool = True) -> str:
     if depth.exists():  # benchmarks.llm_layers: the §4.4 document-tower depth curve
         out += ["### The document-tower depth curve with trained LLM layers (SmolLM2 ScalingDual on SciFact; `llm_layers_scifact.json`)", "",
                 f"![SciFact: nDCG@10 vs SmolLM2 depth]({depth.relative_to(ROOT).as_posix()})", ""]
+    gpu = PLOTS / "llm_layers_scifact_gpu.png"
+    if gpu.exists():  # the same curve with every layer trained, on a GPU
+        out += ["### The same curve with every SmolLM2 layer trained end to end (NVIDIA H200; `llm_layers_scifact_gpu.json`)", "",
+                f"![SciFact on a GPU: nDCG@10 vs SmolLM2 depth, every layer trained]({gpu.relative_to(ROOT).as_posix()})", ""]
     out.append(END)
     return "\n".join(out)
 
