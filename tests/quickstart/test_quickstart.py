@@ -305,3 +305,21 @@ def test_another_target_or_student_retunes_the_index_without_rebuilding_it(first
     assert json.loads(manifest.read_text())["search_tuning"]["target"] == 0.5  # re-tuned
     runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
     assert json.loads(manifest.read_text())["search_tuning"]["target"] == cfg.index_recall and faiss_file.stat().st_mtime_ns == built
+
+
+def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tiny_models, tmp_path):
+    """What ``precision: auto`` and ``unfreeze_layers: auto`` do on a GPU (bf16 autocast in Stage I
+    and QKD, the chosen tower's top layer trained), run on this CPU with tiny models."""
+    import math
+
+    import yaml
+
+    out = tmp_path / "bf16"
+    rows = quickstart(_cfg(tiny_models, out, precision="bf16", unfreeze_layers=1, unfreeze_epochs=1.0, compare="teacher"))
+    assert rows and all(math.isfinite(r["ndcg@10"]) for r in rows if r.get("ndcg@10") is not None)
+    stage1 = [yaml.safe_load(f.read_text()) for f in (out / "stage1").glob("*/config.yaml")]
+    qkd = [yaml.safe_load(f.read_text()) for f in (out / "qkd").glob("*/config.yaml")]
+    assert stage1 and qkd and {c["precision"] for c in stage1 + qkd} == {"bf16"}
+    assert any("_top1" in f.name for f in (out / "stage1").iterdir())  # the unfrozen run trained under autocast too
+    with pytest.raises(ConfigError, match="precision"):
+        _cfg(tiny_models, out, precision="fp16")

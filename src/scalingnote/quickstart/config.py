@@ -111,6 +111,9 @@ class QuickstartConfig:
     index_recall: float | None = 0.99
     eval_split: str = "test"
     max_eval_queries: int | None = None
+    #: Stage I and QKD compute: "auto" = fp32 on a CPU, bf16 autocast on a GPU; "bf16" on a CPU
+    #: runs the GPU's mixed-precision code path (about 10x slower there: for checks, not speed)
+    precision: str = "auto"
     show_progress: bool = True
 
     def __post_init__(self) -> None:
@@ -150,6 +153,8 @@ class QuickstartConfig:
             raise ConfigError(None, None, "index_recall", f"must be in (0, 1] (a share of exact search's top 10) or null, got {self.index_recall}")
         for s in self.students or []:
             parse_student(s)
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ConfigError(None, None, "precision", f"must be auto, fp32 or bf16, got {self.precision!r}")
 
     def unfreeze_k(self, gpu: bool) -> int:
         """``unfreeze_layers`` resolved: "auto" = 1 on a GPU (heads-only large towers), 0 on a CPU."""

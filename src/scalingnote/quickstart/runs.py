@@ -132,6 +132,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
         "eval_every": "epoch",  # validation queries: held out from the training split / triplets
         "patience": cfg.patience,
         "save_every": 50,
+        "precision": cfg.precision,
         "evaluate_zero_shot": False,
         "init_heads_from": init_heads_from,
         "show_progress": cfg.show_progress,
@@ -343,6 +344,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
+        "precision": cfg.precision,
     })
     inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=_digest(teacher_dir))
     if not step_done(d, inputs):
