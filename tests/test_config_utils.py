@@ -58,6 +58,25 @@ def test_config_errors(tmp_path, text, line, key, words):
     assert exc.value.field == key
 
 
+@dataclass
+class Checked:
+    steps: int = 1
+    rate: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 < self.rate <= 1:
+            raise ConfigError(None, None, "rate", f"must be in (0, 1], got {self.rate}")
+
+
+def test_a_validation_error_that_names_its_field_gets_the_files_line_and_says_it_once(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("steps: 3\nrate: 2\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(Checked, p)
+    assert (exc.value.field, exc.value.line, exc.value.path) == ("rate", 2, str(p))
+    assert str(exc.value).count("field 'rate'") == 1 and str(exc.value).endswith("must be in (0, 1], got 2.0")
+
+
 def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     p = tmp_path / "f.txt"
     p.write_text("old")

@@ -187,6 +187,8 @@ def _build(cls: type[T], data: dict[str, Any], prefix: str, ctx: _Ctx) -> T:
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:  # __post_init__ validation
+        if isinstance(e, ConfigError) and e.field in fields:  # it names its field: keep its reason, add the file's line
+            ctx.fail(f"{prefix}.{e.field}" if prefix else e.field, e.reason)
         # name the first field the message mentions (its line when the file sets it)
         named = next((n for n in fields if re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", str(e))), None)
         ctx.fail(f"{prefix}.{named}" if prefix and named else (named or prefix), str(e))
