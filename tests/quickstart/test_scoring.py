@@ -1,10 +1,10 @@
-"""scalingnote.quickstart.scoring: the QPS measurement takes the towers in turns."""
+"""scalingnote.quickstart.scoring: the QPS and single-query p99 measurements take the towers in turns."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from scalingnote.quickstart.scoring import query_qps, query_qps_many
+from scalingnote.quickstart.scoring import query_qps, query_qps_many, single_query_p99_many, single_query_p99_ms
 
 
 class _Recorder:
@@ -33,3 +33,28 @@ def test_single_tower_wrapper():
     log: list[tuple[str, int]] = []
     assert query_qps(_Recorder("x", log), ["only"], batch_size=8, repeats=2) > 0
     assert [k for _, k in log] == [8, 512, 512]
+
+
+class _Slow(_Recorder):
+    """Sleeps ``ms`` per encode call (one query each)."""
+
+    def __init__(self, name, log, ms):
+        super().__init__(name, log)
+        self.ms = ms
+
+    def encode_queries(self, texts, *, batch_size, show_progress):
+        import time
+
+        time.sleep(self.ms / 1000)
+        return super().encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
+
+
+def test_single_query_p99_takes_turns_in_blocks_and_orders_the_towers():
+    log: list[tuple[str, int]] = []
+    p99 = single_query_p99_many({"fast": (_Slow("fast", log, 0.5), None), "slow": (_Slow("slow", log, 3.0), None)},
+                                ["q1", "q2"], n=40, block=10)
+    assert p99["slow"] > p99["fast"] >= 0.5 and p99["slow"] >= 3.0
+    assert all(k == 1 for _, k in log) and len(log) == 2 * (10 + 10 + 3 * (2 + 10))  # one query per call, warm-ups untimed
+    turns = [log[0][0]] + [b[0] for a, b in zip(log, log[1:]) if a[0] != b[0]]
+    assert turns == ["fast", "slow"] * 4  # four blocks each, taking turns, not fast x 4 then slow x 4
+    assert single_query_p99_ms(_Slow("x", [], 0.0), ["q"], n=20) >= 0

@@ -12,7 +12,7 @@ from typing import Any
 from scalingnote.errors import ScalingNoteError
 from scalingnote.quickstart import choose, runs
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
-from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_ms
+from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
 log = logging.getLogger(__name__)
 
@@ -145,12 +145,15 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
             m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w)
             qdir = Path(m["run_dir"]) / "query_tower"
             sc = score(pool, qdir, tdir, ev)
-            p99 = single_query_p99_ms(pool.tower(qdir), ev.texts or ev.val_texts, backend=cfg.serve_backend,
-                                      export_dir=Path(m["run_dir"]) / "onnx")
-            cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg, "p99_ms": p99,
+            cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
                           "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
-            say(f"student {name}: validation nDCG@10 {sc.val_ndcg:.4f}, single-query p99 {p99:.2f} ms ({cfg.serve_backend}), "
-                f"QKD best step {m.get('best_step')} of {m.get('steps_run')}")
+    # every candidate timed in the same rounds, taking turns on each query
+    p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
+                                ev.texts or ev.val_texts, backend=cfg.serve_backend)
+    for c in cands:
+        c["p99_ms"] = p99[c["name"]]
+        say(f"student {c['name']}: validation nDCG@10 {c['val']:.4f}, single-query p99 {c['p99_ms']:.2f} ms ({cfg.serve_backend}), "
+            f"QKD best step {c['qkd']['best_step']} of {c['qkd']['steps_run']}")
     name, frontier, why = choose.choose_student(cands, cfg.student_p99_ms)
     if name is None:
         raise ScalingNoteError(f"student_p99_ms={cfg.student_p99_ms}: {why}")

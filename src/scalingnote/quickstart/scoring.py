@@ -154,37 +154,55 @@ def query_qps_many(towers: dict[str, Any], texts: list[str], batch_size: int = 2
     return {name: len(texts) / b for name, b in best.items()}
 
 
-def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 200, export_dir: Path | None = None) -> float:
-    """p99 of encoding one query at a time (ms, one intra-op thread) with the back end it will be
-    served with: eager PyTorch, or ONNX Runtime over the int8 export (``backend="onnx"``)."""
-    texts = (texts * math.ceil(n / max(1, len(texts))))[:n]
-    encode = tower.encode_queries
-    if backend == "onnx":
-        from scalingnote.models.onnx_export import export_onnx, ort_session, onnx_embed
+def _single_query_encoder(tower, texts: list[str], backend: str, export_dir: Path | None):
+    """``encode([text])`` with the back end the tower will be served with: eager PyTorch, or ONNX
+    Runtime over its int8 export (``backend="onnx"``, made in ``export_dir`` once)."""
+    if backend != "onnx":
+        return lambda xs: tower.encode_queries(xs, batch_size=1, show_progress=False)
+    from scalingnote.models.onnx_export import export_onnx, onnx_embed, ort_session
 
-        assert export_dir is not None, "backend onnx needs export_dir"
-        if not (export_dir / "scalingnote_onnx.json").exists():
-            export_onnx(tower, export_dir, quantize="int8", validation_texts=texts[:64])
-        name = "model_int8.onnx" if (export_dir / "model_int8.onnx").exists() else "model.onnx"
-        sess = ort_session(export_dir / name, threads=1)
+    assert export_dir is not None, "backend onnx needs export_dir"
+    if not (export_dir / "scalingnote_onnx.json").exists():
+        export_onnx(tower, export_dir, quantize="int8", validation_texts=texts[:64])
+    name = "model_int8.onnx" if (export_dir / "model_int8.onnx").exists() else "model.onnx"
+    sess = ort_session(export_dir / name, threads=1)
+    return lambda xs: onnx_embed(sess, tower, xs, batch_size=1)
 
-        def encode(xs, **_):
-            return onnx_embed(sess, tower, xs, batch_size=1)
+
+def single_query_p99_many(towers: dict[str, tuple[Any, Path | None]], texts: list[str], *, backend: str = "torch",
+                          n: int = 500, block: int = 50) -> dict[str, float]:
+    """p99 (ms) of encoding one query at a time, one intra-op thread, per tower (``{name: (tower,
+    export_dir)}``), with the back end it will be served with. The towers take turns in blocks of
+    ``block`` queries (each block after 2 untimed queries, so the tower runs from warm caches as
+    it would when served alone), so a slow spell of the machine lands on all of them alike and a
+    latency budget compares them over the same minutes. ``n`` = 500 timed queries each: the p99
+    of 200 was the 2nd-slowest query, and one run's 2-layer student read 4.37 ms where the next
+    read 3.37."""
     import torch
 
+    texts = (texts * math.ceil(n / max(1, len(texts))))[:n]
+    encoders = {name: _single_query_encoder(t, texts, backend, d) for name, (t, d) in towers.items()}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one request, one core: two intra-op threads on a busy machine inflate it ~10x
+    times: dict[str, list[float]] = {name: [] for name in encoders}
     try:
-        for t in texts[:10]:
-            encode([t], batch_size=1, show_progress=False)  # warm-up
-        times = []
-        for t in texts:
-            t0 = time.perf_counter()
-            encode([t], batch_size=1, show_progress=False)
-            times.append((time.perf_counter() - t0) * 1000)
+        for start in range(0, len(texts), max(1, block)):
+            chunk = texts[start : start + max(1, block)]
+            for name, enc in encoders.items():
+                for t in texts[:2] if start else texts[:10]:
+                    enc([t])  # warm-up (longer before the first block)
+                for t in chunk:
+                    t0 = time.perf_counter()
+                    enc([t])
+                    times[name].append((time.perf_counter() - t0) * 1000)
     finally:
         torch.set_num_threads(threads)
-    return round(float(np.percentile(times, 99)), 3)
+    return {name: round(float(np.percentile(v, 99)), 3) for name, v in times.items()}
 
 
-__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_ms"]
+def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 500, export_dir: Path | None = None) -> float:
+    """:func:`single_query_p99_many` of one tower."""
+    return single_query_p99_many({"_": (tower, export_dir)}, texts, backend=backend, n=n)["_"]
+
+
+__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_many", "single_query_p99_ms"]
