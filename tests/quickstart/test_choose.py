@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalingnote.quickstart.choose import choose_best, choose_student, cross_fit_fusion, keep_better, readability, tokenizer_report
+from scalingnote.quickstart.choose import choose_best, choose_student, cross_fit_fusion, keep_better, readability, tokenizer_report, val_confidence
 
 
 class _Tok:
@@ -48,6 +48,22 @@ def test_keep_better_keeps_the_start_when_training_hurts(trained, start, keep):
     kept, msg = keep_better(trained, start, "bert large tower")
     assert kept is keep
     assert ("keeping the start" in msg) is (not keep)
+
+
+def test_each_choice_says_how_sure_the_validation_split_is_without_changing_it():
+    qrels = {f"q{i}": {"d1": 1} for i in range(40)}
+    top = {q: {"d1": 2.0, "d2": 1.0} for q in qrels}  # d1 first everywhere
+    mixed = {q: ({"d1": 2.0, "d2": 1.0} if i % 2 else {"d2": 2.0, "d1": 1.0}) for i, q in enumerate(qrels)}
+    near = {q: ({"d2": 2.0, "d1": 1.0} if i == 0 else {"d1": 2.0, "d2": 1.0}) for i, q in enumerate(qrels)}
+    far, close = val_confidence(top, mixed, qrels), val_confidence(top, near, qrels)
+    assert far["queries"] == close["queries"] == 40 and far["p"] < 1e-4 < close["p"]
+    assert val_confidence(top, top, qrels) == {"queries": 40, "p": 1.0}  # identical runs: no difference
+    assert val_confidence(top, mixed, {}) is None
+    kept, msg = keep_better(0.536, 0.528, "bert large tower", {"queries": 62, "p": 0.61})
+    assert kept and msg.endswith("on validation (paired t-test over 62 validation queries: p 0.61)")
+    assert keep_better(0.536, 0.528, "bert large tower") == (True, "bert large tower: trained 0.5360 >= start 0.5280 on validation")
+    kept, msg = keep_better(0.40, 0.50, "llm large tower", {"queries": 62, "p": 0.02})
+    assert not kept and msg.endswith("(0.4000 < its start 0.5000; paired t-test over 62 validation queries: p 0.02); keeping the start")
 
 
 def test_choose_best_and_pinning():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -65,6 +66,10 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     res = json.loads((out / "results.json").read_text())
     ch = res["choices"]
     assert ch["teacher"]["family"] in ("bert", "llm") and "validation" in ch["teacher"]["reason"]
+    # how sure each choice is: teacher vs the runner-up, each kept tower vs its start (reported, not used)
+    assert re.search(r"vs (bert|llm): paired t-test over \d+ validation queries p [0-9.e-]+$", ch["teacher"]["reason"])
+    for f in ch["families"].values():
+        assert re.search(r"(on validation \(|; )paired t-test over \d+ validation queries: p [0-9.e-]+\)", f["guard"]), f["guard"]
     assert {f["readable"] for f in ch["families"].values()} == {True}
     assert ch["served"]["choice"] in ("dense", "hybrid") and "cross-fitted" in ch["served"]["reason"]
     assert set(ch["ordering"]) == {"bert", "llm"} and "versions" in res

@@ -141,7 +141,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     first_dir = Path(next(iter(first.values()))["run_dir"])
     ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
     large = P.large_towers(cfg, fams, data, out, pool, ev)
-    teacher, t_why = P.choose.choose_best({f: large[f]["val"] for f in readable}, None if cfg.teacher == "auto" else cfg.teacher)
+    teacher, t_why = P.choose_teacher(cfg, readable, large, pool, ev)
     P.say(f"teacher: {teacher} large tower ({t_why})")
     laps.lap("stage1_large_towers")
     pseudo = runs.pseudo_queries(cfg, data, out)

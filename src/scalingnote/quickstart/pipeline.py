@@ -80,16 +80,31 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         if k:  # heads first, then the top layers from them; kept only if validation improves
             trained_dir, trained, unfrozen = _unfreeze(cfg, fam, best, k, data, out, pool, ev, trained_dir, trained)
         start = score(pool, zs_dir / "query_tower", zs_dir, ev)
-        keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower")
+        conf = choose.val_confidence(trained.val_run, start.val_run, ev.val_qrels)
+        keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower", conf)
         say(msg)
         res[fam.name] = {
             "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
             "heads_dir": heads_dir, "unfrozen": unfrozen,
             "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
             "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "depth": best["depth"],
-            "val_trained": trained.val_ndcg, "val_start": start.val_ndcg,
+            "val_trained": trained.val_ndcg, "val_start": start.val_ndcg, "val_trained_vs_start": conf,
         }
     return res
+
+
+def choose_teacher(cfg: QuickstartConfig, readable: list[str], large: dict, pool: TowerPool, ev: EvalSet) -> tuple[str, str]:
+    """The large tower with the best validation nDCG@10 (or the pinned family), with how sure
+    the validation split is of it against the runner-up."""
+    val = {f: large[f]["val"] for f in readable}
+    teacher, why = choose.choose_best(val, None if cfg.teacher == "auto" else cfg.teacher)
+    others = sorted((f for f in readable if f != teacher), key=lambda f: -val[f])
+    if others:
+        runs_ = {f: score(pool, Path(large[f]["dir"]) / "query_tower", large[f]["dir"], ev).val_run for f in (teacher, others[0])}
+        conf = choose.val_confidence(runs_[teacher], runs_[others[0]], ev.val_qrels)
+        if conf and conf["p"] is not None:
+            why += f"; {teacher} vs {others[0]}: paired t-test over {conf['queries']} validation queries p {conf['p']:.3g}"
+    return teacher, why
 
 
 def _gpu() -> bool:
@@ -216,4 +231,4 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
 
 
-__all__ = ["check_inputs", "comparison_runs", "large_towers", "readable_families", "student_candidates", "summary", "train_students"]
+__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "student_candidates", "summary", "train_students"]
