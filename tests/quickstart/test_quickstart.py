@@ -67,7 +67,7 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     ch = res["choices"]
     assert ch["teacher"]["family"] in ("bert", "llm") and "validation" in ch["teacher"]["reason"]
     # how sure each choice is: teacher vs the runner-up, each kept tower vs its start (reported, not used)
-    assert re.search(r"vs (bert|llm): paired t-test over \d+ validation queries p [0-9.e-]+$", ch["teacher"]["reason"])
+    assert re.search(r"vs (bert|llm): paired t-test over \d+ validation queries: p [0-9.e-]+$", ch["teacher"]["reason"])
     for f in ch["families"].values():
         assert re.search(r"(on validation \(|; )paired t-test over \d+ validation queries: p [0-9.e-]+\)", f["guard"]), f["guard"]
     assert {f["readable"] for f in ch["families"].values()} == {True}

@@ -60,10 +60,11 @@ def val_confidence(run_a, run_b, qrels) -> dict[str, Any] | None:
     return {"queries": len(qrels), "p": None if np.isnan(p) else float(f"{p:.3g}")}
 
 
-def _conf_text(conf: Mapping[str, Any] | None, sep: str) -> str:
+def conf_text(conf: Mapping[str, Any] | None) -> str:
+    """:func:`val_confidence` in words ("" when there is no test to report)."""
     if not conf or conf.get("p") is None:
         return ""
-    return f"{sep}paired t-test over {conf['queries']} validation queries: p {conf['p']:.3g}"
+    return f"paired t-test over {conf['queries']} validation queries: p {conf['p']:.3g}"
 
 
 # ----------------------------------------------------------------------------- never worse than the start
@@ -72,11 +73,12 @@ def keep_better(trained_val: float, start_val: float | None, what: str, conf: Ma
 
     Returns (keep_trained, message); the message says what was kept and why, and with ``conf``
     (:func:`val_confidence`) how sure the validation split is of it."""
+    sure = conf_text(conf)
     if start_val is None or trained_val >= start_val:
         return True, (f"{what}: trained {trained_val:.4f} >= start {start_val if start_val is not None else float('nan'):.4f} "
-                      f"on validation{_conf_text(conf, ' (')}{')' if _conf_text(conf, '') else ''}")
+                      f"on validation{f' ({sure})' if sure else ''}")
     return False, (f"{what}: training made it worse on validation ({trained_val:.4f} < its start {start_val:.4f}"
-                   f"{_conf_text(conf, '; ')}); keeping the start")
+                   f"{f'; {sure}' if sure else ''}); keeping the start")
 
 
 # ----------------------------------------------------------------------------- teacher and student
@@ -157,4 +159,4 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
             "reason": f"2-fold cross-fitted validation nDCG@10: student alone {dense:.4f}, student + BM25 {fused:.4f}"}
 
 
-__all__ = ["choose_best", "choose_student", "cross_fit_fusion", "keep_better", "readability", "tokenizer_report", "val_confidence"]
+__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "keep_better", "readability", "tokenizer_report", "val_confidence"]

@@ -101,9 +101,9 @@ def choose_teacher(cfg: QuickstartConfig, readable: list[str], large: dict, pool
     others = sorted((f for f in readable if f != teacher), key=lambda f: -val[f])
     if others:
         runs_ = {f: score(pool, Path(large[f]["dir"]) / "query_tower", large[f]["dir"], ev).val_run for f in (teacher, others[0])}
-        conf = choose.val_confidence(runs_[teacher], runs_[others[0]], ev.val_qrels)
-        if conf and conf["p"] is not None:
-            why += f"; {teacher} vs {others[0]}: paired t-test over {conf['queries']} validation queries p {conf['p']:.3g}"
+        sure = choose.conf_text(choose.val_confidence(runs_[teacher], runs_[others[0]], ev.val_qrels))
+        if sure:
+            why += f"; {teacher} vs {others[0]}: {sure}"
     return teacher, why
 
 
@@ -162,7 +162,7 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
             sc = score(pool, qdir, tdir, ev)
             cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
                           "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
-    # every candidate timed in the same rounds, taking turns on each query
+    # every candidate timed in the same minutes, taking turns in blocks of queries
     p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
                                 ev.texts or ev.val_texts, backend=cfg.serve_backend)
     for c in cands:
