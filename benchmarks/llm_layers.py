@@ -27,6 +27,9 @@ for ``k = 0``, the trained heads-only row for a warm ``k > 0`` row), ``val_curve
 ``p_vs_shallower`` / ``delta_ndcg@10_vs_shallower``: paired t-test of the row's per-query test
 nDCG@10 against the same ``k`` at the next shallower depth (``vs_shallower_depth``), and
 ``p_vs_heads`` / ``delta_ndcg@10_vs_heads``: against the heads-only row of the same depth.
+``--twinbert-row`` adds TwinBERT (MiniLM-L6, every layer of both towers) trained under the same
+rules as a last row (``method: twinbert``, with ``p_vs_scaling_dual`` against the best-validating
+row), and the plot's reference line is that row instead of the recipe's (other document length).
 Writes benchmarks/results/llm_layers_<data>[_<tag>].json and plots/llm_layers_<data>[_<tag>].png.
 """
 
@@ -92,15 +95,15 @@ def row_dir(data: str, depth: int, k: int | str, side: str, args, lr: float | No
     return work_dir(data, args.doc_max) / "stage1" / f"d{depth}_k{k}_{side}{warm}_lr{lr:g}{hlr}_e{args.max_epochs:g}"
 
 
-def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Path, lr: float):
+def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Path, lr: float, model: str = LLM):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
 
     qk = k if side in ("both", "query") else 0
     dk = k if side in ("both", "doc") else 0
-    llm = {"model": LLM, "num_layers": depth, "pooling": "mean"}
+    llm = {"model": model, "num_layers": depth, "pooling": "mean"}
     return load_config(TrainConfig, {
-        "method": "scaling_dual",
+        "method": "scaling_dual" if model == LLM else "twinbert",  # both towers large LLM ones, or both BERT
         "output_dir": str(out),
         "query_tower": {**llm, "max_length": QUERY_MAX, "trainable_layers": qk},
         "doc_tower": {**llm, "max_length": args.doc_max, "trainable_layers": dk},
@@ -110,7 +113,7 @@ def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Pat
         "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": lr,
                   "head_lr": args.layer_head_lr if k and args.layer_head_lr is not None else args.head_lr,
                   "warmup_ratio": 0.1},
-        "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads else None,
+        "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads and model == LLM else None,
         "seed": args.seed,
         "center_samples": 100_000,  # every training pair: the pooled states come from the caches
         "feature_cache_dir": str(work_dir(data, args.doc_max) / "features"),
@@ -118,7 +121,7 @@ def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Pat
         "eval_every": "epoch",
         "patience": args.patience,
         "save_every": 5,
-        "evaluate_zero_shot": k == 0,  # k > 0 starts from the heads-only row's result (warm) or its start (see start_ndcg@10)
+        "evaluate_zero_shot": k == 0 or model != LLM,  # k > 0 starts from the heads-only row's result (warm) or its start
         "show_progress": False,
         "precision": args.precision,
     })
@@ -160,6 +163,37 @@ def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, 
            "cache_gb": round(cache_gb, 4), "_dir": str(out), "_warm": bool(k and args.warm_heads)}
     print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
           f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
+    return row
+
+
+def run_twinbert(data: str, args, rows: list[dict], runs: dict) -> dict:
+    """TwinBERT under the grid's own rules (``--twinbert-row``): MiniLM-L6, every layer of both
+    towers trained end to end from the zero-shot model, the same data, document length, step
+    budget, validation and early stopping as the layer rows, so the bar the LLM rows are read
+    against differs from them in the model alone; with a paired t-test against the chosen
+    best-validating ScalingDual row."""
+    from scalingnote.data import load_beir
+    from scalingnote.evaluation.significance import compare_runs
+    from scalingnote.training import train
+
+    lr = args.twinbert_lr
+    out = work_dir(data, args.doc_max) / "stage1" / f"twinbert_minilm-l6_lr{lr:g}_e{args.max_epochs:g}"
+    if not (out / "run.json").exists():
+        train(stage1_config(data, 6, "all", "both", args, out, lr, model="minilm-l6"), resume=True)
+    m = json.loads((out / "run.json").read_text())["metrics"]
+    row = {"method": "twinbert", "model": "minilm-l6", "depth": 6, "trainable_layers": "all", "tower": "both",
+           "ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
+           "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
+           "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
+           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "lr": lr, "chosen": True,
+           "train_seconds": m["train_seconds"], "cache_gb": 0.0}
+    duals = [r for r in rows if r["chosen"] and r["trainable_layers"] != 0] or [r for r in rows if r["chosen"]]
+    if duals:
+        best = max(duals, key=lambda r: r["val_ndcg@10"])
+        c = compare_runs(per_query_run(out, data), runs[best["_dir"]], load_beir(shared_data_dir() / data, "test").qrels)
+        row.update({"vs_scaling_dual": f"depth {best['depth']} k {best['trainable_layers']}", "delta_ndcg@10_vs_scaling_dual": round(c.mean_a - c.mean_b, 4),
+                    "p_vs_scaling_dual": round(c.ttest.pvalue, 6)})
+    print(f"[llm_layers] TwinBERT (minilm-l6): test nDCG@10 {row['ndcg@10']:.4f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
     return row
 
 
@@ -258,6 +292,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
     ap.add_argument("--layer-head-lr", type=float, default=None,
                     help="head learning rate of k > 0 rows (default: --head-lr; warm heads restart their schedule at it)")
+    ap.add_argument("--twinbert-row", action="store_true",
+                    help="also train TwinBERT (MiniLM-L6, every layer) under the same rules: the reference line from this run")
+    ap.add_argument("--twinbert-lr", type=float, default=1e-4, help="its learning rate (the quick start's bert_lr)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="auto: fp32 on CPU, bf16 autocast on GPU")
     ap.add_argument("--tag", default="", help="results file llm_layers_<data>_<tag>.json (a side experiment beside the main grid)")
@@ -301,6 +338,13 @@ def main() -> None:
         add_significance(rows, args.data, runs)
         config["plot"] = plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
         report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
+               {**config, **loadavg(before)})
+    if args.twinbert_row:
+        ref = run_twinbert(args.data, args, rows, runs)
+        config.update({"twinbert_reference_ndcg@10": ref["ndcg@10"], "twinbert_lr": args.twinbert_lr,
+                       "twinbert_reference": f"this run: minilm-l6, every layer, {args.doc_max} document tokens"})
+        config["plot"] = plot_depth_curve(rows, name, ref["ndcg@10"]).relative_to(REPO_ROOT).as_posix()
+        report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows + [ref]],
                {**config, **loadavg(before)})
 
 

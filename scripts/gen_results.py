@@ -88,6 +88,10 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      "`chosen` = best validation nDCG@10 of its depth; heads-only rows from the same run)",
      ["depth", "trainable_layers", "lr", "chosen", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
       "steps_run", "train_seconds", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),
+    ("llm_layers_scifact_twinbert_doc128", "TwinBERT under the depth grid's own rules (`python -m benchmarks.llm_layers --depths 4 --k 0 --doc-max 128 "
+     "--twinbert-row --max-epochs 3 --tag twinbert_doc128`: MiniLM-L6, every layer, 128 document tokens; the grid's depth-4 heads-only row beside it)",
+     ["method", "depth", "trainable_layers", "ndcg@10", "r@100", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step", "steps_run",
+      "train_seconds", "delta_ndcg@10_vs_scaling_dual", "p_vs_scaling_dual"]),
     ("prompt_ablation_scifact", "Document-prompt ablations on SciFact (ScalingNote Table 5; `python -m benchmarks.prompt_ablation`)", None),
     ("fusion_synthetic", "Fusion towers on the synthetic note-search log (ScalingNote §3.5; `python -m benchmarks.fusion`)", None),
     ("annotation_scifact", "Annotation types at matched sizes on SciFact (scaling-laws paper §5; `python -m benchmarks.annotation`)", None),

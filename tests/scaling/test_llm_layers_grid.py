@@ -38,3 +38,16 @@ def test_chosen_row_is_the_validation_best_of_its_depth_and_never_reads_test():
     rows[0]["ndcg@10"], rows[1]["ndcg@10"] = 0.1, 0.9  # test figures change: the choice does not
     mark_chosen(rows)
     assert [r["chosen"] for r in rows] == [True, False, True, True]
+
+
+def test_the_twinbert_reference_row_differs_from_the_layer_rows_in_the_model_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("SCALINGNOTE_SHARED_DATA", str(tmp_path))
+    args = parse_args(["--depths", "4", "--k", "0,all", "--doc-max", "128", "--twinbert-row"])
+    ref = stage1_config("scifact", 6, "all", "both", args, tmp_path / "tb", 1e-4, model="minilm-l6")
+    llm = stage1_config("scifact", 4, "all", "both", args, tmp_path / "d4", 1e-4)
+    assert (ref.method, ref.query_tower.model, ref.doc_tower.model) == ("twinbert", "minilm-l6", "minilm-l6")
+    assert (ref.query_tower.trainable_layers, ref.doc_tower.trainable_layers) == ("all", "all")
+    assert ref.init_heads_from is None and ref.evaluate_zero_shot  # from the zero-shot model, its start measured
+    assert ref.doc_tower.max_length == llm.doc_tower.max_length == 128
+    same = ("data", "optim", "patience", "eval_every", "seed", "dim")
+    assert all(getattr(ref, k) == getattr(llm, k) for k in same)
