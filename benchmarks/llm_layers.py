@@ -144,6 +144,14 @@ def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
     return exact_search(q, qids, d, doc_ids, k=100)
 
 
+def metrics_columns(m: dict) -> dict:
+    """The columns every row takes from its Stage I run's ``run.json`` metrics."""
+    return {"ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
+            "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
+            "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
+            "steps_run": m["steps_run"], "stopped_early": m["stopped_early"]}
+
+
 def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, float], lr: float) -> dict:
     from scalingnote.training import train
 
@@ -155,10 +163,7 @@ def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, 
     m = json.loads((out / "run.json").read_text())["metrics"]
     cache_gb = 0.0 if k == "all" else sum(gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"] for r, s in (("query", "query"), ("document", "doc")))
     row = {"method": "scaling_dual", "depth": depth, "trainable_layers": k, "tower": side if k else "heads",
-           "ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
-           "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
-           "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
-           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "lr": lr if k else args.head_lr,
+           **metrics_columns(m), "lr": lr if k else args.head_lr,
            "chosen": True, "train_seconds": m["train_seconds"],
            "cache_gb": round(cache_gb, 4), "_dir": str(out), "_warm": bool(k and args.warm_heads)}
     print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
@@ -182,10 +187,7 @@ def run_twinbert(data: str, args, rows: list[dict], runs: dict) -> dict:
         train(stage1_config(data, 6, "all", "both", args, out, lr, model="minilm-l6"), resume=True)
     m = json.loads((out / "run.json").read_text())["metrics"]
     row = {"method": "twinbert", "model": "minilm-l6", "depth": 6, "trainable_layers": "all", "tower": "both",
-           "ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
-           "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
-           "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
-           "steps_run": m["steps_run"], "stopped_early": m["stopped_early"], "lr": lr, "chosen": True,
+           **metrics_columns(m), "lr": lr, "chosen": True,
            "train_seconds": m["train_seconds"], "cache_gb": 0.0}
     duals = [r for r in rows if r["chosen"] and r["trainable_layers"] != 0] or [r for r in rows if r["chosen"]]
     if duals:

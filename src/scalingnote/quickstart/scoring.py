@@ -185,9 +185,10 @@ def single_query_p99_many(towers: dict[str, tuple[Any, Path | None]], texts: lis
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one request, one core: two intra-op threads on a busy machine inflate it ~10x
     times: dict[str, list[float]] = {name: [] for name in encoders}
+    block = max(1, block)
     try:
-        for start in range(0, len(texts), max(1, block)):
-            chunk = texts[start : start + max(1, block)]
+        for start in range(0, len(texts), block):
+            chunk = texts[start : start + block]
             for name, enc in encoders.items():
                 for t in texts[:2] if start else texts[:10]:
                     enc([t])  # warm-up (longer before the first block)
