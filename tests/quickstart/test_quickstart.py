@@ -189,6 +189,16 @@ def test_unfreeze_needs_heads_only_large_towers(tiny_models, tmp_path):
     assert _cfg(tiny_models, tmp_path, trainable_layers=1).unfreeze_k(gpu=True) == 0
 
 
+def test_qkd_step_cap_auto_binds_on_a_cpu_only_and_a_bad_cap_names_its_field(tiny_models, tmp_path):
+    auto = _cfg(tiny_models, tmp_path, qkd_max_steps="auto")  # the cap keeps a CPU run within 10 minutes
+    assert (auto.qkd_step_cap(gpu=False), auto.qkd_step_cap(gpu=True)) == (1000, None)
+    assert _cfg(tiny_models, tmp_path, qkd_max_steps=7).qkd_step_cap(gpu=True) == 7
+    assert _cfg(tiny_models, tmp_path, qkd_max_steps=None).qkd_step_cap(gpu=False) is None
+    for bad in (0, "many", True, 2.5):
+        with pytest.raises(ConfigError, match="qkd_max_steps"):
+            _cfg(tiny_models, tmp_path, qkd_max_steps=bad)
+
+
 def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, tiny_models, tmp_path, capsys):
     out, _ = first_run
     work = tmp_path / "reuse"
@@ -246,6 +256,17 @@ def test_corpus_text_ablation_reproduces_the_runs_student_and_distils_without_th
     assert off["corpus_texts"] == 0 and off["qkd_queries"] < own["qkd_queries"] and off["p_vs_first"] is not None
     assert config["val_queries"] > 0 and "bm25" in config["baselines_ndcg@10"]
     assert (out / "qkd" / f"{chosen['name']}_texts0" / "DONE").exists()
+
+
+def test_the_qkd_step_cap_ablation_trains_each_cap_in_its_own_step(first_run):
+    from benchmarks.qkd_corpus_texts import measure
+
+    out, _ = first_run
+    rows, config = measure(out, [0], max_steps=[2, 4])
+    chosen = json.loads((out / "results.json").read_text())["choices"]["student"]["chosen"]
+    assert [r["qkd_run"].split(",")[1] for r in rows[1:]] == ["qkd_max_steps=2", "qkd_max_steps=4"]
+    assert [r["steps"] for r in rows[1:]] == [2, 4] and config["qkd_max_steps_of_new_rows"] == [2, 4]
+    assert all((out / "qkd" / f"{chosen}_texts0_cap{n}" / "DONE").exists() for n in (2, 4))
 
 
 def _llm_doc_caches(features: Path) -> dict[str, int]:
@@ -326,5 +347,9 @@ def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tin
     qkd = [yaml.safe_load(f.read_text()) for f in (out / "qkd").glob("*/config.yaml")]
     assert stage1 and qkd and {c["precision"] for c in stage1 + qkd} == {"bf16"}
     assert any("_top1" in f.name for f in (out / "stage1").iterdir())  # the unfrozen run trained under autocast too
+    # its row says where it started and how validation moved: the curve's first point is the heads-only start
+    top = [r for r in rows if r["method"].startswith("scaling_dual_top1")]
+    assert top and all(r["val_curve"].startswith("0:") and len(r["val_curve"].split()) >= 2 for r in top)
+    assert all(float(r["val_curve"].split()[0].split(":")[1]) == pytest.approx(r["val_heads_only"], abs=1e-3) for r in top)
     with pytest.raises(ConfigError, match="precision"):
         _cfg(tiny_models, out, precision="fp16")

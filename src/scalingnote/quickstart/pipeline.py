@@ -76,7 +76,7 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
         heads_dir, unfrozen = trained_dir, None
-        k = cfg.unfreeze_k(_gpu())
+        k = cfg.unfreeze_k(runs.on_gpu())
         if k:  # heads first, then the top layers from them; kept only if validation improves
             trained_dir, trained, unfrozen = _unfreeze(cfg, fam, best, k, data, out, pool, ev, trained_dir, trained)
         start = score(pool, zs_dir / "query_tower", zs_dir, ev)
@@ -107,12 +107,6 @@ def choose_teacher(cfg: QuickstartConfig, readable: list[str], large: dict, pool
     return teacher, why
 
 
-def _gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict, out: Path, pool: TowerPool, ev: EvalSet,
               heads_dir: Path, heads: Any) -> tuple[Path, Any, dict[str, Any]]:
     """Train the chosen heads-only tower's top ``k`` layers from its heads; returns the kept
@@ -127,7 +121,8 @@ def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict
            f"{what}: {top_sc.val_ndcg:.4f} <= heads only {heads.val_ndcg:.4f} on validation: keeping the heads-only tower")
     say(msg)
     info = {"dir": str(top_dir), "layers": k, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
-            "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds")}
+            "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds"),
+            "best_step": top.get("best_step"), "val_curve": top.get("val_curve")}
     return (top_dir, top_sc, info) if keep else (heads_dir, heads, info)
 
 

@@ -121,7 +121,8 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
             label, n = tower_label(pool, d / "query_tower")
             rows.append(row(f"scaling_dual_depth_{depth}", sc, large=label, query=label, layers=n, tower=d / "query_tower", family=fam,
                             chosen="depth" if d == L["heads_dir"] else "", head_lr_grid=m["lr_grid"],
-                            stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds")))
+                            stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds"),
+                            best_step=m.get("best_step"), val_curve=curve_text(m.get("val_curve"))))
         u = L.get("unfrozen")
         if u:
             d = Path(u["dir"])
@@ -129,8 +130,14 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
             rows.append(row(f"scaling_dual_top{u['layers']}_layers", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n,
                             tower=d / "query_tower", family=fam, chosen="top_layers" if u["kept"] == "top_layers" else "",
                             stage1_val_ndcg=round(u["val_top_layers"], 4), val_heads_only=round(u["val_heads_only"], 4),
-                            train_seconds=u.get("train_seconds")))
+                            train_seconds=u.get("train_seconds"), best_step=u.get("best_step"), val_curve=curve_text(u.get("val_curve"))))
     return rows
+
+
+def curve_text(curve: list | None) -> str | None:
+    """A Stage I run's validation curve as one flat results cell: ``"step:nDCG@10 ..."`` (step 0
+    = its start), so that a row shows whether training moved it."""
+    return " ".join(f"{int(s)}:{v:.4f}" for s, v in curve) if curve else None
 
 
 def measure_qps(pool: TowerPool, rows: list[dict], texts: list[str]) -> None:
