@@ -2,6 +2,7 @@
 
     python -m benchmarks.qkd_corpus_texts [--run runs/quickstart] [--texts 0,10000] [--qkd-epochs 30 --qkd-epochs 1000]
     python -m benchmarks.qkd_corpus_texts --run runs/recipe/scifact --texts 10000
+    python -m benchmarks.qkd_corpus_texts --texts 10000 --qkd-max-steps 3000 --name synthetic_steps
 
 From a finished quick-start (or ``benchmarks.recipe``) run: the first row is the run's own chosen
 student as it was distilled (``as_run``); then the same teacher and student (family, size,
@@ -42,8 +43,10 @@ def _texts_of(qkd_run: Path) -> int:
     return sum(sum(1 for _ in p.open()) for p in srcs if p.parent.name == "corpus_texts")
 
 
-def measure(run: Path, texts: list[int], epochs: list[float] | None = None) -> tuple[list[dict], dict]:
-    """The ``as_run`` row, then one row per (epoch budget, texts value); the run's student is scored once."""
+def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
+            max_steps: list[int | None] | None = None) -> tuple[list[dict], dict]:
+    """The ``as_run`` row, then one row per (step cap, epoch budget, texts value); the run's student
+    is scored once. A step cap of None = no cap: the epoch budget and ``qkd_patience`` decide."""
     from scalingnote.config import load_config
     from scalingnote.quickstart import QuickstartConfig, family, runs
     from scalingnote.quickstart.report import BASELINES
@@ -66,21 +69,24 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None) -> t
     n0 = _texts_of(own)
     rows = [_row("as_run", n0, json.loads((own / "run.json").read_text())["metrics"], sc0, None, chosen, teacher)]
     fam = family(cfg, cand["family"])
-    for qkd_epochs, n in [(e, n) for e in (epochs or [None]) for n in texts]:
-        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs:
+    own_cap = cfg.qkd_step_cap(runs.on_gpu())  # "auto" resolved as the run resolved it on this machine
+    caps = max_steps or [own_cap]
+    for cap, qkd_epochs, n in [(s, e, n) for s in caps for e in (epochs or [None]) for n in texts]:
+        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap:
             continue  # that is the run's own QKD step
-        c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs)
-        name = f"{chosen}_texts{n}" + (f"_e{c.qkd_epochs:g}" if c.qkd_epochs != cfg.qkd_epochs else "")
+        c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs, qkd_max_steps=cap)
+        name = (f"{chosen}_texts{n}" + (f"_e{c.qkd_epochs:g}" if c.qkd_epochs != cfg.qkd_epochs else "")
+                + (f"_cap{cap or 'none'}" if cap != own_cap else ""))
         m = runs.run_qkd(c, name, tdir, fam, cand["layers"], data, run, runs.pseudo_queries(c, data, run), rank_weight=cand["rank_weight"])
         rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
                          chosen, teacher))
         print(rows[-1], flush=True)
     baselines = [r for r in res["rows"] if r["method"].startswith(BASELINES)]
     config = {"run": str(run.relative_to(REPO_ROOT)) if run.is_relative_to(REPO_ROOT) else str(run), "texts": texts,
-              "qkd_max_steps": cfg.qkd_max_steps, "qkd_epochs": cfg.qkd_epochs, "val_queries": len(ev.val_qids),
+              "qkd_max_steps": own_cap, "qkd_epochs": cfg.qkd_epochs, "val_queries": len(ev.val_qids),
               "test_queries": len(ev.qids), "baselines_ndcg@10": {r["method"]: r["ndcg@10"] for r in baselines},
               "baselines_val_ndcg@10": {r["method"]: r.get("val_ndcg@10") for r in baselines},
-              "qkd_epochs_of_new_rows": epochs or "the run's"}
+              "qkd_epochs_of_new_rows": epochs or "the run's", "qkd_max_steps_of_new_rows": caps}
     return rows, config
 
 
@@ -91,10 +97,13 @@ def main() -> None:
     ap.add_argument("--qkd-epochs", type=float, action="append", default=[],
                     help="epoch budget of the new rows (default: the run's); repeat for several, e.g. a large one so that "
                          "qkd_max_steps binds and every row gets the same steps")
+    ap.add_argument("--qkd-max-steps", action="append", default=[],
+                    help="step cap of the new rows (default: the run's); repeat for several; 'none' = no cap (epochs and patience decide)")
     ap.add_argument("--name", default=None, help="results name suffix (default: the run's data, or synthetic)")
     args = ap.parse_args()
     run = args.run.resolve()
-    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs)
+    caps = [None if x.lower() == "none" else int(x) for x in args.qkd_max_steps]
+    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs, caps or None)
     data = json.loads((run / "results.json").read_text())["config"].get("data")
     name = args.name or (Path(data).name if data else "synthetic")
     print(write_results(f"qkd_corpus_texts_{name}", rows, config))

@@ -77,8 +77,10 @@ class QuickstartConfig:
     #: few logged queries (``benchmarks/results/qkd_corpus_texts_<data>.json``); 0 = off
     qkd_corpus_texts: int = 10000
     #: QKD's step budget: at most this many steps (the schedule spans them), whatever the pool's size;
-    #: None = ``qkd_epochs`` epochs
-    qkd_max_steps: int | None = 1000
+    #: None = ``qkd_epochs`` epochs (``qkd_patience`` stops it earlier); "auto" = 1000 on a CPU (the
+    #: quick start's 10 minutes: every CPU student was still improving there), None on a GPU
+    #: (``benchmarks/results/qkd_corpus_texts_synthetic_steps.json``)
+    qkd_max_steps: int | None | Literal["auto"] = "auto"
     #: weights of QKD's listwise term over the teacher's top-k documents tried for every student (not in
     #: the paper; 0 = Eq. 15 alone): each is a QKD run, the best validation nDCG@10 wins, like ``head_lrs``.
     #: The validation queries are held out of QKD (``DistillConfig.exclude_teacher_validation``), so the
@@ -143,8 +145,9 @@ class QuickstartConfig:
             raise ConfigError(None, None, "head_lrs", f"needs positive learning rates, got {self.head_lrs!r}")
         if self.qkd_corpus_texts < 0:
             raise ConfigError(None, None, "qkd_corpus_texts", f"must be >= 0 (0 = off), got {self.qkd_corpus_texts}")
-        if self.qkd_max_steps is not None and self.qkd_max_steps < 1:
-            raise ConfigError(None, None, "qkd_max_steps", f"must be >= 1 or null, got {self.qkd_max_steps}")
+        m = self.qkd_max_steps
+        if m is not None and m != "auto" and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ConfigError(None, None, "qkd_max_steps", f"must be 'auto', an integer >= 1 or null, got {m!r}")
         if not self.qkd_rank_weights or min(self.qkd_rank_weights) < 0:
             raise ConfigError(None, None, "qkd_rank_weights", f"needs weights >= 0, got {self.qkd_rank_weights!r}")
         if self.student_p99_ms is not None and self.student_p99_ms <= 0:
@@ -155,6 +158,12 @@ class QuickstartConfig:
             parse_student(s)
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(None, None, "precision", f"must be auto, fp32 or bf16, got {self.precision!r}")
+
+    def qkd_step_cap(self, gpu: bool) -> int | None:
+        """``qkd_max_steps`` resolved: "auto" = 1000 on a CPU, no cap on a GPU."""
+        if self.qkd_max_steps == "auto":
+            return None if gpu else 1000
+        return self.qkd_max_steps
 
     def unfreeze_k(self, gpu: bool) -> int:
         """``unfreeze_layers`` resolved: "auto" = 1 on a GPU (heads-only large towers), 0 on a CPU."""

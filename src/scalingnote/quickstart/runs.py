@@ -64,6 +64,13 @@ def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> N
     mark_step(path, _canon(path, inputs), info)
 
 
+def on_gpu() -> bool:
+    """Whether this process trains on a GPU (what the ``auto`` settings resolve against)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def banner(title: str) -> None:
     from rich.console import Console
 
@@ -339,7 +346,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         student["pooling"] = fam.pooling
     dc = load_config(DistillConfig, {
         "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
-        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "max_steps": cfg.qkd_max_steps,
+        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "max_steps": cfg.qkd_step_cap(on_gpu()),
                   "lr": 3e-4 if fam.name == "bert" else 1e-4},
         "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
