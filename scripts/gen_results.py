@@ -46,6 +46,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      ["qkd_run", "corpus_texts", "student", "teacher", "qkd_queries", "steps", "best_step", "train_seconds", "val_ndcg@10", "ndcg@10", "r@100", "delta_vs_first", "p_vs_first"]),
     ("qkd_corpus_texts_synthetic_steps", "QKD with and without its 1,000-step cap, the quick start's teacher and student (synthetic log) (`python -m benchmarks.qkd_corpus_texts --texts 10000 --qkd-max-steps none --name synthetic_steps`; row as_run = the run's own student; p = paired t-test vs it)",
      ["qkd_run", "corpus_texts", "student", "teacher", "qkd_queries", "steps", "best_step", "train_seconds", "val_ndcg@10", "ndcg@10", "r@100", "delta_vs_first", "p_vs_first"]),
+    ("qkd_corpus_texts_synthetic_cap", "QKD at 800 and 900 steps beside the run's 1,000 (synthetic log, the CPU cap of `qkd_max_steps: auto`) (`python -m benchmarks.qkd_corpus_texts --run runs/quickstart_s14 --texts 10000 --qkd-max-steps 800 --qkd-max-steps 900 --name synthetic_cap`; row as_run = the run's own student; p = paired t-test vs it)",
+     ["qkd_run", "corpus_texts", "student", "teacher", "qkd_queries", "steps", "best_step", "train_seconds", "val_ndcg@10", "ndcg@10", "r@100", "delta_vs_first", "p_vs_first"]),
     ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
     ("hybrid_kuake_qtr", "Hybrid BM25 + dense on KUAKE-QTR", None),
     ("fsdp_memory", "FSDP2 vs DDP memory per process (SmolLM2 full depth + MiniLM, 2 processes, gloo, CPU)", None),

@@ -12,6 +12,7 @@ import pytest
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models import build_tiny_model
 from scalingnote.quickstart import QuickstartConfig, default_factory, quickstart
+from scalingnote.quickstart.config import CPU_QKD_STEPS
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_unfreeze_needs_heads_only_large_towers(tiny_models, tmp_path):
 
 def test_qkd_step_cap_auto_binds_on_a_cpu_only_and_a_bad_cap_names_its_field(tiny_models, tmp_path):
     auto = _cfg(tiny_models, tmp_path, qkd_max_steps="auto")  # the cap keeps a CPU run within 10 minutes
-    assert (auto.qkd_step_cap(gpu=False), auto.qkd_step_cap(gpu=True)) == (1000, None)
+    assert (auto.qkd_step_cap(gpu=False), auto.qkd_step_cap(gpu=True)) == (CPU_QKD_STEPS, None)
     assert _cfg(tiny_models, tmp_path, qkd_max_steps=7).qkd_step_cap(gpu=True) == 7
     assert _cfg(tiny_models, tmp_path, qkd_max_steps=None).qkd_step_cap(gpu=False) is None
     for bad in (0, "many", True, 2.5):
