@@ -57,6 +57,7 @@ def main() -> None:
          "table_printed": printed_table, "loadavg_before": round(load0[0], 2), "loadavg_after": round(load1[0], 2),
          "pipeline_s_in_results": res.get("elapsed_s")},
     ]
+    rows += [{"phase": f"pipeline phase: {k}", "seconds": v} for k, v in (res.get("phase_seconds") or {}).items()]  # where the time went
     for r in res["rows"]:  # the baselines, the teacher, the student, the served default and the compressed index
         if r["method"] in ("bm25", "scalingnote+ivfpq") or r["method"].startswith("zero_shot_") or r.get("chosen"):
             rows.append({"phase": f"result: {r['method']}", "query_tower": r.get("query_tower"), "chosen": r.get("chosen", ""),

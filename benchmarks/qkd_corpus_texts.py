@@ -2,7 +2,7 @@
 
     python -m benchmarks.qkd_corpus_texts [--run runs/quickstart] [--texts 0,10000] [--qkd-epochs 30 --qkd-epochs 1000]
     python -m benchmarks.qkd_corpus_texts --run runs/recipe/scifact --texts 10000
-    python -m benchmarks.qkd_corpus_texts --texts 10000 --qkd-max-steps 3000 --name synthetic_steps
+    python -m benchmarks.qkd_corpus_texts --texts 10000 --qkd-max-steps none --name synthetic_steps
 
 From a finished quick-start (or ``benchmarks.recipe``) run: the first row is the run's own chosen
 student as it was distilled (``as_run``); then the same teacher and student (family, size,
@@ -69,7 +69,7 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
     n0 = _texts_of(own)
     rows = [_row("as_run", n0, json.loads((own / "run.json").read_text())["metrics"], sc0, None, chosen, teacher)]
     fam = family(cfg, cand["family"])
-    own_cap = cfg.qkd_step_cap(runs.on_gpu())  # "auto" resolved as the run resolved it on this machine
+    own_cap = json.loads((own / "run.json").read_text())["config"]["optim"]["max_steps"]  # the cap the run's student had
     caps = max_steps or [own_cap]
     for cap, qkd_epochs, n in [(s, e, n) for s in caps for e in (epochs or [None]) for n in texts]:
         if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap:
