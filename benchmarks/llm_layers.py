@@ -146,9 +146,11 @@ def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
 
 def metrics_columns(m: dict) -> dict:
     """The columns every row takes from its Stage I run's ``run.json`` metrics."""
+    from scalingnote.quickstart.report import curve_text
+
     return {"ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
             "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
-            "val_curve": " ".join(f"{s}:{v:.4f}" for s, v in m["val_curve"]), "best_step": m["best_step"],
+            "val_curve": curve_text(m["val_curve"]), "best_step": m["best_step"],
             "steps_run": m["steps_run"], "stopped_early": m["stopped_early"]}
 
 
