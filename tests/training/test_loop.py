@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
+from scalingnote.training.loop import LoopSettings, TrainLoop, adamw, load_trained_state, param_groups, trained_state
 
 
 class Toy(TrainLoop):
@@ -119,3 +119,35 @@ def test_an_unknown_schedule_is_refused():
     opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ScalingNoteError, match="schedule"):
         linear_warmup_decay(opt, 10, 0.1, schedule="cosine")
+
+
+def test_adamw_uses_the_fused_kernel_where_it_can_and_matches_the_default():
+    torch.manual_seed(0)
+    a, b = nn.Linear(6, 3), nn.Linear(6, 3)
+    b.load_state_dict(a.state_dict())
+    fused, plain = adamw(param_groups([a], 0.1, 0.1, 0.01)), torch.optim.AdamW(param_groups([b], 0.1, 0.1, 0.01))
+    assert fused.defaults["fused"] and not plain.defaults.get("fused")
+    x = torch.randn(16, 6)
+    for _ in range(5):
+        for m, opt in ((a, fused), (b, plain)):
+            opt.zero_grad()
+            m(x).pow(2).sum().backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_trained_state_leaves_out_frozen_weights_and_loading_checks_the_rest():
+    m = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    m.register_buffer("center", torch.ones(4))
+    m[0].requires_grad_(False)
+    st = trained_state(m)
+    assert set(st) == {"1.weight", "1.bias", "2.weight", "2.bias", "center"}
+    fresh = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
+    fresh.register_buffer("center", torch.zeros(4))
+    fresh[0].requires_grad_(False)
+    load_trained_state(fresh, st, "here")
+    torch.testing.assert_close(fresh.center, torch.ones(4))
+    torch.testing.assert_close(fresh[2].weight, m[2].weight)
+    with pytest.raises(ScalingNoteError, match="here: checkpoint does not match"):
+        load_trained_state(fresh, {k: v for k, v in st.items() if k != "2.bias"}, "here")

@@ -197,6 +197,13 @@ def test_prefix_cached_training_resume_equals_uninterrupted(tiny, tmp_path, meth
 
     with pytest.raises(StopTraining):
         train(_cfg(tiny, killed, method, **over), on_step=kill)
+    # the checkpoint holds what trains (and the buffers), not the frozen layers the base model restores
+    from scalingnote.training.checkpoint import load_latest_checkpoint
+
+    _, state = load_latest_checkpoint(killed)
+    saved = set(state["query_tower"]) | set(state["doc_tower"])
+    assert any(key.startswith("projection") for key in saved)
+    assert not any(".layers.0." in key or ".layer.0." in key for key in saved)  # below the top k = 1 layer, or k = 0
     train(_cfg(tiny, killed, method, **over), resume=True)
     a, b = _weights(full), _weights(killed)
     assert a.keys() == b.keys() and a

@@ -69,6 +69,37 @@ def param_groups(towers: Sequence[nn.Module], lr: float, head_lr: float, weight_
     ]
 
 
+def trained_state(module: nn.Module) -> dict[str, Tensor]:
+    """What a checkpoint must hold of ``module``: its trainable parameters and its buffers (heads'
+    centres, ...). Frozen weights are not written: a resumed run loads them from the base model as
+    the first run did (with frozen backbones a full ``state_dict`` was ~99% of each checkpoint)."""
+    frozen = {k for k, p in module.named_parameters() if not p.requires_grad}
+    return {k: v for k, v in module.state_dict().items() if k not in frozen}
+
+
+def load_trained_state(module: nn.Module, state: dict[str, Tensor], where: str) -> None:
+    """Load :func:`trained_state` (or a full ``state_dict`` of older checkpoints) into ``module``;
+    every trainable parameter and buffer must be in it."""
+    frozen = {k for k, p in module.named_parameters() if not p.requires_grad}
+    res = module.load_state_dict(state, strict=False)
+    missing = [k for k in res.missing_keys if k not in frozen]
+    if missing or res.unexpected_keys:
+        raise ScalingNoteError(f"{where}: checkpoint does not match the model (missing {missing[:5]}, "
+                               f"unexpected {res.unexpected_keys[:5]}): the config changed; use a new output_dir")
+
+
+def adamw(groups: list[dict], betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
+    """AdamW (Table 7), with PyTorch's fused kernel where every parameter allows it (plain floating
+    tensors on one CPU or CUDA device): the same update in one pass over the weights instead of
+    several, ~7x faster on a CPU for a MiniLM student's 15.5M weights (68 -> 10 ms a step), ~18% of a
+    QKD step. FSDP2 (DTensor) or mixed-device parameters keep the default (foreach) kernel."""
+    params = [p for g in groups for p in g["params"]]
+    devices = {p.device.type for p in params}
+    fused = (len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in params)
+             and not any(hasattr(p, "to_local") for p in params))
+    return torch.optim.AdamW(groups, betas=tuple(betas), eps=eps, fused=fused or None)
+
+
 def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, *,
                         schedule: str = "linear", warmup_steps: int | None = None):
     """Table 7: linear warm-up over ``warmup_ratio`` of the steps (or ``warmup_steps``), then linear
@@ -128,7 +159,7 @@ class TrainLoop:
         groups = [g for g in groups if g["params"]]
         if not groups:
             raise ScalingNoteError(f"{self.desc}: nothing to train (every parameter is frozen)")
-        self.optimizer = torch.optim.AdamW(groups, betas=tuple(betas), eps=eps)
+        self.optimizer = adamw(groups, betas, eps)
         self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warmup_steps)
 
     def trainable_params(self) -> list[Tensor]:

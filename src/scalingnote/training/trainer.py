@@ -32,7 +32,8 @@ from scalingnote.training import distributed as D
 from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
-from scalingnote.training.loop import LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, param_groups
+from scalingnote.training.loop import (LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, load_trained_state, param_groups,
+                                       trained_state)
 from scalingnote.training.losses import LossBatch, get_loss
 
 log = logging.getLogger(__name__)
@@ -191,11 +192,11 @@ class Trainer(TrainLoop):
         return {"query_tower": self.q_tower, "doc_tower": self.d_tower}
 
     def model_state(self) -> dict[str, Any]:
-        return {"query_tower": self.q_tower.state_dict(), "doc_tower": self.d_tower.state_dict()}
+        return {"query_tower": trained_state(self.q_tower), "doc_tower": trained_state(self.d_tower)}
 
     def load_model_state(self, state: dict[str, Any]) -> None:
-        self.q_tower.load_state_dict(state["query_tower"])
-        self.d_tower.load_state_dict(state["doc_tower"])
+        load_trained_state(self.q_tower, state["query_tower"], f"{self.out} (query tower)")
+        load_trained_state(self.d_tower, state["doc_tower"], f"{self.out} (document tower)")
 
     def validate(self) -> float | None:
         return None if self._validate_fn is None else float(self._validate_fn())
