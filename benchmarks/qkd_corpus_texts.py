@@ -44,7 +44,7 @@ def _texts_of(qkd_run: Path) -> int:
 
 
 def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
-            max_steps: list[int | None] | None = None) -> tuple[list[dict], dict]:
+            max_steps: list[int | None] | None = None, dropout: float | None = None) -> tuple[list[dict], dict]:
     """The ``as_run`` row, then one row per (step cap, epoch budget, texts value); the run's student
     is scored once. A step cap of None = no cap: the epoch budget and ``qkd_patience`` decide."""
     from scalingnote.config import load_config
@@ -72,13 +72,14 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
     own_cap = json.loads((own / "run.json").read_text())["config"]["optim"]["max_steps"]  # the cap the run's student had
     caps = max_steps or [own_cap]
     for cap, qkd_epochs, n in [(s, e, n) for s in caps for e in (epochs or [None]) for n in texts]:
-        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap:
+        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap and dropout is None:
             continue  # that is the run's own QKD step
-        c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs, qkd_max_steps=cap)
+        c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs, qkd_max_steps=cap,
+                                qkd_dropout=dropout if dropout is not None else cfg.qkd_dropout)
         name = (f"{chosen}_texts{n}" + (f"_e{c.qkd_epochs:g}" if c.qkd_epochs != cfg.qkd_epochs else "")
-                + (f"_cap{cap or 'none'}" if cap != own_cap else ""))
+                + (f"_cap{cap or 'none'}" if cap != own_cap else "") + (f"_drop{dropout:g}" if dropout is not None else ""))
         m = runs.run_qkd(c, name, tdir, fam, cand["layers"], data, run, runs.pseudo_queries(c, data, run), rank_weight=cand["rank_weight"])
-        rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
+        rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps},qkd_dropout={c.qkd_dropout}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
                          chosen, teacher))
         print(rows[-1], flush=True)
     baselines = [r for r in res["rows"] if r["method"].startswith(BASELINES)]
@@ -99,11 +100,12 @@ def main() -> None:
                          "qkd_max_steps binds and every row gets the same steps")
     ap.add_argument("--qkd-max-steps", action="append", default=[],
                     help="step cap of the new rows (default: the run's); repeat for several; 'none' = no cap (epochs and patience decide)")
+    ap.add_argument("--qkd-dropout", type=float, default=None, help="the new rows' student dropout (default: the run's)")
     ap.add_argument("--name", default=None, help="results name suffix (default: the run's data, or synthetic)")
     args = ap.parse_args()
     run = args.run.resolve()
     caps = [None if x.lower() == "none" else int(x) for x in args.qkd_max_steps]
-    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs, caps or None)
+    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs, caps or None, args.qkd_dropout)
     data = json.loads((run / "results.json").read_text())["config"].get("data")
     name = args.name or (Path(data).name if data else "synthetic")
     print(write_results(f"qkd_corpus_texts_{name}", rows, config))

@@ -195,3 +195,20 @@ def test_student_with_cached_prefix_trains_top_layers_only(stage1, tmp_path):
     got = load_tower(tmp_path / "k1" / "query_tower")
     moved = {n for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters()) if not torch.equal(p, p0)}
     assert moved and all("layer.1." in n for n in moved), moved
+
+
+def test_student_dropout_is_the_base_models_unless_set(stage1, tmp_path):
+    from scalingnote.distill.trainer import _load_student
+
+    texts = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota"]
+    outs = {}
+    for p in (None, 0.0):
+        torch.manual_seed(0)
+        st = _load_student(_dcfg(stage1, tmp_path / "d", student_dropout=p), 32, None)
+        st.train()
+        enc = st.tokenize_queries(texts)
+        outs[p] = (st(enc), st(enc))
+    assert not torch.equal(*outs[None])  # the tiny BERT's own dropout (0.1) is on in train mode
+    assert torch.equal(*outs[0.0])
+    with pytest.raises(ValueError, match="student_dropout"):
+        _dcfg(stage1, tmp_path / "d", student_dropout=1.0)

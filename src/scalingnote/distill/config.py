@@ -56,6 +56,10 @@ class DistillConfig:
     #: the quick start chooses students, loss terms and the served default with) is then measured on
     #: queries it never imitated. Off only to reproduce runs made before this setting existed.
     exclude_teacher_validation: bool = True
+    #: dropout of the student while it distils (every ``nn.Dropout`` of its backbone); None = the
+    #: base model's own (MiniLM: 0.1). Eq. 15 regresses fixed teacher vectors, and dropout's noise
+    #: slows that fit (not in the paper, which does not say).
+    student_dropout: float | None = None
     optim: DistillOptim = field(default_factory=DistillOptim)
     eval_data: str | None = None  #: BEIR directory to evaluate ScalingNote on (doc embeddings from the teacher run)
     eval_split: str = "test"
@@ -93,6 +97,8 @@ class DistillConfig:
     def __post_init__(self) -> None:
         if not self.queries:
             raise ValueError("queries: give at least one query source (a BEIR directory or a queries.jsonl)")
+        if self.student_dropout is not None and not 0 <= self.student_dropout < 1:
+            raise ValueError(f"student_dropout must be in [0, 1) or null, got {self.student_dropout}")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
         if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:

@@ -212,10 +212,15 @@ def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None):
     from scalingnote.models import load_tower
 
     s = cfg.student
-    return load_tower(
+    student = load_tower(
         s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=dim, matryoshka_dims=_mdims(dim),
         max_query_length=s.max_length, projection_seed=cfg.seed, device=device, dtype=torch.float32,
     )
+    if cfg.student_dropout is not None:
+        for m in student.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = float(cfg.student_dropout)
+    return student
 
 
 class QKDLoop(TrainLoop):

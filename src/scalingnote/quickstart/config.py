@@ -78,6 +78,7 @@ class QuickstartConfig:
     qkd_patience: int = 3
     qkd_target: Literal["raw", "normalized"] = "normalized"
     qkd_batch_size: int = 128
+    qkd_dropout: float | None = None  #: the student's dropout during QKD (None = its base model's own)
     qkd_max_pseudo_queries: int = 3000
     #: unlabelled corpus text (titles and sentences, a seeded sample of this many) added to QKD's query
     #: pool: the student imitates the teacher's query tower on the data's own vocabulary, not only on the

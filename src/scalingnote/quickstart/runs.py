@@ -351,7 +351,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
-        "precision": cfg.precision,
+        "precision": cfg.precision, "student_dropout": cfg.qkd_dropout,
     })
     inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=_digest(teacher_dir))
     if not step_done(d, inputs):
