@@ -50,6 +50,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      QKD_ABLATION_COLUMNS),
     ("qkd_corpus_texts_synthetic_steps", "QKD with and without its 1,000-step cap, the quick start's teacher and student (synthetic log) (`python -m benchmarks.qkd_corpus_texts --texts 10000 --qkd-max-steps none --name synthetic_steps`; row as_run = the run's own student; p = paired t-test vs it)",
      QKD_ABLATION_COLUMNS),
+    ("qkd_corpus_texts_synthetic_dropout", "QKD with the student's dropout off beside the base model's 0.1 (synthetic log, 900 steps) (`python -m benchmarks.qkd_corpus_texts --run runs/quickstart_s15 --texts 10000 --qkd-dropout 0 --name synthetic_dropout`; row as_run = the run's own student; p = paired t-test vs it)",
+     QKD_ABLATION_COLUMNS),
     ("qkd_corpus_texts_synthetic_cap", "QKD at 800 and 900 steps beside the run's 1,000 (synthetic log, the CPU cap of `qkd_max_steps: auto`) (`python -m benchmarks.qkd_corpus_texts --run runs/quickstart_s14 --texts 10000 --qkd-max-steps 800 --qkd-max-steps 900 --name synthetic_cap`; row as_run = the run's own student; p = paired t-test vs it)",
      QKD_ABLATION_COLUMNS),
     ("hybrid_scifact", "Hybrid BM25 + dense on SciFact (`python -m benchmarks.hybrid --dataset scifact`; dense side in the config)", None),
