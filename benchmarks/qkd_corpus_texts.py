@@ -67,9 +67,10 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
     if sc0.val_ndcg != cand["val"]:
         raise SystemExit(f"{run}: the student validates {sc0.val_ndcg} here, {cand['val']} in results.json: not the run's validation set")
     n0 = _texts_of(own)
-    rows = [_row("as_run", n0, json.loads((own / "run.json").read_text())["metrics"], sc0, None, chosen, teacher)]
+    own_run = json.loads((own / "run.json").read_text())
+    rows = [_row("as_run", n0, own_run["metrics"], sc0, None, chosen, teacher)]
     fam = family(cfg, cand["family"])
-    own_cap = json.loads((own / "run.json").read_text())["config"]["optim"]["max_steps"]  # the cap the run's student had
+    own_cap = own_run["config"]["optim"]["max_steps"]  # the cap the run's student had
     caps = max_steps or [own_cap]
     for cap, qkd_epochs, n in [(s, e, n) for s in caps for e in (epochs or [None]) for n in texts]:
         if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap and dropout is None:

@@ -65,10 +65,11 @@ def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> N
 
 
 def on_gpu() -> bool:
-    """Whether this process trains on a GPU (what the ``auto`` settings resolve against)."""
-    import torch
+    """Whether this process trains on a GPU (what the ``auto`` settings resolve against): the
+    device the towers load on (:func:`scalingnote.models.default_device`)."""
+    from scalingnote.models import default_device
 
-    return torch.cuda.is_available()
+    return default_device().type == "cuda"
 
 
 def banner(title: str) -> None:

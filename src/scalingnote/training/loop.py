@@ -69,18 +69,22 @@ def param_groups(towers: Sequence[nn.Module], lr: float, head_lr: float, weight_
     ]
 
 
+def _frozen(module: nn.Module) -> set[str]:
+    return {k for k, p in module.named_parameters() if not p.requires_grad}
+
+
 def trained_state(module: nn.Module) -> dict[str, Tensor]:
     """What a checkpoint must hold of ``module``: its trainable parameters and its buffers (heads'
     centres, ...). Frozen weights are not written: a resumed run loads them from the base model as
     the first run did (with frozen backbones a full ``state_dict`` was ~99% of each checkpoint)."""
-    frozen = {k for k, p in module.named_parameters() if not p.requires_grad}
+    frozen = _frozen(module)
     return {k: v for k, v in module.state_dict().items() if k not in frozen}
 
 
 def load_trained_state(module: nn.Module, state: dict[str, Tensor], where: str) -> None:
     """Load :func:`trained_state` (or a full ``state_dict`` of older checkpoints) into ``module``;
     every trainable parameter and buffer must be in it."""
-    frozen = {k for k, p in module.named_parameters() if not p.requires_grad}
+    frozen = _frozen(module)
     res = module.load_state_dict(state, strict=False)
     missing = [k for k in res.missing_keys if k not in frozen]
     if missing or res.unexpected_keys:
