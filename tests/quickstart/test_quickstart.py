@@ -354,3 +354,39 @@ def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tin
     assert all(float(r["val_curve"].split()[0].split(":")[1]) == pytest.approx(r["val_heads_only"], abs=1e-3) for r in top)
     with pytest.raises(ConfigError, match="precision"):
         _cfg(tiny_models, out, precision="fp16")
+
+
+def test_the_embedding_size_is_a_choice_on_validation_and_the_rows_follow_it(first_run, tiny_models, tmp_path):
+    """``full_dim``: each family's chosen large tower is trained again at its backbone's hidden size
+    (tiny models: 32, the run's dim 16); the higher validation score keeps its size, and the
+    matched-cost rows and the student of the teacher's family use the kept size."""
+    out, _ = first_run
+    work = tmp_path / "dims"
+    shutil.copytree(out / "data", work / "data")  # the same data step; Stage I redone at dim 16
+    shutil.copytree(out / "features", work / "features")
+    rows = quickstart(_cfg(tiny_models, work, dim=16, compare="teacher", qkd_rank_weights=[1.0]))
+    ch = json.loads((work / "results.json").read_text())["choices"]
+
+    def tower_dim(d):
+        return json.loads((Path(d) / "tower.json").read_text())["config"]["dim"]
+
+    for fam in ("bert", "llm"):
+        f = ch["families"][fam]
+        c = f["dim_choice"]
+        assert c["dim"] == 32 and "_d32" in c["dir"] and c["kept"] == (c["val"] > c["val_at_dim"])
+        assert f["dim"] == (32 if c["kept"] else 16) and "validation" in c["reason"]
+        row = next(r for r in rows if r["method"] == "scaling_dual_dim_32" and r["family"] == fam)
+        assert (row["chosen"] == "dim") == c["kept"] and row["stage1_val_ndcg"] == c["val"]
+        if f["kept"] == "trained":
+            assert tower_dim(Path(f["tower_dir"]) / "query_tower") == f["dim"]
+    teacher = ch["teacher"]["family"]
+    want = ch["families"][teacher]["dim"]
+    assert tower_dim(Path(ch["teacher"]["dir"]) / "doc_tower") in (want, 32)  # 32: the zero-shot start (no head) kept
+    student = next(c for c in ch["student"]["candidates"] if c["name"] == ch["student"]["chosen"])
+    assert tower_dim(student["dir"]) == tower_dim(Path(ch["teacher"]["dir"]) / "doc_tower")
+    tag = "_d32" if want == 32 else ""
+    small = sorted(p.name for p in (work / "stage1").glob(f"{teacher}_small_dual_*")) + sorted(
+        p.name for p in (work / "stage1").glob(f"{teacher}_scaling_doc_*"))
+    assert len(small) == 2 and all(n.endswith(tag) if tag else not re.search(r"_d\d+$", n) for n in small), small
+    for n in small:
+        assert tower_dim(work / "stage1" / n / "query_tower") == want, n

@@ -72,6 +72,7 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         by_depth = runs.large_tower_runs(cfg, fam, data, out)
         depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
         best = by_depth[None if depth == "None" else int(depth)]
+        best, dim_choice = _choose_dim(cfg, fam, best, data, out)
         trained_dir = Path(best["run_dir"])
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
@@ -85,12 +86,29 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         say(msg)
         res[fam.name] = {
             "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
-            "heads_dir": heads_dir, "unfrozen": unfrozen,
+            "heads_dir": heads_dir, "unfrozen": unfrozen, "dim": best["dim"], "dim_choice": dim_choice,
             "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
             "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "depth": best["depth"],
             "val_trained": trained.val_ndcg, "val_start": start.val_ndcg, "val_trained_vs_start": conf,
         }
     return res
+
+
+def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path) -> tuple[dict, dict | None]:
+    """``cfg.full_dim``: the chosen depth and head learning rate again with the embedding size =
+    the backbone's hidden size; the run with the higher validation nDCG@10 (Stage I's own early
+    stopping score on the held-out training queries) is kept. Returns (kept run, what was measured)."""
+    full = runs.full_dim_run(cfg, fam, best, data, out) if cfg.full_dim else None
+    if full is None:
+        return best, None
+    a, b = best["best_val_score"], full["best_val_score"]
+    keep = b > a  # a tie keeps the paper's smaller size
+    msg = (f"{fam.name} large tower: embedding size {full['dim']} {b:.4f} {'>' if keep else '<='} {best['dim']} {a:.4f} on validation: "
+           f"{full['dim'] if keep else best['dim']} kept")
+    say(msg)
+    info = {"dir": full["run_dir"], "dim": full["dim"], "val": round(b, 4), "val_at_dim": round(a, 4), "kept": keep, "reason": msg,
+            "train_seconds": full.get("train_seconds"), "best_step": full.get("best_step"), "val_curve": full.get("val_curve")}
+    return (dict(full, lr_grid=best.get("lr_grid")) if keep else best), info
 
 
 def choose_teacher(cfg: QuickstartConfig, readable: list[str], large: dict, pool: TowerPool, ev: EvalSet) -> tuple[str, str]:
@@ -182,8 +200,8 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         L = large[name]
         fam: Family = L["family"]
         hl = float(L["head_lr"])
-        small = runs.small_dual_run(cfg, fam, data, out, hl)
-        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl)
+        small = runs.small_dual_run(cfg, fam, data, out, hl, L.get("dim"))  # the large tower's embedding size: one index, one cost
+        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl, L.get("dim"))
         w = students["chosen"]["rank_weight"]  # the listwise weight the served student was chosen with
         qkd_name = runs.qkd_name(name, fam.small_layers, name, w)
         reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
@@ -220,7 +238,8 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
     fams = {}
     for name, rep in report.items():
         L = large.get(name)
-        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
+        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "dim": L.get("dim"), "dim_choice": L.get("dim_choice"),
+                                  "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
                                   "tower_dir": str(L["dir"]), "unfrozen": L.get("unfrozen")} if L else {})}
     return {"families": fams, "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}

@@ -123,6 +123,14 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
                             chosen="depth" if d == L["heads_dir"] else "", head_lr_grid=m["lr_grid"],
                             stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds"),
                             best_step=m.get("best_step"), val_curve=curve_text(m.get("val_curve"))))
+        c = L.get("dim_choice")
+        if c:  # the chosen depth and head learning rate at the backbone's full embedding size (``full_dim``)
+            d = Path(c["dir"])
+            label, n = tower_label(pool, d / "query_tower")
+            rows.append(row(f"scaling_dual_dim_{c['dim']}", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n,
+                            tower=d / "query_tower", family=fam, chosen="dim" if c["kept"] else "", stage1_val_ndcg=c["val"],
+                            val_at_dim=c["val_at_dim"], train_seconds=c.get("train_seconds"), best_step=c.get("best_step"),
+                            val_curve=curve_text(c.get("val_curve"))))
         u = L.get("unfrozen")
         if u:
             d = Path(u["dir"])

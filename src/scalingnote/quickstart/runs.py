@@ -117,16 +117,19 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- Stage I
 def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-                  max_epochs: float, init_heads_from: str | None = None):
+                  max_epochs: float, init_heads_from: str | None = None, dim: int | None = None):
+    """A Stage I run's TrainConfig; ``dim`` = its embedding size (None = ``cfg.dim``), with the
+    Matryoshka sizes {16, 32, ..., dim/2, dim} of §3.2."""
     from scalingnote.config import load_config
+    from scalingnote.models.towers import matryoshka_dims_for
     from scalingnote.training import TrainConfig
 
     heads_only = q["trainable_layers"] == 0 and d["trainable_layers"] == 0
     return load_config(TrainConfig, {
         "method": method,
         "output_dir": str(out_dir),
-        "dim": cfg.dim,
-        "loss": {"dims": [m for m in (16, 32, 64) if m < cfg.dim] + [cfg.dim]},
+        "dim": dim or cfg.dim,
+        "loss": {"dims": matryoshka_dims_for(dim or cfg.dim)},
         "query_tower": q,
         "doc_tower": d,
         "data": {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
@@ -148,12 +151,13 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
 
 
 def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-               max_epochs: float, init_heads_from: str | None = None) -> dict[str, Any]:
+               max_epochs: float, init_heads_from: str | None = None, dim: int | None = None) -> dict[str, Any]:
     """Train (or reuse) one Stage I run under ``out/stage1/<name>``; returns its metrics + ``run_dir``."""
     from scalingnote.training import train
 
     run_dir = out / "stage1" / name
-    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from)
+    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from,
+                       dim=dim)
     inputs = _step_inputs(tc, data=data_fingerprint(data))
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
@@ -198,12 +202,38 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
             tower = fam.tower(depth, cfg.trainable_layers, cfg.query_max_length)
             m = run_stage1(cfg, f"{fam.name}_large_L{depth or 'all'}_hlr{hl:g}", family_method(fam),
                            data, out, tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=hl, max_epochs=cfg.max_epochs)
-            m = dict(m, head_lr=hl, depth=depth)
+            m = dict(m, head_lr=hl, depth=depth, dim=cfg.dim)
             tried.append(f"{hl:g}:{m['best_val_score']:.4f}")
             if best is None or m["best_val_score"] > best["best_val_score"]:
                 best = m
         res[depth] = dict(best, lr_grid=" ".join(tried))
     return res
+
+
+def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
+    """A run name's embedding-size suffix: none at ``cfg.dim`` (the names runs had before sizes were
+    chosen), ``_d384`` otherwise."""
+    return "" if dim in (None, cfg.dim) else f"_d{dim}"
+
+
+def hidden_size(run_dir: str | Path) -> int:
+    """The backbone hidden size of a finished Stage I run's query tower (its ``tower.json``)."""
+    return int(json.loads((Path(run_dir) / "query_tower" / "tower.json").read_text(encoding="utf-8"))["config"]["hidden_size"])
+
+
+def full_dim_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path) -> dict[str, Any] | None:
+    """The family's chosen large tower (``best``: depth and head learning rate, a
+    :func:`large_tower_runs` entry) trained again with the embedding size = its backbone's hidden
+    size (``cfg.full_dim``); None when that is ``cfg.dim`` already. The paper's dim = 128 reduces a
+    3,584-d Qwen state (§4.1, dim << h); a frozen 384-d MiniLM projected to 128 starts below its own
+    zero-shot embeddings, so the size is a choice made on validation, like the head learning rate."""
+    h = hidden_size(best["run_dir"])
+    if h == cfg.dim:
+        return None
+    tower = fam.tower(best["depth"], cfg.trainable_layers, cfg.query_max_length)
+    m = run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}{_dim_tag(cfg, h)}", family_method(fam), data, out,
+                   tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"], max_epochs=cfg.max_epochs, dim=h)
+    return dict(m, head_lr=best["head_lr"], depth=best["depth"], dim=h)
 
 
 def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None:
@@ -228,12 +258,13 @@ def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: in
     :func:`large_tower_runs` entry) with the top ``k`` layers of both towers trained, starting
     from its trained heads."""
     tower = fam.tower(best["depth"], k, cfg.query_max_length)
-    return run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}_top{k}", family_method(fam), data, out,
-                      tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"], max_epochs=cfg.unfreeze_epochs,
-                      init_heads_from=best["run_dir"])
+    dim = best.get("dim")
+    return run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}{_dim_tag(cfg, dim)}_top{k}", family_method(fam),
+                      data, out, tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"],
+                      max_epochs=cfg.unfreeze_epochs, init_heads_from=best["run_dir"], dim=dim)
 
 
-def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float) -> dict[str, Any]:
+def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None) -> dict[str, Any]:
     """``twinbert_small``: the family's small tower on both sides. The query tower (the online
     one) trains every layer (embeddings frozen and cached); the document tower trains like every
     document tower of the run (``trainable_layers``: heads only on a CPU, where a step over the
@@ -241,18 +272,19 @@ def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, he
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length)
     d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}", family_method(fam), data, out, q, d,
-                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs)
+    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_dim_tag(cfg, dim)}", family_method(fam), data, out, q, d,
+                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
-def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data: dict, out: Path, head_lr: float) -> dict[str, Any]:
+def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data: dict, out: Path, head_lr: float,
+                    dim: int | None = None) -> dict[str, Any]:
     """``scaling_doc``: the small query tower (every layer trains) + the large document tower
     (``trainable_layers``, like every document tower), trained jointly."""
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length)
     d = fam.tower(depth, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}_L{depth or 'all'}", "scaling_doc" if fam.name == "llm" else "twinbert", data, out, q, d,
-                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs)
+    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}_L{depth or 'all'}{_dim_tag(cfg, dim)}", "scaling_doc" if fam.name == "llm" else "twinbert",
+                      data, out, q, d, lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
 # ---------------------------------------------------------------------------- the zero-shot start
@@ -429,5 +461,5 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
     banner(f"index search settings: {report['reason']}")
 
 
-__all__ = ["build_ivfpq", "tune_index", "default_factory", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+__all__ = ["build_ivfpq", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
