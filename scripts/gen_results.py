@@ -144,14 +144,14 @@ assert len(HEADLINE_COLS) <= 8
 
 
 def headline_rows(dataset: str) -> list[dict]:
-    """The recipe's rows on ``dataset`` (its depth candidates and other students are in
+    """The recipe's rows on ``dataset`` (its depth and embedding-size candidates and other students are in
     docs/results.md), in the file's order: baselines, the matched-cost comparison per family,
     the served rows."""
     rec = _load(f"recipe_{dataset}")
     if rec is None:
         return []
     return [{**r, "source": f"recipe_{dataset}"} for r in rec["rows"]
-            if not str(r.get("method", "")).startswith(("scaling_dual_depth_", "scalingnote_candidate"))]
+            if not str(r.get("method", "")).startswith(("scaling_dual_depth_", "scaling_dual_dim_", "scalingnote_candidate"))]
 
 
 def plot_quality_vs_qps(dataset: str, rows: list[dict]) -> Path | None:
