@@ -125,11 +125,12 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
     from scalingnote.training import TrainConfig
 
     heads_only = q["trainable_layers"] == 0 and d["trainable_layers"] == 0
+    dim = dim or cfg.dim
     return load_config(TrainConfig, {
         "method": method,
         "output_dir": str(out_dir),
-        "dim": dim or cfg.dim,
-        "loss": {"dims": matryoshka_dims_for(dim or cfg.dim)},
+        "dim": dim,
+        "loss": {"dims": matryoshka_dims_for(dim)},
         "query_tower": q,
         "doc_tower": d,
         "data": {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
@@ -199,10 +200,7 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
     for depth in fam.depths:
         tried, best = [], None
         for hl in cfg.head_lrs:
-            tower = fam.tower(depth, cfg.trainable_layers, cfg.query_max_length)
-            m = run_stage1(cfg, f"{fam.name}_large_L{depth or 'all'}_hlr{hl:g}", family_method(fam),
-                           data, out, tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=hl, max_epochs=cfg.max_epochs)
-            m = dict(m, head_lr=hl, depth=depth, dim=cfg.dim)
+            m = dict(_large_run(cfg, fam, data, out, depth, hl), head_lr=hl, depth=depth, dim=cfg.dim)
             tried.append(f"{hl:g}:{m['best_val_score']:.4f}")
             if best is None or m["best_val_score"] > best["best_val_score"]:
                 best = m
@@ -216,9 +214,24 @@ def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
     return "" if dim in (None, cfg.dim) else f"_d{dim}"
 
 
+def _large_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, depth: int | None, head_lr: float, *, k: int | str | None = None,
+               dim: int | None = None, max_epochs: float | None = None, init_heads_from: str | None = None, suffix: str = "") -> dict[str, Any]:
+    """One Stage I run of the family's large dual tower (both towers ``depth`` layers, the top ``k``
+    training; default ``cfg.trainable_layers``), named ``<family>_large_L<depth>_hlr<lr>[_d<dim>]<suffix>``."""
+    tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
+    return run_stage1(cfg, f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}", family_method(fam), data, out,
+                      tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=head_lr,
+                      max_epochs=cfg.max_epochs if max_epochs is None else max_epochs, init_heads_from=init_heads_from, dim=dim)
+
+
+def _tower_config(tower_dir: str | Path) -> dict[str, Any]:
+    """A saved tower's config (its ``tower.json``), read without loading the tower."""
+    return json.loads((Path(tower_dir) / "tower.json").read_text(encoding="utf-8"))["config"]
+
+
 def hidden_size(run_dir: str | Path) -> int:
-    """The backbone hidden size of a finished Stage I run's query tower (its ``tower.json``)."""
-    return int(json.loads((Path(run_dir) / "query_tower" / "tower.json").read_text(encoding="utf-8"))["config"]["hidden_size"])
+    """The backbone hidden size of a finished Stage I run's query tower."""
+    return int(_tower_config(Path(run_dir) / "query_tower")["hidden_size"])
 
 
 def full_dim_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path) -> dict[str, Any] | None:
@@ -230,10 +243,7 @@ def full_dim_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data:
     h = hidden_size(best["run_dir"])
     if h == cfg.dim:
         return None
-    tower = fam.tower(best["depth"], cfg.trainable_layers, cfg.query_max_length)
-    m = run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}{_dim_tag(cfg, h)}", family_method(fam), data, out,
-                   tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"], max_epochs=cfg.max_epochs, dim=h)
-    return dict(m, head_lr=best["head_lr"], depth=best["depth"], dim=h)
+    return dict(_large_run(cfg, fam, data, out, best["depth"], best["head_lr"], dim=h), head_lr=best["head_lr"], depth=best["depth"], dim=h)
 
 
 def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None:
@@ -257,11 +267,8 @@ def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: in
     """Heads first, then layers: the family's chosen heads-only large tower (``best``, a
     :func:`large_tower_runs` entry) with the top ``k`` layers of both towers trained, starting
     from its trained heads."""
-    tower = fam.tower(best["depth"], k, cfg.query_max_length)
-    dim = best.get("dim")
-    return run_stage1(cfg, f"{fam.name}_large_L{best['depth'] or 'all'}_hlr{best['head_lr']:g}{_dim_tag(cfg, dim)}_top{k}", family_method(fam),
-                      data, out, tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=best["head_lr"],
-                      max_epochs=cfg.unfreeze_epochs, init_heads_from=best["run_dir"], dim=dim)
+    return _large_run(cfg, fam, data, out, best["depth"], best["head_lr"], k=k, dim=best.get("dim"), max_epochs=cfg.unfreeze_epochs,
+                      init_heads_from=best["run_dir"], suffix=f"_top{k}")
 
 
 def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None) -> dict[str, Any]:
@@ -355,7 +362,7 @@ def student_base(fam: Family, teacher_dir: Path, layers: int) -> str:
     if not (teacher_dir / "run.json").exists() or "zero_shot" in teacher_dir.name or not cfg_file.exists():
         return fam.model
     k = load_config(TrainConfig, cfg_file).query_tower.trainable_layers
-    n = json.loads((teacher_dir / "query_tower" / "tower.json").read_text())["config"]["num_layers"]
+    n = _tower_config(teacher_dir / "query_tower")["num_layers"]
     return str(teacher_dir / "query_tower" / "backbone") if k == "all" or n - int(k) < layers else fam.model
 
 
