@@ -32,7 +32,8 @@ def _row(label: str, n: int, m: dict, sc, base, chosen: str, teacher: str) -> di
     t = paired_ttest(sc.per_query, base.per_query) if base is not None else None
     return {"qkd_run": label, "corpus_texts": n, "student": chosen.split("_from_")[0], "teacher": teacher,
             "qkd_queries": m.get("train_queries"), "steps": m.get("steps_run"), "best_step": m.get("best_step"),
-            "train_seconds": m.get("train_seconds"), "val_ndcg@10": sc.val_ndcg, "ndcg@10": round(sc.metrics["ndcg@10"], 4),
+            "train_seconds": m.get("train_seconds"), "start_layers": "-".join(map(str, m.get("student_base_layers") or [])) or "bottom",
+            "val_ndcg@10": sc.val_ndcg, "ndcg@10": round(sc.metrics["ndcg@10"], 4),
             "r@100": round(sc.metrics["r@100"], 4), "delta_vs_first": round(t.mean_diff, 4) if t else None,
             "p_vs_first": round(t.pvalue, 4) if t else None}
 
@@ -44,9 +45,11 @@ def _texts_of(qkd_run: Path) -> int:
 
 
 def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
-            max_steps: list[int | None] | None = None, dropout: float | None = None) -> tuple[list[dict], dict]:
-    """The ``as_run`` row, then one row per (step cap, epoch budget, texts value); the run's student
-    is scored once. A step cap of None = no cap: the epoch budget and ``qkd_patience`` decide."""
+            max_steps: list[int | None] | None = None, dropout: float | None = None,
+            starts: list[str] | None = None) -> tuple[list[dict], dict]:
+    """The ``as_run`` row, then one row per (step cap, student start, epoch budget, texts value);
+    the run's student is scored once. A step cap of None = no cap: the epoch budget and
+    ``qkd_patience`` decide. ``starts``: ``student_layers`` values (default: the run's)."""
     from scalingnote.config import load_config
     from scalingnote.quickstart import QuickstartConfig, family, runs
     from scalingnote.quickstart.report import BASELINES
@@ -72,15 +75,19 @@ def measure(run: Path, texts: list[int], epochs: list[float] | None = None,
     fam = family(cfg, cand["family"])
     own_cap = own_run["config"]["optim"]["max_steps"]  # the cap the run's student had
     caps = max_steps or [own_cap]
-    for cap, qkd_epochs, n in [(s, e, n) for s in caps for e in (epochs or [None]) for n in texts]:
-        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap and dropout is None:
+    own_start = cfg.student_layers
+    for cap, start, qkd_epochs, n in [(s, st, e, n) for s in caps for st in (starts or [own_start]) for e in (epochs or [None]) for n in texts]:
+        if n == n0 and cfg.qkd_corpus_texts == n and not qkd_epochs and cap == own_cap and dropout is None and start == own_start:
             continue  # that is the run's own QKD step
         c = dataclasses.replace(cfg, qkd_corpus_texts=n, qkd_epochs=qkd_epochs or cfg.qkd_epochs, qkd_max_steps=cap,
-                                qkd_dropout=dropout if dropout is not None else cfg.qkd_dropout)
+                                qkd_dropout=dropout if dropout is not None else cfg.qkd_dropout, student_layers=start)
         name = (f"{chosen}_texts{n}" + (f"_e{c.qkd_epochs:g}" if c.qkd_epochs != cfg.qkd_epochs else "")
-                + (f"_cap{cap or 'none'}" if cap != own_cap else "") + (f"_drop{dropout:g}" if dropout is not None else ""))
-        m = runs.run_qkd(c, name, tdir, fam, cand["layers"], data, run, runs.pseudo_queries(c, data, run), rank_weight=cand["rank_weight"])
-        rows.append(_row(f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps},qkd_dropout={c.qkd_dropout}", n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
+                + (f"_cap{cap or 'none'}" if cap != own_cap else "") + (f"_drop{dropout:g}" if dropout is not None else "")
+                + (f"_start{start}" if start != own_start else ""))
+        m = runs.run_qkd(c, name, tdir, fam, cand["layers"], data, run, runs.pseudo_queries(c, data, run), rank_weight=cand["rank_weight"],
+                         pool=runs.layer_pool(res["choices"]["families"][cand["family"]]["tower_dir"]))
+        label = f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps},qkd_dropout={c.qkd_dropout},student_layers={start}"
+        rows.append(_row(label, n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0,
                          chosen, teacher))
         print(rows[-1], flush=True)
     baselines = [r for r in res["rows"] if r["method"].startswith(BASELINES)]
@@ -102,11 +109,13 @@ def main() -> None:
     ap.add_argument("--qkd-max-steps", action="append", default=[],
                     help="step cap of the new rows (default: the run's); repeat for several; 'none' = no cap (epochs and patience decide)")
     ap.add_argument("--qkd-dropout", type=float, default=None, help="the new rows' student dropout (default: the run's)")
+    ap.add_argument("--student-layers", action="append", default=[], choices=["choose", "bottom"],
+                    help="the new rows' student start (default: the run's); repeat for several")
     ap.add_argument("--name", default=None, help="results name suffix (default: the run's data, or synthetic)")
     args = ap.parse_args()
     run = args.run.resolve()
     caps = [None if x.lower() == "none" else int(x) for x in args.qkd_max_steps]
-    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs, caps or None, args.qkd_dropout)
+    rows, config = measure(run, [int(x) for x in args.texts.split(",")], args.qkd_epochs, caps or None, args.qkd_dropout, args.student_layers or None)
     data = json.loads((run / "results.json").read_text())["config"].get("data")
     name = args.name or (Path(data).name if data else "synthetic")
     print(write_results(f"qkd_corpus_texts_{name}", rows, config))

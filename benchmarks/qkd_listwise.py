@@ -49,7 +49,8 @@ def train_variants(data: str, run: Path, epochs: float, weights: list[float]) ->
     out = {}
     for w in weights:
         name = f"listwise_rw{w:g}_e{epochs:g}"
-        R.run_qkd(cfg, name, Path(teacher["dir"]), fam, fam.small_layers, data_spec, run, pseudo, rank_weight=w)
+        R.run_qkd(cfg, name, Path(teacher["dir"]), fam, fam.small_layers, data_spec, run, pseudo, rank_weight=w,
+                  pool=R.layer_pool(teacher["dir"]))
         out[name] = run / "qkd" / name
     return out
 

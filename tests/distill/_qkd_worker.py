@@ -68,7 +68,7 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
         cfg = make_cfg(spec, out, distributed)
         seed_everything(cfg.seed)
         data = prepare_data(cfg)
-        student, prefix = build_student(cfg, data, torch.device("cpu"))
+        student, prefix, _ = build_student(cfg, data, torch.device("cpu"))
         assert student.config.projection_init == "lstsq"  # the head fit on rank 0, broadcast to the others
         for m in student.modules():
             if isinstance(m, torch.nn.Dropout):

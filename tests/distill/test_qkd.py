@@ -212,3 +212,30 @@ def test_student_dropout_is_the_base_models_unless_set(stage1, tmp_path):
     assert torch.equal(*outs[0.0])
     with pytest.raises(ValueError, match="student_dropout"):
         _dcfg(stage1, tmp_path / "d", student_dropout=1.0)
+
+
+def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path):
+    """``student_layer_candidates``: each start (its layers + the fitted head) is scored with the QKD
+    validation loss before any step; the lowest trains, and the saved student records its layers."""
+    from scalingnote.distill.trainer import _student_start, prepare_data, qkd_validation_loss
+
+    cfg = _dcfg(stage1, tmp_path / "choose", student={"model": stage1["bert"], "num_layers": 1, "max_length": 16},
+                student_layer_candidates=[[0], [1]], optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3})
+    res = distill(cfg)
+    choice = res["student_layer_choice"]
+    assert [t["layers"] for t in choice["tried"]] == [[0], [1]]
+    # each figure is the start's validation loss, computed again here from scratch
+    data = prepare_data(cfg)
+    dev = torch.device("cpu")
+    again = {}
+    for layers in ([0], [1]):
+        st, prefix = _student_start(cfg, data, dev, layers)
+        again[layers[0]] = qkd_validation_loss(cfg, st, prefix, data, dev, False)
+    assert [t["val_loss"] for t in choice["tried"]] == pytest.approx([again[0], again[1]], abs=1e-5)
+    assert again[0] != pytest.approx(again[1])  # two different starts
+    want = [0] if again[0] <= again[1] else [1]
+    assert choice["layers"] == want and "validation" in choice["reason"]
+    saved = load_tower(tmp_path / "choose" / "query_tower")
+    assert saved.config.num_layers == 1 and res["student_base_layers"] == saved.config.base_layers == (None if want == [0] else want)
+    with pytest.raises(ValueError, match="student_layer_candidates"):
+        _dcfg(stage1, tmp_path / "bad", student_layer_candidates=[[0], [0, 1]])

@@ -390,3 +390,28 @@ def test_the_embedding_size_is_a_choice_on_validation_and_the_rows_follow_it(fir
     assert len(small) == 2 and all(n.endswith(tag) if tag else not re.search(r"_d\d+$", n) for n in small), small
     for n in small:
         assert tower_dim(work / "stage1" / n / "query_tower") == want, n
+
+
+def test_the_student_starts_from_the_large_towers_layers_that_validate_best(first_run):
+    """``student_layers: choose``: each QKD run chooses its student's layers among its family's
+    large-tower layers (bottom, spread, top) on the QKD validation loss, and the matched-cost rows'
+    small query towers of that family start from the same layers (one online tower, one start)."""
+    out, _ = first_run
+    ch = json.loads((out / "results.json").read_text())["choices"]
+    bert_qkd = [c for c in ch["student"]["candidates"] if c["family"] == "bert"]
+    for c in bert_qkd:  # the tiny BERT large tower has 2 layers, its student 1: [0] or [1]
+        got = c["qkd"]["student_layer_choice"]
+        assert [t["layers"] for t in got["tried"]] == [[0], [1]]
+        best = min(got["tried"], key=lambda t: t["val_loss"])  # min keeps the first of a tie, as the choice does
+        assert got["layers"] == best["layers"]
+        assert json.loads((Path(c["dir"]) / "tower.json").read_text())["config"].get("base_layers") == (None if best["layers"] == [0] else [1])
+    for fam in ("bert", "llm"):
+        runs_ = sorted((out / "stage1").glob(f"{fam}_small_dual_*")) + sorted((out / "stage1").glob(f"{fam}_scaling_doc_*"))
+        qkd_dirs = sorted((out / "qkd").glob(f"{fam}1_from_{fam}_rw*"))
+        kept = [json.loads((d / "run.json").read_text())["metrics"]["student_base_layers"] for d in qkd_dirs]
+        keeps = {tuple(k) if k else None for k in kept}  # the matched-cost rows follow the served weight's QKD run
+        assert len(runs_) == 2 and qkd_dirs
+        for r in runs_:
+            layers = json.loads((r / "query_tower" / "tower.json").read_text())["config"].get("base_layers")
+            assert (tuple(layers) if layers else None) in keeps, (r.name, layers, keeps)
+            assert ("_l" in r.name.split("_L")[1]) == bool(layers), r.name

@@ -70,6 +70,11 @@ class DistillConfig:
     #: linear probe; not in the paper), or "orthogonal" = random. Training then fits Eq. 15 from there.
     head_init: Literal["lstsq", "orthogonal"] = "lstsq"
     head_init_samples: int = 4096
+    #: which of its base model's layers the student starts from, chosen on validation: each list
+    #: (e.g. ``[[0, 1], [0, 5], [4, 5]]``) is built, given its ``head_init`` head, and scored with
+    #: the QKD validation loss; the lowest trains (a tie keeps the earlier list). None = the first
+    #: ``student.num_layers`` layers (or ``student.layers``), the paper's truncated student.
+    student_layer_candidates: list[list[int]] | None = None
     #: Eq. 15 regresses the teacher's raw projected embeddings ("raw", the paper). Retrieval only
     #: uses their direction and the raw magnitude dominates the squared error, so "normalized"
     #: regresses the L2-normalised teacher embeddings instead (not in the paper).
@@ -103,6 +108,9 @@ class DistillConfig:
             raise ValueError("optim.batch_size must be >= 1")
         if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:
             raise ValueError(f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, {self.rank_tau}")
+        sizes = {len(c) for c in self.student_layer_candidates or []}
+        if self.student_layer_candidates is not None and (not self.student_layer_candidates or 0 in sizes or len(sizes) > 1):
+            raise ValueError(f"student_layer_candidates: non-empty lists of layer indices of one length, got {self.student_layer_candidates!r}")
         if self.patience is not None and self.patience < 1:
             raise ValueError("patience must be >= 1 or null")
         if self.eval_every is not None and self.eval_every < 1:

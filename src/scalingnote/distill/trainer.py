@@ -173,14 +173,47 @@ def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Pat
 
 
 def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None = None):
-    """The student (Eq. 13-14) with its initial head, and its :class:`PrefixTower` when its
-    bottom layers are frozen and cached (``student.trainable_layers != "all"``; else None).
+    """The student (Eq. 13-14) with its initial head, its :class:`PrefixTower` when its bottom
+    layers are frozen and cached (``student.trainable_layers != "all"``; else None) and, with
+    ``cfg.student_layer_candidates``, which of its base model's layers it starts from: each
+    candidate gets its ``head_init`` head and the QKD validation loss, and the lowest is kept
+    (None when there was nothing to choose)."""
+    cands = cfg.student_layer_candidates or []
+    if len(cands) < 2 or not len(data.val_idx):
+        if len(cands) > 1:
+            log.warning("student_layer_candidates: no validation queries to choose with; starting from %s", cands[0])
+        return (*_student_start(cfg, data, device, cands[0] if cands else cfg.student.layers), None)
+    tried, best = [], None
+    for layers in cands:
+        student, prefix = _student_start(cfg, data, device, layers)
+        v = qkd_validation_loss(cfg, student, prefix, data, _device(student), _use_bf16(cfg, _device(student)))
+        tried.append({"layers": list(layers), "val_loss": round(float(v), 6)})
+        if best is None or v < best[2]:
+            best = (student, prefix, v, list(layers))
+        del student, prefix
+    choice = {"layers": best[3], "tried": tried,
+              "reason": "lowest QKD validation loss at the start (head fitted, before any step): "
+                        + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried)}
+    log.info("student layers: %s (%s)", best[3], choice["reason"])
+    return best[0], best[1], choice
+
+
+def _device(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
+def _use_bf16(cfg: DistillConfig, device: torch.device) -> bool:
+    return cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+
+
+def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | None, layers: list[int] | None):
+    """One student start: the student with ``layers`` of its base model, its prefix and its head.
     Under torchrun rank 0 fills the feature cache and fits the head; the other ranks read the
     cache after it and receive rank 0's weights, so every replica starts identical."""
     from scalingnote.models import PrefixTower
 
     s = cfg.student
-    student = _load_student(cfg, data.dim, device)
+    student = _load_student(cfg, data.dim, device, layers)
     if student.kind != "bert":
         log.info("the student is a %s tower (ScalingNote distils into a small BERT)", student.kind)
     s_prefix = None
@@ -206,21 +239,56 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
     return student, s_prefix
 
 
-def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None):
-    """A fresh student with a (seeded, random) projection to the teacher's ``dim``; fp32 master
-    weights (bf16 compute on GPU comes from autocast / FSDP2's MixedPrecisionPolicy)."""
+def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, layers: list[int] | None = None):
+    """A fresh student (``layers`` of its base model; None = ``student.layers`` or its first
+    ``student.num_layers``) with a (seeded, random) projection to the teacher's ``dim``; fp32
+    master weights (bf16 compute on GPU comes from autocast / FSDP2's MixedPrecisionPolicy)."""
     from scalingnote.models import load_tower
 
     s = cfg.student
+    layers = layers if layers is not None else s.layers
     student = load_tower(
         s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=dim, matryoshka_dims=_mdims(dim),
-        max_query_length=s.max_length, projection_seed=cfg.seed, device=device, dtype=torch.float32,
+        max_query_length=s.max_length, projection_seed=cfg.seed, device=device, dtype=torch.float32, layers=layers,
     )
     if cfg.student_dropout is not None:
         for m in student.modules():
             if isinstance(m, torch.nn.Dropout):
                 m.p = float(cfg.student_dropout)
     return student
+
+
+def qkd_batch_loss(cfg: DistillConfig, student, prefix, data: QKDData, idx: np.ndarray, device: torch.device, use_bf16: bool) -> torch.Tensor:
+    """Eq. 15 (+ the listwise term when ``data.ranking``) of the student on queries ``idx``."""
+    batch_texts = [data.texts[i] for i in idx]
+    ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+    with ctx:
+        if prefix is not None:
+            q_stu = prefix.queries(batch_texts)
+        else:
+            enc = student.tokenize_queries(batch_texts)
+            q_stu = student({k: v.to(device) for k, v in enc.items()})
+    q_stu = q_stu if q_stu.dtype == torch.float64 else q_stu.float()  # float64 stays (exactness tests)
+    loss = qkd_loss(torch.from_numpy(data.targets[idx]).to(device, q_stu.dtype), q_stu, cfg.lam)
+    if data.ranking is not None:
+        t_scores, s_scores = data.ranking.batch(idx, q_stu)
+        loss = loss + cfg.rank_weight * qkd_rank_loss(t_scores, s_scores, cfg.rank_tau)
+    return loss
+
+
+def qkd_validation_loss(cfg: DistillConfig, student, prefix, data: QKDData, device: torch.device, use_bf16: bool) -> float | None:
+    """Mean :func:`qkd_batch_loss` over the validation queries (eval mode, no grad); None without
+    any. Every rank computes it over all of them: a sharded forward is collective."""
+    v = data.val_idx
+    if not len(v):
+        return None
+    was = student.training
+    student.eval()
+    with torch.no_grad():
+        tot = sum(float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + 512], device, use_bf16)) * len(v[i : i + 512])
+                  for i in range(0, len(v), 512))
+    student.train(was)
+    return tot / len(v)
 
 
 class QKDLoop(TrainLoop):
@@ -251,10 +319,10 @@ class QKDLoop(TrainLoop):
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
-        self.texts, self.targets, self.ranking = data.texts, data.targets, data.ranking
+        self.data = data
         self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = data.train_idx, data.val_idx, bs, steps_per_epoch
         self.device = next(student.parameters()).device
-        self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
+        self.use_bf16 = _use_bf16(cfg, self.device)
         self._on_step = on_step
         if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
             from scalingnote.training.fsdp import shard_towers
@@ -272,20 +340,7 @@ class QKDLoop(TrainLoop):
         return list(self.student.parameters())
 
     def batch_loss(self, idx: np.ndarray) -> torch.Tensor:
-        batch_texts = [self.texts[i] for i in idx]
-        ctx = torch.autocast(device_type=self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
-        with ctx:
-            if self.prefix is not None:
-                q_stu = self.prefix.queries(batch_texts)
-            else:
-                enc = self.student.tokenize_queries(batch_texts)
-                q_stu = self.student({k: v.to(self.device) for k, v in enc.items()})
-        q_stu = q_stu if q_stu.dtype == torch.float64 else q_stu.float()  # float64 stays (exactness tests)
-        loss = qkd_loss(torch.from_numpy(self.targets[idx]).to(self.device, q_stu.dtype), q_stu, self.cfg.lam)
-        if self.ranking is not None:
-            t_scores, s_scores = self.ranking.batch(idx, q_stu)
-            loss = loss + self.cfg.rank_weight * qkd_rank_loss(t_scores, s_scores, self.cfg.rank_tau)
-        return loss
+        return qkd_batch_loss(self.cfg, self.student, self.prefix, self.data, idx, self.device, self.use_bf16)
 
     def batch_for_step(self, step: int) -> np.ndarray:
         """This rank's rows of step ``step``: the global batch is a pure function of
@@ -303,17 +358,8 @@ class QKDLoop(TrainLoop):
         return len(self.val_idx) > 0
 
     def validate(self) -> float | None:
-        """Mean Eq. 15 loss over the validation queries. Every rank computes it over all of them:
-        a sharded forward is collective, so the ranks run the same batches."""
-        if not len(self.val_idx):
-            return None
-        was = self.student.training
-        self.student.eval()
-        with torch.no_grad():
-            v = self.val_idx
-            tot = sum(float(self.batch_loss(v[i : i + 512])) * len(v[i : i + 512]) for i in range(0, len(v), 512))
-        self.student.train(was)
-        return tot / len(v)
+        """Mean Eq. 15 loss over the validation queries (:func:`qkd_validation_loss`)."""
+        return qkd_validation_loss(self.cfg, self.student, self.prefix, self.data, self.device, self.use_bf16)
 
     def model_state(self) -> dict[str, Any]:
         return {"student": self.student.state_dict()}
@@ -365,7 +411,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     seed_everything(cfg.seed)
     data = prepare_data(cfg)
     device = D.local_device()
-    student, s_prefix = build_student(cfg, data, device)
+    student, s_prefix, layer_choice = build_student(cfg, data, device)
     n_params, n_layers = student.non_embedding_params, student.config.num_layers
     loop = QKDLoop(cfg, out, student, s_prefix, data, on_step=on_step)
     last = loop.run(resume=resume)
@@ -374,7 +420,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     if loop.sharded:  # FSDP2: rank 0 gets an ordinary student with the trained weights
         from scalingnote.training.fsdp import gather_towers
 
-        (student,) = gather_towers([student], lambda: [_load_student(cfg, data.dim, device)])
+        (student,) = gather_towers([student], lambda: [_load_student(cfg, data.dim, device, student.config.base_layers)])
     D.barrier()
     if not main:
         return {}
@@ -386,6 +432,8 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     res: dict[str, Any] = {
         "student": cfg.student.model,
         "student_layers": n_layers,
+        "student_base_layers": student.config.base_layers,  #: None = the base model's first student_layers
+        "student_layer_choice": layer_choice,
         "student_non_embedding_params": n_params,
         "train_queries": int(len(data.train_idx)),
         "validation_queries": int(len(data.val_idx)),

@@ -26,6 +26,7 @@ from scalingnote.models.loading import (
     load_hf_backbone,
     model_cache_root,
     resolve_source,
+    select_layers,
     truncate_layers,
 )
 from scalingnote.models.prompt import (
@@ -112,5 +113,6 @@ __all__ = [
     "tiny_bert_config",
     "tiny_llm_config",
     "tiny_tokenizer",
+    "select_layers",
     "truncate_layers",
 ]

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ import torch
 from torch import nn
 
 from scalingnote.errors import ConfigError
+from scalingnote.models.layers import check_layer_list, select_layers
+from scalingnote.models.layers import layer_list as _layer_list
 from scalingnote.models._fs import atomic_dir
 from scalingnote.models.registry import canonical_name, packaged_model_path
 from scalingnote.models.st_import import declared_pooling
@@ -292,6 +294,7 @@ class Backbone:
     source: ModelSource
     hf_dir: Path  #: the HF directory actually read (the cache entry for GGUF sources)
     base_num_layers: int  #: layers in the checkpoint before truncation
+    kept_layers: list[int] | None = None  #: the checkpoint's layers kept, in order (None = the first ``num_layers``)
     native_pooling: str | None = None  #: the sentence-transformers pooling mode the directory declares (``1_Pooling``)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -319,18 +322,6 @@ def detect_kind(config: Any) -> str:
     if mt in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return "llm"
     raise ConfigError(None, None, "model", f"cannot tell whether model_type {mt!r} is a decoder LLM or a BERT encoder")
-
-
-def _layer_list(model: nn.Module) -> nn.ModuleList:
-    for attr in ("layers", "encoder.layer", "h", "transformer.h", "decoder.layers"):
-        obj: Any = model
-        for part in attr.split("."):
-            obj = getattr(obj, part, None)
-            if obj is None:
-                break
-        if isinstance(obj, nn.ModuleList):
-            return obj
-    raise ConfigError(None, None, "num_layers", f"cannot find the layer list of {type(model).__name__}")
 
 
 def truncate_layers(model: nn.Module, num_layers: int) -> nn.Module:
@@ -374,11 +365,14 @@ def load_hf_backbone(
     num_layers: int | None = None,
     kind: str | None = None,
     source: ModelSource | None = None,
+    layers: Sequence[int] | None = None,
 ) -> Backbone:
     """Load a Hugging Face directory as a bare fp32 CPU backbone + tokenizer (offline).
 
     ``num_layers`` truncates the model to its first N layers before the weights are
-    loaded (the config's ``num_hidden_layers`` is fixed, so only N layers are built).
+    loaded (the config's ``num_hidden_layers`` is fixed, so only N layers are built);
+    ``layers`` keeps those layers instead (:func:`select_layers`; ``num_layers``, when also
+    given, must be their count).
     Missing weights are an error (they would be silently random); checkpoint heads and
     truncated layers are ignored.
     """
@@ -394,6 +388,12 @@ def load_hf_backbone(
         if kind is not None and kind != detected:
             raise ConfigError(hf_dir / "config.json", None, "model_type", f"is a {detected} model, not {kind}")
         base_layers = int(config.num_hidden_layers)
+        if layers is not None:
+            layers = check_layer_list(list(layers), base_layers, hf_dir)
+            if num_layers is not None and num_layers != len(layers):
+                raise ConfigError(hf_dir, None, "num_layers", f"is {num_layers}, but layers {layers} lists {len(layers)}")
+            num_layers = layers[-1] + 1  # built up to the last layer kept
+            layers = None if num_layers == len(layers) else layers  # the bottom ones: plain truncation
         if num_layers is not None:
             if not isinstance(num_layers, int) or not 1 <= num_layers <= base_layers:
                 raise ConfigError(hf_dir, None, "num_layers", f"must be an integer in 1..{base_layers}, got {num_layers!r}")
@@ -426,6 +426,8 @@ def load_hf_backbone(
         model.pooler = None  # towers pool themselves; an unused pooler would only add weights
     if num_layers is not None and len(_layer_list(model)) != num_layers:
         truncate_layers(model, num_layers)
+    if layers is not None:
+        select_layers(model, layers)
     model.eval()
     return Backbone(
         model=model,
@@ -435,6 +437,7 @@ def load_hf_backbone(
         hf_dir=hf_dir,
         base_num_layers=base_layers,
         native_pooling=declared_pooling(hf_dir),
+        kept_layers=layers,
     )
 
 
@@ -444,8 +447,10 @@ def load_backbone(
     num_layers: int | None = None,
     kind: str | None = None,
     cache_dir: str | os.PathLike | None = None,
+    layers: Sequence[int] | None = None,
 ) -> Backbone:
-    """Load a packaged model name, HF directory or .gguf file as a bare fp32 CPU backbone.
+    """Load a packaged model name, HF directory or .gguf file as a bare fp32 CPU backbone
+    (``num_layers`` / ``layers``: :func:`load_hf_backbone`).
 
     GGUF files go through the conversion cache (:func:`convert_gguf`).
     """
@@ -453,4 +458,4 @@ def load_backbone(
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower directory: use scalingnote.models.load_tower")
     hf_dir = convert_gguf(src.path, cache_dir=cache_dir) if src.form == "gguf" else src.path
-    return load_hf_backbone(hf_dir, num_layers=num_layers, kind=kind, source=src)
+    return load_hf_backbone(hf_dir, num_layers=num_layers, kind=kind, source=src, layers=layers)

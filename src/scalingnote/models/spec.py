@@ -29,6 +29,9 @@ class TowerSpec:
     #: (``full`` = the paper's §3.2 prompt, ``no_title``, ``no_content``, ``no_summarize``, ``plain``) or a
     #: template; None = ``full``
     prompt: str | None = None
+    #: the base model's layers to keep, in order (e.g. ``[0, 5]`` of a 6-layer model); None = the
+    #: first ``num_layers`` (``num_layers``, when also set, must be their count)
+    layers: list[int] | None = None
 
     @property
     def prefix_k(self) -> int | None:
@@ -40,7 +43,7 @@ class TowerSpec:
         ``kw`` passes further options (``dim``, ``matryoshka_dims``, ...)."""
         from scalingnote.models.towers import load_tower
 
-        opts = {"num_layers": self.num_layers, "pooling": self.pooling, **kw}
+        opts = {"num_layers": self.num_layers, "pooling": self.pooling, "layers": self.layers, **kw}
         return load_tower(self.model, role, **{k: v for k, v in opts.items() if v is not None})
 
 

@@ -5,6 +5,7 @@ served default. Every choice reads validation queries held out from the training
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -170,11 +171,12 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
         fam = family(cfg, fam_name)
         for w in cfg.qkd_rank_weights:
             name = runs.qkd_name(fam_name, layers, teacher, w)
-            m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w)
+            m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]))
             qdir = Path(m["run_dir"]) / "query_tower"
             sc = score(pool, qdir, tdir, ev)
             cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
-                          "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss")}})
+                          "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss",
+                                                                          "student_base_layers", "student_layer_choice")}})
     # every candidate timed in the same minutes, taking turns in blocks of queries
     p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
                                 ev.texts or ev.val_texts, backend=cfg.serve_backend)
@@ -200,13 +202,14 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         L = large[name]
         fam: Family = L["family"]
         hl = float(L["head_lr"])
-        small = runs.small_dual_run(cfg, fam, data, out, hl, L.get("dim"))  # the large tower's embedding size: one index, one cost
-        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl, L.get("dim"))
         w = students["chosen"]["rank_weight"]  # the listwise weight the served student was chosen with
         qkd_name = runs.qkd_name(name, fam.small_layers, name, w)
         reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
         qkd_dir = Path(reuse["dir"]).parent if reuse else Path(runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out,
-                                                                                pseudo, rank_weight=w)["run_dir"])
+                                                                                pseudo, rank_weight=w, pool=runs.layer_pool(L["dir"]))["run_dir"])
+        keep = json.loads((qkd_dir / "run.json").read_text())["metrics"].get("student_base_layers")  # one online tower, one start
+        small = runs.small_dual_run(cfg, fam, data, out, hl, L.get("dim"), keep)  # the large tower's embedding size: one index, one cost
+        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl, L.get("dim"), keep)
         res[name] = {
             "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
             "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},

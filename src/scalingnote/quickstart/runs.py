@@ -271,26 +271,32 @@ def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: in
                       init_heads_from=best["run_dir"], suffix=f"_top{k}")
 
 
-def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None) -> dict[str, Any]:
+def _keep_tag(keep: list[int] | None) -> str:
+    """A small run's name suffix for a start other than the bottom layers: ``_l0-5``."""
+    return "" if not keep or keep == list(range(len(keep))) else "_l" + "-".join(map(str, keep))
+
+
+def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None,
+                   keep: list[int] | None = None) -> dict[str, Any]:
     """``twinbert_small``: the family's small tower on both sides. The query tower (the online
     one) trains every layer (embeddings frozen and cached); the document tower trains like every
     document tower of the run (``trainable_layers``: heads only on a CPU, where a step over the
     layers of 64 + 64 documents costs seconds)."""
     s = fam.small_layers
-    q = fam.tower(s, s, cfg.query_max_length)
-    d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_dim_tag(cfg, dim)}", family_method(fam), data, out, q, d,
+    q = fam.tower(s, s, cfg.query_max_length, keep)
+    d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length, keep)  # the same small model on both sides
+    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_keep_tag(keep)}{_dim_tag(cfg, dim)}", family_method(fam), data, out, q, d,
                       lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
 def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data: dict, out: Path, head_lr: float,
-                    dim: int | None = None) -> dict[str, Any]:
+                    dim: int | None = None, keep: list[int] | None = None) -> dict[str, Any]:
     """``scaling_doc``: the small query tower (every layer trains) + the large document tower
     (``trainable_layers``, like every document tower), trained jointly."""
     s = fam.small_layers
-    q = fam.tower(s, s, cfg.query_max_length)
+    q = fam.tower(s, s, cfg.query_max_length, keep)
     d = fam.tower(depth, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}_L{depth or 'all'}{_dim_tag(cfg, dim)}", "scaling_doc" if fam.name == "llm" else "twinbert",
+    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}{_keep_tag(keep)}_L{depth or 'all'}{_dim_tag(cfg, dim)}", "scaling_doc" if fam.name == "llm" else "twinbert",
                       data, out, q, d, lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
@@ -352,18 +358,27 @@ def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
     return [str(q) for q in sources if q.exists()]
 
 
-def student_base(fam: Family, teacher_dir: Path, layers: int) -> str:
-    """Where a student of the teacher's family starts: the teacher's own bottom ``layers`` layers
-    (its saved backbone) when training changed them, else the pre-trained model (identical then)."""
+def student_base(fam: Family, teacher_dir: Path, layers: list[int]) -> str:
+    """Where a student of the teacher's family starts: the teacher's own backbone when training
+    changed any of the ``layers`` it keeps, else the pre-trained model (identical there)."""
     from scalingnote.config import load_config
+    from scalingnote.models.loading import resolve_source
     from scalingnote.training import TrainConfig
 
     cfg_file = teacher_dir / "config.yaml"
     if not (teacher_dir / "run.json").exists() or "zero_shot" in teacher_dir.name or not cfg_file.exists():
         return fam.model
-    k = load_config(TrainConfig, cfg_file).query_tower.trainable_layers
-    n = _tower_config(teacher_dir / "query_tower")["num_layers"]
-    return str(teacher_dir / "query_tower" / "backbone") if k == "all" or n - int(k) < layers else fam.model
+    tc = _tower_config(teacher_dir / "query_tower")
+    if tc.get("base_model") != resolve_source(fam.model).name:  # another family's teacher
+        return fam.model
+    k, n = load_config(TrainConfig, cfg_file).query_tower.trainable_layers, int(tc["num_layers"])
+    trained = set(range(n)) if k == "all" else set(range(n - int(k), n))
+    return str(teacher_dir / "query_tower" / "backbone") if trained & set(layers) else fam.model
+
+
+def layer_pool(large_dir: str | Path) -> int:
+    """How many layers a family's large tower (a Stage I run directory) has: what its students' layers are chosen from."""
+    return int(_tower_config(Path(large_dir) / "query_tower")["num_layers"])
 
 
 def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float) -> str:
@@ -373,15 +388,19 @@ def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float)
 
 
 def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
-            pseudo: list[str], *, rank_weight: float) -> dict[str, Any]:
+            pseudo: list[str], *, rank_weight: float, pool: int | None = None) -> dict[str, Any]:
+    """QKD of ``teacher_dir`` into a ``layers``-layer student of ``fam``, starting from the layers of
+    its ``pool``-layer large tower that validate best (``cfg.student_layers``)."""
     from scalingnote.config import load_config
     from scalingnote.distill import DistillConfig, distill
+    from scalingnote.models.layers import start_candidates
 
     d = out / "qkd" / name
     sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
     sources += [{"path": p} for p in pseudo]
-    student = {"model": student_base(fam, teacher_dir, layers), "num_layers": layers, "max_length": cfg.query_max_length,
-               "trainable_layers": layers}  # embeddings frozen and cached, every layer trains
+    cands = start_candidates(layers, pool) if cfg.student_layers == "choose" and pool else [list(range(layers))]
+    student = {"model": student_base(fam, teacher_dir, sorted({i for c in cands for i in c})), "num_layers": layers,
+               "max_length": cfg.query_max_length, "trainable_layers": layers}  # embeddings frozen and cached, every layer trains
     if fam.pooling:
         student["pooling"] = fam.pooling
     dc = load_config(DistillConfig, {
@@ -392,6 +411,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
         "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
         "precision": cfg.precision, "student_dropout": cfg.qkd_dropout,
+        "student_layer_candidates": cands if len(cands) > 1 else None,
     })
     inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=_digest(teacher_dir))
     if not step_done(d, inputs):
@@ -469,4 +489,4 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
 
 
 __all__ = ["build_ivfpq", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
-           "run_stage1", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
+           "run_stage1", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]

@@ -51,6 +51,7 @@ class TowerConfig:
     projection_init: str | None = None  #: "orthogonal" when dim is set
     projection_seed: int = 0
     padding_side: str = "right"  #: "right" or "left" (LLM only; results do not depend on it)
+    base_layers: list[int] | None = None  #: the base checkpoint's layers kept, in order (None = the first num_layers)
 
     def __post_init__(self) -> None:
         if self.kind not in ("llm", "bert"):
@@ -82,4 +83,6 @@ class TowerConfig:
         d = dataclasses.asdict(self)
         for k in ("base_model", "padding_side"):
             d.pop(k)
+        if d["base_layers"] is None:  # towers saved before layers could be chosen keep their fingerprint
+            d.pop("base_layers")
         return d

@@ -119,6 +119,7 @@ def build_tower(
             hidden_size=hidden,
             num_layers=int(model.config.num_hidden_layers),
             base_num_layers=backbone.base_num_layers,
+            base_layers=backbone.kept_layers,
             dim=dim,
             matryoshka_dims=md,
             pooling=pool,
@@ -221,13 +222,13 @@ def load_saved_tower(
     return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
 
 
-def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, **kw: Any) -> QueryTower | DocumentTower:
+def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, layers: Any = None, **kw: Any) -> QueryTower | DocumentTower:
     """A tower from a sentence-transformers directory (read by :mod:`scalingnote.models.st_import`):
     its transformer, its pooling (the pooling table's entry with that ``st_mode``) and its ``Dense``
     head as the projection, the bias as the centre. ``kw``: :func:`build_tower`'s keywords."""
     layout = read_st_layout(src.path)
     mf = src.path / MODULES_FILE
-    bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir)
+    bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
     bb.source = dataclasses.replace(bb.source, name=src.name)
     check_importable(layout, role, bb.kind)
     st_pool = from_st_mode(layout.pooling, bb.kind)
@@ -270,13 +271,15 @@ def load_tower(
     projection_seed: int = 0,
     padding_side: str | None = None,
     verify: bool = False,
+    layers: list[int] | None = None,
 ) -> QueryTower | DocumentTower:
     """Load a tower from a packaged name (``smollm2-135m``, ``minilm-l6``), an HF directory,
     a ``.gguf`` file (converted once into the cache) or a saved tower directory.
 
     Base models: ``role`` defaults to "query"; ``dim=None`` means **no projection**
     (zero-shot; output = hidden size) — pass ``dim=DEFAULT_DIM`` (128) for a trainable
-    projection; ``num_layers`` keeps the first N layers. Saved towers: the saved settings
+    projection; ``num_layers`` keeps the first N layers, ``layers`` the listed ones
+    (:func:`~scalingnote.models.layers.select_layers`). Saved towers: the saved settings
     are used; arguments that would change them must be left None or equal the saved value.
     Device: CUDA if available else CPU; dtype: fp32 on CPU, bf16 on GPU.
     """
@@ -293,6 +296,7 @@ def load_tower(
             "max_doc_length": max_doc_length,
             "doc_prompt": doc_prompt,
             "field_caps": field_caps,
+            "base_layers": layers,
         }
         if matryoshka_dims is not None:
             wanted["matryoshka_dims"] = sorted({int(m) for m in matryoshka_dims})
@@ -302,11 +306,11 @@ def load_tower(
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
     if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
         return _load_st_tower(
-            src, role or "query", num_layers, cache_dir, dim=dim, pooling=pooling, dtype=dtype, device=device,
+            src, role or "query", num_layers, cache_dir, layers, dim=dim, pooling=pooling, dtype=dtype, device=device,
             matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
             doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
         )
-    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
+    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
     bb.source = dataclasses.replace(bb.source, name=src.name)
     return build_tower(
         bb,
