@@ -23,18 +23,18 @@ def build_towers(cfg: TrainConfig, device=None):
     common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, dtype=torch.float32,
                   projection_seed=cfg.seed, doc_prompt=resolve_prompt(d.prompt))
     if cfg.method == "scaling_dual":
-        if (q.model, q.num_layers) != (d.model, d.num_layers):
+        if (q.model, q.num_layers, q.layers) != (d.model, d.num_layers, d.layers):
             raise ScalingNoteError(
                 "scaling_dual starts both towers from the same LLM checkpoint: query_tower and doc_tower must name the "
-                f"same model and num_layers (got {q.model}/{q.num_layers} and {d.model}/{d.num_layers})"
+                f"same model, num_layers and layers (got {q.model}/{q.num_layers}/{q.layers} and {d.model}/{d.num_layers}/{d.layers})"
             )
         qt, dt = load_tower_pair(
-            q.model, num_layers=q.num_layers, max_query_length=q.max_length, max_doc_length=d.max_length,
+            q.model, num_layers=q.num_layers, layers=q.layers, max_query_length=q.max_length, max_doc_length=d.max_length,
             query_pooling=q.pooling, doc_pooling=d.pooling, **common
         )
     else:
-        qt = load_tower(q.model, "query", num_layers=q.num_layers, pooling=q.pooling, max_query_length=q.max_length, **common)
-        dt = load_tower(d.model, "document", num_layers=d.num_layers, pooling=d.pooling, max_doc_length=d.max_length, **common)
+        qt = load_tower(q.model, "query", num_layers=q.num_layers, layers=q.layers, pooling=q.pooling, max_query_length=q.max_length, **common)
+        dt = load_tower(d.model, "document", num_layers=d.num_layers, layers=d.layers, pooling=d.pooling, max_doc_length=d.max_length, **common)
     if d.prompt is not None and dt.kind != "llm":
         raise ScalingNoteError(f"doc_tower.prompt {d.prompt!r} is for LLM document towers; {d.model} is a {dt.kind} tower")
     # ScalingDoc (§4.1.3) = a small query tower + the LLM document tower; the paper's query tower is

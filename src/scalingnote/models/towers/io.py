@@ -340,6 +340,7 @@ def load_tower_pair(
     device: torch.device | str | None = None,
     query_pooling: str | None = None,
     doc_pooling: str | None = None,
+    layers: list[int] | None = None,
     **kwargs: Any,
 ) -> tuple[QueryTower, DocumentTower]:
     """A query and a document tower initialised from the same base model (loaded once).
@@ -352,7 +353,7 @@ def load_tower_pair(
     src = resolve_source(name_or_path)
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower: load each saved tower with load_tower")
-    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir)
+    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
     bb.source = dataclasses.replace(bb.source, name=src.name)
     bb2 = dataclasses.replace(bb, model=copy.deepcopy(bb.model), tokenizer=copy.deepcopy(bb.tokenizer))
     common = dict(dim=dim, device=device, dtype=dtype, **kwargs)
