@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from scalingnote.errors import ConfigError
+from scalingnote.models._fs import atomic_dir
 from scalingnote.models.layers import check_layer_list, select_layers
 from scalingnote.models.layers import layer_list as _layer_list
-from scalingnote.models._fs import atomic_dir
 from scalingnote.models.registry import canonical_name, packaged_model_path
 from scalingnote.models.st_import import declared_pooling
 

@@ -5,7 +5,6 @@ served default. Every choice reads validation queries held out from the training
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -205,9 +204,12 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         w = students["chosen"]["rank_weight"]  # the listwise weight the served student was chosen with
         qkd_name = runs.qkd_name(name, fam.small_layers, name, w)
         reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
-        qkd_dir = Path(reuse["dir"]).parent if reuse else Path(runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out,
-                                                                                pseudo, rank_weight=w, pool=runs.layer_pool(L["dir"]))["run_dir"])
-        keep = json.loads((qkd_dir / "run.json").read_text())["metrics"].get("student_base_layers")  # one online tower, one start
+        if reuse:
+            qkd_dir, keep = Path(reuse["dir"]).parent, reuse["qkd"]["student_base_layers"]
+        else:
+            m = runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(L["dir"]))
+            qkd_dir, keep = Path(m["run_dir"]), m.get("student_base_layers")
+        # keep: the layers the family's student started from; its small query towers start there too (one online tower, one start)
         small = runs.small_dual_run(cfg, fam, data, out, hl, L.get("dim"), keep)  # the large tower's embedding size: one index, one cost
         doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl, L.get("dim"), keep)
         res[name] = {

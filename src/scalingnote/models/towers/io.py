@@ -296,7 +296,7 @@ def load_tower(
             "max_doc_length": max_doc_length,
             "doc_prompt": doc_prompt,
             "field_caps": field_caps,
-            "base_layers": layers,
+            "base_layers": None if layers is not None and list(layers) == list(range(len(layers))) else layers,  # bottom = truncation
         }
         if matryoshka_dims is not None:
             wanted["matryoshka_dims"] = sorted({int(m) for m in matryoshka_dims})
