@@ -245,6 +245,13 @@ def test_default_factory_uses_4_bit_codes_below_10k_vectors_and_39_points_per_li
     assert default_factory(32176, 128) == "IVF717,PQ16x8"
 
 
+def test_default_factory_keeps_8_dimensions_per_pq_code_at_any_width():
+    assert default_factory(32176, 384) == "IVF717,PQ48x8"  # MiniLM's width: 32x, as at 128-d
+    assert default_factory(32176, 576) == "IVF717,PQ72x8"  # SmolLM2's width (16 would be 144x)
+    assert default_factory(1500, 100) == "IVF38,PQ10x4"  # the largest divisor of the width <= width / 8
+    assert default_factory(1500, 7) == "IVF38,PQ1x4"
+
+
 def test_corpus_text_ablation_reproduces_the_runs_student_and_distils_without_the_text(first_run):
     from benchmarks.qkd_corpus_texts import measure
 
