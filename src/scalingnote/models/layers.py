@@ -42,6 +42,12 @@ def select_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
     return model
 
 
+def is_bottom(layers: Sequence[int] | None) -> bool:
+    """Whether ``layers`` lists a checkpoint's first ``len(layers)`` layers, i.e. is plain
+    truncation (None = no list = the bottom ones too)."""
+    return layers is None or list(layers) == list(range(len(layers)))
+
+
 def check_layer_list(layers: Any, base_layers: int, where: Any) -> list[int]:
     """``layers`` as ascending unique layer indices of a ``base_layers``-layer checkpoint, or a
     :class:`ConfigError` naming ``where``."""
@@ -66,4 +72,4 @@ def start_candidates(k: int, n: int) -> list[list[int]]:
     return out
 
 
-__all__ = ["check_layer_list", "layer_list", "select_layers", "start_candidates"]
+__all__ = ["check_layer_list", "is_bottom", "layer_list", "select_layers", "start_candidates"]

@@ -33,7 +33,7 @@ from torch import nn
 
 from scalingnote.errors import ConfigError
 from scalingnote.models._fs import atomic_dir
-from scalingnote.models.layers import check_layer_list, select_layers
+from scalingnote.models.layers import check_layer_list, is_bottom, select_layers
 from scalingnote.models.layers import layer_list as _layer_list
 from scalingnote.models.registry import canonical_name, packaged_model_path
 from scalingnote.models.st_import import declared_pooling
@@ -393,7 +393,7 @@ def load_hf_backbone(
             if num_layers is not None and num_layers != len(layers):
                 raise ConfigError(hf_dir, None, "num_layers", f"is {num_layers}, but layers {layers} lists {len(layers)}")
             num_layers = layers[-1] + 1  # built up to the last layer kept
-            layers = None if num_layers == len(layers) else layers  # the bottom ones: plain truncation
+            layers = None if is_bottom(layers) else layers  # the bottom ones: plain truncation
         if num_layers is not None:
             if not isinstance(num_layers, int) or not 1 <= num_layers <= base_layers:
                 raise ConfigError(hf_dir, None, "num_layers", f"must be an integer in 1..{base_layers}, got {num_layers!r}")

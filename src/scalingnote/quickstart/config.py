@@ -207,10 +207,12 @@ class Family:
     def tower(self, layers: int | None, k: int | str, max_length: int, keep: list[int] | None = None) -> dict:
         """A TowerSpec dict: ``layers`` layers (None = all), the top ``k`` training; ``keep`` = which
         of the base model's layers (None = the first ``layers``)."""
+        from scalingnote.models.layers import is_bottom
+
         spec = {"model": self.model, "max_length": max_length, "trainable_layers": k}
         if layers is not None:
             spec["num_layers"] = layers
-        if keep is not None and keep != list(range(len(keep))):
+        if not is_bottom(keep):
             spec["layers"] = list(keep)
         if self.pooling is not None:
             spec["pooling"] = self.pooling

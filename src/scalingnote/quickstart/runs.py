@@ -273,7 +273,9 @@ def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: in
 
 def _keep_tag(keep: list[int] | None) -> str:
     """A small run's name suffix for a start other than the bottom layers: ``_l0-5``."""
-    return "" if not keep or keep == list(range(len(keep))) else "_l" + "-".join(map(str, keep))
+    from scalingnote.models.layers import is_bottom
+
+    return "" if not keep or is_bottom(keep) else "_l" + "-".join(map(str, keep))
 
 
 def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None,
@@ -458,7 +460,6 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
               "factory": factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
     if not step_done(d, inputs):
         banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
-        emb = np.load(teacher_dir / "doc_embeddings.npy")
         ids = json.loads((teacher_dir / "doc_ids.json").read_text())
         build_index(
             emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from scalingnote.errors import ConfigError
+from scalingnote.models.layers import is_bottom
 from scalingnote.models.loading import (
     TOWER_FILE,
     Backbone,
@@ -296,7 +297,7 @@ def load_tower(
             "max_doc_length": max_doc_length,
             "doc_prompt": doc_prompt,
             "field_caps": field_caps,
-            "base_layers": None if layers is not None and list(layers) == list(range(len(layers))) else layers,  # bottom = truncation
+            "base_layers": None if is_bottom(layers) else layers,  # bottom = truncation
         }
         if matryoshka_dims is not None:
             wanted["matryoshka_dims"] = sorted({int(m) for m in matryoshka_dims})
