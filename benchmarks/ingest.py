@@ -1,38 +1,42 @@
-"""The live index (issue 29, ScalingNote §3.5) on SciFact: ingest throughput, search under
-ingest, recall drift, and crash safety of the service.
+"""The live index (ScalingNote §3.5) on the quick start's own output: ingest throughput, search
+under ingest, recall drift and crash safety of the service the quick start prints.
 
-Set-up: a seeded half of SciFact's corpus (``--base`` documents) is the original corpus; the
-next ``--new`` documents are held back as the "new" ones. The quick start's document tower
-(``minilm-l6``, zero-shot, mean pooling) encodes both (cached under ``.cache/ingest``); the base
-index is the quick start's IVFPQ (:func:`scalingnote.quickstart.default_factory`, 6 semantic-ID
-layers, nprobe 16) with titles, snippets and BM25.
+Set-up: ``--run`` is a quick-start directory (``bash scripts/quickstart.sh`` writes
+``runs/quickstart``). Its index (``index/ivfpq``, the teacher's fine-tuned document tower recorded in
+the manifest, the tuned nprobe / re-rank and ``fusion.json``) is copied to a scratch directory, and
+the service is started with the printed command (``scalingnote serve --index ... --query-tower
+<the served student>``, ``--port 0``, the admin token from the environment). New documents are notes
+the synthetic generator makes beyond the built corpus (the same seed and settings, more notes: the
+first ``synth_docs`` are checked to be the built corpus), or ``--new-docs FILE`` for another run.
 
 Phases (rows ``phase``):
 
-* ``drift``: a :class:`~scalingnote.live.LiveIndex` over the base index takes +10/50/100% new
-  documents (stored vectors, the codebooks stay those of the base); recall@10 of its IVFPQ
-  against exact search over all live vectors, on SciFact's 300 test queries, next to the same
-  documents after ``rebuild`` (quantiser, PQ and semantic-ID codebooks retrained), and the
-  service's sampled estimate (document vectors as queries);
-* ``ingest``: ``scalingnote serve`` (own process, ``--threads 2``) takes documents through
-  ``POST /documents``, the document tower encoding them: single-document requests and batches of 64;
-* ``search``: QPS / p99 of 8 closed-loop clients for ``--load-s`` s, idle and while a client
-  streams batches of 64 new documents (target: >= 70% of idle QPS, 0 errors);
-* ``chaos``: ``--kills`` cycles of: start the service, stream batches of 1-16 new documents
-  (each carries a unique marker word), SIGKILL at a random moment, restart; then every
-  acknowledged document must be found by BM25 (its marker: exactly that document, once) and by
-  dense search (its own text as the query, every IVF list probed, exact re-rank of 200; found
-  with the default 16 probes is reported beside it), no hit may be duplicated or lack its title,
-  and the batch in flight at the kill must be entirely present or entirely absent.
+* ``drift``: a :class:`~scalingnote.live.LiveIndex` over the copy takes +10/50/100% new documents
+  (vectors from the recorded document tower); recall@10 of the index at its tuned search settings
+  against exact search over all live vectors, on the run's test queries encoded by the served
+  student, next to the same documents after ``rebuild``, and the service's sampled estimate;
+* ``ingest``: ``POST /documents`` through the service, single documents and batches of 64, with
+  the cost split the service reports per batch (encode / log / lock wait / apply);
+* ``search``: ``--rounds`` interleaved rounds of 8 closed-loop clients for ``--load-s`` s, idle and
+  while a client streams batches of 64 new documents; ``qps_vs_idle`` per round and its median
+  (target >= 0.70, 0 errors);
+* ``chaos``: ``--kills`` cycles of: stream batches of 1-16 new documents (each carries a unique
+  marker word), SIGKILL at a random moment, restart; then every acknowledged document must be
+  found by BM25 (its marker: exactly that document, once) and by dense search (its own text as the
+  query, every IVF list probed, exact re-rank of 200; found with the tuned probes is reported beside
+  it), no hit may be duplicated or lack its title, and the batch in flight at the kill must be
+  entirely present or entirely absent.
 
-Run: ``flock /tmp/sn-heavy.lock nice -n 10 .venv/bin/python -m benchmarks.ingest`` (~20 min on 2 cores,
-the first run encodes 3,000 documents).
+Run: ``flock /tmp/bench.lock nice -n 5 .venv/bin/python -m benchmarks.ingest --run runs/quickstart``
+(~15 min on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import statistics
 import os
 import random
 import shutil
@@ -44,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, shared_data_dir, write_results
+from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, write_results
 
 TOKEN = "ingest-benchmark-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -53,49 +57,62 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # --------------------------------------------------------------------------- data
 
 
-def prepare(cache: Path, n_base: int, n_new: int, seed: int):
-    """Base / new documents (seeded split of SciFact), their MiniLM embeddings (cached), the
-    test queries and their embeddings."""
-    from scalingnote.data import load_beir, write_corpus
-    from scalingnote.index import load_embeddings
-    from scalingnote.index.pipeline import encode_with_tower, load_tower_for
+class Run:
+    """What a quick-start run serves: its index, the served student, the printed serve arguments,
+    its corpus and test queries."""
 
-    ds = load_beir(shared_data_dir() / "scifact", "test")
-    ids = sorted(ds.corpus)
-    order = np.random.default_rng(seed).permutation(len(ids))
-    chosen = [ds.corpus[ids[i]] for i in order[: n_base + n_new]]
-    cache.mkdir(parents=True, exist_ok=True)
-    sub = cache / f"corpus-{seed}-{n_base + n_new}.jsonl"
-    if not sub.exists():
-        write_corpus(sub, chosen)
-    emb_dir = cache / f"emb-{seed}-{n_base + n_new}"
-    encode_with_tower("minilm-l6", sub, emb_dir, shard_size=500, batch_size=32, progress=True)
-    emb = load_embeddings(emb_dir)
-    vec = dict(zip(emb.ids, np.concatenate([blk for _, blk in emb.iter_chunks(4096)]), strict=True))
-    X = np.stack([vec[d.id] for d in chosen]).astype(np.float32)
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    qids = sorted(ds.queries)
-    qtexts = [ds.queries[q].text for q in qids]
-    qpath = cache / "test-queries.npy"
-    if not qpath.exists():
-        q = load_tower_for("minilm-l6", "query").encode_queries(qtexts, batch_size=64, show_progress=False)
-        np.save(qpath, np.asarray(q, dtype=np.float32))
-    Q = np.load(qpath)
-    Q /= np.linalg.norm(Q, axis=1, keepdims=True)
-    return chosen[:n_base], chosen[n_base:], X[:n_base], X[n_base:], dict(emb.tower), qtexts, Q
+    def __init__(self, root: Path):
+        from scalingnote.data import load_beir
+
+        self.root = root
+        res = json.loads((root / "results.json").read_text())
+        st = res["choices"]["student"]
+        self.student = next(c["dir"] for c in st["candidates"] if c["name"] == st["chosen"])
+        self.index = root / "index" / "ivfpq"
+        ds = load_beir(root / "data", "test")
+        self.corpus = ds.corpus
+        self.test_texts = [ds.queries[q].text for q in sorted(ds.qrels)]
+        self.manifest = json.loads((self.index / "manifest.json").read_text())
+
+    def serve_args(self, index: Path) -> list[str]:
+        """The command the quick start prints, on ``index`` (a copy of its index)."""
+        return ["--index", str(index), "--query-tower", str(self.student)]
 
 
-def build_base(out: Path, docs, X, tower: dict, seed: int) -> tuple[Path, str]:
-    from scalingnote.index import build_index
-    from scalingnote.quickstart import default_factory
+def new_documents(run: Run, n_new: int, new_docs: Path | None) -> list:
+    """``n_new`` documents the index does not hold: notes the synthetic generator makes beyond the
+    built corpus (checked: the first ones are the corpus), or the documents of ``new_docs``."""
+    from scalingnote.data.corpus import iter_corpus
+    from scalingnote.data.synth import SynthConfig, generate
 
-    factory = default_factory(len(docs), X.shape[1])
-    build_index(X, out, factory, doc_ids=[d.id for d in docs], tower_info=tower, seed=seed, semantic_ids_layers=6,
-                codebook_size=min(256, max(2, len(docs) // 40)), nprobe=16, overwrite=True, progress=False, documents=docs)
-    from scalingnote.sparse.bm25 import open_or_build_bm25
+    if new_docs is not None:
+        docs = [d for d in iter_corpus(new_docs) if d.id not in run.corpus]
+        return docs[:n_new]
+    synth = run.root / "data" / "synth.json"
+    if not synth.exists():
+        raise SystemExit(f"{run.root}: not a synthetic-log run (no data/synth.json): pass --new-docs FILE (documents held back from the build)")
+    cfg = dict(json.loads(synth.read_text())["config"])
+    n0 = int(cfg["num_docs"])
+    cfg["num_docs"] = n0 + n_new
+    cfg["sessions"] = tuple(cfg["sessions"])
+    cfg["click_prob"] = tuple(cfg["click_prob"])
+    notes = generate(SynthConfig(**cfg)).corpus
+    built = notes[:n0]
+    if sorted(d.id for d in built) != sorted(run.corpus) or any(run.corpus[d.id].text != d.text for d in built):
+        raise SystemExit(f"{synth}: the generator with these settings no longer makes the built corpus")
+    return notes[n0:]
 
-    open_or_build_bm25(out, docs, show_progress=False)
-    return out, factory
+
+def encode_cached(cache: Path, live, docs) -> np.ndarray:
+    """``docs`` encoded by the index's recorded document tower (cached by its fingerprint)."""
+    fp = live.manifest["tower"]["fingerprint"]
+    ids = hashlib.sha256("\n".join(d.id for d in docs).encode()).hexdigest()[:12]
+    path = cache / f"new-{fp}-{len(docs)}-{ids}.npy"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        X = np.concatenate([live.encode(docs[s : s + 256])[0] for s in range(0, len(docs), 256)])
+        np.save(path, X)
+    return np.load(path)
 
 
 # --------------------------------------------------------------------------- drift
@@ -110,13 +127,19 @@ def recall_vs_exact(index, X_live: np.ndarray, Q: np.ndarray, k: int = 10) -> fl
     return float(np.mean([len(w & set(g)) / k for w, g in zip(want, got, strict=True)]))
 
 
-def phase_drift(base: Path, work: Path, new_docs, X_base, X_new, Q) -> list[dict]:
+def phase_drift(run: Run, work: Path, new_docs, cache: Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
+    """Recall drift as new documents arrive; returns the rows, the new documents' vectors and the
+    test queries' student vectors."""
     from scalingnote.live import LiveIndex
+    from scalingnote.models import load_tower
 
     live_dir = work / "drift"
-    shutil.copytree(base, live_dir)
-    live = LiveIndex.open(live_dir)
-    n0 = len(X_base)
+    shutil.copytree(run.index, live_dir)
+    live = LiveIndex.open(live_dir, query_tower=load_tower(run.student))
+    n0 = len(live)
+    X_base = np.asarray(live.store.vectors.view[:n0], dtype=np.float32)
+    X_new = encode_cached(cache, live, new_docs)
+    Q = live.store.dense.query_vectors(run.test_texts)
     rows, done = [], 0
     rows.append({"phase": "drift", "added_pct": 0, "n_docs": n0, **_drift_point(live, work, X_base, Q, rebuild=False)})
     for pct in (10, 50, 100):
@@ -128,7 +151,7 @@ def phase_drift(base: Path, work: Path, new_docs, X_base, X_new, Q) -> list[dict
         rows.append({"phase": "drift", "added_pct": pct, "n_docs": n0 + upto, **_drift_point(live, work, X_live, Q, rebuild=True)})
         print(json.dumps(rows[-1]), flush=True)
     live.close()
-    return rows
+    return rows, X_new, Q
 
 
 def _drift_point(live, work: Path, X_live, Q, rebuild: bool) -> dict:
@@ -152,72 +175,94 @@ def _drift_point(live, work: Path, X_live, Q, rebuild: bool) -> dict:
 # --------------------------------------------------------------------------- the service
 
 
-def start_service(index: Path, log_level: str = "warning") -> ServeProcess:
-    srv = ServeProcess(["--index", str(index), "--query-tower", "minilm-l6", "--threads", "2", "--log-level", log_level],
-                       env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
+def start_service(args: list[str], log_level: str = "warning") -> ServeProcess:
+    srv = ServeProcess([*args, "--log-level", log_level], env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
     srv.wait_ready(timeout=600)
     return srv
 
 
-def post_docs(client, url: str, docs) -> bool:
+def post_docs(client, url: str, docs) -> dict:
     body = {"documents": [d.to_beir() for d in docs]}
     r = client.post(url + "/documents", json=body, headers=AUTH, timeout=300)
     if r.status_code != 200:
         raise RuntimeError(f"POST /documents: {r.status_code} {r.text[:300]}")
-    return True
+    return r.json()
 
 
-def phase_service(index: Path, new_docs, qtexts, load_s: float, seed: int) -> tuple[list[dict], int]:
+def _split(timings: list[dict]) -> dict:
+    """Mean milliseconds per batch of each ingest stage the service reports."""
+    keys = sorted({k for t in timings for k in t})
+    return {f"{k}_ms": round(statistics.fmean(t.get(k, 0.0) for t in timings), 2) for k in keys} if timings else {}
+
+
+def phase_ingest(srv: ServeProcess, new_docs, used: int) -> tuple[list[dict], int]:
+    """Ingest throughput through POST /documents, single documents and batches of 64, with the cost split."""
     import httpx
 
+    rows = []
+    with httpx.Client(trust_env=False) as c:
+        post_docs(c, srv.url, new_docs[used : used + 1])  # warm-up: loads the document tower
+        used += 1
+        for label, size, n_req in (("single", 1, 32), ("batch64", 64, 4)):
+            t0, timings = time.perf_counter(), []
+            for _ in range(n_req):
+                timings.append(post_docs(c, srv.url, new_docs[used : used + size]).get("timings_ms") or {})
+                used += size
+            secs = time.perf_counter() - t0
+            rows.append({"phase": "ingest", "mode": label, "docs": size * n_req, "seconds": round(secs, 2),
+                         "docs_per_s": round(size * n_req / secs, 2), **_split(timings)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows, used
+
+
+def _stream(url: str, new_docs, start: int, stop: threading.Event, out: dict) -> None:
+    """Batches of 64 new documents, back to back, until ``stop``."""
+    import httpx
+
+    i, t0 = start, time.perf_counter()
+    with httpx.Client(trust_env=False) as c:
+        while not stop.is_set() and i + 64 <= len(new_docs):
+            try:
+                out["timings"].append(post_docs(c, url, new_docs[i : i + 64]).get("timings_ms") or {})
+                out["n"] += 64
+            except (RuntimeError, httpx.HTTPError):
+                out["errors"] += 1
+            i += 64
+    out["s"] = time.perf_counter() - t0
+    out["end"] = i
+
+
+def phase_search(srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, load_s: float, seed: int) -> tuple[list[dict], int]:
+    """``rounds`` interleaved rounds of idle / ingesting search load (8 clients each); one row per
+    round and mode, and a summary row with the median ratio."""
     from benchmarks.loadgen import run_loadtest
 
-    rows, used = [], 0
-    srv = start_service(index)
-    try:
-        with httpx.Client(trust_env=False) as c:
-            post_docs(c, srv.url, new_docs[:1])  # warm-up: loads the document tower
-            used = 1
-            for label, size, n_req in (("single", 1, 32), ("batch64", 64, 4)):
-                t0 = time.perf_counter()
-                for _ in range(n_req):
-                    post_docs(c, srv.url, new_docs[used : used + size])
-                    used += size
-                secs = time.perf_counter() - t0
-                rows.append({"phase": "ingest", "mode": label, "docs": size * n_req, "seconds": round(secs, 2), "docs_per_s": round(size * n_req / secs, 2)})
-                print(json.dumps(rows[-1]), flush=True)
-        run_loadtest(srv.url, qtexts, concurrency=4, duration_s=3, seed=seed)  # warm-up
-        idle = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed)
-        stop, ingested = threading.Event(), {"n": 0, "errors": 0, "s": 0.0}
-
-        def stream(start: int) -> None:
-            i = start
-            t0 = time.perf_counter()
-            with httpx.Client(trust_env=False) as c2:
-                while not stop.is_set() and i + 64 <= len(new_docs):
-                    try:
-                        post_docs(c2, srv.url, new_docs[i : i + 64])
-                        ingested["n"] += 64
-                    except (RuntimeError, httpx.HTTPError):
-                        ingested["errors"] += 1
-                    i += 64
-            ingested["s"] = time.perf_counter() - t0
-
-        th = threading.Thread(target=stream, args=(used,))
+    run_loadtest(srv.url, qtexts, concurrency=4, duration_s=3, seed=seed)  # warm-up
+    rows, ratios = [], []
+    for r in range(rounds):
+        idle = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed + 2 * r)
+        stop, ing = threading.Event(), {"n": 0, "errors": 0, "s": 0.0, "timings": [], "end": used}
+        th = threading.Thread(target=_stream, args=(srv.url, new_docs, used, stop, ing))
         th.start()
         time.sleep(1.0)  # the stream is running when the clients start
-        busy = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed + 1)
+        busy = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed + 2 * r + 1)
         stop.set()
         th.join()
-        used += ingested["n"] + 64 * ingested["errors"]
+        used = ing["end"]
+        ratio = round(busy.qps / idle.qps, 3) if idle.qps else None
+        ratios.append(ratio)
         for label, res in (("idle", idle), ("ingesting", busy)):
-            rows.append({"phase": "search", "mode": label, "concurrency": 8, "requests": res.requests, "errors": res.errors,
+            rows.append({"phase": "search", "round": r, "mode": label, "concurrency": 8, "requests": res.requests, "errors": res.errors,
                          "qps": res.qps, "p50_ms": res.p50_ms, "p99_ms": res.p99_ms})
-        rows[-1].update({"qps_vs_idle": round(busy.qps / idle.qps, 3) if idle.qps else None, "docs_ingested": ingested["n"],
-                         "ingest_errors": ingested["errors"], "ingest_docs_per_s": round(ingested["n"] / ingested["s"], 2) if ingested["s"] else None})
+        rows[-1].update({"qps_vs_idle": ratio, "docs_ingested": ing["n"], "ingest_errors": ing["errors"],
+                         "ingest_docs_per_s": round(ing["n"] / ing["s"], 2) if ing["s"] else None, **_split(ing["timings"])})
         print(json.dumps(rows[-2:]), flush=True)
-    finally:
-        srv.stop()
+        if used + 64 * 8 > len(new_docs):
+            used = 0  # the pool is re-used: documents are replaced (upsert by id), the work is the same
+    rows.append({"phase": "search", "mode": "summary", "rounds": rounds, "qps_vs_idle_median": statistics.median(ratios),
+                 "qps_vs_idle_min": min(ratios), "qps_vs_idle_max": max(ratios),
+                 "errors": sum(r["errors"] for r in rows if r.get("phase") == "search" and "errors" in r)})
+    print(json.dumps(rows[-1]), flush=True)
     return rows, used
 
 
@@ -256,7 +301,7 @@ def _present(c, url: str, doc, mark: str, nlist: int) -> tuple[bool, bool, bool,
     return bm, found[1], found[0], ""
 
 
-def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Random, start: int) -> tuple[dict, int, ServeProcess]:
+def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: random.Random, start: int) -> tuple[dict, int, ServeProcess]:
     """Stream into the running ``srv``, SIGKILL it at a random moment, restart, check; returns the
     row, the next pool position and the restarted service (the next cycle's)."""
     import httpx
@@ -291,7 +336,7 @@ def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Ra
     stop.set()
     th.join(30)
     lost = list(inflight["batch"])
-    srv = start_service(index)
+    srv = start_service(args)
     nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 1)
     problems, n_bm, n_dense, n_default, present = [], 0, 0, 0, 0
     with httpx.Client(trust_env=False) as c:
@@ -316,42 +361,54 @@ def chaos_cycle(srv: ServeProcess, index: Path, pool, cycle: int, rng: random.Ra
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", type=int, default=1500, help="Documents of the original index.")
-    ap.add_argument("--new", type=int, default=1500, help="Held-back documents (the +100%% point needs --base of them).")
-    ap.add_argument("--load-s", type=float, default=20.0, help="Seconds per load-test phase.")
+    ap.add_argument("--run", type=Path, default=REPO_ROOT / "runs" / "quickstart", help="A quick-start output directory.")
+    ap.add_argument("--new", type=int, default=1500, help="New documents (the +100%% drift point needs as many as the index holds).")
+    ap.add_argument("--new-docs", type=Path, default=None, help="JSONL of documents held back from the run's build (default: more synthetic notes).")
+    ap.add_argument("--rounds", type=int, default=5, help="Interleaved idle / ingesting search rounds.")
+    ap.add_argument("--load-s", type=float, default=15.0, help="Seconds per load-test phase.")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     load0, t_start = os.getloadavg(), time.perf_counter()
-    base_docs, new_docs, X_base, X_new, tower, qtexts, Q = prepare(args.cache, args.base, args.new, args.seed)
+    run = Run(args.run)
+    new_docs = new_documents(run, args.new, args.new_docs)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="sn-ingest-") as d:
         work = Path(d)
-        base, factory = build_base(work / "base", base_docs, X_base, tower, args.seed)
-        rows += phase_drift(base, work, new_docs, X_base, X_new, Q)
+        drift, _X_new, _Q = phase_drift(run, work, new_docs, args.cache)
+        rows += drift
         served = work / "served"
-        shutil.copytree(base, served)
-        svc_rows, used = phase_service(served, new_docs, qtexts, args.load_s, args.seed)
-        rows += svc_rows
-        rng, pos = random.Random(args.seed), used
-        chaos = []
-        srv = start_service(served)
+        shutil.copytree(run.index, served)
+        serve_args = run.serve_args(served)
+        srv = start_service(serve_args)
+        try:
+            ingest, used = phase_ingest(srv, new_docs, 0)
+            search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
+        finally:
+            srv.stop()
+        rows += ingest + search
+        rng, pos, chaos = random.Random(args.seed), used, []
+        srv = start_service(serve_args)
         try:
             for cycle in range(args.kills):
-                row, pos, srv = chaos_cycle(srv, served, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64))
+                row, pos, srv = chaos_cycle(srv, serve_args, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64))
                 chaos.append(row)
         finally:
             srv.stop()
         rows += chaos
     passed = sum(r["ok"] for r in chaos)
+    tower = run.manifest.get("tower") or {}
     config = {
-        "data": "scifact corpus, seeded split", "n_base": args.base, "n_new": args.new, "seed": args.seed, "factory": factory,
-        "document_tower": "minilm-l6 (zero-shot, mean pooling, docs cut at 256 tokens)", "query_tower": "minilm-l6",
-        "service": "scalingnote serve --threads 2 (own process); ingest thread: nice +10, 1 torch thread", "load_s": args.load_s,
-        "kills": args.kills, "chaos_passed": f"{passed}/{args.kills}", "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
-        "note": "2 CPU cores shared with other jobs: throughput and QPS are noisy; chaos and recall are the point",
+        "run": str(args.run), "data": "synthetic note-search log; new documents: notes the generator makes beyond the built corpus"
+        if args.new_docs is None else f"new documents from {args.new_docs}", "n_base": int(run.manifest.get("n_vectors", 0)), "n_new": len(new_docs),
+        "seed": args.seed, "factory": run.manifest.get("factory"), "search_defaults": run.manifest.get("search_defaults"),
+        "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})", "query_tower": run.student,
+        "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0",
+        "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "chaos_passed": f"{passed}/{args.kills}",
+        "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
+        "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }
     path = write_results("ingest", rows, config)
     print(f"chaos {passed}/{args.kills}; wrote {path}", flush=True)

@@ -54,19 +54,41 @@ def test_normalisations():
 
 
 def test_weighted_fusion_hand_computed_and_missing_documents_get_the_floor():
-    dense = {"a": 0.9, "b": 0.5, "c": 0.1}  # minmax: a 1, b 0.5, c 0
-    bm25 = {"c": 12.0, "d": 3.0}  # minmax: c 1, d 0
+    dense = {"a": 0.9, "b": 0.5, "c": 0.1}  # minmax: a 1, b 0.5, c 0; d (unlisted) gets the lowest, 0
+    bm25 = {"c": 12.0, "d": 3.0}  # over the candidates a, b, c, d with a, b at BM25's floor 0: c 1, d 0.25, a = b = 0
     got = weighted_scores(dense, bm25, weight=0.7, norm="minmax")
-    assert got == pytest.approx({"a": 0.7, "b": 0.35, "c": 0.3, "d": 0.0})
+    assert got == pytest.approx({"a": 0.7, "b": 0.35, "c": 0.3, "d": 0.075})
     # weight 1 ranks by dense alone, weight 0 by BM25 alone
     assert max(weighted_scores(dense, bm25, 1.0), key=weighted_scores(dense, bm25, 1.0).get) == "a"
     w0 = weighted_scores(dense, bm25, 0.0)
     assert max(w0, key=w0.get) == "c"
-    # z-score: a document absent from one side gets that side's lowest z of the query
+    # z-score: the BM25 side is standardised over every candidate (unlisted ones at 0); a document
+    # absent from the dense list gets the dense list's lowest z
     z = weighted_scores(dense, bm25, 0.5, norm="zscore")
-    zd, zb = normalize_scores(dense, "zscore"), normalize_scores(bm25, "zscore")
-    assert z["a"] == pytest.approx(0.5 * zd["a"] + 0.5 * min(zb.values()))
+    zd = normalize_scores(dense, "zscore")
+    zb = normalize_scores({"a": 0.0, "b": 0.0, "c": 12.0, "d": 3.0}, "zscore")
+    assert z["a"] == pytest.approx(0.5 * zd["a"] + 0.5 * zb["a"])
     assert z["d"] == pytest.approx(0.5 * min(zd.values()) + 0.5 * zb["d"])
+
+
+@pytest.mark.parametrize("norm", ["minmax", "zscore"])
+@pytest.mark.parametrize("hits", [{"d10": 7.5}, {"d10": 4.0, "d12": 4.0}], ids=["one_hit", "equal_scores"])
+def test_a_degenerate_bm25_list_keeps_its_lexical_credit(norm, hits):
+    """One BM25 hit (a word only one document holds) or hits of equal score: normalising the BM25
+    list alone gave them the value of every unlisted document (z-score of one score is 0), so an
+    exact lexical match got no credit and stayed at its dense rank."""
+    dense = {f"d{i:02d}" if i < 10 else f"d{i}": 0.5 - 0.001 * i for i in range(20)}  # an uninformative dense side
+    fused = weighted_scores(dense, hits, 0.5, norm=norm)
+    for hit in hits:
+        assert fused[hit] > max(v for doc, v in fused.items() if doc not in hits)  # from dense rank 10/12 to the top
+    # a hit the dense list does not hold gets the side's full lexical credit over every non-hit
+    fused = weighted_scores(dense, {"new": 7.5}, 0.5, norm=norm)
+    zd = normalize_scores(dense, norm)
+    lexical_part = {doc: fused[doc] - 0.5 * zd.get(doc, min(zd.values())) for doc in fused}
+    assert lexical_part["new"] > max(v for doc, v in lexical_part.items() if doc != "new")
+    # an empty BM25 side leaves the dense order as it is
+    alone = weighted_scores(dense, {}, 0.7, norm=norm)
+    assert sorted(alone, key=lambda doc: -alone[doc]) == list(dense)
 
 
 def test_fuse_runs_keeps_every_query_and_cuts_at_k():
@@ -231,6 +253,10 @@ def test_hybrid_searcher_modes(hybrid_env):
         assert res.titles[0] == [corpus[d]["title"] for d in res.doc_ids[0]]
         assert res.semantic_ids.shape == (1, 5, 2) and (res.semantic_ids >= 0).all()
         assert res.indices[0].tolist() == [h.dense.doc_ids.index(d) for d in res.doc_ids[0]]
+    # k beyond the fusion depth: every side is fetched and fused at k, so hybrid returns k hits like dense
+    n = len(h.dense.doc_ids)
+    small = HybridSearcher(h.dense, h.bm25, FusionConfig(method="weighted", weight=0.7, norm="zscore", depth=5))
+    assert len(small.search([q], n, mode="hybrid").doc_ids[0]) == len(h.search([q], n, mode="dense").doc_ids[0]) == n
     # no BM25 index: bm25 / hybrid refused with a clear message
     no_bm = HybridSearcher(h.dense, None)
     with pytest.raises(ScalingNoteError, match="needs a BM25 index"):

@@ -15,6 +15,10 @@ def register(app: typer.Typer) -> None:
         query_tower: str = typer.Option(..., "--query-tower", help="Query tower: saved tower dir, HF dir or packaged name (minilm-l6)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback only unless --allow-remote)."),
         port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: a free port, printed at start)."),
+        document_tower: str | None = typer.Option(
+            None, "--document-tower",
+            help="Tower that encodes documents added through POST /documents (default: the one the index records, by its saved directory); its fingerprint must equal the index's.",
+        ),
         corpus: Path | None = typer.Option(None, "--corpus", help="BEIR directory or corpus.jsonl for result titles (default: the corpus recorded with the index's embeddings, if any)."),
         max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most queries encoded together in one micro-batch."),
         max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", min=0.0, help="Longest wait for a micro-batch to fill, from its first request's arrival."),
@@ -47,6 +51,7 @@ def register(app: typer.Typer) -> None:
             host=host,
             port=port,
             corpus=str(corpus) if corpus is not None else None,
+            document_tower=document_tower,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
             max_query_chars=max_query_chars,

@@ -62,7 +62,9 @@ def tower_identity(tower: Any) -> dict[str, Any]:
     ``fingerprint`` identifies the exact weights + settings; ``compat_id`` is shared
     by towers whose embeddings live in the same space (a dual-tower pair, a
     distilled student and its teacher's document tower, or one zero-shot symmetric
-    model used on both sides); ``dim`` is the tower's output size. Works with
+    model used on both sides); ``dim`` is the tower's output size; ``path`` is the saved
+    tower directory the weights were loaded from (a fine-tuned tower's ``name`` is its base
+    model's, so the path is what lets the live index re-encode new documents). Works with
     :class:`scalingnote.models.Tower` (``out_dim``, ``config``) and with any object
     exposing ``fingerprint`` / ``compat_id`` / ``dim``.
     """
@@ -78,6 +80,9 @@ def tower_identity(tower: Any) -> dict[str, Any]:
     dim = getattr(tower, "out_dim", None) or getattr(tower, "dim", None)
     if dim is not None:
         info["dim"] = int(dim)
+    path = getattr(tower, "source_path", None)  # a saved tower directory: what re-encodes new documents
+    if path is not None:
+        info["path"] = str(path)
     for key in ("kind", "role", "pooling", "num_layers", "max_doc_length", "max_query_length"):
         val = getattr(cfg, key, None) if cfg is not None else getattr(tower, key, None)
         if isinstance(val, (str, int, float, bool)):
@@ -221,8 +226,8 @@ def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shar
             f"{path}: field 'normalized' is {man['normalized']}, but this run asks for normalize={normalize}; use a new output directory"
         )
     old = man.get("tower") or {}
-    # "name" is where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
-    keys = [k for k in sorted(set(old) & set(ident)) if k != "name" and str(old[k]) != str(ident[k])]
+    # "name" / "path" say where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
+    keys = [k for k in sorted(set(old) & set(ident)) if k not in ("name", "path") and str(old[k]) != str(ident[k])]
     if keys:
         from scalingnote.utils.steps import describe_changes
 

@@ -7,8 +7,10 @@ Two fusions, both over the top ``depth`` documents of each side:
   a document missing from a system's list contributes nothing for it. Needs no tuning.
 * **Weighted normalised scores**: each side's scores of a query are normalised (min-max to
   [0, 1], or z-score), then ``score(d) = w * dense(d) + (1 - w) * bm25(d)``. A document
-  missing from one side's list gets that side's lowest normalised score of the query (it
-  ranked below everything listed). The weight ``w`` is chosen on validation queries
+  missing from the dense list gets its lowest normalised score of the query (it ranked below
+  everything listed); the BM25 side is normalised over every candidate of both lists, one that
+  BM25 did not list at 0 (BM25's lower bound: a document matching no query term) — so one exact lexical match
+  keeps its credit (``LEXICAL_FLOOR``). The weight ``w`` is chosen on validation queries
   (:func:`choose_weight`), never on the queries reported.
 
 :class:`HybridSearcher` puts a :class:`~scalingnote.index.dense.DenseIndex` and a
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,17 +130,30 @@ def normalize_scores(scores: Mapping[str, float], norm: Norm = "minmax") -> dict
     return dict(zip(scores.keys(), z.tolist(), strict=True))
 
 
+#: BM25 scores are >= 0 and a document that matches no query term scores exactly 0: the score a
+#: candidate BM25 did not list is given on the lexical side.
+LEXICAL_FLOOR = 0.0
+
+
 def weighted_scores(
-    dense: Mapping[str, float], lexical: Mapping[str, float], weight: float, norm: Norm = "minmax", depth: int | None = None
+    dense: Mapping[str, float], lexical: Mapping[str, float], weight: float, norm: Norm = "minmax", depth: int | None = None,
+    lexical_floor: float = LEXICAL_FLOOR,
 ) -> dict[str, float]:
-    """``weight * norm(dense) + (1 - weight) * norm(bm25)`` over the union of both top-``depth`` lists;
-    a document missing from one list gets that list's lowest normalised score."""
+    """``weight * norm(dense) + (1 - weight) * norm(bm25)`` over the candidates (the union of both
+    top-``depth`` lists). A candidate missing from the dense list gets that list's lowest normalised
+    score (its cosine is unknown, below everything listed). The BM25 side is normalised over every
+    candidate, one that BM25 did not list at ``lexical_floor`` (0, BM25's lower bound: exact when the
+    list holds every matching document, an underestimate when it was cut at ``depth``), so a
+    lexical match keeps its credit whatever the list looks like: with one hit, or equal scores,
+    normalising the BM25 list alone would give its documents the same value as every missing one
+    (z-score of one score is 0) and an exact match would get no lexical credit."""
     d = normalize_scores(dict(_ranked(dense, depth)), norm)
-    b = normalize_scores(dict(_ranked(lexical, depth)), norm)
+    listed = dict(_ranked(lexical, depth))
+    pool = d.keys() | listed.keys()
+    b = normalize_scores({doc: listed.get(doc, lexical_floor) for doc in sorted(pool)}, norm)
     d_floor = min(d.values()) if d else 0.0
-    b_floor = min(b.values()) if b else 0.0
     w = float(weight)
-    return {doc: w * d.get(doc, d_floor) + (1.0 - w) * b.get(doc, b_floor) for doc in d.keys() | b.keys()}
+    return {doc: w * d.get(doc, d_floor) + (1.0 - w) * b[doc] for doc in pool}
 
 
 def fuse_scores(dense: Mapping[str, float], lexical: Mapping[str, float], config: FusionConfig) -> dict[str, float]:
@@ -326,6 +341,7 @@ class HybridSearcher(SearcherBase):
             return self.dense.attach_documents(res)
         fusion = fusion or self.fusion
         depth = max(k, fusion.depth)
+        fusion = replace(fusion, depth=depth)  # each side's list is cut at the depth fetched, so k > depth gets k hits
         lex = self.bm25.search({str(i): t for i, t in enumerate(texts)}, k=depth if mode == "hybrid" else k, show_progress=False)
         runs: list[dict[str, float]]
         if mode == "bm25":

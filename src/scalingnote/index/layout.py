@@ -13,6 +13,7 @@ from typing import Any
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import tower_identity
+from scalingnote.utils import write_json
 
 
 FORMAT = "scalingnote-index/1"
@@ -41,6 +42,24 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     if man.get("format") != FORMAT:
         raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
     return man
+
+
+def record_tower_path(root: str | Path, tower_dir: str | Path) -> bool:
+    """Record ``tower_dir`` as the saved directory of the index's document tower (manifest field
+    ``tower.path``) when the index does not name one and that directory holds the very tower
+    (same fingerprint in its ``tower.json``); returns whether the manifest changed. For indexes
+    built before manifests recorded the path: the live index then re-encodes new documents with
+    that tower without a ``--document-tower`` flag."""
+    root, tower_dir = Path(root), Path(tower_dir)
+    man = read_manifest(root)
+    t = man.get("tower") or {}
+    meta = tower_dir / "tower.json"
+    saved = json.loads(meta.read_text(encoding="utf-8")) if meta.is_file() else {}
+    if "path" in t or not t.get("fingerprint") or saved.get("fingerprint") != t["fingerprint"]:
+        return False
+    man["tower"] = {**t, "path": str(tower_dir.resolve())}
+    write_json(root / MANIFEST, man)
+    return True
 
 
 def check_query_tower(manifest: dict[str, Any], query_tower, where: str | Path = MANIFEST) -> None:

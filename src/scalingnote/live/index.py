@@ -46,30 +46,37 @@ log = logging.getLogger("scalingnote.live")
 
 
 def check_document_tower(manifest: dict[str, Any], tower, where: str | Path) -> None:
-    """Refuse a document tower whose fingerprint is not the one the index was built with."""
+    """Refuse a document tower whose fingerprint is not the one the index was built with; the
+    error names both fingerprints, where the index's tower was loaded from, and the fix."""
     doc = manifest.get("tower") or {}
     want, got = doc.get("fingerprint"), tower_identity(tower)
     if want is None:
         raise ScalingNoteError(f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot be encoded consistently")
     if str(got.get("fingerprint")) != str(want):
+        built = doc.get("path") or doc.get("name", "?")
         raise ScalingNoteError(
-            f"{where}: document tower {got.get('name', '?')!r} (fingerprint {got.get('fingerprint')!r}) is not the tower the index was built with "
-            f"({doc.get('name', '?')!r}, fingerprint {want!r}): its embeddings would not be comparable; use that tower or rebuild the index"
+            f"{where}: document tower {got.get('path') or got.get('name', '?')!r} (fingerprint {got.get('fingerprint')!r}) is not the tower "
+            f"the index was built with ({built!r}, fingerprint {want!r}): its embeddings would not be comparable. Pass the tower that made "
+            "the index's vectors (`scalingnote serve --document-tower DIR`, `scalingnote index add --tower DIR`; the quick start's is "
+            "<run>/stage1/<chosen run>/doc_tower) or rebuild the index with this tower"
         )
 
 
 def load_document_tower(manifest: dict[str, Any], spec: Any = None):
-    """``spec`` (a tower, or a name/path) or the tower named by the manifest, as a document tower."""
+    """``spec`` (a tower, or a name/path), else the tower the manifest records: its saved
+    directory (``tower.path``) when that still exists, else its name (a packaged/base model)."""
     if spec is not None and not isinstance(spec, (str, Path)):
         return spec
     from scalingnote.models import load_tower
 
+    if spec is not None:
+        return load_tower(str(spec), role="document")
     t = manifest.get("tower") or {}
-    if spec is None:
-        if not t.get("name"):
-            raise ScalingNoteError("the index names no document tower: pass one (--tower / document_tower)")
-        return load_tower(str(t["name"]), role="document", num_layers=t.get("num_layers"), pooling=t.get("pooling"))
-    return load_tower(str(spec), role="document")
+    if t.get("path") and Path(str(t["path"])).is_dir():
+        return load_tower(str(t["path"]), role="document")
+    if not t.get("name"):
+        raise ScalingNoteError("the index names no document tower: pass one (--document-tower / --tower / document_tower)")
+    return load_tower(str(t["name"]), role="document", num_layers=t.get("num_layers"), pooling=t.get("pooling"))
 
 
 class LiveIndex:
@@ -88,6 +95,7 @@ class LiveIndex:
         self._lock_fh = None
         self.writer = writer
         self.after_log: Callable[[int], None] | None = None  # test hook: called between log write and apply
+        self.timings: dict[str, float] = {}  # seconds spent per upsert stage since open (encode, log, lock_wait, apply)
         self.wal: WriteAheadLog | None = None
         wal_dir = live_dir(self.root) / "wal"
         if writer:
@@ -258,18 +266,26 @@ class LiveIndex:
         once the batch is in the fsync-ed log and applied (acknowledged)."""
         self._check_writer()
         docs = list(docs)
+        t0 = time.perf_counter()
         if vectors is None:
             vectors, sem = self.encode(docs)
         else:
             vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
             sem = self.rkm.assign(vectors) if self.rkm is not None else None
+        t1 = time.perf_counter()
         with self._write_lock:
+            t2 = time.perf_counter()
             rec = {"op": "upsert", "docs": [d.to_beir() for d in docs], "vectors": pack_array(vectors), "sem": pack_array(sem)}
             seq = self.wal.append(rec)
             if self.after_log is not None:
                 self.after_log(seq)
-            replaced = self._apply_upsert(docs, vectors, sem)
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced}
+            t3 = time.perf_counter()
+            replaced, lock_wait, applied = self._apply_upsert(docs, vectors, sem)
+        timings = {"encode": t1 - t0, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
+        for key, sec in timings.items():
+            self.timings[key] = self.timings.get(key, 0.0) + sec
+        return {"seq": seq, "upserted": len(docs), "replaced": replaced,
+                "timings_ms": {key: round(1000 * sec, 3) for key, sec in timings.items()}}
 
     def delete(self, ids: Sequence[str]) -> dict[str, Any]:
         self._check_writer()
@@ -288,8 +304,12 @@ class LiveIndex:
         if not self.writer:
             raise ScalingNoteError(f"{self.root}: opened read-only")
 
-    def _apply_upsert(self, docs: list[Document], vectors: np.ndarray, sem: np.ndarray | None) -> int:
+    def _apply_upsert(self, docs: list[Document], vectors: np.ndarray, sem: np.ndarray | None) -> tuple[int, float, float]:
+        """Apply under the index lock; returns (documents replaced, seconds waiting for the lock,
+        seconds holding it: what a concurrent search waits at most)."""
+        t0 = time.perf_counter()
         with self.lock:
+            t1 = time.perf_counter()
             first, replaced = self.store.upsert(docs, vectors, sem)
             for j, d in enumerate(docs):
                 self.new_docs[first + j] = d
@@ -298,7 +318,8 @@ class LiveIndex:
                 self.lexical.refresh()
             self.added += len(docs) - replaced
             self.version += 1
-        return replaced
+            t2 = time.perf_counter()
+        return replaced, t1 - t0, t2 - t1
 
     def _apply_delete(self, ids: list[str]) -> None:
         with self.lock:
@@ -379,6 +400,7 @@ class LiveIndex:
                 "added_share": round(self.added / n_trained, 6),
                 "log_records": self.wal.records if self.wal is not None else 0,
                 "bm25_delta_documents": self.lexical.n_delta if self.lexical is not None else 0,
+                "upsert_seconds": {key: round(sec, 3) for key, sec in self.timings.items()},
             }
 
     def recall_estimate(self, sample: int = 64, k: int = 10, seed: int = 0) -> float | None:

@@ -451,6 +451,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     student encodes: validation and training queries, never test). Another student re-tunes the
     index; it does not rebuild it."""
     from scalingnote.index import build_index, tower_identity
+    from scalingnote.index.layout import record_tower_path
     from scalingnote.models import load_tower
 
     d = out / "index"
@@ -468,6 +469,8 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
         mark_done(d, inputs, {"factory": factory})
+    else:  # an index built before manifests named the tower's directory
+        record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
     if cfg.index_recall is not None and student_dir is not None and tune_queries:
         tune_index(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
     return d / "ivfpq"

@@ -447,7 +447,7 @@ class SearchService(BatchProcessing):
             "nlist": m.get("nlist"),
             "search_defaults": m.get("search_defaults"),
             "semantic_id_layers": sem.get("n_layers"),
-            "document_tower": {k: (m.get("tower") or {}).get(k) for k in ("name", "fingerprint", "compat_id", "dim")},
+            "document_tower": {k: (m.get("tower") or {}).get(k) for k in ("name", "path", "fingerprint", "compat_id", "dim")},
         }
 
     def health(self) -> dict[str, Any]:

@@ -217,6 +217,7 @@ def load_saved_tower(
         if actual != stored:
             raise ConfigError(path / TOWER_FILE, None, "fingerprint", f"stored {stored['fingerprint']} but the weights give {actual['fingerprint']}")
     tower._ids = stored
+    tower.source_path = str(path.resolve())  # where these weights live (recorded in index manifests)
     if doc["compat_source"] == "explicit":
         tower._compat_explicit = doc["compat_id"]
     dev = torch.device(device) if device is not None else default_device()
