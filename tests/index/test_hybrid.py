@@ -291,6 +291,14 @@ def test_cli_search_modes_and_titles(hybrid_env, tmp_path):
     assert json.loads(out.with_name(out.name + ".meta.json").read_text())["config"]["mode"] == "bm25"
     r = runner.invoke(app, ["search", "--index", str(idx), "--mode", "hybrid", "--query", "fox"])
     assert isinstance(r.exception, ScalingNoteError) and "needs --query-tower" in str(r.exception)
+    # no flags: the index's served default (fusion.json), as `scalingnote serve` answers
+    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.2, "norm": "zscore", "default_mode": "hybrid"}))
+    r = runner.invoke(app, ["search", "--index", str(idx), "--query-tower", str(hybrid_env["tower"]), "--query", "quick brown fox", "--k", "5"])
+    assert r.exit_code == 0, r.output
+    got = [json.loads(line)["doc_id"] for line in r.stdout.splitlines() if line.startswith("{")]
+    served = open_hybrid(idx, hybrid_env["tower"], fusion=FusionConfig(method="weighted", weight=0.2, norm="zscore"), progress=False)
+    assert got == served.search(["quick brown fox"], 5, mode="hybrid").doc_ids[0]
+    assert got != served.search(["quick brown fox"], 5, mode="hybrid", fusion=FusionConfig()).doc_ids[0]  # RRF, the old default, differs here
 
 
 def test_every_back_end_is_a_searcher_with_the_shared_search_run(hybrid_env):

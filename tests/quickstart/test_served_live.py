@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from scalingnote.data import load_beir
+from scalingnote.evaluation import evaluate
 from scalingnote.models import build_tiny_model
 from scalingnote.quickstart import QuickstartConfig, quickstart
 
@@ -119,6 +121,14 @@ def test_the_printed_serve_command_ingests_into_the_quick_starts_index(run):
         health = httpx.get(svc.url + "/healthz", trust_env=False).json()
         nlist, n_docs = int(health["index"]["nlist"] or 1), int(health["index"]["n_vectors"]) + len(NEW)
         svc.default_mode = json.loads((index / "fusion.json").read_text())["default_mode"] if (index / "fusion.json").exists() else "dense"
+        # the table's served row is what the service answers: its test queries over HTTP give its nDCG@10
+        served = next(r for r in json.loads((out / "results.json").read_text())["rows"] if r["chosen"] == "served")
+        ds = load_beir(out / "data", "test")
+        run = {}
+        for q in sorted(ds.qrels):
+            hits = httpx.post(svc.url + "/search", json={"query": ds.queries[q].text, "k": 100}, trust_env=False, timeout=60).json()["results"]
+            run[q] = {h["doc_id"]: float(h["score"]) for h in hits}
+        assert evaluate(run, ds.qrels, ["ndcg@10"])["ndcg@10"] == pytest.approx(served["ndcg@10"], abs=1e-4)
         r = httpx.post(svc.url + "/documents", json={"documents": NEW}, headers=AUTH, trust_env=False, timeout=120)
         assert r.status_code == 200, r.text
         assert r.json()["upserted"] == 2

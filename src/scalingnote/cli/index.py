@@ -244,13 +244,13 @@ def _search(app: typer.Typer) -> None:
         query: str | None = typer.Option(None, "--query", help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run."),
         split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
         k: int = typer.Option(100, "--k", min=1),
-        mode: str = typer.Option("dense", "--mode", help="dense | bm25 | hybrid (BM25 fused with dense)."),
+        mode: str | None = typer.Option(None, "--mode", help="dense | bm25 | hybrid (BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense."),
         corpus: Path | None = typer.Option(None, "--corpus", help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records)."),
-        fusion: str = typer.Option("rrf", "--fusion", help="(hybrid) rrf or weighted."),
-        rrf_k: int = typer.Option(60, "--rrf-k", min=0, help="(hybrid rrf) RRF constant."),
-        weight: float = typer.Option(0.5, "--weight", min=0.0, max=1.0, help="(hybrid weighted) weight of the dense side; choose it on validation queries."),
-        norm: str = typer.Option("minmax", "--norm", help="(hybrid weighted) minmax or zscore."),
-        depth: int = typer.Option(100, "--depth", min=1, help="(hybrid) candidates from each side before fusion."),
+        fusion: str | None = typer.Option(None, "--fusion", help="(hybrid) rrf or weighted; default: the index's fusion.json (what `scalingnote serve` uses), else rrf."),
+        rrf_k: int | None = typer.Option(None, "--rrf-k", min=0, help="(hybrid rrf) RRF constant (default 60)."),
+        weight: float | None = typer.Option(None, "--weight", min=0.0, max=1.0, help="(hybrid weighted) weight of the dense side; choose it on validation queries (default: fusion.json's, else 0.5)."),
+        norm: str | None = typer.Option(None, "--norm", help="(hybrid weighted) minmax or zscore (default: fusion.json's, else minmax)."),
+        depth: int | None = typer.Option(None, "--depth", min=1, help="(hybrid) candidates from each side before fusion (default 100)."),
         nprobe: int | None = typer.Option(None, "--nprobe", min=1),
         ef_search: int | None = typer.Option(None, "--ef-search", min=1),
         rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors."),
@@ -264,9 +264,13 @@ def _search(app: typer.Typer) -> None:
         TREC run, or print one query's hits."""
         from scalingnote.errors import ScalingNoteError
         from scalingnote.index.backends import backend_location, get_backend, open_searcher
-        from scalingnote.index.hybrid import MODES, FusionConfig, hybrid_queries_to_run, open_hybrid
+        from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, served_fusion
         from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 
+        # one default with `scalingnote serve`: the index's fusion.json, each flag given overriding it
+        fusion_cfg, served_mode = served_fusion(index if index is not None and (index / "fusion.json").is_file() else None,
+                                                method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
+        mode = mode or served_mode
         if mode not in MODES:
             raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
         if mode != "bm25" and query_tower is None:
@@ -275,7 +279,6 @@ def _search(app: typer.Typer) -> None:
             raise ScalingNoteError("give --queries FILE/DIR with --out RUN, or one --query TEXT")
         if queries is not None and out is None:
             raise ScalingNoteError("--queries needs --out (the TREC run to write)")
-        fusion_cfg = FusionConfig(method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)  # type: ignore[arg-type]
         dense_kw = {"nprobe": nprobe, "ef_search": ef_search, "rerank": rerank}
         entry = get_backend(backend, "--backend")
         location = backend_location(entry, index, uri, "search")

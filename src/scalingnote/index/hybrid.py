@@ -96,6 +96,19 @@ def load_fusion(index_dir: str | Path) -> tuple[FusionConfig, str]:
         raise ConfigError(f, None, None, str(e)) from None
 
 
+def served_fusion(index_dir: str | Path | None, **override: Any) -> tuple[FusionConfig, str]:
+    """The fusion and default mode an index is served with (its ``fusion.json``, as ``scalingnote
+    serve`` reads it; RRF and ``dense`` without one); each setting in ``override`` that is not None
+    (``method``, ``rrf_k``, ``weight``, ``norm``, ``depth``) replaces the file's. ``scalingnote
+    search``, ``serve`` and the quick start's served row share this one default."""
+    base, mode = load_fusion(index_dir) if index_dir is not None else (FusionConfig(), "dense")
+    given = {k: v for k, v in override.items() if v is not None}
+    unknown = sorted(set(given) - {"method", "rrf_k", "weight", "norm", "depth"})
+    if unknown:
+        raise ScalingNoteError(f"fusion: unknown setting(s) {unknown}")
+    return (replace(base, **given) if given else base), mode
+
+
 # --------------------------------------------------------------------------- per-query fusion
 
 
@@ -448,6 +461,7 @@ __all__ = [
     "WeightChoice",
     "choose_weight",
     "fuse_runs",
+    "served_fusion",
     "fuse_scores",
     "hybrid_queries_to_run",
     "hybrid_search_run",

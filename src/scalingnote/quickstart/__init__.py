@@ -76,9 +76,8 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
                   "search": f"exact + bm25s, rrf k={info['rrf_k']}"})
     if "weight" in fusion:
         hyb, _ = hybrid_search_run(sc.run, bm_sc.run, "weighted", k=100, weight=fusion["weight"], norm=fusion["norm"])
-        rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), per_query_ndcg(hyb, ev.qrels),
+        rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), {},
                                                                 fusion["val_hybrid"], {}, {})), **base,
-                     "chosen": "served" if fusion["choice"] == "hybrid" else "",
                      "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
     idx = DenseIndex.open(index_dir, query_tower=pool.tower(student["dir"]))
     tuned = idx.manifest.get("search_tuning")
@@ -90,7 +89,32 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
         how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
     rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
                  "search": f"{idx.factory} {how}", "_tower": student["dir"]})
+    _write_fusion(index_dir, fusion)  # the served default, read by `scalingnote serve` and by the served row
+    rows.append(_served_row(ev, pool, student, index_dir, fusion, base, how))
     return rows, fusion
+
+
+def _served_row(ev, pool, student: dict, index_dir: Path, fusion: dict, base: dict, how: str) -> dict:
+    """The served configuration measured through the service's own searcher
+    (:func:`scalingnote.serve.corpus.served_searcher` over the index opened as ``scalingnote serve``
+    opens it): the compressed index at its tuned settings, ``fusion.json``'s mode and fusion, the
+    BM25 side beside the index. This row, not an exact-search one, is what a user's queries get."""
+    from scalingnote.evaluation import evaluate
+    from scalingnote.live import LiveIndex
+    from scalingnote.quickstart.report import row
+    from scalingnote.quickstart.scoring import METRICS, Scored, per_query_ndcg
+    from scalingnote.serve.corpus import served_searcher
+
+    live = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
+    try:
+        searcher, mode = served_searcher(live, None)
+        run = searcher.search(ev.texts, 100, mode=mode).to_run(ev.qids)
+    finally:
+        live.close()
+    # no validation figure: the choice was made on exact search (the exact rows carry it)
+    sc = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), float("nan"), {}, {})
+    what = f"{fusion['norm']} w_dense={fusion['weight']} + bm25s" if mode == "hybrid" else "dense alone"
+    return {**row("served", sc), **base, "chosen": "served", "search": f"as `scalingnote serve` answers: {live.factory} {how}, {what}"}
 
 
 def _write_fusion(index_dir: Path, fusion: dict) -> None:
@@ -158,12 +182,9 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
     rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
     served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
-    if fusion["choice"] == "dense":
-        next(r for r in rows if "student" in r["chosen"])["chosen"] += "+served"
     rows += served + R.depth_rows(pool, ev, large)
     R.measure_qps(pool, rows, ev.texts)
     R.vs_best_baseline(rows)
-    _write_fusion(index_dir, fusion)
     laps.lap("evaluation")
     elapsed = time.perf_counter() - laps.start
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),

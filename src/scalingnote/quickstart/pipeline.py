@@ -176,9 +176,10 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
             cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
                           "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss",
                                                                           "student_base_layers", "student_layer_choice")}})
-    # every candidate timed in the same minutes, taking turns in blocks of queries
+    # every candidate timed in the same minutes, taking turns in blocks of queries; on validation
+    # query texts only: a choice never reads the reported split, its texts included
     p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
-                                ev.texts or ev.val_texts, backend=cfg.serve_backend)
+                                ev.val_texts, backend=cfg.serve_backend)
     for c in cands:
         c["p99_ms"] = p99[c["name"]]
         say(f"student {c['name']}: validation nDCG@10 {c['val']:.4f}, single-query p99 {c['p99_ms']:.2f} ms ({cfg.serve_backend}), "

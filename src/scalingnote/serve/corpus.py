@@ -56,3 +56,19 @@ def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str])
     except (ScalingNoteError, OSError) as e:
         log.warning("scalingnote serve: no BM25 index (modes bm25 and hybrid are off): %s", e)
         return None
+
+
+def served_searcher(index, corpus_path: Path | None):
+    """What the service answers searches with over ``index`` (a dense or live index with a local
+    directory): its fusion and default mode from ``fusion.json`` beside it (the quick start's
+    choice), its BM25 side (a live index's own, with the delta segment), and ``dense`` as the
+    default when the index has no BM25. Returns ``(searcher, default_mode)``; the quick start
+    measures its served row through this same function."""
+    from scalingnote.index.hybrid import HybridSearcher, load_fusion
+
+    local = index.local_dir
+    fusion, mode = load_fusion(local)
+    live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
+    searcher = live(fusion) if live is not None else HybridSearcher(index, load_bm25(local, corpus_path, index.doc_ids), fusion=fusion)
+    return searcher, (mode if mode in searcher.modes else "dense")
+

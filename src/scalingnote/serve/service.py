@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.serve.corpus import load_bm25, load_documents, resolve_corpus_path
+from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
 from scalingnote.serve.metrics import ServeMetrics
 from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
@@ -140,13 +140,7 @@ class SearchService(BatchProcessing):
         self.snippets = {d: sn for d, (_, sn) in docs.items()}
         local = getattr(index, "local_dir", None)
         if local is not None:  # an index directory: the BM25 index and fusion.json beside it (modes bm25, hybrid)
-            from scalingnote.index.hybrid import HybridSearcher, load_fusion
-
-            fusion, mode = load_fusion(local)  # the served default chosen on validation (quick start)
-            live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
-            self.searcher = (live(fusion) if live is not None else
-                             HybridSearcher(index, load_bm25(local, corpus_path, index.doc_ids), fusion=fusion))
-            self.default_mode = mode if mode in self.searcher.modes else "dense"
+            self.searcher, self.default_mode = served_searcher(index, corpus_path)  # the quick start's choice
         from scalingnote.serve.query_backend import wrap_query_tower
 
         tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx
