@@ -259,7 +259,7 @@ def phase_search(srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, lo
         print(json.dumps(rows[-2:]), flush=True)
         if used + 64 * 8 > len(new_docs):
             used = 0  # the pool is re-used: documents are replaced (upsert by id), the work is the same
-    rows.append({"phase": "search", "mode": "summary", "rounds": rounds, "qps_vs_idle_median": statistics.median(ratios),
+    rows.append({"phase": "search", "mode": "summary", "rounds": rounds, "qps_vs_idle_median": round(statistics.median(ratios), 3),
                  "qps_vs_idle_min": min(ratios), "qps_vs_idle_max": max(ratios),
                  "errors": sum(r["errors"] for r in rows if r.get("phase") == "search" and "errors" in r)})
     print(json.dumps(rows[-1]), flush=True)
@@ -366,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--new-docs", type=Path, default=None, help="JSONL of documents held back from the run's build (default: more synthetic notes).")
     ap.add_argument("--rounds", type=int, default=5, help="Interleaved idle / ingesting search rounds.")
     ap.add_argument("--load-s", type=float, default=15.0, help="Seconds per load-test phase.")
+    ap.add_argument("--ingest-duty", type=lambda v: [float(x) for x in v.split(",")], default=[1.0, 0.5],
+                    help="Comma-separated `serve --ingest-duty` values, each measured with its own service (1: no pacing).")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
@@ -382,13 +384,15 @@ def main(argv: list[str] | None = None) -> None:
         served = work / "served"
         shutil.copytree(run.index, served)
         serve_args = run.serve_args(served)
-        srv = start_service(serve_args)
-        try:
-            ingest, used = phase_ingest(srv, new_docs, 0)
-            search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
-        finally:
-            srv.stop()
-        rows += ingest + search
+        used = 0
+        for duty in args.ingest_duty:  # the default pacing last: the chaos runs use it
+            srv = start_service([*serve_args, "--ingest-duty", str(duty)])
+            try:
+                ingest, used = phase_ingest(srv, new_docs, used % max(1, len(new_docs) - 512))
+                search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
+            finally:
+                srv.stop()
+            rows += [{**r, "ingest_duty": duty} for r in ingest + search]
         rng, pos, chaos = random.Random(args.seed), used, []
         srv = start_service(serve_args)
         try:
@@ -406,7 +410,7 @@ def main(argv: list[str] | None = None) -> None:
         "seed": args.seed, "factory": run.manifest.get("factory"), "search_defaults": run.manifest.get("search_defaults"),
         "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})", "query_tower": run.student,
         "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0",
-        "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "chaos_passed": f"{passed}/{args.kills}",
+        "ingest_duty": args.ingest_duty, "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "chaos_passed": f"{passed}/{args.kills}",
         "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
         "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }

@@ -87,3 +87,44 @@ def test_record_tower_path_fills_an_old_manifest_only_with_the_very_tower(tuned_
     assert record_tower_path(idx, saved.source_path)
     assert json.loads((idx / "manifest.json").read_text())["tower"]["path"] == saved.source_path
     assert tower_identity(saved)["path"] == saved.source_path
+
+
+def test_ingest_is_encoded_in_chunks_and_paced_between_them(tuned_index):
+    """The service slows ingest while searches run through this hook: encoding stops between
+    chunks of 16 documents, the pause is reported apart from the encoding time."""
+    from scalingnote.live.index import ENCODE_CHUNK
+
+    idx, _ = tuned_index
+    live = LiveIndex.open(idx)
+    calls: list[float] = []
+
+    def pace(seconds: float) -> float:
+        calls.append(seconds)
+        return 0.25
+
+    live.pace = pace
+    try:
+        docs = [Document(f"p{i}", f"note {i}", "", f"paced document number {i}") for i in range(2 * ENCODE_CHUNK + 3)]
+        res = live.upsert(docs)
+        assert len(calls) == 2 and all(c > 0 for c in calls)  # after the 1st and 2nd chunk, not after the last
+        assert res["timings_ms"]["pace"] == pytest.approx(500.0) and res["upserted"] == len(docs)
+        assert live.stats()["upsert_seconds"]["pace"] == pytest.approx(0.5)
+    finally:
+        live.close()
+
+
+def test_the_service_pauses_ingest_only_while_searches_run():
+    import time
+    from types import SimpleNamespace
+
+    from scalingnote.serve.documents import _LiveState
+
+    service = SimpleNamespace(last_search=time.monotonic())
+    state = _LiveState.__new__(_LiveState)
+    state.service, state.settings = service, SimpleNamespace(ingest_duty=0.5)
+    assert state.pace(0.02) == pytest.approx(0.02)  # duty 0.5: as long a pause as the chunk took
+    service.last_search = time.monotonic() - 5.0
+    assert state.pace(0.02) == 0.0  # no search in the last second: full speed
+    state.settings = SimpleNamespace(ingest_duty=1.0)
+    service.last_search = time.monotonic()
+    assert state.pace(0.02) == 0.0

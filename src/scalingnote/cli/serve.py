@@ -19,6 +19,10 @@ def register(app: typer.Typer) -> None:
             None, "--document-tower",
             help="Tower that encodes documents added through POST /documents (default: the one the index records, by its saved directory); its fingerprint must equal the index's.",
         ),
+        ingest_duty: float = typer.Option(
+            0.5, "--ingest-duty", min=0.01, max=1.0,
+            help="While searches are answered, encoding documents added through POST /documents uses at most this share of the ingest thread's time (1: no pacing).",
+        ),
         corpus: Path | None = typer.Option(None, "--corpus", help="BEIR directory or corpus.jsonl for result titles (default: the corpus recorded with the index's embeddings, if any)."),
         max_batch: int = typer.Option(64, "--max-batch", min=1, help="Most queries encoded together in one micro-batch."),
         max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", min=0.0, help="Longest wait for a micro-batch to fill, from its first request's arrival."),
@@ -52,6 +56,7 @@ def register(app: typer.Typer) -> None:
             port=port,
             corpus=str(corpus) if corpus is not None else None,
             document_tower=document_tower,
+            ingest_duty=ingest_duty,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
             max_query_chars=max_query_chars,

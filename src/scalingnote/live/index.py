@@ -43,6 +43,7 @@ from scalingnote.live.store import RowStore
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
 
 log = logging.getLogger("scalingnote.live")
+ENCODE_CHUNK = 16  # documents encoded per call: the service's ingest pacing acts between chunks
 
 
 def check_document_tower(manifest: dict[str, Any], tower, where: str | Path) -> None:
@@ -95,7 +96,10 @@ class LiveIndex:
         self._lock_fh = None
         self.writer = writer
         self.after_log: Callable[[int], None] | None = None  # test hook: called between log write and apply
-        self.timings: dict[str, float] = {}  # seconds spent per upsert stage since open (encode, log, lock_wait, apply)
+        self.timings: dict[str, float] = {}  # seconds spent per upsert stage since open (encode, pace, log, lock_wait, apply)
+        #: called after each encoded chunk of documents with its seconds; returns the seconds it paused
+        #: (the service slows ingest while searches run: serve.documents)
+        self.pace: Callable[[float], float] | None = None
         self.wal: WriteAheadLog | None = None
         wal_dir = live_dir(self.root) / "wal"
         if writer:
@@ -253,22 +257,34 @@ class LiveIndex:
 
     def encode(self, docs: Sequence[Document]) -> tuple[np.ndarray, np.ndarray | None]:
         """Vectors (the indexed Matryoshka prefix, unit norm) and semantic IDs of ``docs``."""
+        x, sem, _ = self._encode_paced(list(docs))
+        return x, sem
+
+    def _encode_paced(self, docs: list[Document]) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """:meth:`encode` in chunks of ``ENCODE_CHUNK`` documents, :attr:`pace` called after each;
+        also returns the seconds paused."""
         from scalingnote.index.embeddings import _encode_call
 
-        x = np.asarray(_encode_call(self.document_tower, list(docs), 64), dtype=np.float32)
+        parts, paused = [], 0.0
+        for s in range(0, len(docs), ENCODE_CHUNK):
+            t0 = time.perf_counter()
+            parts.append(np.asarray(_encode_call(self.document_tower, docs[s : s + ENCODE_CHUNK], ENCODE_CHUNK), dtype=np.float32))
+            if self.pace is not None and s + ENCODE_CHUNK < len(docs):
+                paused += self.pace(time.perf_counter() - t0)
+        x = np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
         x = l2_normalize(np.ascontiguousarray(x[:, : self.dim]))
         if not np.all(np.isfinite(x)):
             raise ScalingNoteError("document tower produced non-finite vectors")
-        return x, (self.rkm.assign(x) if self.rkm is not None else None)
+        return x, (self.rkm.assign(x) if self.rkm is not None else None), paused
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs`` (checked already, see :mod:`scalingnote.live.records`); returns
         once the batch is in the fsync-ed log and applied (acknowledged)."""
         self._check_writer()
         docs = list(docs)
-        t0 = time.perf_counter()
+        t0, paused = time.perf_counter(), 0.0
         if vectors is None:
-            vectors, sem = self.encode(docs)
+            vectors, sem, paused = self._encode_paced(docs)
         else:
             vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
             sem = self.rkm.assign(vectors) if self.rkm is not None else None
@@ -281,7 +297,7 @@ class LiveIndex:
                 self.after_log(seq)
             t3 = time.perf_counter()
             replaced, lock_wait, applied = self._apply_upsert(docs, vectors, sem)
-        timings = {"encode": t1 - t0, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
+        timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
         for key, sec in timings.items():
             self.timings[key] = self.timings.get(key, 0.0) + sec
         return {"seq": seq, "upserted": len(docs), "replaced": replaced,

@@ -76,6 +76,17 @@ class _LiveState:
         self.recall_version = -1
         self._recall_running = False
 
+    def pace(self, seconds: float) -> float:
+        """In the ingest thread, after encoding a chunk that took ``seconds``: while searches are
+        being answered (one ran in the last second), pause so that encoding takes at most
+        ``ingest_duty`` of this thread's wall time; returns the seconds paused."""
+        duty = float(getattr(self.settings, "ingest_duty", 1.0))
+        if duty >= 1.0 or time.monotonic() - float(getattr(self.service, "last_search", 0.0)) > 1.0:
+            return 0.0
+        pause = min(5.0, seconds * (1.0 - duty) / duty)
+        time.sleep(pause)
+        return pause
+
     def live(self, write: bool = True, op: str = "supports_upsert"):
         self.service.check_ready()
         idx = self.service.index
@@ -85,6 +96,8 @@ class _LiveState:
                                                 "does not while it serves, or the live index is off (ServeSettings.live)")
         if write and not getattr(idx, "writer", True):
             raise ServiceError(409, "read_only", f"{idx.root}: another process holds the index's writer lock; this service serves it read-only")
+        if hasattr(idx, "pace"):
+            idx.pace = self.pace
         return idx
 
     async def run(self, fn, *args):

@@ -81,9 +81,12 @@ class BatchProcessing:
     """Mixin of :class:`~scalingnote.serve.service.SearchService`: needs ``settings``,
     ``metrics``, ``searcher``, ``titles`` and ``snippets``."""
 
+    last_search: float = 0.0  #: time.monotonic() of the last micro-batch (0: none yet)
+
     def _process(self, tower, index, items: list[_Item]) -> list[Any]:
         """Worker thread: encode every text that needs the query tower (modes dense and hybrid)
         in one call, then search per parameter group (BM25 for bm25, fused for hybrid)."""
+        self.last_search = time.monotonic()  # read by the live index's ingest pacing (serve.documents)
         texts = [t for it in items for t in it.texts]
         starts = np.cumsum([0] + [len(it.texts) for it in items])
         need = [i for i, it in enumerate(items) if it.params.mode != "bm25"]

@@ -453,6 +453,7 @@ class SearchService(BatchProcessing):
                     "index": self.index_info(),
                     "titles": {"corpus": str(self.corpus_path) if self.corpus_path else None, "n": len(self.titles)},
                     "modes": list(self.modes),
+                    "default_mode": self.default_mode,  # a request without "mode" (the page selects it too)
                     "queue_queries": self._queued,
                     "reloading": bool(self._reload_lock and self._reload_lock.locked()),
                 }

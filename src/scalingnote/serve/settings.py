@@ -74,6 +74,10 @@ class ServeSettings:
     max_document_chars: int = 100_000  #: largest accepted document (title + topic + text)
     max_documents_per_request: int = 1024
     live_compact_docs: int = 2000  #: compact when the BM25 delta + tombstones reach this many documents
+    #: while searches are being answered, encoding new documents uses at most this share of the
+    #: ingest thread's wall time (it pauses between chunks of 16 documents), so searches keep their
+    #: CPU; 1 = no pacing. Ingest runs at full speed whenever no search ran in the last second.
+    ingest_duty: float = 0.5
     reload_min_overlap: float = 0.5  #: /admin/reload refuses a tower whose top-10 overlap with the running one is lower
     reload_sample_queries: int = 64  #: recent queries the reload check compares the towers on
 
@@ -110,6 +114,8 @@ class ServeSettings:
 
         for name in ("max_document_chars", "max_documents_per_request", "live_compact_docs", "reload_sample_queries"):
             positive(name)
+        if isinstance(self.ingest_duty, bool) or not isinstance(self.ingest_duty, (int, float)) or not 0 < self.ingest_duty <= 1:
+            raise ConfigError(None, None, "ingest_duty", f"must be in (0, 1], got {self.ingest_duty!r}")
         if isinstance(self.reload_min_overlap, bool) or not isinstance(self.reload_min_overlap, (int, float)) or not 0 <= self.reload_min_overlap <= 1:
             raise ConfigError(None, None, "reload_min_overlap", f"must be in [0, 1], got {self.reload_min_overlap!r}")
 

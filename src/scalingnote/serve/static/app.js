@@ -70,6 +70,8 @@ async function loadInfo() {
     for (const opt of Array.from(select.options)) {
       opt.disabled = !modes.includes(opt.value);
     }
+    // the service's default (the index's fusion.json), as `scalingnote search` and a request without "mode" use it
+    if (modes.includes(h.default_mode)) select.value = h.default_mode;
     if (select.selectedOptions.length && select.selectedOptions[0].disabled) select.value = "dense";
     const idx = h.index || {};
     document.getElementById("service-info").textContent =
