@@ -206,10 +206,12 @@ class RoutedIndex:
 
     @classmethod
     def build(cls, docs: np.ndarray, config: RoutingConfig | None = None, *, train_queries: np.ndarray | None = None,
-              vectors: np.ndarray | None = None) -> RoutedIndex:
+              vectors: np.ndarray | None = None, graph: RoutedIndex | None = None) -> RoutedIndex:
         """Build over ``docs`` [N, d] (float32). ``train_queries``: query-tower vectors of training
         and pseudo-queries (never validation/test), needed by ``ivf_qmetric`` and ``ivf_routed``.
-        ``vectors``: the full-precision matrix kept for re-rank (default ``docs``; may be a memmap)."""
+        ``vectors``: the full-precision matrix kept for re-rank (default ``docs``; may be a memmap).
+        ``graph``: an ``hnsw`` index over the same ``docs`` whose graph ``hnsw_pq`` reuses (its
+        build time is added to this one's)."""
         cfg = config or RoutingConfig()
         docs = _f32(docs, "documents")
         if cfg.method in ("ivf_qmetric", "ivf_routed") and train_queries is None:
@@ -219,7 +221,10 @@ class RoutedIndex:
             raise ScalingNoteError(f"train_queries have dim {tq.shape[1]}, documents {docs.shape[1]}")
         t0 = time.perf_counter()
         if cfg.method in ("hnsw", "hnsw_pq"):
-            out = cls._build_hnsw(docs, cfg)
+            if graph is not None and (graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m):
+                raise ScalingNoteError("graph must be an 'hnsw' index over the same documents with the same hnsw_m")
+            out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
+            t0 -= 0.0 if graph is None else graph.build_s
         else:
             out = cls._build_ivf(docs, cfg, tq)
         out.vectors = docs if vectors is None else vectors
@@ -227,13 +232,14 @@ class RoutedIndex:
         return out
 
     @classmethod
-    def _build_hnsw(cls, docs: np.ndarray, cfg: RoutingConfig) -> RoutedIndex:
+    def _build_hnsw(cls, docs: np.ndarray, cfg: RoutingConfig, index=None) -> RoutedIndex:
         import faiss
 
         d = docs.shape[1]
-        index = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = cfg.ef_construction
-        index.add(docs)
+        if index is None:
+            index = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = cfg.ef_construction
+            index.add(docs)
         if cfg.method == "hnsw_pq":
             # the graph is built on full-precision vectors, then searched over PQ codes (TMJ's
             # HNSW + PQ serving; the re-rank reads the full-precision vectors)
