@@ -1,0 +1,460 @@
+"""Routing for asymmetric towers: compressed indexes that find a distilled query tower's neighbours
+while computing few distances (issue 52, item 2).
+
+A distilled query tower's vectors sit away from the documents (ScalingNote §3.5 serves its student
+against an IVFPQ built on the LLM document tower's vectors). An IVF trained on documents alone
+partitions the corpus along the directions in which *documents* vary; the inner products of the
+student's queries vary along other directions, so the true neighbours of a query spread over
+many lists and the probe count needed for a given recall grows.
+
+Methods (all FAISS; every one returns the same :class:`RoutedResult` with the distance count):
+
+* ``ivf`` — today's index: ``IVF<nlist>,PQ<m>x<bits>`` trained on documents, lists probed by
+  inner product with the document centroids.
+* ``ivf_qmetric`` — lists cut for the queries. With M = C + ridge (C the covariance of query
+  vectors from training + pseudo-queries; no labels or neighbours needed) and A = M^(1/2), k-means
+  runs on x' = A x: ||A (x - y)||^2 = E_q[<q - mu, x - y>^2], the spread of score differences
+  across queries, so a list holds documents the queries score alike. Everything else stays in the
+  original space: the list's centroid is the mean of its documents (probing by <q, c> is then the
+  same score in either space), residual PQ codes are trained and stored in the original space.
+  A plain FAISS ``IndexIVFPQ`` (lists filled with ``add_preassigned``): same search, same
+  ``remove_ids``; only the partition differs.
+* ``ivf_routed`` — those lists (or today's), probes chosen by routing vectors learnt in the query
+  space: a ridge map W from each training/pseudo query to the mean of its exact top-k documents
+  (a query->document map used only for routing); a query goes to the lists whose centroids are
+  nearest to W q, folded into one vector and bias per list so routing still costs nlist inner
+  products; searched with FAISS ``search_preassigned``.
+* ``hnsw`` — FAISS ``IndexHNSWFlat`` (reference: full-precision vectors inside, so above any
+  memory bound of compressed indexes). ``hnsw_pq`` — the same graph searched over PQ codes
+  (``IndexHNSWPQ``; TMJ's HNSW + PQ serving). FAISS HNSW has no ``remove_ids``.
+
+The coarse step of the IVF methods can be an HNSW graph over the centroids (``coarse="hnsw"``).
+
+Every search can re-rank its top ``rerank`` candidates exactly with the full-precision vectors
+(a memory-mapped array works; TMJ §6 re-rank). :attr:`RoutedResult.ndis` counts distance
+computations per the issue's definition: coarse (routing) distances + codes scanned + re-ranked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from scalingnote.errors import ScalingNoteError
+
+Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq"]
+METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq")
+
+
+@dataclass
+class RoutingConfig:
+    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1);
+    ``pq_m`` None = d/8 sub-quantisers (8-bit codes: d bytes per vector, 1/32 of float32... of d*4)."""
+
+    method: str = "ivf_qmetric"
+    nlist: int | None = None
+    pq_m: int | None = None
+    pq_bits: int = 8
+    hnsw_m: int = 32
+    ef_construction: int = 40
+    train_size: int = 131_072
+    #: ridge added to the query second moment, relative to its mean eigenvalue (ivf_qmetric)
+    metric_ridge: float = 0.05
+    #: weight of the query mean in the metric (0: covariance only; 1: second moment)
+    metric_mean_weight: float = 0.0
+    #: ridge of the query -> document-space routing map (ivf_routed), relative as in ridge_fit
+    map_ridge: float = 1e-2
+    #: ivf_routed: base partition ("ivf_qmetric" or "ivf")
+    routed_base: str = "ivf_qmetric"
+    #: neighbours per routing-training query whose mean is the map's target
+    map_k: int = 10
+    #: IVF coarse step: "flat" (nlist inner products per query) or "hnsw" (an HNSW graph over the
+    #: centroids: FAISS ``IndexHNSWFlat`` quantizer, efSearch = max(2 nprobe, 64)); not for ivf_routed
+    coarse: str = "flat"
+    kmeans_iters: int = 20
+    #: how documents are assigned to lists at build: "flat" (exact), "hnsw" (an HNSW graph over the
+    #: centroids, efSearch 128: approximate, much cheaper at millions x thousands of lists), "auto"
+    #: = hnsw above 2e9 document-centroid pairs
+    assign: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ScalingNoteError(f"routing method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.routed_base not in ("ivf", "ivf_qmetric"):
+            raise ScalingNoteError(f"routed_base must be 'ivf' or 'ivf_qmetric', got {self.routed_base!r}")
+        for name in ("nlist", "pq_m"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ScalingNoteError(f"{name} must be >= 1, got {v}")
+        if self.assign not in ("auto", "flat", "hnsw"):
+            raise ScalingNoteError(f"assign must be 'auto', 'flat' or 'hnsw', got {self.assign!r}")
+        if self.coarse not in ("flat", "hnsw"):
+            raise ScalingNoteError(f"coarse must be 'flat' or 'hnsw', got {self.coarse!r}")
+        if self.coarse == "hnsw" and self.method == "ivf_routed":
+            raise ScalingNoteError("coarse='hnsw' searches the centroids, not ivf_routed's routing vectors: use 'flat'")
+        if self.metric_ridge < 0 or self.map_ridge < 0:
+            raise ScalingNoteError("metric_ridge and map_ridge must be >= 0")
+
+
+@dataclass
+class RoutedResult:
+    """Top-k ``ids`` [nq, k] (-1 = none), ``scores``, ``ndis`` = distance computations in all
+    (coarse + codes + re-rank), split into ``coarse`` / ``codes`` / ``reranked``; ``probed`` =
+    the lists searched per query (IVF methods) for the routing recall."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+    coarse: int
+    codes: int
+    reranked: int
+    probed: np.ndarray | None = None
+
+    @property
+    def ndis(self) -> int:
+        return self.coarse + self.codes + self.reranked
+
+
+def _f32(x: Any, what: str) -> np.ndarray:
+    a = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+    if a.ndim != 2 or a.shape[0] == 0:
+        raise ScalingNoteError(f"{what}: expected a non-empty 2-D array, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ScalingNoteError(f"{what}: contains NaN or infinite values")
+    return a
+
+
+def query_metric(queries: np.ndarray, ridge: float, mean_weight: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(A, A^-1) with A = (C + mean_weight * mu mu^T + ridge * mean eigenvalue(C) * I)^(1/2), C the
+    covariance and mu the mean of the query vectors: x' = A x and q' = A^-1 q keep every inner
+    product, and ||A (x - y)||^2 = E_q[<q - mu, x - y>^2] (+ the mean and ridge terms), the spread
+    of the score differences across queries. ``mean_weight`` 1 gives the second moment E[q q^T]
+    (expected squared score error); 0 ignores the score shift every query shares (a document prior
+    that does not decide which documents are whose neighbours)."""
+    q = queries.astype(np.float64)
+    mu = q.mean(0)
+    c = (q - mu).T @ (q - mu) / len(q)
+    w0 = np.linalg.eigvalsh(c)
+    m = c + mean_weight * np.outer(mu, mu)
+    w, v = np.linalg.eigh(m)
+    w = np.clip(w, 0, None) + ridge * max(float(np.clip(w0, 0, None).mean()), 1e-12)
+    if w.min() <= 0:
+        raise ScalingNoteError("query second moment is singular: set metric_ridge > 0")
+    a = (v * np.sqrt(w)) @ v.T
+    a_inv = (v / np.sqrt(w)) @ v.T
+    return a.astype(np.float32), a_inv.astype(np.float32)
+
+
+def routing_map(queries: np.ndarray, targets: np.ndarray, ridge: float) -> np.ndarray:
+    """``W`` [d, d] with ``q W^T ~ target`` (ridge least squares, centred by no intercept so a
+    zero query routes nowhere in particular)."""
+    q, t = queries.astype(np.float64), targets.astype(np.float64)
+    gram = q.T @ q
+    lam = ridge * float(np.trace(gram)) / gram.shape[0]
+    return np.linalg.solve(gram + lam * np.eye(gram.shape[0]), q.T @ t).T.astype(np.float32)
+
+
+def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 65_536) -> np.ndarray:
+    """Exact inner-product top-k rows (FAISS flat search over row chunks)."""
+    import faiss
+
+    n = vectors.shape[0]
+    k = min(k, n)
+    res = faiss.ResultHeap(len(queries), k)
+    for s in range(0, n, chunk):
+        block = np.ascontiguousarray(vectors[s : s + chunk], dtype=np.float32)
+        d, i = faiss.knn(queries, block, k, metric=faiss.METRIC_INNER_PRODUCT) if len(block) >= k else _small_knn(queries, block)
+        res.add_result(-d, i + s)  # ResultHeap keeps the smallest: negate inner products
+    res.finalize()
+    return res.I
+
+
+def _small_knn(q: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s = q @ block.T
+    i = np.argsort(-s, axis=1)
+    return np.take_along_axis(s, i, 1), i
+
+
+@dataclass
+class RoutedIndex:
+    """A built index: ``index`` (FAISS),
+    ``routes`` [nlist, d] routing vectors in the *original* query space (or None: the IVF's own),
+    ``list_of`` [N] each document's list, ``build_s``; ``vectors`` full-precision for re-rank."""
+
+    config: RoutingConfig
+    index: Any
+    vectors: np.ndarray
+    routes: np.ndarray | None = None
+    list_of: np.ndarray | None = None
+    route_bias: np.ndarray | float = 0.0
+    #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}`` (build-time only)
+    partition: dict | None = field(default=None, repr=False)
+    build_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+    _cent: np.ndarray | None = field(default=None, repr=False)
+    _keep: Any = field(default=None, repr=False)  #: Python references FAISS objects must outlive
+
+    def _centroids(self) -> np.ndarray:
+        if self._cent is None:
+            self._cent = self.index.quantizer.reconstruct_n(0, self.index.nlist)
+        return self._cent
+
+    # ------------------------------------------------------------------ build
+
+    @classmethod
+    def build(cls, docs: np.ndarray, config: RoutingConfig | None = None, *, train_queries: np.ndarray | None = None,
+              vectors: np.ndarray | None = None, graph: RoutedIndex | None = None) -> RoutedIndex:
+        """Build over ``docs`` [N, d] (float32). ``train_queries``: query-tower vectors of training
+        and pseudo-queries (never validation/test), needed by ``ivf_qmetric`` and ``ivf_routed``.
+        ``vectors``: the full-precision matrix kept for re-rank (default ``docs``; may be a memmap).
+        ``graph``: an ``hnsw`` index over the same ``docs`` whose graph ``hnsw_pq`` reuses (its
+        build time is added to this one's)."""
+        cfg = config or RoutingConfig()
+        docs = _f32(docs, "documents")
+        if cfg.method in ("ivf_qmetric", "ivf_routed") and train_queries is None:
+            raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors)")
+        tq = _f32(train_queries, "train_queries") if train_queries is not None else None
+        if tq is not None and tq.shape[1] != docs.shape[1]:
+            raise ScalingNoteError(f"train_queries have dim {tq.shape[1]}, documents {docs.shape[1]}")
+        t0 = time.perf_counter()
+        if cfg.method in ("hnsw", "hnsw_pq"):
+            if graph is not None and (graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m):
+                raise ScalingNoteError("graph must be an 'hnsw' index over the same documents with the same hnsw_m")
+            out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
+            t0 -= 0.0 if graph is None else graph.build_s
+        else:
+            out = cls._build_ivf(docs, cfg, tq)
+        out.vectors = docs if vectors is None else vectors
+        out.build_s = time.perf_counter() - t0
+        return out
+
+    @classmethod
+    def _build_hnsw(cls, docs: np.ndarray, cfg: RoutingConfig, index=None) -> RoutedIndex:
+        import faiss
+
+        d = docs.shape[1]
+        if index is None:
+            index = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = cfg.ef_construction
+            index.add(docs)
+        if cfg.method == "hnsw_pq":
+            # the graph is built on full-precision vectors, then searched over PQ codes (TMJ's
+            # HNSW + PQ serving; the re-rank reads the full-precision vectors)
+            m = cfg.pq_m or max(1, d // 8)
+            if d % m:
+                raise ScalingNoteError(f"pq_m={m} must divide the dimension {d}")
+            pq = faiss.IndexHNSWPQ(d, m, cfg.hnsw_m, cfg.pq_bits, faiss.METRIC_INNER_PRODUCT)
+            rng = np.random.default_rng(cfg.seed)
+            n = len(docs)
+            pq.train(docs[np.sort(rng.choice(n, cfg.train_size, replace=False))] if n > cfg.train_size else docs)
+            pq.storage.add(docs)
+            pq.hnsw = index.hnsw
+            pq.ntotal = index.ntotal
+            index = pq
+        return cls(cfg, index, docs)
+
+    @classmethod
+    def _build_ivf(cls, docs: np.ndarray, cfg: RoutingConfig, tq: np.ndarray | None) -> RoutedIndex:
+        import faiss
+
+        n, d = docs.shape
+        nlist = min(cfg.nlist or max(1, int(round(4 * np.sqrt(n)))), n)
+        m = cfg.pq_m or max(1, d // 8)
+        if d % m:
+            raise ScalingNoteError(f"pq_m={m} must divide the dimension {d}")
+        qmetric = cfg.method == "ivf_qmetric" or (cfg.method == "ivf_routed" and cfg.routed_base == "ivf_qmetric")
+        rng = np.random.default_rng(cfg.seed)
+        sample = np.sort(rng.choice(n, cfg.train_size, replace=False)) if n > cfg.train_size else np.arange(n)
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, m, cfg.pq_bits, faiss.METRIC_INNER_PRODUCT)
+        index.cp.seed = cfg.seed
+        index.cp.niter = cfg.kmeans_iters
+        if not qmetric:
+            index.train(docs[sample])
+            list_of = _assign(docs, quantizer.reconstruct_n(0, nlist), faiss.METRIC_INNER_PRODUCT, cfg)
+            from faiss.contrib.ivf_tools import add_preassigned
+
+            add_preassigned(index, docs, list_of)
+            part = None
+        else:
+            list_of, part = _qmetric_partition(docs, tq, nlist, sample, cfg)
+            cent = _list_means(docs, list_of, nlist, fallback=part["centroids_orig"])
+            quantizer.add(cent)  # routing = <q, mean of the list>: inner products need no transform
+            res = docs[sample] - cent[list_of[sample]]
+            index.pq.train(np.ascontiguousarray(res))  # residual PQ in the original space
+            index.is_trained = True
+            from faiss.contrib.ivf_tools import add_preassigned
+
+            add_preassigned(index, docs, list_of)
+        if cfg.coarse == "hnsw":
+            hq = faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)
+            hq.add(index.quantizer.reconstruct_n(0, nlist))
+            index.quantizer = hq
+            index.own_fields = False
+        keep = (quantizer, hq) if cfg.coarse == "hnsw" else (quantizer,)
+        out = cls(cfg, index, docs, list_of=list_of.astype(np.int32), partition=part, _keep=keep)
+        if cfg.method == "ivf_routed":
+            out.fit_routes(docs, tq)
+        return out
+
+    def fit_routes(self, docs: np.ndarray, tq: np.ndarray) -> None:
+        """Routing vectors in the query space. W = ridge map from a query to the mean of its exact
+        top ``map_k`` documents; a query goes to the lists whose centroids are nearest (L2, in the
+        space the partition was cut in: x' = A x, centroids c'_j) to A W q:
+        score_j = 2 <A W q, c'_j> - ||c'_j||^2 = <q, r_j> + b_j with r_j = 2 W^T A c'_j, so
+        routing still costs nlist inner products."""
+        cfg = self.config
+        q = tq[: len(tq)]
+        top = exact_topk(docs, q, cfg.map_k)
+        w = routing_map(q, docs[top].mean(axis=1), cfg.map_ridge)
+        part = self.partition
+        if part is None:
+            cent, a = self._centroids(), None
+        else:
+            cent, a = part["centroids"], part["a"]
+        ca = cent if a is None else cent @ a
+        self.routes = np.ascontiguousarray((2 * ca @ w).astype(np.float32))
+        self.route_bias = -(cent.astype(np.float64) ** 2).sum(1).astype(np.float32)
+        self.info["map_fit_queries"] = int(len(q))
+
+    # ------------------------------------------------------------------ search
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    def memory_bytes(self) -> int:
+        """Bytes of the structure searched in memory: the serialised FAISS index + routing vectors
+        + query transform (the full-precision re-rank vectors are not counted: memory-mappable)."""
+        import faiss
+
+        b = int(faiss.serialize_index(self.index).nbytes)
+        for extra in (self.routes, self.route_bias if self.routes is not None else None):
+            if isinstance(extra, np.ndarray):
+                b += int(extra.nbytes)
+        return b
+
+    def search(self, queries: np.ndarray, k: int, *, nprobe: int = 16, ef_search: int = 64, rerank: int = 0) -> RoutedResult:
+        """Top-``k`` by inner product; ``rerank`` > 0: the top ``max(rerank, k)`` candidates are
+        re-scored exactly with :attr:`vectors`."""
+        import faiss
+
+        q = _f32(queries, "queries")
+        if q.shape[1] != self.index.d:
+            raise ScalingNoteError(f"queries have dim {q.shape[1]}, the index {self.index.d}")
+        depth = max(k, rerank) if rerank else k
+        probed = None
+        if self.config.method in ("hnsw", "hnsw_pq"):
+            faiss.cvar.hnsw_stats.reset()
+            self.index.hnsw.efSearch = max(ef_search, depth)
+            scores, ids = self.index.search(q, depth)
+            coarse, codes = 0, int(faiss.cvar.hnsw_stats.ndis)
+        else:
+            nprobe = min(nprobe, self.index.nlist)
+            qx = q
+            coarse = self.index.nlist * len(q)
+            if self.routes is not None:
+                probed = _top_lists(q @ self.routes.T + self.route_bias, nprobe)
+            elif self.config.coarse == "hnsw":
+                faiss.cvar.hnsw_stats.reset()
+                self._keep[1].hnsw.efSearch = max(2 * nprobe, 64)
+                _, probed = self.index.quantizer.search(qx, nprobe)
+                coarse = int(faiss.cvar.hnsw_stats.ndis)
+            else:
+                _, probed = self.index.quantizer.search(qx, nprobe)
+            faiss.cvar.indexIVF_stats.reset()
+            self.index.nprobe = nprobe
+            # by-residual IP codes score <q, c_list> + <q, residual>: FAISS takes <q, c_list> from here
+            cd = np.einsum("qd,qpd->qp", qx, self._centroids()[probed]).astype(np.float32)
+            scores, ids = self.index.search_preassigned(qx, depth, probed, cd)
+            codes = int(faiss.cvar.indexIVF_stats.ndis)
+        reranked = 0
+        if rerank:
+            ids, scores, reranked = _rerank(self.vectors, q, ids, k)
+        return RoutedResult(ids[:, :k], scores[:, :k], coarse, codes, reranked, probed)
+
+    def routing_recall(self, result: RoutedResult, exact: np.ndarray) -> float | None:
+        """Share of the exact top-k whose list was probed: the recall an exact scan of the probed
+        lists would reach (the coarse-routing loss, apart from the codes' quantisation loss)."""
+        if result.probed is None or self.list_of is None:
+            return None
+        hits = [np.isin(self.list_of[e], p).mean() for e, p in zip(exact, result.probed)]
+        return float(np.mean(hits))
+
+    def remove_ids(self, ids: np.ndarray) -> int:
+        """Delete documents by row id (IVF methods: FAISS ``remove_ids``; lists and routing
+        vectors stay). HNSW: FAISS has no removal: refused (filter at search and rebuild)."""
+        import faiss
+
+        if self.config.method in ("hnsw", "hnsw_pq"):
+            raise ScalingNoteError("FAISS HNSW has no remove_ids: filter deleted ids at search time and rebuild")
+        return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
+
+
+def _qmetric_partition(docs: np.ndarray, tq: np.ndarray, nlist: int, sample: np.ndarray, cfg: RoutingConfig):
+    """Lists cut by k-means in the query metric (x' = A x, :func:`query_metric`): each document's
+    list and ``{"a", "centroids" (x' space), "centroids_orig" (A^-1 c')}``."""
+    import faiss
+
+    a, a_inv = query_metric(tq, cfg.metric_ridge, cfg.metric_mean_weight)
+    xp = np.ascontiguousarray(docs @ a)  # A is symmetric: rows x A = (A x)^T
+    km = faiss.Kmeans(docs.shape[1], nlist, niter=cfg.kmeans_iters, seed=cfg.seed, max_points_per_centroid=10**9)
+    km.train(np.ascontiguousarray(xp[sample]))
+    list_of = _assign(xp, km.centroids, faiss.METRIC_L2, cfg)
+    return list_of, {"a": a, "centroids": km.centroids, "centroids_orig": km.centroids @ a_inv}
+
+
+def _assign(x: np.ndarray, centroids: np.ndarray, metric: int, cfg: RoutingConfig) -> np.ndarray:
+    """Nearest centroid of each row (inner product or L2), exact or through an HNSW graph."""
+    import faiss
+
+    d = x.shape[1]
+    hnsw = cfg.assign == "hnsw" or (cfg.assign == "auto" and len(x) * len(centroids) > 2e9)
+    if hnsw:
+        index = faiss.IndexHNSWFlat(d, 32, metric)
+        index.hnsw.efSearch = 128
+    else:
+        index = faiss.IndexFlat(d, metric)
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    out = np.empty(len(x), np.int64)
+    for s in range(0, len(x), 65_536):
+        out[s : s + 65_536] = index.search(np.ascontiguousarray(x[s : s + 65_536]), 1)[1].ravel()
+    return out
+
+
+def _list_means(x: np.ndarray, list_of: np.ndarray, nlist: int, fallback: np.ndarray) -> np.ndarray:
+    """Mean vector of each list (``fallback`` rows for empty lists)."""
+    from scipy.sparse import csr_matrix
+
+    onehot = csr_matrix((np.ones(len(list_of), np.float32), (list_of, np.arange(len(list_of)))), shape=(nlist, len(list_of)))
+    sums = np.asarray(onehot @ x, dtype=np.float64)
+    cnt = np.bincount(list_of, minlength=nlist)
+    out = fallback.astype(np.float64).copy()
+    out[cnt > 0] = sums[cnt > 0] / cnt[cnt > 0, None]
+    return np.ascontiguousarray(out.astype(np.float32))
+
+
+def _top_lists(scores: np.ndarray, nprobe: int) -> np.ndarray:
+    top = np.argpartition(-scores, nprobe - 1, axis=1)[:, :nprobe]
+    order = np.argsort(-np.take_along_axis(scores, top, 1), axis=1)
+    return np.ascontiguousarray(np.take_along_axis(top, order, 1).astype(np.int64))
+
+
+def _rerank(vectors: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Exact inner products of each query with its candidates (rows read from ``vectors``)."""
+    out_i = np.full((len(q), k), -1, dtype=np.int64)
+    out_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+    n = 0
+    for r, (qi, cand) in enumerate(zip(q, ids)):
+        cand = cand[cand >= 0]
+        if not len(cand):
+            continue
+        uniq = np.unique(cand)
+        s = np.asarray(vectors[uniq], dtype=np.float32) @ qi
+        n += len(uniq)
+        top = np.argsort(-s)[:k]
+        out_i[r, : len(top)], out_s[r, : len(top)] = uniq[top], s[top]
+    return out_i, out_s, n
