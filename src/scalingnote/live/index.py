@@ -255,7 +255,9 @@ class LiveIndex:
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs`` (checked already, see :mod:`scalingnote.live.records`); returns
-        once the batch is in the fsync-ed log and applied (acknowledged)."""
+        once the batch is in the fsync-ed log and applied (acknowledged): ``seq``, ``upserted``,
+        ``replaced`` and ``status`` (per document, in order: ``added`` or ``replaced``). By id,
+        so sending the same batch again leaves the same documents (all ``replaced``)."""
         self._check_writer()
         docs = list(docs)
         if vectors is None:
@@ -264,12 +266,13 @@ class LiveIndex:
             vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
             sem = self.rkm.assign(vectors) if self.rkm is not None else None
         with self._write_lock:
+            status = ["replaced" if d.id in self.store.row_of else "added" for d in docs]
             rec = {"op": "upsert", "docs": [d.to_beir() for d in docs], "vectors": pack_array(vectors), "sem": pack_array(sem)}
             seq = self.wal.append(rec)
             if self.after_log is not None:
                 self.after_log(seq)
             replaced = self._apply_upsert(docs, vectors, sem)
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced}
+        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status}
 
     def delete(self, ids: Sequence[str]) -> dict[str, Any]:
         self._check_writer()

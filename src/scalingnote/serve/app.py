@@ -45,10 +45,11 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
+from scalingnote.serve.processing import is_json_type, parse_json_body
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
 from scalingnote.serve.settings import ServeSettings, admin_denial, resolve_admin_token
 
@@ -182,12 +183,16 @@ def _error(status: int, error: str, detail: Any, retry_after: int | None = None,
     return _SafeJSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
 
 
-def _is_json_type(content_type: str | None) -> bool:
-    """No content type (FastAPI then parses JSON) or ``application/json`` / ``application/*+json``."""
-    if not content_type:
-        return True
-    main = content_type.split(";", 1)[0].strip().lower()
-    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
+async def read_body(request: Request, model: type[BaseModel] | None = None) -> Any:
+    """The request's JSON body through the one shared parser (:func:`~scalingnote.serve.processing.parse_json_body`:
+    415 / 400), validated against ``model`` when given (422 naming each field)."""
+    data = parse_json_body(request.headers.get("content-type"), await request.body())
+    if model is None:
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_url=False, include_input=False)) from None
 
 
 def _unparsable_body(exc: BaseException) -> str:
@@ -253,15 +258,18 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
     """JSON errors with a machine-readable ``error`` code for every failure path."""
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        if exc.status == 422:
+        if exc.error in ("malformed_json", "unsupported_media_type"):
+            metrics.rejected.inc(reason=exc.error)
+        elif exc.status == 422 and exc.error != "invalid_document":  # invalid_document is counted where it is raised
             metrics.rejected.inc(reason="invalid_request")
-        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after)
+        extra = {"errors": exc.errors} if exc.errors is not None else {}
+        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
         errs = exc.errors()
         content_type = request.headers.get("content-type")
-        if not _is_json_type(content_type):  # FastAPI hands a non-JSON body to the model as bytes
+        if not is_json_type(content_type):  # FastAPI hands a non-JSON body to the model as bytes
             metrics.rejected.inc(reason="unsupported_media_type")
             return _error(415, "unsupported_media_type", f"content type {content_type[:100]!r} is not accepted; send application/json")
         bad_json = next((e for e in errs if e.get("type") == "json_invalid"), None)
@@ -295,16 +303,18 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         return p
 
     @app.post("/search")
-    async def search(req: SearchRequest):
+    async def search(request: Request):
         t0 = time.perf_counter()
+        req = await read_body(request, SearchRequest)
         service.check_ready()
         service.validate_query(req.query)
-        hits = await service.search([req.query], params_of(req))
+        hits = await service.search([req.query], params_of(req), batch=False)
         return JSONResponse({"results": hits[0], **_found(hits[0], req.k), "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     @app.post("/search/batch")
-    async def search_batch(req: BatchSearchRequest):
+    async def search_batch(request: Request):
         t0 = time.perf_counter()
+        req = await read_body(request, BatchSearchRequest)
         service.check_ready()
         if not req.queries:
             raise ServiceError(422, "invalid_request", "queries: empty list")
@@ -312,7 +322,7 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
             raise ServiceError(422, "invalid_request", f"queries: {len(req.queries)} queries, more than the limit of {settings.max_batch_queries}")
         for i, q in enumerate(req.queries):
             service.validate_query(q, f"queries.{i}")
-        hits = await service.search(list(req.queries), params_of(req))
+        hits = await service.search(list(req.queries), params_of(req), batch=True)
         found = [_found(h, req.k) for h in hits]
         return JSONResponse({"results": hits, "found": [f["found"] for f in found], "fewer_than_k": [f["fewer_than_k"] for f in found],
                              "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
@@ -340,7 +350,8 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.post("/admin/reload")
-    async def reload(req: ReloadRequest):
+    async def reload(request: Request):
+        req = await read_body(request, ReloadRequest)
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))
