@@ -13,6 +13,13 @@ Endpoints
                         "found": [int, ...], "fewer_than_k": [bool, ...], "took_ms"}``
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
 ``GET  /metrics``       Prometheus text exposition
+``POST /documents``     ``{"documents": [{"_id", "title"?, "topic"?, "text"}, ...]}`` (or the bare list) -> the
+                        live index adds / replaces them by id, all or nothing: ``{"seq", "upserted", "replaced",
+                        "documents": [{"index", "_id", "status": "added"|"replaced"}], "took_ms"}``; a refused
+                        batch is a 422 ``invalid_document`` whose ``errors`` name every document (``index``,
+                        ``_id``), ``field`` and ``message`` that refused it; ids are kept exactly as sent (one
+                        with leading / trailing whitespace or control characters is refused).
+``DELETE /documents/{id}`` 200, 404 if absent, 422 for an id that could never be stored (admin, as /admin/*)
 ``POST /admin/reload``  ``{"query_tower": DIR}`` -> hot swap (200), 409 if incompatible, 400 if unloadable;
                         needs the admin token (``Authorization: Bearer TOKEN`` or ``X-Admin-Token``;
                         401 without it) from a loopback client (403 otherwise), and refuses
@@ -20,15 +27,18 @@ Endpoints
                         on the same host every client would look like loopback)
 
 Every error is a JSON body ``{"error": code, "detail": message}`` (422 bodies add
-``"errors": [{"field", "message", "type"}]``): malformed JSON (also invalid UTF-8 or JSON
-nested too deeply) -> 400 ``malformed_json``, a non-JSON content type -> 415
-``unsupported_media_type``, a wrong method -> 405 with ``Allow``, unknown fields /
+``"errors": [{"field", "message", "type"}]``). Every POST body goes through one parser
+(:func:`scalingnote.serve.processing.parse_json_body`): malformed JSON (also invalid UTF-8,
+encoded surrogates, or JSON nested too deeply) -> 400 ``malformed_json``, a non-JSON content
+type -> 415 ``unsupported_media_type``; a wrong method -> 405 with ``Allow``, unknown fields /
 wrong types / out-of-range values / a query that is not valid Unicode (lone surrogate) or is
 empty (only whitespace, NUL / control or zero-width characters) -> 422 naming the field,
 too large a body -> 413, a query the tower cannot encode -> 500 ``encode_failed`` for that
 request only (its micro-batch neighbours are retried alone and answered; no exception text in
 any body, the cause is one log line), not ready / shutting
-down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained). Types are strict: ``"k": "10"`` or
+down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained; a
+``/search/batch`` counts by its size and may hold at most ``batch_queue_share`` of ``max_queue``, the
+rest is kept for single queries: :mod:`scalingnote.serve.lanes`). Types are strict: ``"k": "10"`` or
 ``"k": 10.0`` is refused rather than coerced.
 """
 

@@ -2,6 +2,12 @@
 upsert by id, all or nothing) and ``DELETE /documents/{id}``, both admin endpoints (token,
 loopback); live metrics in ``/metrics``; the top-10 overlap check of ``/admin/reload``.
 
+A body goes through the API's one JSON parser (415 / 400, as ``/search``), then every record is
+checked (:mod:`scalingnote.live.records`): a refused batch is one 422 naming every document,
+field and reason, and nothing of it is applied. The answer lists each document's status
+(``added`` / ``replaced``); upsert is by id, so re-sending a batch after a 503 or a dropped
+connection leaves the same documents.
+
 Ingest runs in its own thread, at a lower CPU priority (nice +10 for that thread) and with one
 torch thread, so encoding new documents takes what the search worker leaves: searches keep
 their latency while documents flow in. A request is answered only after its batch is in the
