@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
-from scalingnote.serve.processing import is_json_type, parse_json_body
+from scalingnote.serve.processing import parse_json_body
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
 from scalingnote.serve.settings import ServeSettings, admin_denial, resolve_admin_token
 
@@ -205,16 +205,6 @@ async def read_body(request: Request, model: type[BaseModel] | None = None) -> A
         raise RequestValidationError(e.errors(include_url=False, include_input=False)) from None
 
 
-def _unparsable_body(exc: BaseException) -> str:
-    """Why FastAPI could not parse a request body (its 400 carries the cause as ``__cause__``)."""
-    cause = exc.__cause__
-    if isinstance(cause, UnicodeDecodeError):
-        return f"request body is not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
-    if isinstance(cause, RecursionError):
-        return "request body is not valid JSON: nested too deeply"
-    return "request body is not valid JSON"
-
-
 def _found(hits: list, k: int) -> dict[str, Any]:
     """``found``: hits returned; ``fewer_than_k``: fewer than the ``k`` asked for (a small corpus,
     or an IVF index whose ``nprobe`` lists hold fewer than ``k`` documents: raise ``nprobe``)."""
@@ -277,16 +267,7 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        errs = exc.errors()
-        content_type = request.headers.get("content-type")
-        if not is_json_type(content_type):  # FastAPI hands a non-JSON body to the model as bytes
-            metrics.rejected.inc(reason="unsupported_media_type")
-            return _error(415, "unsupported_media_type", f"content type {content_type[:100]!r} is not accepted; send application/json")
-        bad_json = next((e for e in errs if e.get("type") == "json_invalid"), None)
-        if bad_json is not None:
-            metrics.rejected.inc(reason="malformed_json")
-            ctx = bad_json.get("ctx") or {}
-            return _error(400, "malformed_json", f"request body is not valid JSON: {ctx.get('error', bad_json.get('msg'))}")
+        errs = exc.errors()  # raised by read_body: the body was parsed already (415 / 400 there)
         metrics.rejected.inc(reason="invalid_request")
         fields = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg")), "type": str(e.get("type"))} for e in errs]
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
@@ -294,9 +275,6 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body (invalid UTF-8, too deep)
-            metrics.rejected.inc(reason="malformed_json")
-            return _error(400, "malformed_json", _unparsable_body(exc))
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, headers=exc.headers)  # 405 keeps its Allow header
 
