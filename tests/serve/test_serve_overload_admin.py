@@ -62,13 +62,13 @@ def test_retry_after_follows_measured_throughput(serve_index, tiny_bert_dir):
 
     svc = SearchService(serve_index, tiny_bert_dir, ServeSettings(max_queue=10))
     assert svc.retry_after_s() == 1  # nothing measured yet
-    svc._rate, svc._queued = 2.0, 10  # 10 waiting at 2 queries/s -> 5 s
+    svc._rate, svc._lanes.queued_single = 2.0, 10  # 10 waiting at 2 queries/s -> 5 s
     assert svc.retry_after_s() == 5
     svc._rate = 0.01
     assert svc.retry_after_s() == 60  # capped
     assert svc.admits(0) and not svc.admits(1)
-    svc._queued = 0
-    assert svc.admits(500)  # an empty queue admits any single request
+    svc._lanes.queued_single = 0
+    assert svc.admits(500) and svc.admits(500, batch=True)  # an empty queue admits any request
 
 
 # ------------------------------------------------------------------ admin guard

@@ -124,6 +124,7 @@ def test_malformed_bodies_content_type_and_method(client):
     cases = [
         b'{"query": "fox \xff\xfe"}',  # invalid UTF-8
         b'{"query": "\xc3"}',  # truncated UTF-8 sequence
+        b'{"query": "bad \xed\xa0\x80 text"}',  # an encoded surrogate: not UTF-8 (the shared parser; /documents answers alike)
         b"[" * 100_000 + b"]" * 100_000,  # nested too deeply for the JSON parser
     ]
     for body in cases:

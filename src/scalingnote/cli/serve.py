@@ -28,8 +28,18 @@ def register(app: typer.Typer) -> None:
         max_wait_ms: float = typer.Option(5.0, "--max-wait-ms", min=0.0, help="Longest wait for a micro-batch to fill, from its first request's arrival."),
         max_query_chars: int = typer.Option(1000, "--max-query-chars", min=1, help="Longest accepted query (characters)."),
         max_k: int = typer.Option(1000, "--max-k", min=1, help="Largest accepted k."),
-        max_batch_queries: int = typer.Option(256, "--max-batch-queries", min=1, help="Most queries per /search/batch request."),
-        max_queue: int = typer.Option(256, "--max-queue", min=1, help="Most queries waiting for the model; past it requests get 503 + Retry-After. Worst queue wait ~ max_queue / QPS."),
+        max_batch_queries: int = typer.Option(256, "--max-batch-queries", min=1, help="Most queries per /search/batch request (searched in chunks of --max-batch/2)."),
+        max_queue: int = typer.Option(
+            256, "--max-queue", min=1,
+            help="Most queries waiting for the model (a /search/batch counts by its size); past it requests get 503 + Retry-After. /search/batch requests "
+                 "together may hold at most --batch-queue-share of it (a batch is always admitted when no other batch waits); single /search queries keep "
+                 "the rest. Worst queue wait ~ max_queue / QPS.",
+        ),
+        batch_queue_share: float = typer.Option(
+            0.5, "--batch-queue-share", min=0.01, max=0.99,
+            help="Share of --max-queue that /search/batch requests may hold together; the rest is kept for single /search queries, which also get at "
+                 "least half of every micro-batch while batches wait.",
+        ),
         allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a non-loopback --host."),
         shutdown_timeout: float = typer.Option(30.0, "--shutdown-timeout", min=0.0, help="Seconds to drain requests in flight on shutdown."),
         threads: int | None = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)."),
@@ -63,6 +73,7 @@ def register(app: typer.Typer) -> None:
             max_k=max_k,
             max_batch_queries=max_batch_queries,
             max_queue=max_queue,
+            batch_queue_share=batch_queue_share,
             allow_remote=allow_remote,
             shutdown_timeout_s=shutdown_timeout,
             threads=threads,

@@ -279,7 +279,9 @@ class LiveIndex:
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs`` (checked already, see :mod:`scalingnote.live.records`); returns
-        once the batch is in the fsync-ed log and applied (acknowledged)."""
+        once the batch is in the fsync-ed log and applied (acknowledged): ``seq``, ``upserted``,
+        ``replaced`` and ``status`` (per document, in order: ``added`` or ``replaced``). By id,
+        so sending the same batch again leaves the same documents (all ``replaced``)."""
         self._check_writer()
         docs = list(docs)
         t0, paused = time.perf_counter(), 0.0
@@ -291,6 +293,7 @@ class LiveIndex:
         t1 = time.perf_counter()
         with self._write_lock:
             t2 = time.perf_counter()
+            status = ["replaced" if d.id in self.store.row_of else "added" for d in docs]
             rec = {"op": "upsert", "docs": [d.to_beir() for d in docs], "vectors": pack_array(vectors), "sem": pack_array(sem)}
             seq = self.wal.append(rec)
             if self.after_log is not None:
@@ -300,7 +303,7 @@ class LiveIndex:
         timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
         for key, sec in timings.items():
             self.timings[key] = self.timings.get(key, 0.0) + sec
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced,
+        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status,
                 "timings_ms": {key: round(1000 * sec, 3) for key, sec in timings.items()}}
 
     def delete(self, ids: Sequence[str]) -> dict[str, Any]:

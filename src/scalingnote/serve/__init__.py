@@ -13,6 +13,12 @@ Typical use::
         srv.wait_ready()
         httpx.post(srv.url + "/search", json={"query": "what causes fractures?"})
 
+POST bodies share one parser (415 non-JSON, 400 invalid UTF-8 / too deep, 422 naming the field);
+``/documents`` refuses a batch naming every document, ``_id`` and field, and answers each
+document's status (added / replaced); a ``/search/batch`` counts against ``max_queue`` by its
+size and cannot take the single queries' share (``batch_queue_share``). A request without
+``mode`` gets the index's served default (``fusion.json``), as ``scalingnote search`` does.
+
 FastAPI / uvicorn / httpx are imported by the submodules that need them.
 """
 

@@ -13,6 +13,13 @@ Endpoints
                         "found": [int, ...], "fewer_than_k": [bool, ...], "took_ms"}``
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
 ``GET  /metrics``       Prometheus text exposition
+``POST /documents``     ``{"documents": [{"_id", "title"?, "topic"?, "text"}, ...]}`` (or the bare list) -> the
+                        live index adds / replaces them by id, all or nothing: ``{"seq", "upserted", "replaced",
+                        "documents": [{"index", "_id", "status": "added"|"replaced"}], "took_ms"}``; a refused
+                        batch is a 422 ``invalid_document`` whose ``errors`` name every document (``index``,
+                        ``_id``), ``field`` and ``message`` that refused it; ids are kept exactly as sent (one
+                        with leading / trailing whitespace or control characters is refused).
+``DELETE /documents/{id}`` 200, 404 if absent, 422 for an id that could never be stored (admin, as /admin/*)
 ``POST /admin/reload``  ``{"query_tower": DIR}`` -> hot swap (200), 409 if incompatible, 400 if unloadable;
                         needs the admin token (``Authorization: Bearer TOKEN`` or ``X-Admin-Token``;
                         401 without it) from a loopback client (403 otherwise), and refuses
@@ -20,15 +27,18 @@ Endpoints
                         on the same host every client would look like loopback)
 
 Every error is a JSON body ``{"error": code, "detail": message}`` (422 bodies add
-``"errors": [{"field", "message", "type"}]``): malformed JSON (also invalid UTF-8 or JSON
-nested too deeply) -> 400 ``malformed_json``, a non-JSON content type -> 415
-``unsupported_media_type``, a wrong method -> 405 with ``Allow``, unknown fields /
+``"errors": [{"field", "message", "type"}]``). Every POST body goes through one parser
+(:func:`scalingnote.serve.processing.parse_json_body`): malformed JSON (also invalid UTF-8,
+encoded surrogates, or JSON nested too deeply) -> 400 ``malformed_json``, a non-JSON content
+type -> 415 ``unsupported_media_type``; a wrong method -> 405 with ``Allow``, unknown fields /
 wrong types / out-of-range values / a query that is not valid Unicode (lone surrogate) or is
 empty (only whitespace, NUL / control or zero-width characters) -> 422 naming the field,
 too large a body -> 413, a query the tower cannot encode -> 500 ``encode_failed`` for that
 request only (its micro-batch neighbours are retried alone and answered; no exception text in
 any body, the cause is one log line), not ready / shutting
-down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained). Types are strict: ``"k": "10"`` or
+down / overloaded -> 503 (with ``Retry-After``: seconds until the queue has likely drained; a
+``/search/batch`` counts by its size and may hold at most ``batch_queue_share`` of ``max_queue``, the
+rest is kept for single queries: :mod:`scalingnote.serve.lanes`). Types are strict: ``"k": "10"`` or
 ``"k": 10.0`` is refused rather than coerced.
 """
 
@@ -45,10 +55,11 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
+from scalingnote.serve.processing import parse_json_body
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
 from scalingnote.serve.settings import ServeSettings, admin_denial, resolve_admin_token
 
@@ -182,22 +193,16 @@ def _error(status: int, error: str, detail: Any, retry_after: int | None = None,
     return _SafeJSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
 
 
-def _is_json_type(content_type: str | None) -> bool:
-    """No content type (FastAPI then parses JSON) or ``application/json`` / ``application/*+json``."""
-    if not content_type:
-        return True
-    main = content_type.split(";", 1)[0].strip().lower()
-    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
-
-
-def _unparsable_body(exc: BaseException) -> str:
-    """Why FastAPI could not parse a request body (its 400 carries the cause as ``__cause__``)."""
-    cause = exc.__cause__
-    if isinstance(cause, UnicodeDecodeError):
-        return f"request body is not valid JSON: not UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start})"
-    if isinstance(cause, RecursionError):
-        return "request body is not valid JSON: nested too deeply"
-    return "request body is not valid JSON"
+async def read_body(request: Request, model: type[BaseModel] | None = None) -> Any:
+    """The request's JSON body through the one shared parser (:func:`~scalingnote.serve.processing.parse_json_body`:
+    415 / 400), validated against ``model`` when given (422 naming each field)."""
+    data = parse_json_body(request.headers.get("content-type"), await request.body())
+    if model is None:
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestValidationError(e.errors(include_url=False, include_input=False)) from None
 
 
 def _found(hits: list, k: int) -> dict[str, Any]:
@@ -253,22 +258,16 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
     """JSON errors with a machine-readable ``error`` code for every failure path."""
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        if exc.status == 422:
+        if exc.error in ("malformed_json", "unsupported_media_type"):
+            metrics.rejected.inc(reason=exc.error)
+        elif exc.status == 422 and exc.error != "invalid_document":  # invalid_document is counted where it is raised
             metrics.rejected.inc(reason="invalid_request")
-        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after)
+        extra = {"errors": exc.errors} if exc.errors is not None else {}
+        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after, **extra)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        errs = exc.errors()
-        content_type = request.headers.get("content-type")
-        if not _is_json_type(content_type):  # FastAPI hands a non-JSON body to the model as bytes
-            metrics.rejected.inc(reason="unsupported_media_type")
-            return _error(415, "unsupported_media_type", f"content type {content_type[:100]!r} is not accepted; send application/json")
-        bad_json = next((e for e in errs if e.get("type") == "json_invalid"), None)
-        if bad_json is not None:
-            metrics.rejected.inc(reason="malformed_json")
-            ctx = bad_json.get("ctx") or {}
-            return _error(400, "malformed_json", f"request body is not valid JSON: {ctx.get('error', bad_json.get('msg'))}")
+        errs = exc.errors()  # raised by read_body: the body was parsed already (415 / 400 there)
         metrics.rejected.inc(reason="invalid_request")
         fields = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg")), "type": str(e.get("type"))} for e in errs]
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
@@ -276,9 +275,6 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        if exc.status_code == 400 and exc.__cause__ is not None:  # FastAPI could not parse the body (invalid UTF-8, too deep)
-            metrics.rejected.inc(reason="malformed_json")
-            return _error(400, "malformed_json", _unparsable_body(exc))
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
         return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, headers=exc.headers)  # 405 keeps its Allow header
 
@@ -295,16 +291,18 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         return p
 
     @app.post("/search")
-    async def search(req: SearchRequest):
+    async def search(request: Request):
         t0 = time.perf_counter()
+        req = await read_body(request, SearchRequest)
         service.check_ready()
         service.validate_query(req.query)
-        hits = await service.search([req.query], params_of(req))
+        hits = await service.search([req.query], params_of(req), batch=False)
         return JSONResponse({"results": hits[0], **_found(hits[0], req.k), "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     @app.post("/search/batch")
-    async def search_batch(req: BatchSearchRequest):
+    async def search_batch(request: Request):
         t0 = time.perf_counter()
+        req = await read_body(request, BatchSearchRequest)
         service.check_ready()
         if not req.queries:
             raise ServiceError(422, "invalid_request", "queries: empty list")
@@ -312,7 +310,7 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
             raise ServiceError(422, "invalid_request", f"queries: {len(req.queries)} queries, more than the limit of {settings.max_batch_queries}")
         for i, q in enumerate(req.queries):
             service.validate_query(q, f"queries.{i}")
-        hits = await service.search(list(req.queries), params_of(req))
+        hits = await service.search(list(req.queries), params_of(req), batch=True)
         found = [_found(h, req.k) for h in hits]
         return JSONResponse({"results": hits, "found": [f["found"] for f in found], "fewer_than_k": [f["fewer_than_k"] for f in found],
                              "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
@@ -340,7 +338,8 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.post("/admin/reload")
-    async def reload(req: ReloadRequest):
+    async def reload(request: Request):
+        req = await read_body(request, ReloadRequest)
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))

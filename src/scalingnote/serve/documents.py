@@ -2,6 +2,12 @@
 upsert by id, all or nothing) and ``DELETE /documents/{id}``, both admin endpoints (token,
 loopback); live metrics in ``/metrics``; the top-10 overlap check of ``/admin/reload``.
 
+A body goes through the API's one JSON parser (415 / 400, as ``/search``), then every record is
+checked (:mod:`scalingnote.live.records`): a refused batch is one 422 naming every document,
+field and reason, and nothing of it is applied. The answer lists each document's status
+(``added`` / ``replaced``); upsert is by id, so re-sending a batch after a 503 or a dropped
+connection leaves the same documents.
+
 Ingest runs in its own thread, at a lower CPU priority (nice +10 for that thread) and with one
 torch thread, so encoding new documents takes what the search worker leaves: searches keep
 their latency while documents flow in. A request is answered only after its batch is in the
@@ -16,7 +22,6 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +29,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from scalingnote.errors import DataError, ScalingNoteError
-from scalingnote.serve.processing import ServiceError
+from scalingnote.live.records import BatchError, documents_from_records, id_problem
+from scalingnote.serve.processing import ServiceError, parse_json_body
 from scalingnote.serve.settings import admin_denial
 
 log = logging.getLogger("scalingnote.serve")
@@ -150,11 +156,34 @@ class _LiveState:
             self.executor.submit(job)
 
 
+def check_batch(body: Any, settings, metrics) -> list:
+    """The documents of a ``POST /documents`` body (``{"documents": [...]}`` or a JSON array);
+    422 ``invalid_document`` naming every document (position and ``_id``), field and reason
+    that refuses the batch (``errors``), or ``invalid_request`` for the body's shape."""
+    if isinstance(body, dict):
+        extra = sorted(str(k).encode("utf-8", "backslashreplace").decode()[:100] for k in body if k != "documents")
+        if extra:
+            raise ServiceError(422, "invalid_request", f"{extra[0]}: unknown field (expected documents)")
+        records = body.get("documents")
+    else:
+        records = body
+    if not isinstance(records, list):
+        raise ServiceError(422, "invalid_request", "documents: expected a list of documents ({\"documents\": [...]} or a JSON array)")
+    max_docs = int(getattr(settings, "max_documents_per_request", 1024))
+    if len(records) > max_docs:
+        raise ServiceError(422, "invalid_request", f"documents: {len(records)} documents, more than the limit of {max_docs}")
+    try:
+        return documents_from_records(records, where="request", max_chars=int(getattr(settings, "max_document_chars", 100_000)))
+    except BatchError as e:
+        metrics.rejected.inc(reason="invalid_document")
+        errors = [{**p.to_json(), "field": f"documents.{p.index}" + (f".{p.field}" if p.field != "document" else ""), "type": "invalid_document"}
+                  for p in e.problems]
+        raise ServiceError(422, "invalid_document", str(e), errors=errors) from None
+
+
 def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
     """``POST /documents`` and ``DELETE /documents/{id}``, guarded as ``/admin/*`` is (admin token
     from a loopback client, no proxy forwarding headers)."""
-    from scalingnote.live import documents_from_records
-
     state = _LiveState(service, metrics, settings)
     app.state.live = state
     metrics.collectors.append(state.collect)
@@ -168,30 +197,22 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
 
     async def upsert(request: Request):
         guard(request)
+        body = parse_json_body(request.headers.get("content-type"), await request.body())  # the shared parser: 415 / 400
+        docs = check_batch(body, settings, metrics)  # all or nothing: every record checked before anything is encoded or logged
         idx = state.live()
-        try:
-            body = await request.json()
-        except ValueError as e:
-            raise ServiceError(400, "malformed_json", f"request body is not valid JSON: {e}") from None
-        records = body.get("documents") if isinstance(body, dict) else body
-        if not isinstance(records, list):
-            raise ServiceError(422, "invalid_request", "documents: expected a list of documents ({\"documents\": [...]} or a JSON array)")
-        max_docs = int(getattr(settings, "max_documents_per_request", 1024))
-        if len(records) > max_docs:
-            raise ServiceError(422, "invalid_request", f"documents: {len(records)} documents, more than the limit of {max_docs}")
-        try:  # all or nothing: every record is checked before anything is encoded or logged
-            docs = documents_from_records(records, where="request documents", max_chars=int(getattr(settings, "max_document_chars", 100_000)))
-        except DataError as e:
-            metrics.rejected.inc(reason="invalid_document")
-            raise ServiceError(422, "invalid_document", str(e)) from None
         t0 = time.perf_counter()
         res = await state.run(idx.upsert, docs)
         metrics.live_documents_total.inc(len(docs), op="upsert")
         state.executor.submit(state.after_write, idx)
+        status = res.pop("status", None) or ["upserted"] * len(docs)  # a back end that cannot tell added from replaced
+        res["documents"] = [{"index": i, "_id": d.id, "status": st} for i, (d, st) in enumerate(zip(docs, status, strict=True))]
         return JSONResponse({**res, "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     async def delete(doc_id: str, request: Request):
         guard(request)
+        why = id_problem(doc_id)
+        if why is not None:  # the id rule of POST /documents: such an id is never stored
+            raise ServiceError(422, "invalid_request", f"_id: {why}")
         idx = state.live(op="supports_delete")
         t0 = time.perf_counter()
         res = await state.run(idx.delete, [doc_id])

@@ -7,6 +7,7 @@ carry exception text: the cause goes to the service log, one line per micro-batc
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import unicodedata
@@ -24,14 +25,16 @@ log = logging.getLogger("scalingnote.serve")
 
 class ServiceError(Exception):
     """An error with an HTTP status, an error code and a human-readable detail
-    (``retry_after``: seconds for the ``Retry-After`` header of a 503)."""
+    (``retry_after``: seconds for the ``Retry-After`` header of a 503; ``errors``: the per-field
+    entries of a 422 body)."""
 
-    def __init__(self, status: int, error: str, detail: str, retry_after: int | None = None):
+    def __init__(self, status: int, error: str, detail: str, retry_after: int | None = None, errors: list[dict[str, Any]] | None = None):
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
         self.retry_after = retry_after
+        self.errors = errors
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,39 @@ class _Item:
     enqueued: float  # loop.time() at arrival
 
 
+
+
+# --------------------------------------------------------------------------- request bodies
+
+
+def is_json_type(content_type: str | None) -> bool:
+    """No content type, ``application/json`` or ``application/*+json``."""
+    if not content_type:
+        return True
+    main = content_type.split(";", 1)[0].strip().lower()
+    return main == "application/json" or (main.startswith("application/") and main.endswith("+json"))
+
+
+def parse_json_body(content_type: str | None, raw: bytes) -> Any:
+    """The one JSON body parser of the HTTP API (every POST endpoint): a non-JSON content type
+    -> 415 ``unsupported_media_type``; a body that is not UTF-8 (encoded surrogates such as
+    ``\xed\xa0\x80`` included), not JSON, or nested too deeply for the parser -> 400
+    ``malformed_json``. Lone surrogates written as JSON escapes (``"\ud800"``) are valid JSON:
+    the field checks refuse them (422 naming the field)."""
+    if not is_json_type(content_type):
+        raise ServiceError(415, "unsupported_media_type", f"content type {str(content_type)[:100]!r} is not accepted; send application/json")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ServiceError(400, "malformed_json", f"request body is not valid JSON: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    if not text.strip():
+        return None  # no body: the endpoint's own check names what is missing (422)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ServiceError(400, "malformed_json", "request body is not valid JSON: nested too deeply") from None
+    except ValueError as e:
+        raise ServiceError(400, "malformed_json", f"request body is not valid JSON: {e}") from None
 
 
 # characters that carry no text: whitespace, control (NUL ...), format (zero-width space / joiners,

@@ -6,22 +6,29 @@ returns the top-k documents with their semantic IDs.
 
 Concurrency model
 -----------------
-* Requests put work items (one or more query texts + search parameters) on an
-  ``asyncio.Queue``. One batcher task takes the first waiting item, then collects more
-  until ``max_batch`` queries or ``max_wait_ms`` after the first item's arrival, and
-  hands the whole micro-batch to **one** worker thread: the query tower encodes all
-  texts in one call, then the back end searches them (grouped by identical parameters).
-  torch modules and the index are used from that single thread only.
+* Requests put work items (query texts + search parameters) in two lanes
+  (:mod:`scalingnote.serve.lanes`): ``/search`` queries in the single lane, ``/search/batch``
+  requests split into chunks of at most ``max_batch // 2`` queries in the batch lane. One
+  batcher task takes the first waiting item, then collects more until ``max_batch`` queries
+  or ``max_wait_ms`` after the first item's arrival (single queries get at least half of
+  every micro-batch while batches wait), and hands the whole micro-batch to **one** worker
+  thread: the query tower encodes all texts in one call, then the back end searches them
+  (grouped by identical parameters). torch modules and the index are used from that single
+  thread only.
 * Hot swap: a new query tower is loaded in another thread (a different model object,
   so no shared state with the worker), checked against the index with
   :func:`scalingnote.index.check_query_tower`, then swapped in by one assignment on the
   event loop. The batcher reads the tower once per micro-batch, so every batch runs
   entirely on the old or entirely on the new tower, and requests keep being answered.
-* Overload: the queue is bounded by ``max_queue`` queries. A request is admitted when
-  the queue is empty or its queries fit under the bound; otherwise it is shed at once
-  with 503 + ``Retry-After`` (the estimated time to drain the queue at the measured
-  throughput), so the worst queue wait stays near ``max_queue / throughput`` instead of
-  growing with the number of clients.
+* Overload: the queue is bounded by ``max_queue`` queries, a batch counted by its size.
+  Batches together hold at most ``batch_queue_share x max_queue`` of them (a batch is always
+  admitted when no other batch waits, so a legal batch is never refused for its size alone);
+  single queries are admitted while singles + min(batch queries, that share) < ``max_queue``,
+  so they always keep ``(1 - batch_queue_share) x max_queue`` places: a legal batch cannot
+  make single queries fail. A request that does not fit is shed at once with 503 +
+  ``Retry-After`` (the estimated time to drain the queue at the measured throughput), so the
+  worst queue wait stays near ``max_queue / throughput`` instead of growing with the number
+  of clients.
 * Shutdown: new work is refused (503), queued work is finished, then the worker stops.
 """
 
@@ -39,12 +46,12 @@ from typing import Any
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
+from scalingnote.serve.lanes import Lanes
 from scalingnote.serve.metrics import ServeMetrics
 from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
-_STOP = object()  # queue sentinel: the batcher stops
 
 
 # --------------------------------------------------------------------------- service
@@ -70,10 +77,8 @@ class SearchService(BatchProcessing):
         self.corpus_path: Path | None = None
         self.loaded_at: float | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
-        self._queue: asyncio.Queue | None = None
-        self._queued = 0  # queries waiting (for backpressure / metrics)
+        self._lanes = Lanes(self.settings.max_queue, self.settings.batch_queue_share)  # queries waiting (backpressure, metrics)
         self._rate: float | None = None  # EWMA of worker throughput (queries/s), for Retry-After
-        self._carry: Any = None
         self._executor: ThreadPoolExecutor | None = None
         self._batcher: asyncio.Task | None = None
         self._loader: asyncio.Task | None = None
@@ -84,7 +89,6 @@ class SearchService(BatchProcessing):
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Start the batcher and load the model + index in the background (returns at once)."""
-        self._queue = asyncio.Queue()
         self._reload_lock = asyncio.Lock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalingnote-model")
         self._batcher = asyncio.create_task(self._batch_loop(), name="scalingnote-batcher")
@@ -175,8 +179,8 @@ class SearchService(BatchProcessing):
         self.metrics.ready.set(0)
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
-        if self._batcher is not None and self._queue is not None:
-            self._queue.put_nowait(_STOP)
+        if self._batcher is not None:
+            self._lanes.stop()
             try:
                 await asyncio.wait_for(asyncio.shield(self._batcher), timeout)
             except (asyncio.TimeoutError, asyncio.CancelledError):
@@ -188,12 +192,7 @@ class SearchService(BatchProcessing):
         self.state = "stopped"
 
     def _fail_queued(self, exc: BaseException) -> None:
-        items = [self._carry] if isinstance(self._carry, _Item) else []
-        while self._queue is not None and not self._queue.empty():
-            it = self._queue.get_nowait()
-            if isinstance(it, _Item):
-                items.append(it)
-        for it in items:
+        for it in self._lanes.drain():
             if not it.future.done():
                 it.future.set_exception(exc)
 
@@ -201,7 +200,7 @@ class SearchService(BatchProcessing):
     @property
     def queued(self) -> int:
         """Queries accepted and waiting for the model worker (not yet in a micro-batch)."""
-        return self._queued
+        return self._lanes.queued
 
     def check_ready(self) -> None:
         if self._closing:
@@ -253,58 +252,45 @@ class SearchService(BatchProcessing):
         rate = self._rate or 0.0
         if rate <= 0:
             return 1
-        return int(min(60, max(1, math.ceil(self._queued / rate))))
+        return int(min(60, max(1, math.ceil(self.queued / rate))))
 
-    def admits(self, n: int) -> bool:
-        """Whether ``n`` more queries may be queued: the queue is empty (a single request is
-        always served, even one larger than the bound) or they fit under ``max_queue``."""
-        return self._queued == 0 or self._queued + n <= self.settings.max_queue
+    def admits(self, n: int, batch: bool = False) -> bool:
+        """Whether a request of ``n`` queries may wait (:meth:`scalingnote.serve.lanes.Lanes.admits`):
+        a single query while singles + min(batch queries, the batch share) < ``max_queue`` (or
+        nothing waits), a batch while the batch share has room or no other batch waits."""
+        return self._lanes.admits(n, batch)
 
-    async def search(self, texts: list[str], params: SearchParams) -> list[list[dict[str, Any]]]:
-        """Top-k hits for each text (via the micro-batcher)."""
+    async def search(self, texts: list[str], params: SearchParams, batch: bool | None = None) -> list[list[dict[str, Any]]]:
+        """Top-k hits for each text (via the micro-batcher); ``batch`` (default: more than one
+        text) puts them in the batch lane, in chunks of at most ``max_batch // 2``."""
         self.check_ready()
-        if not self.admits(len(texts)):  # shed load now rather than queue it behind an unbounded wait
+        batch = len(texts) > 1 if batch is None else batch
+        if not self.admits(len(texts), batch):  # shed load now rather than queue it behind an unbounded wait
             self.metrics.rejected.inc(reason="overload")
             self.metrics.shed_queries.inc(len(texts))
-            raise ServiceError(
-                503, "overloaded", f"{self._queued} queries are waiting (limit {self.settings.max_queue}); retry later",
-                retry_after=self.retry_after_s(),
-            )
+            lanes = self._lanes
+            why = (f"{lanes.queued_batch} batch queries are waiting (batches may hold {lanes.batch_cap} of the queue limit {self.settings.max_queue})"
+                   if batch else f"{lanes.queued} queries are waiting (limit {self.settings.max_queue})")
+            raise ServiceError(503, "overloaded", f"{why}; retry later", retry_after=self.retry_after_s())
         loop = asyncio.get_running_loop()
         self.recent_queries.extend(texts)
-        item = _Item(list(texts), params, loop.create_future(), loop.time())
-        self._queued += len(texts)
-        self.metrics.queue_depth.set(self._queued)
-        self._queue.put_nowait(item)
-        return await item.future
+        texts = list(texts)
+        step = max(1, self.settings.max_batch // 2) if batch else max(1, len(texts))
+        items = [_Item(texts[i : i + step], params, loop.create_future(), loop.time()) for i in range(0, len(texts), step)]
+        for it in items:
+            self._lanes.put(it, batch)
+        self.metrics.queue_depth.set(self.queued)
+        if len(items) == 1:
+            return await items[0].future
+        parts = await asyncio.gather(*(it.future for it in items), return_exceptions=True)
+        failed = next((p for p in parts if isinstance(p, BaseException)), None)
+        if failed is not None:  # a chunk failed: the request fails with its error
+            raise failed
+        return [hits for part in parts for hits in part]
 
     # ------------------------------------------------------------------ batching
     async def _next_batch(self) -> list[_Item] | None:
-        """Block for the first item, then gather more until max_batch queries or max_wait."""
-        loop = asyncio.get_running_loop()
-        first = self._carry if self._carry is not None else await self._queue.get()
-        self._carry = None
-        if first is _STOP:
-            return None
-        batch, n = [first], len(first.texts)
-        deadline = first.enqueued + self.settings.max_wait_ms / 1000.0
-        while n < self.settings.max_batch:
-            try:
-                nxt = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    nxt = await asyncio.wait_for(self._queue.get(), remaining)
-                except asyncio.TimeoutError:
-                    break
-            if nxt is _STOP or n + len(nxt.texts) > self.settings.max_batch:
-                self._carry = nxt  # next batch (or stop after this one)
-                break
-            batch.append(nxt)
-            n += len(nxt.texts)
-        return batch
+        return await self._lanes.next_batch(self.settings.max_batch, self.settings.max_wait_ms / 1000.0)
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -318,9 +304,7 @@ class SearchService(BatchProcessing):
                 continue
             if batch is None:
                 return
-            n = sum(len(it.texts) for it in batch)
-            self._queued -= n
-            self.metrics.queue_depth.set(self._queued)
+            self.metrics.queue_depth.set(self.queued)
             live = [it for it in batch if not it.future.done()]  # a disconnected client's request is cancelled
             if not live:
                 continue
@@ -454,7 +438,7 @@ class SearchService(BatchProcessing):
                     "titles": {"corpus": str(self.corpus_path) if self.corpus_path else None, "n": len(self.titles)},
                     "modes": list(self.modes),
                     "default_mode": self.default_mode,  # a request without "mode" (the page selects it too)
-                    "queue_queries": self._queued,
+                    "queue_queries": self.queued,
                     "reloading": bool(self._reload_lock and self._reload_lock.locked()),
                 }
             )

@@ -24,9 +24,15 @@ class ServeSettings:
     most ``max_batch_queries`` queries per ``/search/batch`` request, request bodies at
     most ``max_body_bytes``.
 
-    Overload: at most ``max_queue`` queries wait for the model worker; a request that does
-    not fit is shed at once with 503 + ``Retry-After`` (a request is always admitted into
-    an empty queue). The worst queue wait is about ``max_queue / throughput``: pick
+    Overload: at most ``max_queue`` queries wait for the model worker, a ``/search/batch``
+    request counted by its size; a request that does not fit is shed at once with 503 +
+    ``Retry-After``. Batches share the queue fairly (:mod:`scalingnote.serve.lanes`): batch
+    requests together hold at most ``batch_queue_share x max_queue`` queries (a batch is
+    always admitted when no other batch waits, so one of up to ``max_batch_queries`` is never
+    refused for its size alone), and single ``/search`` queries always keep at least
+    ``(1 - batch_queue_share) x max_queue`` places: a legal batch into an empty queue cannot
+    make single queries fail. While both wait, single queries get at least half of every
+    micro-batch (a batch is searched in chunks of ``max_batch // 2``). The worst queue wait is about ``max_queue / throughput``: pick
     ``max_queue ~= latency budget (s) x measured QPS`` (``benchmarks/serve_loadtest.py``
     measures QPS per concurrency and the offline ceiling; see the README for the numbers).
     The default 256 admits 64+ closed-loop clients with no 503 and bounds the wait to a few
@@ -50,6 +56,7 @@ class ServeSettings:
     max_batch_queries: int = 256
     max_body_bytes: int = 1 << 20
     max_queue: int = 256
+    batch_queue_share: float = 0.5  #: share of max_queue that /search/batch requests may hold together (0 < share < 1)
     allow_remote: bool = False
     shutdown_timeout_s: float = 30.0
     threads: int | None = None
@@ -90,6 +97,9 @@ class ServeSettings:
         for name in ("max_batch", "max_query_chars", "max_k", "max_rerank", "max_batch_queries", "max_body_bytes", "max_queue"):
             positive(name)
         positive("max_wait_ms", 0)
+        share = self.batch_queue_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
+            raise ConfigError(None, None, "batch_queue_share", f"must be a number in (0, 1): the rest of max_queue is kept for single queries, got {share!r}")
         positive("shutdown_timeout_s", 0)
         if self.threads is not None:
             positive("threads")
