@@ -13,6 +13,7 @@ from scalingnote.distill import DistillConfig, build_teacher_cache, distill, ope
 from scalingnote.errors import ScalingNoteError
 from scalingnote.models import build_tiny_model, load_tower
 from scalingnote.training import StopTraining, TrainConfig, train
+from tests.helpers.curves import read_scalars, steps
 from tests.helpers.tiny_data import write_tiny_beir
 
 
@@ -78,6 +79,15 @@ def test_distill_learns_and_is_compatible(stage1, tmp_path):
 
     assert res["ndcg@10"] == pytest.approx(saved_ndcg10(tmp_path / "qkd" / "query_tower", stage1["stage1"], stage1["data"]), abs=1e-6)
     assert np.isfinite(res["qkd_val_loss"])
+    # the curves beside metrics.jsonl, read back with TensorBoard's reader: every step's loss, learning
+    # rate and throughput, and the validation loss at every validation
+    sc = read_scalars(tmp_path / "qkd")
+    assert {"train/loss", "train/lr", "train/grad_norm", "throughput/examples_per_s", "val/loss"} <= set(sc)
+    assert steps(sc["train/loss"]) == [r["step"] for r in log] == list(range(1, len(log) + 1))
+    assert [v for _, v in sc["train/loss"]] == pytest.approx([r["loss"] for r in log], abs=1e-6)
+    val = [(r["step"], r["val_loss"]) for r in log if "val_loss" in r]
+    assert val and steps(sc["val/loss"])[1:] == [s for s, _ in val]  # + the start (step 0)
+    assert [v for _, v in sc["val/loss"]][1:] == pytest.approx([v for _, v in val], abs=1e-6)
 
 
 def test_distill_resume_is_exact(stage1, tmp_path):
@@ -104,6 +114,8 @@ def test_distill_resume_is_exact(stage1, tmp_path):
     b = load_tower(killed / "query_tower").state_dict()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+    ca, cb = read_scalars(full)["train/loss"], read_scalars(killed)["train/loss"]
+    assert steps(cb) == steps(ca) and [v for _, v in cb] == pytest.approx([v for _, v in ca], abs=1e-6)
 
 
 def test_teacher_cache_resumes_and_refuses_other_teacher(stage1, tmp_path):

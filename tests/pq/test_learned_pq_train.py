@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.pq import LearnedPQ, TMJTrainer, load_pq_config
 from scalingnote.pq.encoders import load_doc_features, projectionless_fingerprint
+from tests.helpers.curves import read_scalars, steps
 from tests.helpers.tiny_data import write_tiny_beir
 
 
@@ -97,6 +98,13 @@ def test_trainer_runs_every_phase_and_resumes_exactly(beir, tiny_bert_dir, tmp_p
     torch.testing.assert_close(da.projection.weight, db.projection.weight, atol=1e-6, rtol=0)
     assert res_b["stage2"]["pq_ndcg@10"] == pytest.approx(res_a["stage2"]["pq_ndcg@10"], abs=1e-6)
     assert qa.compat_id == da.compat_id  # paired towers: the exported index accepts this query tower
+    # the curves: one TensorBoard run per phase (<out>/<phase>/), every step once, the interrupted
+    # and resumed stage 1 the same curve as the uninterrupted one
+    for phase in ("warmup", "stage1", "stage2"):
+        sa, sb = read_scalars(tmp_path / "a" / phase), read_scalars(tmp_path / "b" / phase)
+        assert {"train/loss", "train/lr", "throughput/examples_per_s"} <= set(sa), phase
+        assert steps(sa["train/loss"]) == steps(sb["train/loss"]) == list(range(1, cfg_a.__getattribute__(phase).steps + 1))
+        assert [v for _, v in sb["train/loss"]] == pytest.approx([v for _, v in sa["train/loss"]], abs=1e-5)
 
 
 def test_l0_and_pq_init_and_reuse_of_features(beir, tiny_bert_dir, tmp_path):

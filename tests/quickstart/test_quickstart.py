@@ -13,6 +13,7 @@ from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models import build_tiny_model
 from scalingnote.quickstart import QuickstartConfig, default_factory, quickstart
 from scalingnote.quickstart.config import CPU_QKD_STEPS
+from tests.helpers.curves import read_scalars
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +100,10 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     qkd = json.loads((out / "qkd" / ch["student"]["chosen"] / "run.json").read_text())
     assert [Path(q["path"]).relative_to(out).parts[0] for q in qkd["config"]["queries"]] == ["data", "pseudo_ict", "corpus_texts"]
     assert qkd["metrics"]["queries_source2:queries.jsonl"] > 0
+    # the training curves `tensorboard --logdir <out>` shows (the chosen student's, the large towers')
+    assert {"train/loss", "train/lr", "val/loss", "throughput/examples_per_s"} <= set(read_scalars(out / "qkd" / ch["student"]["chosen"]))
+    trained = [d for d in (out / "stage1").glob("*_large_*") if (d / "metrics.jsonl").exists()]
+    assert trained and all({"train/loss", "train/lr", "throughput/examples_per_s"} <= set(read_scalars(d)) for d in trained)
 
 
 def test_rerun_resumes_every_step(first_run, tiny_models):

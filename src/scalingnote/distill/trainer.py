@@ -371,6 +371,9 @@ class QKDLoop(TrainLoop):
         if self._on_step is not None:
             self._on_step(step)
 
+    def examples_per_step(self) -> int:
+        return self.bs
+
     def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
         if not (self.step % self.cfg.log_every == 0 or self.step == self.total_steps or validated):
             return None

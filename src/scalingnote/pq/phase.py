@@ -64,6 +64,9 @@ class PhaseLoop(TrainLoop):
         self.tr.restore(state["snapshot"])
         self.negatives = state["negatives"]
 
+    def examples_per_step(self) -> int:
+        return min(self.spec.batch_size, self.tr.n_train)  # TMJTrainer._batch
+
     def log_record(self, comps: dict[str, float], validated: bool) -> dict[str, Any] | None:
         rec = super().log_record(comps, validated)
         return None if rec is None else {"phase": self.phase, **rec}

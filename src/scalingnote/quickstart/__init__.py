@@ -26,6 +26,7 @@ from typing import Any
 from scalingnote.quickstart.config import FAMILIES, Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.runs import default_factory, prepare_data, stage1_config
 from scalingnote.quickstart.scoring import query_qps
+from scalingnote.training.curves import tensorboard_command
 
 
 def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path) -> tuple[list[dict], Any, Any, Any]:
@@ -194,6 +195,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     R.print_table(rows)
     print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
           + ", ".join(f"{k} {v:g}" for k, v in laps.seconds.items()) + ")")
+    print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
     print("serve it:")

@@ -2,7 +2,9 @@
 
 :class:`TrainLoop` owns the scaffolding that the three trainers used to repeat: AdamW with the
 Table 7 parameter groups and the linear warm-up/decay schedule, the step loop with gradient
-clipping, progress bar, ``metrics.jsonl`` logging, checkpoints every ``save_every`` steps with
+clipping, progress bar, ``metrics.jsonl`` logging and TensorBoard curves
+(:mod:`scalingnote.training.curves`: loss, learning rate, validation metric, throughput per step),
+checkpoints every ``save_every`` steps with
 exact resume (model + optimizer + scheduler + step + every RNG state; log lines written after
 the checkpoint are dropped on resume), a checkpoint on Ctrl-C, and validation with early
 stopping and best-weights restore. A stage subclasses it (the shape of FlagEmbedding's
@@ -13,7 +15,8 @@ stopping and best-weights restore. A stage subclasses it (the shape of FlagEmbed
 * :meth:`model_state` / :meth:`load_model_state` — what of the model goes into a checkpoint;
 * optionally :meth:`validate` (a score, ``higher_is_better``), :meth:`before_step`,
   :meth:`after_step`, :meth:`log_record`, :meth:`checkpoint_modules` (names in sharded
-  checkpoints), :meth:`trainable_state` / :meth:`restore_trainable` (best weights).
+  checkpoints), :meth:`trainable_state` / :meth:`restore_trainable` (best weights),
+  :meth:`examples_per_step` (throughput) and :meth:`val_tag` (the validation curve's name).
 
 Under ``torchrun`` the loop is data parallel: with ``sharded`` False (DDP) it averages the
 gradients of :meth:`modules` across ranks before clipping and rank 0 writes the checkpoints;
@@ -39,6 +42,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.training import distributed as D
 from scalingnote.training import fsdp
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
+from scalingnote.training.curves import Curves
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +159,7 @@ class TrainLoop:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
         self.sharded = False  # set by a stage that applied FSDP2 to its modules
+        self.curves = Curves(self.out, enabled=False)  # opened by run()
 
     # -- optimizer ----------------------------------------------------------------------------
     def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
@@ -213,6 +218,14 @@ class TrainLoop:
             return {"step": self.step, **{k: round(v, 6) for k, v in comps.items()}}
         return None
 
+    def examples_per_step(self) -> int | None:
+        """Examples in one optimizer step (all ranks), for the throughput curve; None: log steps/s."""
+        return None
+
+    def val_tag(self) -> str:
+        """The TensorBoard tag of the validation curve."""
+        return "val/score" if self.higher_is_better else "val/loss"
+
     def keep_log_line(self, rec: dict[str, Any], step: int) -> bool:
         """On resume at ``step``: keep this earlier log line (lines of later steps are redone)."""
         return rec.get("step", 0) <= step
@@ -268,6 +281,7 @@ class TrainLoop:
 
     def save(self, rng: dict[str, Any] | None = None) -> None:
         """Checkpoint the current step (collective under torchrun)."""
+        self.curves.flush()  # the curves up to a checkpoint survive a crash after it
         if self.sharded:
             fsdp.save_sharded(self, rng)
             return
@@ -298,6 +312,16 @@ class TrainLoop:
         keep = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and self.keep_log_line(json.loads(ln), step)]
         p.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
 
+    def _log_step(self, comps: dict[str, float], validated: bool, seconds: float) -> None:
+        """This step's curves (every step) and its ``metrics.jsonl`` line (every ``log_every``)."""
+        self.curves.scalars("train", {k: v for k, v in comps.items() if k not in ("val_score", "val_loss")}, self.step)
+        n = self.examples_per_step()
+        if seconds > 0:
+            self.curves.scalar("throughput/examples_per_s" if n else "throughput/steps_per_s", (n or 1) / seconds, self.step)
+        rec = self.log_record(comps, validated)
+        if rec is not None:
+            self.write_log(rec)
+
     def write_log(self, rec: dict[str, Any]) -> None:
         if self.is_main:
             self.metrics_path.parent.mkdir(parents=True, exist_ok=True)
@@ -323,6 +347,7 @@ class TrainLoop:
         score = float(D.broadcast_float(float(score)))
         b = self.best
         b["curve"].append([self.step, round(score, 6)])
+        self.curves.scalar(self.val_tag(), score, self.step)
         comps["val_score" if self.higher_is_better else "val_loss"] = score
         better = b["score"] is None or (score > b["score"] if self.higher_is_better else score < b["score"])
         if better:
@@ -358,13 +383,20 @@ class TrainLoop:
         """Train to ``total_steps`` (resuming from the newest checkpoint with ``resume``); returns
         the last step's components plus ``train_seconds`` (this run), ``steps_run`` and, with
         validation, ``best_step`` / ``best_val_score`` / ``stopped_early``."""
-        from tqdm.auto import tqdm
-
         self.out.mkdir(parents=True, exist_ok=True)
         self._t0 = None
         if resume and self.load_latest():
             log.info("%s: resumed from step %d", self.desc, self.step)
         self._truncate_log(self.step)
+        self.curves = Curves(self.out, self.step, enabled=self.is_main)
+        try:
+            return self._run()
+        finally:
+            self.curves.close()
+
+    def _run(self) -> dict[str, float]:
+        from tqdm.auto import tqdm
+
         self._set_train(True)
         bar = tqdm(total=self.total_steps, initial=self.step, desc=self.desc, disable=not self.settings.show_progress or not self.is_main, dynamic_ncols=True)
         last: dict[str, float] = {}
@@ -381,6 +413,7 @@ class TrainLoop:
             stop = self.check_validation({})  # the start is a candidate too
         try:
             while self.step < self.total_steps and not stop:
+                t_step = time.perf_counter()
                 step_rng = rng_state()  # an interrupt mid-step checkpoints the state before the step
                 zone = "grad"
                 self.before_step(self.step)
@@ -389,6 +422,7 @@ class TrainLoop:
                 comps["grad_norm"] = self.optimizer_step()
                 self.step += 1
                 zone = "done"
+                step_seconds = time.perf_counter() - t_step  # forward, backward and update (not validation)
                 self.steps_done += 1
                 comps["lr"] = float(self.scheduler.get_last_lr()[0])
                 last = comps
@@ -398,9 +432,7 @@ class TrainLoop:
                     stop = self.check_validation(comps)
                     validated = True
                 self._postfix(bar, comps)
-                rec = self.log_record(comps, validated)
-                if rec is not None:
-                    self.write_log(rec)
+                self._log_step(comps, validated, step_seconds)
                 if self.step % self.settings.save_every == 0 and self.step < self.total_steps and (self.save_when_stopping or not stop):
                     self.save()
                 self.after_step(self.step)

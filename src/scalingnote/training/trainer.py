@@ -214,6 +214,12 @@ class Trainer(TrainLoop):
             rec["examples_per_s"] = round(self.steps_done * self.cfg.optim.batch_size / self._elapsed(), 3)
         return rec
 
+    def examples_per_step(self) -> int:
+        return self.cfg.optim.batch_size
+
+    def val_tag(self) -> str:  # make_validator: nDCG@10, or minus the contrastive perplexity
+        return "val/neg_contrastive_ppl" if self.cfg.validation_metric == "contrastive_ppl" else f"val/{self.cfg.validation_metric}"
+
     def _batch_for_step(self, step: int) -> list[Example]:
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = epoch_order(len(self.examples), self.cfg.optim.batch_size, self.cfg.seed, epoch)[i]
