@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks._common import ServeProcess
 from scalingnote.data import load_beir
 from scalingnote.evaluation import evaluate
 from scalingnote.models import build_tiny_model
@@ -52,45 +53,22 @@ def run(tmp_path_factory):
     return out, shlex.split(m.group(1))
 
 
-class _Service:
+class _Service(ServeProcess):
     """The printed command as a user runs it (``--port 0`` for a free port, the admin token from the env)."""
 
     def __init__(self, args: list[str]):
-        env = {**os.environ, "SCALINGNOTE_ADMIN_TOKEN": TOKEN, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "scalingnote", "serve", *args, "--port", "0", "--log-level", "warning"],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        line = self.proc.stdout.readline()
-        m = re.search(r"listening on (http://\S+?) ", line)
-        if not m:
+        super().__init__([*args, "--log-level", "warning"], env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
+        try:
+            self.wait_ready(timeout=300)  # loading both towers on a busy 2-core machine
+        except RuntimeError:
             self.proc.kill()
-            raise AssertionError(f"service did not start: {line}{self.proc.stderr.read()[-3000:]}")
-        self.url = m.group(1)
-        import time
-
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 300:  # loading both towers on a busy 2-core machine
-            if self.proc.poll() is not None:
-                raise AssertionError(f"service exited: {self.proc.stderr.read()[-3000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", trust_env=False).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError("service not ready in 300 s")
+            raise
+        self.default_mode = "dense"
 
     def search(self, query: str, **kw) -> list[str]:
         r = httpx.post(self.url + "/search", json={"query": query, **kw}, trust_env=False, timeout=60)
         assert r.status_code == 200, r.text
         return [h["doc_id"] for h in r.json()["results"]]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 def _found_everywhere(svc: _Service, nlist: int, n_docs: int) -> dict[str, dict[str, bool]]:
