@@ -17,21 +17,14 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 from scalingnote.index.backends import open_searcher  # noqa: E402
 from scalingnote.index.milvus import MilvusSearcher, connect  # noqa: E402
 from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
-from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available  # noqa: E402
+from tests.helpers.milvus import start_embedded_milvus  # noqa: E402
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    reason = milvus_server_available()
-    if reason:
-        pytest.skip(reason)
-    srv = EmbeddedMilvus(tmp_path_factory.mktemp("milvus-server") / "data", start_timeout_s=240)
-    try:
-        srv.start()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"the embedded Milvus server could not start here: {e}")
+    srv = start_embedded_milvus(tmp_path_factory, "milvus-server")
     yield srv
     pid = srv.pid
     srv.stop()

@@ -15,21 +15,14 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.index.milvus import DOC_ID, MilvusSearcher, connect  # noqa: E402
 from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
-from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available  # noqa: E402
+from tests.helpers.milvus import start_embedded_milvus  # noqa: E402
 from scalingnote.live.milvus import MilvusLive  # noqa: E402
 from scalingnote.models import load_tower  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    reason = milvus_server_available()
-    if reason:
-        pytest.skip(reason)
-    srv = EmbeddedMilvus(tmp_path_factory.mktemp("milvus-live-server") / "data", start_timeout_s=240)
-    try:
-        srv.start()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"the embedded Milvus server could not start here: {e}")
+    srv = start_embedded_milvus(tmp_path_factory, "milvus-live-server")
     yield srv
     srv.stop()
 
