@@ -42,6 +42,9 @@ def _stored(uri, ids):
     """How many rows each of ``ids`` has in the collection (a filter query, not a search)."""
     c = connect(uri)
     try:
+        # a restarted server reloads its collections in the background: a query before that is
+        # refused ("collection not loaded"); load_collection waits for it (a no-op once loaded)
+        c.load_collection("docs")
         rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID])
     finally:
         c.close()
