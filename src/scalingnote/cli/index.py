@@ -268,8 +268,7 @@ def _search(app: typer.Typer) -> None:
         from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 
         # one default with `scalingnote serve`: the index's fusion.json, each flag given overriding it
-        fusion_cfg, served_mode = served_fusion(index if index is not None and (index / "fusion.json").is_file() else None,
-                                                method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
+        fusion_cfg, served_mode = served_fusion(index, method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
         mode = mode or served_mode
         if mode not in MODES:
             raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")

@@ -61,11 +61,11 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
     """The chosen student alone, fused with BM25 (RRF; weighted with the norm and weight fitted on
     validation), and over the IVFPQ index; which one is served is chosen on validation."""
     from scalingnote.evaluation import evaluate
-    from scalingnote.index import DenseIndex
     from scalingnote.index.hybrid import hybrid_search_run
+    from scalingnote.live import LiveIndex
     from scalingnote.quickstart.choose import cross_fit_fusion
     from scalingnote.quickstart.report import row, tower_label
-    from scalingnote.quickstart.scoring import METRICS, Scored, per_query_ndcg, score
+    from scalingnote.quickstart.scoring import METRICS, Scored, score
 
     sc = score(pool, student["dir"], teacher_dir, ev)
     label, n = tower_label(pool, student["dir"], qkd=True)
@@ -80,38 +80,39 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
         rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), {},
                                                                 fusion["val_hybrid"], {}, {})), **base,
                      "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
-    idx = DenseIndex.open(index_dir, query_tower=pool.tower(student["dir"]))
-    tuned = idx.manifest.get("search_tuning")
-    kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
-    res = idx.search(pool.encode(student["dir"], ev.texts), k=100, **kw)
-    used = {**idx.manifest.get("search_defaults", {}), **kw}
-    how = f"nprobe={used.get('nprobe')} rerank={used.get('rerank', 0)}"
-    if tuned:
-        how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
-    rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
-                 "search": f"{idx.factory} {how}", "_tower": student["dir"]})
+    qv = pool.encode(student["dir"], ev.texts)
     _write_fusion(index_dir, fusion)  # the served default, read by `scalingnote serve` and by the served row
-    rows.append(_served_row(ev, pool, student, index_dir, fusion, base, how))
+    # the index opened as `scalingnote serve` opens it (read-only here): both compressed-index rows
+    idx = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
+    try:
+        tuned = idx.manifest.get("search_tuning")
+        kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
+        res = idx.search(qv, k=100, **kw)
+        used = {**idx.manifest.get("search_defaults", {}), **kw}
+        how = f"nprobe={used.get('nprobe')} rerank={used.get('rerank', 0)}"
+        if tuned:
+            how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
+        rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
+                     "search": f"{idx.factory} {how}", "_tower": student["dir"]})
+        rows.append(_served_row(ev, idx, qv, fusion, base, how))
+    finally:
+        idx.close()
     return rows, fusion
 
 
-def _served_row(ev, pool, student: dict, index_dir: Path, fusion: dict, base: dict, how: str) -> dict:
+def _served_row(ev, live, qv, fusion: dict, base: dict, how: str) -> dict:
     """The served configuration measured through the service's own searcher
-    (:func:`scalingnote.serve.corpus.served_searcher` over the index opened as ``scalingnote serve``
-    opens it): the compressed index at its tuned settings, ``fusion.json``'s mode and fusion, the
-    BM25 side beside the index. This row, not an exact-search one, is what a user's queries get."""
+    (:func:`scalingnote.serve.corpus.served_searcher` over ``live``, the index opened as ``scalingnote
+    serve`` opens it): the compressed index at its tuned settings, ``fusion.json``'s mode and fusion,
+    the BM25 side beside the index. This row, not an exact-search one, is what a user's queries get.
+    ``qv``: the test queries encoded by the served student."""
     from scalingnote.evaluation import evaluate
-    from scalingnote.live import LiveIndex
     from scalingnote.quickstart.report import row
     from scalingnote.quickstart.scoring import METRICS, Scored, per_query_ndcg
     from scalingnote.serve.corpus import served_searcher
 
-    live = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
-    try:
-        searcher, mode = served_searcher(live, None)
-        run = searcher.search(ev.texts, 100, mode=mode).to_run(ev.qids)
-    finally:
-        live.close()
+    searcher, mode = served_searcher(live, None)
+    run = searcher.search(ev.texts, 100, mode=mode, query_vectors=qv).to_run(ev.qids)
     # no validation figure: the choice was made on exact search (the exact rows carry it)
     sc = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), float("nan"), {}, {})
     what = f"{fusion['norm']} w_dense={fusion['weight']} + bm25s" if mode == "hybrid" else "dense alone"
