@@ -25,7 +25,7 @@ The layers, lowest first (packages on one line are peers and may not import each
     benchmarks/               (outside src) may import any of the above; nothing imports it
 
 No two files may import each other, directly or around a loop (any depth, ``TYPE_CHECKING``
-blocks aside): :func:`import_circles` over :func:`import_graph`.
+blocks included, ``src/`` and ``benchmarks/``): :func:`import_circles` over :func:`import_graph`.
 
 The TMJ learned-PQ stage is a package of its own beside ``distill`` but sits above ``index``:
 its last phase writes the learned codebooks into FAISS indexes through the export adapters of
@@ -174,25 +174,27 @@ def test_every_package_has_a_layer(pkg):
 
 
 # ----------------------------------------------------------------------------- import circles
-def _type_checking_lines(tree: ast.AST) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            lines.update(n.lineno for n in ast.walk(node) if hasattr(n, "lineno"))
-    return lines
-
-
-def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """``module -> modules it imports`` inside ``src`` (imports at any depth, ``TYPE_CHECKING``
-    blocks left out). ``from pkg import sub`` counts as importing the submodule ``pkg.sub``; a
-    name that is not a submodule counts as importing ``pkg`` (its ``__init__``)."""
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of ``src/scalingnote`` and of ``benchmarks/`` by its dotted name."""
+    src = root / "src" / "scalingnote"
     mods = {_module_name(p, src): p for p in sorted(src.rglob("*.py"))}
+    bench = root / "benchmarks"
+    if bench.is_dir():
+        mods.update({_module_name(p, bench): p for p in sorted(bench.rglob("*.py"))})
+    return mods
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """``module -> modules it imports`` inside ``src/scalingnote`` and ``benchmarks/`` (imports at
+    any depth, ``TYPE_CHECKING`` blocks included: a type-only import that closes a loop is still a
+    loop a reader must follow). ``from pkg import sub`` counts as importing the submodule
+    ``pkg.sub``; a name that is not a submodule counts as importing ``pkg`` (its ``__init__``)."""
+    mods = _modules(root)
     graph: dict[str, set[str]] = {}
     for mod, path in mods.items():
-        skip = _type_checking_lines(ast.parse(path.read_text(encoding="utf-8")))
         out: set[str] = set()
-        for line, target, names in _imports(path, mod):
-            if line in skip or target not in mods and not any(f"{target}.{n}" in mods for n in names):
+        for _line, target, names in _imports(path, mod):
+            if target not in mods and not any(f"{target}.{n}" in mods for n in names):
                 continue
             subs = {f"{target}.{n}" for n in names if f"{target}.{n}" in mods}
             out |= subs
@@ -250,11 +252,18 @@ def test_no_import_circle_between_files():
     assert not circles, "modules that import each other (directly or around a loop):\n" + "\n".join(" <-> ".join(c) for c in circles)
 
 
-def test_circle_finder_sees_a_function_local_loop(tmp_path):
-    src = tmp_path / "scalingnote"
+def test_circle_finder_sees_function_local_type_checking_and_benchmark_loops(tmp_path):
+    src = tmp_path / "src" / "scalingnote"
     (src / "index").mkdir(parents=True)
+    (tmp_path / "benchmarks").mkdir()
     (src / "index" / "__init__.py").write_text("")
     (src / "index" / "a.py").write_text("from scalingnote.index.b import g\n")
     (src / "index" / "b.py").write_text("def g():\n    from scalingnote.index import a\n    return a\n")
-    (src / "index" / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scalingnote.index.a import g\n")
-    assert import_circles(import_graph(src)) == [["scalingnote.index.a", "scalingnote.index.b"]]
+    (src / "index" / "c.py").write_text("from scalingnote.index.d import h\n")
+    (src / "index" / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scalingnote.index.c import X\nh = 1\n")
+    (src / "index" / "e.py").write_text("from scalingnote.index.a import g\n")  # imports into a loop: not in it
+    (tmp_path / "benchmarks" / "x.py").write_text("def f():\n    from benchmarks.y import z\n    return z\n")
+    (tmp_path / "benchmarks" / "y.py").write_text("from benchmarks.x import f\nz = f\n")
+    assert sorted(import_circles(import_graph(tmp_path))) == [
+        ["benchmarks.x", "benchmarks.y"], ["scalingnote.index.a", "scalingnote.index.b"], ["scalingnote.index.c", "scalingnote.index.d"],
+    ]

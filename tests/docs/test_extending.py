@@ -37,3 +37,10 @@ def test_worked_example_runs(heading, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "PYTHONHASHSEED": "0"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"'{heading}' example failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_builtin_tables_are_made_from_the_registries():
+    """The doc's tables of built-in pooling modes, losses, back ends and corpus formats are
+    generated from the registries (``scripts/gen_registry_docs.py``) and current."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_registry_docs.py"), "--check"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
