@@ -54,6 +54,7 @@ from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.utils.steps import canonical, describe_changes, input_digest
+from scalingnote.utils import machine_description, package_versions
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.shards import content_digest
 from scalingnote.index.semantic_ids import ResidualKMeans
@@ -387,8 +388,6 @@ def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, layer
 def _manifest(index, factory: str, tmp_dir: Path, src: _Source, dim: int, files: dict[str, str], docs_info, sampling: dict[str, Any],
               timings: dict[str, float], t_start: float) -> dict[str, Any]:
     import faiss
-
-    from scalingnote.utils import machine_description, package_versions
 
     n = len(src.ids)
     ivf = find_ivf(index)

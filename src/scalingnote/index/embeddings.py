@@ -46,6 +46,7 @@ from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path
+from scalingnote.utils.steps import describe_changes
 
 
 
@@ -229,8 +230,6 @@ def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shar
     # "name" / "path" say where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
     keys = [k for k in sorted(set(old) & set(ident)) if k not in ("name", "path") and str(old[k]) != str(ident[k])]
     if keys:
-        from scalingnote.utils.steps import describe_changes
-
         what = describe_changes({"tower": {k: old[k] for k in keys}}, {"tower": {k: ident[k] for k in keys}})
         raise ScalingNoteError(
             f"{path}: the document tower differs ({what}); these embeddings were made by a different "

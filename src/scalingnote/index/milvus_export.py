@@ -17,8 +17,9 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
+from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.layout import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from scalingnote.index.embeddings import Embeddings, l2_normalize
+from scalingnote.index.layout import FORMAT as INDEX_FORMAT
 from scalingnote.index.milvus import (
     DEFAULT_COLLECTION,
     DOC_ID,
@@ -39,6 +40,7 @@ from scalingnote.index.milvus import (
     is_lite,
     server_version,
 )
+from scalingnote.index.semantic_ids import ResidualKMeans
 
 
 # --------------------------------------------------------------------------- source
@@ -48,9 +50,6 @@ def _load_source(source: str | Path | Embeddings, dim: int | None, semantic_ids_
     """``(vectors (n, d) array-like, doc_ids, semantic_ids or None, tower, info)`` from a FAISS
     index directory (its indexed vectors, ids and semantic IDs) or an embeddings
     directory (semantic IDs fitted as :func:`~scalingnote.index.build_index` does)."""
-    from scalingnote.index.layout import FORMAT as INDEX_FORMAT
-    from scalingnote.index.embeddings import load_embeddings
-
     if isinstance(source, Embeddings):
         emb, path = source, str(source.root)
     else:
@@ -84,8 +83,6 @@ def _load_source(source: str | Path | Embeddings, dim: int | None, semantic_ids_
     sem, sem_info = None, None
     if semantic_ids_layers and semantic_ids_layers > 0:
         # same seeded sample and residual K-means as build_index (ScalingNote §3.5)
-        from scalingnote.index.semantic_ids import ResidualKMeans
-
         n = len(emb)
         rng = np.random.default_rng(seed)
         n_train = min(int(train_size), n)

@@ -62,6 +62,7 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
+from scalingnote.index.pipeline import load_tower_for
 from scalingnote.data.corpus import open_corpus
 from scalingnote.models.spec import TowerSpec
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
@@ -98,8 +99,6 @@ class ActorTower:
     def load(self):
         if self.factory is not None:
             return self.factory()
-        from scalingnote.index.pipeline import load_tower_for
-
         s = self.spec
         return load_tower_for(s.model, "document", num_layers=s.num_layers, dim=self.dim, pooling=s.pooling)
 

@@ -25,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from scalingnote.data.corpus import iter_corpus, load_beir
 from scalingnote.data.types import Document, Run
 from scalingnote.errors import ScalingNoteError
 
@@ -217,8 +218,6 @@ def open_or_build_bm25(
     if documents is None:
         return BM25Retriever.load(path) if (path / "bm25.json").exists() else None
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.corpus import iter_corpus
-
         documents = iter_corpus(documents)
     docs = list(documents)
     config = config or BM25Config()
@@ -248,8 +247,6 @@ def bm25_search(
 ) -> tuple[Run, "BM25Retriever"]:
     """Search the queries judged in ``data_dir/qrels/<split>.tsv`` over the corpus of ``data_dir``
     (any registered corpus format)."""
-    from scalingnote.data.corpus import load_beir
-
     ds = load_beir(data_dir, split)
     retriever = BM25Retriever.fit(ds.corpus.values(), config, show_progress=show_progress)
     run = retriever.search({q.id: q.text for q in ds.queries.values()}, k=k, show_progress=show_progress)
