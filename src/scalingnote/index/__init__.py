@@ -22,6 +22,7 @@ from scalingnote.index.embeddings import (
 )
 from scalingnote.index.searcher import BM25Searcher, SearchResult, Searcher, SearcherBase, VectorSearcher, search_run
 from scalingnote.index.semantic_ids import ResidualKMeans
+from scalingnote.index.settings import IndexBuildSettings
 
 __all__ = [
     "BM25Searcher",
@@ -36,6 +37,7 @@ __all__ = [
     "DenseIndex",
     "DocumentEncoder",
     "EncodeResult",
+    "IndexBuildSettings",
     "Embeddings",
     "ResidualKMeans",
     "SearchResult",
