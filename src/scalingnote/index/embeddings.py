@@ -32,6 +32,7 @@ is caught.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -93,8 +94,6 @@ def tower_identity(tower: Any) -> dict[str, Any]:
 
 def _encode_call(tower: Any, docs: list[Document], batch_size: int) -> np.ndarray:
     """``tower.encode_documents(docs)``, passing ``batch_size`` / ``show_progress=False`` where accepted."""
-    import inspect
-
     fn = tower.encode_documents
     kw: dict[str, Any] = {}
     try:

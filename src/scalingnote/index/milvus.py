@@ -41,6 +41,7 @@ collection is dropped just before the rename).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import logging
 import re
@@ -98,8 +99,6 @@ def connect(uri: str | Path, token: str | None = None, db_name: str | None = Non
     pm = _pymilvus()
     uri = str(uri)
     if is_lite_uri(uri):
-        import importlib.util
-
         if importlib.util.find_spec("milvus_lite") is None:
             raise ScalingNoteError(f"{uri}: a local .db URI runs Milvus Lite, which is not installed: {INSTALL_HINT}")
         Path(uri).parent.mkdir(parents=True, exist_ok=True)

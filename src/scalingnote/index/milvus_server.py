@@ -24,13 +24,17 @@ advertised address), so on a machine with other interfaces keep those ports fire
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import lzma
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from scalingnote.errors import ScalingNoteError
@@ -61,11 +65,6 @@ def server_binaries() -> Path:
     ``.lzma`` files into ``$SCALINGNOTE_CACHE`` (default ``~/.cache/scalingnote``)
     ``/milvus-<version>/bin`` (built under a temporary name, then renamed). The package would
     otherwise unpack ~200 MB into every data directory, which dominates start-up."""
-    import hashlib
-    import lzma
-    import shutil
-    from importlib.metadata import version
-
     import milvus
 
     final = _cache_root() / f"milvus-{version('milvus')}" / "bin"

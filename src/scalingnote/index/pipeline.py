@@ -38,18 +38,17 @@ def encode_with_tower(
     *,
     shard_size: int = 10_000,
     batch_size: int = 64,
-    num_layers: int | None = None,
-    dim: int | None = None,
-    pooling: str | None = None,
     progress: bool = True,
     feature_cache: str | Path | None = None,
+    **tower_options: Any,
 ) -> EncodeResult:
     """Load the document tower ``tower_name`` and encode ``data`` (BEIR dir or corpus.jsonl).
 
+    ``tower_options``: the keywords of :func:`load_tower_for` (``num_layers``, ``dim``, ``pooling``).
     ``feature_cache``: a feature-cache root (``TrainConfig.feature_cache_dir``): the tower's pooled
     backbone states are read from it where cached (a head-only trained tower finds the states its
     training cached) and stored there otherwise; only the projection runs per document."""
-    tower = load_tower_for(tower_name, "document", num_layers=num_layers, dim=dim, pooling=pooling)
+    tower = load_tower_for(tower_name, "document", **tower_options)
     if feature_cache is not None:
         from scalingnote.models import PrefixTower  # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
 

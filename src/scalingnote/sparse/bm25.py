@@ -18,6 +18,8 @@ import hashlib
 import json
 import logging
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -143,9 +145,6 @@ class BM25Retriever:
     # -- persistence ---------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
         """Save the index (bm25s arrays + vocab + doc ids) into ``directory`` atomically."""
-        import shutil
-        import tempfile
-
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
