@@ -83,7 +83,7 @@ log = logging.getLogger("scalingnote.index.milvus")
 
 def _pymilvus():
     try:
-        import pymilvus
+        import pymilvus  # why: pymilvus is an optional extra (the Milvus back end only)
     except ImportError as e:
         raise ScalingNoteError(f"{INSTALL_HINT} ({e})") from None
     return pymilvus

@@ -133,7 +133,7 @@ class _Job:
 
 def _set_threads(threads: int | None) -> None:
     if threads:
-        import torch
+        import torch  # why: runs in a Ray actor; the driver never needs torch itself
 
         torch.set_num_threads(int(threads))
 
@@ -166,7 +166,7 @@ class _ShardEncoder:
             self.load_error = f"loading document tower {spec.describe()!r} on Ray worker {self.host}: " + _message(e)
 
     def __call__(self, batch):
-        import pyarrow as pa
+        import pyarrow as pa  # why: pyarrow comes with the optional ray[data] extra
 
         results = []
         for row in batch.to_pylist():
@@ -313,7 +313,7 @@ def _record(planned, pending: dict[int, dict[str, Any]]):
 
 def _shard_table(shard: int, chunk: list[Document]):
     """One shard as a one-row Arrow table (lists of ids / titles / topics / contents)."""
-    import pyarrow as pa
+    import pyarrow as pa  # why: pyarrow comes with the optional ray[data] extra
 
     return pa.table(
         {
