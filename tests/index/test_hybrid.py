@@ -298,7 +298,7 @@ def test_cli_search_modes_and_titles(hybrid_env, tmp_path):
     got = [json.loads(line)["doc_id"] for line in r.stdout.splitlines() if line.startswith("{")]
     served = open_hybrid(idx, hybrid_env["tower"], fusion=FusionConfig(method="weighted", weight=0.2, norm="zscore"), progress=False)
     assert got == served.search(["quick brown fox"], 5, mode="hybrid").doc_ids[0]
-    assert got != served.search(["quick brown fox"], 5, mode="hybrid", fusion=FusionConfig()).doc_ids[0]  # RRF, the old default, differs here
+    assert got != served.search(["quick brown fox"], 5, mode="hybrid", fusion=FusionConfig()).doc_ids[0]  # RRF (FusionConfig's default) ranks differently here
 
 
 def test_every_back_end_is_a_searcher_with_the_shared_search_run(hybrid_env):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index import DenseIndex, build_index, encode_corpus
+from scalingnote.index import DenseIndex, IndexBuildSettings, build_index, encode_corpus
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2')")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'milvus-lite==3.2.2')")
@@ -151,7 +151,9 @@ def test_export_from_embeddings_fits_the_same_semantic_ids(tmp_path, doc_tower, 
 
     emb = tmp_path / "emb"
     encode_corpus(doc_tower, tiny_corpus, emb, shard_size=25, batch_size=16, progress=False)
-    idx = build_index(emb, tmp_path / "idx", "Flat", dim=16, semantic_ids_layers=2, codebook_size=4, seed=3, progress=False)
+    # the build takes the settings object, the export the same settings as keywords
+    shared = IndexBuildSettings(dim=16, semantic_ids_layers=2, codebook_size=4, seed=3)
+    idx = build_index(emb, tmp_path / "idx", "Flat", settings=shared, progress=False)
     db = str(tmp_path / "e.db")
     m = export_to_milvus(emb, db, "docs", dim=16, semantic_ids_layers=2, codebook_size=4, seed=3, index_type="FLAT", progress=False)
     assert m["tower"]["compat_id"] == doc_tower.compat_id and m["tower"]["fingerprint"] == doc_tower.fingerprint

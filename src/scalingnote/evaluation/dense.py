@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from scalingnote.data.types import Qrels, Run
+from scalingnote.evaluation.metrics import evaluate
+from scalingnote.evaluation.perplexity import contrastive_perplexity
 
 
 def truncate_normalize(x: np.ndarray, dim: int | None = None) -> np.ndarray:
@@ -62,8 +64,6 @@ def dense_metrics(
 ) -> dict[str, float]:
     """Retrieval metrics (exact search) plus contrastive perplexity (scaling-laws §3.5; W=256,
     fixed seed; scores = cosine/``tau``) of a dual encoder on ``qrels``."""
-    from scalingnote.evaluation import contrastive_perplexity, evaluate
-
     run = exact_search(query_emb, query_ids, doc_emb, doc_ids, k=max(1000, 100))
     out = evaluate(run, qrels, list(metrics))
     if tau:

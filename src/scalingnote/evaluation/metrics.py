@@ -52,6 +52,7 @@ import numpy as np
 
 from scalingnote.data.types import Qrels, Run
 from scalingnote.errors import ScalingNoteError
+from scalingnote.evaluation.auc import run_auc
 
 log = logging.getLogger(__name__)
 
@@ -265,8 +266,6 @@ def evaluate_report(
         if s.per_query:
             out[s.name] = float(np.mean([v[s.name] for v in pq.values()]))
         else:
-            from scalingnote.evaluation.auc import run_auc
-
             out[s.name] = run_auc(
                 run, qrels, relevance_level=relevance_level, average="query" if s.kind == "qauc" else "global", missing=missing
             )

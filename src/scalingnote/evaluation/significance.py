@@ -109,7 +109,7 @@ def paired_bootstrap(
         dist = np.full(n_resamples, mean)
         low = high = mean
     else:
-        from scipy import stats
+        from scipy import stats  # lazy: scipy.stats takes ~0.5 s to import
 
         res = stats.bootstrap(
             (d,),

@@ -7,7 +7,7 @@ FAISS is imported lazily (inside the functions that need it).
 """
 
 from scalingnote.index.backends import Backend, get_backend, open_searcher, register_backend
-from scalingnote.index.build import build_index
+from scalingnote.index.build import IndexConfig, build_index
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.faiss_utils import code_bytes_per_vector, make_index
 from scalingnote.index.layout import check_query_tower, read_manifest
@@ -22,6 +22,7 @@ from scalingnote.index.embeddings import (
 )
 from scalingnote.index.searcher import BM25Searcher, SearchResult, Searcher, SearcherBase, VectorSearcher, search_run
 from scalingnote.index.semantic_ids import ResidualKMeans
+from scalingnote.index.settings import IndexBuildSettings
 
 __all__ = [
     "BM25Searcher",
@@ -36,6 +37,8 @@ __all__ = [
     "DenseIndex",
     "DocumentEncoder",
     "EncodeResult",
+    "IndexBuildSettings",
+    "IndexConfig",
     "Embeddings",
     "ResidualKMeans",
     "SearchResult",

@@ -54,9 +54,10 @@ from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.utils.steps import canonical, describe_changes, input_digest
+from scalingnote.utils import machine_description, package_versions
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.shards import content_digest
-from scalingnote.index.semantic_ids import ResidualKMeans
+from scalingnote.index.settings import IndexBuildSettings
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
 from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
 from scalingnote.index.layout import (
@@ -80,17 +81,14 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- config
 
 
-@dataclass
-class IndexConfig:
-    """Index-building settings; ``scalingnote index build`` generates its options from these
-    fields, and :func:`build_index` takes them as keywords (``build_index(src, out, **cfg.kwargs())``)."""
+@dataclass(frozen=True)
+class IndexConfig(IndexBuildSettings):
+    """Index-building settings: the ones a Milvus export shares (:class:`IndexBuildSettings`) plus
+    the FAISS factory, the stored search defaults and what to do with an existing directory.
+    ``scalingnote index build`` generates its options from these fields, and :func:`build_index`
+    takes them as keywords (``build_index(src, out, **cfg.kwargs())``)."""
 
     factory: str = field(default="Flat", metadata=cli_meta("FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."))
-    dim: int | None = field(default=None, metadata=cli_meta("Matryoshka prefix to index (default: full dim).", min=1))
-    semantic_ids_layers: int = field(default=6, metadata=cli_meta("Residual K-means layers (0 = none).", min=0))
-    codebook_size: int = field(default=256, metadata=cli_meta("Centroids per semantic-ID layer (clamped to the training size).", min=1))
-    train_size: int = field(default=100_000, metadata=cli_meta("Seeded training sample size.", min=1))
-    seed: int = field(default=0, metadata=cli_meta("Seed of the training sample and the k-means."))
     nprobe: int | None = field(default=None, metadata=cli_meta("Default IVF probes stored in the index.", min=1))
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
@@ -116,32 +114,31 @@ def build_index(
     out_dir: str | Path,
     factory: str = "Flat",
     *,
+    settings: IndexBuildSettings | None = None,
     doc_ids: Sequence[str] | None = None,
     tower_info: dict[str, Any] | None = None,
-    dim: int | None = None,
-    train_size: int = 100_000,
-    seed: int = 0,
-    semantic_ids_layers: int = 6,
-    codebook_size: int = 256,
     nprobe: int | None = None,
     ef_search: int | None = None,
     add_batch_size: int = 65_536,
     polysemous_training: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
     index: Any = None,
     documents: str | Path | Mapping[str, Document] | Iterable[Document] | None = None,
+    overwrite: bool = False,
     reuse: bool = False,
+    progress: bool = True,
+    **options: Any,
 ) -> Path:
     """Build a FAISS index over document embeddings and save it to ``out_dir``.
 
     ``source``: an embeddings directory (:func:`~scalingnote.index.encode_corpus`), a
     loaded :class:`~scalingnote.index.Embeddings`, or a float array ``(n, d)`` with
     ``doc_ids`` (then ``tower_info`` may name the document tower).
-    ``dim``: Matryoshka prefix to index (default: all components); vectors are cut to
-    the first ``dim`` components and re-normalised.
-    ``train_size``: size of the seeded random training sample (FAISS training and
-    semantic-ID codebooks). ``semantic_ids_layers=0`` disables semantic IDs.
+    ``settings`` (:class:`~scalingnote.index.settings.IndexBuildSettings`), or its fields as
+    keywords (``options``: ``dim``, ``train_size``, ``seed``, ``semantic_ids_layers``,
+    ``codebook_size``): ``dim`` is the Matryoshka prefix to index (default: all components;
+    vectors are cut to the first ``dim`` components and re-normalised); ``train_size`` the size
+    of the seeded random training sample (FAISS training and semantic-ID codebooks);
+    ``semantic_ids_layers=0`` disables semantic IDs.
     ``nprobe`` / ``ef_search``: defaults stored for searches that do not pass them.
     ``polysemous_training``: keep FAISS's polysemous PQ training (off by default, see
     :func:`_prepare_training`). ``index``: an already trained, empty FAISS index to fill
@@ -153,64 +150,76 @@ def build_index(
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
     """
-    import faiss
-
     t_start = time.perf_counter()
+    s = IndexBuildSettings.resolve(settings, options, "build_index")
     out_dir = Path(out_dir)
     src = _resolve_source(source, doc_ids, tower_info)
-    inputs = build_inputs(src, dict(factory=factory.strip(), dim=dim, train_size=train_size, seed=seed, semantic_ids_layers=semantic_ids_layers,
-                                    codebook_size=codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training),
+    inputs = build_inputs(src, dict(factory=factory.strip(), dim=s.dim, train_size=s.train_size, seed=s.seed, semantic_ids_layers=s.semantic_ids_layers,
+                                    codebook_size=s.codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training),
                           documents, prebuilt=index is not None)
     if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
         return out_dir
-    n, src_dim = len(src.ids), src.dim
-    dim = src_dim if dim is None else int(dim)
-    if not 1 <= dim <= src_dim:
-        raise ScalingNoteError(f"dim: {dim} is not a valid Matryoshka prefix of {src_dim}-d embeddings (1..{src_dim})")
-    if train_size < 1:
-        raise ScalingNoteError(f"train_size must be >= 1, got {train_size}")
-    if index is None:
-        index = make_index(dim, factory)
-        _prepare_training(index, seed, polysemous_training)
-    elif not index.is_trained or index.ntotal != 0 or index.d != dim:
-        raise ScalingNoteError(f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})")
+    dim = s.prefix_dim(src.dim)
+    if s.train_size < 1:
+        raise ScalingNoteError(f"train_size must be >= 1, got {s.train_size}")
+    index = _empty_index(index, dim, factory, s.seed, polysemous_training)
     search_defaults = _search_defaults(index, factory, nprobe, ef_search)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        # 1. full-precision (Matryoshka prefix, re-normalised) vectors, memory-mapped
-        vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, add_batch_size)
-        # 2. seeded training sample; train and fill the FAISS index
-        rng = np.random.default_rng(seed)
-        n_train = min(int(train_size), n)
-        train_rows = np.sort(rng.choice(n, size=n_train, replace=False)) if n_train < n else np.arange(n)
-        train_x = np.ascontiguousarray(vectors[train_rows])
-        timings = _train_and_add(index, factory, vectors, train_x, add_batch_size, progress)
-        # 3. semantic IDs (ScalingNote §3.5): residual K-means fitted on the same sample
-        t0 = time.perf_counter()
-        sem_info = _semantic_ids(tmp_dir, vectors, train_x, semantic_ids_layers, codebook_size, seed, add_batch_size)
-        timings["semantic_ids_seconds"] = time.perf_counter() - t0
-        del vectors
-
-        faiss.write_index(index, str(tmp_dir / INDEX_FILE))
-        (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
-        files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
-        docs_info = _write_docs(tmp_dir, src, documents, files)
-        manifest = _manifest(
-            index, factory, tmp_dir, src, dim, files, docs_info,
-            {"train_size": int(train_size), "n_train": n_train, "seed": int(seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
-             "inputs": inputs, "inputs_sha256": input_digest(inputs)},
-            timings, t_start,
-        )
-        with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
+        n_train, sem_info, timings = _fill_index(tmp_dir, index, factory, src, dim, s, add_batch_size, progress)
+        sampling = {"train_size": int(s.train_size), "n_train": n_train, "seed": int(s.seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
+                    "inputs": inputs, "inputs_sha256": input_digest(inputs)}
+        _write_index_files(tmp_dir, index, factory, src, dim, documents, sampling, timings, t_start)
         _replace_dir(tmp_dir, out_dir)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return out_dir
+
+
+def _empty_index(index: Any, dim: int, factory: str, seed: int, polysemous_training: bool) -> Any:
+    """A new untrained FAISS index from ``factory``, or ``index`` checked to be trained, empty and ``dim``-d."""
+    if index is None:
+        index = make_index(dim, factory)
+        _prepare_training(index, seed, polysemous_training)
+    elif not index.is_trained or index.ntotal != 0 or index.d != dim:
+        raise ScalingNoteError(f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})")
+    return index
+
+
+def _fill_index(tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, s: IndexBuildSettings, chunk: int,
+                progress: bool) -> tuple[int, dict[str, Any] | None, dict[str, float]]:
+    """Write the vectors, train and fill ``index`` and fit the semantic IDs on one seeded sample;
+    returns the sample size, the semantic IDs' manifest entry and the timings."""
+    # 1. full-precision (Matryoshka prefix, re-normalised) vectors, memory-mapped
+    vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
+    # 2. seeded training sample; train and fill the FAISS index
+    train_rows = s.training_rows(len(src.ids))
+    train_x = np.ascontiguousarray(vectors[train_rows])
+    timings = _train_and_add(index, factory, vectors, train_x, chunk, progress)
+    # 3. semantic IDs (ScalingNote §3.5): residual K-means fitted on the same sample
+    t0 = time.perf_counter()
+    sem_info = _semantic_ids(tmp_dir, vectors, train_x, s, chunk)
+    timings["semantic_ids_seconds"] = time.perf_counter() - t0
+    del vectors
+    return len(train_rows), sem_info, timings
+
+
+def _write_index_files(tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, documents: Any, sampling: dict[str, Any],
+                       timings: dict[str, float], t_start: float) -> None:
+    """The FAISS index, the document ids, the document store and the manifest into ``tmp_dir``."""
+    import faiss
+
+    faiss.write_index(index, str(tmp_dir / INDEX_FILE))
+    (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
+    files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
+    docs_info = _write_docs(tmp_dir, src, documents, files)
+    manifest = _manifest(index, factory, tmp_dir, src, dim, files, docs_info, sampling, timings, t_start)
+    with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
+        json.dump(manifest, fh, indent=2, ensure_ascii=False)
+        fh.write("\n")
 
 
 def _write_docs(tmp_dir: Path, src: _Source, documents: Any, files: dict[str, str]) -> dict[str, Any] | None:
@@ -369,12 +378,12 @@ def _train_and_add(index, factory: str, vectors: np.ndarray, train_x: np.ndarray
     return {"train_seconds": train_seconds, "add_seconds": add_seconds}
 
 
-def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, layers: int, codebook_size: int, seed: int, chunk: int) -> dict[str, Any] | None:
+def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, s: IndexBuildSettings, chunk: int) -> dict[str, Any] | None:
     """Residual-K-means semantic IDs of every document (``semantic_ids.npy``) + codebooks."""
-    if not layers or layers <= 0:
+    rkm = s.fit_semantic_ids(train_x)
+    if rkm is None:
         return None
     n = vectors.shape[0]
-    rkm = ResidualKMeans(n_layers=layers, codebook_size=codebook_size, seed=seed).fit(train_x)
     codes = np.lib.format.open_memmap(tmp_dir / SEMANTIC_IDS_FILE, mode="w+", dtype=np.int32, shape=(n, rkm.n_layers))
     for s in range(0, n, chunk):
         codes[s : s + chunk] = rkm.assign(vectors[s : s + chunk])
@@ -387,8 +396,6 @@ def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, layer
 def _manifest(index, factory: str, tmp_dir: Path, src: _Source, dim: int, files: dict[str, str], docs_info, sampling: dict[str, Any],
               timings: dict[str, float], t_start: float) -> dict[str, Any]:
     import faiss
-
-    from scalingnote.utils import machine_description, package_versions
 
     n = len(src.ids)
     ivf = find_ivf(index)

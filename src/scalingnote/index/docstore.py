@@ -8,10 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-
+from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, MANIFEST, SNIPPET_CHARS, read_manifest
+from scalingnote.utils.io import atomic_write
 
 
 # --------------------------------------------------------------------------- document store
@@ -34,8 +35,6 @@ def _documents_by_id(documents: str | Path | Mapping[str, Document] | Iterable[D
     """``{id: Document}`` from a corpus (a BEIR directory or a corpus file in any registered
     format, :mod:`scalingnote.data.corpus`), a mapping or an iterable."""
     if isinstance(documents, (str, Path)):
-        from scalingnote.data.corpus import find_corpus
-
         src = find_corpus(documents)
         # on_invalid="skip": a bad record costs one title, not the index
         return {d.id: d for d in src.read(on_invalid="skip")}, str(src.path.resolve())
@@ -68,8 +67,6 @@ def index_corpus(manifest: dict[str, Any]) -> Path | None:
 def write_document_store(path: Path, ids: Sequence[str], documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
     """Write ``docs.jsonl`` (``{"id", "title", "snippet"}`` per FAISS row, in row order) atomically;
     returns its manifest entry. Documents absent from ``documents`` get empty fields."""
-    from scalingnote.utils.io import atomic_write
-
     by_id, source = _documents_by_id(documents)
     n_found = n_titles = 0
     with atomic_write(path) as fh:
@@ -108,8 +105,6 @@ def read_document_store(path: Path, doc_ids: Sequence[str]) -> tuple[list[str], 
 def attach_documents(index_dir: str | Path, documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
     """Store titles + snippets with an existing index (``docs.jsonl`` + manifest entry, each
     written atomically). ``documents``: a BEIR directory, a corpus.jsonl, or Documents."""
-    from scalingnote.utils.io import atomic_write
-
     root = Path(index_dir)
     man = read_manifest(root)
     files = man.get("files", {})

@@ -32,6 +32,7 @@ is caught.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -46,6 +47,7 @@ from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path
+from scalingnote.utils.steps import describe_changes
 
 
 
@@ -92,8 +94,6 @@ def tower_identity(tower: Any) -> dict[str, Any]:
 
 def _encode_call(tower: Any, docs: list[Document], batch_size: int) -> np.ndarray:
     """``tower.encode_documents(docs)``, passing ``batch_size`` / ``show_progress=False`` where accepted."""
-    import inspect
-
     fn = tower.encode_documents
     kw: dict[str, Any] = {}
     try:
@@ -229,8 +229,6 @@ def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shar
     # "name" / "path" say where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
     keys = [k for k in sorted(set(old) & set(ident)) if k not in ("name", "path") and str(old[k]) != str(ident[k])]
     if keys:
-        from scalingnote.utils.steps import describe_changes
-
         what = describe_changes({"tower": {k: old[k] for k in keys}}, {"tower": {k: ident[k] for k in keys}})
         raise ScalingNoteError(
             f"{path}: the document tower differs ({what}); these embeddings were made by a different "

@@ -22,6 +22,7 @@ index lives beside the dense index (:func:`scalingnote.sparse.bm25.open_or_build
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -29,9 +30,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from scalingnote.data import write_run
+from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Qrels, Run
-from scalingnote.errors import ScalingNoteError
+from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.evaluation import evaluate
 from scalingnote.index.searcher import SearchResult, SearcherBase
+from scalingnote.index.docstore import index_corpus
+from scalingnote.index.pipeline import open_dense, write_run_meta
+from scalingnote.sparse.bm25 import open_or_build_bm25
 
 Mode = Literal["dense", "bm25", "hybrid"]
 FusionMethod = Literal["rrf", "weighted"]
@@ -77,8 +84,6 @@ def load_fusion(index_dir: str | Path) -> tuple[FusionConfig, str]:
     """The fusion settings and the default search mode recorded beside an index
     (``fusion.json``, written by the quick start from its validation choice); the defaults
     (RRF, mode ``dense``) when there is none."""
-    from scalingnote.errors import ConfigError
-
     f = Path(index_dir) / FUSION_FILE
     if not f.exists():
         return FusionConfig(), "dense"
@@ -214,8 +219,6 @@ def choose_weight(
     """Grid-search the dense weight of weighted fusion on **validation** queries (the runs and
     ``qrels`` given; pass queries that are not the ones reported). Ties go to the weight
     closest to 0.5, then the smaller one."""
-    from scalingnote.evaluation import evaluate
-
     qids = [q for q in qrels if q in dense_run or q in bm25_run]
     if not qids:
         raise ScalingNoteError("choose_weight: no validation query of the qrels is in either run")
@@ -374,8 +377,6 @@ class HybridSearcher(SearcherBase):
 
 def _index_corpus(dense) -> str | None:
     """The corpus an index's documents came from (document store source, or the embeddings' corpus)."""
-    from scalingnote.index.docstore import index_corpus
-
     p = index_corpus(dense.manifest)
     return str(p) if p else None
 
@@ -397,10 +398,6 @@ def open_hybrid(
     beside it: built once from ``corpus`` (default: the corpus the index records) and reused
     while its fingerprint (documents + settings) matches; with no corpus known, the saved one
     (or none)."""
-    from scalingnote.data.corpus import find_corpus
-    from scalingnote.sparse.bm25 import open_or_build_bm25
-    from scalingnote.index.pipeline import open_dense
-
     if dense is None:
         dense = open_dense(index_dir, query_tower)
     if not bm25:
@@ -432,11 +429,6 @@ def hybrid_queries_to_run(
 ) -> dict[str, Any]:
     """Search ``queries`` (:class:`~scalingnote.data.types.Query`) in ``mode``; write the TREC run
     ``out`` and ``<out>.meta.json`` (config, versions, fusion, timings). Returns the metadata."""
-    import time
-
-    from scalingnote.data import write_run
-    from scalingnote.index.pipeline import write_run_meta
-
     if not queries:
         raise ScalingNoteError("no queries to search")
     searcher.check_mode(mode)

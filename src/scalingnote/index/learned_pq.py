@@ -34,6 +34,7 @@ re-ranking and optional semantic IDs, and :meth:`DenseIndex.open` serves it unch
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.build import build_index
+from scalingnote.index.embeddings import l2_normalize
+from scalingnote.index.layout import MANIFEST
+from scalingnote.utils import write_json
 
 
 class Codebooks(Protocol):
@@ -183,11 +188,6 @@ def export_index(
     ``ef_search``: stored search defaults, used by the kinds they apply to (IVF / HNSW). The
     manifest gets a ``learned_pq`` entry (shape, rotation, kind).
     """
-    from scalingnote.index.build import build_index
-    from scalingnote.index.layout import MANIFEST
-    from scalingnote.index.embeddings import l2_normalize
-    from scalingnote.utils import write_json
-
     x = np.asarray(doc_vectors, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] != pq.dim:
         raise ScalingNoteError(f"doc_vectors: expected shape (n, {pq.dim}), got {x.shape}")
@@ -209,8 +209,6 @@ def export_index(
         progress=progress,
         index=index,
     )
-    import json
-
     man = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     man["learned_pq"] = {**pq.describe(), "kind": kind, "by_residual": False if base == "ivf" else None}
     write_json(path / MANIFEST, man)

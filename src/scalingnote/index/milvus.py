@@ -41,6 +41,7 @@ collection is dropped just before the rename).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.util
 import json
 import logging
 import re
@@ -82,7 +83,7 @@ log = logging.getLogger("scalingnote.index.milvus")
 
 def _pymilvus():
     try:
-        import pymilvus
+        import pymilvus  # why: pymilvus is an optional extra (the Milvus back end only)
     except ImportError as e:
         raise ScalingNoteError(f"{INSTALL_HINT} ({e})") from None
     return pymilvus
@@ -98,8 +99,6 @@ def connect(uri: str | Path, token: str | None = None, db_name: str | None = Non
     pm = _pymilvus()
     uri = str(uri)
     if is_lite_uri(uri):
-        import importlib.util
-
         if importlib.util.find_spec("milvus_lite") is None:
             raise ScalingNoteError(f"{uri}: a local .db URI runs Milvus Lite, which is not installed: {INSTALL_HINT}")
         Path(uri).parent.mkdir(parents=True, exist_ok=True)

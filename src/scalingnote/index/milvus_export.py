@@ -17,8 +17,9 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
+from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.layout import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
-from scalingnote.index.embeddings import Embeddings, l2_normalize
+from scalingnote.index.layout import FORMAT as INDEX_FORMAT
 from scalingnote.index.milvus import (
     DEFAULT_COLLECTION,
     DOC_ID,
@@ -39,64 +40,70 @@ from scalingnote.index.milvus import (
     is_lite,
     server_version,
 )
+from scalingnote.index.settings import IndexBuildSettings
 
 
 # --------------------------------------------------------------------------- source
 
 
-def _load_source(source: str | Path | Embeddings, dim: int | None, semantic_ids_layers: int, codebook_size: int, train_size: int, seed: int):
-    """``(vectors (n, d) array-like, doc_ids, semantic_ids or None, tower, info)`` from a FAISS
-    index directory (its indexed vectors, ids and semantic IDs) or an embeddings
+def _load_source(source: str | Path | Embeddings, settings: IndexBuildSettings):
+    """``(vectors (n, d) array-like, doc_ids, semantic_ids or None, tower, source_dim, semantic-ID info, info)``
+    from a FAISS index directory (its indexed vectors, ids and semantic IDs) or an embeddings
     directory (semantic IDs fitted as :func:`~scalingnote.index.build_index` does)."""
-    from scalingnote.index.layout import FORMAT as INDEX_FORMAT
-    from scalingnote.index.embeddings import load_embeddings
-
     if isinstance(source, Embeddings):
         emb, path = source, str(source.root)
     else:
         path = str(Path(source))
-        mpath = Path(source) / "manifest.json"
-        if not mpath.is_file():
-            raise ScalingNoteError(f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory (`index encode`)")
-        try:
-            fmt = json.loads(mpath.read_text(encoding="utf-8")).get("format", "")
-        except json.JSONDecodeError as e:
-            raise ScalingNoteError(f"{mpath}: line {e.lineno}: invalid JSON ({e.msg})") from None
-        if fmt == INDEX_FORMAT:
-            if dim is not None:
+        if _source_format(source) == INDEX_FORMAT:
+            if settings.dim is not None:
                 raise ScalingNoteError(f"{source}: --dim applies to an embeddings directory; an index directory is exported at its own dim")
-            index = DenseIndex.open(source)
-            m = index.manifest
-            info = {
-                "kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist"),
-                "embeddings_dir": m.get("embeddings_dir"),
-            }
-            sem_info = m.get("semantic_ids")
-            return index.vectors, list(index.doc_ids), index.semantic_ids, dict(m.get("tower") or {}), int(m.get("source_dim", m["dim"])), sem_info, info
+            return _index_source(source)
         emb = load_embeddings(source)
     src_dim = emb.dim
-    d = src_dim if dim is None else int(dim)
-    if not 1 <= d <= src_dim:
-        raise ScalingNoteError(f"dim: {d} is not a valid Matryoshka prefix of {src_dim}-d embeddings (1..{src_dim})")
+    d = settings.prefix_dim(src_dim)
     vecs = emb.vectors
     if d < src_dim or not emb.manifest.get("normalized", True):
         vecs = l2_normalize(np.asarray(vecs[:, :d]))
-    sem, sem_info = None, None
-    if semantic_ids_layers and semantic_ids_layers > 0:
-        # same seeded sample and residual K-means as build_index (ScalingNote §3.5)
-        from scalingnote.index.semantic_ids import ResidualKMeans
-
-        n = len(emb)
-        rng = np.random.default_rng(seed)
-        n_train = min(int(train_size), n)
-        rows = np.sort(rng.choice(n, size=n_train, replace=False)) if n_train < n else np.arange(n)
-        train_x = np.ascontiguousarray(np.asarray(vecs)[rows], dtype=np.float32)
-        rkm = ResidualKMeans(n_layers=semantic_ids_layers, codebook_size=codebook_size, seed=seed).fit(train_x)
-        sem = rkm.assign(np.asarray(vecs, dtype=np.float32))
-        sem_info = {"source": "fitted at export", "seed": int(seed), "n_train": int(n_train), **rkm.describe()}
+    sem, sem_info = _fit_semantic_ids(vecs, settings)
     p = str(Path(path).resolve())
     info = {"kind": "embeddings", "path": p, "embeddings_dir": p}
     return vecs, list(emb.ids), sem, dict(emb.tower), src_dim, sem_info, info
+
+
+def _source_format(source: str | Path) -> str:
+    """The ``format`` its ``manifest.json`` gives a FAISS index or embeddings directory."""
+    mpath = Path(source) / "manifest.json"
+    if not mpath.is_file():
+        raise ScalingNoteError(f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory (`index encode`)")
+    try:
+        return json.loads(mpath.read_text(encoding="utf-8")).get("format", "")
+    except json.JSONDecodeError as e:
+        raise ScalingNoteError(f"{mpath}: line {e.lineno}: invalid JSON ({e.msg})") from None
+
+
+def _index_source(source: str | Path):
+    """:func:`_load_source` of a FAISS index directory: its indexed vectors, ids and semantic IDs."""
+    index = DenseIndex.open(source)
+    m = index.manifest
+    info = {
+        "kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist"),
+        "embeddings_dir": m.get("embeddings_dir"),
+    }
+    sem_info = m.get("semantic_ids")
+    return index.vectors, list(index.doc_ids), index.semantic_ids, dict(m.get("tower") or {}), int(m.get("source_dim", m["dim"])), sem_info, info
+
+
+def _fit_semantic_ids(vecs, settings: IndexBuildSettings) -> tuple[np.ndarray | None, dict[str, Any] | None]:
+    """Semantic IDs of every vector and their manifest entry, from the same seeded sample and
+    residual K-means as :func:`~scalingnote.index.build_index` (ScalingNote §3.5); (None, None)
+    with 0 layers."""
+    if not settings.semantic_ids_layers or settings.semantic_ids_layers <= 0:
+        return None, None
+    rows = settings.training_rows(len(vecs))
+    train_x = np.ascontiguousarray(np.asarray(vecs)[rows], dtype=np.float32)
+    rkm = settings.fit_semantic_ids(train_x)
+    sem = rkm.assign(np.asarray(vecs, dtype=np.float32))
+    return sem, {"source": "fitted at export", "seed": int(settings.seed), "n_train": len(rows), **rkm.describe()}
 
 
 def _default_nlist(n: int) -> int:
@@ -157,54 +164,42 @@ def export_to_milvus(
     uri: str | Path,
     collection: str = DEFAULT_COLLECTION,
     *,
+    settings: IndexBuildSettings | None = None,
     index_type: str = "auto",
     index_params: dict[str, Any] | None = None,
-    dim: int | None = None,
-    semantic_ids_layers: int = 6,
-    codebook_size: int = 256,
-    train_size: int = 100_000,
-    seed: int = 0,
     batch_size: int = 2048,
     overwrite: bool = False,
     token: str | None = None,
     index_timeout_s: float = 3600.0,
     progress: bool = True,
+    **options: Any,
 ) -> dict[str, Any]:
     """Load embeddings, document ids and semantic IDs into the Milvus collection ``collection``.
 
     ``source``: a FAISS index directory (exports its indexed vectors, ids and semantic IDs,
-    and reuses its nlist / PQ / HNSW sizes) or an embeddings directory (``dim`` picks a
-    Matryoshka prefix; semantic IDs are fitted like ``build_index`` with
-    ``semantic_ids_layers`` / ``codebook_size`` / ``train_size`` / ``seed``; 0 layers = none).
+    and reuses its nlist / PQ / HNSW sizes) or an embeddings directory: ``settings``
+    (:class:`~scalingnote.index.settings.IndexBuildSettings`) or its fields as keywords
+    (``options``) apply as in ``build_index``: ``dim`` picks a Matryoshka prefix, semantic IDs
+    are fitted with ``semantic_ids_layers`` / ``codebook_size`` / ``train_size`` / ``seed``
+    (0 layers = none).
     ``index_type``: "auto" (IVF_PQ on a server, HNSW on Milvus Lite) or a Milvus index
     type; ``index_params`` override the defaults. Returns the manifest stored in the
     collection property ``scalingnote.manifest``.
     """
     t_start = time.perf_counter()
+    s = IndexBuildSettings.resolve(settings, options, "export_to_milvus")
     _check_name(collection)
     if batch_size < 1:
         raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
-    vecs, ids, sem, tower, src_dim, sem_info, info = _load_source(source, dim, semantic_ids_layers, codebook_size, train_size, seed)
-    n = len(ids)
-    if n == 0:
-        raise ScalingNoteError(f"{source}: no documents to export")
-    d = int(vecs.shape[1])
-    if len(set(ids)) != n:
-        raise ScalingNoteError(f"{source}: duplicate document ids")
-    max_len = max(len(i.encode("utf-8")) for i in ids)
-    if max_len > 65535:
-        raise ScalingNoteError(f"{source}: a document id is {max_len} bytes long; Milvus VARCHAR holds at most 65535")
+    vecs, ids, sem, tower, src_dim, sem_info, info = _load_source(source, s)
+    max_len = _check_ids(source, ids)
+    n, d = len(ids), int(vecs.shape[1])
 
     pm = _pymilvus()
     client = connect(uri, token=token)
     try:
-        lite = is_lite(client)
         version = server_version(client)
-        itype, fallback = resolve_index_type(index_type, lite)
-        params = default_index_params(itype, n, d, info)
-        params.update(index_params or {})
-        if itype == "IVF_PQ" and d % int(params["m"]) != 0:
-            raise ScalingNoteError(f"index params: m={params['m']} must divide the dimension {d}")
+        itype, fallback, params = _index_settings(client, index_type, index_params, n, d, info)
         if client.has_collection(collection) and not overwrite:
             raise ScalingNoteError(f"{uri}: collection {collection!r} already exists (pass overwrite=True / --overwrite to replace it)")
         manifest = _collection_manifest(collection, itype, params, index_type, fallback, d, src_dim, n, sem, sem_info, tower, info, version, pm.__version__)
@@ -214,18 +209,8 @@ def export_to_milvus(
         schema = _schema(client, pm, tower, max_len, None if sem is None else int(sem.shape[1]), d)
         try:
             client.create_collection(tmp, schema=schema, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
-            t0 = time.perf_counter()
-            _insert(client, tmp, vecs, ids, sem, batch_size, progress, f"{source}", collection)
-            client.flush(tmp)
-            insert_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            ip = client.prepare_index_params()
-            ip.add_index(field_name=VECTOR, index_type=itype, metric_type="IP", params=params, index_name=VECTOR)
-            client.create_index(tmp, ip, sync=False)  # waited for below (pymilvus' own wait needs AllocTimestamp, absent from Milvus Lite)
-            _wait_indexed(client, tmp, n, index_timeout_s)
-            index_s = time.perf_counter() - t0
-            manifest.update({"insert_seconds": round(insert_s, 3), "index_seconds": round(index_s, 3)})
-            client.alter_collection_properties(tmp, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
+            _fill_collection(client, tmp, vecs, ids, sem, manifest, batch_size=batch_size, progress=progress, source=f"{source}",
+                             timeout_s=index_timeout_s)
             if client.has_collection(collection):  # overwrite (checked above)
                 client.drop_collection(collection)
             client.rename_collection(tmp, collection)
@@ -240,6 +225,47 @@ def export_to_milvus(
         return manifest
     finally:
         client.close()
+
+
+def _check_ids(source: Any, ids: list[str]) -> int:
+    """Refuse no documents, duplicate ids and ids too long for Milvus; the longest id's UTF-8 bytes."""
+    if not ids:
+        raise ScalingNoteError(f"{source}: no documents to export")
+    if len(set(ids)) != len(ids):
+        raise ScalingNoteError(f"{source}: duplicate document ids")
+    max_len = max(len(i.encode("utf-8")) for i in ids)
+    if max_len > 65535:
+        raise ScalingNoteError(f"{source}: a document id is {max_len} bytes long; Milvus VARCHAR holds at most 65535")
+    return max_len
+
+
+def _index_settings(client, requested: str, overrides: dict[str, Any] | None, n: int, d: int,
+                    info: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+    """``(index type, fallback reason, build parameters)`` for this back end (Lite or server)."""
+    itype, fallback = resolve_index_type(requested, is_lite(client))
+    params = default_index_params(itype, n, d, info)
+    params.update(overrides or {})
+    if itype == "IVF_PQ" and d % int(params["m"]) != 0:
+        raise ScalingNoteError(f"index params: m={params['m']} must divide the dimension {d}")
+    return itype, fallback, params
+
+
+def _fill_collection(client, name: str, vecs, ids: list[str], sem, manifest: dict[str, Any], *, batch_size: int, progress: bool,
+                     source: str, timeout_s: float) -> None:
+    """Insert every row into the new collection ``name``, build its vector index (``manifest``'s
+    type and parameters) and store the timings in ``manifest`` and the collection property."""
+    t0 = time.perf_counter()
+    _insert(client, name, vecs, ids, sem, batch_size, progress, source, manifest["collection"])
+    client.flush(name)
+    insert_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ip = client.prepare_index_params()
+    ip.add_index(field_name=VECTOR, index_type=manifest["index_type"], metric_type="IP", params=manifest["index_params"], index_name=VECTOR)
+    client.create_index(name, ip, sync=False)  # waited for below (pymilvus' own wait needs AllocTimestamp, absent from Milvus Lite)
+    _wait_indexed(client, name, len(ids), timeout_s)
+    index_s = time.perf_counter() - t0
+    manifest.update({"insert_seconds": round(insert_s, 3), "index_seconds": round(index_s, 3)})
+    client.alter_collection_properties(name, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
 
 
 def _collection_manifest(collection: str, itype: str, params: dict[str, Any], requested: str, fallback: str | None, d: int, src_dim: int, n: int,

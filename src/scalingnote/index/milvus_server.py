@@ -24,13 +24,17 @@ advertised address), so on a machine with other interfaces keep those ports fire
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import lzma
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from scalingnote.errors import ScalingNoteError
@@ -61,12 +65,7 @@ def server_binaries() -> Path:
     ``.lzma`` files into ``$SCALINGNOTE_CACHE`` (default ``~/.cache/scalingnote``)
     ``/milvus-<version>/bin`` (built under a temporary name, then renamed). The package would
     otherwise unpack ~200 MB into every data directory, which dominates start-up."""
-    import hashlib
-    import lzma
-    import shutil
-    from importlib.metadata import version
-
-    import milvus
+    import milvus  # why: the milvus package (server binaries) is an optional extra
 
     final = _cache_root() / f"milvus-{version('milvus')}" / "bin"
     if (final / ".complete").exists():
@@ -143,7 +142,7 @@ class EmbeddedMilvus:
         reason = milvus_server_available()
         if reason:
             raise ScalingNoteError(reason)
-        from milvus import MilvusServer, MilvusServerConfig
+        from milvus import MilvusServer, MilvusServerConfig  # why: optional extra, needed only to run the embedded server
 
         t0 = time.perf_counter()
         self.data_dir.mkdir(parents=True, exist_ok=True)

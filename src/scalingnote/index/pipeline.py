@@ -9,12 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scalingnote.data import write_run
+from scalingnote.data.beir import load_qrels, load_queries
 from scalingnote.data.types import Query
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
+from scalingnote.utils import run_metadata, write_json
 
 
 def load_tower_for(name_or_path: str | Path, role: str, *, num_layers: int | None = None, dim: int | None = None, pooling: str | None = None):
@@ -23,7 +26,7 @@ def load_tower_for(name_or_path: str | Path, role: str, *, num_layers: int | Non
     A zero-shot base model (e.g. ``minilm-l6``) loads without a projection, so its query
     and document towers share a compat id and an index can be built before any training.
     """
-    from scalingnote.models import load_tower
+    from scalingnote.models import load_tower  # why: scalingnote.models imports torch (~1.3 s); search / serve start-up must not pay it
 
     return load_tower(str(name_or_path), role=role, num_layers=num_layers, dim=dim, pooling=pooling)
 
@@ -35,20 +38,19 @@ def encode_with_tower(
     *,
     shard_size: int = 10_000,
     batch_size: int = 64,
-    num_layers: int | None = None,
-    dim: int | None = None,
-    pooling: str | None = None,
     progress: bool = True,
     feature_cache: str | Path | None = None,
+    **tower_options: Any,
 ) -> EncodeResult:
     """Load the document tower ``tower_name`` and encode ``data`` (BEIR dir or corpus.jsonl).
 
+    ``tower_options``: the keywords of :func:`load_tower_for` (``num_layers``, ``dim``, ``pooling``).
     ``feature_cache``: a feature-cache root (``TrainConfig.feature_cache_dir``): the tower's pooled
     backbone states are read from it where cached (a head-only trained tower finds the states its
     training cached) and stored there otherwise; only the projection runs per document."""
-    tower = load_tower_for(tower_name, "document", num_layers=num_layers, dim=dim, pooling=pooling)
+    tower = load_tower_for(tower_name, "document", **tower_options)
     if feature_cache is not None:
-        from scalingnote.models import PrefixTower
+        from scalingnote.models import PrefixTower  # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
 
         ident = tower_identity(tower)
         enc = PrefixTower(tower, 0, feature_cache, batch_size=batch_size, show_progress=progress)
@@ -59,8 +61,6 @@ def encode_with_tower(
 def read_search_queries(path: str | Path, split: str | None = None) -> list[Query]:
     """Queries to search: a ``queries.jsonl`` file (all queries), or a BEIR directory (the
     queries judged in ``qrels/<split>.tsv``, or all queries when ``split`` is None)."""
-    from scalingnote.data.beir import load_qrels, load_queries
-
     p = Path(path)
     if p.is_dir():
         queries = load_queries(p / "queries.jsonl")
@@ -103,8 +103,6 @@ def search_queries_to_run(
     write the TREC run ``out`` and ``<out>.meta.json`` (config, versions, timings).
     ``searcher``: an already open searcher (e.g. a :class:`~scalingnote.index.milvus.MilvusSearcher`
     with its query tower) used instead of opening ``index_dir``. Returns the metadata written."""
-    from scalingnote.data import write_run
-
     if not queries:
         raise ScalingNoteError("no queries to search")
     if searcher is not None:
@@ -128,8 +126,6 @@ def write_run_meta(out: str | Path, config: dict[str, Any], manifest: dict[str, 
                    *, encode_seconds: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """``<out>.meta.json`` beside a TREC run: config + versions + machine, the index's identity
     (factory, dim, size, document tower, search defaults) and the timings. Returns it."""
-    from scalingnote.utils import run_metadata, write_json
-
     meta = run_metadata(config)
     meta["index_manifest"] = {key: manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
     meta.update(extra or {})

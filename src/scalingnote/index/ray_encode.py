@@ -62,24 +62,14 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
+from scalingnote.index.pipeline import load_tower_for
+from scalingnote.index.ray_pool import RAY_HINT, RayPool, engine_info, ray_error, start_ray
 from scalingnote.data.corpus import open_corpus
 from scalingnote.models.spec import TowerSpec
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
 from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger("scalingnote.index.ray")
-
-RAY_HINT = "Ray Data is needed for --engine ray: pip install 'ray[data]==2.60.0'"
-
-
-def _import_ray():
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError as e:
-        raise ScalingNoteError(f"{RAY_HINT} ({e})") from None
-    return ray
-
 
 # --------------------------------------------------------------------------- tower spec
 
@@ -98,8 +88,6 @@ class ActorTower:
     def load(self):
         if self.factory is not None:
             return self.factory()
-        from scalingnote.index.pipeline import load_tower_for
-
         s = self.spec
         return load_tower_for(s.model, "document", num_layers=s.num_layers, dim=self.dim, pooling=s.pooling)
 
@@ -107,9 +95,45 @@ class ActorTower:
         return self.spec.model if self.spec is not None else getattr(self.factory, "__name__", repr(self.factory))
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What every actor needs: the tower, the pool, the output directory and the encoding sizes."""
+
+    spec: ActorTower
+    pool: RayPool
+    out_dir: Path
+    shard_size: int
+    batch_size: int
+    normalize: bool
+
+    def encoded(self, rd, refs: list[Any]):
+        """The Ray dataset of the shard results: each shard table of ``refs`` through a :class:`_ShardEncoder` actor."""
+        p = self.pool
+        return rd.from_arrow_refs(refs).map_batches(
+            _ShardEncoder,
+            batch_size=1,
+            batch_format="pyarrow",
+            compute=rd.ActorPoolStrategy(size=int(p.num_actors)),
+            fn_constructor_kwargs={"spec": self.spec, "out_dir": str(self.out_dir), "batch_size": self.batch_size, "normalize": self.normalize,
+                                   "threads": p.threads},
+            num_cpus=p.cpus_per_actor,
+            num_gpus=p.gpus_per_actor if p.gpus_per_actor > 0 else None,
+        )
+
+    def check_stored_tower(self, ray, shards: ShardLog) -> None:
+        """With nothing left to encode: check in one Ray task that this tower made the stored shards."""
+        p = self.pool
+        ident_task = ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_retries=0)(_tower_identity_task)
+        try:
+            ident = ray.get(ident_task.remote(self.spec, p.threads))
+        except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
+            raise ray_error(e, f"loading document tower {self.spec.describe()!r} on the Ray cluster") from None
+        check_resume(self.out_dir, shards.man, ident, self.shard_size)
+
+
 def _set_threads(threads: int | None) -> None:
     if threads:
-        import torch
+        import torch  # why: runs in a Ray actor; the driver never needs torch itself
 
         torch.set_num_threads(int(threads))
 
@@ -142,7 +166,7 @@ class _ShardEncoder:
             self.load_error = f"loading document tower {spec.describe()!r} on Ray worker {self.host}: " + _message(e)
 
     def __call__(self, batch):
-        import pyarrow as pa
+        import pyarrow as pa  # why: pyarrow comes with the optional ray[data] extra
 
         results = []
         for row in batch.to_pylist():
@@ -180,61 +204,6 @@ def _message(e: BaseException) -> str:
     return str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
 
 
-# --------------------------------------------------------------------------- Ray session
-
-
-def _start_ray(address: str | None, num_cpus: float | None, num_gpus: float | None, quiet: bool) -> tuple[Any, bool, float]:
-    """``(ray, started_here, seconds)``: connect to ``address``, reuse an initialised Ray,
-    or start a local instance on 127.0.0.1."""
-    ray = _import_ray()
-    if ray.is_initialized():
-        return ray, False, 0.0
-    # keep a local cluster on the loopback interface, without dashboard or usage reporting
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    t0 = time.perf_counter()
-    kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet, "logging_level": logging.WARNING if quiet else logging.INFO}
-    try:
-        if address:
-            ray.init(address=address, **kw)
-        else:
-            if num_cpus is not None:
-                kw["num_cpus"] = num_cpus
-            if num_gpus is not None:
-                kw["num_gpus"] = num_gpus
-            ray.init(**kw)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        where = f"the Ray cluster at {address!r}" if address else "a local Ray instance"
-        raise ScalingNoteError(f"cannot start/connect to {where}: {e}") from None
-    return ray, True, time.perf_counter() - t0
-
-
-def _check_resources(ray, num_actors: int, cpus_per_actor: float, gpus_per_actor: float) -> dict[str, float]:
-    res = ray.cluster_resources()
-    cpus, gpus = float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
-    need_c, need_g = num_actors * cpus_per_actor, num_actors * gpus_per_actor
-    if need_c > cpus + 1e-9:
-        raise ScalingNoteError(
-            f"--num-actors {num_actors} x --cpus-per-actor {cpus_per_actor:g} = {need_c:g} CPUs, but the Ray cluster has {cpus:g}: "
-            "the actor pool could never start (use fewer actors or a fractional --cpus-per-actor, e.g. 0.5)"
-        )
-    if need_g > gpus + 1e-9:
-        raise ScalingNoteError(
-            f"--num-actors {num_actors} x --gpus-per-actor {gpus_per_actor:g} = {need_g:g} GPUs, but the Ray cluster has {gpus:g}"
-        )
-    return {"cpus": cpus, "gpus": gpus}
-
-
-def _ray_error(e: BaseException, what: str) -> ScalingNoteError:
-    """The user-facing error inside a Ray task/actor exception."""
-    cause = getattr(e, "cause", None)
-    if isinstance(cause, ScalingNoteError):
-        return cause
-    if cause is not None:
-        return ScalingNoteError(f"{what}: {type(cause).__name__}: {cause}")
-    return ScalingNoteError(f"{what}: {type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}")
-
-
 # --------------------------------------------------------------------------- main entry
 
 
@@ -243,15 +212,9 @@ def encode_corpus_ray(
     corpus: str | Path | Iterable[Document],
     out_dir: str | Path,
     *,
+    pool: RayPool | None = None,
     shard_size: int = 10_000,
     batch_size: int = 64,
-    num_actors: int = 2,
-    cpus_per_actor: float = 0.5,
-    gpus_per_actor: float = 0.0,
-    address: str | None = None,
-    num_cpus: float | None = None,
-    num_gpus: float | None = None,
-    threads_per_actor: int | None = None,
     num_layers: int | None = None,
     dim: int | None = None,
     pooling: str | None = None,
@@ -259,6 +222,7 @@ def encode_corpus_ray(
     progress: bool = True,
     quiet: bool = True,
     on_shard_done: Callable[[int], None] | None = None,
+    **pool_options: Any,
 ) -> EncodeResult:
     """Encode ``corpus`` with the document tower ``tower`` in a Ray Data actor pool into
     ``out_dir`` (the :func:`~scalingnote.index.encode_corpus` format; resumable by shard).
@@ -266,30 +230,28 @@ def encode_corpus_ray(
     ``tower``: a packaged name / HF dir / ``.gguf`` / saved tower dir (loaded in each actor
     with ``num_layers`` / ``dim`` / ``pooling``), or a picklable zero-argument factory.
     ``corpus``: a BEIR directory, a ``corpus.jsonl``, a ``.parquet`` file or a directory of
-    ``.parquet`` files, or an iterable of documents. ``num_actors`` actors each reserve
-    ``cpus_per_actor`` CPUs and ``gpus_per_actor`` GPUs; torch in an actor uses
-    ``threads_per_actor`` threads (default: ``max(1, int(cpus_per_actor))``).
-    ``address``: an existing Ray cluster (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``);
-    default: reuse an initialised Ray or start a local one (``num_cpus`` / ``num_gpus``).
-    ``on_shard_done(shard)`` runs in the driver after each shard is committed.
+    ``.parquet`` files, or an iterable of documents. ``pool``: the actor pool and cluster
+    (:class:`RayPool`), or its fields as keywords (``pool_options``: ``num_actors``,
+    ``cpus_per_actor``, ``gpus_per_actor``, ``threads_per_actor``, ``address``, ``num_cpus``,
+    ``num_gpus``). ``on_shard_done(shard)`` runs in the driver after each shard is committed.
     Returns the same :class:`~scalingnote.index.EncodeResult` as the in-process encoder;
     ``seconds`` / ``docs_per_s`` exclude Ray start-up (recorded in the manifest's ``engine``).
     """
-    _check_sizes(shard_size, batch_size, num_actors, cpus_per_actor, gpus_per_actor)
-    spec = _tower_spec(tower, num_layers, dim, pooling)
-    threads = threads_per_actor if threads_per_actor is not None else max(1, int(cpus_per_actor))
-    out_dir = Path(out_dir).resolve()
+    pool = RayPool.resolve(pool, pool_options)
+    _check_sizes(shard_size, batch_size, pool)
+    job = _Job(_tower_spec(tower, num_layers, dim, pooling), pool, Path(out_dir).resolve(), shard_size, batch_size, normalize)
+    out_dir = job.out_dir
     # open the corpus first: a missing file fails before Ray starts
     docs, source, total = open_corpus(corpus)
     prior = read_manifest(out_dir)
     if prior is not None and int(prior.get("shard_size", -1)) != shard_size:
         check_resume(out_dir, prior, {}, shard_size)  # raises the shard-size message before Ray starts
 
-    ray, started, startup_s = _start_ray(address, num_cpus, num_gpus, quiet)
+    ray, started, startup_s = start_ray(pool, quiet)
     try:
         import ray.data as rd
 
-        engine = _engine_info(ray, rd, quiet, address, num_actors, cpus_per_actor, gpus_per_actor, threads, startup_s)
+        engine = engine_info(ray, rd, quiet, pool, startup_s)
         # The tower's identity comes with every shard result (the driver loads no model);
         # a resumed directory is checked against it before the first new shard is
         # committed (shard files written before that are uncommitted, hence ignored).
@@ -300,36 +262,10 @@ def encode_corpus_ray(
         bar = tqdm(total=total, unit="doc", desc="encode (ray)", disable=not progress, dynamic_ncols=True)
         t0 = time.perf_counter()
         try:
-            # plan: verify finished shards, put pending shards into the object store
-            pending: dict[int, dict[str, Any]] = {}
-            refs = [ray.put(_shard_table(shard, chunk)) for shard, chunk, _ in _record(shards.plan(docs, shard_size, on_finished=bar.update), pending)]
-            if shards.n_shards == 0:
-                raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
-            # encode in the actor pool, commit each shard as it comes back
-            encoded = 0
-            if refs:
-                ds = rd.from_arrow_refs(refs).map_batches(
-                    _ShardEncoder,
-                    batch_size=1,
-                    batch_format="pyarrow",
-                    compute=rd.ActorPoolStrategy(size=int(num_actors)),
-                    fn_constructor_kwargs={"spec": spec, "out_dir": str(out_dir), "batch_size": batch_size, "normalize": normalize, "threads": threads},
-                    num_cpus=cpus_per_actor,
-                    num_gpus=gpus_per_actor if gpus_per_actor > 0 else None,
-                )
-                encoded = _commit_results(ds, shards, pending, shard_size, bar, t0, on_shard_done)
-            else:
-                # nothing left to encode: still check that this tower made the stored shards
-                ident_task = ray.remote(num_cpus=cpus_per_actor, num_gpus=gpus_per_actor, max_retries=0)(_tower_identity_task)
-                try:
-                    ident = ray.get(ident_task.remote(spec, threads))
-                except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
-                    raise _ray_error(e, f"loading document tower {spec.describe()!r} on the Ray cluster") from None
-                check_resume(out_dir, shards.man, ident, shard_size)
+            encoded, written = _encode_shards(ray, rd, job, shards, docs, source, bar, t0, on_shard_done)
         finally:
             bar.close()
         seconds = shards.finish(t0, encoded, f"{out_dir / MANIFEST}: no dimension recorded (no shard was ever encoded)")
-        written = len(refs)
         rate = encoded / seconds if encoded and seconds > 0 else 0.0
         return EncodeResult(out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man)
     finally:
@@ -337,40 +273,25 @@ def encode_corpus_ray(
             ray.shutdown()
 
 
-def _engine_info(ray, rd, quiet: bool, address: str | None, num_actors: int, cpus_per_actor: float, gpus_per_actor: float,
-                 threads: int, startup_s: float) -> dict[str, Any]:
-    """Quiet Ray Data down, check the cluster can hold the actor pool; the manifest's ``engine``."""
-    ctx = rd.DataContext.get_current()
-    ctx.enable_progress_bars = False  # the driver shows one documents bar
-    if quiet:
-        ctx.print_on_execution_start = False
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
-    cluster = _check_resources(ray, num_actors, cpus_per_actor, gpus_per_actor)
-    return {
-        "name": "ray",
-        "ray_version": ray.__version__,
-        "address": address,
-        "num_actors": int(num_actors),
-        "cpus_per_actor": float(cpus_per_actor),
-        "gpus_per_actor": float(gpus_per_actor),
-        "threads_per_actor": int(threads),
-        "cluster_cpus": cluster["cpus"],
-        "cluster_gpus": cluster["gpus"],
-        "startup_seconds": round(startup_s, 3),
-    }
+def _encode_shards(ray, rd, job: _Job, shards: ShardLog, docs, source: str | None, bar, t0: float, on_shard_done) -> tuple[int, int]:
+    """Verify the finished shards, put the pending ones into the object store, encode them in the
+    actor pool and commit each as it comes back. Returns ``(documents encoded, shards written)``."""
+    pending: dict[int, dict[str, Any]] = {}
+    refs = [ray.put(_shard_table(shard, chunk)) for shard, chunk, _ in _record(shards.plan(docs, job.shard_size, on_finished=bar.update), pending)]
+    if shards.n_shards == 0:
+        raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
+    if not refs:
+        job.check_stored_tower(ray, shards)
+        return 0, 0
+    return _commit_results(job.encoded(rd, refs), shards, pending, job.shard_size, bar, t0, on_shard_done), len(refs)
 
 
-def _check_sizes(shard_size: int, batch_size: int, num_actors: int, cpus_per_actor: float, gpus_per_actor: float) -> None:
+def _check_sizes(shard_size: int, batch_size: int, pool: RayPool) -> None:
     if shard_size < 1:
         raise ScalingNoteError(f"shard_size must be >= 1, got {shard_size}")
     if batch_size < 1:
         raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
-    if num_actors < 1:
-        raise ScalingNoteError(f"num_actors must be >= 1, got {num_actors}")
-    if cpus_per_actor < 0 or gpus_per_actor < 0:
-        raise ScalingNoteError(f"cpus_per_actor / gpus_per_actor must be >= 0, got {cpus_per_actor} / {gpus_per_actor}")
-    if cpus_per_actor == 0 and gpus_per_actor == 0:
-        raise ScalingNoteError("an actor must reserve some CPU or GPU (cpus_per_actor or gpus_per_actor > 0)")
+    pool.check()
 
 
 def _tower_spec(tower, num_layers: int | None, dim: int | None, pooling: str | None) -> ActorTower:
@@ -392,7 +313,7 @@ def _record(planned, pending: dict[int, dict[str, Any]]):
 
 def _shard_table(shard: int, chunk: list[Document]):
     """One shard as a one-row Arrow table (lists of ids / titles / topics / contents)."""
-    import pyarrow as pa
+    import pyarrow as pa  # why: pyarrow comes with the optional ray[data] extra
 
     return pa.table(
         {
@@ -418,7 +339,7 @@ def _commit_results(ds, shards: ShardLog, pending: dict[int, dict[str, Any]], sh
             except StopIteration:
                 break
             except Exception as e:  # noqa: BLE001 - Ray pipeline failure (actor died, ...)
-                raise _ray_error(e, "the Ray encoding pipeline failed") from None
+                raise ray_error(e, "the Ray encoding pipeline failed") from None
             res = json.loads(row["result"])
             sh = int(res["shard"])
             if "error" in res:
@@ -455,4 +376,4 @@ def _commit_results(ds, shards: ShardLog, pending: dict[int, dict[str, Any]], sh
     return encoded
 
 
-__all__ = ["ActorTower", "encode_corpus_ray"]
+__all__ = ["RAY_HINT", "ActorTower", "RayPool", "encode_corpus_ray"]

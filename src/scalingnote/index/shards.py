@@ -14,6 +14,7 @@ the others; a shard file that is not in the manifest is ignored and rewritten.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -56,8 +57,6 @@ def utc_now() -> str:
 
 def content_digest(docs: list[Document]) -> str:
     """SHA-256 over the documents' fields: detects a corpus edited between runs."""
-    import hashlib
-
     h = hashlib.sha256()
     for d in docs:
         h.update(json.dumps([d.id, d.title, d.topic, d.content], ensure_ascii=False).encode("utf-8"))

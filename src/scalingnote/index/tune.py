@@ -22,6 +22,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.faiss_utils import code_bytes_per_vector, find_ivf
+from scalingnote.index.layout import MANIFEST, read_manifest
+from scalingnote.utils import write_json
 
 RERANKS = (0, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried (0 = the ANN scores as they are)
 EF_SEARCHES = (16, 32, 64, 128, 256, 512, 1024)
@@ -54,8 +57,6 @@ def recall_vs_exact(found: np.ndarray, exact: np.ndarray) -> float:
 
 def _probe_grid(index: Any) -> tuple[str | None, list[int], Any]:
     """The knob to sweep (``nprobe`` / ``ef_search`` / none) and its values, cheapest first."""
-    from scalingnote.index.faiss_utils import find_ivf
-
     ivf = find_ivf(index.index)
     if ivf is not None:
         nlist = int(ivf.nlist)
@@ -69,8 +70,6 @@ def _probe_grid(index: Any) -> tuple[str | None, list[int], Any]:
 def _cost(index: Any, knob: str | None, value: int, rerank: int, ivf: Any) -> float:
     """Bytes a query touches (the model the choice minimises): the codes scanned plus the
     full-precision vectors re-scored."""
-    from scalingnote.index.faiss_utils import code_bytes_per_vector
-
     n, dim = len(index), int(index.dim)
     code = code_bytes_per_vector(index.index) or dim * 4
     if knob == "nprobe":
@@ -123,9 +122,6 @@ def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any)
     """Write the tuned setting into the index manifest's ``search_defaults`` (atomically) and the
     report (+ ``extra``, e.g. a digest of what it was tuned on) as ``search_tuning``; returns the
     new defaults."""
-    from scalingnote.index.layout import MANIFEST, read_manifest
-    from scalingnote.utils import write_json
-
     root = Path(root)
     man = read_manifest(root)
     chosen = report["chosen"]

@@ -34,8 +34,10 @@ import numpy as np
 
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.build import build_index
 from scalingnote.index.layout import MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
 from scalingnote.live.wal import fsync_dir
+from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 from scalingnote.utils.io import write_json
 
 LIVE_DIR = "live"
@@ -121,9 +123,6 @@ def write_generation(
     codebooks are trained again on the live vectors, with the settings of the original build.
     """
     import faiss
-
-    from scalingnote.index.build import build_index
-    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 
     ldir = live_dir(root)
     ldir.mkdir(parents=True, exist_ok=True)

@@ -31,16 +31,20 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
-from scalingnote.index.embeddings import l2_normalize, tower_identity
+from scalingnote.index.docstore import index_corpus
+from scalingnote.index.embeddings import _encode_call, l2_normalize, tower_identity
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher
 from scalingnote.index.tune import recall_vs_exact
-from scalingnote.live.generation import LIVE_DIR, current_generation, live_dir, read_live_meta, swap_current, write_generation
+from scalingnote.live.generation import LIVE_DIR, LIVE_META, current_generation, live_dir, read_live_meta, swap_current, write_generation
 from scalingnote.live.lexical import LiveBM25
 from scalingnote.live.store import RowStore
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
+from scalingnote.sparse.bm25 import open_or_build_bm25
+from scalingnote.utils.io import write_json
 
 log = logging.getLogger("scalingnote.live")
 ENCODE_CHUNK = 16  # documents encoded per call: the service's ingest pacing acts between chunks
@@ -68,7 +72,7 @@ def load_document_tower(manifest: dict[str, Any], spec: Any = None):
     directory (``tower.path``) when that still exists, else its name (a packaged/base model)."""
     if spec is not None and not isinstance(spec, (str, Path)):
         return spec
-    from scalingnote.models import load_tower
+    from scalingnote.models import load_tower  # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
 
     if spec is not None:
         return load_tower(str(spec), role="document")
@@ -145,18 +149,12 @@ class LiveIndex:
 
     def _corpus_of(self, gen: Path, dense: DenseIndex) -> Path | None:
         """The full texts of a generation's documents: its corpus (generation 0: ``corpus`` if given)."""
-        from scalingnote.data.corpus import find_corpus
-        from scalingnote.index.docstore import index_corpus
-
         if gen == self.root and self.corpus is not None:
             return find_corpus(self.corpus).path
         return index_corpus(dense.manifest)
 
     @staticmethod
     def _open_bm25(gen: Path, dense: DenseIndex, store: RowStore, src: Path | None) -> LiveBM25 | None:
-        from scalingnote.data.corpus import iter_corpus
-        from scalingnote.sparse.bm25 import open_or_build_bm25
-
         try:
             if src is None:
                 base = open_or_build_bm25(gen)
@@ -263,8 +261,6 @@ class LiveIndex:
     def _encode_paced(self, docs: list[Document]) -> tuple[np.ndarray, np.ndarray | None, float]:
         """:meth:`encode` in chunks of ``ENCODE_CHUNK`` documents, :attr:`pace` called after each;
         also returns the seconds paused."""
-        from scalingnote.index.embeddings import _encode_call
-
         parts, paused = [], 0.0
         for s in range(0, len(docs), ENCODE_CHUNK):
             t0 = time.perf_counter()
@@ -351,8 +347,6 @@ class LiveIndex:
     def _live_documents(self, rows: np.ndarray) -> list[Document]:
         """Full documents of ``rows``: added ones from memory, the generation's from its corpus
         (a document whose text is unknown keeps its title and snippet)."""
-        from scalingnote.data.corpus import iter_corpus
-
         need = {int(r) for r in rows if r < self.gen_rows}
         by_row: dict[int, Document] = {}
         src = self._corpus_of(self.gen, self.store.dense)
@@ -386,9 +380,6 @@ class LiveIndex:
             gen = write_generation(self.root, vectors=vectors, doc_ids=ids, documents=docs, semantic_ids=sem, manifest=manifest,
                                    src_gen=self.gen, meta=meta, retrain=retrain, progress=progress)
             if retrain:
-                from scalingnote.live.generation import LIVE_META
-                from scalingnote.utils.io import write_json
-
                 write_json(gen / LIVE_META, {**read_live_meta(gen), "trained_generation": int(gen.name.split("-")[1])})
             swap_current(self.root, gen)
             self.wal.drop_through(seq)
