@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from scalingnote.cli._options import parse_key_values
+from scalingnote.training import load_train_config, train
 
 
 def parse_overrides(items: list[str] | None) -> dict:
@@ -24,8 +25,6 @@ def register(app: typer.Typer) -> None:
         output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Override output_dir."),
     ) -> None:
         """Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."""
-        from scalingnote.training import load_train_config, train
-
         over = parse_overrides(set_)
         if output_dir is not None:
             over["output_dir"] = str(output_dir)

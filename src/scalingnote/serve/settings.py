@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.index.backends import get_backend
 from scalingnote.serve.processing import ServiceError
 
 
@@ -45,16 +46,22 @@ class ServeSettings:
     ``admin_token_file``, else generated at start (``resolve_admin_token``).
     """
 
+    #: listen address (loopback only unless ``allow_remote``) and TCP port (0: a free port)
     host: str = "127.0.0.1"
     port: int = 8080
+    #: BEIR directory or corpus file for result titles (None: the corpus the index records)
     corpus: str | None = None
+    #: micro-batching: most queries in one model call; longest wait for a batch to fill
     max_batch: int = 64
     max_wait_ms: float = 5.0
+    #: input limits (422 past them): query characters, k, re-rank depth and ef_search
     max_query_chars: int = 1000
     max_k: int = 1000
     max_rerank: int = 10_000
+    #: queries per /search/batch request; request body bytes
     max_batch_queries: int = 256
     max_body_bytes: int = 1 << 20
+    #: queries waiting for the model worker (503 + Retry-After past it)
     max_queue: int = 256
     batch_queue_share: float = 0.5  #: share of max_queue that /search/batch requests may hold together (0 < share < 1)
     allow_remote: bool = False
@@ -107,8 +114,6 @@ class ServeSettings:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(None, None, "log_level", f"unknown level {self.log_level!r}")
-        from scalingnote.index.backends import get_backend
-
         try:
             entry = get_backend(self.backend, "backend")
         except ScalingNoteError as e:
