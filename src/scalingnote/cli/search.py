@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         query: str | None = typer.Option(None, "--query", help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run."),
         split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
         k: int = typer.Option(100, "--k", min=1),
-        mode: str | None = typer.Option(None, "--mode", help="dense | bm25 | hybrid (BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense."),
+        mode: str | None = typer.Option(None, "--mode", help=f"{' | '.join(MODES)} (hybrid: BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense."),
         corpus: Path | None = typer.Option(None, "--corpus", help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records)."),
         fusion: str | None = typer.Option(None, "--fusion", help="(hybrid) rrf or weighted; default: the index's fusion.json (what `scalingnote serve` uses), else rrf."),
         rrf_k: int | None = typer.Option(None, "--rrf-k", min=0, help="(hybrid rrf) RRF constant (default 60)."),
