@@ -37,6 +37,11 @@ def parse_key_values(items: list[str] | None, option: str = "--set", example: st
     return out
 
 
+def parse_overrides(items: list[str] | None) -> dict:
+    """``--set optim.lr=1e-4`` -> {"optim__lr": 1e-4} (values parsed as YAML scalars)."""
+    return {k.replace(".", "__"): v for k, v in parse_key_values(items, "--set", "optim.lr=1e-4").items()}
+
+
 def config_parameters(cls: type) -> list[inspect.Parameter]:
     """One keyword-only :class:`inspect.Parameter` with a ``typer.Option`` default per field."""
     hints = typing.get_type_hints(cls)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from scalingnote.cli.train import parse_overrides
+from scalingnote.cli._options import parse_overrides
 from scalingnote.config import load_config
 from scalingnote.distill import DistillConfig, distill
 

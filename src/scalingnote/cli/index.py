@@ -22,7 +22,6 @@ from scalingnote.index.build import IndexConfig
 from scalingnote.index.hybrid import open_hybrid
 from scalingnote.index.milvus_server import EmbeddedMilvus
 from scalingnote.index.pipeline import encode_with_tower, load_tower_for, read_search_queries
-from scalingnote.index.ray_encode import encode_corpus_ray
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.sparse.bm25 import BM25Config
 
@@ -67,6 +66,8 @@ def encode(
     """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
     use_corpus_format(corpus_format, data)
     if engine == "ray":
+        from scalingnote.index.ray_encode import encode_corpus_ray  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
+
         res = encode_corpus_ray(
             tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers, address=address,
             num_actors=num_actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from scalingnote.cli.train import parse_overrides
+from scalingnote.cli._options import parse_overrides
 from scalingnote.pq import load_pq_config, train
 
 

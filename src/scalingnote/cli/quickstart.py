@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from scalingnote.cli._options import corpus_format_option
-from scalingnote.cli.train import parse_overrides
+from scalingnote.cli._options import corpus_format_option, parse_overrides
 from scalingnote.config import load_config
 from scalingnote.quickstart import QuickstartConfig, quickstart
 from scalingnote.quickstart.pipeline import check_inputs

@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import typer
 
-from scalingnote.cli._options import parse_key_values, with_option_group
-from scalingnote.cli.train import parse_overrides
+from scalingnote.cli._options import parse_key_values, parse_overrides, with_option_group
 from scalingnote.config import load_config
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.scaling.budget import CostModel, plan_both
@@ -18,9 +17,7 @@ from scalingnote.scaling.fit import fit_table, read_fit_params
 from scalingnote.scaling.gpu_plan import GpuPlanSpec, plan_gpu, spec_from_train_config
 from scalingnote.scaling.laws import LAWS, predict
 from scalingnote.scaling.plots import plot_all
-from scalingnote.scaling.sweep import load_sweep_config, run_sweep
 from scalingnote.scaling.table import read_table
-from scalingnote.training.config import load_train_config
 from scalingnote.utils import write_json
 
 #: ``scaling plan`` options that set a CostModel field: field -> (type, flag, help)
@@ -75,6 +72,8 @@ def _sweep(sc: typer.Typer) -> None:
         set_: list[str] = typer.Option(None, "--set", help="Override a key, e.g. --set steps=20 (repeatable)."),
     ) -> None:
         """Train the model-size x data-size grid and score each point on one fixed validation set (resumable)."""
+        from scalingnote.scaling.sweep import load_sweep_config, run_sweep  # why: loads torch (training); fit / predict / plan / plot do not need it
+
         cfg = load_sweep_config(config, **parse_overrides(set_))
         res = run_sweep(cfg)
         typer.echo(f"{len(res.rows)} grid points -> {res.table}")
@@ -214,6 +213,8 @@ def _plan_gpu(sc: typer.Typer) -> None:
         extra = parse_key_values(set_, "--set")
         given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
         if config is not None:
+            from scalingnote.training.config import load_train_config  # why: loads torch (training); plan-gpu without --config does not need it
+
             spec = spec_from_train_config(load_train_config(config), arch, **given)
         else:
             spec = load_config(GpuPlanSpec, {"arch": arch, **{k: v for k, v in given.items() if v is not None}})

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import typer
 
-from scalingnote.cli._options import parse_key_values
+from scalingnote.cli._options import parse_overrides
 from scalingnote.training import load_train_config, train
-
-
-def parse_overrides(items: list[str] | None) -> dict:
-    """``--set optim.lr=1e-4`` -> {"optim__lr": 1e-4} (values parsed as YAML scalars)."""
-    return {k.replace(".", "__"): v for k, v in parse_key_values(items, "--set", "optim.lr=1e-4").items()}
 
 
 def register(app: typer.Typer) -> None:
