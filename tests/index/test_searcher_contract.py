@@ -5,7 +5,6 @@ k=10)``) runs through ``scalingnote search --queries/--out``, ``--query`` and th
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 
 import numpy as np
@@ -19,60 +18,18 @@ from scalingnote.index import DenseIndex, build_index
 from scalingnote.index.backends import BACKENDS, register_backend
 from scalingnote.index.pipeline import encode_with_tower, load_tower_for
 from scalingnote.index.searcher import SEARCH_OPTIONS, SearcherBase, search_options
+from tests.serve.test_serve_backends import NumpySearcher
 
 NAME = "contract-test-numpy"  # a name no one else registers
 
-# the doc's example back end, as a user's own module (a dotted path can name it)
-MY_BACKEND = '''
-import json
-from pathlib import Path
-
-import numpy as np
-
-from scalingnote.index.layout import check_query_tower, read_manifest
-from scalingnote.index.searcher import SearchResult, VectorSearcher
-
-
-class NumpySearcher(VectorSearcher):
-    """Exact inner products over an index directory's full-precision vectors."""
-
-    def __init__(self, root, query_tower=None):
-        self.root = Path(root)
-        self.manifest = {**read_manifest(root), "factory": "numpy:exact"}
-        self.vectors = np.load(self.root / "vectors.npy")
-        self.doc_ids = json.loads((self.root / "doc_ids.json").read_text(encoding="utf-8"))
-        self.query_tower = query_tower
-
-    @classmethod
-    def open(cls, location, query_tower=None):
-        if query_tower is not None:
-            check_query_tower(read_manifest(location), query_tower, location)
-        return cls(location, query_tower)
-
-    def search(self, queries, k=10):
-        q = self.query_vectors(queries)
-        scores = q @ self.vectors.T
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return SearchResult(np.take_along_axis(scores, top, 1), [[self.doc_ids[i] for i in r] for r in top], None, top)
-'''
-
-
-@pytest.fixture(scope="module")
-def user_module(tmp_path_factory):
-    root = tmp_path_factory.mktemp("user_code")
-    (root / "contract_backend.py").write_text(textwrap.dedent(MY_BACKEND), encoding="utf-8")
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(root))
-    import contract_backend
-
-    yield contract_backend
-    mp.undo()
+# the doc's example back end (only ``search(self, queries, k=10)``), in a module a dotted path can name
+DOTTED = "tests.serve.test_serve_backends:NumpySearcher.open"
 
 
 @pytest.fixture
-def registered(user_module):
+def registered():
     with BACKENDS.scoped():
-        yield register_backend(NAME, user_module.NumpySearcher.open, help="exact numpy search (test)")
+        yield register_backend(NAME, NumpySearcher.open, help="exact numpy search (test)")
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +97,7 @@ def _assert_same_as_flat(run, every, k):
 @pytest.mark.parametrize("by", ["name", "dotted path"])
 def test_cli_search_queries_and_query_on_a_minimal_back_end(by, registered, flat, tiny_bert_dir, tmp_path):
     index_dir, beir = flat
-    backend = NAME if by == "name" else "contract_backend:NumpySearcher.open"
+    backend = NAME if by == "name" else DOTTED
     runner = CliRunner()
     out = tmp_path / "run.tsv"
     common = ["search", "--backend", backend, "--index", str(index_dir), "--query-tower", str(tiny_bert_dir), "--k", "5"]
