@@ -1,21 +1,92 @@
 """The ``scalingnote`` command line: ``scalingnote <stage> <verb>``.
 
-Each stage's commands live in their own module and are thin wrappers over the
-importable Python API. Errors caused by user input
-(:class:`~scalingnote.errors.ScalingNoteError`) are printed as one line and exit
+Each stage's commands live in their own module (``scalingnote.cli.<module>``, whose
+``register(app)`` adds them) and are thin wrappers over the importable Python API. The root
+command loads a stage module only when one of its commands runs (click's lazy-loading
+pattern): :data:`COMMANDS` is the one table of the top-level commands, their module and the
+one line the root ``--help`` shows, so ``scalingnote --help`` imports no stage. Errors caused
+by user input (:class:`~scalingnote.errors.ScalingNoteError`) are printed as one line and exit
 with status 2 — never a traceback.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
+from difflib import get_close_matches
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from scalingnote.errors import ScalingNoteError
 
+#: top-level command -> (module under scalingnote.cli whose ``register(app)`` adds it, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("evaluate", "Evaluate a run: R@K (ScalingNote: hit if any relevant doc in the top K), Recall@K, MRR, nDCG, MAP, P@K, AUC."),
+    "compare": ("evaluate", "Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference."),
+    "search": ("search", "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or print one query's hits."),
+    "train": ("train", "Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."),
+    "distill": ("distill", "Distil a Stage I query tower into a small BERT student (ScalingNote §3.3)."),
+    "quickstart": ("quickstart", "data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> "
+                   "matched-cost comparison -> IVFPQ + semantic IDs -> served default."),
+    "serve": ("serve", "Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."),
+    "data": ("data", "Data: triplets from search logs, pseudo-queries, synthetic note-search log."),
+    "bm25": ("bm25", "BM25 lexical baseline (bm25s)."),
+    "index": ("index", "Corpus encoding, FAISS indexes, semantic IDs."),
+    "models": ("models", "Tower backbones: packaged models, HF directories, GGUF files."),
+    "scaling": ("scaling", "Scaling laws (Fang et al. 2024; ScalingNote §4.4): sweep, fit, predict, plan, plot."),
+    "pq": ("pq", "Learned product quantization (TMJ): joint training, negative mining, FAISS export."),
+}
+
+
+def load_stage(module: str) -> TyperGroup:
+    """The click group of the commands ``scalingnote.cli.<module>``'s ``register(app)`` adds
+    (registered now, so option help that reads a registry sees its current entries)."""
+    stage = typer.Typer()
+    importlib.import_module(f"scalingnote.cli.{module}").register(stage)
+    return typer.main.get_group(stage)
+
+
+class LazyStageGroup(TyperGroup):
+    """The root command: lists :data:`COMMANDS` from the table and imports a stage module only
+    when one of its commands is resolved (``--help`` of the root shows the table's lines)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._stages: dict[str, TyperGroup] = {}
+        self._listing = False
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> TyperCommand | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, help_line = COMMANDS[cmd_name]
+        if self._listing:  # the root's help: the table's line, no import
+            return TyperCommand(cmd_name, help=help_line, short_help=help_line)
+        if module not in self._stages:
+            self._stages[module] = load_stage(module)
+        return self._stages[module].get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, TyperCommand | None, list[str]]:
+        if args and args[0] not in COMMANDS and not args[0].startswith("-"):
+            matches = get_close_matches(args[0], list(COMMANDS))
+            ctx.fail(f"No such command {args[0]!r}." + (f" Did you mean {', '.join(map(repr, matches))}?" if matches else ""))
+        return super().resolve_command(ctx, args)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+
 app = typer.Typer(
     name="scalingnote",
+    cls=LazyStageGroup,
     help="LLM-scaled dense retrieval: data -> train -> distill -> index -> serve -> evaluate -> scaling laws.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -23,25 +94,9 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    # Each stage module exposes `register(app)`; imports are local so `--help` stays fast.
-    from scalingnote.cli import bm25 as _bm25
-    from scalingnote.cli import data as _data
-    from scalingnote.cli import evaluate as _evaluate
-    from scalingnote.cli import index as _index
-    from scalingnote.cli import models as _models
-    from scalingnote.cli import pq as _pq
-    from scalingnote.cli import distill as _distill
-    from scalingnote.cli import quickstart as _quickstart
-    from scalingnote.cli import serve as _serve
-    from scalingnote.cli import train as _train
-    from scalingnote.cli import scaling as _scaling
-
-    for mod in (_data, _evaluate, _bm25, _index, _models, _train, _distill, _quickstart, _serve, _scaling, _pq):
-        mod.register(app)
-
-
-_register()
+@app.callback()
+def _root() -> None:
+    """The stages are :data:`COMMANDS`; nothing runs before them."""
 
 
 def main(argv: list[str] | None = None) -> None:

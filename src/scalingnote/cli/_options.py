@@ -18,15 +18,16 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+import yaml
+
+from scalingnote.data import corpus as corpus_formats
+from scalingnote.errors import ConfigError
+from scalingnote.index.backends import BACKENDS
 
 
 def parse_key_values(items: list[str] | None, option: str = "--set", example: str = "") -> dict[str, Any]:
     """``["a.b=1e-4", "c=x"]`` (a repeatable ``KEY=VALUE`` option) -> ``{"a.b": 1e-4, "c": "x"}``,
     values parsed as YAML scalars; ``example`` is shown when an item has no ``=``."""
-    import yaml
-
-    from scalingnote.errors import ConfigError
-
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
@@ -34,6 +35,11 @@ def parse_key_values(items: list[str] | None, option: str = "--set", example: st
         k, v = item.split("=", 1)
         out[k.strip()] = yaml.safe_load(v)
     return out
+
+
+def parse_overrides(items: list[str] | None) -> dict:
+    """``--set optim.lr=1e-4`` -> {"optim__lr": 1e-4} (values parsed as YAML scalars)."""
+    return {k.replace(".", "__"): v for k, v in parse_key_values(items, "--set", "optim.lr=1e-4").items()}
 
 
 def config_parameters(cls: type) -> list[inspect.Parameter]:
@@ -51,28 +57,80 @@ def config_parameters(cls: type) -> list[inspect.Parameter]:
     return params
 
 
-def with_config_options(cls: type, arg: str = "cfg") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a command whose parameter ``arg`` is a ``cls`` instance: the command gets one
-    option per field of ``cls`` instead, and receives the built config."""
+def with_parameters(params: list[inspect.Parameter], arg: str, build: Callable[[dict[str, Any]], Any], owner: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose parameter ``arg`` is built from ``params`` (keyword-only, each
+    with a ``typer.Option`` default): the command gets those options instead of ``arg`` and
+    receives ``build({name: value})``; ``owner`` names where the parameters come from in errors."""
 
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(fn, eval_str=True)
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != arg]
-        fields = config_parameters(cls)
-        names = {p.name for p in fields}
+        names = {p.name for p in params}
         clash = names & {p.name for p in own}
         if clash:
-            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are also fields of {cls.__name__}")
+            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are also fields of {owner}")
 
         def command(**kw: Any) -> Any:
-            cfg = cls(**{k: kw.pop(k) for k in names if k in kw})
-            return fn(**kw, **{arg: cfg})
+            built = build({k: kw.pop(k) for k in names if k in kw})
+            return fn(**kw, **{arg: built})
 
-        command.__signature__ = sig.replace(parameters=own + fields, return_annotation=sig.return_annotation)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in own + fields}
+        command.__signature__ = sig.replace(parameters=own + params, return_annotation=sig.return_annotation)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in own + params}
         command.__name__ = fn.__name__
         command.__qualname__ = fn.__qualname__
         command.__doc__ = fn.__doc__
         return command
 
     return deco
+
+
+def with_config_options(cls: type, arg: str = "cfg") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose parameter ``arg`` is a ``cls`` instance: the command gets one
+    option per field of ``cls`` instead, and receives the built config."""
+    return with_parameters(config_parameters(cls), arg, lambda kw: cls(**kw), cls.__name__)
+
+
+def with_option_group(arg: str, options: dict[str, tuple[Any, str, str]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose parameter ``arg`` is a dict: one option per entry ``name:
+    (type, flag, help)`` of ``options`` (default None: not given), shared by the commands that
+    take the same group; the command receives ``{name: value}``."""
+    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, flag, help=text), annotation=kind | None)
+              for name, (kind, flag, text) in options.items()]
+    return with_parameters(params, arg, dict, "the option group")
+
+
+def backend_option_help(what: str = "A back end") -> str:
+    """``--backend`` help read from :data:`scalingnote.index.backends.BACKENDS`: each registered
+    back end with the option that locates it, and the dotted-path form."""
+    where = {"index": "--index DIR", "uri": "--uri URI"}
+    names = ", ".join(f"{name} ({where[BACKENDS.get(name).location]})" for name in BACKENDS.names())
+    return f"{what} of scalingnote.index.backends: {names}; or a dotted path 'package.module:attribute'."
+
+
+def backends_located_by(location: str) -> str:
+    """The registered back ends located by ``location`` ("index" or "uri"), for option help."""
+    return ", ".join(name for name in BACKENDS.names() if BACKENDS.get(name).location == location) or "none"
+
+
+def corpus_format_help() -> str:
+    """``--corpus-format`` help read from :data:`scalingnote.data.corpus.FORMATS`."""
+    return (f"Corpus format of the data: a registered name ({', '.join(corpus_formats.FORMATS.names())}) or a dotted path "
+            "'package.module:reader' naming a reader of your own (default: detected from the files).")
+
+
+def corpus_format_option() -> Any:
+    """The ``--corpus-format SPEC`` option of the commands that read a data directory (default
+    None: the format detected from the files)."""
+    return typer.Option(None, "--corpus-format", help=corpus_format_help())
+
+
+def use_corpus_format(spec: str | None, data_dir: Any = None) -> str | None:
+    """``--corpus-format SPEC``: the format name SPEC resolves to (a dotted path's reader
+    registered for ``data_dir``) through :func:`scalingnote.data.corpus.use_corpus_format`;
+    None when SPEC is None."""
+    if spec is None:
+        return None
+    use = getattr(corpus_formats, "use_corpus_format", None)
+    if use is None:
+        raise ConfigError("--corpus-format", None, spec, "this installation has no corpus-format selection (scalingnote.data.corpus.use_corpus_format)")
+    return use(spec, data_dir)

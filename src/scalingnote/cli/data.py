@@ -6,11 +6,18 @@ Thin wrappers over :mod:`scalingnote.data.build`, :mod:`scalingnote.data.pseudo`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
+from scalingnote.data.build import load_build_config, run_build
+from scalingnote.data.pseudo import ICTConfig, ict_queries
+from scalingnote.data.synth import SynthConfig, synthesize
+from scalingnote.errors import ConfigError
 
 data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log.", no_args_is_help=True)
 
@@ -25,10 +32,6 @@ def build_command(
 
     Writes train.jsonl, validation.jsonl, stats.json, config.yaml and run.json.
     """
-    import dataclasses
-
-    from scalingnote.data.build import load_build_config, run_build
-
     cfg = load_build_config(config)
     if out is not None:
         cfg = dataclasses.replace(cfg, out=out)
@@ -45,7 +48,7 @@ def build_command(
 
 @data_app.command("pseudo")
 def pseudo_command(
-    data: Annotated[Path, typer.Option("--data", help="BEIR directory (or a corpus file: jsonl, parquet, or a registered format).")],
+    data: Annotated[Path, typer.Option("--data", help="BEIR directory, or a corpus file in a registered corpus format (scalingnote.data.corpus.FORMATS).")],
     method: Annotated[str, typer.Option("--method", help="ict | llm")],
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
     max_docs: Annotated[int | None, typer.Option("--max-docs", min=1, help="Use a seeded sample of this many documents.")] = None,
@@ -61,10 +64,6 @@ def pseudo_command(
     temperature: Annotated[float, typer.Option("--temperature", help="LLM: sampling temperature.")] = 0.7,
 ) -> None:
     """Pseudo-queries from a corpus: inverse cloze task (ict) or LLM generation (llm, resumable)."""
-    from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
-    from scalingnote.data.pseudo import ICTConfig, ict_queries
-    from scalingnote.errors import ConfigError
-
     corpus = data  # a BEIR directory or a corpus file in any registered format (scalingnote.data.corpus)
     if method == "ict":
         pairs = ict_queries(corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus))
@@ -88,9 +87,6 @@ def synth_command(
     test_fraction: Annotated[float, typer.Option("--test-fraction", help="Fraction of queries held out for testing.")] = 0.2,
 ) -> None:
     """Generate the SYNTHETIC note-search log (notes, queries, qrels, click and relevance logs)."""
-    from scalingnote.data.synth import SynthConfig, synthesize
-    from scalingnote.errors import ConfigError
-
     try:
         cfg = SynthConfig(seed=seed, num_docs=num_docs, num_queries=num_queries, test_fraction=test_fraction)
     except ValueError as e:

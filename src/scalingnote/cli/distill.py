@@ -7,6 +7,10 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import parse_overrides
+from scalingnote.config import load_config
+from scalingnote.distill import DistillConfig, distill
+
 
 def register(app: typer.Typer) -> None:
     @app.command("distill")
@@ -17,10 +21,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Distil a Stage I query tower into a small BERT student (ScalingNote §3.3). Under
         torchrun (``distributed: ddp|fsdp``) rank 0 prints the metrics."""
-        from scalingnote.cli.train import parse_overrides
-        from scalingnote.config import load_config
-        from scalingnote.distill import DistillConfig, distill
-
         cfg = load_config(DistillConfig, config, **parse_overrides(set_))
         res = distill(cfg, resume=resume)
         if res:  # other ranks of a torchrun job return {}

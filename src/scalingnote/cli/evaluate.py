@@ -9,14 +9,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from scalingnote.data import load_qrels, read_run
+from scalingnote.errors import DataError
+from scalingnote.evaluation import compare_runs, evaluate_report, parse_metric, parse_metrics
+from scalingnote.utils import atomic_write, run_metadata, write_json
 
 _DEFAULT = "ndcg@10,recall@100,r@100,mrr@10,map"
 
 
 def _load(run_path: Path, qrels_path: Path):
-    from scalingnote.data import load_qrels, read_run
-    from scalingnote.errors import DataError
-
     run = read_run(run_path)
     for qid, docs in run.items():
         for did, s in docs.items():
@@ -31,8 +35,6 @@ def _stdout_json(obj) -> None:
 
 def _write_per_query(path: Path, pq: dict[str, dict[str, float]], metrics: list[str]) -> None:
     """TSV ``qid<TAB>metric...`` with a header, or JSON ``{qid: {metric: value}}`` for *.json."""
-    from scalingnote.utils import atomic_write, write_json
-
     if path.suffix.lower() == ".json":
         write_json(path, pq)
         return
@@ -65,9 +67,6 @@ def eval_command(
 
     Values agree with trec_eval/pytrec_eval. Queries without a relevant document are skipped.
     """
-    from scalingnote.evaluation import evaluate_report, parse_metrics
-    from scalingnote.utils import run_metadata, write_json
-
     specs = parse_metrics(metrics)  # fail on a bad name before reading big files
     run_d, qrels_d = _load(run, qrels)
     missing = "zero" if missing_as_zero else "ignore"
@@ -96,9 +95,6 @@ def eval_command(
     if as_json:
         _stdout_json(rep.metrics)
         return
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{run.name} vs {qrels.name}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -129,8 +125,6 @@ def compare_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else on stdout.")] = False,
 ) -> None:
     """Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference."""
-    from scalingnote.evaluation import compare_runs, parse_metric
-
     parse_metric(metric)
     run_a, qrels_d = _load(run, qrels)
     run_bd, _ = _load(run_b, qrels)
@@ -149,9 +143,6 @@ def compare_command(
     if as_json:
         _stdout_json(d)
         return
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"{cmp.metric}: {run.name} (A) vs {run_b.name} (B), {cmp.n} queries")
     table.add_column("")
     table.add_column("value", justify="right")

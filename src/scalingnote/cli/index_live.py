@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 
 import typer
+from tqdm.auto import tqdm
+
+from scalingnote.live import LiveIndex, read_documents, read_ids
 
 
 def _run(live, work, compact: bool) -> None:
@@ -33,10 +36,6 @@ def register_live(index_app: typer.Typer) -> None:
     ) -> None:
         """Add or replace documents: every line is checked first (a bad line changes nothing), then
         batches are encoded, logged (fsync) and applied."""
-        from tqdm.auto import tqdm
-
-        from scalingnote.live import LiveIndex, read_documents
-
         batch = read_documents(docs)  # all or nothing: refuse the file before any change
 
         def work(live) -> dict:
@@ -59,8 +58,6 @@ def register_live(index_app: typer.Typer) -> None:
         compact: bool = typer.Option(True, "--compact/--no-compact", help="Write a new generation at the end."),
     ) -> None:
         """Delete documents from the dense index, the BM25 side and the document store."""
-        from scalingnote.live import LiveIndex, read_ids
-
         wanted = read_ids(ids)
         _run(LiveIndex.open(index), lambda live: live.delete(wanted), compact)
 
@@ -70,6 +67,4 @@ def register_live(index_app: typer.Typer) -> None:
         retrain: bool = typer.Option(True, "--retrain/--compact-only", help="Retrain the coarse quantiser, PQ and semantic-ID codebooks on the live documents (default), or only compact."),
     ) -> None:
         """Write a new generation of the live documents (retrained codebooks by default) and swap it in."""
-        from scalingnote.live import LiveIndex
-
         _run(LiveIndex.open(index), lambda live: {"before": live.stats(), **live.compact(retrain=retrain, progress=True)}, compact=False)

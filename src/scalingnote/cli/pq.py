@@ -8,6 +8,9 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import parse_overrides
+from scalingnote.pq import load_pq_config, train
+
 
 def register(app: typer.Typer) -> None:
     pq_app = typer.Typer(help="Learned product quantization (TMJ): joint training, negative mining, FAISS export.", no_args_is_help=True)
@@ -21,9 +24,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Warm-up, PQ/OPQ init, stage 1 (L1 or L0), stage 2 (PQ-oriented negatives), export.
         Rerunning with the same output_dir resumes from the last checkpoint / finished phase."""
-        from scalingnote.cli.train import parse_overrides
-        from scalingnote.pq import load_pq_config, train
-
         over = parse_overrides(set_)
         if output_dir is not None:
             over["output_dir"] = str(output_dir)

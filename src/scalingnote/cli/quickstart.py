@@ -6,12 +6,18 @@ from pathlib import Path
 
 import typer
 
+from scalingnote.cli._options import corpus_format_option, parse_overrides
+from scalingnote.config import load_config
+from scalingnote.quickstart import QuickstartConfig, quickstart
+from scalingnote.quickstart.pipeline import check_inputs
+
 
 def register(app: typer.Typer) -> None:
     @app.command("quickstart")
     def quickstart_cmd(
         out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."),
         data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
+        corpus_format: str | None = corpus_format_option(),
         seed: int = typer.Option(0, "--seed"),
         steps: int | None = typer.Option(None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."),
         llm_depths: str | None = typer.Option(None, "--llm-depths", help="Candidate SmolLM2 depths of the large LLM tower, chosen on validation (e.g. 2,4)."),
@@ -21,18 +27,13 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:
         """data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> matched-cost comparison -> IVFPQ + semantic IDs -> served default."""
-        from scalingnote.cli.train import parse_overrides
-        from scalingnote.config import load_config
-        from scalingnote.quickstart import QuickstartConfig, quickstart
-        from scalingnote.quickstart.pipeline import check_inputs
-
         check_inputs(out, data)  # before any work: a bad --data fails now, not after Stage I started
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
+        given = {"llm_depths": [int(x) for x in llm_depths.split(",")] if llm_depths else None, "teacher": teacher,
+                 "student_p99_ms": student_p99_ms, "corpus_format": corpus_format}
         cfg = load_config(
             QuickstartConfig,
-            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps,
-             **({"llm_depths": [int(x) for x in llm_depths.split(",")]} if llm_depths else {}),
-             **({"teacher": teacher} if teacher else {}), **({"student_p99_ms": student_p99_ms} if student_p99_ms else {}),
-             "max_eval_queries": max_eval_queries, **over},
+            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps, "max_eval_queries": max_eval_queries,
+             **{k: v for k, v in given.items() if v}, **over},
         )
         quickstart(cfg)

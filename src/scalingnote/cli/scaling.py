@@ -6,17 +6,33 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import typer
 
-from scalingnote.cli._options import parse_key_values
+from scalingnote.cli._options import parse_key_values, parse_overrides, with_option_group
+from scalingnote.config import load_config
+from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.scaling.budget import CostModel, plan_both
+from scalingnote.scaling.fit import fit_table, read_fit_params
+from scalingnote.scaling.gpu_plan import GpuPlanSpec, plan_gpu, spec_from_train_config
+from scalingnote.scaling.laws import LAWS, predict
+from scalingnote.scaling.plots import plot_all
+from scalingnote.scaling.table import read_table
+from scalingnote.utils import write_json
 
+#: ``scaling plan`` options that set a CostModel field: field -> (type, flag, help)
+COST_OPTIONS: dict[str, tuple[type, str, str]] = {
+    "annotation_cost_per_pair": (float, "--annotation-cost", "Z_data: $ per annotated pair (paper: 0.6)."),
+    "z_train": (float, "--z-train", "Z_train: training $ per parameter (paper Eq. 14: 3.22e-8)."),
+    "z_infer": (float, "--z-infer", "Z_infer: inference $ per parameter (paper Eq. 15: 0.43)."),
+    "corpus_size": (float, "--corpus-size", "Documents encoded (paper: 30e12 web pages)."),
+    "query_volume": (float, "--query-volume", "Queries encoded over the model's life (paper: 0)."),
+}
 LAW_HELP = "model: L(N)=(A/N)^alpha+delta; data: L(D)=(B/D)^beta+delta; joint: L(N,D)=[(A/N)^(alpha/beta)+B/D]^beta+delta"
 
 
 def _parse_params(text: str) -> dict[str, float]:
     """``"A=8.2e5,alpha=0.57,B=5.2e3,beta=1.39,delta=0.03"`` -> dict."""
-    from scalingnote.errors import ConfigError
-
     out = {}
     for item in text.split(","):
         if not item.strip():
@@ -33,9 +49,6 @@ def _parse_params(text: str) -> dict[str, float]:
 
 def _cost_model(cost: list[str] | None, **explicit):
     """A CostModel from ``--cost KEY=VALUE`` items plus the explicit options that were given."""
-    from scalingnote.config import load_config
-    from scalingnote.scaling.budget import CostModel
-
     data = parse_key_values(cost, "--cost", "corpus_size=1e9")
     data.update({k: v for k, v in explicit.items() if v is not None})
     return load_config(CostModel, data)
@@ -59,8 +72,7 @@ def _sweep(sc: typer.Typer) -> None:
         set_: list[str] = typer.Option(None, "--set", help="Override a key, e.g. --set steps=20 (repeatable)."),
     ) -> None:
         """Train the model-size x data-size grid and score each point on one fixed validation set (resumable)."""
-        from scalingnote.cli.train import parse_overrides
-        from scalingnote.scaling.sweep import load_sweep_config, run_sweep
+        from scalingnote.scaling.sweep import load_sweep_config, run_sweep  # why: loads torch (training); fit / predict / plan / plot do not need it
 
         cfg = load_sweep_config(config, **parse_overrides(set_))
         res = run_sweep(cfg)
@@ -85,12 +97,6 @@ def _fit(sc: typer.Typer) -> None:
         output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON to this file."),
     ) -> None:
         """Fit a scaling law to a results table (robust non-linear least squares in log-parameter space)."""
-        from scalingnote.errors import ScalingNoteError
-        from scalingnote.scaling.fit import fit_table
-        from scalingnote.scaling.laws import LAWS
-        from scalingnote.scaling.table import read_table
-        from scalingnote.utils import write_json
-
         if law not in LAWS:
             raise ScalingNoteError(f"--law must be one of {list(LAWS)}, got {law!r}")
         if holdout_by is not None and holdout_by not in ("N", "D"):
@@ -125,12 +131,6 @@ def _predict(sc: typer.Typer) -> None:
         d: list[float] = typer.Option(None, "--d", help="Data size(s) D."),
     ) -> None:
         """Predict the loss at given N and/or D from a fitted law (prints JSON)."""
-        import numpy as np
-
-        from scalingnote.errors import ScalingNoteError
-        from scalingnote.scaling.fit import read_fit_params
-        from scalingnote.scaling.laws import LAWS, predict
-
         if law not in LAWS:
             raise ScalingNoteError(f"--law must be one of {list(LAWS)}, got {law!r}")
         p = _parse_params(params) if params else (read_fit_params(fit, law) if fit else None)
@@ -161,30 +161,22 @@ def _predict(sc: typer.Typer) -> None:
 
 def _plan(sc: typer.Typer) -> None:
     @sc.command("plan")
+    @with_option_group("given_costs", COST_OPTIONS)
     def plan_cmd(
         budget: list[float] = typer.Option(..., "--budget", help="Total budget in $ (repeatable)."),
         fit: Path | None = typer.Option(None, "--fit", help="Joint-law JSON from `scaling fit --law joint --json`."),
         params: str | None = typer.Option(None, "--params", help="Joint-law parameters instead of --fit: 'A=..,alpha=..,B=..,beta=..,delta=..'."),
-        annotation_cost: float | None = typer.Option(None, "--annotation-cost", help="Z_data: $ per annotated pair (paper: 0.6)."),
-        z_train: float | None = typer.Option(None, "--z-train", help="Z_train: training $ per parameter (paper Eq. 14: 3.22e-8)."),
-        z_infer: float | None = typer.Option(None, "--z-infer", help="Z_infer: inference $ per parameter (paper Eq. 15: 0.43)."),
-        corpus_size: float | None = typer.Option(None, "--corpus-size", help="Documents encoded (paper: 30e12 web pages)."),
-        query_volume: float | None = typer.Option(None, "--query-volume", help="Queries encoded over the model's life (paper: 0)."),
         cost: list[str] = typer.Option(None, "--cost", help="Any other CostModel field, e.g. --cost gpu_price_per_hour=2.5 (repeatable)."),
         n_min: float = typer.Option(1e4, "--n-min", help="Smallest model size considered."),
         n_max: float = typer.Option(1e13, "--n-max", help="Largest model size considered."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+        given_costs: dict[str, float | None] = None,  # type: ignore[assignment]  # one option per COST_OPTIONS entry
     ) -> None:
         """The (N, D) minimising the predicted loss under a budget, with and without the inference cost (Fang et al. §6)."""
-        from scalingnote.errors import ScalingNoteError
-        from scalingnote.scaling.budget import plan_both
-        from scalingnote.scaling.fit import read_fit_params
-
         if (fit is None) == (params is None):
             raise ScalingNoteError("give exactly one of --fit FILE and --params")
         p = read_fit_params(fit, "joint") if fit is not None else _parse_params(params)
-        costs = _cost_model(cost, annotation_cost_per_pair=annotation_cost, z_train=z_train, z_infer=z_infer,
-                            corpus_size=corpus_size, query_volume=query_volume)
+        costs = _cost_model(cost, **given_costs)
         plans = []
         for b in budget:
             both = plan_both(p, b, costs, n_range=(n_min, n_max))
@@ -218,13 +210,10 @@ def _plan_gpu(sc: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, Eq. 14-15)."""
-        from scalingnote.config import load_config
-        from scalingnote.scaling.gpu_plan import GpuPlanSpec, plan_gpu, spec_from_train_config
-
         extra = parse_key_values(set_, "--set")
         given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
         if config is not None:
-            from scalingnote.training.config import load_train_config
+            from scalingnote.training.config import load_train_config  # why: loads torch (training); plan-gpu without --config does not need it
 
             spec = spec_from_train_config(load_train_config(config), arch, **given)
         else:
@@ -258,11 +247,6 @@ def _plot(sc: typer.Typer) -> None:
         n_max: float = typer.Option(1e13, "--n-max"),
     ) -> None:
         """Fit the laws the table allows and write loss_vs_N.png, loss_vs_D.png, joint.png, budget.png."""
-        from scalingnote.errors import ScalingNoteError
-        from scalingnote.scaling.fit import fit_table
-        from scalingnote.scaling.plots import plot_all
-        from scalingnote.scaling.table import read_table
-
         rows = read_table(input)
         cols = set(rows[0])
         fits = {}

@@ -3,15 +3,22 @@ measures a running service is ``python -m benchmarks.loadgen``, outside the prod
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import typer
+
+from scalingnote.cli._options import backend_option_help, backends_located_by
+from scalingnote.index.backends import backend_location, get_backend
+from scalingnote.serve.server import serve
+from scalingnote.serve.settings import ServeSettings
 
 
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
-        index: Path | None = typer.Option(None, "--index", help="Index directory (`scalingnote index build`); required with --backend faiss."),
+        index: Path | None = typer.Option(None, "--index", help=f"Index directory (`scalingnote index build`); required with a back end located by one ({backends_located_by('index')})."),
         query_tower: str = typer.Option(..., "--query-tower", help="Query tower: saved tower dir, HF dir or packaged name (minilm-l6)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback only unless --allow-remote)."),
         port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: a free port, printed at start)."),
@@ -45,8 +52,8 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(None, "--threads", min=1, help="torch intra-op threads (default: torch's)."),
         access_log: bool = typer.Option(False, "--access-log/--no-access-log", help="uvicorn access log (one line per request)."),
         log_level: str = typer.Option("info", "--log-level"),
-        backend: str = typer.Option("faiss", "--backend", help="A back end of scalingnote.index.backends: faiss (--index DIR), milvus (--uri, --collection: `scalingnote index export --to milvus`), or a dotted path 'package.module:attribute'."),
-        uri: str | None = typer.Option(None, "--uri", help="(a back end located by URI; milvus) ./file.db (Milvus Lite) or http://host:19530."),
+        backend: str = typer.Option("faiss", "--backend", help=backend_option_help()),
+        uri: str | None = typer.Option(None, "--uri", help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://host:19530."),
         collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
         milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
         admin_token: str | None = typer.Option(
@@ -59,36 +66,19 @@ def register(app: typer.Typer) -> None:
         onnx_threads: int | None = typer.Option(None, "--onnx-threads", min=1, help="(onnx) ONNX Runtime intra-op threads (default 2, capped at the cores)."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
-        from scalingnote.serve import ServeSettings, serve
-
-        settings = ServeSettings(
-            host=host,
-            port=port,
-            corpus=str(corpus) if corpus is not None else None,
-            document_tower=document_tower,
-            ingest_duty=ingest_duty,
-            max_batch=max_batch,
-            max_wait_ms=max_wait_ms,
-            max_query_chars=max_query_chars,
-            max_k=max_k,
-            max_batch_queries=max_batch_queries,
-            max_queue=max_queue,
-            batch_queue_share=batch_queue_share,
-            allow_remote=allow_remote,
-            shutdown_timeout_s=shutdown_timeout,
-            threads=threads,
-            access_log=access_log,
-            log_level=log_level.lower(),
-            backend=backend,
-            uri=uri,
-            collection=collection,
-            backend_token=milvus_token,
-            admin_token=admin_token,
-            admin_token_file=str(admin_token_file) if admin_token_file is not None else None,
-            query_backend=query_backend,
-            onnx_model=str(onnx_model) if onnx_model is not None else None,
-            onnx_threads=onnx_threads,
-        )
-        from scalingnote.index.backends import backend_location, get_backend
-
+        settings = settings_from_options(locals())
         serve(backend_location(get_backend(backend, "--backend"), index, uri, "serve"), query_tower, settings)
+
+
+#: ``scalingnote serve`` options whose ServeSettings field has another name
+RENAMED = {"shutdown_timeout": "shutdown_timeout_s", "milvus_token": "backend_token"}
+
+
+def settings_from_options(options: dict[str, Any]) -> ServeSettings:
+    """The :class:`ServeSettings` of ``scalingnote serve``'s options (keyed by parameter name):
+    each option sets the field of its name (:data:`RENAMED` aside), paths as strings, the log
+    level in lower case; options that are no field (``index``, ``query_tower``) are left out."""
+    fields = {f.name for f in dataclasses.fields(ServeSettings)}
+    kw = {RENAMED.get(k, k): str(v) if isinstance(v, Path) else v for k, v in options.items() if RENAMED.get(k, k) in fields}
+    kw["log_level"] = kw["log_level"].lower()
+    return ServeSettings(**kw)

@@ -7,12 +7,8 @@ from pathlib import Path
 
 import typer
 
-from scalingnote.cli._options import parse_key_values
-
-
-def parse_overrides(items: list[str] | None) -> dict:
-    """``--set optim.lr=1e-4`` -> {"optim__lr": 1e-4} (values parsed as YAML scalars)."""
-    return {k.replace(".", "__"): v for k, v in parse_key_values(items, "--set", "optim.lr=1e-4").items()}
+from scalingnote.cli._options import parse_overrides
+from scalingnote.training import load_train_config, train
 
 
 def register(app: typer.Typer) -> None:
@@ -24,8 +20,6 @@ def register(app: typer.Typer) -> None:
         output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Override output_dir."),
     ) -> None:
         """Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."""
-        from scalingnote.training import load_train_config, train
-
         over = parse_overrides(set_)
         if output_dir is not None:
             over["output_dir"] = str(output_dir)

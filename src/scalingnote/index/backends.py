@@ -28,6 +28,8 @@ from typing import Any, Literal
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.layout import read_manifest
+from scalingnote.index.milvus import MilvusSearcher  # pymilvus itself is imported on first connect
+from scalingnote.index.milvus_export import export_to_milvus
 from scalingnote.utils.registry import Registry, import_dotted
 
 DEFAULT_COLLECTION = "scalingnote"
@@ -65,14 +67,10 @@ def _open_faiss(location: str | Path, query_tower: Any = None) -> DenseIndex:
 
 
 def _open_milvus(location: str, query_tower: Any = None, *, collection: str = DEFAULT_COLLECTION, token: str | None = None):
-    from scalingnote.index.milvus import MilvusSearcher  # pymilvus itself is imported on first connect
-
     return MilvusSearcher.open(location, collection or DEFAULT_COLLECTION, query_tower=query_tower, token=token)
 
 
 def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAULT_COLLECTION, **options: Any) -> dict[str, Any]:
-    from scalingnote.index.milvus_export import export_to_milvus
-
     return export_to_milvus(source, location, collection, **options)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from scalingnote.data.types import Run
 from scalingnote.errors import ScalingNoteError
@@ -98,11 +99,48 @@ class Searcher(Protocol):
     def search_run(self, query_ids: Sequence[str], queries: Any, k: int = 100, batch_size: int = 256, progress: bool = False, **kw: Any) -> Run: ...
 
 
+#: the search options a request may set -> (the capability flag of :class:`SearcherBase` that
+#: declares it, what a back end without it lacks)
+SEARCH_OPTIONS: dict[str, tuple[str, str]] = {
+    "nprobe": ("has_ivf", "has no IVF layer"),
+    "ef_search": ("has_hnsw", "has no HNSW graph"),
+    "rerank": ("supports_rerank", "does not re-rank candidates"),
+}
+
+
+def _describe(searcher: Any) -> str:
+    """The searcher's index as messages name it: its factory string, else its class name."""
+    try:
+        return str(searcher.factory)
+    except (AttributeError, KeyError):
+        return type(searcher).__name__
+
+
+def search_options(searcher: Any, backend: str | None = None, **requested: Any) -> dict[str, Any]:
+    """The keyword arguments of ``searcher.search`` for the search options ``requested``
+    (``nprobe`` / ``ef_search`` / ``rerank``): those set (not None), each declared by the
+    searcher's capability flag (:data:`SEARCH_OPTIONS`). An option set that the searcher does
+    not declare is a :class:`ScalingNoteError` naming the option, the index and the back end
+    (``backend``, else the searcher's class); an unknown option name is one too."""
+    out: dict[str, Any] = {}
+    for name, value in requested.items():
+        if name not in SEARCH_OPTIONS:
+            raise ScalingNoteError(f"{name}: not a search option (search options: {', '.join(SEARCH_OPTIONS)})")
+        if value is None:
+            continue
+        flag, lacks = SEARCH_OPTIONS[name]
+        if not getattr(searcher, flag, False):
+            raise ScalingNoteError(f"{name}: index {_describe(searcher)!r} {lacks} (back end {backend or type(searcher).__name__})")
+        out[name] = value
+    return out
+
+
 def search_run(searcher: Any, query_ids: Sequence[str], queries: Any, k: int = 100, batch_size: int = 256, progress: bool = False, **kw: Any) -> Run:
     """Search ``queries`` (texts or vectors, aligned with ``query_ids``) in batches of
-    ``batch_size`` with ``searcher.search(batch, k, **kw)``; a TREC-style run ``{qid: {doc_id: score}}``."""
-    from tqdm.auto import tqdm
-
+    ``batch_size`` with ``searcher.search(batch, k, **kw)``; a TREC-style run ``{qid: {doc_id: score}}``.
+    A search option of :data:`SEARCH_OPTIONS` left None is not passed (a back end receives only
+    the options set)."""
+    kw = {name: v for name, v in kw.items() if not (name in SEARCH_OPTIONS and v is None)}
     if batch_size < 1:
         raise ScalingNoteError(f"batch_size must be >= 1, got {batch_size}")
     run: Run = {}
@@ -256,4 +294,7 @@ class BM25Searcher(SearcherBase):
         return SearchResult.from_runs(runs, k, self._row)
 
 
-__all__ = ["BM25Searcher", "Queries", "SearchResult", "Searcher", "SearcherBase", "VectorSearcher", "encode_queries_quietly", "gather_rows", "search_run"]
+__all__ = [
+    "BM25Searcher", "Queries", "SEARCH_OPTIONS", "SearchResult", "Searcher", "SearcherBase", "VectorSearcher", "encode_queries_quietly", "gather_rows",
+    "search_options", "search_run",
+]

@@ -22,24 +22,27 @@ size and cannot take the single queries' share (``batch_queue_share``). A reques
 FastAPI / uvicorn / httpx are imported by the submodules that need them.
 """
 
+import importlib
+
 from scalingnote.serve.metrics import ServeMetrics, metric_value, parse_metrics
 from scalingnote.serve.settings import ServeSettings, check_bind_host, is_loopback_host
 
+#: names served by a submodule that needs FastAPI (an optional dependency: the serve extra),
+#: imported on first use (PEP 562)
+LAZY: dict[str, str] = {
+    "create_app": "scalingnote.serve.app",
+    "serve": "scalingnote.serve.server",
+    "BackgroundServer": "scalingnote.serve.server",
+    "bind_socket": "scalingnote.serve.server",
+    "SearchService": "scalingnote.serve.service",
+    "SearchParams": "scalingnote.serve.service",
+    "ServiceError": "scalingnote.serve.service",
+}
+
 
 def __getattr__(name: str):
-    # FastAPI-dependent pieces load on first use
-    if name == "create_app":
-        from scalingnote.serve.app import create_app
-
-        return create_app
-    if name in ("serve", "BackgroundServer", "bind_socket"):
-        from scalingnote.serve import server
-
-        return getattr(server, name)
-    if name in ("SearchService", "SearchParams", "ServiceError"):
-        from scalingnote.serve import service
-
-        return getattr(service, name)
+    if name in LAZY:
+        return getattr(importlib.import_module(LAZY[name]), name)
     raise AttributeError(f"module 'scalingnote.serve' has no attribute {name!r}")
 
 

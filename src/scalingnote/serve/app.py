@@ -58,6 +58,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scalingnote.serve.documents import add_document_routes
 from scalingnote.serve.metrics import CONTENT_TYPE, ServeMetrics
 from scalingnote.serve.processing import parse_json_body
 from scalingnote.serve.service import SearchParams, SearchService, ServiceError
@@ -343,7 +344,5 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         if not req.query_tower.strip():
             raise ServiceError(422, "invalid_request", "query_tower: empty path")
         return JSONResponse(await service.reload(req.query_tower))
-
-    from scalingnote.serve.documents import add_document_routes
 
     add_document_routes(app, service, settings, metrics)  # POST /documents, DELETE /documents/{id} (the live index)

@@ -11,6 +11,8 @@ from typing import Any
 from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import index_corpus, make_snippet
+from scalingnote.index.hybrid import HybridSearcher, load_fusion
+from scalingnote.sparse.bm25 import open_or_build_bm25
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -45,8 +47,6 @@ def load_bm25(index_dir: Path, corpus_path: Path | None, doc_ids: Sequence[str])
     """The BM25 index beside the dense index (``<index>/bm25``): reused while its fingerprint
     matches the indexed documents of ``corpus_path``, else built once and saved; without a
     corpus, the saved one (or None). A failure costs the bm25/hybrid modes, not the service."""
-    from scalingnote.sparse.bm25 import open_or_build_bm25
-
     try:
         if corpus_path is None:
             return open_or_build_bm25(index_dir)
@@ -64,8 +64,6 @@ def served_searcher(index, corpus_path: Path | None):
     choice), its BM25 side (a live index's own, with the delta segment), and ``dense`` as the
     default when the index has no BM25. Returns ``(searcher, default_mode)``; the quick start
     measures its served row through this same function."""
-    from scalingnote.index.hybrid import HybridSearcher, load_fusion
-
     local = index.local_dir
     fusion, mode = load_fusion(local)
     live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)

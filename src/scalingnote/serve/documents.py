@@ -29,6 +29,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.index.backends import resolve_opener
+from scalingnote.index.searcher import encode_queries_quietly
+from scalingnote.live import LiveIndex
 from scalingnote.live.records import BatchError, documents_from_records, id_problem
 from scalingnote.serve.processing import ServiceError, parse_json_body
 from scalingnote.serve.settings import admin_denial
@@ -43,8 +46,6 @@ def open_serving_index(backend, location, tower, settings):
     and ``settings.live`` (FAISS: a :class:`~scalingnote.live.LiveIndex`, log replayed;
     read-only when another process holds its writer lock), else the back end's searcher.
     ``backend``: an entry of :mod:`scalingnote.index.backends`."""
-    from scalingnote.index.backends import resolve_opener
-
     if backend.live is None or not getattr(settings, "live", True):
         options = {"collection": settings.collection, "token": settings.backend_token} if backend.location == "uri" else {}
         return backend.open(location, query_tower=tower, **options)
@@ -66,7 +67,7 @@ def _ingest_thread_init() -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + 10))
     except (OSError, AttributeError):
         pass
-    import torch
+    import torch  # why: the ingest thread's torch setting; torch loads with the towers, not with this module
 
     torch.set_num_threads(1)
 
@@ -130,8 +131,6 @@ class _LiveState:
 
     def collect(self) -> None:
         """Before each /metrics render: the live gauges (recall estimate refreshed in the background)."""
-        from scalingnote.live import LiveIndex
-
         idx = self.service.index
         if not isinstance(idx, LiveIndex):  # the gauges are the live index's own statistics
             return
@@ -231,8 +230,6 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
 
 def reload_overlap(index, old_tower, new_tower, queries: list[str], k: int = 10) -> float:
     """Mean overlap |top-k(old) & top-k(new)| / k of two query towers over ``index`` (dense)."""
-    from scalingnote.index.searcher import encode_queries_quietly
-
     qo = np.asarray(encode_queries_quietly(old_tower, queries), dtype=np.float32)
     qn = np.asarray(encode_queries_quietly(new_tower, queries), dtype=np.float32)
     a = index.search(qo, k).doc_ids

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.searcher import search_options
 
 
 log = logging.getLogger("scalingnote.serve")
@@ -151,9 +152,9 @@ class BatchProcessing:
                 if not members:
                     continue
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
-            # only the options a request set: a back end without IVF / HNSW / re-rank need not take them
-            kw = {k: v for k, v in (("nprobe", params.nprobe), ("ef_search", params.ef_search), ("rerank", params.rerank)) if v is not None}
             try:
+                # only the options a request set, each declared by the back end (validated at admission)
+                kw = search_options(index, self.settings.backend, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
                 if params.mode == "dense":
                     res = index.search(vecs[vec_row[rows]], params.k, **kw)
                 elif searcher is None:

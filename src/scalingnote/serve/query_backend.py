@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.models.export import ONNX_META, export_onnx, ort_session, read_onnx_meta
+from scalingnote.models.loading import model_cache_root
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -43,8 +45,6 @@ class OnnxQueryTower:
     """A query tower whose ``encode_queries`` runs an exported ONNX graph (see the module docstring)."""
 
     def __init__(self, tower: Any, export_dir: str | os.PathLike, *, model: str | None = None, threads: int | None = None):
-        from scalingnote.models.export import ort_session, read_onnx_meta
-
         if getattr(tower, "role", None) != "query":
             raise ScalingNoteError("the ONNX query backend needs a query tower")
         self.tower = tower
@@ -102,8 +102,6 @@ class OnnxQueryTower:
 
 def onnx_cache_dir(tower: Any, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where the fp32 export of ``tower`` is cached (keyed by its fingerprint)."""
-    from scalingnote.models.loading import model_cache_root
-
     root = Path(cache_dir) if cache_dir is not None else model_cache_root().parent / "onnx"
     return root / str(tower.fingerprint)
 
@@ -118,8 +116,6 @@ def onnx_query_tower(
 ) -> OnnxQueryTower:
     """Wrap ``tower`` with ONNX Runtime; exports (fp32) into the cache when ``export_dir`` is None."""
     if export_dir is None:
-        from scalingnote.models.export import ONNX_META, export_onnx
-
         export_dir = onnx_cache_dir(tower, cache_dir)
         if not (Path(export_dir) / ONNX_META).is_file():
             log.info("exporting the query tower to ONNX (fp32) once into %s", export_dir)

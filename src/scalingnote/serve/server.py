@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import threading
 import time
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.backends import get_backend
+from scalingnote.serve.app import create_app
 from scalingnote.serve.settings import ServeSettings, check_bind_host
 
 
@@ -44,7 +48,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _uvicorn_server(app, settings: ServeSettings):
-    import uvicorn
+    import uvicorn  # why: an optional dependency (the serve extra), needed only to run a server
 
     config = uvicorn.Config(
         app,
@@ -63,12 +67,7 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
     Refuses non-loopback hosts unless ``settings.allow_remote``. If the tower or index
     fails to load, the server stops and a :class:`ScalingNoteError` says why.
     """
-    import os
-
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch/faiss start OpenMP (shared CPUs)
-    from scalingnote.index.backends import get_backend
-    from scalingnote.serve.app import create_app
-
     settings = settings or ServeSettings()
     check_bind_host(settings.host, settings.allow_remote)
     backend = get_backend(settings.backend, "backend")
@@ -94,8 +93,6 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
         print(f"scalingnote serve: admin token from {'--admin-token-file' if app.state.admin_token_source == 'file' else '--admin-token / SCALINGNOTE_ADMIN_TOKEN'}", flush=True)
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown), then re-raises the signal to the
     # handler that was installed before it: make SIGTERM end the command like SIGINT (exit 0).
-    import signal
-
     def _term(signum, frame):
         raise KeyboardInterrupt
 
@@ -149,7 +146,7 @@ class BackgroundServer:
 
     def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
         """Poll ``/healthz`` until 200 (returns its JSON) or fail after ``timeout`` s."""
-        import httpx
+        import httpx  # why: an optional dependency (the serve extra), needed only to poll a running server
 
         t0 = time.monotonic()
         last: Any = None

@@ -45,13 +45,26 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index import check_query_tower, tower_identity
+from scalingnote.index.backends import get_backend
+from scalingnote.index.pipeline import load_tower_for
+from scalingnote.index.searcher import search_options
 from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
+from scalingnote.serve.documents import check_reload, open_serving_index
 from scalingnote.serve.lanes import Lanes
 from scalingnote.serve.metrics import ServeMetrics
 from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
+
+
+def query_encoder(tower: Any, settings: ServeSettings) -> Any:
+    """The query encoder ``settings.query_backend`` names over ``tower`` (the torch tower itself,
+    or ONNX Runtime): :func:`scalingnote.serve.query_backend.wrap_query_tower`."""
+    from scalingnote.serve.query_backend import wrap_query_tower  # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
+
+    return wrap_query_tower(tower, settings)
 
 
 # --------------------------------------------------------------------------- service
@@ -122,12 +135,8 @@ class SearchService(BatchProcessing):
     def _load_sync(self) -> None:
         """Runs in the worker thread: tower, index (compatibility checked), titles. The back end
         comes from :mod:`scalingnote.index.backends`; what it can do, from its searcher's flags."""
-        from scalingnote.index.backends import get_backend
-        from scalingnote.index.pipeline import load_tower_for
-        from scalingnote.serve.documents import open_serving_index
-
         if self.settings.threads:
-            import torch
+            import torch  # why: torch loads with the first tower, after serve() sets OMP_WAIT_POLICY
 
             torch.set_num_threads(int(self.settings.threads))
         backend = get_backend(self.settings.backend, "backend")
@@ -145,9 +154,7 @@ class SearchService(BatchProcessing):
         local = getattr(index, "local_dir", None)
         if local is not None:  # an index directory: the BM25 index and fusion.json beside it (modes bm25, hybrid)
             self.searcher, self.default_mode = served_searcher(index, corpus_path)  # the quick start's choice
-        from scalingnote.serve.query_backend import wrap_query_tower
-
-        tower = wrap_query_tower(tower, self.settings)  # ONNX Runtime when --query-backend onnx
+        tower = query_encoder(tower, self.settings)  # ONNX Runtime when --query-backend onnx
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
         self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
@@ -156,8 +163,6 @@ class SearchService(BatchProcessing):
     @property
     def location(self) -> str | Path:
         """Where the back end lives: the index directory, or ``settings.uri`` for one located by URI."""
-        from scalingnote.index.backends import get_backend
-
         return self.settings.uri if get_backend(self.settings.backend, "backend").location == "uri" else self.index_dir
 
     def capability(self, flag: str) -> bool:
@@ -214,19 +219,16 @@ class SearchService(BatchProcessing):
         s = self.settings
         if not 1 <= params.k <= s.max_k:
             raise ServiceError(422, "invalid_request", f"k: must be in 1..{s.max_k}, got {params.k}")
+        try:  # only the options the back end declares (its capability flags)
+            search_options(self.index, self.settings.backend, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
+        except ScalingNoteError as e:
+            raise ServiceError(422, "invalid_request", str(e)) from None
         if params.nprobe is not None:
-            if not self.capability("has_ivf"):
-                raise ServiceError(422, "invalid_request", f"nprobe: index {self.index.factory!r} has no IVF layer")
             nlist = int(self.index.manifest.get("nlist") or 1)
             if not 1 <= params.nprobe <= nlist:
                 raise ServiceError(422, "invalid_request", f"nprobe: must be in 1..{nlist} (the index's nlist), got {params.nprobe}")
-        if params.ef_search is not None:
-            if not self.capability("has_hnsw"):
-                raise ServiceError(422, "invalid_request", f"ef_search: index {self.index.factory!r} has no HNSW graph")
-            if not 1 <= params.ef_search <= s.max_rerank:
-                raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
-        if params.rerank is not None and not self.capability("supports_rerank"):
-            raise ServiceError(422, "invalid_request", f"rerank: index {self.index.factory!r} does not re-rank candidates (back end {self.settings.backend})")
+        if params.ef_search is not None and not 1 <= params.ef_search <= s.max_rerank:
+            raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
         if params.rerank is not None and not 1 <= params.rerank <= s.max_rerank:
             raise ServiceError(422, "invalid_request", f"rerank: must be in 1..{s.max_rerank}, got {params.rerank}")
         if params.mode not in self.modes:
@@ -346,14 +348,11 @@ class SearchService(BatchProcessing):
             self.metrics.reloads.inc(result="busy")
             raise ServiceError(409, "reload_in_progress", "another reload is in progress")
         async with self._reload_lock:
-            from scalingnote.index import check_query_tower
-            from scalingnote.index.pipeline import load_tower_for
-
             source = str(query_tower)
 
             def load():
                 if self.settings.threads:
-                    import torch
+                    import torch  # why: as in _load_sync
 
                     torch.set_num_threads(int(self.settings.threads))
                 try:
@@ -366,10 +365,8 @@ class SearchService(BatchProcessing):
                     check_query_tower(self.index.manifest, t, getattr(self.index, "root", self.location))
                 except ScalingNoteError as e:
                     raise ServiceError(409, "incompatible_query_tower", str(e)) from None
-                from scalingnote.serve.query_backend import wrap_query_tower
-
                 try:  # the same query backend as at start (ONNX Runtime under --query-backend onnx)
-                    t = wrap_query_tower(t, self.settings)
+                    t = query_encoder(t, self.settings)
                 except ScalingNoteError as e:
                     raise ServiceError(400, "tower_load_failed", str(e)) from None
                 t.encode_queries(["warm up"], batch_size=1, show_progress=False)  # own thread, own model object
@@ -384,8 +381,6 @@ class SearchService(BatchProcessing):
             except Exception as e:  # noqa: BLE001
                 self.metrics.reloads.inc(result="failed")
                 raise ServiceError(400, "tower_load_failed", f"{source}: {type(e).__name__}: {e}") from None
-            from scalingnote.serve.documents import check_reload
-
             try:  # the new tower's top-10 must overlap the running tower's
                 check = await asyncio.get_running_loop().run_in_executor(self._executor, check_reload, self, new)
             except ServiceError:
@@ -408,8 +403,6 @@ class SearchService(BatchProcessing):
 
     # ------------------------------------------------------------------ info
     def tower_info(self) -> dict[str, Any]:
-        from scalingnote.index import tower_identity
-
         info = tower_identity(self.tower) if self.tower is not None else {}
         info["source"] = self.tower_source
         return info

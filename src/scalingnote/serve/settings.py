@@ -5,12 +5,18 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import secrets
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.index.backends import get_backend
 from scalingnote.serve.processing import ServiceError
+
+
+#: field metadata of a numeric setting that must be >= 1 / >= 0 (checked by ServeSettings)
+AT_LEAST_1: dict[str, Any] = {"min": 1}
+AT_LEAST_0: dict[str, Any] = {"min": 0}
 
 
 @dataclass
@@ -45,21 +51,27 @@ class ServeSettings:
     ``admin_token_file``, else generated at start (``resolve_admin_token``).
     """
 
+    #: listen address (loopback only unless ``allow_remote``) and TCP port (0: a free port)
     host: str = "127.0.0.1"
     port: int = 8080
+    #: BEIR directory or corpus file for result titles (None: the corpus the index records)
     corpus: str | None = None
-    max_batch: int = 64
-    max_wait_ms: float = 5.0
-    max_query_chars: int = 1000
-    max_k: int = 1000
-    max_rerank: int = 10_000
-    max_batch_queries: int = 256
-    max_body_bytes: int = 1 << 20
-    max_queue: int = 256
+    #: micro-batching: most queries in one model call; longest wait for a batch to fill
+    max_batch: int = field(default=64, metadata=AT_LEAST_1)
+    max_wait_ms: float = field(default=5.0, metadata=AT_LEAST_0)
+    #: input limits (422 past them): query characters, k, re-rank depth and ef_search
+    max_query_chars: int = field(default=1000, metadata=AT_LEAST_1)
+    max_k: int = field(default=1000, metadata=AT_LEAST_1)
+    max_rerank: int = field(default=10_000, metadata=AT_LEAST_1)
+    #: queries per /search/batch request; request body bytes
+    max_batch_queries: int = field(default=256, metadata=AT_LEAST_1)
+    max_body_bytes: int = field(default=1 << 20, metadata=AT_LEAST_1)
+    #: queries waiting for the model worker (503 + Retry-After past it)
+    max_queue: int = field(default=256, metadata=AT_LEAST_1)
     batch_queue_share: float = 0.5  #: share of max_queue that /search/batch requests may hold together (0 < share < 1)
     allow_remote: bool = False
-    shutdown_timeout_s: float = 30.0
-    threads: int | None = None
+    shutdown_timeout_s: float = field(default=30.0, metadata=AT_LEAST_0)
+    threads: int | None = field(default=None, metadata=AT_LEAST_1)  #: torch intra-op threads (None: torch's own)
     access_log: bool = False
     log_level: str = "info"
     # search back end: a name of scalingnote.index.backends ("faiss": the index directory;
@@ -74,41 +86,33 @@ class ServeSettings:
     # query encoder: "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
     query_backend: str = "torch"
     onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
-    onnx_threads: int | None = None  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
+    onnx_threads: int | None = field(default=None, metadata=AT_LEAST_1)  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
     # the live index (scalingnote.live, scalingnote.serve.documents)
     live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
-    max_document_chars: int = 100_000  #: largest accepted document (title + topic + text)
-    max_documents_per_request: int = 1024
-    live_compact_docs: int = 2000  #: compact when the BM25 delta + tombstones reach this many documents
+    max_document_chars: int = field(default=100_000, metadata=AT_LEAST_1)  #: largest accepted document (title + topic + text)
+    max_documents_per_request: int = field(default=1024, metadata=AT_LEAST_1)
+    live_compact_docs: int = field(default=2000, metadata=AT_LEAST_1)  #: compact when the BM25 delta + tombstones reach this many documents
     #: while searches are being answered, encoding new documents uses at most this share of the
     #: ingest thread's wall time (it pauses between chunks of 16 documents), so searches keep their
     #: CPU; 1 = no pacing. Ingest runs at full speed whenever no search ran in the last second.
     ingest_duty: float = 0.5
     reload_min_overlap: float = 0.5  #: /admin/reload refuses a tower whose top-10 overlap with the running one is lower
-    reload_sample_queries: int = 64  #: recent queries the reload check compares the towers on
+    reload_sample_queries: int = field(default=64, metadata=AT_LEAST_1)  #: recent queries the reload check compares the towers on
 
     def __post_init__(self) -> None:
-        def positive(name: str, minimum: float = 1) -> None:
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < minimum:
-                raise ConfigError(None, None, name, f"must be a number >= {minimum}, got {v!r}")
-
-        for name in ("max_batch", "max_query_chars", "max_k", "max_rerank", "max_batch_queries", "max_body_bytes", "max_queue"):
-            positive(name)
-        positive("max_wait_ms", 0)
+        for f in fields(self):  # the numeric settings with a lower bound (AT_LEAST_*; None where None is the default)
+            v = getattr(self, f.name)
+            if "min" in f.metadata and not (v is None and f.default is None):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < f.metadata["min"]:
+                    raise ConfigError(None, None, f.name, f"must be a number >= {f.metadata['min']}, got {v!r}")
         share = self.batch_queue_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
             raise ConfigError(None, None, "batch_queue_share", f"must be a number in (0, 1): the rest of max_queue is kept for single queries, got {share!r}")
-        positive("shutdown_timeout_s", 0)
-        if self.threads is not None:
-            positive("threads")
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(None, None, "log_level", f"unknown level {self.log_level!r}")
-        from scalingnote.index.backends import get_backend
-
         try:
             entry = get_backend(self.backend, "backend")
         except ScalingNoteError as e:
@@ -117,13 +121,8 @@ class ServeSettings:
             raise ConfigError(None, None, "uri", f"required with backend {entry.name} ({entry.help or 'the back end service URI'})")
         if self.query_backend not in ("torch", "onnx"):
             raise ConfigError(None, None, "query_backend", f"must be torch or onnx, got {self.query_backend!r}")
-        if self.onnx_threads is not None:
-            positive("onnx_threads")
         if self.onnx_model is not None and self.query_backend != "onnx":
             raise ConfigError(None, None, "onnx_model", "is used only with query_backend onnx")
-
-        for name in ("max_document_chars", "max_documents_per_request", "live_compact_docs", "reload_sample_queries"):
-            positive(name)
         if isinstance(self.ingest_duty, bool) or not isinstance(self.ingest_duty, (int, float)) or not 0 < self.ingest_duty <= 1:
             raise ConfigError(None, None, "ingest_duty", f"must be in (0, 1], got {self.ingest_duty!r}")
         if isinstance(self.reload_min_overlap, bool) or not isinstance(self.reload_min_overlap, (int, float)) or not 0 <= self.reload_min_overlap <= 1:

@@ -1,0 +1,123 @@
+"""``scalingnote search``: a thin wrapper over :mod:`scalingnote.index` (dense search on any back
+end of :mod:`scalingnote.index.backends`; BM25 or hybrid beside an index directory)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from scalingnote.cli._options import backend_option_help, backends_located_by
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.backends import backend_location, get_backend, open_searcher
+from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, served_fusion
+from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
+from scalingnote.index.searcher import SearchResult, search_options
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("search")
+    def search(
+        index: Path | None = typer.Option(None, "--index", help=f"Index directory (back ends located by one: {backends_located_by('index')})."),
+        query_tower: str | None = typer.Option(None, "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir (modes dense and hybrid)."),
+        queries: Path | None = typer.Option(None, "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
+        out: Path | None = typer.Option(None, "--out", help="TREC run file to write (+ <out>.meta.json); with --queries."),
+        query: str | None = typer.Option(None, "--query", help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run."),
+        split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
+        k: int = typer.Option(100, "--k", min=1),
+        mode: str | None = typer.Option(None, "--mode", help=f"{' | '.join(MODES)} (hybrid: BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense."),
+        corpus: Path | None = typer.Option(None, "--corpus", help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records)."),
+        fusion: str | None = typer.Option(None, "--fusion", help="(hybrid) rrf or weighted; default: the index's fusion.json (what `scalingnote serve` uses), else rrf."),
+        rrf_k: int | None = typer.Option(None, "--rrf-k", min=0, help="(hybrid rrf) RRF constant (default 60)."),
+        weight: float | None = typer.Option(None, "--weight", min=0.0, max=1.0, help="(hybrid weighted) weight of the dense side; choose it on validation queries (default: fusion.json's, else 0.5)."),
+        norm: str | None = typer.Option(None, "--norm", help="(hybrid weighted) minmax or zscore (default: fusion.json's, else minmax)."),
+        depth: int | None = typer.Option(None, "--depth", min=1, help="(hybrid) candidates from each side before fusion (default 100)."),
+        nprobe: int | None = typer.Option(None, "--nprobe", min=1, help="IVF lists probed (a back end with an IVF layer)."),
+        ef_search: int | None = typer.Option(None, "--ef-search", min=1, help="HNSW beam width (a back end with an HNSW graph)."),
+        rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors (a back end that re-ranks)."),
+        batch_size: int = typer.Option(256, "--batch-size", min=1),
+        backend: str = typer.Option("faiss", "--backend", help=backend_option_help()),
+        uri: str | None = typer.Option(None, "--uri", help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
+        collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token."),
+    ) -> None:
+        """Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a
+        TREC run, or print one query's hits."""
+        # one default with `scalingnote serve`: the index's fusion.json, each flag given overriding it
+        fusion_cfg, served_mode = served_fusion(index, method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
+        mode = mode or served_mode
+        _check_request(mode, query_tower, query, queries, out)
+        entry = get_backend(backend, "--backend")
+        location = backend_location(entry, index, uri, "search")
+        tower = load_tower_for(query_tower, "query") if mode != "bm25" else None
+        dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
+        try:
+            dense_kw = search_options(dense, entry.name, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
+            local = getattr(dense, "local_dir", None)
+            if mode == "dense" and (query is None or local is None):  # the back end alone
+                if query is not None:
+                    _print_hits(_search_one(dense, query, k, dense_kw))
+                    return
+                qs = read_search_queries(queries, split if queries.is_dir() else None)
+                meta = search_queries_to_run(
+                    getattr(dense, "root", location), qs, out, k=k, batch_size=batch_size, searcher=dense, **dense_kw,
+                    config={"queries": str(queries), "split": split, "query_tower": query_tower, "backend": backend},
+                )
+                typer.echo(f"wrote {out} ({len(qs)} queries; search {meta['timings']['search_qps']} q/s)", err=True)
+                return
+            if local is None:
+                raise ScalingNoteError(f"--backend {entry.name}: --mode {mode} needs an index directory beside the searcher "
+                                       "(its BM25 index; the searcher declares none: local_dir), e.g. --backend faiss")
+            searcher = open_hybrid(local, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
+            if query is not None:
+                _print_hits(searcher.search([query], k, mode=mode, **dense_kw))
+                return
+            qs = read_search_queries(queries, split if queries.is_dir() else None)
+            meta = hybrid_queries_to_run(
+                searcher, qs, out, mode=mode, k=k, batch_size=batch_size,  # type: ignore[arg-type]
+                config={"queries": str(queries), "split": split, "query_tower": query_tower}, **dense_kw,
+            )
+            typer.echo(f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True)
+        finally:
+            if hasattr(dense, "close"):
+                dense.close()
+
+
+def _check_request(mode: str, query_tower: str | None, query: str | None, queries: Path | None, out: Path | None) -> None:
+    """The option combinations ``scalingnote search`` refuses before opening anything."""
+    if mode not in MODES:
+        raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode != "bm25" and query_tower is None:
+        raise ScalingNoteError(f"--mode {mode} needs --query-tower")
+    if (query is None) == (queries is None):
+        raise ScalingNoteError("give --queries FILE/DIR with --out RUN, or one --query TEXT")
+    if queries is not None and out is None:
+        raise ScalingNoteError("--queries needs --out (the TREC run to write)")
+    if query is not None and not query.strip():
+        raise ScalingNoteError("--query: empty query")
+
+
+def _search_one(searcher: Any, query: str, k: int, kw: dict[str, Any]) -> SearchResult:
+    """One query's hits (a back end's own searcher adds titles and snippets where it stores
+    documents: ``attach_documents``)."""
+    res = searcher.search([query], k, **kw)
+    attach = getattr(searcher, "attach_documents", None)
+    return attach(res) if attach is not None else res
+
+
+def _print_hits(res: SearchResult) -> None:
+    """``scalingnote search --query``: one JSON line per hit (rank, id, score, title, snippet, semantic ID)."""
+    titles = res.titles[0] if res.titles is not None else None
+    snippets = res.snippets[0] if res.snippets is not None else None
+    for r, d in enumerate(res.doc_ids[0]):
+        hit = {
+            "rank": r + 1,
+            "doc_id": d,
+            "score": round(float(res.scores[0][r]), 6),
+            "title": titles[r] if titles is not None else "",
+            "snippet": snippets[r] if snippets is not None else "",
+            "semantic_id": res.semantic_ids[0][r].tolist() if res.semantic_ids is not None else None,
+        }
+        typer.echo(json.dumps(hit, ensure_ascii=False))
