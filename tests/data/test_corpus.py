@@ -252,3 +252,53 @@ def test_user_reader_errors_name_file_line_and_field(tmp_path):
         list(iter_corpus(tmp_path))
     assert (e.value.path, e.value.line) == (str(p), 6)
 
+
+
+# ----------------------------------------------------------------------------- a BEIR directory's corpus file
+def test_find_corpus_file_detects_the_one_corpus_file_and_names_what_it_looked_for(tmp_path):
+    from scalingnote.data.corpus import find_corpus_file
+
+    beir = tmp_path / "beir"
+    write_corpus(beir / "corpus.jsonl", DOCS)
+    assert find_corpus_file(beir) == beir / "corpus.jsonl"
+    assert find_corpus_file(beir, "jsonl") == beir / "corpus.jsonl"
+    with pytest.raises(DataError, match=r"no corpus file of format 'parquet'.*found: corpus\.jsonl"):
+        find_corpus_file(beir, "parquet")
+    _write_parquet(beir / "corpus.parquet", DOCS)
+    with pytest.raises(DataError, match=r"several corpus files in this directory \(corpus\.jsonl \(jsonl\), corpus\.parquet \(parquet\)\)"):
+        find_corpus_file(beir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"empty: no corpus file in this directory \(looked for corpus\.jsonl \(jsonl\)") as e:
+        find_corpus_file(empty)
+    assert e.value.path == str(empty)
+    # a format registered here is looked for too, by its own file name
+    register_corpus_format("h4_tab_corpus", read_tsv, suffixes=(".h4tab",))
+    (empty / "corpus.h4tab").write_text("id\ttitle\ttext\nx1\tA\tsome text\n", encoding="utf-8")
+    assert find_corpus_file(empty) == empty / "corpus.h4tab"
+
+
+def test_use_corpus_format_registers_a_dotted_reader_for_the_directorys_corpus_file(tmp_path, monkeypatch):
+    from scalingnote.data.corpus import find_corpus_file, use_corpus_format
+
+    (tmp_path / "h4_user_reader.py").write_text(
+        "from scalingnote.data import Document\n"
+        "def read(path):\n"
+        "    for line in open(path, encoding='utf-8').read().splitlines()[1:]:\n"
+        "        i, t, x = line.split(',')\n"
+        "        yield Document(i, t, '', x)\n"
+        "other = read\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    (beir / "corpus.csv").write_text("id,title,text\nc1,First,one text\nc2,Second,two text\n", encoding="utf-8")
+    name = use_corpus_format("h4_user_reader:read", beir)
+    assert name == "h4_user_reader.read" and corpus.FORMATS.get(name).suffixes == (".csv",)
+    assert use_corpus_format("h4_user_reader:read", beir) == name  # again: the same entry
+    assert use_corpus_format(name) == name and use_corpus_format("jsonl") == "jsonl"  # a registered name as it is
+    assert find_corpus_file(beir, name) == beir / "corpus.csv"
+    assert [d.id for d in iter_corpus(beir)] == ["c1", "c2"]  # every stage reading the directory reads it
+    with pytest.raises(DataError, match=r"no corpus\.<suffix> file that the registered formats .* do not read already"):
+        use_corpus_format("h4_user_reader:other", tmp_path / "nothing_here")
+    with pytest.raises(ScalingNoteError, match=r"cannot import corpus format 'h4_user_reader:missing'"):
+        use_corpus_format("h4_user_reader:missing", beir)

@@ -283,14 +283,11 @@ def use_corpus_format(spec: str, data_dir: str | Path | None = None) -> str:
     if not callable(obj):
         raise ScalingNoteError(f"corpus format {spec!r}: neither a CorpusFormat nor a reader function (got {type(obj).__name__})")
     name = spec.replace(":", ".")
+    if name in FORMATS:  # registered by an earlier call
+        return name
     if data_dir is None:
         raise ScalingNoteError(f"corpus format {spec!r}: a reader function needs the data directory, to find its corpus.<suffix> file")
-    suffix = _unowned_corpus_suffix(Path(data_dir), spec)
-    if name in FORMATS:
-        if suffix not in FORMATS.get(name).suffixes:
-            raise ScalingNoteError(f"corpus format {spec!r} is registered for {FORMATS.get(name).suffixes}, not {suffix!r}")
-        return name
-    return register_corpus_format(name, obj, suffixes=(suffix,)).name
+    return register_corpus_format(name, obj, suffixes=(_unowned_corpus_suffix(Path(data_dir), spec),)).name
 
 
 def _unowned_corpus_suffix(d: Path, spec: str) -> str:
