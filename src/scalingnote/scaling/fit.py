@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.errors import ScalingNoteError
+from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.scaling.laws import LAW_VARIABLES, PARAM_NAMES, _joint_log, check_law, predict
+from scalingnote.scaling.table import holdout_mask, select_rows
 
 #: Bounds of the log-parameters (natural scale: α, β in [1e-3, 20]; δ >= 1e-12 · max loss).
 _EXP_BOUNDS = (math.log(1e-3), math.log(20.0))
@@ -369,8 +370,6 @@ def fit_table(
     variable, N for the joint law — or a random ``holdout_frac``) are left out of the fit
     and scored with its predictions.
     """
-    from scalingnote.scaling.table import holdout_mask, select_rows
-
     check_law(law)
     for var in LAW_VARIABLES[law]:
         if rows and var not in rows[0]:
@@ -406,8 +405,6 @@ def read_fit_params(path, law: str | None = "joint") -> dict[str, float]:
     the law's parameter names at the top level). Errors name the file and the field."""
     import json
     from pathlib import Path
-
-    from scalingnote.errors import DataError
 
     path = Path(path)
     try:

@@ -55,11 +55,18 @@ from typing import Any, Literal
 import numpy as np
 
 from scalingnote.config import config_to_dict, load_config, save_config
+from scalingnote.data import load_corpus, load_qrels, load_queries
+from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ConfigError, ScalingNoteError
-from scalingnote.training.config import TrainConfig
-from scalingnote.utils import run_metadata, write_json
+from scalingnote.evaluation.perplexity import contrastive_perplexity, sample_contrastive_set
+from scalingnote.models import load_tower
 from scalingnote.scaling.provenance import _check_same_config, _check_same_data, config_hash
-from scalingnote.utils.io import atomic_path
+from scalingnote.scaling.table import write_table
+from scalingnote.training import train
+from scalingnote.training.config import DataSpec, TrainConfig
+from scalingnote.training.data import _split_by_query, load_training_data
+from scalingnote.utils import run_metadata, write_json
+from scalingnote.utils.io import atomic_path, atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +161,6 @@ def _hash_set(cset) -> str:
 def _training_pool(cfg: SweepConfig):
     """All training examples of the configured source (qrels or triplets, hard negatives as
     configured), without any hold-out."""
-    from scalingnote.training.config import DataSpec
-    from scalingnote.training.data import load_training_data
-
     d = cfg.train.data
     spec = DataSpec(
         data_dir=d.data_dir,
@@ -175,11 +179,6 @@ def _training_pool(cfg: SweepConfig):
 
 def prepare(cfg: SweepConfig) -> tuple[list[Any], _Validation]:
     """Build (or rebuild, deterministically) the shuffled training pool and the fixed validation set."""
-    from scalingnote.data import load_corpus, load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-    from scalingnote.evaluation.perplexity import sample_contrastive_set
-    from scalingnote.training.data import _split_by_query
-
     pool_data = _training_pool(cfg)
     examples = list(pool_data.train)
     v = cfg.validation
@@ -282,8 +281,6 @@ def _examples_hash(examples) -> str:
 
 def _write_subset(path: Path, examples) -> None:
     """Write the triplets of ``examples`` (only when the file is missing or differs)."""
-    from scalingnote.utils.io import atomic_write
-
     text = "".join(line + "\n" for line in _triplet_lines(examples))
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return
@@ -325,9 +322,6 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
     """Contrastive perplexity (Eq. 6) of the towers saved in ``run_dir`` on the fixed set."""
     import torch
 
-    from scalingnote.evaluation.perplexity import contrastive_perplexity
-    from scalingnote.models import load_tower
-
     qt = load_tower(run_dir / "query_tower")
     dt = load_tower(run_dir / "doc_tower")
     qids = list(dict.fromkeys(val.cset.query_ids))
@@ -347,9 +341,6 @@ def run_sweep(cfg: SweepConfig, *, on_point: Callable[[dict[str, Any]], None] | 
     ``on_point(row)`` is called after each grid point is finished (also for skipped ones).
     """
     from tqdm.auto import tqdm
-
-    from scalingnote.scaling.table import write_table
-    from scalingnote.training import train
 
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
