@@ -79,8 +79,11 @@ class QuickstartConfig:
     small_max_epochs: float = 10.0
     steps: int | None = None
     patience: int = 4
+    #: Stage I's batch (its in-batch negatives); a smaller ``micro_batch_size`` computes it in pieces
+    #: (gradient caching: the same large-batch gradients in less memory)
     batch_size: int = 64
     micro_batch_size: int | None = None
+    #: token budgets of a query and of a document (an LLM document's §3.2 prompt counts against it)
     query_max_length: int = 32
     doc_max_length: int = 128
     #: QKD: up to ``qkd_epochs`` epochs, stopping after ``qkd_patience`` epochs without a better
