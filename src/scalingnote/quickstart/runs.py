@@ -214,8 +214,8 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
 
 
 def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
-    """A run name's embedding-size suffix: none at ``cfg.dim`` (the names runs had before sizes were
-    chosen), ``_d384`` otherwise."""
+    """A run name's embedding-size suffix: none at ``cfg.dim`` (a run at the configured size keeps the
+    plain name), ``_d384`` otherwise."""
     return "" if dim in (None, cfg.dim) else f"_d{dim}"
 
 
@@ -453,7 +453,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
         mark_done(d, inputs, {"factory": factory})
-    else:  # an index built before manifests named the tower's directory
+    else:  # a reused index whose manifest may not name its tower's directory: record it (a no-op when named)
         record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
     if cfg.index_recall is not None and student_dir is not None and tune_queries:
         tune_index(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
