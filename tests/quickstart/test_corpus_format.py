@@ -1,5 +1,6 @@
 """``quickstart --data`` over a corpus in a user's own format: a CSV reader named by a dotted path
-(``corpus_format``), registered for the directory's ``corpus.csv`` and read by every stage."""
+(``corpus_format``), registered for the directory's ``corpus.testcsv`` (a suffix of the test's own,
+so that a user's registered ".csv" format never collides with it) and read by every stage."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_model
     monkeypatch.syspath_prepend(str(tmp_path))
     beir = write_tiny_beir(tmp_path / "beir", docs_per_topic=6)
     docs = load_corpus(beir / "corpus.jsonl")
-    with open(beir / "corpus.csv", "w", newline="", encoding="utf-8") as fh:
+    with open(beir / "corpus.testcsv", "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["id", "title", "text"])
         w.writerows([d.id, d.title, d.content] for d in docs.values())
@@ -46,7 +47,7 @@ def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_model
 
         assert "h4_csv_reader.read_csv" in FORMATS
     # the CSV was read, by more than one stage (BM25, Stage I, the index's documents, ICT ...)
-    assert h4_csv_reader.READ and set(h4_csv_reader.READ) == {str(beir / "corpus.csv")} and len(h4_csv_reader.READ) >= 3
+    assert h4_csv_reader.READ and set(h4_csv_reader.READ) == {str(beir / "corpus.testcsv")} and len(h4_csv_reader.READ) >= 3
     assert next(r for r in rows if r["method"] == "bm25")["ndcg@10"] > 0
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["corpus_format"] == "h4_csv_reader:read_csv"
