@@ -53,3 +53,20 @@ def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_model
     assert res["config"]["corpus_format"] == "h4_csv_reader:read_csv"
     ids = json.loads((out / "stage1" / "bert_zero_shot_Lall" / "doc_ids.json").read_text())
     assert sorted(ids) == sorted(docs)  # every document of the CSV was encoded
+
+
+def test_check_inputs_detects_the_corpus_file_and_refuses_two(tmp_path):
+    import pytest
+
+    from scalingnote.errors import ScalingNoteError
+    from scalingnote.quickstart.pipeline import check_inputs
+    from tests.data.test_corpus import _write_parquet
+
+    beir = write_tiny_beir(tmp_path / "beir", docs_per_topic=2)
+    assert check_inputs(tmp_path / "out", beir) == beir / "corpus.jsonl"
+    assert check_inputs(tmp_path / "out", beir, corpus_format="jsonl") == beir / "corpus.jsonl"
+    _write_parquet(beir / "corpus.parquet", list(load_corpus(beir / "corpus.jsonl").values()))
+    with pytest.raises(ScalingNoteError, match=r"not a BEIR directory: several corpus files in this directory \(corpus\.jsonl \(jsonl\), "
+                                               r"corpus\.parquet \(parquet\)\): keep one"):
+        check_inputs(tmp_path / "out", beir)
+    assert not (tmp_path / "out").exists()
