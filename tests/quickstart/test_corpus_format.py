@@ -69,4 +69,6 @@ def test_check_inputs_detects_the_corpus_file_and_refuses_two(tmp_path):
     with pytest.raises(ScalingNoteError, match=r"not a BEIR directory: several corpus files in this directory \(corpus\.jsonl \(jsonl\), "
                                                r"corpus\.parquet \(parquet\)\): keep one"):
         check_inputs(tmp_path / "out", beir)
+    (beir / "corpus.jsonl").unlink()  # a shipped format other than JSONL: detected, not assumed
+    assert check_inputs(tmp_path / "out", beir) == beir / "corpus.parquet"
     assert not (tmp_path / "out").exists()
