@@ -167,6 +167,16 @@ def _test_qrels(data: Path) -> dict[str, dict[str, int]]:
     return load_qrels(data / "qrels" / "test.tsv")
 
 
+def _student_set(name: str, docs: np.ndarray, small: dict[str, np.ndarray], fit_x: np.ndarray, fit_y: np.ndarray, towers: tuple[str, str, str],
+                 doc_list: list, splits: dict[str, list[str]], data: Path) -> TowerSet:
+    """The :class:`TowerSet` whose student is the small tower + a ridge head fitted from ``fit_x`` (small
+    vectors) to ``fit_y`` (teacher vectors); ``towers``: (document tower, query tower, pseudo-query source)."""
+    w, b = ridge_head(fit_x, fit_y)
+    stu = {s: _norm(small[s] @ w.T + b) for s in small}
+    return TowerSet(name, docs, {s: stu[s] for s in ("train", "val", "test")}, stu["pseudo"], *towers,
+                    [x.id for x in doc_list], splits, _test_qrels(data))
+
+
 def scifact(seed: int = 0) -> TowerSet:
     from scalingnote.data.beir import load_corpus
     from scalingnote.models import load_tower
@@ -185,15 +195,10 @@ def scifact(seed: int = 0) -> TowerSet:
     small["pseudo"] = _cached(c / "pseudo_q2.npy", lambda: _encode_q(t2(), pseudo_texts))
     fit_x = np.concatenate([small["train"], small["pseudo"]])
     fit_y = _norm(np.concatenate([big["train"], big["pseudo"]]))
-    w, b = ridge_head(fit_x, fit_y)
-    stu = {s: _norm(small[s] @ w.T + b) for s in small}
-    return TowerSet(
-        "scifact", _norm(d), {s: stu[s] for s in ("train", "val", "test")}, stu["pseudo"],
-        "minilm-l6 (all-MiniLM-L6-v2, 6 layers, mean pooling, zero-shot, 384-d)",
-        "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT pseudo-queries)",
-        f"ICT pseudo-queries over the corpus ({len(pseudo_texts)})",
-        [x.id for x in docs], splits, _test_qrels(data),
-    )
+    towers = ("minilm-l6 (all-MiniLM-L6-v2, 6 layers, mean pooling, zero-shot, 384-d)",
+              "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT pseudo-queries)",
+              f"ICT pseudo-queries over the corpus ({len(pseudo_texts)})")
+    return _student_set("scifact", _norm(d), small, fit_x, fit_y, towers, docs, splits, data)
 
 
 def kuake(seed: int = 0) -> TowerSet:
@@ -223,15 +228,11 @@ def kuake(seed: int = 0) -> TowerSet:
     pairs = np.array([(qrow[q], row[d]) for q in splits["train"] for d, g in qrels[q].items() if g > 0 and d in row])
     fq, fd = infonce_heads(q4, d4, pairs, seed=seed)
     teacher_train, teacher_pseudo = fq(q4), fq(p4)
-    w, b = ridge_head(np.concatenate([small["train"], small["pseudo"][sub]]), np.concatenate([teacher_train, teacher_pseudo]))
-    stu = {s: _norm(small[s] @ w.T + b) for s in small}
-    return TowerSet(
-        "kuake_qtr", fd(d4), {s: stu[s] for s in ("train", "val", "test")}, stu["pseudo"],
-        "smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training pairs, 576-d)",
-        "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head vectors on training queries + corpus texts)",
-        f"corpus texts encoded by the query tower ({len(pseudo_texts)})",
-        [x.id for x in docs], splits, _test_qrels(data),
-    )
+    towers = ("smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training pairs, 576-d)",
+              "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head vectors on training queries + corpus texts)",
+              f"corpus texts encoded by the query tower ({len(pseudo_texts)})")
+    return _student_set("kuake_qtr", fd(d4), small, np.concatenate([small["train"], small["pseudo"][sub]]),
+                        np.concatenate([teacher_train, teacher_pseudo]), towers, docs, splits, data)
 
 
 if __name__ == "__main__":  # warm the caches: python -m benchmarks._ood_towers

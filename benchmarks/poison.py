@@ -11,8 +11,8 @@ with the test queries. Phases alternate, ``--rounds`` times each, ``--duration``
 * ``clean``: the normal clients alone;
 * ``poisoned``: the same, plus an attacker sending ``--bad-rate`` bad requests per second
   (open loop, paced), cycling through the probes: ``/search`` queries holding a lone surrogate
-  (valid JSON ``\\ud800`` escapes, the request that failed whole micro-batches before issue 32's
-  fix), NUL-only and zero-width-only queries, a lone surrogate inside ``/search/batch``,
+  (valid JSON ``\\ud800`` escapes: refused alone, without failing the micro-batch it shares),
+  NUL-only and zero-width-only queries, a lone surrogate inside ``/search/batch``,
   invalid UTF-8; and issue 47's ``/documents`` probes (admin token sent): a lone surrogate in
   ``text`` / ``title`` / ``_id``, the raw bytes ``\\xed\\xa0\\x80``, 100,000 nested ``[``,
   ``text/plain``, a padded id (and ``DELETE`` of it), a batch with several bad documents;

@@ -6,7 +6,13 @@
 - :func:`plan`: the joint law of the fitted points picks the (N, D) of least predicted loss
   under a budget (Eq. 12 cost, factors in :func:`cost_model`), rounded to a trainable depth and
   a data size, then trains it;
-- :func:`fit_report`: the results files, the held-out checks and the plots.
+- :func:`fit_report`: the results files, the held-out checks and the plots;
+- :func:`refit`: the fit rows again from the stored points of ``scaling_trained_sweep.json`` (seconds;
+  no work directory needed), the check rows kept.
+
+Each law row names every parameter that sits at a search bound (``at_bound``) and whether the law
+has a floor (``has_floor``: its irreducible loss is not at its lower bound); the budget plan names the
+law it used and its floor.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 import math
 
 from benchmarks._common import REPO_ROOT, RESULTS_DIR, write_results
-from benchmarks.scaling_trained import FAMILIES, MODEL_D, Family, family_dir, heldout_points, laws, load, rows, run, session_config
+from benchmarks._scaling_trained import FAMILIES, MODEL_D, Family, family_dir, heldout_points, laws, load, rows, run, session_config
 from scalingnote.utils import write_json
 
 #: this machine: 2 cores at the measured ~130 GFLOP/s of a training step (fp32), $0.10 per machine-hour
@@ -99,19 +105,32 @@ def plan(args, fam: Family) -> None:
     depth = min(fam.depths, key=lambda d: abs(math.log(ns[d] / p.N)))
     D = int(min(len(pool), max(1, math.floor(float(costs.max_data(ns[depth], budget))))))
     grid = {(r["depth"], r["D"]) for r in rows(args, fam)}
-    pick = {"family": fam.name, "budget": budget, "plan_N": p.N, "plan_D": p.D, "plan_loss": p.loss, "plan_at_bound": p.at_bound, "depth": depth,
+    pick = {"family": fam.name, "budget": budget, "plan_N": p.N, "plan_D": p.D, "plan_loss": p.loss, "plan_at_bound": p.at_bound,
+            "plan_law": p.law, "plan_law_floor": p.floor, "depth": depth,
             "N": ns[depth], "D": D, "predicted_loss": float(joint.predict(N=ns[depth], D=D)), "in_sweep": (depth, D) in grid,
             **{k: v for k, v in costs.factors().items()}}
     write_json(family_dir(args, fam) / "plan.json", pick)
     print(pick, flush=True)
+    print(f"{fam.name} budget plan: {p.describe()}", flush=True)
     if (depth, D) not in grid:
         run(fam, [(depth, D, "plan")], args)
 
 
 def _law_row(name: str, f) -> dict:
-    rec = {"fit": name, "law": f.law, "points": f.n_fit, "r2": round(f.r2, 4), "rmse": f.rmse, "at_bound": ",".join(f.at_bound) or None}
+    rec = {"fit": name, "law": f.law, "points": f.n_fit, "r2": round(f.r2, 4), "rmse": f.rmse, "at_bound": ",".join(f.at_bound) or None,
+           "has_floor": _has_floor(f)}
     rec.update({k: v for k, v in f.params.items()})
     return rec
+
+
+def _has_floor(f) -> bool:
+    """The law's irreducible loss is a floor, not its search bound (``at_bound`` lists every parameter at one)."""
+    return "delta" not in f.at_bound
+
+
+def _plan_law(joint) -> dict:
+    """What a budget-plan check row says of the law the plan used."""
+    return {"plan_law": "joint", "plan_law_has_floor": _has_floor(joint), "plan_law_delta": joint.params["delta"]}
 
 
 def _check(name: str, law: str, family: str, depth: int, N: int, D: int, predicted: float, measured: dict | None, **extra) -> dict:
@@ -156,7 +175,8 @@ def _family_report(args, fam: Family, preds: list[dict]) -> tuple[list[dict], li
     if pj.exists():
         pl = json.loads(pj.read_text())
         out.append(_check("budget_plan", "joint", fam.name, pl["depth"], pl["N"], pl["D"], pl["predicted_loss"],
-                          by_point.get((pl["depth"], pl["D"])), budget=pl["budget"], plan_N=round(pl["plan_N"]), plan_D=round(pl["plan_D"])))
+                          by_point.get((pl["depth"], pl["D"])), budget=pl["budget"], plan_N=round(pl["plan_N"]), plan_D=round(pl["plan_D"]),
+                          **_plan_law(fits["joint"])))
     plots = RESULTS_DIR / "plots"
     plot_loss_vs([r for r in rs if r["D"] == MODEL_D], "N", plots / f"{result_name(args, 'model')}_{fam.name}.png", fit=fits["model"])
     if "data" in fits:
@@ -197,4 +217,26 @@ def fit_report(args) -> None:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
 
 
-__all__ = ["cost_model", "fit_report", "plan", "predict"]
+def refit(args) -> None:
+    """The law rows of ``scaling_trained_fit.json`` fitted again from the points stored in
+    ``scaling_trained_sweep.json`` (the same fits :func:`fit_report` makes from the work directory),
+    with their bounds and floors; the held-out check rows are kept, the budget-plan rows say which
+    law they used and whether it has a floor."""
+    sweep = json.loads((RESULTS_DIR / f"{result_name(args, 'sweep')}.json").read_text())["rows"]
+    doc = json.loads((RESULTS_DIR / f"{result_name(args, 'fit')}.json").read_text())
+    fits = {fam.name: laws(fitted([r for r in sweep if r["family"] == fam.name]), fam)
+            for fam in FAMILIES.values() if any(r["family"] == fam.name for r in sweep)}
+    out = []
+    for r in doc["rows"]:
+        if "fit" in r:
+            r = {**_law_row(r["fit"], fits[r["family"]][r["law"]]), "family": r["family"]}
+        elif r.get("check") == "budget_plan":
+            r = {**r, **_plan_law(fits[r["family"]]["joint"])}
+        out.append(r)
+    write_results(result_name(args, "fit"), out, doc["config"])
+    for r in out:
+        if "fit" in r or r.get("check") == "budget_plan":
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
+
+
+__all__ = ["cost_model", "fit_report", "plan", "predict", "refit"]

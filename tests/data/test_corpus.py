@@ -3,6 +3,7 @@ registration from user code, and errors that name file, line (or document / row)
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -28,6 +29,8 @@ DOCS = [
     Document("d3", "Knee pain", "", "Running and knee pain in adults."),
     Document("d4", "Obesity", "", "Obesity and attention deficit."),
 ]
+#: the tests' own format name and suffix: a format a user registers ("tsv", ".tsv") never collides with them
+TSV, SFX = "test_corpus_tsv", ".testtsv"
 
 
 @pytest.fixture(autouse=True)
@@ -122,8 +125,10 @@ def test_missing_and_empty_inputs_name_the_path(tmp_path):
         iter_corpus(tmp_path / "nope.tsv")
     assert e.value.path == str(tmp_path / "nope.tsv")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match=r"empty: no corpus in this directory \(looked for corpus\.jsonl, corpus\.parquet, \*\.parquet"):
+    with pytest.raises(DataError, match=r"empty: no corpus in this directory \(looked for corpus\.jsonl, ") as e:
         iter_corpus(tmp_path / "empty")
+    looked = str(e.value).split("looked for ")[1].split(";")[0].split(", ")
+    assert {"corpus.parquet", "*.parquet"} <= set(looked)  # every registered format's file (a user's too)
 
 
 def test_parquet_on_invalid_and_on_empty(tmp_path):
@@ -154,36 +159,37 @@ def test_jsonl_options_pass_through(tmp_path):
 
 # ----------------------------------------------------------------------------- registration
 def test_a_registered_format_is_recognised_everywhere_the_built_ins_are(tmp_path):
-    fmt = register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
-    assert corpus.FORMATS.get("tsv") is fmt and fmt.beir_file == "corpus.tsv"
-    _write_tsv(tmp_path / "beir" / "corpus.tsv", DOCS)
-    assert list(iter_corpus(tmp_path / "beir" / "corpus.tsv")) == [Document(d.id, d.title, "", d.content) for d in DOCS]
+    fmt = register_corpus_format(TSV, read_tsv, suffixes=(SFX,))
+    assert corpus.FORMATS.get(TSV) is fmt and fmt.beir_file == f"corpus{SFX}"
+    _write_tsv(tmp_path / "beir" / f"corpus{SFX}", DOCS)
+    assert list(iter_corpus(tmp_path / "beir" / f"corpus{SFX}")) == [Document(d.id, d.title, "", d.content) for d in DOCS]
     assert find_corpus(tmp_path / "beir").format is fmt
     docs, source, total = open_corpus(tmp_path / "beir")
-    assert (len(list(docs)), source, total) == (4, str(tmp_path / "beir" / "corpus.tsv"), None)
+    assert (len(list(docs)), source, total) == (4, str(tmp_path / "beir" / f"corpus{SFX}"), None)
     # the missing-file message lists the new suffix
-    with pytest.raises(DataError, match=r"\.jsonl, \.parquet, \.tsv"):
-        iter_corpus(tmp_path / "gone.tsv")
+    with pytest.raises(DataError, match=re.escape(SFX)):
+        iter_corpus(tmp_path / f"gone{SFX}")
 
 
 def test_registration_refuses_clashes_and_bad_entries():
-    register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
-    with pytest.raises(ScalingNoteError, match="corpus format 'tsv' is already registered"):
-        register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
-    again = register_corpus_format("tsv", read_tsv, suffixes=(".tsv", ".tab"), replace=True)
-    assert corpus.FORMATS.get("tsv") is again and again.suffixes == (".tsv", ".tab")
-    with pytest.raises(ScalingNoteError, match="suffix '.tsv' already belongs to format 'tsv'"):
-        register_corpus_format("other", read_tsv, suffixes=(".TSV",))
+    register_corpus_format(TSV, read_tsv, suffixes=(SFX,))
+    with pytest.raises(ScalingNoteError, match=f"corpus format '{TSV}' is already registered"):
+        register_corpus_format(TSV, read_tsv, suffixes=(SFX,))
+    again = register_corpus_format(TSV, read_tsv, suffixes=(SFX, ".testtab"), replace=True)
+    assert corpus.FORMATS.get(TSV) is again and again.suffixes == (SFX, ".testtab")
+    with pytest.raises(ScalingNoteError, match=f"suffix '{SFX}' already belongs to format '{TSV}'"):
+        register_corpus_format("test_corpus_other", read_tsv, suffixes=(SFX.upper(),))
     with pytest.raises(ScalingNoteError, match="suffixes must be like '.tsv'"):
-        register_corpus_format("csv", read_tsv, suffixes=("csv",))
+        register_corpus_format("test_corpus_bad", read_tsv, suffixes=("testcsv",))
     with pytest.raises(ScalingNoteError, match="must be callable"):
-        register_corpus_format("csv", "read_tsv", suffixes=(".csv",))
-    assert "other" not in corpus.FORMATS and "csv" not in corpus.FORMATS
+        register_corpus_format("test_corpus_bad", "read_tsv", suffixes=(".testcsv",))
+    assert "test_corpus_other" not in corpus.FORMATS and "test_corpus_bad" not in corpus.FORMATS
 
 
 def test_unknown_and_dotted_format_names(tmp_path, monkeypatch):
-    with pytest.raises(ScalingNoteError, match=r"format: unknown corpus format 'xml'; known: jsonl, parquet"):
-        get_corpus_format("xml")
+    with pytest.raises(ScalingNoteError, match=r"format: unknown corpus format 'test_corpus_xml'; known: ") as e:
+        get_corpus_format("test_corpus_xml")
+    assert {"jsonl", "parquet"} <= set(str(e.value).split("known: ")[1].split(" (")[0].split(", "))  # the table, read at the time
     (tmp_path / "my_reader.py").write_text(
         "from scalingnote.data import Document\n"
         "def read(path):\n"
@@ -215,40 +221,90 @@ def _fixed(items):
 @pytest.mark.parametrize(
     "items, field, words",
     [
-        ([DOCS[0], {"_id": "x"}], None, "document 2: the 'fixed' reader gave a dict, not a Document"),
+        ([DOCS[0], {"_id": "x"}], None, "document 2: the 'test_corpus_fixed' reader gave a dict, not a Document"),
         ([DOCS[0], Document("  ", "t", "", "x")], "_id", "document 2: must not be empty"),
         ([DOCS[0], Document("d9", None, "", "x")], "title", "document 2: expected a string, got NoneType"),
         ([DOCS[0], DOCS[1], Document("d1", "again", "", "x")], "_id", "document 3: duplicate document id 'd1' (first seen in {p}, document 1)"),
     ],
 )
 def test_user_reader_output_is_checked(tmp_path, items, field, words):
-    register_corpus_format("fixed", _fixed(items), suffixes=(".fx",))
-    (tmp_path / "c.fx").write_text("")
+    register_corpus_format("test_corpus_fixed", _fixed(items), suffixes=(".testfx",))
+    (tmp_path / "c.testfx").write_text("")
     with pytest.raises(DataError) as e:
-        list(iter_corpus(tmp_path / "c.fx"))
-    assert (e.value.path, e.value.field) == (str(tmp_path / "c.fx"), field)
-    assert words.format(p=tmp_path / "c.fx") in str(e.value)
+        list(iter_corpus(tmp_path / "c.testfx"))
+    assert (e.value.path, e.value.field) == (str(tmp_path / "c.testfx"), field)
+    assert words.format(p=tmp_path / "c.testfx") in str(e.value)
 
 
 def test_user_reader_skips_invalid_and_empty_like_the_built_ins(tmp_path):
     items = [DOCS[0], Document("", "t", "", "x"), Document("e", "", "", " "), DOCS[1]]
-    register_corpus_format("fixed", _fixed(items), suffixes=(".fx",))
-    (tmp_path / "c.fx").write_text("")
+    register_corpus_format("test_corpus_fixed", _fixed(items), suffixes=(".testfx",))
+    (tmp_path / "c.testfx").write_text("")
     with pytest.warns(UserWarning) as rec:
-        got = list(iter_corpus(tmp_path / "c.fx", on_invalid="skip"))
+        got = list(iter_corpus(tmp_path / "c.testfx", on_invalid="skip"))
     assert got == [DOCS[0], DOCS[1]]
     msgs = sorted(str(w.message) for w in rec)
-    assert msgs[0].startswith(f"{tmp_path / 'c.fx'}: skipped 1 invalid documents (first: ") and "document 2: must not be empty" in msgs[0]
-    assert msgs[1] == f"skipped 1 empty documents (title and text both empty; first: {tmp_path / 'c.fx'}, document 3)"
+    assert msgs[0].startswith(f"{tmp_path / 'c.testfx'}: skipped 1 invalid documents (first: ") and "document 2: must not be empty" in msgs[0]
+    assert msgs[1] == f"skipped 1 empty documents (title and text both empty; first: {tmp_path / 'c.testfx'}, document 3)"
     with pytest.raises(DataError, match=r"field 'text': document 3: empty document"):
-        list(iter_corpus(tmp_path / "c.fx", on_invalid="skip", on_empty="error"))
+        list(iter_corpus(tmp_path / "c.testfx", on_invalid="skip", on_empty="error"))
 
 
 def test_user_reader_errors_name_file_line_and_field(tmp_path):
-    register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
-    p = _write_tsv(tmp_path / "corpus.tsv", DOCS)
+    register_corpus_format(TSV, read_tsv, suffixes=(SFX,))
+    p = _write_tsv(tmp_path / f"corpus{SFX}", DOCS)
     p.write_text(p.read_text(encoding="utf-8") + "d5\tno text column\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"corpus\.tsv, line 6: expected 3 tab-separated columns") as e:
+    with pytest.raises(DataError, match=re.escape(f"corpus{SFX}, line 6: expected 3 tab-separated columns")) as e:
         list(iter_corpus(tmp_path))
     assert (e.value.path, e.value.line) == (str(p), 6)
 
+
+
+# ----------------------------------------------------------------------------- a BEIR directory's corpus file
+def test_find_corpus_file_detects_the_one_corpus_file_and_names_what_it_looked_for(tmp_path):
+    from scalingnote.data.corpus import find_corpus_file
+
+    beir = tmp_path / "beir"
+    write_corpus(beir / "corpus.jsonl", DOCS)
+    assert find_corpus_file(beir) == beir / "corpus.jsonl"
+    assert find_corpus_file(beir, "jsonl") == beir / "corpus.jsonl"
+    with pytest.raises(DataError, match=r"no corpus file of format 'parquet'.*found: corpus\.jsonl"):
+        find_corpus_file(beir, "parquet")
+    _write_parquet(beir / "corpus.parquet", DOCS)
+    with pytest.raises(DataError, match=r"several corpus files in this directory \(corpus\.jsonl \(jsonl\), corpus\.parquet \(parquet\)\)"):
+        find_corpus_file(beir)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=r"empty: no corpus file in this directory \(looked for corpus\.jsonl \(jsonl\)") as e:
+        find_corpus_file(empty)
+    assert e.value.path == str(empty)
+    # a format registered here is looked for too, by its own file name
+    register_corpus_format("h4_tab_corpus", read_tsv, suffixes=(".h4tab",))
+    (empty / "corpus.h4tab").write_text("id\ttitle\ttext\nx1\tA\tsome text\n", encoding="utf-8")
+    assert find_corpus_file(empty) == empty / "corpus.h4tab"
+
+
+def test_use_corpus_format_registers_a_dotted_reader_for_the_directorys_corpus_file(tmp_path, monkeypatch):
+    from scalingnote.data.corpus import find_corpus_file, use_corpus_format
+
+    (tmp_path / "h4_user_reader.py").write_text(
+        "from scalingnote.data import Document\n"
+        "def read(path):\n"
+        "    for line in open(path, encoding='utf-8').read().splitlines()[1:]:\n"
+        "        i, t, x = line.split(',')\n"
+        "        yield Document(i, t, '', x)\n"
+        "other = read\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    beir = tmp_path / "beir"
+    beir.mkdir()
+    (beir / "corpus.testcsv").write_text("id,title,text\nc1,First,one text\nc2,Second,two text\n", encoding="utf-8")
+    name = use_corpus_format("h4_user_reader:read", beir)
+    assert name == "h4_user_reader.read" and corpus.FORMATS.get(name).suffixes == (".testcsv",)
+    assert use_corpus_format("h4_user_reader:read", beir) == name  # again: the same entry
+    assert use_corpus_format(name) == name and use_corpus_format("jsonl") == "jsonl"  # a registered name as it is
+    assert find_corpus_file(beir, name) == beir / "corpus.testcsv"
+    assert [d.id for d in iter_corpus(beir)] == ["c1", "c2"]  # every stage reading the directory reads it
+    with pytest.raises(DataError, match=r"no corpus\.<suffix> file that the registered formats .* do not read already"):
+        use_corpus_format("h4_user_reader:other", tmp_path / "nothing_here")
+    with pytest.raises(ScalingNoteError, match=r"cannot import corpus format 'h4_user_reader:missing'"):
+        use_corpus_format("h4_user_reader:missing", beir)

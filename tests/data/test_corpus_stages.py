@@ -24,14 +24,14 @@ def read_tsv(path: Path):
 
 @pytest.fixture()
 def twins(tmp_path):
-    """Two BEIR directories with the same documents: corpus.jsonl and corpus.tsv ("tsv" is
-    registered for the test only)."""
+    """Two BEIR directories with the same documents: corpus.jsonl and corpus.testtsv (the format
+    "test_stages_tsv" is registered for the test only; a user's own "tsv" never collides with it)."""
     with corpus.FORMATS.scoped():
         yield _write_twins(tmp_path)
 
 
 def _write_twins(tmp_path):
-    register_corpus_format("tsv", read_tsv, suffixes=(".tsv",))
+    register_corpus_format("test_stages_tsv", read_tsv, suffixes=(".testtsv",))
     docs = [Document(f"d{i}", f"{w} study", "", f"{w} {WORDS[(i + 3) % len(WORDS)]} and {w} in adults") for i, w in enumerate(WORDS)]
     queries = [Query(f"q{i}", f"{w} effects") for i, w in enumerate(WORDS)]
     train = {f"q{i}": {f"d{i}": 1} for i in range(8)}
@@ -40,7 +40,7 @@ def _write_twins(tmp_path):
     write_beir(jsonl, docs, queries, {"train": train, "test": test})
     write_beir(tsv, docs, queries, {"train": train, "test": test})
     (tsv / "corpus.jsonl").unlink()
-    (tsv / "corpus.tsv").write_text("".join(f"{d.id}\t{d.title}\t{d.content}\n" for d in docs), encoding="utf-8")
+    (tsv / "corpus.testtsv").write_text("".join(f"{d.id}\t{d.title}\t{d.content}\n" for d in docs), encoding="utf-8")
     return jsonl, tsv, docs
 
 
@@ -76,6 +76,6 @@ def test_bm25_serve_and_pseudo_queries(twins, tmp_path):
     rb = open_or_build_bm25(tmp_path / "ib", tsv, show_progress=False)
     assert ra.search({"q": "knee running"}, k=3) == rb.search({"q": "knee running"}, k=3)
     path = resolve_corpus_path({}, tsv)
-    assert path == tsv / "corpus.tsv"
+    assert path == tsv / "corpus.testtsv"
     assert load_documents(path, ["d2", "d5"]) == load_documents(jsonl / "corpus.jsonl", ["d2", "d5"])
     assert select_documents(tsv, 4, seed=1) == select_documents(jsonl, 4, seed=1)

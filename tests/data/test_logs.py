@@ -49,23 +49,21 @@ _LOGS = {
 }
 
 
-@pytest.mark.parametrize(
-    "kind, row, field, needle",
-    [
-        ("click", "q1\td1\tx\t1", "position", "non-negative integer"),
-        ("click", "q1\td1\t1.5\t1", "position", "non-negative integer"),
-        ("click", "q1\td1\t-1\t1", "position", "non-negative integer"),
-        ("click", "q1\td1\t1\t2", "clicked", "0 or 1"),
-        ("click", "q1\td1\t1\tyes", "clicked", "0 or 1"),
-        ("click", "q9\td1\t1\t1", "query_id", "unknown query id 'q9'"),
-        ("click", "q1\td9\t1\t1", "doc_id", "unknown document id 'd9'"),
-        ("click", "\td1\t1\t1", "query_id", "empty id"),
-        ("relevance", "q1\td2\thigh", "score", "expected a number"),
-        ("relevance", "q1\td2\tnan", "score", "finite"),
-        ("relevance", "q1\td1\t0.3", "doc_id", "second score"),
-        ("relevance", "q7\td2\t0.3", "query_id", "unknown query id"),
-    ],
-)
+#: malformed rows of each log, grouped by the field the error names and what it says
+_BAD_ROWS = {
+    ("click", "position", "non-negative integer"): ["q1\td1\tx\t1", "q1\td1\t1.5\t1", "q1\td1\t-1\t1"],
+    ("click", "clicked", "0 or 1"): ["q1\td1\t1\t2", "q1\td1\t1\tyes"],
+    ("click", "query_id", "unknown query id 'q9'"): ["q9\td1\t1\t1"],
+    ("click", "doc_id", "unknown document id 'd9'"): ["q1\td9\t1\t1"],
+    ("click", "query_id", "empty id"): ["\td1\t1\t1"],
+    ("relevance", "score", "expected a number"): ["q1\td2\thigh"],
+    ("relevance", "score", "finite"): ["q1\td2\tnan"],
+    ("relevance", "doc_id", "second score"): ["q1\td1\t0.3"],
+    ("relevance", "query_id", "unknown query id"): ["q7\td2\t0.3"],
+}
+
+
+@pytest.mark.parametrize("kind, row, field, needle", [(k, row, f, n) for (k, f, n), rows in _BAD_ROWS.items() for row in rows])
 def test_malformed_log_row_names_file_line_field(tmp_path, kind, row, field, needle):
     reader, name, header, good = _LOGS[kind]
     p = _tsv(tmp_path, name, [good, row], header)

@@ -78,7 +78,9 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     # where the time went, phase by phase (a user over budget sees which knob to turn)
     phases = res["phase_seconds"]
     assert list(phases) == ["data", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
-    assert min(phases.values()) >= 0 and sum(phases.values()) <= res["elapsed_s"] + 0.5
+    # the phases cover the whole run (each rounded to 0.1 s), and the ones that train took time
+    assert sum(phases.values()) == pytest.approx(res["elapsed_s"], abs=0.1 * len(phases))
+    assert min(phases["stage1_large_towers"], phases["stage2_students"], phases["evaluation"]) > 0
     assert (out / "index" / "ivfpq" / "fusion.json").exists()
     # the served index's nprobe / re-rank were chosen on validation + training queries (never test)
     # and are its search defaults; the compressed-index row searched with them

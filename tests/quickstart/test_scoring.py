@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from scalingnote.quickstart.scoring import query_qps, query_qps_many, single_query_p99_many, single_query_p99_ms
 
@@ -33,6 +34,8 @@ def test_single_tower_wrapper():
     log: list[tuple[str, int]] = []
     assert query_qps(_Recorder("x", log), ["only"], batch_size=8, repeats=2) > 0
     assert [k for _, k in log] == [8, 512, 512]
+    # the rate covers the work measured: 512 queries a call, each call at least 5 ms
+    assert 0 < query_qps(_Slow("slow", [], 5.0), ["only"], batch_size=8, repeats=2) <= 512 / 0.005
 
 
 class _Slow(_Recorder):
@@ -57,4 +60,23 @@ def test_single_query_p99_takes_turns_in_blocks_and_orders_the_towers():
     assert all(k == 1 for _, k in log) and len(log) == 2 * (10 + 10 + 3 * (2 + 10))  # one query per call, warm-ups untimed
     turns = [log[0][0]] + [b[0] for a, b in zip(log, log[1:]) if a[0] != b[0]]
     assert turns == ["fast", "slow"] * 4  # four blocks each, taking turns, not fast x 4 then slow x 4
-    assert single_query_p99_ms(_Slow("x", [], 0.0), ["q"], n=20) >= 0
+    # one tower alone: the p99 covers the work each timed call does (a 2 ms encode of one query)
+    one: list[tuple[str, int]] = []
+    assert 2.0 <= single_query_p99_ms(_Slow("x", one, 2.0), ["q"], n=20) < 1000
+    assert one and all(k == 1 for _, k in one)
+
+
+def test_laps_cover_the_run_phase_by_phase():
+    import time
+
+    from scalingnote.quickstart.main import _Laps
+
+    laps = _Laps()
+    time.sleep(0.2)
+    laps.lap("first")
+    time.sleep(0.1)
+    laps.lap("second")
+    total = time.perf_counter() - laps.start
+    assert list(laps.seconds) == ["first", "second"]
+    assert laps.seconds["first"] >= 0.2 and laps.seconds["second"] >= 0.1  # each phase holds the work done in it
+    assert sum(laps.seconds.values()) == pytest.approx(total, abs=0.1)  # and together they are the run

@@ -94,3 +94,20 @@ def test_bound_and_infeasible():
         plan_budget({"A": 1.0, "alpha": 0.5, "delta": 0.1}, 1e4)
     L = loss_along_budget(P, 1e3, CostModel(), np.array([1e3, 1e9]))
     assert np.isfinite(L[0]) and np.isinf(L[1])
+
+
+def test_the_plan_names_its_law_and_whether_it_has_a_floor():
+    from scalingnote.scaling.fit import fit_law
+
+    NJ, DJ = (a.ravel() for a in np.meshgrid(np.geomspace(5e5, 1e8, 5), np.geomspace(1e3, 5e5, 5)))
+    p = PAPER_PARAMS["fang_msmarco_joint"]
+    with_floor = fit_law((NJ, DJ), joint_law(NJ, DJ, **p), "joint")
+    no_floor = fit_law((NJ, DJ), joint_law(NJ, DJ, **dict(p, delta=0.0)), "joint")
+    a, b = plan_budget(with_floor, 1e5), plan_budget(no_floor, 1e5)
+    assert a.has_floor and a.floor == pytest.approx(p["delta"], rel=1e-4) and a.law.startswith("joint L(N, D)")
+    assert "floor (irreducible loss) 0.03" in a.describe()
+    assert not b.has_floor and b.floor is None and "no floor" in b.describe()
+    assert b.to_dict()["has_floor"] is False and a.to_dict()["floor"] == a.floor
+    # parameters without a record of the fit's bounds: the floor is the delta they give
+    assert plan_budget(dict(p), 1e5).floor == p["delta"]
+    assert plan_budget({**p, "at_bound": ["delta"]}, 1e5).floor is None

@@ -195,3 +195,28 @@ def test_read_fit_params(tmp_path):
     model.write_text(json.dumps({"law": "model", **TRUE["model"]}))
     with pytest.raises(DataError, match="law"):
         read_fit_params(model, "joint")
+
+
+def test_every_parameter_at_a_bound_is_reported_and_a_real_floor_is_not():
+    # a joint law with no irreducible loss: delta runs to its lower bound (1e-12 x the largest loss)
+    no_floor = dict(TRUE["joint"], delta=0.0)
+    y = joint_law(NJ, DJ, **no_floor)
+    res = fit_law((NJ, DJ), y, "joint")
+    assert res.at_bound == ["delta"] and res.params["delta"] < 1e-9 * y.min()
+    assert res.to_dict()["at_bound"] == ["delta"] and math.isnan(res.stderr["delta"])
+    # the same law with its floor: nothing at a bound, and the dict says so (an empty list, not a missing key)
+    held = fit_law((NJ, DJ), _y("joint"), "joint")
+    assert held.at_bound == [] and held.to_dict()["at_bound"] == []
+    assert held.params["delta"] == pytest.approx(TRUE["joint"]["delta"], rel=1e-4)
+
+
+def test_a_parameter_near_its_bound_counts_as_at_it_only_when_the_predictions_cannot_tell():
+    from scalingnote.scaling.fit import params_at_bound
+
+    lo, hi = np.log([1e-12, 1e-3]), np.log([10.0, 20.0])
+    x = np.geomspace(1, 100, 5)
+    predict = lambda th: x ** -np.exp(th[1]) + np.exp(th[0])  # noqa: E731 - a floor delta and an exponent
+    assert params_at_bound(np.log([1e-12, 0.5]), ["delta", "alpha"], lo, hi) == ["delta"]  # on the bound
+    assert params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi) == []  # near it, no predictions to compare
+    assert params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi, predict) == ["delta"]  # near it: the same predictions
+    assert params_at_bound(np.log([5.0, 0.5]), ["delta", "alpha"], lo, hi, predict) == []  # a real floor, half the upper bound

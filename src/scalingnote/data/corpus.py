@@ -41,7 +41,7 @@ from scalingnote.data.beir import iter_corpus as iter_jsonl_corpus
 from scalingnote.data.jsonl import SkipCounter
 from scalingnote.data.types import Document
 from scalingnote.errors import DataError, ScalingNoteError
-from scalingnote.utils.registry import Registry
+from scalingnote.utils.registry import Registry, import_dotted
 
 OnInvalid = Literal["error", "skip"]
 #: ``read(path, on_invalid=..., on_empty=...)``: the documents of one file (or shard directory).
@@ -226,6 +226,82 @@ def find_corpus(path: str | Path, format: str | CorpusFormat | None = None) -> C
     return CorpusSource(p, max(owners, key=lambda t: t[0])[1] if owners else FORMATS.get(DEFAULT_FORMAT))
 
 
+def _corpus_files(data_dir: Path) -> list[tuple[CorpusFormat, Path]]:
+    """Each registered format whose corpus file (``beir_file``, or ``corpus<suffix>``) is in ``data_dir``."""
+    found = []
+    for fmt in _formats():
+        names = dict.fromkeys([fmt.beir_file, *(f"corpus{s}" for s in fmt.suffixes)] if fmt.beir_file else [])
+        hit = next((data_dir / n for n in names if (data_dir / n).is_file()), None)
+        if hit is not None:
+            found.append((fmt, hit))
+    return found
+
+
+def _looked_for() -> str:
+    return ", ".join(f"{f.beir_file} ({f.name})" for f in _formats() if f.beir_file)
+
+
+def find_corpus_file(data_dir: str | Path, format: str | CorpusFormat | None = None) -> Path:
+    """The corpus file of a BEIR directory, detected by the registered formats' file names
+    (``corpus.jsonl``, ``corpus.parquet``, a registered format's ``corpus.tsv`` ...); ``format``
+    (a name or ``"package.module:reader"``) names the one to take. A :class:`DataError` naming the
+    directory and the formats looked for when there is none, or several (the stages that read the
+    directory would take the first, so one corpus file is the rule)."""
+    d = Path(data_dir)
+    if not d.is_dir():
+        raise DataError(d, None, None, f"not a directory (give a BEIR directory holding one of: {_looked_for()})")
+    found = _corpus_files(d)
+    if format is not None:
+        fmt = get_corpus_format(format)
+        if not any(f.name == fmt.name for f, _ in found):
+            raise DataError(d, None, None, f"no corpus file of format {fmt.name!r} in this directory (found: "
+                                           f"{', '.join(p.name for _, p in found) or 'none'}; looked for {_looked_for()})")
+    if not found:
+        raise DataError(d, None, None, f"no corpus file in this directory (looked for {_looked_for()}; "
+                                       "register a format for another file, see scalingnote.data.corpus.register_corpus_format)")
+    if len(found) > 1:
+        raise DataError(d, None, None, "several corpus files in this directory (" + ", ".join(f"{p.name} ({f.name})" for f, p in found)
+                        + "): keep one, every stage reads the directory's corpus")
+    return found[0][1]
+
+
+def use_corpus_format(spec: str, data_dir: str | Path | None = None) -> str:
+    """Make the corpus format ``spec`` readable by every stage of this process; returns its name.
+
+    ``spec`` is a registered name (returned as it is), or a dotted path ``"package.module:attr"``
+    naming a :class:`CorpusFormat` (registered under its own name) or a reader function
+    ``read(path)`` yielding :class:`Document` s, registered under the dotted path's name with
+    ``:`` as ``.`` for the file ``corpus.<suffix>`` of ``data_dir`` whose suffix no registered
+    format owns (``corpus.csv``: suffix ``.csv``). Registering the same spec again is a no-op."""
+    if spec in FORMATS:
+        return spec
+    obj = import_dotted(spec, "corpus format", "corpus format")
+    if isinstance(obj, CorpusFormat):
+        if obj.name in FORMATS and FORMATS.get(obj.name) == obj:
+            return obj.name
+        return FORMATS.register(obj.name, obj).name
+    if not callable(obj):
+        raise ScalingNoteError(f"corpus format {spec!r}: neither a CorpusFormat nor a reader function (got {type(obj).__name__})")
+    name = spec.replace(":", ".")
+    if name in FORMATS:  # registered by an earlier call
+        return name
+    if data_dir is None:
+        raise ScalingNoteError(f"corpus format {spec!r}: a reader function needs the data directory, to find its corpus.<suffix> file")
+    return register_corpus_format(name, obj, suffixes=(_unowned_corpus_suffix(Path(data_dir), spec),)).name
+
+
+def _unowned_corpus_suffix(d: Path, spec: str) -> str:
+    """The suffix of the one ``corpus.*`` file of ``d`` that no registered format reads."""
+    owned = {s for f in _formats() for s in f.suffixes}
+    cands = sorted(p.name[len("corpus"):].lower() for p in (d.iterdir() if d.is_dir() else [])
+                   if p.is_file() and p.name.lower().startswith("corpus.") and p.name[len("corpus"):].lower() not in owned)
+    if len(cands) != 1:
+        what = "no corpus.<suffix> file" if not cands else f"several ({', '.join('corpus' + c for c in cands)})"
+        raise DataError(d, None, None, f"corpus format {spec!r}: {what} that the registered formats ({', '.join(FORMATS.names())}) "
+                                       "do not read already; the reader reads one such file")
+    return cands[0]
+
+
 # ----------------------------------------------------------------------------- reading
 def iter_corpus(
     path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip", *, format: str | CorpusFormat | None = None
@@ -381,6 +457,7 @@ __all__ = [
     "CorpusFormat",
     "CorpusSource",
     "find_corpus",
+    "find_corpus_file",
     "get_corpus_format",
     "iter_corpus",
     "load_beir",
@@ -388,4 +465,5 @@ __all__ = [
     "open_corpus",
     "parquet_files",
     "register_corpus_format",
+    "use_corpus_format",
 ]

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalingnote.data.jsonl import iter_text_lines
+from scalingnote.data.jsonl import iter_jsonl, iter_text_lines
 from scalingnote.data.types import Triplet
 from scalingnote.errors import DataError
+from scalingnote.utils.io import atomic_write
 
 CLICK_COLUMNS = ("query_id", "doc_id", "position", "clicked")
 RELEVANCE_COLUMNS = ("query_id", "doc_id", "score")
@@ -74,8 +75,6 @@ def _is_jsonl(path: Path) -> bool:
 def _iter_fields(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any], bool]]:
     """Yield ``(line, {column: raw value}, from_json)`` for each non-blank line."""
     if _is_jsonl(path):
-        from scalingnote.data.jsonl import iter_jsonl
-
         for lineno, rec in iter_jsonl(path):
             rec = {_ALIASES.get(k, k): v for k, v in rec.items()}
             for c in columns:
@@ -203,8 +202,6 @@ def write_relevance_log(path: str | Path, records) -> None:
 
 
 def _write_log(path: Path, columns, rows) -> None:
-    from scalingnote.utils.io import atomic_write
-
     with atomic_write(path) as fh:
         if _is_jsonl(path):
             for row in rows:

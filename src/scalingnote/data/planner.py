@@ -28,6 +28,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Literal, Protocol, runtime_checkable
 
+from scalingnote.utils.registry import RegistryError, import_dotted
+
 Language = Literal["en", "zh", "auto"]
 ChineseMode = Literal["jieba", "bigram"]
 Normalize = Literal["max", "sum", "none"]
@@ -177,8 +179,6 @@ class IDFPlanner:
 
 def load_planner_factory(spec: str):
     """Import ``"package.module:attribute"`` (a custom planner factory); ValueError when it cannot be."""
-    from scalingnote.utils.registry import RegistryError, import_dotted
-
     try:
         return import_dotted(spec, None, "planner factory")
     except RegistryError as e:

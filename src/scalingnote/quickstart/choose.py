@@ -14,6 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.evaluation import evaluate
+from scalingnote.evaluation.significance import compare_runs
+from scalingnote.index.hybrid import choose_norm_and_weight, hybrid_search_run
+
 log = logging.getLogger(__name__)
 
 
@@ -51,8 +55,6 @@ def val_confidence(run_a, run_b, qrels) -> dict[str, Any] | None:
     paired t-test on per-query nDCG@10 (None without at least 2 validation queries). Reported
     beside each choice, never used to make it: with tens of validation queries a lead of
     0.01 is often a coin flip, and the user should see that."""
-    from scalingnote.evaluation.significance import compare_runs
-
     if not qrels or len(qrels) < 2:
         return None
     c = compare_runs(run_a, run_b, qrels, n_resamples=1000)
@@ -120,8 +122,6 @@ def choose_student(cands: Sequence[Mapping[str, Any]], budget_ms: float | None) 
 
 # ----------------------------------------------------------------------------- the served default
 def _mean_ndcg(run, qrels, qids) -> float:
-    from scalingnote.evaluation import evaluate
-
     if not qids:
         return 0.0
     return float(evaluate({q: run.get(q, {}) for q in qids}, {q: qrels[q] for q in qids}, ["ndcg@10"])["ndcg@10"])
@@ -134,8 +134,6 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
     (and the other way round), so fusion's extra free parameter cannot win by fitting the very
     queries it is judged on. Returns both held-out scores, the choice (``"dense"`` or ``"hybrid"``)
     and the norm / weight fitted on all the validation queries (what the served hybrid uses)."""
-    from scalingnote.index.hybrid import choose_norm_and_weight, hybrid_search_run
-
     qids = sorted(q for q in qrels if q in dense_run or q in bm25_run)
     order = np.random.default_rng(seed).permutation(len(qids))
     halves = [[qids[i] for i in sorted(order[: len(qids) // 2])], [qids[i] for i in sorted(order[len(qids) // 2:])]]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from scalingnote.errors import ConfigError
+from scalingnote.models.layers import is_bottom
 
 FAMILIES = ("bert", "llm")
 
@@ -27,6 +28,10 @@ CPU_QKD_STEPS = 600
 class QuickstartConfig:
     out: str = "runs/quickstart"
     data: str | None = None  #: BEIR directory; None = generate the synthetic note-search log
+    #: the format of ``data``'s corpus file: None = detected among the registered formats
+    #: (:data:`scalingnote.data.corpus.FORMATS`), a format name, or a reader ``package.module:reader``
+    #: (:func:`scalingnote.data.corpus.use_corpus_format`: registered for the directory's ``corpus.<suffix>``)
+    corpus_format: str | None = None
     seed: int = 0
     #: the large-tower families trained in Stage I ("bert": a BERT-family encoder, e.g. MiniLM or any
     #: imported sentence-transformers model; "llm": a decoder LLM, SmolLM2 truncated). A family whose
@@ -74,8 +79,11 @@ class QuickstartConfig:
     small_max_epochs: float = 10.0
     steps: int | None = None
     patience: int = 4
+    #: Stage I's batch (its in-batch negatives); a smaller ``micro_batch_size`` computes it in pieces
+    #: (gradient caching: the same large-batch gradients in less memory)
     batch_size: int = 64
     micro_batch_size: int | None = None
+    #: token budgets of a query and of a document (an LLM document's §3.2 prompt counts against it)
     query_max_length: int = 32
     doc_max_length: int = 128
     #: QKD: up to ``qkd_epochs`` epochs, stopping after ``qkd_patience`` epochs without a better
@@ -207,8 +215,6 @@ class Family:
     def tower(self, layers: int | None, k: int | str, max_length: int, keep: list[int] | None = None) -> dict:
         """A TowerSpec dict: ``layers`` layers (None = all), the top ``k`` training; ``keep`` = which
         of the base model's layers (None = the first ``layers``)."""
-        from scalingnote.models.layers import is_bottom
-
         spec = {"model": self.model, "max_length": max_length, "trainable_layers": k}
         if layers is not None:
             spec["num_layers"] = layers

@@ -6,11 +6,16 @@ served default. Every choice reads validation queries held out from the training
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 from typing import Any
 
-from scalingnote.errors import ScalingNoteError
-from scalingnote.quickstart import choose, runs
+import scalingnote.quickstart.choose as choose
+import scalingnote.quickstart.runs as runs
+from scalingnote.data import load_queries
+from scalingnote.data.corpus import find_corpus_file, use_corpus_format
+from scalingnote.errors import DataError, ScalingNoteError
+from scalingnote.models import load_tower
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
@@ -24,11 +29,6 @@ def say(msg: str) -> None:
 def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dict[str, Any]]:
     """Measure each family's tokenizer on a sample of the data's queries; skip those that cannot
     read it (with the reason)."""
-    import random
-
-    from scalingnote.data import load_queries
-    from scalingnote.models import load_tower
-
     texts = [q.text for q in load_queries(beir / "queries.jsonl").values()]
     sample = random.Random(cfg.seed).sample(texts, min(500, len(texts)))
     ok, report = [], {}
@@ -222,22 +222,30 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
     return res
 
 
-def check_inputs(out: Path, data: Path | None, eval_split: str = "test") -> None:
+def check_inputs(out: Path, data: Path | None, eval_split: str = "test", corpus_format: str | None = None) -> Path | None:
     """Fail before any work: ``--out`` must be a directory (or not exist yet), ``--data`` a BEIR
-    directory (corpus.jsonl, queries.jsonl, qrels/<eval_split>.tsv); the error names the path."""
+    directory (one corpus file of a registered format, queries.jsonl, qrels/<eval_split>.tsv); the
+    error names the path. ``corpus_format`` (a format name or ``package.module:reader``) is made
+    readable first (:func:`~scalingnote.data.corpus.use_corpus_format`). Returns the corpus file."""
     if out.exists() and not out.is_dir():
         raise ScalingNoteError(f"--out {out}: exists and is not a directory")
     if data is None:
-        return
+        return None
     if not data.exists():
         raise ScalingNoteError(f"--data {data}: no such directory")
     if not data.is_dir():
-        raise ScalingNoteError(f"--data {data}: not a directory (give a BEIR directory: corpus.jsonl, queries.jsonl, qrels/)")
-    missing = [name for name in ("corpus.jsonl", "queries.jsonl", "qrels") if not (data / name).exists()]
+        raise ScalingNoteError(f"--data {data}: not a directory (give a BEIR directory: a corpus file, queries.jsonl, qrels/)")
+    fmt = use_corpus_format(corpus_format, data) if corpus_format else None
+    try:
+        corpus = find_corpus_file(data, fmt)
+    except DataError as e:
+        raise ScalingNoteError(f"--data {data}: not a BEIR directory: {e.reason}") from None
+    missing = [name for name in ("queries.jsonl", "qrels") if not (data / name).exists()]
     if missing:
         raise ScalingNoteError(f"--data {data}: not a BEIR directory, missing {', '.join(missing)}")
     if not (data / "qrels" / f"{eval_split}.tsv").exists():
         raise ScalingNoteError(f"--data {data}: not a BEIR directory for eval_split={eval_split!r}, missing qrels/{eval_split}.tsv")
+    return corpus
 
 
 def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why: str, students: dict) -> dict[str, Any]:

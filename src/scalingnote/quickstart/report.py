@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scalingnote.evaluation.significance import paired_ttest
 from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, query_qps_many, score
 
 ORDER = ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
@@ -39,8 +40,6 @@ def vs_best_baseline(rows: list[dict]) -> None:
     (BM25 or the zero-shot tower, by test nDCG@10): ``best_baseline``, ``delta_vs_best_baseline``,
     ``p_vs_best_baseline`` (a target missed or met by a hair reads with its p-value). Drops the
     rows' per-query scores."""
-    from scalingnote.evaluation.significance import paired_ttest
-
     base = [r for r in rows if r["method"].startswith(BASELINES) and r.get("_pq")]
     best = max(base, key=lambda r: r["ndcg@10"]) if base else None
     for r in rows:
@@ -54,8 +53,6 @@ def vs_best_baseline(rows: list[dict]) -> None:
 def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teacher: str, student_dir: str) -> list[dict]:
     """Per family: twinbert_small < scaling_doc < scalingnote <= scaling_dual (the paper's claim),
     each step with the paired t-test p-value over the reported queries against the previous one."""
-    from scalingnote.evaluation.significance import paired_ttest
-
     rows = []
     for fam, methods in comp.items():
         L = large[fam]

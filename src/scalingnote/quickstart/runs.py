@@ -9,14 +9,31 @@ import json
 import logging
 import math
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
+from scalingnote.config import load_config
+from scalingnote.data import load_corpus
+from scalingnote.data.build import load_build_config, run_build
+from scalingnote.data.corpus import find_corpus_file, use_corpus_format
+from scalingnote.data.pseudo import ICTConfig, corpus_texts, ict_queries
+from scalingnote.data.synth import SynthConfig, synthesize
+from scalingnote.distill import DistillConfig, distill
+from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
+from scalingnote.index.layout import record_tower_path
+from scalingnote.index.tune import save_search_defaults, tune_search
+from scalingnote.models import PrefixTower, default_device, fill_pooled_depths, load_tower, pair_towers
+from scalingnote.models.layers import is_bottom, start_candidates
+from scalingnote.models.loading import resolve_source
+from scalingnote.models.towers import matryoshka_dims_for
 from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
-from scalingnote.utils.steps import with_defaults
+from scalingnote.utils.steps import changed_keys, file_sha256, input_digest, mark_step, step_state, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +61,6 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
     """True when ``path`` finished with these inputs (:mod:`scalingnote.utils.steps`); a step
     finished with other inputs is cleared (its directory removed) and redone, with a message
     naming what changed."""
-    from scalingnote.utils.steps import changed_keys, step_state
-
     canon = _canon(path, inputs)
     state = step_state(path, canon)
     if state == "done":
@@ -59,43 +74,43 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
 
 
 def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
-    from scalingnote.utils.steps import mark_step
-
     mark_step(path, _canon(path, inputs), info)
 
 
 def on_gpu() -> bool:
     """Whether this process trains on a GPU (what the ``auto`` settings resolve against): the
     device the towers load on (:func:`scalingnote.models.default_device`)."""
-    from scalingnote.models import default_device
-
     return default_device().type == "cuda"
 
 
 def banner(title: str) -> None:
-    from rich.console import Console
-
     Console(stderr=True).rule(f"[bold]{title}")
 
 
 # ---------------------------------------------------------------------------- data
 def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
-    """Returns {"beir": dir, "triplets": path|None, "validation_triplets": path|None}."""
+    """Returns {"beir": dir, "corpus": its corpus file, "triplets": path|None, "validation_triplets":
+    path|None, "fingerprint": ...}. ``cfg.corpus_format`` is made readable by every stage first."""
     if cfg.data:
+        fmt = use_corpus_format(cfg.corpus_format, cfg.data) if cfg.corpus_format else None
         data = {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
+        data["corpus"] = str(find_corpus_file(data["beir"], fmt))
         return {**data, "fingerprint": data_fingerprint(data)}
     d = out / "data"
     inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
     if not step_done(d, inputs):
         banner("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
-        from scalingnote.data.build import load_build_config, run_build
-        from scalingnote.data.synth import SynthConfig, synthesize
-
         synthesize(d, SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries), progress=cfg.show_progress)
         run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
         mark_done(d, inputs)
-    data = {"beir": str(d), "triplets": str(d / "triplets" / "train.jsonl"), "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+    data = {"beir": str(d), "corpus": str(find_corpus_file(d)), "triplets": str(d / "triplets" / "train.jsonl"),
+            "validation_triplets": str(d / "triplets" / "validation.jsonl")}
     return {**data, "fingerprint": data_fingerprint(data)}
+
+
+def corpus_file(data: dict[str, Any]) -> Path:
+    """The corpus file of the run's data (``data["corpus"]``, else detected in ``data["beir"]``)."""
+    return Path(data["corpus"]) if data.get("corpus") else find_corpus_file(data["beir"])
 
 
 def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
@@ -104,11 +119,9 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
     reuses every step). Computed once per run by :func:`prepare_data` (``data["fingerprint"]``)."""
     if "fingerprint" in data:
         return data["fingerprint"]
-    from scalingnote.utils.steps import file_sha256
-
     beir = Path(data["beir"])
     files = {}
-    for p in sorted([beir / "corpus.jsonl", beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
+    for p in sorted([corpus_file(data), beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
                     + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]):
         if p.exists():
             files[str(p)] = [p.stat().st_size, file_sha256(p)]
@@ -120,10 +133,6 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
                   max_epochs: float, init_heads_from: str | None = None, dim: int | None = None):
     """A Stage I run's TrainConfig; ``dim`` = its embedding size (None = ``cfg.dim``), with the
     Matryoshka sizes {16, 32, ..., dim/2, dim} of §3.2."""
-    from scalingnote.config import load_config
-    from scalingnote.models.towers import matryoshka_dims_for
-    from scalingnote.training import TrainConfig
-
     heads_only = q["trainable_layers"] == 0 and d["trainable_layers"] == 0
     dim = dim or cfg.dim
     return load_config(TrainConfig, {
@@ -154,8 +163,6 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
 def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: Path, q: dict, d: dict, *, lr: float, head_lr: float,
                max_epochs: float, init_heads_from: str | None = None, dim: int | None = None) -> dict[str, Any]:
     """Train (or reuse) one Stage I run under ``out/stage1/<name>``; returns its metrics + ``run_dir``."""
-    from scalingnote.training import train
-
     run_dir = out / "stage1" / name
     tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from,
                        dim=dim)
@@ -174,8 +181,6 @@ COSMETIC = ("show_progress", "save_every", "log_every", "keep_checkpoints")
 
 def _config_dict(c) -> dict:
     """A run's config as the inputs of its step, without :data:`COSMETIC` fields."""
-    from dataclasses import asdict
-
     return {k: v for k, v in asdict(c).items() if k not in COSMETIC}
 
 
@@ -209,8 +214,8 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) 
 
 
 def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
-    """A run name's embedding-size suffix: none at ``cfg.dim`` (the names runs had before sizes were
-    chosen), ``_d384`` otherwise."""
+    """A run name's embedding-size suffix: none at ``cfg.dim`` (a run at the configured size keeps the
+    plain name), ``_d384`` otherwise."""
     return "" if dim in (None, cfg.dim) else f"_d{dim}"
 
 
@@ -254,12 +259,10 @@ def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None
     depths = sorted({d for d in fam.depths if d})
     if cfg.trainable_layers != 0 or len(depths) < 2:
         return
-    from scalingnote.data import load_corpus
-    from scalingnote.models import fill_pooled_depths, load_tower
 
     pool = {"pooling": fam.pooling} if fam.pooling else {}
     dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, num_layers=depths[-1], **pool)
-    corpus = load_corpus(Path(data["beir"]) / "corpus.jsonl")
+    corpus = load_corpus(corpus_file(data))
     fill_pooled_depths(Path(cfg.out).resolve() / "features", dt, depths, list(corpus.values()), show_progress=cfg.show_progress)
 
 
@@ -273,8 +276,6 @@ def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: in
 
 def _keep_tag(keep: list[int] | None) -> str:
     """A small run's name suffix for a start other than the bottom layers: ``_l0-5``."""
-    from scalingnote.models.layers import is_bottom
-
     return "" if not keep or is_bottom(keep) else "_l" + "-".join(map(str, keep))
 
 
@@ -306,9 +307,6 @@ def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data:
 def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: Path, data: dict, out: Path) -> Path:
     """The family's pre-trained tower as a Stage I output directory (native pooling, no
     projection): the start a trained large tower must beat, and a teacher when it does not."""
-    from scalingnote.data import load_corpus
-    from scalingnote.models import PrefixTower, load_tower, pair_towers
-
     d = out / "stage1" / f"{fam.name}_zero_shot_L{depth or 'all'}"
     inputs = {"model": fam.model, "depth": depth, "pooling": fam.pooling, "q_max": cfg.query_max_length, "d_max": cfg.doc_max_length,
               "data": data_fingerprint(data)}
@@ -319,7 +317,7 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     pool = {"pooling": fam.pooling} if fam.pooling else {}
     qt = load_tower(fam.model, "query", dim=None, max_query_length=cfg.query_max_length, **kw, **pool)
     dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, **kw, **pool)
-    corpus = load_corpus(Path(data["beir"]) / "corpus.jsonl")
+    corpus = load_corpus(corpus_file(data))
     ids = list(corpus)
     emb = PrefixTower(dt, 0, Path(cfg.out).resolve() / "features", show_progress=cfg.show_progress).encode(
         [corpus[i] for i in ids], normalize=False)
@@ -339,9 +337,7 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
 def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
     """QKD's unlabelled query sources from the corpus: ICT pseudo-queries and (``qkd_corpus_texts``)
     a sample of its titles and sentences. Returns the ``queries.jsonl`` paths."""
-    from scalingnote.data.pseudo import ICTConfig, corpus_texts, ict_queries
-
-    corpus = Path(data["beir"]) / "corpus.jsonl"
+    corpus = corpus_file(data)
     d = out / "pseudo_ict"
     inputs = {"max_docs": cfg.qkd_max_pseudo_queries, "seed": cfg.seed, "data": data_fingerprint(data)}
     if not step_done(d, inputs):
@@ -363,10 +359,6 @@ def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
 def student_base(fam: Family, teacher_dir: Path, layers: list[int]) -> str:
     """Where a student of the teacher's family starts: the teacher's own backbone when training
     changed any of the ``layers`` it keeps, else the pre-trained model (identical there)."""
-    from scalingnote.config import load_config
-    from scalingnote.models.loading import resolve_source
-    from scalingnote.training import TrainConfig
-
     cfg_file = teacher_dir / "config.yaml"
     if not (teacher_dir / "run.json").exists() or "zero_shot" in teacher_dir.name or not cfg_file.exists():
         return fam.model
@@ -393,10 +385,6 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
             pseudo: list[str], *, rank_weight: float, pool: int | None = None) -> dict[str, Any]:
     """QKD of ``teacher_dir`` into a ``layers``-layer student of ``fam``, starting from the layers of
     its ``pool``-layer large tower that validate best (``cfg.student_layers``)."""
-    from scalingnote.config import load_config
-    from scalingnote.distill import DistillConfig, distill
-    from scalingnote.models.layers import start_candidates
-
     d = out / "qkd" / name
     sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
     sources += [{"path": p} for p in pseudo]
@@ -450,10 +438,6 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     ``cfg.index_recall``, its nprobe and re-rank depth chosen on ``tune_queries`` (texts the served
     student encodes: validation and training queries, never test). Another student re-tunes the
     index; it does not rebuild it."""
-    from scalingnote.index import build_index, tower_identity
-    from scalingnote.index.layout import record_tower_path
-    from scalingnote.models import load_tower
-
     d = out / "index"
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     factory = cfg.index_factory or default_factory(emb.shape[0], emb.shape[1])
@@ -469,7 +453,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
         mark_done(d, inputs, {"factory": factory})
-    else:  # an index built before manifests named the tower's directory
+    else:  # a reused index whose manifest may not name its tower's directory: record it (a no-op when named)
         record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
     if cfg.index_recall is not None and student_dir is not None and tune_queries:
         tune_index(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
@@ -480,11 +464,6 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
     """Choose the served nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on
     ``texts`` encoded by the student; written into the index's search defaults, with a digest of
     what they were chosen from (the same target, student and queries again: nothing to do)."""
-    from scalingnote.index import DenseIndex, read_manifest
-    from scalingnote.index.tune import save_search_defaults, tune_search
-    from scalingnote.models import load_tower
-    from scalingnote.utils.steps import input_digest
-
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": _digest(student_dir.parent),
                         "queries": texts})
     done = read_manifest(index_dir).get("search_tuning") or {}
@@ -496,5 +475,5 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
     banner(f"index search settings: {report['reason']}")
 
 
-__all__ = ["build_ivfpq", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+__all__ = ["build_ivfpq", "corpus_file", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]

@@ -11,6 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.data import load_beir
+from scalingnote.evaluation import evaluate
+from scalingnote.evaluation.dense import exact_search, truncate_normalize
+from scalingnote.evaluation.metrics import per_query
+from scalingnote.models import load_tower
+from scalingnote.models.onnx_export import export_onnx, onnx_embed, ort_session
+from scalingnote.training.config import load_train_config
+from scalingnote.training.data import load_training_data
+from scalingnote.training.evaluate import heldout_queries
+
 METRICS = ["r@10", "r@100", "ndcg@10", "recall@100", "mrr@10"]
 
 
@@ -39,9 +49,6 @@ class Scored:
 
 
 def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int | None) -> EvalSet:
-    from scalingnote.data import load_beir
-    from scalingnote.training.evaluate import heldout_queries
-
     ds = load_beir(beir, split)
     qids = sorted(ds.queries)[:max_queries] if max_queries else sorted(ds.queries)
     vq, vqrels = heldout_queries(heldout_from, exclude=set(qids))
@@ -53,9 +60,6 @@ def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int |
 def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int = 0) -> list[str]:
     """Query texts to tune the index's search settings on: the validation queries and up to
     ``limit`` training queries of the Stage I run ``heldout_from`` (never a reported query)."""
-    from scalingnote.training.config import load_train_config
-    from scalingnote.training.data import load_training_data
-
     cfg = load_train_config(Path(heldout_from) / "config.yaml")
     test_ids, test_texts = set(ev.qids), set(ev.texts)
     seen = set(ev.val_texts)
@@ -79,8 +83,6 @@ class TowerPool:
         self.scored: dict[tuple[str, str], Scored] = {}  #: (tower, doc run) -> its score, computed once
 
     def tower(self, path: str | Path):
-        from scalingnote.models import load_tower
-
         key = str(path)
         if key not in self._towers:
             self._towers[key] = load_tower(path)
@@ -89,7 +91,6 @@ class TowerPool:
     def docs(self, run_dir: str | Path) -> tuple[np.ndarray, list[str]]:
         import json
 
-        from scalingnote.evaluation.dense import truncate_normalize
 
         key = str(run_dir)
         if key not in self._docs:
@@ -100,8 +101,6 @@ class TowerPool:
     def encode(self, path: str | Path, texts: list[str]) -> np.ndarray:
         """Normalised query embeddings; each (tower, text list) is encoded once (the lists are the
         eval set's, which live as long as the pool)."""
-        from scalingnote.evaluation.dense import truncate_normalize
-
         key = (str(path), id(texts))
         if key not in self._emb:
             self._emb[key] = truncate_normalize(self.tower(path).encode_queries(texts, batch_size=256, show_progress=False))
@@ -109,9 +108,6 @@ class TowerPool:
 
 
 def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalSet) -> Scored:
-    from scalingnote.evaluation import evaluate
-    from scalingnote.evaluation.dense import exact_search
-
     key = (str(tower_dir), str(doc_run))
     if key in pool.scored:
         return pool.scored[key]
@@ -124,8 +120,6 @@ def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalS
 
 
 def per_query_ndcg(run, qrels) -> dict[str, float]:
-    from scalingnote.evaluation.metrics import per_query
-
     pq = per_query(run, qrels, ["ndcg@10"])
     return {q: float(v["ndcg@10"]) for q, v in pq.items()}
 
@@ -159,7 +153,6 @@ def _single_query_encoder(tower, texts: list[str], backend: str, export_dir: Pat
     Runtime over its int8 export (``backend="onnx"``, made in ``export_dir`` once)."""
     if backend != "onnx":
         return lambda xs: tower.encode_queries(xs, batch_size=1, show_progress=False)
-    from scalingnote.models.onnx_export import export_onnx, onnx_embed, ort_session
 
     assert export_dir is not None, "backend onnx needs export_dir"
     if not (export_dir / "scalingnote_onnx.json").exists():

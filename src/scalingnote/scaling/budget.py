@@ -85,24 +85,24 @@ class CostModel:
         """Eq. (13)."""
         return self.annotation_cost_per_pair if self.z_data is None else self.z_data
 
+    def _train_factor(self, override: float | None, mode: str, passes: float) -> float:
+        """$ per parameter of training in ``mode`` (``override`` when given; 0 in the other mode):
+        ``passes`` x (query + 2 passages) tokens x 6 FLOPs (Eq. 14)."""
+        if override is not None:
+            return override
+        if self.train_mode != mode:
+            return 0.0
+        return passes * (self.query_tokens + 2 * self.passage_tokens) * 6 * self.dollars_per_flop
+
     @property
     def Z_train(self) -> float:
         """Eq. (14): $ per parameter for a fixed-step training run (0 in ``epochs`` mode)."""
-        if self.z_train is not None:
-            return self.z_train
-        if self.train_mode != "fixed_steps":
-            return 0.0
-        tokens = self.train_steps * (self.query_tokens + 2 * self.passage_tokens) * self.train_batch_size
-        return tokens * 6 * self.dollars_per_flop
+        return self._train_factor(self.z_train, "fixed_steps", self.train_steps * self.train_batch_size)
 
     @property
     def Z_train_pair(self) -> float:
         """$ per parameter per training pair (``epochs`` mode; 0 in the paper's fixed-step mode)."""
-        if self.z_train_pair is not None:
-            return self.z_train_pair
-        if self.train_mode != "epochs":
-            return 0.0
-        return self.train_epochs * (self.query_tokens + 2 * self.passage_tokens) * 6 * self.dollars_per_flop
+        return self._train_factor(self.z_train_pair, "epochs", self.train_epochs)
 
     @property
     def Z_infer(self) -> float:
@@ -154,9 +154,37 @@ class BudgetPlan:
     cost_train: float
     cost_infer: float
     at_bound: bool  #: the optimum sits on the N search range's edge (widen n_range)
+    #: the law the plan minimised: Eq. (9) with its fitted parameters
+    law: str = "joint"
+    #: its irreducible loss δ, the floor no (N, D) goes below; None when δ sits at its search bound
+    #: (the fit found no floor: the predicted loss falls without limit as N and D grow)
+    floor: float | None = None
+
+    @property
+    def has_floor(self) -> bool:
+        return self.floor is not None
+
+    def describe(self) -> str:
+        """One line naming the law used and whether it has a floor."""
+        floor = f"floor (irreducible loss) {self.floor:.4g}" if self.has_floor else "no floor (its irreducible loss sits at its lower bound)"
+        return f"law used: {self.law}; {floor}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "has_floor": self.has_floor}
+
+
+def describe_law(params: Any) -> tuple[str, float | None]:
+    """(the joint law with its parameters, its floor δ or None when δ sits at its search bound).
+    ``params``: a joint :class:`~scalingnote.scaling.fit.FitResult` (its ``at_bound``), or a dict of
+    parameters, optionally with ``at_bound`` (a ``scalingnote scaling fit --json`` row)."""
+    p = _joint_params(params)
+    at_bound = getattr(params, "at_bound", None)
+    if at_bound is None and isinstance(params, dict):
+        at_bound = params.get("at_bound")
+    text = "joint L(N, D) = [(A/N)^(alpha/beta) + B/D]^beta + delta (" + ", ".join(f"{k}={v:.4g}" for k, v in p.items()) + ")"
+    if at_bound is None:  # no record of the fit's bounds: the floor is what the parameters say
+        return text, p["delta"]
+    return text, (None if "delta" in at_bound else p["delta"])
 
 
 def _joint_params(params: Any) -> dict[str, float]:
@@ -229,6 +257,7 @@ def plan_budget(
     N = math.exp(best_logN)
     D = float(costs.max_data(np.array(N), budget, include_inference))
     parts = costs.breakdown(N, D, include_inference)
+    law, floor = describe_law(params)
     return BudgetPlan(
         budget=float(budget),
         include_inference=include_inference,
@@ -238,6 +267,8 @@ def plan_budget(
         cost=float(sum(parts.values())),
         at_bound=bool(i == 0 or i == grid_points - 1),
         **{k: float(v) for k, v in parts.items()},
+        law=law,
+        floor=floor,
     )
 
 
@@ -249,4 +280,4 @@ def plan_both(params: Any, budget: float, costs: CostModel | None = None, **kwar
     }
 
 
-__all__ = ["BudgetPlan", "CostModel", "loss_along_budget", "plan_both", "plan_budget"]
+__all__ = ["BudgetPlan", "CostModel", "describe_law", "loss_along_budget", "plan_both", "plan_budget"]

@@ -22,15 +22,18 @@ reports R² of the same forms):
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from scalingnote.errors import ScalingNoteError
+from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.scaling.laws import LAW_VARIABLES, PARAM_NAMES, _joint_log, check_law, predict
+from scalingnote.scaling.table import holdout_mask, select_rows
 
 #: Bounds of the log-parameters (natural scale: α, β in [1e-3, 20]; δ >= 1e-12 · max loss).
 _EXP_BOUNDS = (math.log(1e-3), math.log(20.0))
@@ -55,7 +58,8 @@ class FitResult:
     fixed: dict[str, float] = field(default_factory=dict)
     holdout: dict[str, Any] | None = None
     cov_log: list[list[float]] | None = None  #: covariance of the log-parameters (order of PARAM_NAMES)
-    at_bound: list[str] = field(default_factory=list)  #: parameters stopped at a search bound (stderr NaN)
+    #: every parameter stopped at a search bound (stderr NaN); "delta" here: the law has no floor
+    at_bound: list[str] = field(default_factory=list)
 
     def predict(self, N=None, D=None) -> np.ndarray:
         return predict(self.params, self.law, N=N, D=D)
@@ -91,8 +95,7 @@ class FitResult:
             out["holdout_rmse"] = _clean(self.holdout["rmse"])
             out["holdout_mape"] = _clean(self.holdout["mape"])
             out["holdout"] = {k: v for k, v in self.holdout.items() if k not in ("mae", "rmse", "mape", "n")}
-        if self.at_bound:
-            out["at_bound"] = list(self.at_bound)
+        out["at_bound"] = list(self.at_bound)  #: every parameter at a search bound ([] when none)
         out["loss_fn"] = self.loss_fn
         out["f_scale"] = _clean(self.f_scale)
         out["success"] = self.success
@@ -237,7 +240,34 @@ def _robust_refine(lin: list, solve, loss_fn: str, f_scale: float | None, n_refi
     return best, used_scale
 
 
-def _uncertainty(theta, jac, ss_fit: float, n: int, names, params: dict[str, float], lo, hi):
+#: a parameter sits at a search bound when moving it onto the bound changes no prediction by more
+#: than this share of the largest one: the data cannot tell it from the bound (an irreducible loss of
+#: 1.2 x its lower bound, 1e-12 x the largest loss, is no floor at all)
+AT_BOUND_RTOL = 1e-9
+
+
+def params_at_bound(theta, names, lo, hi, predict=None) -> list[str]:
+    """Every parameter (log-value ``theta``) on its bound ``lo`` / ``hi`` (within 1e-6 in log space),
+    or, with ``predict(theta)``, so near it that the predictions on the bound are the same within
+    :data:`AT_BOUND_RTOL`."""
+    theta = np.asarray(theta, dtype=np.float64)
+    base = predict(theta) if predict is not None else None
+    out = []
+    for i, (k, t, l, h) in enumerate(zip(names, theta, lo, hi)):
+        b = l if t - l <= h - t else h
+        if abs(t - b) <= 1e-6:
+            out.append(k)
+        elif base is not None:
+            moved = theta.copy()
+            moved[i] = b
+            with np.errstate(over="ignore", invalid="ignore"):
+                diff = np.abs(predict(moved) - base)
+            if np.all(np.isfinite(diff)) and float(diff.max()) <= AT_BOUND_RTOL * float(np.abs(base).max()):
+                out.append(k)
+    return out
+
+
+def _uncertainty(theta, jac, ss_fit: float, n: int, names, params: dict[str, float], lo, hi, predict=None):
     """cov(theta) = s^2 (J^T J)^-1 on the log parameters, standard errors by the delta method
     on the natural scale; a parameter pinned at its bound has no meaningful standard error."""
     p = len(names)
@@ -247,9 +277,65 @@ def _uncertainty(theta, jac, ss_fit: float, n: int, names, params: dict[str, flo
         J = jac(theta)
         cov = (ss_fit / dof) * np.linalg.pinv(J.T @ J)
     se_log = np.sqrt(np.clip(np.diag(cov), 0, None)) if dof > 0 else np.full(p, np.nan)
-    at_bound = [k for k, t, l, h in zip(names, theta, lo, hi) if t <= l + 1e-6 or t >= h - 1e-6]
+    at_bound = params_at_bound(theta, names, lo, hi, predict)
     stderr = {k: (float("nan") if k in at_bound else float(params[k] * s)) for k, s in zip(names, se_log)}
     return cov, stderr, at_bound
+
+
+class _Residuals:
+    """The residuals of ``law`` at log-parameters ``theta`` and their Jacobian: prediction − loss
+    (``"linear"``) or log(prediction) − log(loss) (``"log"``)."""
+
+    def __init__(self, law: str, X: np.ndarray, X2: np.ndarray | None, y: np.ndarray, kind: str):
+        if kind not in ("linear", "log"):
+            raise ScalingNoteError(f"residuals must be 'linear' or 'log', got {kind!r}")
+        self.f, self.fjac = _model_fn(law)
+        self.logx, self.logx2 = np.log(X), (np.log(X2) if X2 is not None else None)
+        self.y, self.logy, self.kind = y, np.log(y), kind
+
+    def predict(self, theta) -> np.ndarray:
+        return self.f(theta, self.logx, self.logx2)
+
+    def __call__(self, theta) -> np.ndarray:
+        if self.kind == "log":
+            return np.log(self.predict(theta)) - self.logy
+        return self.predict(theta) - self.y
+
+    def jac(self, theta) -> np.ndarray:
+        if self.kind == "log":
+            return self.fjac(theta, self.logx, self.logx2) / self.predict(theta)[:, None]
+        return self.fjac(theta, self.logx, self.logx2)
+
+
+def _solver(res: _Residuals, lo, hi, nfev: int):
+    """``solve(theta0, loss_name, scale)``: one bounded trust-region fit (None when the
+    residuals are not finite at the start)."""
+    from scipy.optimize import least_squares  # scipy: loaded on the first fit, not with the package
+
+    def solve(theta0, loss_name, scale):
+        with np.errstate(over="ignore", invalid="ignore"):
+            try:
+                return least_squares(
+                    res, theta0, jac=res.jac, bounds=(lo, hi), loss=loss_name, f_scale=scale, x_scale="jac", max_nfev=nfev,
+                    xtol=1e-12, ftol=1e-12, gtol=1e-12, method="trf",
+                )
+            except ValueError:  # residuals not finite at the start
+                return None
+
+    return solve
+
+
+def _best_fit(law: str, starts, solve, res: _Residuals, loss_fn: str, f_scale: float | None, n_refine: int):
+    """The least-squares fit from every start, the best ones refined with the robust ``loss_fn``.
+    Returns (best solution, the robust loss's residual scale or NaN)."""
+    lin = [r for r in (solve(s, "linear", 1.0) for s in starts) if r is not None and np.all(np.isfinite(r.fun))]
+    if not lin:
+        raise ScalingNoteError(f"{law} law: the fit failed from every starting point")
+    lin.sort(key=lambda r: r.cost)
+    if loss_fn == "linear":
+        return lin[0], float("nan")
+    floor = 1e-9 * (1.0 if res.kind == "log" else float(np.abs(res.y).max()))
+    return _robust_refine(lin, solve, loss_fn, f_scale, n_refine, floor)
 
 
 def fit_law(
@@ -271,68 +357,27 @@ def fit_law(
     "arctan"); ``f_scale``: its residual scale (default: 1.4826·MAD of the residuals,
     iterated from the least-squares to the robust fit). ``residuals="log"`` fits log(prediction) − log(loss) (relative errors, for
     losses spanning orders of magnitude); R² is always computed on the loss itself.
-    Deterministic (fixed starting grid, no random restarts).
+    ``at_bound`` of the result lists every parameter that sits at a search bound
+    (:func:`params_at_bound`). Deterministic (fixed starting grid, no random restarts).
     """
-    from scipy.optimize import least_squares
-
     check_law(law)
     X, X2, y = _as_arrays(law, x, loss)
     names = PARAM_NAMES[law]
-    p = len(names)
-    n = y.size
+    p, n = len(names), y.size
     if n < p:
         raise ScalingNoteError(f"the {law} law has {p} parameters: need at least {p} points, got {n}")
-    f, fjac = _model_fn(law)
-    logx = np.log(X)
-    logx2 = np.log(X2) if X2 is not None else None
-
-    if residuals not in ("linear", "log"):
-        raise ScalingNoteError(f"residuals must be 'linear' or 'log', got {residuals!r}")
-    logy = np.log(y)
-
-    def resid(theta):
-        if residuals == "log":
-            return np.log(f(theta, logx, logx2)) - logy
-        return f(theta, logx, logx2) - y
-
-    def jac(theta):
-        if residuals == "log":
-            return fjac(theta, logx, logx2) / f(theta, logx, logx2)[:, None]
-        return fjac(theta, logx, logx2)
-
+    res = _Residuals(law, X, X2, y, residuals)
     lo, hi = _bounds(law, y)
-    starts = _starts(law, logx, logx2, y, lo, hi)
-    nfev = max_nfev or 400 * p
-
-    def solve(theta0, loss_name, scale):
-        with np.errstate(over="ignore", invalid="ignore"):
-            try:
-                return least_squares(
-                    resid, theta0, jac=jac, bounds=(lo, hi), loss=loss_name, f_scale=scale, x_scale="jac", max_nfev=nfev,
-                    xtol=1e-12, ftol=1e-12, gtol=1e-12, method="trf",
-                )
-            except ValueError:  # residuals not finite at the start
-                return None
-
-    lin = [r for r in (solve(s, "linear", 1.0) for s in starts) if r is not None and np.all(np.isfinite(r.fun))]
-    if not lin:
-        raise ScalingNoteError(f"{law} law: the fit failed from every starting point")
-    lin.sort(key=lambda r: r.cost)
-    best = lin[0]
-    used_scale = float("nan")
-    if loss_fn != "linear":
-        floor = 1e-9 * (1.0 if residuals == "log" else float(np.abs(y).max()))
-        best, used_scale = _robust_refine(lin, solve, loss_fn, f_scale, n_refine, floor)
+    starts = _starts(law, res.logx, res.logx2, y, lo, hi)
+    best, used_scale = _best_fit(law, starts, _solver(res, lo, hi, max_nfev or 400 * p), res, loss_fn, f_scale, n_refine)
     theta = best.x
-    r = resid(theta)
-    ss_fit = float(np.sum(r**2))
-    err = f(theta, logx, logx2) - y  # R² and RMSE on the loss scale whatever the residuals
+    ss_fit = float(np.sum(res(theta) ** 2))
+    err = res.predict(theta) - y  # R² and RMSE on the loss scale whatever the residuals
     ss_res = float(np.sum(err**2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
     params = {k: float(np.exp(t)) for k, t in zip(names, theta)}
-
-    cov, stderr, at_bound = _uncertainty(theta, jac, ss_fit, n, names, params, lo, hi)
+    cov, stderr, at_bound = _uncertainty(theta, res.jac, ss_fit, n, names, params, lo, hi, res.predict)
     return FitResult(
         law=law,
         params=params,
@@ -369,8 +414,6 @@ def fit_table(
     variable, N for the joint law — or a random ``holdout_frac``) are left out of the fit
     and scored with its predictions.
     """
-    from scalingnote.scaling.table import holdout_mask, select_rows
-
     check_law(law)
     for var in LAW_VARIABLES[law]:
         if rows and var not in rows[0]:
@@ -398,17 +441,9 @@ def fit_table(
     return res
 
 
-
-
-
 def read_fit_params(path, law: str | None = "joint") -> dict[str, float]:
     """Parameters from a ``scalingnote scaling fit --json`` file (or any JSON object holding
     the law's parameter names at the top level). Errors name the file and the field."""
-    import json
-    from pathlib import Path
-
-    from scalingnote.errors import DataError
-
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -438,4 +473,4 @@ def read_fit_params(path, law: str | None = "joint") -> dict[str, float]:
     return out
 
 
-__all__ = ["FitResult", "fit_law", "fit_table", "read_fit_params"]
+__all__ = ["AT_BOUND_RTOL", "FitResult", "fit_law", "fit_table", "params_at_bound", "read_fit_params"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.scaling.budget import CostModel, loss_along_budget, plan_budget
 from scalingnote.utils.io import atomic_path
 
 
@@ -180,8 +181,6 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
 
 def plot_budget(params: Any, budgets: Sequence[float], costs, path: str | Path, n_range: tuple[float, float] = (1e4, 1e13)) -> Path:
     """Predicted loss vs N for each budget, without and with the inference cost (Fang et al. Fig. 7/8)."""
-    from scalingnote.scaling.budget import loss_along_budget, plan_budget
-
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     Ns = np.geomspace(n_range[0], n_range[1], 400)
@@ -222,8 +221,6 @@ def plot_all(rows: Sequence[dict[str, Any]], fits: dict[str, Any], out_dir: str 
     if joint is not None:
         paths.append(plot_joint(rows, joint, out / f"{prefix}joint.png"))
         if budgets:
-            from scalingnote.scaling.budget import CostModel
-
             paths.append(plot_budget(joint, budgets, costs or CostModel(), out / f"{prefix}budget.png", n_range))
     return paths
 

@@ -36,8 +36,16 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.evaluation import contrastive_perplexity, evaluate
+from scalingnote.evaluation.dense import exact_search, perplexity_negatives, truncate_normalize
+from scalingnote.evaluation.metrics import per_query as per_query_metrics
+from scalingnote.evaluation.perplexity import sample_contrastive_set
+from scalingnote.models import PrefixTower
 from scalingnote.training.config import TrainConfig
-from scalingnote.utils import write_json
+from scalingnote.training.heads import init_heads
+from scalingnote.training.towers import build_towers
+from scalingnote.training.trainer import Trainer
+from scalingnote.utils import seed_everything, write_json
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +68,6 @@ def make_eval_set(queries: dict[str, str], qrels: dict[str, dict[str, int]], doc
     """An :class:`EvalSet` whose W negatives per (query, positive) pair are drawn once with ``seed``
     from ``doc_ids``. ``pool=True``: ``doc_ids`` is a fixed document pool (not the whole corpus),
     recorded in the set so a validation encodes only those documents."""
-    from scalingnote.evaluation.dense import perplexity_negatives
-    from scalingnote.evaluation.perplexity import sample_contrastive_set
-
     qrels = {q: d for q, d in qrels.items() if any(g > 0 for g in d.values())}
     if not qrels:
         raise ScalingNoteError(f"{name}: no query with a relevant document")
@@ -84,9 +89,6 @@ class HeadSession:
 
     def __init__(self, cfg: TrainConfig, corpus: dict[str, Any], *, show_progress: bool = False):
         import torch
-
-        from scalingnote.models import PrefixTower
-        from scalingnote.training.towers import build_towers
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
             if spec.prefix_k != 0:
@@ -129,9 +131,6 @@ class HeadSession:
 
         With plain head-only encoders the frozen pooled states are read once and kept: a
         validation is then one projection (validations every few steps stay cheap)."""
-        from scalingnote.evaluation.dense import truncate_normalize
-        from scalingnote.models import PrefixTower
-
         if docs and doc_ids is not None:
             pos = {d: i for i, d in enumerate(self.doc_ids)}
             return self.encode(docs=True)[[pos[d] for d in doc_ids]]
@@ -177,10 +176,6 @@ def _load_head_state(tower, st: dict[str, Any]) -> None:
 
 def score(session: Any, ev: EvalSet, doc_emb: np.ndarray | None = None, *, per_query: bool = True) -> dict[str, Any]:
     """Contrastive perplexity (Eq. 6 of Fang et al., s = cos/τ) + nDCG@10 / R@100 of the current heads on ``ev``."""
-    from scalingnote.evaluation import contrastive_perplexity, evaluate
-    from scalingnote.evaluation.dense import exact_search
-    from scalingnote.evaluation.metrics import per_query as per_query_metrics
-
     d = session.encode(docs=True) if doc_emb is None else doc_emb
     q = session.encode(ev.texts)
     pairs = contrastive_perplexity(q, ev.query_ids, d, session.doc_ids, ev.cset, temperature=session.cfg.loss.tau, return_per_pair=True)
@@ -232,11 +227,6 @@ def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str |
     whose every layer trains) on ``train`` (:class:`~scalingnote.training.data.Example`) until the dev
     contrastive perplexity stops improving; the best weights are restored. Returns the training
     record (steps, best step, dev curve, seconds). The towers keep the trained heads."""
-    from scalingnote.evaluation import contrastive_perplexity
-    from scalingnote.training.heads import init_heads
-    from scalingnote.training.trainer import Trainer
-    from scalingnote.utils import seed_everything
-
     s = settings or PointSettings()
     train = list(train)
     if len(train) < 2:
@@ -272,9 +262,6 @@ def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str |
         d = session.encode(docs=True, doc_ids=dev.doc_ids)
         q = session.encode(dev.texts)
         if s.validation_metric == "ndcg@10":
-            from scalingnote.evaluation import evaluate
-            from scalingnote.evaluation.dense import exact_search
-
             return evaluate(exact_search(q, dev.query_ids, d, dev_docs, k=10), dev.qrels, ["ndcg@10"])["ndcg@10"]
         return -contrastive_perplexity(q, dev.query_ids, d, dev_docs, dev.cset, temperature=cfg.loss.tau)
 

@@ -53,13 +53,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from scalingnote.config import config_to_dict, load_config, save_config
+from scalingnote.data import load_corpus, load_qrels, load_queries
+from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ConfigError, ScalingNoteError
-from scalingnote.training.config import TrainConfig
-from scalingnote.utils import run_metadata, write_json
+from scalingnote.evaluation.perplexity import contrastive_perplexity, sample_contrastive_set
+from scalingnote.models import load_tower
 from scalingnote.scaling.provenance import _check_same_config, _check_same_data, config_hash
-from scalingnote.utils.io import atomic_path
+from scalingnote.scaling.table import write_table
+from scalingnote.training import train
+from scalingnote.training.config import DataSpec, TrainConfig
+from scalingnote.training.data import _split_by_query, load_training_data
+from scalingnote.utils import run_metadata, write_json
+from scalingnote.utils.io import atomic_path, atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +162,6 @@ def _hash_set(cset) -> str:
 def _training_pool(cfg: SweepConfig):
     """All training examples of the configured source (qrels or triplets, hard negatives as
     configured), without any hold-out."""
-    from scalingnote.training.config import DataSpec
-    from scalingnote.training.data import load_training_data
-
     d = cfg.train.data
     spec = DataSpec(
         data_dir=d.data_dir,
@@ -175,11 +180,6 @@ def _training_pool(cfg: SweepConfig):
 
 def prepare(cfg: SweepConfig) -> tuple[list[Any], _Validation]:
     """Build (or rebuild, deterministically) the shuffled training pool and the fixed validation set."""
-    from scalingnote.data import load_corpus, load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
-    from scalingnote.evaluation.perplexity import sample_contrastive_set
-    from scalingnote.training.data import _split_by_query
-
     pool_data = _training_pool(cfg)
     examples = list(pool_data.train)
     v = cfg.validation
@@ -282,8 +282,6 @@ def _examples_hash(examples) -> str:
 
 def _write_subset(path: Path, examples) -> None:
     """Write the triplets of ``examples`` (only when the file is missing or differs)."""
-    from scalingnote.utils.io import atomic_write
-
     text = "".join(line + "\n" for line in _triplet_lines(examples))
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return
@@ -325,9 +323,6 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
     """Contrastive perplexity (Eq. 6) of the towers saved in ``run_dir`` on the fixed set."""
     import torch
 
-    from scalingnote.evaluation.perplexity import contrastive_perplexity
-    from scalingnote.models import load_tower
-
     qt = load_tower(run_dir / "query_tower")
     dt = load_tower(run_dir / "doc_tower")
     qids = list(dict.fromkeys(val.cset.query_ids))
@@ -341,16 +336,83 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
 
 
 # ----------------------------------------------------------------------------- the sweep
+def _reuse_point(cfg: SweepConfig, run_dir: Path, tc: TrainConfig, chash: str, dhash: str, val: _Validation) -> dict[str, Any] | None:
+    """A finished point's row when its data and configuration are this run's (re-scored when only the
+    validation set changed and its towers were kept); None when it has to be trained."""
+    point_file = run_dir / "point.json"
+    if not point_file.exists():
+        return None
+    prev = json.loads(point_file.read_text(encoding="utf-8"))
+    _check_same_data(run_dir, dhash, prev.get("data_hash", "missing"))
+    if prev.get("config_hash") != chash:
+        # the saved config.yaml decides (a path spelled differently is the same config)
+        if not (run_dir / "config.yaml").exists():
+            raise ScalingNoteError(f"{run_dir}: trained with a different configuration; use a new output_dir")
+        _check_same_config(run_dir, tc)  # raises naming the changed keys
+        prev["config_hash"] = chash
+        write_json(point_file, prev)
+    if prev.get("validation_hash") == val.info["hash"]:
+        log.info("grid point %s: done, skipped", run_dir.name)
+        return prev
+    if (run_dir / "query_tower").exists() and (run_dir / "doc_tower").exists():
+        log.info("grid point %s: validation set changed, re-scoring the saved towers", run_dir.name)
+        te = time.perf_counter()
+        prev["loss"] = score_point(run_dir, val, cfg.validation.batch_size)
+        prev["eval_seconds"] = round(time.perf_counter() - te, 2)
+        prev["validation_hash"] = val.info["hash"]
+        write_json(point_file, prev)
+        return prev
+    return None
+
+
+def _train_point(cfg: SweepConfig, L: int, D: int, run_dir: Path, tc: TrainConfig, chash: str, dhash: str, val: _Validation,
+                 t0: float) -> dict[str, Any]:
+    """Train one grid point, score it on the validation set and write its ``point.json`` row;
+    checkpoints and towers are removed unless the config keeps them."""
+    _check_same_config(run_dir, tc)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "train_data.sha").write_text(dhash + "\n", encoding="utf-8")
+    res = train(tc, resume=True)
+    te = time.perf_counter()
+    loss = score_point(run_dir, val, cfg.validation.batch_size)
+    eval_s = time.perf_counter() - te
+    n_q = int(res["query_tower_non_embedding_params"])
+    n_d = int(res["doc_tower_non_embedding_params"])
+    row = {
+        "N": n_d if cfg.scale_towers == "doc" else n_q,
+        "D": D,
+        "loss": loss,
+        "layers": L,
+        "steps": int(res["total_steps"]),
+        "train_seconds": float(res["train_seconds"]),
+        "eval_seconds": round(eval_s, 2),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "n_query": n_q,
+        "n_doc": n_d,
+        "train_examples": int(res["train_examples"]),
+        "final_train_loss": res.get("final_loss"),
+        "method": cfg.train.method,
+        "seed": cfg.train.seed,
+        "config_hash": chash,
+        "data_hash": dhash,
+        "validation_hash": val.info["hash"],
+        "run_dir": str(run_dir),
+    }
+    write_json(run_dir / "point.json", row)
+    if not cfg.keep_checkpoints:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    if not cfg.keep_towers:
+        for t in ("query_tower", "doc_tower"):
+            shutil.rmtree(run_dir / t, ignore_errors=True)
+    gc.collect()
+    return row
+
+
 def run_sweep(cfg: SweepConfig, *, on_point: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
     """Run (or resume) the grid ``cfg.layers × cfg.data_sizes``; returns the rows and the CSV path.
 
     ``on_point(row)`` is called after each grid point is finished (also for skipped ones).
     """
-    from tqdm.auto import tqdm
-
-    from scalingnote.scaling.table import write_table
-    from scalingnote.training import train
-
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "sweep_config.yaml")
@@ -372,67 +434,10 @@ def run_sweep(cfg: SweepConfig, *, on_point: Callable[[dict[str, Any]], None] | 
         chash = config_hash(tc)
         dhash = _examples_hash(pool[:D])
         _check_same_data(run_dir, dhash)
-        point_file = run_dir / "point.json"
-        row = None
         t0 = time.perf_counter()
-        if point_file.exists():
-            prev = json.loads(point_file.read_text(encoding="utf-8"))
-            _check_same_data(run_dir, dhash, prev.get("data_hash", "missing"))
-            if prev.get("config_hash") != chash:
-                # the saved config.yaml decides (a path spelled differently is the same config)
-                if not (run_dir / "config.yaml").exists():
-                    raise ScalingNoteError(f"{run_dir}: trained with a different configuration; use a new output_dir")
-                _check_same_config(run_dir, tc)  # raises naming the changed keys
-                prev["config_hash"] = chash
-                write_json(point_file, prev)
-            if prev.get("validation_hash") == val.info["hash"]:
-                row = prev
-                log.info("grid point %s: done, skipped", point_name(L, D))
-            elif (run_dir / "query_tower").exists() and (run_dir / "doc_tower").exists():
-                log.info("grid point %s: validation set changed, re-scoring the saved towers", point_name(L, D))
-                te = time.perf_counter()
-                prev["loss"] = score_point(run_dir, val, cfg.validation.batch_size)
-                prev["eval_seconds"] = round(time.perf_counter() - te, 2)
-                prev["validation_hash"] = val.info["hash"]
-                write_json(point_file, prev)
-                row = prev
+        row = _reuse_point(cfg, run_dir, tc, chash, dhash, val)
         if row is None:
-            _check_same_config(run_dir, tc)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "train_data.sha").write_text(dhash + "\n", encoding="utf-8")
-            res = train(tc, resume=True)
-            te = time.perf_counter()
-            loss = score_point(run_dir, val, cfg.validation.batch_size)
-            eval_s = time.perf_counter() - te
-            n_q = int(res["query_tower_non_embedding_params"])
-            n_d = int(res["doc_tower_non_embedding_params"])
-            row = {
-                "N": n_d if cfg.scale_towers == "doc" else n_q,
-                "D": D,
-                "loss": loss,
-                "layers": L,
-                "steps": int(res["total_steps"]),
-                "train_seconds": float(res["train_seconds"]),
-                "eval_seconds": round(eval_s, 2),
-                "seconds": round(time.perf_counter() - t0, 2),
-                "n_query": n_q,
-                "n_doc": n_d,
-                "train_examples": int(res["train_examples"]),
-                "final_train_loss": res.get("final_loss"),
-                "method": cfg.train.method,
-                "seed": cfg.train.seed,
-                "config_hash": chash,
-                "data_hash": dhash,
-                "validation_hash": val.info["hash"],
-                "run_dir": str(run_dir),
-            }
-            write_json(point_file, row)
-            if not cfg.keep_checkpoints:
-                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-            if not cfg.keep_towers:
-                for t in ("query_tower", "doc_tower"):
-                    shutil.rmtree(run_dir / t, ignore_errors=True)
-            gc.collect()
+            row = _train_point(cfg, L, D, run_dir, tc, chash, dhash, val, t0)
         rows.append(row)
         write_table(out / "results.csv", rows)
         if on_point is not None:

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ConfigError
+from scalingnote.evaluation.dense import truncate_normalize
 from scalingnote.training.config import TrainConfig
+from scalingnote.training.towers import build_towers
 
 
 def freeze_embeddings(tower) -> int:
@@ -46,8 +48,6 @@ class TowerSession:
 
     def __init__(self, cfg: TrainConfig, corpus: dict[str, Any], *, batch_size: int = 64):
         import torch
-
-        from scalingnote.training.towers import build_towers
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
             if spec.prefix_k is not None:
@@ -83,8 +83,6 @@ class TowerSession:
         """Normalised embeddings (truncated to ``cfg.dim``) of query ``texts``, or of the corpus
         documents ``doc_ids`` (all of them by default; ``[EMB]`` view for an LLM document)."""
         import torch
-
-        from scalingnote.evaluation.dense import truncate_normalize
 
         with torch.no_grad():
             if docs:

@@ -1,0 +1,178 @@
+"""The quick start's main job, :func:`quickstart`: the steps of :mod:`scalingnote.quickstart.runs`
+and the choices of :mod:`scalingnote.quickstart.pipeline` in order, then the evaluation rows
+(the baselines, the matched-cost comparison, the served configuration) and ``results.json``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scalingnote.config import save_config
+from scalingnote.data import load_corpus
+from scalingnote.evaluation import evaluate
+from scalingnote.index import read_manifest
+from scalingnote.index.hybrid import hybrid_search_run
+from scalingnote.live import LiveIndex
+import scalingnote.quickstart.pipeline as P
+import scalingnote.quickstart.report as R
+import scalingnote.quickstart.runs as runs
+from scalingnote.quickstart.choose import cross_fit_fusion
+from scalingnote.quickstart.config import QuickstartConfig, family
+from scalingnote.quickstart.report import row, tower_label
+from scalingnote.quickstart.scoring import METRICS, Scored, TowerPool, load_eval_set, per_query_ndcg, score, tuning_texts
+from scalingnote.serve.corpus import served_searcher
+from scalingnote.sparse.bm25 import BM25Retriever
+from scalingnote.training.curves import tensorboard_command
+from scalingnote.utils import run_metadata, seed_everything, write_json
+
+
+def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path) -> tuple[list[dict], Any, Any, Any]:
+    """BM25 (test and validation runs) and the zero-shot BERT-family tower."""
+    corpus = load_corpus(runs.corpus_file(data))
+    bm = BM25Retriever.fit(corpus.values(), show_progress=False)
+    t0 = time.perf_counter()
+    bm_run = bm.search(dict(zip(ev.qids, ev.texts)), k=100, show_progress=False)
+    qps = round(len(ev.qids) / (time.perf_counter() - t0), 1)
+    bm_val = bm.search(dict(zip(ev.val_qids, ev.val_texts)), k=100, show_progress=False) if ev.val_qids else {}
+    val = round(float(evaluate(bm_val, ev.val_qrels, ["ndcg@10"])["ndcg@10"]), 4) if ev.val_qids else float("nan")
+    bm_sc = Scored(evaluate(bm_run, ev.qrels, METRICS), per_query_ndcg(bm_run, ev.qrels), val, bm_run, bm_val)
+    rows = [dict(row("bm25", bm_sc), query_qps=qps)]
+    if "bert" in cfg.families:
+        fam = family(cfg, "bert")
+        like = next((out / "stage1").glob("*_large_*"))
+        zs = runs.zero_shot_run(cfg, fam, fam.depths[0], like, data, out)
+        label, n = tower_label(pool, zs / "query_tower")
+        rows.append(row(f"zero_shot_{Path(cfg.bert).name}", score(pool, zs / "query_tower", zs, ev), query=label, layers=n,
+                        tower=zs / "query_tower"))
+    return rows, bm_sc, bm, bm_run
+
+
+def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Path, bm_sc, index_dir: Path) -> tuple[list[dict], dict]:
+    """The chosen student alone, fused with BM25 (RRF; weighted with the norm and weight fitted on
+    validation), and over the IVFPQ index; which one is served is chosen on validation."""
+    sc = score(pool, student["dir"], teacher_dir, ev)
+    label, n = tower_label(pool, student["dir"], qkd=True)
+    base = {"large_tower": tower_label(pool, teacher_dir / "query_tower")[0], "query_tower": label, "query_layers": n}
+    fusion = cross_fit_fusion(sc.val_run, bm_sc.val_run, ev.val_qrels, seed=cfg.seed) if ev.val_qids else {"choice": "dense", "reason": "no validation queries"}
+    rows = []
+    rrf, info = hybrid_search_run(sc.run, bm_sc.run, "rrf", k=100)
+    rows.append({**row("scalingnote+bm25_rrf", Scored(evaluate(rrf, ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
+                  "search": f"exact + bm25s, rrf k={info['rrf_k']}"})
+    if "weight" in fusion:
+        hyb, _ = hybrid_search_run(sc.run, bm_sc.run, "weighted", k=100, weight=fusion["weight"], norm=fusion["norm"])
+        rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), {},
+                                                                fusion["val_hybrid"], {}, {})), **base,
+                     "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
+    qv = pool.encode(student["dir"], ev.texts)
+    _write_fusion(index_dir, fusion)  # the served default, read by `scalingnote serve` and by the served row
+    # the index opened as `scalingnote serve` opens it (read-only here): both compressed-index rows
+    idx = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
+    try:
+        tuned = idx.manifest.get("search_tuning")
+        kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
+        res = idx.search(qv, k=100, **kw)
+        used = {**idx.manifest.get("search_defaults", {}), **kw}
+        how = f"nprobe={used.get('nprobe')} rerank={used.get('rerank', 0)}"
+        if tuned:
+            how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
+        rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
+                     "search": f"{idx.factory} {how}", "_tower": student["dir"]})
+        rows.append(_served_row(ev, idx, qv, fusion, base, how))
+    finally:
+        idx.close()
+    return rows, fusion
+
+
+def _served_row(ev, live, qv, fusion: dict, base: dict, how: str) -> dict:
+    """The served configuration measured through the service's own searcher
+    (:func:`scalingnote.serve.corpus.served_searcher` over ``live``, the index opened as ``scalingnote
+    serve`` opens it): the compressed index at its tuned settings, ``fusion.json``'s mode and fusion,
+    the BM25 side beside the index. This row, not an exact-search one, is what a user's queries get.
+    ``qv``: the test queries encoded by the served student."""
+    searcher, mode = served_searcher(live, None)
+    run = searcher.search(ev.texts, 100, mode=mode, query_vectors=qv).to_run(ev.qids)
+    # no validation figure: the choice was made on exact search (the exact rows carry it)
+    sc = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), float("nan"), {}, {})
+    what = f"{fusion['norm']} w_dense={fusion['weight']} + bm25s" if mode == "hybrid" else "dense alone"
+    return {**row("served", sc), **base, "chosen": "served", "search": f"as `scalingnote serve` answers: {live.factory} {how}, {what}"}
+
+
+def _write_fusion(index_dir: Path, fusion: dict) -> None:
+    """The served default beside the index (read by ``scalingnote serve``)."""
+    if "weight" in fusion:
+        write_json(index_dir / "fusion.json", {"method": "weighted", "weight": fusion["weight"], "norm": fusion["norm"],
+                                               "default_mode": "hybrid" if fusion["choice"] == "hybrid" else "dense",
+                                               "reason": fusion["reason"]})
+
+
+class _Laps:
+    """Wall seconds of each phase of a run (a reused step costs ~0), for ``results.json``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.start = self._t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = round(now - self._t, 1)
+        self._t = now
+
+
+def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
+    """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``)."""
+    P.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split, cfg.corpus_format)
+    out = Path(cfg.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out / "quickstart.yaml")
+    seed_everything(cfg.seed)
+    laps = _Laps()
+    data = runs.prepare_data(cfg, out)
+    readable, report = P.readable_families(cfg, Path(data["beir"]))
+    laps.lap("data")
+    fams = [family(cfg, f) for f in readable]
+    pool = TowerPool()
+    first = runs.large_tower_runs(cfg, fams[0], data, out)  # the held-out queries come from the first Stage I run
+    first_dir = Path(next(iter(first.values()))["run_dir"])
+    ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
+    large = P.large_towers(cfg, fams, data, out, pool, ev)
+    teacher, t_why = P.choose_teacher(cfg, readable, large, pool, ev)
+    P.say(f"teacher: {teacher} large tower ({t_why})")
+    laps.lap("stage1_large_towers")
+    pseudo = runs.pseudo_queries(cfg, data, out)
+    students = P.train_students(cfg, readable, large, teacher, data, out, pseudo, pool, ev)
+    laps.lap("stage2_students")
+    compared = {"all": readable, "teacher": [teacher], "none": []}[cfg.compare]
+    comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
+    laps.lap("comparison_runs")
+    tune = tuning_texts(ev, first_dir, seed=cfg.seed) if cfg.index_recall is not None else None
+    index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"], Path(students["chosen"]["dir"]), tune)
+    laps.lap("index")
+    runs.banner("evaluation")
+    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
+    rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
+    rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
+    served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
+    rows += served + R.depth_rows(pool, ev, large)
+    R.measure_qps(pool, rows, ev.texts)
+    R.vs_best_baseline(rows)
+    laps.lap("evaluation")
+    elapsed = time.perf_counter() - laps.start
+    choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
+               "index": read_manifest(index_dir).get("search_tuning")}
+    write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
+                                      **run_metadata(cfg)})
+    R.print_table(rows)
+    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
+          + ", ".join(f"{k} {v:g}" for k, v in laps.seconds.items()) + ")")
+    print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
+    mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
+    print(f"served default: {mode}: {fusion['reason']}")
+    print("serve it:")
+    print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")
+    return rows
+
+
+__all__ = ["quickstart"]
