@@ -128,9 +128,4 @@ def use_corpus_format(spec: str | None, data_dir: Any = None) -> str | None:
     """``--corpus-format SPEC``: the format name SPEC resolves to (a dotted path's reader
     registered for ``data_dir``) through :func:`scalingnote.data.corpus.use_corpus_format`;
     None when SPEC is None."""
-    if spec is None:
-        return None
-    use = getattr(corpus_formats, "use_corpus_format", None)
-    if use is None:
-        raise ConfigError("--corpus-format", None, spec, "this installation has no corpus-format selection (scalingnote.data.corpus.use_corpus_format)")
-    return use(spec, data_dir)
+    return None if spec is None else corpus_formats.use_corpus_format(spec, data_dir)

@@ -175,7 +175,7 @@ def _plan(sc: typer.Typer) -> None:
         """The (N, D) minimising the predicted loss under a budget, with and without the inference cost (Fang et al. §6)."""
         if (fit is None) == (params is None):
             raise ScalingNoteError("give exactly one of --fit FILE and --params")
-        p = read_fit_params(fit, "joint") if fit is not None else _parse_params(params)
+        p = read_fit_params(fit, "joint", with_bounds=True) if fit is not None else _parse_params(params)
         costs = _cost_model(cost, **given_costs)
         plans = []
         for b in budget:
@@ -186,6 +186,7 @@ def _plan(sc: typer.Typer) -> None:
             _echo_json(doc)
             return
         f = costs.factors()
+        typer.echo(next(iter(both.values())).describe())  # the law used and whether it has a floor
         typer.echo("cost factors: " + ", ".join(f"{k}={v:.4g}" for k, v in f.items()))
         for pl in plans:
             typer.echo(f"budget ${pl['budget']:.4g}")

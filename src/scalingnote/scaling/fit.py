@@ -441,9 +441,11 @@ def fit_table(
     return res
 
 
-def read_fit_params(path, law: str | None = "joint") -> dict[str, float]:
+def read_fit_params(path, law: str | None = "joint", *, with_bounds: bool = False) -> dict[str, Any]:
     """Parameters from a ``scalingnote scaling fit --json`` file (or any JSON object holding
-    the law's parameter names at the top level). Errors name the file and the field."""
+    the law's parameter names at the top level). Errors name the file and the field.
+    ``with_bounds``: also the fit's ``at_bound`` (the parameters it left at a search bound), when
+    the file records it (the budget planner reads from it whether the law has a floor)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -470,6 +472,8 @@ def read_fit_params(path, law: str | None = "joint") -> dict[str, float]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise DataError(path, None, k, f"expected a positive number, got {v!r}")
         out[k] = float(v)
+    if with_bounds and doc.get("at_bound") is not None:
+        out["at_bound"] = doc["at_bound"]
     return out
 
 
