@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from scalingnote.config import load_config
 from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
+from scalingnote.training.losses.spec import LossSpec  # noqa: F401 - the loss block, part of this config
 
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
 
@@ -36,42 +38,6 @@ class DataSpec:
     #: evaluation queries that are also training queries: "error", or "drop" them from training
     #: (e.g. KUAKE-QTR: 1,328 of its 1,473 test queries also have train qrels, with other titles)
     eval_overlap: Literal["error", "drop"] = "error"
-
-
-@dataclass
-class LossSpec:
-    """The Stage I loss: ``name`` chooses it from :data:`scalingnote.training.losses.LOSSES` (or is a
-    dotted path ``"package.module:function"``); the rest are ScalingNote Eq. 5–12 hyper-parameters
-    (§4.2: dims 16..128, all weights 1, margin 0.2, α 0.5), and ``options`` a loss's own settings.
-    In YAML, ``loss: infonce`` is short for ``loss: {name: infonce}``."""
-
-    __config_shorthand__ = "name"
-
-    #: None = ``scalingnote`` (the paper's Eq. 12): a default that keeps the inputs recorded by
-    #: runs made before losses had names, so their checkpoints stay valid
-    name: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    dims: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
-    weights: list[float] | None = None
-    hard_weights: list[float] | None = None
-    tau: float = 0.05
-    margin: float = 0.2
-    alpha: float = 0.5
-    hard_in_denominator: bool = False
-
-    @property
-    def loss_name(self) -> str:
-        """The loss this spec chooses (``name``, or the default ``scalingnote``)."""
-        return self.name or "scalingnote"
-
-    def __post_init__(self) -> None:
-        from scalingnote.training.losses import get_loss
-        from scalingnote.utils.registry import RegistryError
-
-        try:
-            get_loss(self.loss_name, option="name")
-        except RegistryError as e:  # -> ConfigError naming loss.name and its line
-            raise ValueError(str(e)) from None
 
 
 @dataclass
@@ -211,6 +177,4 @@ class TrainConfig:
 
 def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     """A :class:`TrainConfig` from a YAML file (or the defaults), with dotted-key ``overrides``."""
-    from scalingnote.config import load_config
-
     return load_config(TrainConfig, path, **overrides)
