@@ -39,10 +39,10 @@ import torch
 from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training import distributed as D
-from scalingnote.training import fsdp
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from scalingnote.training.curves import Curves
+import scalingnote.training.distributed as D
+from scalingnote.training.fsdp import load_latest_sharded, save_sharded
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ class TrainLoop:
         """Checkpoint the current step (collective under torchrun)."""
         self.curves.flush()  # the curves up to a checkpoint survive a crash after it
         if self.sharded:
-            fsdp.save_sharded(self, rng)
+            save_sharded(self, rng)
             return
         rng = rng if rng is not None else rng_state()
         per_rank = D.gather_to_rank0(rng)  # rank 0 writes the file; each rank resumes its own dropout streams
@@ -297,7 +297,7 @@ class TrainLoop:
     def load_latest(self) -> bool:
         """Load the newest checkpoint under ``out``; True when there was one."""
         if self.sharded:
-            return fsdp.load_latest_sharded(self) is not None
+            return load_latest_sharded(self) is not None
         ck = load_latest_checkpoint(self.out)
         if ck is None:
             return False

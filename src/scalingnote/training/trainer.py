@@ -28,10 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scalingnote.training import distributed as D
 from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
+import scalingnote.training.distributed as D
+from scalingnote.training.fsdp import shard_towers
 from scalingnote.training.loop import (LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, load_trained_state, param_groups,
                                        trained_state)
 from scalingnote.training.losses import LossBatch, get_loss
@@ -93,8 +94,6 @@ class Trainer(TrainLoop):
         self.desc = f"stage I ({cfg.method})"
         # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
         if cfg.distributed == "fsdp":
-            from scalingnote.training.fsdp import shard_towers
-
             self.sharded = shard_towers([query_tower, doc_tower], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps,
                              schedule=o.schedule, warmup_steps=o.warmup_steps)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scalingnote.config import load_config
 from scalingnote.errors import ConfigError
 from scalingnote.models.layers import is_bottom
 from scalingnote.models.loading import (
@@ -176,8 +177,6 @@ def load_saved_tower(
     weights and raises if they differ (a modified or corrupted directory).
     """
     from safetensors.torch import load_file
-
-    from scalingnote.config import load_config
 
     path = Path(path)
     doc = _read_tower_json(path)
