@@ -12,6 +12,7 @@ from typing import Literal
 
 from scalingnote.models.spec import TowerSpec
 from scalingnote.training.config import FsdpSpec
+from scalingnote.training.settings import RunSettings
 
 
 @dataclass
@@ -38,7 +39,7 @@ class DistillOptim:
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(RunSettings):
     teacher: str  #: a Stage I output directory (query_tower/, doc_tower/, doc_embeddings.npy, doc_ids.json)
     output_dir: str = "runs/qkd"
     student: TowerSpec = field(default_factory=lambda: TowerSpec("minilm-l6", max_length=32))
@@ -93,11 +94,7 @@ class DistillConfig:
     distributed: Literal["ddp", "fsdp"] = "ddp"
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
     precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 on GPU
-    seed: int = 42
-    save_every: int = 100
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    show_progress: bool = True
+    save_every: int = field(default=100, kw_only=True)  #: the RunSettings field, with the QKD default
 
     def __post_init__(self) -> None:
         if not self.queries:

@@ -313,7 +313,7 @@ class QKDLoop(TrainLoop):
         steps_per_epoch = max(1, len(data.train_idx) // bs)
         total = math.ceil(o.epochs * steps_per_epoch)
         total = min(total, o.max_steps) if o.max_steps else total
-        settings = LoopSettings(o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
+        settings = LoopSettings(**cfg.cadence(), max_grad_norm=o.max_grad_norm,
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix

@@ -38,7 +38,7 @@ class PhaseLoop(TrainLoop):
     def __init__(self, tr: PhaseOwner, phase: str, spec: PhaseOptim, groups: list[dict], loss_fn, negatives: list[np.ndarray],
                  remine: Callable[[], list[np.ndarray]] | None, remine_every: int, sides: tuple[Side, ...]):
         cfg = tr.cfg
-        settings = LoopSettings(spec.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, tr.progress)
+        settings = LoopSettings(**{**cfg.cadence(), "show_progress": tr.progress}, max_grad_norm=spec.max_grad_norm)
         super().__init__(tr.out / phase, int(spec.steps), settings, metrics_path=tr.out / "metrics.jsonl")
         self.desc = f"TMJ {phase}"
         self.tr, self.phase, self.spec, self.loss_fn, self.negatives = tr, phase, spec, loss_fn, negatives

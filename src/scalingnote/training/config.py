@@ -15,6 +15,7 @@ from typing import Any, Literal
 from scalingnote.config import load_config
 from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
 from scalingnote.training.losses.spec import LossSpec  # noqa: F401 - the loss block, part of this config
+from scalingnote.training.settings import RunSettings
 
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
 
@@ -83,7 +84,7 @@ class FsdpSpec:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(RunSettings):
     #: keys older configs may hold: ``null`` is read (and dropped), a value is refused with the reason
     __config_removed__ = {"deepspeed": "DeepSpeed was never wired in; use `distributed: fsdp` (PyTorch FSDP2, the same "
                                        "ZeRO-3 sharding) under torchrun"}
@@ -101,11 +102,7 @@ class TrainConfig:
     #: "fsdp" (FSDP2: towers, gradients and optimizer state sharded across ranks)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
-    seed: int = 42
     precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 autocast on GPU
-    save_every: int = 50
-    keep_checkpoints: int = 2
-    log_every: int = 10
     eval_batch_size: int = 64
     evaluate_zero_shot: bool = False  #: also evaluate the starting point (after the centre / W init)
     #: Subtract the mean pooled state (over ``center_samples`` training texts) before W. Not in
@@ -141,7 +138,6 @@ class TrainConfig:
     validation_metric: Literal["ndcg@10", "contrastive_ppl"] = "ndcg@10"
     patience: int | None = None
     restore_best: bool = True
-    show_progress: bool = True
 
     def __post_init__(self) -> None:
         if self.dim not in self.loss.dims:

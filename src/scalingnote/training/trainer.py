@@ -87,7 +87,7 @@ class Trainer(TrainLoop):
         total = math.ceil(cfg.optim.epochs * self.steps_per_epoch)
         o = cfg.optim
         settings = LoopSettings(
-            o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
+            **cfg.cadence(), max_grad_norm=o.max_grad_norm,
             eval_every=self.steps_per_epoch if cfg.eval_every == "epoch" else cfg.eval_every, patience=cfg.patience, restore_best=cfg.restore_best,
         )
         super().__init__(cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0)
