@@ -12,7 +12,7 @@ from typing import Literal
 
 from scalingnote.models.spec import TowerSpec
 from scalingnote.training.config import FsdpSpec
-from scalingnote.training.settings import RunSettings
+from scalingnote.training.settings import AdamWSettings, RunSettings
 
 
 @dataclass
@@ -26,13 +26,11 @@ class QuerySource:
 
 
 @dataclass
-class DistillOptim:
+class DistillOptim(AdamWSettings):
+    """QKD's AdamW: the Table 7 settings (:class:`~scalingnote.training.settings.AdamWSettings`),
+    its learning rate, batch and length."""
+
     lr: float = 3e-4
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
     batch_size: int = 256
     epochs: float = 10.0
     max_steps: int | None = None

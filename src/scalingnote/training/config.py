@@ -15,7 +15,7 @@ from typing import Any, Literal
 from scalingnote.config import load_config
 from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
 from scalingnote.training.losses.spec import LossSpec  # noqa: F401 - the loss block, part of this config
-from scalingnote.training.settings import RunSettings
+from scalingnote.training.settings import AdamWSettings, RunSettings
 
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
 
@@ -42,17 +42,12 @@ class DataSpec:
 
 
 @dataclass
-class OptimSpec:
+class OptimSpec(AdamWSettings):
     """Table 7, stage I: AdamW(0.9, 0.999, 1e-8), weight decay 1e-3, warm-up 10% then linear decay,
-    max grad norm 1.0."""
+    max grad norm 1.0 (the :class:`~scalingnote.training.settings.AdamWSettings` fields)."""
 
     lr: float = 2e-5
     head_lr: float = 1e-3  #: learning rate of the projection W (randomly initialised)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
     batch_size: int = 32  #: global batch (all processes together): the in-batch negatives
     micro_batch_size: int | None = None  #: < local batch -> gradient caching (exact large-batch gradients)
     epochs: float = 1.0

@@ -1,6 +1,6 @@
-"""The run-loop settings every training stage's config shares (Stage I :class:`TrainConfig`,
+"""The settings the training stages' configs share: the run loop's (Stage I :class:`TrainConfig`,
 QKD :class:`~scalingnote.distill.config.DistillConfig`, TMJ
-:class:`~scalingnote.pq.config.PQTrainConfig`).
+:class:`~scalingnote.pq.config.PQTrainConfig`) and the AdamW ones of Table 7 (Stage I and QKD).
 
 The configs inherit these dataclasses, so their fields stay flat: the same YAML keys
 (``seed: 7``, ``log_every: 1``, ...), the same step inputs. A config changes a default by
@@ -36,4 +36,17 @@ class RunSettings(LoopCadence):
     seed: int = 42
 
 
-__all__ = ["LoopCadence", "RunSettings"]
+@dataclass(kw_only=True)
+class AdamWSettings:
+    """The AdamW settings of Table 7 that Stage I and QKD share: betas (0.9, 0.999), eps 1e-8,
+    weight decay 1e-3, 10% warm-up, max grad norm 1.0 (each stage's optimizer config inherits
+    them and adds its learning rate, batch and length)."""
+
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-3
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+
+
+__all__ = ["AdamWSettings", "LoopCadence", "RunSettings"]
