@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import yaml
 
 from scalingnote.errors import ConfigError
+from scalingnote.utils.io import atomic_write
+from scalingnote.utils.runinfo import _plain
 
 T = TypeVar("T")
 
@@ -244,15 +246,11 @@ def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None,
 
 def config_to_dict(cfg: Any) -> dict[str, Any]:
     """A plain, YAML/JSON-serialisable dict of a config dataclass."""
-    from scalingnote.utils.runinfo import _plain
-
     return _plain(cfg)
 
 
 def save_config(cfg: Any, path: str | Path) -> None:
     """Atomically write the resolved config as YAML."""
-    from scalingnote.utils.io import atomic_write
-
     with atomic_write(path) as fh:
         yaml.safe_dump(config_to_dict(cfg), fh, sort_keys=False, allow_unicode=True)
 

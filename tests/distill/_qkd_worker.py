@@ -22,6 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.training._worker_keys import worker_loop_keys  # noqa: E402
+
 
 def make_cfg(spec: dict, out: str, distributed: str):
     from scalingnote.config import load_config
@@ -35,13 +37,8 @@ def make_cfg(spec: dict, out: str, distributed: str):
         "optim": {"batch_size": 8, "epochs": 1.0, "lr": 3e-3},
         "validation_fraction": 0.1,
         "cache_dir": spec.get("cache_dir"),
-        "seed": 5,
-        "save_every": 2,
-        "log_every": 1,
         "eval_every": 2,
-        "show_progress": False,
-        "distributed": distributed,
-        "fsdp": {"activation_checkpointing": spec.get("ac", True)},
+        **worker_loop_keys(spec, distributed, seed=5),
     }
     if spec.get("max_steps"):
         base["optim"]["max_steps"] = spec["max_steps"]

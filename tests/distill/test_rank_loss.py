@@ -10,6 +10,7 @@ import torch
 
 from scalingnote.distill.loss import qkd_rank_loss
 from scalingnote.distill.ranking import teacher_ranking
+from scalingnote.errors import ConfigError, ScalingNoteError
 from tests.distill.test_qkd import _dcfg, stage1  # noqa: F401  (module fixture: a tiny Stage I run)
 
 
@@ -41,7 +42,7 @@ def test_teacher_ranking_is_the_exact_top_k(tmp_path):
     np.testing.assert_allclose(ss.detach().numpy(), ts.numpy(), atol=1e-5)  # same direction as the teacher: same cosines
     ss.sum().backward()
     assert qs.grad is not None and float(qs.grad.abs().sum()) > 0
-    with pytest.raises(Exception, match="dim 8"):
+    with pytest.raises(ScalingNoteError, match=r"doc_embeddings\.npy: document embeddings have dim 8, the teacher's query embeddings 4"):
         teacher_ranking(tmp_path, q[:, :4], k=5)
 
 
@@ -57,5 +58,5 @@ def test_distill_with_the_rank_term_trains_and_records_it(stage1, tmp_path):  # 
 
 
 def test_rank_options_are_checked(stage1, tmp_path):  # noqa: F811
-    with pytest.raises(Exception, match="rank_k"):
+    with pytest.raises(ConfigError, match=r"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got 1\.0, 1, "):
         _dcfg(stage1, tmp_path / "x", rank_weight=1.0, rank_k=1)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from scalingnote.data import Document
-from scalingnote.errors import ConfigError
+from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models import PAPER_DOCUMENT_PROMPT, load_tower
 from scalingnote.models.prompt import PROMPT_PRESETS, VIEWS, parse_template, resolve_prompt
 
@@ -133,5 +133,5 @@ def test_trainer_drops_absent_views_from_the_loss(llm_dir, tiny_dirs, tmp_path):
     bert = str(tiny_dirs["bert"])
     bad = load_config(TrainConfig, {"method": "twinbert", "output_dir": str(tmp_path), "dim": 16, "loss": {"dims": [8, 16]},
                                     "query_tower": {"model": bert}, "doc_tower": {"model": bert, "prompt": "plain"}})
-    with pytest.raises(Exception, match="doc_tower.prompt 'plain' is for LLM document towers"):
+    with pytest.raises(ScalingNoteError, match=r"doc_tower\.prompt 'plain' is for LLM document towers; .* is a bert tower"):
         build_towers(bad, torch.device("cpu"))

@@ -14,6 +14,7 @@ pytest.importorskip("sentence_transformers")
 
 from scalingnote.errors import ConfigError  # noqa: E402
 from scalingnote.models import load_tower  # noqa: E402
+from scalingnote.models.towers.pooling import from_st_mode  # noqa: E402
 
 
 def _st_dir(base, out, pooling="mean", dense=True, bias=True, activation=None, prompts=None):
@@ -77,13 +78,20 @@ def test_exported_tower_round_trips(tiny_dirs, tmp_path):
     "kwargs,match",
     [
         ({"activation": torch.nn.Tanh()}, "identity activation"),
-        ({"pooling": "max"}, "pooling mode 'max'"),
         ({"prompts": {"query": "query: "}}, "no prompt prefix"),
     ],
 )
 def test_what_a_tower_cannot_express_is_refused(tiny_dirs, tmp_path, kwargs, match):
     d = _st_dir(tiny_dirs["bert"], tmp_path / "st", **kwargs)
     with pytest.raises(ConfigError, match=match):
+        load_tower(d, role="query", device="cpu")
+
+
+def test_a_pooling_no_entry_of_the_table_computes_is_refused(tiny_dirs, tmp_path):
+    # a sentence-transformers pooling that no pooling mode (built in or registered) computes for a BERT tower
+    mode = next(m for m in ("max", "weightedmean", "mean_sqrt_len_tokens", "lasttoken") if from_st_mode(m, "bert") is None)
+    d = _st_dir(tiny_dirs["bert"], tmp_path / "st", pooling=mode)
+    with pytest.raises(ConfigError, match=rf"pooling mode '{mode}': a BERT tower pools with one of \[.*'cls'.*'mean'.*\]"):
         load_tower(d, role="query", device="cpu")
 
 

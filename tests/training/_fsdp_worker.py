@@ -21,6 +21,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.training._worker_keys import worker_loop_keys  # noqa: E402
+
 
 def make_cfg(spec: dict, out: str, distributed: str):
     from scalingnote.config import load_config
@@ -35,12 +37,7 @@ def make_cfg(spec: dict, out: str, distributed: str):
         "data": {"data_dir": spec["data"], "neg_skip_top": 1, "neg_max_rank": 8, "validation_fraction": 0.15},
         "loss": {"dims": [8, 16, 32]},
         "optim": {"batch_size": 8, "epochs": 2.0, "lr": 1e-3, "head_lr": 1e-2, "micro_batch_size": spec.get("micro", 2)},
-        "seed": 3,
-        "save_every": 2,
-        "log_every": 1,
-        "show_progress": False,
-        "distributed": distributed,
-        "fsdp": {"activation_checkpointing": spec.get("ac", True)},
+        **worker_loop_keys(spec, distributed, seed=3),
     }
     if spec.get("lora"):
         base["lora"] = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}

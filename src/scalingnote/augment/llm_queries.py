@@ -26,7 +26,9 @@ from typing import Any
 from scalingnote.data.pseudo import PseudoQuery, select_documents, write_pseudo_outputs
 from scalingnote.data.types import Document, Query
 from scalingnote.errors import ConfigError, DataError
+from scalingnote.models.loading import convert_gguf, quiet_transformers, resolve_source
 from scalingnote.utils import write_json
+from scalingnote.utils import atomic_write
 
 SYSTEM_PROMPT = "You are a search engine user. You write short, specific search queries."
 USER_PROMPT = (
@@ -71,8 +73,6 @@ def load_causal_lm(model: str | os.PathLike = "smollm2-135m"):
     cache of :mod:`scalingnote.models` (converted once)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from scalingnote.models.loading import convert_gguf, quiet_transformers, resolve_source
 
     src = resolve_source(model)
     if src.form == "tower":
@@ -171,8 +171,6 @@ def _read_generations(path: Path) -> dict[str, dict]:
         done[doc_id] = rec
         good.append(line)
     if len(good) != sum(1 for ln in lines if ln.strip()):
-        from scalingnote.utils import atomic_write
-
         with atomic_write(path) as fh:
             fh.writelines(good)
     return done

@@ -12,6 +12,7 @@ from typing import Literal
 
 from scalingnote.models.spec import TowerSpec
 from scalingnote.training.config import FsdpSpec
+from scalingnote.training.settings import AdamWSettings, RunSettings
 
 
 @dataclass
@@ -25,20 +26,18 @@ class QuerySource:
 
 
 @dataclass
-class DistillOptim:
+class DistillOptim(AdamWSettings):
+    """QKD's AdamW: the Table 7 settings (:class:`~scalingnote.training.settings.AdamWSettings`),
+    its learning rate, batch and length."""
+
     lr: float = 3e-4
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
     batch_size: int = 256
     epochs: float = 10.0
     max_steps: int | None = None
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(RunSettings):
     teacher: str  #: a Stage I output directory (query_tower/, doc_tower/, doc_embeddings.npy, doc_ids.json)
     output_dir: str = "runs/qkd"
     student: TowerSpec = field(default_factory=lambda: TowerSpec("minilm-l6", max_length=32))
@@ -93,11 +92,7 @@ class DistillConfig:
     distributed: Literal["ddp", "fsdp"] = "ddp"
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
     precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 on GPU
-    seed: int = 42
-    save_every: int = 100
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    show_progress: bool = True
+    save_every: int = field(default=100, kw_only=True)  #: the RunSettings field, with the QKD default
 
     def __post_init__(self) -> None:
         if not self.queries:

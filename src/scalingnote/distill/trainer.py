@@ -29,7 +29,12 @@ from scalingnote.distill.config import DistillConfig, QuerySource
 from scalingnote.distill.loss import qkd_loss, qkd_rank_loss
 from scalingnote.distill.ranking import TeacherRanking, teacher_ranking
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training import distributed as D
+from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
+from scalingnote.models import PrefixTower, load_tower
+from scalingnote.models.towers import matryoshka_dims_for
+import scalingnote.training.distributed as D
+from scalingnote.training.evaluate import heldout_queries
+from scalingnote.training.fsdp import gather_towers, shard_towers
 from scalingnote.training.heads import init_student_head
 from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
 from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
@@ -85,7 +90,6 @@ def collect_queries(sources: list[QuerySource], exclude: dict[str, tuple[set[str
 def teacher_holdout(teacher_dir: str | Path) -> tuple[set[str], set[str]] | None:
     """(ids, normalised texts) of the teacher run's held-out validation queries, or None for a
     teacher directory without a Stage I config (nothing is known to be held out)."""
-    from scalingnote.training.evaluate import heldout_queries
 
     if not (Path(teacher_dir) / "config.yaml").exists():
         log.info("%s: no config.yaml, so no validation queries of the teacher to hold out of QKD", teacher_dir)
@@ -95,8 +99,6 @@ def teacher_holdout(teacher_dir: str | Path) -> tuple[set[str], set[str]] | None
 
 
 def load_stage1(teacher_dir: str | Path):
-    from scalingnote.models import load_tower
-
     t = Path(teacher_dir)
     for need in ("query_tower", "doc_embeddings.npy", "doc_ids.json"):
         if not (t / need).exists():
@@ -158,8 +160,6 @@ def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Pat
     teacher = load_stage1(cfg.teacher)
     encode = None
     if cfg.feature_cache_dir:
-        from scalingnote.models import PrefixTower
-
         # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
         t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
 
@@ -210,7 +210,6 @@ def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | Non
     """One student start: the student with ``layers`` of its base model, its prefix and its head.
     Under torchrun rank 0 fills the feature cache and fits the head; the other ranks read the
     cache after it and receive rank 0's weights, so every replica starts identical."""
-    from scalingnote.models import PrefixTower
 
     s = cfg.student
     student = _load_student(cfg, data.dim, device, layers)
@@ -243,7 +242,6 @@ def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, lay
     """A fresh student (``layers`` of its base model; None = ``student.layers`` or its first
     ``student.num_layers``) with a (seeded, random) projection to the teacher's ``dim``; fp32
     master weights (bf16 compute on GPU comes from autocast / FSDP2's MixedPrecisionPolicy)."""
-    from scalingnote.models import load_tower
 
     s = cfg.student
     layers = layers if layers is not None else s.layers
@@ -315,7 +313,7 @@ class QKDLoop(TrainLoop):
         steps_per_epoch = max(1, len(data.train_idx) // bs)
         total = math.ceil(o.epochs * steps_per_epoch)
         total = min(total, o.max_steps) if o.max_steps else total
-        settings = LoopSettings(o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
+        settings = LoopSettings(**cfg.cadence(), max_grad_norm=o.max_grad_norm,
                                 eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
@@ -325,7 +323,6 @@ class QKDLoop(TrainLoop):
         self.use_bf16 = _use_bf16(cfg, self.device)
         self._on_step = on_step
         if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
-            from scalingnote.training.fsdp import shard_towers
 
             self.sharded = shard_towers([student], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([student], o.lr, o.lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
@@ -421,7 +418,6 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     train_loss = float(last.get("loss", float("nan")))
     val = loop.validate()  # collective when sharded: every rank takes part
     if loop.sharded:  # FSDP2: rank 0 gets an ordinary student with the trained weights
-        from scalingnote.training.fsdp import gather_towers
 
         (student,) = gather_towers([student], lambda: [_load_student(cfg, data.dim, device, student.config.base_layers)])
     D.barrier()
@@ -464,14 +460,11 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
 
 
 def _mdims(dim: int) -> list[int]:
-    from scalingnote.models.towers import matryoshka_dims_for
-
     return matryoshka_dims_for(dim)
 
 
 def evaluate_student(student, teacher_dir: str | Path, queries: dict[str, str], qrels, tau: float = 0.05) -> dict[str, float]:
     """ScalingNote retrieval: student query embeddings against the Stage I document embeddings."""
-    from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
 
     t = Path(teacher_dir)
     d_emb = np.load(t / "doc_embeddings.npy", mmap_mode="r")

@@ -11,7 +11,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from scalingnote.data.types import Document
 from scalingnote.errors import ConfigError, ScalingNoteError
+from scalingnote.models.towers.base import Tower
+from scalingnote.models.towers.io import load_tower
+from scalingnote.utils import run_metadata
 
 log = logging.getLogger("scalingnote.models")
 
@@ -48,8 +52,6 @@ class ExportRefused(ScalingNoteError):
 
 
 def _load(tower_or_path: Any):
-    from scalingnote.models.towers import Tower, load_tower
-
     if isinstance(tower_or_path, Tower):
         return tower_or_path
     return load_tower(str(tower_or_path), device="cpu", dtype="float32")
@@ -87,8 +89,6 @@ def _max_length(tower) -> int:
 
 
 def _versions() -> dict[str, str]:
-    from scalingnote.utils import run_metadata
-
     return run_metadata()["versions"]
 
 
@@ -166,7 +166,6 @@ def _check_tokenizer(tower, tok, texts: list[str]) -> None:
 
 def _as_documents(texts: list[str]) -> list[Any]:
     """BERT document towers embed ``Document.text``; a document with only ``content`` has ``text == content``."""
-    from scalingnote.data.types import Document
 
     return [Document(id=str(i), title="", content=t) for i, t in enumerate(texts)]
 

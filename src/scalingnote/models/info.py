@@ -13,6 +13,7 @@ from scalingnote.models.loading import (
     load_backbone,
     resolve_source,
 )
+from scalingnote.models.towers.io import load_saved_tower
 
 
 def model_info(
@@ -25,8 +26,6 @@ def model_info(
     src = resolve_source(name_or_path)
     info: dict[str, Any] = {"source": src.name, "form": src.form, "path": str(src.path)}
     if src.form == "tower":
-        from scalingnote.models.towers import load_saved_tower
-
         doc = json.loads((src.path / TOWER_FILE).read_text(encoding="utf-8"))
         tower = load_saved_tower(src.path, device="cpu", dtype="float32")
         cfg = doc["config"]

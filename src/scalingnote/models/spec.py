@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+from scalingnote.models.towers.io import load_tower
 
 
 @dataclass
@@ -41,7 +42,6 @@ class TowerSpec:
     def load(self, role: str, **kw: Any):
         """The tower (:func:`scalingnote.models.load_tower`) for ``role`` ("query" / "document");
         ``kw`` passes further options (``dim``, ``matryoshka_dims``, ...)."""
-        from scalingnote.models.towers import load_tower
 
         opts = {"num_layers": self.num_layers, "pooling": self.pooling, "layers": self.layers, **kw}
         return load_tower(self.model, role, **{k: v for k, v in opts.items() if v is not None})

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scalingnote.training.settings import RunSettings
+
 
 @dataclass
 class PQDataSpec:
@@ -140,7 +142,7 @@ class ExportSpec:
 
 
 @dataclass
-class PQTrainConfig:
+class PQTrainConfig(RunSettings):
     data: PQDataSpec
     output_dir: str = "runs/tmj"
     towers: PQTowers = field(default_factory=PQTowers)
@@ -150,13 +152,8 @@ class PQTrainConfig:
     stage2: Stage2Spec = field(default_factory=Stage2Spec)
     export: ExportSpec = field(default_factory=ExportSpec)
     tau: float = 0.05  #: softmax temperature on cosine scores (the toolkit's Stage I value)
-    seed: int = 42
     threads: int | None = None  #: torch / FAISS threads (None: leave the defaults)
-    save_every: int = 50
-    keep_checkpoints: int = 2
-    log_every: int = 10
     eval_k: int = 100
-    show_progress: bool = True
 
     def __post_init__(self) -> None:
         if self.tau <= 0:

@@ -10,7 +10,11 @@ from typing import Any
 import numpy as np
 
 from scalingnote.data import Document, Qrels
+from scalingnote.data import load_corpus, load_qrels, load_queries
+from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ScalingNoteError
+from scalingnote.models import load_tower
+from scalingnote.models.loading import resolve_source
 from scalingnote.pq.config import PQDataSpec, PQTowers
 
 
@@ -38,8 +42,6 @@ class PQData:
 def load_pq_data(spec: PQDataSpec, seed: int = 0) -> PQData:
     """Read a BEIR directory: corpus, queries, ``qrels/<train_split>`` positives (grade > 0),
     ``qrels/<eval_split>``; hold out ``validation_fraction`` of the training queries."""
-    from scalingnote.data import load_corpus, load_qrels, load_queries
-    from scalingnote.data.beir import qrels_path
 
     root = Path(spec.data_dir)
     corpus = load_corpus(root)  # any registered corpus format (scalingnote.data.corpus)
@@ -89,8 +91,6 @@ def load_pq_data(spec: PQDataSpec, seed: int = 0) -> PQData:
 def build_towers(spec: PQTowers, seed: int = 0):
     """(query tower, document tower): base models get a projection to ``spec.dim``; saved tower
     directories are loaded as saved."""
-    from scalingnote.models import load_tower
-    from scalingnote.models.loading import resolve_source
 
     def one(name: str, role: str, max_len: int):
         if resolve_source(name).form == "tower":

@@ -24,6 +24,11 @@ from torch import Tensor
 
 from scalingnote.data import Document
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.embeddings import load_embeddings
+from scalingnote.models.prefix import FeatureCache, fill_cache, item_key
+from scalingnote.models.prompt import VIEWS
+from scalingnote.models.towers import FORMAT
+from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
 
 EMB_VIEW = "emb"
 
@@ -33,7 +38,6 @@ def _pooled(tower, batch) -> Tensor:
     dev = tower.device
     h = tower.pooled({k: v.to(dev) for k, v in batch.items()})
     if h.dim() == 3:  # LLM document tower: the states before the three placeholders
-        from scalingnote.models.prompt import VIEWS
 
         h = h[:, VIEWS.index(EMB_VIEW)]
     return h.detach()
@@ -73,9 +77,6 @@ def projectionless_fingerprint(tower) -> str:
     this tower's pooled features, normalised."""
     from torch import nn
 
-    from scalingnote.models.towers import FORMAT
-    from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
-
     cfg = copy.deepcopy(tower.config)
     cfg.dim = None
     cfg.matryoshka_dims = [cfg.hidden_size]
@@ -107,8 +108,6 @@ def cached_pooled_features(tower, items: Sequence[Any], root: str | Path, *, bat
     """Pooled features ``[n, hidden]`` (the ``[EMB]`` view of an LLM document tower) through the
     shared frozen-prefix feature cache (:mod:`scalingnote.models.prefix`, ``k = 0``) under ``root``:
     the same cache Stage I and QKD read, keyed by the backbone, pooling, lengths and prompt."""
-    from scalingnote.models.prefix import FeatureCache, fill_cache, item_key
-    from scalingnote.models.prompt import VIEWS
 
     items = list(items)
     cache = FeatureCache.for_tower(root, tower, 0)
@@ -127,7 +126,6 @@ def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, sourc
     centre must be zero, since those rows are normalised). Otherwise the features come from the
     shared feature cache under ``cache_dir`` (:func:`cached_pooled_features`; resumable).
     """
-    from scalingnote.index.embeddings import load_embeddings
 
     if source_dir is None:
         return cached_pooled_features(tower, docs, cache_dir, batch_size=batch_size, show_progress=show_progress)

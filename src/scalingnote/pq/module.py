@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.pq.losses import straight_through
+from scalingnote.utils.io import atomic_path
 
 QuantizeMode = Literal["hard", "ste", "soft", "ste_soft"]
 FORMAT = "scalingnote-learned-pq/1"
@@ -172,7 +173,6 @@ class LearnedPQ(nn.Module):
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``codebooks`` (+ ``rotation``) and the shape to an ``.npz`` file, atomically."""
-        from scalingnote.utils.io import atomic_path
 
         path = Path(path)
         arrays = {

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -12,8 +13,21 @@ from scalingnote.pq.encoders import Side
 from scalingnote.training.loop import LoopSettings, TrainLoop
 
 
-if TYPE_CHECKING:
-    from scalingnote.pq.train import TMJTrainer
+class PhaseOwner(Protocol):
+    """What a phase uses of the trainer that runs it (:class:`scalingnote.pq.train.TMJTrainer`)."""
+
+    cfg: Any  # PQTrainConfig: log_every, save_every, keep_checkpoints
+    out: Path
+    progress: bool
+    q_tower: Any
+    n_train: int
+    on_step: Callable[[str, int], None] | None
+
+    def _batch(self, phase: str, spec: PhaseOptim, step: int, negatives: list[np.ndarray]) -> tuple: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, snapshot: dict[str, Any]) -> None: ...
 
 
 class PhaseLoop(TrainLoop):
@@ -21,10 +35,10 @@ class PhaseLoop(TrainLoop):
     ``<out>/<phase>/``, log lines tagged with the phase, negatives re-mined every
     ``remine_every`` steps and saved with the checkpoint."""
 
-    def __init__(self, tr: TMJTrainer, phase: str, spec: PhaseOptim, groups: list[dict], loss_fn, negatives: list[np.ndarray],
+    def __init__(self, tr: PhaseOwner, phase: str, spec: PhaseOptim, groups: list[dict], loss_fn, negatives: list[np.ndarray],
                  remine: Callable[[], list[np.ndarray]] | None, remine_every: int, sides: tuple[Side, ...]):
         cfg = tr.cfg
-        settings = LoopSettings(spec.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, tr.progress)
+        settings = LoopSettings(**{**cfg.cadence(), "show_progress": tr.progress}, max_grad_norm=spec.max_grad_norm)
         super().__init__(tr.out / phase, int(spec.steps), settings, metrics_path=tr.out / "metrics.jsonl")
         self.desc = f"TMJ {phase}"
         self.tr, self.phase, self.spec, self.loss_fn, self.negatives = tr, phase, spec, loss_fn, negatives

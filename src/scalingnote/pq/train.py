@@ -35,15 +35,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from scalingnote.config import load_config, save_config
 from scalingnote.data import Qrels
 from scalingnote.errors import ScalingNoteError
+from scalingnote.evaluation import evaluate
+from scalingnote.evaluation.dense import exact_search
+from scalingnote.index import DenseIndex, tower_identity
+from scalingnote.index.learned_pq import export_index
+from scalingnote.models import pair_towers
 from scalingnote.pq.config import PhaseOptim, PQTrainConfig, Stage1Spec, Stage2Spec, WarmupSpec
+from scalingnote.pq.data import PQData, build_towers, load_pq_data
 from scalingnote.pq.encoders import Side, load_doc_features, load_query_features
 from scalingnote.pq.losses import dense_retrieval_loss, pq_retrieval_loss, stage1_loss
 from scalingnote.pq.mining import negative_stats, pq_oriented_negatives, sample_negatives, search, top_negatives
 from scalingnote.pq.module import LearnedPQ
-from scalingnote.pq.data import PQData, build_towers, load_pq_data
 from scalingnote.pq.phase import PhaseLoop
+from scalingnote.training.checkpoint import safe_torch_load
+from scalingnote.training.loop import param_groups
+from scalingnote.utils import run_metadata, seed_everything, write_json
+from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +134,6 @@ class TMJTrainer:
         """Top-``eval_k`` runs of the ``split`` queries: ``"dense"`` (exact inner product with the
         document embeddings) and, with a quantizer, ``"pq"`` (inner product with the
         reconstructions ``x̂`` — what an IndexPQ search returns)."""
-        from scalingnote.evaluation.dense import exact_search
 
         rows, qids, _ = self._split(split)
         if not len(rows):
@@ -140,7 +149,6 @@ class TMJTrainer:
     def evaluate(self, split: str = "eval", *, pq: bool = True) -> dict[str, float]:
         """Dense retrieval and PQ retrieval metrics (``dense_*``, ``pq_*``, see :meth:`runs`) and
         the mean squared reconstruction error ``pq_mse`` of the documents."""
-        from scalingnote.evaluation import evaluate
 
         _, _, qrels = self._split(split)
         out: dict[str, float] = {}
@@ -218,8 +226,6 @@ class TMJTrainer:
         remine_every: int = 0,
         sides: tuple[Side, ...] = (),
     ) -> dict[str, Any]:
-        from scalingnote.training.checkpoint import safe_torch_load
-
         pdir = self.out / phase
         final = pdir / "final.pt"
         if final.exists():
@@ -235,7 +241,6 @@ class TMJTrainer:
         self._doc_emb = None
         info = {f"final_{k}": round(v, 6) for k, v in last.items() if k not in ("train_seconds", "steps_run")}
         info.update({"steps": loop.total_steps, "train_seconds": round(last["train_seconds"], 2), **negative_stats(loop.negatives)})
-        from scalingnote.utils.io import atomic_path
 
         pdir.mkdir(parents=True, exist_ok=True)
         with atomic_path(final, suffix=".pt") as tmp:
@@ -248,8 +253,6 @@ class TMJTrainer:
             fh.write(json.dumps(rec) + "\n")
 
     def _tower_groups(self, towers: list[Any], spec: PhaseOptim) -> list[dict]:
-        from scalingnote.training.loop import param_groups
-
         return param_groups(towers, spec.encoder_lr, spec.head_lr, spec.weight_decay) if towers else []
 
     def _pq_group(self, spec: PhaseOptim) -> list[dict]:
@@ -389,10 +392,6 @@ class TMJTrainer:
         """Save the paired towers, the codebooks and one FAISS index per ``export.indexes`` kind;
         with ``export.verify`` search each index (via :class:`~scalingnote.index.DenseIndex`)
         with the evaluation queries and record ``served_<kind>_*`` metrics."""
-        from scalingnote.evaluation import evaluate
-        from scalingnote.index import DenseIndex, tower_identity
-        from scalingnote.index.learned_pq import export_index
-        from scalingnote.models import pair_towers
 
         if self.pq is None:
             raise ScalingNoteError("export: no product quantizer (run init_pq / training first)")
@@ -425,8 +424,6 @@ class TMJTrainer:
     def run(self) -> dict[str, Any]:
         """All phases in order (each skipped when its steps are 0, resumed when interrupted),
         evaluation after each, export; writes ``config.yaml``, ``metrics.jsonl``, ``run.json``."""
-        from scalingnote.config import save_config
-        from scalingnote.utils import run_metadata, seed_everything, write_json
 
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
@@ -463,8 +460,6 @@ def _pq_from_state(st: dict[str, Any]) -> LearnedPQ:
 
 
 def load_pq_config(path: str | Path | None, **overrides: Any) -> PQTrainConfig:
-    from scalingnote.config import load_config
-
     return load_config(PQTrainConfig, path, **overrides)
 
 

@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from scalingnote.config import load_config
 from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
+from scalingnote.training.losses.spec import LossSpec  # noqa: F401 - the loss block, part of this config
+from scalingnote.training.settings import AdamWSettings, RunSettings
 
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
 
@@ -39,53 +42,12 @@ class DataSpec:
 
 
 @dataclass
-class LossSpec:
-    """The Stage I loss: ``name`` chooses it from :data:`scalingnote.training.losses.LOSSES` (or is a
-    dotted path ``"package.module:function"``); the rest are ScalingNote Eq. 5–12 hyper-parameters
-    (§4.2: dims 16..128, all weights 1, margin 0.2, α 0.5), and ``options`` a loss's own settings.
-    In YAML, ``loss: infonce`` is short for ``loss: {name: infonce}``."""
-
-    __config_shorthand__ = "name"
-
-    #: None = ``scalingnote`` (the paper's Eq. 12): a default that keeps the inputs recorded by
-    #: runs made before losses had names, so their checkpoints stay valid
-    name: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    dims: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
-    weights: list[float] | None = None
-    hard_weights: list[float] | None = None
-    tau: float = 0.05
-    margin: float = 0.2
-    alpha: float = 0.5
-    hard_in_denominator: bool = False
-
-    @property
-    def loss_name(self) -> str:
-        """The loss this spec chooses (``name``, or the default ``scalingnote``)."""
-        return self.name or "scalingnote"
-
-    def __post_init__(self) -> None:
-        from scalingnote.training.losses import get_loss
-        from scalingnote.utils.registry import RegistryError
-
-        try:
-            get_loss(self.loss_name, option="name")
-        except RegistryError as e:  # -> ConfigError naming loss.name and its line
-            raise ValueError(str(e)) from None
-
-
-@dataclass
-class OptimSpec:
+class OptimSpec(AdamWSettings):
     """Table 7, stage I: AdamW(0.9, 0.999, 1e-8), weight decay 1e-3, warm-up 10% then linear decay,
-    max grad norm 1.0."""
+    max grad norm 1.0 (the :class:`~scalingnote.training.settings.AdamWSettings` fields)."""
 
     lr: float = 2e-5
     head_lr: float = 1e-3  #: learning rate of the projection W (randomly initialised)
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 1e-3
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
     batch_size: int = 32  #: global batch (all processes together): the in-batch negatives
     micro_batch_size: int | None = None  #: < local batch -> gradient caching (exact large-batch gradients)
     epochs: float = 1.0
@@ -117,7 +79,7 @@ class FsdpSpec:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(RunSettings):
     #: keys older configs may hold: ``null`` is read (and dropped), a value is refused with the reason
     __config_removed__ = {"deepspeed": "DeepSpeed was never wired in; use `distributed: fsdp` (PyTorch FSDP2, the same "
                                        "ZeRO-3 sharding) under torchrun"}
@@ -135,11 +97,7 @@ class TrainConfig:
     #: "fsdp" (FSDP2: towers, gradients and optimizer state sharded across ranks)
     distributed: Literal["ddp", "fsdp"] = "ddp"
     fsdp: FsdpSpec = field(default_factory=FsdpSpec)
-    seed: int = 42
     precision: Literal["auto", "fp32", "bf16"] = "auto"  #: auto: fp32 on CPU, bf16 autocast on GPU
-    save_every: int = 50
-    keep_checkpoints: int = 2
-    log_every: int = 10
     eval_batch_size: int = 64
     evaluate_zero_shot: bool = False  #: also evaluate the starting point (after the centre / W init)
     #: Subtract the mean pooled state (over ``center_samples`` training texts) before W. Not in
@@ -175,7 +133,6 @@ class TrainConfig:
     validation_metric: Literal["ndcg@10", "contrastive_ppl"] = "ndcg@10"
     patience: int | None = None
     restore_best: bool = True
-    show_progress: bool = True
 
     def __post_init__(self) -> None:
         if self.dim not in self.loss.dims:
@@ -211,6 +168,4 @@ class TrainConfig:
 
 def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     """A :class:`TrainConfig` from a YAML file (or the defaults), with dotted-key ``overrides``."""
-    from scalingnote.config import load_config
-
     return load_config(TrainConfig, path, **overrides)

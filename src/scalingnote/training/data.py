@@ -19,6 +19,7 @@ import numpy as np
 from scalingnote.data import Document, Qrels, load_corpus, load_qrels, load_queries, load_triplets
 from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ScalingNoteError
+from scalingnote.sparse.bm25 import BM25Retriever, sample_hard_negatives
 from scalingnote.training.config import DataSpec
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,6 @@ def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True) ->
         qrels = load_qrels(qrels_path(root, spec.train_split), all_queries, corpus)
         positives = {q: [d for d, g in docs.items() if g > 0] for q, docs in qrels.items()}
         if spec.negatives == "bm25":
-            from scalingnote.sparse.bm25 import BM25Retriever, sample_hard_negatives
-
             bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)
             run = bm25.search({q: all_queries[q] for q in positives}, k=spec.neg_max_rank, show_progress=show_progress)
             # one draw per (query, positive): seed the draw with the pair's position

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 
 from scalingnote.config import save_config
-from scalingnote.training import distributed as D
+from scalingnote.models import pair_towers
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import TrainingData, load_training_data
+import scalingnote.training.distributed as D
 from scalingnote.training.evaluate import evaluate_pair, make_validator
+from scalingnote.training.fsdp import gather_towers
 from scalingnote.training.heads import head_files, init_heads, load_heads
 from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
 from scalingnote.training.towers import build_towers, merge_lora, prefix_encoders, setup_lora
@@ -120,8 +122,6 @@ def _init_heads(cfg: TrainConfig, qt, dt, data: TrainingData, encoders) -> dict[
 def _trained_towers(cfg: TrainConfig, trainer: Trainer, qt, dt, device):
     """The trained towers as ordinary modules: FSDP2 shards gathered on rank 0 (None elsewhere), LoRA merged."""
     if trainer.sharded:
-        from scalingnote.training.fsdp import gather_towers
-
         def fresh():  # same architecture (LoRA included) to load the gathered weights into
             towers = build_towers(cfg, device)
             setup_lora(cfg, towers)
@@ -133,8 +133,6 @@ def _trained_towers(cfg: TrainConfig, trainer: Trainer, qt, dt, device):
 
 
 def _save_and_evaluate(cfg: TrainConfig, out: Path, qt, dt, data: TrainingData, encoders, results: dict[str, Any]) -> None:
-    from scalingnote.models import pair_towers
-
     pair_towers(qt, dt)
     qt.save(out / "query_tower")
     dt.save(out / "doc_tower")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scalingnote.evaluation import contrastive_perplexity
+from scalingnote.evaluation.dense import dense_metrics, perplexity_negatives, truncate_normalize
 from scalingnote.training.config import TrainConfig, load_train_config
 from scalingnote.training.data import load_training_data
 from scalingnote.utils import write_json
@@ -32,8 +34,6 @@ def encode_docs_with(dt, d_enc, docs: list, batch_size: int, show_progress: bool
 def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
     """``() -> score`` on the validation queries (held out from training) over the full corpus:
     nDCG@10, or minus the contrastive perplexity (higher is better for both)."""
-    from scalingnote.evaluation import contrastive_perplexity
-    from scalingnote.evaluation.dense import dense_metrics, perplexity_negatives, truncate_normalize
 
     doc_ids = list(data.corpus)
     docs = [data.corpus[i] for i in doc_ids]
@@ -55,7 +55,6 @@ def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
 def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddings: Path | None = None,
                   encoders=(None, None)) -> dict[str, float]:
     """Encode the corpus once; validation contrastive perplexity + test retrieval metrics."""
-    from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
 
     t0 = time.perf_counter()
     doc_ids = list(data.corpus)
@@ -63,9 +62,6 @@ def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddi
     out: dict[str, float] = {}
     dn = truncate_normalize(d_emb, cfg.dim)
     if data.validation:
-        from scalingnote.evaluation import contrastive_perplexity
-        from scalingnote.evaluation.dense import perplexity_negatives
-
         vq = sorted({e.query_id for e in data.validation})
         q_emb = truncate_normalize(encode_queries_with(qt, encoders[0], [data.queries[q] for q in vq], cfg.eval_batch_size), cfg.dim)
         out[f"{prefix}val_contrastive_ppl"] = contrastive_perplexity(

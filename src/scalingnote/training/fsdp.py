@@ -38,25 +38,40 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training import distributed as D
 from scalingnote.training.checkpoint import checkpoint_dir, list_checkpoints, rng_state, set_rng_state
 from scalingnote.training.config import FsdpSpec
+import scalingnote.training.distributed as D
 from scalingnote.utils.io import atomic_path
-
-if TYPE_CHECKING:  # pragma: no cover
-    from scalingnote.training.loop import TrainLoop
 
 log = logging.getLogger(__name__)
 
 MARKER = "sharded.json"
 FORMAT = "scalingnote-fsdp2/1"
+
+
+class ShardedLoop(Protocol):
+    """What the sharded checkpoints read and set on a training loop
+    (:class:`scalingnote.training.loop.TrainLoop`, which calls them)."""
+
+    out: Path
+    step: int
+    total_steps: int
+    optimizer: Any
+    scheduler: Any
+    best: dict[str, Any]
+    prior_seconds: float
+    settings: Any  # LoopSettings: keep_checkpoints
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]: ...
+
+    def train_seconds(self) -> float: ...
 
 
 # ----------------------------------------------------------------------------- wrapping
@@ -127,12 +142,6 @@ def shard_towers(towers: Sequence[nn.Module], device: torch.device, spec: FsdpSp
     return True
 
 
-def is_sharded(module: nn.Module) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in module.parameters())
-
-
 # ----------------------------------------------------------------------------- state dicts
 def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """Collective (every rank must call it): the unsharded state dict of a sharded module, on
@@ -177,7 +186,7 @@ def gather_towers(towers: Sequence[nn.Module], rebuild: Callable[[], Sequence[nn
 
 
 # ----------------------------------------------------------------------------- checkpoints
-def _container(loop: TrainLoop) -> nn.Module:
+def _container(loop: ShardedLoop) -> nn.Module:
     # A plain container so that FQNs are "<name>.…" (Stage I: "query_tower" / "doc_tower", QKD:
     # "student"); it does not change the modules.
     return nn.ModuleDict(loop.checkpoint_modules())
@@ -188,7 +197,7 @@ def list_sharded_checkpoints(output_dir: str | Path) -> list[int]:
     return list_checkpoints(output_dir, marker=MARKER)
 
 
-def save_sharded(trainer: TrainLoop, rng: dict[str, Any] | None = None) -> Path:
+def save_sharded(trainer: ShardedLoop, rng: dict[str, Any] | None = None) -> Path:
     """Collective: write a sharded checkpoint of the loop ``trainer`` at its current step."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -228,7 +237,7 @@ def save_sharded(trainer: TrainLoop, rng: dict[str, Any] | None = None) -> Path:
     return final
 
 
-def load_latest_sharded(trainer: TrainLoop) -> int | None:
+def load_latest_sharded(trainer: ShardedLoop) -> int | None:
     """Collective: load the newest sharded checkpoint of ``trainer.out`` into the loop
     (modules, optimizer, scheduler, step, best weights, this rank's RNG). Returns the step, or None."""
     import torch.distributed.checkpoint as dcp
@@ -268,7 +277,6 @@ __all__ = [
     "full_grads",
     "full_state_dict",
     "gather_towers",
-    "is_sharded",
     "list_sharded_checkpoints",
     "load_latest_sharded",
     "mixed_precision_policy",

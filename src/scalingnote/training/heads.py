@@ -16,10 +16,11 @@ start from the best linear map of the pre-trained states.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 
-from scalingnote.errors import ScalingNoteError
+from scalingnote.errors import ConfigError, ScalingNoteError
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +123,8 @@ def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 3
 _HEAD_SPACE = ("kind", "base_model", "hidden_size", "num_layers", "pooling", "dim")
 
 
-def head_files(run_dir) -> dict[str, "Path"]:
+def head_files(run_dir) -> dict[str, Path]:
     """``{"query": ..., "doc": ...}``: the head files of a Stage I run's saved towers."""
-    from pathlib import Path
-
     return {side: Path(run_dir) / f"{side}_tower" / "projection.safetensors" for side in ("query", "doc")}
 
 
@@ -138,8 +137,6 @@ def load_heads(qt, dt, run_dir) -> dict[str, str]:
 
     import torch
     from safetensors.torch import load_file
-
-    from scalingnote.errors import ConfigError
 
     for side, tower in (("query", qt), ("doc", dt)):
         f = head_files(run_dir)[side]

@@ -1,6 +1,6 @@
 """The one training loop of every stage (Stage I, QKD, the TMJ learned-PQ phases).
 
-:class:`TrainLoop` owns the scaffolding that the three trainers used to repeat: AdamW with the
+:class:`TrainLoop` owns the scaffolding the three trainers share: AdamW with the
 Table 7 parameter groups and the linear warm-up/decay schedule, the step loop with gradient
 clipping, progress bar, ``metrics.jsonl`` logging and TensorBoard curves
 (:mod:`scalingnote.training.curves`: loss, learning rate, validation metric, throughput per step),
@@ -39,10 +39,11 @@ import torch
 from torch import Tensor, nn
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training import distributed as D
-from scalingnote.training import fsdp
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from scalingnote.training.curves import Curves
+import scalingnote.training.distributed as D
+from scalingnote.training.fsdp import load_latest_sharded, save_sharded
+from scalingnote.training.settings import LoopCadence
 
 log = logging.getLogger(__name__)
 
@@ -127,14 +128,11 @@ class StopTraining(Exception):
 
 
 @dataclass
-class LoopSettings:
-    """How the loop runs: clipping, logging / checkpoint / validation periods, early stopping."""
+class LoopSettings(LoopCadence):
+    """How the loop runs: clipping, logging / checkpoint / validation periods (the
+    :class:`~scalingnote.training.settings.LoopCadence` fields), early stopping."""
 
     max_grad_norm: float = 1.0
-    log_every: int = 10
-    save_every: int = 50
-    keep_checkpoints: int = 2
-    show_progress: bool = True
     eval_every: int = 0  # 0: validate only at the start and the end
     patience: int | None = None  # validations without improvement before stopping (None: never stop)
     restore_best: bool = True  # end with the best validated weights
@@ -283,7 +281,7 @@ class TrainLoop:
         """Checkpoint the current step (collective under torchrun)."""
         self.curves.flush()  # the curves up to a checkpoint survive a crash after it
         if self.sharded:
-            fsdp.save_sharded(self, rng)
+            save_sharded(self, rng)
             return
         rng = rng if rng is not None else rng_state()
         per_rank = D.gather_to_rank0(rng)  # rank 0 writes the file; each rank resumes its own dropout streams
@@ -297,7 +295,7 @@ class TrainLoop:
     def load_latest(self) -> bool:
         """Load the newest checkpoint under ``out``; True when there was one."""
         if self.sharded:
-            return fsdp.load_latest_sharded(self) is not None
+            return load_latest_sharded(self) is not None
         ck = load_latest_checkpoint(self.out)
         if ck is None:
             return False

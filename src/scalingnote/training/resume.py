@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-from scalingnote.training import distributed as D
+import scalingnote.training.distributed as D
 from scalingnote.utils.steps import RECORD, changed_keys, check_step, mark_step, with_defaults
 
 log = logging.getLogger(__name__)

@@ -6,16 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training import distributed as D
+from scalingnote.models import PrefixTower, load_tower, load_tower_pair
+from scalingnote.models.prefix import has_lora
+from scalingnote.models.prefix import merge_lora as merge_top_lora
+from scalingnote.models.prompt import resolve_prompt
 from scalingnote.training.config import TrainConfig
+import scalingnote.training.distributed as D
 
 
 def build_towers(cfg: TrainConfig, device=None):
     """The (query, document) towers of ``cfg.method``, with a trainable projection to ``cfg.dim``."""
     import torch
-
-    from scalingnote.models import load_tower, load_tower_pair
-    from scalingnote.models.prompt import resolve_prompt
 
     q, d = cfg.query_tower, cfg.doc_tower
     # fp32 master weights on every device: bf16 compute on GPU comes from autocast / FSDP2's
@@ -53,8 +54,6 @@ def setup_lora(cfg: TrainConfig, towers) -> None:
         return
     try:
         from peft import LoraConfig, get_peft_model
-
-        from scalingnote.models.prefix import has_lora
     except ImportError as e:  # pragma: no cover - peft is a pinned dependency
         raise ScalingNoteError("lora: the peft package is not installed") from e
     for t in towers:
@@ -65,20 +64,17 @@ def setup_lora(cfg: TrainConfig, towers) -> None:
 
 
 def merge_lora(towers) -> None:
-    from scalingnote.models.prefix import merge_lora
-
     for t in towers:
         if t is not None and hasattr(t.backbone, "merge_and_unload"):
             t.backbone = t.backbone.merge_and_unload()
         elif t is not None:
-            merge_lora(t)  # adapters injected on the top layers of a cached-prefix tower
+            merge_top_lora(t)  # adapters injected on the top layers of a cached-prefix tower
 
 
 def prefix_encoders(cfg: TrainConfig, qt, dt, data):
     """(query, document) :class:`~scalingnote.models.PrefixTower` for towers with
     ``trainable_layers != "all"`` (None otherwise); their features for every training text and
     the whole corpus are cached up front (the expensive part of a CPU run happens once)."""
-    from scalingnote.models import PrefixTower
 
     root = Path(cfg.feature_cache_dir) if cfg.feature_cache_dir else Path(cfg.output_dir) / "feature_cache"
     show = cfg.show_progress and D.rank() == 0

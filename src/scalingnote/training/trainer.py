@@ -28,10 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from scalingnote.training import distributed as D
 from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
+import scalingnote.training.distributed as D
+from scalingnote.training.fsdp import shard_towers
 from scalingnote.training.loop import (LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, load_trained_state, param_groups,
                                        trained_state)
 from scalingnote.training.losses import LossBatch, get_loss
@@ -86,15 +87,13 @@ class Trainer(TrainLoop):
         total = math.ceil(cfg.optim.epochs * self.steps_per_epoch)
         o = cfg.optim
         settings = LoopSettings(
-            o.max_grad_norm, cfg.log_every, cfg.save_every, cfg.keep_checkpoints, cfg.show_progress,
+            **cfg.cadence(), max_grad_norm=o.max_grad_norm,
             eval_every=self.steps_per_epoch if cfg.eval_every == "epoch" else cfg.eval_every, patience=cfg.patience, restore_best=cfg.restore_best,
         )
         super().__init__(cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0)
         self.desc = f"stage I ({cfg.method})"
         # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
         if cfg.distributed == "fsdp":
-            from scalingnote.training.fsdp import shard_towers
-
             self.sharded = shard_towers([query_tower, doc_tower], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps,
                              schedule=o.schedule, warmup_steps=o.warmup_steps)

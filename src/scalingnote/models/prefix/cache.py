@@ -20,6 +20,7 @@ from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.utils.io import atomic_path, write_json
 
 from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers
+from scalingnote.models.towers.identity import tokenizer_digest
 
 FORMAT = "scalingnote-feature-cache"
 FORMAT_VERSION = 1
@@ -59,7 +60,6 @@ def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = No
     ``(L', k)`` with ``L' - k = d``). ``dtype`` (token caches only): ``"float16"`` (half the disk
     of float32; the step upcasts) or ``"float32"`` (exact).
     """
-    from scalingnote.models.towers import tokenizer_digest
 
     cfg = tower.config
     L = int(cfg.num_layers)

@@ -16,6 +16,8 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.models.prefix.cache import FeatureCache, item_key
 from scalingnote.models.prefix.fill import _collate, _encodings, _ids_of, _view_positions, estimate_cache_bytes, fill_cache
 from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, sub_backbone
+from scalingnote.models.prefix.lora import add_top_lora
+from scalingnote.models.prompt import VIEWS
 
 
 # ============================================================================ training-time tower
@@ -43,8 +45,6 @@ class PrefixTower:
         self._top = None if self.k == 0 else sub_backbone(tower.backbone, L - self.k, from_hidden=True)
         freeze_prefix(tower, self.k)
         if lora is not None:
-            from scalingnote.models.prefix.lora import add_top_lora
-
             add_top_lora(tower, self.k, lora)
 
     def estimate(self, items: Sequence[Any]) -> dict[str, Any]:
@@ -87,8 +87,6 @@ class PrefixTower:
         return self.tower.project(self.pooled(texts))
 
     def documents(self, docs: Sequence[Document]) -> dict[str, Tensor]:
-        from scalingnote.models.prompt import VIEWS
-
         p = self.tower.project(self.pooled(docs))
         if p.dim() == 3:
             return {v: p[:, i] for i, v in enumerate(VIEWS)}

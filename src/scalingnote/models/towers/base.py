@@ -22,6 +22,7 @@ from scalingnote.models.prompt import special_prefix
 from scalingnote.models.towers.config import FORMAT, FORMAT_VERSION, TowerConfig
 from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
 from scalingnote.models.towers.pooling import PoolingMode, pooling_mode
+from scalingnote.utils import run_metadata
 
 
 def _as_texts(texts: Any, what: str) -> list[str]:
@@ -289,8 +290,6 @@ class Tower(nn.Module):
         existing directory is replaced only if it is itself a saved tower.
         """
         from safetensors.torch import save_file
-
-        from scalingnote.utils import run_metadata
 
         path = Path(path)
         if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / TOWER_FILE).is_file())):

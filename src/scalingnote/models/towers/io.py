@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scalingnote.config import load_config
 from scalingnote.errors import ConfigError
 from scalingnote.models.layers import is_bottom
 from scalingnote.models.loading import (
@@ -63,6 +64,66 @@ def _add_placeholder_tokens(model: nn.Module, tokenizer: Any) -> list[str]:
     return list(SPECIAL_TOKENS)
 
 
+def _prepare_tokenizer(backbone: Backbone) -> list[str]:
+    """Check the tokenizer of a tower's backbone and give it what the tower needs: an LLM gets a pad
+    token (its EOS) and the placeholder tokens (added to every LLM tower, query ones too, so both
+    towers of a pair share one vocabulary); a BERT tokenizer must have a pad token. Returns the
+    special tokens added."""
+    tok = backbone.tokenizer
+    if backbone.kind == "llm":
+        if tok.eos_token_id is None:
+            raise ConfigError(backbone.hf_dir, None, "eos_token", "an LLM tower needs a tokenizer with an EOS token")
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return _add_placeholder_tokens(backbone.model, tok)
+    if tok.pad_token_id is None:
+        raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
+    return []
+
+
+def _tower_config(backbone: Backbone, role: str, special: list[str], *, dim: int | None, matryoshka_dims: Any,
+                  pooling: str | None, max_query_length: int | None, max_doc_length: int | None, doc_prompt: str | None,
+                  field_caps: dict[str, int | None] | None, projection_seed: int, padding_side: str) -> TowerConfig:
+    """The :class:`TowerConfig` of a tower built by :func:`build_tower` (its keywords resolved to
+    their defaults); a ``ConfigError`` for settings the config refuses."""
+    model, kind = backbone.model, backbone.kind
+    # a BERT tower takes the pooling its sentence-transformers directory declares (when the pooling
+    # table has it); an LLM tower pools as §3.2 says unless asked
+    declared = from_st_mode(backbone.native_pooling, kind) if kind == "bert" else None
+    pool = pooling or default_pooling(kind, role, declared)
+    hidden = int(model.config.hidden_size)
+    out = dim if dim is not None else hidden
+    if matryoshka_dims is None:
+        md = matryoshka_dims_for(out) if dim is not None else [out]
+    else:
+        md = sorted({int(m) for m in matryoshka_dims})
+    doc_len = max_doc_length or DEFAULT_MAX_DOC_LENGTH[kind]
+    is_llm_doc = kind == "llm" and role == "document"
+    try:
+        return TowerConfig(
+            kind=kind,
+            role=role,
+            base_model=backbone.source.name,
+            hidden_size=hidden,
+            num_layers=int(model.config.num_hidden_layers),
+            base_num_layers=backbone.base_num_layers,
+            base_layers=backbone.kept_layers,
+            dim=dim,
+            matryoshka_dims=md,
+            pooling=pool,
+            max_query_length=max_query_length or DEFAULT_MAX_QUERY_LENGTH,
+            max_doc_length=doc_len,
+            doc_prompt=(doc_prompt or PAPER_DOCUMENT_PROMPT) if is_llm_doc else None,
+            field_caps=dict(field_caps if field_caps is not None else DEFAULT_FIELD_CAPS) if is_llm_doc else None,
+            special_tokens=special,
+            projection_init="orthogonal" if dim is not None else None,
+            projection_seed=int(projection_seed),
+            padding_side=padding_side,
+        )
+    except ValueError as e:
+        raise ConfigError(None, None, "tower", str(e)) from None
+
+
 def build_tower(
     backbone: Backbone,
     role: str = "query",
@@ -89,52 +150,11 @@ def build_tower(
     """
     if role not in ROLES:
         raise ConfigError(None, None, "role", f"must be 'query' or 'document', got {role!r}")
-    model, tok, kind = backbone.model, backbone.tokenizer, backbone.kind
-    special: list[str] = []
-    if kind == "llm":
-        if tok.eos_token_id is None:
-            raise ConfigError(backbone.hf_dir, None, "eos_token", "an LLM tower needs a tokenizer with an EOS token")
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        # added to every LLM tower (query ones too) so both towers of a pair share one vocabulary
-        special = _add_placeholder_tokens(model, tok)
-    elif tok.pad_token_id is None:
-        raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
-    # a BERT tower takes the pooling its sentence-transformers directory declares (when the pooling
-    # table has it); an LLM tower pools as §3.2 says unless asked
-    declared = from_st_mode(backbone.native_pooling, kind) if kind == "bert" else None
-    pool = pooling or default_pooling(kind, role, declared)
-    hidden = int(model.config.hidden_size)
-    out = dim if dim is not None else hidden
-    if matryoshka_dims is None:
-        md = matryoshka_dims_for(out) if dim is not None else [out]
-    else:
-        md = sorted({int(m) for m in matryoshka_dims})
-    doc_len = max_doc_length or DEFAULT_MAX_DOC_LENGTH[kind]
-    is_llm_doc = kind == "llm" and role == "document"
-    try:
-        cfg = TowerConfig(
-            kind=kind,
-            role=role,
-            base_model=backbone.source.name,
-            hidden_size=hidden,
-            num_layers=int(model.config.num_hidden_layers),
-            base_num_layers=backbone.base_num_layers,
-            base_layers=backbone.kept_layers,
-            dim=dim,
-            matryoshka_dims=md,
-            pooling=pool,
-            max_query_length=max_query_length or DEFAULT_MAX_QUERY_LENGTH,
-            max_doc_length=doc_len,
-            doc_prompt=(doc_prompt or PAPER_DOCUMENT_PROMPT) if is_llm_doc else None,
-            field_caps=dict(field_caps if field_caps is not None else DEFAULT_FIELD_CAPS) if is_llm_doc else None,
-            special_tokens=special,
-            projection_init="orthogonal" if dim is not None else None,
-            projection_seed=int(projection_seed),
-            padding_side=padding_side,
-        )
-    except ValueError as e:
-        raise ConfigError(None, None, "tower", str(e)) from None
+    special = _prepare_tokenizer(backbone)
+    cfg = _tower_config(backbone, role, special, dim=dim, matryoshka_dims=matryoshka_dims, pooling=pooling,
+                        max_query_length=max_query_length, max_doc_length=max_doc_length, doc_prompt=doc_prompt,
+                        field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side)
+    model, tok, hidden = backbone.model, backbone.tokenizer, cfg.hidden_size
     projection = None
     if dim is not None:
         projection = nn.Linear(hidden, dim, bias=False)
@@ -176,8 +196,6 @@ def load_saved_tower(
     weights and raises if they differ (a modified or corrupted directory).
     """
     from safetensors.torch import load_file
-
-    from scalingnote.config import load_config
 
     path = Path(path)
     doc = _read_tower_json(path)
@@ -224,14 +242,21 @@ def load_saved_tower(
     return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
 
 
+def _named_backbone(path: Path, name: str, num_layers: int | None, cache_dir: Any, layers: list[int] | None) -> Backbone:
+    """The backbone in ``path`` (its first ``num_layers`` or its ``layers``), named ``name`` (the
+    source a user gave: a packaged name, a directory) in the tower config."""
+    bb = load_backbone(path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
+    bb.source = dataclasses.replace(bb.source, name=name)
+    return bb
+
+
 def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, layers: Any = None, **kw: Any) -> QueryTower | DocumentTower:
     """A tower from a sentence-transformers directory (read by :mod:`scalingnote.models.st_import`):
     its transformer, its pooling (the pooling table's entry with that ``st_mode``) and its ``Dense``
     head as the projection, the bias as the centre. ``kw``: :func:`build_tower`'s keywords."""
     layout = read_st_layout(src.path)
     mf = src.path / MODULES_FILE
-    bb = load_backbone(layout.transformer_dir, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
-    bb.source = dataclasses.replace(bb.source, name=src.name)
+    bb = _named_backbone(layout.transformer_dir, src.name, num_layers, cache_dir, layers)
     check_importable(layout, role, bb.kind)
     st_pool = from_st_mode(layout.pooling, bb.kind)
     if layout.pooling is not None and st_pool is None:
@@ -306,43 +331,27 @@ def load_tower(
             if v is not None and v != saved.get(k):
                 raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
+    # build_tower's keywords
+    options = dict(dim=dim, matryoshka_dims=matryoshka_dims, pooling=pooling, max_query_length=max_query_length,
+                   max_doc_length=max_doc_length, doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed,
+                   padding_side=padding_side or "right", device=device, dtype=dtype)
     if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
-        return _load_st_tower(
-            src, role or "query", num_layers, cache_dir, layers, dim=dim, pooling=pooling, dtype=dtype, device=device,
-            matryoshka_dims=matryoshka_dims, max_query_length=max_query_length, max_doc_length=max_doc_length,
-            doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side or "right",
-        )
-    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
-    bb.source = dataclasses.replace(bb.source, name=src.name)
-    return build_tower(
-        bb,
-        role or "query",
-        dim=dim,
-        matryoshka_dims=matryoshka_dims,
-        pooling=pooling,
-        max_query_length=max_query_length,
-        max_doc_length=max_doc_length,
-        doc_prompt=doc_prompt,
-        field_caps=field_caps,
-        projection_seed=projection_seed,
-        padding_side=padding_side or "right",
-        device=device,
-        dtype=dtype,
-    )
+        return _load_st_tower(src, role or "query", num_layers, cache_dir, layers, **options)
+    return build_tower(_named_backbone(src.path, src.name, num_layers, cache_dir, layers), role or "query", **options)
 
 
 def load_tower_pair(
     name_or_path: str | os.PathLike,
     *,
-    num_layers: int | None = None,
-    dim: int | None = None,
     pooling: str | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    dtype: torch.dtype | str | None = None,
-    device: torch.device | str | None = None,
     query_pooling: str | None = None,
     doc_pooling: str | None = None,
+    dim: int | None = None,
+    num_layers: int | None = None,
     layers: list[int] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | str | None = None,
     **kwargs: Any,
 ) -> tuple[QueryTower, DocumentTower]:
     """A query and a document tower initialised from the same base model (loaded once).
@@ -355,8 +364,7 @@ def load_tower_pair(
     src = resolve_source(name_or_path)
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower: load each saved tower with load_tower")
-    bb = load_backbone(src.path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
-    bb.source = dataclasses.replace(bb.source, name=src.name)
+    bb = _named_backbone(src.path, src.name, num_layers, cache_dir, layers)
     bb2 = dataclasses.replace(bb, model=copy.deepcopy(bb.model), tokenizer=copy.deepcopy(bb.tokenizer))
     common = dict(dim=dim, device=device, dtype=dtype, **kwargs)
     q = build_tower(bb, "query", pooling=query_pooling or pooling, **common)

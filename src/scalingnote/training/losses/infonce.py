@@ -1,4 +1,5 @@
-"""Single-vector InfoNCE (``loss: {name: infonce}``).
+"""Single-vector InfoNCE (``loss: {name: infonce}``): :func:`infonce_loss` and the loss table's
+``infonce`` entry :func:`infonce_stage1_loss`.
 
 Inputs: the queries ``q`` and one document view (``options.view``, default ``emb``: the
 ``[EMB]`` token of the LLM document tower, the only view of a BERT tower), optional hard
@@ -18,7 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from scalingnote.training.losses.batch import LossBatch
+from scalingnote.training.losses.registry import register_loss
 from scalingnote.training.losses.scalingnote_loss import info_nce_q2d
+from scalingnote.training.losses.spec import LossSpec
 
 
 def infonce_loss(batch: LossBatch, *, tau: float = 0.05, view: str = "emb", hard_negatives: bool = True) -> tuple[Tensor, dict[str, float]]:
@@ -34,4 +37,38 @@ def infonce_loss(batch: LossBatch, *, tau: float = 0.05, view: str = "emb", hard
     return loss, {"loss": float(loss.detach())}
 
 
-__all__ = ["infonce_loss"]
+def infonce_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[str, float]]:
+    """Single-vector InfoNCE (``loss: {name: infonce}``).
+
+    Inputs: ``batch`` (:class:`~scalingnote.training.losses.batch.LossBatch`): the local queries
+    ``q`` [B, dim] and the documents of one view (``pos[view]``, hard negatives ``neg[view]``),
+    gathered across processes in ``pos_all`` / ``neg_all`` with the local ``offset``. ``spec``
+    (:class:`~scalingnote.training.losses.spec.LossSpec`): ``tau``, and in ``options``: ``view``
+    (default ``"emb"``) and ``hard_negatives`` (default True: the hard negatives join every
+    query's candidates).
+
+    Equation: ScalingNote Eq. 5 at the full dimension, L = −(1/B) Σ_i log
+    exp(sim(q_i, d_i+)/τ) / Σ_j exp(sim(q_i, d_j)/τ), sim the cosine similarity and d_j every
+    in-batch positive (then every hard negative).
+
+    Reference: Karpukhin et al., "Dense Passage Retrieval for Open-Domain Question Answering"
+    (2020), in-batch negatives; sentence-transformers' ``MultipleNegativesRankingLoss``.
+
+    Example:
+
+    >>> import torch
+    >>> from scalingnote.training.losses import LossBatch, LossSpec, get_loss
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q = torch.randn(4, 8, generator=g)
+    >>> batch = LossBatch(q, {"emb": q.clone()})  # each query's positive is itself: cosine 1
+    >>> loss, comps = get_loss("infonce")(batch, LossSpec(name="infonce", dims=[8], tau=0.01))
+    >>> sorted(comps), round(comps["loss"], 3)
+    (['loss'], 0.0)
+    """
+    return infonce_loss(batch, tau=spec.tau, **dict(spec.options))
+
+
+register_loss("infonce", infonce_stage1_loss)
+
+
+__all__ = ["infonce_loss", "infonce_stage1_loss"]

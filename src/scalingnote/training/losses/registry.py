@@ -3,43 +3,28 @@ names an entry (or a dotted path ``"package.module:function"``).
 
 A Stage I loss is a function ``loss(batch: LossBatch, spec: LossSpec) -> (loss, components)``:
 ``batch`` holds the embeddings of one step (local and gathered across processes), ``spec`` the
-``loss:`` block of the config (its ``options`` mapping carries a loss's own settings), and
-``components`` is a dict of floats logged with the step (it must hold ``"loss"``).
+``loss:`` block of the config (:class:`~scalingnote.training.losses.spec.LossSpec`; its
+``options`` mapping carries a loss's own settings), and ``components`` is a dict of floats logged
+with the step (it must hold ``"loss"``). Each loss registers itself in its own file with one
+:func:`register_loss` line; this module holds only the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import Tensor
 
 from scalingnote.training.losses.batch import LossBatch
-from scalingnote.training.losses.infonce import infonce_loss
-from scalingnote.training.losses.scalingnote_loss import scalingnote_loss
 from scalingnote.utils.registry import Registry
 
-if TYPE_CHECKING:  # pragma: no cover
-    from scalingnote.training.config import LossSpec
-
-
-StageOneLoss = Callable[[LossBatch, "LossSpec"], tuple[Tensor, dict[str, float]]]
-
-
-def _scalingnote(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[str, float]]:
-    """ScalingNote §3.2, Eq. 12 — see :func:`scalingnote.training.losses.scalingnote_loss.scalingnote_loss`."""
-    return scalingnote_loss(batch.q, batch.pos, batch.neg, q_all=batch.q_all, pos_all=batch.pos_all, neg_all=batch.neg_all,
-                            offset=batch.offset, dims=spec.dims, weights=spec.weights, hard_weights=spec.hard_weights,
-                            tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator)
-
-
-def _infonce(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[str, float]]:
-    """Single-vector InfoNCE — see :func:`scalingnote.training.losses.infonce.infonce_loss`."""
-    return infonce_loss(batch, tau=spec.tau, **dict(spec.options))
-
+#: ``(batch, spec) -> (loss, components)``; ``spec`` is a ``LossSpec`` (spec.py, which reads this
+#: table to check ``loss.name``: named here without importing it)
+StageOneLoss = Callable[[LossBatch, Any], tuple[Tensor, dict[str, float]]]
 
 #: name -> Stage I loss. ``scalingnote`` (the paper's Eq. 12) is the default.
-LOSSES: Registry[StageOneLoss] = Registry("loss", {"scalingnote": _scalingnote, "infonce": _infonce})
+LOSSES: Registry[StageOneLoss] = Registry("loss")
 
 
 def register_loss(name: str, fn: StageOneLoss, *, replace: bool = False) -> StageOneLoss:

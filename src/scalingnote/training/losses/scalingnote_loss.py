@@ -1,4 +1,5 @@
-"""Stage I losses (ScalingNote §3.2, Eq. 5–12), as small pure functions.
+"""Stage I losses (ScalingNote §3.2, Eq. 5–12), as small pure functions, and the ``scalingnote``
+entry of the loss table (:func:`scalingnote_stage1_loss`, the default ``loss.name``).
 
 Conventions:
 - ``sim`` is cosine similarity (§4.2: "we use cosine similarity ... for better
@@ -27,6 +28,10 @@ from collections.abc import Mapping, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from scalingnote.training.losses.batch import LossBatch
+from scalingnote.training.losses.registry import register_loss
+from scalingnote.training.losses.spec import LossSpec
 
 DEFAULT_DIMS: tuple[int, ...] = (16, 32, 64, 128)
 VIEWS: tuple[str, ...] = ("title", "content", "emb")
@@ -167,3 +172,48 @@ def scalingnote_loss(
     loss = l_con + alpha * l_hard
     comps["loss"] = float(loss.detach())
     return loss, comps
+
+
+def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[str, float]]:
+    """The ScalingNote Stage I loss (``loss: {name: scalingnote}``, the default).
+
+    Inputs: ``batch`` (:class:`~scalingnote.training.losses.batch.LossBatch`): the local queries
+    ``q`` [B, dim], the positive documents ``pos`` and hard negatives ``neg`` (view name ->
+    [B, dim]; an LLM document tower gives the ``title``, ``content`` and ``emb`` views, a
+    single-vector tower one ``emb`` view), the same gathered across processes and the local
+    batch's ``offset`` in them. ``spec`` (:class:`~scalingnote.training.losses.spec.LossSpec`):
+    the Matryoshka ``dims`` and ``weights`` / ``hard_weights``, ``tau``, ``margin``, ``alpha`` and
+    ``hard_in_denominator``.
+
+    Equation: ScalingNote Eq. 5–12 (§3.2). For each view t and prefix length m ∈ M,
+    L_q2d^{t,m} (Eq. 5) and L_d2q^{t,m} (Eq. 6) are in-batch InfoNCE terms over cosine
+    similarities / τ; L^t = ½ Σ_m w^m (L_q2d^{t,m} + L_d2q^{t,m}) (Eq. 7) and
+    L^con = Σ_t L^t (Eq. 8); L_hard^{t,m} = mean_i max(0, margin − sim(q_i, d_i+) + sim(q_i, d_i−))
+    (Eq. 9), L_hard^t = Σ_m w_hard^m L_hard^{t,m} (Eq. 10), L^hard = Σ_t L_hard^t (Eq. 11), and
+    L = L^con + α L^hard (Eq. 12).
+
+    Reference: "ScalingNote: Scaling up Retrievers with Large Language Models for Real-World
+    Dense Retrieval" (Huang et al., 2024), §3.2; the Matryoshka prefixes follow Kusupati et al.,
+    "Matryoshka Representation Learning" (2022).
+
+    Returns ``(loss, components)``; the components (``loss``, ``loss_con``, ``loss_hard``,
+    ``loss_con/<view>``) are logged with the step.
+
+    Example:
+
+    >>> import torch
+    >>> from scalingnote.training.losses import LossBatch, LossSpec, get_loss
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, d, n = (torch.randn(4, 32, generator=g) for _ in range(3))
+    >>> loss, comps = get_loss("scalingnote")(LossBatch(q, {"emb": d}, {"emb": n}), LossSpec(dims=[16, 32]))
+    >>> sorted(comps)
+    ['loss', 'loss_con', 'loss_con/emb', 'loss_hard']
+    >>> abs(comps["loss"] - (comps["loss_con"] + 0.5 * comps["loss_hard"])) < 1e-5  # Eq. 12, alpha 0.5
+    True
+    """
+    return scalingnote_loss(batch.q, batch.pos, batch.neg, q_all=batch.q_all, pos_all=batch.pos_all, neg_all=batch.neg_all,
+                            offset=batch.offset, dims=spec.dims, weights=spec.weights, hard_weights=spec.hard_weights,
+                            tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator)
+
+
+register_loss("scalingnote", scalingnote_stage1_loss)
