@@ -48,9 +48,11 @@ def compare(a: dict[str, float], b: dict[str, float], tol: float) -> dict[str, A
 
 def _labels(doc: Any) -> dict[str, str]:
     """Every string of the choices by its path, file-system paths left out (latencies inside
-    them are timings, not choices)."""
+    them are timings, not choices), and step digests (they fingerprint the resolved paths of
+    their inputs, so two run directories never share them: that a re-run reuses every step is
+    checked by re-running in place)."""
     return {k: re.sub(r"[\d.]+ ms\b", "<timing> ms", v) for k, v in leaves(doc).items()
-            if isinstance(v, str) and "/" not in v and not any(s in k.lower() for s in ("dir", "path"))}
+            if isinstance(v, str) and "/" not in v and not any(s in k.lower() for s in ("dir", "path", "digest"))}
 
 
 def _choices_row(before: Any, after: Any) -> dict[str, Any]:

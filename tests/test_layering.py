@@ -267,3 +267,44 @@ def test_circle_finder_sees_function_local_type_checking_and_benchmark_loops(tmp
     assert sorted(import_circles(import_graph(tmp_path))) == [
         ["benchmarks.x", "benchmarks.y"], ["scalingnote.index.a", "scalingnote.index.b"], ["scalingnote.index.c", "scalingnote.index.d"],
     ]
+
+
+# ------------------------------------------------------------------ function-local imports
+#: most function-local imports of the package's own modules ``src/`` may keep (issue 48: 60)
+LOCAL_IMPORT_BUDGET = 60
+
+
+def local_own_imports(src: Path = SRC) -> list[tuple[str, int, bool]]:
+    """``(file, line, says why)`` for every import statement inside a function body that names
+    ``scalingnote`` or a relative module; "says why": a comment on its line or the line above."""
+    out = []
+    for path in sorted(src.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        seen: set[int] = set()
+        for fn in ast.walk(ast.parse("\n".join(lines), filename=str(path))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                own = (isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == "scalingnote")) or (
+                    isinstance(node, ast.Import) and any(a.name.split(".")[0] == "scalingnote" for a in node.names))
+                if own and node.lineno not in seen:
+                    seen.add(node.lineno)
+                    why = "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
+                    out.append((str(path.relative_to(src.parent.parent)), node.lineno, why))
+    return sorted(out)
+
+
+def test_own_modules_are_imported_at_module_level():
+    """A module's dependencies are read at its top: a function-local import of the package's own
+    modules is kept only to spare a start-up a heavy dependency (torch, Ray), and says so."""
+    found = local_own_imports()
+    silent = [f"{f}:{n}" for f, n, why in found if not why]
+    assert not silent, "function-local imports of scalingnote modules without a comment saying why:\n" + "\n".join(silent)
+    assert len(found) <= LOCAL_IMPORT_BUDGET, f"{len(found)} function-local imports of scalingnote modules (budget {LOCAL_IMPORT_BUDGET})"
+
+
+def test_local_import_scan_sees_nested_and_relative_imports(tmp_path):
+    src = tmp_path / "src" / "scalingnote"
+    src.mkdir(parents=True)
+    (src / "m.py").write_text("def f():\n    def g():\n        from . import x\n    # why: heavy\n    import scalingnote.y\n    import json\n")
+    assert local_own_imports(src) == [("src/scalingnote/m.py", 3, False), ("src/scalingnote/m.py", 5, True)]

@@ -4,18 +4,16 @@ gets it in its config, ``index encode`` reads a corpus through a user's reader."
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import re
 import textwrap
 
 import pytest
 from typer.testing import CliRunner
 
-import scalingnote.data.corpus as corpus_module
 from scalingnote.cli import app
 from scalingnote.data import Document
 from scalingnote.data.corpus import FORMATS, register_corpus_format
-from scalingnote.quickstart import QuickstartConfig
 
 FORMAT = "corpus-format-cli-test"  # a name no one else registers
 
@@ -33,10 +31,10 @@ def test_help_lists_the_registered_formats():
         runner = CliRunner()
         for command in (["quickstart", "--help"], ["index", "encode", "--help"], ["index", "build", "--help"], ["bm25", "search", "--help"]):
             r = runner.invoke(app, command, env={"COLUMNS": "400"})
-            assert r.exit_code == 0 and "--corpus-format" in r.stdout and FORMAT in r.stdout, (command, r.stdout)
+            flat = re.sub(r"[\s│]+", "", r.stdout)  # the help as one string: rich wraps long lines (at hyphens too)
+            assert r.exit_code == 0 and "--corpus-format" in flat and FORMAT in flat, (command, r.stdout)
 
 
-@pytest.mark.skipif("corpus_format" not in {f.name for f in dataclasses.fields(QuickstartConfig)}, reason="QuickstartConfig has no corpus_format field on this branch")
 def test_quickstart_puts_the_format_in_its_config(monkeypatch, tmp_path):
     import scalingnote.cli.quickstart as cli_quickstart
 
@@ -48,7 +46,6 @@ def test_quickstart_puts_the_format_in_its_config(monkeypatch, tmp_path):
     assert seen[0].corpus_format == "my_pkg.reader:read"
 
 
-@pytest.mark.skipif(not hasattr(corpus_module, "use_corpus_format"), reason="scalingnote.data.corpus.use_corpus_format is not on this branch")
 def test_index_encode_reads_a_corpus_through_a_dotted_path_reader(tmp_path, tiny_bert_dir):
     code = tmp_path / "code"
     code.mkdir()

@@ -5,6 +5,7 @@ errors as one line with exit status 2."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,45 @@ def test_the_root_group_is_the_lazy_one():
     import typer
 
     assert isinstance(typer.main.get_command(app), LazyStageGroup)
+
+
+def test_a_dotted_path_names_a_module_in_the_current_directory(tmp_path, monkeypatch):
+    """The console script (whose sys.path holds its bin directory, not the working directory)
+    reads ``--corpus-format sn_cwd_reader_mod:read`` from a module beside the user."""
+    from scalingnote.data import Query, write_queries, write_qrels
+    from scalingnote.data.corpus import FORMATS
+
+    (tmp_path / "sn_cwd_reader_mod.py").write_text(
+        "from scalingnote.data import Document\n\n\ndef read(path):\n"
+        "    for i, line in enumerate(open(path, encoding='utf-8')):\n        yield Document(f'd{i}', '', '', line.strip())\n",
+        encoding="utf-8")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "corpus.sncwd").write_text("vitamin d fracture risk\nknee running injury\ncoffee and sleep\n", encoding="utf-8")
+    write_queries(data / "queries.jsonl", [Query("q1", "knee injury")])
+    write_qrels(data / "qrels" / "test.tsv", {"q1": {"d1": 1}})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "sn_cwd_reader_mod", raising=False)
+    with FORMATS.scoped(), pytest.raises(SystemExit) as e:
+        main(["bm25", "search", "--data", "data", "--corpus-format", "sn_cwd_reader_mod:read", "--out", "run.tsv", "--k", "2"])
+    assert e.value.code == 0
+    assert (tmp_path / "run.tsv").read_text().split()[2] == "d1"
+
+
+def test_a_stage_help_reads_the_registry_at_each_invocation():
+    """A back end or corpus format registered after a stage was first used is in that stage's
+    next help (commands defined inside ``register`` and at module level alike)."""
+    from scalingnote.data.corpus import FORMATS, register_corpus_format
+    from scalingnote.index.backends import BACKENDS, register_backend
+
+    runner = CliRunner()
+    for command in (["search", "--help"], ["index", "encode", "--help"]):
+        assert runner.invoke(app, command, env={"COLUMNS": "400"}).exit_code == 0
+    with BACKENDS.scoped(), FORMATS.scoped():
+        register_backend("test_root_late_backend", lambda loc, query_tower=None: None)
+        register_corpus_format("test_root_late_format", lambda path: iter(()), suffixes=(".testrootlate",))
+        r = runner.invoke(app, ["search", "--help"], env={"COLUMNS": "400"})
+        assert "test_root_late_backend" in re.sub(r"[\s│]+", "", r.stdout), r.stdout
+        r = runner.invoke(app, ["index", "encode", "--help"], env={"COLUMNS": "400"})
+        assert "test_root_late_format" in re.sub(r"[\s│]+", "", r.stdout), r.stdout

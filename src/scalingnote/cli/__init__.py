@@ -12,6 +12,7 @@ with status 2 — never a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 from difflib import get_close_matches
@@ -54,7 +55,6 @@ class LazyStageGroup(TyperGroup):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._stages: dict[str, TyperGroup] = {}
         self._listing = False
 
     def list_commands(self, ctx: typer.Context) -> list[str]:
@@ -66,9 +66,11 @@ class LazyStageGroup(TyperGroup):
         module, help_line = COMMANDS[cmd_name]
         if self._listing:  # the root's help: the table's line, no import
             return TyperCommand(cmd_name, help=help_line, short_help=help_line)
-        if module not in self._stages:
-            self._stages[module] = load_stage(module)
-        return self._stages[module].get_command(ctx, cmd_name)
+        # loaded once per invocation (its options' help reads the registries as they are now)
+        stages = ctx.meta.setdefault("scalingnote.stages", {})
+        if module not in stages:
+            stages[module] = load_stage(module)
+        return stages[module].get_command(ctx, cmd_name)
 
     def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, TyperCommand | None, list[str]]:
         if args and args[0] not in COMMANDS and not args[0].startswith("-"):
@@ -100,7 +102,10 @@ def _root() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point."""
+    """Console-script entry point. The current directory is searched last for a dotted path
+    ``module:attribute`` an option names (``--backend my_backend:open``), as ``python -m`` would."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         app(args=argv, standalone_mode=True)
     except ScalingNoteError as e:

@@ -19,6 +19,7 @@ from typing import Any
 
 import typer
 import yaml
+from typer.models import OptionInfo
 
 from scalingnote.data import corpus as corpus_formats
 from scalingnote.errors import ConfigError
@@ -118,10 +119,34 @@ def corpus_format_help() -> str:
             "'package.module:reader' naming a reader of your own (default: detected from the files).")
 
 
+class _LiveHelpOption(OptionInfo):
+    """An option whose help is made when its command is built, not when its module is imported
+    (the help lists a registry, which user code may extend after the import)."""
+
+    help_of: Callable[[], str]
+
+    @property  # type: ignore[override]
+    def help(self) -> str:
+        return self.help_of()
+
+    @help.setter
+    def help(self, value: str | None) -> None:  # OptionInfo.__init__ sets it: the factory wins
+        pass
+
+
+def live_help_option(default: Any, *flags: str, help_of: Callable[[], str], **kwargs: Any) -> Any:
+    """``typer.Option(default, *flags, **kwargs)`` whose help is ``help_of()`` at each build."""
+    info = typer.Option(default, *flags, **kwargs)
+    live = _LiveHelpOption.__new__(_LiveHelpOption)
+    live.__dict__.update(info.__dict__)
+    live.help_of = help_of
+    return live
+
+
 def corpus_format_option() -> Any:
     """The ``--corpus-format SPEC`` option of the commands that read a data directory (default
     None: the format detected from the files)."""
-    return typer.Option(None, "--corpus-format", help=corpus_format_help())
+    return live_help_option(None, "--corpus-format", help_of=corpus_format_help)
 
 
 def use_corpus_format(spec: str | None, data_dir: Any = None) -> str | None:
