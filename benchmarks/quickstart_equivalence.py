@@ -9,6 +9,12 @@ step's ``run.json`` (``stage1/*``, ``qkd/*``), timings, paths and versions exclu
     (cd /tmp/pre && PYTHONPATH=src python -m benchmarks.quickstart --out /tmp/qs_pre)
     python -m benchmarks.quickstart --out /tmp/qs_now
     python -m benchmarks.quickstart_equivalence --before /tmp/qs_pre --after /tmp/qs_now --before-commit <older commit>
+
+Step digests fingerprint the resolved paths of their inputs, so two directories never share
+them; that the current code reuses every step of an older run is checked by re-running the
+older directory in place (``python -m benchmarks.quickstart --out /tmp/qs_pre`` from the current
+checkout, after noting the time) and passing ``--rerun-started <that Unix time>``: no ``DONE``
+marker may be newer.
 """
 
 from __future__ import annotations
@@ -63,6 +69,15 @@ def _choices_row(before: Any, after: Any) -> dict[str, Any]:
             **num, "within_tol": num["within_tol"] and not differ}
 
 
+def _rerun_row(root: Path, started: float) -> dict[str, Any]:
+    """The older run directory re-run in place by the current code: every step (a ``DONE``
+    marker) must be reused, none redone (a marker rewritten after ``started``)."""
+    done = sorted(root.rglob("DONE"))
+    redone = [str(p.parent.relative_to(root)) for p in done if p.stat().st_mtime > started]
+    return {"what": "re-run of --before in place (steps reused)", "in_after": True, "steps": len(done), "steps_redone": len(redone),
+            "redone": ", ".join(redone[:5]), "within_tol": not redone}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", type=Path, required=True, help="quick-start run directory of the older commit")
@@ -70,6 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--before-commit", default="", help="the commit the --before run was made from (recorded)")
     ap.add_argument("--after-commit", default="", help="the commit the --after run was made from (recorded)")
+    ap.add_argument("--rerun-started", type=float, default=None,
+                    help="the --before directory was then re-run in place with the current code, starting at this Unix time: "
+                         "count its steps and those it redid (a DONE marker written after the start)")
     args = ap.parse_args(argv)
     load = lambda root, rel: json.loads((root / rel).read_text(encoding="utf-8"))  # noqa: E731
     key = lambda r: f"{r['method']}[{r['family']}]" if r.get("family") else r["method"]  # noqa: E731
@@ -90,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         if row["in_after"]:
             row.update(compare(numbers(load(args.before, rel)), numbers(load(args.after, rel)), args.tol))
         rows.append(row)
+    if args.rerun_started is not None:
+        rows.append(_rerun_row(args.before, args.rerun_started))
     for r in rows:
         print(r, flush=True)
     config = {"before": str(args.before), "after": str(args.after), "tol": args.tol, "before_commit": args.before_commit, "after_commit": args.after_commit,
