@@ -139,25 +139,35 @@ from scalingnote.index.searcher import SearchResult, VectorSearcher
 
 
 class NumpySearcher(VectorSearcher):
-    """Inner products with every vector; no IVF, no HNSW, no re-rank, read-only."""
+    """Inner products with every vector, read memory-mapped in blocks (a corpus larger than RAM
+    costs time, not memory); no IVF, no HNSW, no re-rank, read-only."""
+
+    BLOCK = 65_536  # vectors scored at a time
 
     def __init__(self, root, query_tower=None):
-        self.root = Path(root)
+        root = Path(root)
         self.manifest = {**read_manifest(root), "factory": "numpy:exact"}
-        self.vectors = np.load(self.root / "vectors.npy")
-        self.doc_ids = json.loads((self.root / "doc_ids.json").read_text(encoding="utf-8"))
-        self.query_tower = query_tower
+        self.vectors = np.load(root / "vectors.npy", mmap_mode="r")
+        self.doc_ids = json.loads((root / "doc_ids.json").read_text(encoding="utf-8"))
+        self.root, self.query_tower = root, query_tower
 
     @classmethod
     def open(cls, location, query_tower=None, **_):
-        if query_tower is not None:
+        if query_tower is not None:  # a query tower of another embedding space is refused
             check_query_tower(read_manifest(location), query_tower, location)
         return cls(location, query_tower)
 
     def search(self, queries, k=10):
-        scores = self.query_vectors(queries) @ self.vectors.T
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return SearchResult(np.take_along_axis(scores, top, 1), [[self.doc_ids[i] for i in r] for r in top], None, top)
+        q = self.query_vectors(queries)
+        best_s = np.full((len(q), 0), -np.inf, dtype=np.float32)
+        best_i = np.zeros((len(q), 0), dtype=np.int64)
+        for start in range(0, len(self.vectors), self.BLOCK):
+            block = np.asarray(self.vectors[start : start + self.BLOCK]) @ q.T  # [block, Q]
+            best_s = np.concatenate([best_s, block.T], axis=1)
+            best_i = np.concatenate([best_i, np.broadcast_to(np.arange(start, start + len(block)), (len(q), len(block)))], axis=1)
+            keep = np.argsort(-best_s, axis=1, kind="stable")[:, :k]
+            best_s, best_i = np.take_along_axis(best_s, keep, 1), np.take_along_axis(best_i, keep, 1)
+        return SearchResult(best_s, [[self.doc_ids[i] for i in row] for row in best_i], None, best_i)
 '''),
     PKG / "index/backends.py": ("append", '''
 from scalingnote.index.numpy_exact import NumpySearcher  # noqa: E402
