@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import signal
-import threading
-import time
 
 import pytest
 
@@ -22,6 +19,7 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 httpx = pytest.importorskip("httpx")
 
 from benchmarks._common import ServeProcess  # noqa: E402
+from benchmarks.ingest import kill_mid_stream  # noqa: E402
 from scalingnote.index.milvus import DOC_ID, connect  # noqa: E402
 from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.live.milvus import live_state_dir  # noqa: E402
@@ -75,35 +73,6 @@ def _body(docs):
     return [{k: v for k, v in d.items() if k != "mark"} for d in docs]
 
 
-def _kill_mid_stream(srv: ServeProcess, start: int, rng: random.Random) -> tuple[list[dict], list[dict], int]:
-    """Batches of 1-8 documents back to back; SIGKILL after a random delay. Returns the
-    acknowledged documents, the batch in flight, and the next document number."""
-    acked, inflight, state = [], {"batch": []}, {"i": start}
-    stop = threading.Event()
-
-    def stream():
-        with httpx.Client(trust_env=False) as c:
-            while not stop.is_set():
-                batch = [_doc(state["i"] + j) for j in range(rng.randint(1, 8))]
-                inflight["batch"] = batch
-                try:
-                    _post(c, srv.url, _body(batch))
-                except (AssertionError, httpx.HTTPError):
-                    return
-                acked.extend(batch)
-                inflight["batch"] = []
-                state["i"] += len(batch)
-
-    th = threading.Thread(target=stream, daemon=True)
-    th.start()
-    time.sleep(rng.uniform(1.0, 4.0))
-    srv.proc.send_signal(signal.SIGKILL)
-    srv.proc.wait()
-    stop.set()
-    th.join(30)
-    return acked, list(inflight["batch"]), state["i"] + len(inflight["batch"])
-
-
 @pytest.mark.slow  # server start, IVF_PQ build, four service starts (~6 min on 2 loaded cores)
 def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny_bert_dir):
     man = export_to_milvus(live_index, server.uri, "docs", progress=False)  # auto -> IVF_PQ on a server
@@ -121,8 +90,10 @@ def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny
             assert c.delete(srv.url + "/documents/new-1", headers=AUTH).status_code == 404
         acked, gone, nxt, rng = [first[0], first[2]], [first[1]], 3, random.Random(0)
         for _cycle in range(3):
-            got, inflight, nxt = _kill_mid_stream(srv, nxt, rng)
+            got, inflight = kill_mid_stream(srv, lambda c, batch: _post(c, srv.url, _body(batch)),
+                                            lambda n, s=nxt: [_doc(s + n + j) for j in range(rng.randint(1, 8))], rng, rng.uniform(1.0, 4.0))
             acked += got
+            nxt += len(got) + len(inflight)
             srv = _serve(server, live_index, tiny_bert_dir)  # restart: the log replayed into Milvus
             with httpx.Client(trust_env=False) as c:
                 missing = [d["_id"] for d in acked if _found(c, srv.url, d) != (True, True)]

@@ -40,7 +40,6 @@ it covers.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -57,7 +56,6 @@ from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import index_corpus, make_snippet, read_document_store
-from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.hybrid import FusionConfig
 from scalingnote.index.layout import DOCS_FILE, read_manifest
 from scalingnote.index.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
@@ -65,8 +63,8 @@ from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.live.generation import live_dir as live_root
 from scalingnote.live.index import LiveIndex, LiveSearcher, check_document_tower, load_document_tower
-from scalingnote.live.lexical import LiveBM25
 from scalingnote.live.wal import WriteAheadLog, fsync_dir, pack_array, unpack_array
+from scalingnote.live.writer_lock import acquire_writer_lock
 
 log = logging.getLogger("scalingnote.live")
 LIVE_KEY_BIT = 1 << 62
@@ -134,14 +132,9 @@ class MilvusLive(MilvusSearcher):
             raise
 
     def _acquire_writer_lock(self) -> None:
-        fh = open(self.state_dir / "writer.lock", "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
-            raise ScalingNoteError(f"{self.state_dir}: another process (a running service) is writing collection {self.collection!r}; "
-                                   "send the documents to it (POST /documents) or stop it first") from None
-        self._lock_fh = fh
+        self._lock_fh = acquire_writer_lock(self.state_dir / "writer.lock",
+                                            f"{self.state_dir}: another process (a running service) is writing collection {self.collection!r}; "
+                                            "send the documents to it (POST /documents) or stop it first")
 
     def _max_id_bytes(self) -> int:
         try:
@@ -330,7 +323,8 @@ class MilvusLive(MilvusSearcher):
         x, sem, _ = self._encode_paced(list(docs))
         return x, sem
 
-    _encode_paced = LiveIndex._encode_paced  # the FAISS live index's chunked, paced encoder (reads document_tower, dim, rkm, pace)
+    # the FAISS live index's chunked, paced encoder (reads document_tower, dim, rkm, pace) and timing bookkeeping
+    _encode_paced, _vectors, _add_timings = LiveIndex._encode_paced, LiveIndex._vectors, LiveIndex._add_timings
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs``; returns once the batch is in the fsync-ed log and visible
@@ -341,12 +335,8 @@ class MilvusLive(MilvusSearcher):
         if long:
             raise ScalingNoteError(f"{self.root}: document id {long[0]!r} is longer than the collection's doc_id field ({self.max_id_bytes} "
                                    "bytes; re-export the collection with this version of scalingnote for longer ids)")
-        t0, paused = time.perf_counter(), 0.0
-        if vectors is None:
-            x, sem, paused = self._encode_paced(docs)
-        else:
-            x = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
-            sem = self.rkm.assign(x) if self.rkm is not None else None
+        t0 = time.perf_counter()
+        x, sem, paused = self._vectors(docs, vectors)
         t1 = time.perf_counter()
         with self._write_lock:
             t2 = time.perf_counter()
@@ -368,26 +358,15 @@ class MilvusLive(MilvusSearcher):
             self.hidden -= len(stale)
         timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "milvus_write": t4 - t3,
                    "apply": time.perf_counter() - t4}
-        for key, sec in timings.items():
-            self.timings[key] = self.timings.get(key, 0.0) + sec
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status,
-                "timings_ms": {key: round(1000 * sec, 3) for key, sec in timings.items()}}
+        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status, "timings_ms": self._add_timings(timings)}
 
-    def delete(self, ids: Sequence[str]) -> dict[str, Any]:
-        self._check_writer()
-        ids = [str(i) for i in ids]
-        with self._write_lock:
-            present = [i for i in ids if i in self.row_of]
-            if not present:
-                return {"seq": None, "deleted": 0, "missing": ids}
-            seq = self.wal.append({"op": "delete", "ids": present})
-            if self.after_log is not None:
-                self.after_log(seq)
-            stale = self._unmap(present)
-            self.hidden += len(stale)
-            self._drop(stale)
-            self.hidden -= len(stale)
-        return {"seq": seq, "deleted": len(present), "missing": [i for i in ids if i not in set(present)]}
+    delete = LiveIndex.delete  # the FAISS live index's: log the ids present, then _apply_delete
+
+    def _apply_delete(self, ids: list[str]) -> None:
+        stale = self._unmap(ids)
+        self.hidden += len(stale)
+        self._drop(stale)
+        self.hidden -= len(stale)
 
     def _check_writer(self) -> None:
         if not self.writer:
@@ -450,12 +429,8 @@ class MilvusLive(MilvusSearcher):
         return None  # the vectors live in Milvus: no local exact search to compare with
 
     def close(self) -> None:
-        if self.wal is not None:
-            self.wal.close()
-        if self._lock_fh is not None:
-            self._lock_fh.close()
-            self._lock_fh = None
-        super().close()
+        LiveIndex.close(self)  # the log and the writer lock
+        super().close()  # the Milvus client
 
 
 def _keep_visible(res: SearchResult, row_of: dict[str, int], k: int) -> SearchResult:
