@@ -385,14 +385,14 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
 
 
 def backend_phases(args, backend: str, serve_args: list[str], dense_check, new_docs, run: Run, chaos_only: bool) -> list[dict]:
-    """The ingest and search phases (FAISS: skipped with --chaos-only; Milvus: ingest always, search
-    unless --chaos-only) then the chaos cycles, each row tagged with ``backend``."""
+    """The ingest and search phases (with --chaos-only: FAISS none, Milvus at the first --ingest-duty
+    only) then the chaos cycles, each row tagged with ``backend``."""
     rows, used = [], 0
     for duty in [] if chaos_only and backend == "faiss" else args.ingest_duty:  # the default pacing last: the chaos runs use it
         srv = start_service([*serve_args, "--ingest-duty", str(duty)])
         try:
             ingest, used = phase_ingest(srv, new_docs, used % max(1, len(new_docs) - 512))
-            search = [] if chaos_only else phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)[0]
+            search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
         finally:
             srv.stop()
         rows += [{**r, "ingest_duty": duty} for r in ingest + search]
@@ -423,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="Comma-separated `serve --ingest-duty` values, each measured with its own service (1: no pacing).")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--chaos-only", action="store_true",
-                    help="Re-run the chaos phase (and Milvus's short ingest phase) only; FAISS's other rows are kept from the results file.")
+                    help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; FAISS's other rows are kept from the results file.")
     ap.add_argument("--backends", type=lambda v: v.split(","), default=["faiss", "milvus"],
                     help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).")
     ap.add_argument("--seed", type=int, default=0)
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> None:
         "ingest_duty": args.ingest_duty, "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "backends": args.backends,
         **{f"chaos_passed_{b}": f"{n}/{args.kills}" for b, n in passed.items()}, **{f"{b}_{k}": v for b, i in info.items() for k, v in i.items()},
         "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
-        **({"chaos_rerun": "chaos rows (and Milvus's ingest rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
+        **({"chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
                            f"created {kept['created']}, total_s {kept['config'].get('total_s')}"} if kept is not None else {}),
         "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }
