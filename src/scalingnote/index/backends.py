@@ -83,7 +83,7 @@ BACKENDS: Registry[Backend] = Registry("back end", {
     ),
     "milvus": Backend(
         "milvus", _open_milvus, "uri", export=_export_milvus, live="scalingnote.live.milvus:MilvusLive.open",
-        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME",
+        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: the exported index)",
     ),
 })
 

@@ -347,13 +347,15 @@ class MilvusLive(MilvusSearcher):
             if self.after_log is not None:
                 self.after_log(seq)
             t3 = time.perf_counter()
-            self.hidden += len(docs)  # written, not yet visible: over-fetched by searches
+            with self.lock:  # after any search in flight: every later one over-fetches the rows about to be written
+                self.hidden += len(docs)  # written, not yet visible
             self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
             if self.after_write is not None:
                 self.after_write(seq)
             t4 = time.perf_counter()
-            replaced, stale = self._swap(docs, first)
-            self.hidden += len(stale) - len(docs)
+            with self.lock:  # one step for searches: the new versions visible, the old ones hidden (fewer or as many)
+                replaced, stale = self._swap(docs, first)
+                self.hidden += len(stale) - len(docs)
             self._drop(stale)
             self.hidden -= len(stale)
         timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "milvus_write": t4 - t3,
@@ -363,8 +365,9 @@ class MilvusLive(MilvusSearcher):
     delete = LiveIndex.delete  # the FAISS live index's: log the ids present, then _apply_delete
 
     def _apply_delete(self, ids: list[str]) -> None:
-        stale = self._unmap(ids)
-        self.hidden += len(stale)
+        with self.lock:  # one step for searches: hidden, and counted as such
+            stale = self._unmap(ids)
+            self.hidden += len(stale)  # deleted from Milvus after they are hidden
         self._drop(stale)
         self.hidden -= len(stale)
 
