@@ -42,8 +42,8 @@ def milvus_backend(work: Path, served: Path, student: str):
     try:
         man = export_to_milvus(served, srv.uri, COLLECTION, progress=False)
         args = ["--backend", "milvus", "--uri", srv.uri, "--collection", COLLECTION, "--index", str(served), "--query-tower", str(student)]
-        info = {"milvus_uri": srv.uri, "milvus_index_type": man["index_type"], "milvus_index_params": man.get("index_params"),
-                "milvus_server_start_s": round(srv.startup_seconds or 0.0, 1)}
+        info = {"uri": srv.uri, "index_type": man["index_type"], "index_params": man.get("index_params"),
+                "server_start_s": round(srv.startup_seconds or 0.0, 1)}
         yield args, (lambda docs, nlist: milvus_dense_by_vector(srv.uri, served, docs, nlist)), info
     finally:
         srv.stop()
