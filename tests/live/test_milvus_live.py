@@ -6,6 +6,7 @@ server and the service's SIGKILL chaos: tests/live/test_milvus_live_server.py, s
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -144,3 +145,35 @@ def test_the_local_directory_must_be_the_exported_index(lite, tiny_bert_dir, tmp
     (tmp_path / "empty").mkdir()
     with pytest.raises(ScalingNoteError, match="not an index directory"):
         MilvusLive.open(db, None, collection="docs", live_dir=tmp_path / "empty")
+
+
+def test_the_service_ingests_into_a_milvus_collection(lite, tiny_bert_dir):
+    """`serve --backend milvus --index DIR` (here on Milvus Lite): the back-end table's live opener
+    with the collection, token and the local directory; POST /documents, bm25 / dense find the new
+    document with its title, DELETE removes it, /metrics shows the live gauges."""
+    from fastapi.testclient import TestClient
+
+    from scalingnote.serve import ServeSettings, create_app
+
+    db, idx = lite
+    token = "milvus-live-admin-token-0123"
+    settings = ServeSettings(port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2)
+    auth = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(db, tiny_bert_dir, settings), client=("127.0.0.1", 50000)) as c:  # a loopback peer (the admin rule)
+        t0 = time.monotonic()
+        while c.get("/healthz").status_code != 200 and time.monotonic() - t0 < 120:
+            assert c.get("/healthz").json().get("status") != "failed", c.get("/healthz").json()
+            time.sleep(0.05)
+        assert sorted(c.get("/healthz").json()["modes"]) == ["bm25", "dense", "hybrid"]
+        doc = {"_id": "api1", "title": "narwhal tusk", "text": "the narwhal swims zzmarkapi"}
+        r = c.post("/documents", json={"documents": [doc]}, headers=auth)
+        assert r.status_code == 200 and r.json()["documents"][0]["status"] == "added", r.text
+        hits = c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"]
+        assert [(h["doc_id"], h["title"]) for h in hits] == [("api1", "narwhal tusk")]
+        dense = [h["doc_id"] for h in c.post("/search", json={"query": doc["text"], "k": 60, "mode": "dense"}).json()["results"]]
+        assert dense.count("api1") == 1 and len(dense) == len(set(dense)) == 49
+        assert c.delete("/documents/api1", headers=auth).status_code == 200
+        assert c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"] == []
+        text = c.get("/metrics").text  # the live gauges: the collection's visible documents, the log since the checkpoint
+        assert "scalingnote_live_documents 48\n" in text and "scalingnote_live_log_records 2\n" in text
+    assert (live_state_dir(idx, "docs") / "wal").is_dir()
