@@ -27,8 +27,14 @@ Phases (rows ``phase``):
   beside it, in the top 1,000 with every list probed and in the top 100 at the tuned probes), no hit may be duplicated or lack its title, and the batch in flight at the kill must be
   entirely present or entirely absent.
 
+Back ends (rows ``backend``, ``--backends``): ``faiss`` (the index directory, the phases above) and
+``milvus``: the embedded Milvus server (:mod:`scalingnote.index.milvus_server`) started for the run
+and stopped after it, the index copy exported into it (IVF_PQ) and served with ``--backend milvus
+--uri ... --collection ingest --index <the copy>`` (the write-ahead log and BM25 side beside the
+copy: :mod:`scalingnote.live.milvus`); ingest and chaos phases as above (drift: FAISS only).
+
 Run: ``flock /tmp/bench.lock nice -n 5 .venv/bin/python -m benchmarks.ingest --run runs/quickstart``
-(~15 min on 2 cores).
+(~25 min on 2 cores; ``--chaos-only`` keeps FAISS's drift / ingest / search rows: ~15 min).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, write_results
+from benchmarks._ingest_backends import backend_context
 
 TOKEN = "ingest-benchmark-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -303,61 +310,54 @@ def _present(c, url: str, doc, mark: str, nlist: int) -> tuple[bool, bool, bool,
     return bm, found[1], found[0], ""
 
 
-def dense_by_vector(index: Path, docs, nlist: int) -> tuple[int, list[str]]:
-    """How many of ``docs`` the dense index returns in the top 100 for their own stored vector (every
-    list probed, exact re-rank): present and retrievable, whatever a text query would rank. Read
-    through a read-only live index (the write-ahead log replayed, as the restarted service did)."""
-    from scalingnote.live import LiveIndex
-
-    live = LiveIndex.open(index, writer=False)
-    try:
-        rows = [live.row_of.get(d.id) for d in docs]
-        missing = [d.id for d, r in zip(docs, rows, strict=True) if r is None]
-        have = [(d, r) for d, r in zip(docs, rows, strict=True) if r is not None]
-        if have:
-            q = np.asarray(live.store.vectors.view[[r for _, r in have]], dtype=np.float32)
-            res = live.search(q, 100, nprobe=nlist, rerank=200)  # ties: notes can repeat another one word for word
-            missing += [d.id for (d, _), hits in zip(have, res.doc_ids, strict=True) if d.id not in hits]
-    finally:
-        live.close()
-    return len(docs) - len(missing), missing
-
-
-def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: random.Random, start: int) -> tuple[dict, int, ServeProcess]:
-    """Stream into the running ``srv``, SIGKILL it at a random moment, restart, check; returns the
-    row, the next pool position and the restarted service (the next cycle's)."""
+def kill_mid_stream(srv: ServeProcess, post, make_batch, rng: random.Random, delay_s: float) -> tuple[list, list]:
+    """Batches ``make_batch(n_acked_so_far)`` sent back to back by ``post(client, batch)`` (raising
+    on a failed request) in a thread; SIGKILL of ``srv`` after ``delay_s``. Returns the items
+    acknowledged and the batch in flight at the kill."""
     import httpx
 
-    acked, inflight = [], {"batch": []}
-    stop = threading.Event()
-    with httpx.Client(trust_env=False) as c:  # the document tower is loaded before the clock starts
-        first = [_marked(pool[start], cycle, 0)]
-        post_docs(c, srv.url, [first[0][0]])
-        acked.extend(first)
+    acked, inflight, stop = [], {"batch": []}, threading.Event()
 
     def stream() -> None:
-        i = start + 1
         with httpx.Client(trust_env=False) as c:
-            while not stop.is_set() and i < len(pool):
-                n = rng.randint(1, 16)
-                batch = [_marked(d, cycle, i - start + j) for j, d in enumerate(pool[i : i + n])]
+            while not stop.is_set():
+                batch = make_batch(len(acked))
+                if not batch:
+                    return
                 inflight["batch"] = batch
                 try:
-                    post_docs(c, srv.url, [b[0] for b in batch])
-                except (RuntimeError, httpx.HTTPError):
+                    post(c, batch)
+                except (RuntimeError, AssertionError, httpx.HTTPError):
                     return
                 acked.extend(batch)
                 inflight["batch"] = []
-                i += n
 
     th = threading.Thread(target=stream, daemon=True)
     th.start()
-    time.sleep(rng.uniform(0.2, 6.0))
+    time.sleep(delay_s)
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait()
     stop.set()
     th.join(30)
-    lost = list(inflight["batch"])
+    return acked, list(inflight["batch"])
+
+
+def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: random.Random, start: int, dense_check) -> tuple[dict, int, ServeProcess]:
+    """Stream into the running ``srv``, SIGKILL it at a random moment, restart, check; returns the
+    row, the next pool position and the restarted service (the next cycle's). ``dense_check(docs,
+    nlist)``: (how many are retrievable by their own stored vector, the ids that are not)."""
+    import httpx
+
+    with httpx.Client(trust_env=False) as c:  # the document tower is loaded before the clock starts
+        first = [_marked(pool[start], cycle, 0)]
+        post_docs(c, srv.url, [first[0][0]])
+
+    def make_batch(n_acked: int):
+        i = start + 1 + n_acked
+        return [_marked(d, cycle, i - start + j) for j, d in enumerate(pool[i : i + rng.randint(1, 16)])]
+
+    acked, lost = kill_mid_stream(srv, lambda c, batch: post_docs(c, srv.url, [b[0] for b in batch]), make_batch, rng, rng.uniform(0.2, 6.0))
+    acked = first + acked
     srv = start_service(args)
     nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 1)
     problems, n_bm, n_dense, n_default, present = [], 0, 0, 0, 0
@@ -372,13 +372,41 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
         present = sum(_present(c, srv.url, d, m, nlist)[0] for d, m in lost)
         if present not in (0, len(lost)):
             problems.append(f"in-flight batch half applied: {present}/{len(lost)}")
-    in_dense, missing = dense_by_vector(Path(args[args.index("--index") + 1]), [d for d, _ in acked], nlist)
+    in_dense, missing = dense_check([d for d, _ in acked], nlist)
     problems += [f"{i}: not retrievable by its own vector" for i in missing]
     row = {"phase": "chaos", "cycle": cycle, "acked": len(acked), "bm25_found": n_bm, "dense_found": in_dense, "dense_found_by_text": n_dense,
            "dense_found_default_nprobe": n_default, "inflight_docs": len(lost), "inflight_present": present, "ok": not problems,
            "problems": "; ".join(problems[:3])}
     print(json.dumps(row), flush=True)
     return row, start + len(acked) + len(lost), srv
+
+
+# --------------------------------------------------------------------------- back ends
+
+
+def backend_phases(args, backend: str, serve_args: list[str], dense_check, new_docs, run: Run, chaos_only: bool) -> list[dict]:
+    """The ingest and search phases (with --chaos-only: FAISS none, Milvus at the first --ingest-duty
+    only) then the chaos cycles, each row tagged with ``backend``."""
+    rows, used = [], 0
+    for duty in [] if chaos_only and backend == "faiss" else args.ingest_duty:  # the default pacing last: the chaos runs use it
+        srv = start_service([*serve_args, "--ingest-duty", str(duty)])
+        try:
+            ingest, used = phase_ingest(srv, new_docs, used % max(1, len(new_docs) - 512))
+            search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
+        finally:
+            srv.stop()
+        rows += [{**r, "ingest_duty": duty} for r in ingest + search]
+        if chaos_only:
+            break
+    rng, pos = random.Random(args.seed), used
+    srv = start_service(serve_args)
+    try:
+        for cycle in range(args.kills):
+            row, pos, srv = chaos_cycle(srv, serve_args, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64), dense_check)
+            rows.append(row)
+    finally:
+        srv.stop()
+    return [{"backend": backend, **r} for r in rows]
 
 
 # --------------------------------------------------------------------------- main
@@ -394,7 +422,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ingest-duty", type=lambda v: [float(x) for x in v.split(",")], default=[1.0, 0.5],
                     help="Comma-separated `serve --ingest-duty` values, each measured with its own service (1: no pacing).")
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--chaos-only", action="store_true", help="Re-run the chaos phase only; the other rows are kept from the results file.")
+    ap.add_argument("--chaos-only", action="store_true",
+                    help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; FAISS's other rows are kept from the results file.")
+    ap.add_argument("--backends", type=lambda v: v.split(","), default=["faiss", "milvus"],
+                    help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
     args = ap.parse_args(argv)
@@ -404,50 +435,39 @@ def main(argv: list[str] | None = None) -> None:
     new_docs = new_documents(run, args.new, args.new_docs)
     rows: list[dict] = []
     kept = json.loads((REPO_ROOT / "benchmarks" / "results" / "ingest.json").read_text()) if args.chaos_only else None
+    chaos, info = [], {}
     with tempfile.TemporaryDirectory(prefix="sn-ingest-") as d:
         work = Path(d)
         if kept is None:
             drift, _X_new, _Q = phase_drift(run, work, new_docs, args.cache)
             rows += drift
-        else:
-            rows += [r for r in kept["rows"] if r["phase"] != "chaos"]
-        served = work / "served"
-        shutil.copytree(run.index, served)
-        serve_args = run.serve_args(served)
-        used = 0
-        for duty in [] if kept is not None else args.ingest_duty:  # the default pacing last: the chaos runs use it
-            srv = start_service([*serve_args, "--ingest-duty", str(duty)])
-            try:
-                ingest, used = phase_ingest(srv, new_docs, used % max(1, len(new_docs) - 512))
-                search, used = phase_search(srv, new_docs, run.test_texts, used, args.rounds, args.load_s, args.seed)
-            finally:
-                srv.stop()
-            rows += [{**r, "ingest_duty": duty} for r in ingest + search]
-        rng, pos, chaos = random.Random(args.seed), used, []
-        srv = start_service(serve_args)
-        try:
-            for cycle in range(args.kills):
-                row, pos, srv = chaos_cycle(srv, serve_args, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64))
-                chaos.append(row)
-        finally:
-            srv.stop()
-        rows += chaos
-    passed = sum(r["ok"] for r in chaos)
+        else:  # FAISS's rows of the earlier run (made before rows named their back end)
+            rows += [{"backend": "faiss", **r} for r in kept["rows"] if r["phase"] != "chaos" and r.get("backend", "faiss") == "faiss"]
+        for backend in args.backends:
+            served = work / f"served-{backend}"
+            shutil.copytree(run.index, served)
+            with backend_context(backend, work, served, run.serve_args(served), run.student) as (serve_args, dense_check, info[backend]):
+                out = backend_phases(args, backend, serve_args, dense_check, new_docs, run, kept is not None)
+            rows += out
+            chaos += [r for r in out if r["phase"] == "chaos"]
+    passed = {b: sum(r["ok"] for r in chaos if r["backend"] == b) for b in args.backends}
     tower = run.manifest.get("tower") or {}
     config = {
         "run": str(args.run), "data": "synthetic note-search log; new documents: notes the generator makes beyond the built corpus"
         if args.new_docs is None else f"new documents from {args.new_docs}", "n_base": int(run.manifest.get("n_vectors", 0)), "n_new": len(new_docs),
         "seed": args.seed, "factory": run.manifest.get("factory"), "search_defaults": run.manifest.get("search_defaults"),
         "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})", "query_tower": run.student,
-        "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0",
-        "ingest_duty": args.ingest_duty, "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "chaos_passed": f"{passed}/{args.kills}",
+        "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0"
+                 " (milvus: --backend milvus --uri <embedded server> --collection ingest --index <copy of index, exported>)",
+        "ingest_duty": args.ingest_duty, "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "backends": args.backends,
+        **{f"chaos_passed_{b}": f"{n}/{args.kills}" for b, n in passed.items()}, **{f"{b}_{k}": v for b, i in info.items() for k, v in i.items()},
         "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
-        **({"chaos_rerun": "chaos rows re-made alone (--chaos-only) on a fresh copy of the index; the other rows and their config: "
+        **({"chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
                            f"created {kept['created']}, total_s {kept['config'].get('total_s')}"} if kept is not None else {}),
         "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }
     path = write_results("ingest", rows, config)
-    print(f"chaos {passed}/{args.kills}; wrote {path}", flush=True)
+    print(f"chaos {passed} of {args.kills} each; wrote {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,14 @@
-"""Upsert / delete in a Milvus Lite collection exported from a FAISS index (pymilvus)."""
+"""The Milvus live index (scalingnote.live.milvus) on Milvus Lite: upsert / replace / delete with
+the write-ahead log beside the index directory, the BM25 side, all-or-nothing visibility of a
+batch, and the replay of what Milvus lacks after a crash at each step of a batch. (The real
+server and the service's SIGKILL chaos: tests/live/test_milvus_live_server.py, slow.)"""
 
 from __future__ import annotations
 
+import json
+import time
+
+import numpy as np
 import pytest
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed")
@@ -9,33 +16,164 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
+from scalingnote.index.milvus import DOC_ID, connect  # noqa: E402
+from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
+from scalingnote.live.milvus import LIVE_KEY_BIT, MilvusLive, live_state_dir  # noqa: E402
 
 
-def test_milvus_lite_upsert_replace_delete(live_index, tiny_bert_dir, other_bert_dir, tmp_path):
-    from scalingnote.index.milvus import MilvusSearcher
-    from scalingnote.index.milvus_export import export_to_milvus
-    from scalingnote.live.milvus import MilvusLive
-    from scalingnote.models import load_tower
+class Crash(Exception):
+    pass
 
+
+@pytest.fixture
+def lite(live_index, tmp_path):
     db = str(tmp_path / "live.db")
     export_to_milvus(live_index, db, "docs", index_type="FLAT", progress=False)
+    return db, live_index
+
+
+def _open(db, idx, tower, **kw):
+    return MilvusLive.open(db, None, collection="docs", document_tower=str(tower), live_dir=idx, **kw)
+
+
+def _rows(db, ids):
+    """Rows per id in the collection (a filter query, not a search)."""
+    c = connect(db)
+    try:
+        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID])
+    finally:
+        c.close()
+    return {i: sum(r[DOC_ID] == i for r in rows) for i in ids}
+
+
+def _top(w, vec, k=60):
+    return w.search(np.asarray(vec, dtype=np.float32)[None], k).doc_ids[0]
+
+
+def test_upsert_replace_delete_bm25_and_a_restart(lite, tiny_bert_dir, other_bert_dir):
+    db, idx = lite
     with pytest.raises(ScalingNoteError, match="fingerprint"):
-        _ = MilvusLive(db, "docs", document_tower=str(other_bert_dir)).document_tower
-    w = MilvusLive(db, "docs", document_tower=str(tiny_bert_dir))
-    doc_tower = w.document_tower
-    new = Document("m1", "ocelot", "", "ocelot spots")
-    w.upsert([new])
-    vec = doc_tower.encode_documents([new], show_progress=False)
-    qt = load_tower(tiny_bert_dir, role="query")
-    with MilvusSearcher.open(db, "docs", query_tower=qt) as ms:
-        got = ms.search(vec, 3)
-        assert got.doc_ids[0][0] == "m1" and got.semantic_ids[0, 0].min() >= 0
-    w.upsert([Document("m1", "lynx", "", "lynx ears"), Document("d0", "replaced", "", "kangaroo")])  # replace a live and an exported doc
-    with MilvusSearcher.open(db, "docs", query_tower=qt) as ms:
-        ids = ms.search(vec, 48).doc_ids[0]  # (MilvusSearcher caps k at the exported n_vectors, 48)
-        assert ids.count("m1") == 1 and ids.count("d0") == 1
-    w.delete(["m1", "d0"])
-    with MilvusSearcher.open(db, "docs", query_tower=qt) as ms:
-        ids = ms.search(vec, 48).doc_ids[0]
-        assert "m1" not in ids and "d0" not in ids and len(ids) == 47  # 49 - 2
+        w = _open(db, idx, other_bert_dir)
+        try:
+            _ = w.document_tower
+        finally:
+            w.close()
+    w = _open(db, idx, tiny_bert_dir)
+    with pytest.raises(ScalingNoteError, match="another process"):
+        _open(db, idx, tiny_bert_dir)  # one writer per collection (the lock beside the log)
+    n0 = len(w)
+    res = w.upsert([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])
+    assert res["status"] == ["added"] and res["seq"] == 1
+    vec = w.encode([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])[0][0]
+    hit = w.search(vec[None], 3)
+    assert hit.doc_ids[0][0] == "m1" and hit.titles[0][0] == "ocelot" and hit.semantic_ids[0, 0].min() >= 0
+    res = w.upsert([Document("m1", "lynx", "", "lynx ears zzmarktwo"), Document("d0", "replaced", "", "kangaroo zzmarkthree")])
+    assert res["status"] == ["replaced", "replaced"]
+    assert _rows(db, ["m1", "d0"]) == {"m1": 1, "d0": 1}  # the old versions are gone from Milvus
+    bm = w.searcher()
+    assert bm.search(["zzmarktwo"], 5, mode="bm25").doc_ids[0] == ["m1"]
+    assert bm.search(["zzmarkone"], 5, mode="bm25").doc_ids[0] == []  # the replaced version's text
+    assert bm.search(["zzmarkthree"], 5, mode="hybrid", query_vectors=vec[None]).doc_ids[0][0] == "d0"
+    assert w.delete(["d0", "nope"]) == {"seq": 3, "deleted": 1, "missing": ["nope"]}
+    assert len(w) == n0 and "d0" not in _top(w, vec)  # + m1, - d0
     w.close()
+    w = _open(db, idx, tiny_bert_dir)  # restart: the log replayed, nothing rewritten twice
+    assert w.replayed == 3 and len(w) == n0
+    ids = _top(w, vec)
+    assert ids.count("m1") == 1 and "d0" not in ids and _rows(db, ["m1", "d0"]) == {"m1": 1, "d0": 0}
+    assert w.searcher().search(["zzmarktwo"], 5, mode="bm25").doc_ids[0] == ["m1"]
+    w.close()
+
+
+@pytest.mark.parametrize("hook", ["after_log", "after_write"])
+def test_a_crash_inside_a_batch_hides_it_whole_and_the_restart_applies_it(lite, tiny_bert_dir, hook):
+    """A crash after the log write (nothing in Milvus yet) or after the Milvus write (rows there,
+    not yet visible): search sees the old versions of the whole batch, never part of the new one;
+    the restart makes the whole batch visible, once, and removes the old versions."""
+    db, idx = lite
+    w = _open(db, idx, tiny_bert_dir)
+    old = [Document("m1", "old one", "", "first"), Document("m2", "old two", "", "second")]
+    w.upsert(old)
+    x, _ = w.encode(old)
+    new = [Document("m1", "new one", "", "first again zzmarknew"), Document("m2", "new two", "", "second again"), Document("m3", "three", "", "third")]
+
+    def crash(seq):
+        ids = _top(w, x[0]) + _top(w, x[1])
+        assert {"m1", "m2"} <= set(ids) and "m3" not in ids  # mid-batch: the old versions, none of the new
+        assert w.search(x[:1], 5).titles[0][ids.index("m1")] == "old one"
+        raise Crash
+
+    setattr(w, hook, crash)
+    with pytest.raises(Crash):
+        w.upsert(new, vectors=np.concatenate([x, x[:1]]))
+    setattr(w, hook, None)
+    assert w.searcher().search(["zzmarknew"], 5, mode="bm25").doc_ids[0] == []
+    w.close()  # the process dies here: the batch is in the log, acknowledged or not
+    w = _open(db, idx, tiny_bert_dir)
+    assert w.replayed == 2
+    ids = _top(w, x[0])
+    assert all(ids.count(i) == 1 for i in ("m1", "m2", "m3")) and len(ids) == len(set(ids))
+    assert w.row_of["m1"] >= LIVE_KEY_BIT and _rows(db, ["m1", "m2", "m3"]) == {"m1": 1, "m2": 1, "m3": 1}
+    assert w.searcher().search(["zzmarknew"], 5, mode="bm25").doc_ids[0] == ["m1"]
+    w.close()
+
+
+def test_compaction_checkpoints_and_drops_the_log(lite, tiny_bert_dir):
+    db, idx = lite
+    w = _open(db, idx, tiny_bert_dir)
+    w.upsert([Document("m1", "ocelot", "", "ocelot zzmarkone"), Document("d1", "replaced", "", "zzmarkbase")])
+    w.delete(["d2"])
+    assert w.compaction_pending() == 2
+    info = w.compact()
+    assert info["documents"] == len(w) and w.compaction_pending() == 0
+    state = json.loads((live_state_dir(idx, "docs") / "state.json").read_text())
+    assert state["deleted_base"] == ["d1", "d2"] and [d["_id"] for _, d in state["live"]] == ["m1", "d1"]
+    w.upsert([Document("m2", "tapir", "", "tapir zzmarktwo")])
+    n = len(w)
+    w.close()
+    w = _open(db, idx, tiny_bert_dir, writer=False)  # a reader: checkpoint + the log after it, no writes
+    assert w.replayed == 1 and len(w) == n and "d2" not in w.row_of
+    s = w.searcher()
+    assert [s.search([m], 5, mode="bm25").doc_ids[0] for m in ("zzmarkone", "zzmarkbase", "zzmarktwo")] == [["m1"], ["d1"], ["m2"]]
+    with pytest.raises(ScalingNoteError, match="read-only"):
+        w.upsert([Document("m9", "x", "", "y")])
+    w.close()
+
+
+def test_the_local_directory_must_be_the_exported_index(lite, tiny_bert_dir, tmp_path):
+    db, _idx = lite
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ScalingNoteError, match="not an index directory"):
+        MilvusLive.open(db, None, collection="docs", live_dir=tmp_path / "empty")
+
+
+def test_the_service_ingests_into_a_milvus_collection(lite, tiny_bert_dir):
+    """`serve --backend milvus --index DIR` (here on Milvus Lite): the back-end table's live opener
+    with the collection, token and the local directory; POST /documents, bm25 / dense find the new
+    document with its title, DELETE removes it, /metrics shows the live gauges."""
+    from fastapi.testclient import TestClient
+
+    from scalingnote.serve import ServeSettings, create_app
+
+    db, idx = lite
+    token = "milvus-live-admin-token-0123"
+    settings = ServeSettings(port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2)
+    auth = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(db, tiny_bert_dir, settings), client=("127.0.0.1", 50000)) as c:  # a loopback peer (the admin rule)
+        t0 = time.monotonic()
+        while c.get("/healthz").status_code != 200 and time.monotonic() - t0 < 120:
+            assert c.get("/healthz").json().get("status") != "failed", c.get("/healthz").json()
+            time.sleep(0.05)
+        assert sorted(c.get("/healthz").json()["modes"]) == ["bm25", "dense", "hybrid"]
+        doc = {"_id": "api1", "title": "narwhal tusk", "text": "the narwhal swims zzmarkapi"}
+        r = c.post("/documents", json={"documents": [doc]}, headers=auth)
+        assert r.status_code == 200 and r.json()["documents"][0]["status"] == "added", r.text
+        hits = c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"]
+        assert [(h["doc_id"], h["title"]) for h in hits] == [("api1", "narwhal tusk")]
+        dense = [h["doc_id"] for h in c.post("/search", json={"query": doc["text"], "k": 60, "mode": "dense"}).json()["results"]]
+        assert dense.count("api1") == 1 and len(dense) == len(set(dense)) == 49
+        assert c.delete("/documents/api1", headers=auth).status_code == 200
+        assert c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"] == []
+        text = c.get("/metrics").text  # the live gauges: the collection's visible documents, the log since the checkpoint
+        assert "scalingnote_live_documents 48\n" in text and "scalingnote_live_log_records 2\n" in text
+    assert (live_state_dir(idx, "docs") / "wal").is_dir()

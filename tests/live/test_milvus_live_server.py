@@ -1,23 +1,32 @@
-"""MilvusLive (upsert / replace / delete) on a real Milvus server — the embedded Milvus 2.3.5
-standalone build, started by the test on 127.0.0.1 and stopped after it — over an IVF_PQ
-collection exported from the live-index fixture's FAISS IVF-PQ index; acknowledged writes
-survive a stop and a restart of the server. Skips (with the reason) where the server cannot run."""
+"""The Milvus live index on a real Milvus server -- the embedded Milvus 2.3.5 standalone build,
+started by the test on 127.0.0.1 and stopped after it -- through the service, as a user runs it:
+``scalingnote serve --backend milvus --uri ... --collection docs --index DIR`` over an IVF_PQ
+collection exported from the live-index fixture's FAISS index. POST /documents, dense and BM25
+search find the batch, DELETE removes a document; then the service is SIGKILLed in the middle of
+a stream of batches and restarted, three times: every acknowledged document is found once by
+BM25 (its marker word) and once in the dense ranking, the batch in flight at the kill is
+entirely present or entirely absent, and the Milvus server holds one row per live document.
+Skips (with the reason) where the server cannot run."""
 
 from __future__ import annotations
 
 import json
-import time
+import random
 
 import pytest
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2')")
+httpx = pytest.importorskip("httpx")
 
-from scalingnote.data import Document  # noqa: E402
-from scalingnote.index.milvus import DOC_ID, MilvusSearcher, connect  # noqa: E402
+from benchmarks._common import ServeProcess  # noqa: E402
+from benchmarks.ingest import kill_mid_stream  # noqa: E402
+from scalingnote.index.milvus import DOC_ID, connect  # noqa: E402
 from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
+from scalingnote.live.milvus import live_state_dir  # noqa: E402
 from tests.helpers.milvus import start_embedded_milvus  # noqa: E402
-from scalingnote.live.milvus import MilvusLive  # noqa: E402
-from scalingnote.models import load_tower  # noqa: E402
+
+TOKEN = "milvus-live-test-admin-token-0123"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -27,56 +36,80 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def _poll(fn, want, timeout_s=30.0):
-    """``fn()`` until ``want`` holds of it or ``timeout_s`` passes (a server collection's default
-    consistency is bounded staleness: a write is acknowledged before every reader sees it)."""
-    t0 = time.monotonic()
-    while True:
-        got = fn()
-        if want(got) or time.monotonic() - t0 > timeout_s:
-            return got
-        time.sleep(0.5)
+def _serve(server, idx, tower) -> ServeProcess:
+    srv = ServeProcess(["--backend", "milvus", "--uri", server.uri, "--collection", "docs", "--index", str(idx), "--query-tower", str(tower),
+                        "--ingest-duty", "1", "--log-level", "warning"], env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
+    srv.wait_ready(timeout=300)
+    return srv
 
 
-def _stored(uri, ids):
-    """How many rows each of ``ids`` has in the collection (a filter query, not a search)."""
-    c = connect(uri)
-    try:
-        # a restarted server reloads its collections in the background: a query before that is
-        # refused ("collection not loaded"); load_collection waits for it (a no-op once loaded)
-        c.load_collection("docs")
-        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID])
-    finally:
-        c.close()
-    return {i: sum(r[DOC_ID] == i for r in rows) for i in ids}
+def _post(c, url, docs):
+    r = c.post(url + "/documents", json={"documents": docs}, headers=AUTH, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
-def _top(uri, qt, vec, k=48):
-    with MilvusSearcher.open(uri, "docs", query_tower=qt) as ms:  # (k capped at the exported n_vectors, 48)
-        return ms.search(vec, k).doc_ids[0]
+def _search(c, url, query, mode, k=10):
+    r = c.post(url + "/search", json={"query": query, "k": k, "mode": mode}, timeout=60)
+    assert r.status_code == 200, r.text
+    return [h["doc_id"] for h in r.json()["results"]]
 
 
-@pytest.mark.slow  # server start, IVF_PQ build, a stop and a restart (~1-2 min on 2 loaded cores)
-def test_upsert_replace_delete_on_the_server_and_acked_writes_survive_a_restart(server, live_index, tiny_bert_dir):
+def _found(c, url, doc) -> tuple[bool, bool]:
+    """(BM25 by its marker: exactly this document; dense: in the full ranking by its text, once)."""
+    bm = _search(c, url, doc["mark"], "bm25")
+    dense = _search(c, url, doc["text"], "dense", k=500)
+    assert len(dense) == len(set(dense)), f"duplicated dense hits: {dense}"
+    assert bm in ([], [doc["_id"]]), f"bm25 {doc['mark']}: {bm}"
+    return bm == [doc["_id"]], dense.count(doc["_id"]) == 1
+
+
+def _doc(i: int) -> dict:
+    mark = f"zzchaos{i:04d}q"
+    return {"_id": f"new-{i}", "title": f"note {i}", "text": f"new note {i} about otters {mark}", "mark": mark}
+
+
+def _body(docs):
+    return [{k: v for k, v in d.items() if k != "mark"} for d in docs]
+
+
+@pytest.mark.slow  # server start, IVF_PQ build, four service starts (~6 min on 2 loaded cores)
+def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny_bert_dir):
     man = export_to_milvus(live_index, server.uri, "docs", progress=False)  # auto -> IVF_PQ on a server
     assert man["index_type"] == "IVF_PQ"
-    w = MilvusLive(server.uri, "docs", document_tower=str(tiny_bert_dir))
-    qt = load_tower(tiny_bert_dir, role="query")
-    new = Document("m1", "ocelot", "", "ocelot spots")
-    assert w.upsert([new]) == {"upserted": 1}
-    vec = w.document_tower.encode_documents([new], show_progress=False)
-    assert "m1" in _poll(lambda: _top(server.uri, qt, vec), lambda ids: "m1" in ids)  # searchable on the server
-    # replace a live and an exported document (one row each), add one more, delete the exported one
-    w.upsert([Document("m1", "lynx", "", "lynx ears"), Document("d0", "replaced", "", "kangaroo")])
-    want = {"m1": 1, "d0": 1, "m2": 0}
-    assert _poll(lambda: _stored(server.uri, list(want)), lambda got: got == want) == want
-    w.upsert([Document("m2", "tapir", "", "tapir snout")])
-    w.delete(["d0"])
-    want = {"m1": 1, "d0": 0, "m2": 1}
-    assert _poll(lambda: _stored(server.uri, list(want)), lambda got: got == want) == want
-    w.close()
-    # acknowledged writes are Milvus's to keep: stop the server, start it on the same data
-    server.stop()
-    server.start()
-    assert _poll(lambda: _stored(server.uri, list(want)), lambda got: got == want) == want
-    assert "m1" in _top(server.uri, qt, vec)
+    srv = _serve(server, live_index, tiny_bert_dir)
+    try:
+        with httpx.Client(trust_env=False) as c:
+            first = [_doc(i) for i in range(3)]
+            res = _post(c, srv.url, _body(first))
+            assert [d["status"] for d in res["documents"]] == ["added"] * 3
+            assert all(_found(c, srv.url, d) == (True, True) for d in first)
+            assert _search(c, srv.url, first[0]["mark"], "hybrid")[0] == "new-0"
+            assert c.delete(srv.url + "/documents/new-1", headers=AUTH).status_code == 200
+            assert _found(c, srv.url, first[1]) == (False, False)
+            assert c.delete(srv.url + "/documents/new-1", headers=AUTH).status_code == 404
+        acked, gone, nxt, rng = [first[0], first[2]], [first[1]], 3, random.Random(0)
+        for _cycle in range(3):
+            got, inflight = kill_mid_stream(srv, lambda c, batch: _post(c, srv.url, _body(batch)),
+                                            lambda n, s=nxt: [_doc(s + n + j) for j in range(rng.randint(1, 8))], rng, rng.uniform(1.0, 4.0))
+            acked += got
+            nxt += len(got) + len(inflight)
+            srv = _serve(server, live_index, tiny_bert_dir)  # restart: the log replayed into Milvus
+            with httpx.Client(trust_env=False) as c:
+                missing = [d["_id"] for d in acked if _found(c, srv.url, d) != (True, True)]
+                assert not missing, f"acknowledged but not found once: {missing}"
+                present = [_found(c, srv.url, d)[0] for d in inflight]
+                assert all(present) or not any(present), f"in-flight batch half applied: {present}"
+                (acked if all(present) else gone).extend(inflight)
+        assert sum(1 for d in acked if d["_id"].startswith("new-")) > 6  # the kills did land mid-stream
+    finally:
+        srv.stop()
+    c = connect(server.uri)  # the server holds one row per live document, none for deleted ones
+    try:
+        ids = [d["_id"] for d in acked + gone]
+        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID], consistency_level="Strong")
+    finally:
+        c.close()
+    count = {i: sum(r[DOC_ID] == i for r in rows) for i in ids}
+    assert count == {**{d["_id"]: 1 for d in acked}, **{d["_id"]: 0 for d in gone}}
+    assert (live_state_dir(live_index, "docs") / "wal").is_dir()  # the log lives beside the index directory

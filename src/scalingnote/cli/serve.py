@@ -18,7 +18,7 @@ from scalingnote.serve.settings import ServeSettings
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
-        index: Path | None = typer.Option(None, "--index", help=f"Index directory (`scalingnote index build`); required with a back end located by one ({backends_located_by('index')})."),
+        index: Path | None = typer.Option(None, "--index", help=f"Index directory (`scalingnote index build`); required with a back end located by one ({backends_located_by('index')}); with --backend milvus: the directory the collection was exported from, where the live index keeps its write-ahead log and BM25 side (default: the one the collection records)."),
         query_tower: str = typer.Option(..., "--query-tower", help="Query tower: saved tower dir, HF dir or packaged name (minilm-l6)."),
         host: str = typer.Option("127.0.0.1", "--host", help="Listen address (loopback only unless --allow-remote)."),
         port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: a free port, printed at start)."),
@@ -67,7 +67,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
         settings = settings_from_options(locals())
-        serve(backend_location(get_backend(backend, "--backend"), index, uri, "serve"), query_tower, settings)
+        entry = get_backend(backend, "--backend")
+        if entry.location == "uri" and index is not None:  # milvus: the local directory of the live index's log and BM25 side
+            settings = dataclasses.replace(settings, live_dir=str(index))
+        serve(backend_location(entry, index, uri, "serve"), query_tower, settings)
 
 
 #: ``scalingnote serve`` options whose ServeSettings field has another name

@@ -48,9 +48,11 @@ class Backend:
     ``export(source, location, **options)`` -> manifest: ``scalingnote index export --to NAME``
     (``source``: an index or embeddings directory), or None. ``live``: the opener of its
     writable form the service uses when ``ServeSettings.live`` is on, called as
-    ``live(location, query_tower, document_tower=..., corpus=..., writer=...)`` (a dotted path
-    when it sits above :mod:`scalingnote.index`: FAISS's is :class:`scalingnote.live.LiveIndex`),
-    or None. ``help``: one line for error messages.
+    ``live(location, query_tower, document_tower=..., corpus=..., writer=...)``, plus
+    ``collection=``, ``token=`` and ``live_dir=`` (the local directory of its write-ahead log and
+    BM25 side, ``serve --index``) for a back end located by URI (a dotted path when it sits above
+    :mod:`scalingnote.index`: FAISS's is :class:`scalingnote.live.LiveIndex`, Milvus's
+    :class:`scalingnote.live.milvus.MilvusLive`), or None. ``help``: one line for error messages.
     """
 
     name: str
@@ -80,8 +82,8 @@ BACKENDS: Registry[Backend] = Registry("back end", {
         help="a FAISS index directory (`scalingnote index build`)",
     ),
     "milvus": Backend(
-        "milvus", _open_milvus, "uri", export=_export_milvus,
-        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME",
+        "milvus", _open_milvus, "uri", export=_export_milvus, live="scalingnote.live.milvus:MilvusLive.open",
+        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: the exported index)",
     ),
 })
 

@@ -220,6 +220,9 @@ class MilvusSearcher(VectorSearcher):
         return str(self.manifest["index_type"])
 
     supports_rerank = True  # capability flags (SearcherBase); no upsert / delete here: scalingnote.live.milvus writes
+    #: Milvus consistency level of searches (None: the collection's, Bounded on a server);
+    #: the live form (scalingnote.live.milvus) reads its own writes with "Session"
+    consistency: str | None = None
 
     @property
     def has_ivf(self) -> bool:
@@ -290,7 +293,8 @@ class MilvusSearcher(VectorSearcher):
         for s in range(0, nq, chunk):
             block = q[s : s + chunk]
             try:
-                res = self.client.search(self.collection, data=[v for v in block], limit=n_cand, anns_field=VECTOR, search_params=sp, output_fields=fields)
+                level = {"consistency_level": self.consistency} if self.consistency else {}
+                res = self.client.search(self.collection, data=[v for v in block], limit=n_cand, anns_field=VECTOR, search_params=sp, output_fields=fields, **level)
             except Exception as e:  # noqa: BLE001
                 raise MilvusSearchError(f"{self.root}: search failed: {_milvus_message(e)}") from None
             for j, hits in enumerate(res):

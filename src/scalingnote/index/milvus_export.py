@@ -45,6 +45,8 @@ from scalingnote.index.settings import IndexBuildSettings
 
 # --------------------------------------------------------------------------- source
 
+LIVE_ID_BYTES = 2048  # the longest id POST /documents accepts (512 characters), in UTF-8 bytes
+
 
 def _load_source(source: str | Path | Embeddings, settings: IndexBuildSettings):
     """``(vectors (n, d) array-like, doc_ids, semantic_ids or None, tower, source_dim, semantic-ID info, info)``
@@ -312,7 +314,8 @@ def _schema(client, pm, tower: dict[str, Any], max_len: int, n_layers: int | Non
     )
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
     schema.add_field(PK, DataType.INT64, is_primary=True)
-    schema.add_field(DOC_ID, DataType.VARCHAR, max_length=max(1, max_len))
+    # room for the ids the live index adds later (scalingnote.live.records: <= 512 characters = 2048 UTF-8 bytes)
+    schema.add_field(DOC_ID, DataType.VARCHAR, max_length=max(LIVE_ID_BYTES, max_len))
     if n_layers is not None:
         schema.add_field(SEM_ID, DataType.ARRAY, element_type=DataType.INT32, max_capacity=max(1, n_layers))
     schema.add_field(VECTOR, DataType.FLOAT_VECTOR, dim=d)

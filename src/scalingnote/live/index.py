@@ -21,7 +21,6 @@ Restart replays the log records after the generation's ``wal_seq`` from the stor
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import threading
 import time
@@ -43,6 +42,7 @@ from scalingnote.live.generation import LIVE_DIR, LIVE_META, current_generation,
 from scalingnote.live.lexical import LiveBM25
 from scalingnote.live.store import RowStore
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
+from scalingnote.live.writer_lock import acquire_writer_lock
 from scalingnote.sparse.bm25 import open_or_build_bm25
 from scalingnote.utils.io import write_json
 
@@ -123,15 +123,9 @@ class LiveIndex:
         return cls(Path(root), query_tower, document_tower, writer, corpus)
 
     def _acquire_writer_lock(self) -> None:
-        live_dir(self.root).mkdir(parents=True, exist_ok=True)
-        fh = open(live_dir(self.root) / "writer.lock", "a+")
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.close()
-            raise ScalingNoteError(f"{self.root}: another process (a running service or `scalingnote index add`) is writing this index; "
-                                   "send the documents to it (POST /documents) or stop it first") from None
-        self._lock_fh = fh
+        self._lock_fh = acquire_writer_lock(live_dir(self.root) / "writer.lock",
+                                            f"{self.root}: another process (a running service or `scalingnote index add`) is writing this index; "
+                                            "send the documents to it (POST /documents) or stop it first")
 
     def _load_generation(self) -> None:
         gen = current_generation(self.root)
@@ -280,12 +274,8 @@ class LiveIndex:
         so sending the same batch again leaves the same documents (all ``replaced``)."""
         self._check_writer()
         docs = list(docs)
-        t0, paused = time.perf_counter(), 0.0
-        if vectors is None:
-            vectors, sem, paused = self._encode_paced(docs)
-        else:
-            vectors = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
-            sem = self.rkm.assign(vectors) if self.rkm is not None else None
+        t0 = time.perf_counter()
+        vectors, sem, paused = self._vectors(docs, vectors)
         t1 = time.perf_counter()
         with self._write_lock:
             t2 = time.perf_counter()
@@ -297,16 +287,26 @@ class LiveIndex:
             t3 = time.perf_counter()
             replaced, lock_wait, applied = self._apply_upsert(docs, vectors, sem)
         timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
+        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status, "timings_ms": self._add_timings(timings)}
+
+    def _vectors(self, docs: list[Document], vectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, float]:
+        """(vectors, semantic IDs, seconds paused) of ``docs``: encoded (paced), or ``vectors`` given, cut and normalised."""
+        if vectors is None:
+            return self._encode_paced(docs)
+        x = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
+        return x, (self.rkm.assign(x) if self.rkm is not None else None), 0.0
+
+    def _add_timings(self, timings: dict[str, float]) -> dict[str, float]:
+        """Add one batch's seconds per stage to :attr:`timings`; returns them in milliseconds."""
         for key, sec in timings.items():
             self.timings[key] = self.timings.get(key, 0.0) + sec
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status,
-                "timings_ms": {key: round(1000 * sec, 3) for key, sec in timings.items()}}
+        return {key: round(1000 * sec, 3) for key, sec in timings.items()}
 
     def delete(self, ids: Sequence[str]) -> dict[str, Any]:
         self._check_writer()
         ids = [str(i) for i in ids]
         with self._write_lock:
-            present = [i for i in ids if i in self.store.row_of]
+            present = [i for i in ids if i in self.row_of]
             if not present:
                 return {"seq": None, "deleted": 0, "missing": ids}
             seq = self.wal.append({"op": "delete", "ids": present})

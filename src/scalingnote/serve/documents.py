@@ -50,13 +50,15 @@ def open_serving_index(backend, location, tower, settings):
         options = {"collection": settings.collection, "token": settings.backend_token} if backend.location == "uri" else {}
         return backend.open(location, query_tower=tower, **options)
     live_open = resolve_opener(backend.live, f"back end {backend.name} live")
+    # a back end located by URI: its collection, token and the local directory of its log and BM25 side
+    where = {"collection": settings.collection, "token": settings.backend_token, "live_dir": getattr(settings, "live_dir", None)} if backend.location == "uri" else {}
     try:
-        return live_open(location, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus)
+        return live_open(location, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus, **where)
     except ScalingNoteError as e:
         if "another process" not in str(e):
             raise
         log.warning("scalingnote serve: %s; serving it read-only", e)
-        return live_open(location, tower, writer=False, corpus=settings.corpus)
+        return live_open(location, tower, writer=False, corpus=settings.corpus, **where)
 
 
 def _ingest_thread_init() -> None:
@@ -102,7 +104,7 @@ class _LiveState:
             raise ServiceError(409, "not_live", f"this service cannot {what} documents: back end {self.service.settings.backend!r} "
                                                 "does not while it serves, or the live index is off (ServeSettings.live)")
         if write and not getattr(idx, "writer", True):
-            raise ServiceError(409, "read_only", f"{idx.root}: another process holds the index's writer lock; this service serves it read-only")
+            raise ServiceError(409, "read_only", f"{getattr(idx, 'state_dir', idx.root)}: another process holds the index's writer lock; this service serves it read-only")
         if hasattr(idx, "pace"):
             idx.pace = self.pace
         return idx
@@ -119,7 +121,8 @@ class _LiveState:
     def after_write(self, idx) -> None:
         """In the ingest thread: compact when the delta is large, refresh the recall estimate."""
         limit = int(getattr(self.settings, "live_compact_docs", 2000))
-        if idx.stats()["bm25_delta_documents"] + idx.store.tombstones >= limit:
+        pending = idx.compaction_pending() if hasattr(idx, "compaction_pending") else idx.stats()["bm25_delta_documents"] + idx.store.tombstones
+        if pending >= limit:
             log.info("scalingnote serve: compacting the live index (%s)", idx.compact())
         self.refresh_recall(idx, force=False)
 
@@ -132,7 +135,7 @@ class _LiveState:
     def collect(self) -> None:
         """Before each /metrics render: the live gauges (recall estimate refreshed in the background)."""
         idx = self.service.index
-        if not isinstance(idx, LiveIndex):  # the gauges are the live index's own statistics
+        if not isinstance(idx, LiveIndex) and not hasattr(idx, "compaction_pending"):  # the gauges: a live index's own statistics
             return
         st = idx.stats()
         m = self.metrics

@@ -90,6 +90,9 @@ class ServeSettings:
     # the live index (scalingnote.live, scalingnote.serve.documents)
     live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
+    #: (back ends located by URI: milvus) the local index directory beside which the live index keeps
+    #: its write-ahead log and BM25 side (`serve --index DIR`; None: the directory the collection was exported from)
+    live_dir: str | None = None
     max_document_chars: int = field(default=100_000, metadata=AT_LEAST_1)  #: largest accepted document (title + topic + text)
     max_documents_per_request: int = field(default=1024, metadata=AT_LEAST_1)
     live_compact_docs: int = field(default=2000, metadata=AT_LEAST_1)  #: compact when the BM25 delta + tombstones reach this many documents
