@@ -172,3 +172,22 @@ def test_agree_top_rule():
     mq = MinedQuery("q", [Candidate("a", 0.5, 3, 9.0, 2), Candidate("b", 0.4, 3, 1.0, 40), Candidate("c", 0.3, 50, 8.0, 1)], {"p": 0.9})
     apply_guard([mq], MiningSpec(guard=["agree_top", "near_positive"], guard_top_r=5, guard_margin=0.1))
     assert [c.rule for c in mq.candidates] == ["agree_top", "kept", "kept"]
+
+
+def test_stage1_trains_on_dense_negatives_and_writes_the_audit_beside_the_run(tiny, tmp_path):
+    from scalingnote.training import train
+
+    bert = str(tiny["root"] / "bert")
+    cfg = load_config(TrainConfig, {
+        "method": "twinbert", "output_dir": str(tmp_path / "run"), "dim": 32, "loss": {"dims": [16, 32]},
+        "query_tower": {"model": bert, "max_length": 16}, "doc_tower": {"model": bert, "max_length": 48},
+        "data": {"data_dir": tiny["data"], "neg_skip_top": 2, "neg_max_rank": 12, "validation_fraction": 0.0, "negatives": "dense",
+                 "num_negatives": 2, "mining": {"tower": tiny["run"], "guard": ["agree_top"], "guard_top_r": 3}},
+        "optim": {"batch_size": 8, "max_steps": 2, "lr": 1e-3}, "log_every": 1, "show_progress": False,
+    })
+    res = train(cfg)
+    assert res["mining"]["examples"] == res["train_examples"] and res["mining"]["cache"].startswith(str(tmp_path / "run"))
+    records, summary = read_audit(tmp_path / "run" / "mining_audit.jsonl")
+    assert records and summary["by_rule"] == res["mining"]["by_rule"] and summary["examples_without_negative"] == 0, summary
+    logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("loss_hard", 0) > 0 for r in logged)

@@ -87,7 +87,16 @@ def stage1_inputs(cfg: TrainConfig) -> dict[str, Any]:
     return config_inputs(cfg, {"data.data_dir": d.data_dir, "data.triplets": d.triplets, "data.validation_triplets": d.validation_triplets,
                                "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model,
                                "init_heads_from": _head_inputs(cfg.init_heads_from),
-                               **({"data.mining.tower": d.mining.tower} if d.negatives in ("dense", "mixed") else {})})
+                               **({"data.mining.tower": _miner_inputs(d.mining.tower)} if d.negatives in ("dense", "mixed") else {})})
+
+
+def _miner_inputs(tower: str | None) -> Any:
+    """``data.mining.tower`` as inputs: a Stage I run's two tower directories fingerprinted (not its
+    checkpoints or logs), else the path or name as :func:`as_input_path` gives it."""
+    run = Path(tower or "").expanduser()
+    if tower and (run / "query_tower").is_dir() and (run / "doc_tower").is_dir():
+        return {"query_tower": run / "query_tower", "doc_tower": run / "doc_tower"}
+    return as_input_path(tower)
 
 
 def _head_inputs(run_dir: str | None) -> dict[str, Any] | None:
