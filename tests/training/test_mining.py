@@ -125,6 +125,8 @@ def test_dense_needs_a_mining_tower_named_in_the_config_error(tiny, tmp_path):
     cfg.write_text(f"data:\n  data_dir: {tiny['data']}\n  negatives: dense\n", encoding="utf-8")
     with pytest.raises(Exception, match="mining.tower"):
         load_config(TrainConfig, cfg)
+    with pytest.raises(Exception, match="data.triplets carry their own negatives"):
+        DataSpec(tiny["data"], triplets="t.jsonl", negatives="dense", mining=MiningSpec(tower=tiny["run"]))
     with pytest.raises(Exception, match="unknown rule 'nope'"):
         MiningSpec(guard=["nope"])
 

@@ -104,8 +104,9 @@ def synth_command(
     )
 
 
-def _cell(x) -> str:
-    return "" if x is None else str(x)
+def _cell(x, chars: int = 160) -> str:
+    text = "" if x is None else str(x)
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
 def audit_table(records: list[dict], rule: str | None, limit: int | None) -> Table:

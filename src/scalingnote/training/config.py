@@ -86,6 +86,9 @@ class DataSpec:
         """The settings of several fields together (ValueError naming them)."""
         if self.num_negatives < 1:
             raise ValueError(f"data.num_negatives must be >= 1, got {self.num_negatives}")
+        if self.negatives in ("dense", "mixed") and self.triplets:
+            raise ValueError(f"data.negatives: {self.negatives} mines for the judged pairs of qrels/<train_split>; "
+                             "data.triplets carry their own negatives (unset one of them)")
         if self.negatives in ("dense", "mixed") and not self.mining.tower:
             raise ValueError(f"data.negatives: {self.negatives} needs data.mining.tower (a Stage I run or a tower)")
         m = self.mining

@@ -103,8 +103,9 @@ def build_windows(spec: DataSpec, qids: Sequence[str], doc_ids: Sequence[str], q
         bm_rank = {doc: n + 1 for n, (doc, _) in enumerate(bm_ranked)}
         bm_score = dict(bm_ranked)
         window = [doc_ids[j] for j in rows[qi][k:t] if j >= 0]
-        if spec.negatives == "mixed":
-            window += [doc for doc, _ in bm_ranked[spec.neg_skip_top: spec.neg_max_rank] if doc not in set(window)]
+        if spec.negatives == "mixed":  # the union: the dense window, then the BM25 window's others
+            seen = set(window)
+            window += [doc for doc, _ in bm_ranked[spec.neg_skip_top: spec.neg_max_rank] if doc not in seen]
         mq = MinedQuery(qid, positive_scores={p: float(q[qi] @ d[row_of[p]]) for p in sorted(pos) if p in row_of})
         for doc in window:
             if doc in pos:
