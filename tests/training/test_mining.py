@@ -193,3 +193,15 @@ def test_stage1_trains_on_dense_negatives_and_writes_the_audit_beside_the_run(ti
     assert records and summary["by_rule"] == res["mining"]["by_rule"] and summary["examples_without_negative"] == 0, summary
     logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("loss_hard", 0) > 0 for r in logged)
+
+
+def test_a_window_the_guard_empties_falls_back_to_the_bm25_window(tiny, tmp_path):
+    spec = _spec(tiny, tmp_path, negatives="dense", num_negatives=2, mining={"guard": ["near_positive"], "guard_margin": 10.0})
+    data = load_training_data(spec, seed=0, show_progress=False)
+    queries = {q.id: q.text for q in load_queries(f"{tiny['data']}/queries.jsonl").values()}
+    pos = _positives(tiny["data"])
+    run = BM25Retriever.fit(data.corpus.values(), show_progress=False).search({q: queries[q] for q in pos}, k=12, show_progress=False)
+    assert data.mining["kept"] == 0 and data.mining["examples_bm25_fallback"] == len(data.train)
+    for e in data.train:
+        bm = [d for d, _ in sorted(run[e.query_id].items(), key=lambda x: (-x[1], x[0]))][2:12]
+        assert e.source == "bm25_fallback" and {d.id for d in e.negs} <= set(bm) - set(pos[e.query_id])

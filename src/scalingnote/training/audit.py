@@ -74,6 +74,7 @@ def audit_summary(mined: Sequence[MinedQuery], rows: Sequence[tuple[str, str, li
         "queries_all_dropped": sum(1 for m in mined if m.candidates and not m.kept),
         "examples": len(rows),
         "examples_without_negative": sum(1 for n in n_negs if n == 0),
+        "examples_bm25_fallback": sum(1 for r in rows if r[3] == "bm25_fallback"),
         "examples_with_repeated_negatives": sum(1 for r in rows if r[2] and len(set(r[2])) < len(r[2])),
     }
 

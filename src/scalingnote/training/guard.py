@@ -48,6 +48,8 @@ class MinedQuery:
     query_id: str
     candidates: list[Candidate] = field(default_factory=list)
     positive_scores: dict[str, float] = field(default_factory=dict)
+    #: the BM25 window (known positives removed): drawn from when the guard left nothing
+    fallback: list[str] = field(default_factory=list)
 
     @property
     def kept(self) -> list[str]:

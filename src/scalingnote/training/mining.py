@@ -18,7 +18,9 @@ are drawn per example:
    unlabelled positives; the kept ones are the pool;
 5. per (query, positive) example, ``num_negatives`` are drawn uniformly without replacement from
    the pool (seeded by the example's position, as the BM25 path seeds its one draw); a pool
-   smaller than n is used whole and then cycled, so every example carries exactly n.
+   smaller than n is used whole and then cycled, so every example carries exactly n; a query
+   whose pool the guard emptied draws from its BM25 window (source ``bm25_fallback``, counted in
+   the summary).
 
 The mined triplets are cached (:func:`mined_rows`) under a key of the mining towers' fingerprints
 and these settings, in the ``scalingnote data build`` triplet JSONL (one line per negative).
@@ -106,13 +108,13 @@ def build_windows(spec: DataSpec, qids: Sequence[str], doc_ids: Sequence[str], q
         if spec.negatives == "mixed":  # the union: the dense window, then the BM25 window's others
             seen = set(window)
             window += [doc for doc, _ in bm_ranked[spec.neg_skip_top: spec.neg_max_rank] if doc not in seen]
-        mq = MinedQuery(qid, positive_scores={p: float(q[qi] @ d[row_of[p]]) for p in sorted(pos) if p in row_of})
+        mq = MinedQuery(qid, positive_scores={p: float(q[qi] @ d[row_of[p]]) for p in sorted(pos) if p in row_of},
+                        fallback=[doc for doc, _ in bm_ranked[spec.neg_skip_top: spec.neg_max_rank] if doc not in pos])
         for doc in window:
             if doc in pos:
                 continue
             dense = dense_score.get(doc, float(q[qi] @ d[row_of[doc]]))  # a BM25-only candidate: its exact dense score
-            mq.candidates.append(Candidate(doc, dense, dense_rank.get(doc), bm_score.get(doc) if bm25_run is not None else None,
-                                           bm_rank.get(doc)))
+            mq.candidates.append(Candidate(doc, dense, dense_rank.get(doc), bm_score.get(doc), bm_rank.get(doc)))
         out.append(mq)
     return out
 
@@ -135,14 +137,18 @@ def example_seed(seed: int, i: int, j: int) -> int:
 
 def rows_from_windows(mined: Sequence[MinedQuery], positives: Mapping[str, Sequence[str]], n: int, seed: int,
                       source: str) -> list[tuple[str, str, list[str] | None, str]]:
-    """(query, positive, negatives or None, source) per example, from the guarded windows."""
+    """(query, positive, negatives or None, source) per example, from the guarded windows. A query
+    whose window the guard emptied draws from its BM25 window instead (source ``bm25_fallback``):
+    the trainer uses hard negatives only in batches where every example has them, so one example
+    without would switch them off for its whole batch."""
     by_q = {m.query_id: m for m in mined}
     rows = []
     for i, (qid, pos_list) in enumerate(sorted(positives.items())):
-        pool = by_q[qid].kept if qid in by_q else []
+        mq = by_q.get(qid)
+        pool, src = (mq.kept, source) if mq is not None and mq.kept else (mq.fallback if mq is not None else [], "bm25_fallback")
         for j, pid in enumerate(sorted(pos_list)):
             negs = draw_negatives(pool, n, np.random.default_rng(example_seed(seed, i, j)))
-            rows.append((qid, pid, negs or None, source))
+            rows.append((qid, pid, negs or None, src if negs else source))
     return rows
 
 
@@ -166,11 +172,9 @@ def mine_windows(spec: DataSpec, corpus: Mapping[str, Document], queries: Mappin
     qids = sorted(positives)
     doc_ids = list(corpus)
     q, d = encode_for_mining(qt, dt, corpus, {x: queries[x] for x in qids}, spec.mining.batch_size, show_progress)
-    bm25_run = None
-    if spec.negatives == "mixed" or "agree_top" in spec.mining.guard:
-        bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)
-        k = max(spec.neg_max_rank, spec.mining.guard_top_r)
-        bm25_run = bm25.search({x: queries[x] for x in qids}, k=k, show_progress=show_progress)
+    bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)  # mixed, agree_top and the fallback
+    k = max(spec.neg_max_rank, spec.mining.guard_top_r)
+    bm25_run = bm25.search({x: queries[x] for x in qids}, k=k, show_progress=show_progress)
     mined = build_windows(spec, qids, doc_ids, q, d, positives, bm25_run)
     apply_guard(mined, spec.mining)
     return mined, time.perf_counter() - t0
