@@ -3,6 +3,7 @@ negatives without and with the false-negative guard, and BM25 + dense (``mixed``
 
     python -m benchmarks.mined_negatives --data scifact [--steps 200] [--num-negatives 3]
     python -m benchmarks.mined_negatives --data synthetic --smoke     # a small end-to-end check
+    python -m benchmarks.mined_negatives --data scifact --config runs/quickstart_scifact/stage1/<teacher>/config.yaml
 
 Round 1 trains the base Stage I config on BM25 negatives (``data.negatives: bm25``, one per
 example: today's teacher); its towers then mine the training queries' candidates (FAISS Flat) and
@@ -57,11 +58,12 @@ def data_dir_for(name: str, work: Path, smoke: bool) -> Path:
 
 
 def base_config(args, data_dir: Path, out: Path) -> dict[str, Any]:
-    """Round 1's Stage I config (``--config`` YAML, or a CPU-sized TwinBERT on MiniLM)."""
+    """Round 1's Stage I config: ``--config`` (a Stage I YAML, e.g. a quick-start teacher's
+    ``config.yaml``, trained again here on the qrels pairs: mining needs them, so its triplets
+    are dropped) or a CPU-sized TwinBERT on MiniLM."""
     if args.config:
-        import yaml  # why: only read when a base config file is given
-
-        base = yaml.safe_load(Path(args.config).read_text(encoding="utf-8"))
+        base = dataclasses.asdict(load_config(TrainConfig, args.config))
+        base["data"].update(triplets=None, validation_triplets=None)
     else:
         tower = {"model": "minilm-l6", "trainable_layers": args.trainable_layers, "max_length": 64}
         base = {"method": "twinbert", "dim": 128, "query_tower": tower, "doc_tower": {**tower, "max_length": 256},

@@ -43,7 +43,7 @@ class MiningSpec:
     #: the BM25 and the dense ranking); [] = no guard
     guard: list[str] = field(default_factory=list)
     guard_margin: float = 0.05
-    guard_top_r: int = 10
+    guard_top_r: int = 30  #: > the window's K, or agree_top cannot fire inside the window
     batch_size: int = 64  #: encoding batch
     #: where mined triplets are cached (keyed by the tower fingerprint and these settings);
     #: None: ``<output_dir>/mined_negatives`` of the run (or the model cache without one)
