@@ -80,7 +80,7 @@ def row_config(args, base: dict[str, Any], row: str, work: Path, miner: Path | N
         guard = [] if row == "dense_unguarded" else args.guard.split(",")
         data.update(negatives="mixed" if row == "mixed" else "dense", num_negatives=args.num_negatives,
                     mining={"tower": str(miner), "skip_top": args.skip_top, "max_rank": args.max_rank, "guard": guard,
-                            "guard_margin": args.guard_margin, "cache_dir": str(work / "mined")})
+                            "guard_margin": args.guard_margin, "guard_top_r": args.guard_top_r, "cache_dir": str(work / "mined")})
     return load_config(TrainConfig, {**base, "data": data, "output_dir": str(work / row)})
 
 
@@ -136,8 +136,9 @@ def main() -> None:
     ap.add_argument("--num-negatives", type=int, default=3)
     ap.add_argument("--skip-top", type=int, default=10)
     ap.add_argument("--max-rank", type=int, default=100)
-    ap.add_argument("--guard", default="near_positive", help="comma-separated guard rules of the guarded rows")
+    ap.add_argument("--guard", default="near_positive,agree_top", help="comma-separated guard rules of the guarded rows")
     ap.add_argument("--guard-margin", type=float, default=0.05)
+    ap.add_argument("--guard-top-r", type=int, default=30)
     ap.add_argument("--hide-fraction", type=float, default=0.5)
     ap.add_argument("--max-train-examples", type=int, default=None)
     ap.add_argument("--max-eval-queries", type=int, default=None)
