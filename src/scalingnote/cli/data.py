@@ -1,7 +1,8 @@
-"""``scalingnote data ...``: training data from logs, pseudo-queries, the synthetic log.
+"""``scalingnote data ...``: training data from logs, pseudo-queries, the synthetic log, and the
+audit of mined hard negatives.
 
-Thin wrappers over :mod:`scalingnote.data.build`, :mod:`scalingnote.data.pseudo` and
-:mod:`scalingnote.data.synth`.
+Thin wrappers over :mod:`scalingnote.data.build`, :mod:`scalingnote.data.pseudo`,
+:mod:`scalingnote.data.synth` and :mod:`scalingnote.training.audit`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
 from scalingnote.data.build import load_build_config, run_build
 from scalingnote.data.pseudo import ICTConfig, ict_queries
 from scalingnote.data.synth import SynthConfig, synthesize
 from scalingnote.errors import ConfigError
+from scalingnote.training.audit import read_audit
 
 data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log.", no_args_is_help=True)
 
@@ -98,6 +102,43 @@ def synth_command(
         f"Next: scalingnote data build --config {out / 'build.yaml'}",
         err=True,
     )
+
+
+def _cell(x, chars: int = 160) -> str:
+    text = "" if x is None else str(x)
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def audit_table(records: list[dict], rule: str | None, limit: int | None) -> Table:
+    """The audit's candidate lines as a table (``rule``: only those; ``limit``: at most that many rows)."""
+    rows = [r for r in records if rule is None or r.get("rule") == rule]
+    table = Table(title=f"mined candidates ({len(rows)}{' ' + rule if rule else ''})", show_lines=False)
+    for col in ("query", "positive", "candidate", "dense", "pos score", "rank", "bm25", "bm25 rank", "rule"):
+        table.add_column(col, overflow="fold", max_width=40 if col in ("query", "positive", "candidate") else None)
+    for r in rows[:limit] if limit else rows:
+        table.add_row(_cell(r.get("query")), _cell(r.get("positive")), _cell(r.get("candidate")), _cell(r.get("dense")),
+                      _cell(r.get("positive_score")), _cell(r.get("dense_rank")), _cell(r.get("bm25")), _cell(r.get("bm25_rank")),
+                      _cell(r.get("rule")))
+    return table
+
+
+@data_app.command("audit")
+def audit_command(
+    run: Annotated[Path, typer.Argument(help="A Stage I run directory (its mining_audit.jsonl) or an audit file.")],
+    rule: Annotated[str | None, typer.Option("--rule", help="Only candidates this rule dropped ('kept': only the kept ones).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Print at most this many candidate rows.")] = None,
+) -> None:
+    """Print the false-negative audit of mined hard negatives (data.negatives: dense | mixed) as a table:
+    query, positive, candidate, scores, rank and the guard rule that fired (or "kept"); then the summary."""
+    records, summary = read_audit(run)
+    console = Console(width=max(Console().width, 160))
+    console.print(audit_table(records, rule, limit))
+    table = Table(title="summary")
+    table.add_column("key")
+    table.add_column("value", overflow="fold")
+    for k, v in summary.items():
+        table.add_row(k, json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else _cell(v))
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,44 @@ from scalingnote.training.settings import AdamWSettings, RunSettings
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]
 
 
+GUARD_RULES = ("near_positive", "agree_top")  #: the false-negative guard's rules (scalingnote.training.mining)
+
+
+@dataclass
+class MiningSpec:
+    """Hard negatives mined by a dense tower (``data.negatives: dense | mixed``; ANCE / RocketQA's
+    denoised negatives, not in ScalingNote, which mines from BM25-style ranks, §4.1.1).
+
+    The tower encodes the corpus and every training query; an exact inner-product search (FAISS
+    Flat) ranks the corpus; negatives are drawn from ranks ``skip_top+1 .. max_rank`` with the
+    query's known positives removed, after the false-negative ``guard`` dropped candidates that
+    look like unlabelled positives (see :mod:`scalingnote.training.mining`)."""
+
+    #: a finished Stage I run directory (its ``query_tower/`` and ``doc_tower/``), a saved tower
+    #: directory, or a model name / path used on both sides
+    tower: str | None = None
+    skip_top: int | None = None  #: K of the dense window (None: ``data.neg_skip_top``)
+    max_rank: int | None = None  #: T of the dense window (None: ``data.neg_max_rank``)
+    #: rules of the false-negative guard, by name: "near_positive" (dense score >= the weakest
+    #: known positive's score − ``guard_margin``), "agree_top" (in the top ``guard_top_r`` of both
+    #: the BM25 and the dense ranking); [] = no guard
+    guard: list[str] = field(default_factory=list)
+    guard_margin: float = 0.05
+    guard_top_r: int = 30  #: > the window's K, or agree_top cannot fire inside the window
+    batch_size: int = 64  #: encoding batch
+    #: where mined triplets are cached (keyed by the tower fingerprint and these settings);
+    #: None: ``<output_dir>/mined_negatives`` of the run (or the model cache without one)
+    cache_dir: str | None = None
+    audit_queries: int = 50  #: queries sampled (seeded) into ``mining_audit.jsonl``
+
+    def __post_init__(self) -> None:
+        bad = [r for r in self.guard if r not in GUARD_RULES]
+        if bad:
+            raise ValueError(f"guard: unknown rule {bad[0]!r} (known: {', '.join(GUARD_RULES)})")
+        if self.guard_top_r < 1 or self.batch_size < 1 or self.audit_queries < 0:
+            raise ValueError("guard_top_r and batch_size must be >= 1, audit_queries >= 0")
+
+
 @dataclass
 class DataSpec:
     """Training data: a BEIR directory (qrels split -> positives, BM25-mined hard negatives,
@@ -30,7 +68,11 @@ class DataSpec:
     eval_split: str | None = "test"
     triplets: str | None = None  #: triplet JSONL; default: pairs from qrels/<train_split>.tsv
     validation_triplets: str | None = None
-    negatives: Literal["bm25", "none"] = "bm25"
+    #: hard negatives: BM25 ranks K+1..T (ScalingNote §4.1.1), none, mined by a dense tower
+    #: (``mining``), or "mixed": drawn from the union of the BM25 and the dense windows
+    negatives: Literal["bm25", "none", "dense", "mixed"] = "bm25"
+    num_negatives: int = 1  #: hard negatives per (query, positive) example (the loss takes n >= 1)
+    mining: MiningSpec = field(default_factory=MiningSpec)
     neg_skip_top: int = 10  #: K: drop the top-K BM25 results (false-negative guard)
     neg_max_rank: int = 100  #: T: draw the hard negative from ranks K+1..T
     validation_fraction: float = 0.1  #: queries held out (by query) for contrastive perplexity
@@ -39,6 +81,25 @@ class DataSpec:
     #: evaluation queries that are also training queries: "error", or "drop" them from training
     #: (e.g. KUAKE-QTR: 1,328 of its 1,473 test queries also have train qrels, with other titles)
     eval_overlap: Literal["error", "drop"] = "error"
+
+    def __post_init__(self) -> None:
+        """The settings of several fields together (ValueError naming them)."""
+        if self.num_negatives < 1:
+            raise ValueError(f"data.num_negatives must be >= 1, got {self.num_negatives}")
+        if self.negatives in ("dense", "mixed") and self.triplets:
+            raise ValueError(f"data.negatives: {self.negatives} mines for the judged pairs of qrels/<train_split>; "
+                             "data.triplets carry their own negatives (unset one of them)")
+        if self.negatives in ("dense", "mixed") and not self.mining.tower:
+            raise ValueError(f"data.negatives: {self.negatives} needs data.mining.tower (a Stage I run or a tower)")
+        m = self.mining
+        k, t = m.skip_top if m.skip_top is not None else self.neg_skip_top, m.max_rank if m.max_rank is not None else self.neg_max_rank
+        if not 0 <= k < t:
+            raise ValueError(f"need 0 <= data.mining.skip_top < data.mining.max_rank, got {k}, {t}")
+
+    def dense_window(self) -> tuple[int, int]:
+        """(K, T) of the dense window."""
+        m = self.mining
+        return (m.skip_top if m.skip_top is not None else self.neg_skip_top, m.max_rank if m.max_rank is not None else self.neg_max_rank)
 
 
 @dataclass

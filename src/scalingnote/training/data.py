@@ -1,9 +1,11 @@
-"""Stage I training examples: (query text, positive document, hard negative document).
+"""Stage I training examples: (query text, positive document, hard negative documents).
 
 From a BEIR directory, every judged (query, relevant document) pair of the train
-split is an example; the hard negative is drawn from BM25 ranks K+1..T after
-dropping the top K (ScalingNote §4.1.1), never a judged-relevant document. From a
-triplet JSONL (``scalingnote data build``) the examples are the triplets.
+split is an example; its hard negatives (``data.num_negatives``, default one) are drawn
+from BM25 ranks K+1..T after dropping the top K (ScalingNote §4.1.1), never a
+judged-relevant document, or mined by a dense tower (``data.negatives: dense | mixed``,
+:mod:`scalingnote.training.mining`). From a triplet JSONL (``scalingnote data build``)
+the examples are the triplets.
 
 Validation examples are held out **by query** (no query appears on both sides).
 """
@@ -21,6 +23,7 @@ from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ScalingNoteError
 from scalingnote.sparse.bm25 import BM25Retriever, sample_hard_negatives
 from scalingnote.training.config import DataSpec
+from scalingnote.training.mining import bm25_rows, mined_rows
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +33,14 @@ class Example:
     query_id: str
     query: str
     pos: Document
-    neg: Document | None
+    neg: Document | None  #: the (first) hard negative
     source: str = "qrels"
+    extra_negs: tuple[Document, ...] = ()  #: hard negatives 2..n (``data.num_negatives`` > 1)
+
+    @property
+    def negs(self) -> tuple[Document, ...]:
+        """Every hard negative of the example (empty without one)."""
+        return () if self.neg is None else (self.neg, *self.extra_negs)
 
 
 @dataclass
@@ -43,6 +52,7 @@ class TrainingData:
     eval_qrels: Qrels | None
     eval_queries: dict[str, str]
     dropped_eval_overlap: int = 0  #: training queries dropped because they are evaluation queries
+    mining: dict | None = None  #: the mining summary (``data.negatives: dense | mixed``)
 
     def validation_qrels(self) -> Qrels:
         out: Qrels = {}
@@ -60,33 +70,50 @@ def _split_by_query(qids: list[str], fraction: float, seed: int) -> set[str]:
     return set(rng.choice(uniq, size=n_val, replace=False).tolist())
 
 
-def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True) -> TrainingData:
+def _qrels_rows(spec: DataSpec, root: Path, corpus, all_queries, seed: int, show_progress: bool, out_dir):
+    """(query, positive, [negatives] or None, source) per judged pair of the train split, and the
+    mining summary (dense / mixed negatives) or None."""
+    qrels = load_qrels(qrels_path(root, spec.train_split), all_queries, corpus)
+    positives = {q: [d for d, g in docs.items() if g > 0] for q, docs in qrels.items()}
+    if spec.negatives in ("dense", "mixed"):
+        return mined_rows(spec, corpus, all_queries, positives, seed, out_dir, show_progress)
+    if spec.negatives != "bm25":
+        return [(q, p, None, "qrels") for q, ps in sorted(positives.items()) for p in sorted(ps)], None
+    bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)
+    run = bm25.search({q: all_queries[q] for q in positives}, k=spec.neg_max_rank, show_progress=show_progress)
+    if spec.num_negatives > 1:
+        return bm25_rows(spec, run, positives, seed), None
+    # one draw per (query, positive): seed the draw with the pair's position
+    rows = []
+    for i, (qid, pos_list) in enumerate(sorted(positives.items())):
+        for j, pid in enumerate(sorted(pos_list)):
+            neg = sample_hard_negatives(
+                {qid: run.get(qid, {})}, positives, spec.neg_skip_top, spec.neg_max_rank, seed=seed * 1_000_003 + i * 101 + j
+            )[qid]
+            rows.append((qid, pid, [neg] if neg else None, "bm25"))
+    return rows, None
+
+
+def _example(q: str, text: str, pos: Document, negs: list[Document], source: str) -> Example:
+    return Example(q, text, pos, negs[0] if negs else None, source, tuple(negs[1:]))
+
+
+def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True, out_dir: str | Path | None = None) -> TrainingData:
+    """The examples of ``spec``; ``out_dir`` (the run directory) receives ``mining_audit.jsonl``
+    and, unless ``data.mining.cache_dir`` says otherwise, the mined-negative cache."""
     root = Path(spec.data_dir)
     corpus = load_corpus(root)  # any registered corpus format (scalingnote.data.corpus)
     all_queries = {q.id: q.text for q in load_queries(root / "queries.jsonl").values()}
 
+    mining = None
     if spec.triplets:
         triplets = load_triplets(spec.triplets, all_queries, corpus)
-        rows = [(t.query_id, t.pos_id, t.neg_id, t.source) for t in triplets]
+        rows = [(t.query_id, t.pos_id, [t.neg_id] if t.neg_id else None, t.source) for t in triplets]
     else:
-        qrels = load_qrels(qrels_path(root, spec.train_split), all_queries, corpus)
-        positives = {q: [d for d, g in docs.items() if g > 0] for q, docs in qrels.items()}
-        if spec.negatives == "bm25":
-            bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)
-            run = bm25.search({q: all_queries[q] for q in positives}, k=spec.neg_max_rank, show_progress=show_progress)
-            # one draw per (query, positive): seed the draw with the pair's position
-            rows = []
-            for i, (qid, pos_list) in enumerate(sorted(positives.items())):
-                for j, pid in enumerate(sorted(pos_list)):
-                    neg = sample_hard_negatives(
-                        {qid: run.get(qid, {})}, positives, spec.neg_skip_top, spec.neg_max_rank, seed=seed * 1_000_003 + i * 101 + j
-                    )[qid]
-                    rows.append((qid, pid, neg, "bm25"))
-        else:
-            rows = [(q, p, None, "qrels") for q, ps in sorted(positives.items()) for p in sorted(ps)]
+        rows, mining = _qrels_rows(spec, root, corpus, all_queries, seed, show_progress, out_dir)
 
     val_q = _split_by_query([r[0] for r in rows], spec.validation_fraction if not spec.validation_triplets else 0.0, seed)
-    examples = [Example(q, all_queries[q], corpus[p], corpus[n] if n else None, s) for q, p, n, s in rows]
+    examples = [_example(q, all_queries[q], corpus[p], [corpus[n] for n in negs or ()], s) for q, p, negs, s in rows]
     train = [e for e in examples if e.query_id not in val_q]
     validation = [e for e in examples if e.query_id in val_q]
     if spec.validation_triplets:
@@ -124,7 +151,7 @@ def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True) ->
             qids = qids[: spec.max_eval_queries]
             eval_qrels = {q: eval_qrels[q] for q in qids}
         eval_queries = {q: all_queries[q] for q in qids}
-    return TrainingData(train, validation, corpus, all_queries, eval_qrels, eval_queries, dropped_eval_overlap=dropped)
+    return TrainingData(train, validation, corpus, all_queries, eval_qrels, eval_queries, dropped_eval_overlap=dropped, mining=mining)
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -52,7 +52,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChan
     seed_everything(cfg.seed)
     # 2. data and towers (+ the feature caches of towers that train only their top layers)
     device = D.local_device()
-    data = load_training_data(cfg.data, cfg.seed, show_progress=cfg.show_progress and D.rank() == 0)
+    data = load_training_data(cfg.data, cfg.seed, show_progress=cfg.show_progress and D.rank() == 0, out_dir=out)
     qt, dt = build_towers(cfg, device)
     encoders = prefix_encoders(cfg, qt, dt, data)
     results = _describe(cfg, qt, dt, data)
@@ -86,7 +86,17 @@ def stage1_inputs(cfg: TrainConfig) -> dict[str, Any]:
     d = cfg.data
     return config_inputs(cfg, {"data.data_dir": d.data_dir, "data.triplets": d.triplets, "data.validation_triplets": d.validation_triplets,
                                "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model,
-                               "init_heads_from": _head_inputs(cfg.init_heads_from)})
+                               "init_heads_from": _head_inputs(cfg.init_heads_from),
+                               **({"data.mining.tower": _miner_inputs(d.mining.tower)} if d.negatives in ("dense", "mixed") else {})})
+
+
+def _miner_inputs(tower: str | None) -> Any:
+    """``data.mining.tower`` as inputs: a Stage I run's two tower directories fingerprinted (not its
+    checkpoints or logs), else the path or name as :func:`as_input_path` gives it."""
+    run = Path(tower or "").expanduser()
+    if tower and (run / "query_tower").is_dir() and (run / "doc_tower").is_dir():
+        return {"query_tower": run / "query_tower", "doc_tower": run / "doc_tower"}
+    return as_input_path(tower)
 
 
 def _head_inputs(run_dir: str | None) -> dict[str, Any] | None:
@@ -100,6 +110,7 @@ def _describe(cfg: TrainConfig, qt, dt, data: TrainingData) -> dict[str, Any]:
         "train_examples": len(data.train),
         "validation_examples": len(data.validation),
         "dropped_eval_overlap_queries": data.dropped_eval_overlap,
+        **({"mining": data.mining} if data.mining is not None else {}),
         "query_tower_non_embedding_params": qt.non_embedding_params,
         "doc_tower_non_embedding_params": dt.non_embedding_params,
         "query_trainable_layers": cfg.query_tower.trainable_layers,

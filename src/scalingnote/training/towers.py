@@ -90,7 +90,7 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
         q_enc.ensure(texts)
     if cfg.doc_tower.prefix_k is not None:
         d_enc = PrefixTower(dt, cfg.doc_tower.prefix_k, root, batch_size=max(1, cfg.eval_batch_size // 4), lora=lora(cfg.doc_tower.prefix_k), **kw)
-        d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, e.neg) if d is not None])
+        d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, *e.negs)])
     return q_enc, d_enc
 
 

@@ -111,8 +111,8 @@ class Trainer(TrainLoop):
         with self._autocast():
             texts = [e.query for e in exs]
             q = self.q_prefix.queries(texts) if self.q_prefix is not None else embed_queries(self.q_tower, texts, self.device)
-            has_neg = all(e.neg is not None for e in exs)
-            docs = [e.pos for e in exs] + ([e.neg for e in exs] if has_neg else [])
+            n_neg = min(len(e.negs) for e in exs)  # negatives per query (0: the batch has an example without one)
+            docs = [e.pos for e in exs] + [d for e in exs for d in e.negs[:n_neg]]  # query-major: [B*n]
             views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
         keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views
         if keep:
@@ -121,7 +121,7 @@ class Trainer(TrainLoop):
         f32 = _at_least_fp32
         q = f32(q)
         pos = {k: f32(v[:n]) for k, v in views.items()}
-        neg = {k: f32(v[n:]) for k, v in views.items()} if has_neg else None
+        neg = {k: f32(v[n:]) for k, v in views.items()} if n_neg else None
         return q, pos, neg
 
     def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None) -> tuple[Tensor, dict[str, float]]:
@@ -160,7 +160,8 @@ class Trainer(TrainLoop):
         q = torch.cat(qs).requires_grad_()
         pos = {k: torch.cat([p[k] for p in poss]).requires_grad_() for k in poss[0]}
         neg = None
-        if all(n is not None for n in negs):
+        n_neg = len(negs[0][next(iter(negs[0]))]) // len(chunks[0]) if negs[0] is not None else 0
+        if all(n is not None and len(n[next(iter(n))]) == n_neg * len(c) for n, c in zip(negs, chunks)):
             neg = {k: torch.cat([n[k] for n in negs]).requires_grad_() for k in negs[0]}  # type: ignore[index]
         loss, comps = self._loss(q, pos, neg)
         loss.backward()
@@ -173,8 +174,9 @@ class Trainer(TrainLoop):
             for k in posc:
                 surrogate = surrogate + (posc[k] * pos[k].grad[sl]).sum()
             if negc is not None and neg is not None:
+                nsl = slice(start * n_neg, (start + len(c)) * n_neg)  # the chunk's negatives (query-major)
                 for k in negc:
-                    surrogate = surrogate + (negc[k] * neg[k].grad[sl]).sum()
+                    surrogate = surrogate + (negc[k] * neg[k].grad[nsl]).sum()
             surrogate.backward()
             start += len(c)
         set_rng_state(after)

@@ -42,7 +42,8 @@ def infonce_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[
 
     Inputs: ``batch`` (:class:`~scalingnote.training.losses.batch.LossBatch`): the local queries
     ``q`` [B, dim] and the documents of one view (``pos[view]``, hard negatives ``neg[view]``),
-    gathered across processes in ``pos_all`` / ``neg_all`` with the local ``offset``. ``spec``
+    gathered across processes in ``pos_all`` / ``neg_all`` with the local ``offset``; ``neg`` may
+    hold n >= 1 negatives per query ([B*n, dim]): every one of them joins every query's candidates. ``spec``
     (:class:`~scalingnote.training.losses.spec.LossSpec`): ``tau``, and in ``options``: ``view``
     (default ``"emb"``) and ``hard_negatives`` (default True: the hard negatives join every
     query's candidates).
@@ -64,6 +65,9 @@ def infonce_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, dict[
     >>> loss, comps = get_loss("infonce")(batch, LossSpec(name="infonce", dims=[8], tau=0.01))
     >>> sorted(comps), round(comps["loss"], 3)
     (['loss'], 0.0)
+    >>> three = LossBatch(q, {"emb": q.clone()}, {"emb": torch.randn(12, 8, generator=g)})  # 3 negatives per query
+    >>> round(get_loss("infonce")(three, LossSpec(name="infonce", dims=[8], tau=0.01))[1]["loss"], 3)
+    0.0
     """
     return infonce_loss(batch, tau=spec.tau, **dict(spec.options))
 

@@ -98,9 +98,27 @@ def matryoshka_contrastive(
     return 0.5 * total
 
 
-def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2) -> Tensor:
-    """Eq. 9: mean over queries of max(0, margin − sim(q, d+) + sim(q, d−)) (inputs normalised)."""
-    return F.relu(margin - (q * d_pos).sum(-1) + (q * d_neg).sum(-1)).mean()
+def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, reduce: str = "mean") -> Tensor:
+    """Eq. 9: mean over queries of max(0, margin − sim(q, d+) + sim(q, d−)) (inputs normalised).
+
+    ``d_neg`` is [B, m] (one hard negative per query: the paper's Eq. 9 exactly) or [B*n, m], n
+    negatives per query, query-major. Several negatives (not in the paper, which forms one
+    triplet <q, d+, d−> per example, §3.2 and §4.1.1): ``reduce="mean"`` averages the hinge over
+    every (q_i, d_i+, d_ij−) triplet, i.e. Eq. 9 over the B·n triplets the paper would have formed
+    from each negative with its query and positive; ``reduce="max"`` keeps each query's largest
+    hinge (its hardest negative, VSE++ style, Faghri et al. 2018)."""
+    b = q.shape[0]
+    if d_neg.shape[0] == b:  # one negative per query: the paper's Eq. 9 (bit-identical to before)
+        return F.relu(margin - (q * d_pos).sum(-1) + (q * d_neg).sum(-1)).mean()
+    if d_neg.shape[0] % b:
+        raise ValueError(f"hard negatives: {d_neg.shape[0]} rows is not a multiple of the {b} queries")
+    s_neg = torch.einsum("bm,bnm->bn", q, d_neg.reshape(b, -1, d_neg.shape[-1]))  # [B, n]
+    hinge = F.relu(margin - (q * d_pos).sum(-1, keepdim=True) + s_neg)
+    if reduce == "max":
+        return hinge.max(dim=1).values.mean()
+    if reduce != "mean":
+        raise ValueError(f"loss.hard_reduce must be 'mean' or 'max', got {reduce!r}")
+    return hinge.mean()
 
 
 def matryoshka_margin(
@@ -111,12 +129,14 @@ def matryoshka_margin(
     dims: Sequence[int] = DEFAULT_DIMS,
     weights: Sequence[float] | None = None,
     margin: float = 0.2,
+    reduce: str = "mean",
 ) -> Tensor:
-    """Eq. 10 for one view: Σ_m w_hard^m · L_hard^m (Eq. 9 on each prefix)."""
+    """Eq. 10 for one view: Σ_m w_hard^m · L_hard^m (Eq. 9 on each prefix; ``d_neg`` [B*n, h],
+    ``reduce`` over a query's n negatives as in :func:`margin_loss`)."""
     weights = [1.0] * len(dims) if weights is None else list(weights)
     total = q.new_zeros(())
     for m, w in zip(dims, weights):
-        total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin)
+        total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin, reduce)
     return total
 
 
@@ -136,6 +156,7 @@ def scalingnote_loss(
     margin: float = 0.2,
     alpha: float = 0.5,
     hard_in_denominator: bool = False,
+    hard_reduce: str = "mean",
 ) -> tuple[Tensor, dict[str, float]]:
     """Eq. 12: L = L_con + α·L_hard, with L_con = Σ_views L^view (Eq. 8) and
     L_hard = Σ_views L_hard^view (Eq. 11).
@@ -145,9 +166,11 @@ def scalingnote_loss(
         pos: view name -> [B, dim] local positive-document embeddings. The LLM document
             tower gives ``title``, ``content`` and ``emb``; a single-vector tower gives one
             view (e.g. ``{"emb": d}``) and the sums run over what is given.
-        neg: view name -> [B, dim] hard-negative embeddings (same views), or None.
+        neg: view name -> [B*n, dim] hard-negative embeddings (same views; n >= 1 per query,
+            query-major), or None.
         q_all / pos_all / neg_all: the same, gathered from every process (None = local).
         offset: position of the local batch inside the gathered batch.
+        hard_reduce: how Eq. 9 takes a query's n > 1 negatives: "mean" or "max" (:func:`margin_loss`).
     Returns:
         (loss, components) where components holds floats ``loss_con``, ``loss_hard`` and
         ``loss_con/<view>`` for logging.
@@ -166,7 +189,7 @@ def scalingnote_loss(
     l_hard = q.new_zeros(())
     if neg is not None and alpha:
         for view, d in pos.items():
-            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin)
+            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin, reduce=hard_reduce)
     comps["loss_con"] = float(l_con.detach())
     comps["loss_hard"] = float(l_hard.detach())
     loss = l_con + alpha * l_hard
@@ -178,18 +201,20 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     """The ScalingNote Stage I loss (``loss: {name: scalingnote}``, the default).
 
     Inputs: ``batch`` (:class:`~scalingnote.training.losses.batch.LossBatch`): the local queries
-    ``q`` [B, dim], the positive documents ``pos`` and hard negatives ``neg`` (view name ->
-    [B, dim]; an LLM document tower gives the ``title``, ``content`` and ``emb`` views, a
+    ``q`` [B, dim], the positive documents ``pos`` (view name -> [B, dim]) and hard negatives
+    ``neg`` (view name -> [B*n, dim], n >= 1 per query, query-major; an LLM document tower gives the ``title``, ``content`` and ``emb`` views, a
     single-vector tower one ``emb`` view), the same gathered across processes and the local
     batch's ``offset`` in them. ``spec`` (:class:`~scalingnote.training.losses.spec.LossSpec`):
     the Matryoshka ``dims`` and ``weights`` / ``hard_weights``, ``tau``, ``margin``, ``alpha`` and
-    ``hard_in_denominator``.
+    ``hard_in_denominator`` and ``hard_reduce``.
 
     Equation: ScalingNote Eq. 5–12 (§3.2). For each view t and prefix length m ∈ M,
     L_q2d^{t,m} (Eq. 5) and L_d2q^{t,m} (Eq. 6) are in-batch InfoNCE terms over cosine
     similarities / τ; L^t = ½ Σ_m w^m (L_q2d^{t,m} + L_d2q^{t,m}) (Eq. 7) and
     L^con = Σ_t L^t (Eq. 8); L_hard^{t,m} = mean_i max(0, margin − sim(q_i, d_i+) + sim(q_i, d_i−))
-    (Eq. 9), L_hard^t = Σ_m w_hard^m L_hard^{t,m} (Eq. 10), L^hard = Σ_t L_hard^t (Eq. 11), and
+    (Eq. 9; with n > 1 negatives per query the hinge is averaged over the B·n triplets
+    (q_i, d_i+, d_ij−), ``hard_reduce: mean``, or each query keeps its largest, ``max``; every
+    hard negative joins the Eq. 5 denominators with ``hard_in_denominator``), L_hard^t = Σ_m w_hard^m L_hard^{t,m} (Eq. 10), L^hard = Σ_t L_hard^t (Eq. 11), and
     L = L^con + α L^hard (Eq. 12).
 
     Reference: "ScalingNote: Scaling up Retrievers with Large Language Models for Real-World
@@ -213,7 +238,8 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     """
     return scalingnote_loss(batch.q, batch.pos, batch.neg, q_all=batch.q_all, pos_all=batch.pos_all, neg_all=batch.neg_all,
                             offset=batch.offset, dims=spec.dims, weights=spec.weights, hard_weights=spec.hard_weights,
-                            tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator)
+                            tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator,
+                            hard_reduce=spec.hard_reduce)
 
 
 register_loss("scalingnote", scalingnote_stage1_loss)

@@ -29,6 +29,10 @@ class LossSpec:
     margin: float = 0.2
     alpha: float = 0.5
     hard_in_denominator: bool = False
+    #: several hard negatives per query (``data.num_negatives`` > 1): Eq. 9's hinge averaged over a
+    #: query's negatives ("mean": every (q, d+, d−) triplet counts once, as the paper's one-negative
+    #: triplets do) or its hardest one ("max"); one negative per query is Eq. 9 either way
+    hard_reduce: str = "mean"
 
     @property
     def loss_name(self) -> str:
@@ -36,6 +40,8 @@ class LossSpec:
         return self.name or "scalingnote"
 
     def __post_init__(self) -> None:
+        if self.hard_reduce not in ("mean", "max"):
+            raise ValueError(f"hard_reduce must be 'mean' or 'max', got {self.hard_reduce!r}")
         try:
             get_loss(self.loss_name, option="name")
         except RegistryError as e:  # -> ConfigError naming loss.name and its line

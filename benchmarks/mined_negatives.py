@@ -1,0 +1,165 @@
+"""Hard negatives mined by the model itself (issue #50): BM25 negatives (today) vs dense-mined
+negatives without and with the false-negative guard, and BM25 + dense (``mixed``).
+
+    python -m benchmarks.mined_negatives --data scifact [--steps 200] [--num-negatives 3]
+    python -m benchmarks.mined_negatives --data synthetic --smoke     # a small end-to-end check
+    python -m benchmarks.mined_negatives --data scifact --config runs/quickstart_scifact/stage1/<teacher>/config.yaml
+
+Round 1 trains the base Stage I config on BM25 negatives (``data.negatives: bm25``, one per
+example: today's teacher); its towers then mine the training queries' candidates (FAISS Flat) and
+round 2 trains the same config from the same start on them (rows ``dense_unguarded``,
+``dense_guarded``, ``mixed``; guarded rows use ``--guard``). Every row reports validation and test
+nDCG@10, the paired t-test p of its per-query test nDCG@10 against the BM25 row, the guard's
+false-negative measurement (:func:`scalingnote.training.guard_eval.measure_guard`: a fraction of
+the judged positives of multi-positive training queries hidden from the known-positive filter)
+and the mining time.
+
+Writes benchmarks/results/mined_negatives_<data>.json (``_smoke`` appended for a ``--smoke`` run:
+a reduced run never claims the acceptance targets). Runs live under .cache/bench/mined_negatives_<data>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
+from scalingnote.config import load_config
+from scalingnote.data.synth import SynthConfig, synthesize
+from scalingnote.evaluation import paired_ttest
+from scalingnote.evaluation.dense import exact_search, truncate_normalize
+from scalingnote.evaluation.metrics import per_query
+from scalingnote.models import load_tower
+from scalingnote.training import TrainConfig, train
+from scalingnote.training.data import load_training_data
+from scalingnote.training.guard_eval import measure_guard
+from scalingnote.training.mining import load_mining_towers
+
+ROWS = ("bm25", "dense_unguarded", "dense_guarded", "mixed")
+
+
+def data_dir_for(name: str, work: Path, smoke: bool) -> Path:
+    """A set under ../shared/data, or the synthetic log generated once (smaller with ``smoke``)."""
+    shared = shared_data_dir() / name
+    if shared.is_dir():
+        return shared
+    if name != "synthetic":
+        raise SystemExit(f"{shared}: no such data set")
+    out = work / "synthetic_data"
+    if not (out / "corpus.jsonl").is_file():
+        synthesize(out, SynthConfig(seed=0, num_docs=300 if smoke else 3000, num_queries=150 if smoke else 1500))
+    return out
+
+
+def base_config(args, data_dir: Path, out: Path) -> dict[str, Any]:
+    """Round 1's Stage I config: ``--config`` (a Stage I YAML, e.g. a quick-start teacher's
+    ``config.yaml``, trained again here on the qrels pairs: mining needs them, so its triplets
+    are dropped) or a CPU-sized TwinBERT on MiniLM."""
+    if args.config:
+        base = dataclasses.asdict(load_config(TrainConfig, args.config))
+        base["data"].update(triplets=None, validation_triplets=None)
+    else:
+        tower = {"model": "minilm-l6", "trainable_layers": args.trainable_layers, "max_length": 64}
+        base = {"method": "twinbert", "dim": 128, "query_tower": tower, "doc_tower": {**tower, "max_length": 256},
+                "optim": {"batch_size": args.batch_size, "max_steps": args.steps, "epochs": 100.0, "lr": 2e-5, "head_lr": 1e-3},
+                "eval_every": "epoch", "patience": 3}
+    base["data"] = {**base.get("data", {}), "data_dir": str(data_dir), "validation_fraction": 0.1, "eval_overlap": "drop",
+                    "max_train_examples": args.max_train_examples, "max_eval_queries": args.max_eval_queries}
+    return {**base, "output_dir": str(out), "seed": args.seed, "show_progress": False}
+
+
+def row_config(args, base: dict[str, Any], row: str, work: Path, miner: Path | None) -> TrainConfig:
+    data = dict(base["data"])
+    if row != "bm25":
+        guard = [] if row == "dense_unguarded" else args.guard.split(",")
+        data.update(negatives="mixed" if row == "mixed" else "dense", num_negatives=args.num_negatives,
+                    mining={"tower": str(miner), "skip_top": args.skip_top, "max_rank": args.max_rank, "guard": guard,
+                            "guard_margin": args.guard_margin, "guard_top_r": args.guard_top_r, "cache_dir": str(work / "mined")})
+    return load_config(TrainConfig, {**base, "data": data, "output_dir": str(work / row)})
+
+
+def per_query_ndcg(cfg: TrainConfig, run_dir: Path, data) -> dict[str, float]:
+    """Per-query test nDCG@10 of a finished run (its saved query tower and document embeddings)."""
+    qt = load_tower(run_dir / "query_tower")
+    d = truncate_normalize(np.load(run_dir / "doc_embeddings.npy"), cfg.dim)
+    ids = json.loads((run_dir / "doc_ids.json").read_text(encoding="utf-8"))
+    qids = list(data.eval_queries)
+    q = truncate_normalize(qt.encode_queries([data.eval_queries[x] for x in qids], show_progress=False), cfg.dim)
+    pq = per_query(exact_search(q, qids, d, ids, k=100), data.eval_qrels, ["ndcg@10"])
+    return {x: v["ndcg@10"] for x, v in pq.items()}
+
+
+def guard_measurement(cfg: TrainConfig, miner: Path, fraction: float, seed: int) -> dict[str, Any]:
+    """The hidden-positive measurement of ``cfg``'s mining settings (its guard) with the round-1 towers."""
+    data = load_training_data(dataclasses.replace(cfg.data, negatives="none"), cfg.seed, show_progress=False)
+    positives: dict[str, list[str]] = {}
+    for e in data.train + data.validation:
+        positives.setdefault(e.query_id, []).append(e.pos.id)
+    qt, dt = load_mining_towers(str(miner))
+    return measure_guard(cfg.data, data.corpus, data.queries, positives, qt, dt, fraction=fraction, seed=seed)
+
+
+def run_row(args, base, row: str, work: Path, miner: Path | None, ref: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, float]]:
+    cfg = row_config(args, base, row, work, miner)
+    t0 = time.perf_counter()
+    res = train(cfg, resume=True, on_change="redo")
+    data = load_training_data(cfg.data, cfg.seed, show_progress=False, out_dir=None if row == "bm25" else work / row)  # mined: the cache
+    pq = per_query_ndcg(cfg, work / row, data)
+    out: dict[str, Any] = {"row": row, "negatives": cfg.data.negatives, "num_negatives": cfg.data.num_negatives,
+                           "guard": ",".join(cfg.data.mining.guard) or "none", "val_ndcg@10": res.get("best_val_score"),
+                           "ndcg@10": round(res["ndcg@10"], 4), "test_queries": len(pq), "train_seconds": res["train_seconds"],
+                           "wall_seconds": round(time.perf_counter() - t0, 1)}
+    if ref is not None:
+        t = paired_ttest(pq, ref)
+        out.update(p_vs_bm25=round(t.pvalue, 4), diff_vs_bm25=round(t.mean_diff, 4))
+    if row != "bm25":
+        out["mining_seconds"] = (res.get("mining") or {}).get("mining_seconds")
+        m = guard_measurement(cfg, miner, args.hide_fraction, args.seed)
+        out.update({k if k.startswith("fn_") else f"fn_{k}": v for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return out, pq
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="scifact")
+    ap.add_argument("--config", default=None, help="base Stage I YAML (round 1); default: TwinBERT on MiniLM")
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--trainable-layers", type=int, default=2)
+    ap.add_argument("--num-negatives", type=int, default=3)
+    ap.add_argument("--skip-top", type=int, default=10)
+    ap.add_argument("--max-rank", type=int, default=100)
+    ap.add_argument("--guard", default="near_positive,agree_top", help="comma-separated guard rules of the guarded rows")
+    ap.add_argument("--guard-margin", type=float, default=0.05)
+    ap.add_argument("--guard-top-r", type=int, default=30)
+    ap.add_argument("--hide-fraction", type=float, default=0.5)
+    ap.add_argument("--max-train-examples", type=int, default=None)
+    ap.add_argument("--max-eval-queries", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--smoke", action="store_true", help="a small run: results name gets _smoke; no target is claimed")
+    args = ap.parse_args()
+    if args.smoke:
+        args.steps, args.batch_size, args.trainable_layers = min(args.steps, 60), min(args.batch_size, 16), 0
+        args.max_train_examples, args.max_eval_queries = args.max_train_examples or 200, args.max_eval_queries or 60
+    name = f"mined_negatives_{args.data}" + ("_smoke" if args.smoke else "")
+    work = REPO_ROOT / ".cache" / "bench" / name
+    base = base_config(args, data_dir_for(args.data, work, args.smoke), work / "bm25")
+    rows, ref = [], None
+    for row in args.rows.split(","):
+        r, pq = run_row(args, base, row, work, None if row == "bm25" else work / "bm25", ref)
+        ref = pq if row == "bm25" else ref
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    write_results(name, rows, {**vars(args), "base": base, "rows_order": list(ROWS)})
+    print(f"wrote benchmarks/results/{name}.json")
+
+
+if __name__ == "__main__":
+    main()
