@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": ("quickstart", "data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> "
                    "matched-cost comparison -> IVFPQ + semantic IDs -> served default."),
     "serve": ("serve", "Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."),
-    "data": ("data", "Data: triplets from search logs, pseudo-queries, synthetic note-search log."),
+    "data": ("data", "Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit."),
     "bm25": ("bm25", "BM25 lexical baseline (bm25s)."),
     "index": ("index", "Corpus encoding, FAISS indexes, semantic IDs."),
     "models": ("models", "Tower backbones: packaged models, HF directories, GGUF files."),

@@ -23,7 +23,7 @@ from scalingnote.data.synth import SynthConfig, synthesize
 from scalingnote.errors import ConfigError
 from scalingnote.training.audit import read_audit
 
-data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log.", no_args_is_help=True)
+data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit.", no_args_is_help=True)
 
 
 @data_app.command("build")
