@@ -9,7 +9,6 @@ atomically; ``scalingnote data audit RUN_OR_FILE`` prints it as a table.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.data import Document
+from scalingnote.data.jsonl import iter_jsonl
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.training.guard import KEPT, MinedQuery
 from scalingnote.utils.io import write_jsonl
@@ -93,20 +93,13 @@ def read_audit(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         raise ScalingNoteError(f"{p}: no mining audit here (a run trained with data.negatives: dense | mixed writes {AUDIT_FILE})")
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(p, lineno, None, f"invalid JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or rec.get("type") not in ("candidate", "summary"):
-                raise DataError(p, lineno, "type", "expected an object with type 'candidate' or 'summary'")
-            if rec["type"] == "summary":
-                summary = {k: v for k, v in rec.items() if k != "type"}
-            else:
-                records.append(rec)
+    for lineno, rec in iter_jsonl(p):  # named errors for bad UTF-8, JSON and non-objects
+        if rec.get("type") not in ("candidate", "summary"):
+            raise DataError(p, lineno, "type", "expected an object with type 'candidate' or 'summary'")
+        if rec["type"] == "summary":
+            summary = {k: v for k, v in rec.items() if k != "type"}
+        else:
+            records.append(rec)
     return records, summary
 
 
