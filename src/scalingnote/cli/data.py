@@ -16,12 +16,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
 from scalingnote.data.build import load_build_config, run_build
 from scalingnote.data.pseudo import ICTConfig, ict_queries
 from scalingnote.data.synth import SynthConfig, synthesize
 from scalingnote.errors import ConfigError
-from scalingnote.training.audit import read_audit
 
 data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit.", no_args_is_help=True)
 
@@ -72,6 +70,8 @@ def pseudo_command(
     if method == "ict":
         pairs = ict_queries(corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus))
     elif method == "llm":
+        from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries  # why: loads torch and a causal LM stack; the other data verbs need neither
+
         cfg = LLMQueryConfig(
             model=model, seed=seed, max_docs=max_docs, batch_size=batch_size, max_new_tokens=max_new_tokens,
             do_sample=sample, temperature=temperature,
@@ -130,6 +130,8 @@ def audit_command(
 ) -> None:
     """Print the false-negative audit of mined hard negatives (data.negatives: dense | mixed) as a table:
     query, positive, candidate, scores, rank and the guard rule that fired (or "kept"); then the summary."""
+    from scalingnote.training.audit import read_audit  # why: scalingnote.training imports torch; the other data verbs do not need it
+
     records, summary = read_audit(run)
     console = Console(width=max(Console().width, 160))
     console.print(audit_table(records, rule, limit))
