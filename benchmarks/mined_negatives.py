@@ -36,6 +36,8 @@ from scalingnote.evaluation import paired_ttest
 from scalingnote.evaluation.dense import exact_search, truncate_normalize
 from scalingnote.evaluation.metrics import per_query
 from scalingnote.models import load_tower
+from scalingnote.quickstart import runs
+from scalingnote.quickstart.config import QuickstartConfig, family
 from scalingnote.training import TrainConfig, train
 from scalingnote.training.data import load_training_data
 from scalingnote.training.guard_eval import measure_guard
@@ -45,7 +47,10 @@ ROWS = ("bm25", "dense_unguarded", "dense_guarded", "mixed")
 
 
 def data_dir_for(name: str, work: Path, smoke: bool) -> Path:
-    """A set under ../shared/data, or the synthetic log generated once (smaller with ``smoke``)."""
+    """A set under ../shared/data, a data directory (e.g. a quick start's ``<run>/data``: its own
+    synthetic log), or the synthetic log generated once (smaller with ``smoke``)."""
+    if Path(name).is_dir():
+        return Path(name)
     shared = shared_data_dir() / name
     if shared.is_dir():
         return shared
@@ -125,9 +130,57 @@ def run_row(args, base, row: str, work: Path, miner: Path | None, ref: dict[str,
     return out, pq
 
 
+def student_row(args, teacher_row: str, work: Path, data_dir: Path, teacher_cfg: TrainConfig, ref: dict[str, float] | None
+                ) -> tuple[dict[str, Any], dict[str, float]]:
+    """QKD of one teacher row into the quick start's student (its own ``run_qkd``: the family's small
+    tower, the same pseudo-queries, corpus texts and step cap), scored like the teachers."""
+    fam_name = "llm" if teacher_cfg.method == "scaling_dual" else "bert"
+    qcfg = QuickstartConfig(data=str(data_dir), out=str(work / "qkd_out"), seed=0, query_max_length=teacher_cfg.query_tower.max_length,
+                            doc_max_length=teacher_cfg.doc_tower.max_length, dim=teacher_cfg.dim, show_progress=False)
+    fam = family(qcfg, fam_name)
+    data = {"beir": str(data_dir), "triplets": None, "validation_triplets": None}
+    pseudo = runs.pseudo_queries(qcfg, data, work / "qkd_out")
+    t0 = time.perf_counter()
+    m = runs.run_qkd(qcfg, f"from_{teacher_row}", work / teacher_row, fam, fam.small_layers, data, work / "qkd_out", pseudo,
+                     rank_weight=1.0, pool=runs.layer_pool(work / teacher_row))
+    d = Path(m["run_dir"])
+    qt = load_tower(d / "query_tower")
+    docs = truncate_normalize(np.load(work / teacher_row / "doc_embeddings.npy"), teacher_cfg.dim)
+    ids = json.loads((work / teacher_row / "doc_ids.json").read_text(encoding="utf-8"))
+    ev = load_training_data(teacher_cfg.data, teacher_cfg.seed, show_progress=False)
+    qids = list(ev.eval_queries)
+    q = truncate_normalize(qt.encode_queries([ev.eval_queries[x] for x in qids], show_progress=False), teacher_cfg.dim)
+    pq = {x: v["ndcg@10"] for x, v in per_query(exact_search(q, qids, docs, ids, k=100), ev.eval_qrels, ["ndcg@10"]).items()}
+    out: dict[str, Any] = {"row": f"student_of_{teacher_row}", "student": f"{fam.model} ({fam.small_layers}L, QKD)",
+                           "qkd_val_loss": m.get("qkd_val_loss"), "qkd_steps": m.get("steps_run"),
+                           "ndcg@10": round(float(np.mean(list(pq.values()))), 4),
+                           "test_queries": len(pq), "wall_seconds": round(time.perf_counter() - t0, 1)}
+    if ref is not None:
+        t = paired_ttest(pq, ref)
+        out.update(p_vs_bm25_student=round(t.pvalue, 4), diff_vs_bm25_student=round(t.mean_diff, 4))
+    return out, pq
+
+
+def students(args, rows: list[dict[str, Any]], work: Path, data_dir: Path, base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Students of the BM25 teacher and of the round-2 teacher that validates best (the quick start's
+    rule: round 2 is kept only when it validates above round 1; when none does, only BM25's)."""
+    cfg = load_config(TrainConfig, {**base, "output_dir": str(work / "bm25")})
+    r2 = [r for r in rows if r["row"] != "bm25" and r.get("val_ndcg@10") is not None]
+    bm = next(r for r in rows if r["row"] == "bm25")
+    win = max(r2, key=lambda r: r["val_ndcg@10"]) if r2 else None
+    out, ref = [], None
+    for teacher in ["bm25"] + ([win["row"]] if win and win["val_ndcg@10"] > bm["val_ndcg@10"] else []):
+        r, pq = student_row(args, teacher, work, data_dir, cfg, ref)
+        ref = pq if teacher == "bm25" else ref
+        out.append(r)
+        print(json.dumps(r), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="scifact")
+    ap.add_argument("--data", default="scifact", help="a set under ../shared/data, 'synthetic', or a data directory")
+    ap.add_argument("--name", default=None, help="the set's name in the results file (default: --data)")
     ap.add_argument("--config", default=None, help="base Stage I YAML (round 1); default: TwinBERT on MiniLM")
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--steps", type=int, default=300)
@@ -143,20 +196,25 @@ def main() -> None:
     ap.add_argument("--max-train-examples", type=int, default=None)
     ap.add_argument("--max-eval-queries", type=int, default=None)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--students", action="store_true", help="also distil the quick start's student from the BM25 teacher "
+                    "and from the round-2 teacher that validates best")
     ap.add_argument("--smoke", action="store_true", help="a small run: results name gets _smoke; no target is claimed")
     args = ap.parse_args()
     if args.smoke:
         args.steps, args.batch_size, args.trainable_layers = min(args.steps, 60), min(args.batch_size, 16), 0
         args.max_train_examples, args.max_eval_queries = args.max_train_examples or 200, args.max_eval_queries or 60
-    name = f"mined_negatives_{args.data}" + ("_smoke" if args.smoke else "")
+    name = f"mined_negatives_{args.name or args.data}" + ("_smoke" if args.smoke else "")
     work = REPO_ROOT / ".cache" / "bench" / name
-    base = base_config(args, data_dir_for(args.data, work, args.smoke), work / "bm25")
+    data_dir = data_dir_for(args.data, work, args.smoke)
+    base = base_config(args, data_dir, work / "bm25")
     rows, ref = [], None
     for row in args.rows.split(","):
         r, pq = run_row(args, base, row, work, None if row == "bm25" else work / "bm25", ref)
         ref = pq if row == "bm25" else ref
         rows.append(r)
         print(json.dumps(r), flush=True)
+    if args.students:
+        rows += students(args, rows, work, data_dir, base)
     write_results(name, rows, {**vars(args), "base": base, "rows_order": list(ROWS)})
     print(f"wrote benchmarks/results/{name}.json")
 
