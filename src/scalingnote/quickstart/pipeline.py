@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from scalingnote.data import load_queries
 from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.models import load_tower
+from scalingnote.quickstart.budget import Candidates
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
@@ -64,15 +66,27 @@ def _prompt_budget(cfg: QuickstartConfig, name: str, prompt: Any) -> dict[str, i
     return {"prompt_tokens": fixed, "document_tokens_left": budget - fixed}
 
 
-def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet) -> dict[str, dict]:
+def restrict(fam: Family, cands: Candidates | None) -> tuple[Family, dict | None, bool | None]:
+    """``fam`` with only the depths still in after the proxy, their head learning rates and
+    whether its width run is in (``cands`` None: every candidate, as configured)."""
+    if cands is None:
+        return fam, None, None
+    keep = cands.depths[fam.name]
+    return replace(fam, depths=tuple(d for d in fam.depths if d in keep)), keep, cands.width.get(fam.name, False)
+
+
+def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet,
+                 cands: Candidates | None = None) -> dict[str, dict]:
     """Per family: every depth's best-head-lr run, the depth chosen on validation, and the kept
-    tower (the trained one, or its zero-shot start when training made it worse on validation)."""
+    tower (the trained one, or its zero-shot start when training made it worse on validation).
+    ``cands``: only the candidates the proxy kept (:func:`scalingnote.quickstart.proxy.compare_on_proxy`)."""
     res = {}
     for fam in fams:
-        by_depth = runs.large_tower_runs(cfg, fam, data, out)
+        fam, lrs, width = restrict(fam, cands)
+        by_depth = runs.large_tower_runs(cfg, fam, data, out, lrs)
         depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
         best = by_depth[None if depth == "None" else int(depth)]
-        best, dim_choice = _choose_dim(cfg, fam, best, data, out)
+        best, dim_choice = _choose_dim(cfg, fam, best, data, out, width)
         trained_dir = Path(best["run_dir"])
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
@@ -94,11 +108,11 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
     return res
 
 
-def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path) -> tuple[dict, dict | None]:
+def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, width: bool | None = None) -> tuple[dict, dict | None]:
     """``cfg.full_dim``: the chosen depth and head learning rate again with the embedding size =
     the backbone's hidden size; the run with the higher validation nDCG@10 (Stage I's own early
     stopping score on the held-out training queries) is kept. Returns (kept run, what was measured)."""
-    full = runs.full_dim_run(cfg, fam, best, data, out) if cfg.full_dim else None
+    full = runs.full_dim_run(cfg, fam, best, data, out) if cfg.full_dim and width is not False else None
     if full is None:
         return best, None
     a, b = best["best_val_score"], full["best_val_score"]
@@ -259,4 +273,4 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
 
 
-__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "student_candidates", "summary", "train_students"]
+__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "restrict", "student_candidates", "summary", "train_students"]
