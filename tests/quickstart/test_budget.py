@@ -140,7 +140,7 @@ def _tiny_cfg(tiny_models, out, **over):
     base = dict(out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=160,
                 synth_queries=80, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
                 query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3, 3e-3], compare="none",
-                qkd_rank_weights=[1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5)
+                qkd_rank_weights=[0.0, 1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5)
     base.update(over)
     return QuickstartConfig(**base)
 
@@ -176,6 +176,11 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
         assert (out / "proxy" / "stage1" / name / "DONE").exists()
         assert (name in full_dirs) == c["survived"] and (c["full_val"] is not None) == c["survived"]
     assert any(not c["survived"] for c in proxy["candidates"]) and set(proxy["agreed"]) >= {"teacher"}
+    # the students too: each listwise weight distilled for a fraction of QKD's step cap first, the survivors in full
+    sp = ch["student"]["proxy"]
+    assert sp["steps"] == 150 and set(sp["proxy_val"]) == {"bert1_from_bert_rw0", "bert1_from_bert_rw1"} and "within 0.02" in sp["reason"]
+    assert set(sp["full_val"]) == set(sp["kept"]) and ch["student"]["chosen"] in sp["kept"]
+    assert all((out / "proxy" / "qkd" / n / "DONE").exists() for n in sp["proxy_val"])
     # the plan was printed before the proxy ran; planned vs spent per phase; the mining round's slot is off
     assert log.index("plan:") < log.index("phase proxy:") and "ETA" in log
     assert budget["budget_minutes"] == 8 and budget["phases"]["mining_round"]["note"].startswith("off")

@@ -172,7 +172,7 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
-    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev)
+    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=cands is not None)
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
     prog.begin("comparison_runs")
