@@ -197,3 +197,36 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     quickstart(_tiny_cfg(tiny_models, fresh, full=True))
     assert _steps(out) == _steps(fresh)
     assert json.loads((fresh / "results.json").read_text())["choices"]["proxy"] is None
+
+
+def test_the_cli_takes_the_budget_and_full_and_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import scalingnote.cli.quickstart as cli_qs
+    from scalingnote.cli import app
+
+    seen = []
+    monkeypatch.setattr(cli_qs, "quickstart", seen.append)  # the options as the pipeline receives them, not a run
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "a"), "--budget-minutes", "12.5"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "b"), "--full"])
+    assert r.exit_code == 0, r.output
+    assert [(c.budget_minutes, c.full) for c in seen] == [(12.5, False), (8.0, True)]
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "c"), "--budget-minutes", "-1"])
+    assert isinstance(r.exception, ConfigError) and "budget_minutes" in str(r.exception)
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
+    from benchmarks.quickstart_budget import compare_modes
+
+    rows = [{"set": "default", "mode": "budgeted", "pipeline_minutes": 7.1, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "hybrid", "served_ndcg@10": 0.689},
+            {"set": "default", "mode": "full", "pipeline_minutes": 9.5, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.692},
+            {"set": "scifact", "mode": "budgeted", "pipeline_minutes": 12.0, "target_minutes": 10.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.7}]
+    compare_modes(rows)
+    d, s = rows[0], rows[2]
+    assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
+    assert s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None  # no exhaustive row yet
