@@ -105,6 +105,12 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     # a budget nothing can hold: QKD steps are cut down to the floor, and the plan says it is still over
     _, _, _, tiny = _plan(1)
     assert any(s.startswith("QKD steps 600 -> 200") for s in tiny.skipped) and tiny.total > 60
+    # a corpus too small for a proxy: no ranking to keep "the best" by, so no candidate is cut, only work that is no choice
+    small = Sizes(docs=400, doc_tokens=40, train_examples=300, train_queries=250, val_queries=30)
+    cfg1 = QuickstartConfig(out="unused", budget_minutes=1)
+    p = make_plan(cfg1, fams, small, ("bert", 2))
+    assert p.phases["proxy"] == 0 and p.skipped and not any(s.startswith(("head learning", "depths", "families")) for s in p.skipped)
+    assert p.cands.depths["llm"] == {2: [1e-3, 3e-3], 4: [1e-3, 3e-3]}
     # --full: no proxy, no budget, nothing skipped
     _, _, _, full = _plan(1, full=True)
     assert full.budget_s is None and full.skipped == [] and full.phases["proxy"] == 0 and full.compare == "teacher"

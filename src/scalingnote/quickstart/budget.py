@@ -230,7 +230,8 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     fill()
     if plan.budget_s is None:
         return plan
-    for cut in _CUTS:
+    # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
+    for cut in (_CUTS if use_proxy else (_cut_compare, _cut_width)):
         if plan.total <= plan.budget_s:
             break
         what = cut(plan, cfg)
@@ -272,11 +273,12 @@ def _cut_depths(plan: Plan, cfg: QuickstartConfig) -> str | None:
 
 def _cut_families(plan: Plan, cfg: QuickstartConfig) -> str | None:
     names = list(plan.cands.depths)
-    if len(names) < 2:
+    keep = [n for n in names if n == names[0] or n == cfg.teacher]  # a pinned teacher stays
+    if len(keep) == len(names):
         return None
-    plan.cands.depths = {names[0]: plan.cands.depths[names[0]]}
-    plan.cands.width = {names[0]: plan.cands.width.get(names[0], False)}
-    return f"families beyond the proxy's best ({', '.join(names[1:])})"
+    plan.cands.depths = {n: plan.cands.depths[n] for n in keep}
+    plan.cands.width = {n: plan.cands.width.get(n, False) for n in keep}
+    return f"families beyond the proxy's best ({', '.join(n for n in names if n not in keep)})"
 
 
 def _cut_width(plan: Plan, cfg: QuickstartConfig) -> str | None:

@@ -151,7 +151,8 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         prog.end("proxy", laps.seconds["proxy"])
         plan = E.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
         prog.replan(plan.phases)
-        return _run(E.budgeted(cfg, plan), out, data, readable, report, fams, cands, early, (plan0, plan), laps, prog)
+        kept = None if cfg.full else plan.cands  # the proxy's survivors, less what the budget cut
+        return _run(E.budgeted(cfg, plan), out, data, readable, report, fams, kept, early, (plan0, plan), laps, prog)
 
 
 def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], report: dict, fams: list, cands, early: dict | None,
@@ -172,7 +173,7 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
-    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=cands is not None)
+    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")))
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
     prog.begin("comparison_runs")
