@@ -41,14 +41,17 @@ def test_the_proxy_keeps_every_validation_querys_judged_documents_and_draws_the_
     ids = _corpus_ids(train, val, 2000)
     s = sample_proxy(train, val, ids, fraction=0.25, min_docs=50, min_train_queries=5, seed=0)
     kept = set(s.doc_ids)
-    # every validation query with every judged document (and its negatives): the full runs' held-out queries, unchanged
-    assert s.validation == val and all(e.pos.id in kept and e.neg.id in kept for e in val)
-    # a quarter of the training queries, each with all its pairs and their documents
+    # every validation query with every judged document: the full runs' held-out queries, unchanged
+    assert [e.query_id for e in s.validation] == [e.query_id for e in val] and all(e.pos.id in kept for e in val)
+    # a quarter of the training queries, each with all its pairs and their judged documents
     assert s.train_queries == 25 and len({e.query_id for e in s.train}) == 25 and len(s.train) == 50
-    assert all(e.pos.id in kept and e.neg.id in kept for e in s.train)
+    assert all(e.pos.id in kept for e in s.train)
+    # their hard negatives come first among the distractors (here all fit), then random documents
+    assert all(e.neg is not None and e.neg.id in kept for e in s.train + s.validation)
     # the size rule: max(min_docs, fraction x corpus) documents, distractors filling what the judged ones leave
     n_docs, _ = proxy_sizes(len(ids), 100, 0.25, 50, 5)
-    assert len(s.doc_ids) == n_docs == -(-len(ids) // 4) and s.distractors == n_docs - s.required_docs > 0
+    assert len(s.doc_ids) == n_docs == -(-len(ids) // 4) and s.distractors == n_docs - s.required_docs > 60
+    assert s.required_docs == 2 * 25 + 2 * 10
     assert s.doc_ids == [i for i in ids if i in kept]  # in corpus order
     assert s.cheaper
     again = sample_proxy(train, val, ids, fraction=0.25, min_docs=50, min_train_queries=5, seed=0)
@@ -56,6 +59,16 @@ def test_the_proxy_keeps_every_validation_querys_judged_documents_and_draws_the_
     assert again.doc_ids == s.doc_ids and [e.query_id for e in again.train] == [e.query_id for e in s.train]
     assert other.doc_ids != s.doc_ids and {e.query_id for e in other.train} != {e.query_id for e in s.train}
     assert {e.pos.id for e in val} <= set(other.doc_ids)  # whatever the seed
+
+
+def test_hard_negatives_that_do_not_fit_the_proxy_leave_their_examples_not_their_positives():
+    train, val = _examples(100, "t", 0), _examples(10, "v", 10_000)
+    ids = _corpus_ids(train, val, 2000)
+    s = sample_proxy(train, val, ids, fraction=0.02, min_docs=80, min_train_queries=25, seed=0)
+    kept = set(s.doc_ids)
+    assert len(kept) == 80 and s.required_docs == 70 and all(e.pos.id in kept for e in s.train + s.validation)
+    assert all(e.neg is None or e.neg.id in kept for e in s.train + s.validation)
+    assert sum(e.neg is not None for e in s.train + s.validation) == 10  # the 10 places left went to hard negatives
 
 
 def test_a_proxy_that_would_hold_most_of_the_data_is_not_cheaper():

@@ -63,7 +63,7 @@ def second_plan(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, first
                 spent: dict[str, float]) -> B.Plan:
     """The plan on the survivors, the remaining phases scaled by the proxy's measured / modelled time."""
     speed = 1.0
-    if first.phases.get("proxy", 0) > 20 and "proxy" in spent:
+    if cands is not None and first.phases.get("proxy", 0) > 20 and "proxy" in spent:  # the proxy ran: it measured this machine
         speed = min(3.0, max(0.5, spent["proxy"] / first.phases["proxy"]))
     lead = next(iter(cands.depths)) if cands else None
     plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams, lead), cands=cands, proxy_done=True, spent=spent,

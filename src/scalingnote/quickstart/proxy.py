@@ -40,8 +40,8 @@ class ProxySample:
     train: list[Example]
     validation: list[Example]
     doc_ids: list[str]
-    required_docs: int  #: judged / negative documents of the kept queries
-    distractors: int  #: documents drawn at random from the rest
+    required_docs: int  #: judged (positive) documents of the kept queries
+    distractors: int  #: the kept queries' hard negatives that fit, then documents drawn at random
     corpus_docs: int  #: documents of the whole corpus
     train_queries: int  #: training queries kept
     all_train_queries: int
@@ -59,25 +59,31 @@ class ProxySample:
 
 def sample_proxy(train: list[Example], validation: list[Example], corpus_ids: list[str], *, fraction: float, min_docs: int,
                  min_train_queries: int, seed: int) -> ProxySample:
-    """Draw the proxy (:func:`proxy_sizes`): every validation example kept whole, training queries
-    drawn with ``seed`` (all pairs of a drawn query kept), the documents those examples name
-    (positives and hard negatives), then distractors drawn with ``seed`` from the rest of
-    ``corpus_ids`` up to the proxy's size. The kept documents come in corpus order."""
+    """Draw the proxy (:func:`~scalingnote.quickstart.budget.proxy_sizes`): every validation
+    example, training queries drawn with ``seed`` (every pair of a drawn query kept), and the
+    documents: every judged (positive) document of those examples, then their hard negatives
+    (seeded order) while the proxy's size allows — the distractors the full corpus makes hard —
+    then random distractors drawn with ``seed``. An example whose hard negative did not fit keeps
+    its positive and loses the negative (in-batch negatives remain). Documents come in corpus order."""
     rng = np.random.default_rng(seed)
     tq = sorted({e.query_id for e in train})
     n_docs, n_q = proxy_sizes(len(corpus_ids), len(tq), fraction, min_docs, min_train_queries)
     keep_q = set(rng.choice(tq, size=n_q, replace=False).tolist()) if n_q < len(tq) else set(tq)
     kept = [e for e in train if e.query_id in keep_q]
-    required: set[str] = set()
-    for e in kept + validation:
-        required.add(e.pos.id)
-        required.update(d.id for d in e.negs)
-    rest = [i for i in corpus_ids if i not in required]
-    n_extra = max(0, min(len(rest), n_docs - len(required)))
-    extra = set(rng.choice(len(rest), size=n_extra, replace=False).tolist()) if n_extra else set()
-    chosen = required | {rest[i] for i in extra}
-    return ProxySample(kept, list(validation), [i for i in corpus_ids if i in chosen], len(required), n_extra, len(corpus_ids),
-                       len(keep_q), len(tq))
+    required = {e.pos.id for e in kept + validation}
+    negs = sorted({d.id for e in validation + kept for d in e.negs} - required)
+    negs = [negs[i] for i in rng.permutation(len(negs))][:max(0, n_docs - len(required))]
+    chosen = required | set(negs)
+    rest = [i for i in corpus_ids if i not in chosen]
+    n_extra = max(0, min(len(rest), n_docs - len(chosen)))
+    chosen |= {rest[i] for i in rng.choice(len(rest), size=n_extra, replace=False)} if n_extra else set()
+
+    def fit(e: Example) -> Example:
+        kept_negs = [d for d in e.negs if d.id in chosen]
+        return replace(e, neg=kept_negs[0] if kept_negs else None, extra_negs=tuple(kept_negs[1:]))
+
+    return ProxySample([fit(e) for e in kept], [fit(e) for e in validation], [i for i in corpus_ids if i in chosen], len(required),
+                       len(chosen) - len(required), len(corpus_ids), len(keep_q), len(tq))
 
 
 def _full_spec(cfg: QuickstartConfig, data: dict) -> DataSpec:
