@@ -13,7 +13,6 @@ trained and encoded on the whole corpus. The proxy's features land in the shared
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
