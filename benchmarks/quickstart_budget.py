@@ -62,7 +62,7 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "skipped": "; ".join(budget.get("skipped") or []) or None,
         "teacher": ch["teacher"]["family"], "teacher_depth_choice": fam.get("depth_choice"), "width": fam.get("dim"),
         "teacher_dir": Path(ch["teacher"]["dir"]).name, "student": ch["student"]["chosen"], "fusion": ch["served"]["choice"],
-        "fusion_weight": ch["served"].get("weight"), "student_ndcg@10": student["ndcg@10"], "served_ndcg@10": served["ndcg@10"],
+        "fusion_weight": ch["served"].get("weight"), "student_ndcg@10": round(student["ndcg@10"], 4), "served_ndcg@10": round(served["ndcg@10"], 4),
         "proxy_drawn": proxy.get("drawn"), "proxy_docs": (proxy.get("data") or {}).get("docs"),
         "proxy_agreed": all((proxy.get("agreed") or {}).values()) if proxy.get("agreed") else None,
         "proxy_agreement": json.dumps(proxy.get("agreed")) if proxy.get("agreed") else None,

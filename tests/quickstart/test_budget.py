@@ -249,3 +249,19 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
     d, s = rows[0], rows[2]
     assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
     assert s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None  # no exhaustive row yet
+
+
+def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
+    from scalingnote.quickstart.early import late_cut
+
+    cfg, fams, sizes, _ = _plan(9)
+    one = Candidates({"bert": {None: [1e-3]}}, {"bert": False})
+    plan = make_plan(cfg, fams, Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60), ("bert", 2),
+                     cands=one, proxy_done=True, spent={"data": 20.0, "proxy": 60.0})
+    assert plan.compare == "teacher" and plan.phases["comparison_runs"] > 0  # the plan held them
+    spent = {"data": 20.0, "proxy": 60.0, "stage1_large_towers": 60.0, "stage2_students": 120.0}
+    assert late_cut(cfg, plan, spent, 1.0).compare == "teacher"  # on pace: kept
+    behind = late_cut(cfg, plan, {**spent, "stage2_students": 400.0}, 1.5)
+    assert behind.compare == "none" and plan.compare == "none" and "at this run's pace" in plan.skipped[-1]
+    full = QuickstartConfig(out="unused", full=True)
+    assert late_cut(full, plan, {**spent, "stage2_students": 3000.0}, 3.0) is full  # --full never cuts

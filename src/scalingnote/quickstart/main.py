@@ -176,6 +176,8 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")))
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
+    cfg = E.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
+    prog.replan(plans[1].phases)
     prog.begin("comparison_runs")
     compared = {"all": contenders, "teacher": [teacher], "none": []}[cfg.compare]
     comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)

@@ -47,7 +47,8 @@ class Progress:
     def _say(self, msg: str) -> None:
         print(f"[quickstart] {msg}", file=self.out, flush=True)
 
-    def _ratio(self) -> float:
+    def ratio(self) -> float:
+        """Spent / planned seconds of the finished phases (clamped to 0.5..3): how the plan is running."""
         done = [k for k in self.spent if self.planned.get(k, 0) > 1]
         if not done:
             return 1.0
@@ -56,7 +57,7 @@ class Progress:
 
     def eta_s(self) -> float:
         """Seconds left: the remaining phases' planned time (scaled), less what the current one has run."""
-        r = self._ratio()
+        r = self.ratio()
         left = sum(v for k, v in self.planned.items() if k not in self.spent and k != self.phase) * r
         if self.phase is not None:
             left += max(0.0, self.planned.get(self.phase, 0.0) * r - (self.clock() - self._phase_t0))
