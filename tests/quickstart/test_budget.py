@@ -265,3 +265,16 @@ def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
     assert behind.compare == "none" and plan.compare == "none" and "at this run's pace" in plan.skipped[-1]
     full = QuickstartConfig(out="unused", full=True)
     assert late_cut(full, plan, {**spent, "stage2_students": 3000.0}, 3.0) is full  # --full never cuts
+
+
+def test_the_eta_grows_when_a_phase_runs_over_its_plan():
+    now = [0.0]
+    p = Progress({"a": 100.0, "b": 100.0, "c": 100.0}, out=io.StringIO(), clock=lambda: now[0])
+    p.begin("a")
+    now[0] = 50.0
+    assert p.eta_s() == pytest.approx(250.0)  # on plan: 50 left of a, then b and c
+    now[0] = 200.0  # a has run twice its plan: the rest is expected at that pace
+    assert p.eta_s() == pytest.approx(400.0)
+    p.end("a")
+    p.begin("b")
+    assert p.eta_s() == pytest.approx(400.0)  # a finished at 2x: b and c at 2x

@@ -58,6 +58,8 @@ class Progress:
     def eta_s(self) -> float:
         """Seconds left: the remaining phases' planned time (scaled), less what the current one has run."""
         r = self.ratio()
+        if self.phase is not None and self.planned.get(self.phase, 0.0) > 1:  # a phase running over its plan slows the rest too
+            r = max(r, min(3.0, (self.clock() - self._phase_t0) / self.planned[self.phase]))
         left = sum(v for k, v in self.planned.items() if k not in self.spent and k != self.phase) * r
         if self.phase is not None:
             left += max(0.0, self.planned.get(self.phase, 0.0) * r - (self.clock() - self._phase_t0))
