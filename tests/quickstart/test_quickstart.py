@@ -77,7 +77,7 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert set(ch["ordering"]) == {"bert", "llm"} and "versions" in res
     # where the time went, phase by phase (a user over budget sees which knob to turn)
     phases = res["phase_seconds"]
-    assert list(phases) == ["data", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
+    assert list(phases) == ["data", "proxy", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
     # the phases cover the whole run (each rounded to 0.1 s), and the ones that train took time
     assert sum(phases.values()) == pytest.approx(res["elapsed_s"], abs=0.1 * len(phases))
     assert min(phases["stage1_large_towers"], phases["stage2_students"], phases["evaluation"]) > 0

@@ -24,13 +24,19 @@ def register(app: typer.Typer) -> None:
         teacher: str | None = typer.Option(None, "--teacher", help="Pin the QKD teacher's family (bert or llm); default: the best on validation."),
         student_p99_ms: float | None = typer.Option(None, "--student-p99-ms", help="Latency budget: the best-validating student whose single-query p99 (ms) is under it."),
         max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
+        budget_minutes: float | None = typer.Option(
+            None, "--budget-minutes", help="Minutes of pipeline to plan against on this machine (default 8): the plan is printed first; "
+            "candidates are compared on a proxy sample and only those that can still win are trained in full; work the budget "
+            "cannot hold is skipped and named."),
+        full: bool = typer.Option(False, "--full", help="Exhaustive: every candidate trained in full on the whole corpus, no proxy, no "
+                                  "budget (reuses the steps a budgeted run finished)."),
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:
-        """data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> matched-cost comparison -> IVFPQ + semantic IDs -> served default."""
+        """plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> matched-cost comparison -> IVFPQ + semantic IDs -> served default."""
         check_inputs(out, data, corpus_format=corpus_format)  # before any work: a bad --data fails now, not after Stage I started
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
         given = {"llm_depths": [int(x) for x in llm_depths.split(",")] if llm_depths else None, "teacher": teacher,
-                 "student_p99_ms": student_p99_ms, "corpus_format": corpus_format}
+                 "student_p99_ms": student_p99_ms, "corpus_format": corpus_format, "budget_minutes": budget_minutes, "full": full}
         cfg = load_config(
             QuickstartConfig,
             {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps, "max_eval_queries": max_eval_queries,

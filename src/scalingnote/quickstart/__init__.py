@@ -3,6 +3,9 @@ every choice on validation queries held out from the user's training split.
 
     data (synthetic note-search log -> triplets, or a BEIR directory)
       -> which model families can read the queries (tokenizer check; a family that cannot is skipped)
+      -> the plan against the time budget (``budget_minutes``), then every Stage I candidate on a
+         proxy sample; only those within ``proxy_margin`` of the proxy's best run in full
+         (:mod:`~scalingnote.quickstart.early`; ``full``: every candidate in full, no budget)
       -> Stage I per family: the large dual tower (depth and head learning rate chosen on validation;
          never worse than its zero-shot start), the teacher = the best large tower on validation
       -> Stage II: QKD of the teacher into the student(s); the best-validating student within the

@@ -157,4 +157,31 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
             "reason": f"2-fold cross-fitted validation nDCG@10: student alone {dense:.4f}, student + BM25 {fused:.4f}"}
 
 
-__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "keep_better", "readability", "tokenizer_report", "val_confidence"]
+# ----------------------------------------------------------------------------- decide early (issue #51)
+def halve(proxy_val: Mapping[str, float], margin: float, keep_at_most: int | None = None) -> tuple[list[str], str]:
+    """Successive halving's elimination rule, one round: on the proxy's validation nDCG@10, keep
+    every candidate within ``margin`` of the best (it can still win on the whole corpus), drop the
+    rest; ``keep_at_most`` (the budget's cut) keeps only that many of the best. Ties and NaN-free
+    order: the first candidate first. Returns (survivors in the given order, the reason)."""
+    if not proxy_val:
+        raise ValueError("halve: no candidate")
+    if margin < 0:
+        raise ValueError(f"halve: margin must be >= 0, got {margin}")
+    order = list(proxy_val)
+    best = max(order, key=lambda k: (proxy_val[k], -order.index(k)))
+    top = proxy_val[best]
+    keep = [k for k in order if proxy_val[k] >= top - margin]
+    if keep_at_most is not None and len(keep) > keep_at_most:
+        ranked = sorted(keep, key=lambda k: (-proxy_val[k], order.index(k)))[:max(1, keep_at_most)]
+        keep = [k for k in order if k in ranked]
+    dropped = [k for k in order if k not in keep]
+    listing = ", ".join(f"{k} {proxy_val[k]:.4f}" for k in order)
+    why = f"proxy validation nDCG@10 {listing}; kept within {margin:g} of the best ({best})"
+    if keep_at_most is not None:
+        why += f", at most {keep_at_most} (time budget)"
+    if dropped:
+        why += f"; dropped {', '.join(dropped)}"
+    return keep, why
+
+
+__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "halve", "keep_better", "readability", "tokenizer_report", "val_confidence"]

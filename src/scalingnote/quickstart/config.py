@@ -131,6 +131,25 @@ class QuickstartConfig:
     #: in every readable family (two more Stage I runs and a QKD run per family), "none" (or false) =
     #: only what the served model needs
     compare: bool | Literal["teacher", "all", "none"] = "teacher"
+    #: the time budget (issue #51): minutes of pipeline the quick start plans against on this machine
+    #: (:mod:`scalingnote.quickstart.budget`; the plan and the minutes spent per phase are printed and
+    #: in ``results.json``). When the plan exceeds it, work is cut in a stated order (the comparison
+    #: runs first) and named. None = no cut. The default holds the embedded default on 2 cores
+    budget_minutes: float | None = 8.0
+    #: the exhaustive quick start: no proxy and no budget, every candidate trained in full on the
+    #: whole corpus (the steps a budgeted run finished are reused: same steps, same digests)
+    full: bool = False
+    #: the proxy the candidates are first compared on (:mod:`scalingnote.quickstart.proxy`):
+    #: ``max(proxy_min_docs, proxy_fraction x corpus)`` documents (every validation query's judged
+    #: documents, the kept training queries' positives and negatives, seeded distractors) and
+    #: ``max(proxy_min_train_queries, proxy_fraction x training queries)`` training queries; not
+    #: drawn when it would hold more than 60% of either (the full runs are then the comparison)
+    proxy_fraction: float = 0.25
+    proxy_min_docs: int = 500
+    proxy_min_train_queries: int = 200
+    #: successive halving's elimination margin: a candidate more than this below the proxy's best
+    #: validation nDCG@10 (at its level: family, depth, head learning rate, width) is not trained in full
+    proxy_margin: float = 0.02
     index_factory: str | None = None  #: default: see :func:`scalingnote.quickstart.runs.default_factory`
     semantic_id_layers: int = 6
     rerank: int = 100
@@ -184,6 +203,14 @@ class QuickstartConfig:
             raise ConfigError(None, None, "index_recall", f"must be in (0, 1] (a share of exact search's top 10) or null, got {self.index_recall}")
         for s in self.students or []:
             parse_student(s)
+        if self.budget_minutes is not None and self.budget_minutes <= 0:
+            raise ConfigError(None, None, "budget_minutes", f"must be > 0 minutes or null (no budget), got {self.budget_minutes}")
+        if not 0 < self.proxy_fraction <= 1:
+            raise ConfigError(None, None, "proxy_fraction", f"must be in (0, 1], got {self.proxy_fraction}")
+        if self.proxy_margin < 0 or self.proxy_min_docs < 1 or self.proxy_min_train_queries < 1:
+            raise ConfigError(None, None, "proxy_margin" if self.proxy_margin < 0 else "proxy_min_docs",
+                              "the proxy needs margin >= 0 and at least 1 document and 1 training query, got "
+                              f"{self.proxy_margin}, {self.proxy_min_docs}, {self.proxy_min_train_queries}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(None, None, "precision", f"must be auto, fp32 or bf16, got {self.precision!r}")
 

@@ -5,6 +5,7 @@ and the choices of :mod:`scalingnote.quickstart.pipeline` in order, then the eva
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,14 @@ from scalingnote.evaluation import evaluate
 from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
+import scalingnote.quickstart.early as E
 import scalingnote.quickstart.pipeline as P
+import scalingnote.quickstart.proxy as X
 import scalingnote.quickstart.report as R
 import scalingnote.quickstart.runs as runs
 from scalingnote.quickstart.choose import cross_fit_fusion
 from scalingnote.quickstart.config import QuickstartConfig, family
+from scalingnote.quickstart.progress import Progress, is_terminal
 from scalingnote.quickstart.report import row, tower_label
 from scalingnote.quickstart.scoring import METRICS, Scored, TowerPool, load_eval_set, per_query_ndcg, score, tuning_texts
 from scalingnote.serve.corpus import served_searcher
@@ -122,34 +126,69 @@ class _Laps:
 
 
 def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
-    """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``)."""
+    """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``).
+    Unless ``cfg.full``: the plan first, the candidates compared on the proxy, only the survivors
+    trained in full, within ``cfg.budget_minutes`` (:mod:`scalingnote.quickstart.early`)."""
     P.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split, cfg.corpus_format)
     out = Path(cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "quickstart.yaml")
     seed_everything(cfg.seed)
+    tty = is_terminal()
+    if not tty and cfg.show_progress:  # a log, not a terminal: one line per phase and per minute, not a flood of bars
+        cfg = replace(cfg, show_progress=False)
     laps = _Laps()
     data = runs.prepare_data(cfg, out)
     readable, report = P.readable_families(cfg, Path(data["beir"]))
     laps.lap("data")
     fams = [family(cfg, f) for f in readable]
+    sizes, plan0 = E.first_plan(cfg, fams, data, dict(laps.seconds))
+    with Progress(plan0.phases, heartbeat_s=None if tty else 60.0) as prog:
+        prog.end("data", laps.seconds["data"])
+        prog.begin("proxy")
+        cands, early = E.decide(cfg, fams, data, out)
+        laps.lap("proxy")
+        prog.end("proxy", laps.seconds["proxy"])
+        plan = E.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
+        prog.replan(plan.phases)
+        kept = None if cfg.full else plan.cands  # the proxy's survivors, less what the budget cut
+        return _run(E.budgeted(cfg, plan), out, data, readable, report, fams, kept, early, (plan0, plan), laps, prog)
+
+
+def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], report: dict, fams: list, cands, early: dict | None,
+         plans: tuple, laps: _Laps, prog: Progress) -> list[dict[str, Any]]:
+    """Stage I on the candidates still in, Stage II, the comparison, the index, the evaluation."""
+    prog.begin("stage1_large_towers")
+    fams = [f for f in fams if cands is None or f.name in cands.depths]  # the families the proxy kept
+    contenders = [f.name for f in fams]
     pool = TowerPool()
-    first = runs.large_tower_runs(cfg, fams[0], data, out)  # the held-out queries come from the first Stage I run
+    f0, lrs0, _ = P.restrict(fams[0], cands)
+    first = runs.large_tower_runs(cfg, f0, data, out, lrs0)  # the held-out queries come from the first Stage I run
     first_dir = Path(next(iter(first.values()))["run_dir"])
     ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
-    large = P.large_towers(cfg, fams, data, out, pool, ev)
-    teacher, t_why = P.choose_teacher(cfg, readable, large, pool, ev)
+    large = P.large_towers(cfg, fams, data, out, pool, ev, cands)
+    teacher, t_why = P.choose_teacher(cfg, contenders, large, pool, ev)
     P.say(f"teacher: {teacher} large tower ({t_why})")
     laps.lap("stage1_large_towers")
+    prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
+    prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
-    students = P.train_students(cfg, readable, large, teacher, data, out, pseudo, pool, ev)
+    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")))
     laps.lap("stage2_students")
-    compared = {"all": readable, "teacher": [teacher], "none": []}[cfg.compare]
+    prog.end("stage2_students", laps.seconds["stage2_students"])
+    cfg = E.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
+    prog.replan(plans[1].phases)
+    prog.begin("comparison_runs")
+    compared = {"all": contenders, "teacher": [teacher], "none": []}[cfg.compare]
     comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
     laps.lap("comparison_runs")
+    prog.end("comparison_runs", laps.seconds["comparison_runs"])
+    prog.begin("index")
     tune = tuning_texts(ev, first_dir, seed=cfg.seed) if cfg.index_recall is not None else None
     index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"], Path(students["chosen"]["dir"]), tune)
     laps.lap("index")
+    prog.end("index", laps.seconds["index"])
+    prog.begin("evaluation")
     runs.banner("evaluation")
     rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
@@ -159,20 +198,29 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     R.measure_qps(pool, rows, ev.texts)
     R.vs_best_baseline(rows)
     laps.lap("evaluation")
+    prog.end("evaluation", laps.seconds["evaluation"])
     elapsed = time.perf_counter() - laps.start
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
-               "index": read_manifest(index_dir).get("search_tuning")}
+               "index": read_manifest(index_dir).get("search_tuning"),
+               "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
+               "budget": E.report(*plans, laps.seconds)}
     write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
                                       **run_metadata(cfg)})
     R.print_table(rows)
+    _closing(out, elapsed, laps, plans[1], fusion, index_dir, students)
+    return rows
+
+
+def _closing(out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict) -> None:
     print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
-          + ", ".join(f"{k} {v:g}" for k, v in laps.seconds.items()) + ")")
+          + ", ".join(f"{k} {v:g} (planned {plan.phases.get(k, 0):.0f})" for k, v in laps.seconds.items()) + ")")
+    if plan.skipped:
+        print("skipped to hold the budget: " + "; ".join(plan.skipped))
     print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
     print("serve it:")
     print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")
-    return rows
 
 
 __all__ = ["quickstart"]

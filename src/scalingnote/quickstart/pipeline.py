@@ -6,7 +6,9 @@ served default. Every choice reads validation queries held out from the training
 from __future__ import annotations
 
 import logging
+import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from scalingnote.data import load_queries
 from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.models import load_tower
+from scalingnote.quickstart.budget import Candidates
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
@@ -64,15 +67,27 @@ def _prompt_budget(cfg: QuickstartConfig, name: str, prompt: Any) -> dict[str, i
     return {"prompt_tokens": fixed, "document_tokens_left": budget - fixed}
 
 
-def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet) -> dict[str, dict]:
+def restrict(fam: Family, cands: Candidates | None) -> tuple[Family, dict | None, bool | None]:
+    """``fam`` with only the depths still in after the proxy, their head learning rates and
+    whether its width run is in (``cands`` None: every candidate, as configured)."""
+    if cands is None:
+        return fam, None, None
+    keep = cands.depths[fam.name]
+    return replace(fam, depths=tuple(d for d in fam.depths if d in keep)), keep, cands.width.get(fam.name, False)
+
+
+def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet,
+                 cands: Candidates | None = None) -> dict[str, dict]:
     """Per family: every depth's best-head-lr run, the depth chosen on validation, and the kept
-    tower (the trained one, or its zero-shot start when training made it worse on validation)."""
+    tower (the trained one, or its zero-shot start when training made it worse on validation).
+    ``cands``: only the candidates the proxy kept (:func:`scalingnote.quickstart.proxy.compare_on_proxy`)."""
     res = {}
     for fam in fams:
-        by_depth = runs.large_tower_runs(cfg, fam, data, out)
+        fam, lrs, width = restrict(fam, cands)
+        by_depth = runs.large_tower_runs(cfg, fam, data, out, lrs)
         depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
         best = by_depth[None if depth == "None" else int(depth)]
-        best, dim_choice = _choose_dim(cfg, fam, best, data, out)
+        best, dim_choice = _choose_dim(cfg, fam, best, data, out, width)
         trained_dir = Path(best["run_dir"])
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
         trained = score(pool, trained_dir / "query_tower", trained_dir, ev)
@@ -94,11 +109,11 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
     return res
 
 
-def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path) -> tuple[dict, dict | None]:
+def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, width: bool | None = None) -> tuple[dict, dict | None]:
     """``cfg.full_dim``: the chosen depth and head learning rate again with the embedding size =
     the backbone's hidden size; the run with the higher validation nDCG@10 (Stage I's own early
     stopping score on the held-out training queries) is kept. Returns (kept run, what was measured)."""
-    full = runs.full_dim_run(cfg, fam, best, data, out) if cfg.full_dim else None
+    full = runs.full_dim_run(cfg, fam, best, data, out) if cfg.full_dim and width is not False else None
     if full is None:
         return best, None
     a, b = best["best_val_score"], full["best_val_score"]
@@ -161,21 +176,24 @@ def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str)
 
 
 def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
-                   pseudo: list[str], pool: TowerPool, ev: EvalSet) -> dict[str, Any]:
+                   pseudo: list[str], pool: TowerPool, ev: EvalSet, decide_early: bool = False) -> dict[str, Any]:
     """QKD from the teacher into each student candidate at each listwise weight; the
-    best-validating one within the latency budget is the ScalingNote student."""
+    best-validating one within the latency budget is the ScalingNote student. ``decide_early``
+    (a budgeted run whose data proxy was drawn): several candidates are first compared on a
+    fraction of QKD's steps (:func:`_students_on_proxy`)."""
     tdir = large[teacher]["dir"]
     cands = []
-    for fam_name, layers in student_candidates(cfg, readable, teacher):
+    specs = [(f, n, w) for f, n in student_candidates(cfg, readable, teacher) for w in cfg.qkd_rank_weights]
+    specs, early = _students_on_proxy(cfg, specs, large, teacher, data, out, pseudo, pool, ev) if decide_early else (specs, None)
+    for fam_name, layers, w in specs:  # one QKD run per (student, listwise weight) still in
         fam = family(cfg, fam_name)
-        for w in cfg.qkd_rank_weights:
-            name = runs.qkd_name(fam_name, layers, teacher, w)
-            m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]))
-            qdir = Path(m["run_dir"]) / "query_tower"
-            sc = score(pool, qdir, tdir, ev)
-            cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
-                          "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss",
-                                                                          "student_base_layers", "student_layer_choice")}})
+        name = runs.qkd_name(fam_name, layers, teacher, w)
+        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]))
+        qdir = Path(m["run_dir"]) / "query_tower"
+        sc = score(pool, qdir, tdir, ev)
+        cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
+                      "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss",
+                                                                      "student_base_layers", "student_layer_choice")}})
     # every candidate timed in the same minutes, taking turns in blocks of queries; on validation
     # query texts only: a choice never reads the reported split, its texts included
     p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
@@ -188,8 +206,30 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
     if name is None:
         raise ScalingNoteError(f"student_p99_ms={cfg.student_p99_ms}: {why}")
     say(f"student: {name} ({why})")
+    if early:
+        early.update(full_val={c["name"]: c["val"] for c in cands}, agreed=max(early["proxy_val"], key=early["proxy_val"].get) == name)
     return {"chosen": next(c for c in cands if c["name"] == name), "candidates": cands,
-            "frontier": [c["name"] for c in frontier], "reason": why}
+            "frontier": [c["name"] for c in frontier], "reason": why, "proxy": early}
+
+
+def _students_on_proxy(cfg: QuickstartConfig, specs: list[tuple[str, int, float]], large: dict, teacher: str, data: dict, out: Path,
+                       pseudo: list[str], pool: TowerPool, ev: EvalSet) -> tuple[list[tuple[str, int, float]], dict[str, Any] | None]:
+    """Decide early among several students (sizes, families, listwise weights): each distilled for
+    ``proxy_fraction`` of QKD's step cap (under ``out/proxy/qkd``), scored on the validation
+    queries, halved with ``proxy_margin``; only the survivors run in full. Not with ``--full``, one
+    candidate, a latency budget (a fast student must not be dropped on quality alone) or no step cap."""
+    cap = cfg.qkd_step_cap(runs.on_gpu())
+    if cfg.full or len(specs) < 2 or cfg.student_p99_ms is not None or cap is None or not ev.val_qids:
+        return specs, None
+    k = max(20, math.ceil(cfg.proxy_fraction * cap))
+    pcfg, tdir, val = replace(cfg, qkd_max_steps=k), large[teacher]["dir"], {}
+    for f, n, w in specs:
+        name = runs.qkd_name(f, n, teacher, w)
+        m = runs.run_qkd(pcfg, name, tdir, family(cfg, f), n, data, out / "proxy", pseudo, rank_weight=w, pool=runs.layer_pool(large[f]["dir"]))
+        val[name] = score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev).val_ndcg
+    keep, why = choose.halve(val, cfg.proxy_margin)
+    say(f"proxy, students ({k} QKD steps each): {why}")
+    return [s for s in specs if runs.qkd_name(s[0], s[1], teacher, s[2]) in keep], {"steps": k, "proxy_val": val, "kept": keep, "reason": why}
 
 
 def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path,
@@ -259,4 +299,4 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
 
 
-__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "student_candidates", "summary", "train_students"]
+__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "restrict", "student_candidates", "summary", "train_students"]

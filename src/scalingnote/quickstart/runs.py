@@ -129,6 +129,13 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- Stage I
+def data_spec(cfg: QuickstartConfig, data: dict) -> dict[str, Any]:
+    """The ``DataSpec`` of every Stage I run over ``data`` (the same split, the same held-out queries)."""
+    return {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
+            "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
+            "eval_overlap": "drop"}  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+
+
 def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
                   max_epochs: float, init_heads_from: str | None = None, dim: int | None = None):
     """A Stage I run's TrainConfig; ``dim`` = its embedding size (None = ``cfg.dim``), with the
@@ -142,9 +149,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
         "loss": {"dims": matryoshka_dims_for(dim)},
         "query_tower": q,
         "doc_tower": d,
-        "data": {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
-                 "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
-                 "eval_overlap": "drop"},  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+        "data": data_spec(cfg, data),
         "optim": {"batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "max_steps": cfg.steps,
                   "epochs": max_epochs, "lr": lr, "head_lr": head_lr},
         "seed": cfg.seed,
@@ -197,19 +202,22 @@ def family_method(fam: Family) -> str:
     return "scaling_dual" if fam.name == "llm" else "twinbert"
 
 
-def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path) -> dict[int | None, dict[str, Any]]:
-    """The family's large dual tower at each candidate depth, each with the best head learning
-    rate of ``cfg.head_lrs`` on validation; {depth: metrics (+ ``lr_grid``)}."""
+def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path,
+                     head_lrs: dict[int | None, list[float]] | None = None) -> dict[int | None, dict[str, Any]]:
+    """The family's large dual tower at each candidate depth (``fam.depths``), each with the best
+    head learning rate of ``cfg.head_lrs`` (or ``head_lrs[depth]``: the ones still in after the
+    proxy) on validation; {depth: metrics (+ ``lr_grid``, ``lr_scores`` {lr: validation nDCG@10})}."""
     prefill_depth_caches(cfg, fam, data)
     res = {}
     for depth in fam.depths:
-        tried, best = [], None
-        for hl in cfg.head_lrs:
+        tried, best, scores = [], None, {}
+        for hl in (head_lrs or {}).get(depth, cfg.head_lrs):
             m = dict(_large_run(cfg, fam, data, out, depth, hl), head_lr=hl, depth=depth, dim=cfg.dim)
             tried.append(f"{hl:g}:{m['best_val_score']:.4f}")
+            scores[hl] = m["best_val_score"]
             if best is None or m["best_val_score"] > best["best_val_score"]:
                 best = m
-        res[depth] = dict(best, lr_grid=" ".join(tried))
+        res[depth] = dict(best, lr_grid=" ".join(tried), lr_scores=scores)
     return res
 
 
@@ -475,5 +483,5 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
     banner(f"index search settings: {report['reason']}")
 
 
-__all__ = ["build_ivfpq", "corpus_file", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+__all__ = ["build_ivfpq", "corpus_file", "data_spec", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]

@@ -1,0 +1,293 @@
+"""The quick start's time budget (issue #51): what each phase is expected to cost on this machine,
+what the budget cuts when it cannot hold every phase, and the plan printed before any training.
+
+The cost model counts the work each phase does — transformer layers over the corpus's tokens
+(the frozen-prefix feature passes), optimiser steps of the heads, QKD steps — at per-unit costs
+measured on the embedded default on 2 idle cores (``benchmarks/results/quickstart_fresh_clone.json``
+and its run directories: MiniLM ~20 us and SmolLM2 ~50 us per token and layer, a head step over
+cached features 15 ms + 0.07 ms per embedding dimension, a 2-layer QKD step 0.36 s). After the
+proxy, :meth:`Plan.speed` rescales the rest by how long the proxy really took (a busier or faster
+machine), and the plan is made again on the candidates that survived.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalingnote.data import load_corpus
+from scalingnote.models.loading import resolve_source
+from scalingnote.quickstart.config import Family, QuickstartConfig
+
+#: the phases in run order; ``mining_round`` is issue #50's slot (a second Stage I round on the
+#: teacher's mined negatives), planned at 0 and disabled until it exists
+PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
+#: seconds per token and layer of a frozen-prefix pass, per family (2 cores, fp32)
+TOKEN_LAYER_S = {"bert": 20e-6, "llm": 50e-6}
+QKD_STEP_S = {"bert": 0.18, "llm": 0.30}  #: per student layer, batch 128
+SMALL_STEP_S = 0.09  #: per small-tower layer and step (twinbert_small / scaling_doc, batch 64)
+INDEX_S = 30.0  #: the index phase (build + tuning; issue #52 keeps it a phase of its own)
+EPOCHS_EST = 12  #: Stage I epochs until early stopping (the embedded default's runs stopped after 8-12)
+SMALL_EPOCHS_EST = 6
+QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
+
+
+def proxy_sizes(n_docs: int, n_train_queries: int, fraction: float, min_docs: int, min_train_queries: int) -> tuple[int, int]:
+    """The proxy size rule: ``max(min_docs, fraction x corpus)`` documents and
+    ``max(min_train_queries, fraction x training queries)`` training queries (each at most all)."""
+    docs = min(n_docs, max(min_docs, math.ceil(fraction * n_docs)))
+    queries = min(n_train_queries, max(min_train_queries, math.ceil(fraction * n_train_queries)))
+    return docs, queries
+
+
+@dataclass
+class Sizes:
+    """What the work scales with, counted before any training."""
+
+    docs: int
+    doc_tokens: float  #: mean tokens per document (capped by ``doc_max_length``)
+    train_examples: int
+    train_queries: int
+    val_queries: int
+    query_tokens: float = 10.0
+
+
+def measure_sizes(cfg: QuickstartConfig, data: dict) -> Sizes:
+    """Count the corpus and the training pairs (no model runs)."""
+    corpus = load_corpus(Path(data["corpus"]))
+    chars = [len(d.text) for d in list(corpus.values())[:2000]]
+    tokens = min(float(cfg.doc_max_length), (sum(chars) / max(1, len(chars))) / 4.3 + 2)
+    if data.get("triplets"):
+        rows = [json.loads(ln) for ln in Path(data["triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()]
+        val = {json.loads(ln)["query_id"] for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()}
+        qids = {r["query_id"] for r in rows}
+        return Sizes(len(corpus), tokens, len(rows), len(qids), len(val))
+    qrels = Path(data["beir"]) / "qrels" / "train.tsv"
+    lines = [ln.split("\t") for ln in qrels.read_text(encoding="utf-8").splitlines()[1:] if ln.strip()] if qrels.exists() else []
+    qids = {p[0] for p in lines}
+    n_val = round(0.1 * len(qids))
+    return Sizes(len(corpus), tokens, round(0.9 * len(lines)), len(qids) - n_val, n_val)
+
+
+def model_shape(model: str, default: tuple[int, int] = (6, 384)) -> tuple[int, int]:
+    """A model's (layers, hidden size) from its config (without loading weights); ``default`` when unreadable."""
+    try:
+        src = resolve_source(model)
+        c = json.loads((Path(src.path) / "config.json").read_text())
+        return int(c.get("num_hidden_layers") or c.get("n_layer") or default[0]), int(c.get("hidden_size") or c.get("n_embd") or default[1])
+    except Exception:  # a GGUF file or a saved tower: the estimate only
+        return default
+
+
+def model_layers(model: str, default: int = 6) -> int:
+    return model_shape(model, (default, 384))[0]
+
+
+def unit_cost(fam: Family) -> float:
+    """The family's per-token, per-layer cost relative to the measured model (MiniLM 384 / SmolLM2
+    576 wide): a layer's work grows with the square of its width (a tiny test model costs ~nothing)."""
+    ref = 576 if fam.name == "llm" else 384
+    return max(0.01, (model_shape(fam.model, (6, ref))[1] / ref) ** 2)
+
+
+@dataclass
+class Candidates:
+    """Stage I candidates per family: {depth: [head learning rates]} and whether the width run is in."""
+
+    depths: dict[str, dict[int | None, list[float]]]
+    width: dict[str, bool]
+
+    @classmethod
+    def every(cls, cfg: QuickstartConfig, fams: list[Family]) -> "Candidates":
+        return cls({f.name: {d: list(cfg.head_lrs) for d in f.depths} for f in fams}, {f.name: bool(cfg.full_dim) for f in fams})
+
+    def count(self) -> int:
+        return sum(len(v) for d in self.depths.values() for v in d.values()) + sum(self.width.values())
+
+
+def _layers(fam: Family, depth: int | None) -> int:
+    return depth if depth else model_layers(fam.model)
+
+
+def _head_run_s(s: Sizes, train_examples: int, dim: int, batch: int, epochs: float) -> float:
+    steps = min(epochs, EPOCHS_EST) * math.ceil(train_examples / batch)
+    return 3.0 + steps * (0.015 + 7e-5 * dim) + min(epochs, EPOCHS_EST) * 0.002 * s.val_queries
+
+
+def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candidates, s: Sizes, docs: int, train_examples: int,
+                   queries: int) -> float:
+    """Stage I over ``docs`` documents and ``train_examples`` examples: per family one pass of its
+    deepest candidate over the documents and queries, a head run per (depth, lr), the width run,
+    the zero-shot start."""
+    total = 0.0
+    for name, depths in cands.depths.items():
+        fam = fams[name]
+        if not depths:
+            continue
+        deep = max(_layers(fam, d) for d in depths)
+        c = TOKEN_LAYER_S[name] * unit_cost(fam)
+        total += docs * s.doc_tokens * deep * c + queries * s.query_tokens * deep * c + 4.0  # the pass (+ model load)
+        runs = sum(len(v) for v in depths.values())
+        total += runs * _head_run_s(s, train_examples, cfg.dim, cfg.batch_size, cfg.max_epochs)
+        if cands.width.get(name):
+            total += _head_run_s(s, train_examples, 576 if name == "llm" else 384, cfg.batch_size, cfg.max_epochs)
+        total += 3.0 + 0.05 * docs * s.doc_tokens * min(_layers(fam, d) for d in depths) * c  # zero-shot start
+    return total
+
+
+def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
+    """QKD's steps: its epochs over the query pool (logged queries, ICT pseudo-queries, corpus
+    text), at most ``cap``."""
+    pool = s.train_queries + s.val_queries + min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
+    steps = math.ceil(cfg.qkd_epochs * pool / cfg.qkd_batch_size)
+    return steps if cap is None else min(cap, steps)
+
+
+def qkd_seconds(fam: Family, layers: int, steps: int) -> float:
+    return 5.0 + steps * QKD_STEP_S[fam.name] * layers * unit_cost(fam)
+
+
+@dataclass
+class Plan:
+    """Planned seconds per phase, what the budget cut, and the settings it cut them with."""
+
+    budget_s: float | None
+    phases: dict[str, float]
+    cands: Candidates
+    skipped: list[str] = field(default_factory=list)
+    compare: str = "teacher"
+    qkd_steps: int | None = None
+    proxy: dict[str, Any] | None = None
+    speed: float = 1.0
+
+    @property
+    def total(self) -> float:
+        return sum(self.phases.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"budget_minutes": None if self.budget_s is None else round(self.budget_s / 60, 2),
+                "planned_minutes": round(self.total / 60, 2), "planned_s": {k: round(v, 1) for k, v in self.phases.items()},
+                "skipped": list(self.skipped), "compare": self.compare, "qkd_steps": self.qkd_steps, "speed": round(self.speed, 2),
+                "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()}, "width": self.cands.width}
+
+    def text(self) -> str:
+        """The plan in words (printed before any training)."""
+        lines = [f"plan: {self.total / 60:.1f} min" + (f" of a {self.budget_s / 60:g}-minute budget" if self.budget_s else " (no budget)")
+                 + (f" (this machine at {self.speed:.2f}x the model's time)" if self.speed != 1.0 else "")]
+        for f, v in self.cands.depths.items():
+            lines.append(f"  candidates {f}: " + ", ".join(f"depth {d or 'all'} lr {'/'.join(f'{x:g}' for x in lrs)}" for d, lrs in v.items())
+                         + (", width run" if self.cands.width.get(f) else ""))
+        if self.proxy:
+            p = self.proxy
+            lines.append(f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of {p['all_train_queries']} "
+                         f"training queries, every validation query ({p.get('validation_queries', '?')}) with its judged documents")
+        lines.append("  expected minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in self.phases.items() if k != "mining_round")
+                     + ", mining_round off (issue #50)")
+        lines += [f"  skipped (budget): {s}" for s in self.skipped]
+        return "\n".join(lines)
+
+
+def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student: tuple[str, int], *, cands: Candidates | None = None,
+              proxy_done: bool = False, spent: dict[str, float] | None = None, speed: float = 1.0) -> Plan:
+    """The plan: ``cands`` = the Stage I candidates still in (None: every one, before the proxy);
+    ``spent``: phases already run (their measured seconds); ``speed``: measured / modelled time.
+    When the budget cannot hold every phase, cuts in this order until it does: the comparison runs
+    (not needed to serve), head learning rates beyond the proxy's best, depths beyond the proxy's
+    best, families beyond the proxy's best, the width run, QKD steps (down to :data:`QKD_FLOOR`)."""
+    cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
+    spent = dict(spent or {})
+    pdocs, pq = proxy_sizes(s.docs, s.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
+    use_proxy = not cfg.full and pdocs <= 0.6 * s.docs and pq <= 0.6 * max(1, s.train_queries)
+    qkd_cap = qkd_steps(cfg, s, cfg.qkd_step_cap(False))
+    n_students = len(cfg.students or [student]) * len(cfg.qkd_rank_weights)
+    plan = Plan(None if cfg.full else (cfg.budget_minutes * 60 if cfg.budget_minutes else None), {}, cands, compare=str(cfg.compare),
+                qkd_steps=qkd_cap, speed=speed)
+
+    def fill() -> None:
+        ph = {"data": 2.0 + 2e-4 * s.docs, "proxy": 0.0}
+        if use_proxy and not proxy_done:
+            ex = round(s.train_examples * pq / max(1, s.train_queries))
+            ph["proxy"] = 5 + 3e-4 * s.docs + stage1_seconds(cfg, fams, Candidates.every(cfg, list(fams.values())), s, pdocs, ex,
+                                                             ex + s.val_queries)
+        ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries)
+        ph["mining_round"] = 0.0
+        ph["stage2_students"] = 25.0 + n_students * qkd_seconds(fams[student[0]], student[1], plan.qkd_steps or 0)
+        n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
+        u = unit_cost(fams[student[0]])
+        small = 2 * (5 + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
+                     + s.docs * s.doc_tokens * student[1] * TOKEN_LAYER_S[student[0]] * u)
+        ph["comparison_runs"] = n_cmp * small
+        ph["index"] = INDEX_S
+        ph["evaluation"] = 15.0 + 1e-3 * s.docs
+        for k in ph:
+            ph[k] = spent[k] if k in spent else ph[k] * speed
+        plan.phases = {k: ph[k] for k in PHASES}
+
+    fill()
+    if plan.budget_s is None:
+        return plan
+    # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
+    for cut in (_CUTS if use_proxy else (_cut_compare, _cut_width)):
+        if plan.total <= plan.budget_s:
+            break
+        what = cut(plan, cfg)
+        if what:
+            plan.skipped.append(what)
+            fill()
+    if plan.total > plan.budget_s and plan.qkd_steps and "stage2_students" not in spent:
+        over = plan.total - plan.budget_s
+        per_step = (plan.phases["stage2_students"] - 25.0 * speed) / max(1, plan.qkd_steps)
+        new = max(QKD_FLOOR, int(plan.qkd_steps - over / max(per_step, 1e-9)))
+        if new < plan.qkd_steps:
+            plan.skipped.append(f"QKD steps {plan.qkd_steps} -> {new}")
+            plan.qkd_steps = new
+            fill()
+    return plan
+
+
+def _cut_compare(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    if plan.compare == "none":
+        return None
+    plan.compare = "none"
+    return "comparison runs (the paper's matched-cost rows: twinbert_small, scaling_doc); `--full` or a larger --budget-minutes runs them"
+
+
+def _cut_lrs(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    cut = [(f, d) for f, v in plan.cands.depths.items() for d, lrs in v.items() if len(lrs) > 1]
+    for f, d in cut:
+        plan.cands.depths[f][d] = plan.cands.depths[f][d][:1]
+    return f"head learning rates beyond the proxy's best ({len(cut)} depth(s))" if cut else None
+
+
+def _cut_depths(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    cut = [f for f, v in plan.cands.depths.items() if len(v) > 1]
+    for f in cut:
+        first = next(iter(plan.cands.depths[f]))
+        plan.cands.depths[f] = {first: plan.cands.depths[f][first]}
+    return f"depths beyond the proxy's best ({', '.join(cut)})" if cut else None
+
+
+def _cut_families(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    names = list(plan.cands.depths)
+    keep = [n for n in names if n == names[0] or n == cfg.teacher]  # a pinned teacher stays
+    if len(keep) == len(names):
+        return None
+    plan.cands.depths = {n: plan.cands.depths[n] for n in keep}
+    plan.cands.width = {n: plan.cands.width.get(n, False) for n in keep}
+    return f"families beyond the proxy's best ({', '.join(n for n in names if n not in keep)})"
+
+
+def _cut_width(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    cut = [f for f, w in plan.cands.width.items() if w]
+    for f in cut:
+        plan.cands.width[f] = False
+    return f"the width run ({', '.join(cut)})" if cut else None
+
+
+_CUTS = (_cut_compare, _cut_lrs, _cut_depths, _cut_families, _cut_width)
+
+__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "make_plan", "measure_sizes", "model_layers", "model_shape", "proxy_sizes", "stage1_seconds"]

@@ -1,0 +1,120 @@
+"""Decide early, spend on the winner (issue #51): the plan made before any training, the proxy
+comparison that drops the candidates that cannot win, the plan made again on the survivors (at
+the speed the proxy measured), and the settings the budget leaves (:mod:`.budget`, :mod:`.proxy`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import scalingnote.quickstart.budget as B
+import scalingnote.quickstart.proxy as X
+from scalingnote.quickstart.config import Family, QuickstartConfig
+
+
+def say(msg: str) -> None:
+    print(f"[quickstart] {msg}", flush=True)
+
+
+def _student(cfg: QuickstartConfig, fams: list[Family], first: str | None = None) -> tuple[str, int]:
+    """The student the plan prices: the pinned teacher's, else the (proxy-)best family's small tower."""
+    by = {f.name: f for f in fams}
+    name = cfg.teacher if cfg.teacher != "auto" and cfg.teacher in by else (first or fams[0].name)
+    return name, by[name].small_layers
+
+
+def first_plan(cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dict[str, float]) -> tuple[B.Sizes, B.Plan]:
+    """The plan printed before any training (``spent``: the data phase): every candidate, the
+    proxy, the expected minutes."""
+    sizes = B.measure_sizes(cfg, data)
+    plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams), spent=spent)
+    if not cfg.full and plan.phases["proxy"] > 0:
+        docs, q = B.proxy_sizes(sizes.docs, sizes.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
+        plan.proxy = {"docs": docs, "corpus_docs": sizes.docs, "train_queries": q, "all_train_queries": sizes.train_queries,
+                      "validation_queries": sizes.val_queries}
+    head = "exhaustive (--full): every candidate in full, no budget" if cfg.full else (
+        "before the proxy (every candidate assumed to survive it; the proxy decides what is trained in full)")
+    say(f"{head}\n{plan.text()}")
+    return sizes, plan
+
+
+def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path) -> tuple[B.Candidates | None, dict[str, Any] | None]:
+    """The proxy comparison (None, None with ``--full`` or when the proxy would not be cheaper)."""
+    if cfg.full:
+        return None, None
+    pdata, info = X.draw(cfg, data, out)
+    if pdata is None:
+        say(f"proxy: not drawn ({info['docs']} of {info['corpus_docs']} documents, {info['train_queries']} of "
+            f"{info['all_train_queries']} training queries would not be cheaper): every candidate runs in full")
+        return None, {"drawn": False, "data": info}
+    cands, rec = X.compare_on_proxy(cfg, fams, pdata, out)
+    if cfg.teacher != "auto" and cfg.teacher not in cands.depths:  # a pinned teacher is never dropped
+        fam = next(f for f in fams if f.name == cfg.teacher)
+        cands.depths[fam.name] = {d: list(cfg.head_lrs) for d in fam.depths}
+        cands.width[fam.name] = bool(cfg.full_dim)
+        rec["reasons"]["families"] += f"; {fam.name} kept: pinned teacher"
+    for k, v in rec["reasons"].items():
+        say(f"proxy, {k}: {v}")
+    return cands, {"drawn": True, "data": info, **rec}
+
+
+def second_plan(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, first: B.Plan, cands: B.Candidates | None,
+                spent: dict[str, float]) -> B.Plan:
+    """The plan on the survivors, the remaining phases scaled by the proxy's measured / modelled
+    time when the machine is slower than the model (never below 1: a proxy that ran faster than
+    modelled says little about QKD, and a plan that is too short breaks the budget; measured on the
+    default: proxy 0.79x its model, then QKD 1.8x on a machine that had become busy)."""
+    speed = 1.0
+    if cands is not None and first.phases.get("proxy", 0) > 20 and "proxy" in spent:  # the proxy ran: it measured this machine
+        speed = min(3.0, max(1.0, spent["proxy"] / first.phases["proxy"]))
+    lead = next(iter(cands.depths)) if cands else None
+    plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams, lead), cands=cands, proxy_done=True, spent=spent,
+                       speed=speed)
+    plan.proxy = first.proxy
+    if not cfg.full:
+        say(f"after the proxy\n{plan.text()}")
+    return plan
+
+
+def budgeted(cfg: QuickstartConfig, plan: B.Plan) -> QuickstartConfig:
+    """The settings the budget leaves: the comparison runs and the QKD step cap as the plan cut them."""
+    if cfg.full:
+        return cfg
+    over: dict[str, Any] = {}
+    if plan.compare != str(cfg.compare):
+        over["compare"] = plan.compare
+    if any(s.startswith("QKD steps") for s in plan.skipped):
+        over["qkd_max_steps"] = plan.qkd_steps
+    return replace(cfg, **over) if over else cfg
+
+
+def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio: float) -> QuickstartConfig:
+    """Before the comparison runs (the optional phase at the end): when the time spent and the
+    rest of the plan at the pace the run has kept (``ratio``: spent / planned so far) would exceed
+    the budget, skip them now and say so."""
+    if cfg.full or plan.budget_s is None or cfg.compare == "none":
+        return cfg
+    rest = sum(plan.phases.get(k, 0.0) for k in ("comparison_runs", "index", "evaluation")) * ratio
+    done = sum(spent.values())
+    if done + rest <= plan.budget_s:
+        return cfg
+    why = (f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + {rest / 60:.1f} min left at this run's pace "
+           f"> the {plan.budget_s / 60:g}-minute budget")
+    say(f"skipped (budget): {why}")
+    plan.skipped.append(why)
+    plan.compare = "none"
+    plan.phases["comparison_runs"] = 0.0
+    return replace(cfg, compare="none")
+
+
+def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, Any]:
+    """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per phase, what was skipped."""
+    phases = {k: {"planned_s": round(plan.phases.get(k, 0.0), 1), "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
+                  "spent_s": spent.get(k)} for k in B.PHASES}
+    phases["mining_round"]["note"] = "off: issue #50's slot"
+    return {**plan.to_json(), "phases": phases, "planned_before_proxy_minutes": round(plan0.total / 60, 2),
+            "spent_minutes": round(sum(spent.values()) / 60, 2), "skipped_before_proxy": list(plan0.skipped)}
+
+
+__all__ = ["budgeted", "decide", "first_plan", "late_cut", "report", "second_plan"]

@@ -1,0 +1,280 @@
+"""Issue #51: the proxy sampler, the halving rule, the planner, the progress display without a
+terminal, and the budgeted quick start against the exhaustive one (``--full``) on tiny models."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from scalingnote.data.types import Document
+from scalingnote.errors import ConfigError
+from scalingnote.quickstart import QuickstartConfig, quickstart
+from scalingnote.quickstart.budget import Candidates, Sizes, make_plan, proxy_sizes
+from scalingnote.quickstart.choose import halve
+from scalingnote.quickstart.config import family
+from scalingnote.quickstart.progress import Progress
+from scalingnote.quickstart.proxy import sample_proxy
+from scalingnote.training.data import Example
+
+
+# ----------------------------------------------------------------------------- the proxy sampler
+def _examples(n_queries: int, prefix: str, start: int) -> list[Example]:
+    out = []
+    for i in range(n_queries):
+        q = f"{prefix}{i}"
+        for j in range(2):  # two judged documents per query, each with a hard negative
+            out.append(Example(q, f"text {q}", Document(f"d{start + 2 * i + j}"), Document(f"n{start + 2 * i + j}")))
+    return out
+
+
+def _corpus_ids(train, val, extra: int) -> list[str]:
+    ids = {d.id for e in train + val for d in (e.pos, *e.negs)}
+    return sorted(ids) + [f"x{i}" for i in range(extra)]
+
+
+def test_the_proxy_keeps_every_validation_querys_judged_documents_and_draws_the_rest_with_the_seed():
+    train, val = _examples(100, "t", 0), _examples(10, "v", 10_000)
+    ids = _corpus_ids(train, val, 2000)
+    s = sample_proxy(train, val, ids, fraction=0.25, min_docs=50, min_train_queries=5, seed=0)
+    kept = set(s.doc_ids)
+    # every validation query with every judged document: the full runs' held-out queries, unchanged
+    assert [e.query_id for e in s.validation] == [e.query_id for e in val] and all(e.pos.id in kept for e in val)
+    # a quarter of the training queries, each with all its pairs and their judged documents
+    assert s.train_queries == 25 and len({e.query_id for e in s.train}) == 25 and len(s.train) == 50
+    assert all(e.pos.id in kept for e in s.train)
+    # their hard negatives come first among the distractors (here all fit), then random documents
+    assert all(e.neg is not None and e.neg.id in kept for e in s.train + s.validation)
+    # the size rule: max(min_docs, fraction x corpus) documents, distractors filling what the judged ones leave
+    n_docs, _ = proxy_sizes(len(ids), 100, 0.25, 50, 5)
+    assert len(s.doc_ids) == n_docs == -(-len(ids) // 4) and s.distractors == n_docs - s.required_docs > 60
+    assert s.required_docs == 2 * 25 + 2 * 10
+    assert s.doc_ids == [i for i in ids if i in kept]  # in corpus order
+    assert s.cheaper
+    again = sample_proxy(train, val, ids, fraction=0.25, min_docs=50, min_train_queries=5, seed=0)
+    other = sample_proxy(train, val, ids, fraction=0.25, min_docs=50, min_train_queries=5, seed=1)
+    assert again.doc_ids == s.doc_ids and [e.query_id for e in again.train] == [e.query_id for e in s.train]
+    assert other.doc_ids != s.doc_ids and {e.query_id for e in other.train} != {e.query_id for e in s.train}
+    assert {e.pos.id for e in val} <= set(other.doc_ids)  # whatever the seed
+
+
+def test_hard_negatives_that_do_not_fit_the_proxy_leave_their_examples_not_their_positives():
+    train, val = _examples(100, "t", 0), _examples(10, "v", 10_000)
+    ids = _corpus_ids(train, val, 2000)
+    s = sample_proxy(train, val, ids, fraction=0.02, min_docs=80, min_train_queries=25, seed=0)
+    kept = set(s.doc_ids)
+    assert len(kept) == 80 and s.required_docs == 70 and all(e.pos.id in kept for e in s.train + s.validation)
+    assert all(e.neg is None or e.neg.id in kept for e in s.train + s.validation)
+    assert sum(e.neg is not None for e in s.train + s.validation) == 10  # the 10 places left went to hard negatives
+
+
+def test_a_proxy_that_would_hold_most_of_the_data_is_not_cheaper():
+    train, val = _examples(20, "t", 0), _examples(5, "v", 10_000)
+    s = sample_proxy(train, val, _corpus_ids(train, val, 10), fraction=0.25, min_docs=500, min_train_queries=200, seed=0)
+    assert s.train_queries == 20 and not s.cheaper  # the minimum sizes take everything: the full runs are the comparison
+
+
+# ----------------------------------------------------------------------------- the halving rule
+def test_halving_keeps_every_candidate_within_the_margin_and_states_it():
+    keep, why = halve({"bert": 0.70, "llm": 0.38}, 0.02)
+    assert keep == ["bert"] and "within 0.02 of the best (bert)" in why and "dropped llm" in why
+    keep, why = halve({"2": 0.360, "4": 0.346, "8": 0.339}, 0.02)
+    assert keep == ["2", "4"] and "dropped 8" in why  # 0.346 can still win; 0.339 is 0.021 behind
+    assert halve({"a": 0.5, "b": 0.5}, 0.0)[0] == ["a", "b"]  # a tie is not a loss
+    keep, why = halve({"a": 0.50, "b": 0.51, "c": 0.505}, 0.02, keep_at_most=1)
+    assert keep == ["b"] and "at most 1 (time budget)" in why
+    with pytest.raises(ValueError):
+        halve({"a": 0.5}, -0.1)
+
+
+# ----------------------------------------------------------------------------- the planner
+def _plan(budget, **over):
+    cfg = QuickstartConfig(out="unused", budget_minutes=budget, **over)
+    fams = {f: family(cfg, f) for f in cfg.families}
+    sizes = Sizes(docs=24_000, doc_tokens=40, train_examples=20_000, train_queries=18_000, val_queries=2000)
+    return cfg, fams, sizes, make_plan(cfg, fams, sizes, ("bert", 2))
+
+
+def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
+    cfg, fams, sizes, roomy = _plan(600)
+    assert list(roomy.phases) == ["data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index",
+                                  "evaluation"]
+    assert roomy.skipped == [] and roomy.phases["mining_round"] == 0 and roomy.phases["proxy"] > 0  # the proxy is drawn (24k docs)
+    assert roomy.phases["comparison_runs"] > 0 and roomy.total <= 600 * 60
+    # every candidate trained in full costs more than the proxy's survivors alone
+    one = Candidates({"bert": {None: [1e-3]}}, {"bert": True})
+    survivors = make_plan(cfg, fams, sizes, ("bert", 2), cands=one, proxy_done=True, spent={"data": 5.0, "proxy": 60.0})
+    assert survivors.phases["stage1_large_towers"] < roomy.phases["stage1_large_towers"] / 2
+    assert survivors.phases["data"] == 5.0 and survivors.phases["proxy"] == 60.0  # spent phases keep their measured time
+    # a short budget: the comparison runs go first, then the extra candidates, in the stated order, each named
+    _, _, _, short = _plan(10)
+    assert short.skipped[0].startswith("comparison runs") and short.compare == "none"
+    assert any(s.startswith("head learning rates") for s in short.skipped)
+    assert short.total < roomy.total
+    assert "skipped (budget): comparison runs" in short.text() and "of a 10-minute budget" in short.text()
+    # a budget nothing can hold: QKD steps are cut down to the floor, and the plan says it is still over
+    _, _, _, tiny = _plan(1)
+    assert any(s.startswith("QKD steps 600 -> 200") for s in tiny.skipped) and tiny.total > 60
+    # a corpus too small for a proxy: no ranking to keep "the best" by, so no candidate is cut, only work that is no choice
+    small = Sizes(docs=400, doc_tokens=40, train_examples=300, train_queries=250, val_queries=30)
+    cfg1 = QuickstartConfig(out="unused", budget_minutes=1)
+    p = make_plan(cfg1, fams, small, ("bert", 2))
+    assert p.phases["proxy"] == 0 and p.skipped and not any(s.startswith(("head learning", "depths", "families")) for s in p.skipped)
+    assert p.cands.depths["llm"] == {2: [1e-3, 3e-3], 4: [1e-3, 3e-3]}
+    # --full: no proxy, no budget, nothing skipped
+    _, _, _, full = _plan(1, full=True)
+    assert full.budget_s is None and full.skipped == [] and full.phases["proxy"] == 0 and full.compare == "teacher"
+
+
+def test_the_budget_and_the_proxy_settings_are_checked():
+    for bad in ({"budget_minutes": 0}, {"proxy_fraction": 0}, {"proxy_margin": -0.1}):
+        with pytest.raises(ConfigError):
+            QuickstartConfig(out="x", **bad)
+
+
+# ----------------------------------------------------------------------------- the progress display
+def test_without_a_terminal_progress_is_a_line_per_phase_and_per_interval_not_a_flood():
+    buf = io.StringIO()
+    with Progress({"a": 60.0, "b": 120.0}, out=buf, heartbeat_s=0.2) as p:
+        p.begin("a")
+        time.sleep(0.7)
+        p.end("a")
+        p.begin("b")
+    lines = buf.getvalue().splitlines()
+    phase = [ln for ln in lines if "phase " in ln]
+    beats = [ln for ln in lines if "elapsed:" in ln]
+    assert len(phase) == 2 and "planned 1.0 min" in phase[0] and "ETA 3.0 min for the whole run" in phase[0]
+    assert 2 <= len(beats) <= 4  # one line per interval (0.7 s / 0.2 s), each with the phase and the ETA
+    assert all(ln.startswith("[quickstart] ") and "ETA" in ln for ln in beats)
+    # the ETA scales the rest of the plan by how the finished phases compared with theirs: "a" took ~0.7 s of 60 planned
+    assert p.eta_s() < 120 * 0.6
+
+
+# ----------------------------------------------------------------------------- budgeted vs exhaustive, end to end
+def _tiny_cfg(tiny_models, out, **over):
+    llm, bert = tiny_models
+    base = dict(out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=160,
+                synth_queries=80, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
+                query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3, 3e-3], compare="none",
+                qkd_rank_weights=[0.0, 1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5)
+    base.update(over)
+    return QuickstartConfig(**base)
+
+
+def _steps(out: Path) -> dict[str, str]:
+    """Every full-data step of a run: its path under the run and the digest of its inputs ($OUT-relative)."""
+    return {str(m.parent.relative_to(out)): json.loads(m.read_text())["digest"] for m in out.glob("**/DONE")
+            if m.parent.relative_to(out).parts[0] not in ("proxy", "index") and "checkpoints" not in m.parts}  # a trainer's own markers hold absolute paths
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from scalingnote.models import build_tiny_model
+
+    root = tmp_path_factory.mktemp("qs_budget_models")
+    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(build_tiny_model(root / "bert", "bert", num_layers=2))
+
+
+def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_models, tmp_path, capsys):
+    out = tmp_path / "run"
+    quickstart(_tiny_cfg(tiny_models, out))
+    log = capsys.readouterr().out
+    res = json.loads((out / "results.json").read_text())
+    ch = res["choices"]
+    proxy, budget = ch["proxy"], ch["budget"]
+    assert proxy["drawn"] and proxy["margin"] == 0.02 and proxy["data"]["docs"] < proxy["data"]["corpus_docs"]
+    # every candidate was compared on the proxy; only the survivors ran on the whole corpus, each with both scores
+    names = {(c["family"], c["depth"], c["head_lr"]) for c in proxy["candidates"] if c["dim"] == 32}
+    assert names == {("bert", None, 1e-3), ("bert", None, 3e-3), ("llm", 1, 1e-3), ("llm", 1, 3e-3), ("llm", 2, 1e-3), ("llm", 2, 3e-3)}
+    full_dirs = {p.name for p in (out / "stage1").glob("*_large_*")}
+    for c in proxy["candidates"]:
+        name = f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" + ("" if c["dim"] == 32 else f"_d{c['dim']}")
+        assert (out / "proxy" / "stage1" / name / "DONE").exists()
+        assert (name in full_dirs) == c["survived"] and (c["full_val"] is not None) == c["survived"]
+    assert any(not c["survived"] for c in proxy["candidates"]) and set(proxy["agreed"]) >= {"teacher"}
+    # the students too: each listwise weight distilled for a fraction of QKD's step cap first, the survivors in full
+    sp = ch["student"]["proxy"]
+    assert sp["steps"] == 150 and set(sp["proxy_val"]) == {"bert1_from_bert_rw0", "bert1_from_bert_rw1"} and "within 0.02" in sp["reason"]
+    assert set(sp["full_val"]) == set(sp["kept"]) and ch["student"]["chosen"] in sp["kept"]
+    assert all((out / "proxy" / "qkd" / n / "DONE").exists() for n in sp["proxy_val"])
+    # the plan was printed before the proxy ran; planned vs spent per phase; the mining round's slot is off
+    assert log.index("plan:") < log.index("phase proxy:") and "ETA" in log
+    assert budget["budget_minutes"] == 8 and budget["phases"]["mining_round"]["note"].startswith("off")
+    assert all(budget["phases"][k]["spent_s"] == v for k, v in res["phase_seconds"].items())
+    assert list(res["phase_seconds"]) == ["data", "proxy", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
+    # --full on the same directory: the budgeted run's full-data steps are reused untouched, the dropped candidates run now
+    stamps = {m: m.stat().st_mtime_ns for m in out.glob("**/DONE") if "proxy" not in m.parts}
+    quickstart(_tiny_cfg(tiny_models, out, full=True))
+    assert all(m.stat().st_mtime_ns == t for m, t in stamps.items())
+    dropped = {f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" for c in proxy["candidates"] if not c["survived"] and c["dim"] == 32}
+    assert dropped and all((out / "stage1" / d / "DONE").exists() for d in dropped)
+    # and it makes exactly the steps (same names, same input digests) a --full run makes from nothing
+    fresh = tmp_path / "fresh"
+    quickstart(_tiny_cfg(tiny_models, fresh, full=True))
+    assert _steps(out) == _steps(fresh)
+    assert json.loads((fresh / "results.json").read_text())["choices"]["proxy"] is None
+
+
+def test_the_cli_takes_the_budget_and_full_and_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import scalingnote.cli.quickstart as cli_qs
+    from scalingnote.cli import app
+
+    seen = []
+    monkeypatch.setattr(cli_qs, "quickstart", seen.append)  # the options as the pipeline receives them, not a run
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "a"), "--budget-minutes", "12.5"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "b"), "--full"])
+    assert r.exit_code == 0, r.output
+    assert [(c.budget_minutes, c.full) for c in seen] == [(12.5, False), (8.0, True)]
+    r = CliRunner().invoke(app, ["quickstart", "--out", str(tmp_path / "c"), "--budget-minutes", "-1"])
+    assert isinstance(r.exception, ConfigError) and "budget_minutes" in str(r.exception)
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
+    from benchmarks.quickstart_budget import compare_modes
+
+    rows = [{"set": "default", "mode": "budgeted", "pipeline_minutes": 7.1, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "hybrid", "served_ndcg@10": 0.689},
+            {"set": "default", "mode": "full", "pipeline_minutes": 9.5, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.692},
+            {"set": "scifact", "mode": "budgeted", "pipeline_minutes": 12.0, "target_minutes": 10.0, "teacher": "bert", "teacher_dir": "x",
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.7}]
+    compare_modes(rows)
+    d, s = rows[0], rows[2]
+    assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
+    assert s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None  # no exhaustive row yet
+
+
+def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
+    from scalingnote.quickstart.early import late_cut
+
+    cfg, fams, sizes, _ = _plan(9)
+    one = Candidates({"bert": {None: [1e-3]}}, {"bert": False})
+    plan = make_plan(cfg, fams, Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60), ("bert", 2),
+                     cands=one, proxy_done=True, spent={"data": 20.0, "proxy": 60.0})
+    assert plan.compare == "teacher" and plan.phases["comparison_runs"] > 0  # the plan held them
+    spent = {"data": 20.0, "proxy": 60.0, "stage1_large_towers": 60.0, "stage2_students": 120.0}
+    assert late_cut(cfg, plan, spent, 1.0).compare == "teacher"  # on pace: kept
+    behind = late_cut(cfg, plan, {**spent, "stage2_students": 400.0}, 1.5)
+    assert behind.compare == "none" and plan.compare == "none" and "at this run's pace" in plan.skipped[-1]
+    full = QuickstartConfig(out="unused", full=True)
+    assert late_cut(full, plan, {**spent, "stage2_students": 3000.0}, 3.0) is full  # --full never cuts
+
+
+def test_the_eta_grows_when_a_phase_runs_over_its_plan():
+    now = [0.0]
+    p = Progress({"a": 100.0, "b": 100.0, "c": 100.0}, out=io.StringIO(), clock=lambda: now[0])
+    p.begin("a")
+    now[0] = 50.0
+    assert p.eta_s() == pytest.approx(250.0)  # on plan: 50 left of a, then b and c
+    now[0] = 200.0  # a has run twice its plan: the rest is expected at that pace
+    assert p.eta_s() == pytest.approx(400.0)
+    p.end("a")
+    p.begin("b")
+    assert p.eta_s() == pytest.approx(400.0)  # a finished at 2x: b and c at 2x
