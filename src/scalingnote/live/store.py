@@ -3,9 +3,13 @@ map, the semantic IDs and the document store (titles, snippets), all growing by 
 
 Rows are append-only. A FAISS id is the row number (as ``build_index`` adds them), so an
 upsert of an existing id marks its old row dead and appends a new row; a delete marks the row
-dead. On an IVF index (IVFPQ, OPQ+IVFPQ) the dead row is also removed from the inverted lists
-(``remove_ids``); on Flat / HNSW / HNSW+PQ (no removal in FAISS) it stays as a tombstone and is
-filtered out at search time (candidates are over-fetched by the number of tombstones). Every
+dead. On an IVF index (IVFPQ, OPQ+IVFPQ, the routed ``ivf`` / ``ivf_qmetric``) the dead row is
+also removed from the inverted lists (``remove_ids``); on Flat / HNSW / HNSW+PQ (FAISS HNSW has no
+``remove_ids``) it stays as a tombstone and is filtered out at search time (candidates are
+over-fetched by the number of tombstones) until compaction rebuilds the graph without it. A new
+row goes to an inverted list by the rule the lists were cut with (``ivf_qmetric``: the nearest
+list centroid in the query metric, :func:`scalingnote.index.methods.assign_lists`); on HNSW it
+is inserted into the graph. Every
 mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
 """
 
@@ -20,6 +24,7 @@ from scalingnote.data.types import Document
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.docstore import make_snippet
 from scalingnote.index.faiss_utils import find_ivf
+from scalingnote.index.methods import add_rows, load_state
 from scalingnote.index.searcher import SearchResult
 
 
@@ -62,6 +67,7 @@ class RowStore:
         self.snippets: list[str] = list(dense.snippets) if dense.snippets is not None else [""] * n
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids) if self.alive[i]}
         self.can_remove = find_ivf(dense.index) is not None
+        self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
         self._sync()
 
@@ -114,7 +120,9 @@ class RowStore:
         first = self.n_rows
         rows = np.arange(first, first + len(docs), dtype=np.int64)
         x = np.ascontiguousarray(vectors, dtype=np.float32)
-        if self.can_remove:
+        if self.can_remove and self.routing is not None:
+            add_rows(self.dense.index, self.routing, x, rows)
+        elif self.can_remove:
             self.dense.index.add_with_ids(x, rows)
         else:
             assert self.dense.index.ntotal == first, (self.dense.index.ntotal, first)
