@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import build_index, read_manifest, tower_identity
@@ -52,8 +53,14 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     docs = l2_normalize(np.asarray(emb, dtype=np.float32))
     tower = load_tower(student_dir)
     vq, tq = (_student_vectors(tower, t, dim) for t in (val, train))
-    say(f"index: choosing the structure on {len(vq)} validation queries ({', '.join(DEFAULT_METHODS)}; recall@10 >= {cfg.index_recall})")
-    report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, log=say)
+    say(f"index: the structure chosen on {len(vq)} validation queries")
+    console = Console(stderr=True, soft_wrap=True)
+
+    def echo(line: str) -> None:  # whole lines (a rule would cut them), no rich markup
+        console.print(line, markup=False, highlight=False)
+
+    echo(f"{', '.join(DEFAULT_METHODS)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers)")
+    report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, log=echo)
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
     build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=tq if method == "ivf_qmetric" else None,
@@ -62,7 +69,7 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
                 overwrite=True, reuse=True, progress=cfg.show_progress, documents=Path(data["beir"]))
     record_tower_path(index_dir, teacher_dir / "doc_tower")
     save_search_defaults(index_dir, report, inputs_digest=key, split=split)
-    say(f"index: {report['reason']}")
+    echo(f"index: {report['reason']}")
 
 
 def _student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
