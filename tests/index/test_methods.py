@@ -73,11 +73,12 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     assert recall_vs_exact(np.asarray(default.indices), exact_topk(x, vq, 10)) == pytest.approx(rep["chosen"]["recall"], abs=1e-4)
 
 
-def test_no_method_within_the_bound_reports_the_best_recall_and_why(data):
+def test_no_method_within_the_bound_takes_the_least_memory_and_says_why(data):
     x, vq, tq = data
     rep = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4)
-    assert not rep["met"] and "no method fits" in rep["reason"]
-    assert rep["chosen"]["recall"] == max(r["recall"] for r in rep["methods"])
+    assert not rep["met"] and "no method fits" in rep["reason"] and "least memory" in rep["reason"]
+    met = [r for r in rep["methods"] if r["met"]]
+    assert met and rep["chosen"]["method"] == min(met, key=lambda r: r["memory_ratio"])["method"] == "ivf"
 
 
 def test_ivf_qmetric_without_training_queries_is_skipped_and_routed_refused(data):

@@ -125,10 +125,14 @@ def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target:
         best = min(ok, key=lambda r: (r["share_scanned"], r["latency_ms"]))
         reason = (f"cheapest structure with {where} within {memory_bound:g} of the float vectors: {best['structure']} "
                   f"{_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})")
+    elif not fits and any(r["met"] for r in built):  # none fits the bound: the least memory among those that met the target
+        best = min((r for r in built if r["met"]), key=lambda r: (r["memory_ratio"], r["share_scanned"]))
+        reason = (f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: {best['structure']} {_setting(best)} "
+                  f"(memory {best['memory_ratio']}, recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)")
     else:
         pool = fits or built
         best = max(pool, key=lambda r: (r["recall"], -r["share_scanned"]))
-        why = "no method within the memory bound reached " if fits else f"no method fits {memory_bound:g} of the float vectors; none reached "
+        why = "no method within the memory bound reached " if fits else f"no method fits {memory_bound:g} of the float vectors and none reached "
         reason = f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
     chosen = {"method": best["method"], **best["setting"], **{key: best[key] for key in ("recall", "share_scanned", "latency_ms", "memory_ratio", "structure")}}
     return {"k": k, "target": target, "memory_bound": memory_bound, "n_queries": n_val, "queries": "validation", "router_fit_queries": n_train,
