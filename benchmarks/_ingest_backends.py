@@ -8,6 +8,7 @@ service did); FAISS's check reads a read-only :class:`~scalingnote.live.LiveInde
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -40,13 +41,37 @@ def milvus_backend(work: Path, served: Path, student: str):
         raise SystemExit(f"--backends milvus: the embedded Milvus server cannot run here: {reason}")
     srv = EmbeddedMilvus(work / "milvus-data", start_timeout_s=300).start()
     try:
-        man = export_to_milvus(served, srv.uri, COLLECTION, progress=False)
+        method = (json.loads((served / "manifest.json").read_text()).get("routing") or {}).get("method")
+        # ivf_qmetric's lists cannot go to Milvus (auto refuses): its vectors under Milvus's own IVF_PQ, recorded as the fallback
+        man = export_to_milvus(served, srv.uri, COLLECTION, progress=False, index_type="IVF_PQ" if method == "ivf_qmetric" else "auto")
         args = ["--backend", "milvus", "--uri", srv.uri, "--collection", COLLECTION, "--index", str(served), "--query-tower", str(student)]
         info = {"uri": srv.uri, "index_type": man["index_type"], "index_params": man.get("index_params"),
                 "server_start_s": round(srv.startup_seconds or 0.0, 1)}
         yield args, (lambda docs, nlist: milvus_dense_by_vector(srv.uri, served, docs, nlist)), info
     finally:
         srv.stop()
+
+
+def index_for(run, method: str, work: Path) -> Path:
+    """The index the phases serve: the run's own (``chosen``, or the method it was built with), or a
+    copy rebuilt over its vectors with ``method`` (issue 52; the method's default sizes, the
+    build's search defaults). ivf_qmetric needs the student's training-query vectors: only the
+    quick start's own choice builds it."""
+    from scalingnote.index import DenseIndex, build_index
+
+    built = (run.manifest.get("routing") or {}).get("method")
+    if method == "chosen" or method == built:
+        return run.index
+    if method == "ivf_qmetric":
+        raise SystemExit(f"{run.index}: built as {built or run.manifest.get('factory')}; --method ivf_qmetric needs the student's training-query "
+                         "vectors (its lists are cut in their metric): use a quick-start run that chose it, or --method chosen")
+    dense = DenseIndex.open(run.index)
+    sem = run.manifest.get("semantic_ids") or {}
+    out = work / f"index-{method}"
+    build_index(np.asarray(dense.vectors), out, method=method, doc_ids=list(dense.doc_ids), tower_info=run.manifest.get("tower"),
+                documents=run.root / "data", semantic_ids_layers=int(sem.get("n_layers", 0)), codebook_size=int(sem.get("codebook_size", 256)),
+                seed=int(run.manifest.get("seed", 0)), progress=False)
+    return out
 
 
 def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int, list[str]]:
@@ -69,7 +94,7 @@ def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int
         have = [(i, k) for i, k in have if k in vec]
         if have:
             q = np.asarray([vec[k] for _, k in have], dtype=np.float32)
-            res = live.search(q, 100, nprobe=nlist, rerank=200)
+            res = live.search(q, 100, rerank=200, **({"nprobe": nlist} if nlist else {}))  # nlist 0: no IVF layer (HNSW)
             missing += [i for (i, _), hits in zip(have, res.doc_ids, strict=True) if i not in hits]
     finally:
         live.close()
@@ -89,7 +114,7 @@ def faiss_dense_by_vector(index: Path, docs, nlist: int) -> tuple[int, list[str]
         have = [(d, r) for d, r in zip(docs, rows, strict=True) if r is not None]
         if have:
             q = np.asarray(live.store.vectors.view[[r for _, r in have]], dtype=np.float32)
-            res = live.search(q, 100, nprobe=nlist, rerank=200)  # ties: notes can repeat another one word for word
+            res = live.search(q, 100, rerank=200, **({"nprobe": nlist} if nlist else {}))  # nlist 0: no IVF layer (HNSW)  # ties: notes can repeat another one word for word
             missing += [d.id for (d, _), hits in zip(have, res.doc_ids, strict=True) if d.id not in hits]
     finally:
         live.close()

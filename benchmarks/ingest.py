@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, write_results
-from benchmarks._ingest_backends import backend_context
+from benchmarks._ingest_backends import backend_context, index_for
 
 TOKEN = "ingest-benchmark-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -80,6 +80,10 @@ class Run:
         self.corpus = ds.corpus
         self.test_texts = [ds.queries[q].text for q in sorted(ds.qrels)]
         self.manifest = json.loads((self.index / "manifest.json").read_text())
+
+    def use_index(self, index: Path) -> None:
+        self.index = index
+        self.manifest = json.loads((index / "manifest.json").read_text())
 
     def serve_args(self, index: Path) -> list[str]:
         """The command the quick start prints, on ``index`` (a copy of its index)."""
@@ -359,7 +363,7 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
     acked, lost = kill_mid_stream(srv, lambda c, batch: post_docs(c, srv.url, [b[0] for b in batch]), make_batch, rng, rng.uniform(0.2, 6.0))
     acked = first + acked
     srv = start_service(args)
-    nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 1)
+    nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 0)  # 0: no IVF layer (HNSW methods)
     problems, n_bm, n_dense, n_default, present = [], 0, 0, 0, 0
     with httpx.Client(trust_env=False) as c:
         for doc, mark in acked:
@@ -428,6 +432,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
+    ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq"),
+                    help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
+                         "rebuilt over the same vectors with this method (issue 52; search defaults of the build, not tuned).")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     load0, t_start = os.getloadavg(), time.perf_counter()
@@ -438,6 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     chaos, info = [], {}
     with tempfile.TemporaryDirectory(prefix="sn-ingest-") as d:
         work = Path(d)
+        run.use_index(index_for(run, args.method, work))
         if kept is None:
             drift, _X_new, _Q = phase_drift(run, work, new_docs, args.cache)
             rows += drift
@@ -456,6 +464,7 @@ def main(argv: list[str] | None = None) -> None:
         "run": str(args.run), "data": "synthetic note-search log; new documents: notes the generator makes beyond the built corpus"
         if args.new_docs is None else f"new documents from {args.new_docs}", "n_base": int(run.manifest.get("n_vectors", 0)), "n_new": len(new_docs),
         "seed": args.seed, "factory": run.manifest.get("factory"), "search_defaults": run.manifest.get("search_defaults"),
+        "method": (run.manifest.get("routing") or {}).get("method") or "factory", "method_requested": args.method,
         "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})", "query_tower": run.student,
         "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0"
                  " (milvus: --backend milvus --uri <embedded server> --collection ingest --index <copy of index, exported>)",

@@ -299,3 +299,22 @@ def test_cli_serve_backend_milvus_refuses_an_incompatible_tower(served, other_be
     assert isinstance(r.exception, ScalingNoteError) and "not compatible" in str(r.exception)
     r = CliRunner().invoke(app, ["serve", "--query-tower", str(other_bert_dir), "--port", "0"])
     assert isinstance(r.exception, ScalingNoteError) and "--index DIR is required" in str(r.exception)
+
+
+def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db):
+    """Issue 52: hnsw_pq / hnsw export as Milvus HNSW types (HNSW_PQ on a server, HNSW on Lite, the
+    graph's M kept); ivf_qmetric under ``auto`` is refused naming what would be lost (its lists)."""
+    from scalingnote.index.milvus_export import _method_index_type
+
+    ids = [f"doc-{i}" for i in range(len(syn_vectors))]
+    tq = np.random.default_rng(3).standard_normal((50, syn_vectors.shape[1])).astype(np.float32)
+    qm = build_index(syn_vectors, tmp_path / "qm", method="ivf_qmetric", train_queries=tq, doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0,
+                     progress=False)
+    with pytest.raises(ScalingNoteError, match="ivf_qmetric.*would be lost.*--index-type"):
+        export_to_milvus(qm, lite_db, "syn_qm", progress=False)
+    m = export_to_milvus(qm, lite_db, "syn_qm", index_type="HNSW", progress=False)  # explicit: the vectors, with Milvus's own index
+    assert m["index_type"] == "HNSW" and "not exported" in m["fallback_reason"]
+    hp = build_index(syn_vectors, tmp_path / "hp", method="hnsw_pq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    m = export_to_milvus(hp, lite_db, "syn_hp", progress=False)
+    assert m["index_type"] == "HNSW" and m["index_params"]["M"] == 32 and "no HNSW_PQ" in m["fallback_reason"]
+    assert _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ" and _method_index_type("auto", "ivf", lite=False) == "auto"

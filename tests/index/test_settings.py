@@ -69,5 +69,6 @@ def test_index_config_is_the_shared_settings_plus_the_faiss_ones():
     assert isinstance(cfg, IndexBuildSettings)
     assert IndexBuildSettings.resolve(cfg, {}, "build_index") is cfg
     assert cfg.kwargs() == {"dim": 8, "semantic_ids_layers": 6, "codebook_size": 256, "train_size": 100_000, "seed": 2,
-                            "factory": "HNSW8", "nprobe": None, "ef_search": None, "overwrite": False, "reuse": False}
+                            "factory": "HNSW8", "nprobe": None, "ef_search": None, "overwrite": False, "reuse": False,
+                            "method": None, "train_queries": None}
     assert RayPool(cpus_per_actor=2.5).threads == 2 and RayPool(threads_per_actor=3).threads == 3

@@ -57,6 +57,7 @@ from scalingnote.utils.steps import canonical, describe_changes, input_digest
 from scalingnote.utils import machine_description, package_versions
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.shards import content_digest
+from scalingnote.index import methods
 from scalingnote.index.settings import IndexBuildSettings
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
 from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
@@ -93,6 +94,8 @@ class IndexConfig(IndexBuildSettings):
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
     reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
+    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw or hnsw_pq, sizes from the corpus (scalingnote.index.methods)."))
+    train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric) .npy of training-query vectors of the served query tower: its lists are cut in their metric."))
 
     def kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,6 +129,10 @@ def build_index(
     overwrite: bool = False,
     reuse: bool = False,
     progress: bool = True,
+    method: str | None = None,
+    routing: Any = None,
+    train_queries: str | Path | np.ndarray | None = None,
+    routing_state: dict[str, np.ndarray] | None = None,
     **options: Any,
 ) -> Path:
     """Build a FAISS index over document embeddings and save it to ``out_dir``.
@@ -149,34 +156,82 @@ def build_index(
     The manifest records the build's inputs (:func:`build_inputs`); an existing ``out_dir`` is
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
+
+    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, see
+    :mod:`scalingnote.index.methods`) builds that routed structure instead of ``factory``
+    (``routing``: a :class:`~scalingnote.index.routing.RoutingConfig` or its dict, default sizes
+    from :func:`~scalingnote.index.methods.default_routing`; ``train_queries``: query-tower vectors
+    of training queries, or a ``.npy`` file of them, for ``ivf_qmetric``; ``routing_state``: the
+    stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
+    ``<method>:<structure>`` and the manifest's ``routing`` names the method and its parameters.
     """
     t_start = time.perf_counter()
     s = IndexBuildSettings.resolve(settings, options, "build_index")
     out_dir = Path(out_dir)
     src = _resolve_source(source, doc_ids, tower_info)
-    inputs = build_inputs(src, dict(factory=factory.strip(), dim=s.dim, train_size=s.train_size, seed=s.seed, semantic_ids_layers=s.semantic_ids_layers,
-                                    codebook_size=s.codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training),
-                          documents, prebuilt=index is not None)
+    dim = s.prefix_dim(src.dim)
+    routed, tq = None, None
+    if method is not None:
+        routed = methods.routing_from(routing, method, len(src.ids), dim, s.seed, s.train_size)
+        tq = methods.train_query_vectors(train_queries, dim)
+        factory = method
+    settings_in = dict(factory=factory.strip(), dim=s.dim, train_size=s.train_size, seed=s.seed, semantic_ids_layers=s.semantic_ids_layers,
+                       codebook_size=s.codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training)
+    if routed is not None:  # only routed builds add these keys: older indexes keep their input digests
+        settings_in.update(routing=dataclasses.asdict(routed), train_queries=None if tq is None else hashlib.sha256(tq.tobytes()).hexdigest(),
+                           routing_state=None if not routing_state else sorted(routing_state))
+    inputs = build_inputs(src, settings_in, documents, prebuilt=index is not None)
     if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
         return out_dir
-    dim = s.prefix_dim(src.dim)
     if s.train_size < 1:
         raise ScalingNoteError(f"train_size must be >= 1, got {s.train_size}")
-    index = _empty_index(index, dim, factory, s.seed, polysemous_training)
-    search_defaults = _search_defaults(index, factory, nprobe, ef_search)
+    if routed is None:
+        index = _empty_index(index, dim, factory, s.seed, polysemous_training)
+        search_defaults = _search_defaults(index, factory, nprobe, ef_search)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
-        n_train, sem_info, timings = _fill_index(tmp_dir, index, factory, src, dim, s, add_batch_size, progress)
+        extra: dict[str, Any] = {}
+        if routed is not None:
+            index, extra = _fill_routed(tmp_dir, routed, src, dim, s, tq, routing_state, index, add_batch_size)
+            factory = extra["factory"]
+            search_defaults = _search_defaults(index, factory, nprobe, ef_search)
+            n_train, sem_info, timings = extra.pop("n_train"), extra.pop("semantic_ids"), extra.pop("timings")
+        else:
+            n_train, sem_info, timings = _fill_index(tmp_dir, index, factory, src, dim, s, add_batch_size, progress)
         sampling = {"train_size": int(s.train_size), "n_train": n_train, "seed": int(s.seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
-                    "inputs": inputs, "inputs_sha256": input_digest(inputs)}
+                    "inputs": inputs, "inputs_sha256": input_digest(inputs), **{k: v for k, v in extra.items() if k != "factory"}}
         _write_index_files(tmp_dir, index, factory, src, dim, documents, sampling, timings, t_start)
         _replace_dir(tmp_dir, out_dir)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
         raise
     return out_dir
+
+
+def _fill_routed(tmp_dir: Path, cfg: Any, src: _Source, dim: int, s: IndexBuildSettings, tq: np.ndarray | None, state: dict | None, empty: Any,
+                 chunk: int) -> tuple[Any, dict[str, Any]]:
+    """Write the vectors and build the routed structure of ``cfg.method`` over them
+    (:func:`scalingnote.index.methods.fill_routed`); the semantic IDs as :func:`_fill_index` fits them."""
+    vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
+    t0 = time.perf_counter()
+    try:
+        index, new_state = methods.fill_routed(np.asarray(vectors), cfg, train_queries=tq, state=state, empty=empty)
+    except RuntimeError as e:
+        raise ScalingNoteError(f"method {cfg.method!r}: building over {len(src.ids)} vectors failed: {_faiss_message(e)}") from None
+    timings = {"train_seconds": 0.0, "add_seconds": time.perf_counter() - t0}
+    if index.ntotal != len(src.ids):
+        raise ScalingNoteError(f"FAISS index holds {index.ntotal} vectors after adding {len(src.ids)}")
+    train_rows = s.training_rows(len(src.ids))
+    t0 = time.perf_counter()
+    sem_info = _semantic_ids(tmp_dir, vectors, np.ascontiguousarray(vectors[train_rows]), s, chunk)
+    timings["semantic_ids_seconds"] = time.perf_counter() - t0
+    del vectors
+    file = methods.save_state(tmp_dir, new_state)
+    entry = methods.manifest_entry(cfg, file, None if tq is None else int(len(tq)))
+    return index, {"factory": methods.structure_label(index, cfg), "routing": entry, "n_train": len(train_rows), "semantic_ids": sem_info,
+                   "timings": timings}
 
 
 def _empty_index(index: Any, dim: int, factory: str, seed: int, polysemous_training: bool) -> Any:

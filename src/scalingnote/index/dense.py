@@ -42,6 +42,8 @@ class DenseIndex(VectorSearcher):
         self.titles = titles  # per FAISS row, from docs.jsonl (None: the index stores no documents)
         self.snippets = snippets
         self._hnsw_graph = find_hnsw(index) is not None  # top-level HNSW (not an IVF's HNSW quantiser)
+        #: a FAISS IDSelector of the rows a search may return (the live index's tombstones on HNSW / Flat); None: all
+        self.selector = None
 
     # ------------------------------------------------------------------ open
     @classmethod
@@ -148,6 +150,7 @@ class DenseIndex(VectorSearcher):
             nprobe if nprobe is not None else defaults.get("nprobe"),
             ef,
             self.factory,
+            self.selector,
         )
         if q.shape[0] == 0:
             D = np.zeros((0, n_cand), np.float32)

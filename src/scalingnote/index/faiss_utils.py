@@ -108,11 +108,12 @@ def _prepare_training(index, seed: int, polysemous_training: bool) -> None:
                 layer.do_polysemous_training = False
 
 
-def _search_params(index, nprobe: int | None, ef_search: int | None, factory: str):
+def _search_params(index, nprobe: int | None, ef_search: int | None, factory: str, sel: Any = None):
     """Per-call FAISS SearchParameters (thread-safe, no global index mutation).
 
     Returns ``(params_or_None, keepalive)``; ``keepalive`` holds nested parameter
-    objects that the C++ side only references.
+    objects that the C++ side only references. ``sel``: a FAISS ``IDSelector`` applied by a
+    top-level HNSW or Flat index (the live index's tombstones: FAISS HNSW has no ``remove_ids``).
     """
     import faiss
 
@@ -146,8 +147,11 @@ def _search_params(index, nprobe: int | None, ef_search: int | None, factory: st
                 if ef_search < 1:
                     raise ScalingNoteError(f"ef_search must be >= 1, got {ef_search}")
                 used["ef_search"] = True
-                return faiss.SearchParametersHNSW(efSearch=int(ef_search))
-            return None
+            if ef_search is None and sel is None:
+                return None
+            return faiss.SearchParametersHNSW(efSearch=int(ef_search if ef_search is not None else idx.hnsw.efSearch), sel=sel)
+        if sel is not None and isinstance(idx, faiss.IndexFlat):
+            return faiss.SearchParameters(sel=sel)
         return None
 
     params = build(index)

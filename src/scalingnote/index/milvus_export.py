@@ -89,7 +89,7 @@ def _index_source(source: str | Path):
     m = index.manifest
     info = {
         "kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist"),
-        "embeddings_dir": m.get("embeddings_dir"),
+        "embeddings_dir": m.get("embeddings_dir"), "method": (m.get("routing") or {}).get("method"),
     }
     sem_info = m.get("semantic_ids")
     return index.vectors, list(index.doc_ids), index.semantic_ids, dict(m.get("tower") or {}), int(m.get("source_dim", m["dim"])), sem_info, info
@@ -139,9 +139,28 @@ def default_index_params(index_type: str, n: int, dim: int, source_info: dict[st
         if index_type == "HNSW_SQ":
             params["sq_type"] = "SQ8"
         if index_type == "HNSW_PQ":
-            params.update({"m": _default_pq_m(dim), "nbits": 8})
+            pq = re.search(r"PQ(\d+)", factory)
+            params.update({"m": int(pq.group(1)) if pq and dim % int(pq.group(1)) == 0 else _default_pq_m(dim), "nbits": 8})
         return params
     return {}
+
+
+def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
+    """The Milvus index type ``auto`` means for an index built with a routed ``method`` (issue 52):
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw -> HNSW. ivf_qmetric is
+    refused: Milvus trains its own IVF on the documents, so the query-metric lists, and the rule
+    new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
+    if not method or (requested or "auto").strip().lower() != "auto":
+        return requested
+    if method == "ivf_qmetric":
+        raise ScalingNoteError("this index was built with method ivf_qmetric (inverted lists cut in the query tower's metric); Milvus trains "
+                               "its own IVF on the documents, so those lists and the rule new documents follow would be lost. Pass "
+                               "--index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export the vectors with that index")
+    if method == "hnsw_pq":
+        return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
+    if method == "hnsw":
+        return "HNSW"
+    return requested
 
 
 def resolve_index_type(requested: str, lite: bool) -> tuple[str, str | None]:
@@ -244,7 +263,12 @@ def _check_ids(source: Any, ids: list[str]) -> int:
 def _index_settings(client, requested: str, overrides: dict[str, Any] | None, n: int, d: int,
                     info: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
     """``(index type, fallback reason, build parameters)`` for this back end (Lite or server)."""
-    itype, fallback = resolve_index_type(requested, is_lite(client))
+    lite = is_lite(client)
+    itype, fallback = resolve_index_type(_method_index_type(requested, info.get("method"), lite), lite)
+    if info.get("method") == "ivf_qmetric":  # only with an explicit --index-type (auto is refused)
+        fallback = f"ivf_qmetric's lists (cut in the query metric) are not exported: Milvus builds its own {itype} on the documents"
+    elif info.get("method") == "hnsw_pq" and lite and itype == "HNSW" and (requested or "auto").strip().lower() == "auto":
+        fallback = "Milvus Lite has no HNSW_PQ: HNSW over the full-precision vectors (the graph's M kept)"
     params = default_index_params(itype, n, d, info)
     params.update(overrides or {})
     if itype == "IVF_PQ" and d % int(params["m"]) != 0:

@@ -206,15 +206,17 @@ class RoutedIndex:
 
     @classmethod
     def build(cls, docs: np.ndarray, config: RoutingConfig | None = None, *, train_queries: np.ndarray | None = None,
-              vectors: np.ndarray | None = None, graph: RoutedIndex | None = None) -> RoutedIndex:
+              vectors: np.ndarray | None = None, graph: RoutedIndex | None = None, metric: np.ndarray | None = None) -> RoutedIndex:
         """Build over ``docs`` [N, d] (float32). ``train_queries``: query-tower vectors of training
         and pseudo-queries (never validation/test), needed by ``ivf_qmetric`` and ``ivf_routed``.
         ``vectors``: the full-precision matrix kept for re-rank (default ``docs``; may be a memmap).
         ``graph``: an ``hnsw`` index over the same ``docs`` whose graph ``hnsw_pq`` reuses (its
-        build time is added to this one's)."""
+        build time is added to this one's). ``metric``: the query metric A of an earlier build
+        (``partition["a"]``) instead of ``train_queries`` (``ivf_qmetric`` rebuilt from its manifest)."""
         cfg = config or RoutingConfig()
         docs = _f32(docs, "documents")
-        if cfg.method in ("ivf_qmetric", "ivf_routed") and train_queries is None:
+        given_metric = cfg.method == "ivf_qmetric" and metric is not None
+        if cfg.method in ("ivf_qmetric", "ivf_routed") and train_queries is None and not given_metric:
             raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors)")
         tq = _f32(train_queries, "train_queries") if train_queries is not None else None
         if tq is not None and tq.shape[1] != docs.shape[1]:
@@ -226,7 +228,7 @@ class RoutedIndex:
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
         else:
-            out = cls._build_ivf(docs, cfg, tq)
+            out = cls._build_ivf(docs, cfg, tq, metric)
         out.vectors = docs if vectors is None else vectors
         out.build_s = time.perf_counter() - t0
         return out
@@ -257,7 +259,7 @@ class RoutedIndex:
         return cls(cfg, index, docs)
 
     @classmethod
-    def _build_ivf(cls, docs: np.ndarray, cfg: RoutingConfig, tq: np.ndarray | None) -> RoutedIndex:
+    def _build_ivf(cls, docs: np.ndarray, cfg: RoutingConfig, tq: np.ndarray | None, metric: np.ndarray | None = None) -> RoutedIndex:
         import faiss
 
         n, d = docs.shape
@@ -280,7 +282,7 @@ class RoutedIndex:
             add_preassigned(index, docs, list_of)
             part = None
         else:
-            list_of, part = _qmetric_partition(docs, tq, nlist, sample, cfg)
+            list_of, part = _qmetric_partition(docs, tq, nlist, sample, cfg, metric)
             cent = _list_means(docs, list_of, nlist, fallback=part["centroids_orig"])
             quantizer.add(cent)  # routing = <q, mean of the list>: inner products need no transform
             res = docs[sample] - cent[list_of[sample]]
@@ -394,12 +396,17 @@ class RoutedIndex:
         return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
 
 
-def _qmetric_partition(docs: np.ndarray, tq: np.ndarray, nlist: int, sample: np.ndarray, cfg: RoutingConfig):
-    """Lists cut by k-means in the query metric (x' = A x, :func:`query_metric`): each document's
-    list and ``{"a", "centroids" (x' space), "centroids_orig" (A^-1 c')}``."""
+def _qmetric_partition(docs: np.ndarray, tq: np.ndarray | None, nlist: int, sample: np.ndarray, cfg: RoutingConfig,
+                       metric: np.ndarray | None = None):
+    """Lists cut by k-means in the query metric (x' = A x, :func:`query_metric`; ``metric``: a
+    given A): each document's list and ``{"a", "centroids" (x' space), "centroids_orig" (A^-1 c')}``."""
     import faiss
 
-    a, a_inv = query_metric(tq, cfg.metric_ridge, cfg.metric_mean_weight)
+    if metric is None:
+        a, a_inv = query_metric(tq, cfg.metric_ridge, cfg.metric_mean_weight)
+    else:
+        a = np.ascontiguousarray(metric, dtype=np.float32)
+        a_inv = np.linalg.inv(a.astype(np.float64)).astype(np.float32)
     xp = np.ascontiguousarray(docs @ a)  # A is symmetric: rows x A = (A x)^T
     km = faiss.Kmeans(docs.shape[1], nlist, niter=cfg.kmeans_iters, seed=cfg.seed, max_points_per_centroid=10**9)
     km.train(np.ascontiguousarray(xp[sample]))

@@ -133,7 +133,8 @@ def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any)
     else:
         defaults.pop("rerank", None)
     man["search_defaults"] = defaults
-    man["search_tuning"] = {**{key: report[key] for key in ("k", "target", "n_queries", "chosen", "met", "reason")}, **extra}
+    kept = ("k", "target", "n_queries", "chosen", "met", "reason", "knob", "memory_bound", "queries", "router_fit_queries", "routing", "methods")
+    man["search_tuning"] = {**{key: report[key] for key in kept if key in report}, **extra}  # the method choice's comparison too (issue 52)
     write_json(root / MANIFEST, man)
     return defaults
 

@@ -35,6 +35,7 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
+from scalingnote.index.methods import load_state
 from scalingnote.index.layout import MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
 from scalingnote.live.wal import fsync_dir
 from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
@@ -121,6 +122,10 @@ def write_generation(
     codes are the same, PQ encoding is deterministic); the semantic IDs are kept.
     ``retrain=True`` (``scalingnote index rebuild``): coarse quantiser, PQ and residual-K-means
     codebooks are trained again on the live vectors, with the settings of the original build.
+    A routed structure (manifest ``routing``) keeps its method: compaction puts the live rows into
+    the same lists by the stored rule (``ivf_qmetric``: A and c') or builds the HNSW graph again
+    over them (tombstones gone) with the trained PQ; rebuild trains it again (``ivf_qmetric``
+    with the stored query metric A: no training queries are kept).
     """
     import faiss
 
@@ -135,6 +140,9 @@ def write_generation(
                           "documents": list(documents), "train_size": int(manifest.get("train_size") or 100_000)}
     defaults = manifest.get("search_defaults") or {}
     kw.update({"nprobe": defaults.get("nprobe"), "ef_search": defaults.get("ef_search")})
+    routing = manifest.get("routing")
+    if routing:  # a routed structure (issue 52): the same method and parameters, its stored list rule
+        kw.update(method=routing["method"], routing=routing["config"], routing_state=load_state(src_gen, manifest))
     if retrain:
         kw.update({"semantic_ids_layers": int(sem_info["n_layers"]) if sem_info else 0,
                    "codebook_size": int(sem_info.get("codebook_size", 256)) if sem_info else 256})

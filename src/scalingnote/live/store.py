@@ -3,9 +3,14 @@ map, the semantic IDs and the document store (titles, snippets), all growing by 
 
 Rows are append-only. A FAISS id is the row number (as ``build_index`` adds them), so an
 upsert of an existing id marks its old row dead and appends a new row; a delete marks the row
-dead. On an IVF index (IVFPQ, OPQ+IVFPQ) the dead row is also removed from the inverted lists
-(``remove_ids``); on Flat / HNSW / HNSW+PQ (no removal in FAISS) it stays as a tombstone and is
-filtered out at search time (candidates are over-fetched by the number of tombstones). Every
+dead. On an IVF index (IVFPQ, OPQ+IVFPQ, the routed ``ivf`` / ``ivf_qmetric``) the dead row is
+also removed from the inverted lists (``remove_ids``); on Flat / HNSW / HNSW+PQ (FAISS HNSW has no
+``remove_ids``) it stays as a tombstone: a bitmap of the live rows goes to the search as a FAISS ``IDSelectorBitmap``
+(``SearchParametersHNSW.sel``: the graph is walked through dead nodes, never returns them), until
+compaction rebuilds the graph without them. A new
+row goes to an inverted list by the rule the lists were cut with (``ivf_qmetric``: the nearest
+list centroid in the query metric, :func:`scalingnote.index.methods.assign_lists`); on HNSW it
+is inserted into the graph. Every
 mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
 """
 
@@ -20,6 +25,7 @@ from scalingnote.data.types import Document
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.docstore import make_snippet
 from scalingnote.index.faiss_utils import find_ivf
+from scalingnote.index.methods import add_rows, load_state
 from scalingnote.index.searcher import SearchResult
 
 
@@ -62,7 +68,9 @@ class RowStore:
         self.snippets: list[str] = list(dense.snippets) if dense.snippets is not None else [""] * n
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids) if self.alive[i]}
         self.can_remove = find_ivf(dense.index) is not None
+        self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
+        self._bitmap: np.ndarray | None = None  # kept alive while FAISS's selector points at it
         self._sync()
 
     # ------------------------------------------------------------------ state
@@ -73,6 +81,18 @@ class RowStore:
         d.semantic_ids = self.sem.view if self.sem is not None else None
         d.doc_ids, d.titles, d.snippets = self.doc_ids, self.titles, self.snippets
         d.manifest["n_vectors"] = len(self.doc_ids)
+        self._select()
+
+    def _select(self) -> None:
+        """The live rows as the searches' ID selector (HNSW / Flat with tombstones; none otherwise)."""
+        import faiss
+
+        selectable = isinstance(faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat))  # others: over-fetch + filter
+        if self.can_remove or not self.tombstones or not selectable:
+            self.dense.selector, self._bitmap = None, None
+            return
+        self._bitmap = np.packbits(self.alive, bitorder="little")  # FAISS: bit i of byte i >> 3 (LSB first)
+        self.dense.selector = faiss.IDSelectorBitmap(len(self.alive), faiss.swig_ptr(self._bitmap))
 
     @property
     def n_rows(self) -> int:
@@ -105,6 +125,7 @@ class RowStore:
                 rows.append(r)
                 found.append(i)
         self._kill(rows)
+        self._select()
         return found
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray, sem: np.ndarray | None) -> tuple[int, int]:
@@ -114,7 +135,9 @@ class RowStore:
         first = self.n_rows
         rows = np.arange(first, first + len(docs), dtype=np.int64)
         x = np.ascontiguousarray(vectors, dtype=np.float32)
-        if self.can_remove:
+        if self.can_remove and self.routing is not None:
+            add_rows(self.dense.index, self.routing, x, rows)
+        elif self.can_remove:
             self.dense.index.add_with_ids(x, rows)
         else:
             assert self.dense.index.ntotal == first, (self.dense.index.ntotal, first)
@@ -133,8 +156,9 @@ class RowStore:
 
     # ------------------------------------------------------------------ search (under the lock)
     def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:
-        """:meth:`DenseIndex.search` over the live rows: over-fetch by the tombstones, drop dead rows."""
-        extra = min(self.tombstones, self.n_rows)
+        """:meth:`DenseIndex.search` over the live rows (tombstones: excluded by the selector; an
+        index without one is over-fetched by their number and filtered)."""
+        extra = 0 if self.dense.selector is not None else min(self.tombstones, self.n_rows)
         res = self.dense.search(queries, k + extra, **kw) if extra else self.dense.search(queries, k, **kw)
         if extra:
             res = filter_rows(res, self.alive, k)

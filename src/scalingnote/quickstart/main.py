@@ -79,9 +79,9 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
         kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
         res = idx.search(qv, k=100, **kw)
         used = {**idx.manifest.get("search_defaults", {}), **kw}
-        how = f"nprobe={used.get('nprobe')} rerank={used.get('rerank', 0)}"
-        if tuned:
-            how += f" (chosen on {tuned['n_queries']} validation + training queries: recall@10 vs exact {tuned['chosen']['recall']})"
+        how = f"{'ef_search' if 'ef_search' in used and 'nprobe' not in used else 'nprobe'}={used.get('nprobe', used.get('ef_search'))} rerank={used.get('rerank', 0)}"
+        if tuned:  # issue 52: the structure and its setting chosen on validation queries (older indexes: + training queries)
+            how += f" (chosen on {tuned['n_queries']} {tuned.get('queries', 'validation + training')} queries: recall@10 vs exact {tuned['chosen']['recall']})"
         rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
                      "search": f"{idx.factory} {how}", "_tower": student["dir"]})
         rows.append(_served_row(ev, idx, qv, fusion, base, how))

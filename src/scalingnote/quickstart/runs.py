@@ -31,6 +31,7 @@ from scalingnote.models.layers import is_bottom, start_candidates
 from scalingnote.models.loading import resolve_source
 from scalingnote.models.towers import matryoshka_dims_for
 from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.quickstart.index_choice import choose_and_build
 from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
 from scalingnote.utils.steps import changed_keys, file_sha256, input_digest, mark_step, step_state, with_defaults
@@ -442,11 +443,19 @@ def _digest(step_dir: Path) -> str | None:
 
 def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path, student_dir: Path | None = None,
                 tune_queries: Any = None) -> Path:
-    """IVFPQ + residual-K-means semantic IDs over the teacher's document embeddings; with
-    ``cfg.index_recall``, its nprobe and re-rank depth chosen on ``tune_queries`` (texts the served
-    student encodes: validation and training queries, never test). Another student re-tunes the
-    index; it does not rebuild it."""
+    """The served index over the teacher's document embeddings (+ residual-K-means semantic IDs).
+
+    With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
+    validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
+    itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
+    hnsw_pq) and setting reaching the recall target on the validation queries within 1/4 of the
+    float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
+    (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
+    The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""
     d = out / "index"
+    if cfg.index_recall is not None and student_dir is not None and tune_queries and not cfg.index_factory:
+        tune_index(cfg, d / "ivfpq", Path(student_dir), tune_queries, teacher_dir=teacher_dir, data=data)
+        return d / "ivfpq"
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     factory = cfg.index_factory or default_factory(emb.shape[0], emb.shape[1])
     inputs = {"teacher": str(teacher_dir), "teacher_digest": _digest(teacher_dir),
@@ -464,23 +473,27 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     else:  # a reused index whose manifest may not name its tower's directory: record it (a no-op when named)
         record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
     if cfg.index_recall is not None and student_dir is not None and tune_queries:
-        tune_index(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
+        _tune_settings(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
     return d / "ivfpq"
 
 
-def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
-    """Choose the served nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on
-    ``texts`` encoded by the student; written into the index's search defaults, with a digest of
-    what they were chosen from (the same target, student and queries again: nothing to do)."""
+def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
+    """A fixed ``index_factory``: choose its nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": _digest(student_dir.parent),
                         "queries": texts})
-    done = read_manifest(index_dir).get("search_tuning") or {}
-    if done.get("inputs_digest") == key:
+    if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         return
     idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
     report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
     save_search_defaults(index_dir, report, inputs_digest=key)
     banner(f"index search settings: {report['reason']}")
+
+
+def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]) -> None:
+    """Choose and build the served structure (issue 52, :func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
+    cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
+    choose_and_build(cfg, index_dir, student_dir, texts, teacher_dir=teacher_dir, data=data,
+                     digests={"student": _digest(student_dir.parent), "teacher": _digest(teacher_dir)}, say=banner)
 
 
 __all__ = ["build_ivfpq", "corpus_file", "data_spec", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",

@@ -57,9 +57,28 @@ def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int |
                    {q: vqrels[q] for q in vids})
 
 
-def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int = 0) -> list[str]:
-    """Query texts to tune the index's search settings on: the validation queries and up to
-    ``limit`` training queries of the Stage I run ``heldout_from`` (never a reported query)."""
+class TuningTexts(list):
+    """Query texts for choosing the served index (a list: the validation queries, then the training
+    queries); ``n_validation`` says where the training ones start (issue 52: the structure and its
+    settings are chosen on the validation queries only; the training ones fit the query-aware
+    routers, e.g. ``ivf_qmetric``'s query metric)."""
+
+    def __init__(self, validation: list[str], train: list[str]):
+        super().__init__([*validation, *train])
+        self.n_validation = len(validation)
+
+    @property
+    def validation(self) -> list[str]:
+        return list(self[: self.n_validation])
+
+    @property
+    def train(self) -> list[str]:
+        return list(self[self.n_validation :])
+
+
+def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int = 0) -> TuningTexts:
+    """Query texts to choose the index on: the validation queries (the choice) and up to ``limit``
+    training queries of the Stage I run ``heldout_from`` (router fitting), never a reported query."""
     cfg = load_train_config(Path(heldout_from) / "config.yaml")
     test_ids, test_texts = set(ev.qids), set(ev.texts)
     seen = set(ev.val_texts)
@@ -70,7 +89,7 @@ def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int =
             train.append(e.query)
     rng = np.random.default_rng(seed)
     pick = sorted(rng.choice(len(train), size=min(limit, len(train)), replace=False).tolist()) if train else []
-    return list(ev.val_texts) + [train[i] for i in pick]
+    return TuningTexts(list(ev.val_texts), [train[i] for i in pick])
 
 
 class TowerPool:
@@ -199,4 +218,4 @@ def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: i
     return single_query_p99_many({"_": (tower, export_dir)}, texts, backend=backend, n=n)["_"]
 
 
-__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_many", "single_query_p99_ms"]
+__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_many", "single_query_p99_ms", "TuningTexts", "tuning_texts"]

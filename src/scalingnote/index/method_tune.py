@@ -1,0 +1,147 @@
+"""Choose the served structure among the routed methods (issue 52, item 3).
+
+Each candidate method (:mod:`scalingnote.index.methods`: ``ivf``, ``ivf_qmetric``, ``hnsw_pq`` by
+default; ``hnsw`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
+``ef_search``) x exact re-rank depth (TMJ §6) is swept on *validation* query vectors — queries no
+router was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance). For
+each method the cheapest setting whose recall@k against exact search reaches ``target`` is kept;
+cheap = the share of the corpus scanned, i.e. distance computations per query (coarse + codes +
+re-ranked, :attr:`~scalingnote.index.routing.RoutedResult.ndis`) / N. Among the methods whose
+structure searched in memory is at most ``memory_bound`` of the float32 vectors (the
+full-precision re-rank vectors are memory-mapped from disk, not counted), the cheapest that met the
+target is chosen (ties: the lower measured latency); when none met it, the best recall, with the
+reason. The report (per method: recall, share scanned, memory ratio, build seconds, chosen
+setting, latency) goes into the manifest's ``search_tuning``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.methods import SERVABLE, default_routing, structure_label
+from scalingnote.index.routing import RoutedIndex, RoutingConfig
+from scalingnote.index.tune import exact_topk, recall_vs_exact
+
+DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw_pq")
+RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
+EF_SEARCHES = (16, 32, 64, 128, 256, 512, 1024)
+MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors (issue 52)
+
+
+def _unit(x: Any, what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim != 2 or a.shape[0] == 0:
+        raise ScalingNoteError(f"{what}: expected a non-empty 2-D array, got shape {a.shape}")
+    return np.ascontiguousarray(a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12))
+
+
+def _knob(r: RoutedIndex) -> tuple[str, list[int]]:
+    if r.config.method in ("hnsw", "hnsw_pq"):
+        return "ef_search", list(EF_SEARCHES)
+    nlist = int(r.index.nlist)
+    return "nprobe", sorted({min(nlist, 2**i) for i in range(0, 31) if 2 ** (i - 1) < nlist} | {nlist})
+
+
+def sweep(r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: float, reranks: Sequence[int] = RERANKS) -> dict[str, Any]:
+    """The cheapest setting of ``r`` reaching ``target`` (else the best recall): per re-rank depth
+    the knob rises until the target is met or the share scanned exceeds the best one found."""
+    n, nq = r.ntotal, len(q)
+    knob, values = _knob(r)
+    grid: list[dict[str, Any]] = []
+    best = float("inf")
+    for rr in sorted({int(x) for x in reranks if int(x) == 0 or int(x) >= k}):
+        for v in values:
+            t0 = time.perf_counter()
+            res = r.search(q, k, rerank=rr, **{knob: v})
+            ms = 1000 * (time.perf_counter() - t0) / nq
+            share = res.ndis / (nq * n)
+            rec = recall_vs_exact(res.ids, exact)
+            grid.append({knob: v, "rerank": rr, "recall": round(rec, 4), "share_scanned": round(share, 5), "latency_ms": round(ms, 4),
+                         "met": rec >= target})
+            if rec >= target:
+                best = min(best, share)
+                break
+            if share >= best:
+                break  # dearer than a setting already good enough, and not good enough itself
+    ok = [g for g in grid if g["met"]]
+    pick = min(ok, key=lambda g: (g["share_scanned"], g["latency_ms"])) if ok else max(grid, key=lambda g: (g["recall"], -g["share_scanned"]))
+    return {"knob": knob, "setting": {knob: pick[knob], "rerank": pick["rerank"]}, **{key: pick[key] for key in ("recall", "share_scanned", "latency_ms", "met")},
+            "grid": grid}
+
+
+def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.ndarray | None = None, *, methods: Sequence[str] = DEFAULT_METHODS,
+                  k: int = 10, target: float = 0.99, memory_bound: float = MEMORY_BOUND, seed: int = 0,
+                  routing: dict[str, RoutingConfig] | None = None, log: Any = None) -> dict[str, Any]:
+    """Build each of ``methods`` over ``docs`` (unit vectors), sweep it on ``val_queries`` and
+    choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
+    queries); ``routing``: a config per method instead of :func:`default_routing`. Returns the
+    report: ``chosen`` (method, knob value, rerank, recall, share scanned, ...), ``knob``,
+    ``routing`` (the chosen method's config as a dict), ``met``, ``reason``, ``methods`` (rows)."""
+    if not 0 < target <= 1:
+        raise ScalingNoteError(f"target must be in (0, 1], got {target}")
+    bad = [m for m in methods if m not in SERVABLE]
+    if bad or not methods:
+        raise ScalingNoteError(f"methods: {', '.join(bad) or 'none given'}; choose from {', '.join(SERVABLE)} (ivf_routed is not servable)")
+    x, q = _unit(docs, "documents"), _unit(val_queries, "validation queries")
+    tq = None if train_queries is None or len(train_queries) == 0 else _unit(train_queries, "training queries")
+    n, d = x.shape
+    exact = exact_topk(x, q, k)
+    rows, cfgs = [], {}
+    for m in methods:
+        cfg = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
+        if m == "ivf_qmetric" and tq is None:
+            rows.append({"method": m, "skipped": "no training queries to fit the query metric on"})
+            continue
+        r = RoutedIndex.build(x, cfg, train_queries=tq if m == "ivf_qmetric" else None)
+        s = sweep(r, q, exact, k=k, target=target)
+        mem = r.memory_bytes() / (n * d * 4)
+        rows.append({"method": m, "structure": _structure(r), "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
+                     "within_memory": mem <= memory_bound, **{key: s[key] for key in ("knob", "setting", "recall", "share_scanned", "latency_ms", "met")},
+                     "grid": s["grid"]})
+        cfgs[m] = cfg
+        if log is not None:
+            log(f"{m}: recall@{k} {s['recall']} at {s['setting']}, {100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32")
+    return _decide(rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq))
+
+
+def _structure(r: RoutedIndex) -> str:
+    return structure_label(r.index, r.config)
+
+
+def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target: float, memory_bound: float, n_val: int, n_train: int) -> dict[str, Any]:
+    built = [r for r in rows if "skipped" not in r]
+    if not built:
+        raise ScalingNoteError("no candidate method could be built: " + "; ".join(f"{r['method']}: {r['skipped']}" for r in rows))
+    fits = [r for r in built if r["within_memory"]]
+    ok = [r for r in fits if r["met"]]
+    where = f"recall@{k} vs exact >= {target} on {n_val} validation queries"
+    if ok:
+        best = min(ok, key=lambda r: (r["share_scanned"], r["latency_ms"]))
+        reason = (f"cheapest structure with {where} within {memory_bound:g} of the float vectors: {best['structure']} "
+                  f"{_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})")
+    elif not fits and any(r["met"] for r in built):  # none fits the bound: the least memory among those that met the target
+        best = min((r for r in built if r["met"]), key=lambda r: (r["memory_ratio"], r["share_scanned"]))
+        reason = (f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: {best['structure']} {_setting(best)} "
+                  f"(memory {best['memory_ratio']}, recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)")
+    else:
+        pool = fits or built
+        best = max(pool, key=lambda r: (r["recall"], -r["share_scanned"]))
+        why = "no method within the memory bound reached " if fits else f"no method fits {memory_bound:g} of the float vectors and none reached "
+        reason = f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
+    chosen = {"method": best["method"], **best["setting"], **{key: best[key] for key in ("recall", "share_scanned", "latency_ms", "memory_ratio", "structure")}}
+    return {"k": k, "target": target, "memory_bound": memory_bound, "n_queries": n_val, "queries": "validation", "router_fit_queries": n_train,
+            "knob": best["knob"], "chosen": chosen, "met": bool(ok), "reason": reason, "routing": dataclasses.asdict(cfgs[best["method"]]),
+            "methods": rows}
+
+
+def _setting(r: dict) -> str:
+    return ", ".join(f"{key}={val}" for key, val in r["setting"].items())
+
+
+__all__ = ["DEFAULT_METHODS", "MEMORY_BOUND", "choose_method", "sweep"]

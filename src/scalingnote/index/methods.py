@@ -1,0 +1,199 @@
+"""Routed structures (:mod:`scalingnote.index.routing`) built and served through the normal index
+path (issue 52, item 3): ``build_index(..., method=...)`` / ``scalingnote index build --method``.
+
+Every method that can be served is a plain FAISS index, so :class:`~scalingnote.index.DenseIndex`,
+``scalingnote search``, ``serve`` and the page search it with the manifest's search defaults:
+
+* ``ivf``: ``IndexIVFPQ`` trained on documents (today's structure);
+* ``ivf_qmetric``: an ``IndexIVFPQ`` whose lists were cut in the query metric x' = A x; the rule
+  that puts a document in a list (nearest c' to A x, L2) is kept in ``routing.npz`` (A, c') so
+  documents added later (live index) and compaction use the same rule;
+* ``hnsw`` / ``hnsw_pq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` (graph built on full-precision
+  vectors, searched over PQ codes). FAISS HNSW has no ``remove_ids``: the live index keeps a
+  tombstone set and filters it at search; compaction rebuilds the graph over the live rows.
+
+``ivf_routed`` (probes chosen by learnt routing vectors through ``search_preassigned``) is not a
+plain FAISS search: it is measured by the study, never built here.
+
+The manifest records ``routing = {"method", "config", "file"}``; ``factory`` is the label
+``<method>:<FAISS structure>`` (e.g. ``hnsw_pq:HNSW32,PQ72x8``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index.embeddings import l2_normalize
+from scalingnote.index.routing import RoutedIndex, RoutingConfig
+
+SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq")
+ROUTING_FILE = "routing.npz"
+
+
+def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size: int = 131_072, **over: Any) -> RoutingConfig:
+    """The quick start's sizes for ``method`` over ``n`` x ``dim`` vectors: ~4 sqrt(n) lists (at most
+    n/39, FAISS's 39 training points per centroid), one PQ sub-quantiser per 8 dimensions (the
+    largest divisor of ``dim`` at most dim/8), 8-bit codes from 10k vectors on (4-bit below: 8-bit
+    PQ needs 256 centroids x 39 points per sub-space)."""
+    if method not in SERVABLE:
+        raise ScalingNoteError(f"index method must be one of {', '.join(SERVABLE)}, got {method!r}"
+                               + (" (ivf_routed needs its own routed search: not servable)" if method == "ivf_routed" else ""))
+    nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39)) if n >= 4 else 1
+    m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)
+    base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=8 if n >= 10_000 else 4, seed=seed, train_size=train_size)
+    base.update({k: v for k, v in over.items() if v is not None})
+    return RoutingConfig(**base)
+
+
+def routing_from(entry: RoutingConfig | dict[str, Any] | None, method: str, n: int, dim: int, seed: int, train_size: int) -> RoutingConfig:
+    """A :class:`RoutingConfig` for ``method``: ``entry`` (a config or the manifest's dict) or the defaults."""
+    if isinstance(entry, RoutingConfig):
+        cfg = entry
+    elif isinstance(entry, dict):
+        names = {f.name for f in dataclasses.fields(RoutingConfig)}
+        unknown = sorted(set(entry) - names)
+        if unknown:
+            raise ScalingNoteError(f"routing config: unknown field(s) {', '.join(unknown)}")
+        cfg = RoutingConfig(**{**entry, "method": method})
+    else:
+        cfg = default_routing(method, n, dim, seed=seed, train_size=train_size)
+    if cfg.method != method:
+        cfg = dataclasses.replace(cfg, method=method)
+    if method not in SERVABLE:
+        default_routing(method, n, dim)  # raises the message
+    return cfg
+
+
+def train_query_vectors(train_queries: str | Path | np.ndarray | None, dim: int) -> np.ndarray | None:
+    """Training-query vectors (an array or a ``.npy`` file), cut to the indexed prefix and normalised."""
+    if train_queries is None:
+        return None
+    if isinstance(train_queries, (str, Path)):
+        try:
+            train_queries = np.load(train_queries)
+        except (OSError, ValueError) as e:
+            raise ScalingNoteError(f"{train_queries}: cannot read training-query vectors ({e})") from None
+    q = np.asarray(train_queries, dtype=np.float32)
+    if q.ndim != 2 or q.shape[0] == 0 or q.shape[1] < dim:
+        raise ScalingNoteError(f"train_queries: expected a non-empty (n, >= {dim}) array, got shape {q.shape}")
+    return np.ascontiguousarray(l2_normalize(q[:, :dim]))
+
+
+def structure_label(index: Any, cfg: RoutingConfig) -> str:
+    """``<method>:<FAISS structure>``, e.g. ``ivf_qmetric:IVF181,PQ72x8`` or ``hnsw_pq:HNSW32,PQ72x8``."""
+    import faiss
+
+    idx = faiss.downcast_index(index)
+    d = int(idx.d)
+    m = cfg.pq_m or max(1, d // 8)
+    if isinstance(idx, faiss.IndexIVF):
+        desc = f"IVF{idx.nlist},PQ{m}x{cfg.pq_bits}"
+    elif cfg.method == "hnsw_pq":
+        desc = f"HNSW{cfg.hnsw_m},PQ{m}x{cfg.pq_bits}"
+    else:
+        desc = f"HNSW{cfg.hnsw_m},Flat"
+    return f"{cfg.method}:{desc}"
+
+
+def fill_routed(vectors: np.ndarray, cfg: RoutingConfig, *, train_queries: np.ndarray | None = None, state: dict[str, np.ndarray] | None = None,
+                empty: Any = None) -> tuple[Any, dict[str, np.ndarray]]:
+    """The filled FAISS index of ``cfg.method`` over ``vectors`` and its routing state (arrays
+    saved as ``routing.npz``: ``a`` and ``centroids`` for ivf_qmetric; nothing otherwise).
+
+    ``empty``: a trained, emptied index of an earlier generation (compaction): the documents go to
+    lists by the stored rule (``state``), the HNSW graph is built again over the live vectors and
+    the trained codebooks are kept. Else a fresh build (``state["a"]``: rebuild ivf_qmetric with
+    the stored query metric when there are no training queries)."""
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    if empty is not None:
+        return _refill(x, cfg, empty, state or {}), dict(state or {})
+    metric = None if train_queries is not None or not state else state.get("a")
+    r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
+    out: dict[str, np.ndarray] = {}
+    if cfg.method == "ivf_qmetric":
+        out = {"a": np.asarray(r.partition["a"], np.float32), "centroids": np.asarray(r.partition["centroids"], np.float32)}
+    return r.index, out
+
+
+def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]) -> Any:
+    import faiss
+
+    index = faiss.downcast_index(empty)
+    if isinstance(index, faiss.IndexIVF):
+        lists = assign_lists(state, index, x)
+        _add_preassigned(index, x, lists, np.arange(len(x), dtype=np.int64))
+        return index
+    if cfg.method == "hnsw_pq":
+        graph = faiss.IndexHNSWFlat(x.shape[1], cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        graph.hnsw.efConstruction = cfg.ef_construction
+        graph.add(x)
+        index.storage.add(x)  # the trained PQ of the earlier generation encodes the live vectors
+        index.hnsw = graph.hnsw
+        index.ntotal = graph.ntotal
+        return index
+    index.add(x)  # hnsw (flat storage): the graph over the live vectors
+    return index
+
+
+def assign_lists(state: dict[str, np.ndarray] | None, ivf: Any, x: np.ndarray) -> np.ndarray:
+    """Each row's inverted list by the rule the lists were cut with: ivf_qmetric = the nearest
+    list centroid c' to A x (L2, the query metric); otherwise the nearest quantiser centroid by
+    inner product (what FAISS's own ``add`` does)."""
+    import faiss
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if state and "a" in state and "centroids" in state:
+        xp = np.ascontiguousarray(x @ state["a"])  # A is symmetric
+        _, lists = faiss.knn(xp, np.ascontiguousarray(state["centroids"], dtype=np.float32), 1, metric=faiss.METRIC_L2)
+        return lists.ravel().astype(np.int64)
+    _, lists = ivf.quantizer.search(x, 1)
+    return lists.ravel().astype(np.int64)
+
+
+def _add_preassigned(ivf: Any, x: np.ndarray, lists: np.ndarray, ids: np.ndarray) -> None:
+    from faiss.contrib.ivf_tools import add_preassigned
+
+    add_preassigned(ivf, x, lists, ids=ids)
+
+
+def add_rows(index: Any, state: dict[str, np.ndarray] | None, x: np.ndarray, ids: np.ndarray) -> None:
+    """Add ``x`` with FAISS ids ``ids`` to an IVF index by the lists' own rule (:func:`assign_lists`)."""
+    import faiss
+
+    ivf = faiss.extract_index_ivf(index)
+    _add_preassigned(ivf, np.ascontiguousarray(x, dtype=np.float32), assign_lists(state, ivf, x), np.asarray(ids, dtype=np.int64))
+
+
+def save_state(root: Path, state: dict[str, np.ndarray]) -> str | None:
+    """Write ``routing.npz`` into ``root`` (None: nothing to keep)."""
+    if not state:
+        return None
+    np.savez(root / ROUTING_FILE, **state)
+    return ROUTING_FILE
+
+
+def load_state(root: Path, manifest: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The routing state an index directory keeps (None: a plain index or a method without one)."""
+    entry = manifest.get("routing") or {}
+    if not entry.get("file"):
+        return None
+    path = Path(root) / entry["file"]
+    try:
+        with np.load(path) as z:
+            return {k: np.asarray(z[k]) for k in z.files}
+    except (OSError, ValueError, KeyError) as e:
+        raise ScalingNoteError(f"{path}: cannot read the routing state of method {entry.get('method')!r} ({e})") from None
+
+
+def manifest_entry(cfg: RoutingConfig, file: str | None, train_queries: int | None) -> dict[str, Any]:
+    return {"method": cfg.method, "config": dataclasses.asdict(cfg), "file": file, "train_queries": train_queries}
+
+
+__all__ = ["ROUTING_FILE", "SERVABLE", "add_rows", "assign_lists", "default_routing", "fill_routed", "load_state", "manifest_entry",
+           "routing_from", "save_state", "structure_label", "train_query_vectors"]

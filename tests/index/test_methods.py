@@ -1,0 +1,124 @@
+"""Routed structures built and served through the normal index path, and the method choice
+(issue 52, item 3): tiny clustered random vectors, real FAISS."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from scalingnote.cli import app as cli
+from scalingnote.errors import ScalingNoteError
+from scalingnote.index import DenseIndex, build_index
+from scalingnote.index.method_tune import choose_method
+from scalingnote.index.methods import default_routing, load_state
+from scalingnote.index.routing import RoutedIndex
+from scalingnote.index.tune import exact_topk, recall_vs_exact, save_search_defaults
+
+N, D = 800, 32
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((24, D)).astype(np.float32)
+
+    def draw(n, noise):
+        x = c[rng.integers(0, len(c), n)] + noise * rng.standard_normal((n, D)).astype(np.float32)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    return draw(N, 0.3), draw(40, 0.5), draw(200, 0.5)  # documents, validation queries, training queries
+
+
+@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq"])
+def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
+    x, vq, tq = data
+    cfg = default_routing(method, N, D, seed=0)
+    out = build_index(x, tmp_path / method, method=method, routing=cfg, train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
+                      semantic_ids_layers=0, progress=False)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["routing"]["method"] == method and man["factory"].startswith(f"{method}:")
+    assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (method == "ivf_qmetric")
+    knob = {"ef_search": 32} if method == "hnsw_pq" else {"nprobe": 4}
+    # the structure the tuner measured (built in memory the same way) returns the same hits as the saved one
+    ref = RoutedIndex.build(x, cfg, train_queries=tq if method == "ivf_qmetric" else None).search(vq, 10, rerank=50, **knob)
+    got = DenseIndex.open(out).search(vq, 10, rerank=50, **knob)
+    assert recall_vs_exact(np.asarray(got.indices), ref.ids) == 1.0
+
+
+def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
+    x, vq, tq = data
+    rep = choose_method(x, vq, tq, target=0.95, seed=0)
+    rows = {r["method"]: r for r in rep["methods"]}
+    assert set(rows) == {"ivf", "ivf_qmetric", "hnsw_pq"}
+    assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
+    # 32-d: an HNSW graph (32 x 2 x 4-byte neighbours per vector on level 0) outweighs 128-byte float vectors
+    assert not rows["hnsw_pq"]["within_memory"]
+    fit = [r for r in rows.values() if r["within_memory"] and r["met"]]
+    assert rep["met"] and rep["chosen"]["method"] == min(fit, key=lambda r: (r["share_scanned"], r["latency_ms"]))["method"]
+    method = rep["chosen"]["method"]
+    out = build_index(x, tmp_path / "chosen", method=method, routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
+                      semantic_ids_layers=0, progress=False)
+    save_search_defaults(out, rep)
+    idx = DenseIndex.open(out)
+    tuning = idx.manifest["search_tuning"]
+    assert tuning["methods"] and tuning["chosen"]["method"] == method and tuning["queries"] == "validation"
+    knob = rep["knob"]
+    default = idx.search(vq, 10)  # no flags: the manifest's search defaults
+    explicit = idx.search(vq, 10, rerank=rep["chosen"]["rerank"] or 0, **{knob: rep["chosen"][knob]})
+    assert np.array_equal(default.indices, explicit.indices)
+    # the recall it was chosen with is the recall it serves
+    assert recall_vs_exact(np.asarray(default.indices), exact_topk(x, vq, 10)) == pytest.approx(rep["chosen"]["recall"], abs=1e-4)
+
+
+def test_no_method_within_the_bound_takes_the_least_memory_and_says_why(data):
+    x, vq, tq = data
+    rep = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4)
+    assert not rep["met"] and "no method fits" in rep["reason"] and "least memory" in rep["reason"]
+    met = [r for r in rep["methods"] if r["met"]]
+    assert met and rep["chosen"]["method"] == min(met, key=lambda r: r["memory_ratio"])["method"] == "ivf"
+
+
+def test_ivf_qmetric_without_training_queries_is_skipped_and_routed_refused(data):
+    x, vq, _ = data
+    rep = choose_method(x, vq, None, methods=("ivf", "ivf_qmetric"), target=0.9)
+    assert {r["method"]: r.get("skipped") for r in rep["methods"]}["ivf_qmetric"]
+    with pytest.raises(ScalingNoteError, match="ivf_routed"):
+        choose_method(x, vq, None, methods=("ivf_routed",))
+    with pytest.raises(ScalingNoteError, match="ivf_routed needs its own routed search"):
+        build_index(x, "/nonexistent/never", method="ivf_routed", doc_ids=[str(i) for i in range(N)], progress=False)
+
+
+def test_rebuilding_ivf_qmetric_reuses_its_stored_metric(tmp_path, data):
+    x, _, tq = data
+    ids = [f"d{i}" for i in range(N)]
+    a = build_index(x, tmp_path / "a", method="ivf_qmetric", train_queries=tq, doc_ids=ids, semantic_ids_layers=0, progress=False)
+    state = load_state(a, json.loads((a / "manifest.json").read_text()))
+    b = build_index(x, tmp_path / "b", method="ivf_qmetric", routing_state={"a": state["a"]}, doc_ids=ids, semantic_ids_layers=0, progress=False)
+    sb = load_state(b, json.loads((b / "manifest.json").read_text()))
+    assert np.allclose(sb["a"], state["a"]) and np.allclose(sb["centroids"], state["centroids"], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def beir_dir(tmp_path_factory, tiny_corpus, queries_factory):
+    from scalingnote.data import write_beir
+
+    root = tmp_path_factory.mktemp("beir") / "toy"
+    queries = queries_factory(4)
+    write_beir(root, tiny_corpus, queries, {"test": {q.id: {tiny_corpus[i].id: 1} for i, q in enumerate(queries)}})
+    return root
+
+
+def test_index_build_cli_method_then_search_without_flags(tmp_path, beir_dir, tiny_bert_dir):
+    idx = tmp_path / "idx"
+    r = CliRunner().invoke(cli, ["index", "build", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--method", "hnsw_pq", "--out", str(idx),
+                                 "--semantic-ids-layers", "0"])
+    assert r.exit_code == 0, r.output
+    man = json.loads((idx / "manifest.json").read_text())
+    assert man["routing"]["method"] == "hnsw_pq" and man["faiss_class"] == "IndexHNSWPQ" and "ef_search" in man["search_defaults"]
+    r = CliRunner().invoke(cli, ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--query", "protein folding", "--k", "3"])
+    assert r.exit_code == 0, r.output
+    hits = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    assert len(hits) == 3 and all(h.get("id") or h.get("doc_id") for h in hits)

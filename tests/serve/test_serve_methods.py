@@ -1,0 +1,26 @@
+"""The service over a routed structure (issue 52, item 3): an hnsw_pq index built with
+``build_index(..., method=...)`` is served with its manifest's search defaults (no request flag),
+answers as offline search does, and refuses an IVF knob it has no use for."""
+
+from __future__ import annotations
+
+import httpx
+
+from scalingnote.index import DenseIndex, build_index
+from scalingnote.models import load_tower
+from tests.serve.conftest import running_server
+
+
+def test_service_serves_an_hnsw_pq_index_at_its_defaults(tmp_path, serve_index, tiny_bert_dir):
+    idx = build_index(serve_index.parent / "emb", tmp_path / "hp", method="hnsw_pq", semantic_ids_layers=0, progress=False)
+    texts = ["quick brown fox", "river delta", "protein folding"]
+    ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(texts, 5)
+    with running_server(idx, tiny_bert_dir) as srv:
+        health = httpx.get(srv.url + "/healthz", trust_env=False).json()
+        assert health["index"]["nlist"] is None
+        for text, want in zip(texts, ref.doc_ids, strict=True):
+            r = httpx.post(srv.url + "/search", json={"query": text, "k": 5, "mode": "dense"}, trust_env=False, timeout=30)
+            assert r.status_code == 200, r.text
+            assert [h["doc_id"] for h in r.json()["results"]] == want
+        r = httpx.post(srv.url + "/search", json={"query": texts[0], "k": 5, "nprobe": 4}, trust_env=False, timeout=30)
+        assert 400 <= r.status_code < 500 and "nprobe" in r.text
