@@ -325,7 +325,9 @@ def test_index_tuning_queries_are_validation_and_training_queries_never_test(fir
     assert texts == tuning_texts(ev, stage1, limit=20, seed=0)  # seeded
 
 
-def test_another_target_or_student_retunes_the_index_without_rebuilding_it(first_run, tiny_models):
+def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_method_changes(first_run, tiny_models):
+    """Issue 52: the recall target chooses the served structure; the same inputs again do nothing,
+    and the index file is rewritten only when the chosen method (or its configuration) changes."""
     from scalingnote.quickstart import runs
     from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
 
@@ -341,11 +343,16 @@ def test_another_target_or_student_retunes_the_index_without_rebuilding_it(first
     built, tuned = faiss_file.stat().st_mtime_ns, manifest.stat().st_mtime_ns
     runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # the run's own inputs: nothing to do
     assert manifest.stat().st_mtime_ns == tuned
+    assert faiss_file.stat().st_mtime_ns == built
+    first = json.loads(manifest.read_text())["search_tuning"]
     runs.build_ivfpq(_cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts)
-    assert faiss_file.stat().st_mtime_ns == built  # not rebuilt
-    assert json.loads(manifest.read_text())["search_tuning"]["target"] == 0.5  # re-tuned
+    low = json.loads(manifest.read_text())["search_tuning"]
+    assert low["target"] == 0.5  # re-chosen for the new target
+    same = low["chosen"]["structure"] == first["chosen"]["structure"]
+    assert (faiss_file.stat().st_mtime_ns == built) == same  # rebuilt exactly when the structure changed
     runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
-    assert json.loads(manifest.read_text())["search_tuning"]["target"] == cfg.index_recall and faiss_file.stat().st_mtime_ns == built
+    back = json.loads(manifest.read_text())["search_tuning"]
+    assert back["target"] == cfg.index_recall and back["chosen"]["method"] == first["chosen"]["method"]
 
 
 def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tiny_models, tmp_path):
