@@ -1,6 +1,7 @@
 """The budgeted quick start beside the exhaustive one (issue #51), per data set, on one machine.
 
     python -m benchmarks.quickstart_budget [--sets default,scifact,kuake_qtr] [--modes budgeted,full] [--force]
+    python -m benchmarks.quickstart_budget --sets scifact --modes recipe_full   # the recipe run as the exhaustive reference
 
 Each (set, mode) runs ``scalingnote quickstart`` in a fresh process, as a user would, in its own
 ``--out`` under ``.cache/bench/quickstart_budget/`` (so the exhaustive run never reuses the
@@ -80,7 +81,7 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
             continue
         r["within_time_target"] = r["pipeline_minutes"] <= r["target_minutes"]
         r["minutes_over_target"] = round(max(0.0, r["pipeline_minutes"] - r["target_minutes"]), 2)
-        f = by.get((s, "full"))
+        f = by.get((s, "full")) or by.get((s, "recipe_full"))
         if f is None:
             r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
             continue
@@ -89,6 +90,19 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         r["served_delta_vs_full"] = round(r["served_ndcg@10"] - f["served_ndcg@10"], 4)
         r["meets_target"] = r["within_time_target"] and (r["same_choices_as_full"] or abs(r["served_delta_vs_full"]) <= SERVED_TOLERANCE)
         r["full_pipeline_minutes"] = f["pipeline_minutes"]
+        r["compared_with"] = f["mode"]
+
+
+def recipe_row(set_name: str, results: Path) -> dict[str, Any]:
+    """The exhaustive reference from the recipe's run (``python -m benchmarks.recipe --data <set>``:
+    ``full`` + every readable family's comparison rows): the same choices and served row as a
+    ``--full`` quick start (the comparison rows choose nothing), a wall time that is an upper bound
+    of one (it also trains the other families' matched-cost rows). ``results``: the run's
+    ``results.json`` as its first, complete invocation wrote it."""
+    res = json.loads(results.read_text())
+    if not res.get("config", {}).get("full", True):
+        raise SystemExit(f"{results}: not an exhaustive run (full is false)")
+    return {**summarize(set_name, "recipe_full", res, res["elapsed_s"], False), "source": str(results)}
 
 
 def measure(set_name: str, mode: str, root: Path) -> dict[str, Any]:
@@ -109,9 +123,11 @@ def main() -> None:
     ap.add_argument("--modes", default="budgeted,full")
     ap.add_argument("--root", type=Path, default=REPO_ROOT / ".cache" / "bench" / NAME)
     ap.add_argument("--force", action="store_true", help="re-measure rows already in the results file")
+    ap.add_argument("--recipe-results", type=Path, default=None,
+                    help="mode recipe_full: the recipe run's results.json (default runs/recipe/<set>/results.json)")
     args = ap.parse_args()
     sets, modes = args.sets.split(","), args.modes.split(",")
-    bad = [s for s in sets if s not in TARGET_MINUTES] + [m for m in modes if m not in ("budgeted", "full")]
+    bad = [s for s in sets if s not in TARGET_MINUTES] + [m for m in modes if m not in ("budgeted", "full", "recipe_full")]
     if bad:
         raise SystemExit(f"unknown set or mode: {bad} (sets: {sorted(TARGET_MINUTES)}, modes: budgeted, full)")
     path = RESULTS_DIR / f"{NAME}.json"
@@ -124,7 +140,10 @@ def main() -> None:
                 print(f"[{NAME}] {s} {m}: in the results file (--force re-measures)")
                 continue
             before = os.getloadavg()
-            rows[(s, m)] = measure(s, m, args.root)
+            if m == "recipe_full":
+                rows[(s, m)] = recipe_row(s, args.recipe_results or REPO_ROOT / "runs" / "recipe" / s / "results.json")
+            else:
+                rows[(s, m)] = measure(s, m, args.root)
             load[f"{s}_{m}"] = loadavg(before)
             out = list(rows.values())
             compare_modes(out)
