@@ -212,7 +212,7 @@ def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, 
     work = tmp_path / "reuse"
     shutil.copytree(out, work)
     before = {p: p.stat().st_mtime_ns for p in [*work.glob("stage1/*_large_*/DONE"), *work.glob("stage1/*_zero_shot_*/DONE"),
-                                                 work / "index" / "DONE"]}
+                                                 work / "index" / "ivfpq" / "manifest.json"]}  # the index step: its manifest
     rows = quickstart(_cfg(tiny_models, work, synth_docs=100, compare="teacher"))  # other data, same directory
     assert "made from other inputs" in capsys.readouterr().out
     teacher = json.loads((work / "results.json").read_text())["choices"]["teacher"]["family"]
