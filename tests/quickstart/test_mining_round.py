@@ -173,6 +173,8 @@ def test_bad_mining_settings_name_their_field():
                        ({"mining_negatives": "bm25"}, "mining_negatives")):
         with pytest.raises(ConfigError, match=field):
             QuickstartConfig(out="x", **bad)
+    # YAML (a config file, `--set mining_round=on`) reads a bare on / off as a boolean
+    assert [QuickstartConfig(out="x", mining_round=v).mining_round for v in (True, False)] == ["on", "off"]
 
 
 def _yaml(path: Path) -> dict:

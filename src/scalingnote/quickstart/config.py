@@ -141,8 +141,9 @@ class QuickstartConfig:
     #: the teacher itself (``data.negatives: dense``, :mod:`scalingnote.training.mining`), kept only when
     #: it validates above the first round (:mod:`scalingnote.quickstart.mining_round`); students and the
     #: teacher family's matched-cost rows then train from / on it. "auto" = when the plan holds it within
-    #: ``budget_minutes`` (always with ``full``), "on" = always, "off" = never (today's steps, same digests)
-    mining_round: Literal["auto", "on", "off"] = "auto"
+    #: ``budget_minutes`` (always with ``full``), "on" (or true: YAML reads a bare on as true) = always,
+    #: "off" (or false) = never (today's steps, same digests)
+    mining_round: bool | Literal["auto", "on", "off"] = "auto"
     #: the round's mining settings. Defaults = what benchmarks/results/mined_negatives_synthetic.json
     #: measured on the embedded default's own data: 3 negatives per example from dense ranks 11..100; the
     #: guard near_positive (margin 0.05) + agree_top (r 30) removed 98% of hidden judged positives from
@@ -227,6 +228,8 @@ class QuickstartConfig:
             raise ConfigError(None, None, "proxy_margin" if self.proxy_margin < 0 else "proxy_min_docs",
                               "the proxy needs margin >= 0 and at least 1 document and 1 training query, got "
                               f"{self.proxy_margin}, {self.proxy_min_docs}, {self.proxy_min_train_queries}")
+        if isinstance(self.mining_round, bool):
+            self.mining_round = "on" if self.mining_round else "off"
         if self.mining_round not in ("auto", "on", "off"):
             raise ConfigError(None, None, "mining_round", f"must be auto, on or off, got {self.mining_round!r}")
         if self.mining_negatives not in ("dense", "mixed"):
