@@ -18,6 +18,7 @@ from scalingnote.errors import ConfigError
 from scalingnote.quickstart import QuickstartConfig, quickstart
 from scalingnote.quickstart.budget import Sizes, make_plan
 from scalingnote.quickstart.config import family
+from scalingnote.training.evaluate import heldout_queries
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,22 @@ def test_a_round_that_does_not_validate_higher_is_dropped_and_nothing_else_chang
     mined = str(Path(ch["triplets"]).parent.relative_to(out))  # the cache entry: mined_negatives/<key of towers + settings>
     assert {k for k in after if k not in before} == {str(Path(ch["round2_dir"]).relative_to(out)), "mining_round/data", mined}
     assert next(r for r in rows if r["method"] == "scaling_dual_round2_mined")["val_ndcg@10"] is not None
+
+
+def test_on_a_beir_set_round_two_mines_the_qrels_pairs_and_holds_out_the_same_validation_queries(off_run, tiny_models, tmp_path):
+    beir = tmp_path / "beir"
+    shutil.copytree(off_run / "data", beir, ignore=shutil.ignore_patterns("DONE", "STEP_INPUTS.json", "triplets", "logs"))
+    out = tmp_path / "run"
+    quickstart(_cfg(tiny_models, out, data=str(beir)))
+    ch = json.loads((out / "results.json").read_text())["choices"]["mining_round"]
+    assert ch["tried"] and ch["data_dir"] == str(beir) and not (out / "mining_round").exists()
+    r1, r2 = Path(ch["round1_dir"]), Path(ch["round2_dir"])
+    cfg2 = _yaml(r2 / "config.yaml")["data"]
+    assert cfg2["data_dir"] == str(beir) and cfg2["triplets"] is None and cfg2["negatives"] == "dense"
+    # the same held-out split (by query, seeded) as the run it repeats: the keep rule compares like with like
+    assert cfg2["mining"]["tower"] == str(r1) and Path(ch["repeats"]).parent == out / "stage1"
+    assert heldout_queries(r2) == heldout_queries(Path(ch["repeats"])) == heldout_queries(r1)
+    assert ch["audit"]["queries"] == len({ln.split("\t")[0] for ln in (beir / "qrels" / "train.tsv").read_text().splitlines()[1:]})
 
 
 def test_the_budget_plans_the_round_and_a_short_budget_skips_it_with_a_reason():

@@ -153,7 +153,7 @@ def mining_round(cfg: QuickstartConfig, go: tuple[bool, str], large: dict, teach
     say(msg)
     summ = m.get("mining") or {}
     info = {"tried": True, "kept": keep, "reason": msg, "why_tried": why, "val_round1": r1.val_ndcg, "val_round2": r2.val_ndcg,
-            "val_round2_vs_round1": conf, "round1_dir": str(r1_dir), "round2_dir": str(r2_dir),
+            "val_round2_vs_round1": conf, "round1_dir": str(r1_dir), "round2_dir": str(r2_dir), "repeats": str(L["trained_dir"]),
             "mining_seconds": summ.get("mining_seconds"), "train_seconds": m.get("train_seconds"),
             "audit": {k: v for k, v in summ.items() if k not in ("tower", "cache")}, "audit_file": str(r2_dir / "mining_audit.jsonl"),
             "triplets": str(Path(summ["cache"]) / "triplets.jsonl") if summ.get("cache") else None, "data_dir": mdata["beir"],
