@@ -102,7 +102,8 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     cfg, fams, sizes, roomy = _plan(600)
     assert list(roomy.phases) == ["data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index",
                                   "evaluation"]
-    assert roomy.skipped == [] and roomy.phases["mining_round"] == 0 and roomy.phases["proxy"] > 0  # the proxy is drawn (24k docs)
+    assert roomy.skipped == [] and roomy.phases["proxy"] > 0  # the proxy is drawn (24k docs)
+    assert roomy.mining and roomy.phases["mining_round"] > 0  # issue #50's round, held by the budget
     assert roomy.phases["comparison_runs"] > 0 and roomy.total <= 600 * 60
     # every candidate trained in full costs more than the proxy's survivors alone
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": True})
@@ -111,7 +112,8 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     assert survivors.phases["data"] == 5.0 and survivors.phases["proxy"] == 60.0  # spent phases keep their measured time
     # a short budget: the comparison runs go first, then the extra candidates, in the stated order, each named
     _, _, _, short = _plan(10)
-    assert short.skipped[0].startswith("comparison runs") and short.compare == "none"
+    assert short.skipped[0].startswith("the mining round") and not short.mining and short.phases["mining_round"] == 0  # an extra: first
+    assert short.skipped[1].startswith("comparison runs") and short.compare == "none"
     assert any(s.startswith("head learning rates") for s in short.skipped)
     assert short.total < roomy.total
     assert "skipped (budget): comparison runs" in short.text() and "of a 10-minute budget" in short.text()
@@ -159,7 +161,8 @@ def _tiny_cfg(tiny_models, out, **over):
     base = dict(out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=160,
                 synth_queries=80, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
                 query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3, 3e-3], compare="none",
-                qkd_rank_weights=[0.0, 1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5)
+                qkd_rank_weights=[0.0, 1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5,
+                mining_round="off")  # issue #50's round: tests/quickstart/test_mining_round.py
     base.update(over)
     return QuickstartConfig(**base)
 

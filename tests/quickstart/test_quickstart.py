@@ -28,6 +28,7 @@ def _cfg(tiny_models, out, **over):
         out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120,
         synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
         query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="all", qkd_rank_weights=[0.0, 1.0],
+        mining_round="off",  # issue #50's round: tests/quickstart/test_mining_round.py
     )
     base.update(over)
     return QuickstartConfig(**base)

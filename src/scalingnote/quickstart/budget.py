@@ -23,8 +23,8 @@ from scalingnote.data import load_corpus
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig
 
-#: the phases in run order; ``mining_round`` is issue #50's slot (a second Stage I round on the
-#: teacher's mined negatives), planned at 0 and disabled until it exists
+#: the phases in run order; ``mining_round``: issue #50's second Stage I round on hard negatives
+#: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
 PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
 #: seconds per token and layer of a frozen-prefix pass, per family (2 cores, fp32)
 TOKEN_LAYER_S = {"bert": 20e-6, "llm": 50e-6}
@@ -139,6 +139,19 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
     return total
 
 
+def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, list[float]], width: bool, s: Sizes) -> float:
+    """The mining round (issue #50) for the family expected to teach: its towers encode the corpus
+    and the training queries with every layer (mining runs the full towers, no cached prefix), BM25
+    ranks the training queries (the guard's ``agree_top``, the fallback), then the teacher's Stage I
+    run again with ``mining_num_negatives`` more documents per example through the heads."""
+    layers = max((_layers(fam, d) for d in depths), default=model_layers(fam.model))
+    c = TOKEN_LAYER_S[fam.name] * unit_cost(fam)
+    mine = 4.0 + (s.docs * s.doc_tokens + s.train_queries * s.query_tokens) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
+    dim = max(cfg.dim, 576 if fam.name == "llm" else 384) if width else cfg.dim
+    per_example = 1.0 + cfg.mining_num_negatives / 2  # (query, positive) + n negatives per example: head work per step
+    return mine + _head_run_s(s, s.train_examples, dim, cfg.batch_size, cfg.max_epochs) * per_example
+
+
 def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
     """QKD's steps: its epochs over the query pool (logged queries, ICT pseudo-queries, corpus
     text), at most ``cap``."""
@@ -163,6 +176,8 @@ class Plan:
     qkd_steps: int | None = None
     proxy: dict[str, Any] | None = None
     speed: float = 1.0
+    mining: bool = False  #: the mining round is in the plan (issue #50)
+    mining_note: str = ""  #: why it is in or out
 
     @property
     def total(self) -> float:
@@ -172,7 +187,8 @@ class Plan:
         return {"budget_minutes": None if self.budget_s is None else round(self.budget_s / 60, 2),
                 "planned_minutes": round(self.total / 60, 2), "planned_s": {k: round(v, 1) for k, v in self.phases.items()},
                 "skipped": list(self.skipped), "compare": self.compare, "qkd_steps": self.qkd_steps, "speed": round(self.speed, 2),
-                "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()}, "width": self.cands.width}
+                "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()}, "width": self.cands.width,
+                "mining_round": {"planned": self.mining, "note": self.mining_note}}
 
     def text(self) -> str:
         """The plan in words (printed before any training)."""
@@ -185,8 +201,8 @@ class Plan:
             p = self.proxy
             lines.append(f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of {p['all_train_queries']} "
                          f"training queries, every validation query ({p.get('validation_queries', '?')}) with its judged documents")
-        lines.append("  expected minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in self.phases.items() if k != "mining_round")
-                     + ", mining_round off (issue #50)")
+        lines.append("  expected minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in self.phases.items() if k != "mining_round" or self.mining)
+                     + ("" if self.mining else f"; mining_round off: {self.mining_note}"))
         lines += [f"  skipped (budget): {s}" for s in self.skipped]
         return "\n".join(lines)
 
@@ -195,7 +211,8 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
               proxy_done: bool = False, spent: dict[str, float] | None = None, speed: float = 1.0) -> Plan:
     """The plan: ``cands`` = the Stage I candidates still in (None: every one, before the proxy);
     ``spent``: phases already run (their measured seconds); ``speed``: measured / modelled time.
-    When the budget cannot hold every phase, cuts in this order until it does: the comparison runs
+    When the budget cannot hold every phase, cuts in this order until it does: the mining round
+    (``mining_round: auto``: an extra, tried only with time to spare), the comparison runs
     (not needed to serve), head learning rates beyond the proxy's best, depths beyond the proxy's
     best, families beyond the proxy's best, the width run, QKD steps (down to :data:`QKD_FLOOR`)."""
     cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
@@ -205,7 +222,9 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     qkd_cap = qkd_steps(cfg, s, cfg.qkd_step_cap(False))
     n_students = len(cfg.students or [student]) * len(cfg.qkd_rank_weights)
     plan = Plan(None if cfg.full else (cfg.budget_minutes * 60 if cfg.budget_minutes else None), {}, cands, compare=str(cfg.compare),
-                qkd_steps=qkd_cap, speed=speed)
+                qkd_steps=qkd_cap, speed=speed, mining=cfg.mining_round != "off")
+    plan.mining_note = {"off": "mining_round: off in the config", "on": "mining_round: on in the config (never cut by the budget)",
+                        "auto": "--full: always tried" if cfg.full else "held by the budget"}[cfg.mining_round]
 
     def fill() -> None:
         ph = {"data": 2.0 + 2e-4 * s.docs, "proxy": 0.0}
@@ -214,7 +233,8 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
             ph["proxy"] = 5 + 3e-4 * s.docs + stage1_seconds(cfg, fams, Candidates.every(cfg, list(fams.values())), s, pdocs, ex,
                                                              ex + s.val_queries)
         ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries)
-        ph["mining_round"] = 0.0
+        lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
+        ph["mining_round"] = mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s) if plan.mining else 0.0
         ph["stage2_students"] = 25.0 + n_students * qkd_seconds(fams[student[0]], student[1], plan.qkd_steps or 0)
         n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
         u = unit_cost(fams[student[0]])
@@ -231,7 +251,7 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     if plan.budget_s is None:
         return plan
     # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
-    for cut in (_CUTS if use_proxy else (_cut_compare, _cut_width)):
+    for cut in (_CUTS if use_proxy else (_cut_mining, _cut_compare, _cut_width)):
         if plan.total <= plan.budget_s:
             break
         what = cut(plan, cfg)
@@ -254,6 +274,19 @@ def _cut_compare(plan: Plan, cfg: QuickstartConfig) -> str | None:
         return None
     plan.compare = "none"
     return "comparison runs (the paper's matched-cost rows: twinbert_small, scaling_doc); `--full` or a larger --budget-minutes runs them"
+
+
+def _cut_mining(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    """The mining round goes first: an extra tried with time to spare. Where it was measured it lifted
+    the teacher by little (validation +0.002, test +0.003) and not its student (-0.003, p 0.45:
+    benchmarks/results/mined_negatives_synthetic.json), less than anything cut after it is worth."""
+    if not plan.mining or cfg.mining_round != "auto":
+        return None
+    plan.mining = False
+    what = (f"the mining round (planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min: issue #50's second Stage I round on "
+            "negatives the teacher mines); `--full`, a larger --budget-minutes or mining_round: on runs it")
+    plan.mining_note = "cut to hold the budget"
+    return what
 
 
 def _cut_lrs(plan: Plan, cfg: QuickstartConfig) -> str | None:
@@ -288,6 +321,6 @@ def _cut_width(plan: Plan, cfg: QuickstartConfig) -> str | None:
     return f"the width run ({', '.join(cut)})" if cut else None
 
 
-_CUTS = (_cut_compare, _cut_lrs, _cut_depths, _cut_families, _cut_width)
+_CUTS = (_cut_mining, _cut_compare, _cut_lrs, _cut_depths, _cut_families, _cut_width)
 
-__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "make_plan", "measure_sizes", "model_layers", "model_shape", "proxy_sizes", "stage1_seconds"]
+__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "make_plan", "measure_sizes", "mining_seconds", "model_layers", "model_shape", "proxy_sizes", "stage1_seconds"]

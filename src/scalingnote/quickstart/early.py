@@ -112,7 +112,7 @@ def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, An
     """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per phase, what was skipped."""
     phases = {k: {"planned_s": round(plan.phases.get(k, 0.0), 1), "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
                   "spent_s": spent.get(k)} for k in B.PHASES}
-    phases["mining_round"]["note"] = "off: issue #50's slot"
+    phases["mining_round"]["note"] = "planned" if plan.mining else f"off: {plan.mining_note}"
     return {**plan.to_json(), "phases": phases, "planned_before_proxy_minutes": round(plan0.total / 60, 2),
             "spent_minutes": round(sum(spent.values()) / 60, 2), "skipped_before_proxy": list(plan0.skipped)}
 

@@ -18,6 +18,7 @@ from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
 import scalingnote.quickstart.early as E
+import scalingnote.quickstart.mining_round as MR
 import scalingnote.quickstart.pipeline as P
 import scalingnote.quickstart.proxy as X
 import scalingnote.quickstart.report as R
@@ -171,6 +172,13 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     P.say(f"teacher: {teacher} large tower ({t_why})")
     laps.lap("stage1_large_towers")
     prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
+    go = MR.go_now(cfg, plans[1], dict(laps.seconds), prog.ratio(), len(ev.val_qids))
+    if go[0]:
+        prog.begin("mining_round")
+    large, mined = MR.mining_round(cfg, go, large, teacher, data, out, pool, ev)
+    if mined["tried"]:  # a round not tried is no phase of this run (``mining_round: off``: today's phases)
+        laps.lap("mining_round")
+        prog.end("mining_round", laps.seconds["mining_round"])
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
     students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")))
@@ -194,7 +202,7 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
     rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
     served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
-    rows += served + R.depth_rows(pool, ev, large)
+    rows += served + MR.other_round_row(pool, ev, mined, teacher) + R.depth_rows(pool, ev, large)
     R.measure_qps(pool, rows, ev.texts)
     R.vs_best_baseline(rows)
     laps.lap("evaluation")
@@ -203,11 +211,12 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
                "index": read_manifest(index_dir).get("search_tuning"),
                "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
-               "budget": E.report(*plans, laps.seconds)}
+               "budget": E.report(*plans, laps.seconds), "mining_round": mined}
     write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
                                       **run_metadata(cfg)})
     R.print_table(rows)
     _closing(out, elapsed, laps, plans[1], fusion, index_dir, students)
+    print(f"mining round: {mined['reason']}")
     return rows
 
 

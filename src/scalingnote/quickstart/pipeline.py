@@ -187,7 +187,7 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
     specs, early = _students_on_proxy(cfg, specs, large, teacher, data, out, pseudo, pool, ev) if decide_early else (specs, None)
     for fam_name, layers, w in specs:  # one QKD run per (student, listwise weight) still in
         fam = family(cfg, fam_name)
-        name = runs.qkd_name(fam_name, layers, teacher, w)
+        name = runs.qkd_name(fam_name, layers, teacher_label(large, teacher), w)
         m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]))
         qdir = Path(m["run_dir"]) / "query_tower"
         sc = score(pool, qdir, tdir, ev)
@@ -224,26 +224,33 @@ def _students_on_proxy(cfg: QuickstartConfig, specs: list[tuple[str, int, float]
     k = max(20, math.ceil(cfg.proxy_fraction * cap))
     pcfg, tdir, val = replace(cfg, qkd_max_steps=k), large[teacher]["dir"], {}
     for f, n, w in specs:
-        name = runs.qkd_name(f, n, teacher, w)
+        name = runs.qkd_name(f, n, teacher_label(large, teacher), w)
         m = runs.run_qkd(pcfg, name, tdir, family(cfg, f), n, data, out / "proxy", pseudo, rank_weight=w, pool=runs.layer_pool(large[f]["dir"]))
         val[name] = score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev).val_ndcg
     keep, why = choose.halve(val, cfg.proxy_margin)
     say(f"proxy, students ({k} QKD steps each): {why}")
-    return [s for s in specs if runs.qkd_name(s[0], s[1], teacher, s[2]) in keep], {"steps": k, "proxy_val": val, "kept": keep, "reason": why}
+    return [s for s in specs if runs.qkd_name(s[0], s[1], teacher_label(large, teacher), s[2]) in keep], {"steps": k, "proxy_val": val, "kept": keep, "reason": why}
+
+
+def teacher_label(large: dict, name: str) -> str:
+    """A family's name in the names of the QKD steps it teaches: ``bert``, or ``bert_mined`` when its
+    large tower is the kept mining round's (new steps, the first round's untouched)."""
+    return name + large[name].get("tag", "")
 
 
 def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path,
                     pseudo: list[str]) -> dict[str, dict[str, dict]]:
     """The paper's comparison at matched online cost (ScalingNote Tables 3-4), per family: the
     small dual tower, ScalingDoc, ScalingNote (QKD of the family's large tower into its small
-    tower) and ScalingDual (the large tower itself, the upper bound)."""
+    tower) and ScalingDual (the large tower itself, the upper bound). A family whose large tower is
+    the kept mining round's (``L["data"]``, issue #50) trains its small towers on the same mined set."""
     res = {}
     for name in readable:
         L = large[name]
         fam: Family = L["family"]
         hl = float(L["head_lr"])
         w = students["chosen"]["rank_weight"]  # the listwise weight the served student was chosen with
-        qkd_name = runs.qkd_name(name, fam.small_layers, name, w)
+        qkd_name = runs.qkd_name(name, fam.small_layers, teacher_label(large, name), w)
         reuse = next((c for c in students["candidates"] if c["name"] == qkd_name), None)
         if reuse:
             qkd_dir, keep = Path(reuse["dir"]).parent, reuse["qkd"]["student_base_layers"]
@@ -251,8 +258,9 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
             m = runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(L["dir"]))
             qkd_dir, keep = Path(m["run_dir"]), m.get("student_base_layers")
         # keep: the layers the family's student started from; its small query towers start there too (one online tower, one start)
-        small = runs.small_dual_run(cfg, fam, data, out, hl, L.get("dim"), keep)  # the large tower's embedding size: one index, one cost
-        doc = runs.scaling_doc_run(cfg, fam, L["depth"], data, out, hl, L.get("dim"), keep)
+        fdata = L.get("data", data)  # the mined set when the family's large tower trained on it
+        small = runs.small_dual_run(cfg, fam, fdata, out, hl, L.get("dim"), keep)  # the large tower's embedding size: one index, one cost
+        doc = runs.scaling_doc_run(cfg, fam, L["depth"], fdata, out, hl, L.get("dim"), keep)
         res[name] = {
             "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
             "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},
@@ -299,4 +307,4 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
             "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
 
 
-__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "large_towers", "readable_families", "restrict", "student_candidates", "summary", "train_students"]
+__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "teacher_label", "large_towers", "readable_families", "restrict", "student_candidates", "summary", "train_students"]

@@ -131,10 +131,12 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- Stage I
 def data_spec(cfg: QuickstartConfig, data: dict) -> dict[str, Any]:
-    """The ``DataSpec`` of every Stage I run over ``data`` (the same split, the same held-out queries)."""
+    """The ``DataSpec`` of every Stage I run over ``data`` (the same split, the same held-out queries);
+    ``data["spec"]``: more DataSpec fields (the mining round's mined negatives, issue #50)."""
     return {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
             "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
-            "eval_overlap": "drop"}  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+            "eval_overlap": "drop",  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+            **data.get("spec", {})}
 
 
 def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
@@ -172,7 +174,13 @@ def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: P
     run_dir = out / "stage1" / name
     tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from,
                        dim=dim)
-    inputs = _step_inputs(tc, data=data_fingerprint(data))
+    return stage1_step(tc, name, data)
+
+
+def stage1_step(tc: TrainConfig, name: str, data: dict, **more: Any) -> dict[str, Any]:
+    """Train (or reuse) the Stage I run ``tc`` (its ``output_dir``) as a step; ``more``: further inputs."""
+    run_dir = Path(tc.output_dir)
+    inputs = _step_inputs(tc, data=data_fingerprint(data), **more)
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
         res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
@@ -297,7 +305,7 @@ def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, he
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length, keep)
     d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length, keep)  # the same small model on both sides
-    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_keep_tag(keep)}{_dim_tag(cfg, dim)}", family_method(fam), data, out, q, d,
+    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_keep_tag(keep)}{_dim_tag(cfg, dim)}{data.get('tag', '')}", family_method(fam), data, out, q, d,
                       lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
@@ -308,7 +316,8 @@ def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data:
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length, keep)
     d = fam.tower(depth, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}{_keep_tag(keep)}_L{depth or 'all'}{_dim_tag(cfg, dim)}", "scaling_doc" if fam.name == "llm" else "twinbert",
+    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}{_keep_tag(keep)}_L{depth or 'all'}{_dim_tag(cfg, dim)}{data.get('tag', '')}",
+                      "scaling_doc" if fam.name == "llm" else "twinbert",
                       data, out, q, d, lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
 
 
@@ -497,4 +506,4 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
 
 
 __all__ = ["build_ivfpq", "corpus_file", "data_spec", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
-           "run_stage1", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
+           "run_stage1", "stage1_step", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
