@@ -329,7 +329,7 @@ def test_index_tuning_queries_are_validation_and_training_queries_never_test(fir
 def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_method_changes(first_run, tiny_models):
     """Issue 52: the recall target chooses the served structure; the same inputs again do nothing,
     and the index file is rewritten only when the chosen method (or its configuration) changes."""
-    from scalingnote.quickstart import runs
+    from scalingnote.quickstart import index_choice, runs
     from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
 
     out, _ = first_run
@@ -342,16 +342,16 @@ def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_metho
     data = runs.prepare_data(cfg, out)
     faiss_file, manifest = out / "index" / "ivfpq" / "index.faiss", out / "index" / "ivfpq" / "manifest.json"
     built, tuned = faiss_file.stat().st_mtime_ns, manifest.stat().st_mtime_ns
-    runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # the run's own inputs: nothing to do
+    index_choice.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # the run's own inputs: nothing to do
     assert manifest.stat().st_mtime_ns == tuned
     assert faiss_file.stat().st_mtime_ns == built
     first = json.loads(manifest.read_text())["search_tuning"]
-    runs.build_ivfpq(_cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts)
+    index_choice.build_ivfpq(_cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts)
     low = json.loads(manifest.read_text())["search_tuning"]
     assert low["target"] == 0.5  # re-chosen for the new target
     same = low["chosen"]["structure"] == first["chosen"]["structure"]
     assert (faiss_file.stat().st_mtime_ns == built) == same  # rebuilt exactly when the structure changed
-    runs.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
+    index_choice.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
     back = json.loads(manifest.read_text())["search_tuning"]
     assert back["target"] == cfg.index_recall and back["chosen"]["method"] == first["chosen"]["method"]
 

@@ -22,7 +22,8 @@ re-run resumes, and a step made from other inputs is redone. Sizes are reduced f
 
 from scalingnote.quickstart.config import FAMILIES, Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.main import quickstart
-from scalingnote.quickstart.runs import default_factory, prepare_data, stage1_config
+from scalingnote.quickstart.index_choice import default_factory
+from scalingnote.quickstart.runs import prepare_data, stage1_config
 from scalingnote.quickstart.scoring import query_qps
 
 __all__ = ["FAMILIES", "Family", "QuickstartConfig", "default_factory", "family", "parse_student", "prepare_data", "query_qps",

@@ -167,7 +167,7 @@ class QuickstartConfig:
     #: successive halving's elimination margin: a candidate more than this below the proxy's best
     #: validation nDCG@10 (at its level: family, depth, head learning rate, width) is not trained in full
     proxy_margin: float = 0.02
-    index_factory: str | None = None  #: default: see :func:`scalingnote.quickstart.runs.default_factory`
+    index_factory: str | None = None  #: default: see :func:`scalingnote.quickstart.index_choice.default_factory`
     semantic_id_layers: int = 6
     rerank: int = 100
     nprobe: int = 16

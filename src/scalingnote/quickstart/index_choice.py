@@ -6,6 +6,7 @@ bound (:mod:`scalingnote.index.method_tune`), built with :func:`scalingnote.inde
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,15 @@ import numpy as np
 from rich.console import Console
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index import build_index, read_manifest, tower_identity
+from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
 from scalingnote.index.method_tune import DEFAULT_METHODS, choose_method
 from scalingnote.index.searcher import encode_queries_quietly
-from scalingnote.index.tune import save_search_defaults
+from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
 from scalingnote.quickstart.config import QuickstartConfig
+from scalingnote.quickstart.runs import banner, mark_done, step_digest, step_done
 from scalingnote.utils.steps import input_digest
 
 def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
@@ -82,4 +84,75 @@ def _student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
     return l2_normalize(np.ascontiguousarray(q[:, :dim]))
 
 
-__all__ = ["choose_and_build"]
+# ---------------------------------------------------------------------------- the index step (was in runs.py)
+def default_factory(n: int, dim: int) -> str:
+    """IVF with ~4·sqrt(n) lists, at most n/39 (FAISS's 39 training points per centroid), and one PQ
+    sub-quantiser per 8 dimensions (32x compression of fp32 at 8 bits, whatever the width: 16 for
+    128-d, 48 for MiniLM's 384-d, 72 for SmolLM2's 576-d). A fixed 16 left 36 dimensions to one
+    byte at 576-d, and exact re-ranking of 1,600 candidates then missed the 0.99 recall target
+    on KUAKE-QTR that 72 reaches at 400 (ScalingNote §3.5 serves from the compressed index).
+
+    Below 10k vectors the codes are 4-bit (64x): 8-bit PQ needs 256 centroids per sub-space,
+    i.e. >= 9,984 training vectors for the same rule."""
+    nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39))
+    m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)  # FAISS: m must divide dim
+    bits = 8 if n >= 10_000 else 4
+    return f"IVF{nlist},PQ{m}x{bits}"
+
+
+def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path, student_dir: Path | None = None,
+                tune_queries: Any = None) -> Path:
+    """The served index over the teacher's document embeddings (+ residual-K-means semantic IDs).
+
+    With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
+    validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
+    itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
+    hnsw_pq) and setting reaching the recall target on the validation queries within 1/4 of the
+    float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
+    (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
+    The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""
+    d = out / "index"
+    if cfg.index_recall is not None and student_dir is not None and tune_queries and not cfg.index_factory:
+        tune_index(cfg, d / "ivfpq", Path(student_dir), tune_queries, teacher_dir=teacher_dir, data=data)
+        return d / "ivfpq"
+    emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
+    factory = cfg.index_factory or default_factory(emb.shape[0], emb.shape[1])
+    inputs = {"teacher": str(teacher_dir), "teacher_digest": step_digest(teacher_dir),
+              "factory": factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
+    if not step_done(d, inputs):
+        banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
+        ids = json.loads((teacher_dir / "doc_ids.json").read_text())
+        build_index(
+            emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
+            semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
+            nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
+            documents=Path(data["beir"]),  # titles + snippets returned by search / serve
+        )
+        mark_done(d, inputs, {"factory": factory})
+    else:  # a reused index whose manifest may not name its tower's directory: record it (a no-op when named)
+        record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
+    if cfg.index_recall is not None and student_dir is not None and tune_queries:
+        _tune_settings(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
+    return d / "ivfpq"
+
+
+def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
+    """A fixed ``index_factory``: choose its nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
+    key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": step_digest(student_dir.parent),
+                        "queries": texts})
+    if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
+        return
+    idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
+    report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
+    save_search_defaults(index_dir, report, inputs_digest=key)
+    banner(f"index search settings: {report['reason']}")
+
+
+def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]) -> None:
+    """Choose and build the served structure (issue 52, :func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
+    cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
+    choose_and_build(cfg, index_dir, student_dir, texts, teacher_dir=teacher_dir, data=data,
+                     digests={"student": step_digest(student_dir.parent), "teacher": step_digest(teacher_dir)}, say=banner)
+
+
+__all__ = ["build_ivfpq", "choose_and_build", "default_factory", "tune_index"]

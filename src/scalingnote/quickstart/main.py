@@ -19,6 +19,7 @@ from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
 import scalingnote.quickstart.early as E
 import scalingnote.quickstart.mining_round as MR
+import scalingnote.quickstart.index_choice as index_choice
 import scalingnote.quickstart.pipeline as P
 import scalingnote.quickstart.proxy as X
 import scalingnote.quickstart.report as R
@@ -193,7 +194,7 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     prog.end("comparison_runs", laps.seconds["comparison_runs"])
     prog.begin("index")
     tune = tuning_texts(ev, first_dir, seed=cfg.seed) if cfg.index_recall is not None else None
-    index_dir = runs.build_ivfpq(cfg, out, data, large[teacher]["dir"], Path(students["chosen"]["dir"]), tune)
+    index_dir = index_choice.build_ivfpq(cfg, out, data, large[teacher]["dir"], Path(students["chosen"]["dir"]), tune)
     laps.lap("index")
     prog.end("index", laps.seconds["index"])
     prog.begin("evaluation")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -23,18 +22,14 @@ from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.data.pseudo import ICTConfig, corpus_texts, ict_queries
 from scalingnote.data.synth import SynthConfig, synthesize
 from scalingnote.distill import DistillConfig, distill
-from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
-from scalingnote.index.layout import record_tower_path
-from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import PrefixTower, default_device, fill_pooled_depths, load_tower, pair_towers
 from scalingnote.models.layers import is_bottom, start_candidates
 from scalingnote.models.loading import resolve_source
 from scalingnote.models.towers import matryoshka_dims_for
 from scalingnote.quickstart.config import Family, QuickstartConfig
-from scalingnote.quickstart.index_choice import choose_and_build
 from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
-from scalingnote.utils.steps import changed_keys, file_sha256, input_digest, mark_step, step_state, with_defaults
+from scalingnote.utils.steps import changed_keys, file_sha256, mark_step, step_state, with_defaults
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +416,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
         "precision": cfg.precision, "student_dropout": cfg.qkd_dropout,
         "student_layer_candidates": cands if len(cands) > 1 else None,
     })
-    inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=_digest(teacher_dir))
+    inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=step_digest(teacher_dir))
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
         distill(dc, resume=True, on_change="redo")
@@ -429,81 +424,10 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
     return dict(json.loads((d / "run.json").read_text())["metrics"], run_dir=str(d))
 
 
-# ---------------------------------------------------------------------------- index
-def default_factory(n: int, dim: int) -> str:
-    """IVF with ~4·sqrt(n) lists, at most n/39 (FAISS's 39 training points per centroid), and one PQ
-    sub-quantiser per 8 dimensions (32x compression of fp32 at 8 bits, whatever the width: 16 for
-    128-d, 48 for MiniLM's 384-d, 72 for SmolLM2's 576-d). A fixed 16 left 36 dimensions to one
-    byte at 576-d, and exact re-ranking of 1,600 candidates then missed the 0.99 recall target
-    on KUAKE-QTR that 72 reaches at 400 (ScalingNote §3.5 serves from the compressed index).
-
-    Below 10k vectors the codes are 4-bit (64x): 8-bit PQ needs 256 centroids per sub-space,
-    i.e. >= 9,984 training vectors for the same rule."""
-    nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39))
-    m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)  # FAISS: m must divide dim
-    bits = 8 if n >= 10_000 else 4
-    return f"IVF{nlist},PQ{m}x{bits}"
-
-
-def _digest(step_dir: Path) -> str | None:
+def step_digest(step_dir: Path) -> str | None:
     marker = step_dir / "DONE"
     return json.loads(marker.read_text()).get("digest") if marker.exists() else None
 
 
-def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path, student_dir: Path | None = None,
-                tune_queries: Any = None) -> Path:
-    """The served index over the teacher's document embeddings (+ residual-K-means semantic IDs).
-
-    With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
-    validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
-    itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
-    hnsw_pq) and setting reaching the recall target on the validation queries within 1/4 of the
-    float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
-    (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
-    The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""
-    d = out / "index"
-    if cfg.index_recall is not None and student_dir is not None and tune_queries and not cfg.index_factory:
-        tune_index(cfg, d / "ivfpq", Path(student_dir), tune_queries, teacher_dir=teacher_dir, data=data)
-        return d / "ivfpq"
-    emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
-    factory = cfg.index_factory or default_factory(emb.shape[0], emb.shape[1])
-    inputs = {"teacher": str(teacher_dir), "teacher_digest": _digest(teacher_dir),
-              "factory": factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
-    if not step_done(d, inputs):
-        banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
-        ids = json.loads((teacher_dir / "doc_ids.json").read_text())
-        build_index(
-            emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
-            semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
-            nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
-            documents=Path(data["beir"]),  # titles + snippets returned by search / serve
-        )
-        mark_done(d, inputs, {"factory": factory})
-    else:  # a reused index whose manifest may not name its tower's directory: record it (a no-op when named)
-        record_tower_path(d / "ivfpq", teacher_dir / "doc_tower")
-    if cfg.index_recall is not None and student_dir is not None and tune_queries:
-        _tune_settings(cfg, d / "ivfpq", Path(student_dir), list(tune_queries))
-    return d / "ivfpq"
-
-
-def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
-    """A fixed ``index_factory``: choose its nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
-    key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": _digest(student_dir.parent),
-                        "queries": texts})
-    if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
-        return
-    idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
-    report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
-    save_search_defaults(index_dir, report, inputs_digest=key)
-    banner(f"index search settings: {report['reason']}")
-
-
-def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]) -> None:
-    """Choose and build the served structure (issue 52, :func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
-    cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
-    choose_and_build(cfg, index_dir, student_dir, texts, teacher_dir=teacher_dir, data=data,
-                     digests={"student": _digest(student_dir.parent), "teacher": _digest(teacher_dir)}, say=banner)
-
-
-__all__ = ["build_ivfpq", "corpus_file", "data_spec", "tune_index", "default_factory", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
+__all__ = ["corpus_file", "step_digest", "data_spec", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
            "run_stage1", "stage1_step", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
