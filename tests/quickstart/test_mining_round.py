@@ -19,25 +19,16 @@ from scalingnote.quickstart import QuickstartConfig, quickstart
 from scalingnote.quickstart.budget import Sizes, make_plan
 from scalingnote.quickstart.config import family
 from scalingnote.training.evaluate import heldout_queries
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    from scalingnote.models import build_tiny_model
-
-    root = tmp_path_factory.mktemp("qs_mining_models")
-    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(build_tiny_model(root / "bert", "bert", num_layers=2))
+from tests.quickstart.test_quickstart import _cfg as _base_cfg
+from tests.quickstart.test_quickstart import tiny_models  # noqa: F401  (the shared tiny models fixture)
 
 
 def _cfg(tiny_models, out, **over):
-    llm, bert = tiny_models
-    base = dict(out=str(out), llm=llm, bert=bert, families=["bert"], bert_small_layers=1, dim=32, synth_docs=120, synth_queries=60,
-                steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, qkd_corpus_texts=100,
-                semantic_id_layers=2, query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="teacher",
-                qkd_rank_weights=[1.0], full_dim=False, mining_round="on", mining_num_negatives=2, mining_window=[2, 30],
-                mining_guard=["agree_top"])  # near_positive drops every candidate of a random tiny tower (its scores are all alike)
-    base.update(over)
-    return QuickstartConfig(**base)
+    """test_quickstart's tiny run, one family, with the mining round on (small window, one guard rule)."""
+    mining = dict(families=["bert"], qkd_corpus_texts=100, compare="teacher", qkd_rank_weights=[1.0], full_dim=False, mining_round="on",
+                  mining_num_negatives=2, mining_window=[2, 30],
+                  mining_guard=["agree_top"])  # near_positive drops every candidate of a random tiny tower (its scores are all alike)
+    return _base_cfg(tiny_models, out, **{**mining, **over})
 
 
 def _steps(out: Path) -> dict[str, str]:

@@ -29,8 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "search": ("search", "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or print one query's hits."),
     "train": ("train", "Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."),
     "distill": ("distill", "Distil a Stage I query tower into a small BERT student (ScalingNote §3.3)."),
-    "quickstart": ("quickstart", "data -> readable families -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> "
-                   "matched-cost comparison -> IVFPQ + semantic IDs -> served default."),
+    "quickstart": ("quickstart", "plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on "
+                   "validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> "
+                   "served default."),
     "serve": ("serve", "Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."),
     "data": ("data", "Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit."),
     "bm25": ("bm25", "BM25 lexical baseline (bm25s)."),

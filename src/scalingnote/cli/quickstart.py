@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
                                   "budget (reuses the steps a budgeted run finished)."),
         set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
     ) -> None:
-        """plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on validation) -> QKD student(s) -> matched-cost comparison -> IVFPQ + semantic IDs -> served default."""
+        """plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> served default."""
         check_inputs(out, data, corpus_format=corpus_format)  # before any work: a bad --data fails now, not after Stage I started
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
         given = {"llm_depths": [int(x) for x in llm_depths.split(",")] if llm_depths else None, "teacher": teacher,
