@@ -4,6 +4,7 @@ terminal, and the budgeted quick start against the exhaustive one (``--full``) o
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 import json
 import time
 from pathlib import Path
@@ -281,3 +282,61 @@ def test_the_eta_grows_when_a_phase_runs_over_its_plan():
     p.end("a")
     p.begin("b")
     assert p.eta_s() == pytest.approx(400.0)  # a finished at 2x: b and c at 2x
+
+
+def test_the_eta_keeps_growing_while_a_phase_runs_far_over_its_plan():
+    now = [0.0]
+    p = Progress({"a": 100.0, "b": 100.0}, out=io.StringIO(), clock=lambda: now[0])
+    p.begin("a")
+    now[0] = 400.0
+    at4 = p.eta_s()
+    now[0] = 600.0
+    assert at4 == pytest.approx(400.0) and p.eta_s() == pytest.approx(600.0)  # 4x, then 6x: b at the same pace
+
+
+def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
+    from scalingnote.quickstart.budget import family_tokens, qkd_pool, stage1_seconds
+    cfg = QuickstartConfig(out="unused", doc_max_length=256, query_max_length=64)
+    report = {"bert": {"chars_per_token": 4.3, "tokens": 500, "texts": 100},
+              "llm": {"chars_per_token": 1.0, "tokens": 1200, "texts": 100, "prompt_tokens": 30}}
+    docs, queries = family_tokens(cfg, 40.0, report)  # 40-character Chinese titles
+    assert docs["llm"] == pytest.approx(40 + 2 + 30) and docs["bert"] == pytest.approx(40 / 4.3 + 2)
+    assert queries == {"bert": pytest.approx(7.0), "llm": pytest.approx(14.0)}
+    long_docs, _ = family_tokens(cfg, 4000.0, report)
+    assert long_docs["llm"] == 256  # capped by doc_max_length
+    fams = {f: family(cfg, f) for f in cfg.families}
+    flat = Sizes(docs=10_000, doc_tokens=10, train_examples=5000, train_queries=4000, val_queries=400)
+    priced = Sizes(docs=10_000, doc_tokens=10, train_examples=5000, train_queries=4000, val_queries=400, doc_tokens_by=docs,
+                   query_tokens_by=queries)
+    every = Candidates.every(cfg, list(fams.values()))
+    # SmolLM2's pass over 10k documents of 72 tokens, not 10, at its deepest candidate (4 layers, 50 us per token and layer)
+    more = stage1_seconds(cfg, fams, every, priced, 10_000, 5000, 5400) - stage1_seconds(cfg, fams, every, flat, 10_000, 5000, 5400)
+    assert more > 10_000 * (72 - 10) * 4 * 50e-6
+    n, tok = qkd_pool(cfg, priced, "llm")
+    assert n == 4400 + 3000 + 10_000 and 14 < tok <= 64  # corpus texts are cut to the query length
+
+
+def test_a_proxy_planned_over_its_share_of_the_budget_is_drawn_smaller():
+    from scalingnote.quickstart.early import MIN_PROXY_FRACTION, PROXY_SHARE, sized_proxy
+    cfg = QuickstartConfig(out="unused", budget_minutes=15)
+    fams = [family(cfg, f) for f in cfg.families]
+    sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500)
+    plan0 = make_plan(cfg, {f.name: f for f in fams}, sizes, ("bert", 2))
+    assert plan0.phases["proxy"] > PROXY_SHARE * 15 * 60  # at the default fraction the proxy alone is most of the budget
+    smaller, plan = sized_proxy(cfg, fams, sizes, {})
+    assert MIN_PROXY_FRACTION <= smaller.proxy_fraction < cfg.proxy_fraction
+    assert plan.phases["proxy"] < plan0.phases["proxy"]
+    roomy, _ = sized_proxy(replace(cfg, budget_minutes=600), fams, sizes, {})
+    assert roomy.proxy_fraction == cfg.proxy_fraction  # a budget that holds it leaves it alone
+    full, _ = sized_proxy(replace(cfg, full=True), fams, sizes, {})
+    assert full.proxy_fraction == cfg.proxy_fraction
+
+
+def test_a_budget_that_holds_one_depth_keeps_the_shallowest_survivor():
+    cfg = QuickstartConfig(out="unused", budget_minutes=1)
+    fams = {f: family(cfg, f) for f in cfg.families}
+    sizes = Sizes(docs=24_000, doc_tokens=40, train_examples=20_000, train_queries=18_000, val_queries=2000)
+    survivors = Candidates({"llm": {4: [1e-3], 2: [1e-3]}}, {"llm": False})  # the proxy's best (4) first
+    plan = make_plan(cfg, fams, sizes, ("llm", 1), cands=survivors, proxy_done=True, spent={"data": 5.0, "proxy": 60.0})
+    assert plan.cands.depths["llm"] == {2: [1e-3]}
+    assert any(s.startswith("depths beyond the shallowest") for s in plan.skipped)

@@ -21,14 +21,19 @@ from typing import Any
 
 from scalingnote.data import load_corpus
 from scalingnote.models.loading import resolve_source
-from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.quickstart.config import Family, QuickstartConfig, family
 
 #: the phases in run order; ``mining_round``: issue #50's second Stage I round on hard negatives
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
 PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
 #: seconds per token and layer of a frozen-prefix pass, per family (2 cores, fp32)
 TOKEN_LAYER_S = {"bert": 20e-6, "llm": 50e-6}
-QKD_STEP_S = {"bert": 0.18, "llm": 0.30}  #: per student layer, batch 128
+#: a QKD step (batch 128) at :data:`QKD_REF_TOKENS` tokens per text: fixed + per student layer. MiniLM
+#: measured on the embedded default (2 layers: 0.36 s); SmolLM2 on KUAKE-QTR (1 layer ~0.9 s: the
+#: optimiser over its 28M-parameter embedding matrix dominates a 1-layer student)
+QKD_FIXED_S = {"bert": 0.12, "llm": 0.55}
+QKD_STEP_S = {"bert": 0.12, "llm": 0.30}
+QKD_REF_TOKENS = 30.0
 SMALL_STEP_S = 0.09  #: per small-tower layer and step (twinbert_small / scaling_doc, batch 64)
 INDEX_S = 30.0  #: the index phase (build + tuning; issue #52 keeps it a phase of its own)
 EPOCHS_EST = 12  #: Stage I epochs until early stopping (the embedded default's runs stopped after 8-12)
@@ -54,23 +59,54 @@ class Sizes:
     train_queries: int
     val_queries: int
     query_tokens: float = 10.0
+    #: per family: mean document tokens (its tokenizer's characters per token on the data + its
+    #: document prompt, §3.2) and query tokens; a family not in them falls back to the two above
+    doc_tokens_by: dict[str, float] = field(default_factory=dict)
+    query_tokens_by: dict[str, float] = field(default_factory=dict)
+    doc_chars: float = 0.0  #: mean characters per document (the QKD pool's corpus texts)
+
+    def doc_tok(self, fam: str) -> float:
+        return self.doc_tokens_by.get(fam, self.doc_tokens)
+
+    def query_tok(self, fam: str) -> float:
+        return self.query_tokens_by.get(fam, self.query_tokens)
 
 
-def measure_sizes(cfg: QuickstartConfig, data: dict) -> Sizes:
-    """Count the corpus and the training pairs (no model runs)."""
+def family_tokens(cfg: QuickstartConfig, doc_chars: float, report: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, float]]:
+    """Per family, mean document and query tokens from its tokenizer's measured characters per token
+    on the data (``readable_families``' report): English BPE/WordPiece ~4.3 characters per token,
+    Chinese through SmolLM2's byte-level BPE ~1 (4x the tokens a fixed 4.3 assumed), plus the
+    document prompt's fixed tokens (§3.2) of an LLM tower; capped by the length settings."""
+    docs, queries = {}, {}
+    for name, rep in (report or {}).items():
+        cpt = float(rep.get("chars_per_token") or 0.0)
+        if cpt <= 0:
+            continue
+        docs[name] = min(float(cfg.doc_max_length), doc_chars / cpt + 2 + float(rep.get("prompt_tokens", 0)))
+        if rep.get("texts"):
+            queries[name] = min(float(cfg.query_max_length), rep["tokens"] / rep["texts"] + 2)
+    return docs, queries
+
+
+def measure_sizes(cfg: QuickstartConfig, data: dict, report: dict[str, Any] | None = None) -> Sizes:
+    """Count the corpus and the training pairs (no model runs); ``report``: the families' tokenizer
+    report (characters per token, prompt tokens) that prices their tokens."""
     corpus = load_corpus(Path(data["corpus"]))
     chars = [len(d.text) for d in list(corpus.values())[:2000]]
-    tokens = min(float(cfg.doc_max_length), (sum(chars) / max(1, len(chars))) / 4.3 + 2)
+    mean_chars = sum(chars) / max(1, len(chars))
+    tokens = min(float(cfg.doc_max_length), mean_chars / 4.3 + 2)
+    by_doc, by_query = family_tokens(cfg, mean_chars, report)
+    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars}
     if data.get("triplets"):
         rows = [json.loads(ln) for ln in Path(data["triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()]
         val = {json.loads(ln)["query_id"] for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()}
         qids = {r["query_id"] for r in rows}
-        return Sizes(len(corpus), tokens, len(rows), len(qids), len(val))
+        return Sizes(len(corpus), tokens, len(rows), len(qids), len(val), **extra)
     qrels = Path(data["beir"]) / "qrels" / "train.tsv"
     lines = [ln.split("\t") for ln in qrels.read_text(encoding="utf-8").splitlines()[1:] if ln.strip()] if qrels.exists() else []
     qids = {p[0] for p in lines}
     n_val = round(0.1 * len(qids))
-    return Sizes(len(corpus), tokens, round(0.9 * len(lines)), len(qids) - n_val, n_val)
+    return Sizes(len(corpus), tokens, round(0.9 * len(lines)), len(qids) - n_val, n_val, **extra)
 
 
 def model_shape(model: str, default: tuple[int, int] = (6, 384)) -> tuple[int, int]:
@@ -130,12 +166,12 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
             continue
         deep = max(_layers(fam, d) for d in depths)
         c = TOKEN_LAYER_S[name] * unit_cost(fam)
-        total += docs * s.doc_tokens * deep * c + queries * s.query_tokens * deep * c + 4.0  # the pass (+ model load)
+        total += docs * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0  # the pass (+ model load)
         runs = sum(len(v) for v in depths.values())
         total += runs * _head_run_s(s, train_examples, cfg.dim, cfg.batch_size, cfg.max_epochs)
         if cands.width.get(name):
             total += _head_run_s(s, train_examples, 576 if name == "llm" else 384, cfg.batch_size, cfg.max_epochs)
-        total += 3.0 + 0.05 * docs * s.doc_tokens * min(_layers(fam, d) for d in depths) * c  # zero-shot start
+        total += 3.0 + 0.05 * docs * s.doc_tok(name) * min(_layers(fam, d) for d in depths) * c  # zero-shot start
     return total
 
 
@@ -146,10 +182,21 @@ def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, 
     run again with ``mining_num_negatives`` more documents per example through the heads."""
     layers = max((_layers(fam, d) for d in depths), default=model_layers(fam.model))
     c = TOKEN_LAYER_S[fam.name] * unit_cost(fam)
-    mine = 4.0 + (s.docs * s.doc_tokens + s.train_queries * s.query_tokens) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
+    mine = 4.0 + (s.docs * s.doc_tok(fam.name) + s.train_queries * s.query_tok(fam.name)) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
     dim = max(cfg.dim, 576 if fam.name == "llm" else 384) if width else cfg.dim
     per_example = 1.0 + cfg.mining_num_negatives / 2  # (query, positive) + n negatives per example: head work per step
     return mine + _head_run_s(s, s.train_examples, dim, cfg.batch_size, cfg.max_epochs) * per_example
+
+
+def qkd_pool(cfg: QuickstartConfig, s: Sizes, fam: str) -> tuple[int, float]:
+    """QKD's query pool (logged queries, ICT pseudo-queries, corpus texts): its size and the mean
+    tokens of a text through ``fam``'s tokenizer (pseudo-queries and corpus texts cut to
+    ``query_max_length``: SciFact's abstracts fill 64 tokens, the default's 32)."""
+    logged = s.train_queries + s.val_queries
+    other = min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
+    text = min(float(cfg.query_max_length), s.doc_tok(fam))
+    n = logged + other
+    return n, (logged * s.query_tok(fam) + other * text) / max(1, n)
 
 
 def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
@@ -160,8 +207,20 @@ def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
     return steps if cap is None else min(cap, steps)
 
 
-def qkd_seconds(fam: Family, layers: int, steps: int) -> float:
-    return 5.0 + steps * QKD_STEP_S[fam.name] * layers * unit_cost(fam)
+def qkd_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int, steps: int, teacher_layers: int) -> float:
+    """One QKD run: the teacher's query tower encodes the pool once (the teacher cache), then
+    ``steps`` steps, each a fixed part (the optimiser over the student's embedding matrix: MiniLM's
+    30k x 384, SmolLM2's 49k x 576) and a part per layer that grows with the pool's tokens
+    (:data:`QKD_REF_TOKENS`: the embedded default's)."""
+    n, tok = qkd_pool(cfg, s, fam.name)
+    cache = n * tok * teacher_layers * TOKEN_LAYER_S[fam.name] * unit_cost(fam)
+    return 5.0 + cache + steps * qkd_step_seconds(cfg, s, fam, layers)
+
+
+def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) -> float:
+    """One QKD step of a ``layers``-layer student of ``fam`` on this data's pool (see :func:`qkd_seconds`)."""
+    u = unit_cost(fam)
+    return QKD_FIXED_S[fam.name] * u + QKD_STEP_S[fam.name] * layers * u * qkd_pool(cfg, s, fam.name)[1] / QKD_REF_TOKENS
 
 
 @dataclass
@@ -213,8 +272,8 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     ``spent``: phases already run (their measured seconds); ``speed``: measured / modelled time.
     When the budget cannot hold every phase, cuts in this order until it does: the mining round
     (``mining_round: auto``: an extra, tried only with time to spare), the comparison runs
-    (not needed to serve), head learning rates beyond the proxy's best, depths beyond the proxy's
-    best, families beyond the proxy's best, the width run, QKD steps (down to :data:`QKD_FLOOR`)."""
+    (not needed to serve), head learning rates beyond the proxy's best, depths beyond the shallowest
+    survivor, families beyond the proxy's best, the width run, QKD steps (down to :data:`QKD_FLOOR`)."""
     cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
     spent = dict(spent or {})
     pdocs, pq = proxy_sizes(s.docs, s.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
@@ -235,14 +294,16 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
         ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries)
         lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
         ph["mining_round"] = mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s) if plan.mining else 0.0
-        ph["stage2_students"] = 25.0 + n_students * qkd_seconds(fams[student[0]], student[1], plan.qkd_steps or 0)
+        tfam = fams[student[0]]
+        t_layers = max((_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model))
+        ph["stage2_students"] = 25.0 + n_students * qkd_seconds(cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers)
         n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
         u = unit_cost(fams[student[0]])
         small = 2 * (5 + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
-                     + s.docs * s.doc_tokens * student[1] * TOKEN_LAYER_S[student[0]] * u)
+                     + s.docs * s.doc_tok(student[0]) * student[1] * TOKEN_LAYER_S[student[0]] * u)
         ph["comparison_runs"] = n_cmp * small
         ph["index"] = INDEX_S
-        ph["evaluation"] = 15.0 + 1e-3 * s.docs
+        ph["evaluation"] = 15.0 + 1e-3 * s.docs + _zero_shot_row_s(cfg, s, plan.cands)
         for k in ph:
             ph[k] = spent[k] if k in spent else ph[k] * speed
         plan.phases = {k: ph[k] for k in PHASES}
@@ -260,13 +321,22 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
             fill()
     if plan.total > plan.budget_s and plan.qkd_steps and "stage2_students" not in spent:
         over = plan.total - plan.budget_s
-        per_step = (plan.phases["stage2_students"] - 25.0 * speed) / max(1, plan.qkd_steps)
+        per_step = n_students * qkd_step_seconds(cfg, s, fams[student[0]], student[1]) * speed
         new = max(QKD_FLOOR, int(plan.qkd_steps - over / max(per_step, 1e-9)))
         if new < plan.qkd_steps:
             plan.skipped.append(f"QKD steps {plan.qkd_steps} -> {new}")
             plan.qkd_steps = new
             fill()
     return plan
+
+
+def _zero_shot_row_s(cfg: QuickstartConfig, s: Sizes, cands: Candidates) -> float:
+    """The table's zero-shot MiniLM row when Stage I did not encode the corpus with MiniLM (its family
+    unreadable, as on KUAKE-QTR's Chinese, or dropped by the proxy): every layer over the corpus."""
+    if "bert" not in cfg.families or "bert" in cands.depths:
+        return 0.0
+    fam = family(cfg, "bert")
+    return 4.0 + s.docs * s.doc_tok("bert") * model_layers(fam.model) * TOKEN_LAYER_S["bert"] * unit_cost(fam)
 
 
 def _cut_compare(plan: Plan, cfg: QuickstartConfig) -> str | None:
@@ -297,11 +367,15 @@ def _cut_lrs(plan: Plan, cfg: QuickstartConfig) -> str | None:
 
 
 def _cut_depths(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    """One depth per family: the shallowest that survived the proxy. Every survivor validated within
+    the proxy's margin of the best, so the proxy cannot tell them apart; when the budget cannot hold
+    them all, the cheapest pass over the corpus wins (KUAKE-QTR: SmolLM2 depth 2 at 0.837 vs depth 4 at
+    0.855 on the proxy, half the feature pass of a 32k-title corpus)."""
     cut = [f for f, v in plan.cands.depths.items() if len(v) > 1]
     for f in cut:
-        first = next(iter(plan.cands.depths[f]))
-        plan.cands.depths[f] = {first: plan.cands.depths[f][first]}
-    return f"depths beyond the proxy's best ({', '.join(cut)})" if cut else None
+        keep = min(plan.cands.depths[f], key=lambda d: d if d else 10**6)  # None = every layer: the deepest
+        plan.cands.depths[f] = {keep: plan.cands.depths[f][keep]}
+    return f"depths beyond the shallowest within the proxy's margin ({', '.join(cut)})" if cut else None
 
 
 def _cut_families(plan: Plan, cfg: QuickstartConfig) -> str | None:

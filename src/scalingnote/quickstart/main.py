@@ -144,7 +144,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     readable, report = P.readable_families(cfg, Path(data["beir"]))
     laps.lap("data")
     fams = [family(cfg, f) for f in readable]
-    sizes, plan0 = E.first_plan(cfg, fams, data, dict(laps.seconds))
+    cfg, sizes, plan0 = E.first_plan(cfg, fams, data, dict(laps.seconds), report)
     with Progress(plan0.phases, heartbeat_s=None if tty else 60.0) as prog:
         prog.end("data", laps.seconds["data"])
         prog.begin("proxy")
