@@ -122,3 +122,16 @@ def test_index_build_cli_method_then_search_without_flags(tmp_path, beir_dir, ti
     assert r.exit_code == 0, r.output
     hits = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
     assert len(hits) == 3 and all(h.get("id") or h.get("doc_id") for h in hits)
+
+
+def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes():
+    from scalingnote.index.methods import hnsw_m_within
+    assert default_routing("hnsw_pq", 50_000, 384).hnsw_m == 32  # 0.22 of the floats
+    assert default_routing("hnsw_pq", 50_000, 128).hnsw_m == 8  # M=32 would take 0.57 of them
+    assert default_routing("hnsw_pq", 50_000, 128, hnsw_m=32).hnsw_m == 32  # asked for: kept
+    assert hnsw_m_within(64, 8) == 4
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((12_000, 128)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    r = RoutedIndex.build(x, default_routing("hnsw_pq", len(x), 128))
+    assert r.memory_bytes() / x.nbytes <= 0.25  # the estimate holds for the index FAISS serialises

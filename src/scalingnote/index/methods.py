@@ -46,9 +46,24 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
                                + (" (ivf_routed needs its own routed search: not servable)" if method == "ivf_routed" else ""))
     nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39)) if n >= 4 else 1
     m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)
-    base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=8 if n >= 10_000 else 4, seed=seed, train_size=train_size)
+    bits = 8 if n >= 10_000 else 4
+    base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size)
+    if method == "hnsw_pq":
+        base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
+
+
+def hnsw_m_within(dim: int, code_bytes: float, bound: float = 0.25, choices: tuple[int, ...] = (32, 16, 8, 4)) -> int:
+    """The largest HNSW ``M`` whose graph + codes stay within ``bound`` of the float32 vectors
+    (issue 52's memory bound): FAISS keeps 2M 4-byte neighbours per vector at level 0, ~M/(M-1) of
+    that over the upper levels, and 12 bytes of level bookkeeping. At 384 dimensions M=32 takes
+    0.22 of the floats; at 128 (the quick start's default width) 0.57, so M=8 (0.19)."""
+    floats = 4.0 * dim
+    for m in choices:
+        if (8.0 * m * m / max(1, m - 1) + 12 + code_bytes) / floats <= bound:
+            return m
+    return choices[-1]
 
 
 def routing_from(entry: RoutingConfig | dict[str, Any] | None, method: str, n: int, dim: int, seed: int, train_size: int) -> RoutingConfig:
