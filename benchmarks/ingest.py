@@ -40,7 +40,6 @@ Run: ``flock /tmp/bench.lock nice -n 5 .venv/bin/python -m benchmarks.ingest --r
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import os
@@ -52,10 +51,9 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, write_results
 from benchmarks._ingest_backends import backend_context, index_for
+from benchmarks._ingest_drift import drift_only, phase_drift
 
 TOKEN = "ingest-benchmark-admin-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -112,75 +110,6 @@ def new_documents(run: Run, n_new: int, new_docs: Path | None) -> list:
     if sorted(d.id for d in built) != sorted(run.corpus) or any(run.corpus[d.id].text != d.text for d in built):
         raise SystemExit(f"{synth}: the generator with these settings no longer makes the built corpus")
     return notes[n0:]
-
-
-def encode_cached(cache: Path, live, docs) -> np.ndarray:
-    """``docs`` encoded by the index's recorded document tower (cached by its fingerprint)."""
-    fp = live.manifest["tower"]["fingerprint"]
-    ids = hashlib.sha256("\n".join(d.id for d in docs).encode()).hexdigest()[:12]
-    path = cache / f"new-{fp}-{len(docs)}-{ids}.npy"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        X = np.concatenate([live.encode(docs[s : s + 256])[0] for s in range(0, len(docs), 256)])
-        np.save(path, X)
-    return np.load(path)
-
-
-# --------------------------------------------------------------------------- drift
-
-
-def recall_vs_exact(index, X_live: np.ndarray, Q: np.ndarray, k: int = 10) -> float:
-    """Recall@k of ``index`` against exact search over ``X_live`` (rows in the order of ``index.doc_ids``)."""
-    exact = np.argsort(-(Q @ X_live.T), axis=1)[:, :k]
-    live_ids = index.doc_ids
-    want = [{live_ids[j] for j in row} for row in exact]
-    got = index.search(Q, k).doc_ids
-    return float(np.mean([len(w & set(g)) / k for w, g in zip(want, got, strict=True)]))
-
-
-def phase_drift(run: Run, work: Path, new_docs, cache: Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
-    """Recall drift as new documents arrive; returns the rows, the new documents' vectors and the
-    test queries' student vectors."""
-    from scalingnote.live import LiveIndex
-    from scalingnote.models import load_tower
-
-    live_dir = work / "drift"
-    shutil.copytree(run.index, live_dir)
-    live = LiveIndex.open(live_dir, query_tower=load_tower(run.student))
-    n0 = len(live)
-    X_base = np.asarray(live.store.vectors.view[:n0], dtype=np.float32)
-    X_new = encode_cached(cache, live, new_docs)
-    Q = live.store.dense.query_vectors(run.test_texts)
-    rows, done = [], 0
-    rows.append({"phase": "drift", "added_pct": 0, "n_docs": n0, **_drift_point(live, work, X_base, Q, rebuild=False)})
-    for pct in (10, 50, 100):
-        upto = min(len(new_docs), n0 * pct // 100)
-        for s in range(done, upto, 256):
-            live.upsert(new_docs[s : min(upto, s + 256)], vectors=X_new[s : min(upto, s + 256)])
-        done = upto
-        X_live = np.concatenate([X_base, X_new[:upto]])
-        rows.append({"phase": "drift", "added_pct": pct, "n_docs": n0 + upto, **_drift_point(live, work, X_live, Q, rebuild=True)})
-        print(json.dumps(rows[-1]), flush=True)
-    live.close()
-    return rows, X_new, Q
-
-
-def _drift_point(live, work: Path, X_live, Q, rebuild: bool) -> dict:
-    from scalingnote.live import LiveIndex
-
-    out = {"recall@10_live": round(recall_vs_exact(live, X_live, Q), 4), "recall_estimate": round(live.recall_estimate(sample=256) or 0, 4),
-           "added_share": live.stats()["added_share"]}
-    if rebuild:
-        copy = work / f"rebuilt-{len(X_live)}"  # the same documents, codebooks retrained (`index rebuild`)
-        shutil.copytree(live.root, copy)
-        rb = LiveIndex.open(copy)
-        t0 = time.perf_counter()
-        rb.rebuild()
-        out["rebuild_s"] = round(time.perf_counter() - t0, 2)
-        out["recall@10_rebuilt"] = round(recall_vs_exact(rb, X_live, Q), 4)
-        rb.close()
-        shutil.rmtree(copy)
-    return out
 
 
 # --------------------------------------------------------------------------- the service
@@ -435,11 +364,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq"),
                     help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
                          "rebuilt over the same vectors with this method (issue 52; search defaults of the build, not tuned).")
+    ap.add_argument("--drift-only", action="store_true",
+                    help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of rows per method).")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     load0, t_start = os.getloadavg(), time.perf_counter()
     run = Run(args.run)
     new_docs = new_documents(run, args.new, args.new_docs)
+    if args.drift_only:
+        drift_only(args, run, new_docs, load0, t_start)
+        return
     rows: list[dict] = []
     kept = json.loads((REPO_ROOT / "benchmarks" / "results" / "ingest.json").read_text()) if args.chaos_only else None
     chaos, info = [], {}
