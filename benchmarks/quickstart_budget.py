@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -88,7 +89,9 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         keys = ("teacher", "teacher_dir", "width", "student", "fusion")
         r["same_choices_as_full"] = all(r[k] == f[k] for k in keys)
         r["served_delta_vs_full"] = round(r["served_ndcg@10"] - f["served_ndcg@10"], 4)
-        r["meets_target"] = r["within_time_target"] and (r["same_choices_as_full"] or abs(r["served_delta_vs_full"]) <= SERVED_TOLERANCE)
+        # within 0.005 below the exhaustive run's served row, or above it: the budget must not cost quality (a budgeted
+        # run that serves better met the quality bar; the row still says its choices differed)
+        r["meets_target"] = r["within_time_target"] and (r["same_choices_as_full"] or r["served_delta_vs_full"] >= -SERVED_TOLERANCE)
         r["full_pipeline_minutes"] = f["pipeline_minutes"]
         r["compared_with"] = f["mode"]
 
@@ -105,8 +108,12 @@ def recipe_row(set_name: str, results: Path) -> dict[str, Any]:
     return {**summarize(set_name, "recipe_full", res, res["elapsed_s"], False), "source": str(results)}
 
 
-def measure(set_name: str, mode: str, root: Path) -> dict[str, Any]:
+def measure(set_name: str, mode: str, root: Path, fresh: bool = False) -> dict[str, Any]:
+    """One run as a user types it; ``fresh`` (``--force``): its directory is removed first, so no
+    step of an earlier or interrupted run is reused and the wall time is from nothing."""
     out = root / f"{set_name}_{mode}"
+    if fresh and out.exists():
+        shutil.rmtree(out)
     resumed = out.exists()
     cmd = command(set_name, mode, out)
     print(f"[{NAME}] {' '.join(cmd)}", flush=True)
@@ -122,7 +129,7 @@ def main() -> None:
     ap.add_argument("--sets", default="default,scifact,kuake_qtr")
     ap.add_argument("--modes", default="budgeted,full")
     ap.add_argument("--root", type=Path, default=REPO_ROOT / ".cache" / "bench" / NAME)
-    ap.add_argument("--force", action="store_true", help="re-measure rows already in the results file")
+    ap.add_argument("--force", action="store_true", help="re-measure rows already in the results file, each from nothing (its --out removed first)")
     ap.add_argument("--recipe-results", type=Path, default=None,
                     help="mode recipe_full: the recipe run's results.json (default runs/recipe/<set>/results.json)")
     args = ap.parse_args()
@@ -143,7 +150,7 @@ def main() -> None:
             if m == "recipe_full":
                 rows[(s, m)] = recipe_row(s, args.recipe_results or REPO_ROOT / "runs" / "recipe" / s / "results.json")
             else:
-                rows[(s, m)] = measure(s, m, args.root)
+                rows[(s, m)] = measure(s, m, args.root, fresh=args.force)
             load[f"{s}_{m}"] = loadavg(before)
             out = list(rows.values())
             compare_modes(out)

@@ -253,6 +253,11 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
     d, s = rows[0], rows[2]
     assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
     assert s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None  # no exhaustive row yet
+    worse, better = dict(rows[0], **{"served_ndcg@10": 0.68}), dict(rows[0], **{"served_ndcg@10": 0.72})
+    compare_modes([worse, rows[1]])
+    compare_modes([better, rows[1]])
+    assert worse["meets_target"] is False  # 0.012 below the exhaustive run
+    assert better["meets_target"] is True and better["served_delta_vs_full"] == 0.028  # above it: the budget cost no quality
 
 
 def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
