@@ -177,6 +177,19 @@ def students(args, rows: list[dict[str, Any]], work: Path, data_dir: Path, base:
     return out
 
 
+def kept_rows(name: str, args) -> dict[str, dict[str, Any]]:
+    """``--keep``: the teacher rows of the earlier results file (same settings), by row name."""
+    path = REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    same = ("num_negatives", "skip_top", "max_rank", "guard", "guard_margin", "guard_top_r", "hide_fraction", "seed")
+    diff = [k for k in same if k in old["config"] and old["config"][k] != getattr(args, k)]
+    if diff:
+        raise SystemExit(f"--keep: {path} was measured with other settings ({', '.join(diff)}); re-run every row instead")
+    return {r["row"]: r for r in old["rows"] if r["row"] in ROWS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="scifact", help="a set under ../shared/data, 'synthetic', or a data directory")
@@ -198,6 +211,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--students", action="store_true", help="also distil the quick start's student from the BM25 teacher "
                     "and from the round-2 teacher that validates best")
+    ap.add_argument("--keep", action="store_true", help="keep the teacher rows of the earlier results file that --rows does not name")
     ap.add_argument("--smoke", action="store_true", help="a small run: results name gets _smoke; no target is claimed")
     args = ap.parse_args()
     if args.smoke:
@@ -208,14 +222,24 @@ def main() -> None:
     data_dir = data_dir_for(args.data, work, args.smoke)
     base = base_config(args, data_dir, work / "bm25")
     rows, ref = [], None
-    for row in args.rows.split(","):
+    kept = kept_rows(name, args) if args.keep else {}
+    todo = args.rows.split(",")
+    if kept and "bm25" not in todo:  # the paired tests need the BM25 teacher's per-query scores (its run is reused)
+        todo = ["bm25", *todo]
+    for row in todo:
         r, pq = run_row(args, base, row, work, None if row == "bm25" else work / "bm25", ref)
         ref = pq if row == "bm25" else ref
         rows.append(r)
         print(json.dumps(r), flush=True)
+    measured = {r["row"] for r in rows}
+    rows = [kept[k] for k in ROWS if k in kept and k not in measured] + rows
+    rows.sort(key=lambda r: ROWS.index(r["row"]) if r["row"] in ROWS else len(ROWS))
     if args.students:
         rows += students(args, rows, work, data_dir, base)
-    write_results(name, rows, {**vars(args), "base": base, "rows_order": list(ROWS)})
+    config = {**vars(args), "base": base, "rows_order": list(ROWS)}
+    if kept:
+        config["kept_rows"] = f"rows {sorted(set(kept) - measured)} kept from the earlier results file (--keep), the others measured by this run"
+    write_results(name, rows, config)
     print(f"wrote benchmarks/results/{name}.json")
 
 
