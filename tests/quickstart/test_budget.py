@@ -345,3 +345,15 @@ def test_a_budget_that_holds_one_depth_keeps_the_shallowest_survivor():
     plan = make_plan(cfg, fams, sizes, ("llm", 1), cands=survivors, proxy_done=True, spent={"data": 5.0, "proxy": 60.0})
     assert plan.cands.depths["llm"] == {2: [1e-3]}
     assert any(s.startswith("depths beyond the shallowest") for s in plan.skipped)
+
+
+def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_first():
+    cfg = QuickstartConfig(out="unused", budget_minutes=5)
+    sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500)
+    llm_only = {"llm": family(cfg, "llm")}  # MiniLM configured, unreadable (KUAKE-QTR's Chinese)
+    plan = make_plan(cfg, llm_only, sizes, ("llm", 1))
+    assert not plan.zero_shot_row and plan.skipped[0].startswith("the zero-shot MiniLM row")
+    roomy = make_plan(replace(cfg, budget_minutes=600), llm_only, sizes, ("llm", 1))
+    assert roomy.zero_shot_row and roomy.phases["evaluation"] > plan.phases["evaluation"] + 60  # a pass over 32k documents
+    both = make_plan(cfg, {f: family(cfg, f) for f in cfg.families}, sizes, ("bert", 2))
+    assert both.zero_shot_row  # a readable MiniLM's zero-shot row is a real baseline: never cut

@@ -35,8 +35,8 @@ from scalingnote.training.curves import tensorboard_command
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
 
-def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path) -> tuple[list[dict], Any, Any, Any]:
-    """BM25 (test and validation runs) and the zero-shot BERT-family tower."""
+def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path, zero_shot: bool = True) -> tuple[list[dict], Any, Any, Any]:
+    """BM25 (test and validation runs) and the zero-shot BERT-family tower (``zero_shot``: not cut by the budget)."""
     corpus = load_corpus(runs.corpus_file(data))
     bm = BM25Retriever.fit(corpus.values(), show_progress=False)
     t0 = time.perf_counter()
@@ -46,7 +46,7 @@ def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path) -> tuple[
     val = round(float(evaluate(bm_val, ev.val_qrels, ["ndcg@10"])["ndcg@10"]), 4) if ev.val_qids else float("nan")
     bm_sc = Scored(evaluate(bm_run, ev.qrels, METRICS), per_query_ndcg(bm_run, ev.qrels), val, bm_run, bm_val)
     rows = [dict(row("bm25", bm_sc), query_qps=qps)]
-    if "bert" in cfg.families:
+    if "bert" in cfg.families and zero_shot:
         fam = family(cfg, "bert")
         like = next((out / "stage1").glob("*_large_*"))
         zs = runs.zero_shot_run(cfg, fam, fam.depths[0], like, data, out)
@@ -199,7 +199,7 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     prog.end("index", laps.seconds["index"])
     prog.begin("evaluation")
     runs.banner("evaluation")
-    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out)
+    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out, zero_shot=plans[1].zero_shot_row)
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
     rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
     served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
