@@ -92,15 +92,32 @@ def _drift_point(live, work: Path, X_live, Q, rebuild: bool) -> dict:
     return out
 
 
+def _compared_setting(manifest: dict, method: str, index_dir: Path) -> str:
+    """A structure rebuilt over the run's vectors searches at the setting the quick start's own
+    comparison (``search_tuning.methods``) found for it on validation queries, when it has one."""
+    from scalingnote.index.tune import save_search_defaults
+
+    row = next((m for m in (manifest.get("search_tuning") or {}).get("methods", []) if m.get("method") == method and m.get("setting")), None)
+    if row is None:
+        return "rebuilt over the same vectors, build defaults"
+    save_search_defaults(index_dir, {"chosen": dict(row["setting"]), "knob": row["knob"]})
+    return f"rebuilt over the same vectors, at the setting the quick start's comparison found: {row['setting']}"
+
+
 def drift_only(args, run: "Run", new_docs, load0, t_start: float) -> None:
     """``--drift-only``: the drift curve of one structure (issue 52 item 3: the live index keeps the
     chosen structure as documents arrive), rows merged by method into ``ingest_drift.json``."""
     with tempfile.TemporaryDirectory(prefix="sn-drift-") as d:
         work = Path(d)
+        own = dict(run.manifest)  # the run's index, before a rebuilt copy replaces it
+        built = (own.get("routing") or {}).get("method")
         run.use_index(index_for(run, args.method, work))
+        how = "chosen by the quick start"
+        if args.method not in ("chosen", built):
+            how = _compared_setting(own, args.method, run.index)
         man = json.loads((run.index / "manifest.json").read_text())
         method = (man.get("routing") or {}).get("method") or "factory"
-        label = f"{method} ({'chosen by the quick start' if args.method == 'chosen' else 'rebuilt over the same vectors, build defaults'})"
+        label = f"{method} ({how})"
         drift, _, _ = phase_drift(run, work, new_docs, args.cache)
     rows = [{"method": label, "structure": man.get("factory"), "search_defaults": json.dumps(man.get("search_defaults"), sort_keys=True), **r}
             for r in drift]
