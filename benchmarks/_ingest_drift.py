@@ -5,7 +5,7 @@ search defaults against exact search while new documents arrive, and after a reb
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import hashlib
 import json
@@ -18,9 +18,6 @@ import numpy as np
 
 from benchmarks._common import REPO_ROOT, loadavg, write_results
 from benchmarks._ingest_backends import index_for
-
-if TYPE_CHECKING:
-    from benchmarks.ingest import Run
 
 
 def encode_cached(cache: Path, live, docs) -> np.ndarray:
@@ -47,7 +44,7 @@ def recall_vs_exact(index, X_live: np.ndarray, Q: np.ndarray, k: int = 10) -> fl
     return float(np.mean([len(w & set(g)) / k for w, g in zip(want, got, strict=True)]))
 
 
-def phase_drift(run: "Run", work: Path, new_docs, cache: Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
+def phase_drift(run: Any, work: Path, new_docs, cache: Path) -> tuple[list[dict], np.ndarray, np.ndarray]:
     """Recall drift as new documents arrive; returns the rows, the new documents' vectors and the
     test queries' student vectors."""
     from scalingnote.live import LiveIndex
@@ -104,7 +101,7 @@ def _compared_setting(manifest: dict, method: str, index_dir: Path) -> str:
     return f"rebuilt over the same vectors, at the setting the quick start's comparison found: {row['setting']}"
 
 
-def drift_only(args, run: "Run", new_docs, load0, t_start: float) -> None:
+def drift_only(args, run: Any, new_docs, load0, t_start: float) -> None:
     """``--drift-only``: the drift curve of one structure (issue 52 item 3: the live index keeps the
     chosen structure as documents arrive), rows merged by method into ``ingest_drift.json``."""
     with tempfile.TemporaryDirectory(prefix="sn-drift-") as d:

@@ -316,5 +316,6 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
     assert m["index_type"] == "HNSW" and "not exported" in m["fallback_reason"]
     hp = build_index(syn_vectors, tmp_path / "hp", method="hnsw_pq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
     m = export_to_milvus(hp, lite_db, "syn_hp", progress=False)
-    assert m["index_type"] == "HNSW" and m["index_params"]["M"] == 32 and "no HNSW_PQ" in m["fallback_reason"]
+    built_m = json.loads((hp / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]  # sized to the memory bound of these vectors
+    assert m["index_type"] == "HNSW" and m["index_params"]["M"] == built_m and "no HNSW_PQ" in m["fallback_reason"]
     assert _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ" and _method_index_type("auto", "ivf", lite=False) == "auto"
