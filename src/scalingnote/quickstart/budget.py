@@ -2,7 +2,8 @@
 what the budget cuts when it cannot hold every phase, and the plan printed before any training.
 
 The cost model counts the work each phase does — transformer layers over the corpus's tokens
-(the frozen-prefix feature passes), optimiser steps of the heads, QKD steps — at per-unit costs
+(the frozen-prefix feature passes; tokens counted per family from its tokenizer on the data and its
+document prompt), optimiser steps of the heads, QKD's teacher cache and steps — at per-unit costs
 measured on the embedded default on 2 idle cores (``benchmarks/results/quickstart_fresh_clone.json``
 and its run directories: MiniLM ~20 us and SmolLM2 ~50 us per token and layer, a head step over
 cached features 15 ms + 0.07 ms per embedding dimension, a 2-layer QKD step 0.36 s). After the
@@ -410,4 +411,5 @@ def _cut_unreadable_zero_shot(plan: Plan, cfg: QuickstartConfig) -> str | None:
 
 _CUTS = (_cut_unreadable_zero_shot, _cut_mining, _cut_compare, _cut_lrs, _cut_depths, _cut_families, _cut_width)
 
-__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "make_plan", "measure_sizes", "mining_seconds", "model_layers", "model_shape", "proxy_sizes", "stage1_seconds"]
+__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "family_tokens", "make_plan", "measure_sizes", "mining_seconds", "model_layers", "model_shape",
+           "proxy_sizes", "qkd_pool", "qkd_seconds", "qkd_step_seconds", "stage1_seconds"]
