@@ -193,18 +193,21 @@ def qkd_pool(cfg: QuickstartConfig, s: Sizes, fam: str) -> tuple[int, float]:
     """QKD's query pool (logged queries, ICT pseudo-queries, corpus texts): its size and the mean
     tokens of a text through ``fam``'s tokenizer (pseudo-queries and corpus texts cut to
     ``query_max_length``: SciFact's abstracts fill 64 tokens, the default's 32)."""
-    logged = s.train_queries + s.val_queries
-    other = min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
+    logged, other = _pool_parts(cfg, s)
     text = min(float(cfg.query_max_length), s.doc_tok(fam))
     n = logged + other
     return n, (logged * s.query_tok(fam) + other * text) / max(1, n)
 
 
+def _pool_parts(cfg: QuickstartConfig, s: Sizes) -> tuple[int, int]:
+    """QKD's pool: (logged queries, ICT pseudo-queries + corpus texts)."""
+    return s.train_queries + s.val_queries, min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
+
+
 def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
     """QKD's steps: its epochs over the query pool (logged queries, ICT pseudo-queries, corpus
     text), at most ``cap``."""
-    pool = s.train_queries + s.val_queries + min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
-    steps = math.ceil(cfg.qkd_epochs * pool / cfg.qkd_batch_size)
+    steps = math.ceil(cfg.qkd_epochs * sum(_pool_parts(cfg, s)) / cfg.qkd_batch_size)
     return steps if cap is None else min(cap, steps)
 
 
