@@ -107,7 +107,7 @@ def guard_measurement(cfg: TrainConfig, miner: Path, fraction: float, seed: int)
     for e in data.train + data.validation:
         positives.setdefault(e.query_id, []).append(e.pos.id)
     qt, dt = load_mining_towers(str(miner))
-    return measure_guard(cfg.data, data.corpus, data.queries, positives, qt, dt, fraction=fraction, seed=seed)
+    return measure_guard(cfg.data, data.corpus, data.queries, positives, qt, dt, fraction=fraction, seed=seed, tower_dir=miner)
 
 
 def run_row(args, base, row: str, work: Path, miner: Path | None, ref: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, float]]:
@@ -125,6 +125,7 @@ def run_row(args, base, row: str, work: Path, miner: Path | None, ref: dict[str,
         out.update(p_vs_bm25=round(t.pvalue, 4), diff_vs_bm25=round(t.mean_diff, 4))
     if row != "bm25":
         out["mining_seconds"] = (res.get("mining") or {}).get("mining_seconds")
+        out["mining_document_embeddings"] = (res.get("mining") or {}).get("document_embeddings")
         m = guard_measurement(cfg, miner, args.hide_fraction, args.seed)
         out.update({k if k.startswith("fn_") else f"fn_{k}": v for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return out, pq

@@ -159,7 +159,7 @@ def test_guard_measurement_on_a_constructed_case():
     known, hidden = hide_positives(positives, 0.5, seed=0)  # round(1.5) = 2 of 3 hidden
     assert len(known["q"]) == 1 and len(hidden["q"]) == 2
     # pin which ones are hidden for the known answer: hide p2 and p3
-    mined, _ = mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["p1"]}, tower, tower)
+    mined, _, _ = mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["p1"]}, tower, tower)
     got = guard_counts(mined, {"q": {"p2", "p3"}}, {"q": {"p1", "p2", "p3"}})
     # cos(0.1) = 0.995, cos(0.12) = 0.9928 >= 1 - 0.02; cos(1.2) = 0.36 is not
     assert got["hidden_in_window"] == 2 and got["hidden_removed_by_guard"] == 1 and got["guard_recall"] == 0.5
@@ -168,6 +168,46 @@ def test_guard_measurement_on_a_constructed_case():
     unguarded = DataSpec("unused", negatives="dense", neg_skip_top=0, neg_max_rank=12, mining=MiningSpec(tower="x"))
     m = measure_guard(unguarded, corpus, {"q": "q text"}, positives, tower, tower, fraction=0.5, seed=0)
     assert m["queries_measured"] == 1 and m["hidden_in_window"] == 2 and m["hidden_removed_by_guard"] == 0
+
+
+class _Counting(_Fixed):
+    """A fixed tower that counts the documents it encodes."""
+
+    encoded = 0
+
+    def encode_documents(self, docs, **kw):
+        self.encoded += len(docs)
+        return super().encode_documents(docs, **kw)
+
+
+def test_stored_corpus_embeddings_are_used_only_when_they_match(tmp_path):
+    """Mining reuses the mining run's own ``doc_embeddings.npy`` (another order of the same
+    documents is fine), checked on a sample; embeddings from other towers or another corpus are
+    not used: the corpus is encoded instead."""
+    rng = np.random.default_rng(0)
+    ids = [f"d{i}" for i in range(40)]
+    vecs = {d: rng.standard_normal(4).tolist() for d in ids}
+    vecs["q text"] = vecs["d3"]
+    corpus = {d: Document(d, "", "", d) for d in ids}
+    run = tmp_path / "run"
+    run.mkdir()
+    order = ids[::-1]
+    np.save(run / "doc_embeddings.npy", 3.0 * np.array([vecs[d] for d in order], dtype=np.float32))  # unnormalised, as saved
+    (run / "doc_ids.json").write_text(json.dumps(order))
+    spec = DataSpec("unused", negatives="dense", neg_skip_top=0, neg_max_rank=5, mining=MiningSpec(tower=str(run)))
+    tower = _Counting(vecs)
+    mined, _, source = mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, tower, tower, tower_dir=run)
+    assert source == "stored" and tower.encoded == mining.STORED_SAMPLE
+    assert [c.doc_id for c in mined[0].candidates] == [c.doc_id for c in mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]},
+                                                                                             _Fixed(vecs), _Fixed(vecs))[0][0].candidates]
+    other = _Counting({**vecs, "d7": [-x for x in vecs["d7"]]})  # towers changed after the run stored its embeddings
+    for i in range(40):  # make sure the sample meets the changed document
+        other.vecs[f"d{i}"] = [-x for x in vecs[f"d{i}"]] if i % 2 else vecs[f"d{i}"]
+    assert mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, other, other, tower_dir=run)[2] == "encoded"
+    assert other.encoded == mining.STORED_SAMPLE + len(ids)
+    fewer = {d: corpus[d] for d in ids[:-1]}  # another corpus
+    assert mining.stored_doc_embeddings(run, tower, fewer) is None
+    assert mining.stored_doc_embeddings(None, tower, corpus) is None
 
 
 def test_agree_top_rule():

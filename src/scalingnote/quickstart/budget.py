@@ -23,6 +23,7 @@ from typing import Any
 from scalingnote.data import load_corpus
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig, family
+from scalingnote.training.mining import STORED_SAMPLE
 
 #: the phases in run order; ``mining_round``: issue #50's second Stage I round on hard negatives
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
@@ -177,13 +178,15 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
 
 
 def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, list[float]], width: bool, s: Sizes) -> float:
-    """The mining round (issue #50) for the family expected to teach: its towers encode the corpus
-    and the training queries with every layer (mining runs the full towers, no cached prefix), BM25
-    ranks the training queries (the guard's ``agree_top``, the fallback), then the teacher's Stage I
-    run again with ``mining_num_negatives`` more documents per example through the heads."""
+    """The mining round (issue #50) for the family expected to teach: its query tower encodes the
+    training queries with every layer (the corpus side is the teacher run's stored embeddings,
+    checked on :data:`~scalingnote.training.mining.STORED_SAMPLE` documents re-encoded), BM25 ranks
+    the training queries (the guard's ``agree_top``, the fallback), then the teacher's Stage I run
+    again with ``mining_num_negatives`` more documents per example through the heads."""
     layers = max((_layers(fam, d) for d in depths), default=model_layers(fam.model))
     c = TOKEN_LAYER_S[fam.name] * unit_cost(fam)
-    mine = 4.0 + (s.docs * s.doc_tok(fam.name) + s.train_queries * s.query_tok(fam.name)) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
+    sample = min(s.docs, STORED_SAMPLE)
+    mine = 4.0 + (sample * s.doc_tok(fam.name) + s.train_queries * s.query_tok(fam.name)) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
     dim = max(cfg.dim, 576 if fam.name == "llm" else 384) if width else cfg.dim
     per_example = 1.0 + cfg.mining_num_negatives / 2  # (query, positive) + n negatives per example: head work per step
     return mine + _head_run_s(s, s.train_examples, dim, cfg.batch_size, cfg.max_epochs) * per_example

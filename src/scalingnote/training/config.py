@@ -28,7 +28,8 @@ class MiningSpec:
     """Hard negatives mined by a dense tower (``data.negatives: dense | mixed``; ANCE / RocketQA's
     denoised negatives, not in ScalingNote, which mines from BM25-style ranks, §4.1.1).
 
-    The tower encodes the corpus and every training query; an exact inner-product search (FAISS
+    The tower encodes every training query and the corpus (a Stage I run's stored
+    ``doc_embeddings.npy`` when a re-encoded sample agrees with it); an exact inner-product search (FAISS
     Flat) ranks the corpus; negatives are drawn from ranks ``skip_top+1 .. max_rank`` with the
     query's known positives removed, after the false-negative ``guard`` dropped candidates that
     look like unlabelled positives (see :mod:`scalingnote.training.mining`)."""

@@ -10,6 +10,7 @@ removes, and the true negatives (documents judged for no grade > 0) it removes t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,16 +42,18 @@ def hide_positives(positives: Mapping[str, Sequence[str]], fraction: float, seed
 
 def measure_guard(spec: DataSpec, corpus: Mapping[str, Document], queries: Mapping[str, str],
                   positives: Mapping[str, Sequence[str]], qt, dt, *, fraction: float = 0.5, seed: int = 0,
-                  show_progress: bool = False) -> dict[str, Any]:
+                  show_progress: bool = False, tower_dir: str | Path | None = None) -> dict[str, Any]:
     """Hide ``fraction`` of the positives of multi-positive queries, mine with ``spec`` (its guard),
     and count (see :func:`~scalingnote.training.guard.guard_counts`). ``spec.mining.guard`` empty
-    measures the unguarded window alone."""
+    measures the unguarded window alone. ``tower_dir``: the towers' Stage I run (its stored corpus
+    embeddings are used, see :func:`~scalingnote.training.mining.stored_doc_embeddings`)."""
     known, hidden = hide_positives(positives, fraction, seed)
     if not known:
         return {"queries_measured": 0}
-    mined, seconds = mine_windows(spec, corpus, queries, known, qt, dt, show_progress)
+    mined, seconds, source = mine_windows(spec, corpus, queries, known, qt, dt, show_progress, tower_dir)
     out = guard_counts(mined, hidden, {q: set(p) for q, p in positives.items()})
-    return {"queries_measured": len(known), "guard": list(spec.mining.guard), "mining_seconds": round(seconds, 2), **out}
+    return {"queries_measured": len(known), "guard": list(spec.mining.guard), "mining_seconds": round(seconds, 2),
+            "document_embeddings": source, **out}
 
 
 __all__ = ["hide_positives", "measure_guard"]

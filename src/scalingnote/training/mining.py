@@ -7,7 +7,9 @@ document ranked between top-K and top-T"). Here the ranking can come from a trai
 are drawn per example:
 
 1. the mining tower (``data.mining.tower``: a Stage I run's query and document towers, or a base
-   model used zero-shot on both sides) encodes the corpus and every training query;
+   model used zero-shot on both sides) encodes every training query and the corpus — or, for a
+   Stage I run, its own stored corpus embeddings are used once a seeded sample re-encoded by its
+   document tower agrees with them (:func:`stored_doc_embeddings`);
 2. an exact inner-product search (FAISS ``IndexFlatIP`` over unit vectors: the corpora are small)
    ranks the corpus for every query;
 3. the window: dense ranks K+1..T (``mining.skip_top`` / ``max_rank``), the query's known
@@ -72,13 +74,53 @@ def tower_key(qt, dt) -> dict[str, str]:
     return {"query": str(qt.fingerprint), "document": str(dt.fingerprint)}
 
 
+#: stored corpus embeddings are used when this many seeded documents, re-encoded by the mining
+#: tower, agree with them to :data:`STORED_MIN_COS` (fp16 feature caches agree to ~1e-6)
+STORED_SAMPLE = 16
+STORED_MIN_COS = 0.999
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), dtype=np.float32)
+
+
+def stored_doc_embeddings(run_dir: str | Path | None, dt, corpus: Mapping[str, Document], batch_size: int = 16,
+                          seed: int = 0) -> np.ndarray | None:
+    """The mining tower's own corpus embeddings, when its Stage I run stored them
+    (``doc_embeddings.npy`` + ``doc_ids.json``, written by the run's final evaluation through the same
+    towers): unit-norm, in ``corpus`` order. Re-encoding the corpus was most of the mining time
+    (KUAKE-QTR with a 4-layer SmolLM2: 624 s encoding, 24 s with the stored ones). None — encode instead — when they are absent,
+    cover another corpus, or a seeded sample re-encoded by ``dt`` disagrees (towers replaced after
+    the run wrote them)."""
+    root = Path(run_dir).expanduser() if run_dir else None
+    if root is None or not (root / "doc_embeddings.npy").is_file() or not (root / "doc_ids.json").is_file():
+        return None
+    ids = read_json(root / "doc_ids.json")
+    emb = np.load(root / "doc_embeddings.npy", mmap_mode="r")
+    if emb.ndim != 2 or emb.shape[0] != len(ids) or len(ids) != len(corpus) or set(ids) != set(corpus):
+        log.info("%s: stored embeddings cover another corpus (%d rows, corpus %d): encoding", root, emb.shape[0], len(corpus))
+        return None
+    row = {doc: i for i, doc in enumerate(ids)}
+    d = _unit(np.asarray(emb[np.fromiter((row[doc] for doc in corpus), dtype=np.int64, count=len(corpus))], dtype=np.float32))
+    docs = list(corpus.values())
+    pick = np.random.default_rng(seed).choice(len(docs), size=min(STORED_SAMPLE, len(docs)), replace=False)
+    fresh = _unit(dt.encode_documents([docs[i] for i in pick], batch_size=batch_size, show_progress=False))
+    if fresh.shape[1] != d.shape[1] or float((fresh * d[pick]).sum(axis=1).min()) < STORED_MIN_COS:
+        log.warning("%s: stored embeddings disagree with its doc_tower on a sample: encoding the corpus", root)
+        return None
+    return d
+
+
 def encode_for_mining(qt, dt, corpus: Mapping[str, Document], queries: Mapping[str, str], batch_size: int,
-                      show_progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Unit-norm float32 (query, document) embeddings, in ``queries`` / ``corpus`` order."""
-    d = dt.encode_documents(list(corpus.values()), batch_size=batch_size, show_progress=show_progress)
-    q = qt.encode_queries(list(queries.values()), batch_size=batch_size, show_progress=False)
-    norm = lambda x: np.ascontiguousarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12), dtype=np.float32)  # noqa: E731
-    return norm(q), norm(d)
+                      show_progress: bool, tower_dir: str | Path | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Unit-norm float32 (query, document) embeddings, in ``queries`` / ``corpus`` order, and where the
+    documents' came from (``stored``: the mining run's own, see :func:`stored_doc_embeddings`; ``encoded``)."""
+    d = stored_doc_embeddings(tower_dir, dt, corpus, batch_size)
+    source = "stored" if d is not None else "encoded"
+    if d is None:
+        d = _unit(dt.encode_documents(list(corpus.values()), batch_size=batch_size, show_progress=show_progress))
+    q = _unit(qt.encode_queries(list(queries.values()), batch_size=batch_size, show_progress=False))
+    return q, d, source
 
 
 def exact_search(q: np.ndarray, d: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -166,18 +208,22 @@ def bm25_rows(spec: DataSpec, run: Mapping[str, Mapping[str, float]], positives:
 
 # ----------------------------------------------------------------------------- mining + cache
 def mine_windows(spec: DataSpec, corpus: Mapping[str, Document], queries: Mapping[str, str],
-                 positives: Mapping[str, Sequence[str]], qt, dt, show_progress: bool = False) -> tuple[list[MinedQuery], float]:
-    """Encode, search, window and guard every query of ``positives``. Returns (windows, seconds)."""
+                 positives: Mapping[str, Sequence[str]], qt, dt, show_progress: bool = False,
+                 tower_dir: str | Path | None = None) -> tuple[list[MinedQuery], float, str]:
+    """Encode (the documents: the run's stored embeddings when ``tower_dir`` has them), search,
+    window and guard every query of ``positives``. Returns (windows, seconds, where the document
+    embeddings came from: ``stored`` or ``encoded``)."""
     t0 = time.perf_counter()
     qids = sorted(positives)
     doc_ids = list(corpus)
-    q, d = encode_for_mining(qt, dt, corpus, {x: queries[x] for x in qids}, spec.mining.batch_size, show_progress)
+    q, d, source = encode_for_mining(qt, dt, corpus, {x: queries[x] for x in qids}, spec.mining.batch_size, show_progress, tower_dir)
+    log.info("mining: %d queries over %d documents (document embeddings %s)", len(qids), len(doc_ids), source)
     bm25 = BM25Retriever.fit(corpus.values(), show_progress=show_progress)  # mixed, agree_top and the fallback
     k = max(spec.neg_max_rank, spec.mining.guard_top_r)
     bm25_run = bm25.search({x: queries[x] for x in qids}, k=k, show_progress=show_progress)
     mined = build_windows(spec, qids, doc_ids, q, d, positives, bm25_run)
     apply_guard(mined, spec.mining)
-    return mined, time.perf_counter() - t0
+    return mined, time.perf_counter() - t0, source
 
 
 def mining_inputs(spec: DataSpec, towers: dict[str, str], seed: int, positives: Mapping[str, Sequence[str]]) -> dict[str, Any]:
@@ -219,11 +265,12 @@ def mined_rows(spec: DataSpec, corpus: Mapping[str, Document], queries: Mapping[
     inputs = mining_inputs(spec, tower_key(qt, dt), seed, positives)
     step = cache_root(spec, out_dir) / input_digest(inputs)[:16]
     if not check_step(step, inputs):
-        mined, seconds = mine_windows(spec, corpus, queries, positives, qt, dt, show_progress)
+        mined, seconds, source = mine_windows(spec, corpus, queries, positives, qt, dt, show_progress, spec.mining.tower)
         rows = rows_from_windows(mined, positives, spec.num_negatives, seed, spec.negatives)
         write_triplets(step / TRIPLETS_FILE, (Triplet(q, p, n, s) for q, p, negs, s in rows for n in (negs or [None])))
         records = audit_records(mined, positives, corpus, queries, spec.mining.audit_queries, seed)
-        summary = {**audit_summary(mined, rows), "mining_seconds": round(seconds, 2), "tower": spec.mining.tower}
+        summary = {**audit_summary(mined, rows), "mining_seconds": round(seconds, 2), "tower": spec.mining.tower,
+                   "document_embeddings": source}
         write_audit(step / "mining_audit.jsonl", records, summary)
         write_json(step / SUMMARY_FILE, summary)
         mark_step(step, inputs, {"examples": len(rows)})
@@ -243,4 +290,4 @@ def write_audit_copy(src: Path, dst: Path) -> None:
 
 
 __all__ = ["Candidate", "MinedQuery", "bm25_rows", "build_windows", "draw_negatives", "exact_search", "load_mining_towers",
-           "mine_windows", "mined_rows", "rows_from_windows"]
+           "mine_windows", "mined_rows", "rows_from_windows", "stored_doc_embeddings"]
