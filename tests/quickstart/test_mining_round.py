@@ -92,6 +92,7 @@ def test_a_kept_round_teaches_and_the_matched_cost_rows_train_on_the_one_mined_s
     a = ch["audit"]
     assert len(trip) == 2 * (a["examples"] - a["examples_without_negative"]) + a["examples_without_negative"] and a["kept"] > 0
     assert Path(ch["audit_file"]).exists() and ch["mining_seconds"] >= 0
+    assert a["document_embeddings"] == "stored"  # round 1's own corpus embeddings, no second pass over the corpus
     # the validation queries are held out exactly as in round 1: never a mined training query
     val = {json.loads(x)["query_id"] for x in (out / "data" / "triplets" / "validation.jsonl").read_text().splitlines()}
     assert val and not val & {t["query_id"] for t in trip}
