@@ -12,8 +12,9 @@ PQ d/8 bytes), ``ivf_qmetric`` (lists cut by k-means in the query-covariance met
 IVFPQ otherwise), ``ivf_qmetric_hnswcoarse`` (its centroids searched by an HNSW graph),
 ``ivf_routed`` (probes chosen by routing vectors from a query->document map fitted on training +
 pseudo-queries and their exact neighbours), ``hnsw`` / ``hnsw16`` (FAISS HNSW flat, M 32 / 16:
-reference, above the memory bound) and ``hnsw_pq`` / ``hnsw16_pq`` (the same graph searched over
-PQ codes + exact re-rank). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
+reference, above the memory bound), ``hnsw_pq`` / ``hnsw16_pq`` (the same graph searched over
+PQ codes + exact re-rank) and ``hnsw_sq`` / ``hnsw16_sq`` (over 4-bit scalar-quantised vectors +
+exact re-rank). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
 validation), 4 x sqrt(N) at 1M (today's rule). At 1M the defaults leave out ``ivf_routed`` (exact
 neighbours of its training queries in the 1M corpus) and the HNSW16 variants (build time).
 
@@ -27,6 +28,8 @@ The re-rank is a per-query NumPy loop (``routing._rerank``): at depth 800 it dom
 the IVF rows at 1M.
 
 Run: ``python -m benchmarks.ood_routing`` -> ``benchmarks/results/ood_routing.json``.
+``--keep`` keeps the earlier file's rows of the (set, method) pairs this run does not measure
+(e.g. ``--sets scifact kuake_qtr --methods hnsw_sq hnsw16_sq --keep`` adds two methods).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from scalingnote.index.routing import RoutedIndex, RoutingConfig, exact_topk
+from scalingnote.index.routing import GRAPH_METHODS, RoutedIndex, RoutingConfig, exact_topk
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
@@ -99,6 +102,8 @@ VARIANTS: dict[str, dict] = {
     "hnsw_pq": {"method": "hnsw_pq"},  # the HNSW32 graph searched over PQ codes + exact re-rank
     "hnsw16": {"method": "hnsw", "hnsw_m": 16},
     "hnsw16_pq": {"method": "hnsw_pq", "hnsw_m": 16},
+    "hnsw_sq": {"method": "hnsw_sq"},  # the HNSW32 graph searched over 4-bit scalar-quantised vectors + exact re-rank
+    "hnsw16_sq": {"method": "hnsw_sq", "hnsw_m": 16},
 }
 
 
@@ -108,7 +113,7 @@ def sweep(idx: RoutedIndex, q: np.ndarray, truth: np.ndarray, k: int = 10) -> li
     re-scores a prefix of it (the same candidates a search with that depth would return)."""
     n = idx.ntotal
     out = []
-    graph = idx.config.method in ("hnsw", "hnsw_pq")
+    graph = idx.config.method in GRAPH_METHODS
     if graph:
         knobs = [("ef_search", e) for e in EF]
     else:
@@ -174,8 +179,8 @@ def _build(label: str, docs, fit_q, nlist: int | None, args, reuse: dict) -> Rou
         idx.build_s = base.build_s + t.seconds
         return idx
     fq = fit_q[: args.map_queries] if kw["method"] == "ivf_routed" else fit_q
-    graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] == "hnsw_pq" else None
-    idx = RoutedIndex.build(docs, cfg, train_queries=None if kw["method"] in ("ivf", "hnsw", "hnsw_pq") else fq, graph=graph)
+    graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] in ("hnsw_pq", "hnsw_sq") else None
+    idx = RoutedIndex.build(docs, cfg, train_queries=None if kw["method"] in ("ivf", "hnsw", "hnsw_pq", "hnsw_sq") else fq, graph=graph)
     if label == "ivf_qmetric" or kw["method"] == "hnsw":
         reuse[(kw["method"], nlist if label == "ivf_qmetric" else cfg.hnsw_m)] = idx
     return idx
@@ -321,6 +326,22 @@ def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
     return out
 
 
+def _keep_earlier(rows: list[dict], info: dict) -> tuple[list[dict], list[str], dict]:
+    """``--keep``: the earlier results file's rows of the (set, method) pairs ``rows`` lack (their
+    own measurement, one machine, an earlier run), then these; the earlier sets' info."""
+    from benchmarks._common import RESULTS_DIR
+
+    path = RESULTS_DIR / "ood_routing.json"
+    if not path.exists():
+        return rows, [], info
+    old = json.loads(path.read_text())
+    have = {(r["set"], r["method"]) for r in rows}
+    keep = [r for r in old["rows"] if (r["set"], r["method"]) not in have]
+    order = {s: i for i, s in enumerate(("scifact", "kuake_qtr", "sim1m"))}
+    merged = sorted(keep + rows, key=lambda r: (order.get(r["set"], 9), list(VARIANTS).index(r["method"]) if r["method"] in VARIANTS else 99))
+    return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="*", default=["scifact", "kuake_qtr", "sim1m"])
@@ -341,6 +362,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--map-queries", type=int, default=8000, help="routing-map training queries (exact neighbours needed)")
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="keep the earlier results' rows of the (set, method) pairs not measured now")
     args = ap.parse_args(argv)
     import faiss
 
@@ -374,7 +396,10 @@ def main(argv: list[str] | None = None) -> None:
         nlists = sorted({max(1, int(round(f * np.sqrt(len(docs))))) for f in factors})
         args.kmeans_iters = args.sim_kmeans_iters if name == "sim1m" else 20
         rows += run_set(name, docs, fit_q, ts.queries["val"], ts.queries["test"], methods, args, extra, nlists)
-    config = {**{k: v for k, v in vars(args).items()}, "info": info, "reranks": list(RERANKS), "ef_grid": list(EF),
+    kept: list[str] = []
+    if args.keep:
+        rows, kept, info = _keep_earlier(rows, info)
+    config = {**{k: v for k, v in vars(args).items()}, "info": info, "kept_rows": kept, "reranks": list(RERANKS), "ef_grid": list(EF),
               "faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
               "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
               "total_s": round(time.perf_counter() - t_all, 1),

@@ -32,7 +32,7 @@ def data():
     return draw(N, 0.3), draw(40, 0.5), draw(200, 0.5)  # documents, validation queries, training queries
 
 
-@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq"])
+@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq"])
 def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     x, vq, tq = data
     cfg = default_routing(method, N, D, seed=0)
@@ -41,7 +41,7 @@ def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     man = json.loads((out / "manifest.json").read_text())
     assert man["routing"]["method"] == method and man["factory"].startswith(f"{method}:")
     assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (method == "ivf_qmetric")
-    knob = {"ef_search": 32} if method == "hnsw_pq" else {"nprobe": 4}
+    knob = {"ef_search": 32} if method.startswith("hnsw") else {"nprobe": 4}
     # the structure the tuner measured (built in memory the same way) returns the same hits as the saved one
     ref = RoutedIndex.build(x, cfg, train_queries=tq if method == "ivf_qmetric" else None).search(vq, 10, rerank=50, **knob)
     got = DenseIndex.open(out).search(vq, 10, rerank=50, **knob)
@@ -52,10 +52,10 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     x, vq, tq = data
     rep = choose_method(x, vq, tq, target=0.95, seed=0)
     rows = {r["method"]: r for r in rep["methods"]}
-    assert set(rows) == {"ivf", "ivf_qmetric", "hnsw_pq"}
+    assert set(rows) == {"ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq"}
     assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
     # 32-d: an HNSW graph (32 x 2 x 4-byte neighbours per vector on level 0) outweighs 128-byte float vectors
-    assert not rows["hnsw_pq"]["within_memory"]
+    assert not rows["hnsw_pq"]["within_memory"] and not rows["hnsw_sq"]["within_memory"]
     fit = [r for r in rows.values() if r["within_memory"] and r["met"]]
     assert rep["met"] and rep["chosen"]["method"] == min(fit, key=lambda r: (r["share_scanned"], r["latency_ms"]))["method"]
     method = rep["chosen"]["method"]
@@ -130,8 +130,20 @@ def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes()
     assert default_routing("hnsw_pq", 50_000, 128).hnsw_m == 8  # M=32 would take 0.57 of them
     assert default_routing("hnsw_pq", 50_000, 128, hnsw_m=32).hnsw_m == 32  # asked for: kept
     assert hnsw_m_within(64, 8) == 4
+    assert default_routing("hnsw_sq", 50_000, 576).hnsw_m == 32  # 4-bit codes (288 bytes) + the graph: 0.245 of the floats
+    assert default_routing("hnsw_sq", 50_000, 384).hnsw_m == 16
+    assert default_routing("hnsw_sq", 50_000, 384, sq_bits=8).hnsw_m == 8  # 8-bit codes alone take 1/4: the smallest graph allowed
+    rng0 = np.random.default_rng(1)
+    z = rng0.standard_normal((3_000, 128)).astype(np.float32)
+    z /= np.linalg.norm(z, axis=1, keepdims=True)
+    small = RoutedIndex.build(z, default_routing("hnsw_sq", len(z), 128))  # 128-d: M=8 is the floor, above the bound
+    assert small.config.hnsw_m == 8 and small.memory_bytes() / z.nbytes > 0.25
     rng = np.random.default_rng(0)
     x = rng.standard_normal((12_000, 128)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     r = RoutedIndex.build(x, default_routing("hnsw_pq", len(x), 128))
     assert r.memory_bytes() / x.nbytes <= 0.25  # the estimate holds for the index FAISS serialises
+    y = rng.standard_normal((12_000, 576)).astype(np.float32)
+    y /= np.linalg.norm(y, axis=1, keepdims=True)
+    r = RoutedIndex.build(y, default_routing("hnsw_sq", len(y), 576))
+    assert r.memory_bytes() / y.nbytes <= 0.25 and r.config.hnsw_m == 32

@@ -319,3 +319,8 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
     built_m = json.loads((hp / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]  # sized to the memory bound of these vectors
     assert m["index_type"] == "HNSW" and m["index_params"]["M"] == built_m and "no HNSW_PQ" in m["fallback_reason"]
     assert _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ" and _method_index_type("auto", "ivf", lite=False) == "auto"
+    hs = build_index(syn_vectors, tmp_path / "hs", method="hnsw_sq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    m = export_to_milvus(hs, lite_db, "syn_hs", progress=False)  # Lite has HNSW_SQ; 4-bit goes out as SQ6, said so
+    built_m = json.loads((hs / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
+    assert m["index_type"] == "HNSW_SQ" and m["index_params"]["M"] == built_m and m["index_params"]["sq_type"] == "SQ6"
+    assert "no 4-bit" in m["fallback_reason"]

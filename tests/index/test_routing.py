@@ -143,3 +143,22 @@ def test_hnsw_assignment_agrees_with_exact_assignment():
     assert np.mean(flat.list_of == graph.list_of) > 0.97
     res = graph.search(test_q, 10, nprobe=32, rerank=len(x))
     assert np.array_equal(np.sort(res.ids, 1), np.sort(exact_topk(x, test_q, 10), 1))
+
+
+def test_hnsw_sq_scores_closer_to_exact_than_pq_of_fewer_bytes():
+    """4-bit scalar quantisation keeps d/2 bytes per vector (PQ d/8 keeps d/8): without any
+    re-rank its top 10 is nearer the exact one, at the same graph, and it is smaller than the flat graph."""
+    from scalingnote.index.tune import recall_vs_exact
+
+    x, _, test_q = ood_set(n=1500)
+    flat = RoutedIndex.build(x, RoutingConfig(method="hnsw", hnsw_m=8))
+    sq = RoutedIndex.build(x, RoutingConfig(method="hnsw_sq", hnsw_m=8, sq_bits=4))
+    pq = RoutedIndex.build(x, RoutingConfig(method="hnsw_pq", hnsw_m=8, pq_bits=4))
+    assert sq.memory_bytes() < flat.memory_bytes()
+    truth = exact_topk(x, test_q, 10)
+    r_sq, r_pq = (recall_vs_exact(r.search(test_q, 10, ef_search=200).ids, truth) for r in (sq, pq))
+    assert r_sq > r_pq
+    with pytest.raises(ScalingNoteError, match="sq_bits"):
+        RoutingConfig(method="hnsw_sq", sq_bits=5)
+    with pytest.raises(ScalingNoteError, match="remove_ids"):
+        sq.remove_ids(np.array([0]))

@@ -94,7 +94,7 @@ class IndexConfig(IndexBuildSettings):
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
     reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
-    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw or hnsw_pq, sizes from the corpus (scalingnote.index.methods)."))
+    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw, hnsw_pq or hnsw_sq, sizes from the corpus (scalingnote.index.methods)."))
     train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric) .npy of training-query vectors of the served query tower: its lists are cut in their metric."))
 
     def kwargs(self) -> dict[str, Any]:
@@ -157,7 +157,7 @@ def build_index(
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
 
-    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, see
+    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, see
     :mod:`scalingnote.index.methods`) builds that routed structure instead of ``factory``
     (``routing``: a :class:`~scalingnote.index.routing.RoutingConfig` or its dict, default sizes
     from :func:`~scalingnote.index.methods.default_routing`; ``train_queries``: query-tower vectors

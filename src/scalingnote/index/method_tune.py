@@ -1,7 +1,7 @@
 """Choose the served structure among the routed methods (issue 52, item 3).
 
-Each candidate method (:mod:`scalingnote.index.methods`: ``ivf``, ``ivf_qmetric``, ``hnsw_pq`` by
-default; ``hnsw`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
+Each candidate method (:mod:`scalingnote.index.methods`: ``ivf``, ``ivf_qmetric``, ``hnsw_pq``,
+``hnsw_sq`` by default; ``hnsw`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
 ``ef_search``) x exact re-rank depth (TMJ §6) is swept on *validation* query vectors — queries no
 router was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance). For
 each method the cheapest setting whose recall@k against exact search reaches ``target`` is kept;
@@ -25,10 +25,10 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.methods import SERVABLE, default_routing, structure_label
-from scalingnote.index.routing import RoutedIndex, RoutingConfig
+from scalingnote.index.routing import GRAPH_METHODS, RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
-DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw_pq")
+DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq")
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
 EF_SEARCHES = (16, 32, 64, 128, 256, 512, 1024)
 MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors (issue 52)
@@ -42,7 +42,7 @@ def _unit(x: Any, what: str) -> np.ndarray:
 
 
 def _knob(r: RoutedIndex) -> tuple[str, list[int]]:
-    if r.config.method in ("hnsw", "hnsw_pq"):
+    if r.config.method in GRAPH_METHODS:
         return "ef_search", list(EF_SEARCHES)
     nlist = int(r.index.nlist)
     return "nprobe", sorted({min(nlist, 2**i) for i in range(0, 31) if 2 ** (i - 1) < nlist} | {nlist})

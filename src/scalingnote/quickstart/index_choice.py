@@ -5,6 +5,7 @@ bound (:mod:`scalingnote.index.method_tune`), built with :func:`scalingnote.inde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from scalingnote.index import DenseIndex, build_index, read_manifest, tower_iden
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
 from scalingnote.index.method_tune import DEFAULT_METHODS, choose_method
+from scalingnote.index.methods import default_routing
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -45,12 +47,14 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     defaults and the whole comparison as ``search_tuning``. The same target, teacher, student and
     queries again: nothing to do."""
     val, train, split = _split_tuning(texts)
+    emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
+    # the candidates' sizes too: a change of the sizing rules (methods.default_routing) chooses again
+    sizes = {m: dataclasses.asdict(default_routing(m, int(emb.shape[0]), int(emb.shape[1]), seed=cfg.seed)) for m in DEFAULT_METHODS}
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
-                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "methods": list(DEFAULT_METHODS)})
+                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "methods": sizes})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
-    emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     dim = int(emb.shape[1])
     docs = l2_normalize(np.asarray(emb, dtype=np.float32))
     tower = load_tower(student_dir)
@@ -107,7 +111,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
     itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
-    hnsw_pq) and setting reaching the recall target on the validation queries within 1/4 of the
+    hnsw_pq, hnsw_sq) and setting reaching the recall target on the validation queries within 1/4 of the
     float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
     (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
     The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""
