@@ -32,3 +32,10 @@ def test_add_delete_rebuild(live_index, tiny_bert_dir, tmp_path):
     assert out["retrained"] and out["before"]["added_since_training"] == 3 and out["stats"]["added_share"] == 0
     live = LiveIndex.open(live_index, writer=False)
     assert len(live) == 49 and "c0" not in live.row_of and "c1" in live.row_of and "d3" not in live.row_of
+    # `scalingnote search` on the same directory sees what `index add` / `delete` did (the current generation)
+    for mode in ("bm25", "dense"):
+        r = CliRunner().invoke(cli, ["search", "--index", str(live_index), "--query-tower", str(tiny_bert_dir), "--query", "capybara river",
+                                     "--k", "51", "--mode", mode])
+        assert r.exit_code == 0, r.output
+        hits = {json.loads(x)["doc_id"] for x in r.output.splitlines() if x.startswith("{")}
+        assert {"c1", "c2"} <= hits and not hits & {"c0", "d3"}, (mode, sorted(hits))

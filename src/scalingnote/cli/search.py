@@ -15,6 +15,7 @@ from scalingnote.index.backends import backend_location, get_backend, open_searc
 from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, served_fusion
 from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 from scalingnote.index.searcher import SearchResult, search_options
+from scalingnote.live.generation import current_generation
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +51,8 @@ def register(app: typer.Typer) -> None:
         mode = mode or served_mode
         _check_request(mode, query_tower, query, queries, out)
         entry = get_backend(backend, "--backend")
+        if entry.name == "faiss" and index is not None:  # the live index's current generation (what `index add` / `delete` compacted)
+            index = current_generation(index)
         location = backend_location(entry, index, uri, "search")
         tower = load_tower_for(query_tower, "query") if mode != "bm25" else None
         dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
