@@ -43,7 +43,7 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from scalingnote.index.routing import GRAPH_METHODS, RoutedIndex, RoutingConfig, exact_topk
+from scalingnote.index.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, RoutedIndex, RoutingConfig, exact_topk
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
@@ -179,8 +179,8 @@ def _build(label: str, docs, fit_q, nlist: int | None, args, reuse: dict) -> Rou
         idx.build_s = base.build_s + t.seconds
         return idx
     fq = fit_q[: args.map_queries] if kw["method"] == "ivf_routed" else fit_q
-    graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] in ("hnsw_pq", "hnsw_sq") else None
-    idx = RoutedIndex.build(docs, cfg, train_queries=None if kw["method"] in ("ivf", "hnsw", "hnsw_pq", "hnsw_sq") else fq, graph=graph)
+    graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] in CODED_GRAPH_METHODS else None
+    idx = RoutedIndex.build(docs, cfg, train_queries=None if kw["method"] == "ivf" or kw["method"] in GRAPH_METHODS else fq, graph=graph)
     if label == "ivf_qmetric" or kw["method"] == "hnsw":
         reuse[(kw["method"], nlist if label == "ivf_qmetric" else cfg.hnsw_m)] = idx
     return idx

@@ -30,7 +30,7 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
-from scalingnote.index.routing import RoutedIndex, RoutingConfig
+from scalingnote.index.routing import CODED_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
 
 SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq")
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
@@ -56,8 +56,8 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
     base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size)
     if method == "hnsw_pq":
         base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
-    if method == "hnsw_sq":  # 4-bit components: dim / 2 bytes; M >= 8 (see SQ_MIN_M)
-        base["hnsw_m"] = hnsw_m_within(dim, (over.get("sq_bits") or 4) * dim / 8, choices=SQ_M_CHOICES)
+    if method == "hnsw_sq":  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
+        base["hnsw_m"] = hnsw_m_within(dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES)
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
 
@@ -154,14 +154,8 @@ def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.n
         lists = assign_lists(state, index, x)
         _add_preassigned(index, x, lists, np.arange(len(x), dtype=np.int64))
         return index
-    if cfg.method in ("hnsw_pq", "hnsw_sq"):
-        graph = faiss.IndexHNSWFlat(x.shape[1], cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        graph.hnsw.efConstruction = cfg.ef_construction
-        graph.add(x)
-        index.storage.add(x)  # the trained PQ / SQ of the earlier generation encodes the live vectors
-        index.hnsw = graph.hnsw
-        index.ntotal = graph.ntotal
-        return index
+    if cfg.method in CODED_GRAPH_METHODS:  # the trained PQ / SQ of the earlier generation encodes the live vectors
+        return attach_graph(index, x, flat_graph(x, cfg))
     index.add(x)  # hnsw (flat storage): the graph over the live vectors
     return index
 

@@ -26,11 +26,9 @@ Methods (all FAISS; every one returns the same :class:`RoutedResult` with the di
   products; searched with FAISS ``search_preassigned``.
 * ``hnsw`` — FAISS ``IndexHNSWFlat`` (reference: full-precision vectors inside, so above any
   memory bound of compressed indexes). ``hnsw_pq`` — the same graph searched over PQ codes
-  (``IndexHNSWPQ``; TMJ's HNSW + PQ serving). ``hnsw_sq`` — the same graph over 4-bit (or
-  6/8-bit) scalar-quantised vectors (``IndexHNSWSQ``): 8x smaller than float32 and far closer to
-  the exact scores than PQ's d/8 bytes, so the beam and the re-rank stay short (the KUAKE-QTR
-  recipe's 576-d towers: recall@10 vs exact 0.99 at 8.4% of the corpus scanned within 1/4 of the
-  floats, where HNSW32 + PQ72x8 needed 12.6%). FAISS HNSW has no ``remove_ids``.
+  (``IndexHNSWPQ``; TMJ's HNSW + PQ serving). ``hnsw_sq`` — over 4-bit scalar-quantised vectors
+  (``IndexHNSWSQ``, d/2 bytes: closer to exact than PQ's d/8, so beam and re-rank stay short; KUAKE-QTR
+  recipe: 0.99 at 8.4% scanned, HNSW32+PQ72x8 12.6%). FAISS HNSW has no ``remove_ids``.
 
 The coarse step of the IVF methods can be an HNSW graph over the centroids (``coarse="hnsw"``).
 
@@ -53,6 +51,8 @@ Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq
 METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq")
 #: the methods searched by walking an HNSW graph over the documents (efSearch, no remove_ids)
 GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq")
+#: the graph methods whose vectors are coded (PQ / SQ storage) while the graph is built on full precision
+CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq")
 #: FAISS scalar quantisers of ``hnsw_sq`` by bits per component
 SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
 
@@ -247,24 +247,17 @@ class RoutedIndex:
 
     @classmethod
     def _build_hnsw(cls, docs: np.ndarray, cfg: RoutingConfig, index=None) -> RoutedIndex:
-        import faiss
-
         d = docs.shape[1]
         if index is None:
-            index = faiss.IndexHNSWFlat(d, cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-            index.hnsw.efConstruction = cfg.ef_construction
-            index.add(docs)
-        if cfg.method in ("hnsw_pq", "hnsw_sq"):
+            index = flat_graph(docs, cfg)
+        if cfg.method in CODED_GRAPH_METHODS:
             # the graph is built on full-precision vectors, then searched over PQ codes (TMJ's
             # HNSW + PQ serving) or scalar-quantised vectors; the re-rank reads the full-precision ones
             coded = _coded_hnsw(d, cfg)
             rng = np.random.default_rng(cfg.seed)
             n = len(docs)
             coded.train(docs[np.sort(rng.choice(n, cfg.train_size, replace=False))] if n > cfg.train_size else docs)
-            coded.storage.add(docs)
-            coded.hnsw = index.hnsw
-            coded.ntotal = index.ntotal
-            index = coded
+            index = attach_graph(coded, docs, index)
         return cls(cfg, index, docs)
 
     @classmethod
@@ -403,6 +396,25 @@ class RoutedIndex:
         if self.config.method in GRAPH_METHODS:
             raise ScalingNoteError("FAISS HNSW has no remove_ids: filter deleted ids at search time and rebuild")
         return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
+
+
+def flat_graph(docs: np.ndarray, cfg: RoutingConfig) -> Any:
+    """An ``IndexHNSWFlat`` (inner product, ``cfg.hnsw_m``, ``cfg.ef_construction``) over ``docs``."""
+    import faiss
+
+    index = faiss.IndexHNSWFlat(docs.shape[1], cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = cfg.ef_construction
+    index.add(docs)
+    return index
+
+
+def attach_graph(coded: Any, docs: np.ndarray, graph: Any) -> Any:
+    """``coded`` (a trained ``IndexHNSWPQ`` / ``IndexHNSWSQ``) with ``docs`` encoded into its storage
+    and ``graph``'s HNSW (built on the full-precision ``docs``) as its graph."""
+    coded.storage.add(docs)
+    coded.hnsw = graph.hnsw
+    coded.ntotal = graph.ntotal
+    return coded
 
 
 def _coded_hnsw(d: int, cfg: RoutingConfig) -> Any:

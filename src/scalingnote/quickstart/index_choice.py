@@ -49,9 +49,10 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     val, train, split = _split_tuning(texts)
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     # the candidates' sizes too: a change of the sizing rules (methods.default_routing) chooses again
-    sizes = {m: dataclasses.asdict(default_routing(m, int(emb.shape[0]), int(emb.shape[1]), seed=cfg.seed)) for m in DEFAULT_METHODS}
+    sizes = {m: default_routing(m, int(emb.shape[0]), int(emb.shape[1]), seed=cfg.seed) for m in DEFAULT_METHODS}
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
-                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "methods": sizes})
+                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed,
+                        "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
@@ -66,7 +67,7 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
         console.print(line, markup=False, highlight=False)
 
     echo(f"{', '.join(DEFAULT_METHODS)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers)")
-    report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, log=echo)
+    report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, routing=sizes, log=echo)
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
     build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=tq if method == "ivf_qmetric" else None,
