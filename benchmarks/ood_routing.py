@@ -43,11 +43,11 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from scalingnote.index.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, RoutedIndex, RoutingConfig, exact_topk
+from scalingnote.index.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig, exact_topk
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
-EF = (16, 32, 64, 128, 256, 512, 1024)
+EF = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 NPROBES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
@@ -104,6 +104,10 @@ VARIANTS: dict[str, dict] = {
     "hnsw16_pq": {"method": "hnsw_pq", "hnsw_m": 16},
     "hnsw_sq": {"method": "hnsw_sq"},  # the HNSW32 graph searched over 4-bit scalar-quantised vectors + exact re-rank
     "hnsw16_sq": {"method": "hnsw_sq", "hnsw_m": 16},
+    # + query-guided edges from the fitting queries' exact top 17 (scalingnote.index.query_graph)
+    "hnsw_sq_qg": {"method": "hnsw_sq_qg"},
+    "hnsw16_sq_qg": {"method": "hnsw_sq_qg", "hnsw_m": 16},
+    "hnsw_sq_qg32": {"method": "hnsw_sq_qg", "query_edges": 32},  # up to half of HNSW32's 64 level-0 slots
 }
 
 
@@ -180,7 +184,7 @@ def _build(label: str, docs, fit_q, nlist: int | None, args, reuse: dict) -> Rou
         return idx
     fq = fit_q[: args.map_queries] if kw["method"] == "ivf_routed" else fit_q
     graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] in CODED_GRAPH_METHODS else None
-    idx = RoutedIndex.build(docs, cfg, train_queries=None if kw["method"] == "ivf" or kw["method"] in GRAPH_METHODS else fq, graph=graph)
+    idx = RoutedIndex.build(docs, cfg, train_queries=fq if kw["method"] in QUERY_FIT_METHODS else None, graph=graph)
     if label == "ivf_qmetric" or kw["method"] == "hnsw":
         reuse[(kw["method"], nlist if label == "ivf_qmetric" else cfg.hnsw_m)] = idx
     return idx

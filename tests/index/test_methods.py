@@ -32,7 +32,7 @@ def data():
     return draw(N, 0.3), draw(40, 0.5), draw(200, 0.5)  # documents, validation queries, training queries
 
 
-@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq"])
+@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"])
 def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     x, vq, tq = data
     cfg = default_routing(method, N, D, seed=0)
@@ -40,10 +40,10 @@ def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
                       semantic_ids_layers=0, progress=False)
     man = json.loads((out / "manifest.json").read_text())
     assert man["routing"]["method"] == method and man["factory"].startswith(f"{method}:")
-    assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (method == "ivf_qmetric")
+    assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (method in ("ivf_qmetric", "hnsw_sq_qg"))
     knob = {"ef_search": 32} if method.startswith("hnsw") else {"nprobe": 4}
     # the structure the tuner measured (built in memory the same way) returns the same hits as the saved one
-    ref = RoutedIndex.build(x, cfg, train_queries=tq if method == "ivf_qmetric" else None).search(vq, 10, rerank=50, **knob)
+    ref = RoutedIndex.build(x, cfg, train_queries=tq if method in ("ivf_qmetric", "hnsw_sq_qg") else None).search(vq, 10, rerank=50, **knob)
     got = DenseIndex.open(out).search(vq, 10, rerank=50, **knob)
     assert recall_vs_exact(np.asarray(got.indices), ref.ids) == 1.0
 
@@ -81,10 +81,11 @@ def test_no_method_within_the_bound_takes_the_least_memory_and_says_why(data):
     assert met and rep["chosen"]["method"] == min(met, key=lambda r: r["memory_ratio"])["method"] == "ivf"
 
 
-def test_ivf_qmetric_without_training_queries_is_skipped_and_routed_refused(data):
+def test_query_fitted_methods_without_training_queries_are_skipped_and_routed_refused(data):
     x, vq, _ = data
-    rep = choose_method(x, vq, None, methods=("ivf", "ivf_qmetric"), target=0.9)
-    assert {r["method"]: r.get("skipped") for r in rep["methods"]}["ivf_qmetric"]
+    rep = choose_method(x, vq, None, methods=("ivf", "ivf_qmetric", "hnsw_sq_qg"), target=0.9)
+    skipped = {r["method"]: r.get("skipped") for r in rep["methods"]}
+    assert skipped["ivf_qmetric"] and "query-guided" in skipped["hnsw_sq_qg"] and not skipped["ivf"]
     with pytest.raises(ScalingNoteError, match="ivf_routed"):
         choose_method(x, vq, None, methods=("ivf_routed",))
     with pytest.raises(ScalingNoteError, match="ivf_routed needs its own routed search"):

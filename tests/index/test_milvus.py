@@ -324,3 +324,7 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
     built_m = json.loads((hs / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
     assert m["index_type"] == "HNSW_SQ" and m["index_params"]["M"] == built_m and m["index_params"]["sq_type"] == "SQ6"
     assert "no 4-bit" in m["fallback_reason"]
+    qg = build_index(syn_vectors, tmp_path / "qg", method="hnsw_sq_qg", train_queries=tq, doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0,
+                     progress=False)
+    m = export_to_milvus(qg, lite_db, "syn_qg", progress=False)  # the vectors and M go out; the query-guided edges cannot
+    assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]

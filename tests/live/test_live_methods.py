@@ -41,7 +41,7 @@ def routed(tmp_path, _built_index, request):
     return out, vecs, ids
 
 
-@pytest.mark.parametrize("routed", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq"], indirect=True)
+@pytest.mark.parametrize("routed", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"], indirect=True)
 def test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path):
     idx, vecs, ids = routed
     method = json.loads((idx / "manifest.json").read_text())["routing"]["method"]

@@ -94,8 +94,8 @@ class IndexConfig(IndexBuildSettings):
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
     reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
-    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw, hnsw_pq or hnsw_sq, sizes from the corpus (scalingnote.index.methods)."))
-    train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric) .npy of training-query vectors of the served query tower: its lists are cut in their metric."))
+    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.methods)."))
+    train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query tower: lists cut in their metric / query-guided edges."))
 
     def kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -157,11 +157,11 @@ def build_index(
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
 
-    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, see
+    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, ``hnsw_sq_qg``, see
     :mod:`scalingnote.index.methods`) builds that routed structure instead of ``factory``
     (``routing``: a :class:`~scalingnote.index.routing.RoutingConfig` or its dict, default sizes
     from :func:`~scalingnote.index.methods.default_routing`; ``train_queries``: query-tower vectors
-    of training queries, or a ``.npy`` file of them, for ``ivf_qmetric``; ``routing_state``: the
+    of training queries, or a ``.npy`` file of them, for ``ivf_qmetric`` / ``hnsw_sq_qg``; ``routing_state``: the
     stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
     ``<method>:<structure>`` and the manifest's ``routing`` names the method and its parameters.
     """

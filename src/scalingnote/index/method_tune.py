@@ -1,9 +1,10 @@
 """Choose the served structure among the routed methods (issue 52, item 3).
 
 Each candidate method (:mod:`scalingnote.index.methods`: ``ivf``, ``ivf_qmetric``, ``hnsw_pq``,
-``hnsw_sq`` by default; ``hnsw`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
+``hnsw_sq`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
 ``ef_search``) x exact re-rank depth (TMJ §6) is swept on *validation* query vectors — queries no
-router was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance). For
+router was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance,
+``hnsw_sq_qg`` adds edges between their nearest documents). For
 each method the cheapest setting whose recall@k against exact search reaches ``target`` is kept;
 cheap = the share of the corpus scanned, i.e. distance computations per query (coarse + codes +
 re-ranked, :attr:`~scalingnote.index.routing.RoutedResult.ndis`) / N. Among the methods whose
@@ -25,12 +26,12 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.methods import SERVABLE, default_routing, structure_label
-from scalingnote.index.routing import GRAPH_METHODS, RoutedIndex, RoutingConfig
+from scalingnote.index.routing import GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
 DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq")
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
-EF_SEARCHES = (16, 32, 64, 128, 256, 512, 1024)
+EF_SEARCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  #: half-octave steps
 MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors (issue 52)
 
 
@@ -95,10 +96,10 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
     rows, cfgs = [], {}
     for m in methods:
         cfg = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
-        if m == "ivf_qmetric" and tq is None:
-            rows.append({"method": m, "skipped": "no training queries to fit the query metric on"})
+        if m in QUERY_FIT_METHODS and tq is None:
+            rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
-        r = RoutedIndex.build(x, cfg, train_queries=tq if m == "ivf_qmetric" else None)
+        r = RoutedIndex.build(x, cfg, train_queries=tq if m in QUERY_FIT_METHODS else None)
         s = sweep(r, q, exact, k=k, target=target)
         mem = r.memory_bytes() / (n * d * 4)
         rows.append({"method": m, "structure": _structure(r), "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
@@ -144,4 +145,4 @@ def _setting(r: dict) -> str:
     return ", ".join(f"{key}={val}" for key, val in r["setting"].items())
 
 
-__all__ = ["DEFAULT_METHODS", "MEMORY_BOUND", "choose_method", "sweep"]
+__all__ = ["DEFAULT_METHODS", "EF_SEARCHES", "MEMORY_BOUND", "RERANKS", "choose_method", "sweep"]

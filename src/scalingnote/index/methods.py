@@ -30,9 +30,10 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
-from scalingnote.index.routing import CODED_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
+from scalingnote.index.query_graph import add_guided_edges
+from scalingnote.index.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, exact_topk, flat_graph
 
-SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq")
+SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
 #: degree of 8) would fit 1/4 of the floats. That graph met recall 0.99 on SciFact's validation
 #: queries only at efSearch 512 (0.9901) and kept 0.988 of the exact top 10 on the test queries,
@@ -56,7 +57,7 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
     base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size)
     if method == "hnsw_pq":
         base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
-    if method == "hnsw_sq":  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
+    if method in SQ_GRAPH_METHODS:  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
         base["hnsw_m"] = hnsw_m_within(dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES)
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
@@ -119,8 +120,8 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
         desc = f"IVF{idx.nlist},PQ{m}x{cfg.pq_bits}"
     elif cfg.method == "hnsw_pq":
         desc = f"HNSW{cfg.hnsw_m},PQ{m}x{cfg.pq_bits}"
-    elif cfg.method == "hnsw_sq":
-        desc = f"HNSW{cfg.hnsw_m},SQ{cfg.sq_bits}"
+    elif cfg.method in SQ_GRAPH_METHODS:
+        desc = f"HNSW{cfg.hnsw_m},SQ{cfg.sq_bits}" + (f",QG{cfg.query_edges}" if cfg.method == "hnsw_sq_qg" else "")
     else:
         desc = f"HNSW{cfg.hnsw_m},Flat"
     return f"{cfg.method}:{desc}"
@@ -129,20 +130,26 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
 def fill_routed(vectors: np.ndarray, cfg: RoutingConfig, *, train_queries: np.ndarray | None = None, state: dict[str, np.ndarray] | None = None,
                 empty: Any = None) -> tuple[Any, dict[str, np.ndarray]]:
     """The filled FAISS index of ``cfg.method`` over ``vectors`` and its routing state (arrays
-    saved as ``routing.npz``: ``a`` and ``centroids`` for ivf_qmetric; nothing otherwise).
+    saved as ``routing.npz``: ``a`` and ``centroids`` for ivf_qmetric; the fitting queries (float16)
+    for hnsw_sq_qg; nothing otherwise).
 
     ``empty``: a trained, emptied index of an earlier generation (compaction): the documents go to
-    lists by the stored rule (``state``), the HNSW graph is built again over the live vectors and
-    the trained codebooks are kept. Else a fresh build (``state["a"]``: rebuild ivf_qmetric with
-    the stored query metric when there are no training queries)."""
+    lists by the stored rule (``state``), the HNSW graph is built again over the live vectors (and
+    hnsw_sq_qg's query-guided edges from the stored queries) and the trained codebooks are kept.
+    Else a fresh build (``state["a"]`` / ``state["queries"]``: rebuild with the stored query metric
+    or queries when there are no training queries)."""
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     if empty is not None:
         return _refill(x, cfg, empty, state or {}), dict(state or {})
     metric = None if train_queries is not None or not state else state.get("a")
+    if train_queries is None and cfg.method == "hnsw_sq_qg" and state and "queries" in state:
+        train_queries = np.asarray(state["queries"], np.float32)
     r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
     out: dict[str, np.ndarray] = {}
     if cfg.method == "ivf_qmetric":
         out = {"a": np.asarray(r.partition["a"], np.float32), "centroids": np.asarray(r.partition["centroids"], np.float32)}
+    elif cfg.method == "hnsw_sq_qg":
+        out = {"queries": np.asarray(train_queries, np.float16)}
     return r.index, out
 
 
@@ -155,7 +162,12 @@ def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.n
         _add_preassigned(index, x, lists, np.arange(len(x), dtype=np.int64))
         return index
     if cfg.method in CODED_GRAPH_METHODS:  # the trained PQ / SQ of the earlier generation encodes the live vectors
-        return attach_graph(index, x, flat_graph(x, cfg))
+        index = attach_graph(index, x, flat_graph(x, cfg))
+        if cfg.method == "hnsw_sq_qg":
+            if "queries" not in state:
+                raise ScalingNoteError("hnsw_sq_qg: the routing state keeps no fitting queries: cannot add the query-guided edges again")
+            add_guided_edges(index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk)
+        return index
     index.add(x)  # hnsw (flat storage): the graph over the live vectors
     return index
 

@@ -148,7 +148,7 @@ def default_index_params(index_type: str, n: int, dim: int, source_info: dict[st
 
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     """The Milvus index type ``auto`` means for an index built with a routed ``method`` (issue 52):
-    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq -> HNSW_SQ, hnsw -> HNSW. ivf_qmetric is
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW. ivf_qmetric is
     refused: Milvus trains its own IVF on the documents, so the query-metric lists, and the rule
     new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
     if not method or (requested or "auto").strip().lower() != "auto":
@@ -159,7 +159,7 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
                                "--index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export the vectors with that index")
     if method == "hnsw_pq":
         return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
-    if method == "hnsw_sq":
+    if method in ("hnsw_sq", "hnsw_sq_qg"):
         return "HNSW_SQ"  # Lite implements it too
     if method == "hnsw":
         return "HNSW"
@@ -272,8 +272,10 @@ def _index_settings(client, requested: str, overrides: dict[str, Any] | None, n:
         fallback = f"ivf_qmetric's lists (cut in the query metric) are not exported: Milvus builds its own {itype} on the documents"
     elif info.get("method") == "hnsw_pq" and lite and itype == "HNSW" and (requested or "auto").strip().lower() == "auto":
         fallback = "Milvus Lite has no HNSW_PQ: HNSW over the full-precision vectors (the graph's M kept)"
-    elif info.get("method") == "hnsw_sq" and itype == "HNSW_SQ" and ",SQ4" in str(info.get("factory") or ""):
+    elif info.get("method") in ("hnsw_sq", "hnsw_sq_qg") and itype == "HNSW_SQ" and ",SQ4" in str(info.get("factory") or ""):
         fallback = "Milvus's HNSW_SQ has no 4-bit quantiser: SQ6 (the graph's M kept)"
+        if info.get("method") == "hnsw_sq_qg":
+            fallback += "; the query-guided edges are not exported (Milvus builds its own graph from the documents)"
     params = default_index_params(itype, n, d, info)
     params.update(overrides or {})
     if itype == "IVF_PQ" and d % int(params["m"]) != 0:

@@ -20,17 +20,14 @@ Methods (all FAISS; every one returns the same :class:`RoutedResult` with the di
   A plain FAISS ``IndexIVFPQ`` (lists filled with ``add_preassigned``): same search, same
   ``remove_ids``; only the partition differs.
 * ``ivf_routed`` — those lists (or today's), probes chosen by routing vectors learnt in the query
-  space: a ridge map W from each training/pseudo query to the mean of its exact top-k documents
-  (a query->document map used only for routing); a query goes to the lists whose centroids are
-  nearest to W q, folded into one vector and bias per list so routing still costs nlist inner
-  products; searched with FAISS ``search_preassigned``.
-* ``hnsw`` — FAISS ``IndexHNSWFlat`` (reference: full-precision vectors inside, so above any
-  memory bound of compressed indexes). ``hnsw_pq`` — the same graph searched over PQ codes
-  (``IndexHNSWPQ``; TMJ's HNSW + PQ serving). ``hnsw_sq`` — over 4-bit scalar-quantised vectors
-  (``IndexHNSWSQ``, d/2 bytes: closer to exact than PQ's d/8, so beam and re-rank stay short; KUAKE-QTR
-  recipe: 0.99 at 8.4% scanned, HNSW32+PQ72x8 12.6%). FAISS HNSW has no ``remove_ids``.
-
-The coarse step of the IVF methods can be an HNSW graph over the centroids (``coarse="hnsw"``).
+  space (a ridge map W from each training/pseudo query to the mean of its exact top-k documents,
+  folded into one vector and bias per list); searched with FAISS ``search_preassigned``.
+* ``hnsw`` — FAISS ``IndexHNSWFlat`` (full-precision vectors inside: above any memory bound).
+  ``hnsw_pq`` — the same graph over PQ codes (``IndexHNSWPQ``; TMJ's HNSW + PQ serving).
+  ``hnsw_sq`` — over 4-bit scalar-quantised vectors (``IndexHNSWSQ``, d/2 bytes: closer to exact
+  than PQ's d/8, so beam and re-rank stay short). ``hnsw_sq_qg`` — ``hnsw_sq`` whose level-0 lists
+  also hold query-guided edges (:mod:`scalingnote.index.query_graph`, after RoarGraph). FAISS HNSW
+  has no ``remove_ids``. The IVF methods' coarse step can be an HNSW over the centroids (``coarse="hnsw"``).
 
 Every search can re-rank its top ``rerank`` candidates exactly with the full-precision vectors
 (a memory-mapped array works; TMJ §6 re-rank). :attr:`RoutedResult.ndis` counts distance
@@ -46,21 +43,23 @@ from typing import Any, Literal
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.query_graph import add_guided_edges
 
-Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq"]
-METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq")
-#: the methods searched by walking an HNSW graph over the documents (efSearch, no remove_ids)
-GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq")
-#: the graph methods whose vectors are coded (PQ / SQ storage) while the graph is built on full precision
-CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq")
+Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"]
+METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+#: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
+#: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
+GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+SQ_GRAPH_METHODS: tuple[str, ...] = ("hnsw_sq", "hnsw_sq_qg")
+QUERY_FIT_METHODS: tuple[str, ...] = ("ivf_qmetric", "ivf_routed", "hnsw_sq_qg")
 #: FAISS scalar quantisers of ``hnsw_sq`` by bits per component
 SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
 
 
 @dataclass
 class RoutingConfig:
-    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1);
-    ``pq_m`` None = d/8 sub-quantisers (8-bit codes: d bytes per vector, 1/32 of float32... of d*4)."""
+    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1); ``pq_m`` None = d/8."""
 
     method: str = "ivf_qmetric"
     nlist: int | None = None
@@ -69,6 +68,8 @@ class RoutingConfig:
     hnsw_m: int = 32
     #: bits per component of ``hnsw_sq``'s scalar quantiser (4, 6 or 8)
     sq_bits: int = 4
+    #: hnsw_sq_qg: query-guided level-0 edges per document (:mod:`scalingnote.index.query_graph`)
+    query_edges: int = 16
     ef_construction: int = 40
     train_size: int = 131_072
     #: ridge added to the query second moment, relative to its mean eigenvalue (ivf_qmetric)
@@ -85,9 +86,8 @@ class RoutingConfig:
     #: centroids: FAISS ``IndexHNSWFlat`` quantizer, efSearch = max(2 nprobe, 64)); not for ivf_routed
     coarse: str = "flat"
     kmeans_iters: int = 20
-    #: how documents are assigned to lists at build: "flat" (exact), "hnsw" (an HNSW graph over the
-    #: centroids, efSearch 128: approximate, much cheaper at millions x thousands of lists), "auto"
-    #: = hnsw above 2e9 document-centroid pairs
+    #: list assignment at build: "flat" (exact), "hnsw" (an HNSW over the centroids, efSearch 128:
+    #: approximate, cheaper at millions x thousands of lists), "auto" = hnsw above 2e9 pairs
     assign: str = "auto"
     seed: int = 0
 
@@ -108,8 +108,8 @@ class RoutingConfig:
             raise ScalingNoteError(f"coarse must be 'flat' or 'hnsw', got {self.coarse!r}")
         if self.coarse == "hnsw" and self.method == "ivf_routed":
             raise ScalingNoteError("coarse='hnsw' searches the centroids, not ivf_routed's routing vectors: use 'flat'")
-        if self.metric_ridge < 0 or self.map_ridge < 0:
-            raise ScalingNoteError("metric_ridge and map_ridge must be >= 0")
+        if self.metric_ridge < 0 or self.map_ridge < 0 or self.query_edges < 1:
+            raise ScalingNoteError("metric_ridge and map_ridge must be >= 0, query_edges >= 1")
 
 
 @dataclass
@@ -228,7 +228,7 @@ class RoutedIndex:
         cfg = config or RoutingConfig()
         docs = _f32(docs, "documents")
         given_metric = cfg.method == "ivf_qmetric" and metric is not None
-        if cfg.method in ("ivf_qmetric", "ivf_routed") and train_queries is None and not given_metric:
+        if cfg.method in QUERY_FIT_METHODS and train_queries is None and not given_metric:
             raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors)")
         tq = _f32(train_queries, "train_queries") if train_queries is not None else None
         if tq is not None and tq.shape[1] != docs.shape[1]:
@@ -239,6 +239,8 @@ class RoutedIndex:
                 raise ScalingNoteError("graph must be an 'hnsw' index over the same documents with the same hnsw_m")
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
+            if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
+                out.info["query_edges_added"] = add_guided_edges(out.index, docs, tq, cfg.query_edges, topk=exact_topk)
         else:
             out = cls._build_ivf(docs, cfg, tq, metric)
         out.vectors = docs if vectors is None else vectors
@@ -323,8 +325,6 @@ class RoutedIndex:
         self.routes = np.ascontiguousarray((2 * ca @ w).astype(np.float32))
         self.route_bias = -(cent.astype(np.float64) ** 2).sum(1).astype(np.float32)
         self.info["map_fit_queries"] = int(len(q))
-
-    # ------------------------------------------------------------------ search
 
     @property
     def ntotal(self) -> int:
@@ -421,7 +421,7 @@ def _coded_hnsw(d: int, cfg: RoutingConfig) -> Any:
     """The empty ``IndexHNSWPQ`` / ``IndexHNSWSQ`` of ``cfg`` (inner product), to be trained."""
     import faiss
 
-    if cfg.method == "hnsw_sq":
+    if cfg.method in SQ_GRAPH_METHODS:
         return faiss.IndexHNSWSQ(d, getattr(faiss.ScalarQuantizer, SQ_TYPES[cfg.sq_bits]), cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
     m = cfg.pq_m or max(1, d // 8)
     if d % m:

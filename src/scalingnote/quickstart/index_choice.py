@@ -19,8 +19,9 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
-from scalingnote.index.method_tune import DEFAULT_METHODS, choose_method
+from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, RERANKS, choose_method
 from scalingnote.index.methods import default_routing
+from scalingnote.index.routing import QUERY_FIT_METHODS
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -48,11 +49,11 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     queries again: nothing to do."""
     val, train, split = _split_tuning(texts)
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
-    # the candidates' sizes too: a change of the sizing rules (methods.default_routing) chooses again
+    # the candidates' sizes and the swept grid too: a change of either chooses again
     sizes = {m: default_routing(m, int(emb.shape[0]), int(emb.shape[1]), seed=cfg.seed) for m in DEFAULT_METHODS}
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
                         "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed,
-                        "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}})
+                        "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}, "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
@@ -70,7 +71,7 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, routing=sizes, log=echo)
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
-    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=tq if method == "ivf_qmetric" else None,
+    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=tq if method in QUERY_FIT_METHODS else None,
                 doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
                 semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
                 overwrite=True, reuse=True, progress=cfg.show_progress, documents=Path(data["beir"]))
