@@ -125,6 +125,24 @@ def test_index_build_cli_method_then_search_without_flags(tmp_path, beir_dir, ti
     assert len(hits) == 3 and all(h.get("id") or h.get("doc_id") for h in hits)
 
 
+def test_index_build_cli_query_guided_graph_needs_and_takes_training_queries(tmp_path, beir_dir, tiny_bert_dir):
+    args = ["index", "build", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--method", "hnsw_sq_qg", "--semantic-ids-layers", "0"]
+    r = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "none")])
+    assert isinstance(r.exception, ScalingNoteError) and "needs train_queries" in str(r.exception)  # the CLI prints it as one line
+    assert not (tmp_path / "none").exists()  # nothing half-written
+    tq = tmp_path / "tq.npy"
+    from scalingnote.models import load_tower
+
+    width = load_tower(str(tiny_bert_dir), "query").encode_queries(["x"], show_progress=False).shape[1]
+    np.save(tq, np.random.default_rng(1).standard_normal((300, width)).astype(np.float32))
+    r = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "qg"), "--train-queries", str(tq)])
+    assert r.exit_code == 0, r.output
+    man = json.loads((tmp_path / "qg" / "manifest.json").read_text())
+    assert man["routing"]["method"] == "hnsw_sq_qg" and ",QG" in man["factory"] and man["routing"]["file"] == "routing.npz"
+    r = CliRunner().invoke(cli, ["search", "--index", str(tmp_path / "qg"), "--query-tower", str(tiny_bert_dir), "--query", "protein folding", "--k", "3"])
+    assert r.exit_code == 0 and len([line for line in r.output.splitlines() if line.startswith("{")]) == 3, r.output
+
+
 def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes():
     from scalingnote.index.methods import hnsw_m_within
     assert default_routing("hnsw_pq", 50_000, 384).hnsw_m == 32  # 0.22 of the floats

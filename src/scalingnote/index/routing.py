@@ -229,7 +229,7 @@ class RoutedIndex:
         docs = _f32(docs, "documents")
         given_metric = cfg.method == "ivf_qmetric" and metric is not None
         if cfg.method in QUERY_FIT_METHODS and train_queries is None and not given_metric:
-            raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors)")
+            raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors; CLI: --train-queries Q.npy)")
         tq = _f32(train_queries, "train_queries") if train_queries is not None else None
         if tq is not None and tq.shape[1] != docs.shape[1]:
             raise ScalingNoteError(f"train_queries have dim {tq.shape[1]}, documents {docs.shape[1]}")
