@@ -78,10 +78,11 @@ def sweep(r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: f
 
 def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.ndarray | None = None, *, methods: Sequence[str] = DEFAULT_METHODS,
                   k: int = 10, target: float = 0.99, memory_bound: float = MEMORY_BOUND, seed: int = 0,
-                  routing: dict[str, RoutingConfig] | None = None, log: Any = None) -> dict[str, Any]:
+                  routing: dict[str, RoutingConfig] | None = None, log: Any = None, edge_queries: np.ndarray | None = None) -> dict[str, Any]:
     """Build each of ``methods`` over ``docs`` (unit vectors), sweep it on ``val_queries`` and
     choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
-    queries); ``routing``: a config per method instead of :func:`default_routing`. Returns the
+    queries); ``edge_queries`` (default ``train_queries``): the fitting queries of ``hnsw_sq_qg``'s
+    edges (training + pseudo-queries); ``routing``: a config per method instead of :func:`default_routing`. Returns the
     report: ``chosen`` (method, knob value, rerank, recall, share scanned, ...), ``knob``,
     ``routing`` (the chosen method's config as a dict), ``met``, ``reason``, ``methods`` (rows)."""
     if not 0 < target <= 1:
@@ -91,15 +92,17 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
         raise ScalingNoteError(f"methods: {', '.join(bad) or 'none given'}; choose from {', '.join(SERVABLE)} (ivf_routed is not servable)")
     x, q = _unit(docs, "documents"), _unit(val_queries, "validation queries")
     tq = None if train_queries is None or len(train_queries) == 0 else _unit(train_queries, "training queries")
+    eq = tq if edge_queries is None or len(edge_queries) == 0 else _unit(edge_queries, "edge-fitting queries")
     n, d = x.shape
     exact = exact_topk(x, q, k)
     rows, cfgs = [], {}
     for m in methods:
         cfg = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
-        if m in QUERY_FIT_METHODS and tq is None:
+        fit = (eq if m == "hnsw_sq_qg" else tq) if m in QUERY_FIT_METHODS else None
+        if m in QUERY_FIT_METHODS and fit is None:
             rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
-        r = RoutedIndex.build(x, cfg, train_queries=tq if m in QUERY_FIT_METHODS else None)
+        r = RoutedIndex.build(x, cfg, train_queries=fit)
         s = sweep(r, q, exact, k=k, target=target)
         mem = r.memory_bytes() / (n * d * 4)
         rows.append({"method": m, "structure": _structure(r), "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
@@ -108,7 +111,10 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
         cfgs[m] = cfg
         if log is not None:
             log(f"{m}: recall@{k} {s['recall']} at {s['setting']}, {100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32")
-    return _decide(rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq))
+    report = _decide(rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq))
+    if "hnsw_sq_qg" in methods and eq is not None:
+        report["edge_fit_queries"] = int(len(eq))
+    return report
 
 
 def _structure(r: RoutedIndex) -> str:

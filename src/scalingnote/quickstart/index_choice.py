@@ -15,17 +15,19 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from scalingnote.data.jsonl import iter_jsonl
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
-from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, RERANKS, choose_method
-from scalingnote.index.methods import default_routing
+from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method
+from scalingnote.index.methods import default_routing, sq_graph_ratio
 from scalingnote.index.routing import QUERY_FIT_METHODS
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
 from scalingnote.quickstart.config import QuickstartConfig
+from scalingnote.quickstart import runs
 from scalingnote.quickstart.runs import banner, mark_done, step_digest, step_done
 from scalingnote.utils.steps import input_digest
 
@@ -43,41 +45,63 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
                      digests: dict[str, Any], say: Callable[[str], None]) -> None:
     """Choose and build the served structure (issue 52): :func:`scalingnote.index.method_tune.choose_method`
     over the teacher's document vectors with the student's vectors of ``texts``' validation queries
-    (the choice) and training queries (``ivf_qmetric``'s query metric); the chosen method is built
+    (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` can fit
+    the memory bound, QKD's pseudo-queries (its edges, with the training queries); the chosen method is built
     into ``index_dir`` (kept when built from the same inputs) with its setting as the search
     defaults and the whole comparison as ``search_tuning``. The same target, teacher, student and
     queries again: nothing to do."""
     val, train, split = _split_tuning(texts)
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
+    n, dim = int(emb.shape[0]), int(emb.shape[1])
     # the candidates' sizes and the swept grid too: a change of either chooses again
-    sizes = {m: default_routing(m, int(emb.shape[0]), int(emb.shape[1]), seed=cfg.seed) for m in DEFAULT_METHODS}
+    sizes = {m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS}
+    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed), dim)
+    if pseudo:
+        sizes["hnsw_sq_qg"] = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
-                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed,
+                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "pseudo": pseudo,
                         "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}, "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
-    dim = int(emb.shape[1])
     docs = l2_normalize(np.asarray(emb, dtype=np.float32))
     tower = load_tower(student_dir)
     vq, tq = (_student_vectors(tower, t, dim) for t in (val, train))
+    eq = np.concatenate([tq, _student_vectors(tower, pseudo, dim)]) if pseudo else None
     say(f"index: the structure chosen on {len(vq)} validation queries")
     console = Console(stderr=True, soft_wrap=True)
 
     def echo(line: str) -> None:  # whole lines (a rule would cut them), no rich markup
         console.print(line, markup=False, highlight=False)
 
-    echo(f"{', '.join(DEFAULT_METHODS)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers)")
-    report = choose_method(docs, vq, tq if len(tq) else None, target=float(cfg.index_recall), seed=cfg.seed, routing=sizes, log=echo)
+    edges = f"; hnsw_sq_qg's edges also fit on {len(pseudo)} pseudo-queries" if pseudo else ""
+    echo(f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers{edges})")
+    report = choose_method(docs, vq, tq if len(tq) else None, methods=tuple(sizes), target=float(cfg.index_recall), seed=cfg.seed, routing=sizes,
+                           log=echo, edge_queries=eq)
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
-    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=tq if method in QUERY_FIT_METHODS else None,
+    fit = (eq if method == "hnsw_sq_qg" else tq) if method in QUERY_FIT_METHODS else None
+    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=fit,
                 doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
                 semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
                 overwrite=True, reuse=True, progress=cfg.show_progress, documents=Path(data["beir"]))
     record_tower_path(index_dir, teacher_dir / "doc_tower")
     save_search_defaults(index_dir, report, inputs_digest=key, split=split)
     echo(f"index: {report['reason']}")
+
+
+def _edge_pseudo_queries(cfg: QuickstartConfig, data: dict[str, Any], out: Path, qg: Any, dim: int) -> list[str]:
+    """The pseudo-queries ``hnsw_sq_qg``'s edges are fitted on besides the training queries: QKD's
+    unlabelled pool (ICT pseudo-queries + corpus titles and sentences, :func:`runs.pseudo_queries`,
+    already made for Stage II). Empty — the method is not a candidate — when its graph cannot fit
+    the memory bound at this width (128-d: M=8 is the floor and takes 0.28 of the floats) or when
+    QKD's pool is off (``qkd_max_pseudo_queries`` 0 and ``qkd_corpus_texts`` 0)."""
+    if sq_graph_ratio(qg, dim) > MEMORY_BOUND:
+        return []
+    texts: list[str] = []
+    for path in runs.pseudo_queries(cfg, data, out):
+        texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
+    return [t for t in texts if t.strip()]
 
 
 def _student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
@@ -113,7 +137,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
     itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
-    hnsw_pq, hnsw_sq) and setting reaching the recall target on the validation queries within 1/4 of the
+    hnsw_pq, hnsw_sq, hnsw_sq_qg where its graph fits) and setting reaching the recall target on the validation queries within 1/4 of the
     float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
     (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
     The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""

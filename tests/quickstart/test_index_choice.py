@@ -1,0 +1,43 @@
+"""The quick start's index step offers ``hnsw_sq_qg`` (issue 52) only where its graph can fit the
+memory bound, with QKD's unlabelled pool as the edges' pseudo-queries; ``choose_method`` fits the
+edges on those, the routers on the training queries. Real FAISS, tiny random vectors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from scalingnote.index.method_tune import choose_method
+from scalingnote.index.methods import default_routing
+from scalingnote.quickstart import QuickstartConfig, index_choice
+
+
+def _unit(x):
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound(tmp_path, monkeypatch):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps({"_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(["a b", "", "c d"])), encoding="utf-8")
+    calls = []
+    monkeypatch.setattr(index_choice.runs, "pseudo_queries", lambda cfg, data, out: calls.append(out) or [str(pool)])
+    cfg = QuickstartConfig(out=str(tmp_path))
+    wide = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", 30_000, 384), 384)
+    assert wide == ["a b", "c d"] and calls == [tmp_path]  # 384-d: HNSW16 + 4-bit codes take 0.22 of the floats
+    narrow = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", 30_000, 128), 128)
+    assert narrow == [] and len(calls) == 1  # 128-d: the M=8 floor takes 0.28: not a candidate, no pool read
+
+
+def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((12, 64))
+    docs = _unit(c[rng.integers(0, 12, 1500)] + 0.5 * rng.standard_normal((1500, 64)))
+    val = _unit(c[rng.integers(0, 12, 60)] + 0.7 * rng.standard_normal((60, 64)) + 1.0)
+    pseudo = _unit(c[rng.integers(0, 12, 900)] + 0.7 * rng.standard_normal((900, 64)) + 1.0)
+    rep = choose_method(docs, val, None, methods=("hnsw_sq", "hnsw_sq_qg"), target=0.9, edge_queries=pseudo)
+    rows = {r["method"]: r for r in rep["methods"]}
+    assert "skipped" not in rows["hnsw_sq_qg"] and rows["hnsw_sq_qg"]["structure"].endswith(",QG16")
+    assert rep["edge_fit_queries"] == 900
+    rep = choose_method(docs, val, None, methods=("hnsw_sq", "hnsw_sq_qg", "ivf_qmetric"), target=0.9, edge_queries=pseudo)
+    assert "skipped" in {r["method"]: r for r in rep["methods"]}["ivf_qmetric"]  # the metric never fits on the edge queries
