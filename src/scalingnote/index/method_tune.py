@@ -98,7 +98,7 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
     rows, cfgs = [], {}
     for m in methods:
         cfg = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
-        fit = (eq if m == "hnsw_sq_qg" else tq) if m in QUERY_FIT_METHODS else None
+        fit = fitting_queries(m, tq, eq)
         if m in QUERY_FIT_METHODS and fit is None:
             rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
@@ -115,6 +115,14 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
     if "hnsw_sq_qg" in methods and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
     return report
+
+
+def fitting_queries(method: str, train: np.ndarray | None, edge: np.ndarray | None) -> np.ndarray | None:
+    """The queries ``method``'s build fits on: ``edge`` for hnsw_sq_qg's edges, ``train`` for the
+    other query-fitted methods (ivf_qmetric's metric), none for the rest."""
+    if method not in QUERY_FIT_METHODS:
+        return None
+    return edge if method == "hnsw_sq_qg" else train
 
 
 def _structure(r: RoutedIndex) -> str:
@@ -151,4 +159,4 @@ def _setting(r: dict) -> str:
     return ", ".join(f"{key}={val}" for key, val in r["setting"].items())
 
 
-__all__ = ["DEFAULT_METHODS", "EF_SEARCHES", "MEMORY_BOUND", "RERANKS", "choose_method", "sweep"]
+__all__ = ["DEFAULT_METHODS", "EF_SEARCHES", "MEMORY_BOUND", "RERANKS", "choose_method", "fitting_queries", "sweep"]

@@ -20,9 +20,8 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
-from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method
+from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method, fitting_queries
 from scalingnote.index.methods import default_routing, sq_graph_ratio
-from scalingnote.index.routing import QUERY_FIT_METHODS
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -55,9 +54,10 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     n, dim = int(emb.shape[0]), int(emb.shape[1])
     # the candidates' sizes and the swept grid too: a change of either chooses again
     sizes = {m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS}
-    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed), dim)
+    qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
+    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, dim)
     if pseudo:
-        sizes["hnsw_sq_qg"] = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
+        sizes["hnsw_sq_qg"] = qg
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
                         "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "pseudo": pseudo,
                         "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}, "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
@@ -80,8 +80,7 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
                            log=echo, edge_queries=eq)
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
-    fit = (eq if method == "hnsw_sq_qg" else tq) if method in QUERY_FIT_METHODS else None
-    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=fit,
+    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=fitting_queries(method, tq, eq),
                 doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
                 semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
                 overwrite=True, reuse=True, progress=cfg.show_progress, documents=Path(data["beir"]))
