@@ -56,7 +56,8 @@ def index_for(run, method: str, work: Path) -> Path:
     """The index the phases serve: the run's own (``chosen``, or the method it was built with), or a
     copy rebuilt over its vectors with ``method`` (issue 52; the method's default sizes, the
     build's search defaults). ivf_qmetric needs the student's training-query vectors: only the
-    quick start's own choice builds it."""
+    quick start's own choice builds it. ``hnsw_sq_qg``'s edges are fitted as the quick start fits
+    them (:func:`edge_queries`)."""
     from scalingnote.index import DenseIndex, build_index
 
     built = (run.manifest.get("routing") or {}).get("method")
@@ -68,10 +69,36 @@ def index_for(run, method: str, work: Path) -> Path:
     dense = DenseIndex.open(run.index)
     sem = run.manifest.get("semantic_ids") or {}
     out = work / f"index-{method}"
-    build_index(np.asarray(dense.vectors), out, method=method, doc_ids=list(dense.doc_ids), tower_info=run.manifest.get("tower"),
+    X = np.asarray(dense.vectors)
+    edges = {"train_queries": edge_queries(run, X.shape[1])} if method == "hnsw_sq_qg" else {}
+    build_index(X, out, method=method, doc_ids=list(dense.doc_ids), tower_info=run.manifest.get("tower"),
                 documents=run.root / "data", semantic_ids_layers=int(sem.get("n_layers", 0)), codebook_size=int(sem.get("codebook_size", 256)),
-                seed=int(run.manifest.get("seed", 0)), progress=False)
+                seed=int(run.manifest.get("seed", 0)), progress=False, **edges)
     return out
+
+
+def edge_queries(run, dim: int) -> np.ndarray:
+    """The queries ``hnsw_sq_qg``'s edges are fitted on, as the quick start fits them
+    (:mod:`scalingnote.quickstart.index_choice`): the run's training queries and QKD's unlabelled
+    pool (``pseudo_ict`` + ``corpus_texts`` beside the run), through the served student, unit
+    vectors at the index's width. Never a test query: those measure the drift."""
+    from scalingnote.data import load_beir
+    from scalingnote.data.jsonl import iter_jsonl
+    from scalingnote.index.embeddings import l2_normalize
+    from scalingnote.index.searcher import encode_queries_quietly
+    from scalingnote.models import load_tower
+
+    ds = load_beir(run.root / "data", "train")
+    test = set(run.test_texts)
+    texts = [ds.queries[q].text for q in sorted(ds.qrels)]
+    for name in ("pseudo_ict", "corpus_texts"):
+        path = run.root / name / "queries.jsonl"
+        if not path.exists():
+            raise SystemExit(f"{path}: missing; --method hnsw_sq_qg fits its edges on the run's QKD pool as the quick start does")
+        texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
+    texts = [t for t in texts if t.strip() and t not in test]
+    q = np.asarray(encode_queries_quietly(load_tower(run.student), texts), dtype=np.float32)
+    return l2_normalize(np.ascontiguousarray(q[:, :dim]))
 
 
 def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int, list[str]]:

@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
-    ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq"),
+    ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"),
                     help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
                          "rebuilt over the same vectors with this method (issue 52; search defaults of the build, not tuned).")
     ap.add_argument("--drift-only", action="store_true",

@@ -251,3 +251,27 @@ def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path)
     assert saved.config.num_layers == 1 and res["student_base_layers"] == saved.config.base_layers == (None if want == [0] else want)
     with pytest.raises(ValueError, match="student_layer_candidates"):
         _dcfg(stage1, tmp_path / "bad", student_layer_candidates=[[0], [0, 1]])
+
+
+def test_lstsq_head_init_through_the_prefix_keeps_each_text_with_its_target(stage1, tmp_path):
+    """The cached-prefix head fit runs length-sorted batches: its states must come back in the
+    targets' order, so it fits the same head as a plain forward pass in the given order."""
+    from scalingnote.data import load_beir
+    from scalingnote.models.prefix import PrefixTower
+    from scalingnote.training.heads import init_student_head
+
+    ds = load_beir(stage1["data"], "train")
+    texts = sorted({q.text for q in ds.queries.values()}, key=lambda t: (-len(t), t))  # longest first: sorting must reorder
+    texts = texts[1::2] + texts[0::2]
+    assert len({len(t) for t in texts}) > 3
+    plain = load_tower(stage1["bert"], "query", dim=16, max_query_length=16, device="cpu").eval()
+    with torch.no_grad():
+        h = plain.pooled(plain.tokenize_queries(texts)).double()
+    a = torch.randn(16, h.shape[1], generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    targets = ((h - h.mean(0)) @ a.T).float().numpy()
+    cached = load_tower(stage1["bert"], "query", dim=16, max_query_length=16, device="cpu").eval()
+    prefix = PrefixTower(cached, 0, tmp_path / "fc", show_progress=False)
+    rel = init_student_head(cached, texts, targets, batch_size=3, ridge=1e-6, prefix=prefix)
+    assert rel < 1e-3
+    got = prefix.queries(texts).detach().numpy()
+    assert float(((got - targets) ** 2).sum() / (targets**2).sum()) < 1e-3

@@ -156,16 +156,22 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
                    eval_queries, eval_qrels, ranking)
 
 
+def forward_batch(cfg: DistillConfig) -> int:
+    """The no-grad forward batch of the teacher cache and the head fits: ``teacher_batch_size``
+    on a GPU, at most ``cpu_batch_size`` on a CPU (smaller length-sorted batches run faster there)."""
+    return cfg.teacher_batch_size if torch.cuda.is_available() else min(cfg.teacher_batch_size, cfg.cpu_batch_size)
+
+
 def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> TeacherCache:
     teacher = load_stage1(cfg.teacher)
     encode = None
     if cfg.feature_cache_dir:
         # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
-        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress)
+        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=forward_batch(cfg), show_progress=cfg.show_progress)
 
         def encode(xs: list[str]) -> np.ndarray:
             return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
-    cache = build_teacher_cache(teacher, ids, texts, root, batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress, encode=encode)
+    cache = build_teacher_cache(teacher, ids, texts, root, batch_size=forward_batch(cfg), show_progress=cfg.show_progress, encode=encode)
     del teacher, encode  # the LLM is not needed any more: give its GPU memory back before the student trains
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -221,7 +227,7 @@ def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | Non
         if not main:
             D.barrier()  # rank 0 fills the cache first
         s_prefix = PrefixTower(student, s.prefix_k, cfg.feature_cache_dir or Path(cfg.output_dir) / "feature_cache",
-                               batch_size=cfg.teacher_batch_size, show_progress=cfg.show_progress and main)
+                               batch_size=forward_batch(cfg), show_progress=cfg.show_progress and main)
         s_prefix.ensure(list(data.texts))
         if main:
             D.barrier()
@@ -231,7 +237,7 @@ def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | Non
     elif cfg.head_init == "lstsq":
         if main:
             pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-            init_student_head(student, [data.texts[i] for i in pick], data.targets[pick], batch_size=cfg.teacher_batch_size, prefix=s_prefix)
+            init_student_head(student, [data.texts[i] for i in pick], data.targets[pick], batch_size=forward_batch(cfg), prefix=s_prefix)
         D.broadcast_module(student)  # rank 0's W and centre
         if not main:
             student.set_projection("lstsq")
@@ -280,11 +286,13 @@ def qkd_validation_loss(cfg: DistillConfig, student, prefix, data: QKDData, devi
     v = data.val_idx
     if not len(v):
         return None
+    v = v[np.argsort([len(data.texts[i]) for i in v], kind="stable")]  # length-sorted: little padding (the mean is the same)
+    ch = 512 if device.type == "cuda" else forward_batch(cfg)
     was = student.training
     student.eval()
     with torch.no_grad():
-        tot = sum(float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + 512], device, use_bf16)) * len(v[i : i + 512])
-                  for i in range(0, len(v), 512))
+        tot = sum(float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + ch], device, use_bf16)) * len(v[i : i + ch])
+                  for i in range(0, len(v), ch))
     student.train(was)
     return tot / len(v)
 
@@ -382,11 +390,12 @@ class QKDLoop(TrainLoop):
 
 def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
     """What a QKD run's checkpoints depend on (:mod:`scalingnote.training.resume`): the config
-    (teacher-cache location and batch size aside) with the teacher's query tower and document
+    (teacher-cache location and batch sizes aside) with the teacher's query tower and document
     embeddings, the query sources, the evaluation data and a local student model fingerprinted."""
     inputs = config_inputs(cfg, {"eval_data": cfg.eval_data, "student.model": cfg.student.model})
     inputs.pop("cache_dir", None)
     inputs.pop("teacher_batch_size", None)
+    inputs.pop("cpu_batch_size", None)
     teacher = Path(cfg.teacher)
     inputs["teacher"] = {"dir": str(teacher.resolve()), "query_tower": teacher / "query_tower", "doc_embeddings": teacher / "doc_embeddings.npy"}
     inputs["queries"] = [{**q, "path": as_input_path(q["path"])} for q in inputs["queries"]]

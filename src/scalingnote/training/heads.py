@@ -211,8 +211,11 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     if student.projection is None:
         raise ScalingNoteError("the student has no projection to initialise")
     if prefix is not None:
+        order = np.argsort([len(t) for t in texts], kind="stable")  # length-sorted batches: little padding
         with torch.no_grad():
-            h = torch.cat([prefix.pooled(texts[i : i + 512]).float().cpu() for i in range(0, len(texts), 512)]).double()
+            h = torch.cat([prefix.pooled([texts[j] for j in order[i : i + batch_size]]).float().cpu()
+                           for i in range(0, len(texts), batch_size)]).double()
+        h = h[torch.from_numpy(np.argsort(order))]  # back to the order of ``targets``
     else:
         h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
     t = torch.as_tensor(np.asarray(targets), dtype=torch.float64)
