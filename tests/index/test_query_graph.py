@@ -106,15 +106,90 @@ def test_state_keeps_the_queries_and_compaction_adds_the_edges_again(ood):
     cfg = default_routing("hnsw_sq_qg", len(docs), docs.shape[1])
     index, state = fill_routed(docs, cfg, train_queries=fit)
     assert state["queries"].dtype == np.float16 and state["queries"].shape == fit.shape
+    stored = np.asarray(state["queries"], np.float32)  # the edges and thresholds come from the queries as stored
+    per = min(cfg.query_edges, index.hnsw.nb_neighbors(0) // 2)
+    np.testing.assert_allclose(state["kth"], np.sort(stored @ docs.T, axis=1)[:, -(per + 1)], rtol=1e-5)
     clone = faiss.deserialize_index(faiss.serialize_index(index))  # write_index keeps the edges
     assert np.array_equal(_level0(clone), _level0(index))
     clone.reset()
     live = docs[::2]  # compaction: fewer live rows, the trained quantiser kept, edges from the stored queries
     refilled, state2 = fill_routed(live, cfg, state=state, empty=clone)
     assert refilled.ntotal == len(live) and np.array_equal(state2["queries"], state["queries"])
-    stored = np.asarray(state["queries"], np.float32)
+    np.testing.assert_allclose(state2["kth"], np.sort(stored @ live.T, axis=1)[:, -(per + 1)], rtol=1e-5)  # over the live rows
     assert _holds_edges(refilled, live, stored, cfg.query_edges)
     rebuilt, _ = fill_routed(docs, cfg, state=state)  # rebuild without training queries: the stored ones
     assert rebuilt.ntotal == len(docs) and _holds_edges(rebuilt, docs, stored, cfg.query_edges)
     with pytest.raises(ScalingNoteError, match="keeps no fitting queries"):
         fill_routed(live, cfg, state={}, empty=faiss.deserialize_index(faiss.serialize_index(refilled)))
+
+
+def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(ood):
+    from scalingnote.index.query_graph import _kth_score, add_live_edges
+
+    docs, fit, _ = ood
+    n0, per = 1000, 4
+    index = flat_graph(docs[:n0], RoutingConfig(method="hnsw", hnsw_m=8))
+    add_guided_edges(index, docs[:n0], fit, per, topk=exact_topk)
+    index.add(docs[n0:])  # FAISS links the new rows by document distance only
+    alive = np.ones(len(docs), bool)
+    alive[[3, n0 + 5]] = False  # a dead old row and a dead new row: never an edge's end
+    added, kth = add_live_edges(index, docs, fit, per, n0, alive=alive)
+    live_rows = np.flatnonzero(alive)
+    top = live_rows[np.argsort(-(fit @ docs[live_rows].T), axis=1)[:, : per + 1]]
+    hit = np.flatnonzero((top >= n0).any(axis=1))  # the queries a new row entered
+    assert added > 0 and 0 < len(hit) < len(fit)
+    table = _level0(index)
+    src, dst = guided_edges(docs[live_rows], fit[hit], per, topk=exact_topk)
+    src, dst = live_rows[src], live_rows[dst]
+    assert all(d in table[s] for s, d in zip(src.tolist(), dst.tolist()))  # their edges, over the live rows
+    assert {n0 + 5, 3}.isdisjoint(set(dst.tolist()))
+    want = np.sort(fit @ docs[live_rows].T, axis=1)[:, -(per + 1)]
+    np.testing.assert_allclose(kth[hit], want[hit], rtol=1e-5)  # the hit queries' thresholds moved up
+    untouched = np.setdiff1d(np.arange(len(fit)), hit)
+    np.testing.assert_allclose(kth[untouched], _kth_score(docs[:n0], fit[untouched], per + 1, alive[:n0]), rtol=1e-5)
+    assert add_live_edges(index, docs, fit, per, len(docs), alive=alive, kth=kth)[0] == 0  # nothing new: nothing to do
+
+
+def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, tmp_path):
+    import shutil
+
+    from scalingnote.data import Document
+    from scalingnote.index import build_index
+    from scalingnote.live import LiveIndex
+
+    docs, fit, _ = ood
+    n0 = 1000
+    ids = [f"d{i}" for i in range(len(docs))]
+    out = build_index(docs[:n0], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:n0], progress=False,
+                      routing=default_routing("hnsw_sq_qg", n0, docs.shape[1]))
+    shutil.copytree(out, tmp_path / "plain")
+    new = [Document(i, i, "", i) for i in ids[n0:]]
+
+    cfg = default_routing("hnsw_sq_qg", n0, docs.shape[1])
+
+    def share(index, stored) -> float:
+        """Of the edges inserted row -> the pivot of a fitting query it is a neighbour of, the share in level 0."""
+        top = np.argsort(-(stored @ docs.T), axis=1)[:, : cfg.query_edges + 1]
+        hit = top[(top >= n0).any(axis=1)]  # the queries an inserted row entered
+        table = _level0(index)
+        return float(np.mean([p in table[r] for r, p in ((int(r), int(h[0])) for h in hit for r in h[1:] if r >= n0)]))
+
+    def streamed(root, guide: bool) -> tuple[float, int]:
+        live = LiveIndex.open(root)
+        assert live.store._kth is not None  # the build's thresholds: the first insert does not scan every query
+        if not guide:
+            live.store._guide = None  # FAISS's own links only, as before
+        for s in range(0, len(new), 100):  # a stream of batches
+            live.upsert(new[s:s + 100], vectors=docs[n0 + s:n0 + s + 100])
+        out = share(live.store.dense.index, np.asarray(live.store.routing["queries"], np.float32)), live.store.guided_edges_added
+        live.close()
+        return out
+
+    guided, added = streamed(out, True)
+    plain, none = streamed(tmp_path / "plain", False)
+    reader = LiveIndex.open(out, writer=False)
+    stored = np.asarray(reader.store.routing["queries"], np.float32)
+    reader.close()
+    rebuilt = share(fill_routed(docs, cfg, train_queries=stored)[0], stored)  # every row in the build: the per-document cap applies
+    assert added > 0 and none == 0
+    assert guided >= rebuilt - 0.05 and guided > plain + 0.3, (guided, rebuilt, plain)

@@ -150,36 +150,40 @@ def fill_routed(vectors: np.ndarray, cfg: RoutingConfig, *, train_queries: np.nd
     or queries when there are no training queries)."""
     x = np.ascontiguousarray(vectors, dtype=np.float32)
     if empty is not None:
-        return _refill(x, cfg, empty, state or {}), dict(state or {})
+        return _refill(x, cfg, empty, dict(state or {}))
     metric = None if train_queries is not None or not state else state.get("a")
     if train_queries is None and cfg.method == "hnsw_sq_qg" and state and "queries" in state:
-        train_queries = np.asarray(state["queries"], np.float32)
+        train_queries = state["queries"]
+    if cfg.method == "hnsw_sq_qg" and train_queries is not None:  # the edges from the queries as stored (float16), as compaction makes them
+        train_queries = np.asarray(np.asarray(train_queries, np.float16), np.float32)
     r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
     out: dict[str, np.ndarray] = {}
     if cfg.method == "ivf_qmetric":
         out = {"a": np.asarray(r.partition["a"], np.float32), "centroids": np.asarray(r.partition["centroids"], np.float32)}
-    elif cfg.method == "hnsw_sq_qg":
-        out = {"queries": np.asarray(train_queries, np.float16)}
+    elif cfg.method == "hnsw_sq_qg":  # kth: each query's (edges + 1)-th best score, where the live index's inserts start
+        out = {"queries": np.asarray(train_queries, np.float16), "kth": np.asarray(r.partition["kth"], np.float32)}
     return r.index, out
 
 
-def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]) -> Any:
+def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+    """(the refilled index, the routing state: hnsw_sq_qg's ``kth`` over the new rows)."""
     import faiss
 
     index = faiss.downcast_index(empty)
     if isinstance(index, faiss.IndexIVF):
         lists = assign_lists(state, index, x)
         _add_preassigned(index, x, lists, np.arange(len(x), dtype=np.int64))
-        return index
+        return index, state
     if cfg.method in CODED_GRAPH_METHODS:  # the trained PQ / SQ of the earlier generation encodes the live vectors
         index = attach_graph(index, x, flat_graph(x, cfg))
         if cfg.method == "hnsw_sq_qg":
             if "queries" not in state:
                 raise ScalingNoteError("hnsw_sq_qg: the routing state keeps no fitting queries: cannot add the query-guided edges again")
-            add_guided_edges(index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk)
-        return index
+            _, kth = add_guided_edges(index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk, with_kth=True)
+            state = {**state, **kth}
+        return index, state
     index.add(x)  # hnsw (flat storage): the graph over the live vectors
-    return index
+    return index, state
 
 
 def assign_lists(state: dict[str, np.ndarray] | None, ivf: Any, x: np.ndarray) -> np.ndarray:

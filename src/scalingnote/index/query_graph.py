@@ -17,7 +17,8 @@ build from base points only), so here is the smallest form of it that FAISS can 
   nearest first and the farthest give way only when the list (2 M slots) is full.
 
 The index stays a plain FAISS ``IndexHNSW*`` (same memory, same search code, ``write_index`` keeps
-the edges); ``efSearch`` is still the knob. Measured in ``benchmarks/ood_routing.py``
+the edges); ``efSearch`` is still the knob. Documents the live index inserts get their edges as they
+arrive (:func:`add_live_edges`: only the fitting queries whose exact neighbours they enter). Measured in ``benchmarks/ood_routing.py``
 (``hnsw_sq_qg`` rows).
 """
 
@@ -40,7 +41,15 @@ def guided_edges(docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: 
         raise ScalingNoteError(f"query_edges must be >= 1, got {per_node}")
     if len(queries) == 0:
         raise ScalingNoteError("query-guided edges need fitting queries (training / pseudo-query vectors); got none")
-    nn = np.asarray(topk(docs, queries, min(per_node + 1, len(docs))), dtype=np.int64)
+    return _edges(_neighbours(docs, queries, per_node, topk), per_node)
+
+
+def _neighbours(docs: np.ndarray, queries: np.ndarray, per_node: int, topk: Any) -> np.ndarray:
+    """Each query's exact top ``per_node + 1`` document rows, nearest first."""
+    return np.asarray(topk(docs, queries, min(per_node + 1, len(docs))), dtype=np.int64)
+
+
+def _edges(nn: np.ndarray, per_node: int) -> tuple[np.ndarray, np.ndarray]:
     pivot = np.repeat(nn[:, :1], nn.shape[1] - 1, axis=1).ravel()
     rest = nn[:, 1:].ravel()
     src, dst = np.concatenate([pivot, rest]), np.concatenate([rest, pivot])
@@ -59,20 +68,39 @@ def guided_edges(docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: 
     return s[keep], d[keep]
 
 
-def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: Any) -> int:
+def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: Any, with_kth: bool = False) -> Any:
     """Write the query-guided edges of ``queries`` into ``index``'s (a FAISS ``IndexHNSW*`` over
-    ``docs``, inner product) level-0 lists (module doc). Returns the number of edges added."""
-    import faiss
-
+    ``docs``, inner product) level-0 lists (module doc). Returns the number of edges added; with
+    ``with_kth``, ``(added, {"kth": each query's score of its (per_node + 1)-th nearest document})``,
+    the threshold :func:`add_live_edges` starts from (kept in the routing state)."""
     x = np.ascontiguousarray(docs, dtype=np.float32)
+    q = np.ascontiguousarray(queries, dtype=np.float32)
     hnsw = index.hnsw
     if index.ntotal != len(x):
         raise ScalingNoteError(f"the graph holds {index.ntotal} documents, {len(x)} vectors given")
-    width = int(hnsw.nb_neighbors(0))
-    per_node = min(int(per_node), width // 2)  # at least half of each list stays the document graph's
-    src, dst = guided_edges(x, np.ascontiguousarray(queries, dtype=np.float32), per_node, topk=topk)
+    if per_node < 1 or not len(q):
+        guided_edges(x, q, per_node, topk=topk)  # the same errors
+    per = _per_node(hnsw, per_node)
+    nn = _neighbours(x, q, per, topk)
+    kth = {"kth": np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)}
+    added = _write(hnsw, x, _edges(nn, per))
+    return (added, kth) if with_kth else added
+
+
+def _per_node(hnsw: Any, per_node: int) -> int:
+    """Guided edges per document: at most half of its level-0 list (the rest stays the document graph's)."""
+    return min(int(per_node), int(hnsw.nb_neighbors(0)) // 2)
+
+
+def _write(hnsw: Any, x: np.ndarray, edges: tuple[np.ndarray, np.ndarray]) -> int:
+    """Merge ``edges`` (src, dst) into the level-0 lists of ``hnsw`` (:func:`_merge`)."""
+    import faiss
+
+    src, dst = edges
     if not len(src):
         return 0
+    width = int(hnsw.nb_neighbors(0))
+    per_node = int(np.bincount(src).max())
     nb = faiss.vector_to_array(hnsw.neighbors)
     offsets = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
     nodes, first = np.unique(src, return_index=True)
@@ -88,6 +116,56 @@ def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node
         added += n_added
     faiss.copy_array_to_vector(nb, hnsw.neighbors)
     return added
+
+
+def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, first_new: int, *,
+                   alive: np.ndarray | None = None, kth: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """Query-guided edges for the rows ``first_new..`` just inserted into a built graph (the live
+    index's adds, which FAISS links by document distance only). A fitting query whose exact top
+    ``per_node + 1`` over the live rows now holds a new row -- its best score over the new rows is
+    above ``kth``, its (per_node + 1)-th best over the rows before (computed when None) -- has its
+    edges written again over every live row (:func:`add_guided_edges`: edges already there are kept,
+    not doubled); the others are untouched. Dead rows (``alive`` False) are never an edge's end.
+    Returns (edges added, ``kth`` updated), so a stream of adds pays for the queries it changes."""
+    x = np.ascontiguousarray(docs, dtype=np.float32)
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    live = np.ones(len(x), bool) if alive is None else np.asarray(alive, bool)
+    per_node = _per_node(index.hnsw, per_node)
+    k = per_node + 1
+    kth = _kth_score(x[:first_new], q, k, live[:first_new]) if kth is None else np.asarray(kth, np.float32).copy()
+    if first_new >= len(x) or not live[first_new:].any():
+        return 0, kth
+    best_new = np.where(live[first_new:], q @ x[first_new:].T, -np.inf).max(axis=1)
+    hit = np.flatnonzero(best_new > kth)
+    if not len(hit):
+        return 0, kth
+
+    def topk(d: np.ndarray, qq: np.ndarray, kk: int) -> np.ndarray:
+        return _masked_topk(d, qq, min(kk, int(live.sum())), live)[1]
+
+    added = add_guided_edges(index, x, q[hit], per_node, topk=topk)
+    kth[hit] = _kth_score(x, q[hit], k, live)
+    return added, kth
+
+
+def _masked_topk(x: np.ndarray, q: np.ndarray, k: int, live: np.ndarray, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, rows), best first, of each query's exact top ``k`` over the live rows of ``x``."""
+    scores, rows = np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)
+    for a in range(0, len(q), chunk):
+        s = q[a:a + chunk] @ x.T
+        s[:, ~live] = -np.inf
+        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+        ts = np.take_along_axis(s, top, axis=1)
+        order = np.argsort(-ts, axis=1, kind="stable")
+        scores[a:a + chunk], rows[a:a + chunk] = np.take_along_axis(ts, order, axis=1), np.take_along_axis(top, order, axis=1)
+    return scores, rows
+
+
+def _kth_score(x: np.ndarray, q: np.ndarray, k: int, live: np.ndarray) -> np.ndarray:
+    """Each query's ``k``-th best score over the live rows of ``x`` (-inf when fewer live rows)."""
+    if int(live.sum()) < k:
+        return np.full(len(q), -np.inf, np.float32)
+    return _masked_topk(x, q, k, live)[0][:, -1].copy()
 
 
 def _merge(x: np.ndarray, rows: np.ndarray, lists: np.ndarray, new: np.ndarray, width: int) -> tuple[np.ndarray, int]:
@@ -111,4 +189,4 @@ def _merge(x: np.ndarray, rows: np.ndarray, lists: np.ndarray, new: np.ndarray, 
     return out, int(n_new.sum())
 
 
-__all__ = ["add_guided_edges", "guided_edges"]
+__all__ = ["add_guided_edges", "add_live_edges", "guided_edges"]

@@ -202,7 +202,7 @@ class RoutedIndex:
     routes: np.ndarray | None = None
     list_of: np.ndarray | None = None
     route_bias: np.ndarray | float = 0.0
-    #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}`` (build-time only)
+    #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}``; hnsw_sq_qg: ``{"kth"}`` (build-time only)
     partition: dict | None = field(default=None, repr=False)
     build_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -240,7 +240,7 @@ class RoutedIndex:
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
             if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
-                out.info["query_edges_added"] = add_guided_edges(out.index, docs, tq, cfg.query_edges, topk=exact_topk)
+                out.info["query_edges_added"], out.partition = add_guided_edges(out.index, docs, tq, cfg.query_edges, topk=exact_topk, with_kth=True)
         else:
             out = cls._build_ivf(docs, cfg, tq, metric)
         out.vectors = docs if vectors is None else vectors

@@ -10,7 +10,8 @@ also removed from the inverted lists (``remove_ids``); on Flat / HNSW / HNSW+PQ 
 compaction rebuilds the graph without them. A new
 row goes to an inverted list by the rule the lists were cut with (``ivf_qmetric``: the nearest
 list centroid in the query metric, :func:`scalingnote.index.methods.assign_lists`); on HNSW it
-is inserted into the graph. Every
+is inserted into the graph (``hnsw_sq_qg``: with the query-guided edges of the stored fitting queries
+whose exact neighbours it enters, :func:`scalingnote.index.query_graph.add_live_edges`). Every
 mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
 """
 
@@ -26,6 +27,7 @@ from scalingnote.index.dense import DenseIndex
 from scalingnote.index.docstore import make_snippet
 from scalingnote.index.faiss_utils import find_ivf
 from scalingnote.index.methods import add_rows, load_state
+from scalingnote.index.query_graph import add_live_edges
 from scalingnote.index.searcher import SearchResult
 
 
@@ -70,6 +72,12 @@ class RowStore:
         self.can_remove = find_ivf(dense.index) is not None
         self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
+        self._guide = _guide(dense, self.routing)  # hnsw_sq_qg: (fitting queries, edges per document)
+        # each fitting query's (edges + 1)-th best score so far: from the build (routing state; deletes since
+        # leave it high, which only misses an edge a deleted neighbour made room for), else computed at the first add
+        kth = (self.routing or {}).get("kth") if self._guide is not None else None
+        self._kth: np.ndarray | None = np.array(kth, np.float32) if kth is not None and len(kth) == len(self._guide[0]) else None
+        self.guided_edges_added = 0  #: query-guided edges given to inserted rows since this generation opened
         self._bitmap: np.ndarray | None = None  # kept alive while FAISS's selector points at it
         self._sync()
 
@@ -146,6 +154,12 @@ class RowStore:
         if self.sem is not None:
             self.sem.append(sem)
         self.alive = np.concatenate([self.alive, np.ones(len(docs), dtype=bool)])
+        if self._guide is not None and not self.can_remove:
+            import faiss
+
+            added, self._kth = add_live_edges(faiss.downcast_index(self.dense.index), self.vectors.view, self._guide[0], self._guide[1],
+                                              first, alive=self.alive, kth=self._kth)
+            self.guided_edges_added += added
         for d, r in zip(docs, rows.tolist(), strict=True):
             self.doc_ids.append(d.id)
             self.titles.append(d.title)
@@ -183,3 +197,11 @@ def filter_rows(res: SearchResult, alive: np.ndarray, k: int) -> SearchResult:
             titles.append([res.titles[q][j] for j in keep])
             snippets.append([res.snippets[q][j] for j in keep])
     return SearchResult(scores, doc_ids, sem, idx, titles if res.titles is not None else None, snippets if res.snippets is not None else None)
+
+
+def _guide(dense: DenseIndex, state: dict[str, np.ndarray] | None) -> tuple[np.ndarray, int] | None:
+    """``hnsw_sq_qg``'s stored fitting queries and edges per document (None for other structures)."""
+    entry = dense.manifest.get("routing") or {}
+    if entry.get("method") != "hnsw_sq_qg" or not state or "queries" not in state:
+        return None
+    return np.asarray(state["queries"], np.float32), int((entry.get("config") or {}).get("query_edges") or 16)
