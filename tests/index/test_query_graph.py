@@ -193,3 +193,25 @@ def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, t
     rebuilt = share(fill_routed(docs, cfg, train_queries=stored)[0], stored)  # every row in the build: the per-document cap applies
     assert added > 0 and none == 0
     assert guided >= rebuilt - 0.05 and guided > plain + 0.3, (guided, rebuilt, plain)
+
+
+def test_a_restart_replays_the_inserts_into_the_same_guided_graph(ood, tmp_path):
+    from scalingnote.data import Document
+    from scalingnote.index import build_index
+    from scalingnote.live import LiveIndex
+
+    docs, fit, _ = ood
+    n0 = 1000
+    ids = [f"d{i}" for i in range(len(docs))]
+    out = build_index(docs[:n0], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:n0], progress=False,
+                      routing=default_routing("hnsw_sq_qg", n0, docs.shape[1]))
+    live = LiveIndex.open(out)
+    for s in range(n0, len(docs), 250):
+        live.upsert([Document(i, i, "", i) for i in ids[s:s + 250]], vectors=docs[s:s + 250])
+    live.delete(["d1", "d1200"])
+    before, gen = _level0(live.store.dense.index).copy(), live.stats()["generation"]
+    live.close()
+    again = LiveIndex.open(out)  # the log replayed over the same generation
+    assert again.stats()["generation"] == gen and again.store.guided_edges_added > 0
+    assert np.array_equal(_level0(again.store.dense.index), before)
+    again.close()
