@@ -150,20 +150,30 @@ def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(o
     assert add_live_edges(index, docs, fit, per, len(docs), alive=alive, kth=kth)[0] == 0  # nothing new: nothing to do
 
 
+N_BUILT = 1000  #: rows in the build; the rest of the ``ood`` documents arrive through the live index
+
+
+def _built_qg(ood, tmp_path):
+    """An hnsw_sq_qg index directory over the first :data:`N_BUILT` documents (edges from the fitting
+    queries), the documents the live index adds after it, and the documents' ids."""
+    from scalingnote.data import Document
+    from scalingnote.index import build_index
+
+    docs, fit, _ = ood
+    ids = [f"d{i}" for i in range(len(docs))]
+    out = build_index(docs[:N_BUILT], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:N_BUILT], progress=False,
+                      routing=default_routing("hnsw_sq_qg", N_BUILT, docs.shape[1]))
+    return out, [Document(i, i, "", i) for i in ids[N_BUILT:]]
+
+
 def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, tmp_path):
     import shutil
 
-    from scalingnote.data import Document
-    from scalingnote.index import build_index
     from scalingnote.live import LiveIndex
 
-    docs, fit, _ = ood
-    n0 = 1000
-    ids = [f"d{i}" for i in range(len(docs))]
-    out = build_index(docs[:n0], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:n0], progress=False,
-                      routing=default_routing("hnsw_sq_qg", n0, docs.shape[1]))
+    docs, n0 = ood[0], N_BUILT
+    out, new = _built_qg(ood, tmp_path)
     shutil.copytree(out, tmp_path / "plain")
-    new = [Document(i, i, "", i) for i in ids[n0:]]
 
     cfg = default_routing("hnsw_sq_qg", n0, docs.shape[1])
 
@@ -196,18 +206,13 @@ def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, t
 
 
 def test_a_restart_replays_the_inserts_into_the_same_guided_graph(ood, tmp_path):
-    from scalingnote.data import Document
-    from scalingnote.index import build_index
     from scalingnote.live import LiveIndex
 
-    docs, fit, _ = ood
-    n0 = 1000
-    ids = [f"d{i}" for i in range(len(docs))]
-    out = build_index(docs[:n0], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:n0], progress=False,
-                      routing=default_routing("hnsw_sq_qg", n0, docs.shape[1]))
+    docs, n0 = ood[0], N_BUILT
+    out, new = _built_qg(ood, tmp_path)
     live = LiveIndex.open(out)
-    for s in range(n0, len(docs), 250):
-        live.upsert([Document(i, i, "", i) for i in ids[s:s + 250]], vectors=docs[s:s + 250])
+    for s in range(0, len(new), 250):
+        live.upsert(new[s:s + 250], vectors=docs[n0 + s:n0 + s + 250])
     live.delete(["d1", "d1200"])
     before, gen = _level0(live.store.dense.index).copy(), live.stats()["generation"]
     live.close()
