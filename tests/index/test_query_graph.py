@@ -155,7 +155,7 @@ N_BUILT = 1000  #: rows in the build; the rest of the ``ood`` documents arrive t
 
 def _built_qg(ood, tmp_path):
     """An hnsw_sq_qg index directory over the first :data:`N_BUILT` documents (edges from the fitting
-    queries), the documents the live index adds after it, and the documents' ids."""
+    queries) and the documents the live index adds after it."""
     from scalingnote.data import Document
     from scalingnote.index import build_index
 
