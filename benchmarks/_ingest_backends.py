@@ -84,9 +84,8 @@ def edge_queries(run, dim: int) -> np.ndarray:
     vectors at the index's width. Never a test query: those measure the drift."""
     from scalingnote.data import load_beir
     from scalingnote.data.jsonl import iter_jsonl
-    from scalingnote.index.embeddings import l2_normalize
-    from scalingnote.index.searcher import encode_queries_quietly
     from scalingnote.models import load_tower
+    from scalingnote.quickstart.index_choice import student_vectors
 
     ds = load_beir(run.root / "data", "train")
     test = set(run.test_texts)
@@ -97,8 +96,7 @@ def edge_queries(run, dim: int) -> np.ndarray:
             raise SystemExit(f"{path}: missing; --method hnsw_sq_qg fits its edges on the run's QKD pool as the quick start does")
         texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
     texts = [t for t in texts if t.strip() and t not in test]
-    q = np.asarray(encode_queries_quietly(load_tower(run.student), texts), dtype=np.float32)
-    return l2_normalize(np.ascontiguousarray(q[:, :dim]))
+    return student_vectors(load_tower(run.student), texts, dim)
 
 
 def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int, list[str]]:

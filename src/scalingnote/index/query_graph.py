@@ -82,9 +82,8 @@ def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node
         guided_edges(x, q, per_node, topk=topk)  # the same errors
     per = _per_node(hnsw, per_node)
     nn = _neighbours(x, q, per, topk)
-    kth = {"kth": np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)}
     added = _write(hnsw, x, _edges(nn, per))
-    return (added, kth) if with_kth else added
+    return (added, {"kth": np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)}) if with_kth else added
 
 
 def _per_node(hnsw: Any, per_node: int) -> int:
@@ -118,7 +117,7 @@ def _write(hnsw: Any, x: np.ndarray, edges: tuple[np.ndarray, np.ndarray]) -> in
     return added
 
 
-def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, first_new: int, *,
+def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, first_new: int, *, topk: Any,
                    alive: np.ndarray | None = None, kth: np.ndarray | None = None) -> tuple[int, np.ndarray]:
     """Query-guided edges for the rows ``first_new..`` just inserted into a built graph (the live
     index's adds, which FAISS links by document distance only). A fitting query whose exact top
@@ -131,41 +130,38 @@ def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: 
     q = np.ascontiguousarray(queries, dtype=np.float32)
     live = np.ones(len(x), bool) if alive is None else np.asarray(alive, bool)
     per_node = _per_node(index.hnsw, per_node)
-    k = per_node + 1
-    kth = _kth_score(x[:first_new], q, k, live[:first_new]) if kth is None else np.asarray(kth, np.float32).copy()
+    live_topk = _over_live(topk, live)
+    if kth is None:
+        kth = _kth(x[:first_new], q, per_node, live_topk) if int(live[:first_new].sum()) > per_node else np.full(len(q), -np.inf, np.float32)
+    kth = np.array(kth, np.float32)
     if first_new >= len(x) or not live[first_new:].any():
         return 0, kth
-    best_new = np.where(live[first_new:], q @ x[first_new:].T, -np.inf).max(axis=1)
-    hit = np.flatnonzero(best_new > kth)
+    hit = np.flatnonzero(np.where(live[first_new:], q @ x[first_new:].T, -np.inf).max(axis=1) > kth)
     if not len(hit):
         return 0, kth
-
-    def topk(d: np.ndarray, qq: np.ndarray, kk: int) -> np.ndarray:
-        return _masked_topk(d, qq, min(kk, int(live.sum())), live)[1]
-
-    added = add_guided_edges(index, x, q[hit], per_node, topk=topk)
-    kth[hit] = _kth_score(x, q[hit], k, live)
+    added, new = add_guided_edges(index, x, q[hit], per_node, topk=live_topk, with_kth=True)
+    if int(live.sum()) > per_node:  # fewer live rows than a query's neighbours: every new row enters
+        kth[hit] = new["kth"]
     return added, kth
 
 
-def _masked_topk(x: np.ndarray, q: np.ndarray, k: int, live: np.ndarray, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """(scores, rows), best first, of each query's exact top ``k`` over the live rows of ``x``."""
-    scores, rows = np.empty((len(q), k), np.float32), np.empty((len(q), k), np.int64)
-    for a in range(0, len(q), chunk):
-        s = q[a:a + chunk] @ x.T
-        s[:, ~live] = -np.inf
-        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-        ts = np.take_along_axis(s, top, axis=1)
-        order = np.argsort(-ts, axis=1, kind="stable")
-        scores[a:a + chunk], rows[a:a + chunk] = np.take_along_axis(ts, order, axis=1), np.take_along_axis(top, order, axis=1)
-    return scores, rows
+def _over_live(topk: Any, live: np.ndarray) -> Any:
+    """``topk`` restricted to the rows ``live`` marks (row numbers of the whole matrix kept)."""
+    if live.all():
+        return topk
+    rows = np.flatnonzero(live)
+
+    def live_topk(d: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+        sub = rows[rows < len(d)]
+        return sub[np.asarray(topk(d[sub], q, min(k, len(sub))), dtype=np.int64)]
+
+    return live_topk
 
 
-def _kth_score(x: np.ndarray, q: np.ndarray, k: int, live: np.ndarray) -> np.ndarray:
-    """Each query's ``k``-th best score over the live rows of ``x`` (-inf when fewer live rows)."""
-    if int(live.sum()) < k:
-        return np.full(len(q), -np.inf, np.float32)
-    return _masked_topk(x, q, k, live)[0][:, -1].copy()
+def _kth(x: np.ndarray, q: np.ndarray, per_node: int, topk: Any) -> np.ndarray:
+    """Each query's score of its (per_node + 1)-th nearest row of ``x``."""
+    nn = _neighbours(x, q, per_node, topk)
+    return np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)
 
 
 def _merge(x: np.ndarray, rows: np.ndarray, lists: np.ndarray, new: np.ndarray, width: int) -> tuple[np.ndarray, int]:

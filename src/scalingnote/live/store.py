@@ -28,6 +28,7 @@ from scalingnote.index.docstore import make_snippet
 from scalingnote.index.faiss_utils import find_ivf
 from scalingnote.index.methods import add_rows, load_state
 from scalingnote.index.query_graph import add_live_edges
+from scalingnote.index.routing import exact_topk
 from scalingnote.index.searcher import SearchResult
 
 
@@ -158,7 +159,7 @@ class RowStore:
             import faiss
 
             added, self._kth = add_live_edges(faiss.downcast_index(self.dense.index), self.vectors.view, self._guide[0], self._guide[1],
-                                              first, alive=self.alive, kth=self._kth)
+                                              first, topk=exact_topk, alive=self.alive, kth=self._kth)
             self.guided_edges_added += added
         for d, r in zip(docs, rows.tolist(), strict=True):
             self.doc_ids.append(d.id)

@@ -66,8 +66,8 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
         return
     docs = l2_normalize(np.asarray(emb, dtype=np.float32))
     tower = load_tower(student_dir)
-    vq, tq = (_student_vectors(tower, t, dim) for t in (val, train))
-    eq = np.concatenate([tq, _student_vectors(tower, pseudo, dim)]) if pseudo else None
+    vq, tq = (student_vectors(tower, t, dim) for t in (val, train))
+    eq = np.concatenate([tq, student_vectors(tower, pseudo, dim)]) if pseudo else None
     say(f"index: the structure chosen on {len(vq)} validation queries")
     console = Console(stderr=True, soft_wrap=True)
 
@@ -103,7 +103,7 @@ def _edge_pseudo_queries(cfg: QuickstartConfig, data: dict[str, Any], out: Path,
     return [t for t in texts if t.strip()]
 
 
-def _student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
+def student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
     """The student's unit query vectors of ``texts`` at the index's width (a Matryoshka prefix)."""
     if not texts:
         return np.zeros((0, dim), np.float32)
@@ -184,4 +184,4 @@ def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts:
                      digests={"student": step_digest(student_dir.parent), "teacher": step_digest(teacher_dir)}, say=banner)
 
 
-__all__ = ["build_ivfpq", "choose_and_build", "default_factory", "tune_index"]
+__all__ = ["build_ivfpq", "choose_and_build", "default_factory", "student_vectors", "tune_index"]
