@@ -39,3 +39,37 @@ def test_add_delete_rebuild(live_index, tiny_bert_dir, tmp_path):
         assert r.exit_code == 0, r.output
         hits = {json.loads(x)["doc_id"] for x in r.output.splitlines() if x.startswith("{")}
         assert {"c1", "c2"} <= hits and not hits & {"c0", "d3"}, (mode, sorted(hits))
+
+
+def test_search_sees_batches_logged_but_not_compacted(live_index, tiny_bert_dir, tmp_path):
+    """``index add --no-compact`` / ``index delete --no-compact`` only log the batch; ``search`` on
+    the directory replays the log read-only (as ``serve`` does), in every mode and output form,
+    without cutting or compacting it."""
+    docs = tmp_path / "new.jsonl"
+    docs.write_text("\n".join(json.dumps({"_id": f"c{i}", "title": f"capybara {i}", "text": f"capybara river zzmark{i}q"}) for i in range(3)) + "\n")
+    r = CliRunner().invoke(cli, ["index", "add", "--index", str(live_index), "--docs", str(docs), "--tower", str(tiny_bert_dir), "--no-compact"])
+    assert r.exit_code == 0, r.output
+    ids = tmp_path / "ids.txt"
+    ids.write_text("c0\nd3\n")
+    r = CliRunner().invoke(cli, ["index", "delete", "--index", str(live_index), "--ids", str(ids), "--no-compact"])
+    assert r.exit_code == 0, r.output
+    wal = sorted((live_index / "live" / "wal").iterdir())
+    before = [p.read_bytes() for p in wal]
+    for mode in ("bm25", "dense", "hybrid"):
+        r = CliRunner().invoke(cli, ["search", "--index", str(live_index), "--query-tower", str(tiny_bert_dir), "--query", "capybara river zzmark1q",
+                                     "--k", "60", "--mode", mode])
+        assert r.exit_code == 0, r.output
+        hits = [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
+        got = {h["doc_id"] for h in hits}
+        assert {"c1", "c2"} <= got and not got & {"c0", "d3"}, (mode, sorted(got))
+        assert next(h for h in hits if h["doc_id"] == "c1")["title"] == "capybara 1"  # the logged document's own title
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"_id": "q1", "text": "capybara river zzmark2q"}) + "\n")
+    run = tmp_path / "run.trec"
+    r = CliRunner().invoke(cli, ["search", "--index", str(live_index), "--query-tower", str(tiny_bert_dir), "--queries", str(queries),
+                                 "--out", str(run), "--k", "60", "--mode", "dense"])
+    assert r.exit_code == 0, r.output
+    ranked = {line.split()[2] for line in run.read_text().splitlines()}
+    assert "c2" in ranked and "c0" not in ranked and "d3" not in ranked
+    assert [p.read_bytes() for p in sorted((live_index / "live" / "wal").iterdir())] == before  # read-only: the log is untouched
+    assert not (live_index / "live" / "CURRENT").exists() or "gen-000001" not in (live_index / "live" / "CURRENT").read_text()

@@ -11,11 +11,11 @@ import typer
 
 from scalingnote.cli._options import backend_option_help, backends_located_by
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.backends import backend_location, get_backend, open_searcher
+from scalingnote.index.backends import backend_location, get_backend, open_searcher, resolve_opener
 from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, served_fusion
 from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 from scalingnote.index.searcher import SearchResult, search_options
-from scalingnote.live.generation import current_generation
+from scalingnote.live.generation import current_generation, logged_after_generation
 
 
 def register(app: typer.Typer) -> None:
@@ -51,15 +51,21 @@ def register(app: typer.Typer) -> None:
         mode = mode or served_mode
         _check_request(mode, query_tower, query, queries, out)
         entry = get_backend(backend, "--backend")
-        if entry.name == "faiss" and index is not None:  # the live index's current generation (what `index add` / `delete` compacted)
+        # the live index as `serve` sees it: batches logged after the current generation are replayed
+        # (read-only: the log is neither cut nor compacted); else the current generation itself
+        live = entry.name == "faiss" and index is not None and entry.live is not None and logged_after_generation(index)
+        if entry.name == "faiss" and index is not None and not live:
             index = current_generation(index)
         location = backend_location(entry, index, uri, "search")
         tower = load_tower_for(query_tower, "query") if mode != "bm25" else None
-        dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
+        if live:
+            dense = resolve_opener(entry.live, "back end faiss live")(index, tower, writer=False, corpus=corpus)
+        else:
+            dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
         try:
             dense_kw = search_options(dense, entry.name, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
             local = getattr(dense, "local_dir", None)
-            if mode == "dense" and (query is None or local is None):  # the back end alone
+            if mode == "dense" and (query is None or local is None) and not live:  # the back end alone
                 if query is not None:
                     _print_hits(_search_one(dense, query, k, dense_kw))
                     return
@@ -73,7 +79,7 @@ def register(app: typer.Typer) -> None:
             if local is None:
                 raise ScalingNoteError(f"--backend {entry.name}: --mode {mode} needs an index directory beside the searcher "
                                        "(its BM25 index; the searcher declares none: local_dir), e.g. --backend faiss")
-            searcher = open_hybrid(local, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
+            searcher = dense.searcher(fusion_cfg) if live else open_hybrid(local, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
             if query is not None:
                 _print_hits(searcher.search([query], k, mode=mode, **dense_kw))
                 return

@@ -37,7 +37,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
 from scalingnote.index.methods import load_state
 from scalingnote.index.layout import MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
-from scalingnote.live.wal import fsync_dir
+from scalingnote.live.wal import WriteAheadLog, fsync_dir
 from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 from scalingnote.utils.io import write_json
 
@@ -68,6 +68,17 @@ def current_generation(root: str | Path) -> Path:
     if not _GEN_RE.match(str(name)) or not (gen / MANIFEST).exists():
         raise ScalingNoteError(f"{cur}: names generation {name!r}, which is not a complete index directory")
     return gen
+
+
+def logged_after_generation(root: str | Path) -> bool:
+    """Whether the live index's write-ahead log holds a record after its current generation: a
+    batch ``index add --no-compact`` / ``index delete --no-compact`` (or a killed service) logged
+    that no compaction has written yet. Reads only; never cuts a torn tail."""
+    wal_dir = live_dir(root) / "wal"
+    if not wal_dir.is_dir():
+        return False
+    after = int(read_live_meta(current_generation(root)).get("wal_seq", 0))
+    return next(WriteAheadLog(wal_dir, create=False).replay(after_seq=after, truncate=False), None) is not None
 
 
 def generation_number(gen: Path) -> int:

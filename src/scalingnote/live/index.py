@@ -34,7 +34,7 @@ from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
-from scalingnote.index.docstore import index_corpus
+from scalingnote.index.docstore import index_corpus, make_snippet
 from scalingnote.index.embeddings import _encode_call, l2_normalize, tower_identity
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher
 from scalingnote.index.tune import recall_vs_exact
@@ -233,7 +233,20 @@ class LiveIndex:
             return self.store.search(queries, k, **kw)
 
     def attach_documents(self, res):
-        return self.store.dense.attach_documents(res)
+        """Titles and snippets of the hits: a document added since the generation from the log's
+        copy, the generation's own from its document store."""
+        dense = self.store.dense
+        if dense.titles is None or dense.snippets is None:
+            return res
+
+        def one(r: int) -> tuple[str, str]:
+            d = self.new_docs.get(r)
+            return (d.title or "", make_snippet(d.content or d.topic or "")) if d is not None else (dense.titles[r], dense.snippets[r])
+
+        pairs = [[one(int(r)) for r in row if r >= 0] for row in res.indices]
+        res.titles = [[t for t, _ in p] for p in pairs]
+        res.snippets = [[sn for _, sn in p] for p in pairs]
+        return res
 
     def searcher(self, fusion: FusionConfig | None = None) -> LiveSearcher:
         return LiveSearcher(self, fusion)
