@@ -263,7 +263,7 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
 def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
     from scalingnote.quickstart.early import late_cut
 
-    cfg, fams, sizes, _ = _plan(9)
+    cfg, fams, sizes, _ = _plan(11)  # (the plan fills 95% of it: 10.45 min)
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": False})
     plan = make_plan(cfg, fams, Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60), ("bert", 2),
                      cands=one, proxy_done=True, spent={"data": 20.0, "proxy": 60.0})
@@ -300,7 +300,7 @@ def test_the_eta_keeps_growing_while_a_phase_runs_far_over_its_plan():
 
 
 def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
-    from scalingnote.quickstart.budget import family_tokens, qkd_pool, stage1_seconds
+    from scalingnote.quickstart.budget import TOKEN_LAYER_S, family_tokens, qkd_pool, stage1_seconds
     cfg = QuickstartConfig(out="unused", doc_max_length=256, query_max_length=64)
     report = {"bert": {"chars_per_token": 4.3, "tokens": 500, "texts": 100},
               "llm": {"chars_per_token": 1.0, "tokens": 1200, "texts": 100, "prompt_tokens": 30}}
@@ -314,9 +314,9 @@ def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
     priced = Sizes(docs=10_000, doc_tokens=10, train_examples=5000, train_queries=4000, val_queries=400, doc_tokens_by=docs,
                    query_tokens_by=queries)
     every = Candidates.every(cfg, list(fams.values()))
-    # SmolLM2's pass over 10k documents of 72 tokens, not 10, at its deepest candidate (4 layers, 50 us per token and layer)
+    # SmolLM2's pass over 10k documents of 72 tokens, not 10, at its deepest candidate (4 layers, TOKEN_LAYER_S per token and layer)
     more = stage1_seconds(cfg, fams, every, priced, 10_000, 5000, 5400) - stage1_seconds(cfg, fams, every, flat, 10_000, 5000, 5400)
-    assert more > 10_000 * (72 - 10) * 4 * 50e-6
+    assert more > 10_000 * (72 - 10) * 4 * TOKEN_LAYER_S["llm"]
     n, tok = qkd_pool(cfg, priced, "llm")
     assert n == 4400 + 3000 + 10_000 and 14 < tok <= 64  # corpus texts are cut to the query length
 
@@ -357,3 +357,18 @@ def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_f
     assert roomy.zero_shot_row and roomy.phases["evaluation"] > plan.phases["evaluation"] + 60  # a pass over 32k documents
     both = make_plan(cfg, {f: family(cfg, f) for f in cfg.families}, sizes, ("bert", 2))
     assert both.zero_shot_row  # a readable MiniLM's zero-shot row is a real baseline: never cut
+
+
+def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
+    from scalingnote.quickstart.budget import qkd_padded_tokens, qkd_pool, qkd_step_seconds
+    cfg = QuickstartConfig(out="unused", query_max_length=64)
+    fam = family(cfg, "bert")
+    base = dict(docs=5000, doc_tokens=256, train_examples=800, train_queries=700, val_queries=80, chars_per_token_by={"bert": 4.0},
+                query_tokens_by={"bert": 20.0})
+    short = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (60.0,) * 100)  # 12-17 tokens
+    mixed = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (400.0,) * 100)  # one sentence in ten fills the cap
+    assert qkd_pool(cfg, mixed, "bert")[1] < 25  # the pool's mean is short...
+    assert qkd_padded_tokens(cfg, mixed, "bert") > 63  # ...but nearly every batch of 128 holds a long one: padded to 64
+    assert 17 <= qkd_padded_tokens(cfg, short, "bert") <= 20.5  # the logged queries (20) or the longest sentence (17)
+    assert qkd_step_seconds(cfg, mixed, fam, 2) > 2 * qkd_step_seconds(cfg, short, fam, 2) - 0.2
+    assert qkd_padded_tokens(cfg, Sizes(**{**base, "chars_per_token_by": {}}), "bert") == qkd_pool(cfg, Sizes(**base), "bert")[1]  # no sample: the mean

@@ -193,6 +193,13 @@ def ict_queries(corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None 
 # ----------------------------------------------------------------------------- corpus text
 
 
+def text_units(d: Document, min_words: int = 3) -> list[tuple[str, str]]:
+    """The (id, text) units :func:`corpus_texts` draws from one document: its title and every
+    sentence of at least ``min_words`` words (Chinese: ``2 * min_words`` characters)."""
+    units = [(f"title-{d.id}", d.title.strip())] if d.title and d.title.strip() else []
+    return units + [(f"sent-{d.id}-{i}", s) for i, s in enumerate(split_sentences(d.content)) if _long_enough(s, min_words)]
+
+
 def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed: int = 0, min_words: int = 3) -> list[Query]:
     """Unlabelled in-domain text for query distillation: every document title and every sentence
     of at least ``min_words`` words (Chinese: ``2 * min_words`` characters), de-duplicated, then a
@@ -209,8 +216,7 @@ def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed:
     docs = 0
     for d in iter_corpus(corpus_path):
         docs += 1
-        cands = [(f"title-{d.id}", d.title.strip())] if d.title and d.title.strip() else []
-        cands += [(f"sent-{d.id}-{i}", s) for i, s in enumerate(split_sentences(d.content)) if _long_enough(s, min_words)]
+        cands = text_units(d, min_words)
         for qid, t in cands:
             if t not in seen:
                 seen.add(t)

@@ -4,11 +4,10 @@ what the budget cuts when it cannot hold every phase, and the plan printed befor
 The cost model counts the work each phase does — transformer layers over the corpus's tokens
 (the frozen-prefix feature passes; tokens counted per family from its tokenizer on the data and its
 document prompt), optimiser steps of the heads, QKD's teacher cache and steps — at per-unit costs
-measured on the embedded default on 2 idle cores (``benchmarks/results/quickstart_fresh_clone.json``
-and its run directories: MiniLM ~20 us and SmolLM2 ~50 us per token and layer, a head step over
-cached features 15 ms + 0.07 ms per embedding dimension, a 2-layer QKD step 0.36 s). After the
-proxy, :meth:`Plan.speed` rescales the rest by how long the proxy really took (a busier or faster
-machine), and the plan is made again on the candidates that survived.
+measured on 2 idle cores (:data:`TOKEN_LAYER_S`: MiniLM ~15 us and SmolLM2 ~33 us per token and layer;
+a head step over cached features 15 ms + 0.07 ms per embedding dimension; a QKD step priced by its
+batch's padded length, :func:`qkd_step_seconds`). After the proxy, :meth:`Plan.speed` rescales the
+rest by how long the proxy really took (a busier machine), and the plan is made again on the candidates that survived.
 """
 
 from __future__ import annotations
@@ -16,11 +15,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scalingnote.data import load_corpus
+from scalingnote.data.pseudo import text_units
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig, family
 from scalingnote.training.mining import STORED_SAMPLE
@@ -28,19 +29,31 @@ from scalingnote.training.mining import STORED_SAMPLE
 #: the phases in run order; ``mining_round``: issue #50's second Stage I round on hard negatives
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
 PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
-#: seconds per token and layer of a frozen-prefix pass, per family (2 cores, fp32)
-TOKEN_LAYER_S = {"bert": 20e-6, "llm": 50e-6}
-#: a QKD step (batch 128) at :data:`QKD_REF_TOKENS` tokens per text: fixed + per student layer. MiniLM
-#: measured on the embedded default (2 layers: 0.36 s); SmolLM2 on KUAKE-QTR (1 layer ~0.9 s: the
-#: optimiser over its 28M-parameter embedding matrix dominates a 1-layer student)
-QKD_FIXED_S = {"bert": 0.12, "llm": 0.55}
-QKD_STEP_S = {"bert": 0.12, "llm": 0.30}
-QKD_REF_TOKENS = 30.0
+#: seconds per token and layer of a frozen-prefix pass, per family (2 cores, fp32): the Stage I passes
+#: of the budgeted runs in ``quickstart_budget.json`` (2026-11-27, idle): MiniLM 14.5 us on SciFact
+#: (3.9k abstracts past the proxy's, 256 tokens, 6 layers) and on the embedded default; SmolLM2 32 us on
+#: KUAKE-QTR (27k titles behind its document prompt, 94 tokens, 2 layers). Measured 20 / 50 us earlier,
+#: before the passes ran length-sorted batches and the proxy's features were reused.
+TOKEN_LAYER_S = {"bert": 15e-6, "llm": 33e-6}
+#: a QKD step of batch ``qkd_batch_size`` (128) costs fixed + per student layer x the batch's
+#: *padded* length (a batch is padded to its longest text: :func:`qkd_padded_tokens`) + the trainer's
+#: own work (tokenising, the cached teacher's rows, the loss, periodic validation). Forward + backward
+#: + AdamW at batch 128, 2 idle cores, fp32 (2026-11-28): MiniLM 2 layers 0.26 / 0.44 / 0.87 s at 16 /
+#: 32 / 64 tokens; SmolLM2 1 layer 0.33 / 0.48 / 0.83 s, 2 layers 0.50 / 0.79 / 1.44 s (its fixed part:
+#: the optimiser over the 28M-parameter embedding matrix). The trainer's own part from the budgeted
+#: runs of ``quickstart_budget.json`` (SciFact's 2-layer MiniLM: 0.93 s a step at 64 tokens).
+QKD_FIXED_S = {"bert": 0.05, "llm": 0.16}
+QKD_LAYER_TOKEN_S = {"bert": 0.0064, "llm": 0.0098}
+QKD_TRAINER_S = 0.06
+QKD_PAD_BATCHES = 256  #: simulated batches behind :func:`qkd_padded_tokens`
 SMALL_STEP_S = 0.09  #: per small-tower layer and step (twinbert_small / scaling_doc, batch 64)
 INDEX_S = 30.0  #: the index phase (build + tuning; issue #52 keeps it a phase of its own)
 EPOCHS_EST = 12  #: Stage I epochs until early stopping (the embedded default's runs stopped after 8-12)
 SMALL_EPOCHS_EST = 6
 QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
+#: the share of the budget kept in reserve for the cost model's error: the plan fills the rest
+#: (re-measured 2026-11-28: phases within 0.8-1.1x of their model on the three budgeted runs)
+PLAN_RESERVE = 0.05
 
 
 def proxy_sizes(n_docs: int, n_train_queries: int, fraction: float, min_docs: int, min_train_queries: int) -> tuple[int, int]:
@@ -66,6 +79,11 @@ class Sizes:
     doc_tokens_by: dict[str, float] = field(default_factory=dict)
     query_tokens_by: dict[str, float] = field(default_factory=dict)
     doc_chars: float = 0.0  #: mean characters per document (the QKD pool's corpus texts)
+    #: characters of the titles and sentences of the corpus's first 2,000 documents (what QKD's
+    #: corpus texts and ICT pseudo-queries are drawn from) and each family's measured characters per
+    #: token: the QKD pool's length distribution, whose batch maxima QKD pays for
+    pool_chars_sample: tuple[float, ...] = ()
+    chars_per_token_by: dict[str, float] = field(default_factory=dict)
 
     def doc_tok(self, fam: str) -> float:
         return self.doc_tokens_by.get(fam, self.doc_tokens)
@@ -94,11 +112,14 @@ def measure_sizes(cfg: QuickstartConfig, data: dict, report: dict[str, Any] | No
     """Count the corpus and the training pairs (no model runs); ``report``: the families' tokenizer
     report (characters per token, prompt tokens) that prices their tokens."""
     corpus = load_corpus(Path(data["corpus"]))
-    chars = [len(d.text) for d in list(corpus.values())[:2000]]
+    head = list(corpus.values())[:2000]
+    chars = [len(d.text) for d in head]
     mean_chars = sum(chars) / max(1, len(chars))
     tokens = min(float(cfg.doc_max_length), mean_chars / 4.3 + 2)
     by_doc, by_query = family_tokens(cfg, mean_chars, report)
-    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars}
+    cpt = {name: float(rep["chars_per_token"]) for name, rep in (report or {}).items() if float(rep.get("chars_per_token") or 0) > 0}
+    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars, "pool_chars_sample": tuple(float(len(t)) for d in head for _, t in text_units(d)),
+             "chars_per_token_by": cpt}
     if data.get("triplets"):
         rows = [json.loads(ln) for ln in Path(data["triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()]
         val = {json.loads(ln)["query_id"] for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()}
@@ -157,10 +178,11 @@ def _head_run_s(s: Sizes, train_examples: int, dim: int, batch: int, epochs: flo
 
 
 def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candidates, s: Sizes, docs: int, train_examples: int,
-                   queries: int) -> float:
+                   queries: int, cached: int = 0) -> float:
     """Stage I over ``docs`` documents and ``train_examples`` examples: per family one pass of its
     deepest candidate over the documents and queries, a head run per (depth, lr), the width run,
-    the zero-shot start."""
+    the zero-shot start. ``cached``: documents whose features the proxy's pass already wrote (the
+    feature cache is keyed by text: the full pass encodes only the others)."""
     total = 0.0
     for name, depths in cands.depths.items():
         fam = fams[name]
@@ -168,7 +190,7 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
             continue
         deep = max(_layers(fam, d) for d in depths)
         c = TOKEN_LAYER_S[name] * unit_cost(fam)
-        total += docs * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0  # the pass (+ model load)
+        total += max(0, docs - cached) * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0  # the pass (+ model load)
         runs = sum(len(v) for v in depths.values())
         total += runs * _head_run_s(s, train_examples, cfg.dim, cfg.batch_size, cfg.max_epochs)
         if cands.width.get(name):
@@ -198,6 +220,9 @@ def qkd_pool(cfg: QuickstartConfig, s: Sizes, fam: str) -> tuple[int, float]:
     ``query_max_length``: SciFact's abstracts fill 64 tokens, the default's 32)."""
     logged, other = _pool_parts(cfg, s)
     text = min(float(cfg.query_max_length), s.doc_tok(fam))
+    cpt = s.chars_per_token_by.get(fam, 0.0)
+    if s.pool_chars_sample and cpt > 0:  # the sampled titles and sentences through fam's tokenizer
+        text = sum(_unit_tokens(cfg, c, cpt) for c in s.pool_chars_sample) / len(s.pool_chars_sample)
     n = logged + other
     return n, (logged * s.query_tok(fam) + other * text) / max(1, n)
 
@@ -215,19 +240,44 @@ def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
 
 
 def qkd_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int, steps: int, teacher_layers: int) -> float:
-    """One QKD run: the teacher's query tower encodes the pool once (the teacher cache), then
-    ``steps`` steps, each a fixed part (the optimiser over the student's embedding matrix: MiniLM's
-    30k x 384, SmolLM2's 49k x 576) and a part per layer that grows with the pool's tokens
-    (:data:`QKD_REF_TOKENS`: the embedded default's)."""
+    """One QKD run: the teacher's query tower encodes the pool once (the teacher cache: length-sorted
+    batches, so its mean tokens), then ``steps`` steps (:func:`qkd_step_seconds`)."""
     n, tok = qkd_pool(cfg, s, fam.name)
     cache = n * tok * teacher_layers * TOKEN_LAYER_S[fam.name] * unit_cost(fam)
     return 5.0 + cache + steps * qkd_step_seconds(cfg, s, fam, layers)
 
 
 def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) -> float:
-    """One QKD step of a ``layers``-layer student of ``fam`` on this data's pool (see :func:`qkd_seconds`)."""
+    """One QKD step of a ``layers``-layer student of ``fam``: a fixed part (the optimiser over the
+    student's embedding matrix: MiniLM's 30k x 384, SmolLM2's 49k x 576), a part per layer and
+    padded token (:func:`qkd_padded_tokens`) and the trainer's own (:data:`QKD_TRAINER_S`)."""
     u = unit_cost(fam)
-    return QKD_FIXED_S[fam.name] * u + QKD_STEP_S[fam.name] * layers * u * qkd_pool(cfg, s, fam.name)[1] / QKD_REF_TOKENS
+    return QKD_FIXED_S[fam.name] * u + QKD_LAYER_TOKEN_S[fam.name] * layers * u * qkd_padded_tokens(cfg, s, fam.name) + QKD_TRAINER_S
+
+
+def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str) -> float:
+    """The mean padded length of a QKD batch: a random batch of ``qkd_batch_size`` pool texts is
+    padded to its longest, so a step costs the batch's maximum, not the pool's mean (SciFact's
+    sentences: mean 35 MiniLM tokens, 64 in nearly every batch). Simulated (seed 0) from the sampled
+    titles and sentences through ``fam``'s measured characters per token, cut to
+    ``query_max_length``, and the logged queries' mean; without a sample, the pool's mean."""
+    cpt = s.chars_per_token_by.get(fam, 0.0)
+    logged, other = _pool_parts(cfg, s)
+    if not s.pool_chars_sample or cpt <= 0 or other == 0:
+        return qkd_pool(cfg, s, fam)[1]
+    rng = random.Random(0)
+    q_len, share = min(float(cfg.query_max_length), s.query_tok(fam)), other / (logged + other)
+    total = 0.0
+    for _ in range(QKD_PAD_BATCHES):
+        n_other = sum(rng.random() < share for _ in range(cfg.qkd_batch_size))
+        longest = max((_unit_tokens(cfg, c, cpt) for c in rng.choices(s.pool_chars_sample, k=n_other)), default=0.0)
+        total += max(longest, q_len if n_other < cfg.qkd_batch_size else 0.0)
+    return total / QKD_PAD_BATCHES
+
+
+def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
+    """Tokens of a title or sentence of ``chars`` characters through the student (cut to ``query_max_length``)."""
+    return min(float(cfg.query_max_length), chars / cpt + 2)
 
 
 @dataclass
@@ -252,6 +302,11 @@ class Plan:
     def total(self) -> float:
         return sum(self.phases.values())
 
+    @property
+    def limit_s(self) -> float | None:
+        """The seconds the plan may fill: the budget less :data:`PLAN_RESERVE`."""
+        return None if self.budget_s is None else self.budget_s * (1 - PLAN_RESERVE)
+
     def to_json(self) -> dict[str, Any]:
         return {"budget_minutes": None if self.budget_s is None else round(self.budget_s / 60, 2),
                 "planned_minutes": round(self.total / 60, 2), "planned_s": {k: round(v, 1) for k, v in self.phases.items()},
@@ -261,7 +316,7 @@ class Plan:
 
     def text(self) -> str:
         """The plan in words (printed before any training)."""
-        lines = [f"plan: {self.total / 60:.1f} min" + (f" of a {self.budget_s / 60:g}-minute budget" if self.budget_s else " (no budget)")
+        lines = [f"plan: {self.total / 60:.1f} min" + (f" of a {self.budget_s / 60:g}-minute budget ({PLAN_RESERVE:.0%} kept in reserve)" if self.budget_s else " (no budget)")
                  + (f" (this machine at {self.speed:.2f}x the model's time)" if self.speed != 1.0 else "")]
         for f, v in self.cands.depths.items():
             lines.append(f"  candidates {f}: " + ", ".join(f"depth {d or 'all'} lr {'/'.join(f'{x:g}' for x in lrs)}" for d, lrs in v.items())
@@ -301,7 +356,8 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
             ex = round(s.train_examples * pq / max(1, s.train_queries))
             ph["proxy"] = 5 + 3e-4 * s.docs + stage1_seconds(cfg, fams, Candidates.every(cfg, list(fams.values())), s, pdocs, ex,
                                                              ex + s.val_queries)
-        ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries)
+        ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries,
+                                                   cached=pdocs if use_proxy else 0)
         lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
         ph["mining_round"] = mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s) if plan.mining else 0.0
         tfam = fams[student[0]]
@@ -324,14 +380,14 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
     plan.unreadable_bert = "bert" in cfg.families and "bert" not in fams
     for cut in (_CUTS if use_proxy else (_cut_unreadable_zero_shot, _cut_mining, _cut_compare, _cut_width)):
-        if plan.total <= plan.budget_s:
+        if plan.total <= plan.limit_s:
             break
         what = cut(plan, cfg)
         if what:
             plan.skipped.append(what)
             fill()
-    if plan.total > plan.budget_s and plan.qkd_steps and "stage2_students" not in spent:
-        over = plan.total - plan.budget_s
+    if plan.total > plan.limit_s and plan.qkd_steps and "stage2_students" not in spent:
+        over = plan.total - plan.limit_s
         per_step = n_students * qkd_step_seconds(cfg, s, fams[student[0]], student[1]) * speed
         new = max(QKD_FLOOR, int(plan.qkd_steps - over / max(per_step, 1e-9)))
         if new < plan.qkd_steps:

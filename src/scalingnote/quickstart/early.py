@@ -124,10 +124,10 @@ def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio
         return cfg
     rest = sum(plan.phases.get(k, 0.0) for k in ("comparison_runs", "index", "evaluation")) * ratio
     done = sum(spent.values())
-    if done + rest <= plan.budget_s:
+    if done + rest <= plan.limit_s:
         return cfg
     why = (f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + {rest / 60:.1f} min left at this run's pace "
-           f"> the {plan.budget_s / 60:g}-minute budget")
+           f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill")
     say(f"skipped (budget): {why}")
     plan.skipped.append(why)
     plan.compare = "none"

@@ -58,13 +58,13 @@ def go_now(cfg: QuickstartConfig, plan: Plan, spent: dict[str, float], ratio: fl
         return True, plan.mining_note
     rest = sum(plan.phases.get(k, 0.0) for k in ("mining_round", "stage2_students", "comparison_runs", "index", "evaluation")) * ratio
     done = sum(spent.values())
-    if done + rest > plan.budget_s:
+    if done + rest > plan.limit_s:
         why = (f"the mining round: {done / 60:.1f} min spent + {rest / 60:.1f} min left with it at this run's pace "
-               f"> the {plan.budget_s / 60:g}-minute budget")
+               f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill")
         plan.skipped.append(why)
         plan.mining, plan.mining_note, plan.phases["mining_round"] = False, "cut late: the run fell behind its plan", 0.0
         return False, f"skipped (budget): {why}"
-    return True, f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the {plan.budget_s / 60:g}-minute budget"
+    return True, f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
 
 
 # ----------------------------------------------------------------------------- the round's data
