@@ -31,7 +31,8 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.query_graph import add_guided_edges
-from scalingnote.index.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, exact_topk, flat_graph
+from scalingnote.index.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
+from scalingnote.index.tune import exact_topk
 
 SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0

@@ -44,6 +44,7 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.query_graph import add_guided_edges
+from scalingnote.index.tune import exact_topk
 
 Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"]
 METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
@@ -167,27 +168,6 @@ def routing_map(queries: np.ndarray, targets: np.ndarray, ridge: float) -> np.nd
     gram = q.T @ q
     lam = ridge * float(np.trace(gram)) / gram.shape[0]
     return np.linalg.solve(gram + lam * np.eye(gram.shape[0]), q.T @ t).T.astype(np.float32)
-
-
-def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 65_536) -> np.ndarray:
-    """Exact inner-product top-k rows (FAISS flat search over row chunks)."""
-    import faiss
-
-    n = vectors.shape[0]
-    k = min(k, n)
-    res = faiss.ResultHeap(len(queries), k)
-    for s in range(0, n, chunk):
-        block = np.ascontiguousarray(vectors[s : s + chunk], dtype=np.float32)
-        d, i = faiss.knn(queries, block, k, metric=faiss.METRIC_INNER_PRODUCT) if len(block) >= k else _small_knn(queries, block)
-        res.add_result(-d, i + s)  # ResultHeap keeps the smallest: negate inner products
-    res.finalize()
-    return res.I
-
-
-def _small_knn(q: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    s = q @ block.T
-    i = np.argsort(-s, axis=1)
-    return np.take_along_axis(s, i, 1), i
 
 
 @dataclass

@@ -32,20 +32,28 @@ HNSW_NEIGHBOURS = 32  #: distance computations per visited HNSW node, for the co
 
 
 def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 65_536) -> np.ndarray:
-    """Indices of the ``k`` largest inner products of each query over ``vectors`` (rows read in
-    chunks, so a memory-mapped matrix is never loaded whole)."""
+    """Indices of the ``k`` largest inner products of each query over ``vectors``, best first
+    (FAISS flat search over row chunks merged in a result heap: a memory-mapped matrix is never
+    loaded whole)."""
+    import faiss  # why: FAISS loads with the index package's searchers, not at import of the tuner
+
     n = vectors.shape[0]
     k = min(k, n)
-    best_s = np.full((queries.shape[0], 0), -np.inf, np.float32)
-    best_i = np.zeros((queries.shape[0], 0), np.int64)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    res = faiss.ResultHeap(len(queries), k)
     for s in range(0, n, chunk):
-        block = np.asarray(vectors[s : s + chunk], dtype=np.float32)
-        sc = queries @ block.T
-        idx = np.broadcast_to(np.arange(s, s + block.shape[0]), sc.shape)
-        all_s, all_i = np.concatenate([best_s, sc], 1), np.concatenate([best_i, idx], 1)
-        top = np.argpartition(-all_s, min(k, all_s.shape[1]) - 1, axis=1)[:, :k]
-        best_s, best_i = np.take_along_axis(all_s, top, 1), np.take_along_axis(all_i, top, 1)
-    return best_i
+        block = np.ascontiguousarray(vectors[s : s + chunk], dtype=np.float32)
+        d, i = faiss.knn(queries, block, k, metric=faiss.METRIC_INNER_PRODUCT) if len(block) >= k else _small_knn(queries, block)
+        res.add_result(-d, i + s)  # ResultHeap keeps the smallest: negate inner products
+    res.finalize()
+    return res.I
+
+
+def _small_knn(q: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every row of a block smaller than ``k``, best first (``faiss.knn`` needs k <= rows)."""
+    sc = q @ block.T
+    i = np.argsort(-sc, axis=1)
+    return np.take_along_axis(sc, i, 1), i
 
 
 def recall_vs_exact(found: np.ndarray, exact: np.ndarray) -> float:

@@ -28,7 +28,7 @@ from scalingnote.index.docstore import make_snippet
 from scalingnote.index.faiss_utils import find_ivf
 from scalingnote.index.methods import add_rows, load_state
 from scalingnote.index.query_graph import add_live_edges
-from scalingnote.index.routing import exact_topk
+from scalingnote.index.tune import exact_topk
 from scalingnote.index.searcher import SearchResult
 
 
