@@ -53,9 +53,10 @@ def register(app: typer.Typer) -> None:
         entry = get_backend(backend, "--backend")
         # the live index as `serve` sees it: batches logged after the current generation are replayed
         # (read-only: the log is neither cut nor compacted); else the current generation itself
-        live = entry.name == "faiss" and index is not None and entry.live is not None and logged_after_generation(index)
-        if entry.name == "faiss" and index is not None and not live:
-            index = current_generation(index)
+        live = False
+        if entry.name == "faiss" and index is not None:
+            live = entry.live is not None and logged_after_generation(index)
+            index = index if live else current_generation(index)
         location = backend_location(entry, index, uri, "search")
         tower = load_tower_for(query_tower, "query") if mode != "bm25" else None
         if live:

@@ -37,16 +37,25 @@ _CHUNK = 2048
 def guided_edges(docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: Any) -> tuple[np.ndarray, np.ndarray]:
     """The query-guided edges ``(src, dst)`` (int64 document rows), at most ``per_node`` per source,
     most frequent first. ``topk(docs, queries, k)`` gives the exact top-k rows per query."""
+    _check(per_node, len(queries))
+    return _edges(_neighbours(docs, queries, per_node, topk), per_node)
+
+
+def _check(per_node: int, n_queries: int) -> None:
     if per_node < 1:
         raise ScalingNoteError(f"query_edges must be >= 1, got {per_node}")
-    if len(queries) == 0:
+    if n_queries == 0:
         raise ScalingNoteError("query-guided edges need fitting queries (training / pseudo-query vectors); got none")
-    return _edges(_neighbours(docs, queries, per_node, topk), per_node)
 
 
 def _neighbours(docs: np.ndarray, queries: np.ndarray, per_node: int, topk: Any) -> np.ndarray:
     """Each query's exact top ``per_node + 1`` document rows, nearest first."""
     return np.asarray(topk(docs, queries, min(per_node + 1, len(docs))), dtype=np.int64)
+
+
+def _kth_of(q: np.ndarray, x: np.ndarray, nn: np.ndarray) -> np.ndarray:
+    """Each query's score of the last of its neighbours ``nn`` (its (per_node + 1)-th nearest row)."""
+    return np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)
 
 
 def _edges(nn: np.ndarray, per_node: int) -> tuple[np.ndarray, np.ndarray]:
@@ -78,12 +87,11 @@ def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node
     hnsw = index.hnsw
     if index.ntotal != len(x):
         raise ScalingNoteError(f"the graph holds {index.ntotal} documents, {len(x)} vectors given")
-    if per_node < 1 or not len(q):
-        guided_edges(x, q, per_node, topk=topk)  # the same errors
+    _check(per_node, len(q))
     per = _per_node(hnsw, per_node)
     nn = _neighbours(x, q, per, topk)
     added = _write(hnsw, x, _edges(nn, per))
-    return (added, {"kth": np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)}) if with_kth else added
+    return (added, {"kth": _kth_of(q, x, nn)}) if with_kth else added
 
 
 def _per_node(hnsw: Any, per_node: int) -> int:
@@ -160,8 +168,7 @@ def _over_live(topk: Any, live: np.ndarray) -> Any:
 
 def _kth(x: np.ndarray, q: np.ndarray, per_node: int, topk: Any) -> np.ndarray:
     """Each query's score of its (per_node + 1)-th nearest row of ``x``."""
-    nn = _neighbours(x, q, per_node, topk)
-    return np.einsum("nd,nd->n", q, x[nn[:, -1]]).astype(np.float32)
+    return _kth_of(q, x, _neighbours(x, q, per_node, topk))
 
 
 def _merge(x: np.ndarray, rows: np.ndarray, lists: np.ndarray, new: np.ndarray, width: int) -> tuple[np.ndarray, int]:

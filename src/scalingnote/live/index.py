@@ -238,15 +238,7 @@ class LiveIndex:
         dense = self.store.dense
         if dense.titles is None or dense.snippets is None:
             return res
-
-        def one(r: int) -> tuple[str, str]:
-            d = self.new_docs.get(r)
-            return (d.title or "", make_snippet(d.content or d.topic or "")) if d is not None else (dense.titles[r], dense.snippets[r])
-
-        pairs = [[one(int(r)) for r in row if r >= 0] for row in res.indices]
-        res.titles = [[t for t, _ in p] for p in pairs]
-        res.snippets = [[sn for _, sn in p] for p in pairs]
-        return res
+        return attach_titles(res, lambda r: title_and_snippet(self.new_docs[r]) if r in self.new_docs else (dense.titles[r], dense.snippets[r]))
 
     def searcher(self, fusion: FusionConfig | None = None) -> LiveSearcher:
         return LiveSearcher(self, fusion)
@@ -442,6 +434,19 @@ class LiveIndex:
         return recall_vs_exact(np.asarray(ann), exact)
 
 
+def title_and_snippet(d: Document) -> tuple[str, str]:
+    """A hit's title and snippet from the document itself (one added since the generation)."""
+    return d.title or "", make_snippet(d.content or d.topic or "")
+
+
+def attach_titles(res, of_row: Callable[[int], tuple[str, str]]):
+    """Fill ``res.titles`` / ``res.snippets`` with ``of_row(row)`` of each hit's row."""
+    pairs = [[of_row(int(r)) for r in row if r >= 0] for row in res.indices]
+    res.titles = [[t for t, _ in p] for p in pairs]
+    res.snippets = [[sn for _, sn in p] for p in pairs]
+    return res
+
+
 class LiveSearcher(HybridSearcher):
     """:class:`~scalingnote.index.hybrid.HybridSearcher` over a live index (dense, bm25, hybrid);
     a search holds the index lock, so it sees whole batches."""
@@ -463,4 +468,4 @@ class LiveSearcher(HybridSearcher):
             return super().search(texts, k, **kw)
 
 
-__all__ = ["LIVE_DIR", "LiveIndex", "LiveSearcher", "check_document_tower", "load_document_tower"]
+__all__ = ["LIVE_DIR", "LiveIndex", "LiveSearcher", "attach_titles", "check_document_tower", "load_document_tower", "title_and_snippet"]

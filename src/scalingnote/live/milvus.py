@@ -55,14 +55,14 @@ import numpy as np
 from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.docstore import index_corpus, make_snippet, read_document_store
+from scalingnote.index.docstore import index_corpus, read_document_store
 from scalingnote.index.hybrid import FusionConfig
 from scalingnote.index.layout import DOCS_FILE, read_manifest
 from scalingnote.index.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.live.generation import live_dir as live_root
-from scalingnote.live.index import LiveIndex, LiveSearcher, check_document_tower, load_document_tower
+from scalingnote.live.index import LiveIndex, LiveSearcher, attach_titles, check_document_tower, load_document_tower, title_and_snippet
 from scalingnote.live.wal import WriteAheadLog, fsync_dir, pack_array, unpack_array
 from scalingnote.live.writer_lock import acquire_writer_lock
 
@@ -407,13 +407,10 @@ class MilvusLive(MilvusSearcher):
         def title(pk: int) -> tuple[str, str]:
             d = self.docs.get(pk)
             if d is not None:
-                return d.title or "", make_snippet(d.content or d.topic or "")
+                return title_and_snippet(d)
             return (self.base_titles[pk], self.base_snippets[pk]) if self.base_titles is not None and 0 <= pk < len(self.base_titles) else ("", "")
 
-        pairs = [[title(int(pk)) for pk in row if pk >= 0] for row in res.indices]
-        res.titles = [[t for t, _ in p] for p in pairs]
-        res.snippets = [[s for _, s in p] for p in pairs]
-        return res
+        return attach_titles(res, title)
 
     def searcher(self, fusion: FusionConfig | None = None) -> LiveSearcher:
         return LiveSearcher(self, fusion)

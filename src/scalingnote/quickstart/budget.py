@@ -118,8 +118,8 @@ def measure_sizes(cfg: QuickstartConfig, data: dict, report: dict[str, Any] | No
     tokens = min(float(cfg.doc_max_length), mean_chars / 4.3 + 2)
     by_doc, by_query = family_tokens(cfg, mean_chars, report)
     cpt = {name: float(rep["chars_per_token"]) for name, rep in (report or {}).items() if float(rep.get("chars_per_token") or 0) > 0}
-    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars, "pool_chars_sample": tuple(float(len(t)) for d in head for _, t in text_units(d)),
-             "chars_per_token_by": cpt}
+    units = tuple(float(len(t)) for d in head for _, t in text_units(d))
+    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars, "pool_chars_sample": units, "chars_per_token_by": cpt}
     if data.get("triplets"):
         rows = [json.loads(ln) for ln in Path(data["triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()]
         val = {json.loads(ln)["query_id"] for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()}
