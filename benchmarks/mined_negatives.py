@@ -8,7 +8,11 @@ negatives without and with the false-negative guard, and BM25 + dense (``mixed``
 Round 1 trains the base Stage I config on BM25 negatives (``data.negatives: bm25``, one per
 example: today's teacher); its towers then mine the training queries' candidates (FAISS Flat) and
 round 2 trains the same config from the same start on them (rows ``dense_unguarded``,
-``dense_guarded``, ``mixed``; guarded rows use ``--guard``). Every row reports validation and test
+``dense_guarded``, ``mixed``; guarded rows use ``--guard``), by default with the mined negatives in
+the Eq. 5 denominators as well as the Eq. 9 hinge (the quick start's ``mining_hard_in_denominator``;
+``--no-hard-in-denominator``: the hinge only). ``bm25_denominator`` is the ablation that separates
+the loss from the mining: BM25 negatives, as many per example and in the same loss as round 2.
+Every row reports validation and test
 nDCG@10, the paired t-test p of its per-query test nDCG@10 against the BM25 row, the guard's
 false-negative measurement (:func:`scalingnote.training.guard_eval.measure_guard`: a fraction of
 the judged positives of multi-positive training queries hidden from the known-positive filter)
@@ -43,7 +47,8 @@ from scalingnote.training.data import load_training_data
 from scalingnote.training.guard_eval import measure_guard
 from scalingnote.training.mining import load_mining_towers
 
-ROWS = ("bm25", "dense_unguarded", "dense_guarded", "mixed")
+ROWS = ("bm25", "bm25_denominator", "dense_unguarded", "dense_guarded", "mixed")
+ROUND2_DEFAULTS = {"hard_in_denominator": False, "warm_start": False}  #: what a results file without the key was measured with
 
 
 def data_dir_for(name: str, work: Path, smoke: bool) -> Path:
@@ -81,12 +86,27 @@ def base_config(args, data_dir: Path, out: Path) -> dict[str, Any]:
 
 def row_config(args, base: dict[str, Any], row: str, work: Path, miner: Path | None) -> TrainConfig:
     data = dict(base["data"])
-    if row != "bm25":
+    if row == "bm25":
+        return load_config(TrainConfig, {**base, "data": data, "output_dir": str(work / row)})
+    data.update(num_negatives=args.num_negatives)  # bm25_denominator: round 2's loss and count on BM25's negatives (the loss without the mining)
+    if row != "bm25_denominator":
         guard = [] if row == "dense_unguarded" else args.guard.split(",")
-        data.update(negatives="mixed" if row == "mixed" else "dense", num_negatives=args.num_negatives,
+        data.update(negatives="mixed" if row == "mixed" else "dense",
                     mining={"tower": str(miner), "skip_top": args.skip_top, "max_rank": args.max_rank, "guard": guard,
                             "guard_margin": args.guard_margin, "guard_top_r": args.guard_top_r, "cache_dir": str(work / "mined")})
-    return load_config(TrainConfig, {**base, "data": data, "output_dir": str(work / row)})
+    return load_config(TrainConfig, {**base, "data": data, "output_dir": str(work / row), **round2_overrides(args, base, work)})
+
+
+def round2_overrides(args, base: dict[str, Any], work: Path) -> dict[str, Any]:
+    """Round 2's training settings that differ from round 1's: the mined negatives in the Eq. 5
+    denominators (``--hard-in-denominator``; the paper's Eq. 9 hinge keeps its term), and
+    ``--warm-start`` from round 1's heads (ANCE's continued training, not a fresh start)."""
+    out: dict[str, Any] = {}
+    if args.hard_in_denominator:
+        out["loss"] = {**base.get("loss", {}), "hard_in_denominator": True}
+    if args.warm_start:
+        out["init_heads_from"] = str(work / "bm25")
+    return out
 
 
 def per_query_ndcg(cfg: TrainConfig, run_dir: Path, data) -> dict[str, float]:
@@ -114,16 +134,18 @@ def run_row(args, base, row: str, work: Path, miner: Path | None, ref: dict[str,
     cfg = row_config(args, base, row, work, miner)
     t0 = time.perf_counter()
     res = train(cfg, resume=True, on_change="redo")
-    data = load_training_data(cfg.data, cfg.seed, show_progress=False, out_dir=None if row == "bm25" else work / row)  # mined: the cache
+    mined = cfg.data.negatives != "bm25"
+    data = load_training_data(cfg.data, cfg.seed, show_progress=False, out_dir=work / row if mined else None)  # mined: the cache
     pq = per_query_ndcg(cfg, work / row, data)
     out: dict[str, Any] = {"row": row, "negatives": cfg.data.negatives, "num_negatives": cfg.data.num_negatives,
-                           "guard": ",".join(cfg.data.mining.guard) or "none", "val_ndcg@10": res.get("best_val_score"),
+                           "guard": ",".join(cfg.data.mining.guard) or "none", "hard_in_denominator": cfg.loss.hard_in_denominator,
+                           "val_ndcg@10": res.get("best_val_score"),
                            "ndcg@10": round(res["ndcg@10"], 4), "test_queries": len(pq), "train_seconds": res["train_seconds"],
                            "wall_seconds": round(time.perf_counter() - t0, 1)}
     if ref is not None:
         t = paired_ttest(pq, ref)
         out.update(p_vs_bm25=round(t.pvalue, 4), diff_vs_bm25=round(t.mean_diff, 4))
-    if row != "bm25":
+    if mined:
         out["mining_seconds"] = (res.get("mining") or {}).get("mining_seconds")
         out["mining_document_embeddings"] = (res.get("mining") or {}).get("document_embeddings")
         m = guard_measurement(cfg, miner, args.hide_fraction, args.seed)
@@ -166,7 +188,7 @@ def students(args, rows: list[dict[str, Any]], work: Path, data_dir: Path, base:
     """Students of the BM25 teacher and of the round-2 teacher that validates best (the quick start's
     rule: round 2 is kept only when it validates above round 1; when none does, only BM25's)."""
     cfg = load_config(TrainConfig, {**base, "output_dir": str(work / "bm25")})
-    r2 = [r for r in rows if r["row"] != "bm25" and r.get("val_ndcg@10") is not None]
+    r2 = [r for r in rows if r["row"] not in ("bm25", "bm25_denominator") and r.get("val_ndcg@10") is not None]
     bm = next(r for r in rows if r["row"] == "bm25")
     win = max(r2, key=lambda r: r["val_ndcg@10"]) if r2 else None
     out, ref = [], None
@@ -184,8 +206,8 @@ def kept_rows(name: str, args) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
     old = json.loads(path.read_text())
-    same = ("num_negatives", "skip_top", "max_rank", "guard", "guard_margin", "guard_top_r", "hide_fraction", "seed")
-    diff = [k for k in same if k in old["config"] and old["config"][k] != getattr(args, k)]
+    same = ("num_negatives", "skip_top", "max_rank", "guard", "guard_margin", "guard_top_r", "hide_fraction", "seed", *ROUND2_DEFAULTS)
+    diff = [k for k in same if (k in old["config"] or k in ROUND2_DEFAULTS) and old["config"].get(k, ROUND2_DEFAULTS.get(k)) != getattr(args, k)]
     if diff:
         raise SystemExit(f"--keep: {path} was measured with other settings ({', '.join(diff)}); re-run every row instead")
     return {r["row"]: r for r in old["rows"] if r["row"] in ROWS}
@@ -206,6 +228,9 @@ def main() -> None:
     ap.add_argument("--guard", default="near_positive,agree_top", help="comma-separated guard rules of the guarded rows")
     ap.add_argument("--guard-margin", type=float, default=0.05)
     ap.add_argument("--guard-top-r", type=int, default=30)
+    ap.add_argument("--hard-in-denominator", action=argparse.BooleanOptionalAction, default=True,
+                    help="round 2 (and bm25_denominator): the negatives join the Eq. 5 denominators (default; --no-...: the Eq. 9 hinge only)")
+    ap.add_argument("--warm-start", action="store_true", help="round 2 starts from round 1's heads (default: from round 1's start)")
     ap.add_argument("--hide-fraction", type=float, default=0.5)
     ap.add_argument("--max-train-examples", type=int, default=None)
     ap.add_argument("--max-eval-queries", type=int, default=None)

@@ -85,7 +85,11 @@ def test_a_kept_round_teaches_and_the_matched_cost_rows_train_on_the_one_mined_s
     cfg2 = _yaml(r2 / "config.yaml")
     assert cfg2["data"]["negatives"] == "dense" and cfg2["data"]["num_negatives"] == 2
     assert cfg2["data"]["mining"]["tower"] == ch["round1_dir"] and cfg2["data"]["mining"]["guard"] == ["agree_top"]
-    assert {k: v for k, v in cfg2.items() if k not in ("data", "output_dir")} == {k: v for k, v in cfg1.items() if k not in ("data", "output_dir")}
+    # ... with the mined negatives in the Eq. 5 denominators (mining_hard_in_denominator: true), nothing else changed
+    assert cfg2["loss"]["hard_in_denominator"] and not cfg1["loss"]["hard_in_denominator"] and ch["settings"]["loss"] == {"hard_in_denominator": True}
+    assert cfg2["loss"] == {**cfg1["loss"], "hard_in_denominator": True}
+    same = ("data", "output_dir", "loss")
+    assert {k: v for k, v in cfg2.items() if k not in same} == {k: v for k, v in cfg1.items() if k not in same}
     # the mined set: exported in the `data build` triplet format, one line per negative, with the audit beside the run
     trip = [json.loads(x) for x in Path(ch["triplets"]).read_text().splitlines()]
     assert trip and set(trip[0]) >= {"query_id", "pos_id", "neg_id", "source"}
@@ -107,6 +111,7 @@ def test_a_kept_round_teaches_and_the_matched_cost_rows_train_on_the_one_mined_s
     small = [d for d in (out / "stage1").iterdir() if ("_small_dual_" in d.name or "_scaling_doc_" in d.name) and d.name.endswith("_mined")]
     assert len(small) == 2
     caches = {json.loads((d / "run.json").read_text())["metrics"]["mining"]["cache"] for d in [*small, r2]}
+    assert all(_yaml(d / "config.yaml")["loss"]["hard_in_denominator"] for d in small)  # and with the round's loss
     assert caches == {str(Path(ch["triplets"]).parent)} and len(list((out / "mined_negatives").iterdir())) == 1
     comp = {r["method"]: r for r in rows if r.get("family") == "bert"}
     assert "teacher" in comp["scaling_dual"]["chosen"] and comp["scaling_dual_round1"]["note"].startswith("the first round")
@@ -179,7 +184,7 @@ def test_the_budget_plans_the_round_and_a_short_budget_skips_it_with_a_reason():
 def test_bad_mining_settings_name_their_field():
     for bad, field in (({"mining_round": "maybe"}, "mining_round"), ({"mining_window": [100, 10]}, "mining_window"),
                        ({"mining_guard": ["nearby"]}, "mining_guard"), ({"mining_num_negatives": 0}, "mining_num_negatives"),
-                       ({"mining_negatives": "bm25"}, "mining_negatives")):
+                       ({"mining_negatives": "bm25"}, "mining_negatives"), ({"mining_hard_in_denominator": "yes"}, "mining_hard_in_denominator")):
         with pytest.raises(ConfigError, match=field):
             QuickstartConfig(out="x", **bad)
     # YAML (a config file, `--set mining_round=on`) reads a bare on / off as a boolean

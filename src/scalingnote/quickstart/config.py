@@ -153,6 +153,11 @@ class QuickstartConfig:
     mining_window: list[int] = field(default_factory=lambda: [10, 100])
     mining_guard: list[str] = field(default_factory=lambda: ["near_positive", "agree_top"])
     mining_negatives: Literal["dense", "mixed"] = "dense"
+    #: the round's mined negatives also join the in-batch softmax denominators (ScalingNote Eq. 5;
+    #: ``loss.hard_in_denominator``), as DPR, ANCE and RocketQA train on their hard negatives, beside the
+    #: paper's Eq. 9 hinge (margin 0.2, which alone barely moves a model that already ranks its negatives
+    #: below the positive). benchmarks/results/mined_negatives_*.json measure both; false = the hinge only
+    mining_hard_in_denominator: bool = True
     #: the exhaustive quick start: no proxy and no budget, every candidate trained in full on the
     #: whole corpus (the steps a budgeted run finished are reused: same steps, same digests)
     full: bool = False
@@ -236,6 +241,8 @@ class QuickstartConfig:
             raise ConfigError(None, None, "mining_negatives", f"must be dense or mixed, got {self.mining_negatives!r}")
         if isinstance(self.mining_num_negatives, bool) or not isinstance(self.mining_num_negatives, int) or self.mining_num_negatives < 1:
             raise ConfigError(None, None, "mining_num_negatives", f"must be an integer >= 1, got {self.mining_num_negatives!r}")
+        if not isinstance(self.mining_hard_in_denominator, bool):
+            raise ConfigError(None, None, "mining_hard_in_denominator", f"must be true or false, got {self.mining_hard_in_denominator!r}")
         w = self.mining_window
         if len(w) != 2 or not 0 <= int(w[0]) < int(w[1]):
             raise ConfigError(None, None, "mining_window", f"must be [K, T] with 0 <= K < T (dense ranks K+1..T), got {w!r}")

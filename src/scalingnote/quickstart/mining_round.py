@@ -71,16 +71,18 @@ def go_now(cfg: QuickstartConfig, plan: Plan, spent: dict[str, float], ratio: fl
 def mining_data(cfg: QuickstartConfig, data: dict[str, Any], out: Path, teacher_dir: Path) -> dict[str, Any]:
     """``data`` for runs on negatives mined by ``teacher_dir``: the same BEIR set (triplet data: its
     training pairs as ``qrels/train.tsv``, :func:`_pairs_as_qrels`), ``spec`` = the mining settings
-    (:func:`runs.data_spec` adds them), ``tag`` = :data:`TAG` (the runs' names)."""
+    (:func:`runs.data_spec` adds them), ``loss`` = the loss settings of every run on them
+    (``mining_hard_in_denominator``), ``tag`` = :data:`TAG` (the runs' names)."""
     k, t = (int(x) for x in cfg.mining_window)
     spec = {"negatives": cfg.mining_negatives, "num_negatives": cfg.mining_num_negatives,
             "mining": {"tower": str(teacher_dir), "skip_top": k, "max_rank": t, "guard": list(cfg.mining_guard),
                        "cache_dir": str(out / "mined_negatives")}}  # one cache: the round and the matched-cost rows read one mined set
+    loss = {"hard_in_denominator": cfg.mining_hard_in_denominator}  # every run on the mined set trains with the same loss
     if not data.get("triplets"):
-        return {**data, "spec": spec, "tag": TAG}
+        return {**data, "spec": spec, "loss": loss, "tag": TAG}
     d = _pairs_as_qrels(cfg, data, out / "mining_round" / "data")
     m = {"beir": str(d), "corpus": str(d / Path(data["corpus"]).name), "triplets": None, "validation_triplets": data["validation_triplets"]}
-    return {**m, "fingerprint": runs.data_fingerprint(m), "spec": spec, "tag": TAG}
+    return {**m, "fingerprint": runs.data_fingerprint(m), "spec": spec, "loss": loss, "tag": TAG}
 
 
 def _pairs_as_qrels(cfg: QuickstartConfig, data: dict[str, Any], d: Path) -> Path:
@@ -118,7 +120,8 @@ def round_two(cfg: QuickstartConfig, L: dict[str, Any], mdata: dict[str, Any], o
     run_dir = out / "stage1" / src.name.replace("_large_", "_mined_", 1)
     if run_dir.name == src.name:
         run_dir = run_dir.with_name(src.name + TAG)
-    base.update(output_dir=str(run_dir), data={**base["data"], **runs.data_spec(cfg, mdata)}, show_progress=cfg.show_progress)
+    base.update(output_dir=str(run_dir), data={**base["data"], **runs.data_spec(cfg, mdata)}, loss={**base["loss"], **mdata.get("loss", {})},
+                show_progress=cfg.show_progress)
     tc = load_config(TrainConfig, base)
     teacher = Path(mdata["spec"]["mining"]["tower"])
     return runs.stage1_step(tc, f"{run_dir.name} (the mining round: negatives mined by {teacher.name})", mdata,
@@ -147,7 +150,8 @@ def mining_round(cfg: QuickstartConfig, go: tuple[bool, str], large: dict, teach
     r1, r2 = score(pool, r1_dir / "query_tower", r1_dir, ev), score(pool, r2_dir / "query_tower", r2_dir, ev)
     sure = conf_text(conf := val_confidence(r2.val_run, r1.val_run, ev.val_qrels))
     keep = r2.val_ndcg > r1.val_ndcg  # a tie keeps the first round: the second must earn its place
-    what = f"mining round ({teacher}: {cfg.mining_num_negatives} negatives mined by the teacher per example)"
+    what = (f"mining round ({teacher}: {cfg.mining_num_negatives} negatives mined by the teacher per example"
+            f"{', in the Eq. 5 denominators' if cfg.mining_hard_in_denominator else ''})")
     msg = (f"{what}: {r2.val_ndcg:.4f} {'>' if keep else '<='} round 1 {r1.val_ndcg:.4f} on validation"
            f"{f' ({sure})' if sure else ''}: {'kept, it teaches' if keep else 'keeping round 1'}")
     say(msg)
@@ -157,7 +161,8 @@ def mining_round(cfg: QuickstartConfig, go: tuple[bool, str], large: dict, teach
             "mining_seconds": summ.get("mining_seconds"), "train_seconds": m.get("train_seconds"),
             "audit": {k: v for k, v in summ.items() if k not in ("tower", "cache")}, "audit_file": str(r2_dir / "mining_audit.jsonl"),
             "triplets": str(Path(summ["cache"]) / "triplets.jsonl") if summ.get("cache") else None, "data_dir": mdata["beir"],
-            "settings": {**mdata["spec"], "mining": {k: v for k, v in mdata["spec"]["mining"].items() if k != "cache_dir"}}}
+            "settings": {**mdata["spec"], "mining": {k: v for k, v in mdata["spec"]["mining"].items() if k != "cache_dir"},
+                         "loss": mdata["loss"]}}
     say(f"mining round: audit {info['audit_file']} (`scalingnote data audit {r2_dir}`), mined triplets {info['triplets']}")
     if keep:
         large = {**large, teacher: {**L, "dir": r2_dir, "val": r2.val_ndcg, "kept": "mined-negatives round", "guard": msg,

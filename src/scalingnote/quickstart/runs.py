@@ -144,7 +144,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
         "method": method,
         "output_dir": str(out_dir),
         "dim": dim,
-        "loss": {"dims": matryoshka_dims_for(dim)},
+        "loss": {"dims": matryoshka_dims_for(dim), **data.get("loss", {})},  # data["loss"]: the mining round's (issue #50)
         "query_tower": q,
         "doc_tower": d,
         "data": data_spec(cfg, data),
