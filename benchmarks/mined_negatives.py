@@ -188,7 +188,7 @@ def students(args, rows: list[dict[str, Any]], work: Path, data_dir: Path, base:
     """Students of the BM25 teacher and of the round-2 teacher that validates best (the quick start's
     rule: round 2 is kept only when it validates above round 1; when none does, only BM25's)."""
     cfg = load_config(TrainConfig, {**base, "output_dir": str(work / "bm25")})
-    r2 = [r for r in rows if r["row"] not in ("bm25", "bm25_denominator") and r.get("val_ndcg@10") is not None]
+    r2 = [r for r in rows if r["negatives"] != "bm25" and r.get("val_ndcg@10") is not None]  # the mined rows
     bm = next(r for r in rows if r["row"] == "bm25")
     win = max(r2, key=lambda r: r["val_ndcg@10"]) if r2 else None
     out, ref = [], None
@@ -207,7 +207,8 @@ def kept_rows(name: str, args) -> dict[str, dict[str, Any]]:
         return {}
     old = json.loads(path.read_text())
     same = ("num_negatives", "skip_top", "max_rank", "guard", "guard_margin", "guard_top_r", "hide_fraction", "seed", *ROUND2_DEFAULTS)
-    diff = [k for k in same if (k in old["config"] or k in ROUND2_DEFAULTS) and old["config"].get(k, ROUND2_DEFAULTS.get(k)) != getattr(args, k)]
+    measured = {**ROUND2_DEFAULTS, **old["config"]}
+    diff = [k for k in same if k in measured and measured[k] != getattr(args, k)]
     if diff:
         raise SystemExit(f"--keep: {path} was measured with other settings ({', '.join(diff)}); re-run every row instead")
     return {r["row"]: r for r in old["rows"] if r["row"] in ROWS}

@@ -77,12 +77,13 @@ def mining_data(cfg: QuickstartConfig, data: dict[str, Any], out: Path, teacher_
     spec = {"negatives": cfg.mining_negatives, "num_negatives": cfg.mining_num_negatives,
             "mining": {"tower": str(teacher_dir), "skip_top": k, "max_rank": t, "guard": list(cfg.mining_guard),
                        "cache_dir": str(out / "mined_negatives")}}  # one cache: the round and the matched-cost rows read one mined set
-    loss = {"hard_in_denominator": cfg.mining_hard_in_denominator}  # every run on the mined set trains with the same loss
+    # every run on the mined set trains with the same loss
+    extra = {"spec": spec, "loss": {"hard_in_denominator": cfg.mining_hard_in_denominator}, "tag": TAG}
     if not data.get("triplets"):
-        return {**data, "spec": spec, "loss": loss, "tag": TAG}
+        return {**data, **extra}
     d = _pairs_as_qrels(cfg, data, out / "mining_round" / "data")
     m = {"beir": str(d), "corpus": str(d / Path(data["corpus"]).name), "triplets": None, "validation_triplets": data["validation_triplets"]}
-    return {**m, "fingerprint": runs.data_fingerprint(m), "spec": spec, "loss": loss, "tag": TAG}
+    return {**m, "fingerprint": runs.data_fingerprint(m), **extra}
 
 
 def _pairs_as_qrels(cfg: QuickstartConfig, data: dict[str, Any], d: Path) -> Path:
