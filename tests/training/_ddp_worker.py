@@ -41,7 +41,10 @@ def make_batch(n: int = 8, h: int = 12):
 LOSS_KW = dict(dims=(4, 8, 16), tau=0.1, margin=0.2, alpha=0.5)
 
 
-def step(model, xq, xd, xn, hard_in_denominator: bool):
+MASK = torch.tensor([True, False, True, True, True, True, False, True])  # padding rows: 3 real per rank of 4
+
+
+def step(model, xq, xd, xn, hard_in_denominator: bool, mask=None):
     q, pos, neg = model(xq, xd, xn)
     loss, _ = scalingnote_loss(
         q,
@@ -52,20 +55,22 @@ def step(model, xq, xd, xn, hard_in_denominator: bool):
         neg_all={k: gather_with_grad(v) for k, v in neg.items()},
         offset=rank() * q.shape[0],
         hard_in_denominator=hard_in_denominator,
+        neg_mask=mask,
+        neg_mask_all=None if mask is None else gather_with_grad(mask.to(torch.uint8)).bool(),
         **LOSS_KW,
     )
     return loss
 
 
 def main() -> None:
-    out, hard = sys.argv[1], sys.argv[2] == "1"
+    out, hard, masked = sys.argv[1], sys.argv[2] == "1", len(sys.argv) > 3 and sys.argv[3] == "1"
     dist.init_process_group("gloo")
     torch.manual_seed(0)
     model = DDP(TinyDual().double())
     xq, xd, xn = make_batch()
     b = xq.shape[0] // world_size()
     sl = slice(rank() * b, (rank() + 1) * b)
-    loss = step(model, xq[sl], xd[sl], xn[sl], hard)
+    loss = step(model, xq[sl], xd[sl], xn[sl], hard, MASK[sl] if masked else None)
     loss.backward()
     mean_loss = loss.detach().clone()
     dist.all_reduce(mean_loss)

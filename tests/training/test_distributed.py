@@ -9,20 +9,22 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _ddp_worker import TinyDual, make_batch, step  # noqa: E402
+from _ddp_worker import MASK, TinyDual, make_batch, step  # noqa: E402
 
 from tests.helpers.torchrun import torchrun  # noqa: E402
 
 
-@pytest.mark.parametrize("hard_in_denominator", [False, True])
-def test_two_process_equals_one_process(tmp_path, hard_in_denominator):
+@pytest.mark.parametrize("hard_in_denominator,masked", [(False, False), (True, False), (True, True)])
+def test_two_process_equals_one_process(tmp_path, hard_in_denominator, masked):
+    """``masked``: padding rows among the hard negatives (an example without one), the same
+    number of real rows on each rank, so the ranks' means average to the one-process mean."""
     out = tmp_path / "ddp.pt"
-    torchrun(Path(__file__).parent / "_ddp_worker.py", str(out), "1" if hard_in_denominator else "0", timeout=300)
+    torchrun(Path(__file__).parent / "_ddp_worker.py", str(out), "1" if hard_in_denominator else "0", "1" if masked else "0", timeout=300)
     ddp = torch.load(out)
 
     torch.manual_seed(0)
     model = TinyDual().double()
-    loss = step(model, *make_batch(), hard_in_denominator)
+    loss = step(model, *make_batch(), hard_in_denominator, MASK if masked else None)
     loss.backward()
     assert abs(ddp["loss"] - float(loss.detach())) < 1e-6
     for name, p in model.named_parameters():

@@ -145,3 +145,69 @@ def test_gradient_cache_equals_full_batch_with_three_negatives(tiny, tmp_path):
     assert g1.keys() == g2.keys()
     for k in g1:
         torch.testing.assert_close(g1[k], g2[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "max"])
+def test_padded_negatives_are_left_out_of_both_terms(reduce):
+    """A batch padded to n = 2 (query 0 has two negatives, query 1 one, query 2 none): the hinge
+    runs over the three real triplets only and the denominators take the three real rows; the
+    padding's content does not matter."""
+    g = torch.Generator().manual_seed(7)
+    b, n, dims = 3, 2, [8, 16]
+    q = torch.randn(b, 16, generator=g, dtype=torch.float64)
+    pos, neg = _views(g, b, 16), _views(g, b, 16, rows=b * n)
+    mask = torch.tensor([True, True, True, False, False, False])
+    spec = LossSpec(dims=dims, hard_reduce=reduce, margin=0.9, hard_in_denominator=True)
+    _, comps = get_loss("scalingnote")(LossBatch(q, pos, neg, neg_mask=mask), spec)
+    junk = {v: t.clone() for v, t in neg.items()}
+    for t in junk.values():
+        t[~mask] = 1e3 * torch.randn(int((~mask).sum()), 16, generator=g, dtype=torch.float64)
+    _, comps_junk = get_loss("scalingnote")(LossBatch(q, pos, junk, neg_mask=mask), spec)
+    assert comps == pytest.approx(comps_junk, abs=1e-12)
+    want_hard = 0.0
+    for v in pos:  # by hand: query 0 over its 2 negatives, query 1 over its 1, query 2 left out (max) / not counted (mean)
+        for m in dims:
+            qn, pn, nn_ = (F.normalize(x[:, :m], dim=-1) for x in (q, pos[v], neg[v]))
+            h = [[max(0.0, 0.9 - float(qn[i] @ pn[i]) + float(qn[i] @ nn_[r])) for r in rows] for i, rows in ((0, (0, 1)), (1, (2,)))]
+            want_hard += sum(map(sum, h)) / 3 if reduce == "mean" else (max(h[0]) + max(h[1])) / 2
+    assert comps["loss_hard"] == pytest.approx(want_hard, abs=1e-9)
+    con = sum(float(matryoshka_contrastive(q, pos[v], neg_all=neg[v][mask], dims=dims, tau=spec.tau)) for v in pos)
+    assert comps["loss_con"] == pytest.approx(con, abs=1e-9)
+    _, inf = get_loss("infonce")(LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"]}, neg_mask=mask), LossSpec(name="infonce", dims=[16]))
+    _, inf_real = get_loss("infonce")(LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"][:3]}), LossSpec(name="infonce", dims=[16]))
+    assert inf["loss"] == pytest.approx(inf_real["loss"], abs=1e-12)  # 3 real rows as candidates either way
+    with pytest.raises(ValueError, match="neg_mask"):
+        LossBatch(q, pos, neg, neg_mask=mask[:4])
+
+
+def test_an_example_without_a_negative_no_longer_drops_the_batchs(tiny, tmp_path):
+    """One example of the batch without a hard negative: the others keep theirs (padded + masked;
+    before, n = min over the batch = 0 and the whole batch trained without), and gradient caching
+    still equals the full batch."""
+    import dataclasses
+
+    from scalingnote.training.trainer import negative_mask
+
+    base = {"method": "scaling_dual", "query_tower": {"model": tiny["llm"], "max_length": 16}, "doc_tower": {"model": tiny["llm"], "max_length": 64},
+            "dim": 32, "loss": {"dims": [16, 32], "hard_in_denominator": True},
+            "data": {"data_dir": tiny["data"], "neg_skip_top": 1, "neg_max_rank": 8, "validation_fraction": 0.0, "num_negatives": 2},
+            "seed": 3, "show_progress": False}
+    cfg_full = load_config(TrainConfig, {**base, "output_dir": str(tmp_path / "a"), "optim": {"batch_size": 6}})
+    cfg_gc = load_config(TrainConfig, {**base, "output_dir": str(tmp_path / "b"), "optim": {"batch_size": 6, "micro_batch_size": 4}})
+    data = load_training_data(cfg_full.data, cfg_full.seed, show_progress=False)
+    out = []
+    for cfg in (cfg_full, cfg_gc):
+        torch.manual_seed(0)
+        q, d = build_towers(cfg)
+        tr = Trainer(cfg, q, d, data.train)
+        batch = tr._batch_for_step(0)
+        batch[1] = dataclasses.replace(batch[1], neg=None, extra_negs=())  # no negative
+        batch[4] = dataclasses.replace(batch[4], extra_negs=())  # one of two
+        assert negative_mask(batch, 2).tolist() == [True] * 2 + [False] * 2 + [True] * 4 + [True, False] + [True] * 2
+        comps = tr.compute_gradients(batch)
+        out.append((comps, {n: p.grad.clone() for t in (q, d) for n, p in t.named_parameters() if p.grad is not None}))
+    (c1, g1), (c2, g2) = out
+    assert c1["loss_hard"] > 0 and abs(c1["loss"] - c2["loss"]) < 1e-5
+    for k in g1:
+        torch.testing.assert_close(g1[k], g2[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert negative_mask(batch[:1], 2) is None

@@ -54,6 +54,17 @@ def embed_documents(tower: nn.Module, docs: Sequence, device: torch.device) -> d
     return tower({k: v.to(device) for k, v in batch.items()})
 
 
+def negative_mask(exs: Sequence[Example], n_neg: int) -> Tensor | None:
+    """[B*n_neg] bools, query-major: True where example i has a j-th hard negative (j < n_neg);
+    None when every example has ``n_neg``. An example with fewer negatives than the batch's
+    largest is padded instead of cutting every example to the smallest count (which dropped all
+    of a batch's hard negatives when one example had none)."""
+    have = [min(len(e.negs), n_neg) for e in exs]
+    if all(h == n_neg for h in have):
+        return None
+    return torch.tensor([j < h for h in have for j in range(n_neg)], dtype=torch.bool)
+
+
 def _at_least_fp32(t: Tensor) -> Tensor:
     """fp32 for the loss (bf16/fp16 embeddings are upcast); float64 stays float64 (exactness tests)."""
     return t if t.dtype == torch.float64 else t.float()
@@ -107,12 +118,13 @@ class Trainer(TrainLoop):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _forward(self, exs: Sequence[Example]) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
+    def _forward(self, exs: Sequence[Example], n_neg: int) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
+        """The batch's embeddings: queries, positives and ``n_neg`` hard-negative rows per query
+        (query-major; an example with fewer has zero rows in the missing slots: :func:`negative_mask`)."""
         with self._autocast():
             texts = [e.query for e in exs]
             q = self.q_prefix.queries(texts) if self.q_prefix is not None else embed_queries(self.q_tower, texts, self.device)
-            n_neg = min(len(e.negs) for e in exs)  # negatives per query (0: the batch has an example without one)
-            docs = [e.pos for e in exs] + [d for e in exs for d in e.negs[:n_neg]]  # query-major: [B*n]
+            docs = [e.pos for e in exs] + [d for e in exs for d in e.negs[:n_neg]]  # only the real negatives are encoded
             views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
         keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views
         if keep:
@@ -121,12 +133,22 @@ class Trainer(TrainLoop):
         f32 = _at_least_fp32
         q = f32(q)
         pos = {k: f32(v[:n]) for k, v in views.items()}
-        neg = {k: f32(v[n:]) for k, v in views.items()} if n_neg else None
+        if not n_neg:
+            return q, pos, None
+        mask = negative_mask(exs, n_neg)
+        if mask is None:
+            return q, pos, {k: f32(v[n:]) for k, v in views.items()}
+        rows = mask.nonzero().squeeze(1).to(q.device)  # the real negatives' slots in the padded [B*n] layout
+        neg = {k: f32(v[n:]).new_zeros(n * n_neg, v.shape[-1]).index_copy(0, rows, f32(v[n:])) for k, v in views.items()}
         return q, pos, neg
 
-    def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None) -> tuple[Tensor, dict[str, float]]:
+    def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None,
+              mask: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
         """The configured Stage I loss (``loss.name``; the paper's Eq. 12 by default) over this
-        process's batch and the batch gathered from every process (cross-process negatives)."""
+        process's batch and the batch gathered from every process (cross-process negatives);
+        ``mask`` marks the real rows of a padded ``neg`` (:func:`negative_mask`)."""
+        if mask is not None:
+            mask = mask.to(q.device)
         batch = LossBatch(
             q,
             pos,
@@ -135,6 +157,8 @@ class Trainer(TrainLoop):
             pos_all={k: D.gather_with_grad(v) for k, v in pos.items()},
             neg_all={k: D.gather_with_grad(v) for k, v in neg.items()} if neg is not None else None,
             offset=D.rank() * q.shape[0],
+            neg_mask=mask,
+            neg_mask_all=D.gather_with_grad(mask.to(torch.uint8)).bool() if mask is not None and D.is_distributed() else mask,
         )
         return self.loss_fn(batch, self.cfg.loss)
 
@@ -142,9 +166,11 @@ class Trainer(TrainLoop):
         """Forward + backward for one (local) batch, with gradient caching when
         ``micro_batch_size`` is smaller than the local batch. Leaves gradients in ``.grad``."""
         micro = self.cfg.optim.micro_batch_size or len(exs)
+        n_neg = max((len(e.negs) for e in exs), default=0)  # the batch's largest; shorter examples are padded and masked
+        mask = negative_mask(exs, n_neg) if n_neg else None
         if micro >= len(exs):
-            q, pos, neg = self._forward(exs)
-            loss, comps = self._loss(q, pos, neg)
+            q, pos, neg = self._forward(exs, n_neg)
+            loss, comps = self._loss(q, pos, neg, mask)
             loss.backward()
             return comps
         chunks = [exs[i : i + micro] for i in range(0, len(exs), micro)]
@@ -152,7 +178,7 @@ class Trainer(TrainLoop):
         with torch.no_grad():
             for c in chunks:
                 states.append(rng_state())
-                q, pos, neg = self._forward(c)
+                q, pos, neg = self._forward(c, n_neg)
                 qs.append(q)
                 poss.append(pos)
                 negs.append(neg)
@@ -160,15 +186,14 @@ class Trainer(TrainLoop):
         q = torch.cat(qs).requires_grad_()
         pos = {k: torch.cat([p[k] for p in poss]).requires_grad_() for k in poss[0]}
         neg = None
-        n_neg = len(negs[0][next(iter(negs[0]))]) // len(chunks[0]) if negs[0] is not None else 0
-        if all(n is not None and len(n[next(iter(n))]) == n_neg * len(c) for n, c in zip(negs, chunks)):
+        if n_neg:  # every chunk has n_neg rows per query (padded where an example has fewer)
             neg = {k: torch.cat([n[k] for n in negs]).requires_grad_() for k in negs[0]}  # type: ignore[index]
-        loss, comps = self._loss(q, pos, neg)
+        loss, comps = self._loss(q, pos, neg, mask)
         loss.backward()
         start = 0
         for c, st in zip(chunks, states):
             set_rng_state(st)
-            qc, posc, negc = self._forward(c)
+            qc, posc, negc = self._forward(c, n_neg)
             sl = slice(start, start + len(c))
             surrogate = (qc * q.grad[sl]).sum()
             for k in posc:
@@ -241,4 +266,4 @@ class Trainer(TrainLoop):
             self._on_step = self._validate_fn = None
 
 
-__all__ = ["StopTraining", "Trainer", "embed_documents", "embed_queries", "linear_warmup_decay", "param_groups"]
+__all__ = ["StopTraining", "Trainer", "embed_documents", "embed_queries", "linear_warmup_decay", "negative_mask", "param_groups"]

@@ -30,8 +30,9 @@ def infonce_loss(batch: LossBatch, *, tau: float = 0.05, view: str = "emb", hard
         raise ValueError(f"loss.options.view={view!r}: the document tower gives the views {sorted(batch.pos)}")
     q = F.normalize(batch.q, dim=-1)
     cands = F.normalize(batch.pos_all[view], dim=-1)  # type: ignore[index]
-    if hard_negatives and batch.neg_all is not None:
-        cands = torch.cat([cands, F.normalize(batch.neg_all[view], dim=-1)])
+    negs = batch.real_negatives(view) if hard_negatives else None  # padding rows left out
+    if negs is not None:
+        cands = torch.cat([cands, F.normalize(negs, dim=-1)])
     targets = torch.arange(q.shape[0], device=q.device) + batch.offset
     loss = info_nce_q2d(q, cands, targets, tau)
     return loss, {"loss": float(loss.detach())}

@@ -98,7 +98,8 @@ def matryoshka_contrastive(
     return 0.5 * total
 
 
-def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, reduce: str = "mean") -> Tensor:
+def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, reduce: str = "mean",
+                mask: Tensor | None = None) -> Tensor:
     """Eq. 9: mean over queries of max(0, margin − sim(q, d+) + sim(q, d−)) (inputs normalised).
 
     ``d_neg`` is [B, m] (one hard negative per query: the paper's Eq. 9 exactly) or [B*n, m], n
@@ -106,19 +107,26 @@ def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, re
     triplet <q, d+, d−> per example, §3.2 and §4.1.1): ``reduce="mean"`` averages the hinge over
     every (q_i, d_i+, d_ij−) triplet, i.e. Eq. 9 over the B·n triplets the paper would have formed
     from each negative with its query and positive; ``reduce="max"`` keeps each query's largest
-    hinge (its hardest negative, VSE++ style, Faghri et al. 2018)."""
+    hinge (its hardest negative, VSE++ style, Faghri et al. 2018). ``mask`` [B*n] bool (padding
+    rows False, :class:`LossBatch`): the mean runs over the real triplets only, and ``max`` over
+    the queries with at least one real negative (0 when no row is real)."""
     b = q.shape[0]
-    if d_neg.shape[0] == b:  # one negative per query: the paper's Eq. 9 (bit-identical to before)
+    if d_neg.shape[0] == b and mask is None:  # one negative per query: the paper's Eq. 9 (bit-identical to before)
         return F.relu(margin - (q * d_pos).sum(-1) + (q * d_neg).sum(-1)).mean()
     if d_neg.shape[0] % b:
         raise ValueError(f"hard negatives: {d_neg.shape[0]} rows is not a multiple of the {b} queries")
+    if reduce not in ("mean", "max"):
+        raise ValueError(f"loss.hard_reduce must be 'mean' or 'max', got {reduce!r}")
     s_neg = torch.einsum("bm,bnm->bn", q, d_neg.reshape(b, -1, d_neg.shape[-1]))  # [B, n]
     hinge = F.relu(margin - (q * d_pos).sum(-1, keepdim=True) + s_neg)
+    if mask is None:
+        return hinge.max(dim=1).values.mean() if reduce == "max" else hinge.mean()
+    m = mask.reshape(b, -1).to(hinge.dtype)
+    hinge = hinge * m  # the padding rows' hinge is 0 (hinge >= 0, so the max is unaffected)
     if reduce == "max":
-        return hinge.max(dim=1).values.mean()
-    if reduce != "mean":
-        raise ValueError(f"loss.hard_reduce must be 'mean' or 'max', got {reduce!r}")
-    return hinge.mean()
+        has = m.amax(dim=1)
+        return (hinge.max(dim=1).values * has).sum() / has.sum().clamp(min=1.0)
+    return hinge.sum() / m.sum().clamp(min=1.0)
 
 
 def matryoshka_margin(
@@ -130,13 +138,14 @@ def matryoshka_margin(
     weights: Sequence[float] | None = None,
     margin: float = 0.2,
     reduce: str = "mean",
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Eq. 10 for one view: Σ_m w_hard^m · L_hard^m (Eq. 9 on each prefix; ``d_neg`` [B*n, h],
-    ``reduce`` over a query's n negatives as in :func:`margin_loss`)."""
+    ``reduce`` over a query's n negatives and ``mask`` of the padding rows as in :func:`margin_loss`)."""
     weights = [1.0] * len(dims) if weights is None else list(weights)
     total = q.new_zeros(())
     for m, w in zip(dims, weights):
-        total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin, reduce)
+        total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin, reduce, mask)
     return total
 
 
@@ -157,6 +166,8 @@ def scalingnote_loss(
     alpha: float = 0.5,
     hard_in_denominator: bool = False,
     hard_reduce: str = "mean",
+    neg_mask: Tensor | None = None,
+    neg_mask_all: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Eq. 12: L = L_con + α·L_hard, with L_con = Σ_views L^view (Eq. 8) and
     L_hard = Σ_views L_hard^view (Eq. 11).
@@ -171,16 +182,21 @@ def scalingnote_loss(
         q_all / pos_all / neg_all: the same, gathered from every process (None = local).
         offset: position of the local batch inside the gathered batch.
         hard_reduce: how Eq. 9 takes a query's n > 1 negatives: "mean" or "max" (:func:`margin_loss`).
+        neg_mask / neg_mask_all: [B*n] / gathered bools, False on padding rows of ``neg`` /
+            ``neg_all`` (:class:`LossBatch`); padding joins neither the denominators nor the hinge.
     Returns:
         (loss, components) where components holds floats ``loss_con``, ``loss_hard`` and
         ``loss_con/<view>`` for logging.
     """
     pos_all = pos if pos_all is None else pos_all
     neg_all = neg if neg_all is None else neg_all
+    neg_mask_all = neg_mask if neg_mask_all is None else neg_mask_all
     comps: dict[str, float] = {}
     l_con = q.new_zeros(())
     for view, d in pos.items():
         extra = neg_all[view] if (hard_in_denominator and neg_all is not None) else None
+        if extra is not None and neg_mask_all is not None:
+            extra = extra[neg_mask_all]  # padding rows are not candidates
         lv = matryoshka_contrastive(
             q, d, q_all=q_all, d_all=pos_all[view], neg_all=extra, offset=offset, dims=dims, weights=weights, tau=tau
         )
@@ -189,7 +205,8 @@ def scalingnote_loss(
     l_hard = q.new_zeros(())
     if neg is not None and alpha:
         for view, d in pos.items():
-            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin, reduce=hard_reduce)
+            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin, reduce=hard_reduce,
+                                                mask=neg_mask)
     comps["loss_con"] = float(l_con.detach())
     comps["loss_hard"] = float(l_hard.detach())
     loss = l_con + alpha * l_hard
@@ -206,7 +223,8 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     single-vector tower one ``emb`` view), the same gathered across processes and the local
     batch's ``offset`` in them. ``spec`` (:class:`~scalingnote.training.losses.spec.LossSpec`):
     the Matryoshka ``dims`` and ``weights`` / ``hard_weights``, ``tau``, ``margin``, ``alpha`` and
-    ``hard_in_denominator`` and ``hard_reduce``.
+    ``hard_in_denominator`` and ``hard_reduce``. Padding rows of ``neg`` (``batch.neg_mask``
+    False: an example with fewer negatives than the batch's largest) are left out of both terms.
 
     Equation: ScalingNote Eq. 5–12 (§3.2). For each view t and prefix length m ∈ M,
     L_q2d^{t,m} (Eq. 5) and L_d2q^{t,m} (Eq. 6) are in-batch InfoNCE terms over cosine
@@ -239,7 +257,7 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     return scalingnote_loss(batch.q, batch.pos, batch.neg, q_all=batch.q_all, pos_all=batch.pos_all, neg_all=batch.neg_all,
                             offset=batch.offset, dims=spec.dims, weights=spec.weights, hard_weights=spec.hard_weights,
                             tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator,
-                            hard_reduce=spec.hard_reduce)
+                            hard_reduce=spec.hard_reduce, neg_mask=batch.neg_mask, neg_mask_all=batch.neg_mask_all)
 
 
 register_loss("scalingnote", scalingnote_stage1_loss)
