@@ -177,3 +177,33 @@ def test_the_service_ingests_into_a_milvus_collection(lite, tiny_bert_dir):
         text = c.get("/metrics").text  # the live gauges: the collection's visible documents, the log since the checkpoint
         assert "scalingnote_live_documents 48\n" in text and "scalingnote_live_log_records 2\n" in text
     assert (live_state_dir(idx, "docs") / "wal").is_dir()
+
+
+def test_search_on_the_cli_replays_the_milvus_live_index(lite, tiny_bert_dir):
+    """``scalingnote search --backend milvus`` sees what the live index wrote, as ``serve`` does:
+    a batch added after the export is found by its words (BM25 and hybrid) with its title, a
+    deleted exported document is gone from BM25, and the read-only replay cuts nothing."""
+    from typer.testing import CliRunner
+
+    from scalingnote.cli import app as cli
+
+    db, idx = lite
+    w = _open(db, idx, tiny_bert_dir)
+    d0_title = w.base_titles[w.base_ids.index("d0")]
+    w.upsert([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])
+    w.delete(["d0"])
+    w.close()  # logged, no checkpoint: only the write-ahead log knows
+    wal_before = sorted((p.name, p.stat().st_size) for p in (live_state_dir(idx, "docs") / "wal").iterdir())
+
+    def hits(query, mode):
+        r = CliRunner().invoke(cli, ["search", "--backend", "milvus", "--uri", db, "--collection", "docs", "--index", str(idx),
+                                     "--query-tower", str(tiny_bert_dir), "--query", query, "--k", "60", "--mode", mode])
+        assert r.exit_code == 0, r.output
+        return [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
+
+    top = hits("zzmarkone", "bm25")
+    assert [h["doc_id"] for h in top] == ["m1"] and top[0]["title"] == "ocelot"
+    assert "m1" in [h["doc_id"] for h in hits("ocelot spots zzmarkone", "hybrid")]
+    assert "d0" not in [h["doc_id"] for h in hits(d0_title, "bm25")]
+    assert "d0" not in [h["doc_id"] for h in hits(d0_title, "dense")]
+    assert sorted((p.name, p.stat().st_size) for p in (live_state_dir(idx, "docs") / "wal").iterdir()) == wal_before

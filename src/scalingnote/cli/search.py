@@ -16,6 +16,7 @@ from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, 
 from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 from scalingnote.index.searcher import SearchResult, search_options
 from scalingnote.live.generation import current_generation, logged_after_generation
+from scalingnote.live.milvus import MilvusLive, has_live_state
 
 
 def register(app: typer.Typer) -> None:
@@ -63,6 +64,8 @@ def register(app: typer.Typer) -> None:
             dense = resolve_opener(entry.live, "back end faiss live")(index, tower, writer=False, corpus=corpus)
         else:
             dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
+            if entry.name == "milvus":  # its live index (checkpoint + log beside the index directory), read-only, as `serve` sees it
+                dense, live = _milvus_live_reader(dense, index, corpus)
         try:
             dense_kw = search_options(dense, entry.name, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
             local = getattr(dense, "local_dir", None)
@@ -93,6 +96,21 @@ def register(app: typer.Typer) -> None:
         finally:
             if hasattr(dense, "close"):
                 dense.close()
+
+
+def _milvus_live_reader(base: Any, index: Path | None, corpus: Path | None) -> tuple[Any, bool]:
+    """``base`` (a Milvus collection) as its live index when it has one: the checkpoint and the
+    batches logged after it replayed read-only (nothing written to Milvus, the log not cut), so
+    a search sees live-added documents' text in BM25 and their titles, and no deleted document
+    from the base BM25; else ``base`` itself."""
+    local = index or (base.manifest.get("source") or {}).get("path")
+    if not local or not (Path(local) / "manifest.json").exists() or not has_live_state(local, base.collection):
+        return base, False
+    try:
+        return MilvusLive(base, Path(local), writer=False, corpus=corpus), True
+    except BaseException:
+        base.close()
+        raise
 
 
 def _check_request(mode: str, query_tower: str | None, query: str | None, queries: Path | None, out: Path | None) -> None:
