@@ -207,3 +207,35 @@ def test_search_on_the_cli_replays_the_milvus_live_index(lite, tiny_bert_dir):
     assert "d0" not in [h["doc_id"] for h in hits(d0_title, "bm25")]
     assert "d0" not in [h["doc_id"] for h in hits(d0_title, "dense")]
     assert sorted((p.name, p.stat().st_size) for p in (live_state_dir(idx, "docs") / "wal").iterdir()) == wal_before
+
+
+def test_search_on_a_milvus_collection_takes_the_served_default_of_its_directory(lite, tiny_bert_dir):
+    """Without ``--index`` and without a live index, ``search --backend milvus`` finds the index
+    directory the collection was exported from and serves its ``fusion.json`` default (hybrid,
+    weighted), as ``serve --backend milvus`` does; a flag still overrides it."""
+    from typer.testing import CliRunner
+
+    from scalingnote.cli import app as cli
+    from scalingnote.index.hybrid import served_fusion
+    from scalingnote.index.pipeline import load_tower_for
+
+    db, idx = lite
+    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.7, "norm": "zscore", "default_mode": "hybrid"}))
+
+    def run(*extra):
+        r = CliRunner().invoke(cli, ["search", "--backend", "milvus", "--uri", db, "--collection", "docs",
+                                     "--query-tower", str(tiny_bert_dir), "--query", "topic words", "--k", "5", *extra])
+        assert r.exit_code == 0, r.output
+        return [(h["doc_id"], h["score"]) for h in map(json.loads, (x for x in r.output.splitlines() if x.startswith("{")))]
+
+    got = run()
+    fusion, mode = served_fusion(idx)
+    assert mode == "hybrid" and fusion.method == "weighted"
+    r = MilvusLive.open(db, load_tower_for(str(tiny_bert_dir), "query"), collection="docs", live_dir=idx, writer=False)
+    try:  # what `serve --backend milvus` answers a request without a mode
+        want = r.searcher(fusion).search(["topic words"], 5, mode="hybrid")
+    finally:
+        r.close()
+    assert [d for d, _ in got] == want.doc_ids[0]
+    assert run("--mode", "dense") != got  # a flag overrides the file
+    assert not live_state_dir(idx, "docs").exists()  # a reader writes nothing into the directory

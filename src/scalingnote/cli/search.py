@@ -16,7 +16,7 @@ from scalingnote.index.hybrid import MODES, hybrid_queries_to_run, open_hybrid, 
 from scalingnote.index.pipeline import load_tower_for, read_search_queries, search_queries_to_run
 from scalingnote.index.searcher import SearchResult, search_options
 from scalingnote.live.generation import current_generation, logged_after_generation
-from scalingnote.live.milvus import MilvusLive, has_live_state
+from scalingnote.live.milvus import MilvusLive
 
 
 def register(app: typer.Typer) -> None:
@@ -48,13 +48,14 @@ def register(app: typer.Typer) -> None:
         """Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a
         TREC run, or print one query's hits."""
         # one default with `scalingnote serve`: the index's fusion.json, each flag given overriding it
-        fusion_cfg, served_mode = served_fusion(index, method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
-        mode = mode or served_mode
+        fusion_flags = dict(method=fusion, rrf_k=rrf_k, weight=weight, norm=norm, depth=depth)
+        fusion_cfg, served_mode = served_fusion(index, **fusion_flags)
+        mode_flag, mode = mode, mode or served_mode
         _check_request(mode, query_tower, query, queries, out)
         entry = get_backend(backend, "--backend")
         # the live index as `serve` sees it: batches logged after the current generation are replayed
         # (read-only: the log is neither cut nor compacted); else the current generation itself
-        live = False
+        live, local_dir = False, None
         if entry.name == "faiss" and index is not None:
             live = entry.live is not None and logged_after_generation(index)
             index = index if live else current_generation(index)
@@ -65,10 +66,14 @@ def register(app: typer.Typer) -> None:
         else:
             dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
             if entry.name == "milvus":  # its live index (checkpoint + log beside the index directory), read-only, as `serve` sees it
-                dense, live = _milvus_live_reader(dense, index, corpus)
+                local_dir = _milvus_local_dir(dense, index)
+                if index is None and local_dir is not None:  # the served default of the directory it was exported from
+                    fusion_cfg, served_mode = served_fusion(local_dir, **fusion_flags)
+                    mode = mode_flag or served_mode
+                dense, live = _milvus_live_reader(dense, local_dir, corpus)
         try:
             dense_kw = search_options(dense, entry.name, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
-            local = getattr(dense, "local_dir", None)
+            local = getattr(dense, "local_dir", None) or local_dir  # (milvus: the directory the collection was exported from)
             if mode == "dense" and (query is None or local is None) and not live:  # the back end alone
                 if query is not None:
                     _print_hits(_search_one(dense, query, k, dense_kw))
@@ -98,16 +103,23 @@ def register(app: typer.Typer) -> None:
                 dense.close()
 
 
-def _milvus_live_reader(base: Any, index: Path | None, corpus: Path | None) -> tuple[Any, bool]:
-    """``base`` (a Milvus collection) as its live index when it has one: the checkpoint and the
-    batches logged after it replayed read-only (nothing written to Milvus, the log not cut), so
-    a search sees live-added documents' text in BM25 and their titles, and no deleted document
-    from the base BM25; else ``base`` itself."""
+def _milvus_local_dir(base: Any, index: Path | None) -> Path | None:
+    """The index directory beside a Milvus collection: ``--index``, else the one the collection
+    records it was exported from (when it is still there); None without one."""
     local = index or (base.manifest.get("source") or {}).get("path")
-    if not local or not (Path(local) / "manifest.json").exists() or not has_live_state(local, base.collection):
+    return Path(local) if local and (Path(local) / "manifest.json").exists() else None
+
+
+def _milvus_live_reader(base: Any, local: Path | None, corpus: Path | None) -> tuple[Any, bool]:
+    """``base`` (a Milvus collection) in the live form ``serve --backend milvus`` serves, opened
+    read-only over the index directory ``local`` it was exported from: its BM25 side and titles,
+    and the live index's checkpoint and logged batches replayed (nothing written to Milvus or the
+    directory, the log not cut), so a search sees live-added documents and no deleted one; without
+    ``local``, ``base`` itself (dense only)."""
+    if local is None:
         return base, False
     try:
-        return MilvusLive(base, Path(local), writer=False, corpus=corpus), True
+        return MilvusLive(base, local, writer=False, corpus=corpus), True
     except BaseException:
         base.close()
         raise

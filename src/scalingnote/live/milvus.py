@@ -78,17 +78,6 @@ def live_state_dir(local: str | Path, collection: str) -> Path:
     return live_root(local) / f"milvus-{collection}"
 
 
-def has_live_state(local: str | Path, collection: str) -> bool:
-    """Whether the live index of ``collection`` beside the index directory ``local`` has a
-    checkpoint or a logged batch: what a read-only search (``scalingnote search --backend
-    milvus``) replays to see what the service sees. Reads only."""
-    d = live_state_dir(local, collection)
-    if (d / STATE_FILE).exists():
-        return True
-    wal = d / "wal"
-    return wal.is_dir() and next(WriteAheadLog(wal, create=False).replay(truncate=False), None) is not None
-
-
 def _doc(rec: dict[str, Any]) -> Document:
     return Document(rec["_id"], rec.get("title", ""), rec.get("topic", ""), rec.get("text", ""))
 
@@ -119,8 +108,8 @@ class MilvusLive(MilvusSearcher):
         self._load_base()
         sem = self.manifest.get("semantic_ids")
         self.rkm = ResidualKMeans.load(self.local / sem.get("codebooks", "semantic_ids.npz")) if sem else None
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        if writer:
+        if writer:  # a reader (`scalingnote search`) writes nothing, not even the directory
+            self.state_dir.mkdir(parents=True, exist_ok=True)
             self._acquire_writer_lock()
         self.wal: WriteAheadLog | None = WriteAheadLog(self.state_dir / "wal") if writer else None
         self._load_state()
