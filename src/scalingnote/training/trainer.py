@@ -147,6 +147,8 @@ class Trainer(TrainLoop):
         """The configured Stage I loss (``loss.name``; the paper's Eq. 12 by default) over this
         process's batch and the batch gathered from every process (cross-process negatives);
         ``mask`` marks the real rows of a padded ``neg`` (:func:`negative_mask`)."""
+        if neg is not None and mask is None and D.is_distributed():  # every rank gathers a mask when any may pad
+            mask = torch.ones(next(iter(neg.values())).shape[0], dtype=torch.bool)
         if mask is not None:
             mask = mask.to(q.device)
         batch = LossBatch(
