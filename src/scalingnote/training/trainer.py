@@ -118,9 +118,9 @@ class Trainer(TrainLoop):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _forward(self, exs: Sequence[Example], n_neg: int) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
+    def _forward(self, exs: Sequence[Example], n_neg: int, mask: Tensor | None) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
         """The batch's embeddings: queries, positives and ``n_neg`` hard-negative rows per query
-        (query-major; an example with fewer has zero rows in the missing slots: :func:`negative_mask`)."""
+        (query-major; ``mask``, :func:`negative_mask` of ``exs``: zero rows in the missing slots)."""
         with self._autocast():
             texts = [e.query for e in exs]
             q = self.q_prefix.queries(texts) if self.q_prefix is not None else embed_queries(self.q_tower, texts, self.device)
@@ -135,12 +135,11 @@ class Trainer(TrainLoop):
         pos = {k: f32(v[:n]) for k, v in views.items()}
         if not n_neg:
             return q, pos, None
-        mask = negative_mask(exs, n_neg)
+        real = {k: f32(v[n:]) for k, v in views.items()}
         if mask is None:
-            return q, pos, {k: f32(v[n:]) for k, v in views.items()}
+            return q, pos, real
         rows = mask.nonzero().squeeze(1).to(q.device)  # the real negatives' slots in the padded [B*n] layout
-        neg = {k: f32(v[n:]).new_zeros(n * n_neg, v.shape[-1]).index_copy(0, rows, f32(v[n:])) for k, v in views.items()}
-        return q, pos, neg
+        return q, pos, {k: r.new_zeros(n * n_neg, r.shape[-1]).index_copy(0, rows, r) for k, r in real.items()}
 
     def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None,
               mask: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
@@ -171,16 +170,18 @@ class Trainer(TrainLoop):
         n_neg = max((len(e.negs) for e in exs), default=0)  # the batch's largest; shorter examples are padded and masked
         mask = negative_mask(exs, n_neg) if n_neg else None
         if micro >= len(exs):
-            q, pos, neg = self._forward(exs, n_neg)
+            q, pos, neg = self._forward(exs, n_neg, mask)
             loss, comps = self._loss(q, pos, neg, mask)
             loss.backward()
             return comps
         chunks = [exs[i : i + micro] for i in range(0, len(exs), micro)]
+        cuts = [None if mask is None else mask[i * n_neg : (i + len(c)) * n_neg] for i, c in zip(range(0, len(exs), micro), chunks)]
+        masks = [None if m is None or bool(m.all()) else m for m in cuts]  # each chunk's slice of the batch's mask
         states, qs, poss, negs = [], [], [], []
         with torch.no_grad():
-            for c in chunks:
+            for c, cm in zip(chunks, masks):
                 states.append(rng_state())
-                q, pos, neg = self._forward(c, n_neg)
+                q, pos, neg = self._forward(c, n_neg, cm)
                 qs.append(q)
                 poss.append(pos)
                 negs.append(neg)
@@ -193,9 +194,9 @@ class Trainer(TrainLoop):
         loss, comps = self._loss(q, pos, neg, mask)
         loss.backward()
         start = 0
-        for c, st in zip(chunks, states):
+        for c, cm, st in zip(chunks, masks, states):
             set_rng_state(st)
-            qc, posc, negc = self._forward(c, n_neg)
+            qc, posc, negc = self._forward(c, n_neg, cm)
             sl = slice(start, start + len(c))
             surrogate = (qc * q.grad[sl]).sum()
             for k in posc:
