@@ -113,14 +113,15 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     assert survivors.phases["data"] == 5.0 and survivors.phases["proxy"] == 60.0  # spent phases keep their measured time
     # a short budget: the comparison runs go first, then the extra candidates, in the stated order, each named
     _, _, _, short = _plan(10)
-    assert short.skipped[0].startswith("the mining round") and not short.mining and short.phases["mining_round"] == 0  # an extra: first
-    assert short.skipped[1].startswith("comparison runs") and short.compare == "none"
+    assert short.skipped[0].startswith("comparison runs") and short.compare == "none"  # they serve nothing: first
+    assert short.skipped[1].startswith("the mining round") and not short.mining and short.phases["mining_round"] == 0  # a second round: next
     assert any(s.startswith("head learning rates") for s in short.skipped)
     assert short.total < roomy.total
     assert "skipped (budget): comparison runs" in short.text() and "of a 10-minute budget" in short.text()
     # a budget nothing can hold: QKD steps are cut down to the floor, and the plan says it is still over
     _, _, _, tiny = _plan(1)
     assert any(s.startswith("QKD steps 600 -> 200") for s in tiny.skipped) and tiny.total > 60
+    assert "OVER the budget by" in tiny.text() and "OVER" not in roomy.text()
     # a corpus too small for a proxy: no ranking to keep "the best" by, so no candidate is cut, only work that is no choice
     small = Sizes(docs=400, doc_tokens=40, train_examples=300, train_queries=250, val_queries=30)
     cfg1 = QuickstartConfig(out="unused", budget_minutes=1)
@@ -263,7 +264,7 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
 def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
     from scalingnote.quickstart.early import late_cut
 
-    cfg, fams, sizes, _ = _plan(11)  # (the plan fills 95% of it: 10.45 min)
+    cfg, fams, sizes, _ = _plan(11, mining_round="off")  # (the plan fills 95% of it: 10.45 min)
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": False})
     plan = make_plan(cfg, fams, Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60), ("bert", 2),
                      cands=one, proxy_done=True, spent={"data": 20.0, "proxy": 60.0})
@@ -300,7 +301,7 @@ def test_the_eta_keeps_growing_while_a_phase_runs_far_over_its_plan():
 
 
 def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
-    from scalingnote.quickstart.budget import TOKEN_LAYER_S, family_tokens, qkd_pool, stage1_seconds
+    from scalingnote.quickstart.cost import TOKEN_LAYER_S, family_tokens, qkd_pool, stage1_seconds
     cfg = QuickstartConfig(out="unused", doc_max_length=256, query_max_length=64)
     report = {"bert": {"chars_per_token": 4.3, "tokens": 500, "texts": 100},
               "llm": {"chars_per_token": 1.0, "tokens": 1200, "texts": 100, "prompt_tokens": 30}}
@@ -360,7 +361,7 @@ def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_f
 
 
 def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
-    from scalingnote.quickstart.budget import qkd_padded_tokens, qkd_pool, qkd_step_seconds
+    from scalingnote.quickstart.cost import qkd_padded_tokens, qkd_pool, qkd_step_seconds
     cfg = QuickstartConfig(out="unused", query_max_length=64)
     fam = family(cfg, "bert")
     base = dict(docs=5000, doc_tokens=256, train_examples=800, train_queries=700, val_queries=80, chars_per_token_by={"bert": 4.0},

@@ -30,22 +30,51 @@ PROXY_SHARE = 0.3
 MIN_PROXY_FRACTION = 0.05
 
 
+def proxy_share_s(plan: B.Plan) -> float:
+    """The seconds the proxy may take: :data:`PROXY_SHARE` of the budget, or less — what the plan,
+    cut as far as it goes, leaves of the seconds it may fill (a slow machine: KUAKE-QTR's
+    survivors and QKD at its floor left 1.7 of 15 minutes on a CPU that ran SmolLM2 at 1.45x)."""
+    assert plan.budget_s is not None and plan.limit_s is not None
+    rest = plan.total - plan.phases["proxy"]
+    return max(0.0, min(PROXY_SHARE * plan.budget_s, plan.limit_s - rest))
+
+
+def proxy_width_runs(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]) -> dict[str, bool]:
+    """Per family, whether the proxy runs its width run: whether the width can still be trained after
+    the proxy in the least the proxy can leave — the family alone at its shallowest depth and one head
+    learning rate — were the proxy free. When even that plan cuts the width run, no proxy outcome
+    brings it back, and its proxy run would be time spent on a candidate that cannot win (KUAKE-QTR's
+    576-d proxy run: 2.3 of the proxy's 6.6 minutes on the EPYC). Optimistic on purpose: the cost
+    model over-prices some runs (the embedded default's proxy 2x), and a width run cut here is lost."""
+    by, ok = {f.name: f for f in fams}, {}
+    for f in fams:
+        least = B.Candidates({f.name: {min(f.depths, key=lambda d: d or 10**6): list(cfg.head_lrs)[:1]}}, {f.name: True})
+        p = B.make_plan(cfg, by, sizes, _student(cfg, fams, f.name), cands=least, proxy_done=True, spent={**spent, "proxy": 0.0})
+        ok[f.name] = bool(cfg.full_dim) and not any(x.startswith("the width run") for x in p.skipped)
+    return ok
+
+
 def sized_proxy(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]) -> tuple[QuickstartConfig, B.Plan]:
     """The first plan, with ``proxy_fraction`` lowered (to at least :data:`MIN_PROXY_FRACTION`) until
-    the proxy is planned within :data:`PROXY_SHARE` of the budget; the settings it ran with are the
+    the proxy is planned within its share (:func:`proxy_share_s`); the settings it ran with are the
     ones recorded (``quickstart.yaml`` keeps the user's)."""
     by = {f.name: f for f in fams}
-    plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent)
-    for _ in range(4):  # the proxy's cost is nearly linear in its size; a few rounds absorb its fixed part
-        if cfg.full or plan.budget_s is None or plan.phases["proxy"] <= PROXY_SHARE * plan.budget_s * 1.02:
+    width = None if cfg.full or not cfg.budget_minutes else proxy_width_runs(cfg, fams, sizes, spent)
+    plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
+    for _ in range(6):  # the proxy's cost is nearly linear in its size; a few rounds absorb its fixed part
+        if cfg.full or plan.budget_s is None:
             break
-        frac = max(MIN_PROXY_FRACTION, round(cfg.proxy_fraction * PROXY_SHARE * plan.budget_s / plan.phases["proxy"], 3))
+        share = proxy_share_s(plan)
+        if plan.phases["proxy"] <= share * 1.02:
+            break
+        frac = max(MIN_PROXY_FRACTION, round(cfg.proxy_fraction * max(share, 1.0) / plan.phases["proxy"], 3))
         if frac >= cfg.proxy_fraction:
             break
-        say(f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > "
-            f"{PROXY_SHARE:.0%} of the budget: drawn at {frac:g}")
+        say(f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > the "
+            f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the plan leaves): drawn at {frac:g}")
         cfg = replace(cfg, proxy_fraction=frac)
-        plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent)
+        width = proxy_width_runs(cfg, fams, sizes, spent)
+        plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     return cfg, plan
 
 
@@ -66,8 +95,10 @@ def first_plan(cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dic
     return cfg, sizes, plan
 
 
-def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path) -> tuple[B.Candidates | None, dict[str, Any] | None]:
-    """The proxy comparison (None, None with ``--full`` or when the proxy would not be cheaper)."""
+def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path,
+           plan: B.Plan | None = None) -> tuple[B.Candidates | None, dict[str, Any] | None]:
+    """The proxy comparison (None, None with ``--full`` or when the proxy would not be cheaper);
+    ``plan``: the first plan (its :attr:`~scalingnote.quickstart.budget.Plan.proxy_width`)."""
     if cfg.full:
         return None, None
     pdata, info = X.draw(cfg, data, out)
@@ -75,7 +106,7 @@ def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path) -> 
         say(f"proxy: not drawn ({info['docs']} of {info['corpus_docs']} documents, {info['train_queries']} of "
             f"{info['all_train_queries']} training queries would not be cheaper): every candidate runs in full")
         return None, {"drawn": False, "data": info}
-    cands, rec = X.compare_on_proxy(cfg, fams, pdata, out)
+    cands, rec = X.compare_on_proxy(cfg, fams, pdata, out, plan.proxy_width if plan is not None else None)
     if cfg.teacher != "auto" and cfg.teacher not in cands.depths:  # a pinned teacher is never dropped
         fam = next(f for f in fams if f.name == cfg.teacher)
         cands.depths[fam.name] = {d: list(cfg.head_lrs) for d in fam.depths}

@@ -141,14 +141,14 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         cfg = replace(cfg, show_progress=False)
     laps = _Laps()
     data = runs.prepare_data(cfg, out)
-    readable, report = P.readable_families(cfg, Path(data["beir"]))
+    readable, report = P.readable_families(cfg, Path(data["beir"]), Path(data["corpus"]))
     laps.lap("data")
     fams = [family(cfg, f) for f in readable]
     cfg, sizes, plan0 = E.first_plan(cfg, fams, data, dict(laps.seconds), report)
     with Progress(plan0.phases, heartbeat_s=None if tty else 60.0) as prog:
         prog.end("data", laps.seconds["data"])
         prog.begin("proxy")
-        cands, early = E.decide(cfg, fams, data, out)
+        cands, early = E.decide(cfg, fams, data, out, plan0)
         laps.lap("proxy")
         prog.end("proxy", laps.seconds["proxy"])
         plan = E.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))

@@ -14,11 +14,12 @@ from typing import Any
 
 import scalingnote.quickstart.choose as choose
 import scalingnote.quickstart.runs as runs
-from scalingnote.data import load_queries
+from scalingnote.data import load_corpus, load_queries
 from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.models import load_tower
-from scalingnote.quickstart.budget import Candidates
+from scalingnote.quickstart.budget import Candidates, model_layers
+from scalingnote.quickstart.calibrate import CAL_LAYERS, calibrate
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
@@ -29,16 +30,22 @@ def say(msg: str) -> None:
     print(f"[quickstart] {msg}", flush=True)
 
 
-def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dict[str, Any]]:
+def readable_families(cfg: QuickstartConfig, beir: Path, corpus: Path | None = None) -> tuple[list[str], dict[str, Any]]:
     """Measure each family's tokenizer on a sample of the data's queries; skip those that cannot
-    read it (with the reason)."""
+    read it (with the reason). With a budget, also time each readable family on a sample of the
+    corpus (``report[name]["calibration"]``: :func:`~scalingnote.quickstart.calibrate.calibrate`),
+    which prices its work in the plan. ``corpus``: the corpus file (default: the directory's)."""
     texts = [q.text for q in load_queries(beir / "queries.jsonl").values()]
     sample = random.Random(cfg.seed).sample(texts, min(500, len(texts)))
+    timed = not cfg.full and bool(cfg.budget_minutes)
+    docs = list(load_corpus(corpus or find_corpus_file(beir)).values()) if timed else []
     ok, report = [], {}
     for name in cfg.families:
         fam = family(cfg, name)
-        # one load per family: its tokenizer reads the queries, its prompt (LLM towers) is checked below
-        tower = load_tower(fam.model, "document", num_layers=1, dim=None)
+        # one load per family: its tokenizer reads the queries, its prompt (LLM towers) is checked
+        # below, its first layers time this machine (with a budget)
+        layers = min(CAL_LAYERS, model_layers(fam.model)) if timed else 1
+        tower = load_tower(fam.model, "document", num_layers=layers, dim=None)
         rep = choose.tokenizer_report(tower.tokenizer, sample)
         readable, why = choose.readability(rep, cfg.max_unk_share)
         report[name] = {**rep, "model": fam.model, "readable": readable, "reason": why}
@@ -46,6 +53,9 @@ def readable_families(cfg: QuickstartConfig, beir: Path) -> tuple[list[str], dic
         if readable:
             report[name].update(_prompt_budget(cfg, name, getattr(tower, "prompt", None)))
             ok.append(name)
+            if timed:
+                report[name]["calibration"] = cal = calibrate(cfg, name, tower, docs)
+                say(f"{name}: this machine at {cal['speed']:g}x the cost model's time ({cal['note']})")
     if not ok:
         raise ScalingNoteError(f"no model family can read the queries of {beir}: " + "; ".join(f"{k}: {v['reason']}" for k, v in report.items()))
     return ok, report

@@ -133,11 +133,13 @@ def proxy_config(cfg: QuickstartConfig) -> QuickstartConfig:
     return replace(cfg, eval_split=None, max_eval_queries=None)  # type: ignore[arg-type]
 
 
-def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out: Path) -> tuple[Candidates, dict[str, Any]]:
+def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out: Path,
+                     width_runs: dict[str, bool] | None = None) -> tuple[Candidates, dict[str, Any]]:
     """Every Stage I candidate on the proxy (``out/proxy/stage1``), then one round of successive
     halving (:func:`~scalingnote.quickstart.choose.halve`, ``cfg.proxy_margin``): families, then
     each surviving family's depths, then each surviving depth's head learning rates, then the
-    width run of the family's proxy-best (depth, lr). Returns the survivors — ordered best first,
+    width run of the family's proxy-best (depth, lr) — unless ``width_runs`` says the budget cut
+    that family's width run before the proxy. Returns the survivors — ordered best first,
     so a budget cut keeps the proxy's best — and the record of every candidate's proxy score."""
     pcfg, pout, m = proxy_config(cfg), out / "proxy", cfg.proxy_margin
     by_fam = {f.name: runs.large_tower_runs(pcfg, f, pdata, pout) for f in fams}
@@ -168,7 +170,10 @@ def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out
             continue
         depths[fam.name] = kept
         best = max(v.values(), key=lambda r: r["best_val_score"])
-        full = runs.full_dim_run(pcfg, fam, best, pdata, pout) if cfg.full_dim else None
+        run_width = cfg.full_dim and (width_runs is None or width_runs.get(fam.name, True))
+        full = runs.full_dim_run(pcfg, fam, best, pdata, pout) if run_width else None
+        if cfg.full_dim and not run_width:
+            reasons[f"{fam.name} width"] = "not run on the proxy: the budget cannot train it after the proxy, whatever the proxy finds"
         width[fam.name] = full is not None and full["best_val_score"] >= best["best_val_score"] - m
         if full is not None:
             rec.append({"family": fam.name, "depth": best["depth"], "head_lr": best["head_lr"], "dim": full["dim"],

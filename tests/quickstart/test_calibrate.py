@@ -1,0 +1,123 @@
+"""The machine calibration behind the budget's first plan (:mod:`scalingnote.quickstart.calibrate`)
+and what the first plan does with a slow machine: a proxy drawn within what the rest leaves, no
+proxy run for a width the budget cannot train, and a plan that says when it is over."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import torch
+
+import scalingnote.quickstart.calibrate as C
+import scalingnote.quickstart.proxy as X
+from scalingnote.data.types import Document
+from scalingnote.quickstart import QuickstartConfig
+from scalingnote.quickstart.budget import Sizes, make_plan
+from scalingnote.quickstart.config import family
+from scalingnote.quickstart.early import proxy_share_s, proxy_width_runs, sized_proxy
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _FakeTower:
+    """A tower whose passes advance a fake clock: ``fixed`` seconds per batch (tokenising,
+    embeddings, pooling) + ``per_layer`` seconds per token and layer."""
+
+    def __init__(self, clock: _Clock, layers: int, fixed: float, per_layer: float) -> None:
+        self.clock, self.fixed, self.per_layer = clock, fixed, per_layer
+        self.config = SimpleNamespace(num_layers=layers)
+        self.backbone = SimpleNamespace(layers=list(range(layers)))
+
+    def tokenize_documents(self, docs, max_length=None):
+        return {"attention_mask": torch.ones(len(docs), 10, dtype=torch.long)}
+
+    def pooled(self, enc):
+        tokens = int(enc["attention_mask"].sum())
+        self.clock.t += self.fixed + self.per_layer * tokens * len(self.backbone.layers)
+
+
+def _truncate(backbone, n):
+    del backbone.layers[n:]
+    backbone.layers[:] = backbone.layers[:n]
+
+
+def _calibrate(monkeypatch, per_layer_us: float, fixed: float = 0.05, docs: int = 64):
+    clock = _Clock()
+    monkeypatch.setattr(C.time, "perf_counter", clock)
+    monkeypatch.setattr(C, "truncate_layers", _truncate)
+    tower = _FakeTower(clock, 3, fixed, per_layer_us * 1e-6)
+    corpus = [Document(f"d{i}", content="x" * (i + 1)) for i in range(docs)]
+    return C.calibrate(QuickstartConfig(out="unused"), "llm", tower, corpus), tower
+
+
+def test_a_layer_is_timed_apart_from_what_every_pass_pays(monkeypatch):
+    ref = C.CAL_REF_US["llm"]
+    rec, tower = _calibrate(monkeypatch, per_layer_us=1.5 * ref, fixed=0.2)  # a large fixed part cancels out
+    assert abs(rec["speed"] - 1.5) < 1e-6 and abs(rec["layer_token_us"] - 1.5 * ref) < 0.01
+    assert rec["tokens"] == 64 * 10 and rec["layers"] == 3 and len(tower.backbone.layers) == 1  # cut to one layer in place
+    fast, _ = _calibrate(monkeypatch, per_layer_us=0.5 * ref)
+    assert fast["speed"] == 1.0 and fast["ratio"] < 1  # never below the model (a short plan breaks the budget)
+    slow, _ = _calibrate(monkeypatch, per_layer_us=10 * ref)
+    assert slow["speed"] == C.SPEED_RANGE[1]
+    tiny, _ = _calibrate(monkeypatch, per_layer_us=1.0, fixed=0.0)  # 1 us a layer: a tiny test model
+    assert tiny["speed"] == 1.0 and "too short" in tiny["note"]
+
+
+def test_a_one_layer_tower_or_no_documents_are_priced_at_the_model(monkeypatch):
+    rec, _ = _calibrate(monkeypatch, per_layer_us=100.0, docs=0)
+    assert rec["speed"] == 1.0
+    clock = _Clock()
+    monkeypatch.setattr(C.time, "perf_counter", clock)
+    one = _FakeTower(clock, 1, 0.1, 1e-4)
+    assert C.calibrate(QuickstartConfig(out="unused"), "llm", one, [Document("d", content="x")])["speed"] == 1.0
+
+
+def _kuake_like(speed: float) -> tuple[QuickstartConfig, list, Sizes]:
+    cfg = QuickstartConfig(out="unused", budget_minutes=15, families=["llm"])
+    sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500, speed_by={"llm": speed})
+    return cfg, [family(cfg, "llm")], sizes
+
+
+def test_a_slow_machine_draws_a_smaller_proxy_and_the_plan_says_when_it_is_over():
+    cfg, fams, at_model = _kuake_like(1.0)
+    _, _, slow = _kuake_like(1.5)
+    c1, p1 = sized_proxy(cfg, fams, at_model, {})
+    c2, p2 = sized_proxy(cfg, fams, slow, {})
+    assert p2.family_speed == {"llm": 1.5} and "llm 1.50x" in p2.text()
+    # every phase of the family is priced at the measured speed
+    assert p2.phases["stage1_large_towers"] > 1.3 * p1.phases["stage1_large_towers"]
+    # the proxy gets what the rest of the plan leaves (less than its 30% share), down to the smallest fraction
+    assert c2.proxy_fraction < c1.proxy_fraction and p2.phases["proxy"] < p1.phases["proxy"]
+    assert proxy_share_s(p2) < 0.3 * 15 * 60
+    over = p2.total > p2.budget_s
+    assert ("OVER the budget by" in p2.text()) == over
+
+
+def test_the_proxy_skips_a_width_run_that_no_proxy_outcome_could_bring_back(monkeypatch):
+    cfg, fams, sizes = _kuake_like(1.5)
+    assert proxy_width_runs(cfg, fams, sizes, {}) == {"llm": False}  # even one candidate and a free proxy cannot hold it
+    roomy = replace(cfg, budget_minutes=600)
+    assert proxy_width_runs(roomy, fams, sizes, {}) == {"llm": True}
+    assert proxy_width_runs(replace(roomy, full_dim=False), fams, sizes, {}) == {"llm": False}
+    _, plan = sized_proxy(cfg, fams, sizes, {})
+    assert plan.proxy_width == {"llm": False}
+    with_width = make_plan(cfg, {f.name: f for f in fams}, sizes, ("llm", 1), proxy_width={"llm": True})
+    assert plan.proxy_candidates(cfg, {f.name: f for f in fams}).width == {"llm": False}
+    assert with_width.proxy_candidates(cfg, {f.name: f for f in fams}).width == {"llm": True}
+    # compare_on_proxy honours it: no width run, and says why
+    calls = []
+    fake = {2: {"best_val_score": 0.8, "lr_scores": {1e-3: 0.8}, "depth": 2, "head_lr": 1e-3},
+            4: {"best_val_score": 0.79, "lr_scores": {1e-3: 0.79}, "depth": 4, "head_lr": 1e-3}}
+    monkeypatch.setattr(X.runs, "large_tower_runs", lambda *a, **k: fake)
+    monkeypatch.setattr(X.runs, "full_dim_run", lambda *a, **k: calls.append(a) or {"best_val_score": 0.9, "dim": 576})
+    cands, rec = X.compare_on_proxy(cfg, fams, {}, __import__("pathlib").Path("unused"), {"llm": False})
+    assert calls == [] and cands.width == {"llm": False} and "cannot train it" in rec["reasons"]["llm width"]
+    cands, _ = X.compare_on_proxy(cfg, fams, {}, __import__("pathlib").Path("unused"), {"llm": True})
+    assert len(calls) == 1 and cands.width == {"llm": True}
