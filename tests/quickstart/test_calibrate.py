@@ -5,7 +5,6 @@ proxy run for a width the budget cannot train, and a plan that says when it is o
 from __future__ import annotations
 
 from dataclasses import replace
-from types import SimpleNamespace
 
 import torch
 
@@ -26,42 +25,51 @@ class _Clock:
         return self.t
 
 
+class _Layer(torch.nn.Module):
+    def __init__(self, clock: _Clock, per_token: float) -> None:
+        super().__init__()
+        self.clock, self.per_token = clock, per_token
+
+    def forward(self, x):
+        self.clock.t += self.per_token * x.numel()
+        return x
+
+
 class _FakeTower:
-    """A tower whose passes advance a fake clock: ``fixed`` seconds per batch (tokenising,
-    embeddings, pooling) + ``per_layer`` seconds per token and layer."""
+    """A tower whose passes advance a fake clock: ``fixed`` seconds per batch outside the layers
+    (tokenising, embeddings, pooling) + ``per_layer`` seconds per token inside each layer."""
 
     def __init__(self, clock: _Clock, layers: int, fixed: float, per_layer: float) -> None:
-        self.clock, self.fixed, self.per_layer = clock, fixed, per_layer
-        self.config = SimpleNamespace(num_layers=layers)
-        self.backbone = SimpleNamespace(layers=list(range(layers)))
+        self.clock, self.fixed = clock, fixed
+        self.backbone = torch.nn.Module()
+        self.backbone.layers = torch.nn.ModuleList(_Layer(clock, per_layer) for _ in range(layers))
 
     def tokenize_documents(self, docs, max_length=None):
         return {"attention_mask": torch.ones(len(docs), 10, dtype=torch.long)}
 
     def pooled(self, enc):
-        tokens = int(enc["attention_mask"].sum())
-        self.clock.t += self.fixed + self.per_layer * tokens * len(self.backbone.layers)
+        self.clock.t += self.fixed
+        x = enc["attention_mask"].float()
+        for layer in self.backbone.layers:
+            x = layer(x)
 
 
-def _truncate(backbone, n):
-    del backbone.layers[n:]
-    backbone.layers[:] = backbone.layers[:n]
-
-
-def _calibrate(monkeypatch, per_layer_us: float, fixed: float = 0.05, docs: int = 64):
+def _calibrate(monkeypatch, per_layer_us: float, fixed: float = 0.05, docs: int = 64, layers: int = 3):
     clock = _Clock()
     monkeypatch.setattr(C.time, "perf_counter", clock)
-    monkeypatch.setattr(C, "truncate_layers", _truncate)
-    tower = _FakeTower(clock, 3, fixed, per_layer_us * 1e-6)
+    tower = _FakeTower(clock, layers, fixed, per_layer_us * 1e-6)
     corpus = [Document(f"d{i}", content="x" * (i + 1)) for i in range(docs)]
     return C.calibrate(QuickstartConfig(out="unused"), "llm", tower, corpus), tower
 
 
-def test_a_layer_is_timed_apart_from_what_every_pass_pays(monkeypatch):
+def test_the_layers_are_timed_apart_from_what_every_pass_pays(monkeypatch):
     ref = C.CAL_REF_US["llm"]
-    rec, tower = _calibrate(monkeypatch, per_layer_us=1.5 * ref, fixed=0.2)  # a large fixed part cancels out
+    rec, tower = _calibrate(monkeypatch, per_layer_us=1.5 * ref, fixed=0.2)  # a large fixed part is left out
     assert abs(rec["speed"] - 1.5) < 1e-6 and abs(rec["layer_token_us"] - 1.5 * ref) < 0.01
-    assert rec["tokens"] == 64 * 10 and rec["layers"] == 3 and len(tower.backbone.layers) == 1  # cut to one layer in place
+    assert rec["tokens"] == 64 * 10 and rec["layers"] == 3
+    assert all(not layer._forward_hooks and not layer._forward_pre_hooks for layer in tower.backbone.layers)  # hooks removed
+    one, _ = _calibrate(monkeypatch, per_layer_us=2.5 * ref, layers=1)  # one layer is timed the same way
+    assert abs(one["speed"] - 2.5) < 1e-6
     fast, _ = _calibrate(monkeypatch, per_layer_us=0.5 * ref)
     assert fast["speed"] == 1.0 and fast["ratio"] < 1  # never below the model (a short plan breaks the budget)
     slow, _ = _calibrate(monkeypatch, per_layer_us=10 * ref)
@@ -70,13 +78,13 @@ def test_a_layer_is_timed_apart_from_what_every_pass_pays(monkeypatch):
     assert tiny["speed"] == 1.0 and "too short" in tiny["note"]
 
 
-def test_a_one_layer_tower_or_no_documents_are_priced_at_the_model(monkeypatch):
+def test_no_documents_or_an_unknown_family_are_priced_at_the_model(monkeypatch):
     rec, _ = _calibrate(monkeypatch, per_layer_us=100.0, docs=0)
     assert rec["speed"] == 1.0
     clock = _Clock()
     monkeypatch.setattr(C.time, "perf_counter", clock)
-    one = _FakeTower(clock, 1, 0.1, 1e-4)
-    assert C.calibrate(QuickstartConfig(out="unused"), "llm", one, [Document("d", content="x")])["speed"] == 1.0
+    tower = _FakeTower(clock, 3, 0.1, 1e-4)
+    assert C.calibrate(QuickstartConfig(out="unused"), "other", tower, [Document("d", content="x")])["speed"] == 1.0
 
 
 def _kuake_like(speed: float) -> tuple[QuickstartConfig, list, Sizes]:

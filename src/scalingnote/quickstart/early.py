@@ -32,8 +32,8 @@ MIN_PROXY_FRACTION = 0.05
 
 def proxy_share_s(plan: B.Plan) -> float:
     """The seconds the proxy may take: :data:`PROXY_SHARE` of the budget, or less — what the plan,
-    cut as far as it goes, leaves of the seconds it may fill (a slow machine: KUAKE-QTR's
-    survivors and QKD at its floor left 1.7 of 15 minutes on a CPU that ran SmolLM2 at 1.45x)."""
+    cut as far as it goes, leaves of the seconds it may fill (a slow machine: on a CPU that runs
+    SmolLM2 at 1.6x the model, KUAKE-QTR's one candidate and QKD at its floor left 0.6 of 15 minutes)."""
     assert plan.budget_s is not None and plan.limit_s is not None
     rest = plan.total - plan.phases["proxy"]
     return max(0.0, min(PROXY_SHARE * plan.budget_s, plan.limit_s - rest))
