@@ -122,6 +122,15 @@ def mean_over_ranks(x: float) -> float:
     return float(t) / dist.get_world_size()
 
 
+def max_over_ranks(x: int) -> int:
+    """The largest ``x`` over ranks (every rank gets it); ``x`` in one process."""
+    if not is_distributed():
+        return x
+    t = torch.tensor([int(x)], dtype=torch.long, device=local_device() if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
+
+
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]

@@ -65,6 +65,14 @@ def negative_mask(exs: Sequence[Example], n_neg: int) -> Tensor | None:
     return torch.tensor([j < h for h in have for j in range(n_neg)], dtype=torch.bool)
 
 
+def batch_negatives(exs: Sequence[Example]) -> int:
+    """Hard-negative slots per example of a batch: its largest count (shorter examples are padded
+    and masked: :func:`negative_mask`), under ``torchrun`` the largest over ranks — every rank
+    gathers rows of one shape, and a rank whose examples have none pads with masked rows instead
+    of skipping the gather the others make."""
+    return D.max_over_ranks(max((len(e.negs) for e in exs), default=0))
+
+
 def _at_least_fp32(t: Tensor) -> Tensor:
     """fp32 for the loss (bf16/fp16 embeddings are upcast); float64 stays float64 (exactness tests)."""
     return t if t.dtype == torch.float64 else t.float()
@@ -167,7 +175,7 @@ class Trainer(TrainLoop):
         """Forward + backward for one (local) batch, with gradient caching when
         ``micro_batch_size`` is smaller than the local batch. Leaves gradients in ``.grad``."""
         micro = self.cfg.optim.micro_batch_size or len(exs)
-        n_neg = max((len(e.negs) for e in exs), default=0)  # the batch's largest; shorter examples are padded and masked
+        n_neg = batch_negatives(exs)  # the batch's largest (over ranks); shorter examples are padded and masked
         mask = negative_mask(exs, n_neg) if n_neg else None
         if micro >= len(exs):
             q, pos, neg = self._forward(exs, n_neg, mask)
@@ -269,4 +277,4 @@ class Trainer(TrainLoop):
             self._on_step = self._validate_fn = None
 
 
-__all__ = ["StopTraining", "Trainer", "embed_documents", "embed_queries", "linear_warmup_decay", "negative_mask", "param_groups"]
+__all__ = ["StopTraining", "Trainer", "batch_negatives", "embed_documents", "embed_queries", "linear_warmup_decay", "negative_mask", "param_groups"]
