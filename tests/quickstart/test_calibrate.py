@@ -85,6 +85,9 @@ def test_no_documents_or_an_unknown_family_are_priced_at_the_model(monkeypatch):
     monkeypatch.setattr(C.time, "perf_counter", clock)
     tower = _FakeTower(clock, 3, 0.1, 1e-4)
     assert C.calibrate(QuickstartConfig(out="unused"), "other", tower, [Document("d", content="x")])["speed"] == 1.0
+    tower.backbone = torch.nn.Module()  # no transformer blocks to be found: priced at the model, no error
+    rec = C.calibrate(QuickstartConfig(out="unused"), "llm", tower, [Document("d", content="x")])
+    assert rec["speed"] == 1.0 and "cannot time its layers" in rec["note"]
 
 
 def _kuake_like(speed: float) -> tuple[QuickstartConfig, list, Sizes]:

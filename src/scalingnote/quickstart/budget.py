@@ -23,8 +23,9 @@ from scalingnote.quickstart.cost import (INDEX_S, SMALL_EPOCHS_EST, SMALL_STEP_S
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
 PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
 QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
-#: the share of the budget kept in reserve for the cost model's error: the plan fills the rest
-#: (re-measured 2026-11-28: phases within 0.8-1.1x of their model on the three budgeted runs)
+#: the share of the budget kept in reserve for the cost model's error: the plan fills the rest (on
+#: the Xeon the model was priced on, phases ran 0.8-1.1x their model; on the EPYC, calibrated, 0.7-1.4x:
+#: SciFact's QKD 1.37x, ``quickstart_budget.json``)
 PLAN_RESERVE = 0.05
 
 

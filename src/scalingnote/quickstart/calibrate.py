@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from scalingnote.data import Document
+from scalingnote.errors import ScalingNoteError
 from scalingnote.models.prefix import layer_list
 from scalingnote.quickstart.config import QuickstartConfig
 
@@ -79,7 +80,10 @@ def calibrate(cfg: QuickstartConfig, name: str, tower: Any, docs: Sequence[Docum
     batches = [sample[i : i + CAL_BATCH] for i in range(0, len(sample), CAL_BATCH)]
     if not batches or name not in CAL_REF_US:
         return {"speed": 1.0, "note": "nothing to time (no documents or an unknown family): priced at the model"}
-    layers = len(layer_list(tower.backbone))
+    try:
+        layers = len(layer_list(tower.backbone))
+    except (AttributeError, ScalingNoteError) as e:  # a backbone whose blocks are not found: the model's price
+        return {"speed": 1.0, "note": f"cannot time its layers ({e}): priced at the model"}
     _layer_seconds(tower, [batches[-1][:4]], cfg.doc_max_length)  # warm-up: allocations, kernels chosen
     seconds, tokens = math.inf, 0
     for _ in range(CAL_REPEATS):
