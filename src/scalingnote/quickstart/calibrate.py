@@ -32,6 +32,7 @@ from scalingnote.quickstart.config import QuickstartConfig
 
 CAL_DOCS = 64  #: documents timed per family (~0.3 s of SmolLM2 on KUAKE-QTR's titles, ~1 s of MiniLM on SciFact's abstracts)
 CAL_BATCH = 16
+CAL_POOL = 2000  #: the sample is drawn from the corpus's first documents (as the cost model's token counts)
 CAL_REPEATS = 3  #: the fastest of these passes counts (a moment of load elsewhere does not)
 CAL_LAYERS = 3  #: the readability check loads this many layers (at most the model's) for the calibration
 MIN_MEASURED_S = 0.05  #: layers quicker than this (a tiny test model) are too short to time: speed 1
@@ -100,4 +101,4 @@ def calibrate(cfg: QuickstartConfig, name: str, tower: Any, docs: Sequence[Docum
             "note": f"a layer costs {per * 1e6:.1f} us per token here, {CAL_REF_US[name]} on the machine the cost model is priced at"}
 
 
-__all__ = ["CAL_LAYERS", "CAL_REF_US", "calibrate"]
+__all__ = ["CAL_LAYERS", "CAL_POOL", "CAL_REF_US", "calibrate"]

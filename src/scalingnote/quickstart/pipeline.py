@@ -9,17 +9,18 @@ import logging
 import math
 import random
 from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import scalingnote.quickstart.choose as choose
 import scalingnote.quickstart.runs as runs
-from scalingnote.data import load_corpus, load_queries
+from scalingnote.data import iter_corpus, load_queries
 from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.models import load_tower
 from scalingnote.quickstart.budget import Candidates, model_layers
-from scalingnote.quickstart.calibrate import CAL_LAYERS, calibrate
+from scalingnote.quickstart.calibrate import CAL_LAYERS, CAL_POOL, calibrate
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
 
@@ -38,7 +39,8 @@ def readable_families(cfg: QuickstartConfig, beir: Path, corpus: Path | None = N
     texts = [q.text for q in load_queries(beir / "queries.jsonl").values()]
     sample = random.Random(cfg.seed).sample(texts, min(500, len(texts)))
     timed = not cfg.full and bool(cfg.budget_minutes)
-    docs = list(load_corpus(corpus or find_corpus_file(beir)).values()) if timed else []
+    # the calibration samples the corpus's first documents (a 10M-note corpus is not read twice for it)
+    docs = list(islice(iter_corpus(corpus or find_corpus_file(beir)), CAL_POOL)) if timed else []
     ok, report = [], {}
     for name in cfg.families:
         fam = family(cfg, name)
