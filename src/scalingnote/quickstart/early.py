@@ -59,6 +59,7 @@ def sized_proxy(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent
     the proxy is planned within its share (:func:`proxy_share_s`); the settings it ran with are the
     ones recorded (``quickstart.yaml`` keeps the user's)."""
     by = {f.name: f for f in fams}
+    # priced with a free proxy, so the same at every proxy_fraction: decided once
     width = None if cfg.full or not cfg.budget_minutes else proxy_width_runs(cfg, fams, sizes, spent)
     plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     for _ in range(6):  # the proxy's cost is nearly linear in its size; a few rounds absorb its fixed part
@@ -73,7 +74,6 @@ def sized_proxy(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent
         say(f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > the "
             f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the plan leaves): drawn at {frac:g}")
         cfg = replace(cfg, proxy_fraction=frac)
-        width = proxy_width_runs(cfg, fams, sizes, spent)
         plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     return cfg, plan
 
