@@ -33,6 +33,8 @@ class Family:
 FAMILIES = {
     "minilm": Family("minilm", "minilm-l6", "twinbert", (1, 2, 3, 4, 5, 6), 128, data_depth=2, joint_extra=((4, 256), (1, 512))),
     "smollm2": Family("smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean", eval_every=50),
+    # the same protocol up to the whole 30-layer tower (held out): for a GPU (scripts/device_scaling_trained.sh)
+    "smollm2_full": Family("smollm2_full", "smollm2-135m", "scaling_dual", (1, 2, 4, 8, 16, 30), 128 + 56, pooling="mean", eval_every=50),
 }
 MODEL_D = 4096  #: the data size of L(N)
 D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]

@@ -46,7 +46,7 @@ class TowerSession:
     """The towers of one Stage I configuration, trained end to end (``trainable_layers: all`` on
     both towers), embeddings frozen. ``corpus`` is the collection the final score searches."""
 
-    def __init__(self, cfg: TrainConfig, corpus: dict[str, Any], *, batch_size: int = 64):
+    def __init__(self, cfg: TrainConfig, corpus: dict[str, Any], *, batch_size: int = 64, device: str | None = None):
         import torch
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
@@ -54,7 +54,8 @@ class TowerSession:
                 raise ConfigError(None, None, f"{name}.trainable_layers",
                                   f"a TowerSession trains every layer: it must be 'all', got {spec.trainable_layers!r}")
         self.cfg = cfg
-        self.device = torch.device("cpu")
+        # every layer trains: the GPU when there is one (the Trainer then autocasts to bf16, ``precision: auto``)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.qt, self.dt = build_towers(cfg, self.device)
         self.trainable = {"query": freeze_embeddings(self.qt), "doc": freeze_embeddings(self.dt)}
         self.batch_size = batch_size
