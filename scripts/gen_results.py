@@ -92,6 +92,13 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("scaling_trained_sweep", "Points of the trained scaling sweep (loss = test contrastive perplexity; dev curve = step:dev loss)",
      ["role", "depth", "N", "D", "human_pairs", "loss", "ndcg@10", "r@100", "start_dev_contrastive_ppl", "dev_contrastive_ppl", "best_step",
       "steps_run", "train_seconds", "dev_curve"]),
+    ("scaling_trained_gpu200_fit", "The SmolLM2 model-size law up to the whole 30-layer tower, every layer trained, on a lent NVIDIA H200 "
+     "(`bash scripts/device_scaling_trained.sh`: family `smollm2_full`, 1-16 layers fitted, 30 held out and predicted before it trained; "
+     "the protocol of `scaling_trained_fit`, 200 steps, bf16 autocast)",
+     ["fit", "check", "law", "points", "r2", "A", "alpha", "delta", "depth", "N", "D", "predicted", "measured", "rel_err", "within_5pct"]),
+    ("scaling_trained_gpu200_sweep", "Its points (loss = test contrastive perplexity; p = paired t-test of the per-query loss against the next shallower depth)",
+     ["role", "depth", "N", "D", "loss", "loss_se", "ndcg@10", "r@100", "delta_loss_vs_shallower", "p_vs_shallower", "start_dev_contrastive_ppl",
+      "dev_contrastive_ppl", "best_step", "steps_run", "train_seconds"]),
     ("llm_layers_scifact", "The document-tower depth curve with trained LLM layers (ScalingNote §4.4; `python -m benchmarks.llm_layers`): SmolLM2 "
      "ScalingDual, heads only vs the top k layers of both towers trained from those heads",
      ["depth", "trainable_layers", "tower", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
@@ -212,6 +219,10 @@ def render_headline(plots: bool = True) -> str:
         out += ["### Scaling laws over trained towers (MiniLM and SmolLM2 truncated to 1-6 layers on SciFact, every layer trained; `scaling_trained_fit.json`, "
                 "held-out points predicted before they were trained)", ""]
         out += [" ".join(f"![{label}]({p.relative_to(ROOT).as_posix()})" for p, label in trained), ""]
+    full = PLOTS / "scaling_trained_gpu200_model_smollm2_full.png"
+    if full.exists():  # the same law up to the whole 30-layer SmolLM2, on a GPU
+        out += ["### SmolLM2 L(N) up to the whole 30-layer tower, every layer trained (NVIDIA H200; `scaling_trained_gpu200_fit.json`)", "",
+                f"![SmolLM2 L(N) at D = 4,096, 1-30 layers]({full.relative_to(ROOT).as_posix()})", ""]
     depth = PLOTS / "llm_layers_scifact.png"
     if depth.exists():  # benchmarks.llm_layers: the §4.4 document-tower depth curve
         out += ["### The document-tower depth curve with trained LLM layers (SmolLM2 ScalingDual on SciFact; `llm_layers_scifact.json`)", "",
