@@ -235,6 +235,34 @@ def kuake(seed: int = 0) -> TowerSet:
                         np.concatenate([teacher_train, teacher_pseudo]), towers, docs, splits, data)
 
 
+def from_run(name: str, run: Path, seed: int = 0) -> TowerSet:
+    """The towers of a finished quick-start / ``benchmarks.recipe`` run on ``name``: documents = the
+    chosen teacher's document vectors (what the run's index holds, ``doc_embeddings.npy``), queries =
+    the chosen student's vectors at the index's width (``student_vectors``, as the service encodes
+    them); pseudo-queries as the stand-ins' (ICT on SciFact, corpus texts on KUAKE-QTR)."""
+    from scalingnote.data.beir import load_corpus
+    from scalingnote.models import load_tower
+    from scalingnote.quickstart.index_choice import student_vectors
+
+    ch = json.loads((run / "results.json").read_text(encoding="utf-8"))["choices"]
+    teacher = Path(ch["teacher"]["dir"])
+    cand = next(c for c in ch["student"]["candidates"] if c["name"] == ch["student"]["chosen"])
+    docs = _norm(np.load(teacher / "doc_embeddings.npy"))
+    ids = json.loads((teacher / "doc_ids.json").read_text(encoding="utf-8"))
+    data = shared_data_dir() / name
+    splits = query_splits(data, seed)
+    pseudo_texts = _ict_texts(name, data, seed) if name == "scifact" else [d.text for d in load_corpus(data / "corpus.jsonl").values()]
+    tower = load_tower(cand["dir"])
+    q_ids, q_texts = _all_queries(data)
+    allq = student_vectors(tower, q_texts, docs.shape[1])
+    row = {q: i for i, q in enumerate(q_ids)}
+    queries = {s: allq[[row[q] for q in qids]] for s, qids in splits.items()}
+    towers = (f"the recipe's teacher: {ch['teacher']['family']} ({teacher.name}, {docs.shape[1]}-d; {run})",
+              f"the recipe's chosen student: {cand['name']} ({cand['dir']})",
+              f"{'ICT pseudo-queries' if name == 'scifact' else 'corpus texts'} encoded by the student ({len(pseudo_texts)})")
+    return TowerSet(name, docs, queries, student_vectors(tower, pseudo_texts, docs.shape[1]), *towers, ids, splits, _test_qrels(data))
+
+
 if __name__ == "__main__":  # warm the caches: python -m benchmarks._ood_towers
     for make in (scifact, kuake):
         t = make()

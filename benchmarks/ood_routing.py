@@ -2,8 +2,9 @@
 tower's queries against the share of the corpus scanned, QPS, memory and build time, per method.
 
 Sets: ``scifact`` and ``kuake_qtr`` (document vectors from a document tower, queries from a
-smaller query tower; see ``benchmarks/_ood_towers.py`` for the exact, cheap towers used — not the
-quick start's trained ones), and ``sim1m``: a SIMULATION of 1,000,000 document vectors sampled from
+smaller query tower: with ``--recipe-runs runs/recipe`` the recipe's own, its chosen teacher's
+document vectors and its chosen student's query vectors; without, the exact, cheap stand-ins of
+``benchmarks/_ood_towers.py``), and ``sim1m``: a SIMULATION of 1,000,000 document vectors sampled from
 a mixture of probabilistic PCA components fitted to KUAKE-QTR's document vectors, searched by the
 real KUAKE-QTR student queries.
 
@@ -38,6 +39,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -367,6 +369,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="keep the earlier results' rows of the (set, method) pairs not measured now")
+    ap.add_argument("--recipe-runs", type=Path, default=None,
+                    help="towers of finished recipe runs (<dir>/<set>: its teacher's documents, its chosen student's queries) "
+                         "instead of the cheap stand-ins of benchmarks/_ood_towers.py")
     args = ap.parse_args(argv)
     import faiss
 
@@ -374,6 +379,8 @@ def main(argv: list[str] | None = None) -> None:
     t_all = time.perf_counter()
     rows, info = [], {}
     sets = {"scifact": towers.scifact, "kuake_qtr": towers.kuake}
+    if args.recipe_runs is not None:
+        sets = {s: (lambda seed, s=s: towers.from_run(s, args.recipe_runs / s, seed)) for s in sets}
     cache: dict[str, towers.TowerSet] = {}
     for name in args.sets:
         src = "kuake_qtr" if name == "sim1m" else name
@@ -403,7 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     kept: list[str] = []
     if args.keep:
         rows, kept, info = _keep_earlier(rows, info)
-    config = {**{k: v for k, v in vars(args).items()}, "info": info, "kept_rows": kept, "reranks": list(RERANKS), "ef_grid": list(EF),
+    config = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "info": info, "kept_rows": kept, "reranks": list(RERANKS), "ef_grid": list(EF),
               "faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
               "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
               "total_s": round(time.perf_counter() - t_all, 1),

@@ -69,6 +69,8 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "proxy_agreed": all((proxy.get("agreed") or {}).values()) if proxy.get("agreed") else None,
         "proxy_agreement": json.dumps(proxy.get("agreed")) if proxy.get("agreed") else None,
     }
+    qkd = next((c.get("qkd") or {} for c in ch["student"].get("candidates", []) if c["name"] == ch["student"]["chosen"]), {})
+    row.update({"qkd_planned_steps": qkd.get("planned_steps"), "qkd_steps": qkd.get("steps"), "qkd_seconds": qkd.get("train_seconds")})
     for k, v in (res.get("phase_seconds") or {}).items():
         row[f"phase_{k}_s"] = v
     return row

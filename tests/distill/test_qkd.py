@@ -275,3 +275,12 @@ def test_lstsq_head_init_through_the_prefix_keeps_each_text_with_its_target(stag
     assert rel < 1e-3
     got = prefix.queries(texts).detach().numpy()
     assert float(((got - targets) ** 2).sum() / (targets**2).sum()) < 1e-3
+
+
+def test_a_spent_deadline_ends_qkd_at_its_floor_with_the_plan_recorded(stage1, tmp_path):
+    import time
+
+    res = distill(_dcfg(stage1, tmp_path / "boxed"), deadline=time.monotonic(), min_steps=12)
+    assert res["planned_steps"] > 12 and res["steps"] == res["steps_run"] == 12
+    log = [json.loads(x) for x in (tmp_path / "boxed" / "metrics.jsonl").read_text().splitlines()]
+    assert log[-1]["step"] == 12 and log[-1]["lr"] == pytest.approx(0.0)  # the schedule ended at the new end

@@ -34,6 +34,10 @@ class DistillOptim(AdamWSettings):
     batch_size: int = 256
     epochs: float = 10.0
     max_steps: int | None = None
+    #: a time box in seconds (the loop's steps and validations, resumed runs included): the step count
+    #: is re-planned to what fits at the measured pace and the schedule ends there
+    #: (:mod:`scalingnote.training.timebox`); None = ``epochs`` / ``max_steps`` alone
+    max_seconds: float | None = None
 
 
 @dataclass

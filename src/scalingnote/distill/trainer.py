@@ -310,7 +310,8 @@ class QKDLoop(TrainLoop):
     higher_is_better = False
     save_when_stopping = False
 
-    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, data: QKDData, on_step: Callable[[int], None] | None = None):
+    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, data: QKDData, on_step: Callable[[int], None] | None = None,
+                 *, deadline: float | None = None, min_steps: int = 0):
         o = cfg.optim
         ws = D.world_size()
         D.local_batch_size(o.batch_size)  # checks that the ranks split the global batch evenly
@@ -322,7 +323,8 @@ class QKDLoop(TrainLoop):
         total = math.ceil(o.epochs * steps_per_epoch)
         total = min(total, o.max_steps) if o.max_steps else total
         settings = LoopSettings(**cfg.cadence(), max_grad_norm=o.max_grad_norm,
-                                eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True)
+                                eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True,
+                                max_seconds=o.max_seconds, deadline=deadline, min_steps=min(min_steps, total))
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
         self.data = data
@@ -402,12 +404,15 @@ def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
     return inputs
 
 
-def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None, on_change: OnChange = "refuse") -> dict[str, Any]:
+def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None, on_change: OnChange = "refuse",
+            *, deadline: float | None = None, min_steps: int = 0) -> dict[str, Any]:
     """Run QKD end to end; returns the metrics also written to ``run.json`` (under torchrun: by
     rank 0, which also saves and evaluates the gathered student; other ranks return ``{}``).
     ``on_step(step)`` runs after every optimizer step (and its checkpoint). ``resume`` continues
     from checkpoints made from the same inputs (:func:`qkd_inputs`); others are refused with the
-    keys that differ (``on_change="refuse"``) or cleared (``"redo"``)."""
+    keys that differ (``on_change="refuse"``) or cleared (``"redo"``). ``deadline`` (a
+    ``time.monotonic()`` instant, e.g. a time budget's) boxes the loop like ``optim.max_seconds``,
+    never below ``min_steps`` steps (:mod:`scalingnote.training.timebox`)."""
     D.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -422,7 +427,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     device = D.local_device()
     student, s_prefix, layer_choice = build_student(cfg, data, device)
     n_params, n_layers = student.non_embedding_params, student.config.num_layers
-    loop = QKDLoop(cfg, out, student, s_prefix, data, on_step=on_step)
+    loop = QKDLoop(cfg, out, student, s_prefix, data, on_step=on_step, deadline=deadline, min_steps=min_steps)
     last = loop.run(resume=resume)
     train_loss = float(last.get("loss", float("nan")))
     val = loop.validate()  # collective when sharded: every rank takes part
@@ -448,6 +453,7 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
         "processes": D.world_size(),
         "distributed": cfg.distributed if D.is_distributed() else "none",
         "steps": loop.total_steps,
+        "planned_steps": loop.planned_steps,  # before a time box re-planned them (= steps without one)
         "steps_run": loop.step,
         "best_step": best["step"],
         "stopped_early": loop.step < loop.total_steps,

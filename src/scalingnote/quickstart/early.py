@@ -4,6 +4,7 @@ the speed the proxy measured), and the settings the budget leaves (:mod:`.budget
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,23 @@ def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio
     return replace(cfg, compare="none")
 
 
+def qkd_deadline(cfg: QuickstartConfig, plan: B.Plan, elapsed: float, ratio: float) -> float | None:
+    """Stage II's time box, a ``time.monotonic()`` instant: the seconds the budget leaves after the
+    ``elapsed`` ones once the index and the evaluation are paid for at the run's pace (``ratio``).
+    Its QKD runs share it and re-plan their steps to it (:mod:`scalingnote.training.timebox`; never
+    below :data:`~scalingnote.quickstart.budget.QKD_FLOOR` steps), so the budget holds whatever the
+    cost model's error on this machine. The comparison runs are not reserved: :func:`late_cut` skips
+    them when QKD took their time. None with ``--full`` or no budget."""
+    if cfg.full or plan.budget_s is None or plan.limit_s is None:
+        return None
+    rest = sum(plan.phases.get(k, 0.0) for k in ("index", "evaluation")) * ratio
+    left = plan.limit_s - elapsed - rest
+    say(f"Stage II time box: {max(left, 0.0) / 60:.1f} min left of the {plan.budget_s / 60:g}-minute budget after "
+        f"{elapsed / 60:.1f} spent and {rest / 60:.1f} kept for the index and the evaluation; QKD fits its steps to it "
+        f"(planned {plan.qkd_steps or 'all'}, never below {B.QKD_FLOOR})")
+    return time.monotonic() + left
+
+
 def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, Any]:
     """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per phase, what was skipped."""
     phases = {k: {"planned_s": round(plan.phases.get(k, 0.0), 1), "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
@@ -175,4 +193,4 @@ def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, An
             "spent_minutes": round(sum(spent.values()) / 60, 2), "skipped_before_proxy": list(plan0.skipped)}
 
 
-__all__ = ["budgeted", "decide", "first_plan", "late_cut", "report", "second_plan", "sized_proxy"]
+__all__ = ["budgeted", "decide", "first_plan", "late_cut", "qkd_deadline", "report", "second_plan", "sized_proxy"]

@@ -182,7 +182,9 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
         prog.end("mining_round", laps.seconds["mining_round"])
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
-    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")))
+    deadline = E.qkd_deadline(cfg, plans[1], time.perf_counter() - laps.start, prog.ratio())
+    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")),
+                                deadline=deadline)
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
     cfg = E.late_cut(cfg, plans[1], laps.seconds, prog.ratio())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import time
 from dataclasses import replace
 from itertools import islice
 from pathlib import Path
@@ -19,7 +20,7 @@ from scalingnote.data import iter_corpus, load_queries
 from scalingnote.data.corpus import find_corpus_file, use_corpus_format
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.models import load_tower
-from scalingnote.quickstart.budget import Candidates, model_layers
+from scalingnote.quickstart.budget import QKD_FLOOR, Candidates, model_layers
 from scalingnote.quickstart.calibrate import CAL_LAYERS, CAL_POOL, calibrate
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.scoring import EvalSet, TowerPool, score, single_query_p99_many
@@ -188,24 +189,26 @@ def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str)
 
 
 def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
-                   pseudo: list[str], pool: TowerPool, ev: EvalSet, decide_early: bool = False) -> dict[str, Any]:
+                   pseudo: list[str], pool: TowerPool, ev: EvalSet, decide_early: bool = False, deadline: float | None = None) -> dict[str, Any]:
     """QKD from the teacher into each student candidate at each listwise weight; the
     best-validating one within the latency budget is the ScalingNote student. ``decide_early``
     (a budgeted run whose data proxy was drawn): several candidates are first compared on a
-    fraction of QKD's steps (:func:`_students_on_proxy`)."""
+    fraction of QKD's steps (:func:`_students_on_proxy`). ``deadline`` (Stage II's time box,
+    :func:`~scalingnote.quickstart.early.qkd_deadline`): the QKD runs still to go share what is left of it."""
     tdir = large[teacher]["dir"]
     cands = []
     specs = [(f, n, w) for f, n in student_candidates(cfg, readable, teacher) for w in cfg.qkd_rank_weights]
     specs, early = _students_on_proxy(cfg, specs, large, teacher, data, out, pseudo, pool, ev) if decide_early else (specs, None)
-    for fam_name, layers, w in specs:  # one QKD run per (student, listwise weight) still in
+    for i, (fam_name, layers, w) in enumerate(specs):  # one QKD run per (student, listwise weight) still in
         fam = family(cfg, fam_name)
         name = runs.qkd_name(fam_name, layers, teacher_label(large, teacher), w)
-        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]))
+        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]),
+                         deadline=run_deadline(deadline, len(specs) - i), min_steps=QKD_FLOOR)
         qdir = Path(m["run_dir"]) / "query_tower"
         sc = score(pool, qdir, tdir, ev)
         cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
-                      "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "train_seconds", "qkd_val_loss",
-                                                                      "student_base_layers", "student_layer_choice")}})
+                      "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "steps", "planned_steps", "train_seconds",
+                                                                      "qkd_val_loss", "student_base_layers", "student_layer_choice")}})
     # every candidate timed in the same minutes, taking turns in blocks of queries; on validation
     # query texts only: a choice never reads the reported split, its texts included
     p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
@@ -222,6 +225,20 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
         early.update(full_val={c["name"]: c["val"] for c in cands}, agreed=max(early["proxy_val"], key=early["proxy_val"].get) == name)
     return {"chosen": next(c for c in cands if c["name"] == name), "candidates": cands,
             "frontier": [c["name"] for c in frontier], "reason": why, "proxy": early}
+
+
+#: of each QKD run's share of Stage II's time box, what is kept for after its loop (saving the
+#: student, scoring it on the validation queries): this share + RUN_AFTER_S seconds
+RUN_AFTER_SHARE, RUN_AFTER_S = 0.05, 3.0
+
+
+def run_deadline(deadline: float | None, runs_left: int) -> float | None:
+    """The next QKD run's deadline: an equal share of what is left of Stage II's (``time.monotonic()``)."""
+    if deadline is None:
+        return None
+    now = time.monotonic()
+    share = (deadline - now) / max(runs_left, 1)
+    return now + share - (RUN_AFTER_SHARE * max(share, 0.0) + RUN_AFTER_S)
 
 
 def _students_on_proxy(cfg: QuickstartConfig, specs: list[tuple[str, int, float]], large: dict, teacher: str, data: dict, out: Path,

@@ -395,9 +395,11 @@ def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float)
 
 
 def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
-            pseudo: list[str], *, rank_weight: float, pool: int | None = None) -> dict[str, Any]:
+            pseudo: list[str], *, rank_weight: float, pool: int | None = None, deadline: float | None = None,
+            min_steps: int = 0) -> dict[str, Any]:
     """QKD of ``teacher_dir`` into a ``layers``-layer student of ``fam``, starting from the layers of
-    its ``pool``-layer large tower that validate best (``cfg.student_layers``)."""
+    its ``pool``-layer large tower that validate best (``cfg.student_layers``). ``deadline``: its
+    time box (a ``time.monotonic()`` instant; the steps re-planned to it, never below ``min_steps``)."""
     d = out / "qkd" / name
     sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
     sources += [{"path": p} for p in pseudo]
@@ -419,7 +421,7 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
     inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=step_digest(teacher_dir))
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
-        distill(dc, resume=True, on_change="redo")
+        distill(dc, resume=True, on_change="redo", deadline=deadline, min_steps=min_steps)
         mark_done(d, inputs)
     return dict(json.loads((d / "run.json").read_text())["metrics"], run_dir=str(d))
 

@@ -47,6 +47,7 @@ from torch import nn
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training.checkpoint import checkpoint_dir, list_checkpoints, rng_state, set_rng_state
 from scalingnote.training.config import FsdpSpec
+from scalingnote.training.timebox import check_resumed_total
 import scalingnote.training.distributed as D
 from scalingnote.utils.io import atomic_path
 
@@ -63,6 +64,7 @@ class ShardedLoop(Protocol):
     out: Path
     step: int
     total_steps: int
+    planned_steps: int
     optimizer: Any
     scheduler: Any
     best: dict[str, Any]
@@ -215,6 +217,8 @@ def save_sharded(trainer: ShardedLoop, rng: dict[str, Any] | None = None) -> Pat
     extra = {
         "step": trainer.step,
         "total_steps": trainer.total_steps,
+        "planned_steps": trainer.planned_steps,
+        "warmup_steps": getattr(trainer, "warmup_steps", None),
         "scheduler": trainer.scheduler.state_dict(),
         "rng": rng if rng is not None else rng_state(),
         "best": trainer.best,  # its "state" holds this rank's shards (TrainLoop.trainable_state)
@@ -254,11 +258,7 @@ def load_latest_sharded(trainer: ShardedLoop) -> int | None:
             "(exact resume replays each rank's RNG: relaunch with the same --nproc_per_node)"
         )
     extra = torch.load(path / f"rank-{D.rank():05d}.pt", map_location="cpu", weights_only=False)
-    if extra.get("total_steps") != trainer.total_steps:
-        raise ScalingNoteError(
-            f"{path}: checkpoint was made for {extra.get('total_steps')} total steps, this run has {trainer.total_steps}: "
-            "the config changed; use a new output_dir"
-        )
+    check_resumed_total(trainer, extra, path)
     container = _container(trainer)
     msd, osd = get_state_dict(container, trainer.optimizer)
     state = {"model": msd, "optim": osd}

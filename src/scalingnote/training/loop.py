@@ -43,6 +43,8 @@ from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, s
 from scalingnote.training.curves import Curves
 import scalingnote.training.distributed as D
 from scalingnote.training.fsdp import load_latest_sharded, save_sharded
+from scalingnote.training.schedule import linear_warmup_decay
+from scalingnote.training.timebox import PACE_PROBE, check_resumed_total, fit_to_box
 from scalingnote.training.settings import LoopCadence
 
 log = logging.getLogger(__name__)
@@ -109,20 +111,6 @@ def adamw(groups: list[dict], betas: Sequence[float] = (0.9, 0.999), eps: float 
     return torch.optim.AdamW(groups, betas=tuple(betas), eps=eps, fused=fused or None)
 
 
-def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, *,
-                        schedule: str = "linear", warmup_steps: int | None = None):
-    """Table 7: linear warm-up over ``warmup_ratio`` of the steps (or ``warmup_steps``), then linear
-    decay to 0; ``schedule="constant"``: the same warm-up, then a constant rate."""
-    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
-
-    warm = warmup_steps if warmup_steps is not None else math.ceil(warmup_ratio * total_steps)
-    if schedule == "constant":
-        return get_constant_schedule_with_warmup(optimizer, warm)
-    if schedule != "linear":
-        raise ScalingNoteError(f"unknown learning-rate schedule {schedule!r} (expected 'linear' or 'constant')")
-    return get_linear_schedule_with_warmup(optimizer, warm, total_steps)
-
-
 class StopTraining(Exception):
     """Raised by a step callback to stop after a checkpoint (used by tests to simulate a kill)."""
 
@@ -136,6 +124,11 @@ class LoopSettings(LoopCadence):
     eval_every: int = 0  # 0: validate only at the start and the end
     patience: int | None = None  # validations without improvement before stopping (None: never stop)
     restore_best: bool = True  # end with the best validated weights
+    # a time box (scalingnote.training.timebox): the loop's own seconds (earlier runs included) and/or
+    # a time.monotonic() deadline; the step count is re-planned to fit, never below min_steps
+    max_seconds: float | None = None
+    deadline: float | None = None
+    min_steps: int = 0
 
 
 class TrainLoop:
@@ -147,8 +140,9 @@ class TrainLoop:
 
     def __init__(self, out_dir: str | Path, total_steps: int, settings: LoopSettings, *, metrics_path: str | Path | None = None, is_main: bool = True):
         self.out = Path(out_dir)
-        self.total_steps = int(total_steps)
+        self.total_steps = self.planned_steps = int(total_steps)  # total_steps: as a time box re-planned it
         self.settings = settings
+        self.val_seconds = self.last_val_seconds = 0.0  # validation time of this run (the time box's pace)
         self.metrics_path = Path(metrics_path) if metrics_path is not None else self.out / "metrics.jsonl"
         self.is_main = is_main
         self.step = 0
@@ -167,7 +161,9 @@ class TrainLoop:
         if not groups:
             raise ScalingNoteError(f"{self.desc}: nothing to train (every parameter is frozen)")
         self.optimizer = adamw(groups, betas, eps)
-        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warmup_steps)
+        warm = warmup_steps if warmup_steps is not None else math.ceil(warmup_ratio * self.total_steps)
+        self.schedule_args, self.warmup_steps = (schedule, warm), warm  # the planned warm-up; the current one
+        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warm)
 
     def trainable_params(self) -> list[Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -248,6 +244,8 @@ class TrainLoop:
         return {
             "step": self.step,
             "total_steps": self.total_steps,
+            "planned_steps": self.planned_steps,
+            "warmup_steps": getattr(self, "warmup_steps", None),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng if rng is not None else rng_state(),
@@ -257,11 +255,7 @@ class TrainLoop:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("total_steps") != self.total_steps:
-            raise ScalingNoteError(
-                f"{self.out}: checkpoint was made for {state.get('total_steps')} total steps, this run has {self.total_steps}: "
-                "the config changed; use a new output_dir"
-            )
+        check_resumed_total(self, state, self.out)
         self.load_model_state(state)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -334,10 +328,13 @@ class TrainLoop:
     def check_validation(self, comps: dict[str, float]) -> bool:
         """Validate, remember the best trainable weights; True when ``patience`` is exhausted."""
         self._set_train(False)
+        t0 = time.perf_counter()
         try:
             score = self.validate()
         finally:
             self._set_train(True)
+            self.last_val_seconds = time.perf_counter() - t0
+            self.val_seconds += self.last_val_seconds
         if score is None:
             return False
         # every rank validates (a sharded forward is collective); rank 0's score decides, so the
@@ -429,6 +426,9 @@ class TrainLoop:
                 if validating and every and (self.step % every == 0 or self.step == self.total_steps):
                     stop = self.check_validation(comps)
                     validated = True
+                if validated or self.steps_done == PACE_PROBE:
+                    fit_to_box(self)  # a time box: the end re-planned at the pace measured
+                    bar.total = self.total_steps
                 self._postfix(bar, comps)
                 self._log_step(comps, validated, step_seconds)
                 if self.step % self.settings.save_every == 0 and self.step < self.total_steps and (self.save_when_stopping or not stop):
@@ -453,6 +453,7 @@ class TrainLoop:
         last["train_seconds"] = self._elapsed()
         self.total_train_seconds = self.prior_seconds + last["train_seconds"]
         last["steps_run"] = self.step
+        last["planned_steps"] = self.planned_steps
         if validating:
             last["best_step"] = b["step"]
             last["best_val_score"] = b["score"]
