@@ -426,8 +426,8 @@ class TrainLoop:
                 if validating and every and (self.step % every == 0 or self.step == self.total_steps):
                     stop = self.check_validation(comps)
                     validated = True
-                if validated or self.steps_done == PACE_PROBE:
-                    fit_to_box(self)  # a time box: the end re-planned at the pace measured
+                if validated or self.steps_done % PACE_PROBE == 0:
+                    fit_to_box(self)  # a time box: the end re-planned at the pace measured so far
                     bar.total = self.total_steps
                 self._postfix(bar, comps)
                 self._log_step(comps, validated, step_seconds)

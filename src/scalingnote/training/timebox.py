@@ -4,8 +4,8 @@ A step count fixed in advance holds a time budget only as well as the cost model
 (the quick start's QKD ran 1.4x its modelled time on one CPU and 1.0x on another). With a box
 (:class:`~scalingnote.training.loop.LoopSettings` ``max_seconds`` — the loop's own time, steps
 and validations, earlier interrupted runs included — and/or ``deadline``, a ``time.monotonic()``
-instant), the loop measures its pace after :data:`PACE_PROBE` steps and again at every
-validation, and re-plans its end: the steps that fit what is left of the box once the
+instant), the loop measures its pace every :data:`PACE_PROBE` steps and at every validation
+(validations paid apart from steps), and re-plans its end: the steps that fit what is left of the box once the
 validations still due are paid for, never more than the configured total and never fewer than
 ``min_steps``. The learning-rate schedule is rebuilt to end at the new total from the step
 reached (the same warm-up, then a linear decay to 0 at the new end), so a boxed run ends the way a
@@ -23,7 +23,7 @@ from scalingnote.errors import ScalingNoteError
 import scalingnote.training.distributed as D
 from scalingnote.training.schedule import linear_warmup_decay
 
-PACE_PROBE = 10  #: steps measured before the first re-plan (the first steps carry one-off costs)
+PACE_PROBE = 10  #: the pace is read (and the end re-planned) every this many steps of a run
 REPLAN_MIN_CHANGE = 0.02  #: re-plan only when the new total differs by more than this share (and one step)
 
 
