@@ -8,8 +8,9 @@ instant), the loop measures its pace every :data:`PACE_PROBE` steps and at every
 (validations paid apart from steps), and re-plans its end: the steps that fit what is left of the box once the
 validations still due are paid for, never more than the configured total and never fewer than
 ``min_steps``. The learning-rate schedule is rebuilt to end at the new total from the step
-reached (the same warm-up, then a linear decay to 0 at the new end), so a boxed run ends the way a
-run planned for that many steps would, not cut mid-schedule. A re-planned total is written to
+reached (its warm-up shrunk in proportion, never below the step reached, then a linear decay to 0
+at the new end), so a boxed run ends the way a run planned for that many steps would, not cut
+mid-schedule. A re-planned total is written to
 each checkpoint and re-applied on resume.
 """
 
