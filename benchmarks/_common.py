@@ -29,6 +29,13 @@ def shared_data_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
 
 
+def chosen_student(choices: dict[str, Any]) -> dict[str, Any]:
+    """The chosen student's candidate record in a quick-start ``results.json``'s ``choices`` (its
+    ``name``, ``dir`` (the query tower), ``qkd`` metrics, ...)."""
+    st = choices["student"]
+    return next(c for c in st["candidates"] if c["name"] == st["chosen"])
+
+
 def write_results(name: str, rows: list[dict[str, Any]], config: dict[str, Any] | None = None) -> Path:
     """Atomically write ``benchmarks/results/<name>.json`` and return its path."""
     for r in rows:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import REPO_ROOT, shared_data_dir
+from benchmarks._common import REPO_ROOT, chosen_student, shared_data_dir
 
 CACHE = REPO_ROOT / ".cache" / "ood_routing"
 
@@ -246,7 +246,7 @@ def from_run(name: str, run: Path, seed: int = 0) -> TowerSet:
 
     ch = json.loads((run / "results.json").read_text(encoding="utf-8"))["choices"]
     teacher = Path(ch["teacher"]["dir"])
-    cand = next(c for c in ch["student"]["candidates"] if c["name"] == ch["student"]["chosen"])
+    cand = chosen_student(ch)
     docs = _norm(np.load(teacher / "doc_embeddings.npy"))
     ids = json.loads((teacher / "doc_ids.json").read_text(encoding="utf-8"))
     data = shared_data_dir() / name

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import REPO_ROOT, RESULTS_DIR, loadavg, report, shared_data_dir
+from benchmarks._common import REPO_ROOT, RESULTS_DIR, chosen_student, loadavg, report, shared_data_dir
 from benchmarks.recipe import LENGTHS
 
 NAME = "quickstart_budget"
@@ -69,7 +69,7 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "proxy_agreed": all((proxy.get("agreed") or {}).values()) if proxy.get("agreed") else None,
         "proxy_agreement": json.dumps(proxy.get("agreed")) if proxy.get("agreed") else None,
     }
-    qkd = next((c.get("qkd") or {} for c in ch["student"].get("candidates", []) if c["name"] == ch["student"]["chosen"]), {})
+    qkd = chosen_student(ch).get("qkd") or {}
     row.update({"qkd_planned_steps": qkd.get("planned_steps"), "qkd_steps": qkd.get("steps"), "qkd_seconds": qkd.get("train_seconds")})
     for k, v in (res.get("phase_seconds") or {}).items():
         row[f"phase_{k}_s"] = v

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks._common import RESULTS_DIR, ServeProcess, write_results
+from benchmarks._common import RESULTS_DIR, ServeProcess, chosen_student, write_results
 from scalingnote.config import load_config
 from scalingnote.evaluation import evaluate
 from scalingnote.quickstart import QuickstartConfig
@@ -34,7 +34,7 @@ from scalingnote.quickstart.scoring import load_eval_set
 def serve_args(out: Path) -> list[str]:
     """The arguments of the serve command the quick start printed for ``out`` (main.py's last lines)."""
     ch = json.loads((out / "results.json").read_text(encoding="utf-8"))["choices"]
-    student = next(c for c in ch["student"]["candidates"] if c["name"] == ch["student"]["chosen"])["dir"]
+    student = chosen_student(ch)["dir"]
     return ["--index", str(out / "index" / "ivfpq"), "--query-tower", str(student)]
 
 

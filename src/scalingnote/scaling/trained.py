@@ -26,6 +26,7 @@ import numpy as np
 
 from scalingnote.errors import ConfigError
 from scalingnote.evaluation.dense import truncate_normalize
+from scalingnote.models.loading import default_device
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.towers import build_towers
 
@@ -55,7 +56,7 @@ class TowerSession:
                                   f"a TowerSession trains every layer: it must be 'all', got {spec.trainable_layers!r}")
         self.cfg = cfg
         # every layer trains: the GPU when there is one (the Trainer then autocasts to bf16, ``precision: auto``)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch.device(device) if device else default_device()
         self.qt, self.dt = build_towers(cfg, self.device)
         self.trainable = {"query": freeze_embeddings(self.qt), "doc": freeze_embeddings(self.dt)}
         self.batch_size = batch_size

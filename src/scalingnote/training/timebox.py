@@ -52,10 +52,11 @@ def fit_to_box(loop: Any) -> None:
     """Re-plan ``loop``'s total steps to its box (see the module docstring); a no-op without one,
     before :data:`PACE_PROBE` steps of this run, or when the change is under :data:`REPLAN_MIN_CHANGE`."""
     st = loop.settings
-    left = seconds_left(st.max_seconds, st.deadline, loop.train_seconds())
+    spent = loop.train_seconds()
+    left = seconds_left(st.max_seconds, st.deadline, spent)
     if left is None or loop.steps_done < PACE_PROBE:
         return
-    step_s = max(loop._elapsed() - loop.val_seconds, 0.0) / loop.steps_done
+    step_s = max(spent - loop.prior_seconds - loop.val_seconds, 0.0) / loop.steps_done  # this run's steps
     val_s = loop.last_val_seconds if loop.has_validation() else 0.0
     new = steps_that_fit(loop.step, left, step_s, val_s, st.eval_every, floor=st.min_steps, cap=loop.planned_steps)
     new = int(D.broadcast_float(float(new)))  # under torchrun rank 0's pace decides: the ranks must stop together
