@@ -49,7 +49,7 @@ from scalingnote.index.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, QUERY_
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
-EF = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+EF = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 NPROBES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
