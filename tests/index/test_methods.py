@@ -13,7 +13,7 @@ from scalingnote.cli import app as cli
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
 from scalingnote.index.method_tune import choose_method
-from scalingnote.index.methods import default_routing, load_state
+from scalingnote.index.methods import default_routing, load_state, query_edge_variants
 from scalingnote.index.routing import RoutedIndex
 from scalingnote.index.tune import exact_topk, recall_vs_exact, save_search_defaults
 
@@ -71,6 +71,22 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     assert np.array_equal(default.indices, explicit.indices)
     # the recall it was chosen with is the recall it serves
     assert recall_vs_exact(np.asarray(default.indices), exact_topk(x, vq, 10)) == pytest.approx(rep["chosen"]["recall"], abs=1e-4)
+
+
+def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_path, data):
+    x, vq, tq = data
+    assert [v.query_edges for v in query_edge_variants(default_routing("hnsw_sq_qg", N, D, hnsw_m=16))] == [16]  # no room for 32 in 2 x 16 slots
+    variants = query_edge_variants(default_routing("hnsw_sq_qg", N, D, seed=0, hnsw_m=32))
+    assert [v.query_edges for v in variants] == [16, 32]
+    rep = choose_method(x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants}, target=0.95, memory_bound=10.0, seed=0)
+    rows = rep["methods"]
+    assert [r["structure"] for r in rows] == ["hnsw_sq_qg:HNSW32,SQ4,QG16", "hnsw_sq_qg:HNSW32,SQ4,QG32"]
+    best = min((r for r in rows if r["met"]), key=lambda r: (r["share_scanned"], r["latency_ms"]))
+    assert rep["chosen"]["structure"] == best["structure"]
+    assert rep["routing"]["query_edges"] == int(best["structure"].rsplit("QG", 1)[1])  # the chosen variant's config, not the first one's
+    out = build_index(x, tmp_path / "qg", method="hnsw_sq_qg", routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
+                      semantic_ids_layers=0, progress=False)
+    assert json.loads((out / "manifest.json").read_text())["factory"] == best["structure"]
 
 
 def test_no_method_within_the_bound_takes_the_least_memory_and_says_why(data):

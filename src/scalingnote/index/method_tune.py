@@ -4,7 +4,8 @@ Each candidate method (:mod:`scalingnote.index.methods`: ``ivf``, ``ivf_qmetric`
 ``hnsw_sq`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
 ``ef_search``) x exact re-rank depth (TMJ §6) is swept on *validation* query vectors — queries no
 router was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance,
-``hnsw_sq_qg`` adds edges between their nearest documents). For
+``hnsw_sq_qg`` adds edges between their nearest documents; a method may come as several configs, each
+built and swept: hnsw_sq_qg at 16 and 32 edges per document where its graph has room). For
 each method the cheapest setting whose recall@k against exact search reaches ``target`` is kept;
 cheap = the share of the corpus scanned, i.e. distance computations per query (coarse + codes +
 re-ranked, :attr:`~scalingnote.index.routing.RoutedResult.ndis`) / N. Among the methods whose
@@ -82,7 +83,7 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
     """Build each of ``methods`` over ``docs`` (unit vectors), sweep it on ``val_queries`` and
     choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
     queries); ``edge_queries`` (default ``train_queries``): the fitting queries of ``hnsw_sq_qg``'s
-    edges (training + pseudo-queries); ``routing``: a config per method instead of :func:`default_routing`. Returns the
+    edges (training + pseudo-queries); ``routing``: a config (or a list of variants) per method instead of :func:`default_routing`. Returns the
     report: ``chosen`` (method, knob value, rerank, recall, share scanned, ...), ``knob``,
     ``routing`` (the chosen method's config as a dict), ``met``, ``reason``, ``methods`` (rows)."""
     if not 0 < target <= 1:
@@ -97,20 +98,22 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
     exact = exact_topk(x, q, k)
     rows, cfgs = [], {}
     for m in methods:
-        cfg = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
         fit = fitting_queries(m, tq, eq)
         if m in QUERY_FIT_METHODS and fit is None:
             rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
-        r = RoutedIndex.build(x, cfg, train_queries=fit)
-        s = sweep(r, q, exact, k=k, target=target)
-        mem = r.memory_bytes() / (n * d * 4)
-        rows.append({"method": m, "structure": _structure(r), "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
-                     "within_memory": mem <= memory_bound, **{key: s[key] for key in ("knob", "setting", "recall", "share_scanned", "latency_ms", "met")},
-                     "grid": s["grid"]})
-        cfgs[m] = cfg
-        if log is not None:
-            log(f"{m}: recall@{k} {s['recall']} at {s['setting']}, {100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32")
+        given = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
+        for cfg in (list(given) if isinstance(given, (list, tuple)) else [given]):  # variants of one method (e.g. hnsw_sq_qg's edge counts)
+            r = RoutedIndex.build(x, cfg, train_queries=fit)
+            s = sweep(r, q, exact, k=k, target=target)
+            mem = r.memory_bytes() / (n * d * 4)
+            label = _structure(r)
+            rows.append({"method": m, "structure": label, "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
+                         "within_memory": mem <= memory_bound, **{key: s[key] for key in ("knob", "setting", "recall", "share_scanned", "latency_ms", "met")},
+                         "grid": s["grid"]})
+            cfgs[label] = cfg
+            if log is not None:
+                log(f"{label}: recall@{k} {s['recall']} at {s['setting']}, {100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32")
     report = _decide(rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq))
     if "hnsw_sq_qg" in methods and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
@@ -151,7 +154,7 @@ def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target:
         reason = f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
     chosen = {"method": best["method"], **best["setting"], **{key: best[key] for key in ("recall", "share_scanned", "latency_ms", "memory_ratio", "structure")}}
     return {"k": k, "target": target, "memory_bound": memory_bound, "n_queries": n_val, "queries": "validation", "router_fit_queries": n_train,
-            "knob": best["knob"], "chosen": chosen, "met": bool(ok), "reason": reason, "routing": dataclasses.asdict(cfgs[best["method"]]),
+            "knob": best["knob"], "chosen": chosen, "met": bool(ok), "reason": reason, "routing": dataclasses.asdict(cfgs[best["structure"]]),
             "methods": rows}
 
 

@@ -64,6 +64,18 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
     return RoutingConfig(**base)
 
 
+def query_edge_variants(cfg: RoutingConfig) -> list[RoutingConfig]:
+    """``hnsw_sq_qg``'s candidates for the tuner: ``cfg`` and, where the graph's level-0 lists have
+    room (at most half of the 2M slots go to query-guided edges), twice its edges per document (16 and
+    32 at M=32: on KUAKE-QTR's recipe towers 32 edges met recall 0.99 at 3.3% of the corpus scanned
+    where 16 needed 4.1%, `benchmarks/results/ood_routing.json`). Same memory: the edges overwrite
+    document neighbours. The tuner keeps whichever is cheaper on validation."""
+    out = [cfg]
+    if cfg.method == "hnsw_sq_qg" and 2 * cfg.query_edges <= cfg.hnsw_m:
+        out.append(dataclasses.replace(cfg, query_edges=2 * cfg.query_edges))
+    return out
+
+
 def hnsw_m_within(dim: int, code_bytes: float, bound: float = 0.25, choices: tuple[int, ...] = (32, 16, 8, 4)) -> int:
     """The largest HNSW ``M`` whose graph + codes stay within ``bound`` of the float32 vectors
     (issue 52's memory bound): FAISS keeps 2M 4-byte neighbours per vector at level 0, ~M/(M-1) of
@@ -242,4 +254,4 @@ def manifest_entry(cfg: RoutingConfig, file: str | None, train_queries: int | No
 
 
 __all__ = ["ROUTING_FILE", "SERVABLE", "add_rows", "assign_lists", "default_routing", "fill_routed", "graph_memory_ratio", "load_state",
-           "manifest_entry", "routing_from", "save_state", "sq_graph_ratio", "structure_label", "train_query_vectors"]
+           "manifest_entry", "query_edge_variants", "routing_from", "save_state", "sq_graph_ratio", "structure_label", "train_query_vectors"]

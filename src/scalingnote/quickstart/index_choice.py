@@ -21,7 +21,7 @@ from scalingnote.index import DenseIndex, build_index, read_manifest, tower_iden
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
 from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method, fitting_queries
-from scalingnote.index.methods import default_routing, sq_graph_ratio
+from scalingnote.index.methods import default_routing, query_edge_variants, sq_graph_ratio
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -57,10 +57,12 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
     pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, dim)
     if pseudo:
-        sizes["hnsw_sq_qg"] = qg
+        variants = query_edge_variants(qg)  # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
+        sizes["hnsw_sq_qg"] = variants if len(variants) > 1 else qg  # one variant: the same inputs digest as before
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
                         "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "pseudo": pseudo,
-                        "methods": {m: dataclasses.asdict(c) for m, c in sizes.items()}, "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
+                        "methods": {m: ([dataclasses.asdict(v) for v in c] if isinstance(c, list) else dataclasses.asdict(c)) for m, c in sizes.items()},
+                        "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
