@@ -83,7 +83,9 @@ def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_pat
     assert [r["structure"] for r in rows] == ["hnsw_sq_qg:HNSW32,SQ4,QG16", "hnsw_sq_qg:HNSW32,SQ4,QG32"]
     best = min((r for r in rows if r["met"]), key=lambda r: (r["share_scanned"], r["latency_ms"]))
     assert rep["chosen"]["structure"] == best["structure"]
-    assert rep["routing"]["query_edges"] == int(best["structure"].rsplit("QG", 1)[1])  # the chosen variant's config, not the first one's
+    assert rep["routing"]["query_edges"] == int(best["structure"].rsplit("QG", 1)[1])  # the chosen variant's config, not the last one's
+    rev = choose_method(x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants[::-1]}, target=0.95, memory_bound=10.0, seed=0)
+    assert rev["chosen"]["structure"] == best["structure"] and rev["routing"]["query_edges"] == rep["routing"]["query_edges"]  # order-free
     out = build_index(x, tmp_path / "qg", method="hnsw_sq_qg", routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
                       semantic_ids_layers=0, progress=False)
     assert json.loads((out / "manifest.json").read_text())["factory"] == best["structure"]
