@@ -61,7 +61,7 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
         sizes["hnsw_sq_qg"] = variants if len(variants) > 1 else qg  # one variant: the same inputs digest as before
     key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
                         "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "pseudo": pseudo,
-                        "methods": {m: ([dataclasses.asdict(v) for v in c] if isinstance(c, list) else dataclasses.asdict(c)) for m, c in sizes.items()},
+                        "methods": {m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c)) for m, c in sizes.items()},
                         "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
