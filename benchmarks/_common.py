@@ -36,6 +36,33 @@ def chosen_student(choices: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in st["candidates"] if c["name"] == st["chosen"])
 
 
+def portable(path: str | Path) -> str:
+    """``path`` as a results file records it: relative to the repository when inside it, else its
+    parent folder's name and its own (never one machine's absolute path)."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(REPO_ROOT.resolve()))
+    except ValueError:
+        return str(Path(path.parent.name) / path.name)
+
+
+def without_local_paths(obj: Any) -> Any:
+    """``obj`` with this machine's absolute paths made portable in every string: the repository's
+    as relative paths, the shared data directory's as ``../shared/data``, the home directory's as ``~``."""
+    prefixes = [(str(shared_data_dir().resolve()), "../shared/data"), (str(REPO_ROOT.resolve()) + os.sep, ""), (str(REPO_ROOT.resolve()), "."),
+                (str(Path.home()) + os.sep, "~" + os.sep)]
+    if isinstance(obj, str):
+        for old, new in prefixes:
+            if len(old) > 1:
+                obj = obj.replace(old, new)
+        return obj
+    if isinstance(obj, dict):
+        return {k: without_local_paths(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [without_local_paths(v) for v in obj]
+    return obj
+
+
 def write_results(name: str, rows: list[dict[str, Any]], config: dict[str, Any] | None = None) -> Path:
     """Atomically write ``benchmarks/results/<name>.json`` and return its path."""
     for r in rows:
@@ -43,7 +70,8 @@ def write_results(name: str, rows: list[dict[str, Any]], config: dict[str, Any] 
             if isinstance(v, (dict, list)):
                 raise ValueError(f"results rows must be flat: key {k!r} holds a {type(v).__name__}")
     meta = run_metadata(config or {})
-    out = {"rows": rows, "config": meta["config"], "versions": meta["versions"], "machine": meta["machine"], "created": meta["created"]}
+    out = {"rows": without_local_paths(rows), "config": without_local_paths(meta["config"]), "versions": meta["versions"],
+           "machine": meta["machine"], "created": meta["created"]}
     path = RESULTS_DIR / f"{name}.json"
     write_json(path, out)
     return path

@@ -54,7 +54,7 @@ def milvus_backend(work: Path, served: Path, student: str):
 
 def index_for(run, method: str, work: Path) -> Path:
     """The index the phases serve: the run's own (``chosen``, or the method it was built with), or a
-    copy rebuilt over its vectors with ``method`` (issue 52; the method's default sizes, the
+    copy rebuilt over its vectors with ``method`` (the method's default sizes, the
     build's search defaults). ivf_qmetric needs the student's training-query vectors: only the
     quick start's own choice builds it. ``hnsw_sq_qg``'s edges are fitted as the quick start fits
     them (:func:`edge_queries`)."""

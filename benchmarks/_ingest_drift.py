@@ -1,4 +1,4 @@
-"""The live index's drift curve (ScalingNote §3.5; issue 52 item 3): recall@10 of the live index at its
+"""The live index's drift curve (ScalingNote §3.5): recall@10 of the live index at its
 search defaults against exact search while new documents arrive, and after a rebuild. Used by
 :mod:`benchmarks.ingest` (its ``drift`` rows) and by ``python -m benchmarks.ingest --drift-only``
 (``ingest_drift.json``: one block of rows per structure)."""
@@ -102,7 +102,7 @@ def _compared_setting(manifest: dict, method: str, index_dir: Path) -> str:
 
 
 def drift_only(args, run: Any, new_docs, load0, t_start: float) -> None:
-    """``--drift-only``: the drift curve of one structure (issue 52 item 3: the live index keeps the
+    """``--drift-only``: the drift curve of one structure (the live index keeps the
     chosen structure as documents arrive), rows merged by method into ``ingest_drift.json``."""
     with tempfile.TemporaryDirectory(prefix="sn-drift-") as d:
         work = Path(d)

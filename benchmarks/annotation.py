@@ -1,4 +1,4 @@
-"""Annotation types at matched sizes (Fang et al., *Scaling Laws for Dense Retrieval* §5, Fig. 5; issue #21).
+"""Annotation types at matched sizes (Fang et al., *Scaling Laws for Dense Retrieval* §5, Fig. 5).
 
     python -m benchmarks.annotation [--data scifact] [--features DIR] [--ict DIR] [--gen-minutes 8]
 

@@ -1,4 +1,4 @@
-"""Deploy benchmark (issue 23): one query tower served by eager PyTorch fp32, ONNX Runtime fp32 and
+"""Deploy benchmark: one query tower served by eager PyTorch fp32, ONNX Runtime fp32 and
 ONNX Runtime int8, on SciFact test queries against the full corpus.
 
 Rows (one per tower x backend in torch_fp32 / onnx_fp32 / onnx_int8): ``query_qps_b1`` (one query

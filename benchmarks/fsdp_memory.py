@@ -18,7 +18,7 @@ Per process (rank), measured on the live tensors (not estimated):
   full model as loaded before it was sharded (every rank loads it; a GPU run would build it
   on the meta device), so RSS ratios are much closer to 1 than the state ratios.
 
-Target (issue 18): FSDP's params + optimizer state <= 60% of DDP's.
+Target: FSDP's params + optimizer state <= 60% of DDP's.
 The 2 CPU cores are shared with other jobs; this measures memory, not speed.
 """
 

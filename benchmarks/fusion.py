@@ -1,4 +1,4 @@
-"""Fusion towers on the synthetic note-search log (ScalingNote §3.5; issue #21): does fusing semantic
+"""Fusion towers on the synthetic note-search log (ScalingNote §3.5): does fusing semantic
 IDs, side features and a user/context vector into the towers help?
 
     python -m benchmarks.fusion [--features DIR] [--rows no_fusion,doc_semantic_ids,...]

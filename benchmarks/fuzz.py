@@ -10,7 +10,7 @@
   tiny BEIR corpus), ``--endpoint-examples`` schema-valid and schema-violating requests per
   operation; a failure is a 5xx, a timeout (hang) or a connection error; afterwards
   ``/healthz`` must be 200 and a search must answer.
-* invalid Unicode and malformed bodies (issue 32, ``tests/helpers/fuzz.py:
+* invalid Unicode and malformed bodies (``tests/helpers/fuzz.py:
   UNICODE_STRATEGIES``): lone surrogates in a query, in a batch or in a field name, blank
   (NUL / zero-width / format-only) queries, invalid UTF-8 spliced into a body, deeply nested
   JSON, non-JSON content types; ``--endpoint-examples`` each; a failure is any status outside
@@ -85,7 +85,7 @@ def fuzz_endpoints(examples: int, seed: int) -> tuple[list[dict], dict]:
                        "statuses": " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            for r in fuzz_unicode(srv.url, examples=examples, seed=seed):  # issue 32: invalid Unicode, malformed bodies
+            for r in fuzz_unicode(srv.url, examples=examples, seed=seed):  # invalid Unicode, malformed bodies
                 row = {"kind": "endpoint", "target": f"POST {r.operation}", "mode": r.mode, "examples": r.examples,
                        "ok": r.statuses.get(200, 0), "data_error": sum(v for k, v in r.statuses.items() if 400 <= k < 500),
                        "failures": r.failures, "first_failure": r.first_failure or "", "seconds": r.seconds,

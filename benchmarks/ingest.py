@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
     ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"),
                     help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
-                         "rebuilt over the same vectors with this method (issue 52; search defaults of the build, not tuned).")
+                         "rebuilt over the same vectors with this method (search defaults of the build, not tuned).")
     ap.add_argument("--drift-only", action="store_true",
                     help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of rows per method).")
     args = ap.parse_args(argv)

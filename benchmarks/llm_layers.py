@@ -1,4 +1,4 @@
-"""The document-tower scaling curve with trained LLM layers (ScalingNote §4.4, issue 30).
+"""The document-tower scaling curve with trained LLM layers (ScalingNote §4.4).
 
     python -m benchmarks.llm_layers --data scifact [--depths 2,4,8] [--k 0,1,2] [--side both]
     python -m benchmarks.llm_layers --data scifact --depths 2,4,8,12 --k 0,all --lr 3e-5,1e-4 --tag gpu  # on a GPU

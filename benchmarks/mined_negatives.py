@@ -1,4 +1,4 @@
-"""Hard negatives mined by the model itself (issue #50): BM25 negatives (today) vs dense-mined
+"""Hard negatives mined by the model itself: BM25 negatives (today) vs dense-mined
 negatives without and with the false-negative guard, and BM25 + dense (``mixed``).
 
     python -m benchmarks.mined_negatives --data scifact [--steps 200] [--num-negatives 3]

@@ -1,4 +1,4 @@
-"""Routing built for asymmetric towers (issue 52, item 2): recall@10 vs exact of a distilled query
+"""Routing built for asymmetric towers: recall@10 vs exact of a distilled query
 tower's queries against the share of the corpus scanned, QPS, memory and build time, per method.
 
 Sets: ``scifact`` and ``kuake_qtr`` (document vectors from a document tower, queries from a
@@ -294,7 +294,7 @@ def _frontier(row: dict) -> list[tuple[str, float, float]]:
 
 
 def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
-    """Issue 52 item 2's targets per set and method: recall@10 vs exact >= ``target`` within the
+    """The targets per set and method: recall@10 vs exact >= ``target`` within the
     share bound (1% at 1M, 10% on the real sets), memory <= 1/4 of the float vectors, QPS >= 3x
     today's ivf. Judged on the setting chosen on validation (its test numbers), then the test
     frontier's cheapest point at the target (an oracle choice, for how far off the method is)."""

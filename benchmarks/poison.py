@@ -1,4 +1,4 @@
-"""Poisoned neighbours (issues 32 and 47): do bad requests hurt the normal clients they are
+"""Poisoned neighbours: do bad requests hurt the normal clients they are
 micro-batched with, and does a legal batch starve them?
 
 The service (``scalingnote serve`` in a subprocess, loopback) serves the real MiniLM query
@@ -13,7 +13,7 @@ with the test queries. Phases alternate, ``--rounds`` times each, ``--duration``
   (open loop, paced), cycling through the probes: ``/search`` queries holding a lone surrogate
   (valid JSON ``\\ud800`` escapes: refused alone, without failing the micro-batch it shares),
   NUL-only and zero-width-only queries, a lone surrogate inside ``/search/batch``,
-  invalid UTF-8; and issue 47's ``/documents`` probes (admin token sent): a lone surrogate in
+  invalid UTF-8; and the ``/documents`` probes (admin token sent): a lone surrogate in
   ``text`` / ``title`` / ``_id``, the raw bytes ``\\xed\\xa0\\x80``, 100,000 nested ``[``,
   ``text/plain``, a padded id (and ``DELETE`` of it), a batch with several bad documents;
 * ``batch``: the normal clients plus one closed-loop client sending ``/search/batch`` requests
@@ -303,9 +303,6 @@ def main(argv: list[str] | None = None) -> None:
                   "the attacker, every probe answered its expected 4xx, 0 server errors, 0 unhandled-error log lines",
         "result": target,
         "service_exit_code": code, "service_log_lines": len(log_lines), "service_log_tail": log_lines[-5:],
-        "before_fix": "issue 32: under 8 clients, 71 bad requests (5/s) made 220 of 5,415 normal requests fail (4.1%), ~20 log lines each; "
-                      "issue 47: /documents answered 500 to the surrogate / raw-byte / deep-JSON probes and 200 to text/plain, and a "
-                      "256-query /search/batch made 10 of 20 (another run 6 of 20) concurrent single queries fail with 503",
         **loadavg(load_before),
         "note": "2 CPU cores shared with other jobs; the load generator, the attacker, the batch client and the service share them. "
                 "Phases alternate clean/poisoned/batch so slow drifts in the machine's load hit all alike.",

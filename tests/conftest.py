@@ -56,3 +56,12 @@ def _limit_threads():
     except ImportError:
         pass
     yield
+
+
+@pytest.fixture(scope="session")
+def tiny_quickstart(tmp_path_factory):
+    """A finished tiny quick start (``tests/helpers/tiny_quickstart.py``), shared by the Python API
+    tests and the process-word scan: ``(output directory, its options, everything it printed)``."""
+    from tests.helpers.tiny_quickstart import run_tiny_quickstart
+
+    return run_tiny_quickstart(tmp_path_factory.mktemp("tiny_quickstart"))

@@ -20,7 +20,7 @@ The layers, lowest first (packages on one line are peers and may not import each
                               with a write-ahead log, generations, drift; ScalingNote §3.5)
     serve                     HTTP service over index
     quickstart                the end-to-end demo pipeline
-    cli                       ``scalingnote <stage> <verb>``
+    cli, api                  ``scalingnote <stage> <verb>``; the Python API (``scalingnote.load``, ``scalingnote.api``)
     __main__                  ``python -m scalingnote``
     benchmarks/               (outside src) may import any of the above; nothing imports it
 
@@ -56,7 +56,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("pq", "scaling", "live"),
     ("serve",),
     ("quickstart",),
-    ("cli",),
+    ("cli", "api"),
     ("__main__",),
 ]
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}

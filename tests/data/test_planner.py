@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from scalingnote.data.build import PlannerConfig, make_planner
 from scalingnote.data.planner import IDFPlanner, TermPlanner, Tokenizer, is_chinese, normalize_text
+from scalingnote.errors import ConfigError
 
 
 def test_english_tokenizer_lowercases_and_drops_stop_words():
@@ -65,9 +67,26 @@ def test_unseen_terms_get_the_highest_idf_and_empty_queries_are_empty():
     assert p("the and of") == {}  # only stop words
 
 
+def _word_count_factory(texts: list[str]) -> TermPlanner:
+    """A user's planner factory (``association.planner.factory``): scores a term by its count in ``texts``."""
+    counts: dict[str, float] = {}
+    for t in texts:
+        for w in t.split():
+            counts[w] = counts.get(w, 0.0) + 1.0
+    return lambda text: {w: counts.get(w, 0.0) for w in text.split()}
+
+
 def test_planner_protocol():
-    assert isinstance(IDFPlanner(["a"]), TermPlanner)
-    assert isinstance(lambda text: {}, TermPlanner)
+    """What TermPlanner promises (``planner(text) -> {term: score}``), kept by the built-in planner
+    and by a user's factory named in the build config, which is the planner the build then uses."""
+    texts = ["x y", "x z"]
+    for planner in (IDFPlanner(texts, Tokenizer("en")), make_planner(PlannerConfig(factory=f"{__name__}:_word_count_factory"), texts)):
+        scores = planner("x z")
+        assert set(scores) == {"x", "z"} and all(isinstance(v, float) and math.isfinite(v) for v in scores.values())
+    custom = make_planner(PlannerConfig(factory=f"{__name__}:_word_count_factory"), texts)
+    assert custom("x z") == {"x": 2.0, "z": 1.0}  # the factory's own scores, not the IDF planner's
+    with pytest.raises(ConfigError, match="association.planner.factory"):
+        make_planner(PlannerConfig(factory=f"{__name__}:no_such_factory"), ["a"])
 
 
 def test_normalize_text():

@@ -244,12 +244,13 @@ def test_the_cli_takes_the_budget_and_full_and_refuses_a_bad_budget_before_any_w
 def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
     from benchmarks.quickstart_budget import compare_modes
 
+    same = {"machine": "2-core CPU", "scalingnote_version": "0.1.0"}
     rows = [{"set": "default", "mode": "budgeted", "pipeline_minutes": 7.1, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "hybrid", "served_ndcg@10": 0.689},
+             "width": 384, "student": "s", "fusion": "hybrid", "served_ndcg@10": 0.689, **same},
             {"set": "default", "mode": "full", "pipeline_minutes": 9.5, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.692},
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.692, **same},
             {"set": "scifact", "mode": "budgeted", "pipeline_minutes": 12.0, "target_minutes": 10.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.7}]
+             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.7, **same}]
     compare_modes(rows)
     d, s = rows[0], rows[2]
     assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
@@ -259,6 +260,12 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
     compare_modes([better, rows[1]])
     assert worse["meets_target"] is False  # 0.012 below the exhaustive run
     assert better["meets_target"] is True and better["served_delta_vs_full"] == 0.028  # above it: the budget cost no quality
+    # rows from another machine or code version are never differenced
+    for other in ({"machine": "a GPU host"}, {"scalingnote_version": "0.2.0"}, {"machine": None}):
+        elsewhere = dict(rows[0])
+        compare_modes([elsewhere, dict(rows[1], **other)])
+        assert elsewhere["served_delta_vs_full"] is None and elsewhere["meets_target"] is None and elsewhere["same_choices_as_full"] is None
+        assert "another machine or code version" in elsewhere["compared_with"]
 
 
 def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():

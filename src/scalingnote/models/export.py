@@ -56,9 +56,10 @@ from torch import nn
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
 from scalingnote.models.loading import quiet_transformers
+from scalingnote.models.model_card import write_model_card
 
 log = logging.getLogger("scalingnote.models")
-from scalingnote.models.export_common import FORMATS, ONNX_INT8, ONNX_META, QUANTIZE, ExportRefused, PROBE_TEXTS, ST_META, _check_tokenizer, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_embed, _versions, refusal_reason  # noqa: F401 - the public names are re-exported here
+from scalingnote.models.export_common import FORMATS, ONNX_INT8, ONNX_META, QUANTIZE, ExportRefused, PROBE_TEXTS, ST_META, _check_tokenizer, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_dir, _tower_embed, _versions, refusal_reason  # noqa: F401 - the public names are re-exported here
 from scalingnote.models.onnx_export import Int8Config, Int8Report, export_onnx, onnx_embed, ort_session, read_onnx_meta, select_int8_nodes  # noqa: F401
 
 
@@ -127,6 +128,7 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
                 f"{len(texts)} probe texts, worst {texts[int(cos.argmin())]!r}); nothing was written"
             )
         (tmp / ST_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_model_card(tmp, meta["tower"], "sentence-transformers", out, _tower_dir(tower_or_path), meta["versions"])  # replaces ST's generic card
     return out
 
 

@@ -57,6 +57,11 @@ def _load(tower_or_path: Any):
     return load_tower(str(tower_or_path), device="cpu", dtype="float32")
 
 
+def _tower_dir(tower_or_path: Any) -> Path | None:
+    """The saved tower directory an export reads (None for a tower object: its run is not known)."""
+    return None if isinstance(tower_or_path, Tower) else Path(str(tower_or_path))
+
+
 def _fp32_cpu_copy(tower):
     """The tower on CPU in fp32 (a copy when it is elsewhere; identity carried over)."""
     if tower.device.type == "cpu" and tower.dtype == torch.float32:

@@ -23,7 +23,8 @@ from scalingnote.models.loading import quiet_transformers
 from scalingnote.utils.io import read_json
 
 log = logging.getLogger("scalingnote.models")
-from scalingnote.models.export_common import ExportRefused, INPUT_NAMES, ONNX_FP32, ONNX_INT8, ONNX_META, ONNX_OPSET, OUTPUT_NAME, PROBE_TEXTS, QUANTIZE, _as_documents, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_embed, _versions, refusal_reason
+from scalingnote.models.export_common import ExportRefused, INPUT_NAMES, ONNX_FP32, ONNX_INT8, ONNX_META, ONNX_OPSET, OUTPUT_NAME, PROBE_TEXTS, QUANTIZE, _as_documents, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_dir, _tower_embed, _versions, refusal_reason
+from scalingnote.models.model_card import write_model_card
 
 
 class _EmbeddingGraph(nn.Module):
@@ -309,6 +310,7 @@ def export_onnx(
             meta["default_model"] = ONNX_INT8
             meta["int8"] = {"config": asdict(cfg), "report": asdict(rep)}
         (tmp / ONNX_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_model_card(tmp, meta["tower"], "onnx", out, _tower_dir(tower_or_path), meta["versions"])
     return out
 
 

@@ -18,13 +18,33 @@ every choice on validation queries held out from the user's training split.
 
 Everything goes under one output directory; each step records the digest of its inputs, so a
 re-run resumes, and a step made from other inputs is redone. Sizes are reduced for a 2-core CPU.
+
+The package is callable: ``scalingnote.quickstart(data=None, out="runs/quickstart", budget_minutes=8,
+**options)`` is :func:`~scalingnote.quickstart.results.run_quickstart` (it returns a
+:class:`~scalingnote.quickstart.results.QuickstartResult`).
 """
+
+import inspect
+import sys
+import types
 
 from scalingnote.quickstart.config import FAMILIES, Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.main import quickstart
 from scalingnote.quickstart.index_choice import default_factory
 from scalingnote.quickstart.runs import prepare_data, stage1_config
 from scalingnote.quickstart.scoring import query_qps
+from scalingnote.quickstart.results import QuickstartResult, read_results, run_quickstart
+
+
+class _CallablePackage(types.ModuleType):
+    """This package's type: calling it runs the quick start (``scalingnote.quickstart(...)``)."""
+
+    def __call__(self, *args, **kwargs) -> QuickstartResult:
+        return run_quickstart(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
+__signature__ = inspect.signature(run_quickstart)
 
 __all__ = ["FAMILIES", "Family", "QuickstartConfig", "default_factory", "family", "parse_student", "prepare_data", "query_qps",
-           "quickstart", "stage1_config"]
+           "QuickstartResult", "quickstart", "read_results", "run_quickstart", "stage1_config"]

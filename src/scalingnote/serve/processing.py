@@ -154,14 +154,8 @@ class BatchProcessing:
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
             try:
                 # only the options a request set, each declared by the back end (validated at admission)
-                kw = search_options(index, self.settings.backend, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
-                if params.mode == "dense":
-                    res = index.search(vecs[vec_row[rows]], params.k, **kw)
-                elif searcher is None:
-                    raise ScalingNoteError(f"mode {params.mode!r} needs a BM25 index; this service has none")
-                else:
-                    qv = vecs[vec_row[rows]] if params.mode == "hybrid" else None
-                    res = searcher.search([texts[r] for r in rows], params.k, mode=params.mode, query_vectors=qv, **kw)
+                qv = vecs[vec_row[rows]] if params.mode != "bm25" else None
+                res = search_encoded(index, searcher, self.settings.backend, [texts[r] for r in rows], qv, params)
             except ScalingNoteError as e:
                 self.metrics.query_errors.inc(len(rows), kind="search_params")
                 for i in members:
@@ -227,26 +221,43 @@ class BatchProcessing:
         return vecs, failed
 
     def _hits(self, res) -> list[list[dict[str, Any]]]:
-        """JSON hits: doc id, score, title, snippet (from the index's document store, else the
-        corpus given at start) and semantic ID."""
-        titles, snippets = self.titles, self.snippets
-        res_titles, res_snippets = getattr(res, "titles", None), getattr(res, "snippets", None)
-        out = []
-        for j, docs in enumerate(res.doc_ids):
-            scores = res.scores[j]
-            sem = res.semantic_ids[j].tolist() if res.semantic_ids is not None else None
-            tj = res_titles[j] if res_titles is not None else None
-            sj = res_snippets[j] if res_snippets is not None else None
-            out.append(
-                [
-                    {
-                        "doc_id": d,
-                        "score": float(scores[r]),
-                        "title": tj[r] if tj is not None else titles.get(d, ""),
-                        "snippet": sj[r] if sj is not None else snippets.get(d, ""),
-                        "semantic_id": sem[r] if sem is not None else None,
-                    }
-                    for r, d in enumerate(docs)
-                ]
-            )
-        return out
+        """JSON hits of ``res`` (:func:`hits_json` with the titles and snippets loaded at start)."""
+        return hits_json(res, self.titles, self.snippets)
+
+
+def search_encoded(index, searcher, backend: str | None, texts: list[str], vectors: np.ndarray | None, params: SearchParams):
+    """One search as the service runs it: ``texts`` encoded already (``vectors``, None for mode
+    bm25); mode dense on ``index`` itself, bm25 / hybrid through ``searcher`` (the served
+    :class:`~scalingnote.index.hybrid.HybridSearcher`, None: no BM25 index); only the search
+    options ``params`` sets, each declared by the back end. Returns the back end's result."""
+    kw = search_options(index, backend, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
+    if params.mode == "dense":
+        return index.search(vectors, params.k, **kw)
+    if searcher is None:
+        raise ScalingNoteError(f"mode {params.mode!r} needs a BM25 index; this service has none")
+    return searcher.search(texts, params.k, mode=params.mode, query_vectors=vectors if params.mode == "hybrid" else None, **kw)
+
+
+def hits_json(res, titles: dict[str, str], snippets: dict[str, str]) -> list[list[dict[str, Any]]]:
+    """JSON hits: doc id, score, title, snippet (from the result where the index stores them, else
+    ``titles`` / ``snippets``: the corpus given at start) and semantic ID."""
+    res_titles, res_snippets = getattr(res, "titles", None), getattr(res, "snippets", None)
+    out = []
+    for j, docs in enumerate(res.doc_ids):
+        scores = res.scores[j]
+        sem = res.semantic_ids[j].tolist() if res.semantic_ids is not None else None
+        tj = res_titles[j] if res_titles is not None else None
+        sj = res_snippets[j] if res_snippets is not None else None
+        out.append(
+            [
+                {
+                    "doc_id": d,
+                    "score": float(scores[r]),
+                    "title": tj[r] if tj is not None else titles.get(d, ""),
+                    "snippet": sj[r] if sj is not None else snippets.get(d, ""),
+                    "semantic_id": sem[r] if sem is not None else None,
+                }
+                for r, d in enumerate(docs)
+            ]
+        )
+    return out

@@ -49,22 +49,14 @@ from scalingnote.index import check_query_tower, tower_identity
 from scalingnote.index.backends import get_backend
 from scalingnote.index.pipeline import load_tower_for
 from scalingnote.index.searcher import search_options
-from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
-from scalingnote.serve.documents import check_reload, open_serving_index
+from scalingnote.serve.documents import check_reload
+from scalingnote.serve.loading import load_served, query_encoder
 from scalingnote.serve.lanes import Lanes
 from scalingnote.serve.metrics import ServeMetrics
 from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
-
-
-def query_encoder(tower: Any, settings: ServeSettings) -> Any:
-    """The query encoder ``settings.query_backend`` names over ``tower`` (the torch tower itself,
-    or ONNX Runtime): :func:`scalingnote.serve.query_backend.wrap_query_tower`."""
-    from scalingnote.serve.query_backend import wrap_query_tower  # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
-
-    return wrap_query_tower(tower, settings)
 
 
 # --------------------------------------------------------------------------- service
@@ -133,31 +125,19 @@ class SearchService(BatchProcessing):
         log.info("scalingnote serve: ready (%d documents, tower %s)", len(self.index), self.tower_source)
 
     def _load_sync(self) -> None:
-        """Runs in the worker thread: tower, index (compatibility checked), titles. The back end
-        comes from :mod:`scalingnote.index.backends`; what it can do, from its searcher's flags."""
+        """Runs in the worker thread: tower, index (compatibility checked), titles
+        (:func:`~scalingnote.serve.loading.load_served`). The back end comes from
+        :mod:`scalingnote.index.backends`; what it can do, from its searcher's flags."""
         if self.settings.threads:
             import torch  # why: torch loads with the first tower, after serve() sets OMP_WAIT_POLICY
 
             torch.set_num_threads(int(self.settings.threads))
-        backend = get_backend(self.settings.backend, "backend")
-        location = self.location
-        # fail fast on a wrong location, before loading a model; its corpus gives the titles
-        manifest = backend.manifest(location) if backend.manifest is not None else None
-        corpus_path = resolve_corpus_path(manifest, self.settings.corpus) if manifest is not None else None
-        tower = load_tower_for(self.tower_source, "query")
-        index = open_serving_index(backend, location, tower, self.settings)  # refuses an incompatible tower
-        if manifest is None:
-            corpus_path = resolve_corpus_path(index.manifest, self.settings.corpus)
-        docs = load_documents(corpus_path, index.doc_ids, index)
-        titles = {d: t for d, (t, _) in docs.items()}
-        self.snippets = {d: sn for d, (_, sn) in docs.items()}
-        local = getattr(index, "local_dir", None)
-        if local is not None:  # an index directory: the BM25 index and fusion.json beside it (modes bm25, hybrid)
-            self.searcher, self.default_mode = served_searcher(index, corpus_path)  # the quick start's choice
-        tower = query_encoder(tower, self.settings)  # ONNX Runtime when --query-backend onnx
+        served = load_served(self.location, self.tower_source, self.settings)
+        self.snippets, self.searcher, self.default_mode = served.snippets, served.searcher, served.default_mode
+        tower = served.tower
         # warm-up: the first forward pass allocates; keep that out of the first request's latency
         tower.encode_queries(["warm up"], batch_size=1, show_progress=False)
-        self.index, self.tower, self.titles, self.corpus_path = index, tower, titles, corpus_path
+        self.index, self.tower, self.titles, self.corpus_path = served.index, tower, served.titles, served.corpus_path
         self._set_tower_info(tower)
 
     @property
