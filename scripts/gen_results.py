@@ -3,18 +3,21 @@
 Usage: python scripts/gen_results.py [--check]
 
 * ``README.md``, between the markers <!-- results:start --> and <!-- results:end -->: one
-  headline table per dataset (method, query tower, nDCG@10, R@100, query QPS; at most 8
-  columns) and the plots;
+  summary row per headline data set (at most 8 columns) and the speed-vs-quality plots; between
+  <!-- quickstart-time:start --> and <!-- quickstart-time:end -->: how long the quick start took
+  (the first command from a fresh clone, and each budgeted run);
 * ``docs/results.md``: every table, all columns (the whole file is generated);
 * ``benchmarks/results/plots/quality_vs_qps_<dataset>.png``: query tower speed vs quality
   (matplotlib; skipped with a note when matplotlib is absent).
 
 ``--check`` only compares: exit 1 when README.md or docs/results.md is stale.
+No absolute path of the machine that ran a benchmark is printed (:func:`portable`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = RESULTS / "plots"
 DOCS = ROOT / "docs" / "results.md"
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+QS_START, QS_END = "<!-- quickstart-time:start -->", "<!-- quickstart-time:end -->"
 
 #: (results file, title, columns to show; None = all scalar columns)
 #: the columns of every quick-start / recipe table and of every QKD-ablation table
@@ -119,10 +123,26 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
 ]
 
 
+#: an absolute directory prefix two levels deep or more ("/home/me/"), not an endpoint ("/documents/x"),
+#: a URL's "//" nor a ratio's "1/3"
+_ABS_DIR = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/){2,}")
+#: an absolute prefix in front of a repository-relative path (runs/, .cache/, benchmarks/)
+_ABS_TO_REPO = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/)*?(?=(?:runs|\.cache|benchmarks)/)")
+
+
+def portable(text: str) -> str:
+    """``text`` without one machine's absolute paths: a path into a run directory keeps its part from
+    ``runs/``, ``.cache/`` or ``benchmarks/`` on; any other absolute directory becomes ``.../``."""
+    return _ABS_DIR.sub(".../", _ABS_TO_REPO.sub("", text))
+
+
 def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:.1f}"
-    return "" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+    if v is None:
+        return ""
+    text = portable(str(v)).replace("|", "\\|").replace("\n", " ")
+    return text.replace("[", "\\[").replace("]", "\\]")  # "curve[0][1]" is no Markdown link
 
 
 def _load(name: str) -> dict | None:
@@ -139,15 +159,15 @@ def _table(cols: list[str], rows: list[dict], header: list[str] | None = None) -
     return out
 
 
-#: The headline datasets: (results-file suffix, title, note).
+#: The headline datasets: (results-file suffix, name).
 HEADLINE: list[tuple[str, str]] = [
-    ("scifact", "SciFact (English, BEIR; test split, full corpus)"),
-    ("kuake_qtr", "KUAKE-QTR (Chinese query -> title; test split)"),
-    ("synthetic", "Synthetic note-search log (the quick start's embedded defaults)"),
+    ("scifact", "SciFact (English, BEIR)"),
+    ("kuake_qtr", "KUAKE-QTR (Chinese query -> title)"),
+    ("synthetic", "Synthetic note-search log (the quick start's default data)"),
 ]
-HEADLINE_COLS = ["method", "large_tower", "query_tower", "val_ndcg@10", "ndcg@10", "r@100", "query_qps", "chosen"]
-HEADLINE_HEADER = ["method", "large tower", "query tower", "val nDCG@10", "nDCG@10", "R@100", "query QPS", "chosen"]
-assert len(HEADLINE_COLS) <= 8
+SUMMARY_HEADER = ["data (test split)", "BM25", "zero-shot MiniLM-L6", "teacher (large tower)", "student (QKD)", "served",
+                  "student / teacher query QPS", "results file"]
+assert len(SUMMARY_HEADER) <= 8
 
 
 def headline_rows(dataset: str) -> list[dict]:
@@ -159,6 +179,68 @@ def headline_rows(dataset: str) -> list[dict]:
         return []
     return [{**r, "source": f"recipe_{dataset}"} for r in rec["rows"]
             if not str(r.get("method", "")).startswith(("scaling_dual_depth_", "scaling_dual_dim_", "scalingnote_candidate"))]
+
+
+def _stamp(data: dict) -> str:
+    """``machine, date`` of a results file."""
+    return f"{data.get('machine', '?')}, {str(data.get('created', '?'))[:10]}"
+
+
+def summary_table() -> list[str]:
+    """One row per headline dataset: nDCG@10 of the baselines, the teacher, the student and the served
+    configuration (each chosen on validation queries), and the student's query speed over the teacher's."""
+    out = ["| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
+    stamps = []
+    for dataset, name in HEADLINE:
+        rec = _load(f"recipe_{dataset}")
+        if rec is None:
+            continue
+        rows = rec["rows"]
+        pick = lambda key, val: next((r for r in rows if r.get(key) == val), {})  # noqa: E731
+        teacher, student, served = pick("chosen", "teacher"), pick("chosen", "student"), pick("chosen", "served")
+        speed = (student.get("query_qps") or 0) / teacher["query_qps"] if teacher.get("query_qps") else None
+        cells = [name, pick("method", "bm25").get("ndcg@10"), pick("method", "zero_shot_minilm-l6").get("ndcg@10"),
+                 teacher.get("ndcg@10"), student.get("ndcg@10"), served.get("ndcg@10"),
+                 f"{speed:.2f}x" if speed else None, f"`recipe_{dataset}.json`"]
+        out.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+        stamps.append(f"`recipe_{dataset}.json`: {_stamp(rec)}")
+    return out + ["", "Measured on: " + "; ".join(stamps) + "."] if stamps else []
+
+
+def _minutes(v) -> str:
+    return "" if v is None else f"{v:g}" if float(v).is_integer() else f"{v:.2f}"
+
+
+def _yes(v) -> str:
+    return "" if v is None else "yes" if v else "**no**"
+
+
+def quickstart_time_table() -> list[str]:
+    """How long the quick start takes: the first command from a fresh clone (set-up included) and the
+    budgeted runs on each data set, with the served nDCG@10 each run reached."""
+    out = ["| run | budget (min) | took (min) | within budget | served nDCG@10 | results file |", "|---|---|---|---|---|---|"]
+    stamps = []
+    clone = _load("quickstart_fresh_clone")
+    total = next((r for r in clone["rows"] if str(r.get("phase", "")).startswith("total")), None) if clone else None
+    if total is not None:
+        setup = next((r.get("seconds") for r in clone["rows"] if str(r.get("phase", "")).startswith("setup")), None)
+        label = "`bash scripts/quickstart.sh` from a fresh clone" + (f" (set-up {setup / 60:.1f} min included)" if setup else "")
+        pipeline = next((r.get("seconds") for r in clone["rows"] if str(r.get("phase", "")).startswith("pipeline (")), None)
+        within = pipeline / 60 <= 8 if pipeline is not None else None  # the budget bounds the quick start, not the set-up
+        out.append(f"| {label} | 8 | {_minutes(total.get('minutes'))} | {_yes(within)} |  | `quickstart_fresh_clone.json` |")
+        stamps.append(f"`quickstart_fresh_clone.json`: {_stamp(clone)}")
+    budget = _load("quickstart_budget")
+    if budget is not None:
+        names = {"default": "default data", "scifact": "SciFact", "kuake_qtr": "KUAKE-QTR"}
+        for r in budget["rows"]:
+            if r.get("mode") != "budgeted":
+                continue
+            cells = [f"`--budget-minutes {_minutes(r.get('budget_minutes'))}` on {names.get(r.get('set'), r.get('set'))}",
+                     _minutes(r.get("budget_minutes")), _minutes(r.get("pipeline_minutes")), _yes(r.get("within_time_target")),
+                     r.get("served_ndcg@10"), "`quickstart_budget.json`"]
+            out.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
+        stamps.append(f"`quickstart_budget.json`: {_stamp(budget)}")
+    return out + ["", "Measured on: " + "; ".join(stamps) + "."] if stamps else []
 
 
 def plot_quality_vs_qps(dataset: str, rows: list[dict]) -> Path | None:
@@ -199,40 +281,29 @@ def plot_quality_vs_qps(dataset: str, rows: list[dict]) -> Path | None:
 
 
 def render_headline(plots: bool = True) -> str:
+    """The README's results block: the summary table, then the speed-vs-quality plots."""
     out = [START, "", "_Generated by `python scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand. "
            "Every table with all its columns: [docs/results.md](docs/results.md)._", ""]
-    for dataset, title in HEADLINE:
+    out += summary_table()
+    out.append("")
+    images = []
+    for dataset, _ in HEADLINE:
         rows = headline_rows(dataset)
-        if not rows:
-            continue
-        out += [f"### {title}", ""]
-        out += _table(HEADLINE_COLS, rows, HEADLINE_HEADER)
-        out.append("")
         png = PLOTS / f"quality_vs_qps_{dataset}.png"
-        if plots:
+        if plots and rows:
             plot_quality_vs_qps(dataset, rows)
-        if png.exists():
-            out += [f"![{dataset}: query QPS vs nDCG@10]({png.relative_to(ROOT).as_posix()})", ""]
-    trained = [(PLOTS / f"scaling_trained_{law}.png", label) for law, label in
-               (("data_minilm", "MiniLM L(D), 2 layers"), ("model_minilm", "MiniLM L(N) at D = 4,096"), ("model_smollm2", "SmolLM2 L(N) at D = 4,096"))]
-    if all(p.exists() for p, _ in trained):  # benchmarks.scaling_trained: towers whose every layer trains
-        out += ["### Scaling laws over trained towers (MiniLM and SmolLM2 truncated to 1-6 layers on SciFact, every layer trained; `scaling_trained_fit.json`, "
-                "held-out points predicted before they were trained)", ""]
-        out += [" ".join(f"![{label}]({p.relative_to(ROOT).as_posix()})" for p, label in trained), ""]
-    full = PLOTS / "scaling_trained_gpu200_model_smollm2_full.png"
-    if full.exists():  # the same law up to the whole 30-layer SmolLM2, on a GPU
-        out += ["### SmolLM2 L(N) up to the whole 30-layer tower, every layer trained (NVIDIA H200; `scaling_trained_gpu200_fit.json`)", "",
-                f"![SmolLM2 L(N) at D = 4,096, 1-30 layers]({full.relative_to(ROOT).as_posix()})", ""]
-    depth = PLOTS / "llm_layers_scifact.png"
-    if depth.exists():  # benchmarks.llm_layers: the §4.4 document-tower depth curve
-        out += ["### The document-tower depth curve with trained LLM layers (SmolLM2 ScalingDual on SciFact; `llm_layers_scifact.json`)", "",
-                f"![SciFact: nDCG@10 vs SmolLM2 depth]({depth.relative_to(ROOT).as_posix()})", ""]
-    gpu = PLOTS / "llm_layers_scifact_gpu.png"
-    if gpu.exists():  # the same curve with every layer trained, on a GPU
-        out += ["### The same curve with every SmolLM2 layer trained end to end (NVIDIA H200; `llm_layers_scifact_gpu.json`)", "",
-                f"![SciFact on a GPU: nDCG@10 vs SmolLM2 depth, every layer trained]({gpu.relative_to(ROOT).as_posix()})", ""]
+        if rows and png.exists():
+            images.append(f"![{dataset}: query QPS vs nDCG@10]({png.relative_to(ROOT).as_posix()})")
+    if images:
+        out += [" ".join(images), ""]
     out.append(END)
     return "\n".join(out)
+
+
+def render_quickstart_time() -> str:
+    """The README's quick-start timing block."""
+    return "\n".join([QS_START, "", "_Generated by `python scripts/gen_results.py`; do not edit by hand._", "",
+                      *quickstart_time_table(), "", QS_END])
 
 
 def render() -> str:
@@ -241,6 +312,8 @@ def render() -> str:
            "_Generated by `python scripts/gen_results.py` from `benchmarks/results/*.json`; do not edit by hand._ "
            "Each table names its results file; each file records its config, package versions and machine. "
            "Measured on a 2-core CPU machine shared with other jobs: throughput numbers are noisy.", ""]
+    out += ['<a id="summary"></a>', "", "## Summary: the quick-start recipe on each data set", "", *summary_table(), ""]
+    out += ['<a id="quickstart-time"></a>', "", "## How long the quick start takes", "", *quickstart_time_table(), ""]
     listed = {n for n, _, _ in TABLES}
     rest = [(p.stem, f"`{p.stem}`", None) for p in sorted(RESULTS.glob("*.json")) if p.stem not in listed]
     for name, title, cols in TABLES + rest:  # every results file gets a table
@@ -255,6 +328,8 @@ def render() -> str:
             cols = []
             for r in rows:
                 cols += [k for k in r if k not in cols and not isinstance(r[k], (dict, list))]
+        out.append(f'<a id="{name}"></a>')  # a stable link target: the results file's name
+        out.append("")
         out.append(f"## {title}")
         out.append("")
         out.append(f"`benchmarks/results/{name}.json` — {data.get('machine', '?')}, {data.get('created', '?')}")
@@ -264,14 +339,19 @@ def render() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def replace_block(text: str, start: str, end: str, block: str, name: str) -> str:
+    """``text`` with the part from ``start`` to ``end`` (markers included) replaced by ``block``."""
+    if start not in text or end not in text:
+        raise SystemExit(f"README.md has no {name} markers ({start} ... {end})")
+    return text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+
+
 def main() -> int:
     check = "--check" in sys.argv
     readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
-    if START not in text or END not in text:
-        print("README.md has no results markers", file=sys.stderr)
-        return 1
-    new = text[: text.index(START)] + render_headline(plots=not check) + text[text.index(END) + len(END) :]
+    new = replace_block(text, START, END, render_headline(plots=not check), "results")
+    new = replace_block(new, QS_START, QS_END, render_quickstart_time(), "quick-start time")
     full = render()
     old_full = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
     if check:
@@ -279,10 +359,17 @@ def main() -> int:
         for p in stale:
             print(f"{p.relative_to(ROOT)} is stale: run python scripts/gen_results.py", file=sys.stderr)
         return 1 if stale else 0
-    readme.write_text(new, encoding="utf-8")
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(full, encoding="utf-8")
+    atomic_write(readme, new)
+    atomic_write(DOCS, full)
     return 0
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary name, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README command 3 (and CI, through .ci/run): set up the environment if needed, then run the
+# Everything, as CI runs it (.ci/run; the README's "Tests and CI"): set up the environment if needed, then run the
 # default test suite (README command 2, `bash scripts/test.sh`) and after it the `slow` suite (the same command with `-m slow`) (FSDP2 on two gloo processes, DDP QKD, Ray
 # Data on a local Ray instance, the embedded Milvus server, the packaged real models, ...).
 # Every service a slow test needs is started by the test itself and stopped after it.
@@ -19,7 +19,7 @@ suite() {  # suite NAME [pytest args...]: run one suite, record its wall time an
   local name="$1"; shift
   echo "=== $name suite: pytest $* ===" >&2
   local t0=$SECONDS rc=0
-  bash "$root/scripts/test.sh" --junitxml="$reports/$name.xml" "$@" || rc=$?  # README command 2, + its arguments
+  bash "$root/scripts/test.sh" --junitxml="$reports/$name.xml" "$@" || rc=$?  # the default suite (README command 2), + its arguments
   [ "$rc" -eq 5 ] && { echo "[$name suite] no tests collected (pytest exit 5): nothing to run" >&2; rc=0; }
   eval "${name}_rc=$rc ${name}_wall=$((SECONDS - t0))"
 }
