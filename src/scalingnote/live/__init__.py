@@ -5,8 +5,9 @@ rebuild write new generations swapped in atomically; drift metrics say when to r
 Layering: above ``index`` (and ``sparse``, ``models``, ``data``), below ``serve``.
 """
 
+from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied, StorageError
 from scalingnote.live.index import LiveIndex, LiveSearcher, check_document_tower, load_document_tower
 from scalingnote.live.records import documents_from_records, read_documents, read_ids
 from scalingnote.live.wal import WriteAheadLog
 
-__all__ = ["LiveIndex", "LiveSearcher", "WriteAheadLog", "check_document_tower", "documents_from_records", "load_document_tower", "read_documents", "read_ids"]
+__all__ = ["BackendUnavailable", "LiveIndex", "LoggedNotApplied", "StorageError", "LiveSearcher", "WriteAheadLog", "check_document_tower", "documents_from_records", "load_document_tower", "read_documents", "read_ids"]

@@ -138,14 +138,27 @@ def write_generation(
     over them (tombstones gone) with the trained PQ; rebuild trains it again (``ivf_qmetric``
     with the stored query metric A: no training queries are kept).
     """
-    import faiss
-
     ldir = live_dir(root)
     ldir.mkdir(parents=True, exist_ok=True)
     number = max([generation_number(p) for p in ldir.iterdir() if _GEN_RE.match(p.name)] + [generation_number(src_gen)]) + 1
     gen = ldir / f"gen-{number:06d}"
     if gen.exists():  # a leftover of a crash before the swap: never in use
         shutil.rmtree(gen)
+    try:
+        _write_generation_files(gen, number, vectors=vectors, doc_ids=doc_ids, documents=documents, semantic_ids=semantic_ids,
+                                manifest=manifest, src_gen=src_gen, meta=meta, retrain=retrain, seed=seed, progress=progress)
+    except BaseException:
+        shutil.rmtree(gen, ignore_errors=True)  # never in use; frees what it took (a full disk)
+        raise
+    return gen
+
+
+def _write_generation_files(gen: Path, number: int, *, vectors: np.ndarray, doc_ids: Sequence[str], documents: Sequence[Document],
+                            semantic_ids: np.ndarray | None, manifest: dict[str, Any], src_gen: Path, meta: dict[str, Any],
+                            retrain: bool, seed: int, progress: bool) -> None:
+    """The files of generation ``gen`` (:func:`write_generation`), fsync-ed."""
+    import faiss
+
     sem_info = manifest.get("semantic_ids") or None
     kw: dict[str, Any] = {"doc_ids": list(doc_ids), "tower_info": manifest.get("tower") or {}, "seed": seed, "progress": progress,
                           "documents": list(documents), "train_size": int(manifest.get("train_size") or 100_000)}
@@ -189,7 +202,6 @@ def write_generation(
         BM25Retriever.fit(texts, bm_cfg, show_progress=False).save(gen / BM25_SUBDIR)
     write_json(gen / LIVE_META, {**meta, "format": LIVE_FORMAT, "generation": number})
     _fsync_tree(gen)
-    return gen
 
 
 def swap_current(root: Path, gen: Path) -> None:

@@ -22,6 +22,7 @@ Restart replays the log records after the generation's ``wal_seq`` from the stor
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,11 +36,13 @@ from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.dense import DenseIndex
 from scalingnote.index.docstore import index_corpus, make_snippet
-from scalingnote.index.embeddings import _encode_call, l2_normalize, tower_identity
+from scalingnote.index.embeddings import _encode_call, l2_normalize
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher
 from scalingnote.index.tune import recall_vs_exact
+from scalingnote.live.errors import StorageError, describe_os_error
 from scalingnote.live.generation import LIVE_DIR, LIVE_META, current_generation, live_dir, read_live_meta, swap_current, write_generation
 from scalingnote.live.lexical import LiveBM25
+from scalingnote.live.towers import check_document_tower, load_document_tower
 from scalingnote.live.store import RowStore
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
 from scalingnote.live.writer_lock import acquire_writer_lock
@@ -48,40 +51,6 @@ from scalingnote.utils.io import write_json
 
 log = logging.getLogger("scalingnote.live")
 ENCODE_CHUNK = 16  # documents encoded per call: the service's ingest pacing acts between chunks
-
-
-def check_document_tower(manifest: dict[str, Any], tower, where: str | Path) -> None:
-    """Refuse a document tower whose fingerprint is not the one the index was built with; the
-    error names both fingerprints, where the index's tower was loaded from, and the fix."""
-    doc = manifest.get("tower") or {}
-    want, got = doc.get("fingerprint"), tower_identity(tower)
-    if want is None:
-        raise ScalingNoteError(f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot be encoded consistently")
-    if str(got.get("fingerprint")) != str(want):
-        built = doc.get("path") or doc.get("name", "?")
-        raise ScalingNoteError(
-            f"{where}: document tower {got.get('path') or got.get('name', '?')!r} (fingerprint {got.get('fingerprint')!r}) is not the tower "
-            f"the index was built with ({built!r}, fingerprint {want!r}): its embeddings would not be comparable. Pass the tower that made "
-            "the index's vectors (`scalingnote serve --document-tower DIR`, `scalingnote index add --tower DIR`; the quick start's is "
-            "<run>/stage1/<chosen run>/doc_tower) or rebuild the index with this tower"
-        )
-
-
-def load_document_tower(manifest: dict[str, Any], spec: Any = None):
-    """``spec`` (a tower, or a name/path), else the tower the manifest records: its saved
-    directory (``tower.path``) when that still exists, else its name (a packaged/base model)."""
-    if spec is not None and not isinstance(spec, (str, Path)):
-        return spec
-    from scalingnote.models import load_tower  # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
-
-    if spec is not None:
-        return load_tower(str(spec), role="document")
-    t = manifest.get("tower") or {}
-    if t.get("path") and Path(str(t["path"])).is_dir():
-        return load_tower(str(t["path"]), role="document")
-    if not t.get("name"):
-        raise ScalingNoteError("the index names no document tower: pass one (--document-tower / --tower / document_tower)")
-    return load_tower(str(t["name"]), role="document", num_layers=t.get("num_layers"), pooling=t.get("pooling"))
 
 
 class LiveIndex:
@@ -311,6 +280,7 @@ class LiveIndex:
         self._check_writer()
         ids = [str(i) for i in ids]
         with self._write_lock:
+            self._settle()
             present = [i for i in ids if i in self.row_of]
             if not present:
                 return {"seq": None, "deleted": 0, "missing": ids}
@@ -323,6 +293,9 @@ class LiveIndex:
     def _check_writer(self) -> None:
         if not self.writer:
             raise ScalingNoteError(f"{self.root}: opened read-only")
+
+    def _settle(self) -> None:
+        """Before a write: nothing to finish (Milvus's live index writes the batches Milvus refused)."""
 
     def _apply_upsert(self, docs: list[Document], vectors: np.ndarray, sem: np.ndarray | None) -> tuple[int, float, float]:
         """Apply under the index lock; returns (documents replaced, seconds waiting for the lock,
@@ -369,6 +342,13 @@ class LiveIndex:
         covers. Ingest waits; searches go on (on the old state, then the new one)."""
         self._check_writer()
         t0 = time.perf_counter()
+        try:
+            gen = self._compact(retrain, progress)
+        except OSError as e:  # a full disk / an I/O error: the generation in use and the whole log are kept
+            raise StorageError(f"{self.root}: compaction failed: {describe_os_error(e)}; the log is kept (nothing acknowledged is lost)", e.errno) from None
+        return {"generation": gen.name, "documents": len(self), "retrained": retrain, "seconds": round(time.perf_counter() - t0, 3)}
+
+    def _compact(self, retrain: bool, progress: bool) -> Path:
         with self._write_lock:
             with self.lock:
                 rows = self.store.alive_rows()
@@ -383,13 +363,37 @@ class LiveIndex:
                     "trained_generation": None if retrain else self.meta.get("trained_generation", 0),
                     "bm25_language": self.lexical.language if self.lexical is not None else None, "created": time.time()}
             gen = write_generation(self.root, vectors=vectors, doc_ids=ids, documents=docs, semantic_ids=sem, manifest=manifest,
-                                   src_gen=self.gen, meta=meta, retrain=retrain, progress=progress)
-            if retrain:
-                write_json(gen / LIVE_META, {**read_live_meta(gen), "trained_generation": int(gen.name.split("-")[1])})
-            swap_current(self.root, gen)
-            self.wal.drop_through(seq)
+                                   src_gen=self.gen, meta=meta, retrain=retrain, progress=progress)  # removed again if it fails
+            try:
+                if retrain:
+                    write_json(gen / LIVE_META, {**read_live_meta(gen), "trained_generation": int(gen.name.split("-")[1])})
+                swap_current(self.root, gen)
+            except BaseException:
+                self._unswapped(gen)
+                raise
             self._load_generation()  # the new state, swapped in under the lock
-        return {"generation": gen.name, "documents": len(ids), "retrained": retrain, "seconds": round(time.perf_counter() - t0, 3)}
+            self._drop_log(seq)
+        return gen
+
+    def _unswapped(self, gen: Path) -> None:
+        """After a failed swap: remove ``gen`` unless the pointer names it (renamed, maybe not durably: used, its log kept)."""
+        try:
+            named = current_generation(self.root) == gen
+        except ScalingNoteError:
+            named = False
+        if not named:
+            shutil.rmtree(gen, ignore_errors=True)  # frees the space it took (a full disk)
+            return
+        log.warning("live index %s: %s is in use but its pointer may not be durable; the log it covers is kept", self.root, gen.name)
+        self._load_generation()
+
+    def _drop_log(self, seq: int) -> None:
+        """Delete the log segments a swapped-in generation covers; a failure only leaves them for
+        the next compaction (their records are <= the generation's ``wal_seq``: never replayed)."""
+        try:
+            self.wal.drop_through(seq)
+        except OSError as e:
+            log.warning("live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.root, seq, e)
 
     def rebuild(self, progress: bool = False) -> dict[str, Any]:
         return self.compact(retrain=True, progress=progress)

@@ -36,13 +36,18 @@ lacks -- a kill between (1) and (2) -- and those rows are written from the logge
 stale versions the replayed records name are deleted (a kill between (3) and (4)). Compaction
 (:meth:`MilvusLive.compact`) flushes the collection, writes a new checkpoint and drops the log
 it covers.
+
+Failed writes. A key is taken only by a record the log holds (a failed append takes neither its
+seq nor its keys), so a refused batch never shares a key with an acknowledged one. A logged batch
+Milvus refuses waits in :attr:`MilvusLive.pending`; each later write and compaction first applies
+the waiting batches in log order and is refused while Milvus refuses them (a checkpoint never
+leaves a logged batch out). A failed delete of hidden stale versions is retried later.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -61,9 +66,10 @@ from scalingnote.index.layout import DOCS_FILE, read_manifest
 from scalingnote.index.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
+from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied
 from scalingnote.live.generation import live_dir as live_root
 from scalingnote.live.index import LiveIndex, LiveSearcher, attach_titles, check_document_tower, load_document_tower, title_and_snippet
-from scalingnote.live.wal import WriteAheadLog, fsync_dir, pack_array, unpack_array
+from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array, write_json_durably
 from scalingnote.live.writer_lock import acquire_writer_lock
 
 log = logging.getLogger("scalingnote.live")
@@ -104,6 +110,8 @@ class MilvusLive(MilvusSearcher):
         self.after_write = None  # test hook: called between the Milvus write and the visibility swap
         self.timings: dict[str, float] = {}
         self.version, self.hidden, self.replayed = 0, 0, 0
+        self.pending: list[tuple[int, list[Document], int, np.ndarray, np.ndarray | None]] = []  # logged, not yet in Milvus
+        self._undropped: list[int] = []  # hidden stale keys whose delete from Milvus failed (retried)
         self.max_id_bytes = self._max_id_bytes()
         self._load_base()
         sem = self.manifest.get("semantic_ids")
@@ -240,21 +248,19 @@ class MilvusLive(MilvusSearcher):
             raise ScalingNoteError("the Milvus live index cannot retrain codebooks: re-export the rebuilt FAISS index (`scalingnote index export --to milvus`)")
         t0 = time.perf_counter()
         with self._write_lock:
+            self._settle()  # a logged batch is in Milvus before any checkpoint (else: refused, the log kept)
             seq = self.wal.rotate()
             self._milvus(self.client.flush, self.collection)
             with self.lock:
                 live = [[pk, self.docs[pk].to_beir()] for pk in sorted(pk for pk in self.row_of.values() if pk >= LIVE_KEY_BIT)]
                 state = {"format": STATE_FORMAT, "wal_seq": seq, "next_row": self.next_row, "created": time.time(),
                          "deleted_base": sorted(set(self.base_ids) - {d for d, pk in self.row_of.items() if pk < LIVE_KEY_BIT}), "live": live}
-            tmp = self.state_dir / (STATE_FILE + ".tmp")
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(state, fh, ensure_ascii=False)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.state_dir / STATE_FILE)
-            fsync_dir(self.state_dir)
+            write_json_durably(self.state_dir / STATE_FILE, state, "checkpoint")  # on failure: the old one and the whole log stay
             self.wal_seq = seq
-            self.wal.drop_through(seq)
+            try:
+                self.wal.drop_through(seq)
+            except OSError as e:  # covered by the checkpoint: never replayed; the next compaction drops them
+                log.warning("milvus live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.state_dir, seq, e)
         return {"generation": f"checkpoint-{seq}", "documents": len(self.row_of), "retrained": False, "seconds": round(time.perf_counter() - t0, 3)}
 
     def compaction_pending(self) -> int:
@@ -293,8 +299,43 @@ class MilvusLive(MilvusSearcher):
         try:
             return fn(*args, **kw)
         except Exception as e:  # noqa: BLE001 - MilvusException / gRPC errors
-            raise ScalingNoteError(f"{self.root}: {getattr(fn, '__name__', 'call')} failed: {_milvus_message(e)}; the batch is in the write-ahead "
-                                   f"log ({self.state_dir}) and is applied when the service restarts") from None
+            raise BackendUnavailable(f"{self.root}: Milvus {getattr(fn, '__name__', 'call')} failed: {_milvus_message(e)}") from None
+
+    def _settle(self) -> None:
+        """Before a write or a compaction: apply the logged batches Milvus refused before, in log
+        order (a :class:`BackendUnavailable` while it still refuses: nothing new is logged), and
+        retry deleting stale versions."""
+        while self.pending:
+            seq, docs, first, x, sem = self.pending[0]
+            try:
+                self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
+            except BackendUnavailable as e:
+                raise BackendUnavailable(f"{e}; {len(self.pending)} logged batch(es) from seq {seq} wait to be written to Milvus first "
+                                         "(or at restart): nothing of this request was logged") from None
+            self.pending.pop(0)
+            self._show(docs, first)
+            log.info("milvus live index %s: the logged batch seq %d is written and visible", self.state_dir, seq)
+        if self._undropped:
+            keys, self._undropped = self._undropped, []
+            self._drop_later(keys)
+
+    def _show(self, docs: list[Document], first: int) -> int:
+        """Make a written batch visible (one step for searches) and delete the versions it hides; returns the replaced count."""
+        with self.lock:  # one step for searches: the new versions visible, the old ones hidden (fewer or as many)
+            replaced, stale = self._swap(docs, first)
+            self.hidden += len(stale) - len(docs)
+        self._drop_later(stale)
+        return replaced
+
+    def _drop_later(self, stale: list[int]) -> None:
+        """Delete hidden stale versions from Milvus; a failure keeps them hidden and retries at the next write."""
+        try:
+            self._drop(stale)
+        except BackendUnavailable as e:
+            log.warning("milvus live index %s: %d stale rows stay hidden until the next write (%s)", self.state_dir, len(stale), e)
+            self._undropped += stale
+            return
+        self.hidden -= len(stale)
 
     def _write_rows(self, keys: list[int], docs: list[Document], x: np.ndarray, sem: np.ndarray | None) -> None:
         rows = []
@@ -339,6 +380,7 @@ class MilvusLive(MilvusSearcher):
         x, sem, paused = self._vectors(docs, vectors)
         t1 = time.perf_counter()
         with self._write_lock:
+            self._settle()
             t2 = time.perf_counter()
             status = ["replaced" if d.id in self.row_of else "added" for d in docs]
             first = self.next_row
@@ -349,15 +391,16 @@ class MilvusLive(MilvusSearcher):
             t3 = time.perf_counter()
             with self.lock:  # after any search in flight: every later one over-fetches the rows about to be written
                 self.hidden += len(docs)  # written, not yet visible
-            self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
+            try:
+                self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
+            except BackendUnavailable as e:
+                self.pending.append((seq, docs, first, x, sem))
+                raise LoggedNotApplied(f"{e}; the batch is in the write-ahead log ({self.state_dir}, seq {seq}) and is applied before the "
+                                       "next write or compaction goes ahead, or when the service restarts") from None
             if self.after_write is not None:
                 self.after_write(seq)
             t4 = time.perf_counter()
-            with self.lock:  # one step for searches: the new versions visible, the old ones hidden (fewer or as many)
-                replaced, stale = self._swap(docs, first)
-                self.hidden += len(stale) - len(docs)
-            self._drop(stale)
-            self.hidden -= len(stale)
+            replaced = self._show(docs, first)
         timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "milvus_write": t4 - t3,
                    "apply": time.perf_counter() - t4}
         return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status, "timings_ms": self._add_timings(timings)}
@@ -368,8 +411,7 @@ class MilvusLive(MilvusSearcher):
         with self.lock:  # one step for searches: hidden, and counted as such
             stale = self._unmap(ids)
             self.hidden += len(stale)  # deleted from Milvus after they are hidden
-        self._drop(stale)
-        self.hidden -= len(stale)
+        self._drop_later(stale)
 
     def _check_writer(self) -> None:
         if not self.writer:

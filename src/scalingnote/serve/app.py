@@ -12,6 +12,7 @@ Endpoints
 ``POST /search/batch``  ``{"queries": [str, ...], "k", ...}`` -> ``{"results": [[hit, ...], ...],
                         "found": [int, ...], "fewer_than_k": [bool, ...], "took_ms"}``
 ``GET  /healthz``       503 until the query tower and the index are loaded, then 200 with their identity
+                        (``"status": "degraded"`` and ``writes`` while the live index refuses writes)
 ``GET  /metrics``       Prometheus text exposition
 ``POST /documents``     ``{"documents": [{"_id", "title"?, "topic"?, "text"}, ...]}`` (or the bare list) -> the
                         live index adds / replaces them by id, all or nothing: ``{"seq", "upserted", "replaced",
@@ -189,7 +190,7 @@ class _SafeJSONResponse(JSONResponse):
 
 def _error(status: int, error: str, detail: Any, retry_after: int | None = None, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
     headers = dict(headers or {})
-    if status == 503:
+    if status in (503, 507):
         headers["Retry-After"] = str(int(retry_after) if retry_after else 1)
     return _SafeJSONResponse({"error": error, "detail": detail, **extra}, status_code=status, headers=headers or None)
 
@@ -330,7 +331,8 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
     async def healthz():
         h = service.health()
         if h["status"] == "ok":
-            return JSONResponse(h)
+            writes = app.state.live.write_health() if getattr(app.state, "live", None) is not None else None
+            return JSONResponse(h if writes is None else {**h, "status": "degraded", "writes": writes})  # searches are answered
         detail = f"loading failed: {service.error}" if service.state == "failed" else f"not ready ({h['status']})"
         return JSONResponse({**h, "error": "not_ready", "detail": detail}, status_code=503, headers={"Retry-After": "1"})
 

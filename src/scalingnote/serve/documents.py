@@ -12,6 +12,12 @@ Ingest runs in its own thread, at a lower CPU priority (nice +10 for that thread
 torch thread, so encoding new documents takes what the search worker leaves: searches keep
 their latency while documents flow in. A request is answered only after its batch is in the
 fsync-ed write-ahead log and applied (:class:`scalingnote.live.LiveIndex`).
+
+A write the storage refuses answers 507 ``insufficient_storage`` (a full disk) or 503
+``storage_error`` (an I/O error), a write the search back end refuses 503
+``backend_unavailable``, all with ``Retry-After`` and nothing of the batch kept; until a later
+write succeeds, ``/healthz`` says ``"status": "degraded"`` with the cause and ``/metrics`` sets
+``scalingnote_live_writes_degraded`` to 1. Searches go on meanwhile.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.index.backends import resolve_opener
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.live import LiveIndex
+from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied, StorageError, describe_os_error
 from scalingnote.live.records import BatchError, documents_from_records, id_problem
 from scalingnote.serve.processing import ServiceError, parse_json_body
 from scalingnote.serve.settings import admin_denial
@@ -39,6 +46,8 @@ from scalingnote.serve.settings import admin_denial
 log = logging.getLogger("scalingnote.serve")
 
 RECALL_REFRESH_S = 30.0
+RETRY_AFTER_FULL_S = 30  # a full disk: space has to be freed
+RETRY_AFTER_UNAVAILABLE_S = 5  # an I/O error or the back end: may pass
 
 
 def open_serving_index(backend, location, tower, settings):
@@ -84,6 +93,7 @@ class _LiveState:
         self.recall_at = 0.0
         self.recall_version = -1
         self._recall_running = False
+        self.degraded: dict[str, Any] | None = None  # the last refused write's cause, until a write succeeds
 
     def pace(self, seconds: float) -> float:
         """In the ingest thread, after encoding a chunk that took ``seconds``: while searches are
@@ -112,18 +122,47 @@ class _LiveState:
     async def run(self, fn, *args):
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self.executor, fn, *args)
+            out = await loop.run_in_executor(self.executor, fn, *args)
         except DataError as e:
             raise ServiceError(422, "invalid_document", str(e)) from None
+        except (StorageError, OSError, BackendUnavailable, LoggedNotApplied) as e:
+            raise self.refused(e) from None
         except ScalingNoteError as e:
             raise ServiceError(409, "ingest_refused", str(e)) from None
+        self.degraded = None  # a write went through: the storage and the back end take writes again
+        return out
+
+    def refused(self, e: Exception, op: str = "write") -> ServiceError:
+        """The answer to a write the storage or the back end refused; records the degraded state."""
+        if isinstance(e, OSError):
+            e = StorageError(f"{getattr(self.service.index, 'root', '')}: {describe_os_error(e)}", e.errno)
+        if isinstance(e, StorageError):
+            cause, status = e.cause, 507 if e.disk_full else 503
+            error, retry = ("insufficient_storage", RETRY_AFTER_FULL_S) if e.disk_full else ("storage_error", RETRY_AFTER_UNAVAILABLE_S)
+        elif isinstance(e, BackendUnavailable):
+            cause, status, error, retry = "backend_unavailable", 503, "backend_unavailable", RETRY_AFTER_UNAVAILABLE_S
+        else:  # LoggedNotApplied: durable in the log, applied before the next write goes ahead or at restart
+            cause, status, error, retry = "backend_unavailable", 409, "ingest_refused", None
+        self.degraded = {"cause": cause, "error": error, "detail": str(e), "since": time.time()}
+        self.metrics.live_write_errors.inc(op=op, cause=cause)
+        log.warning("scalingnote serve: a %s to the live index was refused: %s", op, e)
+        return ServiceError(status, error, str(e), retry_after=retry)
+
+    def write_health(self) -> dict[str, Any] | None:
+        """``/healthz``'s ``writes`` entry while writes are refused (None when they are taken)."""
+        d = self.degraded
+        return None if d is None else {"status": "refused", **d}
 
     def after_write(self, idx) -> None:
         """In the ingest thread: compact when the delta is large, refresh the recall estimate."""
         limit = int(getattr(self.settings, "live_compact_docs", 2000))
         pending = idx.compaction_pending() if hasattr(idx, "compaction_pending") else idx.stats()["bm25_delta_documents"] + idx.store.tombstones
         if pending >= limit:
-            log.info("scalingnote serve: compacting the live index (%s)", idx.compact())
+            try:
+                log.info("scalingnote serve: compacting the live index (%s)", idx.compact())
+            except (ScalingNoteError, OSError) as e:  # the log and the generation in use are kept: tried again after the next write
+                self.metrics.live_write_errors.inc(op="compact", cause=getattr(e, "cause", None) or type(e).__name__)
+                log.warning("scalingnote serve: compaction failed, the live index keeps its log: %s", e)
         self.refresh_recall(idx, force=False)
 
     def refresh_recall(self, idx, force: bool) -> None:
@@ -143,6 +182,7 @@ class _LiveState:
         m.live_added_share.set(st["added_share"])
         m.live_log_records.set(st["log_records"])
         m.live_bm25_delta.set(st["bm25_delta_documents"])
+        m.live_writes_degraded.set(0 if self.degraded is None else 1)
         if self.recall is not None:
             m.live_recall.set(self.recall)
         stale = idx.version != self.recall_version and time.monotonic() - self.recall_at >= RECALL_REFRESH_S

@@ -218,6 +218,12 @@ class ServeMetrics:
         self.live_recall = r.add(Gauge("scalingnote_live_recall_estimate", "Sampled recall@10 of the ANN index vs exact search over the live vectors."))
         self.live_log_records = r.add(Gauge("scalingnote_live_log_records", "Write-ahead-log records not yet compacted into a generation."))
         self.live_bm25_delta = r.add(Gauge("scalingnote_live_bm25_delta_documents", "Documents in the BM25 delta segment (merged at query time)."))
+        self.live_writes_degraded = r.add(Gauge("scalingnote_live_writes_degraded",
+                                                "1 while writes to the live index are refused (a full disk, an I/O error, the back end "
+                                                "unavailable) until one succeeds; searches are answered meanwhile."))
+        self.live_write_errors = r.add(Counter("scalingnote_live_write_errors_total",
+                                               "Live-index writes the storage or the back end refused, by operation and cause (ENOSPC, EIO, ...).",
+                                               ("op", "cause")))
         self.live_documents_total = r.add(Counter("scalingnote_live_documents_total", "Documents upserted / deleted through the service.", ("op",)))
         self.collectors: list = []  # callables run before each render
 
