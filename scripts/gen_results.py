@@ -88,6 +88,8 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ("fuzz", "Fuzzing: readers (hypothesis) and the service (schemathesis); failures must be 0", ["kind", "target", "mode", "examples", "ok", "data_error", "failures", "seconds"]),
     ("chaos", "Chaos: SIGKILL at a seeded random moment, then the same command again", ["trial", "stage", "kill_at_s", "reference_s", "killed", "half_written_files", "resumed_ok", "outputs_identical", "differing"]),
     ("soak", "Soak: the service under closed-loop load (per window)", None),
+    ("faults", "Write faults on the live index: every write point fails once in turn (in-process), and a real 8 MB tmpfs filled, freed, SIGKILLed "
+     "(`python -m benchmarks.faults`); after each restart a history checker counts lost, resurrected and duplicated documents (all must be 0)", None),
     ("scaling_fit", "Scaling-law fits (heads only over frozen towers: `python -m benchmarks.scaling_sweep`)", None),
     ("scaling_trained_fit", "Scaling laws over towers whose every layer trains (`python -m benchmarks.scaling_trained`; MiniLM 1-6 and SmolLM2 1-6 layers on SciFact; "
      "held-out points predicted before they were trained, see `scaling_trained_predictions.json`)",
@@ -123,7 +125,7 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
 ]
 
 
-#: an absolute directory prefix two levels deep or more ("/home/me/"), not an endpoint ("/documents/x"),
+#: an absolute directory prefix two levels deep or more (a home or work directory), not an endpoint ("/documents/x"),
 #: a URL's "//" nor a ratio's "1/3"
 _ABS_DIR = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/){2,}")
 #: an absolute prefix in front of a repository-relative path (runs/, .cache/, benchmarks/)

@@ -10,15 +10,16 @@ default (``fusion.json``'s mode and fusion, the BM25 side) come from
 ``POST /documents`` and ``DELETE /documents/{id}`` do. So ``load(run).search`` answers what the
 service answers (the tests check nDCG@10 against the quick start's served row).
 
->>> import scalingnote
->>> retriever = scalingnote.load(run_dir)              # run_dir: a quick start's --out
->>> hits = retriever.search(["a note about a travel plan"], k=3)
->>> len(hits), len(hits[0])
-(1, 3)
->>> hit = hits[0][0]
->>> isinstance(hit.id, str) and isinstance(hit.score, float) and isinstance(hit.title, str)
-True
->>> retriever.close()
+Examples:
+    >>> import scalingnote
+    >>> retriever = scalingnote.load(run_dir)              # run_dir: a quick start's --out
+    >>> hits = retriever.search(["a note about a travel plan"], k=3)
+    >>> len(hits), len(hits[0])
+    (1, 3)
+    >>> hit = hits[0][0]
+    >>> isinstance(hit.id, str) and isinstance(hit.score, float) and isinstance(hit.title, str)
+    True
+    >>> retriever.close()
 """
 
 from __future__ import annotations
@@ -97,12 +98,13 @@ class Retriever:
         ``mode`` ``dense`` (the query tower over the compressed index), ``bm25`` or ``hybrid``
         (fused with BM25); None: the served default (:attr:`default_mode`).
 
-        >>> r = scalingnote.load(run_dir)
-        >>> [len(h) for h in r.search(["travel plan", "a recipe"], k=5)]
-        [5, 5]
-        >>> r.search(["travel plan"], k=2, mode="bm25")[0][0].score > 0
-        True
-        >>> r.close()
+        Examples:
+            >>> r = scalingnote.load(run_dir)
+            >>> [len(h) for h in r.search(["travel plan", "a recipe"], k=5)]
+            [5, 5]
+            >>> r.search(["travel plan"], k=2, mode="bm25")[0][0].score > 0
+            True
+            >>> r.close()
         """
         texts = self._check_queries(queries)
         params = self._params(k, mode)
@@ -147,11 +149,12 @@ class Retriever:
         dimension and of unit norm, so ``encode_queries(q) @ encode_documents(d).T`` is the
         dense score (before the index's compression).
 
-        >>> r = scalingnote.load(run_dir)
-        >>> q, d = r.encode_queries(["travel plan"]), r.encode_documents(["a travel plan for the holidays"])
-        >>> q.shape == (1, d.shape[1]) and bool(abs(np.linalg.norm(q) - 1) < 1e-4)
-        True
-        >>> r.close()
+        Examples:
+            >>> r = scalingnote.load(run_dir)
+            >>> q, d = r.encode_queries(["travel plan"]), r.encode_documents(["a travel plan for the holidays"])
+            >>> q.shape == (1, d.shape[1]) and bool(abs(np.linalg.norm(q) - 1) < 1e-4)
+            True
+            >>> r.close()
         """
         texts = self._check_queries(texts)
         dense = getattr(getattr(self._served.index, "store", None), "dense", self._served.index)
@@ -190,14 +193,15 @@ class Retriever:
         fsync-ed write-ahead log, then applied. Returns ``seq``, ``upserted``, ``replaced`` and
         ``documents`` (each ``_id`` and its ``status``: ``added`` or ``replaced``).
 
-        >>> r = scalingnote.load(run_dir)
-        >>> r.add([{"_id": "new-1", "title": "zorblax", "text": "a zorblax note about a trip"}])["documents"]
-        [{'index': 0, '_id': 'new-1', 'status': 'added'}]
-        >>> r.search(["zorblax"], k=1, mode="bm25")[0][0].id
-        'new-1'
-        >>> r.delete(["new-1"])["deleted"]
-        1
-        >>> r.close()
+        Examples:
+            >>> r = scalingnote.load(run_dir)
+            >>> r.add([{"_id": "new-1", "title": "zorblax", "text": "a zorblax note about a trip"}])["documents"]
+            [{'index': 0, '_id': 'new-1', 'status': 'added'}]
+            >>> r.search(["zorblax"], k=1, mode="bm25")[0][0].id
+            'new-1'
+            >>> r.delete(["new-1"])["deleted"]
+            1
+            >>> r.close()
         """
         try:
             docs = check_batch(documents, self.settings, self._metrics)
@@ -257,9 +261,10 @@ def load(run_dir: str | Path | None, *, index: str | Path | None = None, query_t
     ``corpus=...``, ``max_k`` ...). A missing or unfinished run is a
     :class:`~scalingnote.errors.ScalingNoteError` naming what is missing.
 
-    >>> with scalingnote.load(run_dir) as r:
-    ...     r.default_mode in r.modes
-    True
+    Examples:
+        >>> with scalingnote.load(run_dir) as r:
+        ...     r.default_mode in r.modes
+        True
     """
     if index is None or query_tower is None:
         if run_dir is None:
