@@ -46,7 +46,7 @@ from typing import Any
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import check_query_tower, tower_identity
-from scalingnote.index.backends import get_backend
+from scalingnote.index.backends import get_backend, read_backend_manifest
 from scalingnote.index.pipeline import load_tower_for
 from scalingnote.index.searcher import search_options
 from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
@@ -142,7 +142,7 @@ class SearchService(BatchProcessing):
         backend = get_backend(self.settings.backend, "backend")
         location = self.location
         # fail fast on a wrong location, before loading a model; its corpus gives the titles
-        manifest = backend.manifest(location) if backend.manifest is not None else None
+        manifest = read_backend_manifest(backend, location, collection=self.settings.collection, token=self.settings.backend_token)
         corpus_path = resolve_corpus_path(manifest, self.settings.corpus) if manifest is not None else None
         tower = load_tower_for(self.tower_source, "query")
         index = open_serving_index(backend, location, tower, self.settings)  # refuses an incompatible tower
