@@ -33,8 +33,8 @@ def backend_context(name: str, work: Path, served: Path, faiss_args: list[str], 
 def milvus_backend(work: Path, served: Path, student: str):
     """Start the server in ``work``, export ``served`` (an index directory) into it; yields the
     service arguments and the dense check; stops the server after."""
-    from scalingnote.index.milvus_export import export_to_milvus
-    from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available
+    from scalingnote.index.milvus.milvus_export import export_to_milvus
+    from scalingnote.index.milvus.milvus_server import EmbeddedMilvus, milvus_server_available
 
     reason = milvus_server_available()
     if reason:
@@ -102,7 +102,7 @@ def edge_queries(run, dim: int) -> np.ndarray:
 def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int, list[str]]:
     """How many of ``docs`` the collection returns in the top 100 for their own stored vector
     (every IVF list probed, exact re-rank of 200) among the visible versions."""
-    from scalingnote.index.milvus import PK, VECTOR
+    from scalingnote.index.milvus.milvus import PK, VECTOR
     from scalingnote.live.milvus import MilvusLive
 
     live = MilvusLive.open(uri, collection=COLLECTION, writer=False, live_dir=local)

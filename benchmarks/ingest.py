@@ -28,7 +28,7 @@ Phases (rows ``phase``):
   entirely present or entirely absent.
 
 Back ends (rows ``backend``, ``--backends``): ``faiss`` (the index directory, the phases above) and
-``milvus``: the embedded Milvus server (:mod:`scalingnote.index.milvus_server`) started for the run
+``milvus``: the embedded Milvus server (:mod:`scalingnote.index.milvus.milvus_server`) started for the run
 and stopped after it, the index copy exported into it (IVF_PQ) and served with ``--backend milvus
 --uri ... --collection ingest --index <the copy>`` (the write-ahead log and BM25 side beside the
 copy: :mod:`scalingnote.live.milvus`); ingest and chaos phases as above (drift: FAISS only).

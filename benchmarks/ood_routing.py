@@ -1,21 +1,25 @@
-"""Routing built for asymmetric towers: recall@10 vs exact of a distilled query
-tower's queries against the share of the corpus scanned, QPS, memory and build time, per method.
+"""Routing built for asymmetric towers: recall@10 vs exact of a distilled query tower's queries
+against the share of the corpus scanned, QPS, memory and build time, per method, and each
+method's recall–QPS frontier (``frontier_qps``, :mod:`benchmarks._ood_frontier`).
 
 Sets: ``scifact`` and ``kuake_qtr`` (document vectors from a document tower, queries from a
 smaller query tower: with ``--recipe-runs runs/recipe`` the recipe's own, its chosen teacher's
 document vectors and its chosen student's query vectors; without, the exact, cheap stand-ins of
 ``benchmarks/_ood_towers.py``), and ``sim1m``: a SIMULATION of 1,000,000 document vectors sampled from
-a mixture of probabilistic PCA components fitted to KUAKE-QTR's document vectors, searched by the
-real KUAKE-QTR student queries.
+a mixture of probabilistic PCA components fitted to KUAKE-QTR's document vectors (``--sim-source``:
+or SciFact's), searched by that set's real student queries.
 
-Methods (``VARIANTS`` -> ``scalingnote.index.routing``): ``ivf`` (today: document-trained IVFPQ,
+Methods (``VARIANTS`` -> ``scalingnote.index.routing.routing``): ``ivf`` (today: document-trained IVFPQ,
 PQ d/8 bytes), ``ivf_qmetric`` (lists cut by k-means in the query-covariance metric; same FAISS
 IVFPQ otherwise), ``ivf_qmetric_hnswcoarse`` (its centroids searched by an HNSW graph),
 ``ivf_routed`` (probes chosen by routing vectors from a query->document map fitted on training +
 pseudo-queries and their exact neighbours), ``hnsw`` / ``hnsw16`` (FAISS HNSW flat, M 32 / 16:
 reference, above the memory bound), ``hnsw_pq`` / ``hnsw16_pq`` (the same graph searched over
 PQ codes + exact re-rank) and ``hnsw_sq`` / ``hnsw16_sq`` (over 4-bit scalar-quantised vectors +
-exact re-rank). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
+exact re-rank), ``ivf_rabitq`` / ``ivf_rabitq1`` (FAISS IVF RaBitQ FastScan, 4- / 1-bit codes,
++ exact re-rank: the refine), ``scann_soar`` / ``scann_soar4`` (ScaNN's tree with SOAR spilling over
+AH codes of 2 / 4 dimensions a block + exact re-rank; its share scanned is estimated from the leaves
+searched). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
 validation), 4 x sqrt(N) at 1M (today's rule). At 1M the defaults leave out ``ivf_routed`` (exact
 neighbours of its training queries in the 1M corpus) and the HNSW16 variants (build time).
 
@@ -24,7 +28,11 @@ of the training queries), the cheapest reaching recall@10 vs exact >= ``--target
 and reported on test queries; routers and metrics are fitted on training + pseudo-queries only.
 share_scanned = (coarse routing distances + codes scanned + re-ranked vectors) / corpus size.
 memory = serialised FAISS index + routing vectors (re-rank vectors memory-mappable, not counted).
-``config.targets`` says per set and method whether the issue's targets are met, or by how much not.
+``frontier_qps``: per recall@10 level 0.90 / 0.95 / 0.99, the setting chosen on validation (the
+lowest single-query latency among the cheapest knob per re-rank depth reaching it) measured on test.
+``config.targets`` / ``config.targets_frontier`` say per set and method whether the targets are met,
+or by how much not; ``config.plan_10m``: the 10M estimate from the slopes measured here. Each row
+names the towers it used (``towers``: the recipe run's, or the stand-ins).
 The re-rank is a per-query NumPy loop (``routing._rerank``): at depth 800 it dominates the QPS of
 the IVF rows at 1M.
 
@@ -45,7 +53,8 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from scalingnote.index.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig, exact_topk
+from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m
+from scalingnote.index.routing.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig, exact_topk
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
@@ -106,10 +115,14 @@ VARIANTS: dict[str, dict] = {
     "hnsw16_pq": {"method": "hnsw_pq", "hnsw_m": 16},
     "hnsw_sq": {"method": "hnsw_sq"},  # the HNSW32 graph searched over 4-bit scalar-quantised vectors + exact re-rank
     "hnsw16_sq": {"method": "hnsw_sq", "hnsw_m": 16},
-    # + query-guided edges from the fitting queries' exact top 17 (scalingnote.index.query_graph)
+    # + query-guided edges from the fitting queries' exact top 17 (scalingnote.index.routing.query_graph)
     "hnsw_sq_qg": {"method": "hnsw_sq_qg"},
     "hnsw16_sq_qg": {"method": "hnsw_sq_qg", "hnsw_m": 16},
     "hnsw_sq_qg32": {"method": "hnsw_sq_qg", "query_edges": 32},  # up to half of HNSW32's 64 level-0 slots
+    "ivf_rabitq": {"method": "ivf_rabitq", "rabitq_bits": 4},  # IVF RaBitQ FastScan (4-bit codes) + exact re-rank
+    "ivf_rabitq1": {"method": "ivf_rabitq", "rabitq_bits": 1},  # 1-bit codes: d/8 bytes, a longer re-rank
+    "scann_soar": {"method": "scann_soar"},  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank
+    "scann_soar4": {"method": "scann_soar", "scann_dims_per_block": 4},  # 4 dims a block: half the codes
 }
 
 
@@ -144,7 +157,7 @@ def sweep(idx: RoutedIndex, q: np.ndarray, truth: np.ndarray, k: int = 10) -> li
 
 
 def _rerank_prefix(idx: RoutedIndex, q: np.ndarray, cand: np.ndarray, k: int):
-    from scalingnote.index.routing import _rerank
+    from scalingnote.index.routing.routing import _rerank
 
     return _rerank(idx.vectors, q, cand, k)
 
@@ -231,6 +244,7 @@ def run_set(name: str, docs, fit_q, val_q, test_q, labels, args, extra: dict, nl
         at = next(p for p in test if all(p.get(k) == pick.get(k) for k in ("nprobe", "ef_search", "rerank")))
         row = _row(name, label, idx, pick, reached, at, test_q, args, extra)
         row["frontier_test"] = " ".join(f"{_tag(p)}:{p['recall@10']:.4f}@{p['share_scanned']:.4f}" for p in _pareto(test))
+        row["frontier_qps"] = frontier_qps(idx, val, test, val_q, test_q, args.single_queries)
         rows.append(row)
         chosen[label] = (idx, val, test)
         print(json.dumps(row), flush=True)
@@ -294,7 +308,7 @@ def _frontier(row: dict) -> list[tuple[str, float, float]]:
 
 
 def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
-    """The targets per set and method: recall@10 vs exact >= ``target`` within the
+    """The routing targets per set and method: recall@10 vs exact >= ``target`` within the
     share bound (1% at 1M, 10% on the real sets), memory <= 1/4 of the float vectors, QPS >= 3x
     today's ivf. Judged on the setting chosen on validation (its test numbers), then the test
     frontier's cheapest point at the target (an oracle choice, for how far off the method is)."""
@@ -361,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sim-methods", nargs="*", default=["ivf", "ivf_qmetric", "hnsw", "hnsw_pq"], choices=list(VARIANTS),
                     help="methods at 1M (ivf_routed needs the exact neighbours of its training queries in the 1M corpus)")
     ap.add_argument("--sim-kmeans-iters", type=int, default=10)
+    ap.add_argument("--sim-source", default="kuake_qtr", choices=["kuake_qtr", "scifact"],
+                    help="the set whose document vectors the 1M simulation is fitted to and whose queries search it")
     ap.add_argument("--target", type=float, default=0.99)
     ap.add_argument("--train-size", type=int, default=65_536)
     ap.add_argument("--metric-ridge", type=float, default=0.05)
@@ -383,13 +399,14 @@ def main(argv: list[str] | None = None) -> None:
         sets = {s: (lambda seed, s=s: towers.from_run(s, args.recipe_runs / s, seed)) for s in sets}
     cache: dict[str, towers.TowerSet] = {}
     for name in args.sets:
-        src = "kuake_qtr" if name == "sim1m" else name
+        src = args.sim_source if name == "sim1m" else name
         if src not in cache:
             cache[src] = sets[src](args.seed)
         ts = cache[src]
         rng = np.random.default_rng(args.seed)
         fit_q = np.concatenate([ts.queries["train"], ts.pseudo])[rng.permutation(len(ts.queries["train"]) + len(ts.pseudo))]
-        extra = {"doc_tower": ts.doc_tower, "query_tower": ts.query_tower, "simulated": name == "sim1m"}
+        extra = {"doc_tower": ts.doc_tower, "query_tower": ts.query_tower, "simulated": name == "sim1m", "vectors_of": src,
+                 "towers": f"recipe run ({args.recipe_runs / src})" if args.recipe_runs is not None else "stand-in (benchmarks/_ood_towers.py)"}
         docs = ts.docs
         if name == "sim1m":
             with Timer() as t:
@@ -415,9 +432,12 @@ def main(argv: list[str] | None = None) -> None:
               "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
               "total_s": round(time.perf_counter() - t_all, 1),
               "ran_under_bench_lock": os.environ.get("OOD_BENCH_LOCK", "unknown"),
-              "targets": targets(rows, args.target),
-              "simulation": "sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to KUAKE-QTR's document "
-                            "vectors (not real documents); queries are the real KUAKE-QTR student queries"}
+              "targets": targets(rows, args.target), "targets_frontier": frontier_targets(rows),
+              "plan_10m": plan_10m(rows, small_set=args.sim_source, ram_gib=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, cores=os.cpu_count() or 1),
+              "towers": "recipe runs" if args.recipe_runs is not None else "stand-ins (benchmarks/_ood_towers.py): no recipe run given",
+              "frontier_qps": flatten_frontier(rows),
+              "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s document "
+                            f"vectors (not real documents); queries are the real {args.sim_source} student queries"}
     print(f"wrote {write_results('ood_routing', rows, config)}")
 
 

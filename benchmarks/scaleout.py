@@ -4,7 +4,7 @@ Part 1, corpus encoding (all-MiniLM-L6-v2 zero-shot document tower, the first ``
 SciFact documents, batch ``--batch-size``, shards of ``--shard-size``):
 
 * ``in-process``: :func:`scalingnote.index.encode_corpus`, torch with ``--threads`` threads;
-* ``ray``: :func:`scalingnote.index.ray_encode.encode_corpus_ray` on a local Ray instance,
+* ``ray``: :func:`scalingnote.index.ray.ray_encode.encode_corpus_ray` on a local Ray instance,
   ``--num-actors`` actors x ``--cpus-per-actor`` CPUs, one torch thread per actor.
 
 ``docs_per_s`` is documents / encoding time (Ray: from the first shard handed to Ray to the
@@ -15,15 +15,15 @@ the in-process ones (``max_abs_diff``, ``bit_identical``).
 Part 2, search (SciFact test queries, 5183 MiniLM document embeddings, 384-d, read from
 ``benchmarks/index_scifact.py``'s cache ``.cache/index_scifact`` when complete, else encoded
 once into ``.cache/scaleout``): FAISS Flat / HNSW32 against
-Milvus Lite collections exported by :func:`scalingnote.index.milvus_export.export_to_milvus`
+Milvus Lite collections exported by :func:`scalingnote.index.milvus.milvus_export.export_to_milvus`
 (FLAT, HNSW M=32 efConstruction=200, IVF_FLAT), searched through
-:class:`scalingnote.index.milvus.MilvusSearcher` (gRPC to the in-process Milvus Lite
+:class:`scalingnote.index.milvus.milvus.MilvusSearcher` (gRPC to the in-process Milvus Lite
 server). ``qps_batched``: all queries in one call (median of 3); ``qps_single`` /
 ``p50_ms`` / ``p99_ms``: one query per call. ``recall@10_vs_flat``: overlap of the top 10
 with the exact FAISS Flat top 10; ``ndcg@10`` against the SciFact qrels.
 
 Part 3, a real Milvus server (``milvus==2.3.5``, embedded standalone on 127.0.0.1,
-:class:`scalingnote.index.milvus_server.EmbeddedMilvus`) on the same embeddings: FAISS IVFPQ
+:class:`scalingnote.index.milvus.milvus_server.EmbeddedMilvus`) on the same embeddings: FAISS IVFPQ
 and Milvus IVF_PQ with the same nlist / m / nbits / nprobe (``recall@10_vs_flat`` and
 ``r@100_vs_flat`` against exact search, target: within 0.02 of FAISS), single-query and
 batched QPS side by side, HNSW and SCANN on the server, and the server's start-up time.
@@ -63,7 +63,7 @@ def bench_encode(args, work: Path) -> list[dict]:
 
     from scalingnote.data import iter_corpus, write_corpus
     from scalingnote.index import encode_corpus, load_embeddings
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
     from scalingnote.models import load_tower
 
     corpus = work / "corpus.jsonl"
@@ -169,8 +169,8 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     from scalingnote.data import load_qrels
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.milvus import MilvusSearcher
-    from scalingnote.index.milvus_export import export_to_milvus
+    from scalingnote.index.milvus.milvus import MilvusSearcher
+    from scalingnote.index.milvus.milvus_export import export_to_milvus
 
     faiss.omp_set_num_threads(args.threads)
     emb_dir, qvecs, qids, enc = _search_inputs(args, encode_cached)
@@ -268,9 +268,9 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
     from scalingnote.data import load_qrels
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.milvus import MilvusSearcher
-    from scalingnote.index.milvus_export import default_index_params, export_to_milvus
-    from scalingnote.index.milvus_server import EmbeddedMilvus, _cache_root
+    from scalingnote.index.milvus.milvus import MilvusSearcher
+    from scalingnote.index.milvus.milvus_export import default_index_params, export_to_milvus
+    from scalingnote.index.milvus.milvus_server import EmbeddedMilvus, _cache_root
 
     faiss.omp_set_num_threads(args.threads)
     if args.server_embeddings == "scifact":

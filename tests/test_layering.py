@@ -90,7 +90,7 @@ def _imports(path: Path, mod: str) -> list[tuple[int, str, tuple[str, ...]]]:
 
 
 def _package(module: str) -> str | None:
-    """``scalingnote.index.dense`` -> ``index``; the bare root package -> None (it imports nothing)."""
+    """``scalingnote.index.faiss.dense`` -> ``index``; the bare root package -> None (it imports nothing)."""
     parts = module.split(".")
     if parts[0] != "scalingnote":
         return None

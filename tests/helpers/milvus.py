@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalingnote.index.milvus_server import EmbeddedMilvus, milvus_server_available
+from scalingnote.index.milvus.milvus_server import EmbeddedMilvus, milvus_server_available
 
 
 def start_embedded_milvus(tmp_path_factory, name: str) -> EmbeddedMilvus:

@@ -11,7 +11,7 @@ import pytest
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import IndexBuildSettings, build_index
 from scalingnote.index.build import IndexConfig
-from scalingnote.index.ray_pool import RayPool
+from scalingnote.index.ray.ray_pool import RayPool
 
 
 @pytest.fixture(scope="module")

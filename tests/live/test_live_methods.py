@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from scalingnote.cli import app as cli
 from scalingnote.data import Document
 from scalingnote.index import build_index
-from scalingnote.index.method_tune import choose_method
-from scalingnote.index.methods import assign_lists
+from scalingnote.index.routing.method_tune import choose_method
+from scalingnote.index.faiss.methods import assign_lists
 from scalingnote.index.tune import save_search_defaults
 from scalingnote.index.searcher import search_options
 from scalingnote.live import LiveIndex

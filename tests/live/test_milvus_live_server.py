@@ -21,8 +21,8 @@ httpx = pytest.importorskip("httpx")
 
 from benchmarks._common import ServeProcess  # noqa: E402
 from benchmarks.ingest import kill_mid_stream  # noqa: E402
-from scalingnote.index.milvus import DOC_ID, connect  # noqa: E402
-from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
+from scalingnote.index.milvus.milvus import DOC_ID, connect  # noqa: E402
+from scalingnote.index.milvus.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.live.milvus import live_state_dir  # noqa: E402
 from tests.helpers.milvus import start_embedded_milvus  # noqa: E402
 

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from scalingnote.index.method_tune import choose_method
-from scalingnote.index.methods import default_routing
+from scalingnote.index.routing.method_tune import choose_method
+from scalingnote.index.faiss.methods import default_routing
 from scalingnote.quickstart import QuickstartConfig, index_choice
 
 

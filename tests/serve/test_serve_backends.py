@@ -123,3 +123,39 @@ def test_the_faiss_back_end_serves_its_live_form(flat_index, tiny_bert_dir, tmp_
             assert r.status_code == (200 if live else 409), r.text
         if live:
             index.close()
+
+
+def test_a_back_end_located_by_uri_is_served_from_the_collection_given(flat_index, tiny_bert_dir, serve_beir):
+    """``serve --collection other``: the back end's manifest reader and opener get that collection
+    (and the token), at start, and a collection it does not have is refused with its own message."""
+    from fastapi.testclient import TestClient
+
+    from scalingnote.errors import ScalingNoteError
+    from scalingnote.serve import ServeSettings, create_app
+    from scalingnote.serve.server import serve
+
+    seen: list[tuple[str, str, str | None]] = []
+
+    def manifest(location, *, collection, token=None):
+        seen.append(("manifest", collection, token))
+        if collection != "other":
+            raise ScalingNoteError(f"{location}: no collection {collection!r}")
+        return read_manifest(flat_index)
+
+    def open_(location, query_tower=None, *, collection, token=None):
+        seen.append(("open", collection, token))
+        return NumpySearcher.open(flat_index, query_tower)
+
+    with backends.BACKENDS.scoped():
+        backends.register_backend("numpy_uri", open_, location="uri", manifest=manifest)
+        settings = ServeSettings(port=0, backend="numpy_uri", uri="mem://store", collection="other", backend_token="s3cret", admin_token="t" * 16)
+        app = create_app("mem://store", tiny_bert_dir, settings)
+        with TestClient(app, client=("127.0.0.1", 50000)) as c:
+            assert _ready(c)["index"]["factory"] == "numpy:exact"
+            r = c.post("/search", json={"query": "fox", "k": 3})
+            assert r.status_code == 200 and len(r.json()["results"]) == 3, r.text
+        assert ("manifest", "other", "s3cret") in seen and ("open", "other", "s3cret") in seen
+        # the CLI's server checks the same collection before it binds: a missing one is refused there
+        missing = ServeSettings(port=0, backend="numpy_uri", uri="mem://store", collection="absent", admin_token="t" * 16)
+        with pytest.raises(ScalingNoteError, match="mem://store: no collection 'absent'"):
+            serve("mem://store", tiny_bert_dir, missing)

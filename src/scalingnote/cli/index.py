@@ -14,13 +14,14 @@ import typer
 
 from scalingnote.cli import search as search_cli
 from scalingnote.cli._options import corpus_format_option, use_corpus_format, with_config_options
+from scalingnote.cli.search import TOKEN_ENVVARS, backend_token
 from scalingnote.cli.index_live import register_live
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest
-from scalingnote.index.backends import BACKENDS, get_backend
+from scalingnote.index.backends import BACKENDS, declared_options, export_to_backend, get_backend
 from scalingnote.index.build import IndexConfig
 from scalingnote.index.hybrid import open_hybrid
-from scalingnote.index.milvus_server import EmbeddedMilvus
+from scalingnote.index.milvus.milvus_server import EmbeddedMilvus
 from scalingnote.index.pipeline import encode_with_tower, load_tower_for, read_search_queries
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.sparse.bm25 import BM25Config
@@ -66,7 +67,7 @@ def encode(
     """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
     use_corpus_format(corpus_format, data)
     if engine == "ray":
-        from scalingnote.index.ray_encode import encode_corpus_ray  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
+        from scalingnote.index.ray.ray_encode import encode_corpus_ray  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
 
         res = encode_corpus_ray(
             tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers, address=address,
@@ -119,28 +120,34 @@ def _export(index_app: typer.Typer) -> None:
         to: str = typer.Option("milvus", "--to", help=f"Target back end: one with an export ({', '.join(exporting_backends()) or 'none'}), or a dotted path 'package.module:attribute'."),
         uri: str = typer.Option(..., "--uri", help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server)."),
         index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
-        collection: str = typer.Option("scalingnote", "--collection", help="Collection name."),
-        index_type: str = typer.Option("auto", "--index-type", help="auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ..."),
+        collection: str = typer.Option("scalingnote", "--collection", help="Collection (or namespace) name, for a back end located by URI that has them."),
+        index_type: str = typer.Option("auto", "--index-type", help="(milvus) auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ..."),
         dim: int | None = typer.Option(None, "--dim", min=1, help="(embeddings dir) Matryoshka prefix to export."),
         semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="(embeddings dir) residual K-means layers (0 = none)."),
         codebook_size: int = typer.Option(256, "--codebook-size", min=1),
         seed: int = typer.Option(0, "--seed"),
-        token: str | None = typer.Option(None, "--token", envvar="MILVUS_TOKEN", help="Milvus token (user:password or API key)."),
+        token: str | None = typer.Option(None, "--token", envvar=TOKEN_ENVVARS, help="Token of the back end service (user:password or API key)."),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", hidden=True, help="Deprecated: --token."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing collection."),
     ) -> None:
         """Export an index (vectors, document ids, semantic IDs, tower identity) to a serving back end."""
         entry = get_backend(to, "--to")
         if entry.export is None:
             raise ScalingNoteError(f"--to {to!r}: back end {entry.name} has no export (back ends with one: {', '.join(exporting_backends()) or 'none'})")
-        m = entry.export(
-            index, uri, collection=collection, index_type=index_type, dim=dim, semantic_ids_layers=semantic_ids_layers,
-            codebook_size=codebook_size, seed=seed, token=token, overwrite=overwrite,
-        )
-        note = f" ({m['fallback_reason']})" if m.get("fallback_reason") else ""
-        _status(
-            f"{uri} collection {collection!r}: {m.get('n_vectors')} x {m.get('dim')}-d vectors, {m.get('index_type', entry.name)} "
-            f"{m.get('index_params', '')}{note}, exported in {float(m.get('export_seconds', 0.0)):.1f}s",
-        )
+        options = {"collection": collection, "index_type": index_type, "dim": dim, "semantic_ids_layers": semantic_ids_layers,
+                   "codebook_size": codebook_size, "seed": seed, "token": backend_token(token, milvus_token), "overwrite": overwrite}
+        m = export_to_backend(entry, index, uri, **options)
+        _status(export_status(entry, uri, declared_options(entry.export, options), m))
+
+
+def export_status(entry, uri: str, passed: dict, m: dict) -> str:
+    """``index export``'s closing line, from what the back end returned (any back end): where
+    (with the collection when it takes one), how many vectors, its structure and the time."""
+    where = f"{entry.name} {uri}" + (f" collection {passed['collection']!r}" if "collection" in passed else "")
+    structure = " ".join(str(x) for x in (m.get("index_type") or m.get("factory"), m.get("index_params")) if x)
+    note = f" ({m['fallback_reason']})" if m.get("fallback_reason") else ""
+    took = f", exported in {float(m['export_seconds']):.1f}s" if m.get("export_seconds") is not None else ""
+    return f"{where}: {m.get('n_vectors', '?')} x {m.get('dim', '?')}-d vectors" + (f", {structure}" if structure else "") + f"{note}{took}"
 
 
 def milvus_server(

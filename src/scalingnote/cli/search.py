@@ -19,6 +19,22 @@ from scalingnote.live.generation import current_generation, logged_after_generat
 from scalingnote.live.milvus import MilvusLive
 
 
+#: where ``--token`` is read from when not given (the first set wins)
+TOKEN_ENVVARS = ["SCALINGNOTE_BACKEND_TOKEN", "MILVUS_TOKEN"]
+TOKEN_HELP = "Token of a back end located by URI (user:password or API key)."
+COLLECTION_HELP = "Collection (or namespace) name, for a back end located by URI."
+
+
+def backend_token(token: str | None, deprecated: str | None) -> str | None:
+    """``--token``, or the deprecated ``--milvus-token`` (with a note on stderr) when only it is given."""
+    if deprecated is None:
+        return token
+    typer.echo("note: --milvus-token is deprecated; use --token (any back end located by URI)", err=True)
+    if token is not None and token != deprecated:
+        raise ScalingNoteError("--token and --milvus-token (deprecated) disagree; give --token only")
+    return deprecated
+
+
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search(
@@ -42,8 +58,9 @@ def register(app: typer.Typer) -> None:
         batch_size: int = typer.Option(256, "--batch-size", min=1),
         backend: str = typer.Option("faiss", "--backend", help=backend_option_help()),
         uri: str | None = typer.Option(None, "--uri", help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
-        collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
-        milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token."),
+        collection: str = typer.Option("scalingnote", "--collection", help=COLLECTION_HELP),
+        token: str | None = typer.Option(None, "--token", envvar=TOKEN_ENVVARS, help=TOKEN_HELP),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", hidden=True, help="Deprecated: --token."),
     ) -> None:
         """Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a
         TREC run, or print one query's hits."""
@@ -64,7 +81,7 @@ def register(app: typer.Typer) -> None:
         if live:
             dense = resolve_opener(entry.live, "back end faiss live")(index, tower, writer=False, corpus=corpus)
         else:
-            dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=milvus_token)
+            dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=backend_token(token, milvus_token))
             if entry.name == "milvus":  # its live index (checkpoint + log beside the index directory), read-only, as `serve` sees it
                 local_dir = _milvus_local_dir(dense, index)
                 if index is None and local_dir is not None:  # the served default of the directory it was exported from

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from scalingnote.cli._options import backend_option_help, backends_located_by
+from scalingnote.cli.search import COLLECTION_HELP, TOKEN_ENVVARS, TOKEN_HELP, backend_token
 from scalingnote.index.backends import backend_location, get_backend
 from scalingnote.serve.server import serve
 from scalingnote.serve.settings import ServeSettings
@@ -54,8 +55,9 @@ def register(app: typer.Typer) -> None:
         log_level: str = typer.Option("info", "--log-level"),
         backend: str = typer.Option("faiss", "--backend", help=backend_option_help()),
         uri: str | None = typer.Option(None, "--uri", help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://host:19530."),
-        collection: str = typer.Option("scalingnote", "--collection", help="(milvus) Collection name."),
-        milvus_token: str | None = typer.Option(None, "--milvus-token", envvar="MILVUS_TOKEN", help="(milvus) Token (user:password or API key)."),
+        collection: str = typer.Option("scalingnote", "--collection", help=COLLECTION_HELP),
+        token: str | None = typer.Option(None, "--token", envvar=TOKEN_ENVVARS, help=TOKEN_HELP),
+        milvus_token: str | None = typer.Option(None, "--milvus-token", hidden=True, help="Deprecated: --token."),
         admin_token: str | None = typer.Option(
             None, "--admin-token", envvar="SCALINGNOTE_ADMIN_TOKEN", show_envvar=True,
             help="Token for /admin/* (>= 16 characters; prefer the env var or --admin-token-file: command lines are visible to other users). Default: a random token, printed at start.",
@@ -66,6 +68,7 @@ def register(app: typer.Typer) -> None:
         onnx_threads: int | None = typer.Option(None, "--onnx-threads", min=1, help="(onnx) ONNX Runtime intra-op threads (default 2, capped at the cores)."),
     ) -> None:
         """Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."""
+        token = backend_token(token, milvus_token)
         settings = settings_from_options(locals())
         entry = get_backend(backend, "--backend")
         if entry.location == "uri" and index is not None:  # milvus: the local directory of the live index's log and BM25 side
@@ -74,7 +77,7 @@ def register(app: typer.Typer) -> None:
 
 
 #: ``scalingnote serve`` options whose ServeSettings field has another name
-RENAMED = {"shutdown_timeout": "shutdown_timeout_s", "milvus_token": "backend_token"}
+RENAMED = {"shutdown_timeout": "shutdown_timeout_s", "token": "backend_token"}
 
 
 def settings_from_options(options: dict[str, Any]) -> ServeSettings:

@@ -8,8 +8,8 @@ FAISS is imported lazily (inside the functions that need it).
 
 from scalingnote.index.backends import Backend, get_backend, open_searcher, register_backend
 from scalingnote.index.build import IndexConfig, build_index
-from scalingnote.index.dense import DenseIndex
-from scalingnote.index.faiss_utils import code_bytes_per_vector, make_index
+from scalingnote.index.faiss.dense import DenseIndex
+from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, make_index
 from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import (
     DocumentEncoder,

@@ -8,7 +8,7 @@ index directory for BM25 and fusion) is said by the capability flags of the sear
 (:class:`~scalingnote.index.searcher.SearcherBase`), which the service reads.
 
 Built in: ``faiss`` (:class:`~scalingnote.index.DenseIndex` over an index directory) and
-``milvus`` (:class:`~scalingnote.index.milvus.MilvusSearcher` on a collection). A back end
+``milvus`` (:class:`~scalingnote.index.milvus.milvus.MilvusSearcher` on a collection). A back end
 from user code is one call (nothing else to edit)::
 
     from scalingnote.index.backends import register_backend
@@ -20,16 +20,17 @@ Wherever an option names a back end, a dotted path ``"package.module:attribute"`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.layout import read_manifest
-from scalingnote.index.milvus import MilvusSearcher  # pymilvus itself is imported on first connect
-from scalingnote.index.milvus_export import export_to_milvus
+from scalingnote.index.milvus.milvus import MilvusSearcher  # pymilvus itself is imported on first connect
+from scalingnote.index.milvus.milvus_export import export_to_milvus
 from scalingnote.utils.registry import Registry, import_dotted
 
 DEFAULT_COLLECTION = "scalingnote"
@@ -44,9 +45,12 @@ class Backend:
     its capabilities). ``location``: what locates it, ``"index"`` (a directory: ``--index``) or
     ``"uri"`` (a service: ``--uri``, and the opener also takes ``collection=`` and ``token=``).
     ``manifest(location)``: reads the back end's manifest without loading anything (the service
-    and ``scalingnote serve`` call it first, to fail fast on a wrong location), or None.
+    and ``scalingnote serve`` call it first, to fail fast on a wrong location), or None; one
+    located by URI is also given ``collection=`` and ``token=`` when its signature declares them.
     ``export(source, location, **options)`` -> manifest: ``scalingnote index export --to NAME``
-    (``source``: an index or embeddings directory), or None. ``live``: the opener of its
+    (``source``: an index or embeddings directory), or None; it is given only the options its
+    signature declares (all of them when it takes ``**options``), and options left unset are
+    never passed. ``live``: the opener of its
     writable form the service uses when ``ServeSettings.live`` is on, called as
     ``live(location, query_tower, document_tower=..., corpus=..., writer=...)``, plus
     ``collection=``, ``token=`` and ``live_dir=`` (the local directory of its write-ahead log and
@@ -72,8 +76,13 @@ def _open_milvus(location: str, query_tower: Any = None, *, collection: str = DE
     return MilvusSearcher.open(location, collection or DEFAULT_COLLECTION, query_tower=query_tower, token=token)
 
 
-def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAULT_COLLECTION, **options: Any) -> dict[str, Any]:
-    return export_to_milvus(source, location, collection, **options)
+def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAULT_COLLECTION, index_type: str = "auto",
+                   dim: int | None = None, semantic_ids_layers: int | None = None, codebook_size: int | None = None,
+                   seed: int | None = None, token: str | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Milvus's export: the options it understands (``index export`` passes only these)."""
+    sizes = {"dim": dim, "semantic_ids_layers": semantic_ids_layers, "codebook_size": codebook_size, "seed": seed}
+    return export_to_milvus(source, location, collection, index_type=index_type, token=token, overwrite=overwrite,
+                            **{k: v for k, v in sizes.items() if v is not None})
 
 
 BACKENDS: Registry[Backend] = Registry("back end", {
@@ -145,11 +154,46 @@ def backend_location(entry: Backend, index_dir: str | Path | None, uri: str | No
     return index_dir
 
 
+def declared_options(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``options`` that ``fn`` declares as keyword parameters (all of them when it
+    takes ``**options``), without those left unset (None): what a back end's ``export`` or
+    ``manifest`` is called with, so a back end declares what it understands and nothing else
+    reaches it."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: pass everything set
+        return {k: v for k, v in options.items() if v is not None}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return {k: v for k, v in options.items() if v is not None}
+    names = {p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+    return {k: v for k, v in options.items() if k in names and v is not None}
+
+
+def read_backend_manifest(entry: Backend, location: str | Path, *, collection: str | None = None,
+                          token: str | None = None) -> dict[str, Any] | None:
+    """``entry``'s manifest at ``location`` (None when it has no manifest reader), read before
+    anything is loaded; a back end located by URI is given ``collection`` and ``token`` when its
+    reader declares them (``serve --collection other`` checks that collection, not the default)."""
+    if entry.manifest is None:
+        return None
+    if entry.location != "uri":
+        return entry.manifest(location)
+    return entry.manifest(location, **declared_options(entry.manifest, {"collection": collection, "token": token}))
+
+
+def export_to_backend(entry: Backend, source: str | Path, location: str, **options: Any) -> dict[str, Any]:
+    """Export ``source`` (an index or embeddings directory) into ``entry`` at ``location``, passing
+    only the ``options`` its exporter declares (unset ones never); an error when it has none."""
+    if entry.export is None:
+        raise ScalingNoteError(f"back end {entry.name} has no export")
+    return entry.export(source, location, **declared_options(entry.export, options))
+
+
 def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None, uri: str | Path | None = None,
                   collection: str = DEFAULT_COLLECTION, query_tower: Any = None, token: str | None = None) -> Any:
     """A searcher of the back end ``backend`` (a name, a dotted path or an entry): over
     ``index_dir`` (``faiss``: :class:`DenseIndex`) or on ``uri`` / ``collection`` (``milvus``:
-    :class:`~scalingnote.index.milvus.MilvusSearcher`). Every built-in back end refuses a query
+    :class:`~scalingnote.index.milvus.milvus.MilvusSearcher`). Every built-in back end refuses a query
     tower incompatible with the document tower."""
     entry = get_backend(backend, "backend")
     location = backend_location(entry, index_dir, None if uri is None else str(uri), f"backend {entry.name}")
@@ -158,4 +202,5 @@ def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None
     return entry.open(location, query_tower=query_tower)
 
 
-__all__ = ["BACKENDS", "Backend", "backend_location", "backend_names", "get_backend", "load_attribute", "open_searcher", "register_backend", "resolve_opener"]
+__all__ = ["BACKENDS", "Backend", "backend_location", "backend_names", "declared_options", "export_to_backend", "get_backend",
+           "load_attribute", "open_searcher", "read_backend_manifest", "register_backend", "resolve_opener"]

@@ -1,5 +1,5 @@
 """Build a FAISS dense index from document embeddings and save it with a manifest (searched by
-:class:`~scalingnote.index.dense.DenseIndex`).
+:class:`~scalingnote.index.faiss.dense.DenseIndex`).
 
 Index directory layout (``scalingnote-index/1``), built in a temporary directory and
 renamed into place, so a reader never sees a half-built index::
@@ -57,10 +57,10 @@ from scalingnote.utils.steps import canonical, describe_changes, input_digest
 from scalingnote.utils import machine_description, package_versions
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.shards import content_digest
-from scalingnote.index import methods
+from scalingnote.index.faiss import methods
 from scalingnote.index.settings import IndexBuildSettings
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
-from scalingnote.index.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
+from scalingnote.index.faiss.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
 from scalingnote.index.layout import (
     DEFAULT_EF_SEARCH,
     DEFAULT_NPROBE,
@@ -94,7 +94,7 @@ class IndexConfig(IndexBuildSettings):
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
     reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
-    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory (issue 52): ivf, ivf_qmetric, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.methods)."))
+    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."))
     train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query tower: lists cut in their metric / query-guided edges."))
 
     def kwargs(self) -> dict[str, Any]:
@@ -150,17 +150,17 @@ def build_index(
     ``polysemous_training``: keep FAISS's polysemous PQ training (off by default, see
     :func:`_prepare_training`). ``index``: an already trained, empty FAISS index to fill
     instead of building one from ``factory`` (then only a label in the manifest), e.g. a
-    learned PQ (:mod:`scalingnote.index.learned_pq`). ``documents``: the corpus (BEIR
+    learned PQ (:mod:`scalingnote.index.faiss.learned_pq`). ``documents``: the corpus (BEIR
     directory, corpus.jsonl, or Documents) whose titles + snippets are stored with the index
     and returned by search; default: the corpus recorded by the embeddings directory, if any.
     The manifest records the build's inputs (:func:`build_inputs`); an existing ``out_dir`` is
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
 
-    ``method`` (issue 52: ``ivf``, ``ivf_qmetric``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, ``hnsw_sq_qg``, see
-    :mod:`scalingnote.index.methods`) builds that routed structure instead of ``factory``
-    (``routing``: a :class:`~scalingnote.index.routing.RoutingConfig` or its dict, default sizes
-    from :func:`~scalingnote.index.methods.default_routing`; ``train_queries``: query-tower vectors
+    ``method`` (``ivf``, ``ivf_qmetric``, ``ivf_rabitq``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, ``hnsw_sq_qg``, see
+    :mod:`scalingnote.index.faiss.methods`) builds that routed structure instead of ``factory``
+    (``routing``: a :class:`~scalingnote.index.routing.routing.RoutingConfig` or its dict, default sizes
+    from :func:`~scalingnote.index.faiss.methods.default_routing`; ``train_queries``: query-tower vectors
     of training queries, or a ``.npy`` file of them, for ``ivf_qmetric`` / ``hnsw_sq_qg``; ``routing_state``: the
     stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
     ``<method>:<structure>`` and the manifest's ``routing`` names the method and its parameters.
@@ -213,7 +213,7 @@ def build_index(
 def _fill_routed(tmp_dir: Path, cfg: Any, src: _Source, dim: int, s: IndexBuildSettings, tq: np.ndarray | None, state: dict | None, empty: Any,
                  chunk: int) -> tuple[Any, dict[str, Any]]:
     """Write the vectors and build the routed structure of ``cfg.method`` over them
-    (:func:`scalingnote.index.methods.fill_routed`); the semantic IDs as :func:`_fill_index` fits them."""
+    (:func:`scalingnote.index.faiss.methods.fill_routed`); the semantic IDs as :func:`_fill_index` fits them."""
     vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
     t0 = time.perf_counter()
     try:

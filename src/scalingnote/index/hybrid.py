@@ -13,7 +13,7 @@ Two fusions, both over the top ``depth`` documents of each side:
   keeps its credit (``LEXICAL_FLOOR``). The weight ``w`` is chosen on validation queries
   (:func:`choose_weight`), never on the queries reported.
 
-:class:`HybridSearcher` puts a :class:`~scalingnote.index.dense.DenseIndex` and a
+:class:`HybridSearcher` puts a :class:`~scalingnote.index.faiss.dense.DenseIndex` and a
 :class:`~scalingnote.sparse.bm25.BM25Retriever` over the same documents behind one
 ``search(texts, k, mode=...)`` with ``mode`` in ``dense`` / ``bm25`` / ``hybrid``; the BM25
 index lives beside the dense index (:func:`scalingnote.sparse.bm25.open_or_build_bm25`).

@@ -14,7 +14,7 @@ from scalingnote.data.beir import load_qrels, load_queries
 from scalingnote.data.types import Query
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
-from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
 from scalingnote.utils import run_metadata, write_json
@@ -101,7 +101,7 @@ def search_queries_to_run(
 ) -> dict[str, Any]:
     """Encode ``queries`` with ``query_tower`` (a tower or a name/path), search the index,
     write the TREC run ``out`` and ``<out>.meta.json`` (config, versions, timings).
-    ``searcher``: an already open searcher (e.g. a :class:`~scalingnote.index.milvus.MilvusSearcher`
+    ``searcher``: an already open searcher (e.g. a :class:`~scalingnote.index.milvus.milvus.MilvusSearcher`
     with its query tower) used instead of opening ``index_dir``. Returns the metadata written."""
     if not queries:
         raise ScalingNoteError("no queries to search")

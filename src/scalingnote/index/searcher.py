@@ -6,7 +6,7 @@ collects a TREC-style run. :class:`SearcherBase` implements ``search_run`` once 
 batching); the back ends only implement ``search``:
 
 * :class:`~scalingnote.index.DenseIndex` — FAISS, on disk;
-* :class:`~scalingnote.index.milvus.MilvusSearcher` — a Milvus collection;
+* :class:`~scalingnote.index.milvus.milvus.MilvusSearcher` — a Milvus collection;
 * :class:`BM25Searcher` — the BM25 retriever of :mod:`scalingnote.sparse` behind the same
   interface (query texts only);
 * :class:`~scalingnote.index.hybrid.HybridSearcher` — dense + BM25 fused (``mode=``).

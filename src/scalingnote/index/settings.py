@@ -1,5 +1,5 @@
 """The settings an index is built with that the FAISS build (:func:`~scalingnote.index.build_index`,
-``scalingnote index build``) and the Milvus export (:func:`~scalingnote.index.milvus_export.export_to_milvus`)
+``scalingnote index build``) and the Milvus export (:func:`~scalingnote.index.milvus.milvus_export.export_to_milvus`)
 share: the Matryoshka prefix, the seeded training sample and the residual-K-means semantic IDs
 fitted on it (ScalingNote §3.5). Both take them as keywords named like the fields, or as one
 ``settings=IndexBuildSettings(...)``."""

@@ -1,7 +1,7 @@
 """The on-disk shards of an embeddings directory (``scalingnote-embeddings/1``, described in
 :mod:`scalingnote.index.embeddings`) and the one shard-resume helper of corpus encoding
 (in-process :func:`~scalingnote.index.encode_corpus` and Ray
-:func:`~scalingnote.index.ray_encode.encode_corpus_ray`): shard paths, the manifest reader, the
+:func:`~scalingnote.index.ray.ray_encode.encode_corpus_ray`): shard paths, the manifest reader, the
 content digest and the check of a finished shard. This module imports nothing else of
 :mod:`scalingnote.index`; :mod:`~scalingnote.index.embeddings` builds on it.
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.faiss_utils import code_bytes_per_vector, find_ivf
+from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, find_ivf
 from scalingnote.index.layout import MANIFEST, read_manifest
 from scalingnote.utils import write_json
 
@@ -142,7 +142,7 @@ def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any)
         defaults.pop("rerank", None)
     man["search_defaults"] = defaults
     kept = ("k", "target", "n_queries", "chosen", "met", "reason", "knob", "memory_bound", "queries", "router_fit_queries", "routing", "methods")
-    man["search_tuning"] = {**{key: report[key] for key in kept if key in report}, **extra}  # the method choice's comparison too (issue 52)
+    man["search_tuning"] = {**{key: report[key] for key in kept if key in report}, **extra}  # the method choice's comparison too
     write_json(root / MANIFEST, man)
     return defaults
 

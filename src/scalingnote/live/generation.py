@@ -35,7 +35,7 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
-from scalingnote.index.methods import load_state
+from scalingnote.index.faiss.methods import load_state
 from scalingnote.index.layout import MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
 from scalingnote.live.wal import WriteAheadLog, fsync_dir
 from scalingnote.sparse.bm25 import BM25Config, BM25Retriever

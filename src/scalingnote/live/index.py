@@ -34,7 +34,7 @@ import numpy as np
 from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.docstore import index_corpus, make_snippet
 from scalingnote.index.embeddings import _encode_call, l2_normalize
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher

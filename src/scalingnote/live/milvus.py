@@ -63,7 +63,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import index_corpus, read_document_store
 from scalingnote.index.hybrid import FusionConfig
 from scalingnote.index.layout import DOCS_FILE, read_manifest
-from scalingnote.index.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
+from scalingnote.index.milvus.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied
@@ -90,7 +90,7 @@ def _doc(rec: dict[str, Any]) -> Document:
 
 class MilvusLive(MilvusSearcher):
     """A Milvus collection opened for search *and* writing (use :meth:`open`): the searcher
-    interface of :class:`~scalingnote.index.milvus.MilvusSearcher` over the visible versions,
+    interface of :class:`~scalingnote.index.milvus.milvus.MilvusSearcher` over the visible versions,
     ``upsert`` / ``delete`` / ``compact`` / ``stats`` / ``searcher`` as
     :class:`~scalingnote.live.LiveIndex` (what ``POST /documents`` needs)."""
 

@@ -9,9 +9,9 @@ also removed from the inverted lists (``remove_ids``); on Flat / HNSW / HNSW+PQ 
 (``SearchParametersHNSW.sel``: the graph is walked through dead nodes, never returns them), until
 compaction rebuilds the graph without them. A new
 row goes to an inverted list by the rule the lists were cut with (``ivf_qmetric``: the nearest
-list centroid in the query metric, :func:`scalingnote.index.methods.assign_lists`); on HNSW it
+list centroid in the query metric, :func:`scalingnote.index.faiss.methods.assign_lists`); on HNSW it
 is inserted into the graph (``hnsw_sq_qg``: with the query-guided edges of the stored fitting queries
-whose exact neighbours it enters, :func:`scalingnote.index.query_graph.add_live_edges`). Every
+whose exact neighbours it enters, :func:`scalingnote.index.routing.query_graph.add_live_edges`). Every
 mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
 """
 
@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from scalingnote.data.types import Document
-from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.docstore import make_snippet
-from scalingnote.index.faiss_utils import find_ivf
-from scalingnote.index.methods import add_rows, load_state
-from scalingnote.index.query_graph import add_live_edges
+from scalingnote.index.faiss.faiss_utils import find_ivf
+from scalingnote.index.faiss.methods import add_rows, load_state
+from scalingnote.index.routing.query_graph import add_live_edges
 from scalingnote.index.tune import exact_topk
 from scalingnote.index.searcher import SearchResult
 

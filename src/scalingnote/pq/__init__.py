@@ -20,7 +20,7 @@ from scalingnote.pq.config import (
     Stage2Spec,
     WarmupSpec,
 )
-from scalingnote.index.learned_pq import export_index, factory_label, faiss_codes, faiss_index, parse_kind
+from scalingnote.index.faiss.learned_pq import export_index, factory_label, faiss_codes, faiss_index, parse_kind
 from scalingnote.pq.losses import (
     dense_retrieval_loss,
     joint_loss,

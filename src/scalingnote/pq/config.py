@@ -132,7 +132,7 @@ class Stage2Spec(PhaseOptim):
 
 @dataclass
 class ExportSpec:
-    """FAISS indexes written with the learned codebooks (see :mod:`scalingnote.index.learned_pq`)."""
+    """FAISS indexes written with the learned codebooks (see :mod:`scalingnote.index.faiss.learned_pq`)."""
 
     indexes: list[str] = field(default_factory=lambda: ["PQ", "IVF64,PQ", "HNSW32,PQ"])
     nprobe: int | None = None

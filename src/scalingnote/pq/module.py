@@ -15,7 +15,7 @@ Operations (``x``: ``[B, dim]``):
 * :meth:`quantize` — hard, soft, straight-through (Eq. 7) or soft straight-through.
 
 Centroid layout ``[M][K][dim/M]`` is FAISS's ``ProductQuantizer.centroids`` layout, so
-:mod:`scalingnote.index.learned_pq` copies the tensor into FAISS unchanged.
+:mod:`scalingnote.index.faiss.learned_pq` copies the tensor into FAISS unchanged.
 """
 
 from __future__ import annotations

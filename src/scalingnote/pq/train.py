@@ -41,7 +41,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.evaluation import evaluate
 from scalingnote.evaluation.dense import exact_search
 from scalingnote.index import DenseIndex, tower_identity
-from scalingnote.index.learned_pq import export_index
+from scalingnote.index.faiss.learned_pq import export_index
 from scalingnote.models import pair_towers
 from scalingnote.pq.config import PhaseOptim, PQTrainConfig, Stage1Spec, Stage2Spec, WarmupSpec
 from scalingnote.pq.data import PQData, build_towers, load_pq_data

@@ -1,6 +1,6 @@
 """The quick start's served index chosen among the routed structures (issue 52, item 3): the
 cheapest method and setting reaching the recall target on validation queries within the memory
-bound (:mod:`scalingnote.index.method_tune`), built with :func:`scalingnote.index.build_index` as
+bound (:mod:`scalingnote.index.routing.method_tune`), built with :func:`scalingnote.index.build_index` as
 ``scalingnote index build --method`` builds it, and served by default (its search defaults)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.layout import record_tower_path
-from scalingnote.index.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method, fitting_queries
-from scalingnote.index.methods import default_routing, query_edge_variants, sq_graph_ratio
+from scalingnote.index.routing.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method, fitting_queries
+from scalingnote.index.faiss.methods import default_routing, query_edge_variants, sq_graph_ratio
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -42,7 +42,7 @@ def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
 
 def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any],
                      digests: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Choose and build the served structure (issue 52): :func:`scalingnote.index.method_tune.choose_method`
+    """Choose and build the served structure (issue 52): :func:`scalingnote.index.routing.method_tune.choose_method`
     over the teacher's document vectors with the student's vectors of ``texts``' validation queries
     (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` can fit
     the memory bound, QKD's pseudo-queries (its edges, with the training queries); the chosen method is built

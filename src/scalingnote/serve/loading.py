@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scalingnote.index.backends import get_backend
+from scalingnote.index.backends import get_backend, read_backend_manifest
 from scalingnote.index.pipeline import load_tower_for
 from scalingnote.serve.corpus import load_documents, resolve_corpus_path, served_searcher
 from scalingnote.serve.documents import open_serving_index
@@ -53,7 +53,7 @@ def load_served(location: str | Path, query_tower: str | Path, settings: ServeSe
     ``settings.query_backend``."""
     backend = get_backend(settings.backend, "backend")
     # fail fast on a wrong location, before loading a model; its corpus gives the titles
-    manifest = backend.manifest(location) if backend.manifest is not None else None
+    manifest = read_backend_manifest(backend, location, collection=settings.collection, token=settings.backend_token)
     corpus_path = resolve_corpus_path(manifest, settings.corpus) if manifest is not None else None
     tower = load_tower_for(str(query_tower), "query")
     index = open_serving_index(backend, location, tower, settings)  # refuses an incompatible tower

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.backends import get_backend
+from scalingnote.index.backends import get_backend, read_backend_manifest
 from scalingnote.serve.app import create_app
 from scalingnote.serve.settings import ServeSettings, check_bind_host
 
@@ -71,8 +71,8 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
     settings = settings or ServeSettings()
     check_bind_host(settings.host, settings.allow_remote)
     backend = get_backend(settings.backend, "backend")
-    if backend.manifest is not None:
-        backend.manifest(index_dir)  # fail fast: not where the back end lives (e.g. not an index directory)
+    # fail fast: not where the back end lives (not an index directory, no such collection)
+    read_backend_manifest(backend, index_dir, collection=settings.collection, token=settings.backend_token)
     sock = bind_socket(settings.host, settings.port)
     app = create_app(index_dir, query_tower, settings)
     service = app.state.service

@@ -1,5 +1,5 @@
-"""Routed structures (:mod:`scalingnote.index.routing`) built and served through the normal index
-path (issue 52, item 3): ``build_index(..., method=...)`` / ``scalingnote index build --method``.
+"""Routed structures (:mod:`scalingnote.index.routing.routing`) built and served through the normal index
+path: ``build_index(..., method=...)`` / ``scalingnote index build --method``.
 
 Every method that can be served is a plain FAISS index, so :class:`~scalingnote.index.DenseIndex`,
 ``scalingnote search``, ``serve`` and the page search it with the manifest's search defaults:
@@ -8,6 +8,8 @@ Every method that can be served is a plain FAISS index, so :class:`~scalingnote.
 * ``ivf_qmetric``: an ``IndexIVFPQ`` whose lists were cut in the query metric x' = A x; the rule
   that puts a document in a list (nearest c' to A x, L2) is kept in ``routing.npz`` (A, c') so
   documents added later (live index) and compaction use the same rule;
+* ``ivf_rabitq``: ``IndexIVFRaBitQFastScan`` (``IVF<n>,RaBitQfs<b>``, :mod:`scalingnote.index.faiss.rabitq`),
+  re-ranked exactly over the full-precision vectors (FAISS's refine, reading the memory-mapped floats);
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
   built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW has no ``remove_ids``: the live index keeps a
   tombstone set and filters it at search; compaction rebuilds the graph over the live rows.
@@ -30,11 +32,12 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
-from scalingnote.index.query_graph import add_guided_edges
-from scalingnote.index.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
+from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_label
+from scalingnote.index.routing.query_graph import add_guided_edges
+from scalingnote.index.routing.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
 from scalingnote.index.tune import exact_topk
 
-SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
 #: degree of 8) would fit 1/4 of the floats. That graph met recall 0.99 on SciFact's validation
 #: queries only at efSearch 512 (0.9901) and kept 0.988 of the exact top 10 on the test queries,
@@ -58,6 +61,8 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
     base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size)
     if method == "hnsw_pq":
         base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
+    if method == "ivf_rabitq":  # the most code bits (<= 4) within the memory bound: 4 from 112 dimensions up
+        base["rabitq_bits"] = over.get("rabitq_bits") or rabitq_bits_within(dim)
     if method in SQ_GRAPH_METHODS:  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
         base["hnsw_m"] = hnsw_m_within(dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES)
     base.update({k: v for k, v in over.items() if v is not None})
@@ -78,7 +83,7 @@ def query_edge_variants(cfg: RoutingConfig) -> list[RoutingConfig]:
 
 def hnsw_m_within(dim: int, code_bytes: float, bound: float = 0.25, choices: tuple[int, ...] = (32, 16, 8, 4)) -> int:
     """The largest HNSW ``M`` whose graph + codes stay within ``bound`` of the float32 vectors
-    (issue 52's memory bound): FAISS keeps 2M 4-byte neighbours per vector at level 0, ~M/(M-1) of
+    (the index step's memory bound): FAISS keeps 2M 4-byte neighbours per vector at level 0, ~M/(M-1) of
     that over the upper levels, and 12 bytes of level bookkeeping. At 384 dimensions M=32 takes
     0.22 of the floats; at 128 (the quick start's default width) 0.57, so M=8 (0.19)."""
     for m in choices:
@@ -139,7 +144,9 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
     idx = faiss.downcast_index(index)
     d = int(idx.d)
     m = cfg.pq_m or max(1, d // 8)
-    if isinstance(idx, faiss.IndexIVF):
+    if cfg.method == "ivf_rabitq":
+        desc = rabitq_label(int(idx.nlist), cfg.rabitq_bits, cfg.rabitq_qb)
+    elif isinstance(idx, faiss.IndexIVF):
         desc = f"IVF{idx.nlist},PQ{m}x{cfg.pq_bits}"
     elif cfg.method == "hnsw_pq":
         desc = f"HNSW{cfg.hnsw_m},PQ{m}x{cfg.pq_bits}"
@@ -215,7 +222,14 @@ def assign_lists(state: dict[str, np.ndarray] | None, ivf: Any, x: np.ndarray) -
 
 
 def _add_preassigned(ivf: Any, x: np.ndarray, lists: np.ndarray, ids: np.ndarray) -> None:
+    import faiss
     from faiss.contrib.ivf_tools import add_preassigned
+
+    if isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFastScan):
+        # FAISS 1.15's FastScan IVFs (ivf_rabitq) leave wrong codes when given their lists (add_core);
+        # their lists are the quantiser's own, which add_with_ids assigns the same way
+        ivf.add_with_ids(x, ids)
+        return
 
     add_preassigned(ivf, x, lists, ids=ids)
 

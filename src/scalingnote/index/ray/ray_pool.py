@@ -1,4 +1,4 @@
-"""The Ray side of :func:`~scalingnote.index.ray_encode.encode_corpus_ray`: the actor pool's
+"""The Ray side of :func:`~scalingnote.index.ray.ray_encode.encode_corpus_ray`: the actor pool's
 settings (:class:`RayPool`), starting or joining a cluster, checking it can hold the pool, and
 turning Ray task / actor failures into one-line errors."""
 

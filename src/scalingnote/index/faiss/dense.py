@@ -17,7 +17,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.docstore import read_document_store
-from scalingnote.index.faiss_utils import _faiss_message, _search_params, find_hnsw, find_ivf
+from scalingnote.index.faiss.faiss_utils import _faiss_message, _search_params, find_hnsw, find_ivf
 from scalingnote.index.layout import DOC_IDS_FILE, INDEX_FILE, MANIFEST, VECTORS_FILE, check_query_tower, read_manifest
 
 

@@ -1,4 +1,4 @@
-"""Query-guided edges on the FAISS HNSW graph (``hnsw_sq_qg``, issue 52 item 2): the edges chosen
+"""Query-guided edges on the FAISS HNSW graph (``hnsw_sq_qg``): the edges chosen
 from the fitting queries' exact neighbours, written into level 0 without breaking the graph, kept
 through save / load and compaction. Tiny random vectors, real FAISS."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.methods import default_routing, fill_routed
-from scalingnote.index.query_graph import add_guided_edges, guided_edges
-from scalingnote.index.routing import RoutedIndex, RoutingConfig, exact_topk, flat_graph
+from scalingnote.index.faiss.methods import default_routing, fill_routed
+from scalingnote.index.routing.query_graph import add_guided_edges, guided_edges
+from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig, exact_topk, flat_graph
 
 
 def _unit(x):
@@ -124,7 +124,7 @@ def test_state_keeps_the_queries_and_compaction_adds_the_edges_again(ood):
 
 
 def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(ood):
-    from scalingnote.index.query_graph import add_live_edges
+    from scalingnote.index.routing.query_graph import add_live_edges
 
     docs, fit, _ = ood
     n0, per = 1000, 4

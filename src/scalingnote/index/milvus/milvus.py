@@ -75,7 +75,7 @@ class MilvusSearchError(RuntimeError):
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 
-log = logging.getLogger("scalingnote.index.milvus")
+log = logging.getLogger("scalingnote.index.milvus.milvus")
 
 
 # --------------------------------------------------------------------------- connection

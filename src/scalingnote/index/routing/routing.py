@@ -1,5 +1,5 @@
 """Routing for asymmetric towers: compressed indexes that find a distilled query tower's neighbours
-while computing few distances (issue 52, item 2).
+while computing few distances.
 
 A distilled query tower's vectors sit away from the documents (ScalingNote §3.5 serves its student
 against an IVFPQ built on the LLM document tower's vectors). An IVF trained on documents alone
@@ -26,12 +26,13 @@ Methods (all FAISS; every one returns the same :class:`RoutedResult` with the di
   ``hnsw_pq`` — the same graph over PQ codes (``IndexHNSWPQ``; TMJ's HNSW + PQ serving).
   ``hnsw_sq`` — over 4-bit scalar-quantised vectors (``IndexHNSWSQ``, d/2 bytes: closer to exact
   than PQ's d/8, so beam and re-rank stay short). ``hnsw_sq_qg`` — ``hnsw_sq`` whose level-0 lists
-  also hold query-guided edges (:mod:`scalingnote.index.query_graph`, after RoarGraph). FAISS HNSW
-  has no ``remove_ids``. The IVF methods' coarse step can be an HNSW over the centroids (``coarse="hnsw"``).
+  also hold query-guided edges (:mod:`scalingnote.index.routing.query_graph`, after RoarGraph). FAISS HNSW
+  has no ``remove_ids``. ``ivf_rabitq`` / ``scann_soar``: :mod:`scalingnote.index.routing.engines`.
+  The IVF methods' coarse step can be an HNSW over the centroids (``coarse="hnsw"``).
 
 Every search can re-rank its top ``rerank`` candidates exactly with the full-precision vectors
 (a memory-mapped array works; TMJ §6 re-rank). :attr:`RoutedResult.ndis` counts distance
-computations per the issue's definition: coarse (routing) distances + codes scanned + re-ranked.
+computations by one definition: coarse (routing) distances + codes scanned + re-ranked.
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ from typing import Any, Literal
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.query_graph import add_guided_edges
+from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, search_engine
+from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.tune import exact_topk
 
-Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"]
-METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"]
+METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 #: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
 #: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
 GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
@@ -69,8 +71,15 @@ class RoutingConfig:
     hnsw_m: int = 32
     #: bits per component of ``hnsw_sq``'s scalar quantiser (4, 6 or 8)
     sq_bits: int = 4
-    #: hnsw_sq_qg: query-guided level-0 edges per document (:mod:`scalingnote.index.query_graph`)
+    #: hnsw_sq_qg: query-guided level-0 edges per document (:mod:`scalingnote.index.routing.query_graph`)
     query_edges: int = 16
+    #: ivf_rabitq: code bits per component (1-9) and bits of the query's lookup tables (1-8)
+    rabitq_bits: int = 4
+    rabitq_qb: int = 8
+    #: scann_soar: SOAR's lambda (0: no spilling), dimensions per 4-bit AH block, AH threshold
+    scann_soar_lambda: float = 1.5
+    scann_dims_per_block: int = 2
+    scann_aq_threshold: float = 0.2
     ef_construction: int = 40
     train_size: int = 131_072
     #: ridge added to the query second moment, relative to its mean eigenvalue (ivf_qmetric)
@@ -221,6 +230,8 @@ class RoutedIndex:
             t0 -= 0.0 if graph is None else graph.build_s
             if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
                 out.info["query_edges_added"], out.partition = add_guided_edges(out.index, docs, tq, cfg.query_edges, topk=exact_topk, with_kth=True)
+        elif cfg.method in ENGINE_METHODS:
+            out = cls(cfg, build_engine(docs, cfg), docs)
         else:
             out = cls._build_ivf(docs, cfg, tq, metric)
         out.vectors = docs if vectors is None else vectors
@@ -315,6 +326,8 @@ class RoutedIndex:
         + query transform (the full-precision re-rank vectors are not counted: memory-mappable)."""
         import faiss
 
+        if hasattr(self.index, "memory_bytes"):  # another engine's structure measures itself
+            return int(self.index.memory_bytes())
         b = int(faiss.serialize_index(self.index).nbytes)
         for extra in (self.routes, self.route_bias if self.routes is not None else None):
             if isinstance(extra, np.ndarray):
@@ -336,6 +349,8 @@ class RoutedIndex:
             self.index.hnsw.efSearch = max(ef_search, depth)
             scores, ids = self.index.search(q, depth)
             coarse, codes = 0, int(faiss.cvar.hnsw_stats.ndis)
+        elif self.config.method in ENGINE_METHODS:
+            scores, ids, coarse, codes = search_engine(self.index, self.config.method, q, depth, nprobe)
         else:
             nprobe = min(nprobe, self.index.nlist)
             qx = q

@@ -63,7 +63,7 @@ from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
 from scalingnote.index.pipeline import load_tower_for
-from scalingnote.index.ray_pool import RAY_HINT, RayPool, engine_info, ray_error, start_ray
+from scalingnote.index.ray.ray_pool import RAY_HINT, RayPool, engine_info, ray_error, start_ray
 from scalingnote.data.corpus import open_corpus
 from scalingnote.models.spec import TowerSpec
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths

@@ -1,4 +1,4 @@
-"""Query-guided edges for the HNSW graph methods (issue 52, item 2: routing built for asymmetric towers).
+"""Query-guided edges for the HNSW graph methods (routing built for asymmetric towers).
 
 The distilled query tower's vectors are out of distribution for a graph built from document-document
 distances: a query's exact neighbours are often far apart in document space, so the greedy walk

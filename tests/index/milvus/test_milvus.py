@@ -1,4 +1,4 @@
-"""Milvus serving back end (scalingnote.index.milvus) on Milvus Lite: export, search equal to a
+"""Milvus serving back end (scalingnote.index.milvus.milvus) on Milvus Lite: export, search equal to a
 FAISS Flat index, manifest recorded in the collection, query-tower compatibility check."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install '
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'milvus-lite==3.2.2')")
 
 from scalingnote.index.backends import open_searcher  # noqa: E402
-from scalingnote.index.milvus import MilvusSearcher, connect, read_collection_manifest  # noqa: E402
-from scalingnote.index.milvus_export import default_index_params, export_to_milvus, resolve_index_type  # noqa: E402
+from scalingnote.index.milvus.milvus import MilvusSearcher, connect, read_collection_manifest  # noqa: E402
+from scalingnote.index.milvus.milvus_export import default_index_params, export_to_milvus, resolve_index_type  # noqa: E402
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
 
@@ -302,9 +302,9 @@ def test_cli_serve_backend_milvus_refuses_an_incompatible_tower(served, other_be
 
 
 def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db):
-    """Issue 52: hnsw_pq / hnsw export as Milvus HNSW types (HNSW_PQ on a server, HNSW on Lite, the
+    """hnsw_pq / hnsw export as Milvus HNSW types (HNSW_PQ on a server, HNSW on Lite, the
     graph's M kept); ivf_qmetric under ``auto`` is refused naming what would be lost (its lists)."""
-    from scalingnote.index.milvus_export import _method_index_type
+    from scalingnote.index.milvus.milvus_export import _method_index_type
 
     ids = [f"doc-{i}" for i in range(len(syn_vectors))]
     tq = np.random.default_rng(3).standard_normal((50, syn_vectors.shape[1])).astype(np.float32)
@@ -328,3 +328,8 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
                      progress=False)
     m = export_to_milvus(qg, lite_db, "syn_qg", progress=False)  # the vectors and M go out; the query-guided edges cannot
     assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]
+    # ivf_rabitq: Milvus's SCANN (IVF + 4-bit fast-scan codes + re-rank) on a server; Lite has no fast scan: IVF_SQ8, the lists kept
+    assert _method_index_type("auto", "ivf_rabitq", lite=False) == "SCANN" and _method_index_type("auto", "ivf_rabitq", lite=True) == "IVF_SQ8"
+    rq = build_index(syn_vectors, tmp_path / "rq", method="ivf_rabitq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    m = export_to_milvus(rq, lite_db, "syn_rq", progress=False)
+    assert m["index_type"] == "IVF_SQ8" and m["index_params"]["nlist"] == json.loads((rq / "manifest.json").read_text())["routing"]["config"]["nlist"]

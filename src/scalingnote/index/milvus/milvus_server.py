@@ -1,10 +1,10 @@
 """A real Milvus server on this machine: the embedded standalone build of the ``milvus`` PyPI
 package (2.3.5: the Milvus 2.3.5 server binary with its own etcd and local storage, no Docker).
 
-Unlike Milvus Lite (``*.db`` URIs, :mod:`scalingnote.index.milvus`), which implements no PQ
+Unlike Milvus Lite (``*.db`` URIs, :mod:`scalingnote.index.milvus.milvus`), which implements no PQ
 index and silently brute-forces an IVF_PQ collection, this server builds and searches
 IVF_PQ (ScalingNote §3.5's compressed serving index), HNSW and SCANN through the same
-:func:`~scalingnote.index.milvus_export.export_to_milvus` / :class:`~scalingnote.index.milvus.MilvusSearcher`
+:func:`~scalingnote.index.milvus.milvus_export.export_to_milvus` / :class:`~scalingnote.index.milvus.milvus.MilvusSearcher`
 code, at the URI ``http://127.0.0.1:<port>``::
 
     with EmbeddedMilvus("runs/milvus-data") as srv:          # starts, waits until healthy

@@ -1,4 +1,4 @@
-"""Routing for asymmetric towers (scalingnote.index.routing) on tiny random data."""
+"""Routing for asymmetric towers (scalingnote.index.routing.routing) on tiny random data."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.routing import RoutedIndex, RoutingConfig, exact_topk, query_metric
+from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig, exact_topk, query_metric
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

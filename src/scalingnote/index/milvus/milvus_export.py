@@ -1,7 +1,7 @@
 """Export a FAISS index or an embeddings directory to a Milvus collection (vectors, document ids,
 semantic IDs, the document tower's identity in the collection's ``scalingnote.manifest``
 property), written under a temporary name and renamed when indexed. Searched by
-:class:`~scalingnote.index.milvus.MilvusSearcher`."""
+:class:`~scalingnote.index.milvus.milvus.MilvusSearcher`."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.dense import DenseIndex
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.layout import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from scalingnote.index.layout import FORMAT as INDEX_FORMAT
-from scalingnote.index.milvus import (
+from scalingnote.index.milvus.milvus import (
     DEFAULT_COLLECTION,
     DOC_ID,
     FORMAT,
@@ -147,8 +147,9 @@ def default_index_params(index_type: str, n: int, dim: int, source_info: dict[st
 
 
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
-    """The Milvus index type ``auto`` means for an index built with a routed ``method`` (issue 52):
-    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW. ivf_qmetric is
+    """The Milvus index type ``auto`` means for an index built with a routed ``method``:
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW, ivf_rabitq ->
+    SCANN (the same structure: document-trained IVF lists, 4-bit fast-scan codes, a re-rank; Lite: IVF_SQ8). ivf_qmetric is
     refused: Milvus trains its own IVF on the documents, so the query-metric lists, and the rule
     new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
     if not method or (requested or "auto").strip().lower() != "auto":
@@ -163,6 +164,8 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
         return "HNSW_SQ"  # Lite implements it too
     if method == "hnsw":
         return "HNSW"
+    if method == "ivf_rabitq":
+        return "IVF_SQ8" if lite else "SCANN"
     return requested
 
 

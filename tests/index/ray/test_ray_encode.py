@@ -1,4 +1,4 @@
-"""Ray Data corpus encoding (scalingnote.index.ray_encode): same shards as the in-process
+"""Ray Data corpus encoding (scalingnote.index.ray.ray_encode): same shards as the in-process
 encoder, resumable by shard, Parquet input, clear errors.
 
 A local Ray instance (2 CPUs, 127.0.0.1) is started once per module (ray.init: ~5 s on the
@@ -91,7 +91,7 @@ def _assert_same_embeddings(a_dir: Path, b_dir: Path, atol: float = 1e-6) -> boo
 
 
 def test_ray_finishes_an_interrupted_in_process_run_identically(ray_cluster, tmp_path, beir, reference, doc_tower, tiny_bert_dir):
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     out = tmp_path / "emb"
     with pytest.raises(_Stop):
@@ -114,7 +114,7 @@ def test_ray_finishes_an_interrupted_in_process_run_identically(ray_cluster, tmp
 
 @pytest.mark.slow
 def test_resource_demand_larger_than_the_cluster_is_refused(ray_cluster, tmp_path, beir, tiny_bert_dir):
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     with pytest.raises(ScalingNoteError, match=r"3 x --cpus-per-actor 1 = 3 CPUs, but the Ray cluster has 2"):
         encode_corpus_ray(str(tiny_bert_dir), beir, tmp_path / "emb", num_actors=3, cpus_per_actor=1.0, progress=False)
@@ -127,7 +127,7 @@ def test_resource_demand_larger_than_the_cluster_is_refused(ray_cluster, tmp_pat
 
 
 def test_argument_errors_before_ray_starts(tmp_path, beir, doc_tower, tiny_bert_dir):
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     with pytest.raises(ScalingNoteError, match="corpus file not found"):
         encode_corpus_ray(str(tiny_bert_dir), tmp_path / "missing.jsonl", tmp_path / "emb")
@@ -184,7 +184,7 @@ def test_parquet_reader_matches_jsonl_and_names_bad_rows(tmp_path, beir):
 
 @pytest.mark.slow
 def test_ray_fresh_run_interrupted_then_resumed(ray_cluster, tmp_path, beir, reference, tiny_bert_dir):
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     out = tmp_path / "emb"
     with pytest.raises(_Stop):
@@ -204,7 +204,7 @@ def test_ray_fresh_run_interrupted_then_resumed(ray_cluster, tmp_path, beir, ref
 @pytest.mark.slow
 def test_ray_reads_parquet_directories(ray_cluster, tmp_path, beir, reference, tiny_bert_dir):
     from scalingnote.data import iter_corpus
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     docs = list(iter_corpus(beir / "corpus.jsonl"))
     rows = [{"_id": d.id, "title": d.title, "topic": d.topic, "text": d.content} for d in docs]
@@ -223,7 +223,7 @@ def test_ray_reads_parquet_directories(ray_cluster, tmp_path, beir, reference, t
 def test_ray_resume_refuses_another_tower(ray_cluster, tmp_path, beir, reference, other_bert_dir):
     import shutil
 
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     out = tmp_path / "emb"
     shutil.copytree(reference, out)
@@ -241,7 +241,7 @@ def test_ray_resume_refuses_another_tower(ray_cluster, tmp_path, beir, reference
 
 @pytest.mark.slow
 def test_ray_reports_bad_tower_and_bad_record(ray_cluster, tmp_path, beir, tiny_bert_dir):
-    from scalingnote.index.ray_encode import encode_corpus_ray
+    from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     with pytest.raises(ScalingNoteError, match="no-such-model"):
         encode_corpus_ray(str(tmp_path / "no-such-model"), beir, tmp_path / "emb", num_actors=1, progress=False)

@@ -1,0 +1,45 @@
+"""The routed methods whose structure is another engine's (not FAISS IVF-PQ or HNSW): built and
+searched through one pair of functions so :class:`~scalingnote.index.routing.routing.RoutedIndex`,
+the method choice and the benchmarks treat them as the other methods.
+
+* ``ivf_rabitq`` — FAISS IVF RaBitQ FastScan (:mod:`scalingnote.index.faiss.rabitq`);
+* ``scann_soar`` — ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`).
+
+Both probe partitions (the ``nprobe`` knob) and are re-ranked over the full-precision vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from scalingnote.index.faiss.rabitq import build_ivf_rabitq, search_ivf_rabitq
+
+ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "scann_soar")
+
+
+def default_nlist(n: int) -> int:
+    return max(1, int(round(4 * np.sqrt(n))))
+
+
+def build_engine(docs: np.ndarray, cfg: Any) -> Any:
+    """The built structure of ``cfg.method`` (a :class:`~scalingnote.index.routing.routing.RoutingConfig`) over ``docs``."""
+    nlist = cfg.nlist or default_nlist(len(docs))
+    if cfg.method == "ivf_rabitq":
+        return build_ivf_rabitq(docs, nlist, bits=cfg.rabitq_bits, qb=cfg.rabitq_qb, seed=cfg.seed, train_size=cfg.train_size,
+                                kmeans_iters=cfg.kmeans_iters)
+    from scalingnote.index.scann.soar import ScannSoar  # why: ScaNN loads only when this method is asked for
+
+    return ScannSoar.build(docs, nlist=nlist, soar_lambda=cfg.scann_soar_lambda, dims_per_block=cfg.scann_dims_per_block,
+                           aq_threshold=cfg.scann_aq_threshold, train_size=cfg.train_size)
+
+
+def search_engine(index: Any, method: str, q: np.ndarray, depth: int, nprobe: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe`` partitions."""
+    if method == "ivf_rabitq":
+        return search_ivf_rabitq(index, q, depth, nprobe)
+    return index.search(q, depth, nprobe)
+
+
+__all__ = ["ENGINE_METHODS", "build_engine", "search_engine"]
