@@ -106,7 +106,7 @@ def build_synthetic_index(root: Path, seed: int = 0) -> Path:
 
 
 def export_lite(idx: Path, db: Path) -> None:
-    from scalingnote.index.milvus_export import export_to_milvus
+    from scalingnote.index.milvus.milvus_export import export_to_milvus
 
     export_to_milvus(idx, str(db), "docs", index_type="FLAT", progress=False)
 

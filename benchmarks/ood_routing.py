@@ -36,7 +36,8 @@ names the towers it used (``towers``: the recipe run's, or the stand-ins).
 The re-rank is a per-query NumPy loop (``routing._rerank``): at depth 800 it dominates the QPS of
 the IVF rows at 1M.
 
-Run: ``python -m benchmarks.ood_routing`` -> ``benchmarks/results/ood_routing.json``.
+Run: ``python -m benchmarks.ood_routing --recipe-runs runs/recipe`` -> ``benchmarks/results/ood_routing.json``;
+without recipe runs (stand-in towers) -> ``benchmarks/results/ood_routing_standin.json``.
 ``--keep`` keeps the earlier file's rows of the (set, method) pairs this run does not measure
 (e.g. ``--sets scifact kuake_qtr --methods hnsw_sq hnsw16_sq --keep`` adds two methods).
 """
@@ -346,12 +347,19 @@ def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
     return out
 
 
-def _keep_earlier(rows: list[dict], info: dict) -> tuple[list[dict], list[str], dict]:
+def results_name(recipe_runs: Path | None) -> str:
+    """The results file a run writes: ``ood_routing`` on the recipes' own towers (the out-of-distribution
+    queries the methods are for), ``ood_routing_standin`` on the stand-in towers (their queries sit
+    much closer to the documents), so neither run overwrites the other's measurements."""
+    return "ood_routing" if recipe_runs is not None else "ood_routing_standin"
+
+
+def _keep_earlier(rows: list[dict], info: dict, name: str) -> tuple[list[dict], list[str], dict]:
     """``--keep``: the earlier results file's rows of the (set, method) pairs ``rows`` lack (their
     own measurement, one machine, an earlier run), then these; the earlier sets' info."""
     from benchmarks._common import RESULTS_DIR
 
-    path = RESULTS_DIR / "ood_routing.json"
+    path = RESULTS_DIR / f"{name}.json"
     if not path.exists():
         return rows, [], info
     old = json.loads(path.read_text())
@@ -426,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += run_set(name, docs, fit_q, ts.queries["val"], ts.queries["test"], methods, args, extra, nlists)
     kept: list[str] = []
     if args.keep:
-        rows, kept, info = _keep_earlier(rows, info)
+        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs))
     config = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "info": info, "kept_rows": kept, "reranks": list(RERANKS), "ef_grid": list(EF),
               "faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
               "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
@@ -438,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:
               "frontier_qps": flatten_frontier(rows),
               "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s document "
                             f"vectors (not real documents); queries are the real {args.sim_source} student queries"}
-    print(f"wrote {write_results('ood_routing', rows, config)}")
+    print(f"wrote {write_results(results_name(args.recipe_runs), rows, config)}")
 
 
 if __name__ == "__main__":

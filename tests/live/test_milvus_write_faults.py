@@ -16,8 +16,8 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
-from scalingnote.index.milvus import DOC_ID, connect  # noqa: E402
-from scalingnote.index.milvus_export import export_to_milvus  # noqa: E402
+from scalingnote.index.milvus.milvus import DOC_ID, connect  # noqa: E402
+from scalingnote.index.milvus.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.live.milvus import MilvusLive  # noqa: E402
 
 

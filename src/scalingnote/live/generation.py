@@ -165,7 +165,7 @@ def _write_generation_files(gen: Path, number: int, *, vectors: np.ndarray, doc_
     defaults = manifest.get("search_defaults") or {}
     kw.update({"nprobe": defaults.get("nprobe"), "ef_search": defaults.get("ef_search")})
     routing = manifest.get("routing")
-    if routing:  # a routed structure (issue 52): the same method and parameters, its stored list rule
+    if routing:  # a routed structure: the same method and parameters, its stored list rule
         kw.update(method=routing["method"], routing=routing["config"], routing_state=load_state(src_gen, manifest))
     if retrain:
         kw.update({"semantic_ids_layers": int(sem_info["n_layers"]) if sem_info else 0,

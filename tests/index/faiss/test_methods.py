@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from scalingnote.cli import app as cli
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
-from scalingnote.index.routing.method_tune import choose_method
+from scalingnote.index.routing.method_tune import LATENCY_TIE, choose_method, fastest_within_tie
 from scalingnote.index.faiss.methods import default_routing, load_state, query_edge_variants
 from scalingnote.index.routing.routing import RoutedIndex
 from scalingnote.index.tune import exact_topk, recall_vs_exact, save_search_defaults
@@ -58,7 +58,8 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     assert not rows["hnsw_pq"]["within_memory"] and not rows["hnsw_sq"]["within_memory"]
     fit = [r for r in rows.values() if r["within_memory"] and r["met"]]
     assert all(r["latency_ms_single"] > 0 for r in fit)  # each met setting timed one query at a time
-    assert rep["met"] and rep["chosen"]["method"] == min(fit, key=lambda r: (r["latency_ms_single"], r["share_scanned"]))["method"]
+    fastest = min(r["latency_ms_single"] for r in fit)  # the first listed within the tie margin of the fastest
+    assert rep["met"] and rep["chosen"]["method"] == next(r for r in fit if r["latency_ms_single"] <= fastest * (1 + LATENCY_TIE))["method"]
     method = rep["chosen"]["method"]
     out = build_index(x, tmp_path / "chosen", method=method, routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
                       semantic_ids_layers=0, progress=False)
@@ -82,7 +83,7 @@ def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_pat
     rep = choose_method(x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants}, target=0.95, memory_bound=10.0, seed=0)
     rows = rep["methods"]
     assert [r["structure"] for r in rows] == ["hnsw_sq_qg:HNSW32,SQ4,QG16", "hnsw_sq_qg:HNSW32,SQ4,QG32"]
-    best = min((r for r in rows if r["met"]), key=lambda r: (r["latency_ms_single"], r["share_scanned"]))
+    best = fastest_within_tie([r for r in rows if r["met"]])[0]
     assert rep["chosen"]["structure"] == best["structure"]
     assert rep["routing"]["query_edges"] == int(best["structure"].rsplit("QG", 1)[1])  # the chosen variant's config, not the last one's
     # in either order the config built is the winner's, not the last one swept (the winner itself is timed again: it may differ)
@@ -186,3 +187,13 @@ def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes()
     y /= np.linalg.norm(y, axis=1, keepdims=True)
     r = RoutedIndex.build(y, default_routing("hnsw_sq", len(y), 576))
     assert r.memory_bytes() / y.nbytes <= 0.25 and r.config.hnsw_m == 32
+
+
+def test_a_latency_difference_below_the_tie_margin_keeps_the_first_listed_method():
+    rows = [{"method": "ivf", "latency_ms_single": 1.10}, {"method": "ivf_rabitq", "latency_ms_single": 1.00},
+            {"method": "hnsw_pq", "latency_ms_single": 2.00}]
+    best, tied = fastest_within_tie(rows, tie=0.25)
+    assert best["method"] == "ivf" and [r["method"] for r in tied] == ["ivf", "ivf_rabitq"]
+    # outside the margin the fastest wins whatever its position
+    best, tied = fastest_within_tie([{"method": "ivf", "latency_ms_single": 1.30}, *rows[1:]], tie=0.25)
+    assert best["method"] == "ivf_rabitq" and len(tied) == 1

@@ -14,7 +14,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
 from scalingnote.index.faiss.methods import add_rows, default_routing, fill_routed, structure_label
 from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_code_bytes
-from scalingnote.index.routing.method_tune import choose_method
+from scalingnote.index.routing.method_tune import choose_method, fastest_within_tie
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
@@ -113,5 +113,5 @@ def test_chosen_on_validation_by_single_query_latency(data):
     rows = {r["method"]: r for r in rep["methods"]}
     assert set(rows) == {"ivf", "ivf_rabitq"} and rows["ivf_rabitq"]["structure"].startswith("ivf_rabitq:IVF")
     met = [r for r in rows.values() if r["met"]]
-    assert met and rep["chosen"]["method"] == min(met, key=lambda r: (r["latency_ms_single"], r["share_scanned"]))["method"]
+    assert met and rep["chosen"]["method"] == fastest_within_tie(met)[0]["method"]
     assert "ms a query alone" in rep["reason"]

@@ -38,6 +38,10 @@ SINGLE_QUERIES = 200
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
 EF_SEARCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  #: half-octave steps
 MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors
+#: single-query latencies within this share of the fastest are a tie (timing noise on a shared
+#: CPU is of this order); a tie goes to the method listed first (the pre-declared order of
+#: ``methods``: today's IVF before the newer engines), so a re-run on another machine keeps its choice
+LATENCY_TIE = 0.25
 
 
 def _unit(x: Any, what: str) -> np.ndarray:
@@ -161,8 +165,9 @@ def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target:
     ok = [r for r in fits if r["met"]]
     where = f"recall@{k} vs exact >= {target} on {n_val} validation queries"
     if ok:
-        best = min(ok, key=lambda r: (r["latency_ms_single"], r["share_scanned"]))
-        reason = (f"fastest structure with {where} within {memory_bound:g} of the float vectors: {best['structure']} "
+        best, tied = fastest_within_tie(ok)
+        ties = f"; within {LATENCY_TIE:.0%} of it and listed first of {len(tied)} tied" if len(tied) > 1 else ""
+        reason = (f"fastest structure with {where} within {memory_bound:g} of the float vectors{ties}: {best['structure']} "
                   f"{_setting(best)} ({best['latency_ms_single']:.3f} ms a query alone, recall {best['recall']}, "
                   f"{100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})")
     elif not fits and any(r["met"] for r in built):  # none fits the bound: the least memory among those that met the target
@@ -179,6 +184,15 @@ def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target:
     return {"k": k, "target": target, "memory_bound": memory_bound, "n_queries": n_val, "queries": "validation", "router_fit_queries": n_train,
             "knob": best["knob"], "chosen": chosen, "met": bool(ok), "reason": reason, "routing": dataclasses.asdict(cfgs[best["structure"]]),
             "methods": rows}
+
+
+def fastest_within_tie(ok: list[dict], tie: float = LATENCY_TIE) -> tuple[dict, list[dict]]:
+    """The chosen row among ``ok`` (rows in their pre-declared order) and the rows tied with the
+    fastest: every row whose single-query latency is within ``tie`` of the fastest is tied, and the
+    first listed of them wins (a difference below timing noise does not move the choice)."""
+    fastest = min(r["latency_ms_single"] for r in ok)
+    tied = [r for r in ok if r["latency_ms_single"] <= fastest * (1 + tie)]
+    return tied[0], tied
 
 
 def _setting(r: dict) -> str:
