@@ -70,7 +70,7 @@ class DistillConfig(RunSettings):
     teacher_batch_size: int = 128
     #: the forward batch of the teacher cache and the head fits on a CPU (``teacher_batch_size`` on a
     #: GPU): length-sorted batches of 32 ran 1,500 pool texts through MiniLM-L6 in 5.6 s, batches of 128
-    #: in 7.5 s (2 cores; issue #51). Speed only: the cached vectors do not depend on it.
+    #: in 7.5 s (2 cores). Speed only: the cached vectors do not depend on it.
     cpu_batch_size: int = 32
     #: Initial W_stu (Eq. 14): "lstsq" = centre the student's pooled states and solve a ridge
     #: least-squares fit to the teacher embeddings on ``head_init_samples`` training queries (a
