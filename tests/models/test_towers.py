@@ -265,7 +265,9 @@ def test_save_load_round_trip(tiny_dirs, tmp_path, model, role, dim):
     t.save(tmp_path / "tower")
     meta = json.loads((tmp_path / "tower" / "tower.json").read_text())
     assert meta["fingerprint"] == fp and meta["config"]["num_layers"] == 2 and meta["config"]["dim"] == dim
-    assert (tmp_path / "tower" / "backbone" / "model.safetensors").is_file()
+    # an untrained tower stores no backbone tensor: its base is named by path and fingerprint
+    assert meta["storage"] == "base+trained" and meta["trained_tensors"] == [] and len(meta["base"]["sha256"]) == 64
+    assert not (tmp_path / "tower" / "backbone").exists() and not (tmp_path / "tower" / "trained.safetensors").exists()
     assert (tmp_path / "tower" / "projection.safetensors").is_file() == (dim is not None)
     back = load_tower(tmp_path / "tower", verify=True)
     assert type(back) is type(t) and back.config == t.config

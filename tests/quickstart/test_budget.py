@@ -198,6 +198,10 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     for c in proxy["candidates"]:
         name = f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" + ("" if c["dim"] == 32 else f"_d{c['dim']}")
         assert (out / "proxy" / "stage1" / name / "DONE").exists()
+        # a candidate that lost keeps its metrics only: no towers, checkpoints or embeddings
+        assert (out / "proxy" / "stage1" / name / "run.json").exists()
+        assert (out / "proxy" / "stage1" / name / "query_tower").exists() == c["survived"]
+        assert not c["survived"] or (out / "proxy" / "stage1" / name / "doc_tower" / "tower.json").exists()
         assert (name in full_dirs) == c["survived"] and (c["full_val"] is not None) == c["survived"]
     assert any(not c["survived"] for c in proxy["candidates"]) and set(proxy["agreed"]) >= {"teacher"}
     # the students too: each listwise weight distilled for a fraction of QKD's step cap first, the survivors in full
@@ -266,6 +270,30 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
         compare_modes([elsewhere, dict(rows[1], **other)])
         assert elsewhere["served_delta_vs_full"] is None and elsewhere["meets_target"] is None and elsewhere["same_choices_as_full"] is None
         assert "another machine or code version" in elsewhere["compared_with"]
+
+
+def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_path):
+    import json
+
+    from benchmarks.quickstart_budget import _old_rows, compare_modes, stability
+
+    base = {"set": "default", "mode": "budgeted", "pipeline_minutes": 7.0, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
+            "width": 384, "student": "s", "fusion": "hybrid", "served_config": "bert/x -> s, hybrid", "retention_val": 0.9, "output_mb": 40.0}
+    rows = [dict(base, seed=0, cores=2, **{"served_ndcg@10": 0.690}), dict(base, seed=1, cores=2, **{"served_ndcg@10": 0.684}),
+            dict(base, seed=0, cores=1, **{"served_ndcg@10": 0.671}, served_config="bert/x -> s, dense", pipeline_minutes=13.0)]
+    st = stability(rows)["default"]
+    assert st["served_spread"] == 0.019 and len(st["served_configs"]) == 2 and st["meets_stability_target"] is False
+    assert st["seeds"] == [0, 1] and st["cores"] == [1, 2]
+    assert stability(rows[:2])["default"]["meets_stability_target"] is True
+    compare_modes(rows)
+    assert rows[2]["within_time_target"] is True  # one core: a machine twice as slow, twice the minutes
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"rows": [dict(rows[0], machine="m", code="c"), dict(rows[1], machine="other", code="c")],
+                             "machine": "other", "created": "then"}))
+    assert [r["seed"] for r in _old_rows(f, "m", "c", carry=False)] == [0]
+    carried = _old_rows(f, "m", "c", carry=True)
+    assert [r.get("carried") for r in carried] == [None, True] and carried[1]["machine"] == "other"
+    assert "default" not in stability([carried[1]])  # a carried row is never compared
 
 
 def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():

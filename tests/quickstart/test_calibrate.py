@@ -132,3 +132,38 @@ def test_the_proxy_skips_a_width_run_that_no_proxy_outcome_could_bring_back(monk
     assert calls == [] and cands.width == {"llm": False} and "cannot train it" in rec["reasons"]["llm width"]
     cands, _ = X.compare_on_proxy(cfg, fams, {}, __import__("pathlib").Path("unused"), {"llm": True})
     assert len(calls) == 1 and cands.width == {"llm": True}
+
+
+def test_the_proxy_drawn_follows_the_data_and_seed_not_the_machine_speed(monkeypatch, capsys):
+    """The first plan sizes the proxy (its fraction, its width runs) at the cost model's nominal speed:
+    a machine twice as slow compares the same candidates on the same sample; only the plan's
+    minutes (and the cuts after the proxy) follow the measured speed."""
+    import scalingnote.quickstart.early as E
+
+    seen = {}
+    for speed in (1.0, 2.0):
+        cfg, fams, sizes = _kuake_like(speed)
+        monkeypatch.setattr(E.B, "measure_sizes", lambda *a, _s=sizes, **k: _s)
+        c, _, plan = E.first_plan(cfg, fams, {}, {"data": 5.0})
+        seen[speed] = (c.proxy_fraction, plan.proxy_width, plan.proxy, plan.phases["stage1_large_towers"])
+    assert seen[1.0][:3] == seen[2.0][:3]
+    assert seen[1.0][0] < QuickstartConfig(out="unused").proxy_fraction  # the budget still sized it down (nominally)
+    assert seen[2.0][3] > 1.5 * seen[1.0][3]  # the plan itself is priced at the measured speed
+
+
+def test_the_proxy_never_drops_the_head_learning_rate_its_rule_chose(monkeypatch, tmp_path):
+    """A default kept because the evidence did not separate the rates stays a survivor (its towers are
+    not pruned) even when its proxy score is more than the margin below the best rate's."""
+    cfg, fams, _ = _kuake_like(1.0)
+    fake = {2: {"best_val_score": 0.70, "lr_scores": {1e-3: 0.70, 3e-3: 0.75}, "depth": 2, "head_lr": 1e-3, "lr_choice": "not separated"},
+            4: {"best_val_score": 0.60, "lr_scores": {1e-3: 0.60, 3e-3: 0.61}, "depth": 4, "head_lr": 1e-3}}
+    monkeypatch.setattr(X.runs, "large_tower_runs", lambda *a, **k: fake)
+    monkeypatch.setattr(X.runs, "full_dim_run", lambda *a, **k: None)
+    for lr in ("0.001", "0.003"):  # what the proxy trained
+        (tmp_path / "proxy" / "stage1" / f"llm_large_L4_hlr{lr}" / "query_tower").mkdir(parents=True)
+    cands, rec = X.compare_on_proxy(cfg, fams, {}, tmp_path, {"llm": False})
+    assert sorted(cands.depths["llm"][2]) == [1e-3, 3e-3] and "0.001 kept: not separated" in rec["reasons"]["llm depth 2 head lrs"]
+    assert cands.depths["llm"][2][0] == 1e-3  # the rule's choice first: a budget that trains one rate trains it
+    assert 4 not in cands.depths["llm"]  # more than the margin below depth 2: dropped, and its towers pruned
+    assert not (tmp_path / "proxy" / "stage1" / "llm_large_L4_hlr0.001" / "query_tower").exists()
+    assert (tmp_path / "proxy" / "stage1" / "llm_large_L4_hlr0.001").is_dir()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import pytest
 
 from scalingnote.quickstart.choose import choose_best, choose_student, cross_fit_fusion, keep_better, readability, tokenizer_report, val_confidence
@@ -94,13 +96,69 @@ def test_choose_student_breaks_validation_ties_by_size_then_order_never_by_timin
     assert choose_student(sizes, None)[0] == "bert1"
 
 
-def test_cross_fit_fusion_does_not_choose_fusion_when_bm25_adds_nothing():
+def test_cross_fit_fusion_keeps_the_declared_hybrid_default_on_a_tie():
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(20)}
     dense = {q: {f"d{i}": 2.0, "x": 1.0} for i, q in enumerate(qrels)}  # perfect
     bm25 = {q: {"x": 5.0, "y": 4.0} for q in qrels}  # useless
     res = cross_fit_fusion(dense, bm25, qrels)
-    # the fitted weight keeps the perfect order (val_hybrid 1.0): a tie, and a tie is not a win
-    assert res["choice"] == "dense" and res["val_dense"] == 1.0 and res["val_hybrid"] == 1.0
+    # the fitted weight keeps the perfect order (val_hybrid 1.0): a tie does not separate them
+    assert res["choice"] == "hybrid" and res["val_dense"] == 1.0 and res["val_hybrid"] == 1.0 and res["p"] == 1.0
+    assert "p < 0.05" in res["rule"]
+
+
+def _halves(n: int, seed: int = 0) -> tuple[set[int], set[int]]:
+    """The two halves :func:`cross_fit_fusion` splits ``q0..q{n-1}`` into (sorted ids, seeded permutation)."""
+    qids = sorted(f"q{i}" for i in range(n))
+    order = np.random.default_rng(seed).permutation(n)
+    return {int(qids[i][1:]) for i in order[: n // 2]}, {int(qids[i][1:]) for i in order[n // 2:]}
+
+
+def _fusion_case(n: int, a_lead: float, b_hurts: bool):
+    """Half A: BM25 puts the answer first where dense has it a hair lower (fitting on A mixes BM25 in);
+    half B: BM25 ranks a wrong document far first (``b_hurts``), so the weight fitted on A hurts B."""
+    a, _ = _halves(n)
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(n)}
+    dense, bm25 = {}, {}
+    for i in range(n):
+        if i in a:
+            dense[f"q{i}"] = {"x": 3.0, f"d{i}": 3.0 - a_lead, "z": 0.0}
+            bm25[f"q{i}"] = {f"d{i}": 9.0, "x": 1.0, "z": 0.0}
+        else:
+            dense[f"q{i}"] = {f"d{i}": 3.0, "x": 2.0, "y": 1.9, "z": 0.0}
+            bm25[f"q{i}"] = {"y": 50.0, "x": 40.0, f"d{i}": 0.0, "z": 0.0} if b_hurts else {f"d{i}": 9.0, "z": 0.0}
+    return dense, bm25, qrels
+
+
+def test_cross_fit_fusion_serves_dense_only_when_the_paired_test_separates_it():
+    dense, bm25, qrels = _fusion_case(60, 2.0, b_hurts=True)
+    res = cross_fit_fusion(dense, bm25, qrels)
+    assert res["val_dense"] > res["val_hybrid"] and res["p"] < 0.05 and res["choice"] == "dense"
+    dense, bm25, qrels = _fusion_case(6, 2.0, b_hurts=True)  # the same pattern on 6 queries: not separated
+    res = cross_fit_fusion(dense, bm25, qrels)
+    assert res["val_dense"] > res["val_hybrid"] + 0.2  # the same lead as on 60 queries ...
+    assert res["p"] >= 0.05 and res["choice"] == "hybrid" and res["default_kept"] and "declared default" in res["reason"]  # ... not separated
+
+
+def test_default_unless_beaten_keeps_the_default_within_the_noise():
+    from scalingnote.quickstart.choose import default_unless_beaten
+
+    lr, why = default_unless_beaten({1e-3: 0.643, 3e-3: 0.6557}, 1e-3, 0.02, "head learning rate")
+    assert lr == 1e-3 and "within the noise" in why and "0.0127" in why
+    lr, why = default_unless_beaten({1e-3: 0.60, 3e-3: 0.65}, 1e-3, 0.02, "head learning rate")
+    assert lr == 3e-3 and "ahead of the default" in why
+    assert default_unless_beaten({"128": 0.70, "384": 0.69}, "384", 0.02, "width")[0] == "384"
+    assert default_unless_beaten({"a": 0.5, "b": 0.6}, "zz", 0.02, "x")[0] == "b"  # no default among them: the best
+
+
+def test_separates_needs_a_higher_mean_and_a_small_p():
+    from scalingnote.evaluation.significance import separates
+
+    base = {f"q{i}": 0.5 for i in range(40)}
+    better = {f"q{i}": 0.5 + (0.2 if i % 2 else 0.1) for i in range(40)}
+    noisy = {f"q{i}": 0.5 + (0.3 if i % 2 else -0.28) for i in range(40)}
+    assert separates(better, base)[0] and not separates(base, better)[0]
+    wins, t = separates(noisy, base)
+    assert not wins and t.mean_diff > 0 and t.pvalue >= 0.05
 
 
 def test_cross_fit_fusion_chooses_fusion_when_both_sides_help():
@@ -110,3 +168,20 @@ def test_cross_fit_fusion_chooses_fusion_when_both_sides_help():
     bm25 = {f"q{i}": ({f"d{i}": 9.0, "y": 1.0, "z": 0.0} if i % 2 else {"y": 9.0, f"d{i}": 8.9, "z": 0.0}) for i in range(40)}
     res = cross_fit_fusion(dense, bm25, qrels)
     assert res["choice"] == "hybrid" and res["val_hybrid"] > res["val_dense"]
+
+
+def test_default_unless_separated_asks_a_paired_test_and_falls_back_to_the_margin():
+    from scalingnote.quickstart.choose import default_unless_separated
+
+    qs = [f"q{i}" for i in range(40)]
+    base = {q: 0.5 for q in qs}
+    noisy = {q: 0.5 + (0.3 if i % 2 else -0.26) for i, q in enumerate(qs)}  # +0.02 on average, p far above 0.05
+    better = {q: 0.5 + (0.05 if i % 2 else 0.03) for i, q in enumerate(qs)}  # +0.04 on every query
+    val = {1e-3: 0.5, 3e-3: 0.52}
+    lr, why = default_unless_separated(val, {1e-3: base, 3e-3: noisy}, 1e-3, 0.001, "head learning rate")
+    assert lr == 1e-3 and "does not separate 0.003" in why and "paired t-test over 40 validation queries" in why
+    lr, why = default_unless_separated({1e-3: 0.5, 3e-3: 0.54}, {1e-3: base, 3e-3: better}, 1e-3, 0.1, "head learning rate")
+    assert lr == 3e-3 and "better than the default 0.001" in why
+    # no per-query scores (a run recorded before them): the margin rule
+    assert default_unless_separated(val, {1e-3: None, 3e-3: noisy}, 1e-3, 0.01, "x")[0] == 3e-3
+    assert default_unless_separated(val, {1e-3: None, 3e-3: noisy}, 1e-3, 0.05, "x")[0] == 1e-3

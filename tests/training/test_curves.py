@@ -37,8 +37,12 @@ def test_stage1_curves_survive_a_kill_and_match_the_log(tiny, tmp_path):  # noqa
         assert v == pytest.approx(log[s]["lr"], abs=1e-6)  # metrics.jsonl rounds to 6 decimals
     assert all(v > 0 for _, v in sc["throughput/examples_per_s"])
     # the validation curve: nDCG@10 at the start and every 2 steps, as run.json records it
-    curve = json.loads((out / "run.json").read_text())["metrics"]["val_curve"]
+    metrics = json.loads((out / "run.json").read_text())["metrics"]
+    curve = metrics["val_curve"]
     assert steps(sc["val/ndcg@10"]) == [s for s, _ in curve]
+    # the best step's per-query nDCG@10 (for paired tests between runs), kept across the resume
+    pq = metrics["best_val_per_query"]
+    assert len(pq) >= 2 and sum(pq.values()) / len(pq) == pytest.approx(metrics["best_val_score"], abs=1e-5)
     assert [v for _, v in sc["val/ndcg@10"]] == pytest.approx([v for _, v in curve], abs=1e-6)
     assert steps(sc["val/ndcg@10"])[:3] == [0, 2, 4]
 

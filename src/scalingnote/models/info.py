@@ -45,6 +45,9 @@ def model_info(
             fingerprint=doc["fingerprint"],
             compat_id=doc["compat_id"],
             compat_source=doc["compat_source"],
+            storage=doc.get("storage", "full"),  # "base+trained": the trained parts over a base named by fingerprint
+            base=doc.get("base"),
+            trained_tensors=len(doc.get("trained_tensors", [])),
         )
         return info
     if src.form == "gguf":

@@ -132,8 +132,9 @@ def count_non_embedding_params(model: nn.Module) -> int:
 class ModelSource:
     """Where a model comes from.
 
-    ``form`` is ``"gguf"`` (a .gguf file), ``"hf"`` (a Hugging Face directory) or
-    ``"tower"`` (a directory written by :meth:`Tower.save`).
+    ``form`` is ``"gguf"`` (a .gguf file), ``"hf"`` (a Hugging Face directory),
+    ``"tower"`` (a directory written by :meth:`Tower.save`) or ``"tower_backbone"`` (the backbone of a
+    saved tower that stores only its trained parts: ``<tower>/backbone``; ``path`` is the tower).
     """
 
     form: str
@@ -145,6 +146,9 @@ def resolve_source(name_or_path: str | os.PathLike) -> ModelSource:
     """Classify ``name_or_path``: packaged model name, .gguf file, HF directory or saved tower."""
     raw = os.fspath(name_or_path)
     p = Path(raw).expanduser()
+    if not p.exists() and p.name == "backbone" and (p.parent / TOWER_FILE).is_file():
+        # the backbone of a saved tower that stores only what it trained (it has no backbone/ directory)
+        return ModelSource("tower_backbone", p.parent.resolve(), raw)
     if not p.exists():
         canon = canonical_name(raw)
         if canon is not None:
@@ -457,5 +461,9 @@ def load_backbone(
     src = resolve_source(name_or_path)
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower directory: use scalingnote.models.load_tower")
+    if src.form == "tower_backbone":
+        raise ConfigError(src.path, None, "model", "stores only what it trained over its base: load its backbone with "
+                          "scalingnote.models.load_tower(<tower>/backbone, ...) (scalingnote.models.towers.store.load_base)")
     hf_dir = convert_gguf(src.path, cache_dir=cache_dir) if src.form == "gguf" else src.path
     return load_hf_backbone(hf_dir, num_layers=num_layers, kind=kind, source=src, layers=layers)
+

@@ -1,4 +1,4 @@
-"""The quick start's time budget (issue #51): what each phase is expected to cost on this machine,
+"""The quick start's time budget: what each phase is expected to cost on this machine,
 what the budget cuts when it cannot hold every phase, and the plan printed before any training.
 
 The phases are priced by the cost model (:mod:`scalingnote.quickstart.cost`, each family's work at
@@ -19,7 +19,7 @@ from scalingnote.quickstart.cost import (INDEX_S, SMALL_EPOCHS_EST, SMALL_STEP_S
                                          mining_seconds, model_layers, model_shape, qkd_pool, qkd_seconds, qkd_step_seconds, qkd_steps,
                                          stage1_seconds, token_layer_s, unit_cost)
 
-#: the phases in run order; ``mining_round``: issue #50's second Stage I round on hard negatives
+#: the phases in run order; ``mining_round``: a second Stage I round on hard negatives
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
 PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
 QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
@@ -49,7 +49,7 @@ class Plan:
     qkd_steps: int | None = None
     proxy: dict[str, Any] | None = None
     speed: float = 1.0
-    mining: bool = False  #: the mining round is in the plan (issue #50)
+    mining: bool = False  #: the mining round is in the plan
     mining_note: str = ""  #: why it is in or out
     #: the table's zero-shot MiniLM row is made (a budget cuts it only where MiniLM cannot read the data)
     zero_shot_row: bool = True
@@ -108,7 +108,7 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     ``proxy_width``: :attr:`Plan.proxy_width`.
     When the budget cannot hold every phase, cuts in this order until it does: the comparison runs
     (not needed to serve), the mining round (``mining_round: auto``), head learning rates beyond the
-    proxy's best, depths beyond the shallowest survivor, families beyond the proxy's best, the width
+    one the proxy's rule chose (the declared default unless another was separated from it), depths beyond the shallowest survivor, families beyond the proxy's best, the width
     run, QKD steps (down to :data:`QKD_FLOOR`)."""
     cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
     spent = dict(spent or {})
@@ -193,7 +193,7 @@ def _cut_mining(plan: Plan, cfg: QuickstartConfig) -> str | None:
     if not plan.mining or cfg.mining_round != "auto":
         return None
     plan.mining = False
-    what = (f"the mining round (planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min: issue #50's second Stage I round on "
+    what = (f"the mining round (planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min: a second Stage I round on "
             "negatives the teacher mines); `--full`, a larger --budget-minutes or mining_round: on runs it")
     plan.mining_note = "cut to hold the budget"
     return what
@@ -203,7 +203,7 @@ def _cut_lrs(plan: Plan, cfg: QuickstartConfig) -> str | None:
     cut = [(f, d) for f, v in plan.cands.depths.items() for d, lrs in v.items() if len(lrs) > 1]
     for f, d in cut:
         plan.cands.depths[f][d] = plan.cands.depths[f][d][:1]
-    return f"head learning rates beyond the proxy's best ({len(cut)} depth(s))" if cut else None
+    return f"head learning rates beyond the one the proxy's rule chose ({len(cut)} depth(s))" if cut else None
 
 
 def _cut_depths(plan: Plan, cfg: QuickstartConfig) -> str | None:

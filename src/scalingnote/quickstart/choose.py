@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.evaluation import evaluate
-from scalingnote.evaluation.significance import compare_runs
+from scalingnote.evaluation.metrics import per_query
+from scalingnote.evaluation.significance import compare_runs, separates
 from scalingnote.index.hybrid import choose_norm_and_weight, hybrid_search_run
 
 log = logging.getLogger(__name__)
@@ -52,9 +52,8 @@ def readability(report: Mapping[str, float], max_unk_share: float) -> tuple[bool
 # ----------------------------------------------------------------------------- how sure is a choice
 def val_confidence(run_a, run_b, qrels) -> dict[str, Any] | None:
     """How far apart two candidates are on the validation queries: ``{"queries", "p"}`` of a
-    paired t-test on per-query nDCG@10 (None without at least 2 validation queries). Reported
-    beside each choice, never used to make it: with tens of validation queries a lead of
-    0.01 is often a coin flip, and the user should see that."""
+    paired t-test on per-query nDCG@10 (None without at least 2 validation queries), reported
+    beside a choice (the served mode decides with it: :func:`cross_fit_fusion`)."""
     if not qrels or len(qrels) < 2:
         return None
     c = compare_runs(run_a, run_b, qrels, n_resamples=1000)
@@ -121,23 +120,33 @@ def choose_student(cands: Sequence[Mapping[str, Any]], budget_ms: float | None) 
 
 
 # ----------------------------------------------------------------------------- the served default
-def _mean_ndcg(run, qrels, qids) -> float:
-    if not qids:
-        return 0.0
-    return float(evaluate({q: run.get(q, {}) for q in qids}, {q: qrels[q] for q in qids}, ["ndcg@10"])["ndcg@10"])
+#: the served default when validation cannot separate the modes: lexical + dense is ahead of dense
+#: alone on most BEIR sets, and a fused run cannot miss what BM25 finds
+SAFE_SERVED = "hybrid"
+#: a choice leaves its pre-declared default only at p below this (paired t-test over validation queries)
+CHOICE_ALPHA = 0.05
+
+
+def _per_query(run, qrels, qids) -> dict[str, float]:
+    pq = per_query({q: run.get(q, {}) for q in qids}, {q: qrels[q] for q in qids}, ["ndcg@10"])
+    return {q: float(pq.get(q, {}).get("ndcg@10", 0.0)) for q in qids}
 
 
 def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any]:
-    """Is fusing the dense run with BM25 better than the dense run alone, on validation queries?
+    """Is the dense run alone better than fusing it with BM25, on validation queries?
 
     The fusion norm and weight are fitted on one half of the queries and scored on the other
     (and the other way round), so fusion's extra free parameter cannot win by fitting the very
-    queries it is judged on. Returns both held-out scores, the choice (``"dense"`` or ``"hybrid"``)
-    and the norm / weight fitted on all the validation queries (what the served hybrid uses)."""
+    queries it is judged on. The rule: the served default is :data:`SAFE_SERVED` (hybrid) unless
+    the student alone is better on these held-out per-query scores with p < :data:`CHOICE_ALPHA`
+    (paired t-test); when the evidence does not separate them, hybrid is served and the reason
+    says so. Returns both held-out scores, the test, the choice and the norm / weight fitted on
+    all the validation queries (what the served hybrid uses)."""
     qids = sorted(q for q in qrels if q in dense_run or q in bm25_run)
     order = np.random.default_rng(seed).permutation(len(qids))
     halves = [[qids[i] for i in sorted(order[: len(qids) // 2])], [qids[i] for i in sorted(order[len(qids) // 2:])]]
-    fused_scores, dense_scores = [], []
+    fused_pq: dict[str, float] = {}
+    dense_pq: dict[str, float] = {}
     for fit, judge in (halves, halves[::-1]):
         if not fit or not judge:
             continue
@@ -145,19 +154,81 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
                                          {q: qrels[q] for q in fit})
         sub_d = {q: dense_run.get(q, {}) for q in judge}
         hyb, _ = hybrid_search_run(sub_d, {q: bm25_run.get(q, {}) for q in judge}, "weighted", k=100, weight=best.weight, norm=best.norm)
-        fused_scores.append((_mean_ndcg(hyb, qrels, judge), len(judge)))
-        dense_scores.append((_mean_ndcg(sub_d, qrels, judge), len(judge)))
-    n = sum(c for _, c in fused_scores) or 1
-    fused = sum(s * c for s, c in fused_scores) / n
-    dense = sum(s * c for s, c in dense_scores) / n
+        fused_pq.update(_per_query(hyb, qrels, judge))
+        dense_pq.update(_per_query(sub_d, qrels, judge))
+    fused = float(np.mean(list(fused_pq.values()))) if fused_pq else 0.0
+    dense = float(np.mean(list(dense_pq.values()))) if dense_pq else 0.0
     full, _ = choose_norm_and_weight(dense_run, bm25_run, qrels)
-    choice = "hybrid" if fused > dense else "dense"
+    scores = f"2-fold cross-fitted validation nDCG@10: student alone {dense:.4f}, student + BM25 {fused:.4f}"
+    if len(dense_pq) >= 2:
+        dense_wins, t = separates(dense_pq, fused_pq, CHOICE_ALPHA)
+        p = None if np.isnan(t.pvalue) else float(f"{t.pvalue:.3g}")
+        test = f"paired t-test over {t.n} validation queries p {t.pvalue:.3g}"
+    else:
+        dense_wins, p, test = False, None, "too few validation queries for a test"
+    choice = "dense" if dense_wins else SAFE_SERVED
+    rule = (f"served default: {SAFE_SERVED} unless the student alone is better with p < {CHOICE_ALPHA:g}")
+    why = (f"{scores}; {test}: the student alone is better, served alone" if dense_wins else
+           f"{scores}; {test}: " + ("not separated, so the declared default (student + BM25) is served" if dense > fused
+                                    else "student + BM25 is served"))
     return {"choice": choice, "val_dense": round(dense, 4), "val_hybrid": round(fused, 4), "norm": full.norm, "weight": full.weight,
-            "n_queries": len(qids),
-            "reason": f"2-fold cross-fitted validation nDCG@10: student alone {dense:.4f}, student + BM25 {fused:.4f}"}
+            "n_queries": len(qids), "p": p, "rule": rule, "default_kept": not dense_wins and dense > fused, "reason": why}
 
 
-# ----------------------------------------------------------------------------- decide early (issue #51)
+def default_unless_beaten(val: Mapping[Any, float], default: Any, margin: float, what: str) -> tuple[Any, str]:
+    """A choice among candidates scored by one number each (Stage I's validation nDCG@10) that
+    keeps the pre-declared ``default`` unless another candidate is ahead of it by more than
+    ``margin`` (the noise of that number: leads below it changed sign between runs on one data
+    set). Returns (choice, reason)."""
+    scores = f"validation nDCG@10 {_listing(val)}"
+    if default not in val:
+        best = max(val, key=lambda k: (val[k], -list(val).index(k)))
+        return best, f"{what}: the best {scores}"
+    best = max(val, key=lambda k: (val[k], k == default, -list(val).index(k)))
+    lead = val[best] - val[default]
+    if best != default and lead > margin:
+        return best, f"{what}: {_name(best)} ahead of the default {_name(default)} by {lead:.4f} > {margin:g} ({scores})"
+    if best != default:
+        return default, (f"{what}: {_name(best)} leads the default {_name(default)} by {lead:.4f} <= {margin:g}, within the noise: "
+                         f"the default is kept ({scores})")
+    return default, f"{what}: the default {_name(default)} is best ({scores})"
+
+
+def default_unless_separated(val: Mapping[Any, float], per_query: Mapping[Any, Mapping[str, float] | None], default: Any,
+                             margin: float, what: str) -> tuple[Any, str]:
+    """The rule for Stage I's choices (head learning rate, embedding size): keep the pre-declared
+    ``default`` unless a candidate is better on the validation queries with p < :data:`CHOICE_ALPHA`
+    (paired t-test over the same queries' nDCG@10: :func:`~scalingnote.evaluation.significance.separates`);
+    of several that are, the best-validating. Without per-query scores for every candidate (a run
+    made before they were recorded): :func:`default_unless_beaten` with ``margin``. Returns (choice, reason)."""
+    pq = {k: per_query.get(k) for k in val}
+    if default not in val or not all(pq.values()) or len(pq[default]) < 2:
+        return default_unless_beaten(val, default, margin, what)
+    scores = f"validation nDCG@10 {_listing(val)}"
+    tests = {k: separates(pq[k], pq[default], CHOICE_ALPHA) for k in val if k != default}
+    if not tests:
+        return default, f"{what}: the default {_name(default)}, the only candidate ({scores})"
+    wins = [k for k, (w, _) in tests.items() if w]
+    if wins:
+        best = max(wins, key=lambda k: val[k])
+        t = tests[best][1]
+        return best, (f"{what}: {_name(best)} better than the default {_name(default)} (paired t-test over {t.n} validation queries "
+                      f"p {t.pvalue:.3g} < {CHOICE_ALPHA:g}; {scores})")
+    near = max(tests, key=lambda k: val[k])
+    t = tests[near][1]
+    return default, (f"{what}: the default {_name(default)} is kept: the evidence does not separate {_name(near)} from it (paired t-test "
+                     f"over {t.n} validation queries p {t.pvalue:.3g}, mean difference {t.mean_diff:+.4f}; {scores})")
+
+
+def _name(k: Any) -> str:
+    return f"{k:g}" if isinstance(k, float) else str(k)
+
+
+def _listing(val: Mapping[Any, float]) -> str:
+    return ", ".join(f"{k:g} {v:.4f}" if isinstance(k, float) else f"{k} {v:.4f}" for k, v in val.items())
+
+
+# ----------------------------------------------------------------------------- decide early
 def halve(proxy_val: Mapping[str, float], margin: float, keep_at_most: int | None = None) -> tuple[list[str], str]:
     """Successive halving's elimination rule, one round: on the proxy's validation nDCG@10, keep
     every candidate within ``margin`` of the best (it can still win on the whole corpus), drop the
@@ -184,4 +255,4 @@ def halve(proxy_val: Mapping[str, float], margin: float, keep_at_most: int | Non
     return keep, why
 
 
-__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "halve", "keep_better", "readability", "tokenizer_report", "val_confidence"]
+__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "default_unless_beaten", "default_unless_separated", "halve", "keep_better", "readability", "tokenizer_report", "val_confidence"]

@@ -1,4 +1,4 @@
-"""The quick start's cost model (issue #51): what each phase's work costs on this machine.
+"""The quick start's cost model: what each phase's work costs on this machine.
 
 It counts the work each phase does — transformer layers over the corpus's tokens (the frozen-prefix
 feature passes; tokens counted per family from its tokenizer on the data and its document prompt),
@@ -43,7 +43,7 @@ QKD_LAYER_TOKEN_S = {"bert": 0.0064, "llm": 0.0098}
 QKD_TRAINER_S = 0.06
 QKD_PAD_BATCHES = 256  #: simulated batches behind :func:`qkd_padded_tokens`
 SMALL_STEP_S = 0.09  #: per small-tower layer and step (twinbert_small / scaling_doc, batch 64)
-INDEX_S = 30.0  #: the index phase (build + tuning; issue #52 keeps it a phase of its own)
+INDEX_S = 30.0  #: the index phase (build + tuning, a phase of its own)
 EPOCHS_EST = 12  #: Stage I epochs until early stopping (the embedded default's runs stopped after 8-12)
 SMALL_EPOCHS_EST = 6
 
@@ -199,7 +199,7 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
 
 
 def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, list[float]], width: bool, s: Sizes) -> float:
-    """The mining round (issue #50) for the family expected to teach: its query tower encodes the
+    """The mining round for the family expected to teach: its query tower encodes the
     training queries with every layer (the corpus side is the teacher run's stored embeddings,
     checked on :data:`~scalingnote.training.mining.STORED_SAMPLE` documents re-encoded), BM25 ranks
     the training queries (the guard's ``agree_top``, the fallback), then the teacher's Stage I run

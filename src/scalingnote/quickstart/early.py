@@ -1,4 +1,4 @@
-"""Decide early, spend on the winner (issue #51): the plan made before any training, the proxy
+"""Decide early, spend on the winner: the plan made before any training, the proxy
 comparison that drops the candidates that cannot win, the plan made again on the survivors (at
 the speed the proxy measured), and the settings the budget leaves (:mod:`.budget`, :mod:`.proxy`)."""
 
@@ -85,7 +85,11 @@ def first_plan(cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dic
     tokenizer report, which prices their tokens): every candidate, the proxy (sized to the budget:
     :func:`sized_proxy`), the expected minutes. Returns the settings the run goes on with."""
     sizes = B.measure_sizes(cfg, data, report)
-    cfg, plan = sized_proxy(cfg, fams, sizes, spent)
+    # the proxy's size and width runs follow the seed and the data, not this machine's speed: they
+    # are sized with the cost model's nominal speed and the modelled data phase, so every machine
+    # compares the same candidates on the same sample; the budget cuts after the proxy follow the speed
+    cfg, nominal = sized_proxy(cfg, fams, replace(sizes, speed_by={}), {})
+    plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams), spent=spent, proxy_width=nominal.proxy_width)
     if not cfg.full and plan.phases["proxy"] > 0:
         docs, q = B.proxy_sizes(sizes.docs, sizes.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
         plan.proxy = {"docs": docs, "corpus_docs": sizes.docs, "train_queries": q, "all_train_queries": sizes.train_queries,

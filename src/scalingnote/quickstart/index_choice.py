@@ -1,4 +1,4 @@
-"""The quick start's served index chosen among the routed structures (issue 52, item 3): the
+"""The quick start's served index chosen among the routed structures: the
 cheapest method and setting reaching the recall target on validation queries within the memory
 bound (:mod:`scalingnote.index.routing.method_tune`), built with :func:`scalingnote.index.build_index` as
 ``scalingnote index build --method`` builds it, and served by default (its search defaults)."""
@@ -42,7 +42,7 @@ def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
 
 def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any],
                      digests: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Choose and build the served structure (issue 52): :func:`scalingnote.index.routing.method_tune.choose_method`
+    """Choose and build the served structure: :func:`scalingnote.index.routing.method_tune.choose_method`
     over the teacher's document vectors with the student's vectors of ``texts``' validation queries
     (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` can fit
     the memory bound, QKD's pseudo-queries (its edges, with the training queries); the chosen method is built
@@ -137,7 +137,7 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
 
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
-    itself is chosen (issue 52, :func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
+    itself is chosen (:func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
     hnsw_pq, hnsw_sq, hnsw_sq_qg where its graph fits) and setting reaching the recall target on the validation queries within 1/4 of the
     float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
     (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
@@ -180,7 +180,7 @@ def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, te
 
 
 def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]) -> None:
-    """Choose and build the served structure (issue 52, :func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
+    """Choose and build the served structure (:func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
     cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
     choose_and_build(cfg, index_dir, student_dir, texts, teacher_dir=teacher_dir, data=data,
                      digests={"student": step_digest(student_dir.parent), "teacher": step_digest(teacher_dir)}, say=banner)

@@ -4,6 +4,7 @@ and the choices of :mod:`scalingnote.quickstart.pipeline` in order, then the eva
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from scalingnote.evaluation import evaluate
 from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
+from scalingnote.models.towers.store import dir_bytes
 import scalingnote.quickstart.early as E
 import scalingnote.quickstart.mining_round as MR
 import scalingnote.quickstart.index_choice as index_choice
@@ -82,7 +84,7 @@ def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Pa
         res = idx.search(qv, k=100, **kw)
         used = {**idx.manifest.get("search_defaults", {}), **kw}
         how = f"{'ef_search' if 'ef_search' in used and 'nprobe' not in used else 'nprobe'}={used.get('nprobe', used.get('ef_search'))} rerank={used.get('rerank', 0)}"
-        if tuned:  # issue 52: the structure and its setting chosen on validation queries (older indexes: + training queries)
+        if tuned:  # the structure and its setting chosen on validation queries (older indexes: + training queries)
             how += f" (chosen on {tuned['n_queries']} {tuned.get('queries', 'validation + training')} queries: recall@10 vs exact {tuned['chosen']['recall']})"
         rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
                      "search": f"{idx.factory} {how}", "_tower": student["dir"]})
@@ -203,27 +205,32 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     runs.banner("evaluation")
     rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out, zero_shot=plans[1].zero_shot_row)
     rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
+    rows += R.teacher_row(pool, ev, large, teacher, rows)
     rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
     served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
     rows += served + MR.other_round_row(pool, ev, mined, teacher) + R.depth_rows(pool, ev, large)
     R.measure_qps(pool, rows, ev.texts)
+    kept = R.retention(rows)
     R.vs_best_baseline(rows)
     laps.lap("evaluation")
     prog.end("evaluation", laps.seconds["evaluation"])
     elapsed = time.perf_counter() - laps.start
+    for cache in (out / "features").glob("*-d0-tokens-*"):  # token embeddings: recomputed in a moment if a later step needs them
+        shutil.rmtree(cache, ignore_errors=True)
     choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
                "index": read_manifest(index_dir).get("search_tuning"),
                "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
-               "budget": E.report(*plans, laps.seconds), "mining_round": mined}
+               "budget": E.report(*plans, laps.seconds), "mining_round": mined, "retention": kept,
+               "output_mb": round(dir_bytes(out) / 2**20, 1)}
     write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
                                       **run_metadata(cfg)})
     R.print_table(rows)
-    _closing(out, elapsed, laps, plans[1], fusion, index_dir, students)
+    _closing(out, elapsed, laps, plans[1], fusion, index_dir, students, kept)
     print(f"mining round: {mined['reason']}")
     return rows
 
 
-def _closing(out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict) -> None:
+def _closing(out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict, kept: dict) -> None:
     print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
           + ", ".join(f"{k} {v:g} (planned {plan.phases.get(k, 0):.0f})" for k, v in laps.seconds.items()) + ")")
     if plan.skipped:
@@ -231,6 +238,8 @@ def _closing(out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_d
     print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
+    print(R.retention_text(kept))
+    print(f"output: {dir_bytes(out) / 2**20:.0f} MB (trained parts only; the base models are named by package and fingerprint)")
     print("serve it:")
     print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")
 

@@ -1,4 +1,4 @@
-"""The quick start's mining round (issue #50): the teacher's Stage I config trained a second time,
+"""The quick start's mining round: the teacher's Stage I config trained a second time,
 on hard negatives the teacher mines itself (``data.negatives: dense | mixed``,
 :mod:`scalingnote.training.mining`: FAISS Flat over its own embeddings, dense ranks K+1..T, the
 false-negative guard, several negatives per example), kept only when it validates above the first

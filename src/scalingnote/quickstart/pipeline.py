@@ -100,6 +100,7 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         by_depth = runs.large_tower_runs(cfg, fam, data, out, lrs)
         depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
         best = by_depth[None if depth == "None" else int(depth)]
+        say(f"{fam.name} large tower, depth {best['depth'] or 'all'}: {best.get('lr_choice', '')}")
         best, dim_choice = _choose_dim(cfg, fam, best, data, out, width)
         trained_dir = Path(best["run_dir"])
         zs_dir = runs.zero_shot_run(cfg, fam, best["depth"], trained_dir, data, out)
@@ -116,7 +117,7 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
             "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
             "heads_dir": heads_dir, "unfrozen": unfrozen, "dim": best["dim"], "dim_choice": dim_choice,
             "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
-            "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "depth": best["depth"],
+            "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "lr_choice": best.get("lr_choice"), "depth": best["depth"],
             "val_trained": trained.val_ndcg, "val_start": start.val_ndcg, "val_trained_vs_start": conf,
         }
     return res
@@ -130,9 +131,13 @@ def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out:
     if full is None:
         return best, None
     a, b = best["best_val_score"], full["best_val_score"]
-    keep = b > a  # a tie keeps the paper's smaller size
-    msg = (f"{fam.name} large tower: embedding size {full['dim']} {b:.4f} {'>' if keep else '<='} {best['dim']} {a:.4f} on validation: "
-           f"{full['dim'] if keep else best['dim']} kept")
+    # the wider head is the default (a frozen backbone projected below its width starts below its own
+    # zero-shot embeddings); the narrower one is kept only when it is ahead beyond the noise
+    dim, why = choose.default_unless_separated({str(best["dim"]): a, str(full["dim"]): b},
+                                               {str(best["dim"]): best.get("best_val_per_query"), str(full["dim"]): full.get("best_val_per_query")},
+                                               str(full["dim"]), cfg.choice_margin, "embedding size")
+    keep = dim == str(full["dim"])
+    msg = f"{fam.name} large tower: {why}: {full['dim'] if keep else best['dim']} kept"
     say(msg)
     info = {"dir": full["run_dir"], "dim": full["dim"], "val": round(b, 4), "val_at_dim": round(a, 4), "kept": keep, "reason": msg,
             "train_seconds": full.get("train_seconds"), "best_step": full.get("best_step"), "val_curve": full.get("val_curve")}
@@ -272,7 +277,7 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
     """The paper's comparison at matched online cost (ScalingNote Tables 3-4), per family: the
     small dual tower, ScalingDoc, ScalingNote (QKD of the family's large tower into its small
     tower) and ScalingDual (the large tower itself, the upper bound). A family whose large tower is
-    the kept mining round's (``L["data"]``, issue #50) trains its small towers on the same mined set."""
+    the kept mining round's (``L["data"]``) trains its small towers on the same mined set."""
     res = {}
     for name in readable:
         L = large[name]
@@ -329,7 +334,8 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
     fams = {}
     for name, rep in report.items():
         L = large.get(name)
-        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "dim": L.get("dim"), "dim_choice": L.get("dim_choice"),
+        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "head_lr": L.get("head_lr"), "lr_choice": L.get("lr_choice"),
+                                  "dim": L.get("dim"), "dim_choice": L.get("dim_choice"),
                                   "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
                                   "tower_dir": str(L["dir"]), "unfrozen": L.get("unfrozen")} if L else {})}
     return {"families": fams, "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},

@@ -1,4 +1,4 @@
-"""The quick start's progress display (issue #51): a line per phase with the phase's planned
+"""The quick start's progress display: a line per phase with the phase's planned
 minutes and the ETA of the whole run, and — when the output is not a terminal, where progress
 bars would flood a log — one line a minute instead of the bars (``show_progress`` is turned off
 for the steps)."""

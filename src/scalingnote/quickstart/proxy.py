@@ -1,4 +1,4 @@
-"""The cheap proxy the budgeted quick start compares its Stage I candidates on (issue #51).
+"""The cheap proxy the budgeted quick start compares its Stage I candidates on.
 
 A sample of the user's data, drawn before any tower reads the corpus: every validation query with
 all its judged documents (the held-out queries the full runs validate on: the same ones), a seeded
@@ -7,12 +7,15 @@ to the proxy's corpus size. Each candidate (family, depth, head learning rate, w
 for a fraction of the full run's steps (fewer training queries, the same epochs and patience);
 :func:`scalingnote.quickstart.choose.halve` keeps those that can still win, and only they are
 trained and encoded on the whole corpus. The proxy's features land in the shared feature cache
-(keyed by text), so the winner's proxy pass is not paid twice.
+(keyed by text), so the winner's proxy pass is not paid twice. A candidate that lost keeps its
+metrics only (``run.json``, its step marker, its curves): its towers, checkpoints and embeddings
+are removed once the proxy has decided (:func:`prune_losers`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -160,12 +163,17 @@ def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out
         for d, r in sorted(v.items(), key=lambda kv: -kv[1]["best_val_score"]):
             lrs = r["lr_scores"]
             keep_l, why_l = choose.halve({f"{k:g}": x for k, x in lrs.items()}, m) if _dl(d) in keep_d else ([], "")
+            if keep_l and f"{r['head_lr']:g}" not in keep_l:  # the rule's choice (the declared default, not separated) stays in
+                keep_l.append(f"{r['head_lr']:g}")
+                why_l += f"; {r['head_lr']:g} kept: {r.get('lr_choice', 'the head learning rate chosen')}"
             for lr, x in lrs.items():
                 rec.append({"family": fam.name, "depth": d, "head_lr": lr, "dim": cfg.dim, "proxy_val": round(x, 4),
                             "survived": f"{lr:g}" in keep_l})
             if keep_l:
                 reasons[f"{fam.name} depth {_dl(d)} head lrs"] = why_l
-                kept[d] = sorted((lr for lr in lrs if f"{lr:g}" in keep_l), key=lambda lr: -lrs[lr])
+                # the rule's choice first (the declared default unless the evidence separated another): a
+                # budget that trains one rate in full trains that one, not the proxy's noisiest lead
+                kept[d] = sorted((lr for lr in lrs if f"{lr:g}" in keep_l), key=lambda lr: (lr != r["head_lr"], -lrs[lr]))
         if not kept:
             continue
         depths[fam.name] = kept
@@ -178,10 +186,36 @@ def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out
         if full is not None:
             rec.append({"family": fam.name, "depth": best["depth"], "head_lr": best["head_lr"], "dim": full["dim"],
                         "proxy_val": round(full["best_val_score"], 4), "survived": width[fam.name]})
+    prune_losers(pout, rec, cfg.dim)
     order = sorted(depths, key=lambda n: -fam_val[n])
     cands = Candidates({n: depths[n] for n in order}, {n: width[n] for n in order})
     return cands, {"margin": m, "rule": f"kept every candidate within {m:g} validation nDCG@10 of the proxy's best, "
                                       "at each level (family, depth, head learning rate, width)", "reasons": reasons, "candidates": rec}
+
+
+#: what a finished Stage I run holds besides its metrics (a lost proxy candidate's are removed)
+TRAINED_OUTPUTS = ("query_tower", "doc_tower", "checkpoints", "doc_embeddings.npy")
+
+
+def prune_losers(pout: Path, candidates: list[dict[str, Any]], dim: int) -> list[str]:
+    """Remove what the proxy's lost candidates trained (:data:`TRAINED_OUTPUTS`), keeping their
+    metrics: the record of the choice stays, the weights that lost go. Their steps stay done (a
+    resumed run reads their ``run.json`` and redoes nothing). Returns the pruned run names."""
+    pruned = []
+    for c in candidates:
+        if c["survived"]:
+            continue
+        name = f"{c['family']}_large_L{_dl(c['depth'])}_hlr{c['head_lr']:g}" + ("" if c["dim"] == dim else f"_d{c['dim']}")
+        d = pout / "stage1" / name
+        for what in TRAINED_OUTPUTS:
+            p = d / what
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+        if d.is_dir():
+            pruned.append(name)
+    return pruned
 
 
 def _dl(depth: int | None) -> str:
@@ -218,4 +252,4 @@ def agreement(report: dict[str, Any], large: dict[str, dict], teacher: str, dim:
     return report
 
 
-__all__ = ["ProxySample", "agreement", "compare_on_proxy", "draw", "proxy_config", "sample_proxy"]
+__all__ = ["ProxySample", "agreement", "compare_on_proxy", "draw", "prune_losers", "proxy_config", "sample_proxy"]

@@ -98,11 +98,57 @@ def student_rows(pool: TowerPool, ev: EvalSet, students: dict, teacher_dir: Path
     return new
 
 
+def teacher_row(pool: TowerPool, ev: EvalSet, large: dict, teacher: str, rows: list[dict]) -> list[dict]:
+    """The teacher's row when the comparison did not add it (a budget that cut the comparison
+    runs): every table shows what the student is distilled from."""
+    if any("teacher" in r["chosen"].split("+") for r in rows):
+        return []
+    d = Path(large[teacher]["dir"])
+    label, n = tower_label(pool, d / "query_tower")
+    return [row("scaling_dual", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n, chosen="teacher",
+                tower=d / "query_tower", family=teacher, note=f"kept the {large[teacher]['kept']} tower ({large[teacher]['guard']})")]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or a != a or b != b or not b else round(a / b, 4)
+
+
+def retention(rows: list[dict]) -> dict[str, Any]:
+    """The student's share of its teacher (the paper's headline: a small query tower keeps most of
+    its large teacher's quality): student / teacher nDCG@10 on validation and on test, and its query
+    speed-up (student / teacher query QPS, after :func:`measure_qps`); set on the student's and the
+    teacher's rows and returned for ``results.json`` (empty without both rows)."""
+    t = next((r for r in rows if "teacher" in r["chosen"].split("+")), None)
+    s = next((r for r in rows if "student" in r["chosen"].split("+")), None)
+    if t is None or s is None:
+        return {}
+    out = {"teacher": t["query_tower"], "student": s["query_tower"], "teacher_val": t.get("val_ndcg@10"), "student_val": s.get("val_ndcg@10"),
+           "teacher_test": t["ndcg@10"], "student_test": s["ndcg@10"], "retention_val": _ratio(s.get("val_ndcg@10"), t.get("val_ndcg@10")),
+           "retention_test": _ratio(s["ndcg@10"], t["ndcg@10"]), "speedup": _ratio(s.get("query_qps"), t.get("query_qps"))}
+    s.update(retention_val=out["retention_val"], retention_test=out["retention_test"], speedup=out["speedup"])
+    t.update(retention_val=1.0, retention_test=1.0, speedup=1.0)
+    return out
+
+
+def retention_text(ret: dict[str, Any]) -> str:
+    """:func:`retention` in one line (for the run's closing lines)."""
+    if not ret:
+        return "student vs teacher: no teacher row to compare with"
+    pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    val = f"{ret['student_val']:.4f} / {ret['teacher_val']:.4f}" if ret["student_val"] is not None and ret["teacher_val"] is not None else "-"
+    speed = "-" if ret["speedup"] is None else f"{ret['speedup']:.1f}x"
+    return (f"the student {ret['student']} keeps {pct(ret['retention_val'])} of its teacher's validation nDCG@10 ({val}) and "
+            f"{pct(ret['retention_test'])} on test ({ret['student_test']:.4f} / {ret['teacher_test']:.4f}), at {speed} the teacher's "
+            f"query speed ({ret['teacher']})")
+
+
 def ordering_holds(rows: list[dict]) -> dict[str, bool]:
     """Per family: does twinbert_small < scaling_doc < scalingnote <= scaling_dual hold on nDCG@10?"""
     out = {}
     for fam in sorted({r["family"] for r in rows if "family" in r and r["method"] in ORDER}):
         v = {r["method"]: r["ndcg@10"] for r in rows if r.get("family") == fam and r["method"] in ORDER}
+        if len(v) < len(ORDER):  # the teacher's row alone (the comparison runs were cut): no ordering to check
+            continue
         out[fam] = v["twinbert_small"] < v["scaling_doc"] < v["scalingnote"] <= v["scaling_dual"]
     return out
 
@@ -159,14 +205,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = ["method", "large_tower", "query_tower", "query_qps", "val_ndcg@10", "r@100", "ndcg@10", "p_vs_prev", "chosen"]
+    cols = ["method", "large_tower", "query_tower", "query_qps", "val_ndcg@10", "r@100", "ndcg@10", "p_vs_prev", "retention_val",
+            "retention_test", "speedup", "chosen"]
     t = Table(title="scalingnote quickstart: quality and online query cost (choices made on validation queries)")
     for c in cols:
         t.add_column(c, justify="left" if c in ("method", "large_tower", "query_tower", "chosen") else "right")
     for r in rows:
         t.add_row(*[("-" if r.get(c) is None else f"{r[c]:.4f}" if isinstance(r[c], float) and c not in ("query_qps", "p_vs_prev")
-                     else f"{r[c]:.2g}" if c == "p_vs_prev" else str(r[c])) for c in cols])
+                     else f"{r[c]:.2g}" if c == "p_vs_prev" else f"{r[c]:.1f}x" if c == "speedup" else str(r[c])) for c in cols])
     Console(width=max(170, Console().width)).print(t)
 
 
-__all__ = ["ORDER", "comparison_rows", "depth_rows", "measure_qps", "ordering_holds", "print_table", "row", "student_rows", "tower_label"]
+__all__ = ["ORDER", "comparison_rows", "retention", "retention_text", "teacher_row", "depth_rows", "measure_qps", "ordering_holds", "print_table", "row", "student_rows", "tower_label"]

@@ -26,6 +26,7 @@ from scalingnote.models import PrefixTower, default_device, fill_pooled_depths, 
 from scalingnote.models.layers import is_bottom, start_candidates
 from scalingnote.models.loading import resolve_source
 from scalingnote.models.towers import matryoshka_dims_for
+from scalingnote.quickstart.choose import default_unless_separated
 from scalingnote.quickstart.config import Family, QuickstartConfig
 from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
@@ -70,6 +71,10 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
 
 
 def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
+    """Mark a step finished; a training step's checkpoints go (a finished step is reused, never
+    resumed: they would be copies of weights its towers already hold), their record stays."""
+    for ck in (path / "checkpoints").glob("step-*"):
+        shutil.rmtree(ck, ignore_errors=True)
     mark_step(path, _canon(path, inputs), info)
 
 
@@ -127,7 +132,7 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- Stage I
 def data_spec(cfg: QuickstartConfig, data: dict) -> dict[str, Any]:
     """The ``DataSpec`` of every Stage I run over ``data`` (the same split, the same held-out queries);
-    ``data["spec"]``: more DataSpec fields (the mining round's mined negatives, issue #50)."""
+    ``data["spec"]``: more DataSpec fields (the mining round's mined negatives)."""
     return {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
             "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
             "eval_overlap": "drop",  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
@@ -144,7 +149,7 @@ def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path,
         "method": method,
         "output_dir": str(out_dir),
         "dim": dim,
-        "loss": {"dims": matryoshka_dims_for(dim), **data.get("loss", {})},  # data["loss"]: the mining round's (issue #50)
+        "loss": {"dims": matryoshka_dims_for(dim), **data.get("loss", {})},  # data["loss"]: the mining round's
         "query_tower": q,
         "doc_tower": d,
         "data": data_spec(cfg, data),
@@ -214,14 +219,15 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path,
     prefill_depth_caches(cfg, fam, data)
     res = {}
     for depth in fam.depths:
-        tried, best, scores = [], None, {}
+        tried, ms, scores = [], {}, {}
         for hl in (head_lrs or {}).get(depth, cfg.head_lrs):
-            m = dict(_large_run(cfg, fam, data, out, depth, hl), head_lr=hl, depth=depth, dim=cfg.dim)
-            tried.append(f"{hl:g}:{m['best_val_score']:.4f}")
-            scores[hl] = m["best_val_score"]
-            if best is None or m["best_val_score"] > best["best_val_score"]:
-                best = m
-        res[depth] = dict(best, lr_grid=" ".join(tried), lr_scores=scores)
+            ms[hl] = dict(_large_run(cfg, fam, data, out, depth, hl), head_lr=hl, depth=depth, dim=cfg.dim)
+            tried.append(f"{hl:g}:{ms[hl]['best_val_score']:.4f}")
+            scores[hl] = ms[hl]["best_val_score"]
+        # the declared default (the first configured rate) unless another is better beyond the noise
+        lr, why = default_unless_separated(scores, {k: m.get("best_val_per_query") for k, m in ms.items()}, cfg.head_lrs[0],
+                                           cfg.choice_margin, "head learning rate")
+        res[depth] = dict(ms[lr], lr_grid=" ".join(tried), lr_scores=scores, lr_choice=why)
     return res
 
 

@@ -59,7 +59,7 @@ def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int |
 
 class TuningTexts(list):
     """Query texts for choosing the served index (a list: the validation queries, then the training
-    queries); ``n_validation`` says where the training ones start (issue 52: the structure and its
+    queries); ``n_validation`` says where the training ones start (the structure and its
     settings are chosen on the validation queries only; the training ones fit the query-aware
     routers, e.g. ``ivf_qmetric``'s query metric)."""
 

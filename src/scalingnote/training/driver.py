@@ -69,6 +69,7 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChan
     last = trainer.train(resume=resume, on_step=on_step, validate=validate)
     if validate is not None:
         results["val_curve"] = trainer.best["curve"]
+        results["best_val_per_query"] = trainer.best.get("per_query")  # per-query nDCG@10 at the best step (paired tests)
         results.update({k: last.pop(k, None) for k in ("steps_run", "best_step", "best_val_score", "stopped_early")})
     qt, dt = _trained_towers(cfg, trainer, qt, dt, device)
     results["train_seconds"] = round(last.pop("train_seconds", 0.0), 2)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from scalingnote.evaluation import contrastive_perplexity
-from scalingnote.evaluation.dense import dense_metrics, perplexity_negatives, truncate_normalize
+from scalingnote.evaluation.dense import dense_metrics, exact_search, perplexity_negatives, truncate_normalize
+from scalingnote.evaluation.metrics import per_query
 from scalingnote.training.config import TrainConfig, load_train_config
 from scalingnote.training.data import load_training_data
 from scalingnote.utils import write_json
@@ -47,8 +48,14 @@ def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
         if cfg.validation_metric == "contrastive_ppl":
             return -contrastive_perplexity(qn, vq, dn, doc_ids, qrels=qrels, temperature=cfg.loss.tau, seed=cfg.seed,
                                            num_negatives=perplexity_negatives(len(doc_ids), qrels))
+        run = exact_search(qn, vq, dn, doc_ids, k=100)
+        pq = per_query(run, qrels, ["ndcg@10"])
+        # per-query nDCG@10 of this validation (the loop keeps the best one's): a choice between runs
+        # can then ask a paired test whether their validation scores really differ
+        validate.per_query = {q: round(float(pq.get(q, {}).get("ndcg@10", 0.0)), 6) for q in vq if q in qrels}
         return float(dense_metrics(qn, vq, dn, doc_ids, qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)["ndcg@10"])
 
+    validate.per_query = None
     return validate
 
 

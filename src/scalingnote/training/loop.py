@@ -183,6 +183,10 @@ class TrainLoop:
     def load_model_state(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def val_per_query(self) -> dict[str, float] | None:
+        """Per-query scores of the last :meth:`validate` (kept with the best step), or None."""
+        return None
+
     def validate(self) -> float | None:
         """Validation score (or loss, ``higher_is_better = False``); None: no validation."""
         return None
@@ -346,7 +350,8 @@ class TrainLoop:
         comps["val_score" if self.higher_is_better else "val_loss"] = score
         better = b["score"] is None or (score > b["score"] if self.higher_is_better else score < b["score"])
         if better:
-            b.update(score=score, step=self.step, bad=0, state=self.trainable_state() if self.settings.restore_best else None)
+            b.update(score=score, step=self.step, bad=0, state=self.trainable_state() if self.settings.restore_best else None,
+                     per_query=self.val_per_query())
         else:
             b["bad"] += 1
         return self.settings.patience is not None and b["bad"] >= self.settings.patience

@@ -238,6 +238,9 @@ class Trainer(TrainLoop):
     def validate(self) -> float | None:
         return None if self._validate_fn is None else float(self._validate_fn())
 
+    def val_per_query(self) -> dict[str, float] | None:
+        return getattr(self._validate_fn, "per_query", None)
+
     def has_validation(self) -> bool:
         return self._validate_fn is not None
 

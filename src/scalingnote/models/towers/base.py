@@ -22,6 +22,7 @@ from scalingnote.models.prompt import special_prefix
 from scalingnote.models.towers.config import FORMAT, FORMAT_VERSION, TowerConfig
 from scalingnote.models.towers.identity import _sha, tokenizer_digest, weights_digest
 from scalingnote.models.towers.pooling import PoolingMode, pooling_mode
+from scalingnote.models.towers.store import STORAGE_BASE, STORAGE_FULL, TRAINED_FILE, trained_parts
 from scalingnote.utils import run_metadata
 
 
@@ -283,8 +284,11 @@ class Tower(nn.Module):
         return outs if views is not None else outs["_"]
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write ``tower.json`` + ``backbone/`` (safetensors + tokenizer) + ``projection.safetensors``.
+    def save(self, path: str | os.PathLike, whole: bool = False) -> Path:
+        """Write ``tower.json`` + ``projection.safetensors`` + what the tower trained over its base
+        (:mod:`~scalingnote.models.towers.store`: ``trained.safetensors``, ``tokenizer/`` when it
+        differs; the base named by package or path and fingerprint), or with ``whole`` (or a base
+        that cannot be rebuilt) the whole ``backbone/`` (safetensors + tokenizer).
 
         The directory is written under a temporary name and renamed into place. An
         existing directory is replaced only if it is itself a saved tower.
@@ -296,6 +300,7 @@ class Tower(nn.Module):
             raise ConfigError(path, None, None, "exists and is not a saved tower directory; refusing to overwrite it")
         self.refresh_fingerprint()
         meta = run_metadata()
+        parts = None if whole else trained_parts(self)
         doc = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -305,12 +310,20 @@ class Tower(nn.Module):
             "compat_id": self.compat_id,
             "compat_source": self.compat_source,
             "non_embedding_params": self.non_embedding_params,
+            "storage": STORAGE_FULL if parts is None else STORAGE_BASE,
+            **({} if parts is None else {"base": parts[0], "trained_tensors": sorted(parts[1])}),
             "versions": meta["versions"],
             "created": meta["created"],
         }
         with atomic_dir(path, replace=True) as tmp, quiet_transformers():
-            self.backbone.save_pretrained(tmp / "backbone")
-            self.tokenizer.save_pretrained(tmp / "backbone")
+            if parts is None:
+                self.backbone.save_pretrained(tmp / "backbone")
+                self.tokenizer.save_pretrained(tmp / "backbone")
+            else:
+                if parts[1]:
+                    save_file(parts[1], str(tmp / TRAINED_FILE))
+                if parts[2]:
+                    self.tokenizer.save_pretrained(tmp / "tokenizer")
             if self.projection is not None:
                 save_file(
                     {"weight": self.projection.weight.detach().cpu().contiguous(), "center": self.center.detach().cpu().contiguous()},

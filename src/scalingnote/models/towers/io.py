@@ -38,47 +38,8 @@ from scalingnote.models.towers.config import (
     matryoshka_dims_for,
 )
 from scalingnote.models.towers.pooling import default_pooling, from_st_mode, orthogonal_projection, pooling_modes
+from scalingnote.models.towers.store import STORAGE_BASE, load_base, prepare_tokenizer, rebuild_backbone
 from scalingnote.utils.io import read_json
-
-
-def _add_placeholder_tokens(model: nn.Module, tokenizer: Any) -> list[str]:
-    """Add [TITLE_QUERY], [CONTENT_QUERY], [EMB] as special tokens; new embedding rows = mean of old rows.
-
-    The mean (not HF's random ``mean_resizing`` sample) keeps construction deterministic,
-    so query and document towers built separately from one base get identical weights.
-    """
-    vocab = tokenizer.get_vocab()
-    missing = [t for t in SPECIAL_TOKENS if t not in vocab]
-    if missing:
-        tokenizer.add_special_tokens({"extra_special_tokens": missing}, replace_extra_special_tokens=False)
-    emb = model.get_input_embeddings()
-    old = emb.weight.shape[0]
-    needed = max(len(tokenizer), max(int(tokenizer.convert_tokens_to_ids(t)) for t in SPECIAL_TOKENS) + 1)
-    if needed > old:
-        with torch.no_grad():
-            mean = emb.weight[:old].float().mean(0)
-        model.resize_token_embeddings(needed, mean_resizing=False)
-        with torch.no_grad():
-            w = model.get_input_embeddings().weight
-            w[old:] = mean.to(w.dtype)
-    return list(SPECIAL_TOKENS)
-
-
-def _prepare_tokenizer(backbone: Backbone) -> list[str]:
-    """Check the tokenizer of a tower's backbone and give it what the tower needs: an LLM gets a pad
-    token (its EOS) and the placeholder tokens (added to every LLM tower, query ones too, so both
-    towers of a pair share one vocabulary); a BERT tokenizer must have a pad token. Returns the
-    special tokens added."""
-    tok = backbone.tokenizer
-    if backbone.kind == "llm":
-        if tok.eos_token_id is None:
-            raise ConfigError(backbone.hf_dir, None, "eos_token", "an LLM tower needs a tokenizer with an EOS token")
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        return _add_placeholder_tokens(backbone.model, tok)
-    if tok.pad_token_id is None:
-        raise ConfigError(backbone.hf_dir, None, "pad_token", "a BERT tower needs a tokenizer with a pad token")
-    return []
 
 
 def _tower_config(backbone: Backbone, role: str, special: list[str], *, dim: int | None, matryoshka_dims: Any,
@@ -150,7 +111,7 @@ def build_tower(
     """
     if role not in ROLES:
         raise ConfigError(None, None, "role", f"must be 'query' or 'document', got {role!r}")
-    special = _prepare_tokenizer(backbone)
+    special = prepare_tokenizer(backbone)
     cfg = _tower_config(backbone, role, special, dim=dim, matryoshka_dims=matryoshka_dims, pooling=pooling,
                         max_query_length=max_query_length, max_doc_length=max_doc_length, doc_prompt=doc_prompt,
                         field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side)
@@ -206,9 +167,14 @@ def load_saved_tower(
         cfg = load_config(TowerConfig, cfg_dict)
     except ConfigError as e:
         raise ConfigError(path / TOWER_FILE, None, f"config.{e.field}" if e.field else "config", e.reason) from None
-    bb = load_hf_backbone(path / "backbone", kind=cfg.kind)
-    if bb.num_layers != cfg.num_layers or bb.hidden_size != cfg.hidden_size:
-        raise ConfigError(path / "backbone" / "config.json", None, "num_hidden_layers", "does not match tower.json")
+    if doc.get("storage") == STORAGE_BASE:  # the trained parts over a base rebuilt from its package or path
+        model, tokenizer = rebuild_backbone(path, doc, cfg)
+        n, h, where = int(model.config.num_hidden_layers), int(model.config.hidden_size), path / TOWER_FILE
+    else:
+        bb = load_hf_backbone(path / "backbone", kind=cfg.kind)
+        model, tokenizer, n, h, where = bb.model, bb.tokenizer, bb.num_layers, bb.hidden_size, path / "backbone" / "config.json"
+    if n != cfg.num_layers or h != cfg.hidden_size:
+        raise ConfigError(where, None, "num_hidden_layers", "does not match tower.json")
     projection = None
     if cfg.dim is not None:
         pf = path / "projection.safetensors"
@@ -222,7 +188,7 @@ def load_saved_tower(
             raise ConfigError(pf, None, "weight", f"shape {tuple(w.shape)} != {(cfg.dim, cfg.hidden_size)}")
         with torch.no_grad():
             projection.weight.copy_(w)
-    tower = TOWER_CLASSES[cfg.role](cfg, bb.model, bb.tokenizer, projection)
+    tower = TOWER_CLASSES[cfg.role](cfg, model, tokenizer, projection)
     if projection is not None and center is not None:
         if tuple(center.shape) != (cfg.hidden_size,):
             raise ConfigError(pf, None, "center", f"shape {tuple(center.shape)} != {(cfg.hidden_size,)}")
@@ -242,10 +208,15 @@ def load_saved_tower(
     return tower.to(device=dev, dtype=parse_dtype(dtype, dev))
 
 
+def _where(src: ModelSource) -> Path:
+    """What :func:`load_backbone` loads ``src`` from (a saved tower's backbone: ``<tower>/backbone``)."""
+    return src.path / "backbone" if src.form == "tower_backbone" else src.path
+
+
 def _named_backbone(path: Path, name: str, num_layers: int | None, cache_dir: Any, layers: list[int] | None) -> Backbone:
     """The backbone in ``path`` (its first ``num_layers`` or its ``layers``), named ``name`` (the
     source a user gave: a packaged name, a directory) in the tower config."""
-    bb = load_backbone(path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
+    bb = load_base(path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
     bb.source = dataclasses.replace(bb.source, name=name)
     return bb
 
@@ -337,7 +308,7 @@ def load_tower(
                    padding_side=padding_side or "right", device=device, dtype=dtype)
     if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
         return _load_st_tower(src, role or "query", num_layers, cache_dir, layers, **options)
-    return build_tower(_named_backbone(src.path, src.name, num_layers, cache_dir, layers), role or "query", **options)
+    return build_tower(_named_backbone(_where(src), src.name, num_layers, cache_dir, layers), role or "query", **options)
 
 
 def load_tower_pair(
@@ -364,7 +335,7 @@ def load_tower_pair(
     src = resolve_source(name_or_path)
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower: load each saved tower with load_tower")
-    bb = _named_backbone(src.path, src.name, num_layers, cache_dir, layers)
+    bb = _named_backbone(_where(src), src.name, num_layers, cache_dir, layers)
     bb2 = dataclasses.replace(bb, model=copy.deepcopy(bb.model), tokenizer=copy.deepcopy(bb.tokenizer))
     common = dict(dim=dim, device=device, dtype=dtype, **kwargs)
     q = build_tower(bb, "query", pooling=query_pooling or pooling, **common)
