@@ -220,7 +220,8 @@ def _yes(v) -> str:
 def quickstart_time_table() -> list[str]:
     """How long the quick start takes: the first command from a fresh clone (set-up included) and the
     budgeted runs on each data set, with the served nDCG@10 each run reached."""
-    out = ["| run | budget (min) | took (min) | within budget | served nDCG@10 | results file |", "|---|---|---|---|---|---|"]
+    out = ["| run | budget (min) | took (min) | within budget | served nDCG@10 | student / teacher (val) | output (MB) | results file |",
+           "|---|---|---|---|---|---|---|---|"]
     stamps = []
     clone = _load("quickstart_fresh_clone")
     total = next((r for r in clone["rows"] if str(r.get("phase", "")).startswith("total")), None) if clone else None
@@ -229,17 +230,19 @@ def quickstart_time_table() -> list[str]:
         label = "`bash scripts/quickstart.sh` from a fresh clone" + (f" (set-up {setup / 60:.1f} min included)" if setup else "")
         pipeline = next((r.get("seconds") for r in clone["rows"] if str(r.get("phase", "")).startswith("pipeline (")), None)
         within = pipeline / 60 <= 8 if pipeline is not None else None  # the budget bounds the quick start, not the set-up
-        out.append(f"| {label} | 8 | {_minutes(total.get('minutes'))} | {_yes(within)} |  | `quickstart_fresh_clone.json` |")
+        out.append(f"| {label} | 8 | {_minutes(total.get('minutes'))} | {_yes(within)} |  |  |  | `quickstart_fresh_clone.json` |")
         stamps.append(f"`quickstart_fresh_clone.json`: {_stamp(clone)}")
     budget = _load("quickstart_budget")
     if budget is not None:
         names = {"default": "default data", "scifact": "SciFact", "kuake_qtr": "KUAKE-QTR"}
         for r in budget["rows"]:
-            if r.get("mode") != "budgeted":
+            if r.get("mode") != "budgeted" or r.get("carried"):  # a carried row ran other code: not today's time
                 continue
-            cells = [f"`--budget-minutes {_minutes(r.get('budget_minutes'))}` on {names.get(r.get('set'), r.get('set'))}",
+            run = [f"seed {r['seed']}" if r.get("seed") is not None else "", {1: "1 core (`taskset -c 0`)", 2: "2 cores"}.get(r.get("cores"), "")]
+            cells = [f"`--budget-minutes {_minutes(r.get('budget_minutes'))}` on {names.get(r.get('set'), r.get('set'))}"
+                     + (f" ({', '.join(x for x in run if x)})" if any(run) else ""),
                      _minutes(r.get("budget_minutes")), _minutes(r.get("pipeline_minutes")), _yes(r.get("within_time_target")),
-                     r.get("served_ndcg@10"), "`quickstart_budget.json`"]
+                     r.get("served_ndcg@10"), r.get("retention_val"), r.get("output_mb"), "`quickstart_budget.json`"]
             out.append("| " + " | ".join(_fmt(c) for c in cells) + " |")
         stamps.append(f"`quickstart_budget.json`: {_stamp(budget)}")
     return out + ["", "Measured on: " + "; ".join(stamps) + "."] if stamps else []
