@@ -16,34 +16,12 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
-from scalingnote.index.milvus.milvus import DOC_ID, connect  # noqa: E402
-from scalingnote.index.milvus.milvus_export import export_to_milvus  # noqa: E402
 from scalingnote.live.milvus import LIVE_KEY_BIT, MilvusLive, live_state_dir  # noqa: E402
+from tests.helpers.milvus_lite import lite, open_live, row_counts  # noqa: E402,F401 - lite: a fixture
 
 
 class Crash(Exception):
     pass
-
-
-@pytest.fixture
-def lite(live_index, tmp_path):
-    db = str(tmp_path / "live.db")
-    export_to_milvus(live_index, db, "docs", index_type="FLAT", progress=False)
-    return db, live_index
-
-
-def _open(db, idx, tower, **kw):
-    return MilvusLive.open(db, None, collection="docs", document_tower=str(tower), live_dir=idx, **kw)
-
-
-def _rows(db, ids):
-    """Rows per id in the collection (a filter query, not a search)."""
-    c = connect(db)
-    try:
-        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID])
-    finally:
-        c.close()
-    return {i: sum(r[DOC_ID] == i for r in rows) for i in ids}
 
 
 def _top(w, vec, k=60):
@@ -53,14 +31,14 @@ def _top(w, vec, k=60):
 def test_upsert_replace_delete_bm25_and_a_restart(lite, tiny_bert_dir, other_bert_dir):
     db, idx = lite
     with pytest.raises(ScalingNoteError, match="fingerprint"):
-        w = _open(db, idx, other_bert_dir)
+        w = open_live(db, idx, other_bert_dir)
         try:
             _ = w.document_tower
         finally:
             w.close()
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     with pytest.raises(ScalingNoteError, match="another process"):
-        _open(db, idx, tiny_bert_dir)  # one writer per collection (the lock beside the log)
+        open_live(db, idx, tiny_bert_dir)  # one writer per collection (the lock beside the log)
     n0 = len(w)
     res = w.upsert([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])
     assert res["status"] == ["added"] and res["seq"] == 1
@@ -69,7 +47,7 @@ def test_upsert_replace_delete_bm25_and_a_restart(lite, tiny_bert_dir, other_ber
     assert hit.doc_ids[0][0] == "m1" and hit.titles[0][0] == "ocelot" and hit.semantic_ids[0, 0].min() >= 0
     res = w.upsert([Document("m1", "lynx", "", "lynx ears zzmarktwo"), Document("d0", "replaced", "", "kangaroo zzmarkthree")])
     assert res["status"] == ["replaced", "replaced"]
-    assert _rows(db, ["m1", "d0"]) == {"m1": 1, "d0": 1}  # the old versions are gone from Milvus
+    assert row_counts(db, ["m1", "d0"]) == {"m1": 1, "d0": 1}  # the old versions are gone from Milvus
     bm = w.searcher()
     assert bm.search(["zzmarktwo"], 5, mode="bm25").doc_ids[0] == ["m1"]
     assert bm.search(["zzmarkone"], 5, mode="bm25").doc_ids[0] == []  # the replaced version's text
@@ -77,10 +55,10 @@ def test_upsert_replace_delete_bm25_and_a_restart(lite, tiny_bert_dir, other_ber
     assert w.delete(["d0", "nope"]) == {"seq": 3, "deleted": 1, "missing": ["nope"]}
     assert len(w) == n0 and "d0" not in _top(w, vec)  # + m1, - d0
     w.close()
-    w = _open(db, idx, tiny_bert_dir)  # restart: the log replayed, nothing rewritten twice
+    w = open_live(db, idx, tiny_bert_dir)  # restart: the log replayed, nothing rewritten twice
     assert w.replayed == 3 and len(w) == n0
     ids = _top(w, vec)
-    assert ids.count("m1") == 1 and "d0" not in ids and _rows(db, ["m1", "d0"]) == {"m1": 1, "d0": 0}
+    assert ids.count("m1") == 1 and "d0" not in ids and row_counts(db, ["m1", "d0"]) == {"m1": 1, "d0": 0}
     assert w.searcher().search(["zzmarktwo"], 5, mode="bm25").doc_ids[0] == ["m1"]
     w.close()
 
@@ -91,7 +69,7 @@ def test_a_crash_inside_a_batch_hides_it_whole_and_the_restart_applies_it(lite, 
     not yet visible): search sees the old versions of the whole batch, never part of the new one;
     the restart makes the whole batch visible, once, and removes the old versions."""
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     old = [Document("m1", "old one", "", "first"), Document("m2", "old two", "", "second")]
     w.upsert(old)
     x, _ = w.encode(old)
@@ -109,18 +87,18 @@ def test_a_crash_inside_a_batch_hides_it_whole_and_the_restart_applies_it(lite, 
     setattr(w, hook, None)
     assert w.searcher().search(["zzmarknew"], 5, mode="bm25").doc_ids[0] == []
     w.close()  # the process dies here: the batch is in the log, acknowledged or not
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     assert w.replayed == 2
     ids = _top(w, x[0])
     assert all(ids.count(i) == 1 for i in ("m1", "m2", "m3")) and len(ids) == len(set(ids))
-    assert w.row_of["m1"] >= LIVE_KEY_BIT and _rows(db, ["m1", "m2", "m3"]) == {"m1": 1, "m2": 1, "m3": 1}
+    assert w.row_of["m1"] >= LIVE_KEY_BIT and row_counts(db, ["m1", "m2", "m3"]) == {"m1": 1, "m2": 1, "m3": 1}
     assert w.searcher().search(["zzmarknew"], 5, mode="bm25").doc_ids[0] == ["m1"]
     w.close()
 
 
 def test_compaction_checkpoints_and_drops_the_log(lite, tiny_bert_dir):
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     w.upsert([Document("m1", "ocelot", "", "ocelot zzmarkone"), Document("d1", "replaced", "", "zzmarkbase")])
     w.delete(["d2"])
     assert w.compaction_pending() == 2
@@ -131,7 +109,7 @@ def test_compaction_checkpoints_and_drops_the_log(lite, tiny_bert_dir):
     w.upsert([Document("m2", "tapir", "", "tapir zzmarktwo")])
     n = len(w)
     w.close()
-    w = _open(db, idx, tiny_bert_dir, writer=False)  # a reader: checkpoint + the log after it, no writes
+    w = open_live(db, idx, tiny_bert_dir, writer=False)  # a reader: checkpoint + the log after it, no writes
     assert w.replayed == 1 and len(w) == n and "d2" not in w.row_of
     s = w.searcher()
     assert [s.search([m], 5, mode="bm25").doc_ids[0] for m in ("zzmarkone", "zzmarkbase", "zzmarktwo")] == [["m1"], ["d1"], ["m2"]]
@@ -188,7 +166,7 @@ def test_search_on_the_cli_replays_the_milvus_live_index(lite, tiny_bert_dir):
     from scalingnote.cli import app as cli
 
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     d0_title = w.base_titles[w.base_ids.index("d0")]
     w.upsert([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])
     w.delete(["d0"])

@@ -5,7 +5,6 @@ survives a compaction, and a failed Milvus write leaves the service consistent."
 from __future__ import annotations
 
 import errno
-import json
 import os
 
 import numpy as np
@@ -16,29 +15,7 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
-from scalingnote.index.milvus.milvus import DOC_ID, connect  # noqa: E402
-from scalingnote.index.milvus.milvus_export import export_to_milvus  # noqa: E402
-from scalingnote.live.milvus import MilvusLive  # noqa: E402
-
-
-@pytest.fixture
-def lite(live_index, tmp_path):
-    db = str(tmp_path / "live.db")
-    export_to_milvus(live_index, db, "docs", index_type="FLAT", progress=False)
-    return db, live_index
-
-
-def _open(db, idx, tower, **kw):
-    return MilvusLive.open(db, None, collection="docs", document_tower=str(tower), live_dir=idx, **kw)
-
-
-def _rows(db, ids):
-    c = connect(db)
-    try:
-        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID])
-    finally:
-        c.close()
-    return {i: sum(r[DOC_ID] == i for r in rows) for i in ids}
+from tests.helpers.milvus_lite import lite, open_live, row_counts  # noqa: E402,F401 - lite: a fixture
 
 
 def _vec(w, n, seed):
@@ -63,7 +40,7 @@ def test_deleting_a_refused_document_never_deletes_an_acknowledged_one(lite, tin
     in the log with the same first row key as "acked", came back at restart, and deleting it
     removed the acknowledged document's row."""
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     w.upsert([Document("first", "zzfirst", "", "zzfirst words")], vectors=_vec(w, 1, 2))  # the log segment exists
     _fail_once(monkeypatch, "fsync")
     with pytest.raises((OSError, ScalingNoteError)):
@@ -72,9 +49,9 @@ def test_deleting_a_refused_document_never_deletes_an_acknowledged_one(lite, tin
     w.upsert([Document("acked", "zzacked", "", "zzacked words")], vectors=_vec(w, 1, 1))
     n = len(w)
     w.close()
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     gone = w.delete(["refused"])
-    assert "acked" in w.row_of and _rows(db, ["acked"]) == {"acked": 1}  # before: DELETE refused removed acked's row
+    assert "acked" in w.row_of and row_counts(db, ["acked"]) == {"acked": 1}  # before: DELETE refused removed acked's row
     assert gone["deleted"] == 0 and "refused" not in w.row_of and len(w) == n
     assert w.searcher().search(["zzrefused"], 5, mode="bm25").doc_ids[0] == []
     w.close()
@@ -84,7 +61,7 @@ def test_a_batch_logged_but_not_written_survives_a_compaction(lite, tiny_bert_di
     """Milvus refuses the upsert after the log append (409: in the log); a compaction before any
     restart must not checkpoint without it and drop its log."""
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     real = w.client.upsert
     w.client.upsert = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("milvus down"))
     with pytest.raises(ScalingNoteError, match="write-ahead log"):
@@ -95,15 +72,15 @@ def test_a_batch_logged_but_not_written_survives_a_compaction(lite, tiny_bert_di
     except ScalingNoteError:
         pass  # refusing the compaction keeps the batch too
     w.close()
-    w = _open(db, idx, tiny_bert_dir)
-    assert "pending" in w.row_of and _rows(db, ["pending"]) == {"pending": 1}
+    w = open_live(db, idx, tiny_bert_dir)
+    assert "pending" in w.row_of and row_counts(db, ["pending"]) == {"pending": 1}
     assert w.searcher().search(["zzpending"], 5, mode="bm25").doc_ids[0] == ["pending"]
     w.close()
 
 
 def test_a_compaction_while_milvus_still_refuses_is_refused_and_keeps_the_batch(lite, tiny_bert_dir):
     db, idx = lite
-    w = _open(db, idx, tiny_bert_dir)
+    w = open_live(db, idx, tiny_bert_dir)
     real = w.client.upsert
     w.client.upsert = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("milvus down"))
     with pytest.raises(ScalingNoteError, match="write-ahead log"):
@@ -115,8 +92,8 @@ def test_a_compaction_while_milvus_still_refuses_is_refused_and_keeps_the_batch(
     assert w.wal.last_seq == 1 and "d0" in w.row_of
     w.client.upsert = real
     w.close()  # killed here: the batch is in the log
-    w = _open(db, idx, tiny_bert_dir)
-    assert "pending" in w.row_of and "d0" in w.row_of and _rows(db, ["pending"]) == {"pending": 1}
+    w = open_live(db, idx, tiny_bert_dir)
+    assert "pending" in w.row_of and "d0" in w.row_of and row_counts(db, ["pending"]) == {"pending": 1}
     w.close()
 
 
