@@ -49,8 +49,11 @@ def portable(path: str | Path) -> str:
 def without_local_paths(obj: Any) -> Any:
     """``obj`` with this machine's absolute paths made portable in every string: the repository's
     as relative paths, the shared data directory's as ``../shared/data``, the home directory's as ``~``."""
-    prefixes = [(str(shared_data_dir().resolve()), "../shared/data"), (str(REPO_ROOT.resolve()) + os.sep, ""), (str(REPO_ROOT.resolve()), "."),
-                (str(Path.home()) + os.sep, "~" + os.sep)]
+    shared, repo = shared_data_dir(), REPO_ROOT
+    prefixes = [(str(d), "../shared/data") for d in dict.fromkeys([shared.resolve(), shared.absolute()])]  # a linked folder: both spellings
+    for r in dict.fromkeys([repo.resolve(), repo.absolute()]):
+        prefixes += [(str(r) + os.sep, ""), (str(r), ".")]
+    prefixes.append((str(Path.home()) + os.sep, "~" + os.sep))
     if isinstance(obj, str):
         for old, new in prefixes:
             if len(old) > 1:
