@@ -136,6 +136,10 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         if f is None:
             r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
             continue
+        if any(r.get(k) != f.get(k) for k in ("machine", "code", "scalingnote_version")):  # never differenced across machines or code
+            r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
+            r["compared_with"] = f"none: the {f['mode']} row ran on another machine or code version"
+            continue
         keys = ("teacher", "teacher_dir", "width", "student", "fusion")
         r["same_choices_as_full"] = all(r[k] == f[k] for k in keys)
         r["served_delta_vs_full"] = round(r["served_ndcg@10"] - f["served_ndcg@10"], 4)

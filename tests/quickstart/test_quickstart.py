@@ -347,7 +347,7 @@ def test_index_tuning_queries_are_validation_and_training_queries_never_test(fir
 
 
 def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_method_changes(first_run, tiny_models):
-    """Issue 52: the recall target chooses the served structure; the same inputs again do nothing,
+    """The recall target chooses the served structure; the same inputs again do nothing,
     and the index file is rewritten only when the chosen method (or its configuration) changes."""
     from scalingnote.quickstart import index_choice, runs
     from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
@@ -373,7 +373,10 @@ def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_metho
     assert (faiss_file.stat().st_mtime_ns == built) == same  # rebuilt exactly when the structure changed
     index_choice.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
     back = json.loads(manifest.read_text())["search_tuning"]
-    assert back["target"] == cfg.index_recall and back["chosen"]["method"] == first["chosen"]["method"]
+    # re-chosen for the run's target; the choice is by measured single-query latency (a tie within the
+    # margin goes to the first-listed method), so what must hold is that the chosen structure is the one built
+    assert back["target"] == cfg.index_recall
+    assert json.loads(manifest.read_text())["factory"] == back["chosen"]["structure"]
 
 
 def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tiny_models, tmp_path):
