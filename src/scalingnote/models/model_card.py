@@ -15,6 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from scalingnote.utils.io import relocated
+
 CARD = "README.md"
 
 
@@ -24,21 +26,6 @@ def _same(a: str | Path, b: Path) -> bool:
     except OSError:
         return False
 
-
-def _moved(recorded: str | Path, root: Path) -> Path:
-    """``recorded`` (a path a run wrote) inside ``root``: itself when it is there, else the longest
-    tail of it found under ``root`` (the run directory was moved or copied since), else itself."""
-    p = Path(recorded)
-    try:
-        p.resolve().relative_to(root.resolve())
-        return p
-    except (ValueError, OSError):
-        pass
-    for i in range(1, len(p.parts)):
-        q = root.joinpath(*p.parts[i:])
-        if q.exists():
-            return q
-    return p
 
 
 def find_run(tower_dir: str | Path, max_up: int = 4) -> dict[str, Any] | None:
@@ -58,11 +45,11 @@ def find_run(tower_dir: str | Path, max_up: int = 4) -> dict[str, Any] | None:
             return None
         student = ch.get("student") or {}
         for c in student.get("candidates") or []:
-            if _same(_moved(c.get("dir", ""), root), tower_dir):
+            if _same(relocated(c.get("dir", ""), root), tower_dir):
                 return {"results": res, "role": "student" if c.get("name") == student.get("chosen") else "candidate", "name": c.get("name"),
                         "candidate": c, "root": root}
         teacher = ch.get("teacher") or {}
-        if teacher.get("dir") and _same(_moved(teacher["dir"], root), tower_dir.parent):
+        if teacher.get("dir") and _same(relocated(teacher["dir"], root), tower_dir.parent):
             return {"results": res, "role": "teacher", "name": Path(teacher["dir"]).name, "root": root}
         return None
     return None

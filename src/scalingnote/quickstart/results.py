@@ -16,6 +16,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.quickstart.config import QuickstartConfig
 from scalingnote.quickstart.main import quickstart as _run
 from scalingnote.quickstart.pipeline import check_inputs
+from scalingnote.utils.io import relocated
 
 #: where a quick start (or a recipe run on it) keeps the served index, whatever its structure
 INDEX_DIR = Path("index") / "ivfpq"
@@ -45,22 +46,6 @@ class QuickstartResult:
         return next(r for r in self.rows if "served" in str(r.get("chosen", "")))
 
 
-def _under(run_dir: Path, recorded: str | Path) -> Path:
-    """``recorded`` (an absolute path the run wrote) inside ``run_dir``: itself when it is there,
-    else the longest tail of it found under ``run_dir`` (a run directory moved or copied since:
-    its own files, not the original's), else ``recorded``."""
-    p = Path(recorded)
-    try:
-        p.resolve().relative_to(run_dir.resolve())
-        return p
-    except ValueError:
-        pass
-    for i in range(1, len(p.parts)):
-        q = run_dir.joinpath(*p.parts[i:])
-        if q.exists():
-            return q
-    return p
-
 
 def served_paths(run_dir: str | Path, results: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """``(index directory, query tower directory)`` that the quick start's printed ``scalingnote
@@ -72,7 +57,7 @@ def served_paths(run_dir: str | Path, results: dict[str, Any] | None = None) -> 
     try:
         student = results["choices"]["student"]
         chosen = next(c for c in student["candidates"] if c["name"] == student["chosen"])
-        tower = _under(run_dir, chosen["dir"])
+        tower = relocated(chosen["dir"], run_dir)
     except (KeyError, TypeError, StopIteration):
         raise ScalingNoteError(f"{run_dir / 'results.json'}: field 'choices.student': no chosen student with its directory") from None
     index_dir = run_dir / INDEX_DIR

@@ -80,3 +80,21 @@ def read_json(path: str | Path, *, unreadable: str | None = None) -> Any:
         raise ConfigError(path, None, None, why) from None
     except json.JSONDecodeError as e:
         raise ConfigError(path, e.lineno, None, f"invalid JSON: {e.msg}") from None
+
+
+def relocated(recorded: str | Path, root: str | Path) -> Path:
+    """A path a run recorded, read from the run directory ``root`` as it is now: ``recorded`` when it
+    lies under ``root``, else the longest tail of it found under ``root`` (the run directory was
+    moved or copied since: its own files, not the original's), else ``recorded``."""
+    p, root = Path(recorded), Path(root)
+    try:
+        p.resolve().relative_to(root.resolve())
+        return p
+    except (ValueError, OSError):
+        pass
+    for i in range(1, len(p.parts)):
+        q = root.joinpath(*p.parts[i:])
+        if q.exists():
+            return q
+    return p
+
