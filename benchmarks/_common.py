@@ -50,7 +50,9 @@ def without_local_paths(obj: Any) -> Any:
     """``obj`` with this machine's absolute paths made portable in every string: the repository's
     as relative paths, the shared data directory's as ``../shared/data``, the home directory's as ``~``."""
     shared, repo = shared_data_dir(), REPO_ROOT
-    prefixes = [(str(d), "../shared/data") for d in dict.fromkeys([shared.resolve(), shared.absolute()])]  # a linked folder: both spellings
+    prefixes = [
+        (str(d), "../shared/data") for d in dict.fromkeys([shared.resolve(), shared.absolute()])
+    ]  # a linked folder: both spellings
     for r in dict.fromkeys([repo.resolve(), repo.absolute()]):
         prefixes += [(str(r) + os.sep, ""), (str(r), ".")]
     prefixes.append((str(Path.home()) + os.sep, "~" + os.sep))
@@ -73,8 +75,13 @@ def write_results(name: str, rows: list[dict[str, Any]], config: dict[str, Any] 
             if isinstance(v, (dict, list)):
                 raise ValueError(f"results rows must be flat: key {k!r} holds a {type(v).__name__}")
     meta = run_metadata(config or {})
-    out = {"rows": without_local_paths(rows), "config": without_local_paths(meta["config"]), "versions": meta["versions"],
-           "machine": meta["machine"], "created": meta["created"]}
+    out = {
+        "rows": without_local_paths(rows),
+        "config": without_local_paths(meta["config"]),
+        "versions": meta["versions"],
+        "machine": meta["machine"],
+        "created": meta["created"],
+    }
     path = RESULTS_DIR / f"{name}.json"
     write_json(path, out)
     return path
@@ -98,8 +105,16 @@ def torchrun_launch(nproc: int, *args: str) -> tuple[list[str], dict[str, str]]:
     importable."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        *args,
+    ]
     return cmd, env
 
 
@@ -149,7 +164,7 @@ class ServeProcess:
         m = re.search(r"listening on (http://\S+?) ", line)
         if not m:
             self.proc.kill()
-            raise RuntimeError(f"service did not start: {line}{self.proc.stderr.read()[-self.tail:]}")
+            raise RuntimeError(f"service did not start: {line}{self.proc.stderr.read()[-self.tail :]}")
         self.url = m.group(1)
 
     def wait_ready(self, timeout: float = 600, poll_s: float = 0.2) -> dict:
@@ -158,7 +173,7 @@ class ServeProcess:
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"service exited: {self.proc.stderr.read()[-self.tail:]}")
+                raise RuntimeError(f"service exited: {self.proc.stderr.read()[-self.tail :]}")
             try:
                 r = httpx.get(self.url + "/healthz", trust_env=False)
                 if r.status_code == 200:
@@ -177,7 +192,9 @@ class ServeProcess:
             return self.proc.wait()
 
 
-def time_search(searcher, q, k: int, *, repeats: int = 3, n_single: int | None = None, **search_kw: Any) -> dict[str, float]:
+def time_search(
+    searcher, q, k: int, *, repeats: int = 3, n_single: int | None = None, **search_kw: Any
+) -> dict[str, float]:
     """Batched QPS (median of ``repeats`` runs of all queries at once) and one-query-at-a-time
     latency over the first ``n_single`` queries (default: all): ``qps_batched``, ``qps_single``,
     ``p50_ms``, ``p99_ms``. ``search_kw`` go to ``searcher.search`` (nprobe, rerank, ...)."""
@@ -220,8 +237,12 @@ def report(name: str, rows: list[dict[str, Any]], config: dict[str, Any] | None 
 def build_timings(manifest: dict[str, Any]) -> dict[str, Any]:
     """Size and build-time columns of an index manifest (``scalingnote-index/1``)."""
     m = manifest
-    return {"compression": m["compression"], "train_s": m["train_seconds"], "add_s": m["add_seconds"],
-            "build_s": round(m["train_seconds"] + m["add_seconds"], 3)}
+    return {
+        "compression": m["compression"],
+        "train_s": m["train_seconds"],
+        "add_s": m["add_seconds"],
+        "build_s": round(m["train_seconds"] + m["add_seconds"], 3),
+    }
 
 
 def tiny_served_index(root: Path):
@@ -235,5 +256,7 @@ def tiny_served_index(root: Path):
     bert = build_tiny_model(root / "bert", "bert", seed=0)
     beir = write_tiny_beir(root / "beir", docs_per_topic=8)
     encode_with_tower(bert, beir, root / "emb", shard_size=32, batch_size=16, progress=False)
-    idx = build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+    idx = build_index(
+        root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False
+    )
     return bert, beir, idx

@@ -39,8 +39,19 @@ from scalingnote.data.types import Document
 from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied, StorageError
 
 DIM, N_BASE = 16, 48
-POINTS = ("log_write", "log_flush_partial", "log_fsync", "log_fsync_and_cut", "log_rotate", "compaction_write", "manifest_write",
-          "generation_swap", "generation_swap_fsync", "milvus_upsert", "milvus_delete")
+POINTS = (
+    "log_write",
+    "log_flush_partial",
+    "log_fsync",
+    "log_fsync_and_cut",
+    "log_rotate",
+    "compaction_write",
+    "manifest_write",
+    "generation_swap",
+    "generation_swap_fsync",
+    "milvus_upsert",
+    "milvus_delete",
+)
 FAISS_ONLY, MILVUS_ONLY = {"generation_swap", "generation_swap_fsync"}, {"milvus_upsert", "milvus_delete"}
 
 
@@ -98,11 +109,25 @@ def build_synthetic_index(root: Path, seed: int = 0) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     ids = [f"b{i}" for i in range(N_BASE)]
     corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": i, "title": f"{i} v0", "text": _text(i, 0)}) + "\n" for i in ids), encoding="utf-8")
+    corpus.write_text(
+        "".join(json.dumps({"_id": i, "title": f"{i} v0", "text": _text(i, 0)}) + "\n" for i in ids), encoding="utf-8"
+    )
     x = rng.standard_normal((N_BASE, DIM)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)  # a tower's unit vectors (new versions are normalised by the live index)
-    return build_index(x, root / "idx", "IVF4,PQ8x4", doc_ids=ids, documents=corpus, semantic_ids_layers=2, codebook_size=4, seed=seed,
-                       progress=False, tower_info={"name": "synthetic", "fingerprint": "synthetic-random-vectors"})
+    x /= np.linalg.norm(
+        x, axis=1, keepdims=True
+    )  # a tower's unit vectors (new versions are normalised by the live index)
+    return build_index(
+        x,
+        root / "idx",
+        "IVF4,PQ8x4",
+        doc_ids=ids,
+        documents=corpus,
+        semantic_ids_layers=2,
+        codebook_size=4,
+        seed=seed,
+        progress=False,
+        tower_info={"name": "synthetic", "fingerprint": "synthetic-random-vectors"},
+    )
 
 
 def export_lite(idx: Path, db: Path) -> None:
@@ -145,8 +170,11 @@ class History:
         kind = self.rng.choice(["add", "add", "replace", "delete"]) if present else "add"
         if kind == "delete":
             return {"op": "delete", "ids": [str(self.rng.choice(present))]}
-        ids = ([f"n{len(self.ops)}x{j}" for j in range(int(self.rng.integers(*self.batch)))] if kind == "add"
-               else sorted({str(i) for i in self.rng.choice(present, size=int(self.rng.integers(1, 4)))}))
+        ids = (
+            [f"n{len(self.ops)}x{j}" for j in range(int(self.rng.integers(*self.batch)))]
+            if kind == "add"
+            else sorted({str(i) for i in self.rng.choice(present, size=int(self.rng.integers(1, 4)))})
+        )
         docs = []
         for i in ids:
             self.version += 1
@@ -210,7 +238,9 @@ def _found_by_vector(live, vec: np.ndarray, k: int) -> list[str]:
 def check(live, hist: History) -> dict[str, int]:
     """Lost / resurrected / duplicated counts of ``live`` against ``hist`` (all must be 0)."""
     want = hist.expected()
-    refused_titles = {d["title"] for op in hist.ops if op["outcome"] == "refused" and op["op"] == "upsert" for d in op["docs"]}
+    refused_titles = {
+        d["title"] for op in hist.ops if op["outcome"] == "refused" and op["op"] == "upsert" for d in op["docs"]
+    }
     refused_deletes = {i for op in hist.ops if op["outcome"] == "refused" and op["op"] == "delete" for i in op["ids"]}
     lost = resurrected = duplicated = 0
     touched = {d["_id"] for op in hist.ops if op["op"] == "upsert" for d in op["docs"]} | refused_deletes
@@ -228,10 +258,16 @@ def check(live, hist: History) -> dict[str, int]:
             lost += doc_id in searcher.search([doc_id], 10, mode="bm25").doc_ids[0]
             continue
         words = searcher.search([f"zz{doc_id}v{title.split(' v')[1]}"], 5, mode="bm25").doc_ids[0]
-        hits = _found_by_vector(live, hist.vectors.get(title, np.zeros(DIM, np.float32)), 5) if title in hist.vectors else [doc_id]
+        hits = (
+            _found_by_vector(live, hist.vectors.get(title, np.zeros(DIM, np.float32)), 5)
+            if title in hist.vectors
+            else [doc_id]
+        )
         if words != [doc_id] or not hits or hits[0] != doc_id:
             lost += 1
-    lost += sum(_title_of(live, i) != t for i, t in want.items() if i not in touched)  # the documents no operation touched
+    lost += sum(
+        _title_of(live, i) != t for i, t in want.items() if i not in touched
+    )  # the documents no operation touched
     resurrected += len(set(live.row_of) - set(want) - touched)  # ids no operation wrote
     everything = _found_by_vector(live, np.ones(DIM, np.float32), len(live))
     duplicated += len(everything) - len(set(everything))
@@ -241,6 +277,7 @@ def check(live, hist: History) -> dict[str, int]:
 def _raise(err: int):
     def fail(*_a, **_k):
         raise OSError(err, os.strerror(err))
+
     return fail
 
 
@@ -254,12 +291,17 @@ def arm(point: str, live, fio: FaultyOS, fired: list[int]):
         def wrapped(*a, **k):
             fired[0] += 1
             return fn(*a, **k)
+
         return wrapped
 
     if point.startswith("log_"):  # through the log's io seam
         name = {"log_write": "pwrite", "log_flush_partial": "pwrite", "log_rotate": "open"}.get(point, "fsync")
-        fio.arm(name, errno.EIO if name == "fsync" else errno.ENOSPC, times=2 if point == "log_fsync_and_cut" else 1,
-                partial=point == "log_flush_partial")
+        fio.arm(
+            name,
+            errno.EIO if name == "fsync" else errno.ENOSPC,
+            times=2 if point == "log_fsync_and_cut" else 1,
+            partial=point == "log_flush_partial",
+        )
         before = fio.fired
         yield
         fired[0] += fio.fired - before
@@ -267,8 +309,11 @@ def arm(point: str, live, fio: FaultyOS, fired: list[int]):
         return
     patches = []
     if point == "compaction_write":
-        patches = ([mock.patch.object(gen_mod, "_fsync_tree", count(_raise(errno.ENOSPC)))] if hasattr(live, "store")
-                   else [mock.patch.object(live.client, "flush", count(_raise(errno.EIO)))])
+        patches = (
+            [mock.patch.object(gen_mod, "_fsync_tree", count(_raise(errno.ENOSPC)))]
+            if hasattr(live, "store")
+            else [mock.patch.object(live.client, "flush", count(_raise(errno.EIO)))]
+        )
     elif point == "manifest_write":
         if hasattr(live, "store"):
             patches = [mock.patch.object(gen_mod, "write_json", count(_raise(errno.ENOSPC)))]
@@ -281,14 +326,18 @@ def arm(point: str, live, fio: FaultyOS, fired: list[int]):
                 fired[0] += 1
                 with mock.patch("os.replace", _raise(errno.ENOSPC)):
                     real(path, obj, what)
+
             patches = [mock.patch.object(milvus_mod, "write_json_durably", failing)]
     elif point in ("generation_swap", "generation_swap_fsync"):
         real_swap = gen_mod.swap_current
         target = "write_json" if point == "generation_swap" else "fsync_dir"
 
         def swap(root, gen):
-            with mock.patch.object(gen_mod, target, count(_raise(errno.ENOSPC if target == "write_json" else errno.EIO))):
+            with mock.patch.object(
+                gen_mod, target, count(_raise(errno.ENOSPC if target == "write_json" else errno.EIO))
+            ):
                 real_swap(root, gen)
+
         patches = [mock.patch.object(index_mod, "swap_current", swap)]
     elif point == "milvus_upsert":
         left = [2]
@@ -300,6 +349,7 @@ def arm(point: str, live, fio: FaultyOS, fired: list[int]):
                 fired[0] += 1
                 raise RuntimeError("injected: Milvus refuses the upsert")
             return real_up(*a, **k)
+
         patches = [mock.patch.object(live.client, "upsert", upsert)]
     elif point == "milvus_delete":
         left = [1]
@@ -311,6 +361,7 @@ def arm(point: str, live, fio: FaultyOS, fired: list[int]):
                 fired[0] += 1
                 raise RuntimeError("injected: Milvus refuses the delete")
             return real_del(*a, **k)
+
         patches = [mock.patch.object(live.client, "delete", delete)]
     with contextlib.ExitStack() as stack:
         for p in patches:
@@ -353,13 +404,27 @@ def run_point(backend: str, point: str, work: Path, base_idx: Path, seed: int = 
         hist.run(live, hist.next_op(hist.present()))
     finally:
         live.close()
-    row = {"backend": backend, "write_point": point, "faults_injected": fired[0], "ops": len(hist.ops),
-           "acknowledged": sum(o["outcome"] in ("ok", "logged") for o in hist.ops), "logged_409": sum(o["outcome"] == "logged" for o in hist.ops),
-           "refused": sum(o["outcome"] == "refused" for o in hist.ops), "compaction_failed": compact_failed}
+    row = {
+        "backend": backend,
+        "write_point": point,
+        "faults_injected": fired[0],
+        "ops": len(hist.ops),
+        "acknowledged": sum(o["outcome"] in ("ok", "logged") for o in hist.ops),
+        "logged_409": sum(o["outcome"] == "logged" for o in hist.ops),
+        "refused": sum(o["outcome"] == "refused" for o in hist.ops),
+        "compaction_failed": compact_failed,
+    }
     try:
         again = open_live(backend, idx, db)
     except Exception as e:  # noqa: BLE001 - a restart that fails is the result being measured
-        return {**row, "restart_ok": False, "restart_error": str(e)[:200], "lost": -1, "resurrected": -1, "duplicated": -1}
+        return {
+            **row,
+            "restart_ok": False,
+            "restart_error": str(e)[:200],
+            "lost": -1,
+            "resurrected": -1,
+            "duplicated": -1,
+        }
     try:
         return {**row, "restart_ok": True, **check(again, hist)}
     finally:
@@ -376,7 +441,9 @@ def mount_tmpfs(path: Path, size: str = "8m") -> str | None:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return "mounting a tmpfs needs root (CI runs as root)"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     return None if r.returncode == 0 else f"mount -t tmpfs failed here: {(r.stderr or '').strip() or r.returncode}"
 
 
@@ -415,6 +482,7 @@ def disk_full_child(backend: str, idx: Path, db: Path | None, history: Path, see
     live = open_live(backend, idx, db)
     hist = History(seed=seed, pad=150)  # about 1 KB of text per document
     with open(history, "a", encoding="utf-8") as out:
+
         def step(op, phase):
             outcome = hist.run(live, op)
             vecs = {d["title"]: hist.vectors[d["title"]].tolist() for d in op.get("docs", [])}
@@ -460,28 +528,56 @@ def run_disk_full(backend: str, work: Path, base_idx: Path, seed: int = 0) -> di
         return {"backend": backend, "write_point": "disk_full_tmpfs", "skipped": why}
     try:
         idx = Path(shutil.copytree(base_idx, disk / "idx"))
-        db = work / "live.db" if backend == "milvus" else None  # exported by the child: Milvus Lite locks its file to one process
+        db = (
+            work / "live.db" if backend == "milvus" else None
+        )  # exported by the child: Milvus Lite locks its file to one process
         history = work / "history.jsonl"
-        args = json.dumps({"backend": backend, "idx": str(idx), "db": str(db) if db else None, "history": str(history), "seed": seed})
+        args = json.dumps(
+            {"backend": backend, "idx": str(idx), "db": str(db) if db else None, "history": str(history), "seed": seed}
+        )
         import scalingnote
 
         src = Path(scalingnote.__file__).resolve().parents[1]  # the child imports the code this process runs
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(Path(__file__).resolve().parents[1])])}
-        r = subprocess.run([sys.executable, "-m", "benchmarks._faults", args], env=env, capture_output=True, text=True, timeout=1800)
+        r = subprocess.run(
+            [sys.executable, "-m", "benchmarks._faults", args], env=env, capture_output=True, text=True, timeout=1800
+        )
         hist = load_history(history)
         full = [o for o in hist.ops if o["phase"] == "full"]
-        row = {"backend": backend, "write_point": "disk_full_tmpfs", "killed": r.returncode == -9,
-               "faults_injected": sum(o["outcome"] == "refused" for o in full), "ops": len(hist.ops),
-               "acknowledged": sum(o["outcome"] in ("ok", "logged") for o in hist.ops),
-               "acknowledged_while_full": sum(o["outcome"] == "ok" for o in full), "logged_409": sum(o["outcome"] == "logged" for o in hist.ops),
-               "refused": sum(o["outcome"] == "refused" for o in hist.ops),
-               "acknowledged_docs_after_freeing": sum(len(o.get("docs", [])) for o in hist.ops if o["phase"] == "freed" and o["outcome"] == "ok")}
+        row = {
+            "backend": backend,
+            "write_point": "disk_full_tmpfs",
+            "killed": r.returncode == -9,
+            "faults_injected": sum(o["outcome"] == "refused" for o in full),
+            "ops": len(hist.ops),
+            "acknowledged": sum(o["outcome"] in ("ok", "logged") for o in hist.ops),
+            "acknowledged_while_full": sum(o["outcome"] == "ok" for o in full),
+            "logged_409": sum(o["outcome"] == "logged" for o in hist.ops),
+            "refused": sum(o["outcome"] == "refused" for o in hist.ops),
+            "acknowledged_docs_after_freeing": sum(
+                len(o.get("docs", [])) for o in hist.ops if o["phase"] == "freed" and o["outcome"] == "ok"
+            ),
+        }
         if r.returncode != -9:
-            return {**row, "restart_ok": False, "restart_error": (r.stderr or "")[-300:], "lost": -1, "resurrected": -1, "duplicated": -1}
+            return {
+                **row,
+                "restart_ok": False,
+                "restart_error": (r.stderr or "")[-300:],
+                "lost": -1,
+                "resurrected": -1,
+                "duplicated": -1,
+            }
         try:
             again = open_live(backend, idx, db)
         except Exception as e:  # noqa: BLE001 - the restart failing is the result
-            return {**row, "restart_ok": False, "restart_error": str(e)[:300], "lost": -1, "resurrected": -1, "duplicated": -1}
+            return {
+                **row,
+                "restart_ok": False,
+                "restart_error": str(e)[:300],
+                "lost": -1,
+                "resurrected": -1,
+                "duplicated": -1,
+            }
         try:
             return {**row, "restart_ok": True, **check(again, hist)}
         finally:
@@ -494,4 +590,6 @@ if __name__ == "__main__":  # the writer child of run_disk_full
     import sys
 
     a = json.loads(sys.argv[1])
-    disk_full_child(a["backend"], Path(a["idx"]), Path(a["db"]) if a["db"] else None, Path(a["history"]), int(a["seed"]))
+    disk_full_child(
+        a["backend"], Path(a["idx"]), Path(a["db"]) if a["db"] else None, Path(a["history"]), int(a["seed"])
+    )

@@ -39,21 +39,29 @@ def stage1_config(data: str, method: str, depth: int, head_lr: float, seed: int,
     llm = {"model": LLM, "num_layers": depth, "pooling": "mean"}
     bert = {"model": BERT}
     q, d = {"scaling_dual": (llm, llm), "scaling_doc": (bert, llm), "twinbert": (bert, bert)}[method]
-    return load_config(TrainConfig, {
-        "method": method,
-        "output_dir": str(out),
-        "query_tower": {**q, "max_length": QUERY_MAX, "trainable_layers": 0},
-        "doc_tower": {**d, "max_length": DOC_MAX, "trainable_layers": 0},
-        "dim": 128,
-        "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
-                 "validation_fraction": 0.1, "negatives": "bm25"},
-        "optim": {"batch_size": 64, "epochs": max_epochs, "lr": 0.0, "head_lr": head_lr, "warmup_ratio": 0.02},
-        "seed": seed,
-        "center_samples": 100_000,  # every training pair: features are cached, the fit is cheap
-        "feature_cache_dir": str(work_dir(data) / "features"),
-        "eval_every": "epoch",
-        "patience": 4,
-        "save_every": 10_000,
-        "evaluate_zero_shot": True,
-        "show_progress": False,
-    })
+    return load_config(
+        TrainConfig,
+        {
+            "method": method,
+            "output_dir": str(out),
+            "query_tower": {**q, "max_length": QUERY_MAX, "trainable_layers": 0},
+            "doc_tower": {**d, "max_length": DOC_MAX, "trainable_layers": 0},
+            "dim": 128,
+            "data": {
+                "data_dir": str(shared_data_dir() / data),
+                "eval_split": "test",
+                "eval_overlap": "drop",
+                "validation_fraction": 0.1,
+                "negatives": "bm25",
+            },
+            "optim": {"batch_size": 64, "epochs": max_epochs, "lr": 0.0, "head_lr": head_lr, "warmup_ratio": 0.02},
+            "seed": seed,
+            "center_samples": 100_000,  # every training pair: features are cached, the fit is cheap
+            "feature_cache_dir": str(work_dir(data) / "features"),
+            "eval_every": "epoch",
+            "patience": 4,
+            "save_every": 10_000,
+            "evaluate_zero_shot": True,
+            "show_progress": False,
+        },
+    )

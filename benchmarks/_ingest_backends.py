@@ -43,10 +43,27 @@ def milvus_backend(work: Path, served: Path, student: str):
     try:
         method = (json.loads((served / "manifest.json").read_text()).get("routing") or {}).get("method")
         # ivf_qmetric's lists cannot go to Milvus (auto refuses): its vectors under Milvus's own IVF_PQ, recorded as the fallback
-        man = export_to_milvus(served, srv.uri, COLLECTION, progress=False, index_type="IVF_PQ" if method == "ivf_qmetric" else "auto")
-        args = ["--backend", "milvus", "--uri", srv.uri, "--collection", COLLECTION, "--index", str(served), "--query-tower", str(student)]
-        info = {"uri": srv.uri, "index_type": man["index_type"], "index_params": man.get("index_params"),
-                "server_start_s": round(srv.startup_seconds or 0.0, 1)}
+        man = export_to_milvus(
+            served, srv.uri, COLLECTION, progress=False, index_type="IVF_PQ" if method == "ivf_qmetric" else "auto"
+        )
+        args = [
+            "--backend",
+            "milvus",
+            "--uri",
+            srv.uri,
+            "--collection",
+            COLLECTION,
+            "--index",
+            str(served),
+            "--query-tower",
+            str(student),
+        ]
+        info = {
+            "uri": srv.uri,
+            "index_type": man["index_type"],
+            "index_params": man.get("index_params"),
+            "server_start_s": round(srv.startup_seconds or 0.0, 1),
+        }
         yield args, (lambda docs, nlist: milvus_dense_by_vector(srv.uri, served, docs, nlist)), info
     finally:
         srv.stop()
@@ -64,16 +81,28 @@ def index_for(run, method: str, work: Path) -> Path:
     if method == "chosen" or method == built:
         return run.index
     if method == "ivf_qmetric":
-        raise SystemExit(f"{run.index}: built as {built or run.manifest.get('factory')}; --method ivf_qmetric needs the student's training-query "
-                         "vectors (its lists are cut in their metric): use a quick-start run that chose it, or --method chosen")
+        raise SystemExit(
+            f"{run.index}: built as {built or run.manifest.get('factory')}; --method ivf_qmetric needs the student's training-query "
+            "vectors (its lists are cut in their metric): use a quick-start run that chose it, or --method chosen"
+        )
     dense = DenseIndex.open(run.index)
     sem = run.manifest.get("semantic_ids") or {}
     out = work / f"index-{method}"
     X = np.asarray(dense.vectors)
     edges = {"train_queries": edge_queries(run, X.shape[1])} if method == "hnsw_sq_qg" else {}
-    build_index(X, out, method=method, doc_ids=list(dense.doc_ids), tower_info=run.manifest.get("tower"),
-                documents=run.root / "data", semantic_ids_layers=int(sem.get("n_layers", 0)), codebook_size=int(sem.get("codebook_size", 256)),
-                seed=int(run.manifest.get("seed", 0)), progress=False, **edges)
+    build_index(
+        X,
+        out,
+        method=method,
+        doc_ids=list(dense.doc_ids),
+        tower_info=run.manifest.get("tower"),
+        documents=run.root / "data",
+        semantic_ids_layers=int(sem.get("n_layers", 0)),
+        codebook_size=int(sem.get("codebook_size", 256)),
+        seed=int(run.manifest.get("seed", 0)),
+        progress=False,
+        **edges,
+    )
     return out
 
 
@@ -93,7 +122,9 @@ def edge_queries(run, dim: int) -> np.ndarray:
     for name in ("pseudo_ict", "corpus_texts"):
         path = run.root / name / "queries.jsonl"
         if not path.exists():
-            raise SystemExit(f"{path}: missing; --method hnsw_sq_qg fits its edges on the run's QKD pool as the quick start does")
+            raise SystemExit(
+                f"{path}: missing; --method hnsw_sq_qg fits its edges on the run's QKD pool as the quick start does"
+            )
         texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
     texts = [t for t in texts if t.strip() and t not in test]
     return student_vectors(load_tower(run.student), texts, dim)
@@ -113,13 +144,17 @@ def milvus_dense_by_vector(uri: str, local: Path, docs, nlist: int) -> tuple[int
         vec: dict[int, list[float]] = {}
         for s in range(0, len(have), 1024):
             part = [k for _, k in have[s : s + 1024]]
-            for r in live.client.query(live.collection, filter=f"{PK} in {part}", output_fields=[PK, VECTOR], consistency_level="Strong"):
+            for r in live.client.query(
+                live.collection, filter=f"{PK} in {part}", output_fields=[PK, VECTOR], consistency_level="Strong"
+            ):
                 vec[int(r[PK])] = r[VECTOR]
         missing += [i for i, k in have if k not in vec]
         have = [(i, k) for i, k in have if k in vec]
         if have:
             q = np.asarray([vec[k] for _, k in have], dtype=np.float32)
-            res = live.search(q, 100, rerank=200, **({"nprobe": nlist} if nlist else {}))  # nlist 0: no IVF layer (HNSW)
+            res = live.search(
+                q, 100, rerank=200, **({"nprobe": nlist} if nlist else {})
+            )  # nlist 0: no IVF layer (HNSW)
             missing += [i for (i, _), hits in zip(have, res.doc_ids, strict=True) if i not in hits]
     finally:
         live.close()
@@ -139,7 +174,9 @@ def faiss_dense_by_vector(index: Path, docs, nlist: int) -> tuple[int, list[str]
         have = [(d, r) for d, r in zip(docs, rows, strict=True) if r is not None]
         if have:
             q = np.asarray(live.store.vectors.view[[r for _, r in have]], dtype=np.float32)
-            res = live.search(q, 100, rerank=200, **({"nprobe": nlist} if nlist else {}))  # nlist 0: no IVF layer (HNSW)  # ties: notes can repeat another one word for word
+            res = live.search(
+                q, 100, rerank=200, **({"nprobe": nlist} if nlist else {})
+            )  # nlist 0: no IVF layer (HNSW)  # ties: notes can repeat another one word for word
             missing += [d.id for (d, _), hits in zip(have, res.doc_ids, strict=True) if d.id not in hits]
     finally:
         live.close()

@@ -5,14 +5,13 @@ search defaults against exact search while new documents arrive, and after a reb
 
 from __future__ import annotations
 
-from typing import Any
-
 import hashlib
 import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +64,14 @@ def phase_drift(run: Any, work: Path, new_docs, cache: Path) -> tuple[list[dict]
             live.upsert(new_docs[s : min(upto, s + 256)], vectors=X_new[s : min(upto, s + 256)])
         done = upto
         X_live = np.concatenate([X_base, X_new[:upto]])
-        rows.append({"phase": "drift", "added_pct": pct, "n_docs": n0 + upto, **_drift_point(live, work, X_live, Q, rebuild=True)})
+        rows.append(
+            {
+                "phase": "drift",
+                "added_pct": pct,
+                "n_docs": n0 + upto,
+                **_drift_point(live, work, X_live, Q, rebuild=True),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     live.close()
     return rows, X_new, Q
@@ -74,8 +80,11 @@ def phase_drift(run: Any, work: Path, new_docs, cache: Path) -> tuple[list[dict]
 def _drift_point(live, work: Path, X_live, Q, rebuild: bool) -> dict:
     from scalingnote.live import LiveIndex
 
-    out = {"recall@10_live": round(recall_vs_exact(live, X_live, Q), 4), "recall_estimate": round(live.recall_estimate(sample=256) or 0, 4),
-           "added_share": live.stats()["added_share"]}
+    out = {
+        "recall@10_live": round(recall_vs_exact(live, X_live, Q), 4),
+        "recall_estimate": round(live.recall_estimate(sample=256) or 0, 4),
+        "added_share": live.stats()["added_share"],
+    }
     if rebuild:
         copy = work / f"rebuilt-{len(X_live)}"  # the same documents, codebooks retrained (`index rebuild`)
         shutil.copytree(live.root, copy)
@@ -94,7 +103,14 @@ def _compared_setting(manifest: dict, method: str, index_dir: Path) -> str:
     comparison (``search_tuning.methods``) found for it on validation queries, when it has one."""
     from scalingnote.index.tune import save_search_defaults
 
-    row = next((m for m in (manifest.get("search_tuning") or {}).get("methods", []) if m.get("method") == method and m.get("setting")), None)
+    row = next(
+        (
+            m
+            for m in (manifest.get("search_tuning") or {}).get("methods", [])
+            if m.get("method") == method and m.get("setting")
+        ),
+        None,
+    )
     if row is None:
         return "rebuilt over the same vectors, build defaults"
     save_search_defaults(index_dir, {"chosen": dict(row["setting"]), "knob": row["knob"]})
@@ -116,14 +132,27 @@ def drift_only(args, run: Any, new_docs, load0, t_start: float) -> None:
         method = (man.get("routing") or {}).get("method") or "factory"
         label = f"{method} ({how})"
         drift, _, _ = phase_drift(run, work, new_docs, args.cache)
-    rows = [{"method": label, "structure": man.get("factory"), "search_defaults": json.dumps(man.get("search_defaults"), sort_keys=True), **r}
-            for r in drift]
+    rows = [
+        {
+            "method": label,
+            "structure": man.get("factory"),
+            "search_defaults": json.dumps(man.get("search_defaults"), sort_keys=True),
+            **r,
+        }
+        for r in drift
+    ]
     path = REPO_ROOT / "benchmarks" / "results" / "ingest_drift.json"
     old = json.loads(path.read_text()) if path.exists() else {"rows": [], "config": {}}
     rows = [r for r in old["rows"] if r["method"] != label] + rows
-    config = {"run": str(args.run), "n_base": int(man.get("n_vectors", 0)), "n_new": len(new_docs), "seed": args.seed,
-              "queries": "the run's test queries encoded by the served student; recall@10 of the live index at its search defaults vs "
-                         "exact search over every live vector, and after `rebuild` (codebooks retrained)",
-              "new_documents": "synthetic notes beyond the built corpus" if args.new_docs is None else str(args.new_docs),
-              "seconds": {**old["config"].get("seconds", {}), label: round(time.perf_counter() - t_start, 1)}, **loadavg(load0)}
+    config = {
+        "run": str(args.run),
+        "n_base": int(man.get("n_vectors", 0)),
+        "n_new": len(new_docs),
+        "seed": args.seed,
+        "queries": "the run's test queries encoded by the served student; recall@10 of the live index at its search defaults vs "
+        "exact search over every live vector, and after `rebuild` (codebooks retrained)",
+        "new_documents": "synthetic notes beyond the built corpus" if args.new_docs is None else str(args.new_docs),
+        "seconds": {**old["config"].get("seconds", {}), label: round(time.perf_counter() - t_start, 1)},
+        **loadavg(load0),
+    }
     print(f"wrote {write_results('ingest_drift', rows, config)}", flush=True)

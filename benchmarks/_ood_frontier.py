@@ -35,7 +35,9 @@ def single_ms(idx, q: np.ndarray, setting: dict, n: int) -> float:
     return 1000 * t.seconds / len(rows)
 
 
-def frontier_qps(idx, val_points: list[dict], test_points: list[dict], val_q: np.ndarray, test_q: np.ndarray, n_single: int) -> list[dict]:
+def frontier_qps(
+    idx, val_points: list[dict], test_points: list[dict], val_q: np.ndarray, test_q: np.ndarray, n_single: int
+) -> list[dict]:
     """One entry per level: the setting chosen on validation for it, measured on test."""
     out = []
     for level in LEVELS:
@@ -53,8 +55,16 @@ def frontier_qps(idx, val_points: list[dict], test_points: list[dict], val_q: np
         s = _setting(pick)
         at = next(p for p in test_points if _setting(p) == s)
         ms = single_ms(idx, test_q, s, n_single)
-        out.append({"level": level, "reached_on_validation": True, "recall@10": round(at["recall@10"], 4),
-                    "qps_single": round(1000 / ms, 1), "share_scanned": round(at["share_scanned"], 5), **s})
+        out.append(
+            {
+                "level": level,
+                "reached_on_validation": True,
+                "recall@10": round(at["recall@10"], 4),
+                "qps_single": round(1000 / ms, 1),
+                "share_scanned": round(at["share_scanned"], 5),
+                **s,
+            }
+        )
     return out
 
 
@@ -78,35 +88,51 @@ def frontier_targets(rows: list[dict]) -> dict[str, str]:
             base = (ivf.get(r["set"]) or {}).get("frontier_qps") or []
             b99 = next((e for e in base if e["level"] == 0.99 and e.get("reached_on_validation")), None)
             ratio = None if b99 is None else hi["qps_single"] / b99["qps_single"]
-            parts.append(f"0.99: test recall {hi['recall@10']:.4f}" + (" (MISSED on test)" if hi["recall@10"] < 0.99 else "")
-                         + f", {hi['qps_single']:.0f} QPS" + ("" if ratio is None else f" = {ratio:.2f}x ivf (target 3x: {'met' if ratio >= 3 else 'MISSED'})")
-                         + f", {hi['share_scanned']:.2%} scanned ({'met' if hi['share_scanned'] <= bound else 'MISSED'}, bound {bound:.0%})")
-        parts.append(f"memory {r['memory_ratio_vs_float']:.3f} of float32 ({'met' if r['memory_ratio_vs_float'] <= 0.25 else 'MISSED'})")
+            parts.append(
+                f"0.99: test recall {hi['recall@10']:.4f}"
+                + (" (MISSED on test)" if hi["recall@10"] < 0.99 else "")
+                + f", {hi['qps_single']:.0f} QPS"
+                + ("" if ratio is None else f" = {ratio:.2f}x ivf (target 3x: {'met' if ratio >= 3 else 'MISSED'})")
+                + f", {hi['share_scanned']:.2%} scanned ({'met' if hi['share_scanned'] <= bound else 'MISSED'}, bound {bound:.0%})"
+            )
+        parts.append(
+            f"memory {r['memory_ratio_vs_float']:.3f} of float32 ({'met' if r['memory_ratio_vs_float'] <= 0.25 else 'MISSED'})"
+        )
         if lo.get("reached_on_validation"):
-            parts.append(f"0.90: test recall {lo['recall@10']:.4f} at {lo['qps_single']:.0f} QPS (target 2000: "
-                         f"{'met' if lo['qps_single'] >= 2000 and lo['recall@10'] >= 0.9 else 'MISSED'})")
+            parts.append(
+                f"0.90: test recall {lo['recall@10']:.4f} at {lo['qps_single']:.0f} QPS (target 2000: "
+                f"{'met' if lo['qps_single'] >= 2000 and lo['recall@10'] >= 0.9 else 'MISSED'})"
+            )
         else:
             parts.append("0.90: never reached on validation: MISSED")
         out[f"{r['set']}/{r['method']}"] = "; ".join(parts)
     return out
 
 
-def plan_10m(rows: list[dict], *, small_set: str = "kuake_qtr", n_target: int = 10_000_000, ram_gib: float, cores: int) -> dict:
+def plan_10m(
+    rows: list[dict], *, small_set: str = "kuake_qtr", n_target: int = 10_000_000, ram_gib: float, cores: int
+) -> dict:
     """Per method measured at 1M (``sim1m``) and on ``small_set`` (the set it was fitted to: same width): the 10M estimate from the
     measured slopes. Memory: bytes a vector at 1M x 10M (IVF lists and codes grow linearly; the
     centroids by sqrt(N): counted as linear, an upper bound). Build seconds and single-query latency
     at recall 0.99 (else 0.95): a power law through the two measured sizes. Machines: enough of this
     one's RAM (80% usable) for the index plus the float32 re-rank vectors in the page cache."""
     by = {(r["set"], r["method"]): r for r in rows if "chosen_for" not in r}
-    plan: dict = {"n": n_target, "assumes": f"{cores} cores, {ram_gib:.0f} GiB RAM a machine; power laws through {small_set} and sim1m (same towers, same width)",
-                  "nlist_rule": f"4 sqrt(N) = {int(round(4 * math.sqrt(n_target)))} lists", "methods": {}}
+    plan: dict = {
+        "n": n_target,
+        "assumes": f"{cores} cores, {ram_gib:.0f} GiB RAM a machine; power laws through {small_set} and sim1m (same towers, same width)",
+        "nlist_rule": f"4 sqrt(N) = {int(round(4 * math.sqrt(n_target)))} lists",
+        "methods": {},
+    }
     for (s, method), big in by.items():
         if s != "sim1m":
             continue
         small = by.get((small_set, method))
         n1, d = big["n"], big["dim"]
-        e: dict = {"memory_gib": round(big["memory_bytes"] / n1 * n_target / 2**30, 2),
-                   "rerank_floats_gib": round(n_target * d * 4 / 2**30, 2)}
+        e: dict = {
+            "memory_gib": round(big["memory_bytes"] / n1 * n_target / 2**30, 2),
+            "rerank_floats_gib": round(n_target * d * 4 / 2**30, 2),
+        }
         if small is not None and small["n"] < n1:
             slope = math.log(max(big["build_s"], 1e-3) / max(small["build_s"], 1e-3)) / math.log(n1 / small["n"])
             e["build_slope"] = round(slope, 3)
@@ -121,11 +147,19 @@ def plan_10m(rows: list[dict], *, small_set: str = "kuake_qtr", n_target: int = 
 
 def _latency_slope(small: dict, big: dict, n1: int, n_target: int) -> dict | None:
     for level in (0.99, 0.95):
-        a = next((x for x in small.get("frontier_qps", []) if x["level"] == level and x.get("reached_on_validation")), None)
-        b = next((x for x in big.get("frontier_qps", []) if x["level"] == level and x.get("reached_on_validation")), None)
+        a = next(
+            (x for x in small.get("frontier_qps", []) if x["level"] == level and x.get("reached_on_validation")), None
+        )
+        b = next(
+            (x for x in big.get("frontier_qps", []) if x["level"] == level and x.get("reached_on_validation")), None
+        )
         if a and b:
             slope = math.log(a["qps_single"] / b["qps_single"]) / math.log(n1 / small["n"])
-            return {"latency_level": level, "latency_slope": round(slope, 3), "qps_single": round(b["qps_single"] / (n_target / n1) ** slope, 1)}
+            return {
+                "latency_level": level,
+                "latency_slope": round(slope, 3),
+                "qps_single": round(b["qps_single"] / (n_target / n1) ** slope, 1),
+            }
     return None
 
 
@@ -144,7 +178,10 @@ def flatten_frontier(rows: list[dict]) -> dict[str, list[dict]]:
             r[f"{tag}_recall@10"] = e.get("recall@10")
             r[f"{tag}_qps_single"] = e.get("qps_single")
             r[f"{tag}_share_scanned"] = e.get("share_scanned")
-            r[f"{tag}_setting"] = " ".join(f"{k}={e[k]}" for k in KNOBS if k in e) or f"not reached on validation (best {e.get('val_recall@10')})"
+            r[f"{tag}_setting"] = (
+                " ".join(f"{k}={e[k]}" for k in KNOBS if k in e)
+                or f"not reached on validation (best {e.get('val_recall@10')})"
+            )
     return out
 
 

@@ -167,14 +167,31 @@ def _test_qrels(data: Path) -> dict[str, dict[str, int]]:
     return load_qrels(data / "qrels" / "test.tsv")
 
 
-def _student_set(name: str, docs: np.ndarray, small: dict[str, np.ndarray], fit_x: np.ndarray, fit_y: np.ndarray, towers: tuple[str, str, str],
-                 doc_list: list, splits: dict[str, list[str]], data: Path) -> TowerSet:
+def _student_set(
+    name: str,
+    docs: np.ndarray,
+    small: dict[str, np.ndarray],
+    fit_x: np.ndarray,
+    fit_y: np.ndarray,
+    towers: tuple[str, str, str],
+    doc_list: list,
+    splits: dict[str, list[str]],
+    data: Path,
+) -> TowerSet:
     """The :class:`TowerSet` whose student is the small tower + a ridge head fitted from ``fit_x`` (small
     vectors) to ``fit_y`` (teacher vectors); ``towers``: (document tower, query tower, pseudo-query source)."""
     w, b = ridge_head(fit_x, fit_y)
     stu = {s: _norm(small[s] @ w.T + b) for s in small}
-    return TowerSet(name, docs, {s: stu[s] for s in ("train", "val", "test")}, stu["pseudo"], *towers,
-                    [x.id for x in doc_list], splits, _test_qrels(data))
+    return TowerSet(
+        name,
+        docs,
+        {s: stu[s] for s in ("train", "val", "test")},
+        stu["pseudo"],
+        *towers,
+        [x.id for x in doc_list],
+        splits,
+        _test_qrels(data),
+    )
 
 
 def scifact(seed: int = 0) -> TowerSet:
@@ -195,9 +212,11 @@ def scifact(seed: int = 0) -> TowerSet:
     small["pseudo"] = _cached(c / "pseudo_q2.npy", lambda: _encode_q(t2(), pseudo_texts))
     fit_x = np.concatenate([small["train"], small["pseudo"]])
     fit_y = _norm(np.concatenate([big["train"], big["pseudo"]]))
-    towers = ("minilm-l6 (all-MiniLM-L6-v2, 6 layers, mean pooling, zero-shot, 384-d)",
-              "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT pseudo-queries)",
-              f"ICT pseudo-queries over the corpus ({len(pseudo_texts)})")
+    towers = (
+        "minilm-l6 (all-MiniLM-L6-v2, 6 layers, mean pooling, zero-shot, 384-d)",
+        "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT pseudo-queries)",
+        f"ICT pseudo-queries over the corpus ({len(pseudo_texts)})",
+    )
     return _student_set("scifact", _norm(d), small, fit_x, fit_y, towers, docs, splits, data)
 
 
@@ -213,7 +232,9 @@ def kuake(seed: int = 0) -> TowerSet:
     row = {d.id: i for i, d in enumerate(docs)}
     pseudo_texts = [d.text for d in docs]
     llm = "smollm2-135m"
-    d4 = _cached(c / "docs_L4.npy", lambda: _encode_d(load_tower(llm, "document", num_layers=4, dim=None, pooling="mean"), docs))
+    d4 = _cached(
+        c / "docs_L4.npy", lambda: _encode_d(load_tower(llm, "document", num_layers=4, dim=None, pooling="mean"), docs)
+    )
     t4 = lambda: load_tower(llm, "query", num_layers=4, dim=None, pooling="mean")  # noqa: E731
     t1 = lambda: load_tower(llm, "query", num_layers=1, dim=None, pooling="mean")  # noqa: E731
     q4 = _by_split(c / "queries_q4.npy", t4, data, {"train": splits["train"]})["train"]
@@ -228,11 +249,22 @@ def kuake(seed: int = 0) -> TowerSet:
     pairs = np.array([(qrow[q], row[d]) for q in splits["train"] for d, g in qrels[q].items() if g > 0 and d in row])
     fq, fd = infonce_heads(q4, d4, pairs, seed=seed)
     teacher_train, teacher_pseudo = fq(q4), fq(p4)
-    towers = ("smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training pairs, 576-d)",
-              "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head vectors on training queries + corpus texts)",
-              f"corpus texts encoded by the query tower ({len(pseudo_texts)})")
-    return _student_set("kuake_qtr", fd(d4), small, np.concatenate([small["train"], small["pseudo"][sub]]),
-                        np.concatenate([teacher_train, teacher_pseudo]), towers, docs, splits, data)
+    towers = (
+        "smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training pairs, 576-d)",
+        "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head vectors on training queries + corpus texts)",
+        f"corpus texts encoded by the query tower ({len(pseudo_texts)})",
+    )
+    return _student_set(
+        "kuake_qtr",
+        fd(d4),
+        small,
+        np.concatenate([small["train"], small["pseudo"][sub]]),
+        np.concatenate([teacher_train, teacher_pseudo]),
+        towers,
+        docs,
+        splits,
+        data,
+    )
 
 
 def from_run(name: str, run: Path, seed: int = 0) -> TowerSet:
@@ -251,16 +283,31 @@ def from_run(name: str, run: Path, seed: int = 0) -> TowerSet:
     ids = json.loads((teacher / "doc_ids.json").read_text(encoding="utf-8"))
     data = shared_data_dir() / name
     splits = query_splits(data, seed)
-    pseudo_texts = _ict_texts(name, data, seed) if name == "scifact" else [d.text for d in load_corpus(data / "corpus.jsonl").values()]
+    pseudo_texts = (
+        _ict_texts(name, data, seed)
+        if name == "scifact"
+        else [d.text for d in load_corpus(data / "corpus.jsonl").values()]
+    )
     tower = load_tower(cand["dir"])
     q_ids, q_texts = _all_queries(data)
     allq = student_vectors(tower, q_texts, docs.shape[1])
     row = {q: i for i, q in enumerate(q_ids)}
     queries = {s: allq[[row[q] for q in qids]] for s, qids in splits.items()}
-    towers = (f"the recipe's teacher: {ch['teacher']['family']} ({teacher.name}, {docs.shape[1]}-d; {run})",
-              f"the recipe's chosen student: {cand['name']} ({cand['dir']})",
-              f"{'ICT pseudo-queries' if name == 'scifact' else 'corpus texts'} encoded by the student ({len(pseudo_texts)})")
-    return TowerSet(name, docs, queries, student_vectors(tower, pseudo_texts, docs.shape[1]), *towers, ids, splits, _test_qrels(data))
+    towers = (
+        f"the recipe's teacher: {ch['teacher']['family']} ({teacher.name}, {docs.shape[1]}-d; {run})",
+        f"the recipe's chosen student: {cand['name']} ({cand['dir']})",
+        f"{'ICT pseudo-queries' if name == 'scifact' else 'corpus texts'} encoded by the student ({len(pseudo_texts)})",
+    )
+    return TowerSet(
+        name,
+        docs,
+        queries,
+        student_vectors(tower, pseudo_texts, docs.shape[1]),
+        *towers,
+        ids,
+        splits,
+        _test_qrels(data),
+    )
 
 
 if __name__ == "__main__":  # warm the caches: python -m benchmarks._ood_towers
@@ -268,4 +315,11 @@ if __name__ == "__main__":  # warm the caches: python -m benchmarks._ood_towers
         t = make()
         mq, md = t.queries["test"].mean(0), t.docs.mean(0)
         cos = float(mq @ md / np.linalg.norm(mq) / np.linalg.norm(md))
-        print(t.name, t.docs.shape, {k: v.shape for k, v in t.queries.items()}, t.pseudo.shape, f"cos(mean q, mean d) {cos:.3f}", flush=True)
+        print(
+            t.name,
+            t.docs.shape,
+            {k: v.shape for k, v in t.queries.items()},
+            t.pseudo.shape,
+            f"cos(mean q, mean d) {cos:.3f}",
+            flush=True,
+        )

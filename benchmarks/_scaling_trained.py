@@ -31,10 +31,16 @@ class Family:
 
 
 FAMILIES = {
-    "minilm": Family("minilm", "minilm-l6", "twinbert", (1, 2, 3, 4, 5, 6), 128, data_depth=2, joint_extra=((4, 256), (1, 512))),
-    "smollm2": Family("smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean", eval_every=50),
+    "minilm": Family(
+        "minilm", "minilm-l6", "twinbert", (1, 2, 3, 4, 5, 6), 128, data_depth=2, joint_extra=((4, 256), (1, 512))
+    ),
+    "smollm2": Family(
+        "smollm2", "smollm2-135m", "scaling_dual", (1, 2, 3, 4, 6), 128 + 56, pooling="mean", eval_every=50
+    ),
     # the same protocol up to the whole 30-layer tower (held out): for a GPU (scripts/device_scaling_trained.sh)
-    "smollm2_full": Family("smollm2_full", "smollm2-135m", "scaling_dual", (1, 2, 4, 8, 16, 30), 128 + 56, pooling="mean", eval_every=50),
+    "smollm2_full": Family(
+        "smollm2_full", "smollm2-135m", "scaling_dual", (1, 2, 4, 8, 16, 30), 128 + 56, pooling="mean", eval_every=50
+    ),
 }
 MODEL_D = 4096  #: the data size of L(N)
 D_GRID = [64, 128, 256, 512, 1024, 2048, 4096]
@@ -60,8 +66,18 @@ def settings(args, fam: Family):
     from scalingnote.scaling.points import PointSettings
 
     every = fam.eval_every
-    return PointSettings(lr=args.lr, head_lr=1e-3, batch_size=32, max_steps=args.steps, min_eval_every=every, max_eval_every=every,
-                         patience=3, warmup_steps=20, schedule="constant", seed=args.seed)
+    return PointSettings(
+        lr=args.lr,
+        head_lr=1e-3,
+        batch_size=32,
+        max_steps=args.steps,
+        min_eval_every=every,
+        max_eval_every=every,
+        patience=3,
+        warmup_steps=20,
+        schedule="constant",
+        seed=args.seed,
+    )
 
 
 def family_dir(args, fam: Family) -> Path:
@@ -72,14 +88,28 @@ def session_config(fam: Family, depth: int, args, out: Path):
     from scalingnote.config import load_config
     from scalingnote.training import TrainConfig
 
-    tower = {"model": fam.model, "num_layers": depth, "trainable_layers": "all", **({"pooling": fam.pooling} if fam.pooling else {})}
-    return load_config(TrainConfig, {
-        "method": fam.method, "output_dir": str(out), "dim": 128,
-        "query_tower": {**tower, "max_length": QUERY_MAX}, "doc_tower": {**tower, "max_length": fam.doc_max},
-        "data": {"data_dir": str(shared_data_dir() / args.data), "negatives": "none"},
-        "optim": {"batch_size": 32, "lr": args.lr, "head_lr": 1e-3},
-        "center_samples": 512, "projection_init": "pca", "seed": args.seed, "show_progress": False,
-    })
+    tower = {
+        "model": fam.model,
+        "num_layers": depth,
+        "trainable_layers": "all",
+        **({"pooling": fam.pooling} if fam.pooling else {}),
+    }
+    return load_config(
+        TrainConfig,
+        {
+            "method": fam.method,
+            "output_dir": str(out),
+            "dim": 128,
+            "query_tower": {**tower, "max_length": QUERY_MAX},
+            "doc_tower": {**tower, "max_length": fam.doc_max},
+            "data": {"data_dir": str(shared_data_dir() / args.data), "negatives": "none"},
+            "optim": {"batch_size": 32, "lr": args.lr, "head_lr": 1e-3},
+            "center_samples": 512,
+            "projection_init": "pca",
+            "seed": args.seed,
+            "show_progress": False,
+        },
+    )
 
 
 def load(args):
@@ -90,10 +120,14 @@ def load(args):
     from benchmarks.scaling_sweep import load_pool, pool_digest
     from scalingnote.scaling.points import make_eval_set
 
-    pool, dev_full, test, corpus, queries = load_pool(args.data, ict_dir(args.work / "pseudo_ict", args.data, args.seed), args.seed)
+    pool, dev_full, test, corpus, queries = load_pool(
+        args.data, ict_dir(args.work / "pseudo_ict", args.data, args.seed), args.seed
+    )
     rng = np.random.default_rng(args.seed + 7)
     ids = list(corpus)
-    keep = {ids[i] for i in rng.choice(len(ids), size=768, replace=False)} | {d for q in dev_full.qrels.values() for d in q}
+    keep = {ids[i] for i in rng.choice(len(ids), size=768, replace=False)} | {
+        d for q in dev_full.qrels.values() for d in q
+    }
     dev = make_eval_set(queries, dev_full.qrels, sorted(keep), seed=args.seed + 1, name="dev", pool=True)
     return pool, dev, test, corpus, pool_digest(pool, dev, test)
 
@@ -118,11 +152,27 @@ def run(fam: Family, points: list[tuple[int, int, str]], args) -> None:
             session = None  # free the previous depth's towers before loading the next
             session, at = TowerSession(session_config(fam, depth, args, root / f"d{depth}"), corpus), depth
         t0 = time.perf_counter()
-        rec = run_point(session, pool[:D], dev, test, out, st,
-                        extra={"key": key, "role": role, "depth": depth, "D": D, "human_pairs": sum(e.source == "human" for e in pool[:D])})
-        print(f"[scaling_trained] {fam.name} d{depth} D{D} ({role}): test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
-              f"dev {rec['start_dev_contrastive_ppl']:.4f}->{rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} "
-              f"(best {rec['best_step']}) {time.perf_counter() - t0:.0f}s", flush=True)
+        rec = run_point(
+            session,
+            pool[:D],
+            dev,
+            test,
+            out,
+            st,
+            extra={
+                "key": key,
+                "role": role,
+                "depth": depth,
+                "D": D,
+                "human_pairs": sum(e.source == "human" for e in pool[:D]),
+            },
+        )
+        print(
+            f"[scaling_trained] {fam.name} d{depth} D{D} ({role}): test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
+            f"dev {rec['start_dev_contrastive_ppl']:.4f}->{rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} "
+            f"(best {rec['best_step']}) {time.perf_counter() - t0:.0f}s",
+            flush=True,
+        )
 
 
 def rows(args, fam: Family) -> list[dict]:
@@ -136,13 +186,31 @@ def rows(args, fam: Family) -> list[dict]:
         r = json.loads(f.read_text(encoding="utf-8"))
         if not r.get("key", "").startswith(f"{fam.model}|") or not r["key"].endswith(st):
             continue
-        per_query = [v[2] for v in r["per_query"].values() if len(v) > 2]  # the mean contrastive loss of each test query
-        out.append({"_per_query": dict(zip(r["per_query"], per_query)), "loss_se": round(float(np.std(per_query, ddof=1) / np.sqrt(len(per_query))), 4),
-                    "role": r["role"], "family": fam.name, "method": fam.method, "depth": r["depth"], "N": r["non_embedding_params"]["query"],
-                    "D": r["D"], "loss": r["test_contrastive_ppl"], "ndcg@10": r["ndcg@10"], "r@100": r["r@100"],
-                    "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"], "dev_contrastive_ppl": r["dev_contrastive_ppl"],
-                    "dev_curve": " ".join(f"{a}:{b:.4f}" for a, b in r["dev_curve"]), "human_pairs": r["human_pairs"],
-                    "steps_run": r["steps_run"], "best_step": r["best_step"], "train_seconds": r["train_seconds"]})
+        per_query = [
+            v[2] for v in r["per_query"].values() if len(v) > 2
+        ]  # the mean contrastive loss of each test query
+        out.append(
+            {
+                "_per_query": dict(zip(r["per_query"], per_query)),
+                "loss_se": round(float(np.std(per_query, ddof=1) / np.sqrt(len(per_query))), 4),
+                "role": r["role"],
+                "family": fam.name,
+                "method": fam.method,
+                "depth": r["depth"],
+                "N": r["non_embedding_params"]["query"],
+                "D": r["D"],
+                "loss": r["test_contrastive_ppl"],
+                "ndcg@10": r["ndcg@10"],
+                "r@100": r["r@100"],
+                "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"],
+                "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+                "dev_curve": " ".join(f"{a}:{b:.4f}" for a, b in r["dev_curve"]),
+                "human_pairs": r["human_pairs"],
+                "steps_run": r["steps_run"],
+                "best_step": r["best_step"],
+                "train_seconds": r["train_seconds"],
+            }
+        )
     return sorted(out, key=lambda r: (r["depth"], r["D"]))
 
 
@@ -158,5 +226,19 @@ def laws(fit_rows: list[dict], fam: Family) -> dict:
     return out
 
 
-__all__ = ["D_GRID", "FAMILIES", "MODEL_D", "QUERY_MAX", "Family", "family_dir", "fitted_points", "heldout_points", "laws", "load", "rows",
-           "run", "session_config", "settings"]
+__all__ = [
+    "D_GRID",
+    "FAMILIES",
+    "MODEL_D",
+    "QUERY_MAX",
+    "Family",
+    "family_dir",
+    "fitted_points",
+    "heldout_points",
+    "laws",
+    "load",
+    "rows",
+    "run",
+    "session_config",
+    "settings",
+]

@@ -84,7 +84,9 @@ def main() -> None:
     train_qrels = load_qrels(qrels_path(root, "train"), queries, corpus)
     test_qrels = load_qrels(qrels_path(root, "test"), queries, corpus)
     dev_q = _split_by_query(sorted(train_qrels), 0.1, args.seed)  # the same dev queries as the scaling sweep
-    pairs = [(q, d) for q in sorted(train_qrels) if q not in dev_q for d in sorted(train_qrels[q]) if train_qrels[q][d] > 0]
+    pairs = [
+        (q, d) for q in sorted(train_qrels) if q not in dev_q for d in sorted(train_qrels[q]) if train_qrels[q][d] > 0
+    ]
     order = np.random.default_rng(args.seed).permutation(len(pairs))
     pairs = [pairs[i] for i in order]
     ict = {}
@@ -113,7 +115,9 @@ def main() -> None:
         "llm": [Example(f"llm-{d}", llm[d], corpus[d], None, "llm") for _, d in pairs[:n_max]],
     }
     cfg = stage1_config(args.data, "scaling_dual", 2, 3e-3, args.seed, args.work, max_epochs=40)
-    cfg = dataclasses.replace(cfg, feature_cache_dir=str(features), data=dataclasses.replace(cfg.data, negatives="none"))
+    cfg = dataclasses.replace(
+        cfg, feature_cache_dir=str(features), data=dataclasses.replace(cfg.data, negatives="none")
+    )
     session = HeadSession(cfg, corpus, show_progress=True)
     doc_ids = list(corpus)
     dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, doc_ids, seed=args.seed + 1, name="dev")
@@ -123,19 +127,40 @@ def main() -> None:
     recs: dict[tuple[str, int], dict] = {}
     for D in sizes:
         for t in TYPES:
-            key = json.dumps({"type": t, "D": D, "pairs": [(e.query_id, e.pos.id) for e in sets[t][:D]], "settings": str(settings)})
-            recs[(t, D)] = run_point(session, sets[t][:D], dev, test, args.work / t / f"D{D}", settings,
-                                     extra={"key": key, "annotation": t, "D": D})
+            key = json.dumps(
+                {"type": t, "D": D, "pairs": [(e.query_id, e.pos.id) for e in sets[t][:D]], "settings": str(settings)}
+            )
+            recs[(t, D)] = run_point(
+                session,
+                sets[t][:D],
+                dev,
+                test,
+                args.work / t / f"D{D}",
+                settings,
+                extra={"key": key, "annotation": t, "D": D},
+            )
             r = recs[(t, D)]
-            print(f"[annotation] {t} D={D}: ppl {r['test_contrastive_ppl']:.4f} nDCG@10 {r['ndcg@10']:.4f} R@100 {r['r@100']:.4f}", flush=True)
+            print(
+                f"[annotation] {t} D={D}: ppl {r['test_contrastive_ppl']:.4f} nDCG@10 {r['ndcg@10']:.4f} R@100 {r['r@100']:.4f}",
+                flush=True,
+            )
     from benchmarks.prompt_ablation import paired_pvalues
 
     rows = []
     for (t, D), r in sorted(recs.items(), key=lambda kv: (kv[0][1], TYPES.index(kv[0][0]))):
-        row = {"annotation": t, "D": D, "N": r["non_embedding_params"]["query"], "loss": r["test_contrastive_ppl"],
-               "contrastive_ppl": r["test_contrastive_ppl"], "ndcg@10": r["ndcg@10"], "r@100": r["r@100"],
-               "dev_contrastive_ppl": r["dev_contrastive_ppl"], "steps_run": r["steps_run"], "best_step": r["best_step"],
-               "train_seconds": r["train_seconds"]}
+        row = {
+            "annotation": t,
+            "D": D,
+            "N": r["non_embedding_params"]["query"],
+            "loss": r["test_contrastive_ppl"],
+            "contrastive_ppl": r["test_contrastive_ppl"],
+            "ndcg@10": r["ndcg@10"],
+            "r@100": r["r@100"],
+            "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+            "steps_run": r["steps_run"],
+            "best_step": r["best_step"],
+            "train_seconds": r["train_seconds"],
+        }
         if t != "human":
             row.update(paired_pvalues(r, recs[("human", D)], prefix="vs_human_"))
         rows.append(row)
@@ -151,19 +176,30 @@ def main() -> None:
         r["fit_r2"] = f.get("r2")
     _plot(rows, RESULTS_DIR / "plots" / f"annotation_{args.data}.png")
     llm_n = sum(1 for d in pos_docs if llm.get(d.id))
-    write_results(f"annotation_{args.data}", [{k: v for k, v in r.items() if k != "loss"} for r in rows], {
-        "data": args.data, "sizes": sizes, "dev_queries": len(dev.query_ids), "test_queries": len(test.query_ids),
-        "human_pairs_available": len(pairs), "llm_generated_docs": llm_n, "llm_empty": sum(1 for d in pos_docs if d.id in llm and not llm[d.id]), "pairs_dropped_empty_llm": dropped,
-        "llm": "SmolLM2-135M-Instruct (GGUF package), greedy, 24 new tokens, no_repeat_ngram 4, one demonstration; "
-               f"generation budget {args.gen_minutes} min on the shared CPU (the largest matched size is what it reached)",
-        "ict": "one sentence of the positive document (ICTConfig defaults, seed 0)",
-        "model": "ScalingDual, SmolLM2-135M truncated to 2 layers, heads only over cached pooled states",
-        "training": "in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on dev contrastive perplexity (stop after 1000 steps without improvement)",
-        "contrastive_ppl": "Fang et al. Eq. 6 on the SciFact test queries, W=256 negatives drawn once (seed 0), s = cos/0.05",
-        "p_values": "two-sided paired t-test over the test queries against the human labels at the same D",
-        "fits": fits, "plot": f"benchmarks/results/plots/annotation_{args.data}.png",
-        "machine_note": "2 CPU cores shared with other jobs",
-    })
+    write_results(
+        f"annotation_{args.data}",
+        [{k: v for k, v in r.items() if k != "loss"} for r in rows],
+        {
+            "data": args.data,
+            "sizes": sizes,
+            "dev_queries": len(dev.query_ids),
+            "test_queries": len(test.query_ids),
+            "human_pairs_available": len(pairs),
+            "llm_generated_docs": llm_n,
+            "llm_empty": sum(1 for d in pos_docs if d.id in llm and not llm[d.id]),
+            "pairs_dropped_empty_llm": dropped,
+            "llm": "SmolLM2-135M-Instruct (GGUF package), greedy, 24 new tokens, no_repeat_ngram 4, one demonstration; "
+            f"generation budget {args.gen_minutes} min on the shared CPU (the largest matched size is what it reached)",
+            "ict": "one sentence of the positive document (ICTConfig defaults, seed 0)",
+            "model": "ScalingDual, SmolLM2-135M truncated to 2 layers, heads only over cached pooled states",
+            "training": "in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on dev contrastive perplexity (stop after 1000 steps without improvement)",
+            "contrastive_ppl": "Fang et al. Eq. 6 on the SciFact test queries, W=256 negatives drawn once (seed 0), s = cos/0.05",
+            "p_values": "two-sided paired t-test over the test queries against the human labels at the same D",
+            "fits": fits,
+            "plot": f"benchmarks/results/plots/annotation_{args.data}.png",
+            "machine_note": "2 CPU cores shared with other jobs",
+        },
+    )
     for r in rows:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
 

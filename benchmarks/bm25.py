@@ -45,7 +45,18 @@ def main() -> None:
             }
         )
         print(rows[-1])
-    report("bm25", rows, {"k1": cfg.k1, "b": cfg.b, "method": cfg.method, "k": 1000, "english": "stemmed (Snowball) + stop words", "chinese": "character bigrams"})
+    report(
+        "bm25",
+        rows,
+        {
+            "k1": cfg.k1,
+            "b": cfg.b,
+            "method": cfg.method,
+            "k": 1000,
+            "english": "stemmed (Snowball) + stop words",
+            "chinese": "character bigrams",
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -54,7 +54,10 @@ from benchmarks._common import REPO_ROOT, write_results
 from scalingnote.cli import COMMANDS
 
 STAGES = ("index_build", "index_encode", "qkd_cache", "stage1", "quickstart")
-_VOLATILE = re.compile(r"(seconds|_s$|^t_|time|created|elapsed|per_s|qps|duration|versions|machine|^host|hostname|pid|date|resumed|_ms$|started|finished|walltime|last_run)", re.I)
+_VOLATILE = re.compile(
+    r"(seconds|_s$|^t_|time|created|elapsed|per_s|qps|duration|versions|machine|^host|hostname|pid|date|resumed|_ms$|started|finished|walltime|last_run)",
+    re.I,
+)
 #: a feature-cache part (``scalingnote.models.prefix.FeatureCache``): unique per writing process
 _CACHE_PART = re.compile(r"^part-\d{5}-\d+-[0-9a-f]{8}\.(json|npy)$")
 
@@ -181,9 +184,19 @@ def _canon(obj: Any, root: str) -> Any:
 
     if isinstance(obj, torch.Tensor):
         obj = obj.detach().cpu().contiguous()
-        return ["tensor", str(obj.dtype), list(obj.shape), hashlib.sha256(obj.reshape(-1).view(torch.uint8).numpy().tobytes() if obj.numel() else b"").hexdigest()]
+        return [
+            "tensor",
+            str(obj.dtype),
+            list(obj.shape),
+            hashlib.sha256(obj.reshape(-1).view(torch.uint8).numpy().tobytes() if obj.numel() else b"").hexdigest(),
+        ]
     if isinstance(obj, np.ndarray):
-        return ["ndarray", str(obj.dtype), list(obj.shape), hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest()]
+        return [
+            "ndarray",
+            str(obj.dtype),
+            list(obj.shape),
+            hashlib.sha256(np.ascontiguousarray(obj).tobytes()).hexdigest(),
+        ]
     if isinstance(obj, dict):
         return {str(k): _canon(v, root) for k, v in obj.items() if not _VOLATILE.search(str(k))}
     if isinstance(obj, (list, tuple)):
@@ -206,7 +219,7 @@ def _cache_rows(cache_dir: Path) -> str:
         arr = np.load(pj.with_suffix(".npy"))
         offs = info.get("offsets")
         for i, k in enumerate(info["keys"]):
-            row = arr[i] if offs is None else arr[offs[i]: offs[i + 1]]
+            row = arr[i] if offs is None else arr[offs[i] : offs[i + 1]]
             rows.setdefault(k, hashlib.sha256(np.ascontiguousarray(row).tobytes()).hexdigest())
     return hashlib.sha256(json.dumps(sorted(rows.items())).encode()).hexdigest()
 
@@ -264,9 +277,20 @@ def _models(work: Path) -> dict[str, str]:
 
 def quickstart_args(models: dict, out: Path, seed: int) -> list[str]:
     sets = dict(
-        llm=models["llm"], bert=models["bert"], bert_small_layers=1, dim=32, synth_docs=120, synth_queries=60, batch_size=4,
-        qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2, query_max_length=16,
-        doc_max_length=64, show_progress=False,
+        llm=models["llm"],
+        bert=models["bert"],
+        bert_small_layers=1,
+        dim=32,
+        synth_docs=120,
+        synth_queries=60,
+        batch_size=4,
+        qkd_epochs=1.0,
+        qkd_batch_size=16,
+        qkd_max_pseudo_queries=60,
+        semantic_id_layers=2,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
     )
     args = ["quickstart", "--out", str(out), "--seed", str(seed), "--steps", "3", "--llm-depths", "2"]
     for k, v in sets.items():
@@ -280,26 +304,58 @@ def stage_commands(work: Path, models: dict, ref_qs: Path, seed: int) -> dict[st
     from scalingnote.distill import DistillConfig
     from scalingnote.quickstart import QuickstartConfig, stage1_config
 
-    qcfg = QuickstartConfig(out=str(ref_qs), llm=models["llm"], bert=models["bert"], llm_depths=[2], bert_small_layers=1, dim=32,
-                            synth_docs=120, synth_queries=60, steps=30, batch_size=4, query_max_length=16, doc_max_length=64,
-                            show_progress=False, seed=seed)
-    data = {"beir": str(ref_qs / "data"), "triplets": str(ref_qs / "data" / "triplets" / "train.jsonl"),
-            "validation_triplets": str(ref_qs / "data" / "triplets" / "validation.jsonl")}
+    qcfg = QuickstartConfig(
+        out=str(ref_qs),
+        llm=models["llm"],
+        bert=models["bert"],
+        llm_depths=[2],
+        bert_small_layers=1,
+        dim=32,
+        synth_docs=120,
+        synth_queries=60,
+        steps=30,
+        batch_size=4,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
+        seed=seed,
+    )
+    data = {
+        "beir": str(ref_qs / "data"),
+        "triplets": str(ref_qs / "data" / "triplets" / "train.jsonl"),
+        "validation_triplets": str(ref_qs / "data" / "triplets" / "validation.jsonl"),
+    }
     llm = {"model": models["llm"], "num_layers": 2, "pooling": "mean", "trainable_layers": 0}
-    tc = stage1_config(qcfg, "scaling_dual", data, work / "unused", {**llm, "max_length": 16}, {**llm, "max_length": 64},
-                       lr=qcfg.llm_lr, head_lr=qcfg.head_lrs[-1], max_epochs=qcfg.max_epochs)
+    tc = stage1_config(
+        qcfg,
+        "scaling_dual",
+        data,
+        work / "unused",
+        {**llm, "max_length": 16},
+        {**llm, "max_length": 64},
+        lr=qcfg.llm_lr,
+        head_lr=qcfg.head_lrs[-1],
+        max_epochs=qcfg.max_epochs,
+    )
     tc.save_every = 10
     save_config(tc, work / "stage1.yaml")
     teacher = Path(json.loads((ref_qs / "results.json").read_text())["choices"]["teacher"]["dir"])
 
     def qkd_yaml(out: Path) -> Path:
-        dc = load_config(DistillConfig, {
-            "teacher": str(teacher), "output_dir": str(out),
-            "student": {"model": models["bert"], "num_layers": 1, "max_length": 16},
-            "queries": [{"path": data["beir"]}],
-            "optim": {"batch_size": 16, "epochs": 2.0}, "teacher_batch_size": 8, "save_every": 5,
-            "seed": seed, "show_progress": False,
-        })
+        dc = load_config(
+            DistillConfig,
+            {
+                "teacher": str(teacher),
+                "output_dir": str(out),
+                "student": {"model": models["bert"], "num_layers": 1, "max_length": 16},
+                "queries": [{"path": data["beir"]}],
+                "optim": {"batch_size": 16, "epochs": 2.0},
+                "teacher_batch_size": 8,
+                "save_every": 5,
+                "seed": seed,
+                "show_progress": False,
+            },
+        )
         y = out.with_name(out.name + ".qkd.yaml")
         save_config(dc, y)
         return y
@@ -308,13 +364,52 @@ def stage_commands(work: Path, models: dict, ref_qs: Path, seed: int) -> dict[st
     return {
         "stage1": lambda out: ["train", "--config", str(work / "stage1.yaml"), "--output-dir", str(out)],
         "qkd_cache": lambda out: ["distill", "--config", str(qkd_yaml(out))],
-        "index_encode": lambda out: ["index", "encode", "--tower", str(teacher / "doc_tower"), "--data", data["beir"], "--out", str(out),
-                                     "--shard-size", "16", "--batch-size", "8"],
-        "index_build": lambda out: ["index", "build", "--embeddings", str(enc_ref), "--out", str(out), "--factory", "IVF4,PQ8x4",
-                                    "--semantic-ids-layers", "2", "--codebook-size", "4", "--seed", str(seed), "--overwrite"],
+        "index_encode": lambda out: [
+            "index",
+            "encode",
+            "--tower",
+            str(teacher / "doc_tower"),
+            "--data",
+            data["beir"],
+            "--out",
+            str(out),
+            "--shard-size",
+            "16",
+            "--batch-size",
+            "8",
+        ],
+        "index_build": lambda out: [
+            "index",
+            "build",
+            "--embeddings",
+            str(enc_ref),
+            "--out",
+            str(out),
+            "--factory",
+            "IVF4,PQ8x4",
+            "--semantic-ids-layers",
+            "2",
+            "--codebook-size",
+            "4",
+            "--seed",
+            str(seed),
+            "--overwrite",
+        ],
         "quickstart": lambda out: quickstart_args(models, out, seed),
-        "_encode_for_build": lambda: ["index", "encode", "--tower", str(teacher / "doc_tower"), "--data", data["beir"], "--out", str(enc_ref),
-                                      "--shard-size", "64", "--batch-size", "16"],
+        "_encode_for_build": lambda: [
+            "index",
+            "encode",
+            "--tower",
+            str(teacher / "doc_tower"),
+            "--data",
+            data["beir"],
+            "--out",
+            str(enc_ref),
+            "--shard-size",
+            "64",
+            "--batch-size",
+            "16",
+        ],
     }
 
 
@@ -322,11 +417,24 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=REPO_ROOT / ".cache" / "chaos")
     ap.add_argument("--trials", type=int, default=4, help="Killed runs per stage.")
-    ap.add_argument("--stage-trials", default="", help="Per-stage trial counts overriding --trials, e.g. index_build=6,quickstart=1.")
+    ap.add_argument(
+        "--stage-trials",
+        default="",
+        help="Per-stage trial counts overriding --trials, e.g. index_build=6,quickstart=1.",
+    )
     ap.add_argument("--stages", nargs="*", default=list(STAGES), choices=STAGES)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--reuse-references", action="store_true", help="Keep the reference runs of a previous invocation (same --work).")
-    ap.add_argument("--max-minutes", type=float, default=None, help="Stop starting new trials after this many minutes (results so far are written).")
+    ap.add_argument(
+        "--reuse-references",
+        action="store_true",
+        help="Keep the reference runs of a previous invocation (same --work).",
+    )
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="Stop starting new trials after this many minutes (results so far are written).",
+    )
     args = ap.parse_args(argv)
 
     for stage in sorted({m for m, _ in COMMANDS.values()}):  # every stage's heavy imports once, before forking
@@ -381,7 +489,9 @@ def main(argv: list[str] | None = None) -> None:
     for item in filter(None, args.stage_trials.split(",")):
         k, _, v = item.partition("=")
         counts[k.strip()] = int(v)
-    order = [(stage, i) for i in range(max(counts.values())) for stage in args.stages if i < counts[stage]]  # round robin
+    order = [
+        (stage, i) for i in range(max(counts.values())) for stage in args.stages if i < counts[stage]
+    ]  # round robin
     for stage, i in order:
         if args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes:
             print(f"time limit: stopping after {len(rows)} trials", flush=True)
@@ -430,7 +540,9 @@ def _write(rows: list[dict[str, Any]], args, ref_durations: dict, t0: float) -> 
         "kill": "SIGKILL at uniform(0.05, 0.95) x the stage's uninterrupted wall time, measured from fork",
         "reference_seconds": {k: round(v, 2) for k, v in ref_durations.items()},
         "models": "tiny random models (scalingnote.models.tiny: 2-layer LLM, 2-layer BERT), synthetic log 120 docs / 60 queries",
-        "compare": "binary files byte-identical; JSON/JSONL/YAML equal after dropping wall-clock keys (" + _VOLATILE.pattern + ") and the run path",
+        "compare": "binary files byte-identical; JSON/JSONL/YAML equal after dropping wall-clock keys ("
+        + _VOLATILE.pattern
+        + ") and the run path",
         "totals": {
             "trials": len(rows),
             "killed": sum(r["killed"] for r in rows),

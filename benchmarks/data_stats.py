@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import report, shared_data_dir
+from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
 from scalingnote.config import config_to_dict
 from scalingnote.data import load_beir, load_qrels
 from scalingnote.data.build import SOURCES, build_triplets, load_build_config
-from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries
 from scalingnote.data.pseudo import ICTConfig, ict_queries
 from scalingnote.data.synth import SynthConfig, generate, write_synthetic
 from scalingnote.evaluation import evaluate
@@ -133,7 +133,9 @@ def pseudo_rows(method: str, pairs, stats: dict, elapsed: float, n_samples: int,
         }
     ]
     for p in pairs[:n_samples]:
-        rows.append({"kind": "pseudo_sample", "dataset": "scifact", "method": method, "doc_id": p.doc_id, "query": p.query.text})
+        rows.append(
+            {"kind": "pseudo_sample", "dataset": "scifact", "method": method, "doc_id": p.doc_id, "query": p.query.text}
+        )
     return rows
 
 
@@ -159,7 +161,9 @@ def main() -> None:
         t0 = time.perf_counter()
         res = build_triplets(cfg)
         build_s = time.perf_counter() - t0
-        rows += triplet_rows(res.train + res.validation, set(res.train), res.stats, load_qrels(root / "qrels" / "train.tsv"))
+        rows += triplet_rows(
+            res.train + res.validation, set(res.train), res.stats, load_qrels(root / "qrels" / "train.tsv")
+        )
         a = res.stats["association"]
         rows.append(
             {

@@ -83,10 +83,22 @@ def main() -> None:
         t0 = time.perf_counter()
         qt = load_tower(name, "query", num_layers=layers, device="cpu", dtype="float32")
         load_s = time.perf_counter() - t0
-        dt = load_tower(name, "document", num_layers=layers, device="cpu", dtype="float32", max_doc_length=cfg["max_doc_length"])
-        qps, nq, tq = _timed(lambda x: qt.encode_queries(x, batch_size=args.query_batch, show_progress=False), queries, args.query_batch, args.budget_s)
+        dt = load_tower(
+            name, "document", num_layers=layers, device="cpu", dtype="float32", max_doc_length=cfg["max_doc_length"]
+        )
+        qps, nq, tq = _timed(
+            lambda x: qt.encode_queries(x, batch_size=args.query_batch, show_progress=False),
+            queries,
+            args.query_batch,
+            args.budget_s,
+        )
         sub = docs[: cfg["max_docs"]]
-        dps, nd, td = _timed(lambda x: dt.encode_documents(x, batch_size=args.doc_batch, show_progress=False), sub, args.doc_batch, args.budget_s)
+        dps, nd, td = _timed(
+            lambda x: dt.encode_documents(x, batch_size=args.doc_batch, show_progress=False),
+            sub,
+            args.doc_batch,
+            args.budget_s,
+        )
         doc_tokens = sum(len(e.input_ids) for e in dt.document_encodings(sub[:nd]))
         row = {
             "model": name,

@@ -54,7 +54,9 @@ def main() -> None:
         graded = root / "qrels_graded" / "test.tsv"
         if graded.exists():  # AUC over the graded judged pairs (grade >= 2 positive), BM25 score per pair
             g = load_qrels(graded)
-            extra = {k + "_graded": round(v, 4) for k, v in evaluate(run, g, ["auc", "qauc"], relevance_level=2).items()}
+            extra = {
+                k + "_graded": round(v, 4) for k, v in evaluate(run, g, ["auc", "qauc"], relevance_level=2).items()
+            }
         rows.append(
             {
                 "dataset": name,
@@ -73,8 +75,12 @@ def main() -> None:
     path = write_results(
         "evaluation",
         rows,
-        {"reference": "pytrec_eval (trec_eval 9)", "compared_metrics": PAIRS, "bm25": "scalingnote.sparse.bm25 defaults, k=1000",
-         "auc_graded": "kuake_qtr qrels_graded, grade >= 2 positive, judged pairs not retrieved rank last; queries outside the run ignored"},
+        {
+            "reference": "pytrec_eval (trec_eval 9)",
+            "compared_metrics": PAIRS,
+            "bm25": "scalingnote.sparse.bm25 defaults, k=1000",
+            "auc_graded": "kuake_qtr qrels_graded, grade >= 2 positive, judged pairs not retrieved rank last; queries outside the run ignored",
+        },
     )
     print(f"wrote {path}")
 

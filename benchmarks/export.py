@@ -27,10 +27,9 @@ first corpus encoding is most).
 
 from __future__ import annotations
 
-import os
-
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -67,8 +66,13 @@ def default_tower(runs: Path, data: Path, encode: bool = True) -> tuple[Path, Pa
 
     torch.set_num_threads(2)
     # shard_size 2000: the same layout as benchmarks/index_scifact.py's cache, so its finished shards can be reused
-    encode_corpus(load_tower("minilm-l6", role="document", device="cpu", dtype="float32"), list(corpus.values()), emb,
-                  shard_size=2000, batch_size=32)
+    encode_corpus(
+        load_tower("minilm-l6", role="document", device="cpu", dtype="float32"),
+        list(corpus.values()),
+        emb,
+        shard_size=2000,
+        batch_size=32,
+    )
     return qdir, emb, DEFAULT_DESC
 
 
@@ -108,7 +112,9 @@ def measure_tower(qdir: Path, emb_dir: Path, onnx_dir: Path, queries, qrels, arg
     tower = load_tower(qdir, device="cpu", dtype="float32")
     emb = load_embeddings(emb_dir, require_complete=False)
     if emb.tower.get("compat_id") != tower.compat_id:
-        raise SystemExit(f"{qdir}: compat id {tower.compat_id} does not match the document embeddings {emb_dir} ({emb.tower.get('compat_id')})")
+        raise SystemExit(
+            f"{qdir}: compat id {tower.compat_id} does not match the document embeddings {emb_dir} ({emb.tower.get('compat_id')})"
+        )
     encoders = {
         "torch_fp32": lambda xs, bs=64: tower.encode_queries(xs, batch_size=bs, show_progress=False),
     }
@@ -129,27 +135,33 @@ def measure_tower(qdir: Path, emb_dir: Path, onnx_dir: Path, queries, qrels, arg
             for s in range(0, len(texts), 32):
                 f(texts[s : s + 32], 32)
             b32[b].append(len(texts) / (time.perf_counter() - t0))
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{b} {len(texts) / sum(lat[b][-len(texts):]):.0f} q/s" for b in encoders), flush=True)
+        print(
+            f"round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{b} {len(texts) / sum(lat[b][-len(texts) :]):.0f} q/s" for b in encoders),
+            flush=True,
+        )
     ref = embs["torch_fp32"]
     rows = []
     for b in encoders:
         cos = (embs[b].astype(np.float64) * ref.astype(np.float64)).sum(1)
         la = np.asarray(lat[b]) * 1000
-        rows.append({
-            "tower": args.tower_names[str(qdir)],
-            "backend": b,
-            "threads": args.threads,
-            "query_qps_b1": round(len(la) / (la.sum() / 1000), 1),
-            "query_qps_b32": round(float(np.median(b32[b])), 1),
-            "p50_ms": round(float(np.percentile(la, 50)), 3),
-            "p99_ms": round(float(np.percentile(la, 99)), 3),
-            "ndcg@10": None,  # filled by score_rows once the corpus embeddings are complete
-            "r@100": None,
-            "max_cos_diff": float(f"{1.0 - cos.min():.3g}"),
-            "min_cos": round(float(cos.min()), 6),
-            "n_queries": len(texts),
-            "n_documents": None,
-        })
+        rows.append(
+            {
+                "tower": args.tower_names[str(qdir)],
+                "backend": b,
+                "threads": args.threads,
+                "query_qps_b1": round(len(la) / (la.sum() / 1000), 1),
+                "query_qps_b32": round(float(np.median(b32[b])), 1),
+                "p50_ms": round(float(np.percentile(la, 50)), 3),
+                "p99_ms": round(float(np.percentile(la, 99)), 3),
+                "ndcg@10": None,  # filled by score_rows once the corpus embeddings are complete
+                "r@100": None,
+                "max_cos_diff": float(f"{1.0 - cos.min():.3g}"),
+                "min_cos": round(float(cos.min()), 6),
+                "n_queries": len(texts),
+                "n_documents": None,
+            }
+        )
     # thread sweep for the ONNX Runtime default (one query per call)
     sweep = {}
     for th in args.sweep_threads:
@@ -185,16 +197,31 @@ def score_rows(rows: list[dict], qdir: Path, emb_dir: Path, qrels, args) -> bool
 def Service(index: Path, qdir: Path, backend: str, onnx_dir: Path, args) -> ServeProcess:
     """``scalingnote serve`` with the ``backend`` query encoder (torch or onnx)."""
     extra = ["--onnx-model", str(onnx_dir), "--onnx-threads", str(args.threads)] if backend == "onnx" else []
-    return ServeProcess(["--index", str(index), "--query-tower", str(qdir), "--log-level", "warning", "--threads", str(args.threads),
-                         "--max-batch", str(args.max_batch), "--query-backend", backend, *extra])
+    return ServeProcess(
+        [
+            "--index",
+            str(index),
+            "--query-tower",
+            str(qdir),
+            "--log-level",
+            "warning",
+            "--threads",
+            str(args.threads),
+            "--max-batch",
+            str(args.max_batch),
+            "--query-backend",
+            backend,
+            *extra,
+        ]
+    )
 
 
 def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries, qrels, args) -> list[dict]:
     import httpx
 
+    from benchmarks.loadgen import run_loadtest
     from scalingnote.evaluation import evaluate
     from scalingnote.index import build_index
-    from benchmarks.loadgen import run_loadtest
 
     idx = runs / "index" / (emb_dir.name + "-flat")
     if not (idx / "manifest.json").is_file():
@@ -217,44 +244,75 @@ def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries
                             for q, hits in zip(chunk, rr.json()["results"], strict=True):
                                 run[q.id] = {h["doc_id"]: h["score"] for h in hits}
                     quality[backend] = evaluate(run, qrels, ["ndcg@10", "r@100"])
-                run_loadtest(svc.url, texts, concurrency=args.concurrency, duration_s=3.0, k=10, seed=args.seed)  # warm-up
-                out = run_loadtest(svc.url, texts, concurrency=args.concurrency, duration_s=args.serve_duration, k=10, seed=args.seed)
+                run_loadtest(
+                    svc.url, texts, concurrency=args.concurrency, duration_s=3.0, k=10, seed=args.seed
+                )  # warm-up
+                out = run_loadtest(
+                    svc.url, texts, concurrency=args.concurrency, duration_s=args.serve_duration, k=10, seed=args.seed
+                )
                 res[backend].append(out)
-                print(f"serve round {r + 1} {backend}: {out.qps:.1f} q/s, p50 {out.p50_ms:.1f} ms, p99 {out.p99_ms:.1f} ms, errors {out.errors}", flush=True)
+                print(
+                    f"serve round {r + 1} {backend}: {out.qps:.1f} q/s, p50 {out.p50_ms:.1f} ms, p99 {out.p99_ms:.1f} ms, errors {out.errors}",
+                    flush=True,
+                )
             finally:
                 svc.stop()
     rows = []
     for backend, outs in res.items():
-        rows.append({
-            "tower": args.tower_names[str(qdir)],
-            "backend": f"serve_{backend}" + ("_int8" if backend == "onnx" else "_fp32"),
-            "threads": args.threads,
-            "concurrency": args.concurrency,
-            "qps": round(float(np.mean([o.qps for o in outs])), 1),
-            "qps_rounds": " ".join(f"{o.qps:.1f}" for o in outs),
-            "p50_ms": round(float(np.mean([o.p50_ms for o in outs])), 2),
-            "p99_ms": round(float(np.mean([o.p99_ms for o in outs])), 2),
-            "errors": int(sum(o.errors for o in outs)),
-            "mean_encode_batch_size": round(float(np.mean([o.mean_encode_batch_size or 0 for o in outs])), 2),
-            "served_ndcg@10": round(quality[backend]["ndcg@10"], 4),
-            "served_r@100": round(quality[backend]["r@100"], 4),
-        })
+        rows.append(
+            {
+                "tower": args.tower_names[str(qdir)],
+                "backend": f"serve_{backend}" + ("_int8" if backend == "onnx" else "_fp32"),
+                "threads": args.threads,
+                "concurrency": args.concurrency,
+                "qps": round(float(np.mean([o.qps for o in outs])), 1),
+                "qps_rounds": " ".join(f"{o.qps:.1f}" for o in outs),
+                "p50_ms": round(float(np.mean([o.p50_ms for o in outs])), 2),
+                "p99_ms": round(float(np.mean([o.p99_ms for o in outs])), 2),
+                "errors": int(sum(o.errors for o in outs)),
+                "mean_encode_batch_size": round(float(np.mean([o.mean_encode_batch_size or 0 for o in outs])), 2),
+                "served_ndcg@10": round(quality[backend]["ndcg@10"], 4),
+                "served_r@100": round(quality[backend]["r@100"], 4),
+            }
+        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
-    ap.add_argument("--runs", type=Path, default=REPO_ROOT / "runs" / "export_bench", help="Cache of towers, embeddings, exports, indexes (gitignored).")
-    ap.add_argument("--query-tower", type=Path, action="append", default=[], help="Saved query tower (repeatable, paired with --doc-embeddings).")
-    ap.add_argument("--doc-embeddings", type=Path, action="append", default=[], help="Corpus embeddings dir of the matching document tower.")
+    ap.add_argument(
+        "--runs",
+        type=Path,
+        default=REPO_ROOT / "runs" / "export_bench",
+        help="Cache of towers, embeddings, exports, indexes (gitignored).",
+    )
+    ap.add_argument(
+        "--query-tower",
+        type=Path,
+        action="append",
+        default=[],
+        help="Saved query tower (repeatable, paired with --doc-embeddings).",
+    )
+    ap.add_argument(
+        "--doc-embeddings",
+        type=Path,
+        action="append",
+        default=[],
+        help="Corpus embeddings dir of the matching document tower.",
+    )
     ap.add_argument("--threads", type=int, default=2, help="torch / ONNX Runtime intra-op threads.")
     ap.add_argument("--sweep-threads", type=int, nargs="*", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--serve-rounds", type=int, default=2)
     ap.add_argument("--serve-duration", type=float, default=15.0)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-batch", type=int, default=8, help="Service micro-batch size (serve_loadtest.json: MiniLM is fastest per query at ~8).")
+    ap.add_argument(
+        "--max-batch",
+        type=int,
+        default=8,
+        help="Service micro-batch size (serve_loadtest.json: MiniLM is fastest per query at ~8).",
+    )
     ap.add_argument("--skip-serve", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -284,9 +342,19 @@ def main(argv: list[str] | None = None) -> None:
 
     # 1. query side (needs no corpus): export, int8 choice on validation queries, speed, cosine to torch fp32
     for qdir, emb_dir, desc in towers:
-        onnx_dir = ensure_onnx(qdir, args.runs / "onnx" / args.tower_names[str(qdir)].replace("/", "_"), validation, f"{args.data.name} train split")
+        onnx_dir = ensure_onnx(
+            qdir,
+            args.runs / "onnx" / args.tower_names[str(qdir)].replace("/", "_"),
+            validation,
+            f"{args.data.name} train split",
+        )
         meta = json.loads((onnx_dir / "scalingnote_onnx.json").read_text())
-        exports[args.tower_names[str(qdir)]] = {"description": desc, "onnx_dir": str(onnx_dir), "int8": meta.get("int8"), "check": meta.get("check")}
+        exports[args.tower_names[str(qdir)]] = {
+            "description": desc,
+            "onnx_dir": str(onnx_dir),
+            "int8": meta.get("int8"),
+            "check": meta.get("check"),
+        }
         r, sweep = measure_tower(qdir, emb_dir, onnx_dir, queries, qrels, args)
         rows += r
         sweeps[args.tower_names[str(qdir)]] = sweep
@@ -321,8 +389,15 @@ def make_config(args, validation, exports, sweeps, load_before, status) -> dict:
         "threads": args.threads,
         "rounds": args.rounds,
         "ort_threads_sweep": sweeps,
-        "serve": {"concurrency": args.concurrency, "duration_s": args.serve_duration, "rounds": args.serve_rounds,
-                  "max_batch": args.max_batch, "index": "Flat", "onnx_model": "int8 export", "load_generator": "closed loop, loopback, same machine"},
+        "serve": {
+            "concurrency": args.concurrency,
+            "duration_s": args.serve_duration,
+            "rounds": args.serve_rounds,
+            "max_batch": args.max_batch,
+            "index": "Flat",
+            "onnx_model": "int8 export",
+            "load_generator": "closed loop, loopback, same machine",
+        },
         "seed": args.seed,
         **loadavg(load_before),
         "note": (

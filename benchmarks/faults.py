@@ -37,22 +37,35 @@ def main(argv: list[str] | None = None) -> Path:
     work = Path(tempfile.mkdtemp(prefix="scalingnote-faults-"))
     try:
         base = build_synthetic_index(work / "base", seed=args.seed)
-        jobs = [(b, p) for b in args.backends for p in points_of(b)] + ([] if args.no_tmpfs else [(b, "disk_full_tmpfs") for b in args.backends])
+        jobs = [(b, p) for b in args.backends for p in points_of(b)] + (
+            [] if args.no_tmpfs else [(b, "disk_full_tmpfs") for b in args.backends]
+        )
         rows = []
         for backend, point in tqdm(jobs, desc="write points", unit="run"):
             if point == "disk_full_tmpfs":
                 rows.append(run_disk_full(backend, work / f"{backend}-{point}", base, seed=args.seed))
             else:
-                rows.append(run_point(backend, point, work / f"{backend}-{point}", base, seed=args.seed, n_ops=args.ops))
+                rows.append(
+                    run_point(backend, point, work / f"{backend}-{point}", base, seed=args.seed, n_ops=args.ops)
+                )
             tqdm.write(str(rows[-1]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    config = {"seed": args.seed, "ops_per_history": args.ops, "backends": args.backends, "tmpfs": not args.no_tmpfs,
-              "index": "synthetic: 48 unit vectors (dim 16), IVF4,PQ8x4, 2-layer semantic IDs; Milvus Lite export (FLAT)",
-              "tmpfs_scenario": "8 MB tmpfs filled to 40 KB free; 30 batches of 1-40 documents (~1 KB each) while full; space freed; "
-                                ">= 200 acknowledged documents; SIGKILL; restart"}
+    config = {
+        "seed": args.seed,
+        "ops_per_history": args.ops,
+        "backends": args.backends,
+        "tmpfs": not args.no_tmpfs,
+        "index": "synthetic: 48 unit vectors (dim 16), IVF4,PQ8x4, 2-layer semantic IDs; Milvus Lite export (FLAT)",
+        "tmpfs_scenario": "8 MB tmpfs filled to 40 KB free; 30 batches of 1-40 documents (~1 KB each) while full; space freed; "
+        ">= 200 acknowledged documents; SIGKILL; restart",
+    }
     path = write_results("faults", rows, config)
-    bad = [r for r in rows if "skipped" not in r and (not r.get("restart_ok") or r["lost"] or r["resurrected"] or r["duplicated"])]
+    bad = [
+        r
+        for r in rows
+        if "skipped" not in r and (not r.get("restart_ok") or r["lost"] or r["resurrected"] or r["duplicated"])
+    ]
     print(f"{path}: {len(rows)} rows, {len(bad)} with a failed restart or lost / resurrected / duplicated documents")
     return path
 

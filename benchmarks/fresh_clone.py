@@ -34,7 +34,9 @@ def main() -> None:
     if clone.exists():
         shutil.rmtree(clone)
     base.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     subprocess.run(["git", "clone", "-q", str(REPO_ROOT), str(clone)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "SCALINGNOTE_VENV")}
     env["SCALINGNOTE_CACHE"] = str(base / "model_cache")
@@ -49,21 +51,47 @@ def main() -> None:
     if proc.returncode != 0:
         raise SystemExit(f"quickstart failed (rc {proc.returncode}); output in {base / 'quickstart.out'}")
     res = json.loads((clone / "runs" / "quickstart" / "results.json").read_text())
-    printed_table = "scalingnote quickstart:" in proc.stdout and "scalingnote serve --index" in proc.stdout  # the table and the serve command
+    printed_table = (
+        "scalingnote quickstart:" in proc.stdout and "scalingnote serve --index" in proc.stdout
+    )  # the table and the serve command
     rows = [
         {"phase": "setup (scripts/setup.sh: venv + pinned installs)", "seconds": round(t1 - t0, 1)},
         {"phase": "pipeline (scalingnote quickstart)", "seconds": round(t2 - t1, 1)},
-        {"phase": "total (README command 1)", "seconds": round(t2 - t0, 1), "minutes": round((t2 - t0) / 60, 2),
-         "table_printed": printed_table, "loadavg_before": round(load0[0], 2), "loadavg_after": round(load1[0], 2),
-         "pipeline_s_in_results": res.get("elapsed_s")},
+        {
+            "phase": "total (README command 1)",
+            "seconds": round(t2 - t0, 1),
+            "minutes": round((t2 - t0) / 60, 2),
+            "table_printed": printed_table,
+            "loadavg_before": round(load0[0], 2),
+            "loadavg_after": round(load1[0], 2),
+            "pipeline_s_in_results": res.get("elapsed_s"),
+        },
     ]
-    rows += [{"phase": f"pipeline phase: {k}", "seconds": v} for k, v in (res.get("phase_seconds") or {}).items()]  # where the time went
+    rows += [
+        {"phase": f"pipeline phase: {k}", "seconds": v} for k, v in (res.get("phase_seconds") or {}).items()
+    ]  # where the time went
     for r in res["rows"]:  # the baselines, the teacher, the student, the served default and the compressed index
         if r["method"] in ("bm25", "scalingnote+ivfpq") or r["method"].startswith("zero_shot_") or r.get("chosen"):
-            rows.append({"phase": f"result: {r['method']}", "query_tower": r.get("query_tower"), "chosen": r.get("chosen", ""),
-                         "ndcg@10": round(r["ndcg@10"], 4), "r@100": round(r["r@100"], 4)})
-    write_results("quickstart_fresh_clone", rows, {"commit": commit, "clone": str(clone), "model_cache": "empty (SCALINGNOTE_CACHE)",
-                                                   "pip_cache": "the machine's", "target_minutes": 15})
+            rows.append(
+                {
+                    "phase": f"result: {r['method']}",
+                    "query_tower": r.get("query_tower"),
+                    "chosen": r.get("chosen", ""),
+                    "ndcg@10": round(r["ndcg@10"], 4),
+                    "r@100": round(r["r@100"], 4),
+                }
+            )
+    write_results(
+        "quickstart_fresh_clone",
+        rows,
+        {
+            "commit": commit,
+            "clone": str(clone),
+            "model_cache": "empty (SCALINGNOTE_CACHE)",
+            "pip_cache": "the machine's",
+            "target_minutes": 15,
+        },
+    )
     print(json.dumps(rows, indent=1))
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)

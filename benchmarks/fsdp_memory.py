@@ -62,22 +62,35 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
 
     torch.set_num_threads(1)
     D.init_from_env()
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_doc", "output_dir": str(out / f"run-{mode}"),
-        "query_tower": {"model": "minilm-l6", "max_length": 32},
-        "doc_tower": {"model": "smollm2-135m", "max_length": doc_len},  # num_layers unset: full depth
-        "dim": 128, "precision": "fp32", "distributed": mode, "center": False, "projection_init": "orthogonal",
-        "fsdp": {"activation_checkpointing": True},
-        "optim": {"batch_size": 4, "max_steps": 2}, "show_progress": False,
-    })
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "scaling_doc",
+            "output_dir": str(out / f"run-{mode}"),
+            "query_tower": {"model": "minilm-l6", "max_length": 32},
+            "doc_tower": {"model": "smollm2-135m", "max_length": doc_len},  # num_layers unset: full depth
+            "dim": 128,
+            "precision": "fp32",
+            "distributed": mode,
+            "center": False,
+            "projection_init": "orthogonal",
+            "fsdp": {"activation_checkpointing": True},
+            "optim": {"batch_size": 4, "max_steps": 2},
+            "show_progress": False,
+        },
+    )
     rss0 = _rss_mb()
     q, d = build_towers(cfg, torch.device("cpu"))
     n_params = sum(p.numel() for t in (q, d) for p in t.parameters())
     rss_loaded = _rss_mb()
     words = "dense retrieval with large language model towers scales the document encoder".split()
     exs = [
-        Example(f"q{i}", " ".join(words[i % 5 : i % 5 + 4]), Document(f"p{i}", "title", "topic", " ".join(words * 6)),
-                Document(f"n{i}", "other", "topic", " ".join(reversed(words * 6))))
+        Example(
+            f"q{i}",
+            " ".join(words[i % 5 : i % 5 + 4]),
+            Document(f"p{i}", "title", "topic", " ".join(words * 6)),
+            Document(f"n{i}", "other", "topic", " ".join(reversed(words * 6))),
+        )
         for i in range(8)
     ]
     tr = Trainer(cfg, q, d, exs, torch.device("cpu"))
@@ -94,12 +107,22 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
     optim_b = sum(_local_nbytes(v) for st in tr.optimizer.state.values() for v in st.values() if torch.is_tensor(v))
     step_s = time.perf_counter() - t0
     rec = {
-        "mode": mode, "rank": D.rank(), "world_size": D.world_size(), "sharded": tr.sharded, "params_total": n_params,
-        "param_mb": round(param_b / MB, 2), "grad_mb": round(grad_b / MB, 2), "optim_mb": round(optim_b / MB, 2),
-        "states_mb": round((param_b + optim_b) / MB, 2), "states_grads_mb": round((param_b + grad_b + optim_b) / MB, 2),
-        "rss_start_mb": round(rss0, 1), "rss_loaded_mb": round(rss_loaded, 1), "rss_end_mb": round(_rss_mb(), 1),
+        "mode": mode,
+        "rank": D.rank(),
+        "world_size": D.world_size(),
+        "sharded": tr.sharded,
+        "params_total": n_params,
+        "param_mb": round(param_b / MB, 2),
+        "grad_mb": round(grad_b / MB, 2),
+        "optim_mb": round(optim_b / MB, 2),
+        "states_mb": round((param_b + optim_b) / MB, 2),
+        "states_grads_mb": round((param_b + grad_b + optim_b) / MB, 2),
+        "rss_start_mb": round(rss0, 1),
+        "rss_loaded_mb": round(rss_loaded, 1),
+        "rss_end_mb": round(_rss_mb(), 1),
         "rss_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "loss_step2": round(float(comps["loss"]), 6), "two_steps_s": round(step_s, 1),
+        "loss_step2": round(float(comps["loss"]), 6),
+        "two_steps_s": round(step_s, 1),
     }
     (out / f"{mode}-rank{D.rank()}.json").write_text(json.dumps(rec))
     import torch.distributed as dist
@@ -139,18 +162,30 @@ def main() -> None:
     by = {(r["mode"], r["rank"]): r for r in rows}
     for r in range(2):
         d, f = by[("ddp", r)], by[("fsdp", r)]
-        rows.append({
-            "mode": "fsdp/ddp", "rank": r, "states_ratio": round(f["states_mb"] / d["states_mb"], 4),
-            "states_grads_ratio": round(f["states_grads_mb"] / d["states_grads_mb"], 4),
-            "rss_peak_ratio": round(f["rss_peak_mb"] / d["rss_peak_mb"], 4), "rss_end_ratio": round(f["rss_end_mb"] / d["rss_end_mb"], 4),
-            "target_states_ratio_max": 0.6, "target_met": f["states_mb"] <= 0.6 * d["states_mb"],
-            "loss_step2_abs_diff": abs(f["loss_step2"] - d["loss_step2"]),
-        })
+        rows.append(
+            {
+                "mode": "fsdp/ddp",
+                "rank": r,
+                "states_ratio": round(f["states_mb"] / d["states_mb"], 4),
+                "states_grads_ratio": round(f["states_grads_mb"] / d["states_grads_mb"], 4),
+                "rss_peak_ratio": round(f["rss_peak_mb"] / d["rss_peak_mb"], 4),
+                "rss_end_ratio": round(f["rss_end_mb"] / d["rss_end_mb"], 4),
+                "target_states_ratio_max": 0.6,
+                "target_met": f["states_mb"] <= 0.6 * d["states_mb"],
+                "loss_step2_abs_diff": abs(f["loss_step2"] - d["loss_step2"]),
+            }
+        )
         print(rows[-1], flush=True)
     config = {
         "model": "scaling_doc: query minilm-l6 (all-MiniLM-L6-v2) + document smollm2-135m (SmolLM2-135M, full depth, 30 layers)",
-        "processes": 2, "backend": "gloo", "device": "cpu", "precision": "fp32", "global_batch": 4, "steps": 2,
-        "doc_max_length": args.doc_len, "fsdp": "FSDP2 fully_shard per transformer block + tower root, activation checkpointing on",
+        "processes": 2,
+        "backend": "gloo",
+        "device": "cpu",
+        "precision": "fp32",
+        "global_batch": 4,
+        "steps": 2,
+        "doc_max_length": args.doc_len,
+        "fsdp": "FSDP2 fully_shard per transformer block + tower root, activation checkpointing on",
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "notes": (
             "2 CPU cores shared with other sessions' jobs; memory only (times are indicative). states = parameters + AdamW "

@@ -49,13 +49,23 @@ def side_features(log):
     for r in log.clicks:  # the click log covers training queries only
         imps[r.doc_id] = imps.get(r.doc_id, 0) + 1
         clicks[r.doc_id] = clicks.get(r.doc_id, 0) + int(r.clicked)
-    num = np.asarray([[math.log1p(len(d.content.split())), math.log1p(clicks.get(d.id, 0)), math.log1p(imps.get(d.id, 0)),
-                       (clicks.get(d.id, 0) + 1) / (imps.get(d.id, 0) + 2)] for d in log.corpus], dtype=np.float64)
+    num = np.asarray(
+        [
+            [
+                math.log1p(len(d.content.split())),
+                math.log1p(clicks.get(d.id, 0)),
+                math.log1p(imps.get(d.id, 0)),
+                (clicks.get(d.id, 0) + 1) / (imps.get(d.id, 0) + 2),
+            ]
+            for d in log.corpus
+        ],
+        dtype=np.float64,
+    )
     num = (num - num.mean(0)) / np.maximum(num.std(0), 1e-9)
     return cat, num.astype(np.float32), topics, ["log_words", "log_clicks", "log_impressions", "ctr"]
 
 
-def context_vectors(log, topics: list[str], seed: int, noise: float = 0.3) -> dict[str, "object"]:
+def context_vectors(log, topics: list[str], seed: int, noise: float = 0.3) -> dict[str, object]:
     """Simulated user context: one-hot of the query's hidden intent topic (prob 1 - noise) or of a random topic."""
     import numpy as np
 
@@ -71,8 +81,8 @@ def context_vectors(log, topics: list[str], seed: int, noise: float = 0.3) -> di
 
 
 def main() -> None:
-    from benchmarks.prompt_ablation import paired_pvalues
     from benchmarks._heads_recipe import stage1_config
+    from benchmarks.prompt_ablation import paired_pvalues
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "fusion")
@@ -101,12 +111,20 @@ def main() -> None:
     queries = {q.id: q.text for q in log.queries}
     train_qrels, test_qrels = log.qrels["train"], log.qrels["test"]
     dev_q = _split_by_query(sorted(train_qrels), 0.1, args.seed)
-    train = [Example(q, queries[q], corpus[d], None, "qrels") for q in sorted(train_qrels) if q not in dev_q
-             for d in sorted(train_qrels[q], key=lambda d: (-train_qrels[q][d], d))[:4] if train_qrels[q][d] > 0]
+    train = [
+        Example(q, queries[q], corpus[d], None, "qrels")
+        for q in sorted(train_qrels)
+        if q not in dev_q
+        for d in sorted(train_qrels[q], key=lambda d: (-train_qrels[q][d], d))[:4]
+        if train_qrels[q][d] > 0
+    ]
     train = [train[i] for i in np.random.default_rng(args.seed).permutation(len(train))]
     cfg = stage1_config("scifact", "scaling_dual", 2, 3e-3, args.seed, args.work, max_epochs=40)
-    cfg = dataclasses.replace(cfg, feature_cache_dir=str(args.features or args.work / "features"),
-                              data=dataclasses.replace(cfg.data, data_dir=str(args.work), negatives="none"))
+    cfg = dataclasses.replace(
+        cfg,
+        feature_cache_dir=str(args.features or args.work / "features"),
+        data=dataclasses.replace(cfg.data, data_dir=str(args.work), negatives="none"),
+    )
     session = HeadSession(cfg, corpus, show_progress=True)
     doc_ids = session.doc_ids
     dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, doc_ids, seed=args.seed + 1, name="dev")
@@ -117,8 +135,14 @@ def main() -> None:
     # semantic IDs of the documents at the start of training (the heads as train_point initialises them)
     session.reset()
     order = np.random.default_rng(args.seed).permutation(len(train))
-    init_heads(session.qt, session.dt, [train[i] for i in order[: cfg.center_samples]], cfg.projection_init,
-               n=cfg.center_samples, encoders=(base_q, base_d))
+    init_heads(
+        session.qt,
+        session.dt,
+        [train[i] for i in order[: cfg.center_samples]],
+        cfg.projection_init,
+        n=cfg.center_samples,
+        encoders=(base_q, base_d),
+    )
     rkm = ResidualKMeans(n_layers=3, codebook_size=64, seed=args.seed).fit(session.encode(docs=True))
     codes = rkm.assign(session.encode(docs=True)).astype(np.int64)
     cat, num, topics, num_names = side_features(log)
@@ -136,46 +160,71 @@ def main() -> None:
             use_sid = name in ("doc_semantic_ids", "doc_all", "doc_all_query_context")
             use_side = name in ("doc_side", "doc_all", "doc_all_query_context")
             torch.manual_seed(args.seed)
-            fus = DocumentFusion(cfg.dim, codebook_sizes=rkm.codebook_sizes if use_sid else (),
-                                 num_categories=len(topics) if use_side else 0, num_numeric=num.shape[1] if use_side else 0)
-            feats = DocumentFeatures(doc_ids, codes=codes if use_sid else None, category=cat if use_side else None,
-                                     numeric=num if use_side else None)
+            fus = DocumentFusion(
+                cfg.dim,
+                codebook_sizes=rkm.codebook_sizes if use_sid else (),
+                num_categories=len(topics) if use_side else 0,
+                num_numeric=num.shape[1] if use_side else 0,
+            )
+            feats = DocumentFeatures(
+                doc_ids,
+                codes=codes if use_sid else None,
+                category=cat if use_side else None,
+                numeric=num if use_side else None,
+            )
             session.d_enc = FusedPrefixEncoder(base_d, fus, feats)
             if name == "doc_all_query_context":
                 session.q_enc = FusedPrefixEncoder(base_q, QueryFusion(cfg.dim, len(topics)), ctx)
         key = json.dumps({"row": name, "settings": str(settings), "train": len(train), "codes": int(codes.sum())})
         recs[name] = run_point(session, train, dev, test, args.work / name, settings, extra={"key": key, "row": name})
         r = recs[name]
-        print(f"[fusion] {name}: nDCG@10 {r['ndcg@10']:.4f} R@100 {r['r@100']:.4f} ppl {r['test_contrastive_ppl']:.4f} "
-              f"({r['steps_run']} steps)", flush=True)
+        print(
+            f"[fusion] {name}: nDCG@10 {r['ndcg@10']:.4f} R@100 {r['r@100']:.4f} ppl {r['test_contrastive_ppl']:.4f} "
+            f"({r['steps_run']} steps)",
+            flush=True,
+        )
     rows = []
     for name in ROWS:
         if name not in recs:
             continue
         r = recs[name]
-        row = {"fusion": name, "ndcg@10": r["ndcg@10"], "r@100": r["r@100"], "contrastive_ppl": r["test_contrastive_ppl"],
-               "dev_contrastive_ppl": r["dev_contrastive_ppl"], "steps_run": r["steps_run"], "best_step": r["best_step"],
-               "train_seconds": r["train_seconds"]}
+        row = {
+            "fusion": name,
+            "ndcg@10": r["ndcg@10"],
+            "r@100": r["r@100"],
+            "contrastive_ppl": r["test_contrastive_ppl"],
+            "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+            "steps_run": r["steps_run"],
+            "best_step": r["best_step"],
+            "train_seconds": r["train_seconds"],
+        }
         if name != "no_fusion":
             row.update(paired_pvalues(r, recs["no_fusion"], prefix="vs_no_fusion_"))
         rows.append(row)
-    write_results("fusion_synthetic", rows, {
-        "data": "synthetic note-search log (scalingnote.data.synth, SynthConfig defaults, seed 0): "
-                f"{len(corpus)} notes, {len(train)} training pairs, {len(dev.query_ids)} dev / {len(test.query_ids)} test queries",
-        "model": "ScalingDual, SmolLM2-135M truncated to 2 layers, heads only over cached pooled states",
-        "training": "in-batch negatives, batch 64, head and fusion lr 3e-3, early stopping on dev contrastive perplexity "
-                    "(stop after 1000 steps without improvement), best weights restored",
-        "semantic_ids": f"ResidualKMeans(n_layers=3, K=64) on the start-of-training document embeddings; codebooks {rkm.codebook_sizes}",
-        "side_features": {"category": f"primary topic ({len(topics)} topics)", "numeric": num_names,
-                          "source": "click log of the training queries (no test query appears in it)"},
-        "query_context": "simulated: one-hot of the query's hidden intent topic with prob 0.7, else a random topic",
-        "fusion": "fused = e + W_out [sum_l E_l[code_l]; E_topic[topic]; GELU(W_1 numeric)] (documents), e_q + W_ctx ctx "
-                  "(queries); W_out, W_ctx zero-initialised (scalingnote.models.fusion)",
-        "contrastive_ppl": "Fang et al. Eq. 6 on the test queries, W=256 negatives drawn once (seed 0), s = cos/0.05",
-        "p_values": "two-sided paired t-test over the test queries against no_fusion",
-        "missing_rows": [r for r in ROWS if r not in recs],
-        "machine_note": "2 CPU cores shared with other jobs",
-    })
+    write_results(
+        "fusion_synthetic",
+        rows,
+        {
+            "data": "synthetic note-search log (scalingnote.data.synth, SynthConfig defaults, seed 0): "
+            f"{len(corpus)} notes, {len(train)} training pairs, {len(dev.query_ids)} dev / {len(test.query_ids)} test queries",
+            "model": "ScalingDual, SmolLM2-135M truncated to 2 layers, heads only over cached pooled states",
+            "training": "in-batch negatives, batch 64, head and fusion lr 3e-3, early stopping on dev contrastive perplexity "
+            "(stop after 1000 steps without improvement), best weights restored",
+            "semantic_ids": f"ResidualKMeans(n_layers=3, K=64) on the start-of-training document embeddings; codebooks {rkm.codebook_sizes}",
+            "side_features": {
+                "category": f"primary topic ({len(topics)} topics)",
+                "numeric": num_names,
+                "source": "click log of the training queries (no test query appears in it)",
+            },
+            "query_context": "simulated: one-hot of the query's hidden intent topic with prob 0.7, else a random topic",
+            "fusion": "fused = e + W_out [sum_l E_l[code_l]; E_topic[topic]; GELU(W_1 numeric)] (documents), e_q + W_ctx ctx "
+            "(queries); W_out, W_ctx zero-initialised (scalingnote.models.fusion)",
+            "contrastive_ppl": "Fang et al. Eq. 6 on the test queries, W=256 negatives drawn once (seed 0), s = cos/0.05",
+            "p_values": "two-sided paired t-test over the test queries against no_fusion",
+            "missing_rows": [r for r in ROWS if r not in recs],
+            "machine_note": "2 CPU cores shared with other jobs",
+        },
+    )
     for r in rows:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
 

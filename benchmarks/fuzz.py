@@ -36,7 +36,8 @@ from benchmarks._common import tiny_served_index, write_results
 
 
 def fuzz_readers(examples: int, seed: int) -> list[dict]:
-    from hypothesis import HealthCheck, given, seed as hseed, settings
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
 
     from tests.helpers.fuzz import TARGETS, FuzzFailure, check, inputs
 
@@ -58,7 +59,13 @@ def fuzz_readers(examples: int, seed: int) -> list[dict]:
 
             t0 = time.perf_counter()
             prop()
-            row = {"kind": "reader", "target": name, "mode": "bytes+structured", **stats, "seconds": round(time.perf_counter() - t0, 2)}
+            row = {
+                "kind": "reader",
+                "target": name,
+                "mode": "bytes+structured",
+                **stats,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -78,22 +85,42 @@ def fuzz_endpoints(examples: int, seed: int) -> tuple[list[dict], dict]:
         app = create_app(idx, bert, settings)
         with BackgroundServer(app) as srv:
             srv.wait_ready()
-            for r in fuzz_service(srv.url, app.openapi(), examples=examples, admin_token=app.state.admin_token, seed=seed):
-                row = {"kind": "endpoint", "target": r.operation, "mode": r.mode, "examples": r.examples,
-                       "ok": r.statuses.get(200, 0), "data_error": sum(v for k, v in r.statuses.items() if 400 <= k < 500),
-                       "failures": r.failures, "first_failure": r.first_failure or "", "seconds": r.seconds,
-                       "statuses": " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))}
+            for r in fuzz_service(
+                srv.url, app.openapi(), examples=examples, admin_token=app.state.admin_token, seed=seed
+            ):
+                row = {
+                    "kind": "endpoint",
+                    "target": r.operation,
+                    "mode": r.mode,
+                    "examples": r.examples,
+                    "ok": r.statuses.get(200, 0),
+                    "data_error": sum(v for k, v in r.statuses.items() if 400 <= k < 500),
+                    "failures": r.failures,
+                    "first_failure": r.first_failure or "",
+                    "seconds": r.seconds,
+                    "statuses": " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items())),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             for r in fuzz_unicode(srv.url, examples=examples, seed=seed):  # invalid Unicode, malformed bodies
-                row = {"kind": "endpoint", "target": f"POST {r.operation}", "mode": r.mode, "examples": r.examples,
-                       "ok": r.statuses.get(200, 0), "data_error": sum(v for k, v in r.statuses.items() if 400 <= k < 500),
-                       "failures": r.failures, "first_failure": r.first_failure or "", "seconds": r.seconds,
-                       "statuses": " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))}
+                row = {
+                    "kind": "endpoint",
+                    "target": f"POST {r.operation}",
+                    "mode": r.mode,
+                    "examples": r.examples,
+                    "ok": r.statuses.get(200, 0),
+                    "data_error": sum(v for k, v in r.statuses.items() if 400 <= k < 500),
+                    "failures": r.failures,
+                    "first_failure": r.first_failure or "",
+                    "seconds": r.seconds,
+                    "statuses": " ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items())),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             h = httpx.get(srv.url + "/healthz", trust_env=False, timeout=30)
-            s = httpx.post(srv.url + "/search", json={"query": "product quantization", "k": 3}, trust_env=False, timeout=30)
+            s = httpx.post(
+                srv.url + "/search", json={"query": "product quantization", "k": 3}, trust_env=False, timeout=30
+            )
             after = {"healthz_status": h.status_code, "healthz": h.json().get("status"), "search_status": s.status_code}
     return rows, after
 
@@ -128,7 +155,7 @@ def _write(rows: list[dict], args, after: dict | None, t0: float):
         "examples_total": sum(r["examples"] for r in rows),
         "wall_s": round(time.perf_counter() - t0, 1),
         "property": "readers: parse or raise DataError/ConfigError naming the file (and line for record errors); "
-                    "service: no 5xx, no timeout/connection error, healthy afterwards",
+        "service: no 5xx, no timeout/connection error, healthy afterwards",
         "note": "2 CPU cores shared with other jobs (the machine was shared); seconds are noisy.",
         "complete": after is not None,
     }

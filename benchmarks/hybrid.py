@@ -57,10 +57,17 @@ def load_dense_side(args, data_dir: Path, work: Path):
         if (d / "run.json").exists():
             compat = json.loads((d / "run.json").read_text(encoding="utf-8")).get("metrics", {}).get("compat_id")
         if compat and q_id.get("compat_id") and str(compat) != str(q_id["compat_id"]):
-            raise ScalingNoteError(f"{d}: document embeddings (compat id {compat}) do not match query tower {args.query_tower!r} (compat id {q_id['compat_id']})")
+            raise ScalingNoteError(
+                f"{d}: document embeddings (compat id {compat}) do not match query tower {args.query_tower!r} (compat id {q_id['compat_id']})"
+            )
         dim = min(int(q_id.get("dim") or vecs.shape[1]), vecs.shape[1])
-        desc = {"query_tower": str(args.query_tower), "query_tower_identity": q_id, "documents": f"doc_embeddings.npy of {d}",
-                "document_compat_id": compat, "dim": dim}
+        desc = {
+            "query_tower": str(args.query_tower),
+            "query_tower_identity": q_id,
+            "documents": f"doc_embeddings.npy of {d}",
+            "document_compat_id": compat,
+            "dim": dim,
+        }
         return qt, list(ids), truncate_normalize(vecs, dim), desc
     if args.doc_embeddings:
         emb_dir = Path(args.doc_embeddings)
@@ -69,7 +76,9 @@ def load_dense_side(args, data_dir: Path, work: Path):
         doc_name = args.doc_tower or args.query_tower
         emb_dir = work / f"emb_{_slug(str(doc_name))}"
         dt = load_tower_for(doc_name, "document")
-        encode_corpus(dt, data_dir, emb_dir, shard_size=2000, batch_size=args.batch_size, progress=True)  # small shards: resumable
+        encode_corpus(
+            dt, data_dir, emb_dir, shard_size=2000, batch_size=args.batch_size, progress=True
+        )  # small shards: resumable
         doc_desc = f"document tower {doc_name}"
         del dt
     emb = load_embeddings(emb_dir)
@@ -105,8 +114,8 @@ def run_dataset(name: str, args) -> Path:
     from scalingnote.evaluation import evaluate, per_query
     from scalingnote.evaluation.dense import exact_search
     from scalingnote.evaluation.significance import paired_ttest
-    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
     from scalingnote.index.hybrid import FusionConfig, choose_norm_and_weight, fuse_runs
+    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 
     data_dir = shared_data_dir() / name
     work = Path(args.work) / name
@@ -118,7 +127,11 @@ def run_dataset(name: str, args) -> Path:
     # query must be neither a test query id nor a test query text
     test_texts_norm = {" ".join(q.text.lower().split()) for q in test.queries.values()}
     all_train = sorted(train.queries)
-    train_ids = [q for q in all_train if q not in test.queries and " ".join(train.queries[q].text.lower().split()) not in test_texts_norm]
+    train_ids = [
+        q
+        for q in all_train
+        if q not in test.queries and " ".join(train.queries[q].text.lower().split()) not in test_texts_norm
+    ]
     n_excluded = len(all_train) - len(train_ids)
     val_source = "train split (seeded draw)"
     if args.val_from_stage1:
@@ -140,7 +153,10 @@ def run_dataset(name: str, args) -> Path:
     qrels_test = {q: test.qrels[q] for q in test_ids}
     qrels_val = {q: train.qrels[q] for q in val_ids}
     depth = args.depth
-    print(f"[{name}] {len(test.corpus)} docs, {len(test_ids)} test queries, {n_val} validation queries (train split)", flush=True)
+    print(
+        f"[{name}] {len(test.corpus)} docs, {len(test_ids)} test queries, {n_val} validation queries (train split)",
+        flush=True,
+    )
 
     # ---- BM25 (index once; search timed)
     t0 = time.perf_counter()
@@ -155,7 +171,9 @@ def run_dataset(name: str, args) -> Path:
     qt, doc_ids, doc_vecs, dense_desc = load_dense_side(args, data_dir, work)
     missing = set(test.corpus) - set(doc_ids)
     if missing:
-        raise ScalingNoteError(f"{name}: the document embeddings lack {len(missing)} corpus documents (e.g. {next(iter(missing))!r})")
+        raise ScalingNoteError(
+            f"{name}: the document embeddings lack {len(missing)} corpus documents (e.g. {next(iter(missing))!r})"
+        )
     dim = dense_desc["dim"]
     encode_queries(qt, test_texts[:8], dim)  # warm-up
     t0 = time.perf_counter()
@@ -179,9 +197,17 @@ def run_dataset(name: str, args) -> Path:
     w_s = time.perf_counter() - t0
 
     runs = {"bm25": bm_test, "dense": dn_test, "hybrid_rrf": rrf_test, "hybrid_weighted": w_test}
-    seconds = {"bm25": bm_s, "dense": enc_s + dn_s, "hybrid_rrf": enc_s + dn_s + bm_s + rrf_s, "hybrid_weighted": enc_s + dn_s + bm_s + w_s}
+    seconds = {
+        "bm25": bm_s,
+        "dense": enc_s + dn_s,
+        "hybrid_rrf": enc_s + dn_s + bm_s + rrf_s,
+        "hybrid_weighted": enc_s + dn_s + bm_s + w_s,
+    }
     ev = {m: evaluate(r, qrels_test, METRICS, missing="zero") for m, r in runs.items()}
-    pq = {m: {q: v["ndcg@10"] for q, v in per_query(r, qrels_test, ["ndcg@10"], missing="zero").items()} for m, r in runs.items()}
+    pq = {
+        m: {q: v["ndcg@10"] for q, v in per_query(r, qrels_test, ["ndcg@10"], missing="zero").items()}
+        for m, r in runs.items()
+    }
     for m in pq:  # every test query on both sides of a paired test (absent -> 0, as missing="zero")
         pq[m] = {q: pq[m].get(q, 0.0) for q in test_ids}
     best_single = max(("bm25", "dense"), key=lambda m: ev[m]["ndcg@10"])
@@ -197,18 +223,25 @@ def run_dataset(name: str, args) -> Path:
             "qps": round(len(test_ids) / seconds[m], 1),
             "queries": len(test_ids),
             "docs": len(test.corpus),
-            "fusion": {"bm25": "-", "dense": "-", "hybrid_rrf": "rrf k=60", "hybrid_weighted": f"weighted {best_norm} w_dense={wc.weight:g}"}[m],
+            "fusion": {
+                "bm25": "-",
+                "dense": "-",
+                "hybrid_rrf": "rrf k=60",
+                "hybrid_weighted": f"weighted {best_norm} w_dense={wc.weight:g}",
+            }[m],
         }
         if m.startswith("hybrid"):
             t = paired_ttest(pq[m], pq[best_single])
             t2 = paired_ttest(pq[m], pq[other_single])
-            row.update({
-                "vs_best_single": best_single,
-                "ndcg@10_diff_vs_best_single": round(t.mean_diff, 4),
-                "ttest_p_vs_best_single": float(f"{t.pvalue:.4g}"),
-                "ndcg@10_diff_vs_other_single": round(t2.mean_diff, 4),
-                "ttest_p_vs_other_single": float(f"{t2.pvalue:.4g}"),
-            })
+            row.update(
+                {
+                    "vs_best_single": best_single,
+                    "ndcg@10_diff_vs_best_single": round(t.mean_diff, 4),
+                    "ttest_p_vs_best_single": float(f"{t.pvalue:.4g}"),
+                    "ndcg@10_diff_vs_other_single": round(t2.mean_diff, 4),
+                    "ttest_p_vs_other_single": float(f"{t2.pvalue:.4g}"),
+                }
+            )
         rows.append(row)
         print(row, flush=True)
     beats = all(ev[best_hybrid]["ndcg@10"] > ev[s]["ndcg@10"] for s in ("bm25", "dense"))
@@ -219,16 +252,30 @@ def run_dataset(name: str, args) -> Path:
         "dense_model": dense_desc,
         "dense_model_note": args.dense_note,
         "dense_search": "exact inner product over L2-normalised vectors (brute force)",
-        "bm25": {"k1": 1.5, "b": 0.75, "method": "lucene", "language": bm.language,
-                 "tokenisation": "stemmed (Snowball) + stop words" if bm.language == "en" else "character bigrams"},
+        "bm25": {
+            "k1": 1.5,
+            "b": 0.75,
+            "method": "lucene",
+            "language": bm.language,
+            "tokenisation": "stemmed (Snowball) + stop words" if bm.language == "en" else "character bigrams",
+        },
         "depth": depth,
-        "validation": {"split": "train", "queries": n_val, "seed": args.seed, "source": val_source,
-                       "excluded_train_queries_also_in_test": n_excluded,
-                       "caveat": None if args.val_from_stage1 else ("validation queries come from the train split, which the dense model was trained on (Stage I "
-                                  "pairs / QKD queries): the dense side looks stronger on them than on unseen queries, which "
-                                  "biases the chosen weight toward dense"),
-                       "grid": {n: {str(w): round(v, 4) for w, v in c.grid.items()} for n, c in choices.items()},
-                       "chosen": {"norm": best_norm, "weight_dense": wc.weight, "ndcg@10": round(wc.value, 4)}},
+        "validation": {
+            "split": "train",
+            "queries": n_val,
+            "seed": args.seed,
+            "source": val_source,
+            "excluded_train_queries_also_in_test": n_excluded,
+            "caveat": None
+            if args.val_from_stage1
+            else (
+                "validation queries come from the train split, which the dense model was trained on (Stage I "
+                "pairs / QKD queries): the dense side looks stronger on them than on unseen queries, which "
+                "biases the chosen weight toward dense"
+            ),
+            "grid": {n: {str(w): round(v, 4) for w, v in c.grid.items()} for n, c in choices.items()},
+            "chosen": {"norm": best_norm, "weight_dense": wc.weight, "ndcg@10": round(wc.value, 4)},
+        },
         "rrf_k": 60,
         "summary": {
             "better_single": best_single,
@@ -240,7 +287,7 @@ def run_dataset(name: str, args) -> Path:
             "target_better_hybrid_beats_both": beats,
         },
         "qps_note": "queries/s of the whole query path in one process (query encoding + search [+ BM25 + fusion]), "
-                    f"torch threads {torch.get_num_threads()}; the machine (2 cores) was shared with other jobs, so QPS is noisy",
+        f"torch threads {torch.get_num_threads()}; the machine (2 cores) was shared with other jobs, so QPS is noisy",
         "bm25_index_seconds": round(bm25_index_s, 2),
     }
     path = write_results(f"hybrid_{name}", rows, config)
@@ -251,15 +298,29 @@ def run_dataset(name: str, args) -> Path:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", choices=[*DATASETS, "all"], default="all")
-    ap.add_argument("--query-tower", default="minilm-l6", help="query tower: packaged name (zero-shot) or saved tower dir")
-    ap.add_argument("--doc-tower", default=None, help="document tower to encode the corpus with (default: --query-tower)")
-    ap.add_argument("--doc-embeddings", default=None, help="embeddings directory (`scalingnote index encode`), or a Stage I / recipe "
-                    "output directory (doc_embeddings.npy + doc_ids.json), instead of --doc-tower")
-    ap.add_argument("--dense-note", default="zero-shot all-MiniLM-L6-v2 (mean pooling, docs cut at 256 tokens); "
-                    "the recipe benchmark's best ScalingNote student was not available when this ran",
-                    help="free text recorded in the results config about the dense model")
-    ap.add_argument("--val-from-stage1", default=None,
-                    help="Stage I output directory: draw validation queries only from the queries it held out (unseen labels)")
+    ap.add_argument(
+        "--query-tower", default="minilm-l6", help="query tower: packaged name (zero-shot) or saved tower dir"
+    )
+    ap.add_argument(
+        "--doc-tower", default=None, help="document tower to encode the corpus with (default: --query-tower)"
+    )
+    ap.add_argument(
+        "--doc-embeddings",
+        default=None,
+        help="embeddings directory (`scalingnote index encode`), or a Stage I / recipe "
+        "output directory (doc_embeddings.npy + doc_ids.json), instead of --doc-tower",
+    )
+    ap.add_argument(
+        "--dense-note",
+        default="zero-shot all-MiniLM-L6-v2 (mean pooling, docs cut at 256 tokens); "
+        "the recipe benchmark's best ScalingNote student was not available when this ran",
+        help="free text recorded in the results config about the dense model",
+    )
+    ap.add_argument(
+        "--val-from-stage1",
+        default=None,
+        help="Stage I output directory: draw validation queries only from the queries it held out (unseen labels)",
+    )
     ap.add_argument("--val-queries", type=int, default=300, help="validation queries drawn from the train split")
     ap.add_argument("--depth", type=int, default=100, help="candidates per side (and kept after fusion)")
     ap.add_argument("--batch-size", type=int, default=64, help="document encoding batch size")

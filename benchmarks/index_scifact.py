@@ -19,10 +19,9 @@ plus ~2-4 minutes the first time for encoding the corpus).
 
 from __future__ import annotations
 
-import os
-
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -100,7 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--semantic-ids-layers", type=int, default=6)
     ap.add_argument("--codebook-size", type=int, default=256)
     ap.add_argument("--nprobe", type=int, default=16, help="Default nprobe stored in IVF indexes.")
-    ap.add_argument("--nprobe-sweep", type=int, nargs="*", default=[8, 16, 32, 64], help="nprobe values searched on IVF indexes.")
+    ap.add_argument(
+        "--nprobe-sweep", type=int, nargs="*", default=[8, 16, 32, 64], help="nprobe values searched on IVF indexes."
+    )
     ap.add_argument("--ef-search", type=int, default=128)
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--keep-indexes", action="store_true", help="Keep the built indexes under the cache dir.")
@@ -162,7 +163,9 @@ def main(argv: list[str] | None = None) -> None:
                     "r@100_rel_flat": round(metrics["r@100"] / flat_metrics["r@100"], 4),
                     "recall@100_rel_flat": round(metrics["recall@100"] / flat_metrics["recall@100"], 4),
                     "ndcg@10_rel_flat": round(metrics["ndcg@10"] / flat_metrics["ndcg@10"], 4),
-                    "overlap@100_vs_flat": round(float(np.mean([len(a & b) / max(len(b), 1) for a, b in zip(top, flat_top, strict=True)])), 4),
+                    "overlap@100_vs_flat": round(
+                        float(np.mean([len(a & b) / max(len(b), 1) for a, b in zip(top, flat_top, strict=True)])), 4
+                    ),
                     **timing,
                     "code_bytes_per_vector": m["code_bytes_per_vector"],
                     "index_bytes_per_vector": m["index_bytes_per_vector"],
@@ -178,7 +181,17 @@ def main(argv: list[str] | None = None) -> None:
     target = []
     for r in rows:
         if r["factory"].startswith("IVF") and "PQ" in r["factory"] and (r["compression"] or 0) >= 16 and r["rerank"]:
-            target.append({"factory": r["factory"], "nprobe": r["nprobe"], "rerank": r["rerank"], "compression": r["compression"], "r@100_rel_flat": r["r@100_rel_flat"], "recall@100_rel_flat": r["recall@100_rel_flat"], "met": r["r@100_rel_flat"] >= 0.98})
+            target.append(
+                {
+                    "factory": r["factory"],
+                    "nprobe": r["nprobe"],
+                    "rerank": r["rerank"],
+                    "compression": r["compression"],
+                    "r@100_rel_flat": r["r@100_rel_flat"],
+                    "recall@100_rel_flat": r["recall@100_rel_flat"],
+                    "met": r["r@100_rel_flat"] >= 0.98,
+                }
+            )
     config = {
         "dataset": "scifact",
         "split": "test",
@@ -211,7 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     report("index_scifact", rows, config)
     for t in target:
-        print(f"target {t['factory']} nprobe={t['nprobe']} rerank={t['rerank']}: R@100 rel. Flat = {t['r@100_rel_flat']} -> {'met' if t['met'] else 'NOT met'}")
+        print(
+            f"target {t['factory']} nprobe={t['nprobe']} rerank={t['rerank']}: R@100 rel. Flat = {t['r@100_rel_flat']} -> {'met' if t['met'] else 'NOT met'}"
+        )
 
 
 if __name__ == "__main__":

@@ -19,10 +19,9 @@ Run: ``.venv/bin/python -m benchmarks.index_synthetic_1m`` (about 10 minutes on 
 
 from __future__ import annotations
 
-import os
-
 import argparse
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -48,7 +47,9 @@ def gaussian_mixture(n: int, d: int, clusters: int, noise: float, seed: int, chu
     out = np.empty((n, d), dtype=np.float32)
     for s in range(0, n, chunk):
         m = min(chunk, n - s)
-        x = centres[rng.integers(0, clusters, size=m)] + (noise / np.sqrt(d)) * rng.standard_normal(size=(m, d), dtype=np.float32)
+        x = centres[rng.integers(0, clusters, size=m)] + (noise / np.sqrt(d)) * rng.standard_normal(
+            size=(m, d), dtype=np.float32
+        )
         out[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
     return out
 
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hnsw-n", type=int, default=200_000, help="Vectors indexed by HNSW-based factories.")
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--clusters", type=int, default=1000)
-    ap.add_argument("--noise", type=float, default=1.0, help="Std of the isotropic noise around a unit centre (per vector norm).")
+    ap.add_argument(
+        "--noise", type=float, default=1.0, help="Std of the isotropic noise around a unit centre (per vector norm)."
+    )
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--single-queries", type=int, default=200, help="Queries timed one at a time.")
     ap.add_argument("--factories", nargs="*", default=FACTORIES)

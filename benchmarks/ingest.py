@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import os
 import random
 import shutil
 import signal
+import statistics
 import tempfile
 import threading
 import time
@@ -99,7 +99,9 @@ def new_documents(run: Run, n_new: int, new_docs: Path | None) -> list:
         return docs[:n_new]
     synth = run.root / "data" / "synth.json"
     if not synth.exists():
-        raise SystemExit(f"{run.root}: not a synthetic-log run (no data/synth.json): pass --new-docs FILE (documents held back from the build)")
+        raise SystemExit(
+            f"{run.root}: not a synthetic-log run (no data/synth.json): pass --new-docs FILE (documents held back from the build)"
+        )
     cfg = dict(json.loads(synth.read_text())["config"])
     n0 = int(cfg["num_docs"])
     cfg["num_docs"] = n0 + n_new
@@ -149,8 +151,16 @@ def phase_ingest(srv: ServeProcess, new_docs, used: int) -> tuple[list[dict], in
                 timings.append(post_docs(c, srv.url, new_docs[used : used + size]).get("timings_ms") or {})
                 used += size
             secs = time.perf_counter() - t0
-            rows.append({"phase": "ingest", "mode": label, "docs": size * n_req, "seconds": round(secs, 2),
-                         "docs_per_s": round(size * n_req / secs, 2), **_split(timings)})
+            rows.append(
+                {
+                    "phase": "ingest",
+                    "mode": label,
+                    "docs": size * n_req,
+                    "seconds": round(secs, 2),
+                    "docs_per_s": round(size * n_req / secs, 2),
+                    **_split(timings),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     return rows, used
 
@@ -172,7 +182,9 @@ def _stream(url: str, new_docs, start: int, stop: threading.Event, out: dict) ->
     out["end"] = i
 
 
-def phase_search(srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, load_s: float, seed: int) -> tuple[list[dict], int]:
+def phase_search(
+    srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, load_s: float, seed: int
+) -> tuple[list[dict], int]:
     """``rounds`` interleaved rounds of idle / ingesting search load (8 clients each); one row per
     round and mode, and a summary row with the median ratio."""
     from benchmarks.loadgen import run_loadtest
@@ -192,16 +204,42 @@ def phase_search(srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, lo
         ratio = round(busy.qps / idle.qps, 3) if idle.qps else None
         ratios.append(ratio)
         for label, res in (("idle", idle), ("ingesting", busy)):
-            rows.append({"phase": "search", "round": r, "mode": label, "concurrency": 8, "requests": res.requests, "errors": res.errors,
-                         "qps": res.qps, "p50_ms": res.p50_ms, "p99_ms": res.p99_ms})
-        rows[-1].update({"qps_vs_idle": ratio, "docs_ingested": ing["n"], "ingest_errors": ing["errors"],
-                         "ingest_docs_per_s": round(ing["n"] / ing["s"], 2) if ing["s"] else None, **_split(ing["timings"])})
+            rows.append(
+                {
+                    "phase": "search",
+                    "round": r,
+                    "mode": label,
+                    "concurrency": 8,
+                    "requests": res.requests,
+                    "errors": res.errors,
+                    "qps": res.qps,
+                    "p50_ms": res.p50_ms,
+                    "p99_ms": res.p99_ms,
+                }
+            )
+        rows[-1].update(
+            {
+                "qps_vs_idle": ratio,
+                "docs_ingested": ing["n"],
+                "ingest_errors": ing["errors"],
+                "ingest_docs_per_s": round(ing["n"] / ing["s"], 2) if ing["s"] else None,
+                **_split(ing["timings"]),
+            }
+        )
         print(json.dumps(rows[-2:]), flush=True)
         if used + 64 * 8 > len(new_docs):
             used = 0  # the pool is re-used: documents are replaced (upsert by id), the work is the same
-    rows.append({"phase": "search", "mode": "summary", "rounds": rounds, "qps_vs_idle_median": round(statistics.median(ratios), 3),
-                 "qps_vs_idle_min": min(ratios), "qps_vs_idle_max": max(ratios),
-                 "errors": sum(r["errors"] for r in rows if r.get("phase") == "search" and "errors" in r)})
+    rows.append(
+        {
+            "phase": "search",
+            "mode": "summary",
+            "rounds": rounds,
+            "qps_vs_idle_median": round(statistics.median(ratios), 3),
+            "qps_vs_idle_min": min(ratios),
+            "qps_vs_idle_max": max(ratios),
+            "errors": sum(r["errors"] for r in rows if r.get("phase") == "search" and "errors" in r),
+        }
+    )
     print(json.dumps(rows[-1]), flush=True)
     return rows, used
 
@@ -275,7 +313,9 @@ def kill_mid_stream(srv: ServeProcess, post, make_batch, rng: random.Random, del
     return acked, list(inflight["batch"])
 
 
-def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: random.Random, start: int, dense_check) -> tuple[dict, int, ServeProcess]:
+def chaos_cycle(
+    srv: ServeProcess, args: list[str], pool, cycle: int, rng: random.Random, start: int, dense_check
+) -> tuple[dict, int, ServeProcess]:
     """Stream into the running ``srv``, SIGKILL it at a random moment, restart, check; returns the
     row, the next pool position and the restarted service (the next cycle's). ``dense_check(docs,
     nlist)``: (how many are retrievable by their own stored vector, the ids that are not)."""
@@ -289,10 +329,14 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
         i = start + 1 + n_acked
         return [_marked(d, cycle, i - start + j) for j, d in enumerate(pool[i : i + rng.randint(1, 16)])]
 
-    acked, lost = kill_mid_stream(srv, lambda c, batch: post_docs(c, srv.url, [b[0] for b in batch]), make_batch, rng, rng.uniform(0.2, 6.0))
+    acked, lost = kill_mid_stream(
+        srv, lambda c, batch: post_docs(c, srv.url, [b[0] for b in batch]), make_batch, rng, rng.uniform(0.2, 6.0)
+    )
     acked = first + acked
     srv = start_service(args)
-    nlist = int(httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 0)  # 0: no IVF layer (HNSW methods)
+    nlist = int(
+        httpx.get(srv.url + "/healthz", trust_env=False).json()["index"]["nlist"] or 0
+    )  # 0: no IVF layer (HNSW methods)
     problems, n_bm, n_dense, n_default, present = [], 0, 0, 0, 0
     with httpx.Client(trust_env=False) as c:
         for doc, mark in acked:
@@ -307,9 +351,19 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
             problems.append(f"in-flight batch half applied: {present}/{len(lost)}")
     in_dense, missing = dense_check([d for d, _ in acked], nlist)
     problems += [f"{i}: not retrievable by its own vector" for i in missing]
-    row = {"phase": "chaos", "cycle": cycle, "acked": len(acked), "bm25_found": n_bm, "dense_found": in_dense, "dense_found_by_text": n_dense,
-           "dense_found_default_nprobe": n_default, "inflight_docs": len(lost), "inflight_present": present, "ok": not problems,
-           "problems": "; ".join(problems[:3])}
+    row = {
+        "phase": "chaos",
+        "cycle": cycle,
+        "acked": len(acked),
+        "bm25_found": n_bm,
+        "dense_found": in_dense,
+        "dense_found_by_text": n_dense,
+        "dense_found_default_nprobe": n_default,
+        "inflight_docs": len(lost),
+        "inflight_present": present,
+        "ok": not problems,
+        "problems": "; ".join(problems[:3]),
+    }
     print(json.dumps(row), flush=True)
     return row, start + len(acked) + len(lost), srv
 
@@ -317,11 +371,15 @@ def chaos_cycle(srv: ServeProcess, args: list[str], pool, cycle: int, rng: rando
 # --------------------------------------------------------------------------- back ends
 
 
-def backend_phases(args, backend: str, serve_args: list[str], dense_check, new_docs, run: Run, chaos_only: bool) -> list[dict]:
+def backend_phases(
+    args, backend: str, serve_args: list[str], dense_check, new_docs, run: Run, chaos_only: bool
+) -> list[dict]:
     """The ingest and search phases (with --chaos-only: FAISS none, Milvus at the first --ingest-duty
     only) then the chaos cycles, each row tagged with ``backend``."""
     rows, used = [], 0
-    for duty in [] if chaos_only and backend == "faiss" else args.ingest_duty:  # the default pacing last: the chaos runs use it
+    for duty in (
+        [] if chaos_only and backend == "faiss" else args.ingest_duty
+    ):  # the default pacing last: the chaos runs use it
         srv = start_service([*serve_args, "--ingest-duty", str(duty)])
         try:
             ingest, used = phase_ingest(srv, new_docs, used % max(1, len(new_docs) - 512))
@@ -335,7 +393,9 @@ def backend_phases(args, backend: str, serve_args: list[str], dense_check, new_d
     srv = start_service(serve_args)
     try:
         for cycle in range(args.kills):
-            row, pos, srv = chaos_cycle(srv, serve_args, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64), dense_check)
+            row, pos, srv = chaos_cycle(
+                srv, serve_args, new_docs, cycle, rng, pos % max(1, len(new_docs) - 64), dense_check
+            )
             rows.append(row)
     finally:
         srv.stop()
@@ -347,25 +407,52 @@ def backend_phases(args, backend: str, serve_args: list[str], dense_check, new_d
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run", type=Path, default=REPO_ROOT / "runs" / "quickstart", help="A quick-start output directory.")
-    ap.add_argument("--new", type=int, default=1500, help="New documents (the +100%% drift point needs as many as the index holds).")
-    ap.add_argument("--new-docs", type=Path, default=None, help="JSONL of documents held back from the run's build (default: more synthetic notes).")
+    ap.add_argument(
+        "--run", type=Path, default=REPO_ROOT / "runs" / "quickstart", help="A quick-start output directory."
+    )
+    ap.add_argument(
+        "--new", type=int, default=1500, help="New documents (the +100%% drift point needs as many as the index holds)."
+    )
+    ap.add_argument(
+        "--new-docs",
+        type=Path,
+        default=None,
+        help="JSONL of documents held back from the run's build (default: more synthetic notes).",
+    )
     ap.add_argument("--rounds", type=int, default=5, help="Interleaved idle / ingesting search rounds.")
     ap.add_argument("--load-s", type=float, default=15.0, help="Seconds per load-test phase.")
-    ap.add_argument("--ingest-duty", type=lambda v: [float(x) for x in v.split(",")], default=[1.0, 0.5],
-                    help="Comma-separated `serve --ingest-duty` values, each measured with its own service (1: no pacing).")
+    ap.add_argument(
+        "--ingest-duty",
+        type=lambda v: [float(x) for x in v.split(",")],
+        default=[1.0, 0.5],
+        help="Comma-separated `serve --ingest-duty` values, each measured with its own service (1: no pacing).",
+    )
     ap.add_argument("--kills", type=int, default=20)
-    ap.add_argument("--chaos-only", action="store_true",
-                    help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; FAISS's other rows are kept from the results file.")
-    ap.add_argument("--backends", type=lambda v: v.split(","), default=["faiss", "milvus"],
-                    help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).")
+    ap.add_argument(
+        "--chaos-only",
+        action="store_true",
+        help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; FAISS's other rows are kept from the results file.",
+    )
+    ap.add_argument(
+        "--backends",
+        type=lambda v: v.split(","),
+        default=["faiss", "milvus"],
+        help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
-    ap.add_argument("--method", default="chosen", choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"),
-                    help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
-                         "rebuilt over the same vectors with this method (search defaults of the build, not tuned).")
-    ap.add_argument("--drift-only", action="store_true",
-                    help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of rows per method).")
+    ap.add_argument(
+        "--method",
+        default="chosen",
+        choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"),
+        help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
+        "rebuilt over the same vectors with this method (search defaults of the build, not tuned).",
+    )
+    ap.add_argument(
+        "--drift-only",
+        action="store_true",
+        help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of rows per method).",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     load0, t_start = os.getloadavg(), time.perf_counter()
@@ -384,29 +471,59 @@ def main(argv: list[str] | None = None) -> None:
             drift, _X_new, _Q = phase_drift(run, work, new_docs, args.cache)
             rows += drift
         else:  # FAISS's rows of the earlier run (made before rows named their back end)
-            rows += [{"backend": "faiss", **r} for r in kept["rows"] if r["phase"] != "chaos" and r.get("backend", "faiss") == "faiss"]
+            rows += [
+                {"backend": "faiss", **r}
+                for r in kept["rows"]
+                if r["phase"] != "chaos" and r.get("backend", "faiss") == "faiss"
+            ]
         for backend in args.backends:
             served = work / f"served-{backend}"
             shutil.copytree(run.index, served)
-            with backend_context(backend, work, served, run.serve_args(served), run.student) as (serve_args, dense_check, info[backend]):
+            with backend_context(backend, work, served, run.serve_args(served), run.student) as (
+                serve_args,
+                dense_check,
+                info[backend],
+            ):
                 out = backend_phases(args, backend, serve_args, dense_check, new_docs, run, kept is not None)
             rows += out
             chaos += [r for r in out if r["phase"] == "chaos"]
     passed = {b: sum(r["ok"] for r in chaos if r["backend"] == b) for b in args.backends}
     tower = run.manifest.get("tower") or {}
     config = {
-        "run": str(args.run), "data": "synthetic note-search log; new documents: notes the generator makes beyond the built corpus"
-        if args.new_docs is None else f"new documents from {args.new_docs}", "n_base": int(run.manifest.get("n_vectors", 0)), "n_new": len(new_docs),
-        "seed": args.seed, "factory": run.manifest.get("factory"), "search_defaults": run.manifest.get("search_defaults"),
-        "method": (run.manifest.get("routing") or {}).get("method") or "factory", "method_requested": args.method,
-        "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})", "query_tower": run.student,
-        "serve": "the quick start's printed command: scalingnote serve " + " ".join(run.serve_args(Path("<copy of index>"))) + " --port 0"
-                 " (milvus: --backend milvus --uri <embedded server> --collection ingest --index <copy of index, exported>)",
-        "ingest_duty": args.ingest_duty, "rounds": args.rounds, "load_s": args.load_s, "kills": args.kills, "backends": args.backends,
-        **{f"chaos_passed_{b}": f"{n}/{args.kills}" for b, n in passed.items()}, **{f"{b}_{k}": v for b, i in info.items() for k, v in i.items()},
-        "total_s": round(time.perf_counter() - t_start, 1), **loadavg(load0),
-        **({"chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
-                           f"created {kept['created']}, total_s {kept['config'].get('total_s')}"} if kept is not None else {}),
+        "run": str(args.run),
+        "data": "synthetic note-search log; new documents: notes the generator makes beyond the built corpus"
+        if args.new_docs is None
+        else f"new documents from {args.new_docs}",
+        "n_base": int(run.manifest.get("n_vectors", 0)),
+        "n_new": len(new_docs),
+        "seed": args.seed,
+        "factory": run.manifest.get("factory"),
+        "search_defaults": run.manifest.get("search_defaults"),
+        "method": (run.manifest.get("routing") or {}).get("method") or "factory",
+        "method_requested": args.method,
+        "document_tower": f"{tower.get('path') or tower.get('name')} (fingerprint {tower.get('fingerprint')})",
+        "query_tower": run.student,
+        "serve": "the quick start's printed command: scalingnote serve "
+        + " ".join(run.serve_args(Path("<copy of index>")))
+        + " --port 0"
+        " (milvus: --backend milvus --uri <embedded server> --collection ingest --index <copy of index, exported>)",
+        "ingest_duty": args.ingest_duty,
+        "rounds": args.rounds,
+        "load_s": args.load_s,
+        "kills": args.kills,
+        "backends": args.backends,
+        **{f"chaos_passed_{b}": f"{n}/{args.kills}" for b, n in passed.items()},
+        **{f"{b}_{k}": v for b, i in info.items() for k, v in i.items()},
+        "total_s": round(time.perf_counter() - t_start, 1),
+        **loadavg(load0),
+        **(
+            {
+                "chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
+                f"created {kept['created']}, total_s {kept['config'].get('total_s')}"
+            }
+            if kept is not None
+            else {}
+        ),
         "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }
     path = write_results("ingest", rows, config)

@@ -63,13 +63,18 @@ def fill_caches(data: str, depths: list[int], ks: list[int], doc_max: int) -> di
     queries = sorted({q.text for q in load_queries(d / "queries.jsonl").values()})
     pairs = [(n, k) for n in depths for k in ks if k != "all" and k <= n]  # k = all: no cache
     gb = {}
-    for role, items, kw, bs in (("query", queries, {"max_query_length": QUERY_MAX}, 64),
-                                ("document", corpus, {"max_doc_length": doc_max}, 16)):
+    for role, items, kw, bs in (
+        ("query", queries, {"max_query_length": QUERY_MAX}, 64),
+        ("document", corpus, {"max_doc_length": doc_max}, 16),
+    ):
         t = load_tower(LLM, role, pooling="mean", num_layers=max(depths), **kw)
         for kind, k in (("pooled", 0), ("tokens", 1)):
             est = estimate_cache_bytes(t, k, items)
             gb[f"{role}_{kind}"] = est["gb"]
-            print(f"[llm_layers] {role} {kind} cache per depth: {est['rows']} texts, {est['tokens']} tokens, ~{est['gb']:.3f} GB", flush=True)
+            print(
+                f"[llm_layers] {role} {kind} cache per depth: {est['rows']} texts, {est['tokens']} tokens, ~{est['gb']:.3f} GB",
+                flush=True,
+            )
         t0 = time.perf_counter()
         fill_depths(root, t, pairs, items, batch_size=bs)
         gb[f"{role}_fill_seconds"] = round(time.perf_counter() - t0, 1)
@@ -102,29 +107,44 @@ def stage1_config(data: str, depth: int, k: int | str, side: str, args, out: Pat
     qk = k if side in ("both", "query") else 0
     dk = k if side in ("both", "doc") else 0
     llm = {"model": model, "num_layers": depth, "pooling": "mean"}
-    return load_config(TrainConfig, {
-        "method": "scaling_dual" if model == LLM else "twinbert",  # both towers large LLM ones, or both BERT
-        "output_dir": str(out),
-        "query_tower": {**llm, "max_length": QUERY_MAX, "trainable_layers": qk},
-        "doc_tower": {**llm, "max_length": args.doc_max, "trainable_layers": dk},
-        "dim": 128,
-        "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
-                 "validation_fraction": 0.1, "negatives": "bm25"},
-        "optim": {"batch_size": 64, "epochs": args.max_epochs if k else args.heads_epochs, "lr": lr,
-                  "head_lr": args.layer_head_lr if k and args.layer_head_lr is not None else args.head_lr,
-                  "warmup_ratio": 0.1},
-        "init_heads_from": str(row_dir(data, depth, 0, "both", args)) if k and args.warm_heads and model == LLM else None,
-        "seed": args.seed,
-        "center_samples": 100_000,  # every training pair: the pooled states come from the caches
-        "feature_cache_dir": str(work_dir(data, args.doc_max) / "features"),
-        "feature_cache_dtype": "float16",
-        "eval_every": "epoch",
-        "patience": args.patience,
-        "save_every": 5,
-        "evaluate_zero_shot": k == 0 or model != LLM,  # k > 0 starts from the heads-only row's result (warm) or its start
-        "show_progress": False,
-        "precision": args.precision,
-    })
+    return load_config(
+        TrainConfig,
+        {
+            "method": "scaling_dual" if model == LLM else "twinbert",  # both towers large LLM ones, or both BERT
+            "output_dir": str(out),
+            "query_tower": {**llm, "max_length": QUERY_MAX, "trainable_layers": qk},
+            "doc_tower": {**llm, "max_length": args.doc_max, "trainable_layers": dk},
+            "dim": 128,
+            "data": {
+                "data_dir": str(shared_data_dir() / data),
+                "eval_split": "test",
+                "eval_overlap": "drop",
+                "validation_fraction": 0.1,
+                "negatives": "bm25",
+            },
+            "optim": {
+                "batch_size": 64,
+                "epochs": args.max_epochs if k else args.heads_epochs,
+                "lr": lr,
+                "head_lr": args.layer_head_lr if k and args.layer_head_lr is not None else args.head_lr,
+                "warmup_ratio": 0.1,
+            },
+            "init_heads_from": str(row_dir(data, depth, 0, "both", args))
+            if k and args.warm_heads and model == LLM
+            else None,
+            "seed": args.seed,
+            "center_samples": 100_000,  # every training pair: the pooled states come from the caches
+            "feature_cache_dir": str(work_dir(data, args.doc_max) / "features"),
+            "feature_cache_dtype": "float16",
+            "eval_every": "epoch",
+            "patience": args.patience,
+            "save_every": 5,
+            "evaluate_zero_shot": k == 0
+            or model != LLM,  # k > 0 starts from the heads-only row's result (warm) or its start
+            "show_progress": False,
+            "precision": args.precision,
+        },
+    )
 
 
 def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
@@ -138,7 +158,9 @@ def per_query_run(run_dir: Path, data: str) -> dict[str, dict[str, float]]:
     ds = load_beir(shared_data_dir() / data, "test")
     qids = sorted(ds.qrels)
     qt = load_tower(run_dir / "query_tower")
-    q = truncate_normalize(qt.encode_queries([ds.queries[i].text for i in qids], batch_size=128, show_progress=False), 128)
+    q = truncate_normalize(
+        qt.encode_queries([ds.queries[i].text for i in qids], batch_size=128, show_progress=False), 128
+    )
     doc_ids = json.loads((run_dir / "doc_ids.json").read_text())
     d = truncate_normalize(np.load(run_dir / "doc_embeddings.npy"), 128)
     return exact_search(q, qids, d, doc_ids, k=100)
@@ -148,10 +170,17 @@ def metrics_columns(m: dict) -> dict:
     """The columns every row takes from its Stage I run's ``run.json`` metrics."""
     from scalingnote.quickstart.report import curve_text
 
-    return {"ndcg@10": m["ndcg@10"], "r@100": m["r@100"], "contrastive_ppl": m["contrastive_ppl"],
-            "start_ndcg@10": m.get("zero_shot_ndcg@10"), "val_ndcg@10": round(m["best_val_score"], 4),
-            "val_curve": curve_text(m["val_curve"]), "best_step": m["best_step"],
-            "steps_run": m["steps_run"], "stopped_early": m["stopped_early"]}
+    return {
+        "ndcg@10": m["ndcg@10"],
+        "r@100": m["r@100"],
+        "contrastive_ppl": m["contrastive_ppl"],
+        "start_ndcg@10": m.get("zero_shot_ndcg@10"),
+        "val_ndcg@10": round(m["best_val_score"], 4),
+        "val_curve": curve_text(m["val_curve"]),
+        "best_step": m["best_step"],
+        "steps_run": m["steps_run"],
+        "stopped_early": m["stopped_early"],
+    }
 
 
 def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, float], lr: float) -> dict:
@@ -159,17 +188,38 @@ def run_row(data: str, depth: int, k: int | str, side: str, args, gb: dict[str, 
 
     out = row_dir(data, depth, k, side, args, lr)
     if k and args.warm_heads and not (row_dir(data, depth, 0, "both", args) / "run.json").is_file():
-        raise SystemExit(f"[llm_layers] depth {depth} k {k} starts from the heads-only row of depth {depth}: put {depth}:0 before {depth}:{k} in --order")
+        raise SystemExit(
+            f"[llm_layers] depth {depth} k {k} starts from the heads-only row of depth {depth}: put {depth}:0 before {depth}:{k} in --order"
+        )
     if not (out / "run.json").exists():
         train(stage1_config(data, depth, k, side, args, out, lr), resume=True)
     m = json.loads((out / "run.json").read_text())["metrics"]
-    cache_gb = 0.0 if k == "all" else sum(gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"] for r, s in (("query", "query"), ("document", "doc")))
-    row = {"method": "scaling_dual", "depth": depth, "trainable_layers": k, "tower": side if k else "heads",
-           **metrics_columns(m), "lr": lr if k else args.head_lr,
-           "chosen": True, "train_seconds": m["train_seconds"],
-           "cache_gb": round(cache_gb, 4), "_dir": str(out), "_warm": bool(k and args.warm_heads)}
-    print(f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
-          f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
+    cache_gb = (
+        0.0
+        if k == "all"
+        else sum(
+            gb[f"{r}_{'tokens' if k and (side in ('both', s)) else 'pooled'}"]
+            for r, s in (("query", "query"), ("document", "doc"))
+        )
+    )
+    row = {
+        "method": "scaling_dual",
+        "depth": depth,
+        "trainable_layers": k,
+        "tower": side if k else "heads",
+        **metrics_columns(m),
+        "lr": lr if k else args.head_lr,
+        "chosen": True,
+        "train_seconds": m["train_seconds"],
+        "cache_gb": round(cache_gb, 4),
+        "_dir": str(out),
+        "_warm": bool(k and args.warm_heads),
+    }
+    print(
+        f"[llm_layers] depth {depth} k {k} ({row['tower']}): test nDCG@10 {row['ndcg@10']:.4f} R@100 {row['r@100']:.4f} "
+        f"ppl {row['contrastive_ppl']:.2f} | val {row['val_curve']} | {row['train_seconds']} s",
+        flush=True,
+    )
     return row
 
 
@@ -188,16 +238,35 @@ def run_twinbert(data: str, args, rows: list[dict], runs: dict) -> dict:
     if not (out / "run.json").exists():
         train(stage1_config(data, 6, "all", "both", args, out, lr, model="minilm-l6"), resume=True)
     m = json.loads((out / "run.json").read_text())["metrics"]
-    row = {"method": "twinbert", "model": "minilm-l6", "depth": 6, "trainable_layers": "all", "tower": "both",
-           **metrics_columns(m), "lr": lr, "chosen": True,
-           "train_seconds": m["train_seconds"], "cache_gb": 0.0}
+    row = {
+        "method": "twinbert",
+        "model": "minilm-l6",
+        "depth": 6,
+        "trainable_layers": "all",
+        "tower": "both",
+        **metrics_columns(m),
+        "lr": lr,
+        "chosen": True,
+        "train_seconds": m["train_seconds"],
+        "cache_gb": 0.0,
+    }
     duals = [r for r in rows if r["chosen"] and r["trainable_layers"] != 0] or [r for r in rows if r["chosen"]]
     if duals:
         best = max(duals, key=lambda r: r["val_ndcg@10"])
-        c = compare_runs(per_query_run(out, data), runs[best["_dir"]], load_beir(shared_data_dir() / data, "test").qrels)
-        row.update({"vs_scaling_dual": f"depth {best['depth']} k {best['trainable_layers']}", "delta_ndcg@10_vs_scaling_dual": round(c.mean_a - c.mean_b, 4),
-                    "p_vs_scaling_dual": round(c.ttest.pvalue, 6)})
-    print(f"[llm_layers] TwinBERT (minilm-l6): test nDCG@10 {row['ndcg@10']:.4f} | val {row['val_curve']} | {row['train_seconds']} s", flush=True)
+        c = compare_runs(
+            per_query_run(out, data), runs[best["_dir"]], load_beir(shared_data_dir() / data, "test").qrels
+        )
+        row.update(
+            {
+                "vs_scaling_dual": f"depth {best['depth']} k {best['trainable_layers']}",
+                "delta_ndcg@10_vs_scaling_dual": round(c.mean_a - c.mean_b, 4),
+                "p_vs_scaling_dual": round(c.ttest.pvalue, 6),
+            }
+        )
+    print(
+        f"[llm_layers] TwinBERT (minilm-l6): test nDCG@10 {row['ndcg@10']:.4f} | val {row['val_curve']} | {row['train_seconds']} s",
+        flush=True,
+    )
     return row
 
 
@@ -221,8 +290,14 @@ def add_significance(rows: list[dict], data: str, runs: dict) -> None:
             c = compare_runs(runs[r["_dir"]], runs[heads["_dir"]], qrels)
             r["delta_ndcg@10_vs_heads"] = round(c.mean_a - c.mean_b, 4)
             r["p_vs_heads"] = round(c.ttest.pvalue, 4)
-        shallower = [b for b in rows if b["trainable_layers"] == r["trainable_layers"] and b["tower"] == r["tower"]
-                     and b["depth"] < r["depth"] and b["chosen"]]
+        shallower = [
+            b
+            for b in rows
+            if b["trainable_layers"] == r["trainable_layers"]
+            and b["tower"] == r["tower"]
+            and b["depth"] < r["depth"]
+            and b["chosen"]
+        ]
         if shallower:
             b = max(shallower, key=lambda x: x["depth"])
             c = compare_runs(runs[r["_dir"]], runs[b["_dir"]], qrels)
@@ -235,7 +310,11 @@ def mark_chosen(rows: list[dict]) -> None:
     """``chosen``: the row of its (depth, k, tower) with the best validation nDCG@10 (several
     ``--lr``); never a test figure."""
     for r in rows:
-        same = [b for b in rows if (b["depth"], b["trainable_layers"], b["tower"]) == (r["depth"], r["trainable_layers"], r["tower"])]
+        same = [
+            b
+            for b in rows
+            if (b["depth"], b["trainable_layers"], b["tower"]) == (r["depth"], r["trainable_layers"], r["tower"])
+        ]
         r["chosen"] = r is max(same, key=lambda b: b["val_ndcg@10"])
 
 
@@ -251,8 +330,15 @@ def twinbert_reference(data: str) -> tuple[float | None, str]:
     the recipe has no such row (KUAKE-QTR: MiniLM cannot read Chinese)."""
     f = RESULTS_DIR / f"recipe_{data}.json"
     rows = json.loads(f.read_text())["rows"] if f.is_file() else []
-    hit = next((r for r in rows if r.get("method") == "scaling_dual" and str(r.get("large_tower", "")).startswith("minilm")), None)
-    return (hit["ndcg@10"], f"benchmarks/results/recipe_{data}.json: scaling_dual, {hit['large_tower']}") if hit else (None, "none")
+    hit = next(
+        (r for r in rows if r.get("method") == "scaling_dual" and str(r.get("large_tower", "")).startswith("minilm")),
+        None,
+    )
+    return (
+        (hit["ndcg@10"], f"benchmarks/results/recipe_{data}.json: scaling_dual, {hit['large_tower']}")
+        if hit
+        else (None, "none")
+    )
 
 
 def plot_depth_curve(rows: list[dict], name: str, twinbert: float | None) -> Path:
@@ -263,8 +349,13 @@ def plot_depth_curve(rows: list[dict], name: str, twinbert: float | None) -> Pat
     fig, ax = plt.subplots(figsize=(6, 4.3))
     for k in sorted({r["trainable_layers"] for r in rows}, key=k_order):
         rs = sorted([r for r in rows if r["trainable_layers"] == k and r["chosen"]], key=lambda r: r["depth"])
-        label = ("heads only (frozen backbone)" if k == 0 else f"every layer trained, {rs[0]['tower']} tower(s)" if k == "all"
-                 else f"top {k} layer{'s' if k > 1 else ''} trained, {rs[0]['tower']} tower(s)")
+        label = (
+            "heads only (frozen backbone)"
+            if k == 0
+            else f"every layer trained, {rs[0]['tower']} tower(s)"
+            if k == "all"
+            else f"top {k} layer{'s' if k > 1 else ''} trained, {rs[0]['tower']} tower(s)"
+        )
         ax.plot([r["depth"] for r in rs], [r["ndcg@10"] for r in rs], "o-", label=label)
     if twinbert is not None:
         ax.axhline(twinbert, color="grey", ls="--", label=f"TwinBERT (MiniLM-L6) {twinbert:.3f}")
@@ -283,25 +374,54 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="scifact", choices=["scifact", "kuake_qtr"])
     ap.add_argument("--depths", default="2,4")
-    ap.add_argument("--k", default="0,1,2", help="trainable top layers per row (0 = heads only, all = every layer, no cache)")
+    ap.add_argument(
+        "--k", default="0,1,2", help="trainable top layers per row (0 = heads only, all = every layer, no cache)"
+    )
     ap.add_argument("--side", default="both", choices=["both", "query", "doc"], help="towers whose top k layers train")
-    ap.add_argument("--order", default="", help="rows to train, in order, as depth:k[:lr],... (default: k = 0 rows, then every lr x k x depth)")
+    ap.add_argument(
+        "--order",
+        default="",
+        help="rows to train, in order, as depth:k[:lr],... (default: k = 0 rows, then every lr x k x depth)",
+    )
     ap.add_argument("--doc-max", type=int, default=128, help="document max tokens (the paper: 256)")
-    ap.add_argument("--max-epochs", type=float, default=3.0, help="step budget of a k > 0 row: epochs x steps per epoch")
-    ap.add_argument("--heads-epochs", type=float, default=40.0, help="step budget of a heads-only (k = 0) row (the recipe's 40)")
-    ap.add_argument("--warm-heads", action=argparse.BooleanOptionalAction, default=True,
-                    help="k > 0 rows start from their depth's trained heads-only row (heads first, then layers)")
+    ap.add_argument(
+        "--max-epochs", type=float, default=3.0, help="step budget of a k > 0 row: epochs x steps per epoch"
+    )
+    ap.add_argument(
+        "--heads-epochs", type=float, default=40.0, help="step budget of a heads-only (k = 0) row (the recipe's 40)"
+    )
+    ap.add_argument(
+        "--warm-heads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="k > 0 rows start from their depth's trained heads-only row (heads first, then layers)",
+    )
     ap.add_argument("--patience", type=int, default=1)
-    ap.add_argument("--lr", default="1e-4", help="learning rate(s) of the trained LLM layers, comma-separated: chosen on validation")
-    ap.add_argument("--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)")
-    ap.add_argument("--layer-head-lr", type=float, default=None,
-                    help="head learning rate of k > 0 rows (default: --head-lr; warm heads restart their schedule at it)")
-    ap.add_argument("--twinbert-row", action="store_true",
-                    help="also train TwinBERT (MiniLM-L6, every layer) under the same rules: the reference line from this run")
+    ap.add_argument(
+        "--lr", default="1e-4", help="learning rate(s) of the trained LLM layers, comma-separated: chosen on validation"
+    )
+    ap.add_argument(
+        "--head-lr", type=float, default=3e-3, help="learning rate of the heads (recipe's best for depths 2-8)"
+    )
+    ap.add_argument(
+        "--layer-head-lr",
+        type=float,
+        default=None,
+        help="head learning rate of k > 0 rows (default: --head-lr; warm heads restart their schedule at it)",
+    )
+    ap.add_argument(
+        "--twinbert-row",
+        action="store_true",
+        help="also train TwinBERT (MiniLM-L6, every layer) under the same rules: the reference line from this run",
+    )
     ap.add_argument("--twinbert-lr", type=float, default=1e-4, help="its learning rate (the quick start's bert_lr)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"], help="auto: fp32 on CPU, bf16 autocast on GPU")
-    ap.add_argument("--tag", default="", help="results file llm_layers_<data>_<tag>.json (a side experiment beside the main grid)")
+    ap.add_argument(
+        "--precision", default="auto", choices=["auto", "fp32", "bf16"], help="auto: fp32 on CPU, bf16 autocast on GPU"
+    )
+    ap.add_argument(
+        "--tag", default="", help="results file llm_layers_<data>_<tag>.json (a side experiment beside the main grid)"
+    )
     ap.add_argument("--note", default="", help="free text kept in the results config (e.g. rows not run and why)")
     args = ap.parse_args(argv)
     args.depths = [int(x) for x in args.depths.split(",")]
@@ -314,10 +434,13 @@ def row_order(args: argparse.Namespace) -> list[tuple[int, int | str, float]]:
     """(depth, k, lr) of every row in training order: ``--order``, else the heads-only rows
     first (every later row starts from one), then per layer learning rate every k x depth."""
     if args.order:
-        return [(int(v[0]), parse_k(v[1]), float(v[2]) if len(v) > 2 else args.lrs[0])
-                for v in (x.split(":") for x in args.order.split(","))]
-    return ([(n, 0, args.head_lr) for n in args.depths if 0 in args.ks]
-            + [(n, k, lr) for lr in args.lrs for k in sorted(args.ks, key=k_order) if k != 0 for n in args.depths])
+        return [
+            (int(v[0]), parse_k(v[1]), float(v[2]) if len(v) > 2 else args.lrs[0])
+            for v in (x.split(":") for x in args.order.split(","))
+        ]
+    return [(n, 0, args.head_lr) for n in args.depths if 0 in args.ks] + [
+        (n, k, lr) for lr in args.lrs for k in sorted(args.ks, key=k_order) if k != 0 for n in args.depths
+    ]
 
 
 def main() -> None:
@@ -326,30 +449,64 @@ def main() -> None:
     before = __import__("os").getloadavg()
     gb = fill_caches(args.data, depths, ks, args.doc_max)
     twin, twin_src = twinbert_reference(args.data)
-    config = {"data": args.data, "depths": depths, "k": ks, "order": " ".join(f"{n}:{k}:{lr:g}" for n, k, lr in order), "side": args.side,
-              "device": device_name(),
-              "model": LLM, "pooling": "mean", "query_max_length": QUERY_MAX, "doc_max_length": args.doc_max,
-              "max_epochs": args.max_epochs, "heads_epochs": args.heads_epochs, "warm_heads": args.warm_heads, "patience": args.patience, "lr": args.lrs, "head_lr": args.head_lr, "layer_head_lr": args.layer_head_lr, "seed": args.seed, "precision": args.precision,
-              "batch_size": 64, "negatives": "in-batch + BM25 hard negatives", "feature_cache_dtype": "float16",
-              "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
-              "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
-              "note": args.note, "twinbert_reference_ndcg@10": twin, "twinbert_reference": twin_src}
+    config = {
+        "data": args.data,
+        "depths": depths,
+        "k": ks,
+        "order": " ".join(f"{n}:{k}:{lr:g}" for n, k, lr in order),
+        "side": args.side,
+        "device": device_name(),
+        "model": LLM,
+        "pooling": "mean",
+        "query_max_length": QUERY_MAX,
+        "doc_max_length": args.doc_max,
+        "max_epochs": args.max_epochs,
+        "heads_epochs": args.heads_epochs,
+        "warm_heads": args.warm_heads,
+        "patience": args.patience,
+        "lr": args.lrs,
+        "head_lr": args.head_lr,
+        "layer_head_lr": args.layer_head_lr,
+        "seed": args.seed,
+        "precision": args.precision,
+        "batch_size": 64,
+        "negatives": "in-batch + BM25 hard negatives",
+        "feature_cache_dtype": "float16",
+        "validation": "nDCG@10 over the full corpus every epoch, 10% of training queries held out; best weights restored",
+        "cache_gb_estimates": " ".join(f"{k}={v}" for k, v in gb.items()),
+        "note": args.note,
+        "twinbert_reference_ndcg@10": twin,
+        "twinbert_reference": twin_src,
+    }
     rows: list[dict] = []
     runs: dict = {}
     name = f"llm_layers_{args.data}" + (f"_{args.tag}" if args.tag else "")
     for n, k, lr in order:
         rows.append(run_row(args.data, n, k, args.side if k else "both", args, gb, lr))
         add_significance(rows, args.data, runs)
-        config["plot"] = plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
-        report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
-               {**config, **loadavg(before)})
+        config["plot"] = (
+            plot_depth_curve(rows, name, config["twinbert_reference_ndcg@10"]).relative_to(REPO_ROOT).as_posix()
+        )
+        report(
+            name,
+            [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows],
+            {**config, **loadavg(before)},
+        )
     if args.twinbert_row:
         ref = run_twinbert(args.data, args, rows, runs)
-        config.update({"twinbert_reference_ndcg@10": ref["ndcg@10"], "twinbert_lr": args.twinbert_lr,
-                       "twinbert_reference": f"this run: minilm-l6, every layer, {args.doc_max} document tokens"})
+        config.update(
+            {
+                "twinbert_reference_ndcg@10": ref["ndcg@10"],
+                "twinbert_lr": args.twinbert_lr,
+                "twinbert_reference": f"this run: minilm-l6, every layer, {args.doc_max} document tokens",
+            }
+        )
         config["plot"] = plot_depth_curve(rows, name, ref["ndcg@10"]).relative_to(REPO_ROOT).as_posix()
-        report(name, [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows + [ref]],
-               {**config, **loadavg(before)})
+        report(
+            name,
+            [{kk: v for kk, v in r.items() if not kk.startswith("_")} for r in rows + [ref]],
+            {**config, **loadavg(before)},
+        )
 
 
 if __name__ == "__main__":

@@ -56,14 +56,19 @@ def main() -> None:
 
     def states(tower, batch, pos):
         hs = tower.backbone(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
-            use_cache=False, output_hidden_states=True,
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+            output_hidden_states=True,
         ).hidden_states
         m = batch["attention_mask"].unsqueeze(-1).float()
         rows = torch.arange(m.shape[0])
         out = {}
         for L in depths:
-            h = hs[L] if L == args.max_layers else norm(hs[L])  # HF applies the final norm to the last layer's output only
+            h = (
+                hs[L] if L == args.max_layers else norm(hs[L])
+            )  # HF applies the final norm to the last layer's output only
             out[L] = {"placeholder": h[rows, pos], "mean": (h * m).sum(1) / m.sum(1)}
         return out
 
@@ -107,16 +112,28 @@ def main() -> None:
             mean_cos = float((cos @ cos.T).mean())
             for mode in ("raw", "centred", "whitened"):
                 r = score(qe, de, {"raw": "raw", "centred": "center", "whitened": "whiten"}[mode])
-                rows.append({"layers": L, "pooling": pooling, "states": mode, "ndcg@10": round(r["ndcg@10"], 4),
-                             "recall@100": round(r["recall@100"], 4), "doc_mean_pairwise_cos": round(mean_cos, 4)})
+                rows.append(
+                    {
+                        "layers": L,
+                        "pooling": pooling,
+                        "states": mode,
+                        "ndcg@10": round(r["ndcg@10"], 4),
+                        "recall@100": round(r["recall@100"], 4),
+                        "doc_mean_pairwise_cos": round(mean_cos, 4),
+                    }
+                )
                 print(rows[-1], flush=True)
     write_results(
         "llm_pooling_scifact",
         rows,
         {
             "model": "smollm2-135m (GGUF Q4_1 -> fp32), untrained, no projection",
-            "queries": len(qids), "documents": len(dids), "pool": "test queries with qrels, their relevant docs + random distractors",
-            "doc_max_length": args.doc_max_length, "prompt": "ScalingNote §3.2 document prompt", "seed": args.seed,
+            "queries": len(qids),
+            "documents": len(dids),
+            "pool": "test queries with qrels, their relevant docs + random distractors",
+            "doc_max_length": args.doc_max_length,
+            "prompt": "ScalingNote §3.2 document prompt",
+            "seed": args.seed,
             "encode_seconds": round(encode_s, 1),
         },
     )

@@ -162,7 +162,9 @@ async def _check_reachable(client, base: str) -> None:
     try:
         await client.get(base + "/healthz")
     except httpx.TransportError as e:
-        raise ScalingNoteError(f"{base}: no service answers ({type(e).__name__}); is `scalingnote serve` running on that port?") from None
+        raise ScalingNoteError(
+            f"{base}: no service answers ({type(e).__name__}); is `scalingnote serve` running on that port?"
+        ) from None
 
 
 def _check_load_args(queries: list[str], concurrency: int, duration_s: float, max_requests: int | None, k: int) -> None:
@@ -259,8 +261,17 @@ async def run_loadtest_async(
     return _result(search_url, concurrency, k, elapsed, latencies, errors, stopped_by, before, after)
 
 
-def _result(search_url: str, concurrency: int, k: int, elapsed: float, latencies: list[float], errors: dict[str, int], stopped_by: str,
-            before: dict | None, after: dict | None) -> LoadTestResult:
+def _result(
+    search_url: str,
+    concurrency: int,
+    k: int,
+    elapsed: float,
+    latencies: list[float],
+    errors: dict[str, int],
+    stopped_by: str,
+    before: dict | None,
+    after: dict | None,
+) -> LoadTestResult:
     """The run's counts, QPS, latency percentiles and (from two /metrics scrapes) batch sizes."""
     lat_ms = np.asarray(latencies) * 1000.0
     n_err = sum(errors.values())
@@ -281,10 +292,16 @@ def _result(search_url: str, concurrency: int, k: int, elapsed: float, latencies
         res.p50_ms, res.p95_ms, res.p99_ms = round(float(p50), 3), round(float(p95), 3), round(float(p99), 3)
         res.mean_ms, res.max_ms = round(float(lat_ms.mean()), 3), round(float(lat_ms.max()), 3)
     if before is not None and after is not None:
-        d_sum = metric_value(after, "scalingnote_encode_batch_size_sum") - metric_value(before, "scalingnote_encode_batch_size_sum")
-        d_cnt = metric_value(after, "scalingnote_encode_batch_size_count") - metric_value(before, "scalingnote_encode_batch_size_count")
+        d_sum = metric_value(after, "scalingnote_encode_batch_size_sum") - metric_value(
+            before, "scalingnote_encode_batch_size_sum"
+        )
+        d_cnt = metric_value(after, "scalingnote_encode_batch_size_count") - metric_value(
+            before, "scalingnote_encode_batch_size_count"
+        )
         res.mean_encode_batch_size = round(d_sum / d_cnt, 3) if d_cnt > 0 else None
-        res.server_queries = int(metric_value(after, "scalingnote_queries_total") - metric_value(before, "scalingnote_queries_total"))
+        res.server_queries = int(
+            metric_value(after, "scalingnote_queries_total") - metric_value(before, "scalingnote_queries_total")
+        )
     return res
 
 
@@ -298,9 +315,16 @@ def main(argv: list[str] | None = None) -> int:
     p50/p95/p99 latency and errors; exit status 1 when no request succeeded."""
     from scalingnote.utils import run_metadata, write_json
 
-    ap = argparse.ArgumentParser(description="Load-test a running scalingnote service (loopback only): QPS, p50/p95/p99 latency, errors.")
+    ap = argparse.ArgumentParser(
+        description="Load-test a running scalingnote service (loopback only): QPS, p50/p95/p99 latency, errors."
+    )
     ap.add_argument("--url", required=True, help="Service URL on loopback, e.g. http://127.0.0.1:8080.")
-    ap.add_argument("--queries", required=True, type=Path, help="BEIR queries.jsonl (or BEIR dir), or a text file with one query per line.")
+    ap.add_argument(
+        "--queries",
+        required=True,
+        type=Path,
+        help="BEIR queries.jsonl (or BEIR dir), or a text file with one query per line.",
+    )
     ap.add_argument("--concurrency", type=int, default=8, help="Concurrent clients (closed loop).")
     ap.add_argument("--duration", type=float, default=10.0, help="Seconds to run.")
     ap.add_argument("--max-requests", type=int, default=None, help="Stop after this many requests.")
@@ -309,19 +333,41 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=30.0, help="Per-request timeout (seconds).")
     ap.add_argument("--seed", type=int, default=0, help="Seed of the query order.")
     ap.add_argument("--json", action="store_true", help="Print one JSON object instead of a table.")
-    ap.add_argument("--out", type=Path, default=None, help="Also write the result + config + versions as JSON (atomically).")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="Also write the result + config + versions as JSON (atomically)."
+    )
     a = ap.parse_args(argv)
     try:
         check_loopback_url(a.url)  # refuse before reading anything
         texts = read_queries_file(a.queries)
-        res = run_loadtest(a.url, texts, concurrency=a.concurrency, duration_s=a.duration, max_requests=a.max_requests, k=a.k,
-                           timeout_s=a.timeout, seed=a.seed, extra={"rerank": a.rerank} if a.rerank is not None else None)
+        res = run_loadtest(
+            a.url,
+            texts,
+            concurrency=a.concurrency,
+            duration_s=a.duration,
+            max_requests=a.max_requests,
+            k=a.k,
+            timeout_s=a.timeout,
+            seed=a.seed,
+            extra={"rerank": a.rerank} if a.rerank is not None else None,
+        )
     except ScalingNoteError as e:
         print(f"loadgen: {e}", file=sys.stderr)
         return 2
     if a.out is not None:
-        meta = run_metadata({"url": a.url, "queries": str(a.queries), "concurrency": a.concurrency, "duration": a.duration,
-                             "max_requests": a.max_requests, "k": a.k, "rerank": a.rerank, "timeout": a.timeout, "seed": a.seed})
+        meta = run_metadata(
+            {
+                "url": a.url,
+                "queries": str(a.queries),
+                "concurrency": a.concurrency,
+                "duration": a.duration,
+                "max_requests": a.max_requests,
+                "k": a.k,
+                "rerank": a.rerank,
+                "timeout": a.timeout,
+                "seed": a.seed,
+            }
+        )
         meta["result"] = res.to_dict()
         write_json(a.out, meta)
     print(json.dumps(res.to_dict()) if a.json else res.table())

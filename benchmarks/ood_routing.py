@@ -55,7 +55,14 @@ import numpy as np
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
 from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m
-from scalingnote.index.routing.routing import CODED_GRAPH_METHODS, GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig, exact_topk
+from scalingnote.index.routing.routing import (
+    CODED_GRAPH_METHODS,
+    GRAPH_METHODS,
+    QUERY_FIT_METHODS,
+    RoutedIndex,
+    RoutingConfig,
+    exact_topk,
+)
 from scalingnote.index.tune import recall_vs_exact
 
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
@@ -122,7 +129,9 @@ VARIANTS: dict[str, dict] = {
     "hnsw_sq_qg32": {"method": "hnsw_sq_qg", "query_edges": 32},  # up to half of HNSW32's 64 level-0 slots
     "ivf_rabitq": {"method": "ivf_rabitq", "rabitq_bits": 4},  # IVF RaBitQ FastScan (4-bit codes) + exact re-rank
     "ivf_rabitq1": {"method": "ivf_rabitq", "rabitq_bits": 1},  # 1-bit codes: d/8 bytes, a longer re-rank
-    "scann_soar": {"method": "scann_soar"},  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank
+    "scann_soar": {
+        "method": "scann_soar"
+    },  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank
     "scann_soar4": {"method": "scann_soar", "scann_dims_per_block": 4},  # 4 dims a block: half the codes
 }
 
@@ -151,9 +160,17 @@ def sweep(idx: RoutedIndex, q: np.ndarray, truth: np.ndarray, k: int = 10) -> li
             else:
                 ids, _, nre = _rerank_prefix(idx, q, deep.ids[:, :r], k)
                 rec = recall_vs_exact(ids, truth)
-            out.append({key: v, "rerank": r, "recall@10": rec, "routing_recall": rr, "pq_recall@10": pq,
-                        "coarse_share": deep.coarse / len(q) / n,
-                        "share_scanned": (deep.coarse + deep.codes + nre) / len(q) / n})
+            out.append(
+                {
+                    key: v,
+                    "rerank": r,
+                    "recall@10": rec,
+                    "routing_recall": rr,
+                    "pq_recall@10": pq,
+                    "coarse_share": deep.coarse / len(q) / n,
+                    "share_scanned": (deep.coarse + deep.codes + nre) / len(q) / n,
+                }
+            )
     return out
 
 
@@ -183,18 +200,31 @@ def timed(idx: RoutedIndex, q: np.ndarray, s: dict, n_single: int, repeats: int 
         with Timer() as t:
             idx.search(q[i : i + 1], 10, **kw)
         lat.append(t.seconds)
-    return {"qps_batched": round(len(q) / float(np.median(batched)), 1), "qps_single": round(len(lat) / sum(lat), 1),
-            "p99_ms": round(float(np.percentile(np.array(lat) * 1000, 99)), 3)}
+    return {
+        "qps_batched": round(len(q) / float(np.median(batched)), 1),
+        "qps_single": round(len(lat) / sum(lat), 1),
+        "p99_ms": round(float(np.percentile(np.array(lat) * 1000, 99)), 3),
+    }
 
 
 def _build(label: str, docs, fit_q, nlist: int | None, args, reuse: dict) -> RoutedIndex:
     kw = VARIANTS[label]
-    cfg = RoutingConfig(**kw, nlist=nlist, seed=args.seed, train_size=args.train_size, map_k=10, kmeans_iters=args.kmeans_iters,
-                        metric_ridge=args.metric_ridge, map_ridge=args.map_ridge)
+    cfg = RoutingConfig(
+        **kw,
+        nlist=nlist,
+        seed=args.seed,
+        train_size=args.train_size,
+        map_k=10,
+        kmeans_iters=args.kmeans_iters,
+        metric_ridge=args.metric_ridge,
+        map_ridge=args.map_ridge,
+    )
     base = reuse.get(("ivf_qmetric", nlist))
     if kw["method"] == "ivf_routed" and base is not None:  # same partition and codes: only the routes are new
         with Timer() as t:
-            idx = RoutedIndex(cfg, base.index, base.vectors, list_of=base.list_of, partition=base.partition, _keep=base._keep)
+            idx = RoutedIndex(
+                cfg, base.index, base.vectors, list_of=base.list_of, partition=base.partition, _keep=base._keep
+            )
             idx.fit_routes(docs, fit_q[: args.map_queries])
         idx.build_s = base.build_s + t.seconds
         return idx
@@ -211,15 +241,27 @@ def _row(name, label, idx, pick, reached, at, test_q, args, extra) -> dict:
     key = {k: pick[k] for k in ("nprobe", "ef_search", "rerank") if k in pick}
     mem = idx.memory_bytes()
     r4 = lambda v: None if v is None else round(v, 4)  # noqa: E731
-    return {"set": name, "method": label, "n": n, "dim": d, "nlist": getattr(idx.index, "nlist", None),
-            **{k: key.get(k) for k in ("nprobe", "ef_search", "rerank")},
-            "chosen_on": "validation", "val_recall@10": round(pick["recall@10"], 4), "val_reached_target": reached,
-            "recall@10": round(at["recall@10"], 4), "routing_recall": r4(at["routing_recall"]),
-            "pq_recall@10": r4(at["pq_recall@10"]), "share_scanned": round(at["share_scanned"], 5),
-            "coarse_share": round(at["coarse_share"], 5),
-            **timed(idx, test_q, key, args.single_queries),
-            "memory_bytes": mem, "memory_ratio_vs_float": round(mem / (n * d * 4), 4),
-            "build_s": round(idx.build_s, 2), **extra}
+    return {
+        "set": name,
+        "method": label,
+        "n": n,
+        "dim": d,
+        "nlist": getattr(idx.index, "nlist", None),
+        **{k: key.get(k) for k in ("nprobe", "ef_search", "rerank")},
+        "chosen_on": "validation",
+        "val_recall@10": round(pick["recall@10"], 4),
+        "val_reached_target": reached,
+        "recall@10": round(at["recall@10"], 4),
+        "routing_recall": r4(at["routing_recall"]),
+        "pq_recall@10": r4(at["pq_recall@10"]),
+        "share_scanned": round(at["share_scanned"], 5),
+        "coarse_share": round(at["coarse_share"], 5),
+        **timed(idx, test_q, key, args.single_queries),
+        "memory_bytes": mem,
+        "memory_ratio_vs_float": round(mem / (n * d * 4), 4),
+        "build_s": round(idx.build_s, 2),
+        **extra,
+    }
 
 
 def run_set(name: str, docs, fit_q, val_q, test_q, labels, args, extra: dict, nlists=(None,)) -> list[dict]:
@@ -232,19 +274,27 @@ def run_set(name: str, docs, fit_q, val_q, test_q, labels, args, extra: dict, nl
     rows, reuse, chosen = [], {}, {}
     for label in labels:
         best = None
-        for nl in (nlists if VARIANTS[label]["method"].startswith("ivf") else (None,)):
+        for nl in nlists if VARIANTS[label]["method"].startswith("ivf") else (None,):
             idx = _build(label, docs, fit_q, nl, args, reuse)
             val = sweep(idx, val_q, truth_val)
             pick, reached = choose(val, args.target)
-            print(f"  {label} nlist={getattr(idx.index, 'nlist', None)} build {idx.build_s:.1f}s val pick {_tag(pick)} "
-                  f"{pick['recall@10']:.4f}@{pick['share_scanned']:.4f}", flush=True)
-            if best is None or (reached, -pick["share_scanned"] if reached else pick["recall@10"]) > (best[2], -best[1]["share_scanned"] if best[2] else best[1]["recall@10"]):
+            print(
+                f"  {label} nlist={getattr(idx.index, 'nlist', None)} build {idx.build_s:.1f}s val pick {_tag(pick)} "
+                f"{pick['recall@10']:.4f}@{pick['share_scanned']:.4f}",
+                flush=True,
+            )
+            if best is None or (reached, -pick["share_scanned"] if reached else pick["recall@10"]) > (
+                best[2],
+                -best[1]["share_scanned"] if best[2] else best[1]["recall@10"],
+            ):
                 best = (idx, pick, reached, val)
         idx, pick, reached, val = best
         test = sweep(idx, test_q, truth_test)
         at = next(p for p in test if all(p.get(k) == pick.get(k) for k in ("nprobe", "ef_search", "rerank")))
         row = _row(name, label, idx, pick, reached, at, test_q, args, extra)
-        row["frontier_test"] = " ".join(f"{_tag(p)}:{p['recall@10']:.4f}@{p['share_scanned']:.4f}" for p in _pareto(test))
+        row["frontier_test"] = " ".join(
+            f"{_tag(p)}:{p['recall@10']:.4f}@{p['share_scanned']:.4f}" for p in _pareto(test)
+        )
         row["frontier_qps"] = frontier_qps(idx, val, test, val_q, test_q, args.single_queries)
         rows.append(row)
         chosen[label] = (idx, val, test)
@@ -294,8 +344,10 @@ def _hit_rate(ts, k: int = 10) -> float:
     """R@10 (paper §4.1: a hit if any relevant document is in the top 10) of exact search."""
     top = exact_topk(ts.docs, ts.queries["test"], k)
     ids = np.array(ts.doc_ids)
-    hits = [bool(set(ids[t]) & {d for d, g in ts.qrels_test.get(q, {}).items() if g > 0})
-            for q, t in zip(ts.query_ids["test"], top)]
+    hits = [
+        bool(set(ids[t]) & {d for d, g in ts.qrels_test.get(q, {}).items() if g > 0})
+        for q, t in zip(ts.query_ids["test"], top)
+    ]
     return round(float(np.mean(hits)), 4)
 
 
@@ -326,11 +378,15 @@ def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
         elif rec < target:
             v += f"test recall below {target}: MISSED by {target - rec:.4f}; "
         v += "share " + ("met" if share <= bound else f"MISSED ({share / bound:.1f}x the {bound:.0%} bound)")
-        v += f"; memory {r['memory_ratio_vs_float']:.3f} of float32 " + ("(met)" if r["memory_ratio_vs_float"] <= 0.25 else "(MISSED: > 0.25)")
+        v += f"; memory {r['memory_ratio_vs_float']:.3f} of float32 " + (
+            "(met)" if r["memory_ratio_vs_float"] <= 0.25 else "(MISSED: > 0.25)"
+        )
         base = ivf.get(r["set"])
         if base is not None and r["method"] != "ivf" and r["val_reached_target"] and base["val_reached_target"]:
-            v += (f"; QPS vs today's ivf at the chosen settings: single {r['qps_single'] / base['qps_single']:.2f}x, "
-                  f"batched {r['qps_batched'] / base['qps_batched']:.2f}x (target 3x)")
+            v += (
+                f"; QPS vs today's ivf at the chosen settings: single {r['qps_single'] / base['qps_single']:.2f}x, "
+                f"batched {r['qps_batched'] / base['qps_batched']:.2f}x (target 3x)"
+            )
         front = _frontier(r)
         ok = [f for f in front if f[1] >= target]
         if ok:
@@ -366,7 +422,10 @@ def _keep_earlier(rows: list[dict], info: dict, name: str) -> tuple[list[dict], 
     have = {(r["set"], r["method"]) for r in rows}
     keep = [r for r in old["rows"] if (r["set"], r["method"]) not in have]
     order = {s: i for i, s in enumerate(("scifact", "kuake_qtr", "sim1m"))}
-    merged = sorted(keep + rows, key=lambda r: (order.get(r["set"], 9), list(VARIANTS).index(r["method"]) if r["method"] in VARIANTS else 99))
+    merged = sorted(
+        keep + rows,
+        key=lambda r: (order.get(r["set"], 9), list(VARIANTS).index(r["method"]) if r["method"] in VARIANTS else 99),
+    )
     return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}
 
 
@@ -374,28 +433,50 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="*", default=["scifact", "kuake_qtr", "sim1m"])
     ap.add_argument("--methods", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--nlist-factors", nargs="*", type=float, default=[1, 2, 4],
-                    help="IVF list counts tried per method on the real sets, as multiples of sqrt(N) (chosen on validation)")
+    ap.add_argument(
+        "--nlist-factors",
+        nargs="*",
+        type=float,
+        default=[1, 2, 4],
+        help="IVF list counts tried per method on the real sets, as multiples of sqrt(N) (chosen on validation)",
+    )
     ap.add_argument("--sim-nlist-factors", nargs="*", type=float, default=[4], help="the same at 1M (4 = today's rule)")
     ap.add_argument("--sim-n", type=int, default=1_000_000)
     ap.add_argument("--sim-components", type=int, default=256)
     ap.add_argument("--sim-rank", type=int, default=16)
-    ap.add_argument("--sim-methods", nargs="*", default=["ivf", "ivf_qmetric", "hnsw", "hnsw_pq"], choices=list(VARIANTS),
-                    help="methods at 1M (ivf_routed needs the exact neighbours of its training queries in the 1M corpus)")
+    ap.add_argument(
+        "--sim-methods",
+        nargs="*",
+        default=["ivf", "ivf_qmetric", "hnsw", "hnsw_pq"],
+        choices=list(VARIANTS),
+        help="methods at 1M (ivf_routed needs the exact neighbours of its training queries in the 1M corpus)",
+    )
     ap.add_argument("--sim-kmeans-iters", type=int, default=10)
-    ap.add_argument("--sim-source", default="kuake_qtr", choices=["kuake_qtr", "scifact"],
-                    help="the set whose document vectors the 1M simulation is fitted to and whose queries search it")
+    ap.add_argument(
+        "--sim-source",
+        default="kuake_qtr",
+        choices=["kuake_qtr", "scifact"],
+        help="the set whose document vectors the 1M simulation is fitted to and whose queries search it",
+    )
     ap.add_argument("--target", type=float, default=0.99)
     ap.add_argument("--train-size", type=int, default=65_536)
     ap.add_argument("--metric-ridge", type=float, default=0.05)
     ap.add_argument("--map-ridge", type=float, default=1e-2)
-    ap.add_argument("--map-queries", type=int, default=8000, help="routing-map training queries (exact neighbours needed)")
+    ap.add_argument(
+        "--map-queries", type=int, default=8000, help="routing-map training queries (exact neighbours needed)"
+    )
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--keep", action="store_true", help="keep the earlier results' rows of the (set, method) pairs not measured now")
-    ap.add_argument("--recipe-runs", type=Path, default=None,
-                    help="towers of finished recipe runs (<dir>/<set>: its teacher's documents, its chosen student's queries) "
-                         "instead of the cheap stand-ins of benchmarks/_ood_towers.py")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the earlier results' rows of the (set, method) pairs not measured now"
+    )
+    ap.add_argument(
+        "--recipe-runs",
+        type=Path,
+        default=None,
+        help="towers of finished recipe runs (<dir>/<set>: its teacher's documents, its chosen student's queries) "
+        "instead of the cheap stand-ins of benchmarks/_ood_towers.py",
+    )
     args = ap.parse_args(argv)
     import faiss
 
@@ -412,18 +493,32 @@ def main(argv: list[str] | None = None) -> None:
             cache[src] = sets[src](args.seed)
         ts = cache[src]
         rng = np.random.default_rng(args.seed)
-        fit_q = np.concatenate([ts.queries["train"], ts.pseudo])[rng.permutation(len(ts.queries["train"]) + len(ts.pseudo))]
-        extra = {"doc_tower": ts.doc_tower, "query_tower": ts.query_tower, "simulated": name == "sim1m", "vectors_of": src,
-                 "towers": f"recipe run ({args.recipe_runs / src})" if args.recipe_runs is not None else "stand-in (benchmarks/_ood_towers.py)"}
+        fit_q = np.concatenate([ts.queries["train"], ts.pseudo])[
+            rng.permutation(len(ts.queries["train"]) + len(ts.pseudo))
+        ]
+        extra = {
+            "doc_tower": ts.doc_tower,
+            "query_tower": ts.query_tower,
+            "simulated": name == "sim1m",
+            "vectors_of": src,
+            "towers": f"recipe run ({args.recipe_runs / src})"
+            if args.recipe_runs is not None
+            else "stand-in (benchmarks/_ood_towers.py)",
+        }
         docs = ts.docs
         if name == "sim1m":
             with Timer() as t:
                 docs = ppca_mixture(ts.docs, args.sim_n, k=args.sim_components, rank=args.sim_rank, seed=args.seed)
             info["sim1m_sample_s"] = round(t.seconds, 1)
-        info[name] = {"docs": len(docs), "fit_queries": len(fit_q), "pseudo": ts.pseudo_source,
-                      "val_queries": len(ts.queries["val"]), "test_queries": len(ts.queries["test"]),
-                      "cos_mean_test_query_mean_doc": _cos_means(ts.queries["test"], docs),
-                      "cos_mean_test_query_mean_fit_query": _cos_means(ts.queries["test"], fit_q)}
+        info[name] = {
+            "docs": len(docs),
+            "fit_queries": len(fit_q),
+            "pseudo": ts.pseudo_source,
+            "val_queries": len(ts.queries["val"]),
+            "test_queries": len(ts.queries["test"]),
+            "cos_mean_test_query_mean_doc": _cos_means(ts.queries["test"], docs),
+            "cos_mean_test_query_mean_fit_query": _cos_means(ts.queries["test"], fit_q),
+        }
         if name != "sim1m":
             info[name]["student_r@10_exact_test"] = _hit_rate(ts)
         print(name, json.dumps(info[name]), flush=True)
@@ -435,17 +530,33 @@ def main(argv: list[str] | None = None) -> None:
     kept: list[str] = []
     if args.keep:
         rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs))
-    config = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}, "info": info, "kept_rows": kept, "reranks": list(RERANKS), "ef_grid": list(EF),
-              "faiss_version": faiss.__version__, "faiss_threads": faiss.omp_get_max_threads(),
-              "loadavg_before": [round(x, 2) for x in load0], "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-              "total_s": round(time.perf_counter() - t_all, 1),
-              "ran_under_bench_lock": os.environ.get("OOD_BENCH_LOCK", "unknown"),
-              "targets": targets(rows, args.target), "targets_frontier": frontier_targets(rows),
-              "plan_10m": plan_10m(rows, small_set=args.sim_source, ram_gib=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, cores=os.cpu_count() or 1),
-              "towers": "recipe runs" if args.recipe_runs is not None else "stand-ins (benchmarks/_ood_towers.py): no recipe run given",
-              "frontier_qps": flatten_frontier(rows),
-              "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s document "
-                            f"vectors (not real documents); queries are the real {args.sim_source} student queries"}
+    config = {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "info": info,
+        "kept_rows": kept,
+        "reranks": list(RERANKS),
+        "ef_grid": list(EF),
+        "faiss_version": faiss.__version__,
+        "faiss_threads": faiss.omp_get_max_threads(),
+        "loadavg_before": [round(x, 2) for x in load0],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "total_s": round(time.perf_counter() - t_all, 1),
+        "ran_under_bench_lock": os.environ.get("OOD_BENCH_LOCK", "unknown"),
+        "targets": targets(rows, args.target),
+        "targets_frontier": frontier_targets(rows),
+        "plan_10m": plan_10m(
+            rows,
+            small_set=args.sim_source,
+            ram_gib=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
+            cores=os.cpu_count() or 1,
+        ),
+        "towers": "recipe runs"
+        if args.recipe_runs is not None
+        else "stand-ins (benchmarks/_ood_towers.py): no recipe run given",
+        "frontier_qps": flatten_frontier(rows),
+        "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s document "
+        f"vectors (not real documents); queries are the real {args.sim_source} student queries",
+    }
     print(f"wrote {write_results(results_name(args.recipe_runs), rows, config)}")
 
 

@@ -46,9 +46,18 @@ def paired_pvalues(rec: dict, base: dict, prefix: str = "") -> dict:
 
 
 def result_row(name: str, rec: dict, base: dict | None, **extra) -> dict:
-    row = {"prompt": name, "ndcg@10": rec["ndcg@10"], "r@100": rec["r@100"], "contrastive_ppl": rec["test_contrastive_ppl"],
-           "val_ndcg@10": rec.get("dev_ndcg@10"), "start_val_ndcg@10": rec.get("start_dev_ndcg@10"),
-           "steps_run": rec["steps_run"], "best_step": rec["best_step"], "train_seconds": rec["train_seconds"], **extra}
+    row = {
+        "prompt": name,
+        "ndcg@10": rec["ndcg@10"],
+        "r@100": rec["r@100"],
+        "contrastive_ppl": rec["test_contrastive_ppl"],
+        "val_ndcg@10": rec.get("dev_ndcg@10"),
+        "start_val_ndcg@10": rec.get("start_dev_ndcg@10"),
+        "steps_run": rec["steps_run"],
+        "best_step": rec["best_step"],
+        "train_seconds": rec["train_seconds"],
+        **extra,
+    }
     if base is not None and base is not rec:
         row.update(paired_pvalues(rec, base, prefix="vs_full_"))
     return row
@@ -65,7 +74,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="scifact")
-    ap.add_argument("--features", type=Path, default=None, help="feature cache dir (default runs/recipe/<data>/features)")
+    ap.add_argument(
+        "--features", type=Path, default=None, help="feature cache dir (default runs/recipe/<data>/features)"
+    )
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "prompt_ablation")
     ap.add_argument("--presets", default=",".join(PRESETS))
     ap.add_argument("--seed", type=int, default=0)
@@ -89,24 +100,40 @@ def main() -> None:
     dev = make_eval_set(data.queries, data.validation_qrels(), list(data.corpus), seed=args.seed, name="validation")
     test = make_eval_set(data.queries, data.eval_qrels, list(data.corpus), seed=args.seed, name="test")
     spe = len(data.train) // base_cfg.optim.batch_size
-    settings = PointSettings(head_lr=HEAD_LR, batch_size=base_cfg.optim.batch_size, max_steps=40 * spe, min_eval_every=spe,
-                             max_eval_every=spe, patience=4, warmup_ratio=base_cfg.optim.warmup_ratio, seed=args.seed,
-                             validation_metric="ndcg@10")
+    settings = PointSettings(
+        head_lr=HEAD_LR,
+        batch_size=base_cfg.optim.batch_size,
+        max_steps=40 * spe,
+        min_eval_every=spe,
+        max_eval_every=spe,
+        patience=4,
+        warmup_ratio=base_cfg.optim.warmup_ratio,
+        seed=args.seed,
+        validation_metric="ndcg@10",
+    )
     recs: dict[str, dict] = {}
     rows: list[dict] = []
-    config = {"data": args.data, "model": f"SmolLM2-135M truncated to {DEPTH} layers, ScalingDual, mean pooling",
-              "train_pairs": len(data.train), "validation_queries": len(dev.query_ids), "test_queries": len(test.query_ids),
-              "recipe": "trainable_layers 0 (heads over cached pooled states), PCA head init, BM25 hard negatives, batch 64, "
-                        f"head lr {HEAD_LR:g}, <= 40 epochs, validation nDCG@10 every epoch, patience 4, best weights restored",
-              "contrastive_ppl": "Fang et al. Eq. 6 on the test queries: W=256 random non-relevant documents per pair, drawn once "
-                                 "(seed 0) from the whole corpus, s = cos/0.05",
-              "p_values": "two-sided paired t-test over the test queries against the full prompt (vs_full_p_<metric>)",
-              "templates": {p: PROMPT_PRESETS[p] for p in presets}, "seed": args.seed,
-              "machine_note": "2 CPU cores shared with other jobs: train_seconds are noisy"}
+    config = {
+        "data": args.data,
+        "model": f"SmolLM2-135M truncated to {DEPTH} layers, ScalingDual, mean pooling",
+        "train_pairs": len(data.train),
+        "validation_queries": len(dev.query_ids),
+        "test_queries": len(test.query_ids),
+        "recipe": "trainable_layers 0 (heads over cached pooled states), PCA head init, BM25 hard negatives, batch 64, "
+        f"head lr {HEAD_LR:g}, <= 40 epochs, validation nDCG@10 every epoch, patience 4, best weights restored",
+        "contrastive_ppl": "Fang et al. Eq. 6 on the test queries: W=256 random non-relevant documents per pair, drawn once "
+        "(seed 0) from the whole corpus, s = cos/0.05",
+        "p_values": "two-sided paired t-test over the test queries against the full prompt (vs_full_p_<metric>)",
+        "templates": {p: PROMPT_PRESETS[p] for p in presets},
+        "seed": args.seed,
+        "machine_note": "2 CPU cores shared with other jobs: train_seconds are noisy",
+    }
     order = (["full"] if "full" in presets else []) + [p for p in presets if p != "full"]
 
     def key_of(name: str) -> str:
-        return json.dumps({"prompt": PROMPT_PRESETS[name], "settings": dataclasses.asdict(settings), "train": len(data.train)})
+        return json.dumps(
+            {"prompt": PROMPT_PRESETS[name], "settings": dataclasses.asdict(settings), "train": len(data.train)}
+        )
 
     for name in PRESETS:  # rows finished by earlier invocations (one results file for all presets)
         f = args.work / name / "point.json"
@@ -115,16 +142,24 @@ def main() -> None:
     for name in order:
         if name in recs:
             continue
-        cfg = dataclasses.replace(base_cfg, output_dir=str(args.work / name),
-                                  doc_tower=dataclasses.replace(base_cfg.doc_tower, prompt=name))
+        cfg = dataclasses.replace(
+            base_cfg, output_dir=str(args.work / name), doc_tower=dataclasses.replace(base_cfg.doc_tower, prompt=name)
+        )
         session = HeadSession(cfg, data.corpus, show_progress=True)
-        session.ensure_features([e.query for e in data.train] + dev.texts + test.texts,
-                                [d for e in data.train for d in (e.pos, e.neg) if d is not None])
-        rec = run_point(session, data.train, dev, test, args.work / name, settings, extra={"key": key_of(name), "prompt": name})
+        session.ensure_features(
+            [e.query for e in data.train] + dev.texts + test.texts,
+            [d for e in data.train for d in (e.pos, e.neg) if d is not None],
+        )
+        rec = run_point(
+            session, data.train, dev, test, args.work / name, settings, extra={"key": key_of(name), "prompt": name}
+        )
         recs[name] = rec
         del session
-        print(f"[prompt] {name}: nDCG@10 {rec['ndcg@10']:.4f} R@100 {rec['r@100']:.4f} ppl {rec['test_contrastive_ppl']:.4f} "
-              f"(val {rec['dev_ndcg@10']:.4f}, {rec['steps_run']} steps)", flush=True)
+        print(
+            f"[prompt] {name}: nDCG@10 {rec['ndcg@10']:.4f} R@100 {rec['r@100']:.4f} ppl {rec['test_contrastive_ppl']:.4f} "
+            f"(val {rec['dev_ndcg@10']:.4f}, {rec['steps_run']} steps)",
+            flush=True,
+        )
         write_rows(args.data, recs, config)
     rows = write_rows(args.data, recs, config)
     for r in rows:

@@ -27,9 +27,12 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--max-pseudo", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--stage1", default=None,
-                    help="directory with the Stage I runs scaling_dual/ and scaling_doc/ (default .cache/bench/stage1_<data>; "
-                         "a quick-start run's <out>/stage1 works too)")
+    ap.add_argument(
+        "--stage1",
+        default=None,
+        help="directory with the Stage I runs scaling_dual/ and scaling_doc/ (default .cache/bench/stage1_<data>; "
+        "a quick-start run's <out>/stage1 works too)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -45,7 +48,9 @@ def main() -> None:
     data_dir = shared_data_dir() / args.data
     s1 = Path(args.stage1).resolve() if args.stage1 else REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
     work = REPO_ROOT / ".cache" / "bench" / f"qkd_{args.data}"
-    stage1_metrics = {m: json.loads((s1 / m / "run.json").read_text())["metrics"] for m in ("scaling_dual", "scaling_doc")}
+    stage1_metrics = {
+        m: json.loads((s1 / m / "run.json").read_text())["metrics"] for m in ("scaling_dual", "scaling_doc")
+    }
     pseudo = work / "pseudo_ict"
     if not (pseudo / "queries.jsonl").exists():
         ict_queries(data_dir / "corpus.jsonl", pseudo, ICTConfig(seed=args.seed, max_docs=args.max_pseudo))
@@ -102,22 +107,37 @@ def main() -> None:
             }
         )
     # reference: the LLM query tower at the pre-trained depth (30 layers; QPS only, not trained)
-    full = load_tower("smollm2-135m", "query", dim=128, pooling=load_tower(s1 / "scaling_dual" / "query_tower").config.pooling)
+    full = load_tower(
+        "smollm2-135m", "query", dim=128, pooling=load_tower(s1 / "scaling_dual" / "query_tower").config.pooling
+    )
     rows.append(
         {
             "method": "smollm2_full_depth_reference",
             "query_tower": f"smollm2-135m ({full.config.num_layers} layers, untrained; query cost only)",
             "non_embedding_params": full.non_embedding_params,
             "query_qps": round(query_qps(full, test_texts), 1),
-            "ndcg@10": None, "r@100": None, "qkd_train_loss": None, "qkd_val_loss": None, "train_queries": None, "train_seconds": None,
+            "ndcg@10": None,
+            "r@100": None,
+            "qkd_train_loss": None,
+            "qkd_val_loss": None,
+            "train_queries": None,
+            "train_seconds": None,
         }
     )
     write_results(
         f"qkd_{args.data}",
         rows,
-        {"teacher": f"scaling_dual of {s1.relative_to(REPO_ROOT) if s1.is_relative_to(REPO_ROOT) else s1}", "students": "minilm-l6 truncated", "epochs": args.epochs,
-         "batch_size": args.batch_size, "lr": 3e-4, "lambda": 1.0, "queries": "train split queries + ICT pseudo-queries (test queries removed)",
-         "qps": "encode_queries, batch 256, torch threads 2", "seed": args.seed},
+        {
+            "teacher": f"scaling_dual of {s1.relative_to(REPO_ROOT) if s1.is_relative_to(REPO_ROOT) else s1}",
+            "students": "minilm-l6 truncated",
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "lr": 3e-4,
+            "lambda": 1.0,
+            "queries": "train split queries + ICT pseudo-queries (test queries removed)",
+            "qps": "encode_queries, batch 256, torch threads 2",
+            "seed": args.seed,
+        },
     )
 
 

@@ -41,14 +41,26 @@ def make_config(args, out: Path, distributed: str, epochs: float) -> dict:
     if args.pseudo.exists():
         queries.append({"path": str(args.pseudo)})
     return {
-        "teacher": str(args.teacher), "output_dir": str(out),
+        "teacher": str(args.teacher),
+        "output_dir": str(out),
         "student": {"model": "minilm-l6", "num_layers": args.layers, "max_length": 64, "trainable_layers": "all"},
-        "queries": queries, "lam": 1.0, "validation_fraction": 0.05, "target": "normalized",
+        "queries": queries,
+        "lam": 1.0,
+        "validation_fraction": 0.05,
+        "target": "normalized",
         "optim": {"lr": 3e-4, "batch_size": args.batch, "epochs": epochs},
-        "eval_data": str(data), "eval_split": "test", "cache_dir": str(args.work / "teacher_cache"),
+        "eval_data": str(data),
+        "eval_split": "test",
+        "cache_dir": str(args.work / "teacher_cache"),
         "feature_cache_dir": str(args.features) if args.features.exists() else None,
-        "head_init": "lstsq", "patience": 3, "seed": args.seed, "save_every": 10_000, "log_every": 10,
-        "show_progress": False, "distributed": distributed, "fsdp": {"activation_checkpointing": True},
+        "head_init": "lstsq",
+        "patience": 3,
+        "seed": args.seed,
+        "save_every": 10_000,
+        "log_every": 10,
+        "show_progress": False,
+        "distributed": distributed,
+        "fsdp": {"activation_checkpointing": True},
     }
 
 
@@ -72,15 +84,26 @@ def run(args, name: str, distributed: str, procs: int, epochs: float) -> dict:
     curve = m["val_curve"]
     best = min(curve, key=lambda c: c[1]) if curve else [None, None]
     row = {
-        "run": name, "processes": procs, "distributed": m["distributed"],
+        "run": name,
+        "processes": procs,
+        "distributed": m["distributed"],
         "threads_per_process": 1 if procs > 1 else args.threads,
-        "global_batch": args.batch, "steps": m["steps"], "steps_run": m["steps_run"], "best_step": m["best_step"],
+        "global_batch": args.batch,
+        "steps": m["steps"],
+        "steps_run": m["steps_run"],
+        "best_step": m["best_step"],
         "stopped_early": m["stopped_early"],
-        "start_val_loss": curve[0][1] if curve else None, "best_val_loss": best[1], "qkd_val_loss": m["qkd_val_loss"],
-        "ndcg@10": m["ndcg@10"], "r@100": m.get("recall@100"), "mrr@10": m.get("mrr@10"),
+        "start_val_loss": curve[0][1] if curve else None,
+        "best_val_loss": best[1],
+        "qkd_val_loss": m["qkd_val_loss"],
+        "ndcg@10": m["ndcg@10"],
+        "r@100": m.get("recall@100"),
+        "mrr@10": m.get("mrr@10"),
         "train_seconds": m["train_seconds"],
         "steps_per_s": round(m["steps_run"] / m["train_seconds"], 3) if m["train_seconds"] else None,
-        "wall_s": round(wall, 1), "train_queries": m["train_queries"], "validation_queries": m["validation_queries"],
+        "wall_s": round(wall, 1),
+        "train_queries": m["train_queries"],
+        "validation_queries": m["validation_queries"],
     }
     print(row, flush=True)
     return row
@@ -100,11 +123,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if not (args.teacher / "query_tower").exists():
-        raise SystemExit(f"{args.teacher}: no Stage I teacher; run `python -m benchmarks.recipe` (SciFact) first or pass --teacher")
+        raise SystemExit(
+            f"{args.teacher}: no Stage I teacher; run `python -m benchmarks.recipe` (SciFact) first or pass --teacher"
+        )
     args.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows = [run(args, "start", "ddp", 1, 0.0)]
-    rows += [run(args, "1proc", "ddp", 1, args.epochs), run(args, "ddp2", "ddp", 2, args.epochs), run(args, "fsdp2", "fsdp", 2, args.epochs)]
+    rows += [
+        run(args, "1proc", "ddp", 1, args.epochs),
+        run(args, "ddp2", "ddp", 2, args.epochs),
+        run(args, "fsdp2", "fsdp", 2, args.epochs),
+    ]
     by = {r["run"]: r for r in rows}
     for name in ("ddp2", "fsdp2"):
         by[name]["ndcg@10_minus_1proc"] = round(by[name]["ndcg@10"] - by["1proc"]["ndcg@10"], 4)
@@ -117,7 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         "pseudo_queries": args.pseudo.exists(),
         "optim": {"lr": 3e-4, "global_batch": args.batch, "epochs": args.epochs, "patience": 3, "target": "normalized"},
         "launch": "scalingnote distill CLI; 2-process runs under torchrun, gloo, CPU, 1 thread per process",
-        "seed": args.seed, "total_seconds": round(time.perf_counter() - t0, 1),
+        "seed": args.seed,
+        "total_seconds": round(time.perf_counter() - t0, 1),
         "notes": "2 CPU cores; the 1-process run uses both cores as threads, the 2-process runs one core each.",
     }
     print(write_results("qkd_distributed", rows, config))

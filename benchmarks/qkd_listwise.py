@@ -41,16 +41,32 @@ def train_variants(data: str, run: Path, epochs: float, weights: list[float]) ->
     q_max, d_max = LENGTHS[data]
     res = json.loads((run / "results.json").read_text())
     teacher = res["choices"]["teacher"]
-    cfg = QuickstartConfig(out=str(run), data=None if data == "synthetic" else str(shared_data_dir() / data), query_max_length=q_max,
-                           doc_max_length=d_max, qkd_epochs=epochs, show_progress=False)
+    cfg = QuickstartConfig(
+        out=str(run),
+        data=None if data == "synthetic" else str(shared_data_dir() / data),
+        query_max_length=q_max,
+        doc_max_length=d_max,
+        qkd_epochs=epochs,
+        show_progress=False,
+    )
     fam = family(cfg, teacher["family"])
     data_spec = R.prepare_data(cfg, run)
     pseudo = R.pseudo_queries(cfg, data_spec, run)
     out = {}
     for w in weights:
         name = f"listwise_rw{w:g}_e{epochs:g}"
-        R.run_qkd(cfg, name, Path(teacher["dir"]), fam, fam.small_layers, data_spec, run, pseudo, rank_weight=w,
-                  pool=R.layer_pool(teacher["dir"]))
+        R.run_qkd(
+            cfg,
+            name,
+            Path(teacher["dir"]),
+            fam,
+            fam.small_layers,
+            data_spec,
+            run,
+            pseudo,
+            rank_weight=w,
+            pool=R.layer_pool(teacher["dir"]),
+        )
         out[name] = run / "qkd" / name
     return out
 
@@ -71,16 +87,28 @@ def score_students(data: str, teacher_dir: Path, students: dict[str, Path]) -> l
         m, c = info["metrics"], info["config"]
         sc = score(pool, d / "query_tower", teacher_dir, ev)
         per_q = {"val_": per_query_ndcg(sc.val_run, ev.val_qrels), "": sc.per_query}
-        row: dict[str, Any] = {"data": data, "student": label, "rank_weight": c.get("rank_weight", 0.0), "epochs": c["optim"]["epochs"],
-                               "steps_run": m["steps_run"], "best_step": m["best_step"], "train_queries": m["train_queries"],
-                               "train_seconds": m["train_seconds"],
-                               "val_ndcg@10": round(sc.val_ndcg, 4), "val_r@100": round(evaluate(sc.val_run, ev.val_qrels, ["r@100"])["r@100"], 4),
-                               "val_n_queries": len(per_q["val_"]), "ndcg@10": round(sc.metrics["ndcg@10"], 4),
-                               "r@100": round(sc.metrics["r@100"], 4), "n_queries": len(per_q[""])}
+        row: dict[str, Any] = {
+            "data": data,
+            "student": label,
+            "rank_weight": c.get("rank_weight", 0.0),
+            "epochs": c["optim"]["epochs"],
+            "steps_run": m["steps_run"],
+            "best_step": m["best_step"],
+            "train_queries": m["train_queries"],
+            "train_seconds": m["train_seconds"],
+            "val_ndcg@10": round(sc.val_ndcg, 4),
+            "val_r@100": round(evaluate(sc.val_run, ev.val_qrels, ["r@100"])["r@100"], 4),
+            "val_n_queries": len(per_q["val_"]),
+            "ndcg@10": round(sc.metrics["ndcg@10"], 4),
+            "r@100": round(sc.metrics["r@100"], 4),
+            "n_queries": len(per_q[""]),
+        }
         for prefix, pq in per_q.items():
             if first is not None:
                 keys = sorted(pq)
-                row[f"{prefix}p_vs_first"] = round(paired_ttest([pq[k] for k in keys], [first[prefix][k] for k in keys]).pvalue, 4)
+                row[f"{prefix}p_vs_first"] = round(
+                    paired_ttest([pq[k] for k in keys], [first[prefix][k] for k in keys]).pvalue, 4
+                )
         first = first or per_q
         rows.append(row)
     return rows
@@ -89,10 +117,17 @@ def score_students(data: str, teacher_dir: Path, students: dict[str, Path]) -> l
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True, choices=["scifact", "kuake_qtr", "synthetic"])
-    ap.add_argument("--run", type=Path, required=True, help="a finished quick-start / recipe run directory (its teacher is used)")
+    ap.add_argument(
+        "--run", type=Path, required=True, help="a finished quick-start / recipe run directory (its teacher is used)"
+    )
     ap.add_argument("--epochs", type=float, default=12.0)
     ap.add_argument("--weights", default="0,1")
-    ap.add_argument("--students", nargs="*", default=None, help="label=DIR: saved students to score (first = the reference of the p-values)")
+    ap.add_argument(
+        "--students",
+        nargs="*",
+        default=None,
+        help="label=DIR: saved students to score (first = the reference of the p-values)",
+    )
     args = ap.parse_args()
     run = args.run.resolve()
     teacher_dir = Path(json.loads((run / "results.json").read_text())["choices"]["teacher"]["dir"])
@@ -103,9 +138,14 @@ def main() -> None:
     old = RESULTS_DIR / "qkd_listwise.json"
     kept = [r for r in json.loads(old.read_text())["rows"] if r["data"] != args.data] if old.exists() else []
     config = json.loads(old.read_text())["config"] if old.exists() else {}
-    config[args.data] = {"run": str(run.relative_to(REPO_ROOT)) if run.is_relative_to(REPO_ROOT) else str(run), "teacher": str(teacher_dir),
-                         "students": {k: str(v) for k, v in students.items()}, "trained_here": [f"listwise_rw{w:g}_e{args.epochs:g}" for w in weights],
-                         "val": "the teacher's held-out training queries (what the quick start chooses on)", "test": "test split (never chosen on)"}
+    config[args.data] = {
+        "run": str(run.relative_to(REPO_ROOT)) if run.is_relative_to(REPO_ROOT) else str(run),
+        "teacher": str(teacher_dir),
+        "students": {k: str(v) for k, v in students.items()},
+        "trained_here": [f"listwise_rw{w:g}_e{args.epochs:g}" for w in weights],
+        "val": "the teacher's held-out training queries (what the quick start chooses on)",
+        "test": "test split (never chosen on)",
+    }
     print(json.dumps(rows, indent=1))
     print(write_results("qkd_listwise", kept + rows, config))
 

@@ -23,10 +23,17 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=None, help="name of a set under ../shared/data (default: synthetic)")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--from-run", type=Path, default=None, help="write the results file from this finished run directory instead")
-    ap.add_argument("--tag", default=None, help="write quickstart_<data>_<tag>.json (a variant beside the default table)")
-    ap.add_argument("--reused", action="store_true",
-                    help="the run reused earlier steps (a variant re-run in a copy): its wall time is not the pipeline's, so no 10-minute check")
+    ap.add_argument(
+        "--from-run", type=Path, default=None, help="write the results file from this finished run directory instead"
+    )
+    ap.add_argument(
+        "--tag", default=None, help="write quickstart_<data>_<tag>.json (a variant beside the default table)"
+    )
+    ap.add_argument(
+        "--reused",
+        action="store_true",
+        help="the run reused earlier steps (a variant re-run in a copy): its wall time is not the pipeline's, so no 10-minute check",
+    )
     args = ap.parse_args()
     name = (args.data or "synthetic") + (f"_{args.tag}" if args.tag else "")
     if args.from_run is not None:
@@ -35,8 +42,16 @@ def main() -> None:
 
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
-    out = Path(args.out) if args.out else REPO_ROOT / "runs" / ("quickstart" if name == "synthetic" else f"quickstart_{name}")
-    quickstart(QuickstartConfig(out=str(out), data=str(shared_data_dir() / args.data) if args.data else None, show_progress=False))
+    out = (
+        Path(args.out)
+        if args.out
+        else REPO_ROOT / "runs" / ("quickstart" if name == "synthetic" else f"quickstart_{name}")
+    )
+    quickstart(
+        QuickstartConfig(
+            out=str(out), data=str(shared_data_dir() / args.data) if args.data else None, show_progress=False
+        )
+    )
     print(results_of_run(f"quickstart_{name}", out.resolve(), timed=not args.reused))
 
 

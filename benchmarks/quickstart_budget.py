@@ -68,11 +68,26 @@ def code_version() -> str:
 
 def command(set_name: str, mode: str, out: Path, seed: int = 0, cores: int = 2) -> list[str]:
     """The user's command for one run (the CLI, a fresh process); one core: under ``taskset -c 0``."""
-    cmd = (["taskset", "-c", "0"] if cores == 1 else []) + [sys.executable, "-m", "scalingnote.cli", "quickstart", "--out", str(out),
-                                                           "--seed", str(seed)]
+    cmd = (["taskset", "-c", "0"] if cores == 1 else []) + [
+        sys.executable,
+        "-m",
+        "scalingnote.cli",
+        "quickstart",
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+    ]
     if set_name != "default":
         q, d = LENGTHS[set_name]  # the recipe's token budgets for the set
-        cmd += ["--data", str(shared_data_dir() / set_name), "--set", f"query_max_length={q}", "--set", f"doc_max_length={d}"]
+        cmd += [
+            "--data",
+            str(shared_data_dir() / set_name),
+            "--set",
+            f"query_max_length={q}",
+            "--set",
+            f"doc_max_length={d}",
+        ]
     cmd += ["--full"] if mode == "full" else ["--budget-minutes", f"{TARGET_MINUTES[set_name]:g}"]
     return cmd
 
@@ -88,23 +103,42 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
     fam = ch["families"][ch["teacher"]["family"]]
     budget, proxy, kept = ch.get("budget") or {}, ch.get("proxy") or {}, ch.get("retention") or {}
     row: dict[str, Any] = {
-        "set": set_name, "mode": mode, "seed": (res.get("config") or {}).get("seed"), "target_minutes": TARGET_MINUTES[set_name],
-        "budget_minutes": budget.get("budget_minutes"), "pipeline_minutes": round(res["elapsed_s"] / 60, 2),
-        "process_minutes": round(wall_s / 60, 2), "resumed": resumed,
-        "planned_minutes": budget.get("planned_minutes"), "planned_before_proxy_minutes": budget.get("planned_before_proxy_minutes"),
+        "set": set_name,
+        "mode": mode,
+        "seed": (res.get("config") or {}).get("seed"),
+        "target_minutes": TARGET_MINUTES[set_name],
+        "budget_minutes": budget.get("budget_minutes"),
+        "pipeline_minutes": round(res["elapsed_s"] / 60, 2),
+        "process_minutes": round(wall_s / 60, 2),
+        "resumed": resumed,
+        "planned_minutes": budget.get("planned_minutes"),
+        "planned_before_proxy_minutes": budget.get("planned_before_proxy_minutes"),
         "skipped": "; ".join(budget.get("skipped") or []) or None,
-        "teacher": ch["teacher"]["family"], "teacher_depth_choice": fam.get("depth_choice"), "teacher_head_lr": fam.get("head_lr"),
-        "head_lr_choice": fam.get("lr_choice"), "width": fam.get("dim"),
-        "teacher_dir": Path(ch["teacher"]["dir"]).name, "student": ch["student"]["chosen"], "fusion": ch["served"]["choice"],
-        "fusion_weight": ch["served"].get("weight"), "fusion_p": ch["served"].get("p"), "fusion_reason": ch["served"].get("reason"),
+        "teacher": ch["teacher"]["family"],
+        "teacher_depth_choice": fam.get("depth_choice"),
+        "teacher_head_lr": fam.get("head_lr"),
+        "head_lr_choice": fam.get("lr_choice"),
+        "width": fam.get("dim"),
+        "teacher_dir": Path(ch["teacher"]["dir"]).name,
+        "student": ch["student"]["chosen"],
+        "fusion": ch["served"]["choice"],
+        "fusion_weight": ch["served"].get("weight"),
+        "fusion_p": ch["served"].get("p"),
+        "fusion_reason": ch["served"].get("reason"),
         "served_config": f"{ch['teacher']['family']}/{Path(ch['teacher']['dir']).name} -> {ch['student']['chosen']}, {ch['served']['choice']}",
         "teacher_ndcg@10": None if teacher is None else round(teacher["ndcg@10"], 4),
-        "teacher_val_ndcg@10": None if teacher is None or teacher.get("val_ndcg@10") is None else round(teacher["val_ndcg@10"], 4),
+        "teacher_val_ndcg@10": None
+        if teacher is None or teacher.get("val_ndcg@10") is None
+        else round(teacher["val_ndcg@10"], 4),
         "student_val_ndcg@10": None if student.get("val_ndcg@10") is None else round(student["val_ndcg@10"], 4),
-        "student_ndcg@10": round(student["ndcg@10"], 4), "served_ndcg@10": round(served["ndcg@10"], 4),
-        "retention_val": kept.get("retention_val"), "retention_test": kept.get("retention_test"), "speedup": kept.get("speedup"),
+        "student_ndcg@10": round(student["ndcg@10"], 4),
+        "served_ndcg@10": round(served["ndcg@10"], 4),
+        "retention_val": kept.get("retention_val"),
+        "retention_test": kept.get("retention_test"),
+        "speedup": kept.get("speedup"),
         "output_mb": ch.get("output_mb"),
-        "proxy_drawn": proxy.get("drawn"), "proxy_docs": (proxy.get("data") or {}).get("docs"),
+        "proxy_drawn": proxy.get("drawn"),
+        "proxy_docs": (proxy.get("data") or {}).get("docs"),
         "proxy_agreed": all((proxy.get("agreed") or {}).values()) if proxy.get("agreed") else None,
         "proxy_agreement": json.dumps(proxy.get("agreed")) if proxy.get("agreed") else None,
     }
@@ -112,7 +146,13 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         if r["method"] == "bm25" or r["method"].startswith("zero_shot_"):
             row["bm25_ndcg@10" if r["method"] == "bm25" else "zero_shot_ndcg@10"] = round(r["ndcg@10"], 4)
     qkd = chosen_student(ch).get("qkd") or {}
-    row.update({"qkd_planned_steps": qkd.get("planned_steps"), "qkd_steps": qkd.get("steps"), "qkd_seconds": qkd.get("train_seconds")})
+    row.update(
+        {
+            "qkd_planned_steps": qkd.get("planned_steps"),
+            "qkd_steps": qkd.get("steps"),
+            "qkd_seconds": qkd.get("train_seconds"),
+        }
+    )
     for k, v in (res.get("phase_seconds") or {}).items():
         row[f"phase_{k}_s"] = v
     return row
@@ -132,11 +172,15 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
             continue
         r["within_time_target"] = r["pipeline_minutes"] <= r["target_minutes"] * (2 if r.get("cores") == 1 else 1)
         r["minutes_over_target"] = round(max(0.0, r["pipeline_minutes"] - r["target_minutes"]), 2)
-        f = by.get((r["set"], "full", r.get("seed"), r.get("cores"))) or by.get((r["set"], "recipe_full", r.get("seed"), None))
+        f = by.get((r["set"], "full", r.get("seed"), r.get("cores"))) or by.get(
+            (r["set"], "recipe_full", r.get("seed"), None)
+        )
         if f is None:
             r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
             continue
-        if any(r.get(k) != f.get(k) for k in ("machine", "code", "scalingnote_version")):  # never differenced across machines or code
+        if any(
+            r.get(k) != f.get(k) for k in ("machine", "code", "scalingnote_version")
+        ):  # never differenced across machines or code
             r["same_choices_as_full"] = r["served_delta_vs_full"] = r["meets_target"] = None
             r["compared_with"] = f"none: the {f['mode']} row ran on another machine or code version"
             continue
@@ -144,7 +188,9 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         r["same_choices_as_full"] = all(r[k] == f[k] for k in keys)
         r["served_delta_vs_full"] = round(r["served_ndcg@10"] - f["served_ndcg@10"], 4)
         # within 0.005 below the exhaustive run's served row, or above it: the budget must not cost quality
-        r["meets_target"] = r["within_time_target"] and (r["same_choices_as_full"] or r["served_delta_vs_full"] >= -SERVED_TOLERANCE)
+        r["meets_target"] = r["within_time_target"] and (
+            r["same_choices_as_full"] or r["served_delta_vs_full"] >= -SERVED_TOLERANCE
+        )
         r["full_pipeline_minutes"] = f["pipeline_minutes"]
         r["compared_with"] = f["mode"]
 
@@ -159,12 +205,20 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         served = [r["served_ndcg@10"] for r in rs]
         configs = sorted({r["served_config"] for r in rs})
-        out[s] = {"runs": len(rs), "seeds": sorted({r["seed"] for r in rs}), "cores": sorted({r["cores"] for r in rs}),
-                  "served_configs": configs, "served_min": min(served), "served_max": max(served),
-                  "served_spread": round(max(served) - min(served), 4),
-                  "retention_val_min": min((r["retention_val"] for r in rs if r.get("retention_val") is not None), default=None),
-                  "output_mb_max": max((r["output_mb"] for r in rs if r.get("output_mb") is not None), default=None),
-                  "meets_stability_target": len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE}
+        out[s] = {
+            "runs": len(rs),
+            "seeds": sorted({r["seed"] for r in rs}),
+            "cores": sorted({r["cores"] for r in rs}),
+            "served_configs": configs,
+            "served_min": min(served),
+            "served_max": max(served),
+            "served_spread": round(max(served) - min(served), 4),
+            "retention_val_min": min(
+                (r["retention_val"] for r in rs if r.get("retention_val") is not None), default=None
+            ),
+            "output_mb_max": max((r["output_mb"] for r in rs if r.get("output_mb") is not None), default=None),
+            "meets_stability_target": len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE,
+        }
     return out
 
 
@@ -210,8 +264,15 @@ def _old_rows(path: Path, machine: str, code: str, carry: bool) -> list[dict[str
         if same:
             keep.append(r)
         elif carry:
-            keep.append({**r, "carried": True, "machine": r.get("machine") or old.get("machine"), "code": r.get("code") or "unknown",
-                         "created": r.get("created") or old.get("created")})
+            keep.append(
+                {
+                    **r,
+                    "carried": True,
+                    "machine": r.get("machine") or old.get("machine"),
+                    "code": r.get("code") or "unknown",
+                    "created": r.get("created") or old.get("created"),
+                }
+            )
     return keep
 
 
@@ -222,17 +283,31 @@ def main() -> None:
     ap.add_argument("--seeds", default="0", help="comma-separated seeds (each a run from nothing)")
     ap.add_argument("--cores", default="2", help="comma-separated: 2 = as the machine is, 1 = under taskset -c 0")
     ap.add_argument("--root", type=Path, default=REPO_ROOT / ".cache" / "bench" / NAME)
-    ap.add_argument("--force", action="store_true", help="re-measure rows already in the results file, each from nothing (its --out removed first)")
-    ap.add_argument("--carry", action="store_true", help="keep rows of another machine or code, marked carried (never compared)")
-    ap.add_argument("--recipe-results", type=Path, default=None,
-                    help="mode recipe_full: the recipe run's results.json (default runs/recipe/<set>/results.json)")
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="re-measure rows already in the results file, each from nothing (its --out removed first)",
+    )
+    ap.add_argument(
+        "--carry", action="store_true", help="keep rows of another machine or code, marked carried (never compared)"
+    )
+    ap.add_argument(
+        "--recipe-results",
+        type=Path,
+        default=None,
+        help="mode recipe_full: the recipe run's results.json (default runs/recipe/<set>/results.json)",
+    )
     args = ap.parse_args()
     sets, modes = args.sets.split(","), args.modes.split(",")
     seeds, cores = [int(x) for x in args.seeds.split(",")], [int(x) for x in args.cores.split(",")]
-    bad = [s for s in sets if s not in TARGET_MINUTES] + [m for m in modes if m not in ("budgeted", "full", "recipe_full")]
+    bad = [s for s in sets if s not in TARGET_MINUTES] + [
+        m for m in modes if m not in ("budgeted", "full", "recipe_full")
+    ]
     bad += [c for c in cores if c not in (1, 2)]
     if bad:
-        raise SystemExit(f"unknown set, mode or cores: {bad} (sets: {sorted(TARGET_MINUTES)}, modes: budgeted, full, recipe_full; cores: 1, 2)")
+        raise SystemExit(
+            f"unknown set, mode or cores: {bad} (sets: {sorted(TARGET_MINUTES)}, modes: budgeted, full, recipe_full; cores: 1, 2)"
+        )
     path = RESULTS_DIR / f"{NAME}.json"
     machine, code = run_metadata({})["machine"], code_version()
     rows = {_key(r): r for r in _old_rows(path, machine, code, args.carry) if not r.get("carried")}
@@ -250,17 +325,33 @@ def main() -> None:
                         r = recipe_row(s, args.recipe_results or REPO_ROOT / "runs" / "recipe" / s / "results.json")
                     else:
                         r = measure(s, m, args.root, seed, c, fresh=args.force)
-                    r.update(machine=machine, code=code, created=run_metadata({})["created"],
-                             **{k2: " ".join(map(str, v)) for k2, v in loadavg(before).items()})
+                    r.update(
+                        machine=machine,
+                        code=code,
+                        created=run_metadata({})["created"],
+                        **{k2: " ".join(map(str, v)) for k2, v in loadavg(before).items()},
+                    )
                     rows[k] = r
                     out = list(rows.values())
                     compare_modes(out)
-                    report(NAME, out + carried, {"sets": sets, "modes": modes, "seeds": seeds, "cores": cores, "targets_minutes": TARGET_MINUTES,
-                                                 "served_tolerance": SERVED_TOLERANCE, "stability_tolerance": STABILITY_TOLERANCE,
-                                                 "stability": stability(out), "cpu_count": os.cpu_count(),
-                                                 "root": os.path.relpath(args.root, REPO_ROOT),
-                                                 "note": "budgeted = --budget-minutes <target>; full = --full; each in its own --out, from nothing; "
-                                                         "cores 1 = taskset -c 0"})
+                    report(
+                        NAME,
+                        out + carried,
+                        {
+                            "sets": sets,
+                            "modes": modes,
+                            "seeds": seeds,
+                            "cores": cores,
+                            "targets_minutes": TARGET_MINUTES,
+                            "served_tolerance": SERVED_TOLERANCE,
+                            "stability_tolerance": STABILITY_TOLERANCE,
+                            "stability": stability(out),
+                            "cpu_count": os.cpu_count(),
+                            "root": os.path.relpath(args.root, REPO_ROOT),
+                            "note": "budgeted = --budget-minutes <target>; full = --full; each in its own --out, from nothing; "
+                            "cores 1 = taskset -c 0",
+                        },
+                    )
 
 
 if __name__ == "__main__":

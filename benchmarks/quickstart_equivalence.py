@@ -27,7 +27,22 @@ from typing import Any
 
 from benchmarks._common import write_results
 
-SKIP = ("seconds", "qps", "_s", "ms", "created", "time", "path", "dir", "versions", "machine", "out", "teacher", "model", "cache")
+SKIP = (
+    "seconds",
+    "qps",
+    "_s",
+    "ms",
+    "created",
+    "time",
+    "path",
+    "dir",
+    "versions",
+    "machine",
+    "out",
+    "teacher",
+    "model",
+    "cache",
+)
 
 
 def leaves(doc: Any, prefix: str = "") -> dict[str, Any]:
@@ -48,8 +63,13 @@ def compare(a: dict[str, float], b: dict[str, float], tol: float) -> dict[str, A
     common = [k for k in a if k in b]
     diffs = {k: abs(a[k] - b[k]) for k in common}
     worst = max(diffs, key=diffs.get) if diffs else None
-    return {"numbers_compared": len(common), "only_before": len(set(a) - set(b)), "max_abs_diff": diffs[worst] if worst else 0.0,
-            "worst": worst or "", "within_tol": all(d <= tol for d in diffs.values())}
+    return {
+        "numbers_compared": len(common),
+        "only_before": len(set(a) - set(b)),
+        "max_abs_diff": diffs[worst] if worst else 0.0,
+        "worst": worst or "",
+        "within_tol": all(d <= tol for d in diffs.values()),
+    }
 
 
 def _labels(doc: Any) -> dict[str, str]:
@@ -57,16 +77,25 @@ def _labels(doc: Any) -> dict[str, str]:
     them are timings, not choices), and step digests (they fingerprint the resolved paths of
     their inputs, so two run directories never share them: that a re-run reuses every step is
     checked by re-running in place)."""
-    return {k: re.sub(r"[\d.]+ ms\b", "<timing> ms", v) for k, v in leaves(doc).items()
-            if isinstance(v, str) and "/" not in v and not any(s in k.lower() for s in ("dir", "path", "digest"))}
+    return {
+        k: re.sub(r"[\d.]+ ms\b", "<timing> ms", v)
+        for k, v in leaves(doc).items()
+        if isinstance(v, str) and "/" not in v and not any(s in k.lower() for s in ("dir", "path", "digest"))
+    }
 
 
 def _choices_row(before: Any, after: Any) -> dict[str, Any]:
     a, b = _labels(before), _labels(after)
     differ = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
     num = compare(numbers(before), numbers(after), 1e-6)
-    return {"what": "results.json choices", "in_after": True, "labels_compared": len(a), "labels_differ": ", ".join(differ[:5]),
-            **num, "within_tol": num["within_tol"] and not differ}
+    return {
+        "what": "results.json choices",
+        "in_after": True,
+        "labels_compared": len(a),
+        "labels_differ": ", ".join(differ[:5]),
+        **num,
+        "within_tol": num["within_tol"] and not differ,
+    }
 
 
 def _rerun_row(root: Path, started: float) -> dict[str, Any]:
@@ -74,8 +103,14 @@ def _rerun_row(root: Path, started: float) -> dict[str, Any]:
     marker) must be reused, none redone (a marker rewritten after ``started``)."""
     done = sorted(root.rglob("DONE"))
     redone = [str(p.parent.relative_to(root)) for p in done if p.stat().st_mtime > started]
-    return {"what": "re-run of --before in place (steps reused)", "in_after": True, "steps": len(done), "steps_redone": len(redone),
-            "redone": ", ".join(redone[:5]), "within_tol": not redone}
+    return {
+        "what": "re-run of --before in place (steps reused)",
+        "in_after": True,
+        "steps": len(done),
+        "steps_redone": len(redone),
+        "redone": ", ".join(redone[:5]),
+        "within_tol": not redone,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,9 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tol", type=float, default=1e-6)
     ap.add_argument("--before-commit", default="", help="the commit the --before run was made from (recorded)")
     ap.add_argument("--after-commit", default="", help="the commit the --after run was made from (recorded)")
-    ap.add_argument("--rerun-started", type=float, default=None,
-                    help="the --before directory was then re-run in place with the current code, starting at this Unix time: "
-                         "count its steps and those it redid (a DONE marker written after the start)")
+    ap.add_argument(
+        "--rerun-started",
+        type=float,
+        default=None,
+        help="the --before directory was then re-run in place with the current code, starting at this Unix time: "
+        "count its steps and those it redid (a DONE marker written after the start)",
+    )
     args = ap.parse_args(argv)
     load = lambda root, rel: json.loads((root / rel).read_text(encoding="utf-8"))  # noqa: E731
     key = lambda r: f"{r['method']}[{r['family']}]" if r.get("family") else r["method"]  # noqa: E731
@@ -98,11 +137,21 @@ def main(argv: list[str] | None = None) -> None:
         row = {"what": f"results.json {m}", "in_after": m in after}
         if m in after:
             row.update(compare(numbers(r), numbers(after[m]), args.tol))
-            row["labels_equal"] = {k: v for k, v in r.items() if isinstance(v, str)} == {k: v for k, v in after[m].items() if isinstance(v, str)}
+            row["labels_equal"] = {k: v for k, v in r.items() if isinstance(v, str)} == {
+                k: v for k, v in after[m].items() if isinstance(v, str)
+            }
             row["within_tol"] = row["within_tol"] and row["labels_equal"]
         rows.append(row)
-    rows.append(_choices_row(load(args.before, "results.json").get("choices", {}), load(args.after, "results.json").get("choices", {})))
-    runs = sorted(str(p.relative_to(args.before)) for pat in ("stage1/*/run.json", "qkd/*/run.json") for p in args.before.glob(pat))
+    rows.append(
+        _choices_row(
+            load(args.before, "results.json").get("choices", {}), load(args.after, "results.json").get("choices", {})
+        )
+    )
+    runs = sorted(
+        str(p.relative_to(args.before))
+        for pat in ("stage1/*/run.json", "qkd/*/run.json")
+        for p in args.before.glob(pat)
+    )
     for rel in runs:
         row = {"what": rel, "in_after": (args.after / rel).exists()}
         if row["in_after"]:
@@ -112,9 +161,15 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(_rerun_row(args.before, args.rerun_started))
     for r in rows:
         print(r, flush=True)
-    config = {"before": str(args.before), "after": str(args.after), "tol": args.tol, "before_commit": args.before_commit, "after_commit": args.after_commit,
-              "rows_only_after": ", ".join(m for m in after if m not in before),
-              "all_within_tol": all(r.get("within_tol", False) for r in rows)}
+    config = {
+        "before": str(args.before),
+        "after": str(args.after),
+        "tol": args.tol,
+        "before_commit": args.before_commit,
+        "after_commit": args.after_commit,
+        "rows_only_after": ", ".join(m for m in after if m not in before),
+        "all_within_tol": all(r.get("within_tol", False) for r in rows),
+    }
     print(write_results("quickstart_equivalence", rows, config))
 
 

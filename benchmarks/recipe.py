@@ -64,21 +64,45 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None, tim
     (the quick start's 10-minute budget is checked on it); a recipe run may reuse steps, so its
     wall time (``elapsed_s_last_run``) is only what that invocation redid."""
     res = json.loads((out / "results.json").read_text())
-    flat = [{k: (None if isinstance(v, float) and v != v else round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-            for r in res["rows"]]  # NaN (no figure) -> null: strict JSON
-    config = {**res["config"], "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
-              "choices": res["choices"], "elapsed_s_last_run": res["elapsed_s"],
-              "phase_seconds_last_run": res.get("phase_seconds"),
-              "targets": {**targets(flat, res["choices"]["ordering"]),
-                          **({"pipeline_minutes": round(res["elapsed_s"] / 60, 1), "pipeline_within_10_minutes": res["elapsed_s"] <= 600}
-                             if timed else {})},
-              "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine, best of 5 passes; every tower of the run timed in the same rounds, taking turns (query_qps_many)",
-              "p99_ms": "single-query encode, one intra-op thread, 200 queries one at a time, after 10 warm-up queries",
-              **(note or {})}
+    flat = [
+        {
+            k: (None if isinstance(v, float) and v != v else round(v, 4) if isinstance(v, float) else v)
+            for k, v in r.items()
+        }
+        for r in res["rows"]
+    ]  # NaN (no figure) -> null: strict JSON
+    config = {
+        **res["config"],
+        "out": str(out.relative_to(REPO_ROOT)) if out.is_relative_to(REPO_ROOT) else str(out),
+        "choices": res["choices"],
+        "elapsed_s_last_run": res["elapsed_s"],
+        "phase_seconds_last_run": res.get("phase_seconds"),
+        "targets": {
+            **targets(flat, res["choices"]["ordering"]),
+            **(
+                {
+                    "pipeline_minutes": round(res["elapsed_s"] / 60, 1),
+                    "pipeline_within_10_minutes": res["elapsed_s"] <= 600,
+                }
+                if timed
+                else {}
+            ),
+        },
+        "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine, best of 5 passes; every tower of the run timed in the same rounds, taking turns (query_qps_many)",
+        "p99_ms": "single-query encode, one intra-op thread, 200 queries one at a time, after 10 warm-up queries",
+        **(note or {}),
+    }
     return write_results(name, flat, config)
 
 
-def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Path | None, extra: dict[str, Any], name: str | None = None) -> Path:
+def run(
+    data: str,
+    llm_depths: list[int],
+    student_p99_ms: float | None,
+    out: Path | None,
+    extra: dict[str, Any],
+    name: str | None = None,
+) -> Path:
     from scalingnote.quickstart import QuickstartConfig, quickstart
 
     q_max, d_max = LENGTHS[data]
@@ -86,8 +110,16 @@ def run(data: str, llm_depths: list[int], student_p99_ms: float | None, out: Pat
     # the recipe tables compare every readable family (the quick start: the teacher's) and train every
     # candidate in full: the recipe is the exhaustive reference the budgeted quick start is checked against
     extra = {"compare": "all", "full": True, **extra}
-    cfg = QuickstartConfig(out=str(out), data=None if data == "synthetic" else str(shared_data_dir() / data), llm_depths=llm_depths,
-                           query_max_length=q_max, doc_max_length=d_max, student_p99_ms=student_p99_ms, show_progress=False, **extra)
+    cfg = QuickstartConfig(
+        out=str(out),
+        data=None if data == "synthetic" else str(shared_data_dir() / data),
+        llm_depths=llm_depths,
+        query_max_length=q_max,
+        doc_max_length=d_max,
+        student_p99_ms=student_p99_ms,
+        show_progress=False,
+        **extra,
+    )
     quickstart(cfg)
     return results_of_run(name or f"recipe_{data}", out)
 
@@ -98,8 +130,12 @@ def main() -> None:
     ap.add_argument("--llm-depths", default="2,4")
     ap.add_argument("--student-p99-ms", type=float, default=None)
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--set", action="append", default=[], help="QuickstartConfig override key=JSON value, e.g. --set qkd_epochs=10")
-    ap.add_argument("--from-run", type=Path, default=None, help="write the results file from this finished run directory instead")
+    ap.add_argument(
+        "--set", action="append", default=[], help="QuickstartConfig override key=JSON value, e.g. --set qkd_epochs=10"
+    )
+    ap.add_argument(
+        "--from-run", type=Path, default=None, help="write the results file from this finished run directory instead"
+    )
     ap.add_argument("--tag", default=None, help="write recipe_<data>_<tag>.json (a variant beside the default table)")
     args = ap.parse_args()
     name = f"recipe_{args.data}" + (f"_{args.tag}" if args.tag else "")

@@ -47,7 +47,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from benchmarks._common import REPO_ROOT, report, shared_data_dir
 
 
@@ -76,14 +75,27 @@ def bench_encode(args, work: Path) -> list[dict]:
     t0 = time.perf_counter()
     tower = load_tower("minilm-l6", role="document")
     load_s = time.perf_counter() - t0
-    res = encode_corpus(tower, corpus, work / "inproc", shard_size=args.shard_size, batch_size=args.batch_size, progress=False)
+    res = encode_corpus(
+        tower, corpus, work / "inproc", shard_size=args.shard_size, batch_size=args.batch_size, progress=False
+    )
     wall = time.perf_counter() - t0
     rows.append(
         {
-            "part": "encode", "engine": "in-process", "n_docs": res.n_docs, "shards": res.n_shards, "threads": args.threads,
-            "num_actors": None, "cpus_per_actor": None, "docs_per_s": round(res.docs_per_s, 2), "encode_s": round(res.seconds, 1),
-            "wall_s": round(wall, 1), "startup_s": round(load_s, 2), "max_abs_diff": None, "bit_identical": None,
-            "loadavg": la, "loadavg_after": _load(),
+            "part": "encode",
+            "engine": "in-process",
+            "n_docs": res.n_docs,
+            "shards": res.n_shards,
+            "threads": args.threads,
+            "num_actors": None,
+            "cpus_per_actor": None,
+            "docs_per_s": round(res.docs_per_s, 2),
+            "encode_s": round(res.seconds, 1),
+            "wall_s": round(wall, 1),
+            "startup_s": round(load_s, 2),
+            "max_abs_diff": None,
+            "bit_identical": None,
+            "loadavg": la,
+            "loadavg_after": _load(),
         }
     )
     print(rows[-1], flush=True)
@@ -92,8 +104,14 @@ def bench_encode(args, work: Path) -> list[dict]:
     la = _load()
     t0 = time.perf_counter()
     res = encode_corpus_ray(
-        "minilm-l6", corpus, work / "ray", shard_size=args.shard_size, batch_size=args.batch_size,
-        num_actors=args.num_actors, cpus_per_actor=args.cpus_per_actor, progress=False,
+        "minilm-l6",
+        corpus,
+        work / "ray",
+        shard_size=args.shard_size,
+        batch_size=args.batch_size,
+        num_actors=args.num_actors,
+        cpus_per_actor=args.cpus_per_actor,
+        progress=False,
     )
     wall = time.perf_counter() - t0
     a, b = load_embeddings(work / "inproc"), load_embeddings(work / "ray")
@@ -103,11 +121,21 @@ def bench_encode(args, work: Path) -> list[dict]:
     eng = res.manifest["engine"]
     rows.append(
         {
-            "part": "encode", "engine": "ray", "n_docs": res.n_docs, "shards": res.n_shards, "threads": eng["threads_per_actor"],
-            "num_actors": args.num_actors, "cpus_per_actor": args.cpus_per_actor, "docs_per_s": round(res.docs_per_s, 2),
-            "encode_s": round(res.seconds, 1), "wall_s": round(wall, 1), "startup_s": eng["startup_seconds"],
-            "max_abs_diff": diff, "bit_identical": bool(np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors))),
-            "loadavg": la, "loadavg_after": _load(),
+            "part": "encode",
+            "engine": "ray",
+            "n_docs": res.n_docs,
+            "shards": res.n_shards,
+            "threads": eng["threads_per_actor"],
+            "num_actors": args.num_actors,
+            "cpus_per_actor": args.cpus_per_actor,
+            "docs_per_s": round(res.docs_per_s, 2),
+            "encode_s": round(res.seconds, 1),
+            "wall_s": round(wall, 1),
+            "startup_s": eng["startup_seconds"],
+            "max_abs_diff": diff,
+            "bit_identical": bool(np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors))),
+            "loadavg": la,
+            "loadavg_after": _load(),
         }
     )
     print(rows[-1], flush=True)
@@ -142,8 +170,8 @@ def _search_inputs(args, encode_cached):
     """SciFact MiniLM corpus + test-query embeddings: read from ``benchmarks/index_scifact.py``'s
     cache when it is complete (never written to: that benchmark may be running), else
     encoded once into this benchmark's own cache ``--own-cache`` (resumable)."""
-    from scalingnote.index import load_embeddings
     from scalingnote.errors import ScalingNoteError
+    from scalingnote.index import load_embeddings
 
     emb = args.cache / "minilm-l6-corpus"
     qid_path, qvec_path = args.cache / "minilm-l6-test-queries.ids.json", args.cache / "minilm-l6-test-queries.npy"
@@ -191,9 +219,18 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
         run = res.to_run(qids)
         m = evaluate(run, qrels, ["ndcg@10", "recall@10"])
         r = {
-            "part": "search", "engine": engine, "index_type": index_type, "params": json.dumps(params, sort_keys=True),
-            "n_docs": n_docs, "n_queries": len(qids), "recall@10_vs_flat": round(float(rec), 4),
-            "ndcg@10": round(m["ndcg@10"], 4), "recall@10": round(m["recall@10"], 4), **t, "build_s": round(build_s, 2), "loadavg": _load(),
+            "part": "search",
+            "engine": engine,
+            "index_type": index_type,
+            "params": json.dumps(params, sort_keys=True),
+            "n_docs": n_docs,
+            "n_queries": len(qids),
+            "recall@10_vs_flat": round(float(rec), 4),
+            "ndcg@10": round(m["ndcg@10"], 4),
+            "recall@10": round(m["recall@10"], 4),
+            **t,
+            "build_s": round(build_s, 2),
+            "loadavg": _load(),
         }
         print(r, flush=True)
         return r
@@ -201,7 +238,15 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     # FAISS (in-process)
     for factory, params, ef in (("Flat", {}, None), ("HNSW32", {"M": 32, "efConstruction": 200}, 128)):
         t0 = time.perf_counter()
-        out = build_index(emb_dir, work / f"faiss-{factory}", factory, semantic_ids_layers=6, ef_search=ef, progress=False, overwrite=True)
+        out = build_index(
+            emb_dir,
+            work / f"faiss-{factory}",
+            factory,
+            semantic_ids_layers=6,
+            ef_search=ef,
+            progress=False,
+            overwrite=True,
+        )
         build_s = time.perf_counter() - t0
         idx = DenseIndex.open(out)
         if factory.startswith("HNSW"):
@@ -286,13 +331,17 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
     def build(out: Path, factory: str) -> Path:  # no semantic IDs: they play no part in this comparison
         if isinstance(emb_dir, tuple):
             x, ids, tower = emb_dir
-            return build_index(x, out, factory, doc_ids=ids, tower_info=tower, semantic_ids_layers=0, progress=False, overwrite=True)
+            return build_index(
+                x, out, factory, doc_ids=ids, tower_info=tower, semantic_ids_layers=0, progress=False, overwrite=True
+            )
         return build_index(emb_dir, out, factory, semantic_ids_layers=0, progress=False, overwrite=True)
 
     flat_dir = build(work / "server-faiss-Flat", "Flat")
     flat = DenseIndex.open(flat_dir)
     n, d = len(flat), flat.dim
-    ivfpq = default_index_params("IVF_PQ", n, d)  # the sizes Milvus would pick: nlist ~ 4 sqrt(n) (<= n/39), m = d/8, 8 bits
+    ivfpq = default_index_params(
+        "IVF_PQ", n, d
+    )  # the sizes Milvus would pick: nlist ~ 4 sqrt(n) (<= n/39), m = d/8, 8 bits
     nlist, m, nbits, nprobe = ivfpq["nlist"], ivfpq["m"], ivfpq["nbits"], args.nprobe
     exact10, exact100 = flat.search(qvecs, 10).doc_ids, flat.search(qvecs, 100).doc_ids
 
@@ -307,10 +356,21 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
         r100 = search(qvecs, 100)
         m_ = evaluate(res.to_run(qids), qrels, ["ndcg@10", "recall@10"])
         r = {
-            "part": "search-server", "engine": engine, "embeddings": label, "index_type": index_type, "params": json.dumps(params, sort_keys=True),
-            "n_docs": n, "n_queries": len(qids), "recall@10_vs_flat": overlap(exact10, res.doc_ids, 10),
-            "r@100_vs_flat": overlap(exact100, r100.doc_ids, 100), "ndcg@10": round(m_["ndcg@10"], 4),
-            "recall@10": round(m_["recall@10"], 4), **t, "build_s": round(build_s, 2), "loadavg": _load(), **extra,
+            "part": "search-server",
+            "engine": engine,
+            "embeddings": label,
+            "index_type": index_type,
+            "params": json.dumps(params, sort_keys=True),
+            "n_docs": n,
+            "n_queries": len(qids),
+            "recall@10_vs_flat": overlap(exact10, res.doc_ids, 10),
+            "r@100_vs_flat": overlap(exact100, r100.doc_ids, 100),
+            "ndcg@10": round(m_["ndcg@10"], 4),
+            "recall@10": round(m_["recall@10"], 4),
+            **t,
+            "build_s": round(build_s, 2),
+            "loadavg": _load(),
+            **extra,
         }
         rows.append(r)
         print(r, flush=True)
@@ -320,8 +380,13 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
     t0 = time.perf_counter()
     fdir = build(work / "server-faiss-ivfpq", f"IVF{nlist},PQ{m}")
     fi = DenseIndex.open(fdir)
-    r_faiss = row("faiss", "IVFPQ", {"nlist": nlist, "m": m, "nbits": nbits, "nprobe": nprobe},
-                  lambda q, kk: fi.search(q, kk, nprobe=nprobe), time.perf_counter() - t0)
+    r_faiss = row(
+        "faiss",
+        "IVFPQ",
+        {"nlist": nlist, "m": m, "nbits": nbits, "nprobe": nprobe},
+        lambda q, kk: fi.search(q, kk, nprobe=nprobe),
+        time.perf_counter() - t0,
+    )
 
     cached = (_cache_root() / "milvus-2.3.5" / "bin" / ".complete").exists()
     srv = EmbeddedMilvus(work / "milvus-data")
@@ -329,18 +394,40 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
     srv.start()
     cold_s = time.perf_counter() - t0
     try:
-        man = export_to_milvus(fdir, srv.uri, "scifact_ivf_pq", index_type="IVF_PQ", progress=False)  # nlist, m from the FAISS index
-        assert (man["index_params"]["nlist"], man["index_params"]["m"], man["index_params"]["nbits"]) == (nlist, m, nbits), man["index_params"]
+        man = export_to_milvus(
+            fdir, srv.uri, "scifact_ivf_pq", index_type="IVF_PQ", progress=False
+        )  # nlist, m from the FAISS index
+        assert (man["index_params"]["nlist"], man["index_params"]["m"], man["index_params"]["nbits"]) == (
+            nlist,
+            m,
+            nbits,
+        ), man["index_params"]
         with MilvusSearcher.open(srv.uri, "scifact_ivf_pq") as ms:
-            r_mil = row("milvus-server", "IVF_PQ", {**man["index_params"], "nprobe": nprobe},
-                        lambda q, kk: ms.search(q, kk, nprobe=nprobe), man["export_seconds"],
-                        insert_s=man.get("insert_seconds"), index_s=man.get("index_seconds"))
+            r_mil = row(
+                "milvus-server",
+                "IVF_PQ",
+                {**man["index_params"], "nprobe": nprobe},
+                lambda q, kk: ms.search(q, kk, nprobe=nprobe),
+                man["export_seconds"],
+                insert_s=man.get("insert_seconds"),
+                index_s=man.get("index_seconds"),
+            )
         for itype, sp in (("HNSW", {"ef_search": 128}), ("SCANN", {"nprobe": nprobe})):
             man = export_to_milvus(flat_dir, srv.uri, f"scifact_{itype.lower()}", index_type=itype, progress=False)
             with MilvusSearcher.open(srv.uri, f"scifact_{itype.lower()}") as ms:
-                p_ = {**man["index_params"], **({"ef": 128} if itype == "HNSW" else {"nprobe": nprobe, "reorder_k": 100})}
-                row("milvus-server", itype, p_, lambda q, kk, ms=ms: ms.search(q, kk, **sp), man["export_seconds"],
-                    insert_s=man.get("insert_seconds"), index_s=man.get("index_seconds"))
+                p_ = {
+                    **man["index_params"],
+                    **({"ef": 128} if itype == "HNSW" else {"nprobe": nprobe, "reorder_k": 100}),
+                }
+                row(
+                    "milvus-server",
+                    itype,
+                    p_,
+                    lambda q, kk, ms=ms: ms.search(q, kk, **sp),
+                    man["export_seconds"],
+                    insert_s=man.get("insert_seconds"),
+                    index_s=man.get("index_seconds"),
+                )
         t0 = time.perf_counter()
         srv.stop()
         stop_s = time.perf_counter() - t0
@@ -351,31 +438,63 @@ def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
             persisted = len(ms) == n
     finally:
         srv.stop()
-    rows.append({
-        "part": "milvus-server-startup", "engine": "milvus-server", "startup_s": round(cold_s, 2),
-        "binaries_cached_before": cached, "restart_s": round(warm_s, 2),
-        "stop_s": round(stop_s, 2), "data_persisted_across_restart": persisted, "loadavg": _load(),
-    })
+    rows.append(
+        {
+            "part": "milvus-server-startup",
+            "engine": "milvus-server",
+            "startup_s": round(cold_s, 2),
+            "binaries_cached_before": cached,
+            "restart_s": round(warm_s, 2),
+            "stop_s": round(stop_s, 2),
+            "data_persisted_across_restart": persisted,
+            "loadavg": _load(),
+        }
+    )
     print(rows[-1], flush=True)
     g10 = round(abs(r_mil["recall@10_vs_flat"] - r_faiss["recall@10_vs_flat"]), 4)
     g100 = round(abs(r_mil["r@100_vs_flat"] - r_faiss["r@100_vs_flat"]), 4)
-    rows.append({
-        "part": "milvus-server-vs-faiss", "engine": "milvus-server", "index_type": "IVF_PQ", "recall@10_gap": g10, "r@100_gap": g100,
-        "target_max_gap": 0.02, "target_met": bool(g10 <= 0.02 and g100 <= 0.02),
-        "qps_single_milvus": r_mil["qps_single"], "qps_single_faiss": r_faiss["qps_single"],
-        "qps_batched_milvus": r_mil["qps_batched"], "qps_batched_faiss": r_faiss["qps_batched"],
-    })
+    rows.append(
+        {
+            "part": "milvus-server-vs-faiss",
+            "engine": "milvus-server",
+            "index_type": "IVF_PQ",
+            "recall@10_gap": g10,
+            "r@100_gap": g100,
+            "target_max_gap": 0.02,
+            "target_met": bool(g10 <= 0.02 and g100 <= 0.02),
+            "qps_single_milvus": r_mil["qps_single"],
+            "qps_single_faiss": r_faiss["qps_single"],
+            "qps_batched_milvus": r_mil["qps_batched"],
+            "qps_batched_faiss": r_faiss["qps_batched"],
+        }
+    )
     print(rows[-1], flush=True)
-    info = {"search_embeddings": label, "query_tower": enc.get("query_tower", {}).get("name"), "nlist": nlist, "m": m,
-            "nbits": nbits, "nprobe": nprobe}
+    info = {
+        "search_embeddings": label,
+        "query_tower": enc.get("query_tower", {}).get("name"),
+        "nlist": nlist,
+        "m": m,
+        "nbits": nbits,
+        "nprobe": nprobe,
+    }
     return rows, info
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
-    ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact", help="index_scifact.py's embeddings cache (read only)")
-    ap.add_argument("--own-cache", type=Path, default=REPO_ROOT / ".cache" / "scaleout", help="where to encode SciFact if that cache is incomplete")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        default=REPO_ROOT / ".cache" / "index_scifact",
+        help="index_scifact.py's embeddings cache (read only)",
+    )
+    ap.add_argument(
+        "--own-cache",
+        type=Path,
+        default=REPO_ROOT / ".cache" / "scaleout",
+        help="where to encode SciFact if that cache is incomplete",
+    )
     ap.add_argument("--docs", type=int, default=2000)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--shard-size", type=int, default=250)
@@ -385,11 +504,18 @@ def main() -> None:
     ap.add_argument("--skip-encode", action="store_true")
     ap.add_argument("--skip-search", action="store_true")
     ap.add_argument("--skip-server", action="store_true", help="skip part 3 (the Milvus 2.3.5 server)")
-    ap.add_argument("--server-only", action="store_true",
-                    help="run only part 3 and keep the other rows (and their config) of the existing results file")
+    ap.add_argument(
+        "--server-only",
+        action="store_true",
+        help="run only part 3 and keep the other rows (and their config) of the existing results file",
+    )
     ap.add_argument("--nprobe", type=int, default=16, help="part 3: nprobe of FAISS IVFPQ and Milvus IVF_PQ / SCANN")
-    ap.add_argument("--server-embeddings", choices=["scifact", "synthetic"], default="scifact",
-                    help="part 3: SciFact MiniLM embeddings (cached, else encoded) or seeded synthetic vectors")
+    ap.add_argument(
+        "--server-embeddings",
+        choices=["scifact", "synthetic"],
+        default="scifact",
+        help="part 3: SciFact MiniLM embeddings (cached, else encoded) or seeded synthetic vectors",
+    )
     ap.add_argument("--syn-n", type=int, default=20000, help="part 3 synthetic: number of vectors")
     args = ap.parse_args()
     if args.server_only:
@@ -410,15 +536,20 @@ def main() -> None:
             rows += r
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    import ray
     import pymilvus
+    import ray
 
     config = {
         "dataset": "scifact",
         "encode": {
             "model": "minilm-l6 (all-MiniLM-L6-v2, zero-shot, mean pooling, docs cut at 256 tokens)",
-            "docs": args.docs, "batch_size": args.batch_size, "shard_size": args.shard_size, "threads_in_process": args.threads,
-            "num_actors": args.num_actors, "cpus_per_actor": args.cpus_per_actor, "ray_cluster": "local, 127.0.0.1",
+            "docs": args.docs,
+            "batch_size": args.batch_size,
+            "shard_size": args.shard_size,
+            "threads_in_process": args.threads,
+            "num_actors": args.num_actors,
+            "cpus_per_actor": args.cpus_per_actor,
+            "ray_cluster": "local, 127.0.0.1",
         },
         "search": {"k": 10, "queries": "scifact test (judged)", "faiss_threads": args.threads, **info},
         "ray_version": ray.__version__,
@@ -435,7 +566,8 @@ def main() -> None:
     if not args.skip_server:
         config["milvus_server"] = {
             "package": "milvus==2.3.5 (embedded standalone Milvus 2.3.5: own etcd, local storage; 127.0.0.1)",
-            "pymilvus_version": pymilvus.__version__, **server_info,
+            "pymilvus_version": pymilvus.__version__,
+            **server_info,
             "notes": (
                 "part 3: FAISS IVFPQ and Milvus IVF_PQ with the same nlist, m, nbits and nprobe on the same embeddings; "
                 "recall@10_vs_flat / r@100_vs_flat: overlap of the top-10 / top-100 with exact search (FAISS Flat). "
@@ -448,8 +580,11 @@ def main() -> None:
     if args.server_only:
         old = json.loads((Path(__file__).resolve().parent / "results" / "scaleout.json").read_text(encoding="utf-8"))
         rows = [r for r in old["rows"] if r.get("part") not in SERVER_PARTS] + rows
-        config = {**old["config"], "milvus_server": config["milvus_server"],
-                  "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)"}
+        config = {
+            **old["config"],
+            "milvus_server": config["milvus_server"],
+            "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)",
+        }
     report("scaleout", rows, config)
 
 

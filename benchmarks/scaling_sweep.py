@@ -53,16 +53,33 @@ def session_config(data: str, family: str, depth: int, features: Path, seed: int
     from scalingnote.training import TrainConfig
 
     method = FAMILIES[family][0]
-    tower = {"model": LLM, "num_layers": depth, "pooling": "mean"} if family == "smollm2" else {"model": BERT, "num_layers": depth}
-    return load_config(TrainConfig, {
-        "method": method, "output_dir": str(out), "dim": 128,
-        "query_tower": {**tower, "max_length": QUERY_MAX, "trainable_layers": 0},
-        "doc_tower": {**tower, "max_length": DOC_MAX, "trainable_layers": 0},
-        "data": {"data_dir": str(shared_data_dir() / data), "eval_split": "test", "eval_overlap": "drop",
-                 "validation_fraction": 0.1, "negatives": "none"},
-        "optim": {"batch_size": 64, "epochs": 40, "lr": 0.0, "head_lr": 3e-3, "warmup_ratio": 0.02},
-        "seed": seed, "center_samples": 100_000, "feature_cache_dir": str(features), "show_progress": False,
-    })
+    tower = (
+        {"model": LLM, "num_layers": depth, "pooling": "mean"}
+        if family == "smollm2"
+        else {"model": BERT, "num_layers": depth}
+    )
+    return load_config(
+        TrainConfig,
+        {
+            "method": method,
+            "output_dir": str(out),
+            "dim": 128,
+            "query_tower": {**tower, "max_length": QUERY_MAX, "trainable_layers": 0},
+            "doc_tower": {**tower, "max_length": DOC_MAX, "trainable_layers": 0},
+            "data": {
+                "data_dir": str(shared_data_dir() / data),
+                "eval_split": "test",
+                "eval_overlap": "drop",
+                "validation_fraction": 0.1,
+                "negatives": "none",
+            },
+            "optim": {"batch_size": 64, "epochs": 40, "lr": 0.0, "head_lr": 3e-3, "warmup_ratio": 0.02},
+            "seed": seed,
+            "center_samples": 100_000,
+            "feature_cache_dir": str(features),
+            "show_progress": False,
+        },
+    )
 
 
 def load_pool(data: str, ict_dir: Path, seed: int):
@@ -81,8 +98,13 @@ def load_pool(data: str, ict_dir: Path, seed: int):
     train_qrels = load_qrels(qrels_path(root, "train"), queries, corpus)
     test_qrels = load_qrels(qrels_path(root, "test"), queries, corpus)
     dev_q = _split_by_query(sorted(train_qrels), 0.1, seed)
-    human = [Example(q, queries[q], corpus[d], None, "human") for q in sorted(train_qrels) if q not in dev_q
-             for d in sorted(train_qrels[q]) if train_qrels[q][d] > 0]
+    human = [
+        Example(q, queries[q], corpus[d], None, "human")
+        for q in sorted(train_qrels)
+        if q not in dev_q
+        for d in sorted(train_qrels[q])
+        if train_qrels[q][d] > 0
+    ]
     ict_q = {q.id: q.text for q in load_queries(ict_dir / "queries.jsonl").values()}
     ict = []
     with open(ict_dir / "triplets.jsonl", encoding="utf-8") as fh:
@@ -161,7 +183,9 @@ def run_points(args) -> None:
         grid = [p for p in grid if f"{p[0]}:{p[1]}:{p[2]}" in args.only.split(",")]
     for fam, depth, D in grid:
         if args.max_minutes and time.perf_counter() - t_start > 60 * args.max_minutes:
-            print(f"[scaling] time budget of {args.max_minutes} min used: stopping before {fam} d{depth} D{D}", flush=True)
+            print(
+                f"[scaling] time budget of {args.max_minutes} min used: stopping before {fam} d{depth} D{D}", flush=True
+            )
             break
         key = f"{fam}|{depth}|{D}|{digest}|{settings}"
         out = work / f"{fam}_d{depth}" / f"D{D}"
@@ -170,18 +194,36 @@ def run_points(args) -> None:
             continue
         if fam == "minilm" and depth < 6 and not filled:
             texts = sorted(set(queries.values()) | {e.query for e in pool})
-            fill_minilm_depths(args.data, args.features, [d for d in FAMILIES["minilm"][1] if d < 6], texts, corpus)  # 6: recipe cache
+            fill_minilm_depths(
+                args.data, args.features, [d for d in FAMILIES["minilm"][1] if d < 6], texts, corpus
+            )  # 6: recipe cache
             filled = True
         if (fam, depth) not in sessions:
             sessions.clear()  # one model in memory at a time
             cfg = session_config(args.data, fam, depth, args.features, args.seed, work / f"{fam}_d{depth}")
             sessions[(fam, depth)] = HeadSession(cfg, corpus, show_progress=True)
         s = sessions[(fam, depth)]
-        rec = run_point(s, pool[:D], dev, test, out, settings,
-                        extra={"key": key, "family": fam, "method": FAMILIES[fam][0], "depth": depth, "D": D,
-                               "human_pairs": sum(e.source == "human" for e in pool[:D])})
-        print(f"[scaling] {fam} d{depth} D={D}: test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
-              f"dev ppl {rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} (best {rec['best_step']}) {rec['train_seconds']}s", flush=True)
+        rec = run_point(
+            s,
+            pool[:D],
+            dev,
+            test,
+            out,
+            settings,
+            extra={
+                "key": key,
+                "family": fam,
+                "method": FAMILIES[fam][0],
+                "depth": depth,
+                "D": D,
+                "human_pairs": sum(e.source == "human" for e in pool[:D]),
+            },
+        )
+        print(
+            f"[scaling] {fam} d{depth} D={D}: test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
+            f"dev ppl {rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} (best {rec['best_step']}) {rec['train_seconds']}s",
+            flush=True,
+        )
 
 
 def collect_rows(work: Path, seed: int = 0) -> list[dict]:
@@ -194,11 +236,25 @@ def collect_rows(work: Path, seed: int = 0) -> list[dict]:
         r = json.loads(f.read_text(encoding="utf-8"))
         if not r.get("key", "").endswith(current):
             continue
-        rows.append({"family": r["family"], "method": r["method"], "depth": r["depth"], "N": r["non_embedding_params"]["query"],
-                     "D": r["D"], "loss": r["test_contrastive_ppl"], "ndcg@10": r["ndcg@10"], "r@100": r["r@100"],
-                     "dev_contrastive_ppl": r["dev_contrastive_ppl"], "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"],
-                     "human_pairs": r["human_pairs"], "steps_run": r["steps_run"], "best_step": r["best_step"],
-                     "stopped_early": r["stopped_early"], "train_seconds": r["train_seconds"]})
+        rows.append(
+            {
+                "family": r["family"],
+                "method": r["method"],
+                "depth": r["depth"],
+                "N": r["non_embedding_params"]["query"],
+                "D": r["D"],
+                "loss": r["test_contrastive_ppl"],
+                "ndcg@10": r["ndcg@10"],
+                "r@100": r["r@100"],
+                "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+                "start_dev_contrastive_ppl": r["start_dev_contrastive_ppl"],
+                "human_pairs": r["human_pairs"],
+                "steps_run": r["steps_run"],
+                "best_step": r["best_step"],
+                "stopped_early": r["stopped_early"],
+                "train_seconds": r["train_seconds"],
+            }
+        )
     rows.sort(key=lambda r: (r["family"], r["depth"], r["D"]))
     return rows
 
@@ -231,7 +287,9 @@ def _fit_record(name: str, law: str, rows: list[dict], holdout_by: str, plots: P
         rec["holdout_predicted"] = ",".join(f"{v:.4f}" for v in ho.holdout["predicted"])
         rec["holdout_measured"] = ",".join(f"{v:.4f}" for v in ho.holdout["observed"])
         rec["holdout_mape"] = ho.holdout["mape"]
-        rec["holdout_max_rel_err"] = max(abs(p - o) / o for p, o in zip(ho.holdout["predicted"], ho.holdout["observed"]))
+        rec["holdout_max_rel_err"] = max(
+            abs(p - o) / o for p, o in zip(ho.holdout["predicted"], ho.holdout["observed"])
+        )
     except ScalingNoteError as e:
         rec["holdout"] = f"not possible: {e}"
     p = plots / f"scaling_{name}.png"
@@ -244,7 +302,7 @@ def _fit_record(name: str, law: str, rows: list[dict], holdout_by: str, plots: P
 
 
 def fit_all(args) -> None:
-    rows = collect_rows(args.work, getattr(args, 'seed', 0))
+    rows = collect_rows(args.work, getattr(args, "seed", 0))
     if not rows:
         raise SystemExit(f"no finished points under {args.work}")
     plots = RESULTS_DIR / "plots"
@@ -263,35 +321,54 @@ def fit_all(args) -> None:
             fits.append(_fit_record(f"joint_{fam}", "joint", fr, "D", plots, None))
     for f in fits:
         f["primary"] = f["fit"] == f"data_{PRIMARY[0]}_d{PRIMARY[1]}"
-    keep = ("family", "method", "depth", "N", "D", "loss", "ndcg@10", "r@100", "dev_contrastive_ppl", "start_dev_contrastive_ppl",
-            "human_pairs", "steps_run", "best_step", "stopped_early", "train_seconds")
+    keep = (
+        "family",
+        "method",
+        "depth",
+        "N",
+        "D",
+        "loss",
+        "ndcg@10",
+        "r@100",
+        "dev_contrastive_ppl",
+        "start_dev_contrastive_ppl",
+        "human_pairs",
+        "steps_run",
+        "best_step",
+        "stopped_early",
+        "train_seconds",
+    )
     cfg = {
         "data": args.data,
         "loss": "contrastive perplexity (Fang et al. Eq. 6: mean NLL of the positive among itself + W=256 random non-relevant "
-                "documents, drawn once with seed 0 from the whole corpus; s = cos/0.05) on the SciFact test queries",
+        "documents, drawn once with seed 0 from the whole corpus; s = cos/0.05) on the SciFact test queries",
         "training": "heads only over cached pooled states (trainable_layers 0), heads initialised from the point's pairs (PCA), "
-                    "in-batch negatives, batch min(64, D), head lr 3e-3, AdamW (warm-up 2%, linear decay over 6000 steps), <= 6000 steps, "
-                    "validation every clamp(epoch, 10, 50) steps on dev contrastive perplexity, stop after 1000 steps without "
-                    "improvement, best weights restored",
+        "in-batch negatives, batch min(64, D), head lr 3e-3, AdamW (warm-up 2%, linear decay over 6000 steps), <= 6000 steps, "
+        "validation every clamp(epoch, 10, 50) steps on dev contrastive perplexity, stop after 1000 steps without "
+        "improvement, best weights restored",
         "dev": "10% of the SciFact training queries (seed 0), removed from the pool; their W negatives drawn with seed 1",
         "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); "
-                "point D = the first D pairs",
+        "point D = the first D pairs",
         "families": {k: {"method": v[0], "depths": v[1]} for k, v in FAMILIES.items()},
         "primary_data_law": f"{PRIMARY[0]} depth {PRIMARY[1]}",
         "machine_note": "2 shared CPU cores; train_seconds are noisy",
         "points": len(rows),
     }
     write_results("scaling_sweep", [{k: r.get(k) for k in keep} for r in rows], cfg)
-    write_results("scaling_fit", fits, {
-        **cfg,
-        "input": "benchmarks/results/scaling_sweep.json",
-        "method": "scipy least_squares, soft_l1 loss (f_scale = 1.4826 MAD of the residuals, iterated), log-parameters, multi-start",
-        "model_law": "L(N) = (A/N)^alpha + delta, per family at the largest D",
-        "data_law": "L(D) = (B/D)^beta + delta, per model",
-        "joint_law": "L(N,D) = [(A/N)^(alpha/beta) + B/D]^beta + delta, per family",
-        "holdout": "the law refitted without its largest D (data, joint) / largest N (model); prediction error there",
-        "targets": "R^2 >= 0.9 for L(D) on real data; held-out largest-D prediction within 5% of the measured loss",
-    })
+    write_results(
+        "scaling_fit",
+        fits,
+        {
+            **cfg,
+            "input": "benchmarks/results/scaling_sweep.json",
+            "method": "scipy least_squares, soft_l1 loss (f_scale = 1.4826 MAD of the residuals, iterated), log-parameters, multi-start",
+            "model_law": "L(N) = (A/N)^alpha + delta, per family at the largest D",
+            "data_law": "L(D) = (B/D)^beta + delta, per model",
+            "joint_law": "L(N,D) = [(A/N)^(alpha/beta) + B/D]^beta + delta, per family",
+            "holdout": "the law refitted without its largest D (data, joint) / largest N (model); prediction error there",
+            "targets": "R^2 >= 0.9 for L(D) on real data; held-out largest-D prediction within 5% of the measured loss",
+        },
+    )
     for f in fits:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in f.items() if not k.startswith("stderr")})
 
@@ -301,13 +378,17 @@ def main() -> None:
     ap.add_argument("--data", default="scifact")
     ap.add_argument("--phase", default="all", choices=["all", "points", "fit"])
     ap.add_argument("--features", type=Path, default=None, help="feature cache dir (default <work>/features)")
-    ap.add_argument("--ict", type=Path, default=None, help="ICT pseudo-query dir (default <work>/pseudo_ict, made if missing)")
+    ap.add_argument(
+        "--ict", type=Path, default=None, help="ICT pseudo-query dir (default <work>/pseudo_ict, made if missing)"
+    )
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "scaling_sweep")
     ap.add_argument("--families", default="smollm2,minilm")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="", help="run only these points, e.g. smollm2:2:64,minilm:6:64 (smoke tests)")
-    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop starting new points after this long (0 = no limit)")
+    ap.add_argument(
+        "--max-minutes", type=float, default=0.0, help="stop starting new points after this long (0 = no limit)"
+    )
     args = ap.parse_args()
     args.features = args.features or args.work / "features"
     if args.ict is None:

@@ -67,14 +67,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="scifact", choices=["scifact"])
     ap.add_argument("--family", default="minilm", choices=sorted(FAMILIES))
-    ap.add_argument("--phase", default="all", choices=["all", "points", "predict", "heldout", "plan", "fit", "refit"],
-                    help="refit: the fit rows again from the stored results (scaling_trained_sweep.json), no work directory")
+    ap.add_argument(
+        "--phase",
+        default="all",
+        choices=["all", "points", "predict", "heldout", "plan", "fit", "refit"],
+        help="refit: the fit rows again from the stored results (scaling_trained_sweep.json), no work directory",
+    )
     ap.add_argument("--work", type=Path, default=REPO_ROOT / "runs" / "scaling_trained")
     ap.add_argument("--steps", type=int, default=200, help="step budget of every point")
     ap.add_argument("--lr", type=float, default=1e-4, help="constant learning rate of the transformer layers")
-    ap.add_argument("--budget", type=float, default=0.0, help="planner budget in $ (0 = the default of the results' config)")
+    ap.add_argument(
+        "--budget", type=float, default=0.0, help="planner budget in $ (0 = the default of the results' config)"
+    )
     ap.add_argument("--axis", default="all", choices=["all", "model"], help="model: the model-size axis only (L(N))")
-    ap.add_argument("--tag", default="", help="results as scaling_trained_<tag>_*.json (e.g. another --steps); use its own --work")
+    ap.add_argument(
+        "--tag", default="", help="results as scaling_trained_<tag>_*.json (e.g. another --steps); use its own --work"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -99,8 +107,23 @@ def main() -> None:
             fit_report(args)
 
 
-__all__ = ["D_GRID", "FAMILIES", "MODEL_D", "QUERY_MAX", "Family", "family_dir", "fitted_points", "heldout_points", "laws", "load", "main",
-           "rows", "run", "session_config", "settings"]
+__all__ = [
+    "D_GRID",
+    "FAMILIES",
+    "MODEL_D",
+    "QUERY_MAX",
+    "Family",
+    "family_dir",
+    "fitted_points",
+    "heldout_points",
+    "laws",
+    "load",
+    "main",
+    "rows",
+    "run",
+    "session_config",
+    "settings",
+]
 
 
 if __name__ == "__main__":

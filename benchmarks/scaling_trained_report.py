@@ -21,7 +21,18 @@ import json
 import math
 
 from benchmarks._common import REPO_ROOT, RESULTS_DIR, write_results
-from benchmarks._scaling_trained import FAMILIES, MODEL_D, Family, family_dir, heldout_points, laws, load, rows, run, session_config
+from benchmarks._scaling_trained import (
+    FAMILIES,
+    MODEL_D,
+    Family,
+    family_dir,
+    heldout_points,
+    laws,
+    load,
+    rows,
+    run,
+    session_config,
+)
 from scalingnote.utils import write_json
 
 #: this machine: 2 cores at the measured ~130 GFLOP/s of a training step (fp32), $0.10 per machine-hour
@@ -47,7 +58,9 @@ def cost_model(args):
     from scalingnote.scaling.budget import CostModel
 
     per_flop = CPU["price_per_hour"] / (CPU["flops"] * 3600)
-    return CostModel(z_data=0.6, z_train=args.steps * 32 * (32 + 128) * 6 * per_flop, z_infer=CORPUS_DOCS * DOC_TOKENS * 2 * per_flop)
+    return CostModel(
+        z_data=0.6, z_train=args.steps * 32 * (32 + 128) * 6 * per_flop, z_infer=CORPUS_DOCS * DOC_TOKENS * 2 * per_flop
+    )
 
 
 def depth_params(args, fam: Family) -> dict[int, int]:
@@ -71,8 +84,10 @@ def predict(args, fam: Family) -> None:
     rs = rows(args, fam)
     measured = {(r["depth"], r["D"]) for r in rs if r["role"].startswith("heldout")}
     if measured:
-        raise SystemExit(f"{fam.name}: held-out points already measured ({sorted(measured)}): predictions must come first; "
-                         f"the predictions on record are benchmarks/results/{result_name(args, 'predictions')}.json")
+        raise SystemExit(
+            f"{fam.name}: held-out points already measured ({sorted(measured)}): predictions must come first; "
+            f"the predictions on record are benchmarks/results/{result_name(args, 'predictions')}.json"
+        )
     fr = fitted(rs)
     fits = laws(fr, fam)
     ns = depth_params(args, fam)
@@ -84,9 +99,24 @@ def predict(args, fam: Family) -> None:
             if (law == "model" and D != MODEL_D) or (law == "data" and depth != fam.data_depth):
                 continue
             p = float(f.predict(N=N) if law == "model" else f.predict(D=D) if law == "data" else f.predict(N=N, D=D))
-            out.append({"family": fam.name, "point": role, "depth": depth, "N": N, "D": D, "law": law, "predicted_loss": round(p, 5),
-                        "fit_points": f.n_fit, "fit_r2": round(f.r2, 4)})
-    write_results(result_name(args, "predictions"), out, {"note": "each family's rows written from its fitted points before its held-out points were trained"})
+            out.append(
+                {
+                    "family": fam.name,
+                    "point": role,
+                    "depth": depth,
+                    "N": N,
+                    "D": D,
+                    "law": law,
+                    "predicted_loss": round(p, 5),
+                    "fit_points": f.n_fit,
+                    "fit_r2": round(f.r2, 4),
+                }
+            )
+    write_results(
+        result_name(args, "predictions"),
+        out,
+        {"note": "each family's rows written from its fitted points before its held-out points were trained"},
+    )
     for r in out:
         print(r)
 
@@ -105,10 +135,22 @@ def plan(args, fam: Family) -> None:
     depth = min(fam.depths, key=lambda d: abs(math.log(ns[d] / p.N)))
     D = int(min(len(pool), max(1, math.floor(float(costs.max_data(ns[depth], budget))))))
     grid = {(r["depth"], r["D"]) for r in rows(args, fam)}
-    pick = {"family": fam.name, "budget": budget, "plan_N": p.N, "plan_D": p.D, "plan_loss": p.loss, "plan_at_bound": p.at_bound,
-            "plan_law": p.law, "plan_law_floor": p.floor, "depth": depth,
-            "N": ns[depth], "D": D, "predicted_loss": float(joint.predict(N=ns[depth], D=D)), "in_sweep": (depth, D) in grid,
-            **{k: v for k, v in costs.factors().items()}}
+    pick = {
+        "family": fam.name,
+        "budget": budget,
+        "plan_N": p.N,
+        "plan_D": p.D,
+        "plan_loss": p.loss,
+        "plan_at_bound": p.at_bound,
+        "plan_law": p.law,
+        "plan_law_floor": p.floor,
+        "depth": depth,
+        "N": ns[depth],
+        "D": D,
+        "predicted_loss": float(joint.predict(N=ns[depth], D=D)),
+        "in_sweep": (depth, D) in grid,
+        **{k: v for k, v in costs.factors().items()},
+    }
     write_json(family_dir(args, fam) / "plan.json", pick)
     print(pick, flush=True)
     print(f"{fam.name} budget plan: {p.describe()}", flush=True)
@@ -117,8 +159,15 @@ def plan(args, fam: Family) -> None:
 
 
 def _law_row(name: str, f) -> dict:
-    rec = {"fit": name, "law": f.law, "points": f.n_fit, "r2": round(f.r2, 4), "rmse": f.rmse, "at_bound": ",".join(f.at_bound) or None,
-           "has_floor": _has_floor(f)}
+    rec = {
+        "fit": name,
+        "law": f.law,
+        "points": f.n_fit,
+        "r2": round(f.r2, 4),
+        "rmse": f.rmse,
+        "at_bound": ",".join(f.at_bound) or None,
+        "has_floor": _has_floor(f),
+    }
     rec.update({k: v for k, v in f.params.items()})
     return rec
 
@@ -133,8 +182,19 @@ def _plan_law(joint) -> dict:
     return {"plan_law": "joint", "plan_law_has_floor": _has_floor(joint), "plan_law_delta": joint.params["delta"]}
 
 
-def _check(name: str, law: str, family: str, depth: int, N: int, D: int, predicted: float, measured: dict | None, **extra) -> dict:
-    rec = {"check": name, "family": family, "law": law, "depth": depth, "N": N, "D": D, **extra, "predicted": round(predicted, 5)}
+def _check(
+    name: str, law: str, family: str, depth: int, N: int, D: int, predicted: float, measured: dict | None, **extra
+) -> dict:
+    rec = {
+        "check": name,
+        "family": family,
+        "law": law,
+        "depth": depth,
+        "N": N,
+        "D": D,
+        **extra,
+        "predicted": round(predicted, 5),
+    }
     if measured is not None:
         rel = abs(predicted - measured["loss"]) / measured["loss"]
         rec.update({"measured": round(measured["loss"], 5), "rel_err": round(rel, 4), "within_5pct": rel <= 0.05})
@@ -169,18 +229,53 @@ def _family_report(args, fam: Family, preds: list[dict]) -> tuple[list[dict], li
     fits = laws(fitted(rs), fam)
     out = [{**_law_row(f"{law}_{fam.name}", f), "family": fam.name} for law, f in fits.items()]
     by_point = {(r["depth"], r["D"]): r for r in rs}
-    out += [_check(p["point"], p["law"], fam.name, p["depth"], p["N"], p["D"], p["predicted_loss"], by_point.get((p["depth"], p["D"])))
-            for p in preds if p.get("family") == fam.name]
+    out += [
+        _check(
+            p["point"],
+            p["law"],
+            fam.name,
+            p["depth"],
+            p["N"],
+            p["D"],
+            p["predicted_loss"],
+            by_point.get((p["depth"], p["D"])),
+        )
+        for p in preds
+        if p.get("family") == fam.name
+    ]
     pj = family_dir(args, fam) / "plan.json"
     if pj.exists():
         pl = json.loads(pj.read_text())
-        out.append(_check("budget_plan", "joint", fam.name, pl["depth"], pl["N"], pl["D"], pl["predicted_loss"],
-                          by_point.get((pl["depth"], pl["D"])), budget=pl["budget"], plan_N=round(pl["plan_N"]), plan_D=round(pl["plan_D"]),
-                          **_plan_law(fits["joint"])))
+        out.append(
+            _check(
+                "budget_plan",
+                "joint",
+                fam.name,
+                pl["depth"],
+                pl["N"],
+                pl["D"],
+                pl["predicted_loss"],
+                by_point.get((pl["depth"], pl["D"])),
+                budget=pl["budget"],
+                plan_N=round(pl["plan_N"]),
+                plan_D=round(pl["plan_D"]),
+                **_plan_law(fits["joint"]),
+            )
+        )
     plots = RESULTS_DIR / "plots"
-    plot_loss_vs([r for r in rs if r["D"] == MODEL_D], "N", plots / f"{result_name(args, 'model')}_{fam.name}.png", fit=fits["model"])
+    plot_loss_vs(
+        [r for r in rs if r["D"] == MODEL_D],
+        "N",
+        plots / f"{result_name(args, 'model')}_{fam.name}.png",
+        fit=fits["model"],
+    )
     if "data" in fits:
-        plot_loss_vs([r for r in rs if r["depth"] == fam.data_depth], "D", plots / f"{result_name(args, 'data')}_{fam.name}.png", fit=fits["data"])
+        plot_loss_vs(
+            [r for r in rs if r["depth"] == fam.data_depth],
+            "D",
+            plots / f"{result_name(args, 'data')}_{fam.name}.png",
+            fit=fits["data"],
+        )
         plot_joint(rs, fits["joint"], plots / f"{result_name(args, 'joint')}_{fam.name}.png")
     return rs, out
 
@@ -195,23 +290,44 @@ def fit_report(args) -> None:
         out += fr
     if not points:
         raise SystemExit(f"no finished points under {args.work}")
-    plots = sorted(p.relative_to(REPO_ROOT).as_posix() for p in (RESULTS_DIR / "plots").glob(f"{result_name(args, '')}*.png"))
-    cfg = {"data": args.data, "families": {f.name: {"model": f.model, "method": f.method, "depths": list(f.depths), "doc_max_length": f.doc_max,
-                                                   "pooling": f.pooling, "data_depth": f.data_depth, "eval_every": f.eval_every}
-                                                  for f in FAMILIES.values()},
-           "training": "every transformer layer, norm and head trained; nn.Embedding tables frozen", "steps": args.steps, "axis": args.axis, "batch_size": 32,
-           "lr": args.lr, "head_lr": 1e-3,
-           "schedule": "constant after a 20-step warm-up", "query_max_length": 32,
-           "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, s=cos/0.05), 300 SciFact test queries",
-           "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every eval_every steps (per family), "
-                  "patience 3 validations, best weights restored",
-           "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); D = first D pairs",
-           "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and a corner "
-                      f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before they were trained",
-           "cost_model": {**cost_model(args).factors(), "cpu": CPU, "corpus_docs": CORPUS_DOCS, "doc_tokens": DOC_TOKENS},
-           "plots": plots,
-           "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its prediction"}
-    write_results(result_name(args, "sweep"), [{k: v for k, v in r.items() if not k.startswith("_")} for r in points], cfg)
+    plots = sorted(
+        p.relative_to(REPO_ROOT).as_posix() for p in (RESULTS_DIR / "plots").glob(f"{result_name(args, '')}*.png")
+    )
+    cfg = {
+        "data": args.data,
+        "families": {
+            f.name: {
+                "model": f.model,
+                "method": f.method,
+                "depths": list(f.depths),
+                "doc_max_length": f.doc_max,
+                "pooling": f.pooling,
+                "data_depth": f.data_depth,
+                "eval_every": f.eval_every,
+            }
+            for f in FAMILIES.values()
+        },
+        "training": "every transformer layer, norm and head trained; nn.Embedding tables frozen",
+        "steps": args.steps,
+        "axis": args.axis,
+        "batch_size": 32,
+        "lr": args.lr,
+        "head_lr": 1e-3,
+        "schedule": "constant after a 20-step warm-up",
+        "query_max_length": 32,
+        "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, s=cos/0.05), 300 SciFact test queries",
+        "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every eval_every steps (per family), "
+        "patience 3 validations, best weights restored",
+        "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); D = first D pairs",
+        "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and a corner "
+        f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before they were trained",
+        "cost_model": {**cost_model(args).factors(), "cpu": CPU, "corpus_docs": CORPUS_DOCS, "doc_tokens": DOC_TOKENS},
+        "plots": plots,
+        "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its prediction",
+    }
+    write_results(
+        result_name(args, "sweep"), [{k: v for k, v in r.items() if not k.startswith("_")} for r in points], cfg
+    )
     write_results(result_name(args, "fit"), out, cfg)
     for r in out:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
@@ -224,8 +340,11 @@ def refit(args) -> None:
     law they used and whether it has a floor."""
     sweep = json.loads((RESULTS_DIR / f"{result_name(args, 'sweep')}.json").read_text())["rows"]
     doc = json.loads((RESULTS_DIR / f"{result_name(args, 'fit')}.json").read_text())
-    fits = {fam.name: laws(fitted([r for r in sweep if r["family"] == fam.name]), fam)
-            for fam in FAMILIES.values() if any(r["family"] == fam.name for r in sweep)}
+    fits = {
+        fam.name: laws(fitted([r for r in sweep if r["family"] == fam.name]), fam)
+        for fam in FAMILIES.values()
+        if any(r["family"] == fam.name for r in sweep)
+    }
     out = []
     for r in doc["rows"]:
         if "fit" in r:

@@ -32,10 +32,9 @@ embeddings are reused from ``.cache/index_scifact/`` when present, else encoded 
 
 from __future__ import annotations
 
-import os
-
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,7 +68,9 @@ def corpus_embeddings(data: Path, cache: Path) -> Path:
     from scalingnote.models import load_tower
 
     torch.set_num_threads(2)
-    encode_corpus(load_tower("minilm-l6", role="document"), list(corpus.values()), emb_dir, shard_size=2000, batch_size=32)
+    encode_corpus(
+        load_tower("minilm-l6", role="document"), list(corpus.values()), emb_dir, shard_size=2000, batch_size=32
+    )
     return emb_dir
 
 
@@ -81,18 +82,47 @@ def ensure_index(emb_dir: Path, out: Path, factory: str, nprobe: int | None, see
         m = json.loads(man.read_text())
         if m.get("factory") == factory and m.get("embeddings_dir") == str(emb_dir.resolve()) and m.get("seed") == seed:
             return out
-    return build_index(emb_dir, out, factory, seed=seed, nprobe=nprobe, semantic_ids_layers=6, codebook_size=256, overwrite=True, progress=False)
+    return build_index(
+        emb_dir,
+        out,
+        factory,
+        seed=seed,
+        nprobe=nprobe,
+        semantic_ids_layers=6,
+        codebook_size=256,
+        overwrite=True,
+        progress=False,
+    )
 
 
 def ServiceProcess(index: Path, data: Path, args, max_batch: int, max_queue: int) -> ServeProcess:
     """``scalingnote serve`` over ``index`` with the MiniLM query tower and the corpus for titles."""
     threads = ["--threads", str(args.threads)] if args.threads else []
-    return ServeProcess(["--index", str(index), "--query-tower", "minilm-l6", "--corpus", str(data), "--max-batch", str(max_batch),
-                         "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(max_queue), "--log-level", "warning", *threads],
-                        stderr_tail=2000)
+    return ServeProcess(
+        [
+            "--index",
+            str(index),
+            "--query-tower",
+            "minilm-l6",
+            "--corpus",
+            str(data),
+            "--max-batch",
+            str(max_batch),
+            "--max-wait-ms",
+            str(args.max_wait_ms),
+            "--max-queue",
+            str(max_queue),
+            "--log-level",
+            "warning",
+            *threads,
+        ],
+        stderr_tail=2000,
+    )
 
 
-def offline_throughput(index_dir: Path, texts: list[str], extra: dict, k: int, batch_size: int, threads: int, duration_s: float) -> dict:
+def offline_throughput(
+    index_dir: Path, texts: list[str], extra: dict, k: int, batch_size: int, threads: int, duration_s: float
+) -> dict:
     """The same queries in-process: encode in batches of ``batch_size`` + search (same
     parameters as the service's requests), repeated for ~``duration_s``; queries / second."""
     import torch
@@ -161,13 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact")
     ap.add_argument(
-        "--synthetic", action="store_true",
+        "--synthetic",
+        action="store_true",
         help="Serve the synthetic note-search log (--synthetic-docs short notes, 300 test queries; generated with --seed) instead of "
         "--data: a corpus MiniLM encodes in minutes on a busy machine.",
     )
     ap.add_argument("--synthetic-docs", type=int, default=600)
     ap.add_argument(
-        "--runs", nargs="*", default=["IVF64,PQ48x8@64", "IVF64,PQ48x8@8", "Flat@64"],
+        "--runs",
+        nargs="*",
+        default=["IVF64,PQ48x8@64", "IVF64,PQ48x8@8", "Flat@64"],
         help="Service configurations FACTORY@MAX_BATCH (factory one of: " + ", ".join(INDEXES) + ").",
     )
     ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 8, 32, 64])
@@ -188,9 +221,9 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--runs: {spec!r} is not FACTORY@MAX_BATCH with FACTORY in {list(INDEXES)}")
         runs.append((factory, int(mb)))
 
-    from scalingnote.index.pipeline import read_search_queries
-    from scalingnote.data import load_qrels
     from benchmarks.loadgen import run_loadtest
+    from scalingnote.data import load_qrels
+    from scalingnote.index.pipeline import read_search_queries
 
     if args.synthetic:
         from scalingnote.data import SynthConfig, synthesize
@@ -209,20 +242,44 @@ def main(argv: list[str] | None = None) -> None:
     rows, health, qualities, offline = [], {}, {}, {}
     for factory, max_batch in runs:
         nprobe, extra = INDEXES[factory]
-        idx = ensure_index(emb_dir, REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_"), factory, nprobe, args.seed)
-        base = {"index": factory, "max_batch": max_batch, "max_queue": args.max_queue, "k": args.k, "nprobe": nprobe, "rerank": extra.get("rerank")}
+        idx = ensure_index(
+            emb_dir, REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_"), factory, nprobe, args.seed
+        )
+        base = {
+            "index": factory,
+            "max_batch": max_batch,
+            "max_queue": args.max_queue,
+            "k": args.k,
+            "nprobe": nprobe,
+            "rerank": extra.get("rerank"),
+        }
         # offline ceiling first, while no service competes for the CPU
         off = offline_throughput(idx, texts, extra, args.k, max_batch, args.threads, args.duration)
         offline[f"{factory}@{max_batch}"] = off["qps"]
-        row = {**base, "mode": "offline", "concurrency": None, "qps": off["qps"], "requests": off["queries"], "ok": off["queries"],
-               "rejected_503": 0, "errors": 0, "duration_s": off["duration_s"], "loadavg_1m_before": round(os.getloadavg()[0], 2)}
+        row = {
+            **base,
+            "mode": "offline",
+            "concurrency": None,
+            "qps": off["qps"],
+            "requests": off["queries"],
+            "ok": off["queries"],
+            "rejected_503": 0,
+            "errors": 0,
+            "duration_s": off["duration_s"],
+            "loadavg_1m_before": round(os.getloadavg()[0], 2),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
         svc = ServiceProcess(idx, args.data, args, max_batch, args.max_queue)
         try:
             t0 = time.perf_counter()
             h = svc.wait_ready(timeout=1200)
-            health[f"{factory}@{max_batch}"] = {"ready_s": round(time.perf_counter() - t0, 1), "index": h["index"], "query_tower": h["query_tower"], "titles": h["titles"]["n"]}
+            health[f"{factory}@{max_batch}"] = {
+                "ready_s": round(time.perf_counter() - t0, 1),
+                "index": h["index"],
+                "query_tower": h["query_tower"],
+                "titles": h["titles"]["n"],
+            }
             if factory not in qualities:
                 qualities[factory] = served_quality(svc.url, queries, qrels, extra)
             quality = qualities[factory]
@@ -230,10 +287,18 @@ def main(argv: list[str] | None = None) -> None:
             run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
             for c in args.concurrency:
                 la = os.getloadavg()[0]
-                res = run_loadtest(svc.url, texts, concurrency=c, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra)
+                res = run_loadtest(
+                    svc.url, texts, concurrency=c, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra
+                )
                 row = _row_from(res, **base, mode="serve")
                 row["qps_vs_offline"] = round(res.qps / off["qps"], 3) if off["qps"] else None
-                row.update({"served_ndcg@10": quality["ndcg@10"], "served_r@100": quality["r@100"], "loadavg_1m_before": round(la, 2)})
+                row.update(
+                    {
+                        "served_ndcg@10": quality["ndcg@10"],
+                        "served_r@100": quality["r@100"],
+                        "loadavg_1m_before": round(la, 2),
+                    }
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         finally:
@@ -251,8 +316,23 @@ def main(argv: list[str] | None = None) -> None:
             svc.wait_ready(timeout=1200)
             run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
             la = os.getloadavg()[0]
-            res = run_loadtest(svc.url, texts, concurrency=args.overload_concurrency, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra)
-            base = {"index": factory, "max_batch": max_batch, "max_queue": args.overload_queue, "k": args.k, "nprobe": nprobe, "rerank": extra.get("rerank")}
+            res = run_loadtest(
+                svc.url,
+                texts,
+                concurrency=args.overload_concurrency,
+                duration_s=args.duration,
+                k=args.k,
+                seed=args.seed,
+                extra=extra,
+            )
+            base = {
+                "index": factory,
+                "max_batch": max_batch,
+                "max_queue": args.overload_queue,
+                "k": args.k,
+                "nprobe": nprobe,
+                "rerank": extra.get("rerank"),
+            }
             row = _row_from(res, **base, mode="overload")
             off_qps = offline.get(f"{factory}@{max_batch}")
             row["qps_vs_offline"] = round(res.qps / off_qps, 3) if off_qps else None
@@ -263,7 +343,9 @@ def main(argv: list[str] | None = None) -> None:
             svc.stop()
 
     config = {
-        "dataset": f"synthetic note-search log (SynthConfig num_docs={args.synthetic_docs}, num_queries=1500)" if args.synthetic else args.data.name,
+        "dataset": f"synthetic note-search log (SynthConfig num_docs={args.synthetic_docs}, num_queries=1500)"
+        if args.synthetic
+        else args.data.name,
         "data": str(args.data),
         "split": "test",
         "n_queries": len(texts),

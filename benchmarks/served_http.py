@@ -65,15 +65,23 @@ def measure(out: Path) -> dict[str, Any]:
     best = max(baselines, key=lambda r: r["ndcg@10"])
     man = json.loads((out / "index" / "ivfpq" / "manifest.json").read_text(encoding="utf-8"))
     chosen = (man.get("search_tuning") or {}).get("chosen") or {}
-    return {"served_method": served["method"], "table_ndcg@10": round(served["ndcg@10"], 4), "http_ndcg@10": round(http, 4),
-            "abs_diff": round(abs(http - served["ndcg@10"]), 6), "equal_to_1e-4": abs(http - served["ndcg@10"]) <= 1e-4,
-            "test_queries": len(run), "best_baseline": best["method"], "best_baseline_ndcg@10": round(best["ndcg@10"], 4),
-            "http_ge_every_baseline": all(http >= r["ndcg@10"] for r in baselines),
-            "structure": chosen.get("structure") or health.get("index", {}).get("factory"),
-            "setting": " ".join(f"{k}={chosen[k]}" for k in ("nprobe", "ef_search", "rerank") if chosen.get(k) is not None),
-            "share_scanned": chosen.get("share_scanned"), "val_recall@10_vs_exact": chosen.get("recall"),
-            "http_queries_per_s": round(len(run) / wall, 1),
-            "serve_command": "scalingnote serve " + " ".join(_in_run(a, out) for a in args)}
+    return {
+        "served_method": served["method"],
+        "table_ndcg@10": round(served["ndcg@10"], 4),
+        "http_ndcg@10": round(http, 4),
+        "abs_diff": round(abs(http - served["ndcg@10"]), 6),
+        "equal_to_1e-4": abs(http - served["ndcg@10"]) <= 1e-4,
+        "test_queries": len(run),
+        "best_baseline": best["method"],
+        "best_baseline_ndcg@10": round(best["ndcg@10"], 4),
+        "http_ge_every_baseline": all(http >= r["ndcg@10"] for r in baselines),
+        "structure": chosen.get("structure") or health.get("index", {}).get("factory"),
+        "setting": " ".join(f"{k}={chosen[k]}" for k in ("nprobe", "ef_search", "rerank") if chosen.get(k) is not None),
+        "share_scanned": chosen.get("share_scanned"),
+        "val_recall@10_vs_exact": chosen.get("recall"),
+        "http_queries_per_s": round(len(run) / wall, 1),
+        "serve_command": "scalingnote serve " + " ".join(_in_run(a, out) for a in args),
+    }
 
 
 def _in_run(arg: str, out: Path) -> str:
@@ -95,7 +103,9 @@ def main() -> None:
     old = json.loads(path.read_text(encoding="utf-8"))["rows"] if path.exists() else []
     rows = [r for r in old if r["set"] != args.set] + [row]  # one row per set: a set measured again replaces its row
     print(json.dumps(row, indent=1))
-    print(write_results("served_http", sorted(rows, key=lambda r: r["set"]), {"runs": {r["set"]: r["run"] for r in rows}}))
+    print(
+        write_results("served_http", sorted(rows, key=lambda r: r["set"]), {"runs": {r["set"]: r["run"] for r in rows}})
+    )
 
 
 if __name__ == "__main__":

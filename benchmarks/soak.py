@@ -14,7 +14,6 @@ Run: ``.venv/bin/python -m benchmarks.soak`` (10 minutes + set-up).
 
 from __future__ import annotations
 
-
 import argparse
 import json
 import re
@@ -39,15 +38,29 @@ def main(argv: list[str] | None = None) -> None:
     import httpx
     import psutil
 
-    from scalingnote.index.pipeline import read_search_queries
     from benchmarks.loadgen import run_loadtest
+    from scalingnote.index.pipeline import read_search_queries
 
     with tempfile.TemporaryDirectory(prefix="sn-soak-") as d:
         root = Path(d)
         bert, beir, idx = tiny_served_index(root)
         texts = [q.text for q in read_search_queries(beir, None)]
-        cmd = [sys.executable, "-m", "scalingnote", "serve", "--index", str(idx), "--query-tower", str(bert), "--port", "0",
-               "--threads", "1", "--log-level", "warning"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scalingnote",
+            "serve",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(bert),
+            "--port",
+            "0",
+            "--threads",
+            "1",
+            "--log-level",
+            "warning",
+        ]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             m = re.search(r"listening on (http://\S+?) ", proc.stdout.readline())
@@ -68,18 +81,33 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit("service not ready after 1200 s")
             ready_s = round(time.monotonic() - t0, 1)
             ps = psutil.Process(proc.pid)
-            run_loadtest(url, texts, concurrency=4, duration_s=5, seed=args.seed)  # warm-up (allocations of the first batches)
+            run_loadtest(
+                url, texts, concurrency=4, duration_s=5, seed=args.seed
+            )  # warm-up (allocations of the first batches)
             rss_start = ps.memory_info().rss
             rows, total_s = [], args.minutes * 60.0
             start = time.monotonic()
             w = 0
             while time.monotonic() - start < total_s - 1:
                 dur = min(args.window, total_s - (time.monotonic() - start))
-                res = run_loadtest(url, texts, concurrency=args.concurrency, duration_s=dur, seed=args.seed + w, timeout_s=30)
+                res = run_loadtest(
+                    url, texts, concurrency=args.concurrency, duration_s=dur, seed=args.seed + w, timeout_s=30
+                )
                 rss = ps.memory_info().rss
-                row = {"window": w, "t_end_s": round(time.monotonic() - start, 1), "concurrency": args.concurrency, "requests": res.requests,
-                       "ok": res.ok, "errors": res.errors, "error_kinds": " ".join(f"{k}:{v}" for k, v in res.error_kinds.items()),
-                       "qps": res.qps, "p50_ms": res.p50_ms, "p99_ms": res.p99_ms, "max_ms": res.max_ms, "rss_mb": round(rss / 2**20, 1)}
+                row = {
+                    "window": w,
+                    "t_end_s": round(time.monotonic() - start, 1),
+                    "concurrency": args.concurrency,
+                    "requests": res.requests,
+                    "ok": res.ok,
+                    "errors": res.errors,
+                    "error_kinds": " ".join(f"{k}:{v}" for k, v in res.error_kinds.items()),
+                    "qps": res.qps,
+                    "p50_ms": res.p50_ms,
+                    "p99_ms": res.p99_ms,
+                    "max_ms": res.max_ms,
+                    "rss_mb": round(rss / 2**20, 1),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
                 w += 1
@@ -115,7 +143,11 @@ def main(argv: list[str] | None = None) -> None:
         "note": "2 CPU cores shared with other jobs (the machine was shared): QPS/latency are noisy; requests/errors/RSS are the point.",
     }
     path = write_results("soak", rows, config)
-    print(json.dumps({k: config[k] for k in ("requests", "errors", "rss_start_mb", "rss_end_mb", "healthy_after")}), f"wrote {path}", flush=True)
+    print(
+        json.dumps({k: config[k] for k in ("requests", "errors", "rss_start_mb", "rss_end_mb", "healthy_after")}),
+        f"wrote {path}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

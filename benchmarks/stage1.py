@@ -16,7 +16,16 @@ from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 
 def zero_shot_row(
-    name: str, model: str, data, num_layers: int | None, dim_eval: int | None, batch: int, tau: float, doc_len: int, q_len: int, llm_pooling: str | None = None
+    name: str,
+    model: str,
+    data,
+    num_layers: int | None,
+    dim_eval: int | None,
+    batch: int,
+    tau: float,
+    doc_len: int,
+    q_len: int,
+    llm_pooling: str | None = None,
 ) -> dict:
     from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
     from scalingnote.models import load_tower, load_tower_pair
@@ -27,7 +36,9 @@ def zero_shot_row(
             qt = load_tower(model, "query", num_layers=num_layers, dim=None, max_query_length=q_len, pooling="mean")
             dt = load_tower(model, "document", num_layers=num_layers, dim=None, max_doc_length=doc_len, pooling="mean")
         else:
-            qt, dt = load_tower_pair(model, num_layers=num_layers, dim=None, max_query_length=q_len, max_doc_length=doc_len)
+            qt, dt = load_tower_pair(
+                model, num_layers=num_layers, dim=None, max_query_length=q_len, max_doc_length=doc_len
+            )
     else:
         qt = load_tower(model, "query", dim=None, max_query_length=q_len)
         dt = load_tower(model, "document", dim=None, max_doc_length=doc_len)
@@ -64,8 +75,12 @@ def main() -> None:
     ap.add_argument("--query-max-length", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-5)
     ap.add_argument("--head-lr", type=float, default=1e-3)
-    ap.add_argument("--llm-pooling", choices=["mean", "placeholder"], default="mean",
-                    help="SmolLM2 towers: mean pooling (default; not in the paper) or the paper's placeholder pooling (§3.2)")
+    ap.add_argument(
+        "--llm-pooling",
+        choices=["mean", "placeholder"],
+        default="mean",
+        help="SmolLM2 towers: mean pooling (default; not in the paper) or the paper's placeholder pooling (§3.2)",
+    )
     ap.add_argument("--projection-init", choices=["pca", "orthogonal"], default="pca")
     ap.add_argument("--name", default=None, help="results name (default stage1_<data>)")
     args = ap.parse_args()
@@ -95,9 +110,20 @@ def main() -> None:
                 "output_dir": str(work / method),
                 "query_tower": {"model": qm, "num_layers": ql, "pooling": qp, "max_length": args.query_max_length},
                 "doc_tower": {"model": dm, "num_layers": dl, "pooling": dp, "max_length": args.doc_max_length},
-                "data": {"data_dir": str(data_dir), "neg_skip_top": 10, "neg_max_rank": 100, "validation_fraction": 0.1},
-                "optim": {"batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "max_steps": args.steps, "epochs": 100.0,
-                          "lr": args.lr, "head_lr": args.head_lr},
+                "data": {
+                    "data_dir": str(data_dir),
+                    "neg_skip_top": 10,
+                    "neg_max_rank": 100,
+                    "validation_fraction": 0.1,
+                },
+                "optim": {
+                    "batch_size": args.batch_size,
+                    "micro_batch_size": args.micro_batch_size,
+                    "max_steps": args.steps,
+                    "epochs": 100.0,
+                    "lr": args.lr,
+                    "head_lr": args.head_lr,
+                },
                 "seed": args.seed,
                 "save_every": 20,
                 "evaluate_zero_shot": True,  # init_* columns: the start of training (after the centre / W init)
@@ -113,7 +139,20 @@ def main() -> None:
         if method == "zero_shot_minilm":
             rows.append(zero_shot_row(method, "minilm-l6", data, None, None, 64, tau, 256, args.query_max_length))
         elif method == "zero_shot_smollm2":
-            rows.append(zero_shot_row(method, "smollm2-135m", data, args.llm_layers, None, 32, tau, args.doc_max_length, args.query_max_length, args.llm_pooling))
+            rows.append(
+                zero_shot_row(
+                    method,
+                    "smollm2-135m",
+                    data,
+                    args.llm_layers,
+                    None,
+                    32,
+                    tau,
+                    args.doc_max_length,
+                    args.query_max_length,
+                    args.llm_pooling,
+                )
+            )
         else:
             cfg = cfg_for(method)
             res = train(cfg, resume=True)
@@ -129,7 +168,10 @@ def main() -> None:
                     "train_steps": res["total_steps"],
                     "train_seconds": res["train_seconds"],
                     **{f"init_{k}": round(res[f"zero_shot_{k}"], 4) for k in ("ndcg@10", "r@100")},
-                    **{k: round(res[k], 4) for k in ("ndcg@10", "r@100", "recall@100", "mrr@10", "contrastive_ppl", "val_contrastive_ppl")},
+                    **{
+                        k: round(res[k], 4)
+                        for k in ("ndcg@10", "r@100", "recall@100", "mrr@10", "contrastive_ppl", "val_contrastive_ppl")
+                    },
                     "eval_seconds": res["eval_seconds"],
                 }
             )
@@ -158,7 +200,8 @@ def main() -> None:
             "llm_pooling": (
                 "mean (not in the paper): query = mean over text+EOS; document views = means of the §3.2 prompt "
                 "segments ending before each placeholder, [EMB] view = the whole prompt"
-                if args.llm_pooling == "mean" else "placeholder (§3.2): last query token / state before each placeholder"
+                if args.llm_pooling == "mean"
+                else "placeholder (§3.2): last query token / state before each placeholder"
             ),
             "zero_shot": "no projection (hidden size), MiniLM mean pooling, SmolLM2 with the llm_pooling above",
         },

@@ -52,7 +52,16 @@ def served(t, kind: str, out_dir: Path, rerank: int | None = None) -> dict:
     from scalingnote.pq import export_index
 
     t0 = time.perf_counter()
-    path = export_index(t.pq, t.doc_embeddings(), t.data.doc_ids, out_dir, kind, tower_info=tower_identity(t.d_tower), seed=t.cfg.seed, overwrite=True)
+    path = export_index(
+        t.pq,
+        t.doc_embeddings(),
+        t.data.doc_ids,
+        out_dir,
+        kind,
+        tower_info=tower_identity(t.d_tower),
+        seed=t.cfg.seed,
+        overwrite=True,
+    )
     build_s = time.perf_counter() - t0
     rows, qids, qrels = t._split("eval")
     idx = DenseIndex.open(path)
@@ -75,7 +84,9 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO_ROOT / "configs" / "tmj_scifact.yaml"))
     ap.add_argument("--ms", default="16,32")
     ap.add_argument("--seed", type=int, default=42)
-    ap.add_argument("--resume", action="store_true", help="reuse finished phases under .cache/tmj_scifact/run (default: retrain)")
+    ap.add_argument(
+        "--resume", action="store_true", help="reuse finished phases under .cache/tmj_scifact/run (default: retrain)"
+    )
     args = ap.parse_args()
 
     import torch
@@ -109,17 +120,40 @@ def main() -> None:
         trainer = TMJTrainer(cfg)
     t = trainer
     setup_s = time.perf_counter() - t0
-    print(f"setup {setup_s:.1f}s: {len(t.data.docs)} docs, {t.n_train} train / {t.n_val} val / {len(t.data.eval_qids)} test queries", file=sys.stderr)
+    print(
+        f"setup {setup_s:.1f}s: {len(t.data.docs)} docs, {t.n_train} train / {t.n_val} val / {len(t.data.eval_qids)} test queries",
+        file=sys.stderr,
+    )
 
     rows: list[dict] = []
     dim = t.q_tower.out_dim
     start = t.evaluate_all()
-    rows.append({"method": "dense_zero_shot_projection", "m": None, "bytes_per_vector": 4 * dim, "index": "Flat", **metric_row(start, "dense_", "dense_"), **metric_row(start, "val_dense_", "val_dense_")})
+    rows.append(
+        {
+            "method": "dense_zero_shot_projection",
+            "m": None,
+            "bytes_per_vector": 4 * dim,
+            "index": "Flat",
+            **metric_row(start, "dense_", "dense_"),
+            **metric_row(start, "val_dense_", "val_dense_"),
+        }
+    )
     t0 = time.perf_counter()
     winfo = t.warmup()
     warm = t.snapshot()
     wev = t.evaluate_all()
-    rows.append({"method": "dense_warmup", "m": None, "bytes_per_vector": 4 * dim, "index": "Flat", **metric_row(wev, "dense_", "dense_"), **metric_row(wev, "val_dense_", "val_dense_"), "train_steps": cfg.warmup.steps, "train_seconds": round(time.perf_counter() - t0, 2)})
+    rows.append(
+        {
+            "method": "dense_warmup",
+            "m": None,
+            "bytes_per_vector": 4 * dim,
+            "index": "Flat",
+            **metric_row(wev, "dense_", "dense_"),
+            **metric_row(wev, "val_dense_", "val_dense_"),
+            "train_steps": cfg.warmup.steps,
+            "train_seconds": round(time.perf_counter() - t0, 2),
+        }
+    )
     print(f"warm-up: dense ndcg@10 {wev['dense_ndcg@10']:.4f}", file=sys.stderr)
 
     eval_runs: dict[tuple[str, int | None], dict] = {("dense_warmup", None): t.runs("eval", pq=False)}
@@ -130,7 +164,11 @@ def main() -> None:
         from scalingnote.evaluation import compare_runs
 
         c = compare_runs(eval_runs[a][kind], eval_runs[b][kind], qrels, "ndcg@10")
-        return {"mean_diff": round(c.mean_a - c.mean_b, 4), "p_value": round(float(c.ttest.pvalue), 4), "n_queries": c.n}
+        return {
+            "mean_diff": round(c.mean_a - c.mean_b, 4),
+            "p_value": round(float(c.ttest.pvalue), 4),
+            "n_queries": c.n,
+        }
 
     def row(method: str, m: int, ev: dict, extra: dict | None = None, served_dir: Path | None = None) -> dict:
         eval_runs[(method, m)] = t.runs("eval")
@@ -148,9 +186,17 @@ def main() -> None:
             **(extra or {}),
         }
         if served_dir is not None:
-            r.update({k: v for k, v in served(t, "PQ", served_dir).items() if k.startswith("served_pq_ndcg") or k.startswith("served_pq_r@")})
+            r.update(
+                {
+                    k: v
+                    for k, v in served(t, "PQ", served_dir).items()
+                    if k.startswith("served_pq_ndcg") or k.startswith("served_pq_r@")
+                }
+            )
         rows.append(r)
-        print(f"M={m} {method}: pq ndcg@10 {r['pq_ndcg@10']:.4f}  dense ndcg@10 {r['dense_ndcg@10']:.4f}", file=sys.stderr)
+        print(
+            f"M={m} {method}: pq ndcg@10 {r['pq_ndcg@10']:.4f}  dense ndcg@10 {r['dense_ndcg@10']:.4f}", file=sys.stderr
+        )
         return r
 
     s1, s2 = cfg.stage1, cfg.stage2
@@ -162,39 +208,67 @@ def main() -> None:
             t.restore(warm)
             t0 = time.perf_counter()
             t.init_pq(init, m, path=mdir / f"{init}_init.npz")
-            res[init] = row(init, m, t.evaluate_all(), {"fit_seconds": round(time.perf_counter() - t0, 2)}, mdir / f"idx_{init}")
+            res[init] = row(
+                init, m, t.evaluate_all(), {"fit_seconds": round(time.perf_counter() - t0, 2)}, mdir / f"idx_{init}"
+            )
         opq_state = t.snapshot()
 
         # TMJ stage 1 (L1) then stage 2
         t.out = mdir / "tmj"
         t0 = time.perf_counter()
         i1 = t.stage1(copy.deepcopy(s1))
-        res["tmj_stage1"] = row("tmj_stage1", m, t.evaluate_all(), {"train_steps": s1.steps, "train_seconds": round(time.perf_counter() - t0, 2), "init": "opq"}, mdir / "idx_tmj1")
+        res["tmj_stage1"] = row(
+            "tmj_stage1",
+            m,
+            t.evaluate_all(),
+            {"train_steps": s1.steps, "train_seconds": round(time.perf_counter() - t0, 2), "init": "opq"},
+            mdir / "idx_tmj1",
+        )
         t0 = time.perf_counter()
         i2 = t.stage2(copy.deepcopy(s2))
         res["tmj_stage1+2"] = row(
-            "tmj_stage1+2", m, t.evaluate_all(),
-            {"train_steps": s1.steps + s2.steps, "train_seconds": round(time.perf_counter() - t0, 2), "init": "opq", "stage2_negatives_mean": round(i2.get("neg_mean", 0.0), 1)},
+            "tmj_stage1+2",
+            m,
+            t.evaluate_all(),
+            {
+                "train_steps": s1.steps + s2.steps,
+                "train_seconds": round(time.perf_counter() - t0, 2),
+                "init": "opq",
+                "stage2_negatives_mean": round(i2.get("neg_mean", 0.0), 1),
+            },
             mdir / "idx_tmj12",
         )
         final_ev = t.evaluate_all()
         for kind, rerank in (("IVF64,PQ", None), ("HNSW32,PQ", None), ("HNSW32,PQ", 100)):
             sv = served(t, kind, mdir / f"idx_tmj12_{kind.replace(',', '_')}", rerank=rerank)
-            rows.append({
-                "method": "tmj_stage1+2", "m": m, "nbits": cfg.pq.nbits, "bytes_per_vector": t.pq.code_bytes,
-                "index": kind + (f" +rerank{rerank}" if rerank else ""),
-                **{k.replace("served_pq_", "pq_"): v for k, v in sv.items() if k.startswith("served_pq_")},
-                **metric_row(final_ev, "dense_", "dense_"),
-                "index_factory": sv["index_factory"], "search_ms_per_query": sv["search_ms_per_query"],
-                "nprobe": 16 if kind.startswith("IVF") else None, "ef_search": 128 if kind.startswith("HNSW") else None,
-            })
+            rows.append(
+                {
+                    "method": "tmj_stage1+2",
+                    "m": m,
+                    "nbits": cfg.pq.nbits,
+                    "bytes_per_vector": t.pq.code_bytes,
+                    "index": kind + (f" +rerank{rerank}" if rerank else ""),
+                    **{k.replace("served_pq_", "pq_"): v for k, v in sv.items() if k.startswith("served_pq_")},
+                    **metric_row(final_ev, "dense_", "dense_"),
+                    "index_factory": sv["index_factory"],
+                    "search_ms_per_query": sv["search_ms_per_query"],
+                    "nprobe": 16 if kind.startswith("IVF") else None,
+                    "ef_search": 128 if kind.startswith("HNSW") else None,
+                }
+            )
 
         # conventional joint loss L0, same init and budget
         t.restore(opq_state)
         t.out = mdir / "l0"
         t0 = time.perf_counter()
         t.stage1(_l0(s1))
-        res["l0_joint"] = row("l0_joint", m, t.evaluate_all(), {"train_steps": s1.steps, "train_seconds": round(time.perf_counter() - t0, 2), "init": "opq"}, mdir / "idx_l0")
+        res["l0_joint"] = row(
+            "l0_joint",
+            m,
+            t.evaluate_all(),
+            {"train_steps": s1.steps, "train_seconds": round(time.perf_counter() - t0, 2), "init": "opq"},
+            mdir / "idx_l0",
+        )
         t.out = run_dir
         tmj_vs_opq = compare(("tmj_stage1+2", m), ("opq", m), "pq")
         tmj_dense = compare(("tmj_stage1+2", m), ("dense_warmup", None), "dense")

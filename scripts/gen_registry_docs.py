@@ -41,18 +41,51 @@ def _table(title: str, where: str, head: tuple[str, ...], rows: list[tuple[str, 
 
 
 def block() -> str:
-    pooling = [(f"`{n}`", ", ".join(m.kinds), ", ".join(m.roles), m.st_mode or "--", m.description.replace("|", "\\|"))
-               for n in POOLING_MODES.names() for m in [POOLING_MODES.get(n)]]
-    losses = [(f"`{n}`", f"`{inspect.getmodule(f).__name__}`", _first_line(f)) for n in LOSSES.names() for f in [LOSSES.get(n)]]
-    backends = [(f"`{n}`", b.location, "yes" if b.export else "--", "yes" if b.live else "--", b.help.replace("|", "\\|"))
-                for n in BACKENDS.names() for b in [BACKENDS.get(n)]]
-    formats = [(f"`{n}`", ", ".join(f"`{s}`" for s in f.suffixes), f"`{f.beir_file}`", _first_line(f.read) or f"`{f.read.__module__}.{f.read.__qualname__}`")
-               for n in FORMATS.names() for f in [FORMATS.get(n)]]
+    pooling = [
+        (f"`{n}`", ", ".join(m.kinds), ", ".join(m.roles), m.st_mode or "--", m.description.replace("|", "\\|"))
+        for n in POOLING_MODES.names()
+        for m in [POOLING_MODES.get(n)]
+    ]
+    losses = [
+        (f"`{n}`", f"`{inspect.getmodule(f).__name__}`", _first_line(f))
+        for n in LOSSES.names()
+        for f in [LOSSES.get(n)]
+    ]
+    backends = [
+        (f"`{n}`", b.location, "yes" if b.export else "--", "yes" if b.live else "--", b.help.replace("|", "\\|"))
+        for n in BACKENDS.names()
+        for b in [BACKENDS.get(n)]
+    ]
+    formats = [
+        (
+            f"`{n}`",
+            ", ".join(f"`{s}`" for s in f.suffixes),
+            f"`{f.beir_file}`",
+            _first_line(f.read) or f"`{f.read.__module__}.{f.read.__qualname__}`",
+        )
+        for n in FORMATS.names()
+        for f in [FORMATS.get(n)]
+    ]
     parts = [
-        _table("Pooling modes", "scalingnote.models.towers.pooling.POOLING_MODES", ("name", "towers", "roles", "sentence-transformers", "what"), pooling),
+        _table(
+            "Pooling modes",
+            "scalingnote.models.towers.pooling.POOLING_MODES",
+            ("name", "towers", "roles", "sentence-transformers", "what"),
+            pooling,
+        ),
         _table("Losses", "scalingnote.training.losses.LOSSES", ("name", "module", "what"), losses),
-        _table("Back ends", "scalingnote.index.backends.BACKENDS", ("name", "located by", "export", "live", "what"), backends),
-        _table("Corpus formats", "scalingnote.data.corpus.FORMATS", ("name", "suffixes", "file in a BEIR directory", "reader"), formats),
+        _table(
+            "Back ends",
+            "scalingnote.index.backends.BACKENDS",
+            ("name", "located by", "export", "live", "what"),
+            backends,
+        ),
+        _table(
+            "Corpus formats",
+            "scalingnote.data.corpus.FORMATS",
+            ("name", "suffixes", "file in a BEIR directory", "reader"),
+            formats,
+        ),
     ]
     note = "<!-- made by scripts/gen_registry_docs.py from the registries; do not edit by hand -->"
     return "\n".join([BEGIN, note, "", "\n\n".join(parts), "", END])

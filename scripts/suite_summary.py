@@ -57,8 +57,10 @@ def main(argv: list[str]) -> int:
             print(f"{name:>8} suite: no report ({path} missing: pytest did not run to the end){wall_txt}")
             continue
         r = reports[name] = read_report(path)
-        print(f"{name:>8} suite: {r['tests']} tests: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, "
-              f"{r['skipped']} skipped; pytest {_minutes(r['time'])}{wall_txt}")
+        print(
+            f"{name:>8} suite: {r['tests']} tests: {r['passed']} passed, {r['failed']} failed, {r['errors']} errors, "
+            f"{r['skipped']} skipped; pytest {_minutes(r['time'])}{wall_txt}"
+        )
     for name in sorted(list_skips & set(reports)):
         skips = reports[name]["skips"]
         print(f"{name} suite: {len(skips)} test(s) skipped (could not run here):")

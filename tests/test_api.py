@@ -28,7 +28,9 @@ def _eval_set(out: Path):
     res = json.loads((out / "results.json").read_text(encoding="utf-8"))
     cfg = load_config(QuickstartConfig, out / "quickstart.yaml")
     data = qs_runs.prepare_data(cfg, out)  # a finished step: read back
-    return load_eval_set(Path(data["beir"]), cfg.eval_split, Path(res["choices"]["teacher"]["dir"]), cfg.max_eval_queries), res["rows"]
+    return load_eval_set(
+        Path(data["beir"]), cfg.eval_split, Path(res["choices"]["teacher"]["dir"]), cfg.max_eval_queries
+    ), res["rows"]
 
 
 def test_search_answers_the_served_row_and_dense_the_compressed_index_row(tiny_quickstart):
@@ -58,7 +60,10 @@ def test_docstring_examples_run(tiny_quickstart, tmp_path):
     import scalingnote.quickstart.results as results
 
     failed = tried = 0
-    for mod, run_dir in ((api, copy), (results, out)):  # the quick start resumes in place (same options: every step reused)
+    for mod, run_dir in (
+        (api, copy),
+        (results, out),
+    ):  # the quick start resumes in place (same options: every step reused)
         globs = {"scalingnote": scalingnote, "np": np, "run_dir": str(run_dir), "tiny": options}
         for test in doctest.DocTestFinder().find(mod, globs=globs):
             res = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS).run(test)
@@ -110,9 +115,11 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(tiny_quickstart, tmp_pat
 
 
 def test_import_is_cheap_and_quickstart_is_callable_after_its_package_is_imported():
-    code = ("import sys, scalingnote; heavy = [m for m in ('torch', 'numpy', 'scalingnote.api') if m in sys.modules]; "
-            "import scalingnote.quickstart.runs as runs; import inspect; "
-            "print(heavy, callable(scalingnote.quickstart), list(inspect.signature(scalingnote.quickstart).parameters), scalingnote.load.__module__)")
+    code = (
+        "import sys, scalingnote; heavy = [m for m in ('torch', 'numpy', 'scalingnote.api') if m in sys.modules]; "
+        "import scalingnote.quickstart.runs as runs; import inspect; "
+        "print(heavy, callable(scalingnote.quickstart), list(inspect.signature(scalingnote.quickstart).parameters), scalingnote.load.__module__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] True ['data', 'out', 'budget_minutes', 'options'] scalingnote.api", out
 
@@ -126,10 +133,21 @@ def test_an_exported_student_carries_its_model_card(tiny_quickstart, tmp_path, f
     student = next(r for r in result.rows if r.get("chosen") == "student")
     export = export_tower(result.query_tower, tmp_path / "exported", fmt)
     card = (export / "README.md").read_text(encoding="utf-8")
-    assert f"| nDCG@10 | {student['ndcg@10']:.4f} |" in card and f"| served configuration nDCG@10 | {result.served['ndcg@10']:.4f} |" in card
+    assert (
+        f"| nDCG@10 | {student['ndcg@10']:.4f} |" in card
+        and f"| served configuration nDCG@10 | {result.served['ndcg@10']:.4f} |" in card
+    )
     assert f"# {result.choices['student']['chosen']}: scalingnote query tower ({fmt})" in card
-    assert "base_model: bert\n" in card and "synthetic note-search log" in card and "Teacher (large dual tower, Stage I): the bert family" in card
-    assert ("SentenceTransformer(\"exported\")" if fmt == "sentence-transformers" else "InferenceSession(\"exported/model.onnx\")") in card
+    assert (
+        "base_model: bert\n" in card
+        and "synthetic note-search log" in card
+        and "Teacher (large dual tower, Stage I): the bert family" in card
+    )
+    assert (
+        'SentenceTransformer("exported")'
+        if fmt == "sentence-transformers"
+        else 'InferenceSession("exported/model.onnx")'
+    ) in card
     # the retention is the run's own student / teacher nDCG@10, or "not measured" without a teacher row (never invented)
     teacher = next((r for r in result.rows if "teacher" in str(r.get("chosen") or "").split("+")), None)
     expected = "not measured" if teacher is None else format(student["ndcg@10"] / teacher["ndcg@10"], ".1%")

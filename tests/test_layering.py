@@ -141,7 +141,9 @@ def layering_violations(root: Path = ROOT) -> list[str]:
                 # models may use the data layer's record types only: either the module itself
                 # or names that scalingnote.data re-exports from it.
                 if target != "scalingnote.data" or not set(names) <= types_names:
-                    bad.append(f"{where}: {mod} imports {target} {list(names)} (models may import scalingnote.data.types only)")
+                    bad.append(
+                        f"{where}: {mod} imports {target} {list(names)} (models may import scalingnote.data.types only)"
+                    )
     return bad
 
 
@@ -249,7 +251,9 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_circle_between_files():
     circles = import_circles(import_graph())
-    assert not circles, "modules that import each other (directly or around a loop):\n" + "\n".join(" <-> ".join(c) for c in circles)
+    assert not circles, "modules that import each other (directly or around a loop):\n" + "\n".join(
+        " <-> ".join(c) for c in circles
+    )
 
 
 def test_circle_finder_sees_function_local_type_checking_and_benchmark_loops(tmp_path):
@@ -260,12 +264,16 @@ def test_circle_finder_sees_function_local_type_checking_and_benchmark_loops(tmp
     (src / "index" / "a.py").write_text("from scalingnote.index.b import g\n")
     (src / "index" / "b.py").write_text("def g():\n    from scalingnote.index import a\n    return a\n")
     (src / "index" / "c.py").write_text("from scalingnote.index.d import h\n")
-    (src / "index" / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scalingnote.index.c import X\nh = 1\n")
+    (src / "index" / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from scalingnote.index.c import X\nh = 1\n"
+    )
     (src / "index" / "e.py").write_text("from scalingnote.index.a import g\n")  # imports into a loop: not in it
     (tmp_path / "benchmarks" / "x.py").write_text("def f():\n    from benchmarks.y import z\n    return z\n")
     (tmp_path / "benchmarks" / "y.py").write_text("from benchmarks.x import f\nz = f\n")
     assert sorted(import_circles(import_graph(tmp_path))) == [
-        ["benchmarks.x", "benchmarks.y"], ["scalingnote.index.a", "scalingnote.index.b"], ["scalingnote.index.c", "scalingnote.index.d"],
+        ["benchmarks.x", "benchmarks.y"],
+        ["scalingnote.index.a", "scalingnote.index.b"],
+        ["scalingnote.index.c", "scalingnote.index.d"],
     ]
 
 
@@ -285,8 +293,10 @@ def local_own_imports(src: Path = SRC) -> list[tuple[str, int, bool]]:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(fn):
-                own = (isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == "scalingnote")) or (
-                    isinstance(node, ast.Import) and any(a.name.split(".")[0] == "scalingnote" for a in node.names))
+                own = (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.level > 0 or (node.module or "").split(".")[0] == "scalingnote")
+                ) or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "scalingnote" for a in node.names))
                 if own and node.lineno not in seen:
                     seen.add(node.lineno)
                     why = "#" in lines[node.lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
@@ -299,12 +309,18 @@ def test_own_modules_are_imported_at_module_level():
     modules is kept only to spare a start-up a heavy dependency (torch, Ray), and says so."""
     found = local_own_imports()
     silent = [f"{f}:{n}" for f, n, why in found if not why]
-    assert not silent, "function-local imports of scalingnote modules without a comment saying why:\n" + "\n".join(silent)
-    assert len(found) <= LOCAL_IMPORT_BUDGET, f"{len(found)} function-local imports of scalingnote modules (budget {LOCAL_IMPORT_BUDGET})"
+    assert not silent, "function-local imports of scalingnote modules without a comment saying why:\n" + "\n".join(
+        silent
+    )
+    assert len(found) <= LOCAL_IMPORT_BUDGET, (
+        f"{len(found)} function-local imports of scalingnote modules (budget {LOCAL_IMPORT_BUDGET})"
+    )
 
 
 def test_local_import_scan_sees_nested_and_relative_imports(tmp_path):
     src = tmp_path / "src" / "scalingnote"
     src.mkdir(parents=True)
-    (src / "m.py").write_text("def f():\n    def g():\n        from . import x\n    # why: heavy\n    import scalingnote.y\n    import json\n")
+    (src / "m.py").write_text(
+        "def f():\n    def g():\n        from . import x\n    # why: heavy\n    import scalingnote.y\n    import json\n"
+    )
     assert local_own_imports(src) == [("src/scalingnote/m.py", 3, False), ("src/scalingnote/m.py", 5, True)]

@@ -2,7 +2,7 @@
 issue or pull-request numbers ("issue #51", "issue 52"), borrowed machines ("a lent NVIDIA H200")
 or their transfer limits ("64 MiB per call"), and no one machine's absolute paths (``/work/...``,
 ``/home/<user>``, a worktree). Scanned: ``src/``, ``scripts/``, ``docs/``, ``README.md``,
-``mkdocs.yml``, ``benchmarks/*.py`` and ``benchmarks/results/*.json``, and everything a quick
+``mkdocs.yml``, the packaging and CI files, ``configs/``, ``benchmarks/*.py`` and ``benchmarks/results/*.json``, and everything a quick
 start prints (a tiny run, in its own process)."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ AREAS: dict[str, list[str]] = {
     "results": ["benchmarks/results/*.json"],
     "readme": ["README.md"],
     "docs": ["docs/**/*", "mkdocs.yml"],
+    "packaging": ["pyproject.toml", "requirements.txt", "requirements.lock", ".pre-commit-config.yaml", ".ci/*", "configs/**/*"],
 }
 
 
@@ -42,7 +43,7 @@ def find_process_words(text: str, where: str) -> list[str]:
     for n, line in enumerate(text.splitlines(), 1):
         for kind, pat in PATTERNS.items():
             for m in pat.finditer(line):
-                hits.append(f"{where}:{n}: [{kind}] ...{line[max(0, m.start() - 40): m.end() + 40]}...")
+                hits.append(f"{where}:{n}: [{kind}] ...{line[max(0, m.start() - 40) : m.end() + 40]}...")
     return hits
 
 
@@ -54,14 +55,38 @@ def _files(area: str) -> list[Path]:
 
 
 def test_the_patterns_find_process_words_and_leave_ordinary_words_alone():
-    planted = ["measured in session 11 on a Xeon", "see issue #51", "(issue 52, item 1)", "on a lent NVIDIA H200", "a lent GPU machine",
-               "at most 64 MiB per call", "over the transfer limit", "/work/wt_kuake/runs/recipe", "/home/alice/data", "in a worktree",
-               "PR #12", "Sessions 3 and 4"]
+    planted = [
+        "measured in session 11 on a Xeon",
+        "see issue #51",
+        "(issue 52, item 1)",
+        "on a lent NVIDIA H200",
+        "a lent GPU machine",
+        "at most 64 MiB per call",
+        "over the transfer limit",
+        "/work/wt_kuake/runs/recipe",
+        "/home/alice/data",
+        "in a worktree",
+        "PR #12",
+        "Sessions 3 and 4",
+    ]
     for text in planted:
         assert find_process_words(text, "x"), text
-    ordinary = ["ort_session(path, threads)", "an HTTP session pool", "the ONNX Runtime session", "session_id = 3", "# 50 ms per query",
-                "issues a request", "an issue with the corpus", "color: #1f77b4", "excellent GPU", "silent machine", "/tmp/qs/run",
-                "runs/recipe/kuake_qtr/results.json", "16 MiB of memory", "the working tree"]
+    ordinary = [
+        "ort_session(path, threads)",
+        "an HTTP session pool",
+        "the ONNX Runtime session",
+        "session_id = 3",
+        "# 50 ms per query",
+        "issues a request",
+        "an issue with the corpus",
+        "color: #1f77b4",
+        "excellent GPU",
+        "silent machine",
+        "/tmp/qs/run",
+        "runs/recipe/kuake_qtr/results.json",
+        "16 MiB of memory",
+        "the working tree",
+    ]
     for text in ordinary:
         assert not find_process_words(text, "x"), text
 
@@ -98,8 +123,17 @@ def test_results_files_are_written_without_this_machines_paths():
     the shared data as ``../shared/data``; a path elsewhere is kept (it is the run's own input)."""
     from benchmarks._common import REPO_ROOT, shared_data_dir, without_local_paths
 
-    row = {"run": str(REPO_ROOT / "runs" / "recipe" / "scifact"), "n": 3,
-           "cmd": f"scalingnote serve --index {REPO_ROOT / 'runs/x/index/ivfpq'} --corpus {shared_data_dir() / 'scifact'}",
-           "nested": [{"dir": str(REPO_ROOT / ".cache" / "bench")}], "tmp": "/tmp/qs"}
-    assert without_local_paths(row) == {"run": "runs/recipe/scifact", "n": 3, "cmd": "scalingnote serve --index runs/x/index/ivfpq --corpus ../shared/data/scifact",
-                                        "nested": [{"dir": ".cache/bench"}], "tmp": "/tmp/qs"}
+    row = {
+        "run": str(REPO_ROOT / "runs" / "recipe" / "scifact"),
+        "n": 3,
+        "cmd": f"scalingnote serve --index {REPO_ROOT / 'runs/x/index/ivfpq'} --corpus {shared_data_dir() / 'scifact'}",
+        "nested": [{"dir": str(REPO_ROOT / ".cache" / "bench")}],
+        "tmp": "/tmp/qs",
+    }
+    assert without_local_paths(row) == {
+        "run": "runs/recipe/scifact",
+        "n": 3,
+        "cmd": "scalingnote serve --index runs/x/index/ivfpq --corpus ../shared/data/scifact",
+        "nested": [{"dir": ".cache/bench"}],
+        "tmp": "/tmp/qs",
+    }

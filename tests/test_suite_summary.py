@@ -14,8 +14,24 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run_pytest(tmp_path: Path, name: str, body: str, *args: str) -> Path:
     (tmp_path / f"test_{name}.py").write_text(body, encoding="utf-8")
     xml = tmp_path / f"{name}.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", "-o", "addopts=",
-                    str(tmp_path / f"test_{name}.py"), *args], cwd=tmp_path, capture_output=True, check=False)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            "-o",
+            "addopts=",
+            str(tmp_path / f"test_{name}.py"),
+            *args,
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
     return xml
 
 
@@ -38,8 +54,20 @@ def test_skips_inside(): pytest.skip("cannot start a local Ray instance: X")
     reasons = dict(r["skips"])
     assert any("no Milvus binary" in v for v in reasons.values()) and any("local Ray" in v for v in reasons.values())
 
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "suite_summary.py"), f"default={xml}@65", f"slow={xml}@3",
-                          f"gone={tmp_path / 'missing.xml'}", "--list-skips", "slow"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "suite_summary.py"),
+            f"default={xml}@65",
+            f"slow={xml}@3",
+            f"gone={tmp_path / 'missing.xml'}",
+            "--list-skips",
+            "slow",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "default suite: 4 tests: 1 passed, 1 failed, 0 errors, 2 skipped" in out and "wall 65 s (1.1 min)" in out
     assert "gone suite: no report" in out
     assert "slow suite: 2 test(s) skipped" in out and out.count("  SKIPPED ") == 2

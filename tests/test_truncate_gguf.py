@@ -55,7 +55,9 @@ def test_truncate_refuses_more_blocks_than_the_file_has(smollm2_gguf, tmp_path):
 
 @pytest.mark.real_model
 @pytest.mark.slow
-def test_a_model_loaded_from_the_cut_file_equals_the_source_truncated_to_as_many_layers(smollm2_gguf, tmp_path, monkeypatch):
+def test_a_model_loaded_from_the_cut_file_equals_the_source_truncated_to_as_many_layers(
+    smollm2_gguf, tmp_path, monkeypatch
+):
     import numpy as np
 
     from scalingnote.models import load_tower

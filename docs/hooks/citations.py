@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: a figure, then "(" or "," and the citation in a code span
-CITE = re.compile(r"(?P<figure>[-+]?\d[\d,]*(?:\.\d+)?)\s*[(,]\s*`(?P<file>[\w.@-]+): (?P<row>[^`]+?): (?P<column>[^`:]+)`")
+CITE = re.compile(
+    r"(?P<figure>[-+]?\d[\d,]*(?:\.\d+)?)\s*[(,]\s*`(?P<file>[\w.@-]+): (?P<row>[^`]+?): (?P<column>[^`:]+)`"
+)
 
 
 @dataclass
@@ -32,8 +34,11 @@ class Citation:
         path = RESULTS / f"{self.file}.json"
         if not path.exists():
             return f"{self.figure}: no results file {path.relative_to(ROOT)}"
-        rows = [r for r in json.loads(path.read_text(encoding="utf-8"))["rows"]
-                if all(str(r.get(k)) == v for k, v in self.row.items())]
+        rows = [
+            r
+            for r in json.loads(path.read_text(encoding="utf-8"))["rows"]
+            if all(str(r.get(k)) == v for k, v in self.row.items())
+        ]
         if len(rows) != 1:
             return f"{self.figure}: {len(rows)} rows of {self.file} match {self.row} (one expected)"
         value = rows[0].get(self.column)
@@ -61,5 +66,7 @@ def sources_table(markdown: str) -> str:
     for name in sorted({c.file for c in citations(markdown)}):
         path = RESULTS / f"{name}.json"
         data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-        lines.append(f"| `benchmarks/results/{name}.json` | {data.get('machine', '?')} | {str(data.get('created', '?'))[:10]} |")
+        lines.append(
+            f"| `benchmarks/results/{name}.json` | {data.get('machine', '?')} | {str(data.get('created', '?'))[:10]} |"
+        )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ if str(SRC) not in sys.path:  # the checkout's package, as mkdocstrings' `paths:
     sys.path.insert(0, str(SRC))
 
 from citations import sources_table  # noqa: E402 (beside this hook: MkDocs puts its folder on the path)
+
 from scalingnote.cli import app  # noqa: E402
 
 #: the root command, as typer builds it from the ``scalingnote`` app
@@ -91,8 +92,14 @@ def on_files(files, config):
     from mkdocs.structure.files import File
 
     for png in sorted((ROOT / "benchmarks" / "results" / "plots").glob("*.png")):
-        files.append(File(png.relative_to(ROOT).as_posix(), src_dir=str(ROOT), dest_dir=config["site_dir"],
-                          use_directory_urls=config["use_directory_urls"]))
+        files.append(
+            File(
+                png.relative_to(ROOT).as_posix(),
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     return files
 
 

@@ -114,8 +114,19 @@ class Retriever:
         s = self._served
         searcher = s.searcher if s.searcher is not None and s.searcher.dense is s.index else None
         res = search_encoded(s.index, searcher, self.settings.backend, texts, vectors, params)
-        return [[Hit(h["doc_id"], h["score"], h["title"] or "", h["snippet"] or "", tuple(h["semantic_id"]) if h["semantic_id"] is not None else None)
-                 for h in hits] for hits in hits_json(res, s.titles, s.snippets)]
+        return [
+            [
+                Hit(
+                    h["doc_id"],
+                    h["score"],
+                    h["title"] or "",
+                    h["snippet"] or "",
+                    tuple(h["semantic_id"]) if h["semantic_id"] is not None else None,
+                )
+                for h in hits
+            ]
+            for hits in hits_json(res, s.titles, s.snippets)
+        ]
 
     def _check_queries(self, queries: Iterable[str]) -> list[str]:
         if isinstance(queries, str):
@@ -142,7 +153,10 @@ class Retriever:
 
     # ------------------------------------------------------------------ encode
     def _encode_raw(self, texts: list[str]) -> np.ndarray:
-        return np.asarray(self._served.tower.encode_queries(texts, batch_size=self.settings.max_batch, show_progress=False), dtype=np.float32)
+        return np.asarray(
+            self._served.tower.encode_queries(texts, batch_size=self.settings.max_batch, show_progress=False),
+            dtype=np.float32,
+        )
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         """Query vectors ``(len(texts), dim)``: the served query tower's, cut to the indexed
@@ -172,17 +186,23 @@ class Retriever:
             docs.append(Document(id=str(i), content=t))
         index = self._served.index
         if not hasattr(index, "encode"):
-            raise ScalingNoteError(f"{self.index_dir}: back end {self.settings.backend!r} has no document tower here (it is not served live)")
+            raise ScalingNoteError(
+                f"{self.index_dir}: back end {self.settings.backend!r} has no document tower here (it is not served live)"
+            )
         return index.encode(docs)[0]
 
     # ------------------------------------------------------------------ live index
     def _live(self, op: str):
         index = self._served.index
         if not getattr(index, op, False):
-            raise ScalingNoteError(f"{self.index_dir}: back end {self.settings.backend!r} cannot change documents while it is open")
+            raise ScalingNoteError(
+                f"{self.index_dir}: back end {self.settings.backend!r} cannot change documents while it is open"
+            )
         if not getattr(index, "writer", True):
-            raise ScalingNoteError(f"{self.index_dir}: another process (a running service or `scalingnote index add`) holds the index's writer lock: "
-                                   "this retriever is read-only (send the documents to that process, or stop it and load again)")
+            raise ScalingNoteError(
+                f"{self.index_dir}: another process (a running service or `scalingnote index add`) holds the index's writer lock: "
+                "this retriever is read-only (send the documents to that process, or stop it and load again)"
+            )
         return index
 
     def add(self, documents: list[dict[str, Any]]) -> dict[str, Any]:
@@ -211,7 +231,9 @@ class Retriever:
         res = index.upsert(docs)
         self._after_write(index)
         status = res.pop("status", None) or ["upserted"] * len(docs)
-        res["documents"] = [{"index": i, "_id": d.id, "status": st} for i, (d, st) in enumerate(zip(docs, status, strict=True))]
+        res["documents"] = [
+            {"index": i, "_id": d.id, "status": st} for i, (d, st) in enumerate(zip(docs, status, strict=True))
+        ]
         return res
 
     def delete(self, ids: list[str]) -> dict[str, Any]:
@@ -233,7 +255,11 @@ class Retriever:
 
     def _after_write(self, index) -> None:
         """Compact when the delta (added documents + tombstones) reaches ``live_compact_docs``, as the service does."""
-        pending = index.compaction_pending() if hasattr(index, "compaction_pending") else index.stats()["bm25_delta_documents"] + index.store.tombstones
+        pending = (
+            index.compaction_pending()
+            if hasattr(index, "compaction_pending")
+            else index.stats()["bm25_delta_documents"] + index.store.tombstones
+        )
         if pending >= self.settings.live_compact_docs:
             index.compact()
 
@@ -251,7 +277,13 @@ class Retriever:
         self.close()
 
 
-def load(run_dir: str | Path | None, *, index: str | Path | None = None, query_tower: str | Path | None = None, **settings: Any) -> Retriever:
+def load(
+    run_dir: str | Path | None,
+    *,
+    index: str | Path | None = None,
+    query_tower: str | Path | None = None,
+    **settings: Any,
+) -> Retriever:
     """Open a quick start's (or a recipe's) output ``run_dir`` as a :class:`Retriever` with the
     configuration ``scalingnote serve`` serves for it: the index ``<run_dir>/index/ivfpq`` at its
     tuned settings, the chosen student as the query tower, the served default mode and fusion.

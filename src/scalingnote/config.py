@@ -185,7 +185,9 @@ def _build(cls: type[T], data: dict[str, Any], prefix: str, ctx: _Ctx) -> T:
         if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        ctx.fail(f"{prefix}.{missing[0]}" if prefix else missing[0], f"missing required key(s) {missing} for {cls.__name__}")
+        ctx.fail(
+            f"{prefix}.{missing[0]}" if prefix else missing[0], f"missing required key(s) {missing} for {cls.__name__}"
+        )
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:  # __post_init__ validation
@@ -213,7 +215,9 @@ def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None,
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ConfigError(path, raw[: e.start].count(b"\n") + 1, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x})") from None
+            raise ConfigError(
+                path, raw[: e.start].count(b"\n") + 1, None, f"not valid UTF-8 (byte 0x{raw[e.start]:02x})"
+            ) from None
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -225,7 +229,12 @@ def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None,
                 line = text[: e.position].count("\n") + 1
                 problem = f"{getattr(e, 'reason', None) or problem}"
             raise ConfigError(path, line, None, f"invalid YAML: {problem}{col}") from None
-        except (ValueError, TypeError, OverflowError, RecursionError) as e:  # a scalar PyYAML parses but cannot build (2020-99-99)
+        except (
+            ValueError,
+            TypeError,
+            OverflowError,
+            RecursionError,
+        ) as e:  # a scalar PyYAML parses but cannot build (2020-99-99)
             raise ConfigError(path, _bad_scalar_line(text), None, f"invalid YAML value: {e}") from None
         if loaded is None:
             loaded = {}
@@ -255,7 +264,9 @@ def save_config(cfg: Any, path: str | Path) -> None:
         yaml.safe_dump(config_to_dict(cfg), fh, sort_keys=False, allow_unicode=True)
 
 
-def cli_meta(help: str | None = None, *, min: float | None = None, max: float | None = None, flag: str | None = None) -> dict[str, Any]:
+def cli_meta(
+    help: str | None = None, *, min: float | None = None, max: float | None = None, flag: str | None = None
+) -> dict[str, Any]:
     """``dataclasses.field(metadata=cli_meta(...))``: how a config field shows as a generated
     command-line option (:func:`scalingnote.cli._options.with_config_options`)."""
     meta: dict[str, Any] = {"help": help, "min": min, "max": max}

@@ -30,7 +30,10 @@ def tiny_lm(tmp_path_factory):
 
 
 def _corpus(path, n):
-    write_corpus(path, [Document(f"d{i}", f"title {i}", "", f"The quick brown fox number {i} jumps. It is fast.") for i in range(n)])
+    write_corpus(
+        path,
+        [Document(f"d{i}", f"title {i}", "", f"The quick brown fox number {i} jumps. It is fast.") for i in range(n)],
+    )
 
 
 def test_llm_generation_is_resumable_and_deterministic(tmp_path, tiny_lm):
@@ -81,7 +84,12 @@ def test_llm_seeded_sampling_and_settings_guard(tmp_path, tiny_lm):
     assert raw("c", 2) != raw("a", 1)
     # resuming into a directory made with other settings is refused
     with pytest.raises(ConfigError, match="different settings"):
-        llm_queries(tmp_path / "corpus.jsonl", tmp_path / "a", LLMQueryConfig(model=str(tiny_lm), max_new_tokens=6), progress=False)
+        llm_queries(
+            tmp_path / "corpus.jsonl",
+            tmp_path / "a",
+            LLMQueryConfig(model=str(tiny_lm), max_new_tokens=6),
+            progress=False,
+        )
 
 
 def test_llm_rejects_a_non_model(tmp_path):
@@ -89,7 +97,9 @@ def test_llm_rejects_a_non_model(tmp_path):
 
     _corpus(tmp_path / "corpus.jsonl", 1)
     with pytest.raises(ConfigError):
-        llm_queries(tmp_path / "corpus.jsonl", tmp_path / "o", LLMQueryConfig(model=str(tmp_path / "missing")), progress=False)
+        llm_queries(
+            tmp_path / "corpus.jsonl", tmp_path / "o", LLMQueryConfig(model=str(tmp_path / "missing")), progress=False
+        )
 
 
 @pytest.mark.real_model
@@ -97,6 +107,9 @@ def test_llm_rejects_a_non_model(tmp_path):
 @pytest.mark.shared_data
 def test_smollm2_writes_queries_for_scifact(tmp_path, shared_data):
     pairs = llm_queries(
-        shared_data / "scifact" / "corpus.jsonl", tmp_path, LLMQueryConfig(max_docs=2, max_new_tokens=16), progress=False
+        shared_data / "scifact" / "corpus.jsonl",
+        tmp_path,
+        LLMQueryConfig(max_docs=2, max_new_tokens=16),
+        progress=False,
     )
     assert len(pairs) >= 1 and all(2 <= len(p.query.text.split()) <= 40 for p in pairs)

@@ -26,7 +26,11 @@ def test_root_help_lists_every_command_with_its_line():
     r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "1000"})
     assert r.exit_code == 0, r.output
     for name, (_, line) in COMMANDS.items():
-        assert any(row.split("│")[1].strip().startswith(f"{name} ") and line in " ".join(row.split()) for row in r.stdout.splitlines() if "│" in row), name
+        assert any(
+            row.split("│")[1].strip().startswith(f"{name} ") and line in " ".join(row.split())
+            for row in r.stdout.splitlines()
+            if "│" in row
+        ), name
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -38,10 +42,18 @@ def test_each_table_line_is_the_start_of_its_command_help(name):
 
 
 def test_root_help_imports_no_stage_module():
-    code = ("import json, sys; from scalingnote.cli import main\n"
-            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalingnote.') or m in ('torch', 'faiss', 'numpy'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}, check=True)
+    code = (
+        "import json, sys; from scalingnote.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalingnote.') or m in ('torch', 'faiss', 'numpy'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
     loaded = json.loads(out.stdout.strip().splitlines()[-1])
     assert loaded == ["scalingnote.cli", "scalingnote.errors"], loaded
 
@@ -71,23 +83,39 @@ def test_the_root_group_is_the_lazy_one():
 def test_a_dotted_path_names_a_module_in_the_current_directory(tmp_path, monkeypatch):
     """The console script (whose sys.path holds its bin directory, not the working directory)
     reads ``--corpus-format sn_cwd_reader_mod:read`` from a module beside the user."""
-    from scalingnote.data import Query, write_queries, write_qrels
+    from scalingnote.data import Query, write_qrels, write_queries
     from scalingnote.data.corpus import FORMATS
 
     (tmp_path / "sn_cwd_reader_mod.py").write_text(
         "from scalingnote.data import Document\n\n\ndef read(path):\n"
         "    for i, line in enumerate(open(path, encoding='utf-8')):\n        yield Document(f'd{i}', '', '', line.strip())\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     data = tmp_path / "data"
     data.mkdir()
-    (data / "corpus.sncwd").write_text("vitamin d fracture risk\nknee running injury\ncoffee and sleep\n", encoding="utf-8")
+    (data / "corpus.sncwd").write_text(
+        "vitamin d fracture risk\nknee running injury\ncoffee and sleep\n", encoding="utf-8"
+    )
     write_queries(data / "queries.jsonl", [Query("q1", "knee injury")])
     write_qrels(data / "qrels" / "test.tsv", {"q1": {"d1": 1}})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     monkeypatch.delitem(sys.modules, "sn_cwd_reader_mod", raising=False)
     with FORMATS.scoped(), pytest.raises(SystemExit) as e:
-        main(["bm25", "search", "--data", "data", "--corpus-format", "sn_cwd_reader_mod:read", "--out", "run.tsv", "--k", "2"])
+        main(
+            [
+                "bm25",
+                "search",
+                "--data",
+                "data",
+                "--corpus-format",
+                "sn_cwd_reader_mod:read",
+                "--out",
+                "run.tsv",
+                "--k",
+                "2",
+            ]
+        )
     assert e.value.code == 0
     assert (tmp_path / "run.tsv").read_text().split()[2] == "d1"
 

@@ -77,7 +77,10 @@ def test_corpus_errors_name_file_line_field(tmp_path, lines, line, field, words)
 
 
 def test_empty_document_skipped_with_count_or_error(tmp_path):
-    path = _write(tmp_path / "corpus.jsonl", ['{"_id": "a", "text": "x"}', '{"_id": "b", "title": "", "text": "  "}', '{"_id": "c", "text": ""}'])
+    path = _write(
+        tmp_path / "corpus.jsonl",
+        ['{"_id": "a", "text": "x"}', '{"_id": "b", "title": "", "text": "  "}', '{"_id": "c", "text": ""}'],
+    )
     with pytest.warns(UserWarning, match=r"skipped 2 invalid empty documents.*line 2"):
         docs = load_corpus(path)
     assert list(docs) == ["a"]
@@ -87,7 +90,9 @@ def test_empty_document_skipped_with_count_or_error(tmp_path):
 
 
 def test_on_invalid_skip_warns_with_count(tmp_path):
-    path = _write(tmp_path / "queries.jsonl", ['{"_id": "a", "text": "x"}', '{"_id": "b", "text": ""}', '{"_id": "c", "text": 3}'])
+    path = _write(
+        tmp_path / "queries.jsonl", ['{"_id": "a", "text": "x"}', '{"_id": "b", "text": ""}', '{"_id": "c", "text": 3}']
+    )
     with pytest.raises(DataError) as exc:
         load_queries(path)
     assert (exc.value.line, exc.value.field) == (2, "text")

@@ -155,7 +155,13 @@ def test_outputs_written_atomically_with_config_and_versions(logs):
         warnings.simplefilter("ignore")
         res = run_build(cfg, planner=planner)
     out = logs / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["config.yaml", "run.json", "stats.json", "train.jsonl", "validation.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml",
+        "run.json",
+        "stats.json",
+        "train.jsonl",
+        "validation.jsonl",
+    ]
     assert load_triplets(out / "train.jsonl") == res.train
     assert load_triplets(out / "validation.jsonl") == res.validation
     stats = json.loads((out / "stats.json").read_text())
@@ -179,14 +185,21 @@ def test_idf_planner_default_and_custom_factory(logs, tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         res = build_triplets(_cfg(logs, association={"planner": {"factory": "my_planner_mod:make"}}))
     assert res.stats["association"]["queries"] == 4
-    with pytest.raises(ConfigError, match=r"association\.planner\.factory.*no_such_module_xyz"), warnings.catch_warnings():
+    with (
+        pytest.raises(ConfigError, match=r"association\.planner\.factory.*no_such_module_xyz"),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore")
         build_triplets(_cfg(logs, association={"planner": {"factory": "no_such_module_xyz:make"}}))
 
 
 def test_config_errors_name_the_key(tmp_path):
     p = tmp_path / "b.yaml"
-    p.write_text(yaml.safe_dump({"queries": "q.jsonl", "out": "o", "click_log": "c.tsv", "relevance": {"skip_top_k": 9, "top_t": 3}}))
+    p.write_text(
+        yaml.safe_dump(
+            {"queries": "q.jsonl", "out": "o", "click_log": "c.tsv", "relevance": {"skip_top_k": 9, "top_t": 3}}
+        )
+    )
     with pytest.raises(ConfigError) as ei:
         load_build_config(p)
     assert "relevance" in str(ei.value)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scalingnote.data import Document, write_corpus
-from scalingnote.data import corpus
+from scalingnote.data import Document, corpus, write_corpus
 from scalingnote.data.corpus import (
     find_corpus,
     get_corpus_format,
@@ -44,7 +43,12 @@ def _write_parquet(path: Path, docs: list[Document], **extra_cols) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols = {"_id": [d.id for d in docs], "title": [d.title for d in docs], "topic": [d.topic for d in docs], "text": [d.content for d in docs]}
+    cols = {
+        "_id": [d.id for d in docs],
+        "title": [d.title for d in docs],
+        "topic": [d.topic for d in docs],
+        "text": [d.content for d in docs],
+    }
     cols.update(extra_cols)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(cols), path, row_group_size=3)
@@ -147,7 +151,9 @@ def test_parquet_on_invalid_and_on_empty(tmp_path):
 
 def test_jsonl_options_pass_through(tmp_path):
     p = tmp_path / "corpus.jsonl"
-    p.write_text('{"_id": "a", "text": "x"}\n{"_id": "b", "text": 3}\n{"_id": "c", "title": "", "text": ""}\n', encoding="utf-8")
+    p.write_text(
+        '{"_id": "a", "text": "x"}\n{"_id": "b", "text": 3}\n{"_id": "c", "title": "", "text": ""}\n', encoding="utf-8"
+    )
     with pytest.raises(DataError, match=r"corpus\.jsonl, line 2, field 'text': expected a string"):
         list(iter_corpus(tmp_path))
     with warnings.catch_warnings():
@@ -162,7 +168,9 @@ def test_a_registered_format_is_recognised_everywhere_the_built_ins_are(tmp_path
     fmt = register_corpus_format(TSV, read_tsv, suffixes=(SFX,))
     assert corpus.FORMATS.get(TSV) is fmt and fmt.beir_file == f"corpus{SFX}"
     _write_tsv(tmp_path / "beir" / f"corpus{SFX}", DOCS)
-    assert list(iter_corpus(tmp_path / "beir" / f"corpus{SFX}")) == [Document(d.id, d.title, "", d.content) for d in DOCS]
+    assert list(iter_corpus(tmp_path / "beir" / f"corpus{SFX}")) == [
+        Document(d.id, d.title, "", d.content) for d in DOCS
+    ]
     assert find_corpus(tmp_path / "beir").format is fmt
     docs, source, total = open_corpus(tmp_path / "beir")
     assert (len(list(docs)), source, total) == (4, str(tmp_path / "beir" / f"corpus{SFX}"), None)
@@ -189,7 +197,9 @@ def test_registration_refuses_clashes_and_bad_entries():
 def test_unknown_and_dotted_format_names(tmp_path, monkeypatch):
     with pytest.raises(ScalingNoteError, match=r"format: unknown corpus format 'test_corpus_xml'; known: ") as e:
         get_corpus_format("test_corpus_xml")
-    assert {"jsonl", "parquet"} <= set(str(e.value).split("known: ")[1].split(" (")[0].split(", "))  # the table, read at the time
+    assert {"jsonl", "parquet"} <= set(
+        str(e.value).split("known: ")[1].split(" (")[0].split(", ")
+    )  # the table, read at the time
     (tmp_path / "my_reader.py").write_text(
         "from scalingnote.data import Document\n"
         "def read(path):\n"
@@ -201,11 +211,15 @@ def test_unknown_and_dotted_format_names(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "c.psv").write_text("a|one\nb|two\n", encoding="utf-8")
     assert [d.content for d in iter_corpus(tmp_path / "c.psv", format="my_reader:read")] == ["one", "two"]
-    with pytest.raises(ScalingNoteError, match=r"corpus\.format: cannot import corpus format 'no_such_mod:read': ModuleNotFoundError"):
+    with pytest.raises(
+        ScalingNoteError, match=r"corpus\.format: cannot import corpus format 'no_such_mod:read': ModuleNotFoundError"
+    ):
         get_corpus_format("no_such_mod:read", option="corpus.format")
     with pytest.raises(ScalingNoteError, match=r"cannot import corpus format 'my_reader:nope': AttributeError"):
         get_corpus_format("my_reader:nope")
-    with pytest.raises(ScalingNoteError, match=r"format: 'my_reader:__name__' is neither a CorpusFormat nor a reader function"):
+    with pytest.raises(
+        ScalingNoteError, match=r"format: 'my_reader:__name__' is neither a CorpusFormat nor a reader function"
+    ):
         get_corpus_format("my_reader:__name__")
     sys.modules.pop("my_reader", None)
 
@@ -224,7 +238,11 @@ def _fixed(items):
         ([DOCS[0], {"_id": "x"}], None, "document 2: the 'test_corpus_fixed' reader gave a dict, not a Document"),
         ([DOCS[0], Document("  ", "t", "", "x")], "_id", "document 2: must not be empty"),
         ([DOCS[0], Document("d9", None, "", "x")], "title", "document 2: expected a string, got NoneType"),
-        ([DOCS[0], DOCS[1], Document("d1", "again", "", "x")], "_id", "document 3: duplicate document id 'd1' (first seen in {p}, document 1)"),
+        (
+            [DOCS[0], DOCS[1], Document("d1", "again", "", "x")],
+            "_id",
+            "document 3: duplicate document id 'd1' (first seen in {p}, document 1)",
+        ),
     ],
 )
 def test_user_reader_output_is_checked(tmp_path, items, field, words):
@@ -244,8 +262,13 @@ def test_user_reader_skips_invalid_and_empty_like_the_built_ins(tmp_path):
         got = list(iter_corpus(tmp_path / "c.testfx", on_invalid="skip"))
     assert got == [DOCS[0], DOCS[1]]
     msgs = sorted(str(w.message) for w in rec)
-    assert msgs[0].startswith(f"{tmp_path / 'c.testfx'}: skipped 1 invalid documents (first: ") and "document 2: must not be empty" in msgs[0]
-    assert msgs[1] == f"skipped 1 empty documents (title and text both empty; first: {tmp_path / 'c.testfx'}, document 3)"
+    assert (
+        msgs[0].startswith(f"{tmp_path / 'c.testfx'}: skipped 1 invalid documents (first: ")
+        and "document 2: must not be empty" in msgs[0]
+    )
+    assert (
+        msgs[1] == f"skipped 1 empty documents (title and text both empty; first: {tmp_path / 'c.testfx'}, document 3)"
+    )
     with pytest.raises(DataError, match=r"field 'text': document 3: empty document"):
         list(iter_corpus(tmp_path / "c.testfx", on_invalid="skip", on_empty="error"))
 
@@ -259,7 +282,6 @@ def test_user_reader_errors_name_file_line_and_field(tmp_path):
     assert (e.value.path, e.value.line) == (str(p), 6)
 
 
-
 # ----------------------------------------------------------------------------- a BEIR directory's corpus file
 def test_find_corpus_file_detects_the_one_corpus_file_and_names_what_it_looked_for(tmp_path):
     from scalingnote.data.corpus import find_corpus_file
@@ -271,11 +293,16 @@ def test_find_corpus_file_detects_the_one_corpus_file_and_names_what_it_looked_f
     with pytest.raises(DataError, match=r"no corpus file of format 'parquet'.*found: corpus\.jsonl"):
         find_corpus_file(beir, "parquet")
     _write_parquet(beir / "corpus.parquet", DOCS)
-    with pytest.raises(DataError, match=r"several corpus files in this directory \(corpus\.jsonl \(jsonl\), corpus\.parquet \(parquet\)\)"):
+    with pytest.raises(
+        DataError,
+        match=r"several corpus files in this directory \(corpus\.jsonl \(jsonl\), corpus\.parquet \(parquet\)\)",
+    ):
         find_corpus_file(beir)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(DataError, match=r"empty: no corpus file in this directory \(looked for corpus\.jsonl \(jsonl\)") as e:
+    with pytest.raises(
+        DataError, match=r"empty: no corpus file in this directory \(looked for corpus\.jsonl \(jsonl\)"
+    ) as e:
         find_corpus_file(empty)
     assert e.value.path == str(empty)
     # a format registered here is looked for too, by its own file name
@@ -293,7 +320,9 @@ def test_use_corpus_format_registers_a_dotted_reader_for_the_directorys_corpus_f
         "    for line in open(path, encoding='utf-8').read().splitlines()[1:]:\n"
         "        i, t, x = line.split(',')\n"
         "        yield Document(i, t, '', x)\n"
-        "other = read\n", encoding="utf-8")
+        "other = read\n",
+        encoding="utf-8",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     beir = tmp_path / "beir"
     beir.mkdir()

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scalingnote.data import Document, Query, write_beir
-from scalingnote.data import corpus
+from scalingnote.data import Document, Query, corpus, write_beir
 from scalingnote.data.corpus import register_corpus_format
 
 WORDS = "vitamin fracture knee running obesity attention sleep coffee heart liver lung brain".split()
@@ -32,7 +31,10 @@ def twins(tmp_path):
 
 def _write_twins(tmp_path):
     register_corpus_format("test_stages_tsv", read_tsv, suffixes=(".testtsv",))
-    docs = [Document(f"d{i}", f"{w} study", "", f"{w} {WORDS[(i + 3) % len(WORDS)]} and {w} in adults") for i, w in enumerate(WORDS)]
+    docs = [
+        Document(f"d{i}", f"{w} study", "", f"{w} {WORDS[(i + 3) % len(WORDS)]} and {w} in adults")
+        for i, w in enumerate(WORDS)
+    ]
     queries = [Query(f"q{i}", f"{w} effects") for i, w in enumerate(WORDS)]
     train = {f"q{i}": {f"d{i}": 1} for i in range(8)}
     test = {f"q{i}": {f"d{i}": 1} for i in range(8, 12)}
@@ -54,8 +56,12 @@ def test_beir_training_and_tmj_data(twins):
     jsonl, tsv, docs = twins
     a, b = load_beir(jsonl, "test"), load_beir(tsv, "test")
     assert list(b.corpus.values()) == docs and (a.queries, a.qrels) == (b.queries, b.qrels)
-    ta = load_training_data(DataSpec(str(jsonl), negatives="bm25", neg_skip_top=1, neg_max_rank=5), seed=3, show_progress=False)
-    tb = load_training_data(DataSpec(str(tsv), negatives="bm25", neg_skip_top=1, neg_max_rank=5), seed=3, show_progress=False)
+    ta = load_training_data(
+        DataSpec(str(jsonl), negatives="bm25", neg_skip_top=1, neg_max_rank=5), seed=3, show_progress=False
+    )
+    tb = load_training_data(
+        DataSpec(str(tsv), negatives="bm25", neg_skip_top=1, neg_max_rank=5), seed=3, show_progress=False
+    )
     assert list(tb.corpus.values()) == docs
     assert (ta.train, ta.validation, ta.eval_qrels) == (tb.train, tb.validation, tb.eval_qrels)
     assert all(e.neg is not None for e in tb.train)  # BM25 mined negatives over the TSV documents

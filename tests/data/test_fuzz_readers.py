@@ -12,7 +12,12 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.helpers.fuzz import TARGETS, check, inputs
 
-FUZZ = settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
@@ -35,7 +40,11 @@ def test_reader_parses_or_names_file_and_line(name, tmp_path):
         ("beir_qrels", b"q1\td1\tnan\n", "field 'score'"),
         ("beir_qrels", b"q1\td1\tinf\n", "field 'score'"),
         ("beir_qrels", b"q1\td1\t1e400\n", "field 'score'"),
-        ("click_log_tsv", b"query_id\tdoc_id\tposition\tclicked\n" + b"q\td\t1\t1\n" * 3000 + b"q\td\t1\t\xff\n", "line 3002"),
+        (
+            "click_log_tsv",
+            b"query_id\tdoc_id\tposition\tclicked\n" + b"q\td\t1\t1\n" * 3000 + b"q\td\t1\t\xff\n",
+            "line 3002",
+        ),
         ("yaml_train_config", b"seed: 2020-99-99\n", "line 1"),
         ("yaml_train_config", b"seed: 1\n\xff\n", "train.yaml"),
     ],

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from scalingnote.data import logs as L
-from scalingnote.data.logs import ClickRecord, RelevanceRecord, read_click_log, read_relevance_log, write_click_log, write_relevance_log
+from scalingnote.data.logs import (
+    ClickRecord,
+    RelevanceRecord,
+    read_click_log,
+    read_relevance_log,
+    write_click_log,
+    write_relevance_log,
+)
 from scalingnote.errors import DataError
 
 QIDS = {"q1", "q2"}
@@ -32,7 +39,9 @@ def test_click_tsv_with_and_without_header(tmp_path):
     a = read_click_log(_tsv(tmp_path, "a.tsv", rows, "query_id\tdoc_id\tposition\tclicked"), QIDS, DIDS)
     b = read_click_log(_tsv(tmp_path, "b.tsv", rows), QIDS, DIDS)
     assert [(r.query_id, r.doc_id, r.position, r.clicked) for r in a] == [("q1", "d1", 1, True), ("q1", "d2", 2, False)]
-    assert [(r.query_id, r.doc_id, r.position, r.clicked) for r in b] == [(r.query_id, r.doc_id, r.position, r.clicked) for r in a]
+    assert [(r.query_id, r.doc_id, r.position, r.clicked) for r in b] == [
+        (r.query_id, r.doc_id, r.position, r.clicked) for r in a
+    ]
     assert a[0].line == 2 and b[0].line == 1
 
 
@@ -63,7 +72,9 @@ _BAD_ROWS = {
 }
 
 
-@pytest.mark.parametrize("kind, row, field, needle", [(k, row, f, n) for (k, f, n), rows in _BAD_ROWS.items() for row in rows])
+@pytest.mark.parametrize(
+    "kind, row, field, needle", [(k, row, f, n) for (k, f, n), rows in _BAD_ROWS.items() for row in rows]
+)
 def test_malformed_log_row_names_file_line_field(tmp_path, kind, row, field, needle):
     reader, name, header, good = _LOGS[kind]
     p = _tsv(tmp_path, name, [good, row], header)
@@ -110,7 +121,9 @@ def test_write_read_roundtrip(tmp_path):
         write_click_log(tmp_path / f"c.{ext}", clicks)
         write_relevance_log(tmp_path / f"r.{ext}", rels)
         got = read_click_log(tmp_path / f"c.{ext}")
-        assert [(r.query_id, r.doc_id, r.position, r.clicked) for r in got] == [(c.query_id, c.doc_id, c.position, c.clicked) for c in clicks]
+        assert [(r.query_id, r.doc_id, r.position, r.clicked) for r in got] == [
+            (c.query_id, c.doc_id, c.position, c.clicked) for c in clicks
+        ]
         assert [(r.doc_id, r.score) for r in read_relevance_log(tmp_path / f"r.{ext}")] == [("d1", 0.25), ("d2", -1.5)]
 
 
@@ -127,7 +140,10 @@ def test_click_one_hop_clicked_is_positive_unclicked_exposed_is_negative():
     assert agg["q1"].positives == ["d1", "d2"] and agg["q1"].negatives == ["d3"]
     trip = L.click_one_hop(agg, seed=0)
     assert set(trip) == {"q1", "q3"}
-    assert [(t.pos_id, t.neg_id, t.source) for t in trip["q1"]] == [("d1", "d3", "click_one_hop"), ("d2", "d3", "click_one_hop")]
+    assert [(t.pos_id, t.neg_id, t.source) for t in trip["q1"]] == [
+        ("d1", "d3", "click_one_hop"),
+        ("d2", "d3", "click_one_hop"),
+    ]
     assert trip["q3"][0].neg_id is None
 
 
@@ -137,7 +153,9 @@ def test_click_negative_is_random_but_seeded():
     negs = {L.click_one_hop(agg, seed=s)["q"][0].neg_id for s in range(30)}
     assert len(negs) > 5 and negs <= {f"n{i}" for i in range(20)}
     assert L.click_one_hop(agg, seed=3) == L.click_one_hop(agg, seed=3)
-    assert L.click_one_hop(L.aggregate_clicks(list(reversed(recs))), seed=3) == L.click_one_hop(agg, seed=3)  # order-free
+    assert L.click_one_hop(L.aggregate_clicks(list(reversed(recs))), seed=3) == L.click_one_hop(
+        agg, seed=3
+    )  # order-free
 
 
 def test_relevance_one_hop_top1_positive_and_negative_from_ranks_k_to_t():

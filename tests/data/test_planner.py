@@ -80,7 +80,10 @@ def test_planner_protocol():
     """What TermPlanner promises (``planner(text) -> {term: score}``), kept by the built-in planner
     and by a user's factory named in the build config, which is the planner the build then uses."""
     texts = ["x y", "x z"]
-    for planner in (IDFPlanner(texts, Tokenizer("en")), make_planner(PlannerConfig(factory=f"{__name__}:_word_count_factory"), texts)):
+    for planner in (
+        IDFPlanner(texts, Tokenizer("en")),
+        make_planner(PlannerConfig(factory=f"{__name__}:_word_count_factory"), texts),
+    ):
         scores = planner("x z")
         assert set(scores) == {"x", "z"} and all(isinstance(v, float) and math.isfinite(v) for v in scores.values())
     custom = make_planner(PlannerConfig(factory=f"{__name__}:_word_count_factory"), texts)

@@ -30,7 +30,10 @@ def test_english_and_chinese_sentence_splitting():
         "We ran a trial in 2019.",
     ]
     assert split_sentences(ZH) == ["宝宝十个月还没长牙。", "这是正常的吗？", "医生说不用担心！"]
-    assert split_sentences("The value was 3.5 mg, e.g. small. Next one.") == ["The value was 3.5 mg, e.g. small.", "Next one."]
+    assert split_sentences("The value was 3.5 mg, e.g. small. Next one.") == [
+        "The value was 3.5 mg, e.g. small.",
+        "Next one.",
+    ]
     assert split_sentences("") == []
 
 
@@ -64,7 +67,9 @@ def test_ict_queries_writes_queries_qrels_and_modified_corpus(tmp_path):
     ]
     write_corpus(tmp_path / "corpus.jsonl", docs)
     out = tmp_path / "ict"
-    pairs = ict_queries(tmp_path / "corpus.jsonl", out, ICTConfig(seed=1, write_corpus=True, min_words=2), progress=False)
+    pairs = ict_queries(
+        tmp_path / "corpus.jsonl", out, ICTConfig(seed=1, write_corpus=True, min_words=2), progress=False
+    )
     assert [p.doc_id for p in pairs] == ["a", "c"]
     queries = load_queries(out / "queries.jsonl")
     qrels = load_qrels(out / "qrels" / "train.tsv", queries, {"a", "b", "c"})
@@ -84,7 +89,10 @@ def test_ict_queries_writes_queries_qrels_and_modified_corpus(tmp_path):
 def test_corpus_texts_are_titles_and_sentences_deduplicated_and_sampled_with_the_seed(tmp_path):
     title = "Vitamin D in winter"
     b_text = "Too short. Low levels are common in winter! Teeth come late sometimes."
-    write_corpus(tmp_path / "corpus.jsonl", [Document("a", title, "", EN), Document("b", title, "", b_text), Document("c", "", "", ZH)])
+    write_corpus(
+        tmp_path / "corpus.jsonl",
+        [Document("a", title, "", EN), Document("b", title, "", b_text), Document("c", "", "", ZH)],
+    )
     got = corpus_texts(tmp_path / "corpus.jsonl", tmp_path / "t", max_texts=100, min_words=3)
     texts = [q.text for q in got]
     # every title and every long-enough sentence once (b's title and its second sentence repeat a's)
@@ -115,8 +123,12 @@ def test_cli_pseudo_ict(tmp_path):
     write_corpus(tmp_path / "corpus.jsonl", [Document("a", "t", "", EN)])
     app = typer.Typer()
     register(app)
-    r = CliRunner().invoke(app, ["data", "pseudo", "--data", str(tmp_path), "--method", "ict", "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app, ["data", "pseudo", "--data", str(tmp_path), "--method", "ict", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code == 0, r.output
     assert len(load_queries(tmp_path / "o" / "queries.jsonl")) == 1
-    r = CliRunner().invoke(app, ["data", "pseudo", "--data", str(tmp_path), "--method", "bogus", "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app, ["data", "pseudo", "--data", str(tmp_path), "--method", "bogus", "--out", str(tmp_path / "o")]
+    )
     assert r.exit_code != 0

@@ -18,7 +18,15 @@ SMALL = dict(num_docs=300, num_queries=120)
 
 
 def _digest(root) -> dict[str, str]:
-    names = ["corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "logs/clicks.tsv", "logs/relevance.tsv", "build.yaml"]
+    names = [
+        "corpus.jsonl",
+        "queries.jsonl",
+        "qrels/train.tsv",
+        "qrels/test.tsv",
+        "logs/clicks.tsv",
+        "logs/relevance.tsv",
+        "build.yaml",
+    ]
     return {n: hashlib.sha256((root / n).read_bytes()).hexdigest() for n in names}
 
 
@@ -91,7 +99,10 @@ def test_generated_build_config_runs_without_leakage(tmp_path):
     test_q = set(load_qrels(tmp_path / "qrels" / "test.tsv"))
     assert not {t.query_id for t in res.train + res.validation} & test_q
     assert res.stats["leakage"]["leaked_queries"] == 0
-    assert res.stats["sources"]["click_one_hop"]["triplets"] > 0 and res.stats["sources"]["relevance_one_hop"]["triplets"] > 0
+    assert (
+        res.stats["sources"]["click_one_hop"]["triplets"] > 0
+        and res.stats["sources"]["relevance_one_hop"]["triplets"] > 0
+    )
     assert set(load_queries(tmp_path / "queries.jsonl")) >= {t.query_id for t in res.train}
 
 
@@ -109,6 +120,8 @@ def test_cli_synth(tmp_path):
 
     app = typer.Typer()
     register(app)
-    r = CliRunner().invoke(app, ["data", "synth", "--out", str(tmp_path), "--seed", "4", "--num-docs", "200", "--num-queries", "60"])
+    r = CliRunner().invoke(
+        app, ["data", "synth", "--out", str(tmp_path), "--seed", "4", "--num-docs", "200", "--num-queries", "60"]
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "build.yaml").exists() and (tmp_path / "logs" / "clicks.tsv").exists()

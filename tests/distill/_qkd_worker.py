@@ -98,9 +98,8 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
 
 
 def main() -> None:
-    from tests.helpers.torchrun import finish_worker, kill_hook
-
     from scalingnote.training import distributed as D
+    from tests.helpers.torchrun import finish_worker, kill_hook
 
     mode, spec, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(1)
@@ -114,7 +113,9 @@ def main() -> None:
 
         res = distill(make_cfg(spec, out, spec["distributed"]), on_step=kill_hook(spec.get("kill_at")))
         if D.rank() == 0:
-            Path(out, "result.json").write_text(json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))}))
+            Path(out, "result.json").write_text(
+                json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))})
+            )
     finish_worker()
 
 

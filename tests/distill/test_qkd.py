@@ -77,7 +77,9 @@ def test_distill_learns_and_is_compatible(stage1, tmp_path):
     # the reported nDCG@10 is the saved student's against the Stage I document embeddings, recomputed
     from tests.helpers.recompute import saved_ndcg10
 
-    assert res["ndcg@10"] == pytest.approx(saved_ndcg10(tmp_path / "qkd" / "query_tower", stage1["stage1"], stage1["data"]), abs=1e-6)
+    assert res["ndcg@10"] == pytest.approx(
+        saved_ndcg10(tmp_path / "qkd" / "query_tower", stage1["stage1"], stage1["data"]), abs=1e-6
+    )
     assert np.isfinite(res["qkd_val_loss"])
     # the curves beside metrics.jsonl, read back with TensorBoard's reader: every step's loss, learning
     # rate and throughput, and the validation loss at every validation
@@ -151,8 +153,16 @@ def test_student_of_a_tiny_teacher_reaches_near_zero_loss(stage1, tmp_path):
     qfile = tmp_path / "queries.jsonl"
     qfile.write_text("".join(json.dumps({"_id": f"x{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     out = tmp_path / "fit"
-    cfg = _dcfg(stage1, out, queries=[{"path": str(qfile)}], optim={"batch_size": 8, "epochs": 300.0, "lr": 3e-3},
-                validation_fraction=0.0, eval_data=None, save_every=10_000, head_init="orthogonal")
+    cfg = _dcfg(
+        stage1,
+        out,
+        queries=[{"path": str(qfile)}],
+        optim={"batch_size": 8, "epochs": 300.0, "lr": 3e-3},
+        validation_fraction=0.0,
+        eval_data=None,
+        save_every=10_000,
+        head_init="orthogonal",
+    )
     distill(cfg)
     teacher = load_tower(stage1["stage1"] / "query_tower")
     student = load_tower(out / "query_tower")
@@ -186,7 +196,9 @@ def test_distill_normalized_target_early_stopping_and_cached_teacher(stage1, tmp
     from scalingnote.distill.cache import open_teacher_cache
 
     plain = distill(_dcfg(stage1, tmp_path / "plain", target="normalized"))
-    cached = distill(_dcfg(stage1, tmp_path / "cached", target="normalized", patience=2, feature_cache_dir=str(tmp_path / "fc")))
+    cached = distill(
+        _dcfg(stage1, tmp_path / "cached", target="normalized", patience=2, feature_cache_dir=str(tmp_path / "fc"))
+    )
     a = np.asarray(open_teacher_cache(tmp_path / "plain" / "teacher_cache").emb)
     b = np.asarray(open_teacher_cache(tmp_path / "cached" / "teacher_cache").emb)
     np.testing.assert_allclose(a, b, atol=1e-5)
@@ -201,11 +213,17 @@ def test_distill_normalized_target_early_stopping_and_cached_teacher(stage1, tmp
 
 
 def test_student_with_cached_prefix_trains_top_layers_only(stage1, tmp_path):
-    res = distill(_dcfg(stage1, tmp_path / "k1", student={"model": stage1["bert"], "max_length": 16, "trainable_layers": 1}))
+    res = distill(
+        _dcfg(stage1, tmp_path / "k1", student={"model": stage1["bert"], "max_length": 16, "trainable_layers": 1})
+    )
     assert res["student_trainable_layers"] == 1
     base = load_tower(stage1["bert"], "query")
     got = load_tower(tmp_path / "k1" / "query_tower")
-    moved = {n for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters()) if not torch.equal(p, p0)}
+    moved = {
+        n
+        for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters())
+        if not torch.equal(p, p0)
+    }
     assert moved and all("layer.1." in n for n in moved), moved
 
 
@@ -231,8 +249,13 @@ def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path)
     validation loss before any step; the lowest trains, and the saved student records its layers."""
     from scalingnote.distill.trainer import _student_start, prepare_data, qkd_validation_loss
 
-    cfg = _dcfg(stage1, tmp_path / "choose", student={"model": stage1["bert"], "num_layers": 1, "max_length": 16},
-                student_layer_candidates=[[0], [1]], optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3})
+    cfg = _dcfg(
+        stage1,
+        tmp_path / "choose",
+        student={"model": stage1["bert"], "num_layers": 1, "max_length": 16},
+        student_layer_candidates=[[0], [1]],
+        optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3},
+    )
     res = distill(cfg)
     choice = res["student_layer_choice"]
     assert [t["layers"] for t in choice["tried"]] == [[0], [1]]
@@ -248,7 +271,9 @@ def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path)
     want = [0] if again[0] <= again[1] else [1]
     assert choice["layers"] == want and "validation" in choice["reason"]
     saved = load_tower(tmp_path / "choose" / "query_tower")
-    assert saved.config.num_layers == 1 and res["student_base_layers"] == saved.config.base_layers == (None if want == [0] else want)
+    assert saved.config.num_layers == 1 and res["student_base_layers"] == saved.config.base_layers == (
+        None if want == [0] else want
+    )
     with pytest.raises(ValueError, match="student_layer_candidates"):
         _dcfg(stage1, tmp_path / "bad", student_layer_candidates=[[0], [0, 1]])
 
@@ -261,7 +286,9 @@ def test_lstsq_head_init_through_the_prefix_keeps_each_text_with_its_target(stag
     from scalingnote.training.heads import init_student_head
 
     ds = load_beir(stage1["data"], "train")
-    texts = sorted({q.text for q in ds.queries.values()}, key=lambda t: (-len(t), t))  # longest first: sorting must reorder
+    texts = sorted(
+        {q.text for q in ds.queries.values()}, key=lambda t: (-len(t), t)
+    )  # longest first: sorting must reorder
     texts = texts[1::2] + texts[0::2]
     assert len({len(t) for t in texts}) > 3
     plain = load_tower(stage1["bert"], "query", dim=16, max_query_length=16, device="cpu").eval()

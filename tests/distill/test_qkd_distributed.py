@@ -31,7 +31,6 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from _qkd_worker import run_steps  # noqa: E402
 
-
 _torchrun = functools.partial(torchrun, HERE / "_qkd_worker.py")
 
 
@@ -43,12 +42,20 @@ def teacher(tmp_path_factory):
     llm = build_tiny_model(root / "llm", "llm", num_layers=2)
     bert = build_tiny_model(root / "bert", "bert", num_layers=2)
     data = write_tiny_beir(root / "beir")
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_dual", "output_dir": str(root / "stage1"),
-        "query_tower": {"model": str(llm), "max_length": 16}, "doc_tower": {"model": str(llm), "max_length": 64},
-        "dim": 32, "data": {"data_dir": str(data), "neg_skip_top": 1, "neg_max_rank": 8}, "loss": {"dims": [8, 16, 32]},
-        "optim": {"batch_size": 8, "epochs": 1.0, "lr": 1e-3, "head_lr": 1e-2}, "show_progress": False,
-    })
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "scaling_dual",
+            "output_dir": str(root / "stage1"),
+            "query_tower": {"model": str(llm), "max_length": 16},
+            "doc_tower": {"model": str(llm), "max_length": 64},
+            "dim": 32,
+            "data": {"data_dir": str(data), "neg_skip_top": 1, "neg_max_rank": 8},
+            "loss": {"dims": [8, 16, 32]},
+            "optim": {"batch_size": 8, "epochs": 1.0, "lr": 1e-3, "head_lr": 1e-2},
+            "show_progress": False,
+        },
+    )
     train(cfg)
     rng = np.random.default_rng(0)
     words = [w for ws in TOPICS.values() for w in ws]
@@ -97,7 +104,9 @@ def test_killed_qkd_run_resumes_bit_identically(teacher, tmp_path, distributed):
     # blows the validation loss up and the start stays the best weights (nothing left to compare)
     spec = {**teacher, "distributed": distributed, "max_steps": 5, "head_init": "orthogonal"}
     full, killed = tmp_path / "full", tmp_path / "killed"
-    assert_kill_resumes(_torchrun, spec, full, killed, _weights, marker="sharded.json" if distributed == "fsdp" else "state.pt")
+    assert_kill_resumes(
+        _torchrun, spec, full, killed, _weights, marker="sharded.json" if distributed == "fsdp" else "state.pt"
+    )
     res_a, res_b = (json.loads((p / "run.json").read_text())["metrics"] for p in (full, killed))
     assert res_a["processes"] == res_b["processes"] == 2 and res_a["distributed"] == distributed
     assert res_a["val_curve"] == res_b["val_curve"] and len(res_a["val_curve"]) >= 3  # start, steps 2 and 4, end
@@ -107,12 +116,21 @@ def test_killed_qkd_run_resumes_bit_identically(teacher, tmp_path, distributed):
 
 def test_fsdp_refuses_a_cached_prefix_student(teacher, tmp_path):
     with pytest.raises(ValueError, match="use distributed: ddp"):
-        load_config(DistillConfig, {"teacher": teacher["teacher"], "queries": [{"path": teacher["queries"]}],
-                                    "student": {"model": teacher["bert"], "trainable_layers": 1}, "distributed": "fsdp"})
+        load_config(
+            DistillConfig,
+            {
+                "teacher": teacher["teacher"],
+                "queries": [{"path": teacher["queries"]}],
+                "student": {"model": teacher["bert"], "trainable_layers": 1},
+                "distributed": "fsdp",
+            },
+        )
 
 
 def test_the_gpu_qkd_recipe_loads():
-    cfg = load_config(DistillConfig, Path(__file__).resolve().parents[2] / "configs" / "gpu" / "qkd_from_qwen2.5_7b_fsdp.yaml")
+    cfg = load_config(
+        DistillConfig, Path(__file__).resolve().parents[2] / "configs" / "gpu" / "qkd_from_qwen2.5_7b_fsdp.yaml"
+    )
     assert cfg.distributed == "fsdp" and cfg.precision == "bf16" and cfg.optim.batch_size == 40000
 
 

@@ -28,10 +28,18 @@ def test_teacher_validation_queries_never_reach_qkd(stage1, tmp_path):  # noqa: 
 def test_the_old_behaviour_keeps_them(stage1, tmp_path):  # noqa: F811
     """The switch is real: with it off, the same sources do include the teacher's validation queries."""
     val, _ = heldout_queries(stage1["stage1"])
-    distill(_dcfg(stage1, tmp_path / "kept", exclude_teacher_validation=False, optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3}))
+    distill(
+        _dcfg(
+            stage1,
+            tmp_path / "kept",
+            exclude_teacher_validation=False,
+            optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3},
+        )
+    )
     ds = load_beir(stage1["data"], "test")
     test = {_norm_text(ds.queries[q].text) for q in ds.qrels}
     _, texts = _trained_on(tmp_path / "kept")
-    want = {_norm_text(t) for t in val.values()} - test  # a validation query that is also a test query is dropped as such
+    want = {
+        _norm_text(t) for t in val.values()
+    } - test  # a validation query that is also a test query is dropped as such
     assert want and want <= texts
-

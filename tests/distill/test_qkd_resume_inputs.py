@@ -32,7 +32,11 @@ def test_other_queries_refused_then_redone(stage1, tmp_path):
     changed = _dcfg(stage1, out, queries=[{"path": str(other), "split": "train"}])
     with pytest.raises(StepChangedError) as e:
         distill(changed)
-    assert "queries.0.path" in e.value.keys and all(k.startswith("queries.") for k in e.value.keys) and str(other) in str(e.value)
+    assert (
+        "queries.0.path" in e.value.keys
+        and all(k.startswith("queries.") for k in e.value.keys)
+        and str(other) in str(e.value)
+    )
 
     distill(changed, on_change="redo")
     fresh = tmp_path / "fresh"

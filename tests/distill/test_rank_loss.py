@@ -22,7 +22,9 @@ def test_rank_loss_is_the_kl_of_the_two_softmaxes():
     want = float((p * (p.log() - q.log())).sum(-1).mean())
     assert float(qkd_rank_loss(t, s, tau)) == pytest.approx(want, rel=1e-5)
     assert float(qkd_rank_loss(t, t, tau)) == pytest.approx(0.0, abs=1e-7)  # same order and gaps: nothing to learn
-    assert float(qkd_rank_loss(t, t + 0.3, tau)) == pytest.approx(0.0, abs=1e-6)  # a shift of every score changes no softmax
+    assert float(qkd_rank_loss(t, t + 0.3, tau)) == pytest.approx(
+        0.0, abs=1e-6
+    )  # a shift of every score changes no softmax
     assert want > 0.5
 
 
@@ -39,10 +41,14 @@ def test_teacher_ranking_is_the_exact_top_k(tmp_path):
     # the student's scores of those documents: its cosines, gradients flowing
     qs = torch.tensor(q[[2, 4]] * 2.0, requires_grad=True)
     ts, ss = r.batch(np.array([2, 4]), qs)
-    np.testing.assert_allclose(ss.detach().numpy(), ts.numpy(), atol=1e-5)  # same direction as the teacher: same cosines
+    np.testing.assert_allclose(
+        ss.detach().numpy(), ts.numpy(), atol=1e-5
+    )  # same direction as the teacher: same cosines
     ss.sum().backward()
     assert qs.grad is not None and float(qs.grad.abs().sum()) > 0
-    with pytest.raises(ScalingNoteError, match=r"doc_embeddings\.npy: document embeddings have dim 8, the teacher's query embeddings 4"):
+    with pytest.raises(
+        ScalingNoteError, match=r"doc_embeddings\.npy: document embeddings have dim 8, the teacher's query embeddings 4"
+    ):
         teacher_ranking(tmp_path, q[:, :4], k=5)
 
 

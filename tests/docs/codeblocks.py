@@ -49,7 +49,15 @@ def blocks(path: Path) -> list[Block]:
             j += 1
         prev = next((lines[k].strip() for k in range(start - 1, -1, -1) if lines[k].strip()), "")
         marker = NOT_RUN.match(prev)
-        out.append(Block(path, start + 1, m.group(1), "\n".join(lines[start + 1 : j]) + "\n", marker["reason"] if marker else None))
+        out.append(
+            Block(
+                path,
+                start + 1,
+                m.group(1),
+                "\n".join(lines[start + 1 : j]) + "\n",
+                marker["reason"] if marker else None,
+            )
+        )
         i = j + 1
     return out
 
@@ -84,7 +92,11 @@ def run_by(block: Block) -> str | None:
     rel = block.path.relative_to(ROOT).as_posix()
     if rel == "README.md" and block.lang == "python":
         return "tests/docs/test_readme.py"
-    if rel == "docs/extending.md" and block.lang == "python" and any(a <= block.line < b for a, b in extending_sections()):
+    if (
+        rel == "docs/extending.md"
+        and block.lang == "python"
+        and any(a <= block.line < b for a, b in extending_sections())
+    ):
         return "tests/docs/test_extending.py"
     if help_block(block):
         return "tests/docs/test_site.py"

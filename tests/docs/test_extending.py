@@ -51,14 +51,21 @@ def test_worked_example_runs(heading, tmp_path):
     code = section_code(DOC.read_text(encoding="utf-8"), heading)
     assert code.strip(), f"{DOC}: section '{heading}' has no ```python example"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)]), "PYTHONHASHSEED": "0"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, f"'{heading}' example failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
 def test_builtin_tables_are_made_from_the_registries():
     """The doc's tables of built-in pooling modes, losses, back ends and corpus formats are
     generated from the registries (``scripts/gen_registry_docs.py``) and current."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_registry_docs.py"), "--check"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_registry_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -69,7 +76,9 @@ IN_COPY = "SCALINGNOTE_TEST_ADDITIONS_COPY"  #: set for the suite run inside the
 # ------------------------------------------------------------------ the four additions
 # Each: {product file (relative to the repository): (mode, text)}, mode "new" or "append".
 WEIGHTED_MEAN = {
-    PKG / "models/towers/pooling.py": ("append", '''
+    PKG / "models/towers/pooling.py": (
+        "append",
+        '''
 
 def _weighted_means(h: torch.Tensor, mask: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
     """Position-weighted mean over each view's real tokens, token i weighted i + 1 (SGPT,
@@ -81,11 +90,14 @@ def _weighted_means(h: torch.Tensor, mask: torch.Tensor, spans: torch.Tensor) ->
 
 
 register_pooling("weightedmean", _weighted_means, st_mode="weightedmean", description="position-weighted mean (SGPT)")
-'''),
+''',
+    ),
 }
 
 MARGIN_LOSS = {
-    PKG / "training/losses/margin_ranking.py": ("new", '''"""Margin ranking loss on the ``[EMB]`` view: a hinge on the gap between the positive's and the
+    PKG / "training/losses/margin_ranking.py": (
+        "new",
+        '''"""Margin ranking loss on the ``[EMB]`` view: a hinge on the gap between the positive's and the
 hard negative's cosine similarity (the pairwise loss of RankNet-style training with a margin).
 
     L = mean_i max(0, margin - (cos(q_i, d_i+) - cos(q_i, d_i-)))
@@ -120,12 +132,18 @@ def margin_ranking_loss(batch: LossBatch, spec: LossSpec) -> tuple[torch.Tensor,
 
 
 register_loss("margin_ranking", margin_ranking_loss)
-'''),
-    PKG / "training/losses/__init__.py": ("append", "\nfrom scalingnote.training.losses.margin_ranking import margin_ranking_loss  # noqa: E402,F401\n"),
+''',
+    ),
+    PKG / "training/losses/__init__.py": (
+        "append",
+        "\nfrom scalingnote.training.losses.margin_ranking import margin_ranking_loss  # noqa: E402,F401\n",
+    ),
 }
 
 NUMPY_BACKEND = {
-    PKG / "index/numpy_exact.py": ("new", '''"""An exact brute-force back end in numpy over an index directory's full-precision vectors."""
+    PKG / "index/numpy_exact.py": (
+        "new",
+        '''"""An exact brute-force back end in numpy over an index directory's full-precision vectors."""
 
 from __future__ import annotations
 
@@ -168,16 +186,22 @@ class NumpySearcher(VectorSearcher):
             keep = np.argsort(-best_s, axis=1, kind="stable")[:, :k]
             best_s, best_i = np.take_along_axis(best_s, keep, 1), np.take_along_axis(best_i, keep, 1)
         return SearchResult(best_s, [[self.doc_ids[i] for i in row] for row in best_i], None, best_i)
-'''),
-    PKG / "index/backends.py": ("append", '''
+''',
+    ),
+    PKG / "index/backends.py": (
+        "append",
+        """
 from scalingnote.index.numpy_exact import NumpySearcher  # noqa: E402
 
 register_backend("numpy_exact", NumpySearcher.open, help="exact numpy search over an index directory")
-'''),
+""",
+    ),
 }
 
 CSV_CORPUS = {
-    PKG / "data/corpus.py": ("append", '''
+    PKG / "data/corpus.py": (
+        "append",
+        '''
 
 def _read_csv(path: Path) -> Iterator[Document]:
     """A CSV corpus with a header row naming ``id`` and ``text`` (``title`` optional)."""
@@ -193,10 +217,16 @@ def _read_csv(path: Path) -> Iterator[Document]:
 
 
 register_corpus_format("csv", _read_csv, suffixes=(".csv",))
-'''),
+''',
+    ),
 }
 
-ADDITIONS = {"weightedmean pooling": WEIGHTED_MEAN, "margin ranking loss": MARGIN_LOSS, "numpy back end": NUMPY_BACKEND, "csv corpus": CSV_CORPUS}
+ADDITIONS = {
+    "weightedmean pooling": WEIGHTED_MEAN,
+    "margin ranking loss": MARGIN_LOSS,
+    "numpy back end": NUMPY_BACKEND,
+    "csv corpus": CSV_CORPUS,
+}
 
 
 def _apply(root: Path, files: dict) -> None:
@@ -214,7 +244,11 @@ def _changed_files(a: Path, b: Path) -> list[str]:
     out: list[str] = []
 
     def walk(cmp: filecmp.dircmp, rel: Path) -> None:
-        out.extend(str(rel / n) for n in cmp.left_only + cmp.right_only + cmp.diff_files if not n.endswith(".pyc") and n != "__pycache__")
+        out.extend(
+            str(rel / n)
+            for n in cmp.left_only + cmp.right_only + cmp.diff_files
+            if not n.endswith(".pyc") and n != "__pycache__"
+        )
         for name, sub in cmp.subdirs.items():
             if name != "__pycache__":
                 walk(sub, rel / name)
@@ -225,7 +259,13 @@ def _changed_files(a: Path, b: Path) -> list[str]:
 
 def _repo_files() -> list[str]:
     """The repository's files as a clone has them (tracked, plus new files not ignored)."""
-    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [f for f in out.stdout.splitlines() if (ROOT / f).is_file()]
 
 
@@ -254,20 +294,41 @@ def copy(tmp_path_factory) -> Path:
     (base / "touched.json").write_text(json.dumps(touched, indent=1))
     # the doc's tables of built-ins are made from the registries: regenerate them as a contributor would
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
-    subprocess.run([sys.executable, "scripts/gen_registry_docs.py"], cwd=root, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "scripts/gen_registry_docs.py"],
+        cwd=root,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return root
 
 
 def _run(copy: Path, code: str, cwd: Path, timeout: int = 900) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy)]), "PYTHONHASHSEED": "0", "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy)]),
+        "PYTHONHASHSEED": "0",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}"
     return proc.stdout
 
 
 def _cli(copy: Path, args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy)]), "PYTHONHASHSEED": "0", "OMP_WAIT_POLICY": "PASSIVE"}
-    return subprocess.run([sys.executable, "-m", "scalingnote", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(copy / "src"), str(copy)]),
+        "PYTHONHASHSEED": "0",
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "scalingnote", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_doc_tables_list_the_additions(copy):
@@ -284,7 +345,9 @@ def test_each_addition_touches_at_most_two_product_files(copy):
 
 
 def test_weighted_mean_pooling_is_a_pooling_name_and_exports(copy, tmp_path):
-    _run(copy, """
+    _run(
+        copy,
+        """
         import numpy as np, torch
         from sentence_transformers import SentenceTransformer
         from scalingnote.models import build_tiny_model, load_tower
@@ -305,11 +368,15 @@ def test_weighted_mean_pooling_is_a_pooling_name_and_exports(copy, tmp_path):
         ref = tower.encode_queries(texts, show_progress=False)
         assert np.allclose(st.encode(texts, normalize_embeddings=True), ref, atol=1e-5)
         assert load_tower("wm-st", "query", device="cpu", dtype="float32").config.pooling == "weightedmean"
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
 
 
 def test_margin_ranking_loss_matches_torch_and_trains(copy, tmp_path):
-    _run(copy, """
+    _run(
+        copy,
+        """
         import doctest, json, torch
         import torch.nn.functional as F
         from pathlib import Path
@@ -350,11 +417,15 @@ def test_margin_ranking_loss_matches_torch_and_trains(copy, tmp_path):
         logged = [json.loads(line) for line in Path("run/metrics.jsonl").read_text().splitlines()]
         losses = [x["loss"] for x in logged if "loss" in x]
         assert len(losses) == 4 and all(0.0 <= x <= 2.3 for x in losses), losses
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
 
 
 def _tiny_beir(copy: Path, where: Path, csv: bool = False) -> None:
-    _run(copy, f"""
+    _run(
+        copy,
+        f"""
         import numpy as np
         from pathlib import Path
         from scalingnote.data import Document, Query, write_beir
@@ -377,56 +448,144 @@ def _tiny_beir(copy: Path, where: Path, csv: bool = False) -> None:
         build = __import__("scalingnote.models", fromlist=["build_tiny_model"]).build_tiny_model
         build("tiny-bert", "bert", seed=0, num_layers=2)
         build("tiny-llm", "llm", seed=0, num_layers=1)
-    """, where)
+    """,
+        where,
+    )
 
 
 def test_numpy_back_end_through_search_and_serve(copy, tmp_path):
     _tiny_beir(copy, tmp_path)
-    _run(copy, """
+    _run(
+        copy,
+        """
         from scalingnote.index import build_index
         from scalingnote.index.pipeline import encode_with_tower
         encode_with_tower("tiny-bert", "beir", "emb", shard_size=64, batch_size=16, progress=False)
         build_index("emb", "idx", "Flat", semantic_ids_layers=0, progress=False)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     runs = {}
     for backend in ("faiss", "numpy_exact"):
         out = tmp_path / f"{backend}.tsv"
-        r = _cli(copy, ["search", "--backend", backend, "--index", "idx", "--query-tower", "tiny-bert", "--mode", "dense",
-                        "--queries", "beir", "--split", "test", "--k", "5", "--out", str(out)], tmp_path)
+        r = _cli(
+            copy,
+            [
+                "search",
+                "--backend",
+                backend,
+                "--index",
+                "idx",
+                "--query-tower",
+                "tiny-bert",
+                "--mode",
+                "dense",
+                "--queries",
+                "beir",
+                "--split",
+                "test",
+                "--k",
+                "5",
+                "--out",
+                str(out),
+            ],
+            tmp_path,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         runs[backend] = [line.split() for line in out.read_text().splitlines()]
     # the same queries, the same top-5 scores (equal scores may list their documents in another order)
     assert runs["numpy_exact"] and [r[0] for r in runs["numpy_exact"]] == [r[0] for r in runs["faiss"]]
     assert np.allclose([float(r[4]) for r in runs["numpy_exact"]], [float(r[4]) for r in runs["faiss"]], atol=1e-5)
-    one = _cli(copy, ["search", "--backend", "numpy_exact", "--index", "idx", "--query-tower", "tiny-bert", "--mode", "dense", "--query", "coffee sleep", "--k", "3"], tmp_path)
+    one = _cli(
+        copy,
+        [
+            "search",
+            "--backend",
+            "numpy_exact",
+            "--index",
+            "idx",
+            "--query-tower",
+            "tiny-bert",
+            "--mode",
+            "dense",
+            "--query",
+            "coffee sleep",
+            "--k",
+            "3",
+        ],
+        tmp_path,
+    )
     assert one.returncode == 0, one.stderr[-3000:]
     hits = [json.loads(line) for line in one.stdout.splitlines() if line.startswith("{")]
     assert len(hits) == 3, one.stdout
-    refused = _cli(copy, ["search", "--backend", "numpy_exact", "--index", "idx", "--query-tower", "tiny-bert", "--mode", "dense", "--query", "x", "--nprobe", "4"], tmp_path)
+    refused = _cli(
+        copy,
+        [
+            "search",
+            "--backend",
+            "numpy_exact",
+            "--index",
+            "idx",
+            "--query-tower",
+            "tiny-bert",
+            "--mode",
+            "dense",
+            "--query",
+            "x",
+            "--nprobe",
+            "4",
+        ],
+        tmp_path,
+    )
     assert refused.returncode == 2 and "nprobe" in refused.stderr, refused.stderr[-2000:]
 
     import httpx
 
-    svc = ServeProcess(["--backend", "numpy_exact", "--index", str(tmp_path / "idx"), "--query-tower", str(tmp_path / "tiny-bert")],
-                       env={"PYTHONPATH": str(copy / "src")})
+    svc = ServeProcess(
+        ["--backend", "numpy_exact", "--index", str(tmp_path / "idx"), "--query-tower", str(tmp_path / "tiny-bert")],
+        env={"PYTHONPATH": str(copy / "src")},
+    )
     try:
         health = svc.wait_ready(timeout=300)
         assert health["index"]["factory"] == "numpy:exact", health
         r = httpx.post(svc.url + "/search", json={"query": "coffee sleep", "k": 3}, trust_env=False, timeout=60)
         assert r.status_code == 200, r.text
         served = r.json()["results"]
-        assert [h["doc_id"] for h in served] == [h["doc_id"] for h in hits] or np.allclose([h["score"] for h in served], [h["score"] for h in hits], atol=1e-5)
+        assert [h["doc_id"] for h in served] == [h["doc_id"] for h in hits] or np.allclose(
+            [h["score"] for h in served], [h["score"] for h in hits], atol=1e-5
+        )
     finally:
         svc.stop()
 
 
 def test_csv_corpus_through_quickstart_data(copy, tmp_path):
     _tiny_beir(copy, tmp_path, csv=True)
-    tiny = ["bert=" + str(tmp_path / "tiny-bert"), "llm=" + str(tmp_path / "tiny-llm"), "llm_depths=[1]", "llm_small_layers=1",
-            "bert_small_layers=1", "dim=32", "steps=3", "batch_size=4", "qkd_epochs=1.0", "qkd_batch_size=16",
-            "qkd_max_pseudo_queries=60", "semantic_id_layers=2", "query_max_length=16", "doc_max_length=64",
-            "head_lrs=[0.001]", "compare=none", "teacher=bert", "show_progress=false"]
-    r = _cli(copy, ["quickstart", "--data", "beir", "--out", "run", *[a for kv in tiny for a in ("--set", kv)]], tmp_path, timeout=1500)
+    tiny = [
+        "bert=" + str(tmp_path / "tiny-bert"),
+        "llm=" + str(tmp_path / "tiny-llm"),
+        "llm_depths=[1]",
+        "llm_small_layers=1",
+        "bert_small_layers=1",
+        "dim=32",
+        "steps=3",
+        "batch_size=4",
+        "qkd_epochs=1.0",
+        "qkd_batch_size=16",
+        "qkd_max_pseudo_queries=60",
+        "semantic_id_layers=2",
+        "query_max_length=16",
+        "doc_max_length=64",
+        "head_lrs=[0.001]",
+        "compare=none",
+        "teacher=bert",
+        "show_progress=false",
+    ]
+    r = _cli(
+        copy,
+        ["quickstart", "--data", "beir", "--out", "run", *[a for kv in tiny for a in ("--set", kv)]],
+        tmp_path,
+        timeout=1500,
+    )
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["rows"], results
@@ -436,15 +595,28 @@ def test_csv_corpus_through_quickstart_data(copy, tmp_path):
 
 
 #: the tests that read the registries, the CLI's help and the extension points
-REGISTRY_TESTS = ("tests/models/test_pooling.py", "tests/models/test_st_import.py", "tests/training/test_loss_registry.py",
-                  "tests/index/test_backends.py", "tests/index/test_searcher_contract.py", "tests/data/test_corpus.py",
-                  "tests/cli", "tests/docs/test_extending.py")
+REGISTRY_TESTS = (
+    "tests/models/test_pooling.py",
+    "tests/models/test_st_import.py",
+    "tests/training/test_loss_registry.py",
+    "tests/index/test_backends.py",
+    "tests/index/test_searcher_contract.py",
+    "tests/data/test_corpus.py",
+    "tests/cli",
+    "tests/docs/test_extending.py",
+)
 
 
 def _pytest_in(copy: Path, args: list[str], timeout: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(copy / "src"), "OMP_WAIT_POLICY": "PASSIVE", IN_COPY: "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=copy, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_registry_cli_and_extension_tests_pass_with_all_four_registered(copy):

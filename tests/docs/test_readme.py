@@ -20,7 +20,6 @@ import httpx
 import pytest
 
 from benchmarks._common import ServeProcess
-
 from scalingnote.models import build_tiny_model
 from scalingnote.quickstart import QuickstartConfig, quickstart
 from tests.docs.codeblocks import ROOT, blocks
@@ -30,10 +29,28 @@ README = ROOT / "README.md"
 
 def tiny_options(root: Path) -> dict:
     """A quick start that finishes in seconds: tiny random models, one family, nothing optional."""
-    return dict(bert=str(build_tiny_model(root / "bert", "bert", num_layers=2)), families=["bert"], teacher="bert", dim=32,
-                full_dim=False, synth_docs=120, synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16,
-                qkd_max_pseudo_queries=60, qkd_max_steps=10, semantic_id_layers=2, query_max_length=16, doc_max_length=64,
-                show_progress=False, head_lrs=[1e-3], compare="none", mining_round="off")
+    return dict(
+        bert=str(build_tiny_model(root / "bert", "bert", num_layers=2)),
+        families=["bert"],
+        teacher="bert",
+        dim=32,
+        full_dim=False,
+        synth_docs=120,
+        synth_queries=60,
+        steps=3,
+        batch_size=4,
+        qkd_epochs=1.0,
+        qkd_batch_size=16,
+        qkd_max_pseudo_queries=60,
+        qkd_max_steps=10,
+        semantic_id_layers=2,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
+        head_lrs=[1e-3],
+        compare="none",
+        mining_round="off",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +65,17 @@ def test_the_readme_is_short_and_in_order():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 300
     heads = [h.strip() for h in re.findall(r"^## (.+)$", text, re.M)]
-    assert heads == ["Install", "Quick start: two commands", "Your own data", "Python", "Results", "Commands", "Extending",
-                     "Limits", "Tests and CI"]
+    assert heads == [
+        "Install",
+        "Quick start: two commands",
+        "Your own data",
+        "Python",
+        "Results",
+        "Commands",
+        "Extending",
+        "Limits",
+        "Tests and CI",
+    ]
     limits = re.search(r"^## Limits$(.*?)^## ", text, re.M | re.S).group(1)
     bullets = re.findall(r"^- ", limits, re.M)
     assert 1 <= len(bullets) <= 10 and limits.count("](docs/results.md#") >= len(bullets)
@@ -72,8 +98,13 @@ def test_the_two_commands_run_what_the_readme_says():
     test = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
     assert "scripts/setup.sh" in qs and re.search(r"bin/scalingnote\" quickstart \"\$@\"", qs)
     assert "scripts/setup.sh" in test and "-m pytest" in test
-    proc = subprocess.run([sys.executable, "-m", "scalingnote", "quickstart", "--help"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalingnote", "quickstart", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert proc.returncode == 0 and "--budget-minutes" in proc.stdout
 
 
@@ -88,10 +119,18 @@ def test_the_output_layout_the_readme_lists_is_what_a_quick_start_writes(small_r
 def test_the_python_example_runs_as_printed(small_run):
     root, options = small_run
     (code,) = [b.code for b in blocks(README) if b.lang == "python"]
-    prelude = ("import scalingnote as _sn, functools as _ft\n"
-               f"_sn.quickstart = _ft.partial(_sn.quickstart, **{options!r})  # the tiny models: seconds, not minutes\n")
-    proc = subprocess.run([sys.executable, "-c", prelude + code], cwd=root / "work", capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    prelude = (
+        "import scalingnote as _sn, functools as _ft\n"
+        f"_sn.quickstart = _ft.partial(_sn.quickstart, **{options!r})  # the tiny models: seconds, not minutes\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        cwd=root / "work",
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     first = proc.stdout.splitlines()[0].split()
     assert len(first) >= 2 and float(first[1]) == float(first[1])  # "id score title" of the first hit

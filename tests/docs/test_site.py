@@ -25,8 +25,14 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return out, proc, time.perf_counter() - t0
 
 
@@ -66,23 +72,37 @@ def test_the_findings_page_lists_the_machine_and_date_of_each_file_it_cites(site
 
 
 def test_every_code_block_is_run_by_a_test_or_marked_with_the_reason():
-    unaccounted = [b.where() for path in doc_files() for b in blocks(path)
-                   if b.lang not in NOT_CODE and b.not_run is None and run_by(b) is None]
-    assert not unaccounted, "blocks neither run by a test nor marked <!-- not-run: reason -->: " + ", ".join(unaccounted)
+    unaccounted = [
+        b.where()
+        for path in doc_files()
+        for b in blocks(path)
+        if b.lang not in NOT_CODE and b.not_run is None and run_by(b) is None
+    ]
+    assert not unaccounted, "blocks neither run by a test nor marked <!-- not-run: reason -->: " + ", ".join(
+        unaccounted
+    )
 
 
 def test_the_convention_reads_markers_and_languages(tmp_path):
     doc = tmp_path / "x.md"
-    doc.write_text("<!-- not-run: needs a GPU -->\n```bash\ntorchrun x\n```\n\n```bash\nscalingnote index --help\n```\n\n```text\nout\n```\n",
-                   encoding="utf-8")
+    doc.write_text(
+        "<!-- not-run: needs a GPU -->\n```bash\ntorchrun x\n```\n\n```bash\nscalingnote index --help\n```\n\n```text\nout\n```\n",
+        encoding="utf-8",
+    )
     a, b, c = blocks(doc)
     assert (a.not_run, b.not_run, c.lang) == ("needs a GPU", None, "text")
     assert help_block(b) and not help_block(a)
 
 
 def _help_lines() -> list[tuple[str, str]]:
-    return [(b.where(), line.strip()) for path in doc_files() for b in blocks(path)
-            if b.not_run is None and help_block(b) for line in b.code.splitlines() if line.strip()]
+    return [
+        (b.where(), line.strip())
+        for path in doc_files()
+        for b in blocks(path)
+        if b.not_run is None and help_block(b)
+        for line in b.code.splitlines()
+        if line.strip()
+    ]
 
 
 @pytest.mark.parametrize(("where", "line"), _help_lines())
@@ -90,7 +110,9 @@ def test_the_cheap_shell_blocks_run_as_printed(where, line):
     argv = line.split()
     argv = [sys.executable, "-m", "scalingnote", *argv[1:]]  # `.venv/bin/scalingnote` is this interpreter's entry point
     proc = subprocess.run(argv, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and "Usage" in proc.stdout, f"{where}: {line}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    assert proc.returncode == 0 and "Usage" in proc.stdout, (
+        f"{where}: {line}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    )
 
 
 def test_every_figure_on_the_findings_page_is_cited_and_matches_its_results_file():
@@ -110,7 +132,14 @@ def test_a_citation_that_does_not_match_its_file_is_reported():
 
 
 def test_the_results_page_is_current_and_prints_no_absolute_path():
-    proc = subprocess.run([sys.executable, "scripts/gen_results.py", "--check"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "scripts/gen_results.py", "--check"],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert not re.findall(r"(?<![\w.:/])/(?:work|home|root|tmp|Users|mnt|opt|srv|var)/\S*", text)

@@ -36,7 +36,17 @@ def files(tmp_path):
 
 def test_eval_json_stdout_is_one_object(app, files):
     r = CliRunner().invoke(
-        app, ["eval", "--run", str(files / "a.trec"), "--qrels", str(files / "qrels.tsv"), "--json", "-m", "ndcg@10,r@1,map,auc"]
+        app,
+        [
+            "eval",
+            "--run",
+            str(files / "a.trec"),
+            "--qrels",
+            str(files / "qrels.tsv"),
+            "--json",
+            "-m",
+            "ndcg@10,r@1,map,auc",
+        ],
     )
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
@@ -47,7 +57,17 @@ def test_eval_json_stdout_is_one_object(app, files):
 def test_eval_table_per_query_and_record(app, files):
     pq = files / "pq.tsv"
     rec = files / "out" / "metrics.json"
-    args = ["eval", "--run", str(files / "a.trec"), "--qrels", str(files / "qrels.tsv"), "--per-query", str(pq), "--out", str(rec)]
+    args = [
+        "eval",
+        "--run",
+        str(files / "a.trec"),
+        "--qrels",
+        str(files / "qrels.tsv"),
+        "--per-query",
+        str(pq),
+        "--out",
+        str(rec),
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     assert "ndcg@10" in r.stdout and "3 queries evaluated" in r.stdout and "1 without relevant" in r.stdout
@@ -86,7 +106,16 @@ def test_compare_json(app, files):
     ref = compare_runs(RUN_A, RUN_B, QRELS, "mrr@10", n_resamples=500).to_dict()
     assert got == pytest.approx(ref)
     r = CliRunner().invoke(
-        app, ["compare", "--run", str(files / "a.trec"), "--run-b", str(files / "b.trec"), "--qrels", str(files / "qrels.tsv")]
+        app,
+        [
+            "compare",
+            "--run",
+            str(files / "a.trec"),
+            "--run-b",
+            str(files / "b.trec"),
+            "--qrels",
+            str(files / "qrels.tsv"),
+        ],
     )
     assert r.exit_code == 0 and "paired t-test" in r.stdout
 

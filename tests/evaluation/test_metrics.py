@@ -79,7 +79,9 @@ def test_hand_computed_single_query():
     # Ranking: d1 (rel 2), d2 (non), d3 (rel 1), d4 (non); one relevant doc (d9, grade 1) not retrieved.
     qrels = {"q": {"d1": 2, "d3": 1, "d9": 1, "d2": 0}}
     run = {"q": {"d1": 4.0, "d2": 3.0, "d3": 2.0, "d4": 1.0}}
-    v = per_query(run, qrels, ["r@1", "r@2", "recall@3", "recall", "mrr@10", "p@2", "p@10", "map", "map@2", "ndcg@3", "ndcg"])["q"]
+    v = per_query(
+        run, qrels, ["r@1", "r@2", "recall@3", "recall", "mrr@10", "p@2", "p@10", "map", "map@2", "ndcg@3", "ndcg"]
+    )["q"]
     assert v["r@1"] == 1.0 and v["r@2"] == 1.0
     assert v["recall@3"] == pytest.approx(2 / 3)
     assert v["recall"] == pytest.approx(2 / 3)
@@ -206,7 +208,9 @@ def _perturbed_run(qrels, doc_ids, seed, n_random=300, signal=1.0, decimals=2):
     run = {}
     for qid, judged in qrels.items():
         cand = set(rng.choice(doc_ids, size=n_random, replace=False).tolist()) | set(judged)
-        run[qid] = {d: float(np.round(signal * max(judged.get(d, 0), 0) + rng.normal(), decimals)) for d in sorted(cand)}
+        run[qid] = {
+            d: float(np.round(signal * max(judged.get(d, 0), 0) + rng.normal(), decimals)) for d in sorted(cand)
+        }
     return run
 
 

@@ -43,16 +43,22 @@ def test_mean_over_pairs_and_matches_cross_entropy():
     d_emb = rng.normal(size=(300, 8)).astype(np.float32)
     cset = sample_contrastive_set(qrels, doc_ids, num_negatives=16, seed=1)
     assert cset.num_pairs == sum(len(v) for v in qrels.values())
-    per_pair = contrastive_perplexity(q_emb, qids, d_emb, doc_ids, cset, temperature=0.05, return_per_pair=True, batch_size=7)
+    per_pair = contrastive_perplexity(
+        q_emb, qids, d_emb, doc_ids, cset, temperature=0.05, return_per_pair=True, batch_size=7
+    )
     # independent computation: cross-entropy with the positive as class 0
     qi = [qids.index(q) for q in cset.query_ids]
     scores = np.einsum("pd,pkd->pk", q_emb[qi].astype(np.float64), d_emb[cset.candidates()].astype(np.float64)) / 0.05
-    ce = torch.nn.functional.cross_entropy(torch.from_numpy(scores), torch.zeros(len(qi), dtype=torch.long), reduction="none")
+    ce = torch.nn.functional.cross_entropy(
+        torch.from_numpy(scores), torch.zeros(len(qi), dtype=torch.long), reduction="none"
+    )
     np.testing.assert_allclose(per_pair, ce.numpy(), rtol=1e-5)  # fp32 dot products
     mean = contrastive_perplexity(q_emb, qids, d_emb, doc_ids, cset, temperature=0.05)
     assert mean == pytest.approx(float(ce.mean()), rel=1e-5)
     # torch tensors give the same value; so does a scoring callable
-    mean_t = contrastive_perplexity(torch.from_numpy(q_emb), qids, torch.from_numpy(d_emb), doc_ids, cset, temperature=0.05)
+    mean_t = contrastive_perplexity(
+        torch.from_numpy(q_emb), qids, torch.from_numpy(d_emb), doc_ids, cset, temperature=0.05
+    )
     assert mean_t == pytest.approx(mean, rel=1e-6)
     qix = {q: i for i, q in enumerate(qids)}
     dix = {d: i for i, d in enumerate(doc_ids)}
@@ -60,7 +66,9 @@ def test_mean_over_pairs_and_matches_cross_entropy():
     def score_fn(batch_q, batch_docs):
         return np.stack([d_emb[[dix[d] for d in docs]] @ q_emb[qix[q]] for q, docs in zip(batch_q, batch_docs)])
 
-    assert contrastive_perplexity_from_scorer(score_fn, cset, temperature=0.05, batch_size=5) == pytest.approx(mean, rel=1e-5)
+    assert contrastive_perplexity_from_scorer(score_fn, cset, temperature=0.05, batch_size=5) == pytest.approx(
+        mean, rel=1e-5
+    )
 
 
 def test_deterministic_under_seed_and_negatives_never_relevant():

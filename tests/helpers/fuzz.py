@@ -36,8 +36,16 @@ _numbers = st.one_of(
     st.sampled_from([0, 1, 2, -1, 0.5, 1e308]),
 )
 _json_scalar = st.one_of(st.none(), st.booleans(), _numbers, _ids, _text)
-_json_value = st.recursive(_json_scalar, lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)), max_leaves=6)
-_cell = st.one_of(_ids, _numbers.map(str), st.sampled_from(["nan", "inf", "-inf", "1e999", "true", "false", "1.0", "01", " 1 ", "NaN"]))
+_json_value = st.recursive(
+    _json_scalar,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)),
+    max_leaves=6,
+)
+_cell = st.one_of(
+    _ids,
+    _numbers.map(str),
+    st.sampled_from(["nan", "inf", "-inf", "1e999", "true", "false", "1.0", "01", " 1 ", "NaN"]),
+)
 
 
 def _json_lines(keys: list[str]) -> st.SearchStrategy[bytes]:
@@ -48,7 +56,9 @@ def _json_lines(keys: list[str]) -> st.SearchStrategy[bytes]:
     line = st.one_of(
         record.map(lambda r: json.dumps(r, ensure_ascii=False, allow_nan=True)),
         _json_value.map(lambda v: json.dumps(v, allow_nan=True)),  # not an object
-        st.sampled_from(["", "   ", "{", "{}", "[1]", '{"_id": "d1"', "null", '"\\ud800"', '{"_id": "\\udc00", "text": "x"}']),
+        st.sampled_from(
+            ["", "   ", "{", "{}", "[1]", '{"_id": "d1"', "null", '"\\ud800"', '{"_id": "\\udc00", "text": "x"}']
+        ),
         _text,
     )
     return st.lists(line, max_size=8).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogatepass"))
@@ -71,18 +81,40 @@ def _yaml_docs(keys: list[str]) -> st.SearchStrategy[bytes]:
     dumped = mapping.map(lambda d: yaml.safe_dump(d, allow_unicode=True))
     raw = st.sampled_from(
         [
-            "a: [1, 2", "seed: 2020-99-99", "seed: 2001-02-29", "x: !!python/object:os.system {}", "- 1\n- 2", "&a [*a]", "? [1]\n: 2",
-            "dim: 1e3", "seed: 0x1F", "seed: .inf", "key: value\n\tbad: tab", "%YAML 9.9\n---\na: 1", "a: *nope", "seed: 1_000",
-            "optim: {lr: nan}", "data: 3", "loss: {dims: [1, 2, 3]}", "seed: 12:30:00",
+            "a: [1, 2",
+            "seed: 2020-99-99",
+            "seed: 2001-02-29",
+            "x: !!python/object:os.system {}",
+            "- 1\n- 2",
+            "&a [*a]",
+            "? [1]\n: 2",
+            "dim: 1e3",
+            "seed: 0x1F",
+            "seed: .inf",
+            "key: value\n\tbad: tab",
+            "%YAML 9.9\n---\na: 1",
+            "a: *nope",
+            "seed: 1_000",
+            "optim: {lr: nan}",
+            "data: 3",
+            "loss: {dims: [1, 2, 3]}",
+            "seed: 12:30:00",
         ]
     )
-    return st.one_of(dumped, raw, st.tuples(dumped, raw).map(lambda t: t[0] + "\n" + t[1]), _text).map(lambda s: s.encode("utf-8", "surrogatepass"))
+    return st.one_of(dumped, raw, st.tuples(dumped, raw).map(lambda t: t[0] + "\n" + t[1]), _text).map(
+        lambda s: s.encode("utf-8", "surrogatepass")
+    )
 
 
 def _splice(base: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
     """Insert random bytes (invalid UTF-8, NUL, BOM ...) at a random place of ``base``."""
-    junk = st.one_of(st.binary(min_size=1, max_size=8), st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\xef\xbb\xbf", b"\xed\xa0\x80", b"\r"]))
-    return st.tuples(base, junk, st.floats(0, 1)).map(lambda t: t[0][: int(len(t[0]) * t[2])] + t[1] + t[0][int(len(t[0]) * t[2]) :])
+    junk = st.one_of(
+        st.binary(min_size=1, max_size=8),
+        st.sampled_from([b"\xff", b"\xc3", b"\x00", b"\xef\xbb\xbf", b"\xed\xa0\x80", b"\r"]),
+    )
+    return st.tuples(base, junk, st.floats(0, 1)).map(
+        lambda t: t[0][: int(len(t[0]) * t[2])] + t[1] + t[0][int(len(t[0]) * t[2]) :]
+    )
 
 
 def inputs(structured: st.SearchStrategy[bytes]) -> st.SearchStrategy[bytes]:
@@ -134,21 +166,98 @@ class Target:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in [
-        Target("beir_corpus", "corpus.jsonl", _reader("scalingnote.data.beir.load_corpus"), _json_lines(["_id", "id", "title", "text", "content", "topic"])),
-        Target("beir_queries", "queries.jsonl", _reader("scalingnote.data.beir.load_queries"), _json_lines(["_id", "id", "text"])),
-        Target("beir_qrels", "test.tsv", _reader("scalingnote.data.beir.load_qrels"), _tsv_lines(["query-id", "corpus-id", "score"], 3)),
-        Target("trec_run", "run.trec", _reader("scalingnote.data.trec.read_run"), _tsv_lines(None, 6).map(lambda b: b.replace(b"\t", b" "))),
-        Target("triplets", "triplets.jsonl", _reader("scalingnote.data.triplets.load_triplets"), _json_lines(["query_id", "pos_id", "neg_id", "source"])),
-        Target("click_log_tsv", "clicks.tsv", _reader("scalingnote.data.logs.read_click_log"), _tsv_lines(["query_id", "doc_id", "position", "clicked"], 4)),
-        Target("click_log_jsonl", "clicks.jsonl", _reader("scalingnote.data.logs.read_click_log"), _json_lines(["query_id", "qid", "doc_id", "position", "clicked"])),
-        Target("relevance_log_tsv", "relevance.tsv", _reader("scalingnote.data.logs.read_relevance_log"), _tsv_lines(["query_id", "doc_id", "score"], 3)),
-        Target("relevance_log_jsonl", "relevance.jsonl", _reader("scalingnote.data.logs.read_relevance_log"), _json_lines(["query_id", "doc_id", "score", "pid"])),
-        Target("yaml_train_config", "train.yaml", _config("scalingnote.training.config.TrainConfig"),
-               _yaml_docs(["method", "dim", "seed", "optim", "loss", "data", "query_tower", "lora", "precision", "save_every"])),
-        Target("yaml_distill_config", "qkd.yaml", _config("scalingnote.distill.config.DistillConfig"), _yaml_docs(["teacher", "student", "queries", "lam", "optim", "seed", "head_init", "output_dir"])),
-        Target("yaml_pq_config", "tmj.yaml", _config("scalingnote.pq.config.PQTrainConfig"), _yaml_docs(["data", "towers", "pq", "stage1", "tau", "seed", "threads", "output_dir"])),
-        Target("yaml_build_config", "build.yaml", _build_config,
-               _yaml_docs(["queries", "out", "corpus", "click_log", "relevance_log", "seed", "validation_fraction", "relevance", "leakage"])),
+        Target(
+            "beir_corpus",
+            "corpus.jsonl",
+            _reader("scalingnote.data.beir.load_corpus"),
+            _json_lines(["_id", "id", "title", "text", "content", "topic"]),
+        ),
+        Target(
+            "beir_queries",
+            "queries.jsonl",
+            _reader("scalingnote.data.beir.load_queries"),
+            _json_lines(["_id", "id", "text"]),
+        ),
+        Target(
+            "beir_qrels",
+            "test.tsv",
+            _reader("scalingnote.data.beir.load_qrels"),
+            _tsv_lines(["query-id", "corpus-id", "score"], 3),
+        ),
+        Target(
+            "trec_run",
+            "run.trec",
+            _reader("scalingnote.data.trec.read_run"),
+            _tsv_lines(None, 6).map(lambda b: b.replace(b"\t", b" ")),
+        ),
+        Target(
+            "triplets",
+            "triplets.jsonl",
+            _reader("scalingnote.data.triplets.load_triplets"),
+            _json_lines(["query_id", "pos_id", "neg_id", "source"]),
+        ),
+        Target(
+            "click_log_tsv",
+            "clicks.tsv",
+            _reader("scalingnote.data.logs.read_click_log"),
+            _tsv_lines(["query_id", "doc_id", "position", "clicked"], 4),
+        ),
+        Target(
+            "click_log_jsonl",
+            "clicks.jsonl",
+            _reader("scalingnote.data.logs.read_click_log"),
+            _json_lines(["query_id", "qid", "doc_id", "position", "clicked"]),
+        ),
+        Target(
+            "relevance_log_tsv",
+            "relevance.tsv",
+            _reader("scalingnote.data.logs.read_relevance_log"),
+            _tsv_lines(["query_id", "doc_id", "score"], 3),
+        ),
+        Target(
+            "relevance_log_jsonl",
+            "relevance.jsonl",
+            _reader("scalingnote.data.logs.read_relevance_log"),
+            _json_lines(["query_id", "doc_id", "score", "pid"]),
+        ),
+        Target(
+            "yaml_train_config",
+            "train.yaml",
+            _config("scalingnote.training.config.TrainConfig"),
+            _yaml_docs(
+                ["method", "dim", "seed", "optim", "loss", "data", "query_tower", "lora", "precision", "save_every"]
+            ),
+        ),
+        Target(
+            "yaml_distill_config",
+            "qkd.yaml",
+            _config("scalingnote.distill.config.DistillConfig"),
+            _yaml_docs(["teacher", "student", "queries", "lam", "optim", "seed", "head_init", "output_dir"]),
+        ),
+        Target(
+            "yaml_pq_config",
+            "tmj.yaml",
+            _config("scalingnote.pq.config.PQTrainConfig"),
+            _yaml_docs(["data", "towers", "pq", "stage1", "tau", "seed", "threads", "output_dir"]),
+        ),
+        Target(
+            "yaml_build_config",
+            "build.yaml",
+            _build_config,
+            _yaml_docs(
+                [
+                    "queries",
+                    "out",
+                    "corpus",
+                    "click_log",
+                    "relevance_log",
+                    "seed",
+                    "validation_fraction",
+                    "relevance",
+                    "leakage",
+                ]
+            ),
+        ),
     ]
 }
 
@@ -171,7 +280,9 @@ def check(target: Target, data: bytes, workdir: Path | None = None) -> str:
             if e.path is None or Path(e.path).name != target.filename:
                 raise FuzzFailure(f"{target.name}: error does not name the file: {e!s} (input {data[:200]!r})") from e
             if e.line is None and e.field is None and not target.file_level_ok:
-                raise FuzzFailure(f"{target.name}: error names neither line nor field: {e!s} (input {data[:200]!r})") from e
+                raise FuzzFailure(
+                    f"{target.name}: error names neither line nor field: {e!s} (input {data[:200]!r})"
+                ) from e
             if not str(e).startswith(str(e.path)):
                 raise FuzzFailure(f"{target.name}: message does not start with the file: {e!s}") from e
             return "data_error"
@@ -195,14 +306,17 @@ class ServiceFuzzResult:
     seconds: float = 0.0
 
 
-def fuzz_service(url: str, openapi: dict, *, examples: int, admin_token: str | None = None, seed: int = 0, timeout_s: float = 20.0) -> list[ServiceFuzzResult]:
+def fuzz_service(
+    url: str, openapi: dict, *, examples: int, admin_token: str | None = None, seed: int = 0, timeout_s: float = 20.0
+) -> list[ServiceFuzzResult]:
     """Schemathesis over every operation of ``openapi`` against the running service at
     ``url`` (loopback only), with schema-valid (positive) and schema-violating (negative)
     inputs. A failure is a 5xx, a timeout (hang) or a connection error. Admin calls carry
     ``admin_token`` so the fuzzer reaches past the token check."""
     import requests
     import schemathesis
-    from hypothesis import HealthCheck, given, seed as hseed, settings
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
     from hypothesis.errors import Unsatisfiable
     from schemathesis import GenerationMode
 
@@ -254,7 +368,11 @@ def fuzz_service(url: str, openapi: dict, *, examples: int, admin_token: str | N
 
 _SURROGATES = st.integers(min_value=0xD800, max_value=0xDFFF).map(chr)
 _BLANK_CHARS = "\x00\x01\x1f\x7f\t\n \u00a0\u200b\u200c\u200d\u2028\u2029\u2060\ufeff\u202e\u180e"
-_good_text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cf", "Zs", "Zl", "Zp")), min_size=1, max_size=20)
+_good_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cf", "Zs", "Zl", "Zp")),
+    min_size=1,
+    max_size=20,
+)
 
 
 def _splice_at(body: bytes, junk: bytes, at: int) -> bytes:
@@ -271,52 +389,105 @@ def _with_surrogate(draw_text: str, s: str, at: int) -> str:
 UNICODE_STRATEGIES: dict[str, tuple[Any, set[int]]] = {
     # valid JSON (\\udXXX escapes), invalid Unicode: 422 naming the field, before batching
     "lone_surrogate_query": (
-        st.builds(lambda t, s, i: ("/search", json.dumps({"query": _with_surrogate(t, s, i)}).encode(), "application/json"),
-                  st.text(max_size=20), _SURROGATES, st.integers(0, 40)),
+        st.builds(
+            lambda t, s, i: ("/search", json.dumps({"query": _with_surrogate(t, s, i)}).encode(), "application/json"),
+            st.text(max_size=20),
+            _SURROGATES,
+            st.integers(0, 40),
+        ),
         {422},
     ),
     "lone_surrogate_in_batch": (
-        st.builds(lambda good, t, s, i, pos: ("/search/batch", json.dumps({"queries": good[:pos] + [_with_surrogate(t, s, i)] + good[pos:]}).encode(),
-                                             "application/json"),
-                  st.lists(_good_text, min_size=0, max_size=4), st.text(max_size=10), _SURROGATES, st.integers(0, 20), st.integers(0, 4)),
+        st.builds(
+            lambda good, t, s, i, pos: (
+                "/search/batch",
+                json.dumps({"queries": good[:pos] + [_with_surrogate(t, s, i)] + good[pos:]}).encode(),
+                "application/json",
+            ),
+            st.lists(_good_text, min_size=0, max_size=4),
+            st.text(max_size=10),
+            _SURROGATES,
+            st.integers(0, 20),
+            st.integers(0, 4),
+        ),
         {422},
     ),
     # only NUL / control / zero-width / format / separator characters: an empty query
     "blank_query": (
-        st.builds(lambda t: ("/search", json.dumps({"query": t}).encode(), "application/json"), st.text(alphabet=_BLANK_CHARS, min_size=1, max_size=20)),
+        st.builds(
+            lambda t: ("/search", json.dumps({"query": t}).encode(), "application/json"),
+            st.text(alphabet=_BLANK_CHARS, min_size=1, max_size=20),
+        ),
         {422},
     ),
     # a surrogate in a field name (echoed in the 422's field list)
     "surrogate_field_name": (
-        st.builds(lambda s, t: ("/search", json.dumps({"query": "fox", s + t: 1}).encode(), "application/json"), _SURROGATES, st.text(max_size=5)),
+        st.builds(
+            lambda s, t: ("/search", json.dumps({"query": "fox", s + t: 1}).encode(), "application/json"),
+            _SURROGATES,
+            st.text(max_size=5),
+        ),
         {422},
     ),
     # invalid UTF-8 spliced into a valid body: malformed_json (400)
     "invalid_utf8_body": (
-        st.builds(lambda t, junk, i: ("/search", _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
-                  st.text(max_size=20), st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3", b"\xe2\x82", b"\xc0\xaf", b"\xf8\x88\x80\x80\x80"]),
-                  st.integers(0, 60)),
+        st.builds(
+            lambda t, junk, i: (
+                "/search",
+                _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i),
+                "application/json",
+            ),
+            st.text(max_size=20),
+            st.sampled_from([b"\xff", b"\xfe\xff", b"\xc3", b"\xe2\x82", b"\xc0\xaf", b"\xf8\x88\x80\x80\x80"]),
+            st.integers(0, 60),
+        ),
         {400},
     ),
     # a surrogate encoded as UTF-8 bytes (CESU-8, invalid UTF-8): Python's JSON decoder reads it
     # as a lone surrogate ("surrogatepass"), so inside the query string it is a 422 naming the
     # field, elsewhere a 400 malformed_json
     "encoded_surrogate_body": (
-        st.builds(lambda t, junk, i: ("/search", _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i), "application/json"),
-                  st.text(max_size=20), st.sampled_from([b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\xb2\x80"]), st.integers(0, 60)),
+        st.builds(
+            lambda t, junk, i: (
+                "/search",
+                _splice_at(json.dumps({"query": t}, ensure_ascii=False).encode(), junk, i),
+                "application/json",
+            ),
+            st.text(max_size=20),
+            st.sampled_from([b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xed\xb2\x80"]),
+            st.integers(0, 60),
+        ),
         {400, 422},
     ),
     # nested deeper than the JSON parser allows: malformed_json (400); shallower: 422 (wrong type)
     "deep_json": (
-        st.builds(lambda n, obj: ("/search", (b'{"query": ' if obj else b"") + b"[" * n + b"]" * n + (b"}" if obj else b""), "application/json"),
-                  st.sampled_from([10, 500, 5_000, 50_000, 200_000]), st.booleans()),
+        st.builds(
+            lambda n, obj: (
+                "/search",
+                (b'{"query": ' if obj else b"") + b"[" * n + b"]" * n + (b"}" if obj else b""),
+                "application/json",
+            ),
+            st.sampled_from([10, 500, 5_000, 50_000, 200_000]),
+            st.booleans(),
+        ),
         {400, 422},
     ),
     # a body that is not JSON by its content type: 415
     "wrong_content_type": (
-        st.builds(lambda ct: ("/search", b'{"query": "fox"}', ct),
-                  st.sampled_from(["text/plain", "text/json", "application/xml", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                                   "application/octet-stream", "image/png"])),
+        st.builds(
+            lambda ct: ("/search", b'{"query": "fox"}', ct),
+            st.sampled_from(
+                [
+                    "text/plain",
+                    "text/json",
+                    "application/xml",
+                    "application/x-www-form-urlencoded",
+                    "multipart/form-data; boundary=x",
+                    "application/octet-stream",
+                    "image/png",
+                ]
+            ),
+        ),
         {415},
     ),
 }
@@ -328,7 +499,8 @@ def fuzz_unicode(url: str, *, examples: int, seed: int = 0, timeout_s: float = 2
     strategy's expected set, an error body without ``error`` / ``detail``, or a body that
     echoes exception internals (a Python exception type name)."""
     import requests
-    from hypothesis import HealthCheck, given, seed as hseed, settings
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hseed
 
     from benchmarks.loadgen import check_loopback_url
 
@@ -354,7 +526,10 @@ def fuzz_unicode(url: str, *, examples: int, seed: int = 0, timeout_s: float = 2
                     why = f"status {code} (expected {sorted(expected)})"
                 elif not (isinstance(payload, dict) and payload.get("error") and payload.get("detail")):
                     why = "error body without error/detail"
-                elif any(t in resp.text for t in ("Traceback", "TypeError", "UnicodeEncodeError", "RecursionError", "ValueError")):
+                elif any(
+                    t in resp.text
+                    for t in ("Traceback", "TypeError", "UnicodeEncodeError", "RecursionError", "ValueError")
+                ):
                     why = "internals in the body"
             except requests.Timeout:
                 code, why = -1, "timeout"

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 
-def saved_ndcg10(query_tower: str | Path, doc_dir: str | Path, data_dir: str | Path, split: str = "test", dim: int | None = None) -> float:
+def saved_ndcg10(
+    query_tower: str | Path, doc_dir: str | Path, data_dir: str | Path, split: str = "test", dim: int | None = None
+) -> float:
     """nDCG@10 on ``data_dir``'s ``split`` of the saved ``query_tower`` against the document
     embeddings saved in ``doc_dir`` (``doc_embeddings.npy`` + ``doc_ids.json``): exhaustive
     cosine ranking in NumPy, scored by :func:`scalingnote.evaluation.evaluate`."""
@@ -20,7 +22,9 @@ def saved_ndcg10(query_tower: str | Path, doc_dir: str | Path, data_dir: str | P
     qrels = load_qrels(Path(data_dir) / "qrels" / f"{split}.tsv")
     queries = load_queries(Path(data_dir) / "queries.jsonl")
     qids = sorted(qrels)
-    q = np.asarray(load_tower(query_tower).encode_queries([queries[x].text for x in qids], show_progress=False), dtype=np.float64)
+    q = np.asarray(
+        load_tower(query_tower).encode_queries([queries[x].text for x in qids], show_progress=False), dtype=np.float64
+    )
     d = np.load(Path(doc_dir) / "doc_embeddings.npy").astype(np.float64)
     ids = json.loads((Path(doc_dir) / "doc_ids.json").read_text(encoding="utf-8"))
     q, d = q[:, :dim], d[:, :dim]

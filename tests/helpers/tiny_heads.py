@@ -39,15 +39,20 @@ def tiny_head_session(root: Path, docs_per_topic: int) -> TinyHeads:
     queries = {q.id: q.text for q in load_queries(data / "queries.jsonl").values()}
     train_qrels = load_qrels(qrels_path(data, "train"), queries, corpus)
     test_qrels = load_qrels(qrels_path(data, "test"), queries, corpus)
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_dual",
-        "output_dir": str(root / "run"),
-        "query_tower": {"model": llm, "max_length": 16, "pooling": "mean", "trainable_layers": 0},
-        "doc_tower": {"model": llm, "max_length": 96, "pooling": "mean", "trainable_layers": 0},
-        "dim": 16, "loss": {"dims": [8, 16]},
-        "data": {"data_dir": str(data), "negatives": "none"},
-        "projection_init": "pca", "center_samples": 64,
-        "feature_cache_dir": str(root / "features"),
-        "show_progress": False,
-    })
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "scaling_dual",
+            "output_dir": str(root / "run"),
+            "query_tower": {"model": llm, "max_length": 16, "pooling": "mean", "trainable_layers": 0},
+            "doc_tower": {"model": llm, "max_length": 96, "pooling": "mean", "trainable_layers": 0},
+            "dim": 16,
+            "loss": {"dims": [8, 16]},
+            "data": {"data_dir": str(data), "negatives": "none"},
+            "projection_init": "pca",
+            "center_samples": 64,
+            "feature_cache_dir": str(root / "features"),
+            "show_progress": False,
+        },
+    )
     return TinyHeads(HeadSession(cfg, corpus), cfg, corpus, queries, data, train_qrels, test_qrels)

@@ -14,9 +14,24 @@ from scalingnote.models import build_tiny_model
 
 #: QuickstartConfig keys of the tiny run (besides the two tiny models)
 TINY: dict[str, Any] = dict(
-    llm_depths=[1], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120, synth_queries=60, steps=3, batch_size=4,
-    qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2, query_max_length=16, doc_max_length=64,
-    show_progress=False, head_lrs=[1e-3], compare="none", teacher="bert",
+    llm_depths=[1],
+    llm_small_layers=1,
+    bert_small_layers=1,
+    dim=32,
+    synth_docs=120,
+    synth_queries=60,
+    steps=3,
+    batch_size=4,
+    qkd_epochs=1.0,
+    qkd_batch_size=16,
+    qkd_max_pseudo_queries=60,
+    semantic_id_layers=2,
+    query_max_length=16,
+    doc_max_length=64,
+    show_progress=False,
+    head_lrs=[1e-3],
+    compare="none",
+    teacher="bert",
 )
 
 
@@ -34,9 +49,19 @@ def run_tiny_quickstart(root: Path) -> tuple[Path, dict[str, Any], str]:
     options = tiny_options(root / "models")
     out = root / "run"
     sets = [a for k, v in options.items() for a in ("--set", f"{k}={json.dumps(v)}")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[2] / "src"), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "scalingnote", "quickstart", "--out", str(out), *sets],
-                          capture_output=True, text=True, env=env, timeout=1800)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[2] / "src"), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "scalingnote", "quickstart", "--out", str(out), *sets],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
     printed = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"tiny quick start failed ({proc.returncode}):\n{printed[-4000:]}")

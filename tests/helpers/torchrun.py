@@ -18,13 +18,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(worker: Path, *args: str, nproc: int = 2, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
+def torchrun(
+    worker: Path, *args: str, nproc: int = 2, check: bool = True, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """Run ``worker`` (a script) on ``nproc`` local processes; with ``check`` assert it succeeded."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--nnodes=1",
-        "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(worker), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        "--nnodes=1",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        str(worker),
+        *args,
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check:
@@ -91,7 +100,9 @@ def assert_kill_resumes(launch, spec: dict, full: Path, killed: Path, weights, m
     proc = launch("train", json.dumps({**spec, "kill_at": 3}), str(killed), check=False)
     assert proc.returncode != 0  # rank 0 died by SIGKILL after step 3 (checkpoint at step 2 only)
     ck = killed / "checkpoints"
-    assert sorted(p.name for p in ck.iterdir() if p.name.startswith("step-")) == ["step-00000002"]  # beside STEP_INPUTS.json
+    assert sorted(p.name for p in ck.iterdir() if p.name.startswith("step-")) == [
+        "step-00000002"
+    ]  # beside STEP_INPUTS.json
     assert (ck / "step-00000002" / marker).exists()
     assert not (killed / "query_tower").exists()
     launch("train", json.dumps(spec), str(killed))

@@ -66,7 +66,9 @@ def syn_vectors() -> np.ndarray:
 @pytest.fixture(scope="session")
 def syn_queries(syn_vectors) -> np.ndarray:
     rng = np.random.default_rng(7)
-    q = syn_vectors[rng.choice(len(syn_vectors), size=100, replace=False)] + 0.2 * rng.normal(size=(100, syn_vectors.shape[1]))
+    q = syn_vectors[rng.choice(len(syn_vectors), size=100, replace=False)] + 0.2 * rng.normal(
+        size=(100, syn_vectors.shape[1])
+    )
     return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 

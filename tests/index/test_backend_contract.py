@@ -10,7 +10,13 @@ from typer.testing import CliRunner
 from scalingnote.cli import app as cli
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import backends
-from scalingnote.index.backends import declared_options, export_to_backend, get_backend, read_backend_manifest, register_backend
+from scalingnote.index.backends import (
+    declared_options,
+    export_to_backend,
+    get_backend,
+    read_backend_manifest,
+    register_backend,
+)
 
 
 @pytest.fixture
@@ -28,18 +34,40 @@ def test_declared_options_passes_what_a_function_declares_and_nothing_unset():
 
     opts = {"collection": "c", "index_type": "HNSW", "token": None, "dim": 64}
     assert declared_options(narrow, opts) == {"collection": "c"}
-    assert declared_options(wide, opts) == {"collection": "c", "index_type": "HNSW", "dim": 64}  # unset token never passed
+    assert declared_options(wide, opts) == {
+        "collection": "c",
+        "index_type": "HNSW",
+        "dim": 64,
+    }  # unset token never passed
     # Milvus's export declares its own options: an unknown one is not forwarded to it
-    assert set(declared_options(get_backend("milvus").export, {**opts, "shards": 3})) == {"collection", "index_type", "dim"}
+    assert set(declared_options(get_backend("milvus").export, {**opts, "shards": 3})) == {
+        "collection",
+        "index_type",
+        "dim",
+    }
 
 
 def test_manifest_of_a_uri_back_end_gets_the_collection(table):
-    register_backend("t_uri", lambda loc, query_tower=None, **kw: None, location="uri",
-                     manifest=lambda loc, *, collection, token=None: {"where": loc, "collection": collection, "token": token})
-    register_backend("t_uri_plain", lambda loc, query_tower=None, **kw: None, location="uri", manifest=lambda loc: {"where": loc})
-    assert read_backend_manifest(get_backend("t_uri"), "mem://x", collection="other", token="k") == {"where": "mem://x", "collection": "other", "token": "k"}
-    assert read_backend_manifest(get_backend("t_uri_plain"), "mem://x", collection="other") == {"where": "mem://x"}  # declares none: gets none
-    assert read_backend_manifest(get_backend("milvus"), "mem://x", collection="other") is None  # no reader: nothing to check
+    register_backend(
+        "t_uri",
+        lambda loc, query_tower=None, **kw: None,
+        location="uri",
+        manifest=lambda loc, *, collection, token=None: {"where": loc, "collection": collection, "token": token},
+    )
+    register_backend(
+        "t_uri_plain", lambda loc, query_tower=None, **kw: None, location="uri", manifest=lambda loc: {"where": loc}
+    )
+    assert read_backend_manifest(get_backend("t_uri"), "mem://x", collection="other", token="k") == {
+        "where": "mem://x",
+        "collection": "other",
+        "token": "k",
+    }
+    assert read_backend_manifest(get_backend("t_uri_plain"), "mem://x", collection="other") == {
+        "where": "mem://x"
+    }  # declares none: gets none
+    assert (
+        read_backend_manifest(get_backend("milvus"), "mem://x", collection="other") is None
+    )  # no reader: nothing to check
 
 
 def test_export_passes_only_declared_options_and_prints_a_neutral_status(table, tmp_path):
@@ -50,10 +78,30 @@ def test_export_passes_only_declared_options_and_prints_a_neutral_status(table, 
         return {"n_vectors": 7, "dim": 4, "factory": "exact"}
 
     register_backend("t_store", lambda loc, query_tower=None, **kw: None, location="uri", export=export)
-    r = CliRunner().invoke(cli, ["index", "export", "--to", "t_store", "--uri", "mem://x", "--index", str(tmp_path), "--collection", "other",
-                                 "--token", "k", "--dim", "8", "--overwrite"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "index",
+            "export",
+            "--to",
+            "t_store",
+            "--uri",
+            "mem://x",
+            "--index",
+            str(tmp_path),
+            "--collection",
+            "other",
+            "--token",
+            "k",
+            "--dim",
+            "8",
+            "--overwrite",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    assert calls == [(str(tmp_path), "mem://x", "other", True)]  # no index_type, dim, seed, token: it does not declare them
+    assert calls == [
+        (str(tmp_path), "mem://x", "other", True)
+    ]  # no index_type, dim, seed, token: it does not declare them
     assert "t_store mem://x collection 'other': 7 x 4-d vectors, exact" in r.output and "Milvus" not in r.output
     with pytest.raises(ScalingNoteError, match="has no export"):
         export_to_backend(get_backend("faiss"), tmp_path, "x")
@@ -61,8 +109,12 @@ def test_export_passes_only_declared_options_and_prints_a_neutral_status(table, 
 
 def test_token_flag_is_back_end_neutral_with_a_hidden_deprecated_alias(table, tmp_path):
     got: list = []
-    register_backend("t_tok", lambda loc, query_tower=None, **kw: None, location="uri",
-                     export=lambda source, location, *, token=None: got.append(token) or {"n_vectors": 0, "dim": 1})
+    register_backend(
+        "t_tok",
+        lambda loc, query_tower=None, **kw: None,
+        location="uri",
+        export=lambda source, location, *, token=None: got.append(token) or {"n_vectors": 0, "dim": 1},
+    )
     runner = CliRunner()
     base = ["index", "export", "--to", "t_tok", "--uri", "mem://x", "--index", str(tmp_path)]
     assert runner.invoke(cli, [*base, "--token", "a"]).exit_code == 0
@@ -81,5 +133,7 @@ def test_token_flag_is_back_end_neutral_with_a_hidden_deprecated_alias(table, tm
 def test_serve_maps_token_to_the_settings():
     from scalingnote.cli.serve import settings_from_options
 
-    s = settings_from_options({"token": "k", "milvus_token": None, "collection": "other", "log_level": "INFO", "backend": "faiss"})
+    s = settings_from_options(
+        {"token": "k", "milvus_token": None, "collection": "other", "log_level": "INFO", "backend": "faiss"}
+    )
     assert s.backend_token == "k" and s.collection == "other"

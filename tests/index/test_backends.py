@@ -10,7 +10,14 @@ import pytest
 
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.index import backends
-from scalingnote.index.backends import Backend, backend_location, backend_names, get_backend, open_searcher, register_backend
+from scalingnote.index.backends import (
+    Backend,
+    backend_location,
+    backend_names,
+    get_backend,
+    open_searcher,
+    register_backend,
+)
 
 
 @pytest.fixture
@@ -69,8 +76,16 @@ def test_registered_back_end_opens_through_open_searcher(table, tmp_path):
     assert open_searcher("test_backends_np", index_dir=tmp_path, query_tower="T") == ("opened", tmp_path, "T")
     with pytest.raises(ScalingNoteError, match=r"--index DIR is required with --backend test_backends_np"):
         open_searcher("test_backends_np")
-    register_backend("test_backends_remote", lambda loc, query_tower=None, *, collection, token: (loc, collection, token), location="uri")
-    assert open_searcher("test_backends_remote", uri="http://127.0.0.1:1", collection="c", token="t") == ("http://127.0.0.1:1", "c", "t")
+    register_backend(
+        "test_backends_remote",
+        lambda loc, query_tower=None, *, collection, token: (loc, collection, token),
+        location="uri",
+    )
+    assert open_searcher("test_backends_remote", uri="http://127.0.0.1:1", collection="c", token="t") == (
+        "http://127.0.0.1:1",
+        "c",
+        "t",
+    )
     with pytest.raises(ScalingNoteError, match=r"--uri URI is required with --backend test_backends_remote"):
         open_searcher("test_backends_remote", index_dir=tmp_path)
 
@@ -78,10 +93,20 @@ def test_registered_back_end_opens_through_open_searcher(table, tmp_path):
 def test_dotted_paths_name_an_entry_or_an_opener(tmp_path):
     # (pytest may hold this file under another module name: compare by value, not identity)
     entry = get_backend("tests.index.test_backends:ENTRY")
-    assert isinstance(entry, Backend) and entry.name == "dotted" and open_searcher(entry, index_dir=tmp_path)[0] == "opened"
+    assert (
+        isinstance(entry, Backend)
+        and entry.name == "dotted"
+        and open_searcher(entry, index_dir=tmp_path)[0] == "opened"
+    )
     wrapped = get_backend("tests.index.test_backends:_opener")
-    assert wrapped.name == "tests.index.test_backends:_opener" and wrapped.location == "index" and wrapped.open.__name__ == "_opener"
-    with pytest.raises(ScalingNoteError, match="--backend: cannot import back end 'no_such_module:X': ModuleNotFoundError"):
+    assert (
+        wrapped.name == "tests.index.test_backends:_opener"
+        and wrapped.location == "index"
+        and wrapped.open.__name__ == "_opener"
+    )
+    with pytest.raises(
+        ScalingNoteError, match="--backend: cannot import back end 'no_such_module:X': ModuleNotFoundError"
+    ):
         get_backend("no_such_module:X", "--backend")
     with pytest.raises(ScalingNoteError, match="has no attribute 'NOPE'"):
         get_backend("tests.index.test_backends:NOPE", "--backend")
@@ -109,7 +134,9 @@ def test_faiss_capability_flags_follow_the_index(tmp_path, factory, ivf, hnsw):
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((200, 16)).astype(np.float32)
-    idx = build_index(x, tmp_path / "idx", factory, doc_ids=[f"d{i}" for i in range(200)], semantic_ids_layers=0, progress=False)
+    idx = build_index(
+        x, tmp_path / "idx", factory, doc_ids=[f"d{i}" for i in range(200)], semantic_ids_layers=0, progress=False
+    )
     s = open_searcher("faiss", index_dir=idx)
     assert (s.has_ivf, s.has_hnsw) == (ivf, hnsw)
     assert s.supports_rerank and not s.supports_upsert and not s.supports_delete and s.local_dir == idx

@@ -100,8 +100,13 @@ def test_fuse_runs_keeps_every_query_and_cuts_at_k():
 
 
 def test_fusion_config_rejects_bad_values():
-    for kw, msg in [({"method": "max"}, "rrf or weighted"), ({"weight": 1.5}, r"\[0, 1\]"), ({"norm": "l2"}, "minmax or zscore"),
-                    ({"rrf_k": -1}, "rrf_k"), ({"depth": 0}, "depth")]:
+    for kw, msg in [
+        ({"method": "max"}, "rrf or weighted"),
+        ({"weight": 1.5}, r"\[0, 1\]"),
+        ({"norm": "l2"}, "minmax or zscore"),
+        ({"rrf_k": -1}, "rrf_k"),
+        ({"depth": 0}, "depth"),
+    ]:
         with pytest.raises(ScalingNoteError, match=msg):
             FusionConfig(**kw)
 
@@ -177,7 +182,9 @@ def test_build_from_array_with_documents_and_attach_later(tmp_path):
     long_text = "word " * 200
     docs = [Document("a", "Alpha <b>title</b>", "", long_text), Document("b", "", "", "short text")]
     vecs = np.eye(2, 4, dtype=np.float32)
-    idx = build_index(vecs, tmp_path / "i1", "Flat", doc_ids=["a", "b"], semantic_ids_layers=0, documents=docs, progress=False)
+    idx = build_index(
+        vecs, tmp_path / "i1", "Flat", doc_ids=["a", "b"], semantic_ids_layers=0, documents=docs, progress=False
+    )
     res = DenseIndex.open(idx).search(vecs[:1], k=2)
     assert res.titles[0] == ["Alpha <b>title</b>", ""]
     snip = res.snippets[0][0]
@@ -189,7 +196,9 @@ def test_build_from_array_with_documents_and_attach_later(tmp_path):
     assert info["n_found"] == 1
     assert DenseIndex.open(idx2).search(vecs[1:2], k=2).titles[0] == ["", "Alpha <b>title</b>"]
     # a store that does not match the index rows is refused with the file and line
-    (idx2 / "docs.jsonl").write_text('{"id": "b", "title": "x", "snippet": ""}\n{"id": "a", "title": "", "snippet": ""}\n')
+    (idx2 / "docs.jsonl").write_text(
+        '{"id": "b", "title": "x", "snippet": ""}\n{"id": "a", "title": "", "snippet": ""}\n'
+    )
     with pytest.raises(ScalingNoteError, match=r"docs.jsonl: line 1: field 'id'"):
         DenseIndex.open(idx2)
 
@@ -225,7 +234,11 @@ def test_bm25_saved_beside_the_index_reused_while_fingerprint_matches(hybrid_env
 def test_chinese_corpus_uses_character_bigrams(tmp_path):
     from scalingnote.sparse.bm25 import open_or_build_bm25
 
-    docs = [Document("d0", "", "", "宝宝发烧怎么办"), Document("d1", "", "", "感冒咳嗽吃什么药"), Document("d2", "", "", "宝宝咳嗽")]
+    docs = [
+        Document("d0", "", "", "宝宝发烧怎么办"),
+        Document("d1", "", "", "感冒咳嗽吃什么药"),
+        Document("d2", "", "", "宝宝咳嗽"),
+    ]
     bm = open_or_build_bm25(tmp_path, docs, show_progress=False)
     assert bm.language == "zh"
     run = bm.search({"q": "宝宝发烧"}, k=3, show_progress=False)
@@ -235,7 +248,9 @@ def test_chinese_corpus_uses_character_bigrams(tmp_path):
 def test_hybrid_searcher_modes(hybrid_env):
     from scalingnote.index.hybrid import fuse_scores
 
-    h = open_hybrid(hybrid_env["index"], hybrid_env["tower"], progress=False)  # corpus found via the embeddings manifest
+    h = open_hybrid(
+        hybrid_env["index"], hybrid_env["tower"], progress=False
+    )  # corpus found via the embeddings manifest
     assert h.bm25 is not None and h.modes == ("dense", "bm25", "hybrid")
     q = "quick brown fox"
     dense = h.search([q], 5, mode="dense")
@@ -277,14 +292,46 @@ def test_cli_search_modes_and_titles(hybrid_env, tmp_path):
     r = runner.invoke(app, ["index", "bm25", "--index", str(idx), "--data", str(hybrid_env["beir"])])
     assert r.exit_code == 0, r.output
     assert (idx / "bm25" / "bm25.json").exists()
-    r = runner.invoke(app, ["search", "--index", str(idx), "--query-tower", str(hybrid_env["tower"]), "--query", "quick brown fox", "--k", "3", "--mode", "hybrid"])
+    r = runner.invoke(
+        app,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(hybrid_env["tower"]),
+            "--query",
+            "quick brown fox",
+            "--k",
+            "3",
+            "--mode",
+            "hybrid",
+        ],
+    )
     assert r.exit_code == 0, r.output
     hits = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [h["rank"] for h in hits] == [1, 2, 3]
     for h in hits:
         assert h["title"] == hybrid_env["corpus"][h["doc_id"]]["title"] and h["snippet"] and len(h["semantic_id"]) == 2
     out = tmp_path / "bm25.trec"
-    r = runner.invoke(app, ["search", "--index", str(idx), "--mode", "bm25", "--queries", str(hybrid_env["beir"]), "--split", "test", "--out", str(out), "--k", "5"])
+    r = runner.invoke(
+        app,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--mode",
+            "bm25",
+            "--queries",
+            str(hybrid_env["beir"]),
+            "--split",
+            "test",
+            "--out",
+            str(out),
+            "--k",
+            "5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     run = read_run(out)
     assert len(run) == 6 and all(len(v) <= 5 for v in run.values())
@@ -292,13 +339,32 @@ def test_cli_search_modes_and_titles(hybrid_env, tmp_path):
     r = runner.invoke(app, ["search", "--index", str(idx), "--mode", "hybrid", "--query", "fox"])
     assert isinstance(r.exception, ScalingNoteError) and "needs --query-tower" in str(r.exception)
     # no flags: the index's served default (fusion.json), as `scalingnote serve` answers
-    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.2, "norm": "zscore", "default_mode": "hybrid"}))
-    r = runner.invoke(app, ["search", "--index", str(idx), "--query-tower", str(hybrid_env["tower"]), "--query", "quick brown fox", "--k", "5"])
+    (idx / "fusion.json").write_text(
+        json.dumps({"method": "weighted", "weight": 0.2, "norm": "zscore", "default_mode": "hybrid"})
+    )
+    r = runner.invoke(
+        app,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(hybrid_env["tower"]),
+            "--query",
+            "quick brown fox",
+            "--k",
+            "5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     got = [json.loads(line)["doc_id"] for line in r.stdout.splitlines() if line.startswith("{")]
-    served = open_hybrid(idx, hybrid_env["tower"], fusion=FusionConfig(method="weighted", weight=0.2, norm="zscore"), progress=False)
+    served = open_hybrid(
+        idx, hybrid_env["tower"], fusion=FusionConfig(method="weighted", weight=0.2, norm="zscore"), progress=False
+    )
     assert got == served.search(["quick brown fox"], 5, mode="hybrid").doc_ids[0]
-    assert got != served.search(["quick brown fox"], 5, mode="hybrid", fusion=FusionConfig()).doc_ids[0]  # RRF (FusionConfig's default) ranks differently here
+    assert (
+        got != served.search(["quick brown fox"], 5, mode="hybrid", fusion=FusionConfig()).doc_ids[0]
+    )  # RRF (FusionConfig's default) ranks differently here
 
 
 def test_every_back_end_is_a_searcher_with_the_shared_search_run(hybrid_env):

@@ -36,11 +36,45 @@ def test_encode_build_info_search(cli, tmp_path, beir_dir, tiny_bert_dir, other_
 
     runner = CliRunner()
     emb, idx, run = tmp_path / "emb", tmp_path / "idx", tmp_path / "run.trec"
-    r = runner.invoke(cli, ["index", "encode", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--out", str(emb), "--shard-size", "16", "--batch-size", "8"])
+    r = runner.invoke(
+        cli,
+        [
+            "index",
+            "encode",
+            "--tower",
+            str(tiny_bert_dir),
+            "--data",
+            str(beir_dir),
+            "--out",
+            str(emb),
+            "--shard-size",
+            "16",
+            "--batch-size",
+            "8",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert json.loads((emb / "manifest.json").read_text())["n_docs"] == 60
 
-    r = runner.invoke(cli, ["index", "build", "--embeddings", str(emb), "--factory", "IVF4,PQ8x4", "--out", str(idx), "--semantic-ids-layers", "3", "--codebook-size", "8", "--seed", "1"])
+    r = runner.invoke(
+        cli,
+        [
+            "index",
+            "build",
+            "--embeddings",
+            str(emb),
+            "--factory",
+            "IVF4,PQ8x4",
+            "--out",
+            str(idx),
+            "--semantic-ids-layers",
+            "3",
+            "--codebook-size",
+            "8",
+            "--seed",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(cli, ["index", "info", str(idx)])
     assert r.exit_code == 0, r.output
@@ -50,7 +84,28 @@ def test_encode_build_info_search(cli, tmp_path, beir_dir, tiny_bert_dir, other_
     r = runner.invoke(cli, ["index", "info", str(emb)])
     assert r.exit_code == 0 and json.loads(r.stdout)["n_shards"] == 4
 
-    r = runner.invoke(cli, ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--queries", str(beir_dir), "--split", "test", "--out", str(run), "--k", "10", "--rerank", "30", "--nprobe", "4"])
+    r = runner.invoke(
+        cli,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(tiny_bert_dir),
+            "--queries",
+            str(beir_dir),
+            "--split",
+            "test",
+            "--out",
+            str(run),
+            "--k",
+            "10",
+            "--rerank",
+            "30",
+            "--nprobe",
+            "4",
+        ],
+    )
     assert r.exit_code == 0, r.output
     got = read_run(run)
     assert len(got) == 12 and all(len(v) == 10 for v in got.values())
@@ -58,25 +113,89 @@ def test_encode_build_info_search(cli, tmp_path, beir_dir, tiny_bert_dir, other_
     assert meta["config"]["rerank"] == 30 and meta["timings"]["search_qps"] > 0 and "faiss-cpu" in meta["versions"]
 
     # `index tune` chooses nprobe / re-rank on the queries and writes them as the search defaults
-    r = runner.invoke(cli, ["index", "tune", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--queries", str(beir_dir), "--split", "test", "--target", "0.9"])
+    r = runner.invoke(
+        cli,
+        [
+            "index",
+            "tune",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(tiny_bert_dir),
+            "--queries",
+            str(beir_dir),
+            "--split",
+            "test",
+            "--target",
+            "0.9",
+        ],
+    )
     assert r.exit_code == 0, r.output
     man = json.loads((idx / "manifest.json").read_text())
     chosen = man["search_tuning"]["chosen"]
-    assert chosen["recall"] >= 0.9 and man["search_defaults"]["nprobe"] == chosen["nprobe"] and "recall@10 vs exact" in r.output
+    assert (
+        chosen["recall"] >= 0.9
+        and man["search_defaults"]["nprobe"] == chosen["nprobe"]
+        and "recall@10 vs exact" in r.output
+    )
 
     # a queries.jsonl file works too
-    r = runner.invoke(cli, ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--queries", str(beir_dir / "queries.jsonl"), "--out", str(tmp_path / "run2.trec"), "--k", "5"])
+    r = runner.invoke(
+        cli,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(tiny_bert_dir),
+            "--queries",
+            str(beir_dir / "queries.jsonl"),
+            "--out",
+            str(tmp_path / "run2.trec"),
+            "--k",
+            "5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert len(read_run(tmp_path / "run2.trec")) == 12
 
     # a query tower from another model is refused, naming both compat ids
-    r = runner.invoke(cli, ["search", "--index", str(idx), "--query-tower", str(other_bert_dir), "--queries", str(beir_dir), "--out", str(tmp_path / "bad.trec")])
+    r = runner.invoke(
+        cli,
+        [
+            "search",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(other_bert_dir),
+            "--queries",
+            str(beir_dir),
+            "--out",
+            str(tmp_path / "bad.trec"),
+        ],
+    )
     assert isinstance(r.exception, ScalingNoteError) and "not compatible" in str(r.exception)
     assert not (tmp_path / "bad.trec").exists()
 
 
 def test_encode_and_build_in_one_go(cli, tmp_path, beir_dir, tiny_bert_dir):
-    r = CliRunner().invoke(cli, ["index", "build", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--factory", "Flat", "--out", str(tmp_path / "idx"), "--semantic-ids-layers", "0"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "index",
+            "build",
+            "--tower",
+            str(tiny_bert_dir),
+            "--data",
+            str(beir_dir),
+            "--factory",
+            "Flat",
+            "--out",
+            str(tmp_path / "idx"),
+            "--semantic-ids-layers",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "idx.embeddings" / "manifest.json").is_file()
     m = json.loads((tmp_path / "idx" / "manifest.json").read_text())
@@ -102,6 +221,8 @@ def test_index_build_options_are_generated_from_index_config(cli):
         assert opts[f.name].opts == ["--" + f.name.replace("_", "-")]
         assert opts[f.name].default == f.default
     assert opts["overwrite"].is_flag
-    ctx = build.make_context("build", ["--out", "x", "--embeddings", "e", "--factory", "IVF4,Flat", "--nprobe", "3", "--overwrite"])
+    ctx = build.make_context(
+        "build", ["--out", "x", "--embeddings", "e", "--factory", "IVF4,Flat", "--nprobe", "3", "--overwrite"]
+    )
     cfg_args = {k: ctx.params[k] for k in (f.name for f in dataclasses.fields(IndexConfig))}
     assert IndexConfig(**cfg_args) == IndexConfig(factory="IVF4,Flat", nprobe=3, overwrite=True)

@@ -66,7 +66,16 @@ def test_interrupted_encoding_resumes_without_recomputing(tmp_path, doc_tower, t
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        encode_corpus(counting, tiny_corpus, tmp_path / "part", shard_size=8, batch_size=4, progress=False, on_shard_done=stop_after_three, tower_info=info)
+        encode_corpus(
+            counting,
+            tiny_corpus,
+            tmp_path / "part",
+            shard_size=8,
+            batch_size=4,
+            progress=False,
+            on_shard_done=stop_after_three,
+            tower_info=info,
+        )
     assert counting.n_encoded == 24
     man = json.loads((tmp_path / "part" / "manifest.json").read_text())
     assert man["complete"] is False and len(man["shards"]) == 3
@@ -75,7 +84,9 @@ def test_interrupted_encoding_resumes_without_recomputing(tmp_path, doc_tower, t
     assert len(load_embeddings(tmp_path / "part", require_complete=False)) == 24
 
     counting.n_encoded = 0
-    res = encode_corpus(counting, tiny_corpus, tmp_path / "part", shard_size=8, batch_size=4, progress=False, tower_info=info)
+    res = encode_corpus(
+        counting, tiny_corpus, tmp_path / "part", shard_size=8, batch_size=4, progress=False, tower_info=info
+    )
     assert counting.n_encoded == len(tiny_corpus) - 24  # finished shards were not recomputed
     assert res.shards_skipped == 3 and res.shards_written == 5
 
@@ -91,7 +102,9 @@ def test_interrupted_encoding_resumes_without_recomputing(tmp_path, doc_tower, t
     assert speed > 0 and json.loads((tmp_path / "part" / "manifest.json").read_text())["docs_per_s"] == speed
 
 
-def test_resume_refuses_another_tower_shard_size_or_corpus(tmp_path, doc_tower, other_bert_dir, tiny_corpus, corpus_factory):
+def test_resume_refuses_another_tower_shard_size_or_corpus(
+    tmp_path, doc_tower, other_bert_dir, tiny_corpus, corpus_factory
+):
     from scalingnote.models import load_tower
 
     encode_corpus(doc_tower, tiny_corpus[:20], tmp_path / "e", shard_size=8, progress=False)
@@ -131,9 +144,13 @@ def test_encode_through_the_feature_cache_equals_plain_encoding(tmp_path, tiny_b
     from scalingnote.index.pipeline import encode_with_tower
 
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.content}) + "\n" for d in tiny_corpus))
+    corpus.write_text(
+        "".join(json.dumps({"_id": d.id, "title": d.title, "text": d.content}) + "\n" for d in tiny_corpus)
+    )
     plain = encode_with_tower(tiny_bert_dir, corpus, tmp_path / "plain", shard_size=32, progress=False)
-    cached = encode_with_tower(tiny_bert_dir, corpus, tmp_path / "cached", shard_size=32, progress=False, feature_cache=tmp_path / "fc")
+    cached = encode_with_tower(
+        tiny_bert_dir, corpus, tmp_path / "cached", shard_size=32, progress=False, feature_cache=tmp_path / "fc"
+    )
     assert plain.n_docs == cached.n_docs == len(tiny_corpus)
     a, b = load_embeddings(tmp_path / "plain"), load_embeddings(tmp_path / "cached")
     np.testing.assert_allclose(np.concatenate(a.shards), np.concatenate(b.shards), atol=1e-5)
@@ -143,5 +160,7 @@ def test_encode_through_the_feature_cache_equals_plain_encoding(tmp_path, tiny_b
     parts = sorted((tmp_path / "fc").rglob("part-*.npy"))
     assert parts
     stamp = [p.stat().st_mtime_ns for p in parts]
-    encode_with_tower(tiny_bert_dir, corpus, tmp_path / "again", shard_size=32, progress=False, feature_cache=tmp_path / "fc")
+    encode_with_tower(
+        tiny_bert_dir, corpus, tmp_path / "again", shard_size=32, progress=False, feature_cache=tmp_path / "fc"
+    )
     assert sorted((tmp_path / "fc").rglob("part-*.npy")) == parts and [p.stat().st_mtime_ns for p in parts] == stamp

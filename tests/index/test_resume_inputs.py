@@ -18,9 +18,13 @@ def test_encoding_resume_refuses_other_tower_settings_or_normalisation(tmp_path,
     info = {"fingerprint": "f1", "compat_id": "c1", "max_doc_length": 96, "pooling": "cls"}
     encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info=info)
     with pytest.raises(ScalingNoteError, match=r"tower\.max_doc_length: 96 -> 32") as e:
-        encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "max_doc_length": 32})
+        encode_corpus(
+            doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "max_doc_length": 32}
+        )
     assert "tower.fingerprint" not in str(e.value) and "new output directory" in str(e.value)
-    moved = encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "name": "/elsewhere/tower"})
+    moved = encode_corpus(
+        doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info={**info, "name": "/elsewhere/tower"}
+    )
     assert moved.shards_written == 0  # the same weights loaded from another place
     with pytest.raises(ScalingNoteError, match="normalized"):
         encode_corpus(doc_tower, tiny_corpus[:20], out, shard_size=8, progress=False, tower_info=info, normalize=False)
@@ -68,7 +72,9 @@ def test_index_from_embeddings_dir_is_reused_by_content(tmp_path, doc_tower, tin
     out = tmp_path / "idx"
     build_index(emb, out, "Flat", semantic_ids_layers=0, progress=False)
     stamp = (out / "manifest.json").stat().st_mtime_ns
-    encode_corpus(doc_tower, tiny_corpus[:24], emb, shard_size=8, progress=False)  # verify-only rerun rewrites the manifest
+    encode_corpus(
+        doc_tower, tiny_corpus[:24], emb, shard_size=8, progress=False
+    )  # verify-only rerun rewrites the manifest
     build_index(emb, out, "Flat", semantic_ids_layers=0, progress=False, reuse=True)
     assert (out / "manifest.json").stat().st_mtime_ns == stamp
     assert "reuse" in IndexConfig().kwargs()  # `scalingnote index build --reuse`

@@ -4,9 +4,8 @@ k=10)``) runs through ``scalingnote search --queries/--out``, ``--query`` and th
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import time
 
 import numpy as np
@@ -38,7 +37,9 @@ def registered():
 def flat(tmp_path_factory, tiny_bert_dir, tiny_corpus, queries_factory):
     root = tmp_path_factory.mktemp("contract")
     queries = queries_factory(8)
-    write_beir(root / "beir", tiny_corpus, queries, {"test": {q.id: {tiny_corpus[i].id: 1} for i, q in enumerate(queries)}})
+    write_beir(
+        root / "beir", tiny_corpus, queries, {"test": {q.id: {tiny_corpus[i].id: 1} for i, q in enumerate(queries)}}
+    )
     encode_with_tower(tiny_bert_dir, root / "beir", root / "emb", shard_size=64, batch_size=16, progress=False)
     return build_index(root / "emb", root / "idx", "Flat", semantic_ids_layers=0, progress=False), root / "beir"
 
@@ -92,7 +93,9 @@ def _assert_same_as_flat(run, every, k):
     assert set(run) == set(every)
     for qid, hits in run.items():
         assert len(hits) == k
-        np.testing.assert_allclose(sorted(hits.values(), reverse=True), sorted(every[qid].values(), reverse=True)[:k], atol=1e-5)
+        np.testing.assert_allclose(
+            sorted(hits.values(), reverse=True), sorted(every[qid].values(), reverse=True)[:k], atol=1e-5
+        )
         np.testing.assert_allclose([every[qid][d] for d in hits], list(hits.values()), atol=1e-5)
 
 
@@ -102,7 +105,17 @@ def test_cli_search_queries_and_query_on_a_minimal_back_end(by, registered, flat
     backend = NAME if by == "name" else DOTTED
     runner = CliRunner()
     out = tmp_path / "run.tsv"
-    common = ["search", "--backend", backend, "--index", str(index_dir), "--query-tower", str(tiny_bert_dir), "--k", "5"]
+    common = [
+        "search",
+        "--backend",
+        backend,
+        "--index",
+        str(index_dir),
+        "--query-tower",
+        str(tiny_bert_dir),
+        "--k",
+        "5",
+    ]
     r = runner.invoke(app, [*common, "--queries", str(beir), "--out", str(out)])
     assert r.exit_code == 0, r.output
     _assert_same_as_flat(read_run(out), _flat_run(index_dir, tiny_bert_dir, beir), 5)
@@ -110,7 +123,9 @@ def test_cli_search_queries_and_query_on_a_minimal_back_end(by, registered, flat
     r = runner.invoke(app, [*common, "--query", "vector index query"])
     assert r.exit_code == 0, r.output
     hits = [json.loads(line) for line in r.stdout.splitlines()]
-    ref = DenseIndex.open(index_dir, query_tower=load_tower_for(tiny_bert_dir, "query")).search(["vector index query"], 5)
+    ref = DenseIndex.open(index_dir, query_tower=load_tower_for(tiny_bert_dir, "query")).search(
+        ["vector index query"], 5
+    )
     assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5]
     np.testing.assert_allclose([h["score"] for h in hits], ref.scores[0], atol=1e-4)
 
@@ -118,8 +133,23 @@ def test_cli_search_queries_and_query_on_a_minimal_back_end(by, registered, flat
 def test_cli_refuses_an_option_the_back_end_does_not_declare(registered, flat, tiny_bert_dir, tmp_path, capsys):
     index_dir, beir = flat
     with pytest.raises(SystemExit) as e:
-        main(["search", "--backend", NAME, "--index", str(index_dir), "--query-tower", str(tiny_bert_dir),
-              "--queries", str(beir), "--out", str(tmp_path / "run.tsv"), "--nprobe", "4"])
+        main(
+            [
+                "search",
+                "--backend",
+                NAME,
+                "--index",
+                str(index_dir),
+                "--query-tower",
+                str(tiny_bert_dir),
+                "--queries",
+                str(beir),
+                "--out",
+                str(tmp_path / "run.tsv"),
+                "--nprobe",
+                "4",
+            ]
+        )
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: nprobe: index 'numpy:exact' has no IVF layer (back end {NAME})"
@@ -147,15 +177,24 @@ def test_service_serves_the_minimal_back_end_and_refuses_what_it_lacks(registere
     index_dir, _ = flat
     queries = ["vector index query", "protein cell gene"]
     ref = DenseIndex.open(index_dir, query_tower=load_tower_for(tiny_bert_dir, "query")).search(queries, 5)
-    with TestClient(create_app(index_dir, tiny_bert_dir, ServeSettings(port=0, backend=NAME, admin_token="t" * 16))) as client:
+    with TestClient(
+        create_app(index_dir, tiny_bert_dir, ServeSettings(port=0, backend=NAME, admin_token="t" * 16))
+    ) as client:
         t0 = time.monotonic()
         while (h := client.get("/healthz")).status_code != 200:
             assert h.json()["status"] != "failed" and time.monotonic() - t0 < 60, h.json()
             time.sleep(0.05)
         rows = client.post("/search/batch", json={"queries": queries, "k": 5}).json()["results"]
-        for option, value, lacks in (("nprobe", 2, "has no IVF layer"), ("ef_search", 16, "has no HNSW graph"), ("rerank", 10, "does not re-rank")):
+        for option, value, lacks in (
+            ("nprobe", 2, "has no IVF layer"),
+            ("ef_search", 16, "has no HNSW graph"),
+            ("rerank", 10, "does not re-rank"),
+        ):
             r = client.post("/search", json={"query": "fox", option: value})
             assert r.status_code == 422, r.text
-            assert r.json()["detail"].startswith(f"{option}: index 'numpy:exact' {lacks}") and f"(back end {NAME})" in r.json()["detail"]
+            assert (
+                r.json()["detail"].startswith(f"{option}: index 'numpy:exact' {lacks}")
+                and f"(back end {NAME})" in r.json()["detail"]
+            )
     for row, scores in zip(rows, ref.scores, strict=True):
         np.testing.assert_allclose([h["score"] for h in row], scores, atol=1e-4)

@@ -29,7 +29,18 @@ def test_settings_object_and_keywords_build_the_same_index(tmp_path, vectors):
     x, ids = vectors
     s = IndexBuildSettings(dim=8, semantic_ids_layers=2, codebook_size=4, train_size=200, seed=3)
     a = build_index(x, tmp_path / "a", "IVF4,Flat", doc_ids=ids, settings=s, progress=False)
-    b = build_index(x, tmp_path / "b", "IVF4,Flat", doc_ids=ids, dim=8, semantic_ids_layers=2, codebook_size=4, train_size=200, seed=3, progress=False)
+    b = build_index(
+        x,
+        tmp_path / "b",
+        "IVF4,Flat",
+        doc_ids=ids,
+        dim=8,
+        semantic_ids_layers=2,
+        codebook_size=4,
+        train_size=200,
+        seed=3,
+        progress=False,
+    )
     (da, sa, ia), (db, sb, ib) = _built(a), _built(b)
     assert da == db and ia == ib
     np.testing.assert_array_equal(sa, sb)
@@ -39,7 +50,15 @@ def test_settings_object_and_keywords_build_the_same_index(tmp_path, vectors):
 
 def test_keywords_override_the_settings_object(tmp_path, vectors):
     x, ids = vectors
-    p = build_index(x, tmp_path / "c", "Flat", doc_ids=ids, settings=IndexBuildSettings(seed=1, semantic_ids_layers=0), seed=5, progress=False)
+    p = build_index(
+        x,
+        tmp_path / "c",
+        "Flat",
+        doc_ids=ids,
+        settings=IndexBuildSettings(seed=1, semantic_ids_layers=0),
+        seed=5,
+        progress=False,
+    )
     m = json.loads((p / "manifest.json").read_text())
     assert m["seed"] == 5 and m["semantic_ids"] is None
 
@@ -68,7 +87,18 @@ def test_index_config_is_the_shared_settings_plus_the_faiss_ones():
     cfg = IndexConfig(factory="HNSW8", dim=8, seed=2)
     assert isinstance(cfg, IndexBuildSettings)
     assert IndexBuildSettings.resolve(cfg, {}, "build_index") is cfg
-    assert cfg.kwargs() == {"dim": 8, "semantic_ids_layers": 6, "codebook_size": 256, "train_size": 100_000, "seed": 2,
-                            "factory": "HNSW8", "nprobe": None, "ef_search": None, "overwrite": False, "reuse": False,
-                            "method": None, "train_queries": None}
+    assert cfg.kwargs() == {
+        "dim": 8,
+        "semantic_ids_layers": 6,
+        "codebook_size": 256,
+        "train_size": 100_000,
+        "seed": 2,
+        "factory": "HNSW8",
+        "nprobe": None,
+        "ef_search": None,
+        "overwrite": False,
+        "reuse": False,
+        "method": None,
+        "train_queries": None,
+    }
     assert RayPool(cpus_per_actor=2.5).threads == 2 and RayPool(threads_per_actor=3).threads == 3

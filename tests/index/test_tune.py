@@ -14,14 +14,21 @@ from scalingnote.index.tune import exact_topk, save_search_defaults, tune_search
 
 
 def _recall(found: np.ndarray, exact: np.ndarray) -> float:  # an oracle independent of the module's
-    return float(np.mean([len(set(a[:exact.shape[1]]) & set(b)) / exact.shape[1] for a, b in zip(found, exact)]))
+    return float(np.mean([len(set(a[: exact.shape[1]]) & set(b)) / exact.shape[1] for a, b in zip(found, exact)]))
 
 
 @pytest.fixture(scope="module")
 def ivfpq(tmp_path_factory, syn_vectors):
     ids = [f"d{i}" for i in range(len(syn_vectors))]
-    return build_index(syn_vectors, tmp_path_factory.mktemp("tune") / "ivfpq", "IVF64,PQ8x4", doc_ids=ids, semantic_ids_layers=0,
-                       nprobe=1, progress=False)
+    return build_index(
+        syn_vectors,
+        tmp_path_factory.mktemp("tune") / "ivfpq",
+        "IVF64,PQ8x4",
+        doc_ids=ids,
+        semantic_ids_layers=0,
+        nprobe=1,
+        progress=False,
+    )
 
 
 def test_exact_topk_matches_brute_force_across_chunks(syn_vectors, syn_queries):
@@ -33,13 +40,17 @@ def test_exact_topk_matches_brute_force_across_chunks(syn_vectors, syn_queries):
 def test_tuning_reaches_the_target_at_the_cheapest_setting(ivfpq, syn_vectors, syn_queries):
     idx = DenseIndex.open(ivfpq)
     tune_q, held_q = syn_queries[:60], syn_queries[60:]
-    before = _recall(idx.search(held_q, k=10).indices, exact_topk(syn_vectors, held_q, 10))  # the build's nprobe=1, no re-rank
+    before = _recall(
+        idx.search(held_q, k=10).indices, exact_topk(syn_vectors, held_q, 10)
+    )  # the build's nprobe=1, no re-rank
     rep = tune_search(idx, tune_q, k=10, target=0.95)
     c = rep["chosen"]
     assert rep["met"] and c["recall"] >= 0.95
     assert c["cost"] == min(g["cost"] for g in rep["grid"] if g["recall"] >= 0.95)
     # the reported recall is the recall of that setting on the tuning queries
-    assert _recall(idx.search(tune_q, k=10, nprobe=c["nprobe"], rerank=c["rerank"]).indices, exact_topk(syn_vectors, tune_q, 10)) == pytest.approx(c["recall"], abs=1e-4)
+    assert _recall(
+        idx.search(tune_q, k=10, nprobe=c["nprobe"], rerank=c["rerank"]).indices, exact_topk(syn_vectors, tune_q, 10)
+    ) == pytest.approx(c["recall"], abs=1e-4)
     defaults = save_search_defaults(ivfpq, rep)
     assert defaults["nprobe"] == c["nprobe"] and defaults.get("rerank", 0) == c["rerank"]
     man = json.loads((ivfpq / "manifest.json").read_text())
@@ -71,8 +82,16 @@ def test_unreachable_target_keeps_the_best_setting_and_says_so(ivfpq, syn_querie
 
 
 def test_flat_index_and_bad_arguments(tmp_path, syn_vectors, syn_queries):
-    flat = DenseIndex.open(build_index(syn_vectors, tmp_path / "flat", "Flat", doc_ids=[str(i) for i in range(len(syn_vectors))],
-                                       semantic_ids_layers=0, progress=False))
+    flat = DenseIndex.open(
+        build_index(
+            syn_vectors,
+            tmp_path / "flat",
+            "Flat",
+            doc_ids=[str(i) for i in range(len(syn_vectors))],
+            semantic_ids_layers=0,
+            progress=False,
+        )
+    )
     rep = tune_search(flat, syn_queries[:20], k=10)
     assert rep["met"] and rep["chosen"] == {"rerank": 0, "recall": 1.0, "cost": rep["chosen"]["cost"]}
     with pytest.raises(ScalingNoteError, match="no queries"):
@@ -83,7 +102,9 @@ def test_flat_index_and_bad_arguments(tmp_path, syn_vectors, syn_queries):
 
 def test_hnsw_index_tunes_ef_search(tmp_path, syn_vectors, syn_queries):
     ids = [str(i) for i in range(len(syn_vectors))]
-    root = build_index(syn_vectors, tmp_path / "hnsw", "HNSW16_PQ8", doc_ids=ids, semantic_ids_layers=0, ef_search=16, progress=False)
+    root = build_index(
+        syn_vectors, tmp_path / "hnsw", "HNSW16_PQ8", doc_ids=ids, semantic_ids_layers=0, ef_search=16, progress=False
+    )
     idx = DenseIndex.open(root)
     rep = tune_search(idx, syn_queries[:40], k=10, target=0.95)
     c = rep["chosen"]

@@ -18,7 +18,9 @@ def _built_index(tmp_path_factory, tiny_bert_dir):
     root = tmp_path_factory.mktemp("live-base")
     beir = write_tiny_beir(root / "beir", docs_per_topic=8)
     encode_with_tower(tiny_bert_dir, beir, root / "emb", shard_size=32, batch_size=16, progress=False)
-    idx = build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+    idx = build_index(
+        root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False
+    )
     return beir, idx
 
 

@@ -27,7 +27,9 @@ def _tuned(tmp_path_factory, tiny_bert_dir):
     saved = load_tower(root / "doc_tower")
     beir = write_tiny_beir(root / "beir", docs_per_topic=8)
     encode_corpus(saved, beir / "corpus.jsonl", root / "emb", shard_size=64, batch_size=16, progress=False)
-    idx = build_index(root / "emb", root / "idx", "IVF4,PQ4x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+    idx = build_index(
+        root / "emb", root / "idx", "IVF4,PQ4x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False
+    )
     return idx, saved
 
 
@@ -43,7 +45,9 @@ def test_the_manifest_names_the_saved_tower_and_the_live_index_encodes_with_it(t
     idx, saved = tuned_index
     man = json.loads((idx / "manifest.json").read_text())
     assert man["tower"]["path"] == saved.source_path and man["tower"]["fingerprint"] == saved.fingerprint
-    assert load_tower(man["tower"]["name"], "document").fingerprint != saved.fingerprint  # the base model is another space
+    assert (
+        load_tower(man["tower"]["name"], "document").fingerprint != saved.fingerprint
+    )  # the base model is another space
     live = LiveIndex.open(idx)
     try:
         live.upsert([Document("n1", "narwhal", "", "a narwhal swims under the ice")])
@@ -67,7 +71,9 @@ def test_without_the_recorded_path_the_base_model_is_refused_with_both_fingerpri
         assert live.stats()["documents"] == 48  # nothing applied
     finally:
         live.close()
-    live = LiveIndex.open(idx, document_tower=saved.source_path)  # the override (serve --document-tower, index add --tower)
+    live = LiveIndex.open(
+        idx, document_tower=saved.source_path
+    )  # the override (serve --document-tower, index add --tower)
     try:
         assert live.upsert([Document("n1", "narwhal", "", "a narwhal swims")])["upserted"] == 1
     finally:

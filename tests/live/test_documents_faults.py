@@ -35,7 +35,9 @@ def _bm25(url, q):
 
 
 def _degraded(url):
-    return metric_value(parse_metrics(httpx.get(url + "/metrics", trust_env=False).text), "scalingnote_live_writes_degraded")
+    return metric_value(
+        parse_metrics(httpx.get(url + "/metrics", trust_env=False).text), "scalingnote_live_writes_degraded"
+    )
 
 
 def test_a_full_disk_and_an_io_error_refuse_writes_and_searches_go_on(server):
@@ -44,13 +46,22 @@ def test_a_full_disk_and_an_io_error_refuse_writes_and_searches_go_on(server):
     fio.arm("pwrite", errno.ENOSPC, partial=True)
     r = _post(url, {"_id": "full1", "title": "walrus", "text": "zzwalrus on the ice"})
     assert r.status_code == 507 and r.json()["error"] == "insufficient_storage", r.text
-    assert "ENOSPC" in r.json()["detail"] and "nothing of the batch was kept" in r.json()["detail"] and r.headers["Retry-After"] == "30"
+    assert (
+        "ENOSPC" in r.json()["detail"]
+        and "nothing of the batch was kept" in r.json()["detail"]
+        and r.headers["Retry-After"] == "30"
+    )
     h = httpx.get(url + "/healthz", trust_env=False)
     assert h.status_code == 200 and h.json()["status"] == "degraded" and h.json()["writes"]["cause"] == "ENOSPC", h.text
     assert _degraded(url) == 1 and _bm25(url, "zzwalrus") == []  # searches answer; the refused document is not there
     fio.arm("fsync", errno.EIO)
     r = httpx.delete(url + "/documents/d0", headers=AUTH, trust_env=False)
-    assert r.status_code == 503 and r.json()["error"] == "storage_error" and "EIO" in r.json()["detail"] and r.headers["Retry-After"] == "5"
+    assert (
+        r.status_code == 503
+        and r.json()["error"] == "storage_error"
+        and "EIO" in r.json()["detail"]
+        and r.headers["Retry-After"] == "5"
+    )
     assert httpx.get(url + "/healthz", trust_env=False).json()["writes"]["cause"] == "EIO"
     m = parse_metrics(httpx.get(url + "/metrics", trust_env=False).text)
     assert metric_value(m, "scalingnote_live_write_errors_total", op="write", cause="ENOSPC") == 1
@@ -58,4 +69,8 @@ def test_a_full_disk_and_an_io_error_refuse_writes_and_searches_go_on(server):
     r = _post(url, {"_id": "ok1", "title": "seal", "text": "zzseal on the rock"})  # space is back
     assert r.status_code == 200 and r.json()["seq"] == 1, r.text  # the refused writes took no sequence number
     assert httpx.get(url + "/healthz", trust_env=False).json()["status"] == "ok" and _degraded(url) == 0
-    assert _bm25(url, "zzseal") == ["ok1"] and _bm25(url, "zzwalrus") == [] and "d0" in server.app.state.service.index.row_of
+    assert (
+        _bm25(url, "zzseal") == ["ok1"]
+        and _bm25(url, "zzwalrus") == []
+        and "d0" in server.app.state.service.index.row_of
+    )

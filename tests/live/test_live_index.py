@@ -102,8 +102,24 @@ def test_a_batch_with_one_bad_line_changes_nothing(live_index, tiny_bert_dir, tm
     # through the CLI: exit 2 with the file / line / field, and the index is untouched
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     before = sorted(p.name for p in live_index.rglob("*"))
-    r = subprocess.run([sys.executable, "-m", "scalingnote", "index", "add", "--index", str(live_index), "--docs", str(tmp_path / "missing.jsonl"),
-                        "--tower", str(tiny_bert_dir)], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalingnote",
+            "index",
+            "add",
+            "--index",
+            str(live_index),
+            "--docs",
+            str(tmp_path / "missing.jsonl"),
+            "--tower",
+            str(tiny_bert_dir),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 2 and "line 2" in r.stderr and "field 'text'" in r.stderr, r.stderr
     assert sorted(p.name for p in live_index.rglob("*")) == before
     live = _open(live_index, tiny_bert_dir)
@@ -124,7 +140,9 @@ live.upsert([Document("logged", "pangolin", "", "pangolin scales")])
 
 def test_kill_between_log_write_and_apply_is_recovered(live_index, tiny_bert_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    r = subprocess.run([sys.executable, "-c", _KILLER, str(live_index), str(tiny_bert_dir)], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _KILLER, str(live_index), str(tiny_bert_dir)], env=env, capture_output=True, text=True
+    )
     assert r.returncode == -signal.SIGKILL, r.stderr
     live = _open(live_index, tiny_bert_dir)
     assert live.replayed == 2
@@ -168,7 +186,10 @@ def test_one_writer_at_a_time_and_readers_replay(live_index, tiny_bert_dir):
 def test_rebuild_retrains_and_drift_counts(live_index, tiny_bert_dir):
     live = _open(live_index, tiny_bert_dir)
     rng = np.random.default_rng(0)
-    docs = [Document(f"n{i}", f"new {i}", "", " ".join(rng.choice(["vitamin", "fox", "dense", "scaling"], 5))) for i in range(24)]
+    docs = [
+        Document(f"n{i}", f"new {i}", "", " ".join(rng.choice(["vitamin", "fox", "dense", "scaling"], 5)))
+        for i in range(24)
+    ]
     live.upsert(docs)
     st = live.stats()
     assert st["added_since_training"] == 24 and st["added_share"] == pytest.approx(0.5)
@@ -217,7 +238,15 @@ def test_hnsw_deletes_by_tombstone_filtered_at_search(tmp_path, _built_index, ti
     _beir, ivf = _built_index
     base = LiveIndex.open(ivf, writer=False)
     vecs, ids = base.store.vectors.view.copy(), list(base.store.doc_ids)
-    idx = build_index(vecs, tmp_path / "hnsw", "HNSW8", doc_ids=ids, tower_info=base.manifest["tower"], semantic_ids_layers=0, progress=False)
+    idx = build_index(
+        vecs,
+        tmp_path / "hnsw",
+        "HNSW8",
+        doc_ids=ids,
+        tower_info=base.manifest["tower"],
+        semantic_ids_layers=0,
+        progress=False,
+    )
     live = _open(idx, tiny_bert_dir)
     assert not live.store.can_remove
     live.delete(ids[:10])

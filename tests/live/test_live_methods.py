@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from scalingnote.cli import app as cli
 from scalingnote.data import Document
 from scalingnote.index import build_index
-from scalingnote.index.routing.method_tune import choose_method
 from scalingnote.index.faiss.methods import assign_lists
-from scalingnote.index.tune import save_search_defaults
+from scalingnote.index.routing.method_tune import choose_method
 from scalingnote.index.searcher import search_options
+from scalingnote.index.tune import save_search_defaults
 from scalingnote.live import LiveIndex
 
 
@@ -35,8 +35,18 @@ def routed(tmp_path, _built_index, request):
     tq = np.random.default_rng(1).standard_normal((64, vecs.shape[1])).astype(np.float32)
     # as the quick start does: the method's setting chosen on held-out queries, then built and its defaults saved
     rep = choose_method(vecs, vecs[::4], tq, methods=(request.param,), target=0.99)
-    out = build_index(vecs, tmp_path / request.param, method=request.param, routing=rep["routing"], train_queries=tq, doc_ids=ids,
-                      tower_info=tower, documents=beir, semantic_ids_layers=0, progress=False)
+    out = build_index(
+        vecs,
+        tmp_path / request.param,
+        method=request.param,
+        routing=rep["routing"],
+        train_queries=tq,
+        doc_ids=ids,
+        tower_info=tower,
+        documents=beir,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     save_search_defaults(out, rep)
     return out, vecs, ids
 
@@ -68,9 +78,11 @@ def test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_p
     # the CLI verbs on the same index: add (+ compaction), delete, rebuild (retrain with the same method)
     docs = tmp_path / "more.jsonl"
     docs.write_text(json.dumps({"_id": "t0", "title": "tapir", "text": "tapir snout"}) + "\n")
-    for args in (["index", "add", "--index", str(idx), "--docs", str(docs), "--tower", str(tiny_bert_dir)],
-                 ["index", "delete", "--index", str(idx), "--ids", str(_ids_file(tmp_path, ["c1"]))],
-                 ["index", "rebuild", "--index", str(idx)]):
+    for args in (
+        ["index", "add", "--index", str(idx), "--docs", str(docs), "--tower", str(tiny_bert_dir)],
+        ["index", "delete", "--index", str(idx), "--ids", str(_ids_file(tmp_path, ["c1"]))],
+        ["index", "rebuild", "--index", str(idx)],
+    ):
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 0, r.output
     live = LiveIndex.open(idx, writer=False)

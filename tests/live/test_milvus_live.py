@@ -45,7 +45,9 @@ def test_upsert_replace_delete_bm25_and_a_restart(lite, tiny_bert_dir, other_ber
     vec = w.encode([Document("m1", "ocelot", "", "ocelot spots zzmarkone")])[0][0]
     hit = w.search(vec[None], 3)
     assert hit.doc_ids[0][0] == "m1" and hit.titles[0][0] == "ocelot" and hit.semantic_ids[0, 0].min() >= 0
-    res = w.upsert([Document("m1", "lynx", "", "lynx ears zzmarktwo"), Document("d0", "replaced", "", "kangaroo zzmarkthree")])
+    res = w.upsert(
+        [Document("m1", "lynx", "", "lynx ears zzmarktwo"), Document("d0", "replaced", "", "kangaroo zzmarkthree")]
+    )
     assert res["status"] == ["replaced", "replaced"]
     assert row_counts(db, ["m1", "d0"]) == {"m1": 1, "d0": 1}  # the old versions are gone from Milvus
     bm = w.searcher()
@@ -73,7 +75,11 @@ def test_a_crash_inside_a_batch_hides_it_whole_and_the_restart_applies_it(lite, 
     old = [Document("m1", "old one", "", "first"), Document("m2", "old two", "", "second")]
     w.upsert(old)
     x, _ = w.encode(old)
-    new = [Document("m1", "new one", "", "first again zzmarknew"), Document("m2", "new two", "", "second again"), Document("m3", "three", "", "third")]
+    new = [
+        Document("m1", "new one", "", "first again zzmarknew"),
+        Document("m2", "new two", "", "second again"),
+        Document("m3", "three", "", "third"),
+    ]
 
     def crash(seq):
         ids = _top(w, x[0]) + _top(w, x[1])
@@ -112,7 +118,11 @@ def test_compaction_checkpoints_and_drops_the_log(lite, tiny_bert_dir):
     w = open_live(db, idx, tiny_bert_dir, writer=False)  # a reader: checkpoint + the log after it, no writes
     assert w.replayed == 1 and len(w) == n and "d2" not in w.row_of
     s = w.searcher()
-    assert [s.search([m], 5, mode="bm25").doc_ids[0] for m in ("zzmarkone", "zzmarkbase", "zzmarktwo")] == [["m1"], ["d1"], ["m2"]]
+    assert [s.search([m], 5, mode="bm25").doc_ids[0] for m in ("zzmarkone", "zzmarkbase", "zzmarktwo")] == [
+        ["m1"],
+        ["d1"],
+        ["m2"],
+    ]
     with pytest.raises(ScalingNoteError, match="read-only"):
         w.upsert([Document("m9", "x", "", "y")])
     w.close()
@@ -135,9 +145,13 @@ def test_the_service_ingests_into_a_milvus_collection(lite, tiny_bert_dir):
 
     db, idx = lite
     token = "milvus-live-admin-token-0123"
-    settings = ServeSettings(port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2)
+    settings = ServeSettings(
+        port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2
+    )
     auth = {"Authorization": f"Bearer {token}"}
-    with TestClient(create_app(db, tiny_bert_dir, settings), client=("127.0.0.1", 50000)) as c:  # a loopback peer (the admin rule)
+    with TestClient(
+        create_app(db, tiny_bert_dir, settings), client=("127.0.0.1", 50000)
+    ) as c:  # a loopback peer (the admin rule)
         t0 = time.monotonic()
         while c.get("/healthz").status_code != 200 and time.monotonic() - t0 < 120:
             assert c.get("/healthz").json().get("status") != "failed", c.get("/healthz").json()
@@ -148,11 +162,16 @@ def test_the_service_ingests_into_a_milvus_collection(lite, tiny_bert_dir):
         assert r.status_code == 200 and r.json()["documents"][0]["status"] == "added", r.text
         hits = c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"]
         assert [(h["doc_id"], h["title"]) for h in hits] == [("api1", "narwhal tusk")]
-        dense = [h["doc_id"] for h in c.post("/search", json={"query": doc["text"], "k": 60, "mode": "dense"}).json()["results"]]
+        dense = [
+            h["doc_id"]
+            for h in c.post("/search", json={"query": doc["text"], "k": 60, "mode": "dense"}).json()["results"]
+        ]
         assert dense.count("api1") == 1 and len(dense) == len(set(dense)) == 49
         assert c.delete("/documents/api1", headers=auth).status_code == 200
         assert c.post("/search", json={"query": "zzmarkapi", "k": 5, "mode": "bm25"}).json()["results"] == []
-        text = c.get("/metrics").text  # the live gauges: the collection's visible documents, the log since the checkpoint
+        text = c.get(
+            "/metrics"
+        ).text  # the live gauges: the collection's visible documents, the log since the checkpoint
         assert "scalingnote_live_documents 48\n" in text and "scalingnote_live_log_records 2\n" in text
     assert (live_state_dir(idx, "docs") / "wal").is_dir()
 
@@ -174,8 +193,28 @@ def test_search_on_the_cli_replays_the_milvus_live_index(lite, tiny_bert_dir):
     wal_before = sorted((p.name, p.stat().st_size) for p in (live_state_dir(idx, "docs") / "wal").iterdir())
 
     def hits(query, mode):
-        r = CliRunner().invoke(cli, ["search", "--backend", "milvus", "--uri", db, "--collection", "docs", "--index", str(idx),
-                                     "--query-tower", str(tiny_bert_dir), "--query", query, "--k", "60", "--mode", mode])
+        r = CliRunner().invoke(
+            cli,
+            [
+                "search",
+                "--backend",
+                "milvus",
+                "--uri",
+                db,
+                "--collection",
+                "docs",
+                "--index",
+                str(idx),
+                "--query-tower",
+                str(tiny_bert_dir),
+                "--query",
+                query,
+                "--k",
+                "60",
+                "--mode",
+                mode,
+            ],
+        )
         assert r.exit_code == 0, r.output
         return [json.loads(x) for x in r.output.splitlines() if x.startswith("{")]
 
@@ -198,13 +237,34 @@ def test_search_on_a_milvus_collection_takes_the_served_default_of_its_directory
     from scalingnote.index.pipeline import load_tower_for
 
     db, idx = lite
-    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.7, "norm": "zscore", "default_mode": "hybrid"}))
+    (idx / "fusion.json").write_text(
+        json.dumps({"method": "weighted", "weight": 0.7, "norm": "zscore", "default_mode": "hybrid"})
+    )
 
     def run(*extra):
-        r = CliRunner().invoke(cli, ["search", "--backend", "milvus", "--uri", db, "--collection", "docs",
-                                     "--query-tower", str(tiny_bert_dir), "--query", "topic words", "--k", "5", *extra])
+        r = CliRunner().invoke(
+            cli,
+            [
+                "search",
+                "--backend",
+                "milvus",
+                "--uri",
+                db,
+                "--collection",
+                "docs",
+                "--query-tower",
+                str(tiny_bert_dir),
+                "--query",
+                "topic words",
+                "--k",
+                "5",
+                *extra,
+            ],
+        )
         assert r.exit_code == 0, r.output
-        return [(h["doc_id"], h["score"]) for h in map(json.loads, (x for x in r.output.splitlines() if x.startswith("{")))]
+        return [
+            (h["doc_id"], h["score"]) for h in map(json.loads, (x for x in r.output.splitlines() if x.startswith("{")))
+        ]
 
     got = run()
     fusion, mode = served_fusion(idx)

@@ -40,8 +40,25 @@ def server(tmp_path_factory):
 
 
 def _serve(server, idx, tower) -> ServeProcess:
-    srv = ServeProcess(["--backend", "milvus", "--uri", server.uri, "--collection", "docs", "--index", str(idx), "--query-tower", str(tower),
-                        "--ingest-duty", "1", "--log-level", "warning"], env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
+    srv = ServeProcess(
+        [
+            "--backend",
+            "milvus",
+            "--uri",
+            server.uri,
+            "--collection",
+            "docs",
+            "--index",
+            str(idx),
+            "--query-tower",
+            str(tower),
+            "--ingest-duty",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN},
+    )
     srv.wait_ready(timeout=300)
     return srv
 
@@ -85,7 +102,9 @@ def _body(docs):
 def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny_bert_dir):
     man = export_to_milvus(live_index, server.uri, "docs", progress=False)  # auto -> IVF_PQ on a server
     assert man["index_type"] == "IVF_PQ"
-    assert man["search_defaults"]["nprobe"] == man["nlist"]  # every list probed: a MAX_K ranking is the whole collection
+    assert (
+        man["search_defaults"]["nprobe"] == man["nlist"]
+    )  # every list probed: a MAX_K ranking is the whole collection
     srv = _serve(server, live_index, tiny_bert_dir)
     try:
         with httpx.Client(trust_env=False) as c:
@@ -99,8 +118,13 @@ def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny
             assert c.delete(srv.url + "/documents/new-1", headers=AUTH).status_code == 404
         acked, gone, nxt, rng = [first[0], first[2]], [first[1]], 3, random.Random(0)
         for _cycle in range(3):
-            got, inflight = kill_mid_stream(srv, lambda c, batch: (time.sleep(PACE_S), _post(c, srv.url, _body(batch))),
-                                            lambda n, s=nxt: [_doc(s + n + j) for j in range(rng.randint(1, 8))], rng, rng.uniform(1.0, 4.0))
+            got, inflight = kill_mid_stream(
+                srv,
+                lambda c, batch: (time.sleep(PACE_S), _post(c, srv.url, _body(batch))),
+                lambda n, s=nxt: [_doc(s + n + j) for j in range(rng.randint(1, 8))],
+                rng,
+                rng.uniform(1.0, 4.0),
+            )
             acked += got
             nxt += len(got) + len(inflight)
             srv = _serve(server, live_index, tiny_bert_dir)  # restart: the log replayed into Milvus
@@ -118,7 +142,9 @@ def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny
     c = connect(server.uri)  # the server holds one row per live document, none for deleted ones
     try:
         ids = [d["_id"] for d in acked + gone]
-        rows = c.query("docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID], consistency_level="Strong")
+        rows = c.query(
+            "docs", filter=f"{DOC_ID} in {json.dumps(ids)}", output_fields=[DOC_ID], consistency_level="Strong"
+        )
     finally:
         c.close()
     count = {i: sum(r[DOC_ID] == i for r in rows) for i in ids}

@@ -51,7 +51,9 @@ def test_deleting_a_refused_document_never_deletes_an_acknowledged_one(lite, tin
     w.close()
     w = open_live(db, idx, tiny_bert_dir)
     gone = w.delete(["refused"])
-    assert "acked" in w.row_of and row_counts(db, ["acked"]) == {"acked": 1}  # before: DELETE refused removed acked's row
+    assert "acked" in w.row_of and row_counts(db, ["acked"]) == {
+        "acked": 1
+    }  # before: DELETE refused removed acked's row
     assert gone["deleted"] == 0 and "refused" not in w.row_of and len(w) == n
     assert w.searcher().search(["zzrefused"], 5, mode="bm25").doc_ids[0] == []
     w.close()
@@ -109,7 +111,9 @@ def test_the_service_answers_409_then_503_while_milvus_refuses_and_applies_the_l
 
     db, idx = lite
     token = "milvus-live-admin-token-0123"
-    settings = ServeSettings(port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2)
+    settings = ServeSettings(
+        port=0, backend="milvus", uri=db, collection="docs", live_dir=str(idx), admin_token=token, max_wait_ms=2
+    )
     auth = {"Authorization": f"Bearer {token}"}
     with TestClient(create_app(db, tiny_bert_dir, settings), client=("127.0.0.1", 50000)) as c:
         t0 = time.monotonic()
@@ -121,13 +125,21 @@ def test_the_service_answers_409_then_503_while_milvus_refuses_and_applies_the_l
         r = c.post("/documents", json=[{"_id": "p1", "title": "tapir", "text": "zztapir"}], headers=auth)
         assert r.status_code == 409 and r.json()["error"] == "ingest_refused" and "seq 1" in r.json()["detail"], r.text
         r = c.post("/documents", json=[{"_id": "p2", "title": "okapi", "text": "zzokapi"}], headers=auth)
-        assert r.status_code == 503 and r.json()["error"] == "backend_unavailable" and r.headers["Retry-After"] == "5", r.text
+        assert (
+            r.status_code == 503 and r.json()["error"] == "backend_unavailable" and r.headers["Retry-After"] == "5"
+        ), r.text
         h = c.get("/healthz").json()
         assert h["status"] == "degraded" and h["writes"]["cause"] == "backend_unavailable"
-        assert c.post("/search", json={"query": "zztapir", "k": 5, "mode": "bm25"}).status_code == 200  # searches answer
+        assert (
+            c.post("/search", json={"query": "zztapir", "k": 5, "mode": "bm25"}).status_code == 200
+        )  # searches answer
         w.client.upsert = real
         r = c.post("/documents", json=[{"_id": "p3", "title": "kudu", "text": "zzkudu"}], headers=auth)
         assert r.status_code == 200 and r.json()["seq"] == 2, r.text
-        found = {q: [h["doc_id"] for h in c.post("/search", json={"query": q, "k": 5, "mode": "bm25"}).json()["results"]]
-                 for q in ("zztapir", "zzokapi", "zzkudu")}
-        assert found == {"zztapir": ["p1"], "zzokapi": [], "zzkudu": ["p3"]} and c.get("/healthz").json()["status"] == "ok"
+        found = {
+            q: [h["doc_id"] for h in c.post("/search", json={"query": q, "k": 5, "mode": "bm25"}).json()["results"]]
+            for q in ("zztapir", "zzokapi", "zzkudu")
+        }
+        assert (
+            found == {"zztapir": ["p1"], "zzokapi": [], "zzkudu": ["p3"]} and c.get("/healthz").json()["status"] == "ok"
+        )

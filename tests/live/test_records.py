@@ -21,16 +21,30 @@ def test_a_request_batch_reports_every_problem_and_keeps_ids_exact():
     with pytest.raises(BatchError) as e:
         documents_from_records(recs)
     got = [(p.index, p.doc_id, p.field) for p in e.value.problems]
-    assert got == [(1, "x", "id"), (1, "x", "content"), (2, "s", "topic"), (2, "s", "text"), (3, "a b", "_id"), (4, "ok", "text")], got
+    assert got == [
+        (1, "x", "id"),
+        (1, "x", "content"),
+        (2, "s", "topic"),
+        (2, "s", "text"),
+        (3, "a b", "_id"),
+        (4, "ok", "text"),
+    ], got
     assert "4 of 5 documents refused, none applied" in str(e.value) and isinstance(e.value, DataError)
     (doc,) = documents_from_records([recs[0]])
     assert doc.id == "a b" and doc.title == "inner space kept"
 
 
-@pytest.mark.parametrize(("doc_id", "why"), [
-    (" padded", "leading or trailing whitespace"), ("padded\n", "leading or trailing whitespace"), ("a\x00b", "control character U+0000"),
-    ("a\ud800", "lone surrogate U+D800"), ("", "must not be empty"), ("x" * 513, "more than the limit of 512"),
-])
+@pytest.mark.parametrize(
+    ("doc_id", "why"),
+    [
+        (" padded", "leading or trailing whitespace"),
+        ("padded\n", "leading or trailing whitespace"),
+        ("a\x00b", "control character U+0000"),
+        ("a\ud800", "lone surrogate U+D800"),
+        ("", "must not be empty"),
+        ("x" * 513, "more than the limit of 512"),
+    ],
+)
 def test_id_rule(doc_id, why):
     assert why in id_problem(doc_id)
     with pytest.raises(BatchError) as e:

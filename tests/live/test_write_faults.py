@@ -109,7 +109,9 @@ def test_when_the_log_cannot_be_cut_back_it_takes_no_record_until_it_can(tmp_pat
     assert [r["ids"] for r in WriteAheadLog(tmp_path / "wal").replay()] == [["a"], ["d"]]
 
 
-def test_a_compaction_that_runs_out_of_space_removes_its_generation_and_keeps_the_log(live_index, tiny_bert_dir, monkeypatch):
+def test_a_compaction_that_runs_out_of_space_removes_its_generation_and_keeps_the_log(
+    live_index, tiny_bert_dir, monkeypatch
+):
     import scalingnote.live.generation as gen_mod
 
     live = _open(live_index, tiny_bert_dir)
@@ -123,7 +125,9 @@ def test_a_compaction_that_runs_out_of_space_removes_its_generation_and_keeps_th
         live.compact()
     monkeypatch.undo()
     ldir = live_index / "live"
-    assert not [p for p in ldir.iterdir() if p.name.startswith("gen-")] and not (ldir / "CURRENT").exists()  # its space is free again
+    assert (
+        not [p for p in ldir.iterdir() if p.name.startswith("gen-")] and not (ldir / "CURRENT").exists()
+    )  # its space is free again
     live.upsert([Document("ok2", "two", "", "beta")], vectors=_vec(live, 1, 1))
     assert live.compact()["documents"] == 50
     live.close()

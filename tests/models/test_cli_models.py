@@ -31,8 +31,14 @@ def test_info_hf_dir_and_saved_tower(app, tiny_dirs, tmp_path):
     r = CliRunner().invoke(app, ["models", "info", str(tmp_path / "tw"), "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["form"] == "tower" and d["fingerprint"] == t.fingerprint and d["compat_id"] == t.compat_id and d["dim"] == 16
-    assert d["storage"] == "base+trained" and d["base"]["path"] == str(tiny_dirs["llama"].resolve()) and d["trained_tensors"] == 0
+    assert (
+        d["form"] == "tower" and d["fingerprint"] == t.fingerprint and d["compat_id"] == t.compat_id and d["dim"] == 16
+    )
+    assert (
+        d["storage"] == "base+trained"
+        and d["base"]["path"] == str(tiny_dirs["llama"].resolve())
+        and d["trained_tensors"] == 0
+    )
 
 
 def test_convert_gguf_and_errors(app, tiny_dirs, tmp_path):

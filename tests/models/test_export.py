@@ -88,7 +88,9 @@ def _onnx_embed(path, tower, texts, model="model.onnx"):
             from scalingnote.data import Document
 
             b = tower.tokenize_documents([Document(id="x", content=t)])
-        out.append(sess.run(None, {"input_ids": b["input_ids"].numpy(), "attention_mask": b["attention_mask"].numpy()})[0][0])
+        out.append(
+            sess.run(None, {"input_ids": b["input_ids"].numpy(), "attention_mask": b["attention_mask"].numpy()})[0][0]
+        )
     return np.stack(out)
 
 
@@ -111,7 +113,9 @@ def _tower_embed(tower, texts):
     ],
 )
 def test_sentence_transformers_export_matches_tower(tiny_dirs, tmp_path, arch, role, pooling, dim):
-    tower = load_tower(tiny_dirs[arch], role=role, pooling=pooling, dim=dim, max_query_length=24, device="cpu", dtype="float32")
+    tower = load_tower(
+        tiny_dirs[arch], role=role, pooling=pooling, dim=dim, max_query_length=24, device="cpu", dtype="float32"
+    )
     if dim is not None:
         _with_head(tower)
     out = export_sentence_transformers(tower, tmp_path / "st")
@@ -149,7 +153,11 @@ def test_export_refuses_to_overwrite_a_foreign_directory(tiny_dirs, tmp_path):
 
 @pytest.mark.parametrize("arch,pooling", [("bert", "mean"), ("bert", "cls"), ("llama", "last"), ("qwen2", "mean")])
 def test_onnx_fp32_agrees_with_the_tower(tiny_dirs, tmp_path, arch, pooling):
-    tower = _with_head(load_tower(tiny_dirs[arch], role="query", pooling=pooling, dim=16, max_query_length=24, device="cpu", dtype="float32"))
+    tower = _with_head(
+        load_tower(
+            tiny_dirs[arch], role="query", pooling=pooling, dim=16, max_query_length=24, device="cpu", dtype="float32"
+        )
+    )
     out = export_onnx(tower, tmp_path / "onnx")
     meta = json.loads((out / ONNX_META).read_text())
     assert [i["name"] for i in meta["inputs"]] == ["input_ids", "attention_mask"]
@@ -174,7 +182,13 @@ def test_int8_layer_choice_runs_on_validation_texts_only(tiny_dirs, tmp_path):
     tower = load_tower(tiny_dirs["bert"], role="query", dim=16, device="cpu", dtype="float32")
     val = mixed_texts(30)
     # an unreachable target: the search keeps the most sensitive MatMuls in fp32 up to the limit, and says so
-    out = export_onnx(tower, tmp_path / "onnx", quantize="int8", validation_texts=val, int8=Int8Config(min_cos=1.0, max_excluded=2, sensitivity_texts=10))
+    out = export_onnx(
+        tower,
+        tmp_path / "onnx",
+        quantize="int8",
+        validation_texts=val,
+        int8=Int8Config(min_cos=1.0, max_excluded=2, sensitivity_texts=10),
+    )
     meta = json.loads((out / ONNX_META).read_text())
     rep = meta["int8"]["report"]
     assert meta["default_model"] == ONNX_INT8 and (out / ONNX_INT8).is_file()
@@ -205,13 +219,39 @@ def test_cli_models_export(tiny_dirs, tmp_path):
 
     tower = load_tower(tiny_dirs["bert"], role="query", dim=16, device="cpu", dtype="float32")
     tower.save(tmp_path / "tower")
-    r = CliRunner().invoke(app, ["models", "export", str(tmp_path / "tower"), "--format", "sentence-transformers", "--out", str(tmp_path / "st")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "models",
+            "export",
+            str(tmp_path / "tower"),
+            "--format",
+            "sentence-transformers",
+            "--out",
+            str(tmp_path / "st"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "st" / "modules.json").is_file()
-    r = CliRunner().invoke(app, ["models", "export", str(tmp_path / "tower"), "--format", "onnx", "--quantize", "int8", "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "models",
+            "export",
+            str(tmp_path / "tower"),
+            "--format",
+            "onnx",
+            "--quantize",
+            "int8",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     # user errors reach scalingnote.cli.main as ScalingNoteError (printed there as one line)
     assert r.exit_code != 0 and "validation" in str(r.exception)
-    r = CliRunner().invoke(app, ["models", "export", str(tmp_path / "tower"), "--format", "parquet", "--out", str(tmp_path / "x")])
+    r = CliRunner().invoke(
+        app, ["models", "export", str(tmp_path / "tower"), "--format", "parquet", "--out", str(tmp_path / "x")]
+    )
     assert r.exit_code != 0 and "format" in str(r.exception)
 
 

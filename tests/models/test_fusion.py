@@ -73,7 +73,9 @@ def test_fused_encoder_trains_the_fusion_parameters(heads_setup, tmp_path):
     base_q, base_d = session.q_enc, session.d_enc
     ids = session.doc_ids
     topics = sorted({session.docs[i].topic for i in range(len(ids))})
-    feats = DocumentFeatures(ids, codes=np.arange(len(ids))[:, None] % 4, category=np.array([topics.index(d.topic) for d in session.docs]))
+    feats = DocumentFeatures(
+        ids, codes=np.arange(len(ids))[:, None] % 4, category=np.array([topics.index(d.topic) for d in session.docs])
+    )
     torch.manual_seed(0)
     fus = DocumentFusion(16, codebook_sizes=[4], num_categories=len(topics))
     ctx = {t: np.eye(3, dtype=np.float32)[i % 3] for i, t in enumerate(sorted(queries.values()))}
@@ -84,8 +86,13 @@ def test_fused_encoder_trains_the_fusion_parameters(heads_setup, tmp_path):
         session.reset()
         assert np.allclose(session.d_enc.encode(session.docs[:5]), base_d.encode(session.docs[:5]), atol=1e-6)
         assert "fusion.out.weight" in dict(session.dt.named_parameters())
-        train_point(session, train, dev, tmp_path / "p", PointSettings(batch_size=8, max_steps=30, min_eval_every=10, patience=10,
-                                                                        head_lr=1e-2, lr=1e-2))
+        train_point(
+            session,
+            train,
+            dev,
+            tmp_path / "p",
+            PointSettings(batch_size=8, max_steps=30, min_eval_every=10, patience=10, head_lr=1e-2, lr=1e-2),
+        )
         assert fus.out.weight.abs().sum() > 0
         assert session.q_enc.fusion.ctx.weight.abs().sum() > 0
         e = session.d_enc.encode(session.docs[:3])

@@ -29,9 +29,15 @@ def test_a_tower_keeps_the_listed_layers_and_saves_them(tiny, kind, tmp_path):
     again = load_tower(tmp_path / "t")
     x = ["alpha beta", "gamma delta epsilon"]
     assert again.config.base_layers == [0, 2]
-    assert torch.allclose(torch.from_numpy(t.encode_queries(x, show_progress=False)), torch.from_numpy(again.encode_queries(x, show_progress=False)))
+    assert torch.allclose(
+        torch.from_numpy(t.encode_queries(x, show_progress=False)),
+        torch.from_numpy(again.encode_queries(x, show_progress=False)),
+    )
     # the bottom layers are plain truncation: the same tower, no layer list recorded
-    assert load_tower(tiny[kind], "query", dim=8, layers=[0, 1]).fingerprint == load_tower(tiny[kind], "query", dim=8, num_layers=2).fingerprint
+    assert (
+        load_tower(tiny[kind], "query", dim=8, layers=[0, 1]).fingerprint
+        == load_tower(tiny[kind], "query", dim=8, num_layers=2).fingerprint
+    )
 
 
 @pytest.mark.parametrize("bad", [[2, 0], [0, 0], [3], [], [-1, 1]])

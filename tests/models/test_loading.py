@@ -100,7 +100,9 @@ def test_gguf_converts_once_and_matches_the_original(tiny_dirs, tiny_gguf, tmp_p
     assert via_gguf.tokenizer(text)["input_ids"] == ids
     x = torch.tensor([ids])
     with torch.no_grad():
-        torch.testing.assert_close(via_gguf.model(input_ids=x).last_hidden_state, orig.model(input_ids=x).last_hidden_state)
+        torch.testing.assert_close(
+            via_gguf.model(input_ids=x).last_hidden_state, orig.model(input_ids=x).last_hidden_state
+        )
     # layer truncation works through the GGUF cache too
     assert load_backbone(tiny_gguf, cache_dir=cache, num_layers=1).num_layers == 1
 

@@ -21,7 +21,12 @@ from scalingnote.models.prompt import PROMPT_PRESETS
 from scalingnote.models.towers.pooling import default_pooling, from_st_mode, pooling_modes
 from scalingnote.utils.registry import RegistryError
 
-QUERIES = ["fox", "what is dense retrieval and why does it need a large language model", "", "Scaling laws relate model size"]
+QUERIES = [
+    "fox",
+    "what is dense retrieval and why does it need a large language model",
+    "",
+    "Scaling laws relate model size",
+]
 DOCS = [
     Document("d1", "Dense retrieval", "ir", "Queries and documents share one vector space."),
     Document("d2", "A long document " * 30, "topic " * 40, "The quick brown fox. " * 40),
@@ -113,8 +118,15 @@ def test_llm_query_modes_match_the_reference(tiny_dirs, pooling):
 @pytest.mark.parametrize("pooling", ["prompt", "mean"])
 @pytest.mark.parametrize("preset", sorted(PROMPT_PRESETS))
 def test_llm_document_modes_match_the_reference(tiny_dirs, pooling, preset):
-    d = load_tower(tiny_dirs["llama"], "document", pooling=pooling, max_doc_length=96, doc_prompt=PROMPT_PRESETS[preset],
-                   device="cpu", dtype="float32")
+    d = load_tower(
+        tiny_dirs["llama"],
+        "document",
+        pooling=pooling,
+        max_doc_length=96,
+        doc_prompt=PROMPT_PRESETS[preset],
+        device="cpu",
+        dtype="float32",
+    )
     _same_as_reference(d, [d.tokenize_documents(DOCS, padding_side=side) for side in ("right", "left")])
 
 
@@ -134,23 +146,44 @@ BUILTIN = {"cls", "mean", "last", "prompt"}
 def test_builtin_entries_say_what_the_code_needs():
     pairs = [(k, r) for k in ("llm", "bert") for r in ("query", "document")]
     allowed = {(k, r): {m.name for m in pooling_modes(k, r)} & BUILTIN for k, r in pairs}
-    assert allowed == {("llm", "query"): {"last", "mean"}, ("llm", "document"): {"prompt", "mean"},
-                       ("bert", "query"): {"cls", "mean"}, ("bert", "document"): {"cls", "mean"}}
-    assert {n: pooling_mode(n).st_mode for n in BUILTIN} == {"cls": "cls", "mean": "mean", "last": "lasttoken", "prompt": None}
-    assert {n: pooling_mode(n).reads for n in BUILTIN} == {"cls": "first", "mean": "span", "last": "end", "prompt": "end"}
+    assert allowed == {
+        ("llm", "query"): {"last", "mean"},
+        ("llm", "document"): {"prompt", "mean"},
+        ("bert", "query"): {"cls", "mean"},
+        ("bert", "document"): {"cls", "mean"},
+    }
+    assert {n: pooling_mode(n).st_mode for n in BUILTIN} == {
+        "cls": "cls",
+        "mean": "mean",
+        "last": "lasttoken",
+        "prompt": None,
+    }
+    assert {n: pooling_mode(n).reads for n in BUILTIN} == {
+        "cls": "first",
+        "mean": "span",
+        "last": "end",
+        "prompt": "end",
+    }
     assert [default_pooling(k, r) for k, r in pairs] == ["last", "prompt", "cls", "cls"]
     assert default_pooling("bert", "query", "mean") == "mean" and default_pooling("bert", "query", "last") == "cls"
-    assert from_st_mode("lasttoken") == "last" and from_st_mode("lasttoken", "bert") is None and from_st_mode(None) is None
+    assert (
+        from_st_mode("lasttoken") == "last" and from_st_mode("lasttoken", "bert") is None and from_st_mode(None) is None
+    )
 
 
 def test_unknown_and_misplaced_modes_are_clear_errors(tiny_dirs):
     with pytest.raises(ConfigError, match=r"field 'pooling': unknown pooling mode 'nope'; known: ") as e:
         pooling_mode("nope")
     assert all(n in str(e.value) for n in BUILTIN)  # the message lists the table
-    with pytest.raises(ConfigError, match=r"pooling 'prompt' is not for a bert query tower; use one of: .*\bcls\b.*\bmean\b") as e:
+    with pytest.raises(
+        ConfigError, match=r"pooling 'prompt' is not for a bert query tower; use one of: .*\bcls\b.*\bmean\b"
+    ) as e:
         load_tower(tiny_dirs["bert"], "query", pooling="prompt", device="cpu")
     offered = str(e.value).split("use one of: ")[1].split(" (or a dotted path")[0].split(", ")
-    assert set(offered) >= {"cls", "mean"} and not set(offered) & {"last", "prompt"}  # the names offered, not substrings
+    assert set(offered) >= {"cls", "mean"} and not set(offered) & {
+        "last",
+        "prompt",
+    }  # the names offered, not substrings
     with pytest.raises(ConfigError, match="unknown pooling mode 'nope'"):
         load_tower(tiny_dirs["llama"], "query", pooling="nope", device="cpu")
 
@@ -180,7 +213,9 @@ def _max_pool(h, mask, spans):
 def test_a_registered_mode_pools_every_view_of_an_llm_document(tiny_dirs, table):
     register_pooling("test_pooling_max", _max_pool)
     d = load_tower(tiny_dirs["llama"], "document", pooling="test_pooling_max", device="cpu", dtype="float32")
-    assert d.space_id != load_tower(tiny_dirs["llama"], "document", pooling="mean", device="cpu").space_id  # its own space
+    assert (
+        d.space_id != load_tower(tiny_dirs["llama"], "document", pooling="mean", device="cpu").space_id
+    )  # its own space
     batch = d.tokenize_documents(DOCS, padding_side="left")
     with torch.no_grad():
         h, views = d.hidden_states(batch), d(batch)
@@ -205,12 +240,16 @@ def test_dotted_path_names_a_mode_and_survives_save_load(tiny_dirs, tmp_path, mo
     batch = t.tokenize_queries(QUERIES)
     with torch.no_grad():
         got = t(batch)
-        want = _max_pool(t.hidden_states(batch), batch["attention_mask"], torch.tensor([[[-1, batch["input_ids"].shape[1] - 1]]]))
+        want = _max_pool(
+            t.hidden_states(batch), batch["attention_mask"], torch.tensor([[[-1, batch["input_ids"].shape[1] - 1]]])
+        )
     assert torch.equal(got, want[:, 0])
     t.save(tmp_path / "saved")
     again = load_tower(tmp_path / "saved", device="cpu", dtype="float32")
     assert again.config.pooling == "user_pool:MAX"
-    np.testing.assert_array_equal(again.encode_queries(QUERIES, show_progress=False), t.encode_queries(QUERIES, show_progress=False))
+    np.testing.assert_array_equal(
+        again.encode_queries(QUERIES, show_progress=False), t.encode_queries(QUERIES, show_progress=False)
+    )
     with pytest.raises(ConfigError, match=r"field 'pooling': cannot import pooling mode 'user_pool:MISSING'"):
         pooling_mode("user_pool:MISSING")
     with pytest.raises(ConfigError, match="cannot import pooling mode 'no_such_module_xyz:M'"):
@@ -229,7 +268,9 @@ def test_sentence_transformers_export_refuses_a_mode_without_st_mode(tiny_dirs, 
 
     register_pooling("test_pooling_max_no_st", _max_pool, kinds=("bert",))
     t = load_tower(tiny_dirs["bert"], "query", pooling="test_pooling_max_no_st", device="cpu", dtype="float32")
-    with pytest.raises(ExportRefused, match="pooling 'test_pooling_max_no_st' has no sentence-transformers Pooling mode"):
+    with pytest.raises(
+        ExportRefused, match="pooling 'test_pooling_max_no_st' has no sentence-transformers Pooling mode"
+    ):
         export_sentence_transformers(t, tmp_path / "st")
     assert not (tmp_path / "st").exists()
 
@@ -239,9 +280,13 @@ def test_import_maps_a_st_mode_through_the_table(tiny_dirs, tmp_path, table):
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
     tr = Transformer(str(tiny_dirs["bert"]))
-    SentenceTransformer(modules=[tr, Pooling(32, pooling_mode="max"), Normalize()], device="cpu").save(str(tmp_path / "st"))
+    SentenceTransformer(modules=[tr, Pooling(32, pooling_mode="max"), Normalize()], device="cpu").save(
+        str(tmp_path / "st")
+    )
     if from_st_mode("max", "bert") is None:  # no mode in the table computes sentence-transformers' "max"
-        with pytest.raises(ConfigError, match=r"pooling mode 'max': a BERT tower pools with one of \[.*'cls'.*'mean'.*\]"):
+        with pytest.raises(
+            ConfigError, match=r"pooling mode 'max': a BERT tower pools with one of \[.*'cls'.*'mean'.*\]"
+        ):
             load_tower(tmp_path / "st", "query", device="cpu")
     register_pooling("test_pooling_st_max", _max_pool, kinds=("bert",), st_mode="max")
     t = load_tower(tmp_path / "st", "query", device="cpu", dtype="float32")
@@ -254,7 +299,15 @@ def test_onnx_export_traces_a_registered_mode(tiny_dirs, tmp_path, table):
     from scalingnote.models.export import export_onnx, onnx_embed, ort_session
 
     register_pooling("test_pooling_onnx_max", _max_pool, kinds=("bert",))  # no st_mode: ONNX needs none
-    t = load_tower(tiny_dirs["bert"], "query", pooling="test_pooling_onnx_max", dim=16, max_query_length=24, device="cpu", dtype="float32")
+    t = load_tower(
+        tiny_dirs["bert"],
+        "query",
+        pooling="test_pooling_onnx_max",
+        dim=16,
+        max_query_length=24,
+        device="cpu",
+        dtype="float32",
+    )
     out = export_onnx(t, tmp_path / "onnx")
     got = onnx_embed(ort_session(out / "model.onnx"), t, QUERIES, batch_size=4)
     assert np.abs(got - t.encode_queries(QUERIES, show_progress=False)).max() <= 1e-4

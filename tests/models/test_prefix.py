@@ -12,7 +12,10 @@ from scalingnote.models import FeatureCache, PrefixTower, fill_pooled_depths, fr
 from scalingnote.models.prefix import cache_key, fill_cache, item_key
 from scalingnote.training.losses import scalingnote_loss
 
-DOCS = [Document(id=str(i), title=f"title {i} alpha", topic="topic", content=" ".join(f"w{j}" for j in range(2 + 3 * i))) for i in range(6)]
+DOCS = [
+    Document(id=str(i), title=f"title {i} alpha", topic="topic", content=" ".join(f"w{j}" for j in range(2 + 3 * i)))
+    for i in range(6)
+]
 QUERIES = [("how " * (1 + i % 3)) + f"query {i}" for i in range(6)]
 
 
@@ -52,7 +55,12 @@ def _step(tiny_dirs, tmp_path, kind, pooling, k, cached, *, dtype="float32", lor
     else:
         loss = _loss(q(q.tokenize_queries(QUERIES)), d(d.tokenize_documents(docs)))
     loss.backward()
-    grads = {f"{t}.{n}": p.grad.clone() for t, m in (("q", q), ("d", d)) for n, p in m.named_parameters() if p.grad is not None}
+    grads = {
+        f"{t}.{n}": p.grad.clone()
+        for t, m in (("q", q), ("d", d))
+        for n, p in m.named_parameters()
+        if p.grad is not None
+    }
     return float(loss.detach()), grads, (q, d)
 
 
@@ -79,7 +87,10 @@ def test_prefix_training_equals_full_forward_with_frozen_bottom(tiny_dirs, tmp_p
         assert all(n.startswith("projection") for n in trainable)  # heads only
     else:
         assert any(not n.startswith("projection") for n in trainable)  # the top k layers train
-        assert {t for t in ("q", "d") if any(n.startswith(t + ".backbone") for n in ref)} == {"q", "d"}  # in both towers
+        assert {t for t in ("q", "d") if any(n.startswith(t + ".backbone") for n in ref)} == {
+            "q",
+            "d",
+        }  # in both towers
     for n in ref:
         torch.testing.assert_close(got[n], ref[n], atol=1e-5, rtol=1e-4, msg=n)
 
@@ -131,7 +142,15 @@ def test_one_pass_fills_every_depth_with_the_truncated_towers_keys(tiny_dirs, tm
     full = load_tower(tiny_dirs["llama"], "document", pooling="mean", max_doc_length=64)
     fill_pooled_depths(tmp_path, full, [1, 2, 3], DOCS, show_progress=False)
     for n in (1, 2, 3):
-        t = load_tower(tiny_dirs["llama"], "document", pooling="mean", max_doc_length=64, num_layers=n, dim=16, matryoshka_dims=[8, 16])
+        t = load_tower(
+            tiny_dirs["llama"],
+            "document",
+            pooling="mean",
+            max_doc_length=64,
+            num_layers=n,
+            dim=16,
+            matryoshka_dims=[8, 16],
+        )
         pt = PrefixTower(t, 0, tmp_path, show_progress=False)
         assert len(pt.cache) == len(DOCS)  # found, nothing recomputed
         ref = t.pooled(t.tokenize_documents(DOCS))

@@ -20,15 +20,30 @@ def tok():
 def test_paper_template_text():
     # verbatim from ScalingNote §3.2 (curly quotes included)
     assert PAPER_DOCUMENT_PROMPT.startswith("Document: {‘title’: {title}}. Predict a query term: “[TITLE_QUERY]”.")
-    assert "‘topic’: {topic}, ‘content’: {content}}. Predict a query term: “[CONTENT_QUERY]”, combine the predicted" in PAPER_DOCUMENT_PROMPT
+    assert (
+        "‘topic’: {topic}, ‘content’: {content}}. Predict a query term: “[CONTENT_QUERY]”, combine the predicted"
+        in PAPER_DOCUMENT_PROMPT
+    )
     assert PAPER_DOCUMENT_PROMPT.endswith("compress the above content into one word: “[EMB]”.")
     kinds = [s for s in parse_template(PAPER_DOCUMENT_PROMPT) if s[0] != "text"]
-    assert kinds == [("field", "title"), ("view", "title"), ("field", "topic"), ("field", "content"), ("view", "content"), ("view", "emb")]
+    assert kinds == [
+        ("field", "title"),
+        ("view", "title"),
+        ("field", "topic"),
+        ("field", "content"),
+        ("view", "content"),
+        ("view", "emb"),
+    ]
 
 
 @pytest.mark.parametrize(
     "template",
-    ["no placeholders {title}", "[TITLE_QUERY] [CONTENT_QUERY]", "[TITLE_QUERY] [CONTENT_QUERY] [EMB] [EMB]", "{title} {title} [TITLE_QUERY][CONTENT_QUERY][EMB]"],
+    [
+        "no placeholders {title}",
+        "[TITLE_QUERY] [CONTENT_QUERY]",
+        "[TITLE_QUERY] [CONTENT_QUERY] [EMB] [EMB]",
+        "{title} {title} [TITLE_QUERY][CONTENT_QUERY][EMB]",
+    ],
 )
 def test_bad_templates_are_config_errors(template):
     with pytest.raises(ConfigError, match="doc_prompt"):
@@ -67,7 +82,9 @@ def test_truncation_cuts_fields_never_the_template(tok, max_length):
     assert len(e.input_ids) <= limit
     assert [e.input_ids[i + 1] for i in e.view_positions] == [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
     text = tok.decode(e.input_ids)
-    assert text.startswith("Document: {‘title’:") and text.endswith("compress the above content into one word: “[EMB]”.")
+    assert text.startswith("Document: {‘title’:") and text.endswith(
+        "compress the above content into one word: “[EMB]”."
+    )
     if max_length is not None:
         assert e.truncated
         assert sum(e.field_tokens.values()) <= max_length

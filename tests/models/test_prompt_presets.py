@@ -23,7 +23,9 @@ def llm_dir(tiny_dirs):
 
 
 def _tower(path, preset, pooling="mean"):
-    return load_tower(path, "document", pooling=pooling, dim=None, max_doc_length=128, doc_prompt=resolve_prompt(preset))
+    return load_tower(
+        path, "document", pooling=pooling, dim=None, max_doc_length=128, doc_prompt=resolve_prompt(preset)
+    )
 
 
 def test_presets_and_resolution():
@@ -35,16 +37,29 @@ def test_presets_and_resolution():
     with pytest.raises(ConfigError, match="unknown prompt preset 'no_tilte'"):
         resolve_prompt("no_tilte")
     views = {name: [v for k, v in parse_template(t) if k == "view"] for name, t in PROMPT_PRESETS.items()}
-    assert views == {"full": list(VIEWS), "no_title": ["content", "emb"], "no_content": ["title", "emb"],
-                     "no_summarize": ["title", "content"], "plain": []}
+    assert views == {
+        "full": list(VIEWS),
+        "no_title": ["content", "emb"],
+        "no_content": ["title", "emb"],
+        "no_summarize": ["title", "content"],
+        "plain": [],
+    }
     assert "summarize" not in PROMPT_PRESETS["no_summarize"] and "compress" not in PROMPT_PRESETS["no_summarize"]
     # a user template must still have every placeholder (only the named presets may lack some)
     with pytest.raises(ConfigError, match="doc_prompt"):
         parse_template(PROMPT_PRESETS["no_title"] + " ")
 
 
-@pytest.mark.parametrize("preset,loss_views", [("full", VIEWS), ("no_title", ("content", "emb")), ("no_content", ("title", "emb")),
-                                               ("no_summarize", ("title", "content")), ("plain", ("emb",))])
+@pytest.mark.parametrize(
+    "preset,loss_views",
+    [
+        ("full", VIEWS),
+        ("no_title", ("content", "emb")),
+        ("no_content", ("title", "emb")),
+        ("no_summarize", ("title", "content")),
+        ("plain", ("emb",)),
+    ],
+)
 def test_loss_views(llm_dir, preset, loss_views):
     assert _tower(llm_dir, preset).prompt.loss_views == loss_views
 
@@ -118,20 +133,44 @@ def test_trainer_drops_absent_views_from_the_loss(llm_dir, tiny_dirs, tmp_path):
     from scalingnote.training.towers import build_towers
     from scalingnote.training.trainer import Trainer
 
-    cfg = load_config(TrainConfig, {
-        "method": "scaling_dual", "output_dir": str(tmp_path),
-        "query_tower": {"model": str(llm_dir), "max_length": 16, "pooling": "mean"},
-        "doc_tower": {"model": str(llm_dir), "max_length": 96, "pooling": "mean", "prompt": "no_title"},
-        "dim": 16, "loss": {"dims": [8, 16]}, "data": {"data_dir": str(tmp_path), "negatives": "none"},
-        "optim": {"batch_size": 2}, "show_progress": False,
-    })
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "scaling_dual",
+            "output_dir": str(tmp_path),
+            "query_tower": {"model": str(llm_dir), "max_length": 16, "pooling": "mean"},
+            "doc_tower": {"model": str(llm_dir), "max_length": 96, "pooling": "mean", "prompt": "no_title"},
+            "dim": 16,
+            "loss": {"dims": [8, 16]},
+            "data": {"data_dir": str(tmp_path), "negatives": "none"},
+            "optim": {"batch_size": 2},
+            "show_progress": False,
+        },
+    )
     qt, dt = build_towers(cfg, torch.device("cpu"))
     assert dt.config.doc_prompt == PROMPT_PRESETS["no_title"]
-    tr = Trainer(cfg, qt, dt, [Example("q1", "codes", DOCS[0], None), Example("q2", "fractures", DOCS[1], None)], torch.device("cpu"))
+    tr = Trainer(
+        cfg,
+        qt,
+        dt,
+        [Example("q1", "codes", DOCS[0], None), Example("q2", "fractures", DOCS[1], None)],
+        torch.device("cpu"),
+    )
     comps = tr.compute_gradients(tr.examples)
     assert {k for k in comps if k.startswith("loss_con/")} == {"loss_con/content", "loss_con/emb"}
     bert = str(tiny_dirs["bert"])
-    bad = load_config(TrainConfig, {"method": "twinbert", "output_dir": str(tmp_path), "dim": 16, "loss": {"dims": [8, 16]},
-                                    "query_tower": {"model": bert}, "doc_tower": {"model": bert, "prompt": "plain"}})
-    with pytest.raises(ScalingNoteError, match=r"doc_tower\.prompt 'plain' is for LLM document towers; .* is a bert tower"):
+    bad = load_config(
+        TrainConfig,
+        {
+            "method": "twinbert",
+            "output_dir": str(tmp_path),
+            "dim": 16,
+            "loss": {"dims": [8, 16]},
+            "query_tower": {"model": bert},
+            "doc_tower": {"model": bert, "prompt": "plain"},
+        },
+    )
+    with pytest.raises(
+        ScalingNoteError, match=r"doc_tower\.prompt 'plain' is for LLM document towers; .* is a bert tower"
+    ):
         build_towers(bad, torch.device("cpu"))

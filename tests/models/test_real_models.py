@@ -89,5 +89,7 @@ def test_smollm2_loads_offline_and_is_the_real_model(scifact_pairs, record_prope
     assert not np.allclose(views_p["title"], views_p["emb"])  # the three views are distinct states
     frac = _fraction(q, p, n)
     record_property("smollm2_fraction", frac)
-    print(f"\nSmolLM2-135M zero-shot (raw cosine, [EMB] view): {frac:.2f} of 20 queries; "
-          f"mean doc-doc cosine {float((p @ n.T).mean()):.3f}")
+    print(
+        f"\nSmolLM2-135M zero-shot (raw cosine, [EMB] view): {frac:.2f} of 20 queries; "
+        f"mean doc-doc cosine {float((p @ n.T).mean()):.3f}"
+    )

@@ -23,18 +23,30 @@ def _st_dir(base, out, pooling="mean", dense=True, bias=True, activation=None, p
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
 
     tr = Transformer(str(base))
-    hidden = tr.get_embedding_dimension() if hasattr(tr, "get_embedding_dimension") else tr.auto_model.config.hidden_size
+    hidden = (
+        tr.get_embedding_dimension() if hasattr(tr, "get_embedding_dimension") else tr.auto_model.config.hidden_size
+    )
     mods = [tr, Pooling(hidden, pooling_mode=pooling)]
     if dense:
         torch.manual_seed(0)
-        mods.append(Dense(hidden, 16, bias=bias, activation_function=activation if activation is not None else torch.nn.Identity()))
+        mods.append(
+            Dense(
+                hidden, 16, bias=bias, activation_function=activation if activation is not None else torch.nn.Identity()
+            )
+        )
     mods.append(Normalize())
     SentenceTransformer(modules=mods, device="cpu", prompts=prompts or {}).save(str(out))
     return out
 
 
 def _texts():
-    return ["the quick brown fox", "dense retrieval maps queries", "糖尿病患者可以吃什么水果", "vitamin d and fractures", "a"]
+    return [
+        "the quick brown fox",
+        "dense retrieval maps queries",
+        "糖尿病患者可以吃什么水果",
+        "vitamin d and fractures",
+        "a",
+    ]
 
 
 @pytest.mark.parametrize("pooling,bias", [("mean", True), ("cls", False)])
@@ -71,7 +83,12 @@ def test_exported_tower_round_trips(tiny_dirs, tmp_path):
     t.set_center(torch.randn(t.config.hidden_size, generator=torch.Generator().manual_seed(1)) * 0.3)
     export_sentence_transformers(t, tmp_path / "st")
     back = load_tower(tmp_path / "st", role="query", device="cpu", dtype="float32")
-    assert np.abs(back.encode_queries(_texts(), show_progress=False) - t.encode_queries(_texts(), show_progress=False)).max() < 1e-5
+    assert (
+        np.abs(
+            back.encode_queries(_texts(), show_progress=False) - t.encode_queries(_texts(), show_progress=False)
+        ).max()
+        < 1e-5
+    )
 
 
 @pytest.mark.parametrize(
@@ -89,9 +106,13 @@ def test_what_a_tower_cannot_express_is_refused(tiny_dirs, tmp_path, kwargs, mat
 
 def test_a_pooling_no_entry_of_the_table_computes_is_refused(tiny_dirs, tmp_path):
     # a sentence-transformers pooling that no pooling mode (built in or registered) computes for a BERT tower
-    mode = next(m for m in ("max", "weightedmean", "mean_sqrt_len_tokens", "lasttoken") if from_st_mode(m, "bert") is None)
+    mode = next(
+        m for m in ("max", "weightedmean", "mean_sqrt_len_tokens", "lasttoken") if from_st_mode(m, "bert") is None
+    )
     d = _st_dir(tiny_dirs["bert"], tmp_path / "st", pooling=mode)
-    with pytest.raises(ConfigError, match=rf"pooling mode '{mode}': a BERT tower pools with one of \[.*'cls'.*'mean'.*\]"):
+    with pytest.raises(
+        ConfigError, match=rf"pooling mode '{mode}': a BERT tower pools with one of \[.*'cls'.*'mean'.*\]"
+    ):
         load_tower(d, role="query", device="cpu")
 
 
@@ -116,12 +137,52 @@ def test_imported_st_tower_indexes_and_searches_end_to_end(tiny_dirs, tmp_path):
     d = _st_dir(tiny_dirs["bert"], tmp_path / "st")
     beir = write_tiny_beir(tmp_path / "beir", docs_per_topic=4)
     run = CliRunner()
-    r = run.invoke(app, ["index", "encode", "--tower", str(d), "--data", str(beir), "--out", str(tmp_path / "emb"), "--batch-size", "8"])
+    r = run.invoke(
+        app,
+        [
+            "index",
+            "encode",
+            "--tower",
+            str(d),
+            "--data",
+            str(beir),
+            "--out",
+            str(tmp_path / "emb"),
+            "--batch-size",
+            "8",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = run.invoke(app, ["index", "build", "--embeddings", str(tmp_path / "emb"), "--out", str(tmp_path / "idx"), "--semantic-ids-layers", "0"])
+    r = run.invoke(
+        app,
+        [
+            "index",
+            "build",
+            "--embeddings",
+            str(tmp_path / "emb"),
+            "--out",
+            str(tmp_path / "idx"),
+            "--semantic-ids-layers",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = run.invoke(app, ["search", "--index", str(tmp_path / "idx"), "--query-tower", str(d), "--queries", str(beir),
-                         "--out", str(tmp_path / "run.trec"), "--k", "5"])
+    r = run.invoke(
+        app,
+        [
+            "search",
+            "--index",
+            str(tmp_path / "idx"),
+            "--query-tower",
+            str(d),
+            "--queries",
+            str(beir),
+            "--out",
+            str(tmp_path / "run.trec"),
+            "--k",
+            "5",
+        ],
+    )
     assert r.exit_code == 0, r.output
     lines = (tmp_path / "run.trec").read_text().splitlines()
     assert len(lines) == 6 * 5  # 6 test queries, 5 hits each

@@ -37,8 +37,11 @@ def base_copy(tiny_dirs, tmp_path):
 def test_trained_layers_round_trip_and_only_they_are_stored(base_copy, tmp_path, model, role):
     t = load_tower(base_copy[model], role, device="cpu", dim=16, num_layers=2)
     _train_top_layer(t)
-    enc = (lambda x: x.encode_documents(DOCS, show_progress=False, normalize=False)) if role == "document" else (
-        lambda x: x.encode_queries(QUERIES, show_progress=False, normalize=False))
+    enc = (
+        (lambda x: x.encode_documents(DOCS, show_progress=False, normalize=False))
+        if role == "document"
+        else (lambda x: x.encode_queries(QUERIES, show_progress=False, normalize=False))
+    )
     before, fp = enc(t), t.refresh_fingerprint()
     t.save(tmp_path / "t")
     meta = json.loads((tmp_path / "t" / "tower.json").read_text())
@@ -80,8 +83,10 @@ def test_a_base_that_cannot_be_rebuilt_is_saved_whole(base_copy, tmp_path):
     t.save(tmp_path / "t")
     meta = json.loads((tmp_path / "t" / "tower.json").read_text())
     assert meta["storage"] == "full" and (tmp_path / "t" / "backbone" / "model.safetensors").is_file()
-    np.testing.assert_array_equal(load_tower(tmp_path / "t").encode_queries(QUERIES, show_progress=False),
-                                  t.encode_queries(QUERIES, show_progress=False))
+    np.testing.assert_array_equal(
+        load_tower(tmp_path / "t").encode_queries(QUERIES, show_progress=False),
+        t.encode_queries(QUERIES, show_progress=False),
+    )
 
 
 def test_a_student_starts_from_a_saved_towers_backbone(base_copy, tmp_path):
@@ -96,4 +101,6 @@ def test_a_student_starts_from_a_saved_towers_backbone(base_copy, tmp_path):
     meta = json.loads((tmp_path / "student" / "tower.json").read_text())
     assert meta["storage"] == "base+trained" and meta["trained_tensors"] == [] and "fingerprint" in meta["base"]
     back = load_tower(tmp_path / "student")
-    np.testing.assert_array_equal(back.encode_queries(QUERIES, show_progress=False), s.encode_queries(QUERIES, show_progress=False))
+    np.testing.assert_array_equal(
+        back.encode_queries(QUERIES, show_progress=False), s.encode_queries(QUERIES, show_progress=False)
+    )

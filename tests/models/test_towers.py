@@ -155,7 +155,9 @@ def test_embedding_does_not_depend_on_batch(tiny_dirs, model):
     batched_d = d.encode_documents(DOCS, batch_size=4, show_progress=False)
     np.testing.assert_allclose(batched_d[0], alone_d[0], atol=1e-5)
     # batch size and order do not matter either
-    np.testing.assert_allclose(q.encode_queries(QUERIES[::-1], batch_size=2, show_progress=False)[::-1], batched_q, atol=1e-5)
+    np.testing.assert_allclose(
+        q.encode_queries(QUERIES[::-1], batch_size=2, show_progress=False)[::-1], batched_q, atol=1e-5
+    )
     assert batched_q.dtype == np.float32 and batched_d.dtype == np.float32
 
 
@@ -255,7 +257,10 @@ def test_bad_inputs_are_clear(tiny_dirs):
 # ------------------------------------------------------------------ save / load / identity
 
 
-@pytest.mark.parametrize("model,role,dim", [("llama", "document", 16), ("qwen2", "query", None), ("bert", "document", 16), ("bert", "query", None)])
+@pytest.mark.parametrize(
+    "model,role,dim",
+    [("llama", "document", 16), ("qwen2", "query", None), ("bert", "document", 16), ("bert", "query", None)],
+)
 def test_save_load_round_trip(tiny_dirs, tmp_path, model, role, dim):
     t = load_tower(tiny_dirs[model], role, device="cpu", dim=dim, num_layers=2)
     enc = t.encode_documents if role == "document" else t.encode_queries
@@ -272,7 +277,9 @@ def test_save_load_round_trip(tiny_dirs, tmp_path, model, role, dim):
     back = load_tower(tmp_path / "tower", verify=True)
     assert type(back) is type(t) and back.config == t.config
     assert back.fingerprint == fp and back.compat_id == t.compat_id
-    after = (back.encode_documents if role == "document" else back.encode_queries)(inputs, show_progress=False, normalize=False)
+    after = (back.encode_documents if role == "document" else back.encode_queries)(
+        inputs, show_progress=False, normalize=False
+    )
     np.testing.assert_array_equal(after, before)
     assert back.refresh_fingerprint() == fp  # recomputed from the loaded weights: same identity
     assert len(back.backbone.encoder.layer if model == "bert" else back.backbone.layers) == 2
@@ -316,8 +323,12 @@ def test_fingerprint_tracks_weights_and_settings(tiny_dirs):
     b = load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16)
     assert a.fingerprint == b.fingerprint and len(a.fingerprint) == 32
     assert load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16, projection_seed=1).fingerprint != a.fingerprint
-    assert load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16, max_query_length=9).fingerprint != a.fingerprint
-    assert load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16, padding_side="left").fingerprint == a.fingerprint
+    assert (
+        load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16, max_query_length=9).fingerprint != a.fingerprint
+    )
+    assert (
+        load_tower(tiny_dirs["llama"], "query", device="cpu", dim=16, padding_side="left").fingerprint == a.fingerprint
+    )
     with torch.no_grad():
         b.projection.weight[0, 0] += 1e-3
     assert b.fingerprint == a.fingerprint  # computed once ...

@@ -199,7 +199,11 @@ def test_export_roundtrip_codes_and_distances(trained_pq, vecs):
     fc = faiss_codes(idx, vecs)
     import faiss
 
-    inner = faiss.downcast_index(idx.index) if isinstance(faiss.downcast_index(idx), faiss.IndexPreTransform) else faiss.downcast_index(idx)
+    inner = (
+        faiss.downcast_index(idx.index)
+        if isinstance(faiss.downcast_index(idx), faiss.IndexPreTransform)
+        else faiss.downcast_index(idx)
+    )
     assert np.array_equal(inner.pq.compute_codes(np.ascontiguousarray(pq.rotate(torch.from_numpy(vecs)).numpy())), fc)
     dec = inner.pq.decode(fc)
     np.testing.assert_allclose(dec, pq.rotate(torch.from_numpy(pq.decode(codes))).numpy(), atol=1e-5)
@@ -251,7 +255,9 @@ def test_exported_index_opens_with_dense_index_and_searches(tmp_path, query_towe
     qv = queries
     ref = qv @ pq.quantized(X).T
     for kind in ("PQ", "IVF4,PQ", "HNSW8,PQ"):
-        path = export_index(pq, X, ids, tmp_path / kind.replace(",", "_"), kind, tower_info=tower_identity(doc_tower), nprobe=4)
+        path = export_index(
+            pq, X, ids, tmp_path / kind.replace(",", "_"), kind, tower_info=tower_identity(doc_tower), nprobe=4
+        )
         idx = DenseIndex.open(path, query_tower=query_tower)
         assert idx.manifest["learned_pq"]["m"] == 4 and idx.manifest["code_bytes_per_vector"] == 2
         assert idx.factory.startswith("learned:OPQ4,")

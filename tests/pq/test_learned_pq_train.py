@@ -27,7 +27,13 @@ def _cfg_dict(beir, model, out) -> dict:
     return {
         "data": {"data_dir": str(beir), "validation_fraction": 0.1},
         "output_dir": str(out),
-        "towers": {"query_model": str(model), "doc_model": str(model), "dim": 16, "query_max_length": 16, "doc_max_length": 32},
+        "towers": {
+            "query_model": str(model),
+            "doc_model": str(model),
+            "dim": 16,
+            "query_max_length": 16,
+            "doc_max_length": 32,
+        },
         "pq": {"m": 4, "nbits": 3, "init": "opq", "niter": 5, "opq_niter": 2},
         "warmup": {"steps": 6, "batch_size": 8, "num_negatives": 3},
         "stage1": {"steps": 10, "batch_size": 8, "num_negatives": 3, "neg_depth": 20},
@@ -49,7 +55,15 @@ def test_trainer_runs_every_phase_and_resumes_exactly(beir, tiny_bert_dir, tmp_p
     cfg_a = load_pq_config(_cfg_dict(beir, tiny_bert_dir, tmp_path / "a"))
     res_a = TMJTrainer(cfg_a).run()
     out = tmp_path / "a"
-    for f in ("config.yaml", "run.json", "metrics.jsonl", "learned_pq.npz", "query_tower/tower.json", "doc_tower/tower.json", "pq_init.npz"):
+    for f in (
+        "config.yaml",
+        "run.json",
+        "metrics.jsonl",
+        "learned_pq.npz",
+        "query_tower/tower.json",
+        "doc_tower/tower.json",
+        "pq_init.npz",
+    ):
         assert (out / f).exists(), f
     for kind in ("pq", "ivf4_pq", "hnsw8_pq"):
         man = json.loads((out / "indexes" / kind / "manifest.json").read_text())
@@ -103,7 +117,11 @@ def test_trainer_runs_every_phase_and_resumes_exactly(beir, tiny_bert_dir, tmp_p
     for phase in ("warmup", "stage1", "stage2"):
         sa, sb = read_scalars(tmp_path / "a" / phase), read_scalars(tmp_path / "b" / phase)
         assert {"train/loss", "train/lr", "throughput/examples_per_s"} <= set(sa), phase
-        assert steps(sa["train/loss"]) == steps(sb["train/loss"]) == list(range(1, cfg_a.__getattribute__(phase).steps + 1))
+        assert (
+            steps(sa["train/loss"])
+            == steps(sb["train/loss"])
+            == list(range(1, cfg_a.__getattribute__(phase).steps + 1))
+        )
         assert [v for _, v in sb["train/loss"]] == pytest.approx([v for _, v in sa["train/loss"]], abs=1e-5)
 
 
@@ -126,12 +144,18 @@ def test_l0_and_pq_init_and_reuse_of_features(beir, tiny_bert_dir, tmp_path):
     zs = load_tower(tiny_bert_dir, "document", dim=None, max_doc_length=32)
     assert zs.fingerprint == projectionless_fingerprint(t.d_tower)
     encode_corpus(zs, t.data.docs, tmp_path / "zs", progress=False)
-    feats = load_doc_features(t.d_tower, t.data.docs, tmp_path / "unused", source_dir=tmp_path / "zs", show_progress=False)
-    np.testing.assert_allclose(feats, t.d_side.features.numpy() / np.linalg.norm(t.d_side.features.numpy(), axis=1, keepdims=True), atol=1e-5)
+    feats = load_doc_features(
+        t.d_tower, t.data.docs, tmp_path / "unused", source_dir=tmp_path / "zs", show_progress=False
+    )
+    np.testing.assert_allclose(
+        feats, t.d_side.features.numpy() / np.linalg.norm(t.d_side.features.numpy(), axis=1, keepdims=True), atol=1e-5
+    )
     other = load_tower(tiny_bert_dir, "document", dim=None, max_doc_length=24)
     encode_corpus(other, t.data.docs, tmp_path / "other", progress=False)
     with pytest.raises(ScalingNoteError, match="fingerprint"):
-        load_doc_features(t.d_tower, t.data.docs, tmp_path / "unused", source_dir=tmp_path / "other", show_progress=False)
+        load_doc_features(
+            t.d_tower, t.data.docs, tmp_path / "unused", source_dir=tmp_path / "other", show_progress=False
+        )
 
 
 def test_cli_pq_train_and_config_errors(beir, tiny_bert_dir, tmp_path):
@@ -164,8 +188,8 @@ def test_cli_pq_train_and_config_errors(beir, tiny_bert_dir, tmp_path):
 def test_cached_features_give_the_towers_own_embeddings(tiny_bert_dir, tiny_corpus, tmp_path):
     """Frozen-backbone training uses project(features): it must equal the tower's own encoding,
     also with a non-zero projection centre (raw features are cached, not normalised ones)."""
-    from scalingnote.pq.encoders import Side, load_query_features, pooled_features
     from scalingnote.models import load_tower
+    from scalingnote.pq.encoders import Side, load_query_features, pooled_features
 
     d = load_tower(tiny_bert_dir, "document", dim=16, max_doc_length=32)
     q = load_tower(tiny_bert_dir, "query", dim=16, max_query_length=16)

@@ -4,9 +4,9 @@ terminal, and the budgeted quick start against the exhaustive one (``--full``) o
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,8 +74,12 @@ def test_hard_negatives_that_do_not_fit_the_proxy_leave_their_examples_not_their
 
 def test_a_proxy_that_would_hold_most_of_the_data_is_not_cheaper():
     train, val = _examples(20, "t", 0), _examples(5, "v", 10_000)
-    s = sample_proxy(train, val, _corpus_ids(train, val, 10), fraction=0.25, min_docs=500, min_train_queries=200, seed=0)
-    assert s.train_queries == 20 and not s.cheaper  # the minimum sizes take everything: the full runs are the comparison
+    s = sample_proxy(
+        train, val, _corpus_ids(train, val, 10), fraction=0.25, min_docs=500, min_train_queries=200, seed=0
+    )
+    assert (
+        s.train_queries == 20 and not s.cheaper
+    )  # the minimum sizes take everything: the full runs are the comparison
 
 
 # ----------------------------------------------------------------------------- the halving rule
@@ -101,8 +105,16 @@ def _plan(budget, **over):
 
 def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     cfg, fams, sizes, roomy = _plan(600)
-    assert list(roomy.phases) == ["data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index",
-                                  "evaluation"]
+    assert list(roomy.phases) == [
+        "data",
+        "proxy",
+        "stage1_large_towers",
+        "mining_round",
+        "stage2_students",
+        "comparison_runs",
+        "index",
+        "evaluation",
+    ]
     assert roomy.skipped == [] and roomy.phases["proxy"] > 0  # the proxy is drawn (24k docs)
     assert roomy.mining and roomy.phases["mining_round"] > 0  # issue #50's round, held by the budget
     assert roomy.phases["comparison_runs"] > 0 and roomy.total <= 600 * 60
@@ -110,11 +122,15 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": True})
     survivors = make_plan(cfg, fams, sizes, ("bert", 2), cands=one, proxy_done=True, spent={"data": 5.0, "proxy": 60.0})
     assert survivors.phases["stage1_large_towers"] < roomy.phases["stage1_large_towers"] / 2
-    assert survivors.phases["data"] == 5.0 and survivors.phases["proxy"] == 60.0  # spent phases keep their measured time
+    assert (
+        survivors.phases["data"] == 5.0 and survivors.phases["proxy"] == 60.0
+    )  # spent phases keep their measured time
     # a short budget: the comparison runs go first, then the extra candidates, in the stated order, each named
     _, _, _, short = _plan(10)
     assert short.skipped[0].startswith("comparison runs") and short.compare == "none"  # they serve nothing: first
-    assert short.skipped[1].startswith("the mining round") and not short.mining and short.phases["mining_round"] == 0  # a second round: next
+    assert (
+        short.skipped[1].startswith("the mining round") and not short.mining and short.phases["mining_round"] == 0
+    )  # a second round: next
     assert any(s.startswith("head learning rates") for s in short.skipped)
     assert short.total < roomy.total
     assert "skipped (budget): comparison runs" in short.text() and "of a 10-minute budget" in short.text()
@@ -126,7 +142,11 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
     small = Sizes(docs=400, doc_tokens=40, train_examples=300, train_queries=250, val_queries=30)
     cfg1 = QuickstartConfig(out="unused", budget_minutes=1)
     p = make_plan(cfg1, fams, small, ("bert", 2))
-    assert p.phases["proxy"] == 0 and p.skipped and not any(s.startswith(("head learning", "depths", "families")) for s in p.skipped)
+    assert (
+        p.phases["proxy"] == 0
+        and p.skipped
+        and not any(s.startswith(("head learning", "depths", "families")) for s in p.skipped)
+    )
     assert p.cands.depths["llm"] == {2: [1e-3, 3e-3], 4: [1e-3, 3e-3]}
     # --full: no proxy, no budget, nothing skipped
     _, _, _, full = _plan(1, full=True)
@@ -160,19 +180,44 @@ def test_without_a_terminal_progress_is_a_line_per_phase_and_per_interval_not_a_
 # ----------------------------------------------------------------------------- budgeted vs exhaustive, end to end
 def _tiny_cfg(tiny_models, out, **over):
     llm, bert = tiny_models
-    base = dict(out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=160,
-                synth_queries=80, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-                query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3, 3e-3], compare="none",
-                qkd_rank_weights=[0.0, 1.0], qkd_corpus_texts=200, proxy_min_docs=20, proxy_min_train_queries=5,
-                mining_round="off")  # issue #50's round: tests/quickstart/test_mining_round.py
+    base = dict(
+        out=str(out),
+        llm=llm,
+        bert=bert,
+        llm_depths=[1, 2],
+        llm_small_layers=1,
+        bert_small_layers=1,
+        dim=32,
+        synth_docs=160,
+        synth_queries=80,
+        steps=3,
+        batch_size=4,
+        qkd_epochs=1.0,
+        qkd_batch_size=16,
+        qkd_max_pseudo_queries=60,
+        semantic_id_layers=2,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
+        head_lrs=[1e-3, 3e-3],
+        compare="none",
+        qkd_rank_weights=[0.0, 1.0],
+        qkd_corpus_texts=200,
+        proxy_min_docs=20,
+        proxy_min_train_queries=5,
+        mining_round="off",
+    )  # issue #50's round: tests/quickstart/test_mining_round.py
     base.update(over)
     return QuickstartConfig(**base)
 
 
 def _steps(out: Path) -> dict[str, str]:
     """Every full-data step of a run: its path under the run and the digest of its inputs ($OUT-relative)."""
-    return {str(m.parent.relative_to(out)): json.loads(m.read_text())["digest"] for m in out.glob("**/DONE")
-            if m.parent.relative_to(out).parts[0] not in ("proxy", "index") and "checkpoints" not in m.parts}  # a trainer's own markers hold absolute paths
+    return {
+        str(m.parent.relative_to(out)): json.loads(m.read_text())["digest"]
+        for m in out.glob("**/DONE")
+        if m.parent.relative_to(out).parts[0] not in ("proxy", "index") and "checkpoints" not in m.parts
+    }  # a trainer's own markers hold absolute paths
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +225,9 @@ def tiny_models(tmp_path_factory):
     from scalingnote.models import build_tiny_model
 
     root = tmp_path_factory.mktemp("qs_budget_models")
-    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(build_tiny_model(root / "bert", "bert", num_layers=2))
+    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(
+        build_tiny_model(root / "bert", "bert", num_layers=2)
+    )
 
 
 def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_models, tmp_path, capsys):
@@ -193,10 +240,19 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     assert proxy["drawn"] and proxy["margin"] == 0.02 and proxy["data"]["docs"] < proxy["data"]["corpus_docs"]
     # every candidate was compared on the proxy; only the survivors ran on the whole corpus, each with both scores
     names = {(c["family"], c["depth"], c["head_lr"]) for c in proxy["candidates"] if c["dim"] == 32}
-    assert names == {("bert", None, 1e-3), ("bert", None, 3e-3), ("llm", 1, 1e-3), ("llm", 1, 3e-3), ("llm", 2, 1e-3), ("llm", 2, 3e-3)}
+    assert names == {
+        ("bert", None, 1e-3),
+        ("bert", None, 3e-3),
+        ("llm", 1, 1e-3),
+        ("llm", 1, 3e-3),
+        ("llm", 2, 1e-3),
+        ("llm", 2, 3e-3),
+    }
     full_dirs = {p.name for p in (out / "stage1").glob("*_large_*")}
     for c in proxy["candidates"]:
-        name = f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" + ("" if c["dim"] == 32 else f"_d{c['dim']}")
+        name = f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" + (
+            "" if c["dim"] == 32 else f"_d{c['dim']}"
+        )
         assert (out / "proxy" / "stage1" / name / "DONE").exists()
         # a candidate that lost keeps its metrics only: no towers, checkpoints or embeddings
         assert (out / "proxy" / "stage1" / name / "run.json").exists()
@@ -206,19 +262,35 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     assert any(not c["survived"] for c in proxy["candidates"]) and set(proxy["agreed"]) >= {"teacher"}
     # the students too: each listwise weight distilled for a fraction of QKD's step cap first, the survivors in full
     sp = ch["student"]["proxy"]
-    assert sp["steps"] == 150 and set(sp["proxy_val"]) == {"bert1_from_bert_rw0", "bert1_from_bert_rw1"} and "within 0.02" in sp["reason"]
+    assert (
+        sp["steps"] == 150
+        and set(sp["proxy_val"]) == {"bert1_from_bert_rw0", "bert1_from_bert_rw1"}
+        and "within 0.02" in sp["reason"]
+    )
     assert set(sp["full_val"]) == set(sp["kept"]) and ch["student"]["chosen"] in sp["kept"]
     assert all((out / "proxy" / "qkd" / n / "DONE").exists() for n in sp["proxy_val"])
     # the plan was printed before the proxy ran; planned vs spent per phase; the mining round's slot is off
     assert log.index("plan:") < log.index("phase proxy:") and "ETA" in log
     assert budget["budget_minutes"] == 8 and budget["phases"]["mining_round"]["note"].startswith("off")
     assert all(budget["phases"][k]["spent_s"] == v for k, v in res["phase_seconds"].items())
-    assert list(res["phase_seconds"]) == ["data", "proxy", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
+    assert list(res["phase_seconds"]) == [
+        "data",
+        "proxy",
+        "stage1_large_towers",
+        "stage2_students",
+        "comparison_runs",
+        "index",
+        "evaluation",
+    ]
     # --full on the same directory: the budgeted run's full-data steps are reused untouched, the dropped candidates run now
     stamps = {m: m.stat().st_mtime_ns for m in out.glob("**/DONE") if "proxy" not in m.parts}
     quickstart(_tiny_cfg(tiny_models, out, full=True))
     assert all(m.stat().st_mtime_ns == t for m, t in stamps.items())
-    dropped = {f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}" for c in proxy["candidates"] if not c["survived"] and c["dim"] == 32}
+    dropped = {
+        f"{c['family']}_large_L{c['depth'] or 'all'}_hlr{c['head_lr']:g}"
+        for c in proxy["candidates"]
+        if not c["survived"] and c["dim"] == 32
+    }
     assert dropped and all((out / "stage1" / d / "DONE").exists() for d in dropped)
     # and it makes exactly the steps (same names, same input digests) a --full run makes from nothing
     fresh = tmp_path / "fresh"
@@ -249,26 +321,71 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
     from benchmarks.quickstart_budget import compare_modes
 
     same = {"machine": "2-core CPU", "scalingnote_version": "0.1.0"}
-    rows = [{"set": "default", "mode": "budgeted", "pipeline_minutes": 7.1, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "hybrid", "served_ndcg@10": 0.689, **same},
-            {"set": "default", "mode": "full", "pipeline_minutes": 9.5, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.692, **same},
-            {"set": "scifact", "mode": "budgeted", "pipeline_minutes": 12.0, "target_minutes": 10.0, "teacher": "bert", "teacher_dir": "x",
-             "width": 384, "student": "s", "fusion": "dense", "served_ndcg@10": 0.7, **same}]
+    rows = [
+        {
+            "set": "default",
+            "mode": "budgeted",
+            "pipeline_minutes": 7.1,
+            "target_minutes": 8.0,
+            "teacher": "bert",
+            "teacher_dir": "x",
+            "width": 384,
+            "student": "s",
+            "fusion": "hybrid",
+            "served_ndcg@10": 0.689,
+            **same,
+        },
+        {
+            "set": "default",
+            "mode": "full",
+            "pipeline_minutes": 9.5,
+            "target_minutes": 8.0,
+            "teacher": "bert",
+            "teacher_dir": "x",
+            "width": 384,
+            "student": "s",
+            "fusion": "dense",
+            "served_ndcg@10": 0.692,
+            **same,
+        },
+        {
+            "set": "scifact",
+            "mode": "budgeted",
+            "pipeline_minutes": 12.0,
+            "target_minutes": 10.0,
+            "teacher": "bert",
+            "teacher_dir": "x",
+            "width": 384,
+            "student": "s",
+            "fusion": "dense",
+            "served_ndcg@10": 0.7,
+            **same,
+        },
+    ]
     compare_modes(rows)
     d, s = rows[0], rows[2]
-    assert d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True  # within 0.005
-    assert s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None  # no exhaustive row yet
+    assert (
+        d["same_choices_as_full"] is False and d["served_delta_vs_full"] == -0.003 and d["meets_target"] is True
+    )  # within 0.005
+    assert (
+        s["within_time_target"] is False and s["minutes_over_target"] == 2.0 and s["meets_target"] is None
+    )  # no exhaustive row yet
     worse, better = dict(rows[0], **{"served_ndcg@10": 0.68}), dict(rows[0], **{"served_ndcg@10": 0.72})
     compare_modes([worse, rows[1]])
     compare_modes([better, rows[1]])
     assert worse["meets_target"] is False  # 0.012 below the exhaustive run
-    assert better["meets_target"] is True and better["served_delta_vs_full"] == 0.028  # above it: the budget cost no quality
+    assert (
+        better["meets_target"] is True and better["served_delta_vs_full"] == 0.028
+    )  # above it: the budget cost no quality
     # rows from another machine or code version are never differenced
     for other in ({"machine": "a GPU host"}, {"scalingnote_version": "0.2.0"}, {"machine": None}):
         elsewhere = dict(rows[0])
         compare_modes([elsewhere, dict(rows[1], **other)])
-        assert elsewhere["served_delta_vs_full"] is None and elsewhere["meets_target"] is None and elsewhere["same_choices_as_full"] is None
+        assert (
+            elsewhere["served_delta_vs_full"] is None
+            and elsewhere["meets_target"] is None
+            and elsewhere["same_choices_as_full"] is None
+        )
         assert "another machine or code version" in elsewhere["compared_with"]
 
 
@@ -277,10 +394,32 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
 
     from benchmarks.quickstart_budget import _old_rows, compare_modes, stability
 
-    base = {"set": "default", "mode": "budgeted", "pipeline_minutes": 7.0, "target_minutes": 8.0, "teacher": "bert", "teacher_dir": "x",
-            "width": 384, "student": "s", "fusion": "hybrid", "served_config": "bert/x -> s, hybrid", "retention_val": 0.9, "output_mb": 40.0}
-    rows = [dict(base, seed=0, cores=2, **{"served_ndcg@10": 0.690}), dict(base, seed=1, cores=2, **{"served_ndcg@10": 0.684}),
-            dict(base, seed=0, cores=1, **{"served_ndcg@10": 0.671}, served_config="bert/x -> s, dense", pipeline_minutes=13.0)]
+    base = {
+        "set": "default",
+        "mode": "budgeted",
+        "pipeline_minutes": 7.0,
+        "target_minutes": 8.0,
+        "teacher": "bert",
+        "teacher_dir": "x",
+        "width": 384,
+        "student": "s",
+        "fusion": "hybrid",
+        "served_config": "bert/x -> s, hybrid",
+        "retention_val": 0.9,
+        "output_mb": 40.0,
+    }
+    rows = [
+        dict(base, seed=0, cores=2, **{"served_ndcg@10": 0.690}),
+        dict(base, seed=1, cores=2, **{"served_ndcg@10": 0.684}),
+        dict(
+            base,
+            seed=0,
+            cores=1,
+            **{"served_ndcg@10": 0.671},
+            served_config="bert/x -> s, dense",
+            pipeline_minutes=13.0,
+        ),
+    ]
     st = stability(rows)["default"]
     assert st["served_spread"] == 0.019 and len(st["served_configs"]) == 2 and st["meets_stability_target"] is False
     assert st["seeds"] == [0, 1] and st["cores"] == [1, 2]
@@ -288,8 +427,15 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
     compare_modes(rows)
     assert rows[2]["within_time_target"] is True  # one core: a machine twice as slow, twice the minutes
     f = tmp_path / "r.json"
-    f.write_text(json.dumps({"rows": [dict(rows[0], machine="m", code="c"), dict(rows[1], machine="other", code="c")],
-                             "machine": "other", "created": "then"}))
+    f.write_text(
+        json.dumps(
+            {
+                "rows": [dict(rows[0], machine="m", code="c"), dict(rows[1], machine="other", code="c")],
+                "machine": "other",
+                "created": "then",
+            }
+        )
+    )
     assert [r["seed"] for r in _old_rows(f, "m", "c", carry=False)] == [0]
     carried = _old_rows(f, "m", "c", carry=True)
     assert [r.get("carried") for r in carried] == [None, True] and carried[1]["machine"] == "other"
@@ -301,8 +447,15 @@ def test_the_comparison_runs_are_cut_late_when_the_run_falls_behind_its_plan():
 
     cfg, fams, sizes, _ = _plan(11, mining_round="off")  # (the plan fills 95% of it: 10.45 min)
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": False})
-    plan = make_plan(cfg, fams, Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60), ("bert", 2),
-                     cands=one, proxy_done=True, spent={"data": 20.0, "proxy": 60.0})
+    plan = make_plan(
+        cfg,
+        fams,
+        Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60),
+        ("bert", 2),
+        cands=one,
+        proxy_done=True,
+        spent={"data": 20.0, "proxy": 60.0},
+    )
     assert plan.compare == "teacher" and plan.phases["comparison_runs"] > 0  # the plan held them
     spent = {"data": 20.0, "proxy": 60.0, "stage1_large_towers": 60.0, "stage2_students": 120.0}
     assert late_cut(cfg, plan, spent, 1.0).compare == "teacher"  # on pace: kept
@@ -337,9 +490,12 @@ def test_the_eta_keeps_growing_while_a_phase_runs_far_over_its_plan():
 
 def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
     from scalingnote.quickstart.cost import TOKEN_LAYER_S, family_tokens, qkd_pool, stage1_seconds
+
     cfg = QuickstartConfig(out="unused", doc_max_length=256, query_max_length=64)
-    report = {"bert": {"chars_per_token": 4.3, "tokens": 500, "texts": 100},
-              "llm": {"chars_per_token": 1.0, "tokens": 1200, "texts": 100, "prompt_tokens": 30}}
+    report = {
+        "bert": {"chars_per_token": 4.3, "tokens": 500, "texts": 100},
+        "llm": {"chars_per_token": 1.0, "tokens": 1200, "texts": 100, "prompt_tokens": 30},
+    }
     docs, queries = family_tokens(cfg, 40.0, report)  # 40-character Chinese titles
     assert docs["llm"] == pytest.approx(40 + 2 + 30) and docs["bert"] == pytest.approx(40 / 4.3 + 2)
     assert queries == {"bert": pytest.approx(7.0), "llm": pytest.approx(14.0)}
@@ -347,11 +503,20 @@ def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
     assert long_docs["llm"] == 256  # capped by doc_max_length
     fams = {f: family(cfg, f) for f in cfg.families}
     flat = Sizes(docs=10_000, doc_tokens=10, train_examples=5000, train_queries=4000, val_queries=400)
-    priced = Sizes(docs=10_000, doc_tokens=10, train_examples=5000, train_queries=4000, val_queries=400, doc_tokens_by=docs,
-                   query_tokens_by=queries)
+    priced = Sizes(
+        docs=10_000,
+        doc_tokens=10,
+        train_examples=5000,
+        train_queries=4000,
+        val_queries=400,
+        doc_tokens_by=docs,
+        query_tokens_by=queries,
+    )
     every = Candidates.every(cfg, list(fams.values()))
     # SmolLM2's pass over 10k documents of 72 tokens, not 10, at its deepest candidate (4 layers, TOKEN_LAYER_S per token and layer)
-    more = stage1_seconds(cfg, fams, every, priced, 10_000, 5000, 5400) - stage1_seconds(cfg, fams, every, flat, 10_000, 5000, 5400)
+    more = stage1_seconds(cfg, fams, every, priced, 10_000, 5000, 5400) - stage1_seconds(
+        cfg, fams, every, flat, 10_000, 5000, 5400
+    )
     assert more > 10_000 * (72 - 10) * 4 * TOKEN_LAYER_S["llm"]
     n, tok = qkd_pool(cfg, priced, "llm")
     assert n == 4400 + 3000 + 10_000 and 14 < tok <= 64  # corpus texts are cut to the query length
@@ -359,11 +524,14 @@ def test_the_plan_prices_each_familys_tokens_from_its_tokenizer_and_prompt():
 
 def test_a_proxy_planned_over_its_share_of_the_budget_is_drawn_smaller():
     from scalingnote.quickstart.early import MIN_PROXY_FRACTION, PROXY_SHARE, sized_proxy
+
     cfg = QuickstartConfig(out="unused", budget_minutes=15)
     fams = [family(cfg, f) for f in cfg.families]
     sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500)
     plan0 = make_plan(cfg, {f.name: f for f in fams}, sizes, ("bert", 2))
-    assert plan0.phases["proxy"] > PROXY_SHARE * 15 * 60  # at the default fraction the proxy alone is most of the budget
+    assert (
+        plan0.phases["proxy"] > PROXY_SHARE * 15 * 60
+    )  # at the default fraction the proxy alone is most of the budget
     smaller, plan = sized_proxy(cfg, fams, sizes, {})
     assert MIN_PROXY_FRACTION <= smaller.proxy_fraction < cfg.proxy_fraction
     assert plan.phases["proxy"] < plan0.phases["proxy"]
@@ -390,21 +558,34 @@ def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_f
     plan = make_plan(cfg, llm_only, sizes, ("llm", 1))
     assert not plan.zero_shot_row and plan.skipped[0].startswith("the zero-shot MiniLM row")
     roomy = make_plan(replace(cfg, budget_minutes=600), llm_only, sizes, ("llm", 1))
-    assert roomy.zero_shot_row and roomy.phases["evaluation"] > plan.phases["evaluation"] + 60  # a pass over 32k documents
+    assert (
+        roomy.zero_shot_row and roomy.phases["evaluation"] > plan.phases["evaluation"] + 60
+    )  # a pass over 32k documents
     both = make_plan(cfg, {f: family(cfg, f) for f in cfg.families}, sizes, ("bert", 2))
     assert both.zero_shot_row  # a readable MiniLM's zero-shot row is a real baseline: never cut
 
 
 def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
     from scalingnote.quickstart.cost import qkd_padded_tokens, qkd_pool, qkd_step_seconds
+
     cfg = QuickstartConfig(out="unused", query_max_length=64)
     fam = family(cfg, "bert")
-    base = dict(docs=5000, doc_tokens=256, train_examples=800, train_queries=700, val_queries=80, chars_per_token_by={"bert": 4.0},
-                query_tokens_by={"bert": 20.0})
+    base = dict(
+        docs=5000,
+        doc_tokens=256,
+        train_examples=800,
+        train_queries=700,
+        val_queries=80,
+        chars_per_token_by={"bert": 4.0},
+        query_tokens_by={"bert": 20.0},
+    )
     short = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (60.0,) * 100)  # 12-17 tokens
     mixed = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (400.0,) * 100)  # one sentence in ten fills the cap
     assert qkd_pool(cfg, mixed, "bert")[1] < 25  # the pool's mean is short...
     assert qkd_padded_tokens(cfg, mixed, "bert") > 63  # ...but nearly every batch of 128 holds a long one: padded to 64
     assert 17 <= qkd_padded_tokens(cfg, short, "bert") <= 20.5  # the logged queries (20) or the longest sentence (17)
     assert qkd_step_seconds(cfg, mixed, fam, 2) > 2 * qkd_step_seconds(cfg, short, fam, 2) - 0.2
-    assert qkd_padded_tokens(cfg, Sizes(**{**base, "chars_per_token_by": {}}), "bert") == qkd_pool(cfg, Sizes(**base), "bert")[1]  # no sample: the mean
+    assert (
+        qkd_padded_tokens(cfg, Sizes(**{**base, "chars_per_token_by": {}}), "bert")
+        == qkd_pool(cfg, Sizes(**base), "bert")[1]
+    )  # no sample: the mean

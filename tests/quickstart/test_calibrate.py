@@ -67,7 +67,9 @@ def test_the_layers_are_timed_apart_from_what_every_pass_pays(monkeypatch):
     rec, tower = _calibrate(monkeypatch, per_layer_us=1.5 * ref, fixed=0.2)  # a large fixed part is left out
     assert abs(rec["speed"] - 1.5) < 1e-6 and abs(rec["layer_token_us"] - 1.5 * ref) < 0.01
     assert rec["tokens"] == 64 * 10 and rec["layers"] == 3
-    assert all(not layer._forward_hooks and not layer._forward_pre_hooks for layer in tower.backbone.layers)  # hooks removed
+    assert all(
+        not layer._forward_hooks and not layer._forward_pre_hooks for layer in tower.backbone.layers
+    )  # hooks removed
     one, _ = _calibrate(monkeypatch, per_layer_us=2.5 * ref, layers=1)  # one layer is timed the same way
     assert abs(one["speed"] - 2.5) < 1e-6
     fast, _ = _calibrate(monkeypatch, per_layer_us=0.5 * ref)
@@ -92,7 +94,9 @@ def test_no_documents_or_an_unknown_family_are_priced_at_the_model(monkeypatch):
 
 def _kuake_like(speed: float) -> tuple[QuickstartConfig, list, Sizes]:
     cfg = QuickstartConfig(out="unused", budget_minutes=15, families=["llm"])
-    sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500, speed_by={"llm": speed})
+    sizes = Sizes(
+        docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500, speed_by={"llm": speed}
+    )
     return cfg, [family(cfg, "llm")], sizes
 
 
@@ -113,7 +117,9 @@ def test_a_slow_machine_draws_a_smaller_proxy_and_the_plan_says_when_it_is_over(
 
 def test_the_proxy_skips_a_width_run_that_no_proxy_outcome_could_bring_back(monkeypatch):
     cfg, fams, sizes = _kuake_like(1.5)
-    assert proxy_width_runs(cfg, fams, sizes, {}) == {"llm": False}  # even one candidate and a free proxy cannot hold it
+    assert proxy_width_runs(cfg, fams, sizes, {}) == {
+        "llm": False
+    }  # even one candidate and a free proxy cannot hold it
     roomy = replace(cfg, budget_minutes=600)
     assert proxy_width_runs(roomy, fams, sizes, {}) == {"llm": True}
     assert proxy_width_runs(replace(roomy, full_dim=False), fams, sizes, {}) == {"llm": False}
@@ -124,8 +130,10 @@ def test_the_proxy_skips_a_width_run_that_no_proxy_outcome_could_bring_back(monk
     assert with_width.proxy_candidates(cfg, {f.name: f for f in fams}).width == {"llm": True}
     # compare_on_proxy honours it: no width run, and says why
     calls = []
-    fake = {2: {"best_val_score": 0.8, "lr_scores": {1e-3: 0.8}, "depth": 2, "head_lr": 1e-3},
-            4: {"best_val_score": 0.79, "lr_scores": {1e-3: 0.79}, "depth": 4, "head_lr": 1e-3}}
+    fake = {
+        2: {"best_val_score": 0.8, "lr_scores": {1e-3: 0.8}, "depth": 2, "head_lr": 1e-3},
+        4: {"best_val_score": 0.79, "lr_scores": {1e-3: 0.79}, "depth": 4, "head_lr": 1e-3},
+    }
     monkeypatch.setattr(X.runs, "large_tower_runs", lambda *a, **k: fake)
     monkeypatch.setattr(X.runs, "full_dim_run", lambda *a, **k: calls.append(a) or {"best_val_score": 0.9, "dim": 576})
     cands, rec = X.compare_on_proxy(cfg, fams, {}, __import__("pathlib").Path("unused"), {"llm": False})
@@ -155,14 +163,25 @@ def test_the_proxy_never_drops_the_head_learning_rate_its_rule_chose(monkeypatch
     """A default kept because the evidence did not separate the rates stays a survivor (its towers are
     not pruned) even when its proxy score is more than the margin below the best rate's."""
     cfg, fams, _ = _kuake_like(1.0)
-    fake = {2: {"best_val_score": 0.70, "lr_scores": {1e-3: 0.70, 3e-3: 0.75}, "depth": 2, "head_lr": 1e-3, "lr_choice": "not separated"},
-            4: {"best_val_score": 0.60, "lr_scores": {1e-3: 0.60, 3e-3: 0.61}, "depth": 4, "head_lr": 1e-3}}
+    fake = {
+        2: {
+            "best_val_score": 0.70,
+            "lr_scores": {1e-3: 0.70, 3e-3: 0.75},
+            "depth": 2,
+            "head_lr": 1e-3,
+            "lr_choice": "not separated",
+        },
+        4: {"best_val_score": 0.60, "lr_scores": {1e-3: 0.60, 3e-3: 0.61}, "depth": 4, "head_lr": 1e-3},
+    }
     monkeypatch.setattr(X.runs, "large_tower_runs", lambda *a, **k: fake)
     monkeypatch.setattr(X.runs, "full_dim_run", lambda *a, **k: None)
     for lr in ("0.001", "0.003"):  # what the proxy trained
         (tmp_path / "proxy" / "stage1" / f"llm_large_L4_hlr{lr}" / "query_tower").mkdir(parents=True)
     cands, rec = X.compare_on_proxy(cfg, fams, {}, tmp_path, {"llm": False})
-    assert sorted(cands.depths["llm"][2]) == [1e-3, 3e-3] and "0.001 kept: not separated" in rec["reasons"]["llm depth 2 head lrs"]
+    assert (
+        sorted(cands.depths["llm"][2]) == [1e-3, 3e-3]
+        and "0.001 kept: not separated" in rec["reasons"]["llm depth 2 head lrs"]
+    )
     assert cands.depths["llm"][2][0] == 1e-3  # the rule's choice first: a budget that trains one rate trains it
     assert 4 not in cands.depths["llm"]  # more than the margin below depth 2: dropped, and its towers pruned
     assert not (tmp_path / "proxy" / "stage1" / "llm_large_L4_hlr0.001" / "query_tower").exists()

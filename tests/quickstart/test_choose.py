@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
-
 import pytest
 
-from scalingnote.quickstart.choose import choose_best, choose_student, cross_fit_fusion, keep_better, readability, tokenizer_report, val_confidence
+from scalingnote.quickstart.choose import (
+    choose_best,
+    choose_student,
+    cross_fit_fusion,
+    keep_better,
+    readability,
+    tokenizer_report,
+    val_confidence,
+)
 
 
 class _Tok:
@@ -45,7 +52,9 @@ def test_minilm_cannot_read_chinese_but_smollm2_can():
     assert readability(smol, 0.05)[0]
 
 
-@pytest.mark.parametrize(("trained", "start", "keep"), [(0.60, 0.50, True), (0.50, 0.50, True), (0.40, 0.50, False), (0.3, None, True)])
+@pytest.mark.parametrize(
+    ("trained", "start", "keep"), [(0.60, 0.50, True), (0.50, 0.50, True), (0.40, 0.50, False), (0.3, None, True)]
+)
 def test_keep_better_keeps_the_start_when_training_hurts(trained, start, keep):
     kept, msg = keep_better(trained, start, "bert large tower")
     assert kept is keep
@@ -63,9 +72,14 @@ def test_each_choice_says_how_sure_the_validation_split_is_without_changing_it()
     assert val_confidence(top, mixed, {}) is None
     kept, msg = keep_better(0.536, 0.528, "bert large tower", {"queries": 62, "p": 0.61})
     assert kept and msg.endswith("on validation (paired t-test over 62 validation queries: p 0.61)")
-    assert keep_better(0.536, 0.528, "bert large tower") == (True, "bert large tower: trained 0.5360 >= start 0.5280 on validation")
+    assert keep_better(0.536, 0.528, "bert large tower") == (
+        True,
+        "bert large tower: trained 0.5360 >= start 0.5280 on validation",
+    )
     kept, msg = keep_better(0.40, 0.50, "llm large tower", {"queries": 62, "p": 0.02})
-    assert not kept and msg.endswith("(0.4000 < its start 0.5000; paired t-test over 62 validation queries: p 0.02); keeping the start")
+    assert not kept and msg.endswith(
+        "(0.4000 < its start 0.5000; paired t-test over 62 validation queries: p 0.02); keeping the start"
+    )
 
 
 def test_choose_best_and_pinning():
@@ -78,8 +92,12 @@ def test_choose_best_and_pinning():
 
 
 def test_choose_student_respects_the_latency_budget_and_reports_the_frontier():
-    cands = [{"name": "bert1", "val": 0.55, "p99_ms": 3.0}, {"name": "bert2", "val": 0.60, "p99_ms": 5.0},
-             {"name": "llm1", "val": 0.58, "p99_ms": 9.0}, {"name": "bert3", "val": 0.62, "p99_ms": 7.0}]
+    cands = [
+        {"name": "bert1", "val": 0.55, "p99_ms": 3.0},
+        {"name": "bert2", "val": 0.60, "p99_ms": 5.0},
+        {"name": "llm1", "val": 0.58, "p99_ms": 9.0},
+        {"name": "bert3", "val": 0.62, "p99_ms": 7.0},
+    ]
     assert choose_student(cands, None)[0] == "bert3"
     name, frontier, why = choose_student(cands, 5.5)
     assert name == "bert2" and "p99 <= 5.5" in why
@@ -89,10 +107,16 @@ def test_choose_student_respects_the_latency_budget_and_reports_the_frontier():
 
 
 def test_choose_student_breaks_validation_ties_by_size_then_order_never_by_timing_noise():
-    same = [{"name": "bert2_rw0", "layers": 2, "val": 0.6, "p99_ms": 5.2}, {"name": "bert2_rw1", "layers": 2, "val": 0.6, "p99_ms": 4.9}]
+    same = [
+        {"name": "bert2_rw0", "layers": 2, "val": 0.6, "p99_ms": 5.2},
+        {"name": "bert2_rw1", "layers": 2, "val": 0.6, "p99_ms": 4.9},
+    ]
     assert choose_student(same, None)[0] == "bert2_rw0"
     assert choose_student(same[::-1], None)[0] == "bert2_rw1"
-    sizes = [{"name": "bert2", "layers": 2, "val": 0.6, "p99_ms": 3.0}, {"name": "bert1", "layers": 1, "val": 0.6, "p99_ms": 3.1}]
+    sizes = [
+        {"name": "bert2", "layers": 2, "val": 0.6, "p99_ms": 3.0},
+        {"name": "bert1", "layers": 1, "val": 0.6, "p99_ms": 3.1},
+    ]
     assert choose_student(sizes, None)[0] == "bert1"
 
 
@@ -110,7 +134,7 @@ def _halves(n: int, seed: int = 0) -> tuple[set[int], set[int]]:
     """The two halves :func:`cross_fit_fusion` splits ``q0..q{n-1}`` into (sorted ids, seeded permutation)."""
     qids = sorted(f"q{i}" for i in range(n))
     order = np.random.default_rng(seed).permutation(n)
-    return {int(qids[i][1:]) for i in order[: n // 2]}, {int(qids[i][1:]) for i in order[n // 2:]}
+    return {int(qids[i][1:]) for i in order[: n // 2]}, {int(qids[i][1:]) for i in order[n // 2 :]}
 
 
 def _fusion_case(n: int, a_lead: float, b_hurts: bool):
@@ -136,7 +160,9 @@ def test_cross_fit_fusion_serves_dense_only_when_the_paired_test_separates_it():
     dense, bm25, qrels = _fusion_case(6, 2.0, b_hurts=True)  # the same pattern on 6 queries: not separated
     res = cross_fit_fusion(dense, bm25, qrels)
     assert res["val_dense"] > res["val_hybrid"] + 0.2  # the same lead as on 60 queries ...
-    assert res["p"] >= 0.05 and res["choice"] == "hybrid" and res["default_kept"] and "declared default" in res["reason"]  # ... not separated
+    assert (
+        res["p"] >= 0.05 and res["choice"] == "hybrid" and res["default_kept"] and "declared default" in res["reason"]
+    )  # ... not separated
 
 
 def test_default_unless_beaten_keeps_the_default_within_the_noise():
@@ -164,8 +190,14 @@ def test_separates_needs_a_higher_mean_and_a_small_p():
 def test_cross_fit_fusion_chooses_fusion_when_both_sides_help():
     qrels = {f"q{i}": {f"d{i}": 1} for i in range(40)}
     # dense ranks the answer first for even queries and a close second for odd ones; BM25 the other way round
-    dense = {f"q{i}": ({f"d{i}": 3.0, "x": 2.9, "z": 0.0} if i % 2 == 0 else {"x": 3.0, f"d{i}": 2.9, "z": 0.0}) for i in range(40)}
-    bm25 = {f"q{i}": ({f"d{i}": 9.0, "y": 1.0, "z": 0.0} if i % 2 else {"y": 9.0, f"d{i}": 8.9, "z": 0.0}) for i in range(40)}
+    dense = {
+        f"q{i}": ({f"d{i}": 3.0, "x": 2.9, "z": 0.0} if i % 2 == 0 else {"x": 3.0, f"d{i}": 2.9, "z": 0.0})
+        for i in range(40)
+    }
+    bm25 = {
+        f"q{i}": ({f"d{i}": 9.0, "y": 1.0, "z": 0.0} if i % 2 else {"y": 9.0, f"d{i}": 8.9, "z": 0.0})
+        for i in range(40)
+    }
     res = cross_fit_fusion(dense, bm25, qrels)
     assert res["choice"] == "hybrid" and res["val_hybrid"] > res["val_dense"]
 
@@ -180,7 +212,9 @@ def test_default_unless_separated_asks_a_paired_test_and_falls_back_to_the_margi
     val = {1e-3: 0.5, 3e-3: 0.52}
     lr, why = default_unless_separated(val, {1e-3: base, 3e-3: noisy}, 1e-3, 0.001, "head learning rate")
     assert lr == 1e-3 and "does not separate 0.003" in why and "paired t-test over 40 validation queries" in why
-    lr, why = default_unless_separated({1e-3: 0.5, 3e-3: 0.54}, {1e-3: base, 3e-3: better}, 1e-3, 0.1, "head learning rate")
+    lr, why = default_unless_separated(
+        {1e-3: 0.5, 3e-3: 0.54}, {1e-3: base, 3e-3: better}, 1e-3, 0.1, "head learning rate"
+    )
     assert lr == 3e-3 and "better than the default 0.001" in why
     # no per-query scores (a run recorded before them): the margin rule
     assert default_unless_separated(val, {1e-3: None, 3e-3: noisy}, 1e-3, 0.01, "x")[0] == 3e-3

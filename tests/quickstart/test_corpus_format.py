@@ -13,7 +13,7 @@ from scalingnote.quickstart import quickstart
 from tests.helpers.tiny_data import write_tiny_beir
 from tests.quickstart.test_quickstart import _cfg, tiny_models  # noqa: F401 - the module fixture
 
-READER = '''
+READER = """
 import csv
 
 from scalingnote.data import Document
@@ -26,7 +26,7 @@ def read_csv(path):
     with open(path, newline="", encoding="utf-8") as fh:
         for rec in csv.DictReader(fh):
             yield Document(rec["id"], rec["title"], "", rec["text"])
-'''
+"""
 
 
 def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_models, tmp_path, monkeypatch):  # noqa: F811
@@ -40,14 +40,24 @@ def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_model
         w.writerows([d.id, d.title, d.content] for d in docs.values())
     (beir / "corpus.jsonl").unlink()
     out = tmp_path / "qs"
-    small = {"qkd_max_pseudo_queries": 30, "semantic_id_layers": 1, "compare": False, "teacher": "bert", "families": ["bert"]}
+    small = {
+        "qkd_max_pseudo_queries": 30,
+        "semantic_id_layers": 1,
+        "compare": False,
+        "teacher": "bert",
+        "families": ["bert"],
+    }
     with FORMATS.scoped():
         rows = quickstart(_cfg(tiny_models, out, data=str(beir), corpus_format="h4_csv_reader:read_csv", **small))
         import h4_csv_reader
 
         assert "h4_csv_reader.read_csv" in FORMATS
     # the CSV was read, by more than one stage (BM25, Stage I, the index's documents, ICT ...)
-    assert h4_csv_reader.READ and set(h4_csv_reader.READ) == {str(beir / "corpus.testcsv")} and len(h4_csv_reader.READ) >= 3
+    assert (
+        h4_csv_reader.READ
+        and set(h4_csv_reader.READ) == {str(beir / "corpus.testcsv")}
+        and len(h4_csv_reader.READ) >= 3
+    )
     assert next(r for r in rows if r["method"] == "bm25")["ndcg@10"] > 0
     res = json.loads((out / "results.json").read_text())
     assert res["config"]["corpus_format"] == "h4_csv_reader:read_csv"
@@ -66,8 +76,11 @@ def test_check_inputs_detects_the_corpus_file_and_refuses_two(tmp_path):
     assert check_inputs(tmp_path / "out", beir) == beir / "corpus.jsonl"
     assert check_inputs(tmp_path / "out", beir, corpus_format="jsonl") == beir / "corpus.jsonl"
     _write_parquet(beir / "corpus.parquet", list(load_corpus(beir / "corpus.jsonl").values()))
-    with pytest.raises(ScalingNoteError, match=r"not a BEIR directory: several corpus files in this directory \(corpus\.jsonl \(jsonl\), "
-                                               r"corpus\.parquet \(parquet\)\): keep one"):
+    with pytest.raises(
+        ScalingNoteError,
+        match=r"not a BEIR directory: several corpus files in this directory \(corpus\.jsonl \(jsonl\), "
+        r"corpus\.parquet \(parquet\)\): keep one",
+    ):
         check_inputs(tmp_path / "out", beir)
     (beir / "corpus.jsonl").unlink()  # a shipped format other than JSONL: detected, not assumed
     assert check_inputs(tmp_path / "out", beir) == beir / "corpus.parquet"

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from scalingnote.index.routing.method_tune import choose_method
 from scalingnote.index.faiss.methods import default_routing
+from scalingnote.index.routing.method_tune import choose_method
 from scalingnote.quickstart import QuickstartConfig, index_choice
 
 
@@ -19,7 +19,10 @@ def _unit(x):
 
 def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound(tmp_path, monkeypatch):
     pool = tmp_path / "pool.jsonl"
-    pool.write_text("".join(json.dumps({"_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(["a b", "", "c d"])), encoding="utf-8")
+    pool.write_text(
+        "".join(json.dumps({"_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(["a b", "", "c d"])),
+        encoding="utf-8",
+    )
     calls = []
     monkeypatch.setattr(index_choice.runs, "pseudo_queries", lambda cfg, data, out: calls.append(out) or [str(pool)])
     cfg = QuickstartConfig(out=str(tmp_path))
@@ -39,5 +42,9 @@ def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():
     rows = {r["method"]: r for r in rep["methods"]}
     assert "skipped" not in rows["hnsw_sq_qg"] and rows["hnsw_sq_qg"]["structure"].endswith(",QG16")
     assert rep["edge_fit_queries"] == 900
-    rep = choose_method(docs, val, None, methods=("hnsw_sq", "hnsw_sq_qg", "ivf_qmetric"), target=0.9, edge_queries=pseudo)
-    assert "skipped" in {r["method"]: r for r in rep["methods"]}["ivf_qmetric"]  # the metric never fits on the edge queries
+    rep = choose_method(
+        docs, val, None, methods=("hnsw_sq", "hnsw_sq_qg", "ivf_qmetric"), target=0.9, edge_queries=pseudo
+    )
+    assert (
+        "skipped" in {r["method"]: r for r in rep["methods"]}["ivf_qmetric"]
+    )  # the metric never fits on the edge queries

@@ -14,8 +14,12 @@ from scalingnote.quickstart.pipeline import RUN_AFTER_S, RUN_AFTER_SHARE, run_de
 
 
 def _plan(budget_s):
-    return B.Plan(budget_s=budget_s, phases={"index": 30.0, "evaluation": 20.0, "comparison_runs": 100.0},
-                  cands=B.Candidates({}, {}), qkd_steps=600)
+    return B.Plan(
+        budget_s=budget_s,
+        phases={"index": 30.0, "evaluation": 20.0, "comparison_runs": 100.0},
+        cands=B.Candidates({}, {}),
+        qkd_steps=600,
+    )
 
 
 def test_the_box_is_the_budget_left_after_the_index_and_evaluation_at_the_runs_pace(tmp_path):

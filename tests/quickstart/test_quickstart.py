@@ -19,15 +19,35 @@ from tests.helpers.curves import read_scalars
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("qs_models")
-    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(build_tiny_model(root / "bert", "bert", num_layers=2))
+    return str(build_tiny_model(root / "llm", "llm", num_layers=2)), str(
+        build_tiny_model(root / "bert", "bert", num_layers=2)
+    )
 
 
 def _cfg(tiny_models, out, **over):
     llm, bert = tiny_models
     base = dict(
-        out=str(out), llm=llm, bert=bert, llm_depths=[1, 2], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120,
-        synth_queries=60, steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-        query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="all", qkd_rank_weights=[0.0, 1.0],
+        out=str(out),
+        llm=llm,
+        bert=bert,
+        llm_depths=[1, 2],
+        llm_small_layers=1,
+        bert_small_layers=1,
+        dim=32,
+        synth_docs=120,
+        synth_queries=60,
+        steps=3,
+        batch_size=4,
+        qkd_epochs=1.0,
+        qkd_batch_size=16,
+        qkd_max_pseudo_queries=60,
+        semantic_id_layers=2,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
+        head_lrs=[1e-3],
+        compare="all",
+        qkd_rank_weights=[0.0, 1.0],
         mining_round="off",  # the mining round: tests/quickstart/test_mining_round.py
     )
     base.update(over)
@@ -47,9 +67,15 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert methods[:2] == ["bm25", "zero_shot_bert"]
     # the paper's matched-cost comparison, once per readable family, in the paper's order
     for fam in ("bert", "llm"):
-        assert [r["method"] for r in rows if r.get("family") == fam and r["method"] in
-                ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")] == ["twinbert_small", "scaling_doc", "scalingnote", "scaling_dual"]
-    small = {r["family"]: r["query_layers"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote")}
+        assert [
+            r["method"]
+            for r in rows
+            if r.get("family") == fam
+            and r["method"] in ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
+        ] == ["twinbert_small", "scaling_doc", "scalingnote", "scaling_dual"]
+    small = {
+        r["family"]: r["query_layers"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote")
+    }
     assert small == {"bert": 1, "llm": 1}  # one online query-tower size per family
     # one teacher, one student, one served default; every row with a validation figure where it has one
     assert sum("teacher" in r["chosen"] for r in rows) == 1
@@ -72,13 +98,23 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     # how sure each choice is: teacher vs the runner-up, each kept tower vs its start (reported, not used)
     assert re.search(r"vs (bert|llm): paired t-test over \d+ validation queries: p [0-9.e-]+$", ch["teacher"]["reason"])
     for f in ch["families"].values():
-        assert re.search(r"(on validation \(|; )paired t-test over \d+ validation queries: p [0-9.e-]+\)", f["guard"]), f["guard"]
+        assert re.search(
+            r"(on validation \(|; )paired t-test over \d+ validation queries: p [0-9.e-]+\)", f["guard"]
+        ), f["guard"]
     assert {f["readable"] for f in ch["families"].values()} == {True}
     assert ch["served"]["choice"] in ("dense", "hybrid") and "cross-fitted" in ch["served"]["reason"]
     assert set(ch["ordering"]) == {"bert", "llm"} and "versions" in res
     # where the time went, phase by phase (a user over budget sees which knob to turn)
     phases = res["phase_seconds"]
-    assert list(phases) == ["data", "proxy", "stage1_large_towers", "stage2_students", "comparison_runs", "index", "evaluation"]
+    assert list(phases) == [
+        "data",
+        "proxy",
+        "stage1_large_towers",
+        "stage2_students",
+        "comparison_runs",
+        "index",
+        "evaluation",
+    ]
     # the phases cover the whole run (each rounded to 0.1 s), and the ones that train took time
     assert sum(phases.values()) == pytest.approx(res["elapsed_s"], abs=0.1 * len(phases))
     assert min(phases["stage1_large_towers"], phases["stage2_students"], phases["evaluation"]) > 0
@@ -101,12 +137,20 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert {r.get("qkd_rank_weight") for r in rows if r.get("p99_ms") is not None} == {0.0, 1.0}
     # QKD imitates the teacher on the labelled queries, the ICT pseudo-queries and the corpus's own text
     qkd = json.loads((out / "qkd" / ch["student"]["chosen"] / "run.json").read_text())
-    assert [Path(q["path"]).relative_to(out).parts[0] for q in qkd["config"]["queries"]] == ["data", "pseudo_ict", "corpus_texts"]
+    assert [Path(q["path"]).relative_to(out).parts[0] for q in qkd["config"]["queries"]] == [
+        "data",
+        "pseudo_ict",
+        "corpus_texts",
+    ]
     assert qkd["metrics"]["queries_source2:queries.jsonl"] > 0
     # the training curves `tensorboard --logdir <out>` shows (the chosen student's, the large towers')
-    assert {"train/loss", "train/lr", "val/loss", "throughput/examples_per_s"} <= set(read_scalars(out / "qkd" / ch["student"]["chosen"]))
+    assert {"train/loss", "train/lr", "val/loss", "throughput/examples_per_s"} <= set(
+        read_scalars(out / "qkd" / ch["student"]["chosen"])
+    )
     trained = [d for d in (out / "stage1").glob("*_large_*") if (d / "metrics.jsonl").exists()]
-    assert trained and all({"train/loss", "train/lr", "throughput/examples_per_s"} <= set(read_scalars(d)) for d in trained)
+    assert trained and all(
+        {"train/loss", "train/lr", "throughput/examples_per_s"} <= set(read_scalars(d)) for d in trained
+    )
     # the student's share of its teacher: on its row, in results.json and in the closing lines
     kept = ch["retention"]
     assert kept["retention_val"] == pytest.approx(student["val_ndcg@10"] / teacher_row["val_ndcg@10"], abs=1e-4)
@@ -145,7 +189,9 @@ def _beir_copy(src, dst, *, scramble_test: bool):
         lines = (dst / "qrels" / "test.tsv").read_text().splitlines()
         docs = [ln.split("\t")[1] for ln in lines[1:]]
         rot = docs[1:] + docs[:1]
-        (dst / "qrels" / "test.tsv").write_text("\n".join([lines[0]] + [f"{ln.split(chr(9))[0]}\t{d}\t1" for ln, d in zip(lines[1:], rot)]) + "\n")
+        (dst / "qrels" / "test.tsv").write_text(
+            "\n".join([lines[0]] + [f"{ln.split(chr(9))[0]}\t{d}\t1" for ln, d in zip(lines[1:], rot)]) + "\n"
+        )
 
 
 def test_teacher_choice_never_reads_the_test_labels(first_run, tiny_models, tmp_path):
@@ -159,7 +205,9 @@ def test_teacher_choice_never_reads_the_test_labels(first_run, tiny_models, tmp_
         res[name] = json.loads((tmp_path / f"out_{name}" / "results.json").read_text())
     ca, cb = res["a"]["choices"], res["b"]["choices"]
     assert ca["teacher"]["family"] == cb["teacher"]["family"] and ca["teacher"]["reason"] == cb["teacher"]["reason"]
-    assert {f: v.get("val_ndcg@10") for f, v in ca["families"].items()} == {f: v.get("val_ndcg@10") for f, v in cb["families"].items()}
+    assert {f: v.get("val_ndcg@10") for f, v in ca["families"].items()} == {
+        f: v.get("val_ndcg@10") for f, v in cb["families"].items()
+    }
     assert ca["student"]["chosen"] == cb["student"]["chosen"] and ca["served"]["choice"] == cb["served"]["choice"]
     # ... while the test figures did change
     assert [r["ndcg@10"] for r in res["a"]["rows"]] != [r["ndcg@10"] for r in res["b"]["rows"]]
@@ -182,14 +230,18 @@ def test_the_guard_keeps_the_start_when_the_trained_tower_is_worse(first_run, ti
             save_file(t, str(f))
     # llm_depths=[2]: the LLM family's ScalingDoc pairs a 1-layer query tower with a 2-layer document tower
     rows = quickstart(_cfg(tiny_models, work, teacher="bert", llm_depths=[2]))
-    assert next(r for r in rows if r["method"] == "scaling_doc" and r["family"] == "llm")["large_tower"].endswith("(2L)")
+    assert next(r for r in rows if r["method"] == "scaling_doc" and r["family"] == "llm")["large_tower"].endswith(
+        "(2L)"
+    )
     ch = json.loads((work / "results.json").read_text())["choices"]
     assert ch["families"]["bert"]["kept"] == "zero_shot" and "keeping the start" in ch["families"]["bert"]["guard"]
     assert "zero_shot" in ch["teacher"]["dir"]
     assert "keeping the start" in capsys.readouterr().out
 
 
-def test_unfreeze_trains_the_chosen_towers_top_layers_from_their_heads_and_keeps_the_better(first_run, tiny_models, tmp_path):
+def test_unfreeze_trains_the_chosen_towers_top_layers_from_their_heads_and_keeps_the_better(
+    first_run, tiny_models, tmp_path
+):
     out, _ = first_run
     work = tmp_path / "unfreeze"
     shutil.copytree(out, work)
@@ -199,13 +251,22 @@ def test_unfreeze_trains_the_chosen_towers_top_layers_from_their_heads_and_keeps
         u = fams[fam]["unfrozen"]
         top = work / "stage1" / u["dir"].split("/")[-1]
         heads = json.loads((top / "run.json").read_text())["metrics"]["init_heads_from"]
-        assert "_top1" in top.name and (work / "stage1" / heads.split("/")[-1] / "run.json").is_file() and "_top1" not in heads
+        assert (
+            "_top1" in top.name
+            and (work / "stage1" / heads.split("/")[-1] / "run.json").is_file()
+            and "_top1" not in heads
+        )
         # kept on validation only: the layer run when it beats its heads-only start (a tie keeps the heads-only tower)
-        assert u["kept"] == ("top_layers" if u["val_top_layers"] > u["val_heads_only"] else "heads_only") and "validation" in u["reason"]
+        assert (
+            u["kept"] == ("top_layers" if u["val_top_layers"] > u["val_heads_only"] else "heads_only")
+            and "validation" in u["reason"]
+        )
         if fams[fam]["kept"] == "trained":
             assert ("_top1" in fams[fam]["tower_dir"]) == (u["kept"] == "top_layers")
         row = next(r for r in rows if r["method"] == "scaling_dual_top1_layers" and r["family"] == fam)
-        assert row["stage1_val_ndcg"] == round(u["val_top_layers"], 4) and (row["chosen"] == "top_layers") == (u["kept"] == "top_layers")
+        assert row["stage1_val_ndcg"] == round(u["val_top_layers"], 4) and (row["chosen"] == "top_layers") == (
+            u["kept"] == "top_layers"
+        )
 
 
 def test_unfreeze_needs_heads_only_large_towers(tiny_models, tmp_path):
@@ -232,12 +293,20 @@ def test_other_data_in_an_existing_output_directory_redoes_stage_one(first_run, 
     out, _ = first_run
     work = tmp_path / "reuse"
     shutil.copytree(out, work)
-    before = {p: p.stat().st_mtime_ns for p in [*work.glob("stage1/*_large_*/DONE"), *work.glob("stage1/*_zero_shot_*/DONE"),
-                                                 work / "index" / "ivfpq" / "manifest.json"]}  # the index step: its manifest
+    before = {
+        p: p.stat().st_mtime_ns
+        for p in [
+            *work.glob("stage1/*_large_*/DONE"),
+            *work.glob("stage1/*_zero_shot_*/DONE"),
+            work / "index" / "ivfpq" / "manifest.json",
+        ]
+    }  # the index step: its manifest
     rows = quickstart(_cfg(tiny_models, work, synth_docs=100, compare="teacher"))  # other data, same directory
     assert "made from other inputs" in capsys.readouterr().out
     teacher = json.loads((work / "results.json").read_text())["choices"]["teacher"]["family"]
-    assert {r["family"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")} == {teacher}
+    assert {
+        r["family"] for r in rows if r["method"] in ("twinbert_small", "scaling_doc", "scalingnote", "scaling_dual")
+    } == {teacher}
     for p, t in before.items():  # every step this run used was made again from the new data
         assert not p.exists() or p.stat().st_mtime_ns != t, p
     assert json.loads((work / "results.json").read_text())["config"]["synth_docs"] == 100
@@ -256,11 +325,16 @@ def test_quickstart_checks_its_inputs_before_any_work(tiny_models, tmp_path):
         _cfg(tiny_models, tmp_path / "bad", llm_pooling="avg")
     with pytest.raises(ConfigError, match="students"):
         _cfg(tiny_models, tmp_path / "bad", students=["gpt:2"])
-    with pytest.raises(ScalingNoteError, match=r"doc_max_length=8: the llm family's document prompt alone takes \d+ tokens"):
+    with pytest.raises(
+        ScalingNoteError, match=r"doc_max_length=8: the llm family's document prompt alone takes \d+ tokens"
+    ):
         quickstart(_cfg(tiny_models, tmp_path / "short", doc_max_length=8, families=["llm"]))
     assert not (tmp_path / "short" / "stage1").exists()  # refused before any training
     assert QuickstartConfig().compare == "teacher"
-    assert _cfg(tiny_models, tmp_path / "b", compare=True).compare == "all" and _cfg(tiny_models, tmp_path / "b", compare=False).compare == "none"
+    assert (
+        _cfg(tiny_models, tmp_path / "b", compare=True).compare == "all"
+        and _cfg(tiny_models, tmp_path / "b", compare=False).compare == "none"
+    )
     with pytest.raises(ConfigError, match="compare"):
         _cfg(tiny_models, tmp_path / "bad", compare="some")
     with pytest.raises(ConfigError, match="index_recall"):
@@ -287,7 +361,9 @@ def test_corpus_text_ablation_reproduces_the_runs_student_and_distils_without_th
     rows, config = measure(out, [0])
     res = json.loads((out / "results.json").read_text())
     own, off = rows
-    chosen = next(c for c in res["choices"]["student"]["candidates"] if c["name"] == res["choices"]["student"]["chosen"])
+    chosen = next(
+        c for c in res["choices"]["student"]["candidates"] if c["name"] == res["choices"]["student"]["chosen"]
+    )
     assert own["qkd_run"] == "as_run" and own["val_ndcg@10"] == chosen["val"] and own["corpus_texts"] > 0
     assert off["corpus_texts"] == 0 and off["qkd_queries"] < own["qkd_queries"] and off["p_vs_first"] is not None
     assert config["val_queries"] > 0 and "bm25" in config["baselines_ndcg@10"]
@@ -333,7 +409,6 @@ def test_one_pass_fills_every_candidate_depth_under_the_stage1_key(first_run, ti
     assert set(filled) == set(_llm_doc_caches(out / "features"))
 
 
-
 def test_index_tuning_queries_are_validation_and_training_queries_never_test(first_run):
     from scalingnote.quickstart.scoring import load_eval_set, tuning_texts
 
@@ -362,16 +437,22 @@ def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_metho
     data = runs.prepare_data(cfg, out)
     faiss_file, manifest = out / "index" / "ivfpq" / "index.faiss", out / "index" / "ivfpq" / "manifest.json"
     built, tuned = faiss_file.stat().st_mtime_ns, manifest.stat().st_mtime_ns
-    index_choice.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # the run's own inputs: nothing to do
+    index_choice.build_ivfpq(
+        cfg, out, data, Path(ch["teacher"]["dir"]), student, texts
+    )  # the run's own inputs: nothing to do
     assert manifest.stat().st_mtime_ns == tuned
     assert faiss_file.stat().st_mtime_ns == built
     first = json.loads(manifest.read_text())["search_tuning"]
-    index_choice.build_ivfpq(_cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts)
+    index_choice.build_ivfpq(
+        _cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts
+    )
     low = json.loads(manifest.read_text())["search_tuning"]
     assert low["target"] == 0.5  # re-chosen for the new target
     same = low["chosen"]["structure"] == first["chosen"]["structure"]
     assert (faiss_file.stat().st_mtime_ns == built) == same  # rebuilt exactly when the structure changed
-    index_choice.build_ivfpq(cfg, out, data, Path(ch["teacher"]["dir"]), student, texts)  # back to the run's own settings
+    index_choice.build_ivfpq(
+        cfg, out, data, Path(ch["teacher"]["dir"]), student, texts
+    )  # back to the run's own settings
     back = json.loads(manifest.read_text())["search_tuning"]
     # re-chosen for the run's target; the choice is by measured single-query latency (a tie within the
     # margin goes to the first-listed method), so what must hold is that the chosen structure is the one built
@@ -387,7 +468,9 @@ def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tin
     import yaml
 
     out = tmp_path / "bf16"
-    rows = quickstart(_cfg(tiny_models, out, precision="bf16", unfreeze_layers=1, unfreeze_epochs=1.0, compare="teacher"))
+    rows = quickstart(
+        _cfg(tiny_models, out, precision="bf16", unfreeze_layers=1, unfreeze_epochs=1.0, compare="teacher")
+    )
     assert rows and all(math.isfinite(r["ndcg@10"]) for r in rows if r.get("ndcg@10") is not None)
     stage1 = [yaml.safe_load(f.read_text()) for f in (out / "stage1").glob("*/config.yaml")]
     qkd = [yaml.safe_load(f.read_text()) for f in (out / "qkd").glob("*/config.yaml")]
@@ -396,7 +479,9 @@ def test_the_gpu_code_path_bf16_autocast_and_unfrozen_layers_runs_end_to_end(tin
     # its row says where it started and how validation moved: the curve's first point is the heads-only start
     top = [r for r in rows if r["method"].startswith("scaling_dual_top1")]
     assert top and all(r["val_curve"].startswith("0:") and len(r["val_curve"].split()) >= 2 for r in top)
-    assert all(float(r["val_curve"].split()[0].split(":")[1]) == pytest.approx(r["val_heads_only"], abs=1e-3) for r in top)
+    assert all(
+        float(r["val_curve"].split()[0].split(":")[1]) == pytest.approx(r["val_heads_only"], abs=1e-3) for r in top
+    )
     with pytest.raises(ConfigError, match="precision"):
         _cfg(tiny_models, out, precision="fp16")
 
@@ -434,7 +519,8 @@ def test_the_embedding_size_is_a_choice_on_validation_and_the_rows_follow_it(fir
     assert tower_dim(student["dir"]) == tower_dim(Path(ch["teacher"]["dir"]) / "doc_tower")
     tag = "_d32" if want == 32 else ""
     small = sorted(p.name for p in (work / "stage1").glob(f"{teacher}_small_dual_*")) + sorted(
-        p.name for p in (work / "stage1").glob(f"{teacher}_scaling_doc_*"))
+        p.name for p in (work / "stage1").glob(f"{teacher}_scaling_doc_*")
+    )
     assert len(small) == 2 and all(n.endswith(tag) if tag else not re.search(r"_d\d+$", n) for n in small), small
     for n in small:
         assert tower_dim(work / "stage1" / n / "query_tower") == want, n
@@ -452,9 +538,13 @@ def test_the_student_starts_from_the_large_towers_layers_that_validate_best(firs
         assert [t["layers"] for t in got["tried"]] == [[0], [1]]
         best = min(got["tried"], key=lambda t: t["val_loss"])  # min keeps the first of a tie, as the choice does
         assert got["layers"] == best["layers"]
-        assert json.loads((Path(c["dir"]) / "tower.json").read_text())["config"].get("base_layers") == (None if best["layers"] == [0] else [1])
+        assert json.loads((Path(c["dir"]) / "tower.json").read_text())["config"].get("base_layers") == (
+            None if best["layers"] == [0] else [1]
+        )
     for fam in ("bert", "llm"):
-        runs_ = sorted((out / "stage1").glob(f"{fam}_small_dual_*")) + sorted((out / "stage1").glob(f"{fam}_scaling_doc_*"))
+        runs_ = sorted((out / "stage1").glob(f"{fam}_small_dual_*")) + sorted(
+            (out / "stage1").glob(f"{fam}_scaling_doc_*")
+        )
         qkd_dirs = sorted((out / "qkd").glob(f"{fam}1_from_{fam}_rw*"))
         kept = [json.loads((d / "run.json").read_text())["metrics"]["student_base_layers"] for d in qkd_dirs]
         keeps = {tuple(k) if k else None for k in kept}  # the matched-cost rows follow the served weight's QKD run

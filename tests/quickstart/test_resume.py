@@ -30,7 +30,9 @@ def test_cli_checks_data_before_any_work(tmp_path, make):
     assert r.exit_code != 0 and isinstance(r.exception, ScalingNoteError), r.output
     assert str(data) in str(r.exception)
     # a directory without a corpus file: the error names the corpus files it looked for
-    assert ("no corpus file in this directory (looked for corpus.jsonl (jsonl)" in str(r.exception)) == (make == "not_beir")
+    assert ("no corpus file in this directory (looked for corpus.jsonl (jsonl)" in str(r.exception)) == (
+        make == "not_beir"
+    )
     assert not out.exists()  # nothing was started
 
 

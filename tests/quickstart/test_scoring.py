@@ -56,10 +56,16 @@ def test_single_query_p99_takes_turns_in_blocks_and_orders_the_towers():
     log: list[tuple[str, int]] = []
     # 0.5 vs 25 ms: a p99 of 40 calls is nearly their maximum, and a loaded machine's scheduler adds
     # several ms to a sleep (0.5 ms read 7.7 ms and 3 ms 6.7 ms beside a benchmark at nice 19)
-    p99 = single_query_p99_many({"fast": (_Slow("fast", log, 0.5), None), "slow": (_Slow("slow", log, 25.0), None)},
-                                ["q1", "q2"], n=40, block=10)
+    p99 = single_query_p99_many(
+        {"fast": (_Slow("fast", log, 0.5), None), "slow": (_Slow("slow", log, 25.0), None)},
+        ["q1", "q2"],
+        n=40,
+        block=10,
+    )
     assert p99["slow"] > p99["fast"] >= 0.5 and p99["slow"] >= 25.0
-    assert all(k == 1 for _, k in log) and len(log) == 2 * (10 + 10 + 3 * (2 + 10))  # one query per call, warm-ups untimed
+    assert all(k == 1 for _, k in log) and len(log) == 2 * (
+        10 + 10 + 3 * (2 + 10)
+    )  # one query per call, warm-ups untimed
     turns = [log[0][0]] + [b[0] for a, b in zip(log, log[1:]) if a[0] != b[0]]
     assert turns == ["fast", "slow"] * 4  # four blocks each, taking turns, not fast x 4 then slow x 4
     # one tower alone: the p99 covers the work each timed call does (a 2 ms encode of one query)

@@ -38,10 +38,29 @@ def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("qs_live")
     bert = build_tiny_model(root / "bert", "bert", num_layers=2)
     out = root / "run"
-    cfg = QuickstartConfig(out=str(out), bert=str(bert), llm=str(build_tiny_model(root / "llm", "llm", num_layers=1)),
-                           llm_depths=[1], llm_small_layers=1, bert_small_layers=1, dim=32, synth_docs=120, synth_queries=60,
-                           steps=3, batch_size=4, qkd_epochs=1.0, qkd_batch_size=16, qkd_max_pseudo_queries=60, semantic_id_layers=2,
-                           query_max_length=16, doc_max_length=64, show_progress=False, head_lrs=[1e-3], compare="none", teacher="bert")
+    cfg = QuickstartConfig(
+        out=str(out),
+        bert=str(bert),
+        llm=str(build_tiny_model(root / "llm", "llm", num_layers=1)),
+        llm_depths=[1],
+        llm_small_layers=1,
+        bert_small_layers=1,
+        dim=32,
+        synth_docs=120,
+        synth_queries=60,
+        steps=3,
+        batch_size=4,
+        qkd_epochs=1.0,
+        qkd_batch_size=16,
+        qkd_max_pseudo_queries=60,
+        semantic_id_layers=2,
+        query_max_length=16,
+        doc_max_length=64,
+        show_progress=False,
+        head_lrs=[1e-3],
+        compare="none",
+        teacher="bert",
+    )
     import contextlib
     import io
 
@@ -80,7 +99,8 @@ def _found_everywhere(svc: _Service, nlist: int, n_docs: int) -> dict[str, dict[
         out[doc["_id"]] = {
             "bm25": svc.search(word, k=10, mode="bm25") == [doc["_id"]],
             "hybrid": doc["_id"] in svc.search(word, k=10, mode="hybrid"),
-            "default": doc["_id"] in (svc.search(word, k=10) if svc.default_mode == "hybrid" else svc.search(text, k=n_docs, nprobe=nlist)),
+            "default": doc["_id"]
+            in (svc.search(word, k=10) if svc.default_mode == "hybrid" else svc.search(text, k=n_docs, nprobe=nlist)),
             "dense": doc["_id"] in svc.search(text, k=n_docs, mode="dense", nprobe=nlist),
         }
     return out
@@ -98,13 +118,19 @@ def test_the_printed_serve_command_ingests_into_the_quick_starts_index(run):
     try:
         health = httpx.get(svc.url + "/healthz", trust_env=False).json()
         nlist, n_docs = int(health["index"]["nlist"] or 1), int(health["index"]["n_vectors"]) + len(NEW)
-        svc.default_mode = json.loads((index / "fusion.json").read_text())["default_mode"] if (index / "fusion.json").exists() else "dense"
+        svc.default_mode = (
+            json.loads((index / "fusion.json").read_text())["default_mode"]
+            if (index / "fusion.json").exists()
+            else "dense"
+        )
         # the table's served row is what the service answers: its test queries over HTTP give its nDCG@10
         served = next(r for r in json.loads((out / "results.json").read_text())["rows"] if r["chosen"] == "served")
         ds = load_beir(out / "data", "test")
         run = {}
         for q in sorted(ds.qrels):
-            hits = httpx.post(svc.url + "/search", json={"query": ds.queries[q].text, "k": 100}, trust_env=False, timeout=60).json()["results"]
+            hits = httpx.post(
+                svc.url + "/search", json={"query": ds.queries[q].text, "k": 100}, trust_env=False, timeout=60
+            ).json()["results"]
             run[q] = {h["doc_id"]: float(h["score"]) for h in hits}
         assert evaluate(run, ds.qrels, ["ndcg@10"])["ndcg@10"] == pytest.approx(served["ndcg@10"], abs=1e-4)
         r = httpx.post(svc.url + "/documents", json={"documents": NEW}, headers=AUTH, trust_env=False, timeout=120)
@@ -127,8 +153,13 @@ def test_the_printed_serve_command_ingests_into_the_quick_starts_index(run):
     docs = out / "more.jsonl"
     docs.write_text(json.dumps({"_id": "new-3", "title": "glimmerquat", "text": "a glimmerquat field guide"}) + "\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    res = subprocess.run([sys.executable, "-m", "scalingnote", "index", "add", "--index", str(index), "--docs", str(docs)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "scalingnote", "index", "add", "--index", str(index), "--docs", str(docs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout.strip().splitlines()[-1])["upserted"] == 1
 
@@ -140,8 +171,27 @@ def test_a_document_tower_of_another_space_is_refused_with_both_fingerprints_and
     docs = tmp_path / "d.jsonl"
     docs.write_text(json.dumps({"_id": "x1", "text": "anything"}) + "\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
-    res = subprocess.run([sys.executable, "-m", "scalingnote", "index", "add", "--index", str(index), "--docs", str(docs), "--tower", str(other)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scalingnote",
+            "index",
+            "add",
+            "--index",
+            str(index),
+            "--docs",
+            str(docs),
+            "--tower",
+            str(other),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode != 0
     man = json.loads((index / "manifest.json").read_text())
-    assert man["tower"]["fingerprint"] in res.stderr and "--document-tower" in res.stderr and "Traceback" not in res.stderr
+    assert (
+        man["tower"]["fingerprint"] in res.stderr and "--document-tower" in res.stderr and "Traceback" not in res.stderr
+    )

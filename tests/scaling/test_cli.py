@@ -19,7 +19,10 @@ P = PAPER_PARAMS["fang_msmarco_joint"]
 def table(tmp_path_factory):
     N, D = (a.ravel() for a in np.meshgrid(np.geomspace(5e5, 1e8, 4), np.geomspace(1e3, 5e5, 4)))
     loss = predict(P, "joint", N=N, D=D) * (1 + 0.002 * np.random.default_rng(0).standard_normal(N.size))
-    rows = [{"N": float(n), "D": float(d), "loss": float(v), "layers": i % 4, "seconds": 1.0} for i, (n, d, v) in enumerate(zip(N, D, loss))]
+    rows = [
+        {"N": float(n), "D": float(d), "loss": float(v), "layers": i % 4, "seconds": 1.0}
+        for i, (n, d, v) in enumerate(zip(N, D, loss))
+    ]
     return write_table(tmp_path_factory.mktemp("tbl") / "results.csv", rows)
 
 
@@ -34,7 +37,11 @@ def _run(args):
 
 @pytest.mark.parametrize(
     "law,keys",
-    [("model", {"A", "alpha", "delta"}), ("data", {"B", "beta", "delta"}), ("joint", {"A", "alpha", "B", "beta", "delta"})],
+    [
+        ("model", {"A", "alpha", "delta"}),
+        ("data", {"B", "beta", "delta"}),
+        ("joint", {"A", "alpha", "B", "beta", "delta"}),
+    ],
 )
 def test_fit_json_has_required_keys(table, law, keys):
     out = json.loads(_run(["scaling", "fit", "--input", str(table), "--law", law, "--json"]))
@@ -51,7 +58,9 @@ def test_fit_json_has_required_keys(table, law, keys):
 
 def test_fit_holdout_and_output_file(table, tmp_path):
     f = tmp_path / "fit.json"
-    out = json.loads(_run(["scaling", "fit", "-i", str(table), "--law", "joint", "--json", "--holdout-largest", "1", "-o", str(f)]))
+    out = json.loads(
+        _run(["scaling", "fit", "-i", str(table), "--law", "joint", "--json", "--holdout-largest", "1", "-o", str(f)])
+    )
     assert out["holdout_n"] == 4 and out["n_fit"] == 12
     assert out["holdout_mape"] < 0.05
     assert json.loads(f.read_text()) == out
@@ -83,8 +92,25 @@ def test_predict_and_plan(table, tmp_path):
     big = plan["plans"][1]
     assert big["without_inference"]["N"] > 1e10 > big["with_inference"]["N"]
     # cost factors given directly, and from a fit file
-    cheap = json.loads(_run(["scaling", "plan", "--fit", str(f), "--budget", "1e5", "--z-infer", "0", "--annotation-cost", "1.2",
-                             "--cost", "gpu_price_per_hour=2.0", "--json"]))
+    cheap = json.loads(
+        _run(
+            [
+                "scaling",
+                "plan",
+                "--fit",
+                str(f),
+                "--budget",
+                "1e5",
+                "--z-infer",
+                "0",
+                "--annotation-cost",
+                "1.2",
+                "--cost",
+                "gpu_price_per_hour=2.0",
+                "--json",
+            ]
+        )
+    )
     w = cheap["plans"][0]["with_inference"]
     assert cheap["cost_factors"]["Z_infer"] == 0 and cheap["cost_factors"]["Z_data"] == 1.2
     assert w["cost_data"] + w["cost_train"] + w["cost_infer"] == pytest.approx(1e5)
@@ -94,7 +120,22 @@ def test_predict_and_plan(table, tmp_path):
 
 def test_plot_writes_pngs(table, tmp_path):
     out = tmp_path / "plots"
-    text = _run(["scaling", "plot", "-i", str(table), "-o", str(out), "--budget", "1e4", "--budget", "1e6", "--holdout-largest", "1"])
+    text = _run(
+        [
+            "scaling",
+            "plot",
+            "-i",
+            str(table),
+            "-o",
+            str(out),
+            "--budget",
+            "1e4",
+            "--budget",
+            "1e6",
+            "--holdout-largest",
+            "1",
+        ]
+    )
     names = sorted(p.name for p in out.glob("*.png"))
     assert names == ["budget.png", "joint.png", "loss_vs_D.png", "loss_vs_N.png"]
     for p in out.glob("*.png"):

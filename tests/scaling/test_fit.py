@@ -40,7 +40,9 @@ def test_law_forms_match_the_papers():
     assert joint_law(N, D, A, a, B, b, d) == pytest.approx(((A / N) ** (a / b) + B / D) ** b + d, rel=1e-12)
     # ScalingNote Eq. (20) written as [(3.15e5/N)^0.12 + 116/D]^0.770 + 0.108
     sn = PAPER_PARAMS["scalingnote_joint"]
-    assert predict(sn, "joint", N=7e9, D=1e6) == pytest.approx(((3.15e5 / 7e9) ** 0.12 + 116 / 1e6) ** 0.770 + 0.108, rel=1e-12)
+    assert predict(sn, "joint", N=7e9, D=1e6) == pytest.approx(
+        ((3.15e5 / 7e9) ** 0.12 + 116 / 1e6) ** 0.770 + 0.108, rel=1e-12
+    )
     # no overflow for huge / tiny arguments
     assert np.isfinite(joint_law(1e15, 1e12, 1e7, 2.0, 1e5, 3.0, 0.1))
 
@@ -53,7 +55,9 @@ def test_exact_recovery_and_r2_on_perfect_data(law):
     for k, v in TRUE[law].items():
         assert res.params[k] == pytest.approx(v, rel=1e-4), k
     # predictions reproduce the data
-    np.testing.assert_allclose(res.predict(N=NJ if law == "joint" else N_GRID, D=DJ if law == "joint" else D_GRID), _y(law), rtol=1e-6)
+    np.testing.assert_allclose(
+        res.predict(N=NJ if law == "joint" else N_GRID, D=DJ if law == "joint" else D_GRID), _y(law), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("law", ["model", "data", "joint"])
@@ -141,7 +145,10 @@ def test_too_few_points_and_bad_input():
 
 
 def _table(tmp_path, law="joint"):
-    rows = [{"N": float(n), "D": float(d), "loss": float(v), "layers": i} for i, (n, d, v) in enumerate(zip(NJ, DJ, _y("joint")))]
+    rows = [
+        {"N": float(n), "D": float(d), "loss": float(v), "layers": i}
+        for i, (n, d, v) in enumerate(zip(NJ, DJ, _y("joint")))
+    ]
     return write_table(tmp_path / "results.csv", rows), rows
 
 
@@ -217,6 +224,12 @@ def test_a_parameter_near_its_bound_counts_as_at_it_only_when_the_predictions_ca
     x = np.geomspace(1, 100, 5)
     predict = lambda th: x ** -np.exp(th[1]) + np.exp(th[0])  # noqa: E731 - a floor delta and an exponent
     assert params_at_bound(np.log([1e-12, 0.5]), ["delta", "alpha"], lo, hi) == ["delta"]  # on the bound
-    assert params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi) == []  # near it, no predictions to compare
-    assert params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi, predict) == ["delta"]  # near it: the same predictions
-    assert params_at_bound(np.log([5.0, 0.5]), ["delta", "alpha"], lo, hi, predict) == []  # a real floor, half the upper bound
+    assert (
+        params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi) == []
+    )  # near it, no predictions to compare
+    assert params_at_bound(np.log([1.2e-12, 0.5]), ["delta", "alpha"], lo, hi, predict) == [
+        "delta"
+    ]  # near it: the same predictions
+    assert (
+        params_at_bound(np.log([5.0, 0.5]), ["delta", "alpha"], lo, hi, predict) == []
+    )  # a real floor, half the upper bound

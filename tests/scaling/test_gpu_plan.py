@@ -43,8 +43,17 @@ def test_reduces_to_the_papers_eq14_and_eq15():
     # Fang et al. §6 setting: 10,000 steps x batch 256, query 30 + 2 x 60 passage tokens, A100 312 TFLOP/s
     # at 25%, $3.93/h -> Eq. 14: 10000*150*256*6 * 3.93 / (312e12*3600*0.25) = 3.2246e-8 $ per parameter.
     spec = GpuPlanSpec(
-        arch="qwen2.5-1.5b", towers="dual", query_tokens=30, doc_tokens=60, global_batch=256, num_gpus=1,
-        steps=10_000, activation_checkpointing=False, peak_flops=312e12, utilization=0.25, gpu_price_per_hour=3.93,
+        arch="qwen2.5-1.5b",
+        towers="dual",
+        query_tokens=30,
+        doc_tokens=60,
+        global_batch=256,
+        num_gpus=1,
+        steps=10_000,
+        activation_checkpointing=False,
+        peak_flops=312e12,
+        utilization=0.25,
+        gpu_price_per_hour=3.93,
         corpus_size=1e6,
     )
     p = plan_gpu(spec)
@@ -62,8 +71,17 @@ def test_reduces_to_the_papers_eq14_and_eq15():
 def test_memory_hand_computed():
     s = ARCHITECTURES["smollm2-135m"]
     P, h, L = s.total_params, s.hidden_size, s.num_layers
-    common = dict(arch="smollm2-135m", towers="dual", query_tokens=16, doc_tokens=32, global_batch=8, num_gpus=2,
-                  steps=1, activation_checkpointing=False, overhead_gib=0.0)
+    common = dict(
+        arch="smollm2-135m",
+        towers="dual",
+        query_tokens=16,
+        doc_tokens=32,
+        global_batch=8,
+        num_gpus=2,
+        steps=1,
+        activation_checkpointing=False,
+        overhead_gib=0.0,
+    )
     ddp = plan_gpu(GpuPlanSpec(sharding="ddp", **common))
     fsdp = plan_gpu(GpuPlanSpec(sharding="fsdp", **common))
     # fp32 params 4 B + fp32 grads 4 B + AdamW moments 8 B per parameter, two towers; FSDP divides by 2 GPUs
@@ -99,13 +117,31 @@ def test_bad_specs_are_clear_errors():
         GpuPlanSpec()
 
 
-@pytest.mark.parametrize("cfg,arch", [("stage1_qwen2.5_1.5b_fsdp_full.yaml", "qwen2.5-1.5b"), ("stage1_qwen2.5_7b_fsdp_lora.yaml", "qwen2.5-7b")])
+@pytest.mark.parametrize(
+    "cfg,arch",
+    [("stage1_qwen2.5_1.5b_fsdp_full.yaml", "qwen2.5-1.5b"), ("stage1_qwen2.5_7b_fsdp_lora.yaml", "qwen2.5-7b")],
+)
 def test_cli_plans_the_gpu_configs(cfg, arch):
-    res = CliRunner().invoke(app, ["scaling", "plan-gpu", "--arch", arch, "--config", str(REPO / "configs" / "gpu" / cfg),
-                                   "--train-pairs", "1e6", "--json"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        app,
+        [
+            "scaling",
+            "plan-gpu",
+            "--arch",
+            arch,
+            "--config",
+            str(REPO / "configs" / "gpu" / cfg),
+            "--train-pairs",
+            "1e6",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert res.exit_code == 0, res.output
     plan = json.loads(res.output)
     spec = plan["spec"]
-    assert spec["global_batch"] == 480 and spec["sharding"] == "fsdp" and spec["activation_checkpointing"]  # Table 7 batch
+    assert (
+        spec["global_batch"] == 480 and spec["sharding"] == "fsdp" and spec["activation_checkpointing"]
+    )  # Table 7 batch
     assert plan["gradient_cache"] and plan["local_batch"] == 60 and plan["steps"] == 2084  # ceil(1e6 / 480)
     assert plan["fits"] and 0 < plan["mem_per_gpu_gib"] < 80

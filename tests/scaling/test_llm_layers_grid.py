@@ -9,7 +9,14 @@ from benchmarks.llm_layers import mark_chosen, parse_args, row_order, stage1_con
 
 def test_default_order_trains_heads_first_then_every_depth_per_layer_learning_rate():
     args = parse_args(["--depths", "2,4", "--k", "all,0", "--lr", "1e-4,3e-5"])
-    assert row_order(args) == [(2, 0, 3e-3), (4, 0, 3e-3), (2, "all", 1e-4), (4, "all", 1e-4), (2, "all", 3e-5), (4, "all", 3e-5)]
+    assert row_order(args) == [
+        (2, 0, 3e-3),
+        (4, 0, 3e-3),
+        (2, "all", 1e-4),
+        (4, "all", 1e-4),
+        (2, "all", 3e-5),
+        (4, "all", 3e-5),
+    ]
     assert row_order(parse_args(["--order", "4:0,4:all:2e-5,4:1"])) == [(4, 0, 1e-4), (4, "all", 2e-5), (4, 1, 1e-4)]
     with pytest.raises(ValueError):
         parse_args(["--k", "0,some"])
@@ -24,7 +31,10 @@ def test_k_all_trains_every_layer_of_both_towers_at_its_own_rate_without_a_cache
     assert cfg.optim.lr == 3e-5 and cfg.precision == "bf16"
     assert cfg.init_heads_from and cfg.init_heads_from.endswith("d4_k0_heads_lr0.003_e40")  # heads first, then layers
     heads = stage1_config("scifact", 4, 0, "both", args, tmp_path / "heads", 3e-3)
-    assert (heads.query_tower.trainable_layers, heads.doc_tower.trainable_layers) == (0, 0) and heads.init_heads_from is None
+    assert (heads.query_tower.trainable_layers, heads.doc_tower.trainable_layers) == (
+        0,
+        0,
+    ) and heads.init_heads_from is None
 
 
 def _row(depth, k, lr, val, test):
@@ -32,7 +42,12 @@ def _row(depth, k, lr, val, test):
 
 
 def test_chosen_row_is_the_validation_best_of_its_depth_and_never_reads_test():
-    rows = [_row(4, "all", 1e-4, 0.68, 0.60), _row(4, "all", 3e-5, 0.64, 0.70), _row(8, "all", 1e-4, 0.60, 0.50), _row(4, 0, 3e-3, 0.62, 0.58)]
+    rows = [
+        _row(4, "all", 1e-4, 0.68, 0.60),
+        _row(4, "all", 3e-5, 0.64, 0.70),
+        _row(8, "all", 1e-4, 0.60, 0.50),
+        _row(4, 0, 3e-3, 0.62, 0.58),
+    ]
     mark_chosen(rows)
     assert [r["chosen"] for r in rows] == [True, False, True, True]
     rows[0]["ndcg@10"], rows[1]["ndcg@10"] = 0.1, 0.9  # test figures change: the choice does not

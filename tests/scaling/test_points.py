@@ -23,15 +23,30 @@ def setup(tmp_path_factory):
     qids = sorted(train_qrels)
     dev_q = set(qids[::6])
     train = [Example(q, queries[q], h.corpus[d], None, "human") for q in qids if q not in dev_q for d in train_qrels[q]]
-    dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, session.doc_ids, num_negatives=16, seed=1, name="dev")
+    dev = make_eval_set(
+        queries, {q: train_qrels[q] for q in dev_q}, session.doc_ids, num_negatives=16, seed=1, name="dev"
+    )
     test = make_eval_set(queries, h.test_qrels, session.doc_ids, num_negatives=16, seed=0, name="test")
-    return {"session": session, "train": train, "dev": dev, "test": test, "root": root, "cfg": h.cfg, "corpus": h.corpus}
+    return {
+        "session": session,
+        "train": train,
+        "dev": dev,
+        "test": test,
+        "root": root,
+        "cfg": h.cfg,
+        "corpus": h.corpus,
+    }
 
 
 def test_point_trains_to_a_lower_dev_loss_and_keeps_the_best(setup, tmp_path):
     s = setup["session"]
-    rec = train_point(s, setup["train"], setup["dev"], tmp_path / "p", PointSettings(head_lr=1e-2, batch_size=8, max_steps=300,
-                                                                                     min_eval_every=5, patience=4))
+    rec = train_point(
+        s,
+        setup["train"],
+        setup["dev"],
+        tmp_path / "p",
+        PointSettings(head_lr=1e-2, batch_size=8, max_steps=300, min_eval_every=5, patience=4),
+    )
     curve = rec["dev_curve"]
     assert curve[0][0] == 0 and len(curve) >= 2
     best = min(v for _, v in curve)
@@ -47,7 +62,13 @@ def test_points_start_from_the_same_heads(setup, tmp_path):
     w0 = s.qt.projection.weight.detach().clone()
     s.reset()
     first = s.qt.projection.weight.detach().clone()
-    train_point(s, setup["train"][:16], setup["dev"], tmp_path / "a", PointSettings(batch_size=8, max_steps=20, min_eval_every=5))
+    train_point(
+        s,
+        setup["train"][:16],
+        setup["dev"],
+        tmp_path / "a",
+        PointSettings(batch_size=8, max_steps=20, min_eval_every=5),
+    )
     assert not np.allclose(s.qt.projection.weight.detach().numpy(), first.numpy())
     s.reset()
     assert np.allclose(s.qt.projection.weight.detach().numpy(), first.numpy())

@@ -99,17 +99,29 @@ def test_resume_refuses_changed_training_config(tiny, tmp_path, monkeypatch):
     out = tmp_path / "sweep"
     cfgfile = tmp_path / "sweep.yaml"
     cfgfile.write_text(yaml.safe_dump(config_to_dict(_cfg(tiny, out, layers=[1], data_sizes=[8]))))
-    res = CliRunner().invoke(app, ["scaling", "sweep", "--config", str(cfgfile), "--set", "steps=3"], catch_exceptions=False)
+    res = CliRunner().invoke(
+        app, ["scaling", "sweep", "--config", str(cfgfile), "--set", "steps=3"], catch_exceptions=False
+    )
     assert res.exit_code == 0, res.output
     assert "1 grid points" in res.output and (out / "results.csv").exists()
     # the same data directory spelled differently is the same configuration: skipped
     point = out / "points" / "L1_D8" / "run.json"
     mtime = point.stat().st_mtime_ns
     monkeypatch.chdir(Path(tiny["data"]).parent)
-    run_sweep(_cfg(tiny, out, layers=[1], data_sizes=[8], train={"data": {"data_dir": Path(tiny["data"]).name, "negatives": "none"}}))
+    run_sweep(
+        _cfg(
+            tiny,
+            out,
+            layers=[1],
+            data_sizes=[8],
+            train={"data": {"data_dir": Path(tiny["data"]).name, "negatives": "none"}},
+        )
+    )
     assert point.stat().st_mtime_ns == mtime
     with pytest.raises(ScalingNoteError, match="optim.lr"):
-        run_sweep(_cfg(tiny, out, layers=[1], data_sizes=[8], train={"optim": {"batch_size": 4, "lr": 5e-4, "head_lr": 1e-2}}))
+        run_sweep(
+            _cfg(tiny, out, layers=[1], data_sizes=[8], train={"optim": {"batch_size": 4, "lr": 5e-4, "head_lr": 1e-2}})
+        )
 
 
 def test_validation_set_is_deterministic_and_rescored(tiny, tmp_path):
@@ -147,10 +159,18 @@ def test_scifact_sweep_config_and_fixed_validation(shared_data, tmp_path):
     from pathlib import Path
 
     cfgfile = Path(__file__).resolve().parents[2] / "configs" / "scaling_sweep_scifact.yaml"
-    cfg = load_sweep_config(cfgfile, output_dir=str(tmp_path), train__data__data_dir=str(shared_data / "scifact"), show_progress=False)
+    cfg = load_sweep_config(
+        cfgfile, output_dir=str(tmp_path), train__data__data_dir=str(shared_data / "scifact"), show_progress=False
+    )
     pool, val = prepare(cfg)
-    other = load_sweep_config(cfgfile, output_dir=str(tmp_path), train__data__data_dir=str(shared_data / "scifact"),
-                              data_sizes=[16, 32], layers=[1], show_progress=False)
+    other = load_sweep_config(
+        cfgfile,
+        output_dir=str(tmp_path),
+        train__data__data_dir=str(shared_data / "scifact"),
+        data_sizes=[16, 32],
+        layers=[1],
+        show_progress=False,
+    )
     pool2, val2 = prepare(other)
     assert val.info["hash"] == val2.info["hash"] and [e.query_id for e in pool] == [e.query_id for e in pool2]
     assert val.info["num_negatives"] == 256 and val.info["queries"] >= 70

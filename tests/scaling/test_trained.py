@@ -18,12 +18,22 @@ def _cfg(paths, root, trainable="all"):
     from scalingnote.training import TrainConfig
 
     bert = {"model": paths["bert"], "trainable_layers": trainable}
-    return load_config(TrainConfig, {
-        "method": "twinbert", "output_dir": str(root / "run"), "dim": 16, "loss": {"dims": [8, 16]},
-        "query_tower": {**bert, "max_length": 16}, "doc_tower": {**bert, "max_length": 48},
-        "data": {"data_dir": paths["data"], "negatives": "none"}, "projection_init": "pca", "center_samples": 32,
-        "feature_cache_dir": str(root / "features"), "show_progress": False,
-    })
+    return load_config(
+        TrainConfig,
+        {
+            "method": "twinbert",
+            "output_dir": str(root / "run"),
+            "dim": 16,
+            "loss": {"dims": [8, 16]},
+            "query_tower": {**bert, "max_length": 16},
+            "doc_tower": {**bert, "max_length": 48},
+            "data": {"data_dir": paths["data"], "negatives": "none"},
+            "projection_init": "pca",
+            "center_samples": 32,
+            "feature_cache_dir": str(root / "features"),
+            "show_progress": False,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +56,20 @@ def setup(tmp_path_factory):
     dev_q = set(qids[::5])
     train = [Example(q, queries[q], corpus[d], None, "human") for q in qids if q not in dev_q for d in train_qrels[q]]
     dev_docs = sorted({d for q in dev_q for d in train_qrels[q]} | set(list(corpus)[::3]))
-    dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, dev_docs, num_negatives=8, seed=1, name="dev", pool=True)
+    dev = make_eval_set(
+        queries, {q: train_qrels[q] for q in dev_q}, dev_docs, num_negatives=8, seed=1, name="dev", pool=True
+    )
     test = make_eval_set(queries, test_qrels, list(corpus), num_negatives=8, seed=0, name="test")
     session = TowerSession(_cfg(paths, root), corpus, batch_size=16)
-    return {"session": session, "train": train, "dev": dev, "test": test, "paths": paths, "root": root, "corpus": corpus}
+    return {
+        "session": session,
+        "train": train,
+        "dev": dev,
+        "test": test,
+        "paths": paths,
+        "root": root,
+        "corpus": corpus,
+    }
 
 
 def test_exactly_the_non_embedding_parameters_train(setup):
@@ -64,9 +84,22 @@ def test_every_layer_trains_and_points_start_from_the_same_weights(setup, tmp_pa
     s = setup["session"]
     s.reset()
     before = {n: p.detach().clone() for n, p in s.qt.named_parameters()}
-    rec = train_point(s, setup["train"], setup["dev"], tmp_path / "p",
-                      PointSettings(lr=1e-3, head_lr=1e-2, batch_size=8, max_steps=12, min_eval_every=4, max_eval_every=4,
-                                    schedule="constant", warmup_steps=2))
+    rec = train_point(
+        s,
+        setup["train"],
+        setup["dev"],
+        tmp_path / "p",
+        PointSettings(
+            lr=1e-3,
+            head_lr=1e-2,
+            batch_size=8,
+            max_steps=12,
+            min_eval_every=4,
+            max_eval_every=4,
+            schedule="constant",
+            warmup_steps=2,
+        ),
+    )
     assert rec["steps_run"] >= 4 and rec["dev_curve"][0][0] == 0
     moved = {n for n, p in s.qt.named_parameters() if not np.allclose(p.detach().numpy(), before[n].numpy())}
     for i in range(2):  # both transformer layers of the tiny BERT
@@ -84,7 +117,9 @@ def score_dev(s, dev) -> float:
 
     d = s.encode(docs=True, doc_ids=dev.doc_ids)
     assert d.shape[0] == len(dev.doc_ids) < len(s.doc_ids)  # only the pool is encoded
-    return contrastive_perplexity(s.encode(dev.texts), dev.query_ids, d, dev.doc_ids, dev.cset, temperature=s.cfg.loss.tau)
+    return contrastive_perplexity(
+        s.encode(dev.texts), dev.query_ids, d, dev.doc_ids, dev.cset, temperature=s.cfg.loss.tau
+    )
 
 
 def test_pool_documents_encode_like_the_corpus(setup):
@@ -98,8 +133,15 @@ def test_pool_documents_encode_like_the_corpus(setup):
 
 def test_run_point_scores_on_the_whole_corpus(setup, tmp_path):
     s = setup["session"]
-    rec = run_point(s, setup["train"][:16], setup["dev"], setup["test"], tmp_path / "r",
-                    PointSettings(batch_size=8, max_steps=4, min_eval_every=2), extra={"key": "k"})
+    rec = run_point(
+        s,
+        setup["train"][:16],
+        setup["dev"],
+        setup["test"],
+        tmp_path / "r",
+        PointSettings(batch_size=8, max_steps=4, min_eval_every=2),
+        extra={"key": "k"},
+    )
     assert rec["non_embedding_params"]["query"] == s.qt.non_embedding_params
     sc = score(s, setup["test"], per_query=False)
     assert sc["contrastive_ppl"] == pytest.approx(rec["test_contrastive_ppl"], abs=1e-5)

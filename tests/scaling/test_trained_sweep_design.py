@@ -19,7 +19,9 @@ def test_held_out_points_are_not_fitted(name):
     fitted = {(d, D) for d, D, _ in st.fitted_points(fam)}
     held = {(d, D) for d, D, _ in st.heldout_points(fam, 6000)}
     assert held and not fitted & held
-    assert max(d for d, _ in held) == max(fam.depths) > max(d for d, _ in fitted)  # the largest N is predicted, not fitted
+    assert (
+        max(d for d, _ in held) == max(fam.depths) > max(d for d, _ in fitted)
+    )  # the largest N is predicted, not fitted
 
 
 def test_data_axis_spans_the_issue_range():
@@ -40,9 +42,27 @@ def test_predictions_are_refused_after_a_held_out_point_was_measured(tmp_path):
     fam = st.FAMILIES["minilm"]
     p = tmp_path / "d6" / "D4096" / "point.json"
     p.parent.mkdir(parents=True)
-    p.write_text(json.dumps({"key": f"{fam.model}|6|4096|x|{st.settings(args, fam)}", "role": "heldout_largest_n", "depth": 6, "D": 4096,
-                             "non_embedding_params": {"query": 1}, "test_contrastive_ppl": 1.0, "ndcg@10": 0.0, "r@100": 0.0,
-                             "start_dev_contrastive_ppl": 2.0, "dev_contrastive_ppl": 1.0, "dev_curve": [[0, 2.0]], "human_pairs": 0,
-                             "steps_run": 0, "best_step": 0, "train_seconds": 0.0, "per_query": {"q1": [0.0, 0.0, 1.0], "q2": [0.0, 0.0, 1.0]}}))
+    p.write_text(
+        json.dumps(
+            {
+                "key": f"{fam.model}|6|4096|x|{st.settings(args, fam)}",
+                "role": "heldout_largest_n",
+                "depth": 6,
+                "D": 4096,
+                "non_embedding_params": {"query": 1},
+                "test_contrastive_ppl": 1.0,
+                "ndcg@10": 0.0,
+                "r@100": 0.0,
+                "start_dev_contrastive_ppl": 2.0,
+                "dev_contrastive_ppl": 1.0,
+                "dev_curve": [[0, 2.0]],
+                "human_pairs": 0,
+                "steps_run": 0,
+                "best_step": 0,
+                "train_seconds": 0.0,
+                "per_query": {"q1": [0.0, 0.0, 1.0], "q2": [0.0, 0.0, 1.0]},
+            }
+        )
+    )
     with pytest.raises(SystemExit, match="already measured"):
         predict(args, fam)

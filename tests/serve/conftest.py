@@ -25,12 +25,14 @@ def serve_index(tmp_path_factory, tiny_bert_dir, serve_beir):
 
     root = tmp_path_factory.mktemp("serve-index")
     encode_with_tower(tiny_bert_dir, serve_beir, root / "emb", shard_size=32, batch_size=16, progress=False)
-    return build_index(root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+    return build_index(
+        root / "emb", root / "idx", "IVF4,PQ8x4", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False
+    )
 
 
 # ------------------------------------------------------------------ search page / hybrid
 
-HOSTILE_TITLE = '<script>window.__pwned = 1</script>fox quick brown'
+HOSTILE_TITLE = "<script>window.__pwned = 1</script>fox quick brown"
 HOSTILE_SNIPPET = 'quick brown fox <img src=x onerror="window.__pwned = 2"> jumps'
 
 
@@ -41,7 +43,9 @@ def page_beir(tmp_path_factory):
 
     root = write_tiny_beir(tmp_path_factory.mktemp("page-beir") / "toy", docs_per_topic=6)
     with open(root / "corpus.jsonl", "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"_id": "evil1", "title": HOSTILE_TITLE, "text": "quick brown fox jumps over the dog"}) + "\n")
+        fh.write(
+            json.dumps({"_id": "evil1", "title": HOSTILE_TITLE, "text": "quick brown fox jumps over the dog"}) + "\n"
+        )
         fh.write(json.dumps({"_id": "evil2", "title": "fox & <b>bold</b> dog", "text": HOSTILE_SNIPPET}) + "\n")
     return root
 
@@ -54,7 +58,9 @@ def page_index(tmp_path_factory, tiny_bert_dir, page_beir):
 
     root = tmp_path_factory.mktemp("page-index")
     encode_with_tower(tiny_bert_dir, page_beir, root / "emb", shard_size=64, batch_size=16, progress=False)
-    return build_index(root / "emb", root / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False)
+    return build_index(
+        root / "emb", root / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, seed=0, progress=False
+    )
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,9 @@ def test_page_and_assets_come_from_package_files(client):
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_search_modes_return_titles_snippets_and_semantic_ids(client, page_beir, mode):
-    corpus = {json.loads(line)["_id"]: json.loads(line) for line in (page_beir / "corpus.jsonl").read_text().splitlines()}
+    corpus = {
+        json.loads(line)["_id"]: json.loads(line) for line in (page_beir / "corpus.jsonl").read_text().splitlines()
+    }
     r = client.post("/search", json={"query": "quick brown fox", "k": 5, "mode": mode})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]
@@ -105,7 +107,11 @@ def test_mixed_modes_in_one_micro_batch_answer_like_single_requests(page_server)
     tower's dense scores, which float rounding may swap)."""
     import asyncio
 
-    bodies = [{"query": q, "k": 4, "mode": m} for q in ("quick brown fox", "vitamin risk") for m in ("dense", "bm25", "hybrid")]
+    bodies = [
+        {"query": q, "k": 4, "mode": m}
+        for q in ("quick brown fox", "vitamin risk")
+        for m in ("dense", "bm25", "hybrid")
+    ]
 
     async def post_all():
         async with httpx.AsyncClient(base_url=page_server.url, trust_env=False, timeout=30) as c:
@@ -134,7 +140,9 @@ def test_fusion_json_beside_the_index_sets_the_default_mode_and_weights(page_ind
 
     idx = tmp_path / "idx"
     shutil.copytree(page_index, idx)
-    (idx / "fusion.json").write_text(json.dumps({"method": "weighted", "weight": 0.3, "norm": "zscore", "default_mode": "hybrid"}))
+    (idx / "fusion.json").write_text(
+        json.dumps({"method": "weighted", "weight": 0.3, "norm": "zscore", "default_mode": "hybrid"})
+    )
     h = open_hybrid(idx, tiny_bert_dir, progress=False)
     h.fusion = FusionConfig(method="weighted", weight=0.3, norm="zscore")
     ref = h.search(["quick brown fox"], 5, mode="hybrid")

@@ -34,15 +34,27 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture()
 def browser(tmp_path):
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -r requirements.txt)")
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="selenium is not installed (pip install -r requirements.txt)"
+    )
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1600",
-              "--no-first-run", "--disable-extensions", f"--user-data-dir={tmp_path / 'profile'}"):
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1200,1600",
+        "--no-first-run",
+        "--disable-extensions",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
         opts.add_argument(a)
-    drv = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")), options=opts)
+    drv = webdriver.Chrome(
+        service=Service(executable_path=CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log")), options=opts
+    )
     drv.set_page_load_timeout(60)
     try:
         yield drv
@@ -72,10 +84,14 @@ def test_page_search_in_chromium_renders_markup_as_text(browser, page_server, tm
     browser.get(page_server.url + "/")
     assert browser.title == "scalingnote search"
     # the page learns the available modes from /healthz
-    WebDriverWait(browser, 30).until(EC.text_to_be_present_in_element((By.ID, "service-info"), "modes dense, bm25, hybrid"))
+    WebDriverWait(browser, 30).until(
+        EC.text_to_be_present_in_element((By.ID, "service-info"), "modes dense, bm25, hybrid")
+    )
 
     hits = _search(browser, "quick brown fox", "bm25")
-    ref = httpx.post(page_server.url + "/search", json={"query": "quick brown fox", "k": 10, "mode": "bm25"}, trust_env=False).json()["results"]
+    ref = httpx.post(
+        page_server.url + "/search", json={"query": "quick brown fox", "k": 10, "mode": "bm25"}, trust_env=False
+    ).json()["results"]
     assert [h.get_attribute("data-doc-id") for h in hits] == [r["doc_id"] for r in ref]  # ranked as the API ranks them
     titles = [h.find_element(By.CLASS_NAME, "title").text for h in hits]
     assert HOSTILE_TITLE in titles  # the <script> title is shown as literal text ...

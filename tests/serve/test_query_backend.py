@@ -32,7 +32,9 @@ def test_onnx_query_tower_matches_torch(tiny_bert_dir, onnx_export):
     ref = tower.encode_queries(texts, show_progress=False)
     assert np.abs(enc.encode_queries(texts, batch_size=2) - ref).max() < 1e-4
     # Matryoshka prefix, re-normalised, as the torch tower does
-    assert np.abs(enc.encode_queries(texts, dim=8) - tower.encode_queries(texts, dim=8, show_progress=False)).max() < 1e-4
+    assert (
+        np.abs(enc.encode_queries(texts, dim=8) - tower.encode_queries(texts, dim=8, show_progress=False)).max() < 1e-4
+    )
     assert enc.fingerprint == tower.fingerprint and enc.compat_id == tower.compat_id and enc.out_dim == tower.out_dim
 
 
@@ -57,7 +59,9 @@ def test_settings_validate_the_query_backend():
 def test_service_with_onnx_backend_answers_like_torch(serve_index, tiny_bert_dir, onnx_export):
     results = {}
     for backend, extra in (("torch", {}), ("onnx", {"onnx_model": str(onnx_export), "onnx_threads": 1})):
-        app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=20, query_backend=backend, **extra))
+        app = create_app(
+            serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=20, query_backend=backend, **extra)
+        )
         with BackgroundServer(app) as srv:
             srv.wait_ready()
             with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:

@@ -23,7 +23,9 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def server(serve_index, tiny_bert_dir):
     """A shared read-only server (hot swap and shutdown tests start their own)."""
-    with running_server(serve_index, tiny_bert_dir, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8) as srv:
+    with running_server(
+        serve_index, tiny_bert_dir, max_wait_ms=50, max_query_chars=200, max_k=40, max_batch_queries=8
+    ) as srv:
         yield srv
 
 
@@ -45,7 +47,22 @@ def _offline_run(tmp_path, index, tower, beir, *extra):
     from scalingnote.data import read_run
 
     out = tmp_path / f"run{len(extra)}.trec"
-    args = ["search", "--index", str(index), "--query-tower", str(tower), "--queries", str(beir), "--split", "test", "--out", str(out), "--k", "10", *extra]
+    args = [
+        "search",
+        "--index",
+        str(index),
+        "--query-tower",
+        str(tower),
+        "--queries",
+        str(beir),
+        "--split",
+        "test",
+        "--out",
+        str(out),
+        "--k",
+        "10",
+        *extra,
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
     return read_run(out)
@@ -93,7 +110,10 @@ def test_same_results_as_offline_search(server, tmp_path, serve_index, tiny_bert
     # concurrent single-query requests: they are micro-batched together
     resps = asyncio.run(_post_all(server.url, [{"query": q.text, **params} for q in queries]))
     after = parse_metrics(httpx.get(server.url + "/metrics", trust_env=False).text)
-    titles = {json.loads(line)["_id"]: json.loads(line)["title"] for line in (serve_beir / "corpus.jsonl").read_text().splitlines()}
+    titles = {
+        json.loads(line)["_id"]: json.loads(line)["title"]
+        for line in (serve_beir / "corpus.jsonl").read_text().splitlines()
+    }
     for q, r in zip(queries, resps, strict=True):
         assert r.status_code == 200, r.text
         body = r.json()
@@ -102,12 +122,18 @@ def test_same_results_as_offline_search(server, tmp_path, serve_index, tiny_bert
         for hit in body["results"]:
             assert hit["title"] == titles[hit["doc_id"]]
             assert isinstance(hit["semantic_id"], list) and len(hit["semantic_id"]) == 2
-    n_batches = metric_value(after, "scalingnote_encode_batch_size_count") - metric_value(before, "scalingnote_encode_batch_size_count")
-    n_encoded = metric_value(after, "scalingnote_encode_batch_size_sum") - metric_value(before, "scalingnote_encode_batch_size_sum")
+    n_batches = metric_value(after, "scalingnote_encode_batch_size_count") - metric_value(
+        before, "scalingnote_encode_batch_size_count"
+    )
+    n_encoded = metric_value(after, "scalingnote_encode_batch_size_sum") - metric_value(
+        before, "scalingnote_encode_batch_size_sum"
+    )
     assert n_encoded == len(queries) and n_batches < len(queries)  # dynamic batching happened
 
     # the batch endpoint gives the same answers
-    r = httpx.post(server.url + "/search/batch", json={"queries": [q.text for q in queries], **params}, trust_env=False, timeout=30)
+    r = httpx.post(
+        server.url + "/search/batch", json={"queries": [q.text for q in queries], **params}, trust_env=False, timeout=30
+    )
     assert r.status_code == 200, r.text
     for q, hits in zip(queries, r.json()["results"], strict=True):
         _assert_same_ranking(hits, ref[q.id], 10)
@@ -147,7 +173,10 @@ def test_same_results_as_offline_search(server, tmp_path, serve_index, tiny_bert
     ],
 )
 def test_bad_input_gets_4xx_json(client, server, path, body, status, error):
-    headers = {"content-type": "application/json", "authorization": f"Bearer {server.app.state.admin_token}"}  # admin bodies are checked past the token
+    headers = {
+        "content-type": "application/json",
+        "authorization": f"Bearer {server.app.state.admin_token}",
+    }  # admin bodies are checked past the token
     r = client.post(path, content=body, headers=headers)
     assert r.status_code == status, r.text
     payload = r.json()
@@ -280,7 +309,9 @@ def test_hot_swap_keeps_answering(tmp_path, serve_index, tiny_bert_dir, other_be
         assert [x["doc_id"] for x in again] == [x["doc_id"] for x in before]
 
         # a path that is not a tower: 400, nothing changes
-        r = httpx.post(srv.url + "/admin/reload", json={"query_tower": str(tmp_path / "missing")}, headers=admin, trust_env=False)
+        r = httpx.post(
+            srv.url + "/admin/reload", json={"query_tower": str(tmp_path / "missing")}, headers=admin, trust_env=False
+        )
         assert r.status_code == 400 and r.json()["error"] == "tower_load_failed"
         m = parse_metrics(httpx.get(srv.url + "/metrics", trust_env=False).text)
         assert metric_value(m, "scalingnote_tower_reloads_total", result="swapped") == 1
@@ -323,12 +354,29 @@ def test_graceful_shutdown_drains_requests(serve_index, tiny_bert_dir):
 def test_cli_serve_refuses_remote_host_and_reports_load_failure(serve_index, tiny_bert_dir, other_bert_dir):
     from scalingnote.cli import app
 
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--host", "0.0.0.0"])
+    r = CliRunner().invoke(
+        app, ["serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--host", "0.0.0.0"]
+    )
     assert isinstance(r.exception, ScalingNoteError) and "not a loopback address" in str(r.exception)
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index.parent), "--query-tower", str(tiny_bert_dir), "--port", "0"])
+    r = CliRunner().invoke(
+        app, ["serve", "--index", str(serve_index.parent), "--query-tower", str(tiny_bert_dir), "--port", "0"]
+    )
     assert isinstance(r.exception, ScalingNoteError) and "not an index directory" in str(r.exception)
     # the real uvicorn server starts, loading fails (incompatible tower), the command stops with the reason
-    r = CliRunner().invoke(app, ["serve", "--index", str(serve_index), "--query-tower", str(other_bert_dir), "--port", "0", "--log-level", "warning"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "serve",
+            "--index",
+            str(serve_index),
+            "--query-tower",
+            str(other_bert_dir),
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        ],
+    )
     assert isinstance(r.exception, ScalingNoteError) and "not compatible" in str(r.exception)
     assert "listening on http://127.0.0.1:" in r.output
 
@@ -341,7 +389,20 @@ def test_cli_serve_process_answers_and_exits_cleanly_on_sigterm(serve_index, tin
     import sys
 
     p = subprocess.Popen(
-        [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--port", "0", "--threads", "1"],
+        [
+            sys.executable,
+            "-m",
+            "scalingnote",
+            "serve",
+            "--index",
+            str(serve_index),
+            "--query-tower",
+            str(tiny_bert_dir),
+            "--port",
+            "0",
+            "--threads",
+            "1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -363,7 +424,9 @@ def test_cli_serve_process_answers_and_exits_cleanly_on_sigterm(serve_index, tin
             assert p.poll() is None, p.stderr.read()
             time.sleep(0.05)
         assert status == 200
-        r = httpx.post(url + "/search", json={"query": "product quantization codes", "k": 3}, trust_env=False, timeout=30)
+        r = httpx.post(
+            url + "/search", json={"query": "product quantization codes", "k": 3}, trust_env=False, timeout=30
+        )
         assert r.status_code == 200 and len(r.json()["results"]) == 3
         p.send_signal(signal.SIGTERM)
         assert p.wait(30) == 0

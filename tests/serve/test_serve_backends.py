@@ -36,7 +36,12 @@ class NumpySearcher(VectorSearcher):
         q = self.query_vectors(queries)
         scores = q @ self.vectors.T
         top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return SearchResult(np.take_along_axis(scores, top, 1).astype(np.float32), [[self.doc_ids[i] for i in row] for row in top], None, top)
+        return SearchResult(
+            np.take_along_axis(scores, top, 1).astype(np.float32),
+            [[self.doc_ids[i] for i in row] for row in top],
+            None,
+            top,
+        )
 
 
 @pytest.fixture
@@ -66,7 +71,9 @@ def _ready(client, timeout: float = 60.0) -> dict:
     raise AssertionError("service not ready")
 
 
-def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(numpy_backend, flat_index, tiny_bert_dir, serve_beir):
+def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(
+    numpy_backend, flat_index, tiny_bert_dir, serve_beir
+):
     from fastapi.testclient import TestClient
 
     from scalingnote.index import DenseIndex
@@ -84,10 +91,22 @@ def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(numpy_b
         assert r.status_code == 200, r.text
         served = r.json()["results"]
         # what the back end lacks is refused with a clear message, before any search
-        for option, value, why in (("nprobe", 2, "has no IVF layer"), ("ef_search", 16, "has no HNSW graph"), ("rerank", 10, "does not re-rank")):
+        for option, value, why in (
+            ("nprobe", 2, "has no IVF layer"),
+            ("ef_search", 16, "has no HNSW graph"),
+            ("rerank", 10, "does not re-rank"),
+        ):
             r = c.post("/search", json={"query": texts[0], "k": 5, option: value})
-            assert r.status_code == 422 and r.json()["detail"].startswith(f"{option}: index 'numpy:exact'") and why in r.json()["detail"], r.text
-        r = c.post("/documents", json={"documents": [{"_id": "new", "title": "t", "text": "fox"}]}, headers={"Authorization": "Bearer " + "t" * 16})
+            assert (
+                r.status_code == 422
+                and r.json()["detail"].startswith(f"{option}: index 'numpy:exact'")
+                and why in r.json()["detail"]
+            ), r.text
+        r = c.post(
+            "/documents",
+            json={"documents": [{"_id": "new", "title": "t", "text": "fox"}]},
+            headers={"Authorization": "Bearer " + "t" * 16},
+        )
         assert r.status_code == 409 and r.json()["error"] == "not_live" and "'numpy'" in r.json()["detail"]
         r = c.delete("/documents/d0", headers={"Authorization": "Bearer " + "t" * 16})
         assert r.status_code == 409 and "cannot delete" in r.json()["detail"]
@@ -148,7 +167,14 @@ def test_a_back_end_located_by_uri_is_served_from_the_collection_given(flat_inde
 
     with backends.BACKENDS.scoped():
         backends.register_backend("numpy_uri", open_, location="uri", manifest=manifest)
-        settings = ServeSettings(port=0, backend="numpy_uri", uri="mem://store", collection="other", backend_token="s3cret", admin_token="t" * 16)
+        settings = ServeSettings(
+            port=0,
+            backend="numpy_uri",
+            uri="mem://store",
+            collection="other",
+            backend_token="s3cret",
+            admin_token="t" * 16,
+        )
         app = create_app("mem://store", tiny_bert_dir, settings)
         with TestClient(app, client=("127.0.0.1", 50000)) as c:
             assert _ready(c)["index"]["factory"] == "numpy:exact"
@@ -156,6 +182,8 @@ def test_a_back_end_located_by_uri_is_served_from_the_collection_given(flat_inde
             assert r.status_code == 200 and len(r.json()["results"]) == 3, r.text
         assert ("manifest", "other", "s3cret") in seen and ("open", "other", "s3cret") in seen
         # the CLI's server checks the same collection before it binds: a missing one is refused there
-        missing = ServeSettings(port=0, backend="numpy_uri", uri="mem://store", collection="absent", admin_token="t" * 16)
+        missing = ServeSettings(
+            port=0, backend="numpy_uri", uri="mem://store", collection="absent", admin_token="t" * 16
+        )
         with pytest.raises(ScalingNoteError, match="mem://store: no collection 'absent'"):
             serve("mem://store", tiny_bert_dir, missing)

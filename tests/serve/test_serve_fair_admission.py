@@ -50,7 +50,10 @@ def test_micro_batches_give_single_queries_at_least_half():
     taken = [lanes._take(8) for _ in range(4)]
     singles = [sum(1 for it in mb if len(it.texts) == 1) for mb in taken]
     chunks = [sum(1 for it in mb if len(it.texts) == 4) for mb in taken]
-    assert singles[:2] == [4, 6] and chunks[:2] == [1, 0]  # batch turn: one chunk then singles; single turn: singles first
+    assert singles[:2] == [4, 6] and chunks[:2] == [
+        1,
+        0,
+    ]  # batch turn: one chunk then singles; single turn: singles first
     assert sum(chunks) == 4 and sum(singles) == 10 and lanes.queued == 0
 
 

@@ -16,7 +16,9 @@ pytest.importorskip("schemathesis", reason="schemathesis (test extra) is not ins
 def test_schemathesis_no_5xx_no_hang_healthy_after(serve_index, tiny_bert_dir):
     from tests.helpers.fuzz import fuzz_service
 
-    app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, max_batch_queries=16, max_query_chars=300))
+    app = create_app(
+        serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, max_batch_queries=16, max_query_chars=300)
+    )
     with BackgroundServer(app) as srv:
         srv.wait_ready()
         results = fuzz_service(srv.url, app.openapi(), examples=15, admin_token=app.state.admin_token)

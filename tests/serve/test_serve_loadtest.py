@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks.loadgen import check_loopback_url, main as loadgen, read_queries_file, run_loadtest
+from benchmarks.loadgen import check_loopback_url, read_queries_file, run_loadtest
+from benchmarks.loadgen import main as loadgen
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.serve import BackgroundServer, ServeSettings, check_bind_host, create_app, is_loopback_host
 
@@ -124,7 +125,9 @@ def test_loadtest_stops_when_the_service_goes_away(serve_index, tiny_bert_dir):
     out = {}
     with BackgroundServer(app) as srv:
         srv.wait_ready()
-        t = threading.Thread(target=lambda: out.update(res=run_loadtest(srv.url, ["fox"], concurrency=2, duration_s=60, timeout_s=2)))
+        t = threading.Thread(
+            target=lambda: out.update(res=run_loadtest(srv.url, ["fox"], concurrency=2, duration_s=60, timeout_s=2))
+        )
         t.start()
         time.sleep(1.0)
     t0 = time.perf_counter()
@@ -147,15 +150,33 @@ def test_loadtest_against_the_service(tmp_path, serve_index, tiny_bert_dir, serv
     app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=5))
     with BackgroundServer(app) as srv:
         srv.wait_ready()
-        res = run_loadtest(srv.url, read_queries_file(serve_beir / "queries.jsonl"), concurrency=4, duration_s=30, max_requests=40, k=5)
+        res = run_loadtest(
+            srv.url, read_queries_file(serve_beir / "queries.jsonl"), concurrency=4, duration_s=30, max_requests=40, k=5
+        )
         assert res.ok == 40 and res.errors == 0 and res.stopped_by == "max_requests"
         assert 0 < res.p50_ms <= res.p95_ms <= res.p99_ms <= res.max_ms and res.qps > 0
-        assert res.server_queries == 40 and res.mean_encode_batch_size is not None and 1 <= res.mean_encode_batch_size <= 4
+        assert (
+            res.server_queries == 40 and res.mean_encode_batch_size is not None and 1 <= res.mean_encode_batch_size <= 4
+        )
 
         # time-bounded run, and the CLI's --json / --out
         out = tmp_path / "lt.json"
         capsys.readouterr()
-        code = loadgen(["--url", srv.url, "--queries", str(serve_beir), "--concurrency", "2", "--duration", "0.5", "--json", "--out", str(out)])
+        code = loadgen(
+            [
+                "--url",
+                srv.url,
+                "--queries",
+                str(serve_beir),
+                "--concurrency",
+                "2",
+                "--duration",
+                "0.5",
+                "--json",
+                "--out",
+                str(out),
+            ]
+        )
         printed = capsys.readouterr()
         assert code == 0, printed.err
         obj = json.loads(printed.out.strip().splitlines()[-1])

@@ -12,14 +12,18 @@ from tests.serve.conftest import running_server
 
 
 def test_service_serves_an_hnsw_pq_index_at_its_defaults(tmp_path, serve_index, tiny_bert_dir):
-    idx = build_index(serve_index.parent / "emb", tmp_path / "hp", method="hnsw_pq", semantic_ids_layers=0, progress=False)
+    idx = build_index(
+        serve_index.parent / "emb", tmp_path / "hp", method="hnsw_pq", semantic_ids_layers=0, progress=False
+    )
     texts = ["quick brown fox", "river delta", "protein folding"]
     ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(texts, 5)
     with running_server(idx, tiny_bert_dir) as srv:
         health = httpx.get(srv.url + "/healthz", trust_env=False).json()
         assert health["index"]["nlist"] is None
         for text, want in zip(texts, ref.doc_ids, strict=True):
-            r = httpx.post(srv.url + "/search", json={"query": text, "k": 5, "mode": "dense"}, trust_env=False, timeout=30)
+            r = httpx.post(
+                srv.url + "/search", json={"query": text, "k": 5, "mode": "dense"}, trust_env=False, timeout=30
+            )
             assert r.status_code == 200, r.text
             assert [h["doc_id"] for h in r.json()["results"]] == want
         r = httpx.post(srv.url + "/search", json={"query": texts[0], "k": 5, "nprobe": 4}, trust_env=False, timeout=30)
@@ -29,15 +33,26 @@ def test_service_serves_an_hnsw_pq_index_at_its_defaults(tmp_path, serve_index, 
 def test_service_serves_an_ivf_rabitq_index_at_its_defaults(tmp_path, serve_index, tiny_bert_dir):
     """IVF RaBitQ FastScan: served over HTTP as offline search answers, its nprobe and re-rank
     depth taken per request, an HNSW knob refused."""
-    idx = build_index(serve_index.parent / "emb", tmp_path / "rq", method="ivf_rabitq", semantic_ids_layers=0, progress=False)
+    idx = build_index(
+        serve_index.parent / "emb", tmp_path / "rq", method="ivf_rabitq", semantic_ids_layers=0, progress=False
+    )
     texts = ["quick brown fox", "river delta", "protein folding"]
-    ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(texts, 5, nprobe=2, rerank=20)
+    ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(
+        texts, 5, nprobe=2, rerank=20
+    )
     with running_server(idx, tiny_bert_dir) as srv:
         health = httpx.get(srv.url + "/healthz", trust_env=False).json()
         assert health["index"]["factory"].startswith("ivf_rabitq:IVF") and health["index"]["nlist"]
         for text, want in zip(texts, ref.doc_ids, strict=True):
-            r = httpx.post(srv.url + "/search", json={"query": text, "k": 5, "mode": "dense", "nprobe": 2, "rerank": 20}, trust_env=False, timeout=30)
+            r = httpx.post(
+                srv.url + "/search",
+                json={"query": text, "k": 5, "mode": "dense", "nprobe": 2, "rerank": 20},
+                trust_env=False,
+                timeout=30,
+            )
             assert r.status_code == 200, r.text
             assert [h["doc_id"] for h in r.json()["results"]] == want
-        r = httpx.post(srv.url + "/search", json={"query": texts[0], "k": 5, "ef_search": 32}, trust_env=False, timeout=30)
+        r = httpx.post(
+            srv.url + "/search", json={"query": texts[0], "k": 5, "ef_search": 32}, trust_env=False, timeout=30
+        )
         assert 400 <= r.status_code < 500 and "ef_search" in r.text

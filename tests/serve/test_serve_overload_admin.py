@@ -49,7 +49,12 @@ def test_queue_bound_sheds_with_503_and_retry_after(serve_index, tiny_bert_dir):
         assert metric_value(m, "scalingnote_http_requests_total", endpoint="/search", status="503") == 8
 
         # a batch larger than the bound is admitted into an empty queue (never starved) ...
-        r = httpx.post(srv.url + "/search/batch", json={"queries": [f"q {i}" for i in range(6)], "k": 2}, trust_env=False, timeout=60)
+        r = httpx.post(
+            srv.url + "/search/batch",
+            json={"queries": [f"q {i}" for i in range(6)], "k": 2},
+            trust_env=False,
+            timeout=60,
+        )
         assert r.status_code == 200 and len(r.json()["results"]) == 6
         # ... and after shedding the service is healthy and answers again
         assert httpx.get(srv.url + "/healthz", trust_env=False).json()["queue_queries"] == 0
@@ -84,12 +89,29 @@ def test_admin_needs_token_loopback_and_no_forwarding_headers(tmp_path, serve_in
         srv.wait_ready()
         with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
             r = c.post("/admin/reload", json=body)
-            assert r.status_code == 401 and r.json()["error"] == "unauthorized" and r.headers["www-authenticate"] == "Bearer"
-            assert c.post("/admin/reload", json=body, headers={"Authorization": "Bearer wrong-token-wrong-token"}).status_code == 401
+            assert (
+                r.status_code == 401
+                and r.json()["error"] == "unauthorized"
+                and r.headers["www-authenticate"] == "Bearer"
+            )
+            assert (
+                c.post(
+                    "/admin/reload", json=body, headers={"Authorization": "Bearer wrong-token-wrong-token"}
+                ).status_code
+                == 401
+            )
             assert c.post("/admin/reload", json=body, headers={"Authorization": f"Basic {token}"}).status_code == 401
             # the guard runs before the body is parsed: no token -> 401 even for a malformed body
-            assert c.post("/admin/reload", content=b"{not json", headers={"content-type": "application/json"}).status_code == 401
-            for h in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"}, {"X-Real-IP": "203.0.113.9"}, {"Via": "1.1 proxy"}):
+            assert (
+                c.post("/admin/reload", content=b"{not json", headers={"content-type": "application/json"}).status_code
+                == 401
+            )
+            for h in (
+                {"X-Forwarded-For": "203.0.113.9"},
+                {"Forwarded": "for=203.0.113.9"},
+                {"X-Real-IP": "203.0.113.9"},
+                {"Via": "1.1 proxy"},
+            ):
                 r = c.post("/admin/reload", json=body, headers={**good, **h})
                 assert r.status_code == 403 and "forwarding headers" in r.json()["detail"], (h, r.text)
             r = c.post("/admin/reload", json=body, headers=good)
@@ -97,7 +119,10 @@ def test_admin_needs_token_loopback_and_no_forwarding_headers(tmp_path, serve_in
             r = c.post("/admin/reload", json=body, headers={"X-Admin-Token": token})
             assert r.status_code == 400
             # search endpoints need no token and accept proxied requests
-            assert c.post("/search", json={"query": "fox", "k": 2}, headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 200
+            assert (
+                c.post("/search", json={"query": "fox", "k": 2}, headers={"X-Forwarded-For": "203.0.113.9"}).status_code
+                == 200
+            )
             m = parse_metrics(c.get("/metrics").text)
             assert metric_value(m, "scalingnote_rejected_total", reason="admin_unauthorized") == 4
             assert metric_value(m, "scalingnote_rejected_total", reason="admin_proxied") == 4
@@ -138,8 +163,26 @@ def test_cli_serve_prints_generated_token_and_env_token_works(tmp_path, serve_in
         if env_token:
             env["SCALINGNOTE_ADMIN_TOKEN"] = env_token
         p = subprocess.Popen(
-            [sys.executable, "-m", "scalingnote", "serve", "--index", str(serve_index), "--query-tower", str(tiny_bert_dir), "--port", "0", "--threads", "1", "--log-level", "warning"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            [
+                sys.executable,
+                "-m",
+                "scalingnote",
+                "serve",
+                "--index",
+                str(serve_index),
+                "--query-tower",
+                str(tiny_bert_dir),
+                "--port",
+                "0",
+                "--threads",
+                "1",
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         first, second = p.stdout.readline(), p.stdout.readline()
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", first)
@@ -155,7 +198,13 @@ def test_cli_serve_prints_generated_token_and_env_token_works(tmp_path, serve_in
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        return httpx.post(url + "/admin/reload", json={"query_tower": str(tmp_path / "missing")}, headers={"Authorization": f"Bearer {token}"}, trust_env=False, timeout=30).status_code
+        return httpx.post(
+            url + "/admin/reload",
+            json={"query_tower": str(tmp_path / "missing")},
+            headers={"Authorization": f"Bearer {token}"},
+            trust_env=False,
+            timeout=30,
+        ).status_code
 
     for env_token in (None, "env-token-0123456789abcdef"):
         p, url, line = start(env_token)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from scalingnote.serve import metric_value, parse_metrics
-from tests.serve.test_serve_app import client  # noqa: F401 - a client of this module's server
 from tests.serve.conftest import running_server
+from tests.serve.test_serve_app import client  # noqa: F401 - a client of this module's server
 
 POISON = "poison-marker"
 
@@ -23,13 +23,17 @@ POISON = "poison-marker"
 @pytest.fixture(scope="module")
 def server(serve_index, tiny_bert_dir):
     # max_wait_ms=100: 32 concurrent requests land in one or two micro-batches
-    with running_server(serve_index, tiny_bert_dir, max_wait_ms=100, max_batch=64, max_k=200, max_batch_queries=8) as srv:
+    with running_server(
+        serve_index, tiny_bert_dir, max_wait_ms=100, max_batch=64, max_k=200, max_batch_queries=8
+    ) as srv:
         yield srv
 
 
 async def _post_all(url: str, bodies: list[bytes]) -> list[httpx.Response]:
     async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=30) as c:
-        return await asyncio.gather(*(c.post("/search", content=b, headers={"content-type": "application/json"}) for b in bodies))
+        return await asyncio.gather(
+            *(c.post("/search", content=b, headers={"content-type": "application/json"}) for b in bodies)
+        )
 
 
 def _queries(serve_beir, n: int) -> list[str]:
@@ -38,7 +42,9 @@ def _queries(serve_beir, n: int) -> list[str]:
 
 
 def _batches(server) -> float:
-    return metric_value(parse_metrics(httpx.get(server.url + "/metrics", trust_env=False).text), "scalingnote_encode_batch_size_count")
+    return metric_value(
+        parse_metrics(httpx.get(server.url + "/metrics", trust_env=False).text), "scalingnote_encode_batch_size_count"
+    )
 
 
 def test_one_lone_surrogate_among_32_queries_fails_alone(server, serve_beir):
@@ -51,7 +57,11 @@ def test_one_lone_surrogate_among_32_queries_fails_alone(server, serve_beir):
     codes = [r.status_code for r in resps]
     assert codes.count(200) == 31 and codes[13] == 422, codes
     bad = resps[13].json()
-    assert bad["error"] == "invalid_request" and bad["detail"].startswith("query: not valid Unicode") and "U+D800" in bad["detail"]
+    assert (
+        bad["error"] == "invalid_request"
+        and bad["detail"].startswith("query: not valid Unicode")
+        and "U+D800" in bad["detail"]
+    )
     assert all(len(r.json()["results"]) == 5 for i, r in enumerate(resps) if i != 13)
     assert _batches(server) - before < 31  # the 31 good ones were still micro-batched together
 
@@ -87,13 +97,19 @@ def test_an_encode_failure_is_retried_one_request_at_a_time(server, serve_beir, 
     codes = [r.status_code for r in resps]
     assert codes.count(200) == 31 and codes[7] == 500, codes
     body = resps[7].json()
-    assert body["error"] == "encode_failed" and "internal detail" not in resps[7].text and "TypeError" not in resps[7].text
+    assert (
+        body["error"] == "encode_failed" and "internal detail" not in resps[7].text and "TypeError" not in resps[7].text
+    )
     for i, r in enumerate(resps):
         if i != 7:  # the neighbours get the answers they get alone
             got, ref = r.json()["results"], reference[i]
-            assert [h["doc_id"] for h in got] == [h["doc_id"] for h in ref] or np.allclose([h["score"] for h in got], [h["score"] for h in ref], atol=1e-5)
+            assert [h["doc_id"] for h in got] == [h["doc_id"] for h in ref] or np.allclose(
+                [h["score"] for h in got], [h["score"] for h in ref], atol=1e-5
+            )
     lines = [rec for rec in caplog.records if "query encoding failed" in rec.getMessage()]
-    assert 1 <= len(lines) <= 2 and all(rec.exc_info is None and "\n" not in rec.getMessage() for rec in lines)  # one line per micro-batch, no traceback
+    assert 1 <= len(lines) <= 2 and all(
+        rec.exc_info is None and "\n" not in rec.getMessage() for rec in lines
+    )  # one line per micro-batch, no traceback
     assert "1 of" in lines[0].getMessage()
     assert client.get("/healthz").status_code == 200
 
@@ -111,7 +127,11 @@ def test_invalid_and_blank_queries_are_422_naming_the_field(client, query, why):
     body = json.dumps({"query": query}).encode()  # json.dumps escapes the surrogate: valid JSON
     r = client.post("/search", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["detail"].startswith("query: ") and why in r.json()["detail"], r.text
-    r = client.post("/search/batch", content=json.dumps({"queries": ["fox", query]}).encode(), headers={"content-type": "application/json"})
+    r = client.post(
+        "/search/batch",
+        content=json.dumps({"queries": ["fox", query]}).encode(),
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 422 and r.json()["detail"].startswith("queries.1: ") and why in r.json()["detail"], r.text
 
 
@@ -131,7 +151,7 @@ def test_malformed_bodies_content_type_and_method(client):
         r = client.post("/search", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 400 and r.json()["error"] == "malformed_json", (body[:20], r.text)
         assert "There was an error" not in r.text
-    r = client.post("/search", content=b'[' * 100_000, headers={"content-type": "application/json"})
+    r = client.post("/search", content=b"[" * 100_000, headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"] == "malformed_json"
     for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
         r = client.post("/search", content=b'{"query": "fox"}', headers={"content-type": ctype})

@@ -36,7 +36,13 @@ def make_cfg(spec: dict, out: str, distributed: str):
         "dim": 32,
         "data": {"data_dir": spec["data"], "neg_skip_top": 1, "neg_max_rank": 8, "validation_fraction": 0.15},
         "loss": {"dims": [8, 16, 32]},
-        "optim": {"batch_size": 8, "epochs": 2.0, "lr": 1e-3, "head_lr": 1e-2, "micro_batch_size": spec.get("micro", 2)},
+        "optim": {
+            "batch_size": 8,
+            "epochs": 2.0,
+            "lr": 1e-3,
+            "head_lr": 1e-2,
+            "micro_batch_size": spec.get("micro", 2),
+        },
         **worker_loop_keys(spec, distributed, seed=3),
     }
     if spec.get("lora"):
@@ -56,8 +62,8 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
     from scalingnote.training import build_towers
     from scalingnote.training import distributed as D
     from scalingnote.training.data import load_training_data
-    from scalingnote.training.towers import setup_lora
     from scalingnote.training.fsdp import full_grads, full_state_dict
+    from scalingnote.training.towers import setup_lora
     from scalingnote.training.trainer import Trainer
 
     cfg = make_cfg(spec, out, distributed)
@@ -83,14 +89,15 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
     if tr.sharded:
         rec["weights"] = {f"{t}.{k}": v for t, m in (("q", q), ("d", d)) for k, v in full_state_dict(m).items()}
     else:
-        rec["weights"] = {f"{t}.{k}": v.detach().clone() for t, m in (("q", q), ("d", d)) for k, v in m.state_dict().items()}
+        rec["weights"] = {
+            f"{t}.{k}": v.detach().clone() for t, m in (("q", q), ("d", d)) for k, v in m.state_dict().items()
+        }
     return rec
 
 
 def main() -> None:
-    from tests.helpers.torchrun import finish_worker, kill_hook
-
     from scalingnote.training import distributed as D
+    from tests.helpers.torchrun import finish_worker, kill_hook
 
     mode, spec, out = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(1)
@@ -104,7 +111,9 @@ def main() -> None:
 
         res = train(make_cfg(spec, out, "fsdp"), on_step=kill_hook(spec.get("kill_at")))
         if D.rank() == 0:
-            Path(out, "result.json").write_text(json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))}))
+            Path(out, "result.json").write_text(
+                json.dumps({k: v for k, v in res.items() if isinstance(v, (int, float, str))})
+            )
     finish_worker()
 
 

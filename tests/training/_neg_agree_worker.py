@@ -18,8 +18,16 @@ def main() -> None:
     dist.init_process_group("gloo")
     r = rank()
     negs = 2 if r == 0 else 0
-    exs = [Example(f"q{r}{i}", "text", Document(f"p{r}{i}"), Document(f"n{r}{i}") if negs else None,
-                   extra_negs=(Document(f"m{r}{i}"),) if negs else ()) for i in range(3)]
+    exs = [
+        Example(
+            f"q{r}{i}",
+            "text",
+            Document(f"p{r}{i}"),
+            Document(f"n{r}{i}") if negs else None,
+            extra_negs=(Document(f"m{r}{i}"),) if negs else (),
+        )
+        for i in range(3)
+    ]
     n = batch_negatives(exs)
     mask = negative_mask(exs, n) if n else None
     out = [None, None]

@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.training.checkpoint import checkpoint_dir, load_latest_checkpoint, rng_state, safe_torch_load, save_checkpoint, set_rng_state
+from scalingnote.training.checkpoint import (
+    checkpoint_dir,
+    load_latest_checkpoint,
+    rng_state,
+    safe_torch_load,
+    save_checkpoint,
+    set_rng_state,
+)
 
 
 def _state():
@@ -22,8 +29,13 @@ def _state():
     opt.step()
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
     return {
-        "step": 7, "total_steps": 10, "model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-        "rng": rng_state(), "negatives": [np.arange(5, dtype=np.int64), np.array([], dtype=np.int64)],
+        "step": 7,
+        "total_steps": 10,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "scheduler": sched.state_dict(),
+        "rng": rng_state(),
+        "negatives": [np.arange(5, dtype=np.int64), np.array([], dtype=np.int64)],
         "stats": {"mean": np.float64(1.5), "ids": ["a", "b"], "shape": (3, 4, 8), "none": None},
     }
 
@@ -35,7 +47,12 @@ def test_checkpoint_round_trips_with_weights_only(tmp_path):
     st = _state()
     save_checkpoint(tmp_path, 7, st)
     step, got = load_latest_checkpoint(tmp_path)
-    assert step == 7 and got["step"] == 7 and got["stats"]["ids"] == ["a", "b"] and tuple(got["stats"]["shape"]) == (3, 4, 8)
+    assert (
+        step == 7
+        and got["step"] == 7
+        and got["stats"]["ids"] == ["a", "b"]
+        and tuple(got["stats"]["shape"]) == (3, 4, 8)
+    )
     for k, v in st["model"].items():
         assert torch.equal(v, got["model"][k])
     assert got["optimizer"]["param_groups"][0]["lr"] == st["optimizer"]["param_groups"][0]["lr"]

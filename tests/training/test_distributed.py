@@ -19,7 +19,13 @@ def test_two_process_equals_one_process(tmp_path, hard_in_denominator, masked):
     """``masked``: padding rows among the hard negatives (an example without one), the same
     number of real rows on each rank, so the ranks' means average to the one-process mean."""
     out = tmp_path / "ddp.pt"
-    torchrun(Path(__file__).parent / "_ddp_worker.py", str(out), "1" if hard_in_denominator else "0", "1" if masked else "0", timeout=300)
+    torchrun(
+        Path(__file__).parent / "_ddp_worker.py",
+        str(out),
+        "1" if hard_in_denominator else "0",
+        "1" if masked else "0",
+        timeout=300,
+    )
     ddp = torch.load(out)
 
     torch.manual_seed(0)

@@ -26,7 +26,6 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from _fsdp_worker import run_steps  # noqa: E402
 
-
 _torchrun = functools.partial(torchrun, HERE / "_fsdp_worker.py")
 
 
@@ -61,7 +60,12 @@ def test_two_sharded_processes_equal_one_process(tiny, tmp_path, lora):
 def _weights(out: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    return {f"{t}/{k}": v for t in ("query_tower", "doc_tower") for f in (out / t).glob("*.safetensors") for k, v in load_file(f).items()}
+    return {
+        f"{t}/{k}": v
+        for t in ("query_tower", "doc_tower")
+        for f in (out / t).glob("*.safetensors")
+        for k, v in load_file(f).items()
+    }
 
 
 @pytest.mark.slow  # three torchrun launches, ~45 s on 2 shared cores

@@ -11,8 +11,13 @@ from tests.training.test_trainer import _cfg, tiny  # noqa: F401  (the module's 
 
 
 def _over(tmp_path, k: int, **more):
-    return dict(query_tower={"trainable_layers": k}, doc_tower={"trainable_layers": k}, feature_cache_dir=str(tmp_path / "fc"),
-                feature_cache_dtype="float32", **more)
+    return dict(
+        query_tower={"trainable_layers": k},
+        doc_tower={"trainable_layers": k},
+        feature_cache_dir=str(tmp_path / "fc"),
+        feature_cache_dtype="float32",
+        **more,
+    )
 
 
 def test_layers_start_from_the_trained_heads(tiny, tmp_path):  # noqa: F811
@@ -21,7 +26,11 @@ def test_layers_start_from_the_trained_heads(tiny, tmp_path):  # noqa: F811
     from scalingnote.training.towers import build_towers
 
     heads = train(_cfg(tiny, tmp_path / "heads", **_over(tmp_path, 0)))
-    cfg = _cfg(tiny, tmp_path / "layers", **_over(tmp_path, 1, init_heads_from=str(tmp_path / "heads"), evaluate_zero_shot=True))
+    cfg = _cfg(
+        tiny,
+        tmp_path / "layers",
+        **_over(tmp_path, 1, init_heads_from=str(tmp_path / "heads"), evaluate_zero_shot=True),
+    )
     qt, dt = build_towers(cfg, torch.device("cpu"))
     load_heads(qt, dt, tmp_path / "heads")
     for side, t in (("query", qt), ("doc", dt)):

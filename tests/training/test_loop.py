@@ -19,7 +19,9 @@ class Toy(TrainLoop):
     that restored the wrong RNG state would drift."""
 
     def __init__(self, out, total=12, interrupt_at=None, where="after", val=None, **kw):
-        super().__init__(out, total, LoopSettings(max_grad_norm=1.0, log_every=1, save_every=4, show_progress=False, **kw))
+        super().__init__(
+            out, total, LoopSettings(max_grad_norm=1.0, log_every=1, save_every=4, show_progress=False, **kw)
+        )
         torch.manual_seed(0)
         self.model = nn.Linear(4, 1)
         self.x = torch.randn(32, 4)

@@ -13,7 +13,14 @@ from scalingnote.config import load_config
 from scalingnote.errors import ConfigError
 from scalingnote.training import TrainConfig
 from scalingnote.training.config import LossSpec
-from scalingnote.training.losses import LOSSES, LossBatch, get_loss, register_loss, scalingnote_loss, scalingnote_stage1_loss
+from scalingnote.training.losses import (
+    LOSSES,
+    LossBatch,
+    get_loss,
+    register_loss,
+    scalingnote_loss,
+    scalingnote_stage1_loss,
+)
 from scalingnote.training.losses.infonce import infonce_loss
 from scalingnote.utils.registry import RegistryError
 
@@ -83,7 +90,9 @@ def test_a_registered_loss_is_chosen_by_name_and_gone_after_the_scope(tmp_path):
         LossSpec(name=name)
 
 
-@pytest.mark.parametrize("module", ["scalingnote.training.losses.scalingnote_loss", "scalingnote.training.losses.infonce"])
+@pytest.mark.parametrize(
+    "module", ["scalingnote.training.losses.scalingnote_loss", "scalingnote.training.losses.infonce"]
+)
 def test_loss_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), raise_on_error=False)
     assert result.attempted > 0 and result.failed == 0, result

@@ -38,7 +38,9 @@ def test_matryoshka_uses_prefixes_and_weights():
     torch.manual_seed(1)
     q, d = torch.randn(4, 16, dtype=torch.float64), torch.randn(4, 16, dtype=torch.float64)
     got = matryoshka_contrastive(q, d, dims=[4, 16], weights=[2.0, 0.5], tau=0.2)
-    want = 2.0 * matryoshka_contrastive(q[:, :4], d[:, :4], dims=[4], tau=0.2) + 0.5 * matryoshka_contrastive(q, d, dims=[16], tau=0.2)
+    want = 2.0 * matryoshka_contrastive(q[:, :4], d[:, :4], dims=[4], tau=0.2) + 0.5 * matryoshka_contrastive(
+        q, d, dims=[16], tau=0.2
+    )
     assert torch.allclose(got, want)
 
 

@@ -61,7 +61,9 @@ def _dense_windows(run, data_dir, k, t, eps=1e-5):
 
 def _spec(tiny, tmp_path, **kw):
     mine = {"tower": tiny["run"], "cache_dir": str(tmp_path / "cache"), "audit_queries": 5, **kw.pop("mining", {})}
-    return DataSpec(tiny["data"], neg_skip_top=2, neg_max_rank=12, validation_fraction=0.0, mining=MiningSpec(**mine), **kw)
+    return DataSpec(
+        tiny["data"], neg_skip_top=2, neg_max_rank=12, validation_fraction=0.0, mining=MiningSpec(**mine), **kw
+    )
 
 
 def test_dense_negatives_come_from_the_towers_window_and_the_cache_is_reused(tiny, tmp_path, monkeypatch):
@@ -80,11 +82,14 @@ def test_dense_negatives_come_from_the_towers_window_and_the_cache_is_reused(tin
     monkeypatch.setattr(mining, "mine_windows", lambda *a, **k: pytest.fail("mined again"))
     again = load_training_data(spec, seed=1, show_progress=False, out_dir=tmp_path / "run2")
     assert [(e.query_id, e.pos.id, [d.id for d in e.negs]) for e in again.train] == [
-        (e.query_id, e.pos.id, [d.id for d in e.negs]) for e in data.train]
+        (e.query_id, e.pos.id, [d.id for d in e.negs]) for e in data.train
+    ]
     assert (tmp_path / "run2" / "mining_audit.jsonl").is_file()
     # other settings (here the window) are another cache entry
     monkeypatch.undo()
-    load_training_data(_spec(tiny, tmp_path, negatives="dense", num_negatives=3, mining={"skip_top": 3}), seed=1, show_progress=False)
+    load_training_data(
+        _spec(tiny, tmp_path, negatives="dense", num_negatives=3, mining={"skip_top": 3}), seed=1, show_progress=False
+    )
     assert len(list((tmp_path / "cache").iterdir())) == 2
 
 
@@ -94,7 +99,9 @@ def test_mixed_draws_from_the_union_of_the_bm25_and_dense_windows(tiny, tmp_path
     dense = _dense_windows(tiny["run"], tiny["data"], 2, 12)
     queries = {q.id: q.text for q in load_queries(f"{tiny['data']}/queries.jsonl").values()}
     pos = _positives(tiny["data"])
-    run = BM25Retriever.fit(data.corpus.values(), show_progress=False).search({q: queries[q] for q in pos}, k=12, show_progress=False)
+    run = BM25Retriever.fit(data.corpus.values(), show_progress=False).search(
+        {q: queries[q] for q in pos}, k=12, show_progress=False
+    )
     for e in data.train:
         bm = [d for d, _ in sorted(run[e.query_id].items(), key=lambda x: (-x[1], x[0]))][2:12]
         assert {d.id for d in e.negs} <= (set(dense[e.query_id]) | set(bm)) - set(pos[e.query_id])
@@ -109,7 +116,10 @@ def test_audit_file_lines_and_cli_table(tiny, tmp_path):
     for r in records:
         assert r["query"] and r["candidate"] and r["positive"] and r["rule"] in ("kept", "near_positive")
         assert (r["rule"] == "near_positive") == (r["dense"] >= r["positive_score"] - 0.3 - 1e-4)
-    assert summary["dropped"] == summary["by_rule"].get("near_positive", 0) and summary["candidates"] == summary["kept"] + summary["dropped"]
+    assert (
+        summary["dropped"] == summary["by_rule"].get("near_positive", 0)
+        and summary["candidates"] == summary["kept"] + summary["dropped"]
+    )
     assert summary["dropped"] > 0 and summary["mining_seconds"] >= 0
     res = CliRunner().invoke(data_app, ["audit", str(tmp_path / "run"), "--limit", "3"])
     assert res.exit_code == 0, res.output
@@ -154,8 +164,13 @@ def test_guard_measurement_on_a_constructed_case():
     corpus = {k: Document(k, "", "", k) for k in angle}
     tower = _Fixed(vecs)
     positives = {"q": ["p1", "p2", "p3"]}
-    spec = DataSpec("unused", negatives="dense", neg_skip_top=0, neg_max_rank=12,
-                    mining=MiningSpec(tower="x", guard=["near_positive"], guard_margin=0.02))
+    spec = DataSpec(
+        "unused",
+        negatives="dense",
+        neg_skip_top=0,
+        neg_max_rank=12,
+        mining=MiningSpec(tower="x", guard=["near_positive"], guard_margin=0.02),
+    )
     known, hidden = hide_positives(positives, 0.5, seed=0)  # round(1.5) = 2 of 3 hidden
     assert len(known["q"]) == 1 and len(hidden["q"]) == 2
     # pin which ones are hidden for the known answer: hide p2 and p3
@@ -192,18 +207,26 @@ def test_stored_corpus_embeddings_are_used_only_when_they_match(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     order = ids[::-1]
-    np.save(run / "doc_embeddings.npy", 3.0 * np.array([vecs[d] for d in order], dtype=np.float32))  # unnormalised, as saved
+    np.save(
+        run / "doc_embeddings.npy", 3.0 * np.array([vecs[d] for d in order], dtype=np.float32)
+    )  # unnormalised, as saved
     (run / "doc_ids.json").write_text(json.dumps(order))
     spec = DataSpec("unused", negatives="dense", neg_skip_top=0, neg_max_rank=5, mining=MiningSpec(tower=str(run)))
     tower = _Counting(vecs)
     mined, _, source = mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, tower, tower, tower_dir=run)
     assert source == "stored" and tower.encoded == mining.STORED_SAMPLE
-    assert [c.doc_id for c in mined[0].candidates] == [c.doc_id for c in mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]},
-                                                                                             _Fixed(vecs), _Fixed(vecs))[0][0].candidates]
+    assert [c.doc_id for c in mined[0].candidates] == [
+        c.doc_id
+        for c in mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, _Fixed(vecs), _Fixed(vecs))[0][
+            0
+        ].candidates
+    ]
     other = _Counting({**vecs, "d7": [-x for x in vecs["d7"]]})  # towers changed after the run stored its embeddings
     for i in range(40):  # make sure the sample meets the changed document
         other.vecs[f"d{i}"] = [-x for x in vecs[f"d{i}"]] if i % 2 else vecs[f"d{i}"]
-    assert mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, other, other, tower_dir=run)[2] == "encoded"
+    assert (
+        mining.mine_windows(spec, corpus, {"q": "q text"}, {"q": ["d3"]}, other, other, tower_dir=run)[2] == "encoded"
+    )
     assert other.encoded == mining.STORED_SAMPLE + len(ids)
     fewer = {d: corpus[d] for d in ids[:-1]}  # another corpus
     assert mining.stored_doc_embeddings(run, tower, fewer) is None
@@ -211,7 +234,11 @@ def test_stored_corpus_embeddings_are_used_only_when_they_match(tmp_path):
 
 
 def test_agree_top_rule():
-    mq = MinedQuery("q", [Candidate("a", 0.5, 3, 9.0, 2), Candidate("b", 0.4, 3, 1.0, 40), Candidate("c", 0.3, 50, 8.0, 1)], {"p": 0.9})
+    mq = MinedQuery(
+        "q",
+        [Candidate("a", 0.5, 3, 9.0, 2), Candidate("b", 0.4, 3, 1.0, 40), Candidate("c", 0.3, 50, 8.0, 1)],
+        {"p": 0.9},
+    )
     apply_guard([mq], MiningSpec(guard=["agree_top", "near_positive"], guard_top_r=5, guard_margin=0.1))
     assert [c.rule for c in mq.candidates] == ["agree_top", "kept", "kept"]
 
@@ -220,27 +247,51 @@ def test_stage1_trains_on_dense_negatives_and_writes_the_audit_beside_the_run(ti
     from scalingnote.training import train
 
     bert = str(tiny["root"] / "bert")
-    cfg = load_config(TrainConfig, {
-        "method": "twinbert", "output_dir": str(tmp_path / "run"), "dim": 32, "loss": {"dims": [16, 32]},
-        "query_tower": {"model": bert, "max_length": 16}, "doc_tower": {"model": bert, "max_length": 48},
-        "data": {"data_dir": tiny["data"], "neg_skip_top": 2, "neg_max_rank": 12, "validation_fraction": 0.0, "negatives": "dense",
-                 "num_negatives": 2, "mining": {"tower": tiny["run"], "guard": ["agree_top"], "guard_top_r": 3}},
-        "optim": {"batch_size": 8, "max_steps": 2, "lr": 1e-3}, "log_every": 1, "show_progress": False,
-    })
+    cfg = load_config(
+        TrainConfig,
+        {
+            "method": "twinbert",
+            "output_dir": str(tmp_path / "run"),
+            "dim": 32,
+            "loss": {"dims": [16, 32]},
+            "query_tower": {"model": bert, "max_length": 16},
+            "doc_tower": {"model": bert, "max_length": 48},
+            "data": {
+                "data_dir": tiny["data"],
+                "neg_skip_top": 2,
+                "neg_max_rank": 12,
+                "validation_fraction": 0.0,
+                "negatives": "dense",
+                "num_negatives": 2,
+                "mining": {"tower": tiny["run"], "guard": ["agree_top"], "guard_top_r": 3},
+            },
+            "optim": {"batch_size": 8, "max_steps": 2, "lr": 1e-3},
+            "log_every": 1,
+            "show_progress": False,
+        },
+    )
     res = train(cfg)
-    assert res["mining"]["examples"] == res["train_examples"] and res["mining"]["cache"].startswith(str(tmp_path / "run"))
+    assert res["mining"]["examples"] == res["train_examples"] and res["mining"]["cache"].startswith(
+        str(tmp_path / "run")
+    )
     records, summary = read_audit(tmp_path / "run" / "mining_audit.jsonl")
-    assert records and summary["by_rule"] == res["mining"]["by_rule"] and summary["examples_without_negative"] == 0, summary
+    assert records and summary["by_rule"] == res["mining"]["by_rule"] and summary["examples_without_negative"] == 0, (
+        summary
+    )
     logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("loss_hard", 0) > 0 for r in logged)
 
 
 def test_a_window_the_guard_empties_falls_back_to_the_bm25_window(tiny, tmp_path):
-    spec = _spec(tiny, tmp_path, negatives="dense", num_negatives=2, mining={"guard": ["near_positive"], "guard_margin": 10.0})
+    spec = _spec(
+        tiny, tmp_path, negatives="dense", num_negatives=2, mining={"guard": ["near_positive"], "guard_margin": 10.0}
+    )
     data = load_training_data(spec, seed=0, show_progress=False)
     queries = {q.id: q.text for q in load_queries(f"{tiny['data']}/queries.jsonl").values()}
     pos = _positives(tiny["data"])
-    run = BM25Retriever.fit(data.corpus.values(), show_progress=False).search({q: queries[q] for q in pos}, k=12, show_progress=False)
+    run = BM25Retriever.fit(data.corpus.values(), show_progress=False).search(
+        {q: queries[q] for q in pos}, k=12, show_progress=False
+    )
     assert data.mining["kept"] == 0 and data.mining["examples_bm25_fallback"] == len(data.train)
     for e in data.train:
         bm = [d for d, _ in sorted(run[e.query_id].items(), key=lambda x: (-x[1], x[0]))][2:12]

@@ -15,7 +15,9 @@ LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj
 def test_scaling_dual_top_layer_training_resumes_and_saves_plain_towers(tiny, tmp_path, lora):  # noqa: F811
     from scalingnote.models import load_tower
 
-    over = dict(query_tower={"trainable_layers": 1}, doc_tower={"trainable_layers": 1}, feature_cache_dir=str(tmp_path / "fc"))
+    over = dict(
+        query_tower={"trainable_layers": 1}, doc_tower={"trainable_layers": 1}, feature_cache_dir=str(tmp_path / "fc")
+    )
     if lora:
         over["lora"] = LORA
     full = tmp_path / "full"

@@ -81,8 +81,13 @@ def test_three_negatives_infonce_matches_a_hand_recomputation():
     g = torch.Generator().manual_seed(6)
     b, n, tau = 3, 3, 0.1
     q = torch.randn(b, 8, generator=g, dtype=torch.float64)
-    pos, neg = torch.randn(b, 8, generator=g, dtype=torch.float64), torch.randn(b * n, 8, generator=g, dtype=torch.float64)
-    _, comps = get_loss("infonce")(LossBatch(q, {"emb": pos}, {"emb": neg}), LossSpec(name="infonce", dims=[8], tau=tau))
+    pos, neg = (
+        torch.randn(b, 8, generator=g, dtype=torch.float64),
+        torch.randn(b * n, 8, generator=g, dtype=torch.float64),
+    )
+    _, comps = get_loss("infonce")(
+        LossBatch(q, {"emb": pos}, {"emb": neg}), LossSpec(name="infonce", dims=[8], tau=tau)
+    )
     cands = [F.normalize(x, dim=0) for x in torch.cat([pos, neg])]
     want = 0.0
     for i in range(b):
@@ -101,7 +106,10 @@ def test_loss_batch_refuses_negatives_that_are_not_a_multiple_of_the_queries():
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_negs")
-    return {"llm": str(build_tiny_model(root / "llm", "llm", num_layers=2)), "data": str(write_tiny_beir(root / "beir"))}
+    return {
+        "llm": str(build_tiny_model(root / "llm", "llm", num_layers=2)),
+        "data": str(write_tiny_beir(root / "beir")),
+    }
 
 
 def test_bm25_one_negative_is_todays_draw_and_three_come_from_the_same_window(tiny):
@@ -110,15 +118,28 @@ def test_bm25_one_negative_is_todays_draw_and_three_come_from_the_same_window(ti
     qrels = load_qrels(f"{tiny['data']}/qrels/train.tsv")
     queries = {q.id: q.text for q in load_queries(f"{tiny['data']}/queries.jsonl").values()}
     positives = {q: [d for d, g in docs.items() if g > 0] for q, docs in qrels.items()}
-    run = BM25Retriever.fit(one.corpus.values(), show_progress=False).search({q: queries[q] for q in positives}, k=8, show_progress=False)
+    run = BM25Retriever.fit(one.corpus.values(), show_progress=False).search(
+        {q: queries[q] for q in positives}, k=8, show_progress=False
+    )
     want = []
     for i, (qid, ps) in enumerate(sorted(positives.items())):  # the draw as it was made before several negatives
         for j, pid in enumerate(sorted(ps)):
-            want.append((qid, pid, sample_hard_negatives({qid: run.get(qid, {})}, positives, 1, 8, seed=3 * 1_000_003 + i * 101 + j)[qid]))
+            want.append(
+                (
+                    qid,
+                    pid,
+                    sample_hard_negatives({qid: run.get(qid, {})}, positives, 1, 8, seed=3 * 1_000_003 + i * 101 + j)[
+                        qid
+                    ],
+                )
+            )
     assert [(e.query_id, e.pos.id, e.neg.id if e.neg else None) for e in one.train] == want
     assert all(e.extra_negs == () for e in one.train)
-    three = load_training_data(DataSpec(tiny["data"], neg_skip_top=1, neg_max_rank=8, validation_fraction=0.0, num_negatives=3),
-                               seed=3, show_progress=False)
+    three = load_training_data(
+        DataSpec(tiny["data"], neg_skip_top=1, neg_max_rank=8, validation_fraction=0.0, num_negatives=3),
+        seed=3,
+        show_progress=False,
+    )
     for e in three.train:
         window = [d for d, _ in sorted(run[e.query_id].items(), key=lambda x: (-x[1], x[0]))][1:8]
         assert len(e.negs) == 3 and len(set(d.id for d in e.negs)) == 3
@@ -128,12 +149,26 @@ def test_bm25_one_negative_is_todays_draw_and_three_come_from_the_same_window(ti
 def _full_and_cached_gradients(tiny, tmp_path, num_negatives, edit=lambda batch: batch):
     """One step's loss components and gradients on the same batch (``edit`` may change it), on
     the full batch of 6 and with gradient caching in micro-batches of 4."""
-    base = {"method": "scaling_dual", "query_tower": {"model": tiny["llm"], "max_length": 16}, "doc_tower": {"model": tiny["llm"], "max_length": 64},
-            "dim": 32, "loss": {"dims": [16, 32], "hard_in_denominator": True},
-            "data": {"data_dir": tiny["data"], "neg_skip_top": 1, "neg_max_rank": 8, "validation_fraction": 0.0, "num_negatives": num_negatives},
-            "seed": 3, "show_progress": False}
+    base = {
+        "method": "scaling_dual",
+        "query_tower": {"model": tiny["llm"], "max_length": 16},
+        "doc_tower": {"model": tiny["llm"], "max_length": 64},
+        "dim": 32,
+        "loss": {"dims": [16, 32], "hard_in_denominator": True},
+        "data": {
+            "data_dir": tiny["data"],
+            "neg_skip_top": 1,
+            "neg_max_rank": 8,
+            "validation_fraction": 0.0,
+            "num_negatives": num_negatives,
+        },
+        "seed": 3,
+        "show_progress": False,
+    }
     cfg_full = load_config(TrainConfig, {**base, "output_dir": str(tmp_path / "a"), "optim": {"batch_size": 6}})
-    cfg_gc = load_config(TrainConfig, {**base, "output_dir": str(tmp_path / "b"), "optim": {"batch_size": 6, "micro_batch_size": 4}})
+    cfg_gc = load_config(
+        TrainConfig, {**base, "output_dir": str(tmp_path / "b"), "optim": {"batch_size": 6, "micro_batch_size": 4}}
+    )
     data = load_training_data(cfg_full.data, cfg_full.seed, show_progress=False)
     out = []
     for cfg in (cfg_full, cfg_gc):
@@ -172,16 +207,25 @@ def test_padded_negatives_are_left_out_of_both_terms(reduce):
     _, comps_junk = get_loss("scalingnote")(LossBatch(q, pos, junk, neg_mask=mask), spec)
     assert comps == pytest.approx(comps_junk, abs=1e-12)
     want_hard = 0.0
-    for v in pos:  # by hand: query 0 over its 2 negatives, query 1 over its 1, query 2 left out (max) / not counted (mean)
+    for (
+        v
+    ) in pos:  # by hand: query 0 over its 2 negatives, query 1 over its 1, query 2 left out (max) / not counted (mean)
         for m in dims:
             qn, pn, nn_ = (F.normalize(x[:, :m], dim=-1) for x in (q, pos[v], neg[v]))
-            h = [[max(0.0, 0.9 - float(qn[i] @ pn[i]) + float(qn[i] @ nn_[r])) for r in rows] for i, rows in ((0, (0, 1)), (1, (2,)))]
+            h = [
+                [max(0.0, 0.9 - float(qn[i] @ pn[i]) + float(qn[i] @ nn_[r])) for r in rows]
+                for i, rows in ((0, (0, 1)), (1, (2,)))
+            ]
             want_hard += sum(map(sum, h)) / 3 if reduce == "mean" else (max(h[0]) + max(h[1])) / 2
     assert comps["loss_hard"] == pytest.approx(want_hard, abs=1e-9)
     con = sum(float(matryoshka_contrastive(q, pos[v], neg_all=neg[v][mask], dims=dims, tau=spec.tau)) for v in pos)
     assert comps["loss_con"] == pytest.approx(con, abs=1e-9)
-    _, inf = get_loss("infonce")(LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"]}, neg_mask=mask), LossSpec(name="infonce", dims=[16]))
-    _, inf_real = get_loss("infonce")(LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"][:3]}), LossSpec(name="infonce", dims=[16]))
+    _, inf = get_loss("infonce")(
+        LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"]}, neg_mask=mask), LossSpec(name="infonce", dims=[16])
+    )
+    _, inf_real = get_loss("infonce")(
+        LossBatch(q, {"emb": pos["emb"]}, {"emb": neg["emb"][:3]}), LossSpec(name="infonce", dims=[16])
+    )
     assert inf["loss"] == pytest.approx(inf_real["loss"], abs=1e-12)  # 3 real rows as candidates either way
     with pytest.raises(ValueError, match="neg_mask"):
         LossBatch(q, pos, neg, neg_mask=mask[:4])

@@ -92,7 +92,9 @@ def test_gradient_cache_equals_full_batch(tiny, tmp_path):
         tr = Trainer(cfg, q, d, data.train)
         q.train(), d.train()
         comps = tr.compute_gradients(tr._batch_for_step(0))
-        grads.append((comps["loss"], {n: p.grad.clone() for t in (q, d) for n, p in t.named_parameters() if p.grad is not None}))
+        grads.append(
+            (comps["loss"], {n: p.grad.clone() for t in (q, d) for n, p in t.named_parameters() if p.grad is not None})
+        )
     (l1, g1), (l2, g2) = grads
     assert abs(l1 - l2) < 1e-5
     assert g1.keys() == g2.keys()
@@ -104,7 +106,15 @@ def test_gradient_cache_equals_full_batch(tiny, tmp_path):
 def test_end_to_end_writes_outputs_and_learns(tiny, tmp_path, method):
     out = tmp_path / method
     res = train(_cfg(tiny, out, method, optim={"epochs": 6.0}, evaluate_zero_shot=True))
-    for f in ("config.yaml", "run.json", "metrics.jsonl", "query_tower", "doc_tower", "doc_embeddings.npy", "doc_ids.json"):
+    for f in (
+        "config.yaml",
+        "run.json",
+        "metrics.jsonl",
+        "query_tower",
+        "doc_tower",
+        "doc_embeddings.npy",
+        "doc_ids.json",
+    ):
         assert (out / f).exists(), f
     run = json.loads((out / "run.json").read_text())
     assert run["metrics"]["method"] == method and "torch" in run["versions"]
@@ -185,7 +195,9 @@ def test_eval_queries_in_training_qrels_error_or_drop(tiny, tmp_path):
 
 @pytest.mark.parametrize("method,k", [("twinbert", 1), ("scaling_doc", 0)])
 def test_prefix_cached_training_resume_equals_uninterrupted(tiny, tmp_path, method, k):
-    over = dict(query_tower={"trainable_layers": k}, doc_tower={"trainable_layers": k}, feature_cache_dir=str(tmp_path / "fc"))
+    over = dict(
+        query_tower={"trainable_layers": k}, doc_tower={"trainable_layers": k}, feature_cache_dir=str(tmp_path / "fc")
+    )
     full = tmp_path / "full"
     res = train(_cfg(tiny, full, method, **over))
     assert res["query_trainable_layers"] == k
@@ -227,8 +239,11 @@ def test_early_stopping_keeps_the_best_validated_weights(tiny, tmp_path):
     q, d = build_towers(cfg)
     tr = Trainer(cfg, q, d, data.train)
     snapshots = {}
-    last = tr.train(resume=False, on_step=lambda s: snapshots.__setitem__(s, {n: p.detach().clone() for n, p in q.named_parameters()}),
-                    validate=lambda: next(scores))
+    last = tr.train(
+        resume=False,
+        on_step=lambda s: snapshots.__setitem__(s, {n: p.detach().clone() for n, p in q.named_parameters()}),
+        validate=lambda: next(scores),
+    )
     # evaluations at steps 0, 1, 2, 3, 4: best 0.9 at step 2, then two worse ones -> stop after step 4
     assert last["steps_run"] == 4 and last["best_step"] == 2 and last["stopped_early"] == 1.0
     assert [c[0] for c in tr.best["curve"]] == [0, 1, 2, 3, 4]
@@ -237,7 +252,11 @@ def test_early_stopping_keeps_the_best_validated_weights(tiny, tmp_path):
 
 
 def test_pairs_head_init_fits_queries_to_their_documents(tiny, tmp_path):
-    res = train(_cfg(tiny, tmp_path / "p", "scaling_doc", optim={"epochs": 1.0}, projection_init="pairs", evaluate_zero_shot=True))
+    res = train(
+        _cfg(
+            tiny, tmp_path / "p", "scaling_doc", optim={"epochs": 1.0}, projection_init="pairs", evaluate_zero_shot=True
+        )
+    )
     assert 0.0 <= res["init_query_fit_rel_err"] < 1.0  # better than predicting zero
     from scalingnote.models import load_tower
 

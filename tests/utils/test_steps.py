@@ -40,7 +40,13 @@ def test_digest_is_canonical_and_sees_every_value():
     b = {"c": {"x": 1.5, "y": None}, "a": (1, 2), "b": 1}  # other key order, a tuple for the list
     assert input_digest(a) == input_digest(b)
     assert len(input_digest(a)) == 64
-    for other in ({**a, "b": 2}, {**a, "a": [2, 1]}, {**a, "c": {"y": None, "x": 1.25}}, {**a, "d": 0}, {"b": 1, "a": [1, 2]}):
+    for other in (
+        {**a, "b": 2},
+        {**a, "a": [2, 1]},
+        {**a, "c": {"y": None, "x": 1.25}},
+        {**a, "d": 0},
+        {"b": 1, "a": [1, 2]},
+    ):
         assert input_digest(other) != input_digest(a), other
     assert input_digest({"cfg": _Cfg()}) == input_digest({"cfg": {"seed": 0, "optim": {"lr": 1e-3, "dims": [16, 32]}}})
     assert input_digest({"x": {3, 1, 2}}) == input_digest({"x": {2, 3, 1}})
@@ -90,7 +96,11 @@ def test_step_states_and_reuse(tmp_path):
     assert step_state(d, inputs) == "partial"
     mark_step(d, inputs, {"ndcg@10": 0.5})
     done = json.loads((d / "DONE").read_text())
-    assert done["digest"] == input_digest(inputs) and done["info"] == {"ndcg@10": 0.5} and done["inputs"]["cfg"]["seed"] == 0
+    assert (
+        done["digest"] == input_digest(inputs)
+        and done["info"] == {"ndcg@10": 0.5}
+        and done["inputs"]["cfg"]["seed"] == 0
+    )
     assert step_state(d, inputs) == "done" and check_step(d, inputs) is True
     assert not list(d.glob(".*tmp"))  # atomic writes leave no temporary files
 
@@ -183,15 +193,23 @@ def test_a_setting_added_later_at_its_default_does_not_redo_older_steps(tmp_path
     from scalingnote.utils.steps import with_defaults
 
     d = tmp_path / "step"
-    mark_step(d, with_defaults({"config": asdict(_Cfg(seed=3)), "data": "a"}, _Cfg(seed=3), "config."))  # the older version
+    mark_step(
+        d, with_defaults({"config": asdict(_Cfg(seed=3)), "data": "a"}, _Cfg(seed=3), "config.")
+    )  # the older version
     new = _CfgV2(seed=3)
     assert step_state(d, with_defaults({"config": asdict(new), "data": "a"}, new, "config.")) == "done"
     other = _CfgV2(seed=3, schedule="cosine")  # the new setting away from its default is a change
-    assert changed_keys(d, with_defaults({"config": asdict(other), "data": "a"}, other, "config.")) == ["config.schedule"]
+    assert changed_keys(d, with_defaults({"config": asdict(other), "data": "a"}, other, "config.")) == [
+        "config.schedule"
+    ]
     # a record made before defaults were recorded at all matches too, and real changes still show
     mark_step(d, {"config": asdict(_Cfg(seed=3)), "data": "a"})
     assert step_state(d, with_defaults({"config": asdict(new), "data": "a"}, new, "config.")) == "done"
     moved = _CfgV2(seed=4, optim=_Opt(dims=(8,)))
-    assert changed_keys(d, with_defaults({"config": asdict(moved), "data": "a"}, moved, "config.")) == ["config.optim.dims.0", "config.optim.dims.1", "config.seed"]
+    assert changed_keys(d, with_defaults({"config": asdict(moved), "data": "a"}, moved, "config.")) == [
+        "config.optim.dims.0",
+        "config.optim.dims.1",
+        "config.seed",
+    ]
     with pytest.raises(StepChangedError, match=r"config.seed: 3 -> 4"):
         check_step(d, with_defaults({"config": asdict(moved), "data": "a"}, moved, "config."), on_change="refuse")

@@ -2,6 +2,13 @@
 generation (:mod:`scalingnote.augment.llm_queries`). Model-free pseudo-queries (ICT) stay in
 :mod:`scalingnote.data.pseudo`."""
 
-from scalingnote.augment.llm_queries import LLMQueryConfig, build_prompt, clean_generation, generate_queries, llm_queries, load_causal_lm
+from scalingnote.augment.llm_queries import (
+    LLMQueryConfig,
+    build_prompt,
+    clean_generation,
+    generate_queries,
+    llm_queries,
+    load_causal_lm,
+)
 
 __all__ = ["LLMQueryConfig", "build_prompt", "clean_generation", "generate_queries", "llm_queries", "load_causal_lm"]

@@ -27,8 +27,7 @@ from scalingnote.data.pseudo import PseudoQuery, select_documents, write_pseudo_
 from scalingnote.data.types import Document, Query
 from scalingnote.errors import ConfigError, DataError
 from scalingnote.models.loading import convert_gguf, quiet_transformers, resolve_source
-from scalingnote.utils import write_json
-from scalingnote.utils import atomic_write
+from scalingnote.utils import atomic_write, write_json
 
 SYSTEM_PROMPT = "You are a search engine user. You write short, specific search queries."
 USER_PROMPT = (
@@ -181,7 +180,9 @@ def _batches(items: list, size: int) -> Iterator[list]:
         yield items[i : i + size]
 
 
-def generate_queries(docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, log_path: Path, progress: bool = True) -> dict[str, dict]:
+def generate_queries(
+    docs: list[Document], lm, tokenizer, cfg: LLMQueryConfig, log_path: Path, progress: bool = True
+) -> dict[str, dict]:
     """Generate one query per document, appending to ``log_path`` after each batch and
     skipping documents already in it. Returns ``{doc_id: record}`` for all ``docs``."""
     import torch
@@ -253,7 +254,9 @@ def _check_resume(out: Path, cfg: LLMQueryConfig) -> dict[str, Any]:
         diff = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         if diff and (out / "generations.jsonl").exists():
             raise ConfigError(
-                path, None, diff[0],
+                path,
+                None,
+                diff[0],
                 f"{out} holds generations made with different settings ({', '.join(diff)}); "
                 "use another --out directory or delete it to start over",
             )

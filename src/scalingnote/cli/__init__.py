@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any
 from difflib import get_close_matches
+from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -24,16 +24,37 @@ from scalingnote.errors import ScalingNoteError
 
 #: top-level command -> (module under scalingnote.cli whose ``register(app)`` adds it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("evaluate", "Evaluate a run: R@K (ScalingNote: hit if any relevant doc in the top K), Recall@K, MRR, nDCG, MAP, P@K, AUC."),
-    "compare": ("evaluate", "Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference."),
-    "search": ("search", "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or print one query's hits."),
-    "train": ("train", "Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."),
+    "eval": (
+        "evaluate",
+        "Evaluate a run: R@K (ScalingNote: hit if any relevant doc in the top K), Recall@K, MRR, nDCG, MAP, P@K, AUC.",
+    ),
+    "compare": (
+        "evaluate",
+        "Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference.",
+    ),
+    "search": (
+        "search",
+        "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or print one query's hits.",
+    ),
+    "train": (
+        "train",
+        "Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes.",
+    ),
     "distill": ("distill", "Distil a Stage I query tower into a small BERT student (ScalingNote §3.3)."),
-    "quickstart": ("quickstart", "plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on "
-                   "validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> "
-                   "served default."),
-    "serve": ("serve", "Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics."),
-    "data": ("data", "Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit."),
+    "quickstart": (
+        "quickstart",
+        "plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on "
+        "validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> "
+        "served default.",
+    ),
+    "serve": (
+        "serve",
+        "Serve top-k search over HTTP: POST /search, /search/batch, /admin/reload; GET /healthz, /metrics.",
+    ),
+    "data": (
+        "data",
+        "Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit.",
+    ),
     "bm25": ("bm25", "BM25 lexical baseline (bm25s)."),
     "index": ("index", "Corpus encoding, FAISS indexes, semantic IDs."),
     "models": ("models", "Tower backbones: packaged models, HF directories, GGUF files."),
@@ -76,7 +97,9 @@ class LazyStageGroup(TyperGroup):
     def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, TyperCommand | None, list[str]]:
         if args and args[0] not in COMMANDS and not args[0].startswith("-"):
             matches = get_close_matches(args[0], list(COMMANDS))
-            ctx.fail(f"No such command {args[0]!r}." + (f" Did you mean {', '.join(map(repr, matches))}?" if matches else ""))
+            ctx.fail(
+                f"No such command {args[0]!r}." + (f" Did you mean {', '.join(map(repr, matches))}?" if matches else "")
+            )
         return super().resolve_command(ctx, args)
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:

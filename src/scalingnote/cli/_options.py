@@ -32,7 +32,9 @@ def parse_key_values(items: list[str] | None, option: str = "--set", example: st
     out: dict[str, Any] = {}
     for item in items or []:
         if "=" not in item:
-            raise ConfigError(option, None, item, f"expected KEY=VALUE (e.g. {example})" if example else "expected KEY=VALUE")
+            raise ConfigError(
+                option, None, item, f"expected KEY=VALUE (e.g. {example})" if example else "expected KEY=VALUE"
+            )
         k, v = item.split("=", 1)
         out[k.strip()] = yaml.safe_load(v)
     return out
@@ -58,7 +60,9 @@ def config_parameters(cls: type) -> list[inspect.Parameter]:
     return params
 
 
-def with_parameters(params: list[inspect.Parameter], arg: str, build: Callable[[dict[str, Any]], Any], owner: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def with_parameters(
+    params: list[inspect.Parameter], arg: str, build: Callable[[dict[str, Any]], Any], owner: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command whose parameter ``arg`` is built from ``params`` (keyword-only, each
     with a ``typer.Option`` default): the command gets those options instead of ``arg`` and
     receives ``build({name: value})``; ``owner`` names where the parameters come from in errors."""
@@ -91,12 +95,18 @@ def with_config_options(cls: type, arg: str = "cfg") -> Callable[[Callable[..., 
     return with_parameters(config_parameters(cls), arg, lambda kw: cls(**kw), cls.__name__)
 
 
-def with_option_group(arg: str, options: dict[str, tuple[Any, str, str]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def with_option_group(
+    arg: str, options: dict[str, tuple[Any, str, str]]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorate a command whose parameter ``arg`` is a dict: one option per entry ``name:
     (type, flag, help)`` of ``options`` (default None: not given), shared by the commands that
     take the same group; the command receives ``{name: value}``."""
-    params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, flag, help=text), annotation=kind | None)
-              for name, (kind, flag, text) in options.items()]
+    params = [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, flag, help=text), annotation=kind | None
+        )
+        for name, (kind, flag, text) in options.items()
+    ]
     return with_parameters(params, arg, dict, "the option group")
 
 
@@ -115,8 +125,10 @@ def backends_located_by(location: str) -> str:
 
 def corpus_format_help() -> str:
     """``--corpus-format`` help read from :data:`scalingnote.data.corpus.FORMATS`."""
-    return (f"Corpus format of the data: a registered name ({', '.join(corpus_formats.FORMATS.names())}) or a dotted path "
-            "'package.module:reader' naming a reader of your own (default: detected from the files).")
+    return (
+        f"Corpus format of the data: a registered name ({', '.join(corpus_formats.FORMATS.names())}) or a dotted path "
+        "'package.module:reader' naming a reader of your own (default: detected from the files)."
+    )
 
 
 class _LiveHelpOption(OptionInfo):

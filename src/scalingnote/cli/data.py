@@ -21,12 +21,17 @@ from scalingnote.data.pseudo import ICTConfig, ict_queries
 from scalingnote.data.synth import SynthConfig, synthesize
 from scalingnote.errors import ConfigError
 
-data_app = typer.Typer(help="Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Data: triplets from search logs, pseudo-queries, synthetic note-search log, the mined-negatives audit.",
+    no_args_is_help=True,
+)
 
 
 @data_app.command("build")
 def build_command(
-    config: Annotated[Path, typer.Option("--config", "-c", help="YAML build config (see scalingnote.data.build.BuildConfig).")],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="YAML build config (see scalingnote.data.build.BuildConfig).")
+    ],
     out: Annotated[Path | None, typer.Option("--out", help="Override the config's output directory.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Override the config's seed.")] = None,
 ) -> None:
@@ -50,31 +55,58 @@ def build_command(
 
 @data_app.command("pseudo")
 def pseudo_command(
-    data: Annotated[Path, typer.Option("--data", help="BEIR directory, or a corpus file in a registered corpus format (scalingnote.data.corpus.FORMATS).")],
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            help="BEIR directory, or a corpus file in a registered corpus format (scalingnote.data.corpus.FORMATS).",
+        ),
+    ],
     method: Annotated[str, typer.Option("--method", help="ict | llm")],
     out: Annotated[Path, typer.Option("--out", help="Output directory.")],
-    max_docs: Annotated[int | None, typer.Option("--max-docs", min=1, help="Use a seeded sample of this many documents.")] = None,
+    max_docs: Annotated[
+        int | None, typer.Option("--max-docs", min=1, help="Use a seeded sample of this many documents.")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     write_corpus: Annotated[
-        bool, typer.Option("--write-corpus/--no-write-corpus", help="ICT: also write the corpus without the query sentences.")
+        bool,
+        typer.Option(
+            "--write-corpus/--no-write-corpus", help="ICT: also write the corpus without the query sentences."
+        ),
     ] = False,
     min_words: Annotated[int, typer.Option("--min-words", min=1, help="ICT: shortest sentence used as a query.")] = 4,
-    model: Annotated[str, typer.Option("--model", help="LLM: packaged name, .gguf file or HF directory.")] = "smollm2-135m",
+    model: Annotated[
+        str, typer.Option("--model", help="LLM: packaged name, .gguf file or HF directory.")
+    ] = "smollm2-135m",
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="LLM: documents per generation batch.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="LLM: tokens generated per query.")] = 24,
-    sample: Annotated[bool, typer.Option("--sample/--greedy", help="LLM: seeded sampling instead of greedy decoding.")] = False,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, help="LLM: tokens generated per query.")
+    ] = 24,
+    sample: Annotated[
+        bool, typer.Option("--sample/--greedy", help="LLM: seeded sampling instead of greedy decoding.")
+    ] = False,
     temperature: Annotated[float, typer.Option("--temperature", help="LLM: sampling temperature.")] = 0.7,
 ) -> None:
     """Pseudo-queries from a corpus: inverse cloze task (ict) or LLM generation (llm, resumable)."""
     corpus = data  # a BEIR directory or a corpus file in any registered format (scalingnote.data.corpus)
     if method == "ict":
-        pairs = ict_queries(corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus))
+        pairs = ict_queries(
+            corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus)
+        )
     elif method == "llm":
-        from scalingnote.augment.llm_queries import LLMQueryConfig, llm_queries  # why: loads torch and a causal LM stack; the other data verbs need neither
+        from scalingnote.augment.llm_queries import (  # why: loads torch and a causal LM stack; the other data verbs need neither
+            LLMQueryConfig,
+            llm_queries,
+        )
 
         cfg = LLMQueryConfig(
-            model=model, seed=seed, max_docs=max_docs, batch_size=batch_size, max_new_tokens=max_new_tokens,
-            do_sample=sample, temperature=temperature,
+            model=model,
+            seed=seed,
+            max_docs=max_docs,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            do_sample=sample,
+            temperature=temperature,
         )
         pairs = llm_queries(corpus, out, cfg)
     else:
@@ -88,7 +120,9 @@ def synth_command(
     seed: Annotated[int, typer.Option("--seed")] = 0,
     num_docs: Annotated[int, typer.Option("--num-docs", min=50, help="Number of notes.")] = 3000,
     num_queries: Annotated[int, typer.Option("--num-queries", min=10, help="Number of queries (train + test).")] = 1500,
-    test_fraction: Annotated[float, typer.Option("--test-fraction", help="Fraction of queries held out for testing.")] = 0.2,
+    test_fraction: Annotated[
+        float, typer.Option("--test-fraction", help="Fraction of queries held out for testing.")
+    ] = 0.2,
 ) -> None:
     """Generate the SYNTHETIC note-search log (notes, queries, qrels, click and relevance logs)."""
     try:
@@ -116,21 +150,33 @@ def audit_table(records: list[dict], rule: str | None, limit: int | None) -> Tab
     for col in ("query", "positive", "candidate", "dense", "pos score", "rank", "bm25", "bm25 rank", "rule"):
         table.add_column(col, overflow="fold", max_width=40 if col in ("query", "positive", "candidate") else None)
     for r in rows[:limit] if limit else rows:
-        table.add_row(_cell(r.get("query")), _cell(r.get("positive")), _cell(r.get("candidate")), _cell(r.get("dense")),
-                      _cell(r.get("positive_score")), _cell(r.get("dense_rank")), _cell(r.get("bm25")), _cell(r.get("bm25_rank")),
-                      _cell(r.get("rule")))
+        table.add_row(
+            _cell(r.get("query")),
+            _cell(r.get("positive")),
+            _cell(r.get("candidate")),
+            _cell(r.get("dense")),
+            _cell(r.get("positive_score")),
+            _cell(r.get("dense_rank")),
+            _cell(r.get("bm25")),
+            _cell(r.get("bm25_rank")),
+            _cell(r.get("rule")),
+        )
     return table
 
 
 @data_app.command("audit")
 def audit_command(
     run: Annotated[Path, typer.Argument(help="A Stage I run directory (its mining_audit.jsonl) or an audit file.")],
-    rule: Annotated[str | None, typer.Option("--rule", help="Only candidates this rule dropped ('kept': only the kept ones).")] = None,
+    rule: Annotated[
+        str | None, typer.Option("--rule", help="Only candidates this rule dropped ('kept': only the kept ones).")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Print at most this many candidate rows.")] = None,
 ) -> None:
     """Print the false-negative audit of mined hard negatives (data.negatives: dense | mixed) as a table:
     query, positive, candidate, scores, rank and the guard rule that fired (or "kept"); then the summary."""
-    from scalingnote.training.audit import read_audit  # why: scalingnote.training imports torch; the other data verbs do not need it
+    from scalingnote.training.audit import (
+        read_audit,  # why: scalingnote.training imports torch; the other data verbs do not need it
+    )
 
     records, summary = read_audit(run)
     console = Console(width=max(Console().width, 160))

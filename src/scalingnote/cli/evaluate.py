@@ -46,21 +46,35 @@ def _write_per_query(path: Path, pq: dict[str, dict[str, float]], metrics: list[
 
 def eval_command(
     run: Annotated[Path, typer.Option("--run", help="TREC run file (qid Q0 docid rank score tag).")],
-    qrels: Annotated[Path, typer.Option("--qrels", help="Qrels TSV (query-id, corpus-id, score; header optional) or TREC qrels.")],
+    qrels: Annotated[
+        Path, typer.Option("--qrels", help="Qrels TSV (query-id, corpus-id, score; header optional) or TREC qrels.")
+    ],
     metrics: Annotated[
-        str, typer.Option("--metrics", "-m", help="Comma-separated: ndcg@K, recall@K, r@K, mrr@K, map, map@K, p@K, auc, qauc.")
+        str,
+        typer.Option(
+            "--metrics", "-m", help="Comma-separated: ndcg@K, recall@K, r@K, mrr@K, map, map@K, p@K, auc, qauc."
+        ),
     ] = _DEFAULT,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object {metric: value} and nothing else on stdout.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object {metric: value} and nothing else on stdout.")
+    ] = False,
     per_query_out: Annotated[
-        Path | None, typer.Option("--per-query", help="Write per-query values here (TSV, or JSON if the name ends in .json).")
+        Path | None,
+        typer.Option("--per-query", help="Write per-query values here (TSV, or JSON if the name ends in .json)."),
     ] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write a JSON record: metrics, query counts, settings, package versions, machine.")
+        Path | None,
+        typer.Option("--out", help="Write a JSON record: metrics, query counts, settings, package versions, machine."),
     ] = None,
-    relevance_level: Annotated[int, typer.Option("--relevance-level", help="Minimum grade counted as relevant (trec_eval -l).")] = 1,
+    relevance_level: Annotated[
+        int, typer.Option("--relevance-level", help="Minimum grade counted as relevant (trec_eval -l).")
+    ] = 1,
     missing_as_zero: Annotated[
         bool,
-        typer.Option("--missing-as-zero", help="Count qrels queries absent from the run as 0 (trec_eval -c); default: ignore them."),
+        typer.Option(
+            "--missing-as-zero",
+            help="Count qrels queries absent from the run as 0 (trec_eval -c); default: ignore them.",
+        ),
     ] = False,
 ) -> None:
     """Evaluate a run: R@K (ScalingNote: hit if any relevant doc in the top K), Recall@K, MRR, nDCG, MAP, P@K, AUC.
@@ -114,13 +128,20 @@ def compare_command(
     run: Annotated[Path, typer.Option("--run", help="Run A (TREC).")],
     run_b: Annotated[Path, typer.Option("--run-b", help="Run B (TREC); differences are A - B.")],
     qrels: Annotated[Path, typer.Option("--qrels", help="Qrels TSV.")],
-    metric: Annotated[str, typer.Option("--metric", "-m", help="Per-query metric, e.g. ndcg@10, r@100, mrr@10.")] = "ndcg@10",
+    metric: Annotated[
+        str, typer.Option("--metric", "-m", help="Per-query metric, e.g. ndcg@10, r@100, mrr@10.")
+    ] = "ndcg@10",
     n_resamples: Annotated[int, typer.Option("--n-resamples", help="Bootstrap resamples.")] = 10000,
-    confidence: Annotated[float, typer.Option("--confidence", help="Confidence level of the bootstrap interval.")] = 0.95,
+    confidence: Annotated[
+        float, typer.Option("--confidence", help="Confidence level of the bootstrap interval.")
+    ] = 0.95,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = 0,
     relevance_level: Annotated[int, typer.Option("--relevance-level", help="Minimum grade counted as relevant.")] = 1,
     ignore_missing: Annotated[
-        bool, typer.Option("--ignore-missing", help="Require both runs to cover the same queries instead of scoring absent ones 0.")
+        bool,
+        typer.Option(
+            "--ignore-missing", help="Require both runs to cover the same queries instead of scoring absent ones 0."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else on stdout.")] = False,
 ) -> None:

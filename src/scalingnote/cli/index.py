@@ -14,8 +14,8 @@ import typer
 
 from scalingnote.cli import search as search_cli
 from scalingnote.cli._options import corpus_format_option, use_corpus_format, with_config_options
-from scalingnote.cli.search import TOKEN_ENVVARS, backend_token
 from scalingnote.cli.index_live import register_live
+from scalingnote.cli.search import TOKEN_ENVVARS, backend_token
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest
 from scalingnote.index.backends import BACKENDS, declared_options, export_to_backend, get_backend
@@ -50,32 +50,65 @@ def register(app: typer.Typer) -> None:
 
 
 def encode(
-    tower: str = typer.Option(..., "--tower", help="Document tower: packaged name (minilm-l6, smollm2-135m), HF dir, .gguf or saved tower dir."),
+    tower: str = typer.Option(
+        ...,
+        "--tower",
+        help="Document tower: packaged name (minilm-l6, smollm2-135m), HF dir, .gguf or saved tower dir.",
+    ),
     data: Path = typer.Option(..., "--data", help="BEIR directory or a corpus file (any registered corpus format)."),
     corpus_format: str | None = corpus_format_option(),
     out: Path = typer.Option(..., "--out", help="Embeddings directory (resumed if it exists)."),
     shard_size: int = typer.Option(10_000, "--shard-size", min=1, help="Documents per shard file."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
-    num_layers: int | None = typer.Option(None, "--num-layers", min=1, help="Keep the first N transformer layers of a base model."),
-    engine: str = typer.Option("local", "--engine", help="local (in-process) or ray (Ray Data actor pool; reads BEIR JSONL or Parquet)."),
-    address: str | None = typer.Option(None, "--address", help="(ray) Ray cluster address (default: start a local one on 127.0.0.1)."),
+    num_layers: int | None = typer.Option(
+        None, "--num-layers", min=1, help="Keep the first N transformer layers of a base model."
+    ),
+    engine: str = typer.Option(
+        "local", "--engine", help="local (in-process) or ray (Ray Data actor pool; reads BEIR JSONL or Parquet)."
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="(ray) Ray cluster address (default: start a local one on 127.0.0.1)."
+    ),
     num_actors: int = typer.Option(2, "--num-actors", min=1, help="(ray) Actors in the pool (one tower load each)."),
-    cpus_per_actor: float = typer.Option(0.5, "--cpus-per-actor", min=0.0, help="(ray) CPUs reserved per actor (< 1 on small machines)."),
+    cpus_per_actor: float = typer.Option(
+        0.5, "--cpus-per-actor", min=0.0, help="(ray) CPUs reserved per actor (< 1 on small machines)."
+    ),
     gpus_per_actor: float = typer.Option(0.0, "--gpus-per-actor", min=0.0, help="(ray) GPUs reserved per actor."),
-    feature_cache: Path | None = typer.Option(None, "--feature-cache", help="(local) Feature-cache root of a training run: reuse the cached pooled states of the tower's backbone."),
+    feature_cache: Path | None = typer.Option(
+        None,
+        "--feature-cache",
+        help="(local) Feature-cache root of a training run: reuse the cached pooled states of the tower's backbone.",
+    ),
 ) -> None:
     """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
     use_corpus_format(corpus_format, data)
     if engine == "ray":
-        from scalingnote.index.ray.ray_encode import encode_corpus_ray  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
+        from scalingnote.index.ray.ray_encode import (
+            encode_corpus_ray,  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
+        )
 
         res = encode_corpus_ray(
-            tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers, address=address,
-            num_actors=num_actors, cpus_per_actor=cpus_per_actor, gpus_per_actor=gpus_per_actor,
+            tower,
+            data,
+            out,
+            shard_size=shard_size,
+            batch_size=batch_size,
+            num_layers=num_layers,
+            address=address,
+            num_actors=num_actors,
+            cpus_per_actor=cpus_per_actor,
+            gpus_per_actor=gpus_per_actor,
         )
     elif engine == "local":
-        res = encode_with_tower(tower, data, out, shard_size=shard_size, batch_size=batch_size, num_layers=num_layers,
-                                feature_cache=feature_cache)
+        res = encode_with_tower(
+            tower,
+            data,
+            out,
+            shard_size=shard_size,
+            batch_size=batch_size,
+            num_layers=num_layers,
+            feature_cache=feature_cache,
+        )
     else:
         raise ScalingNoteError(f"--engine {engine!r}: choose local or ray")
     _status(
@@ -91,7 +124,9 @@ def build(
     tower: str | None = typer.Option(None, "--tower", help="Encode first with this document tower (with --data)."),
     data: Path | None = typer.Option(None, "--data", help="BEIR directory or a corpus file to encode (with --tower)."),
     corpus_format: str | None = corpus_format_option(),
-    embeddings_out: Path | None = typer.Option(None, "--embeddings-out", help="Where --tower/--data writes embeddings (default <out>.embeddings)."),
+    embeddings_out: Path | None = typer.Option(
+        None, "--embeddings-out", help="Where --tower/--data writes embeddings (default <out>.embeddings)."
+    ),
     shard_size: int = typer.Option(10_000, "--shard-size", min=1),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     num_layers: int | None = typer.Option(None, "--num-layers", min=1),
@@ -117,25 +152,55 @@ def build(
 def _export(index_app: typer.Typer) -> None:
     @index_app.command("export")
     def export(
-        to: str = typer.Option("milvus", "--to", help=f"Target back end: one with an export ({', '.join(exporting_backends()) or 'none'}), or a dotted path 'package.module:attribute'."),
-        uri: str = typer.Option(..., "--uri", help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server)."),
+        to: str = typer.Option(
+            "milvus",
+            "--to",
+            help=f"Target back end: one with an export ({', '.join(exporting_backends()) or 'none'}), or a dotted path 'package.module:attribute'.",
+        ),
+        uri: str = typer.Option(
+            ...,
+            "--uri",
+            help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server).",
+        ),
         index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
-        collection: str = typer.Option("scalingnote", "--collection", help="Collection (or namespace) name, for a back end located by URI that has them."),
-        index_type: str = typer.Option("auto", "--index-type", help="(milvus) auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ..."),
+        collection: str = typer.Option(
+            "scalingnote",
+            "--collection",
+            help="Collection (or namespace) name, for a back end located by URI that has them.",
+        ),
+        index_type: str = typer.Option(
+            "auto",
+            "--index-type",
+            help="(milvus) auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ...",
+        ),
         dim: int | None = typer.Option(None, "--dim", min=1, help="(embeddings dir) Matryoshka prefix to export."),
-        semantic_ids_layers: int = typer.Option(6, "--semantic-ids-layers", min=0, help="(embeddings dir) residual K-means layers (0 = none)."),
+        semantic_ids_layers: int = typer.Option(
+            6, "--semantic-ids-layers", min=0, help="(embeddings dir) residual K-means layers (0 = none)."
+        ),
         codebook_size: int = typer.Option(256, "--codebook-size", min=1),
         seed: int = typer.Option(0, "--seed"),
-        token: str | None = typer.Option(None, "--token", envvar=TOKEN_ENVVARS, help="Token of the back end service (user:password or API key)."),
+        token: str | None = typer.Option(
+            None, "--token", envvar=TOKEN_ENVVARS, help="Token of the back end service (user:password or API key)."
+        ),
         milvus_token: str | None = typer.Option(None, "--milvus-token", hidden=True, help="Deprecated: --token."),
         overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing collection."),
     ) -> None:
         """Export an index (vectors, document ids, semantic IDs, tower identity) to a serving back end."""
         entry = get_backend(to, "--to")
         if entry.export is None:
-            raise ScalingNoteError(f"--to {to!r}: back end {entry.name} has no export (back ends with one: {', '.join(exporting_backends()) or 'none'})")
-        options = {"collection": collection, "index_type": index_type, "dim": dim, "semantic_ids_layers": semantic_ids_layers,
-                   "codebook_size": codebook_size, "seed": seed, "token": backend_token(token, milvus_token), "overwrite": overwrite}
+            raise ScalingNoteError(
+                f"--to {to!r}: back end {entry.name} has no export (back ends with one: {', '.join(exporting_backends()) or 'none'})"
+            )
+        options = {
+            "collection": collection,
+            "index_type": index_type,
+            "dim": dim,
+            "semantic_ids_layers": semantic_ids_layers,
+            "codebook_size": codebook_size,
+            "seed": seed,
+            "token": backend_token(token, milvus_token),
+            "overwrite": overwrite,
+        }
         m = export_to_backend(entry, index, uri, **options)
         _status(export_status(entry, uri, declared_options(entry.export, options), m))
 
@@ -147,12 +212,20 @@ def export_status(entry, uri: str, passed: dict, m: dict) -> str:
     structure = " ".join(str(x) for x in (m.get("index_type") or m.get("factory"), m.get("index_params")) if x)
     note = f" ({m['fallback_reason']})" if m.get("fallback_reason") else ""
     took = f", exported in {float(m['export_seconds']):.1f}s" if m.get("export_seconds") is not None else ""
-    return f"{where}: {m.get('n_vectors', '?')} x {m.get('dim', '?')}-d vectors" + (f", {structure}" if structure else "") + f"{note}{took}"
+    return (
+        f"{where}: {m.get('n_vectors', '?')} x {m.get('dim', '?')}-d vectors"
+        + (f", {structure}" if structure else "")
+        + f"{note}{took}"
+    )
 
 
 def milvus_server(
-    data: Path = typer.Option(Path("milvus-data"), "--data", help="Data directory (config, logs, etcd, segments; kept across restarts)."),
-    port: int | None = typer.Option(None, "--port", help="gRPC port on 127.0.0.1 (default: the first free from 19530)."),
+    data: Path = typer.Option(
+        Path("milvus-data"), "--data", help="Data directory (config, logs, etcd, segments; kept across restarts)."
+    ),
+    port: int | None = typer.Option(
+        None, "--port", help="gRPC port on 127.0.0.1 (default: the first free from 19530)."
+    ),
 ) -> None:
     """Run an embedded Milvus 2.3.5 standalone server (package `milvus`) on 127.0.0.1 until Ctrl-C / SIGTERM;
     use its URI with `index export --to milvus`, `search --backend milvus` and `serve --backend milvus`."""
@@ -160,7 +233,10 @@ def milvus_server(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     with EmbeddedMilvus(data, port) as srv:
-        typer.echo(f"Milvus server ready at {srv.uri} (pid {srv.pid}, data {srv.data_dir}, started in {srv.startup_seconds:.1f}s); Ctrl-C stops it", err=True)
+        typer.echo(
+            f"Milvus server ready at {srv.uri} (pid {srv.pid}, data {srv.data_dir}, started in {srv.startup_seconds:.1f}s); Ctrl-C stops it",
+            err=True,
+        )
         while not stop.wait(0.5):
             if not srv.running:
                 raise typer.Exit(1)
@@ -170,8 +246,14 @@ def milvus_server(
 def tune(
     index: Path = typer.Option(..., "--index", help="Index directory (its search defaults are rewritten)."),
     query_tower: str = typer.Option(..., "--query-tower", help="The query tower the index will be served with."),
-    queries: Path = typer.Option(..., "--queries", help="queries.jsonl, or a BEIR directory (with --split): validation or training queries, never test."),
-    split: str | None = typer.Option("train", "--split", help="With a BEIR directory: the queries judged in qrels/<split>.tsv."),
+    queries: Path = typer.Option(
+        ...,
+        "--queries",
+        help="queries.jsonl, or a BEIR directory (with --split): validation or training queries, never test.",
+    ),
+    split: str | None = typer.Option(
+        "train", "--split", help="With a BEIR directory: the queries judged in qrels/<split>.tsv."
+    ),
     target: float = typer.Option(0.99, "--target", min=0.0, max=1.0, help="Recall@k against exact search to reach."),
     k: int = typer.Option(10, "--k", min=1),
     limit: int = typer.Option(2000, "--limit", min=1, help="Tune on at most this many queries (a seeded sample)."),
@@ -204,13 +286,17 @@ def info(path: Path = typer.Argument(..., help="Index or embeddings directory.")
         shards = man.pop("shards", [])
         man["n_shards"] = len(shards)
     else:
-        raise ScalingNoteError(f"{mpath}: field 'format' is {man.get('format')!r}: not a scalingnote index or embeddings manifest")
+        raise ScalingNoteError(
+            f"{mpath}: field 'format' is {man.get('format')!r}: not a scalingnote index or embeddings manifest"
+        )
     typer.echo(json.dumps(man, indent=2, ensure_ascii=False))
 
 
 def index_bm25(
     index: Path = typer.Option(..., "--index", help="Dense index directory: the BM25 index is saved in <index>/bm25."),
-    data: Path | None = typer.Option(None, "--data", help="BEIR directory or corpus.jsonl (default: the corpus the index records)."),
+    data: Path | None = typer.Option(
+        None, "--data", help="BEIR directory or corpus.jsonl (default: the corpus the index records)."
+    ),
     language: str = typer.Option("auto", help="auto | en | zh (as `scalingnote bm25`)."),
     k1: float = typer.Option(1.5),
     b: float = typer.Option(0.75),
@@ -221,4 +307,7 @@ def index_bm25(
     h = open_hybrid(index, None, corpus=data, bm25_config=BM25Config(language=language, k1=k1, b=b))  # type: ignore[arg-type]
     if h.bm25 is None:
         raise ScalingNoteError(f"{index}: the index records no corpus; give --data")
-    typer.echo(f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint {h.bm25.fingerprint[:12]})", err=True)
+    typer.echo(
+        f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint {h.bm25.fingerprint[:12]})",
+        err=True,
+    )

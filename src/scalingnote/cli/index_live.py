@@ -29,10 +29,20 @@ def register_live(index_app: typer.Typer) -> None:
     @index_app.command("add")
     def add(
         index: Path = typer.Option(..., "--index", help="Index directory (`scalingnote index build`)."),
-        docs: Path = typer.Option(..., "--docs", help="JSONL of documents {\"_id\", \"title\", \"text\"}: added, or replaced when the id exists."),
-        tower: str | None = typer.Option(None, "--tower", help="Document tower (default: the one the index records); its fingerprint must match the index's."),
+        docs: Path = typer.Option(
+            ..., "--docs", help='JSONL of documents {"_id", "title", "text"}: added, or replaced when the id exists.'
+        ),
+        tower: str | None = typer.Option(
+            None,
+            "--tower",
+            help="Document tower (default: the one the index records); its fingerprint must match the index's.",
+        ),
         batch_size: int = typer.Option(64, "--batch-size", min=1, help="Documents per logged batch."),
-        compact: bool = typer.Option(True, "--compact/--no-compact", help="Write a new generation at the end (else the log is replayed at the next open)."),
+        compact: bool = typer.Option(
+            True,
+            "--compact/--no-compact",
+            help="Write a new generation at the end (else the log is replayed at the next open).",
+        ),
     ) -> None:
         """Add or replace documents: every line is checked first (a bad line changes nothing), then
         batches are encoded, logged (fsync) and applied."""
@@ -64,7 +74,15 @@ def register_live(index_app: typer.Typer) -> None:
     @index_app.command("rebuild")
     def rebuild(
         index: Path = typer.Option(..., "--index", help="Index directory."),
-        retrain: bool = typer.Option(True, "--retrain/--compact-only", help="Retrain the coarse quantiser, PQ and semantic-ID codebooks on the live documents (default), or only compact."),
+        retrain: bool = typer.Option(
+            True,
+            "--retrain/--compact-only",
+            help="Retrain the coarse quantiser, PQ and semantic-ID codebooks on the live documents (default), or only compact.",
+        ),
     ) -> None:
         """Write a new generation of the live documents (retrained codebooks by default) and swap it in."""
-        _run(LiveIndex.open(index), lambda live: {"before": live.stats(), **live.compact(retrain=retrain, progress=True)}, compact=False)
+        _run(
+            LiveIndex.open(index),
+            lambda live: {"before": live.stats(), **live.compact(retrain=retrain, progress=True)},
+            compact=False,
+        )

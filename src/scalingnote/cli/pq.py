@@ -13,12 +13,16 @@ from scalingnote.pq import load_pq_config, train
 
 
 def register(app: typer.Typer) -> None:
-    pq_app = typer.Typer(help="Learned product quantization (TMJ): joint training, negative mining, FAISS export.", no_args_is_help=True)
+    pq_app = typer.Typer(
+        help="Learned product quantization (TMJ): joint training, negative mining, FAISS export.", no_args_is_help=True
+    )
 
     @pq_app.command("train")
     def train_cmd(
         config: Path = typer.Option(..., "--config", "-c", help="YAML PQTrainConfig (see configs/tmj_scifact.yaml)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key, e.g. --set stage1.loss=l0 (repeatable)."),
+        set_: list[str] = typer.Option(
+            None, "--set", help="Override a config key, e.g. --set stage1.loss=l0 (repeatable)."
+        ),
         output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Override output_dir."),
         seed: int | None = typer.Option(None, "--seed", help="Override seed."),
     ) -> None:

@@ -15,31 +15,71 @@ from scalingnote.quickstart.pipeline import check_inputs
 def register(app: typer.Typer) -> None:
     @app.command("quickstart")
     def quickstart_cmd(
-        out: Path = typer.Option(Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."),
-        data: Path | None = typer.Option(None, "--data", help="A BEIR directory instead of the synthetic note-search log."),
+        out: Path = typer.Option(
+            Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."
+        ),
+        data: Path | None = typer.Option(
+            None, "--data", help="A BEIR directory instead of the synthetic note-search log."
+        ),
         corpus_format: str | None = corpus_format_option(),
         seed: int = typer.Option(0, "--seed"),
-        steps: int | None = typer.Option(None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."),
-        llm_depths: str | None = typer.Option(None, "--llm-depths", help="Candidate SmolLM2 depths of the large LLM tower, chosen on validation (e.g. 2,4)."),
-        teacher: str | None = typer.Option(None, "--teacher", help="Pin the QKD teacher's family (bert or llm); default: the best on validation."),
-        student_p99_ms: float | None = typer.Option(None, "--student-p99-ms", help="Latency budget: the best-validating student whose single-query p99 (ms) is under it."),
+        steps: int | None = typer.Option(
+            None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."
+        ),
+        llm_depths: str | None = typer.Option(
+            None,
+            "--llm-depths",
+            help="Candidate SmolLM2 depths of the large LLM tower, chosen on validation (e.g. 2,4).",
+        ),
+        teacher: str | None = typer.Option(
+            None, "--teacher", help="Pin the QKD teacher's family (bert or llm); default: the best on validation."
+        ),
+        student_p99_ms: float | None = typer.Option(
+            None,
+            "--student-p99-ms",
+            help="Latency budget: the best-validating student whose single-query p99 (ms) is under it.",
+        ),
         max_eval_queries: int | None = typer.Option(None, "--max-eval-queries"),
         budget_minutes: float | None = typer.Option(
-            None, "--budget-minutes", help="Minutes of pipeline to plan against on this machine (default 8): the plan is printed first; "
+            None,
+            "--budget-minutes",
+            help="Minutes of pipeline to plan against on this machine (default 8): the plan is printed first; "
             "candidates are compared on a proxy sample and only those that can still win are trained in full; work the budget "
-            "cannot hold is skipped and named."),
-        full: bool = typer.Option(False, "--full", help="Exhaustive: every candidate trained in full on the whole corpus, no proxy, no "
-                                  "budget (reuses the steps a budgeted run finished)."),
-        set_: list[str] = typer.Option(None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."),
+            "cannot hold is skipped and named.",
+        ),
+        full: bool = typer.Option(
+            False,
+            "--full",
+            help="Exhaustive: every candidate trained in full on the whole corpus, no proxy, no "
+            "budget (reuses the steps a budgeted run finished).",
+        ),
+        set_: list[str] = typer.Option(
+            None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."
+        ),
     ) -> None:
         """plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> served default."""
-        check_inputs(out, data, corpus_format=corpus_format)  # before any work: a bad --data fails now, not after Stage I started
+        check_inputs(
+            out, data, corpus_format=corpus_format
+        )  # before any work: a bad --data fails now, not after Stage I started
         over = {k.replace("__", "."): v for k, v in parse_overrides(set_).items()}
-        given = {"llm_depths": [int(x) for x in llm_depths.split(",")] if llm_depths else None, "teacher": teacher,
-                 "student_p99_ms": student_p99_ms, "corpus_format": corpus_format, "budget_minutes": budget_minutes, "full": full}
+        given = {
+            "llm_depths": [int(x) for x in llm_depths.split(",")] if llm_depths else None,
+            "teacher": teacher,
+            "student_p99_ms": student_p99_ms,
+            "corpus_format": corpus_format,
+            "budget_minutes": budget_minutes,
+            "full": full,
+        }
         cfg = load_config(
             QuickstartConfig,
-            {"out": str(out), "data": str(data) if data else None, "seed": seed, "steps": steps, "max_eval_queries": max_eval_queries,
-             **{k: v for k, v in given.items() if v}, **over},
+            {
+                "out": str(out),
+                "data": str(data) if data else None,
+                "seed": seed,
+                "steps": steps,
+                "max_eval_queries": max_eval_queries,
+                **{k: v for k, v in given.items() if v},
+                **over,
+            },
         )
         quickstart(cfg)

@@ -28,7 +28,9 @@ COST_OPTIONS: dict[str, tuple[type, str, str]] = {
     "corpus_size": (float, "--corpus-size", "Documents encoded (paper: 30e12 web pages)."),
     "query_volume": (float, "--query-volume", "Queries encoded over the model's life (paper: 0)."),
 }
-LAW_HELP = "model: L(N)=(A/N)^alpha+delta; data: L(D)=(B/D)^beta+delta; joint: L(N,D)=[(A/N)^(alpha/beta)+B/D]^beta+delta"
+LAW_HELP = (
+    "model: L(N)=(A/N)^alpha+delta; data: L(D)=(B/D)^beta+delta; joint: L(N,D)=[(A/N)^(alpha/beta)+B/D]^beta+delta"
+)
 
 
 def _parse_params(text: str) -> dict[str, float]:
@@ -59,7 +61,9 @@ def _echo_json(obj) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    sc = typer.Typer(help="Scaling laws (Fang et al. 2024; ScalingNote §4.4): sweep, fit, predict, plan, plot.", no_args_is_help=True)
+    sc = typer.Typer(
+        help="Scaling laws (Fang et al. 2024; ScalingNote §4.4): sweep, fit, predict, plan, plot.", no_args_is_help=True
+    )
     app.add_typer(sc, name="scaling")
     for add in (_sweep, _fit, _predict, _plan, _plan_gpu, _plot):
         add(sc)
@@ -72,7 +76,10 @@ def _sweep(sc: typer.Typer) -> None:
         set_: list[str] = typer.Option(None, "--set", help="Override a key, e.g. --set steps=20 (repeatable)."),
     ) -> None:
         """Train the model-size x data-size grid and score each point on one fixed validation set (resumable)."""
-        from scalingnote.scaling.sweep import load_sweep_config, run_sweep  # why: loads torch (training); fit / predict / plan / plot do not need it
+        from scalingnote.scaling.sweep import (  # why: loads torch (training); fit / predict / plan / plot do not need it
+            load_sweep_config,
+            run_sweep,
+        )
 
         cfg = load_sweep_config(config, **parse_overrides(set_))
         res = run_sweep(cfg)
@@ -85,14 +92,30 @@ def _fit(sc: typer.Typer) -> None:
     def fit_cmd(
         input: Path = typer.Option(..., "--input", "-i", help="Results CSV with columns N,D,loss (sweep output)."),
         law: str = typer.Option("joint", "--law", help=LAW_HELP),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object (parameters, r2, stderr, holdout_*)."),
-        holdout_largest: int | None = typer.Option(None, "--holdout-largest", help="Hold out the rows at the K largest values of --holdout-by."),
-        holdout_frac: float | None = typer.Option(None, "--holdout-frac", help="Hold out a random fraction of the rows."),
-        holdout_by: str | None = typer.Option(None, "--holdout-by", help="N or D (default: the law's variable; N for joint)."),
-        at: float | None = typer.Option(None, "--at", help="model/data law: the D (resp. N) whose rows are fitted (default: the largest)."),
-        loss_fn: str = typer.Option("soft_l1", "--loss", help="least_squares loss: linear, soft_l1, huber, cauchy, arctan."),
-        f_scale: float | None = typer.Option(None, "--f-scale", help="Robust loss scale (default: 1.4826 * MAD of the residuals, iterated)."),
-        log_residuals: bool = typer.Option(False, "--log-residuals", help="Fit log(prediction) - log(loss) (relative errors)."),
+        as_json: bool = typer.Option(
+            False, "--json", help="Print one JSON object (parameters, r2, stderr, holdout_*)."
+        ),
+        holdout_largest: int | None = typer.Option(
+            None, "--holdout-largest", help="Hold out the rows at the K largest values of --holdout-by."
+        ),
+        holdout_frac: float | None = typer.Option(
+            None, "--holdout-frac", help="Hold out a random fraction of the rows."
+        ),
+        holdout_by: str | None = typer.Option(
+            None, "--holdout-by", help="N or D (default: the law's variable; N for joint)."
+        ),
+        at: float | None = typer.Option(
+            None, "--at", help="model/data law: the D (resp. N) whose rows are fitted (default: the largest)."
+        ),
+        loss_fn: str = typer.Option(
+            "soft_l1", "--loss", help="least_squares loss: linear, soft_l1, huber, cauchy, arctan."
+        ),
+        f_scale: float | None = typer.Option(
+            None, "--f-scale", help="Robust loss scale (default: 1.4826 * MAD of the residuals, iterated)."
+        ),
+        log_residuals: bool = typer.Option(
+            False, "--log-residuals", help="Fit log(prediction) - log(loss) (relative errors)."
+        ),
         seed: int = typer.Option(0, "--seed", help="Seed of --holdout-frac."),
         output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON to this file."),
     ) -> None:
@@ -103,8 +126,16 @@ def _fit(sc: typer.Typer) -> None:
             raise ScalingNoteError(f"--holdout-by must be N or D, got {holdout_by!r}")
         rows = read_table(input, required=("loss",) + {"model": ("N",), "data": ("D",), "joint": ("N", "D")}[law])
         res = fit_table(
-            rows, law, at=at, holdout_largest=holdout_largest, holdout_frac=holdout_frac, holdout_by=holdout_by,
-            seed=seed, loss_fn=loss_fn, f_scale=f_scale, residuals="log" if log_residuals else "linear",
+            rows,
+            law,
+            at=at,
+            holdout_largest=holdout_largest,
+            holdout_frac=holdout_frac,
+            holdout_by=holdout_by,
+            seed=seed,
+            loss_fn=loss_fn,
+            f_scale=f_scale,
+            residuals="log" if log_residuals else "linear",
         )
         d = res.to_dict()
         if output is not None:
@@ -118,14 +149,18 @@ def _fit(sc: typer.Typer) -> None:
             typer.echo(f"  {k:6s} = {v:.6g}" + (f"  ± {se:.3g}" if se is not None and math.isfinite(se) else ""))
         typer.echo(f"  R²     = {res.r2:.4f}   RMSE = {res.rmse:.4g}")
         if res.holdout:
-            typer.echo(f"  held out {res.holdout['n']} rows: MAE = {res.holdout['mae']:.4g}, MAPE = {100 * res.holdout['mape']:.2f}%")
+            typer.echo(
+                f"  held out {res.holdout['n']} rows: MAE = {res.holdout['mae']:.4g}, MAPE = {100 * res.holdout['mape']:.2f}%"
+            )
 
 
 def _predict(sc: typer.Typer) -> None:
     @sc.command("predict")
     def predict_cmd(
         fit: Path = typer.Option(None, "--fit", help="JSON written by `scaling fit --json` (or --output)."),
-        params: str | None = typer.Option(None, "--params", help="Parameters instead of --fit, e.g. 'A=4.5e4,alpha=0.46,delta=0.02'."),
+        params: str | None = typer.Option(
+            None, "--params", help="Parameters instead of --fit, e.g. 'A=4.5e4,alpha=0.46,delta=0.02'."
+        ),
         law: str = typer.Option("joint", "--law", help=LAW_HELP),
         n: list[float] = typer.Option(None, "--n", help="Model size(s) N."),
         d: list[float] = typer.Option(None, "--d", help="Data size(s) D."),
@@ -165,8 +200,12 @@ def _plan(sc: typer.Typer) -> None:
     def plan_cmd(
         budget: list[float] = typer.Option(..., "--budget", help="Total budget in $ (repeatable)."),
         fit: Path | None = typer.Option(None, "--fit", help="Joint-law JSON from `scaling fit --law joint --json`."),
-        params: str | None = typer.Option(None, "--params", help="Joint-law parameters instead of --fit: 'A=..,alpha=..,B=..,beta=..,delta=..'."),
-        cost: list[str] = typer.Option(None, "--cost", help="Any other CostModel field, e.g. --cost gpu_price_per_hour=2.5 (repeatable)."),
+        params: str | None = typer.Option(
+            None, "--params", help="Joint-law parameters instead of --fit: 'A=..,alpha=..,B=..,beta=..,delta=..'."
+        ),
+        cost: list[str] = typer.Option(
+            None, "--cost", help="Any other CostModel field, e.g. --cost gpu_price_per_hour=2.5 (repeatable)."
+        ),
         n_min: float = typer.Option(1e4, "--n-min", help="Smallest model size considered."),
         n_max: float = typer.Option(1e13, "--n-max", help="Largest model size considered."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -193,28 +232,52 @@ def _plan(sc: typer.Typer) -> None:
             for key in ("without_inference", "with_inference"):
                 x = pl[key]
                 flag = "  (at the N range edge)" if x["at_bound"] else ""
-                typer.echo(f"  {key:18s} N={x['N']:.4g}  D={x['D']:.4g}  loss={x['loss']:.4f}  "
-                           f"(data ${x['cost_data']:.4g}, train ${x['cost_train']:.4g}, infer ${x['cost_infer']:.4g}){flag}")
+                typer.echo(
+                    f"  {key:18s} N={x['N']:.4g}  D={x['D']:.4g}  loss={x['loss']:.4f}  "
+                    f"(data ${x['cost_data']:.4g}, train ${x['cost_train']:.4g}, infer ${x['cost_infer']:.4g}){flag}"
+                )
 
 
 def _plan_gpu(sc: typer.Typer) -> None:
     @sc.command("plan-gpu")
     def plan_gpu_cmd(
-        arch: str = typer.Option("qwen2.5-7b", "--arch", help="Decoder architecture (qwen2.5-0.5b/1.5b/7b, smollm2-135m/1.7b)."),
-        config: Path | None = typer.Option(None, "--config", "-c", help="A Stage I YAML (configs/gpu/*.yaml): batch, micro-batch, lengths, LoRA, sharding."),
+        arch: str = typer.Option(
+            "qwen2.5-7b", "--arch", help="Decoder architecture (qwen2.5-0.5b/1.5b/7b, smollm2-135m/1.7b)."
+        ),
+        config: Path | None = typer.Option(
+            None,
+            "--config",
+            "-c",
+            help="A Stage I YAML (configs/gpu/*.yaml): batch, micro-batch, lengths, LoRA, sharding.",
+        ),
         num_gpus: int | None = typer.Option(None, "--gpus", help="GPUs (default 8)."),
-        train_pairs: float | None = typer.Option(None, "--train-pairs", help="Training examples (steps = epochs x pairs / global batch)."),
+        train_pairs: float | None = typer.Option(
+            None, "--train-pairs", help="Training examples (steps = epochs x pairs / global batch)."
+        ),
         steps: int | None = typer.Option(None, "--steps", help="Optimizer steps (instead of --train-pairs)."),
-        corpus_size: float | None = typer.Option(None, "--corpus-size", help="Documents to encode once after training."),
+        corpus_size: float | None = typer.Option(
+            None, "--corpus-size", help="Documents to encode once after training."
+        ),
         gpu_memory: float | None = typer.Option(None, "--gpu-memory-gib", help="Memory of one GPU (default 80)."),
-        set_: list[str] = typer.Option(None, "--set", help="Any other GpuPlanSpec field, e.g. --set peak_flops=312e12 (repeatable)."),
+        set_: list[str] = typer.Option(
+            None, "--set", help="Any other GpuPlanSpec field, e.g. --set peak_flops=312e12 (repeatable)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, Eq. 14-15)."""
         extra = parse_key_values(set_, "--set")
-        given = dict(num_gpus=num_gpus, train_pairs=train_pairs, steps=steps, corpus_size=corpus_size, gpu_memory_gib=gpu_memory, **extra)
+        given = dict(
+            num_gpus=num_gpus,
+            train_pairs=train_pairs,
+            steps=steps,
+            corpus_size=corpus_size,
+            gpu_memory_gib=gpu_memory,
+            **extra,
+        )
         if config is not None:
-            from scalingnote.training.config import load_train_config  # why: loads torch (training); plan-gpu without --config does not need it
+            from scalingnote.training.config import (
+                load_train_config,  # why: loads torch (training); plan-gpu without --config does not need it
+            )
 
             spec = spec_from_train_config(load_train_config(config), arch, **given)
         else:
@@ -223,15 +286,23 @@ def _plan_gpu(sc: typer.Typer) -> None:
         if as_json:
             _echo_json(plan)
             return
-        typer.echo(f"{plan['arch']}: N={plan['non_embedding_params']:.4g} non-embedding, {plan['trainable_params_per_tower']:.4g} trainable "
-                   f"per tower x {plan['llm_towers']} LLM tower(s), {spec.sharding} on {plan['num_gpus']} GPUs")
-        typer.echo(f"batch {spec.global_batch} = {plan['num_gpus']} x {plan['local_batch']} (micro-batch {plan['micro_batch']}, "
-                   f"gradient cache {'on' if plan['gradient_cache'] else 'off'}), {plan['steps']} steps, {plan['flops_per_token']} FLOPs/token")
-        typer.echo(f"memory per GPU: {plan['mem_per_gpu_gib']:.1f} GiB (model states {plan['mem_model_states_gib']:.1f}, FSDP working "
-                   f"{plan['mem_fsdp_working_gib']:.1f}, activations {plan['mem_activations_gib']:.1f}, overhead {plan['mem_overhead_gib']:.1f})"
-                   f" -> {'fits' if plan['fits'] else 'does NOT fit'} in {spec.gpu_memory_gib:g} GiB")
-        typer.echo(f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, ${plan['train_dollars']:.0f}); "
-                   f"encoding the corpus: {plan['encode_gpu_hours']:.1f} GPU-hours")
+        typer.echo(
+            f"{plan['arch']}: N={plan['non_embedding_params']:.4g} non-embedding, {plan['trainable_params_per_tower']:.4g} trainable "
+            f"per tower x {plan['llm_towers']} LLM tower(s), {spec.sharding} on {plan['num_gpus']} GPUs"
+        )
+        typer.echo(
+            f"batch {spec.global_batch} = {plan['num_gpus']} x {plan['local_batch']} (micro-batch {plan['micro_batch']}, "
+            f"gradient cache {'on' if plan['gradient_cache'] else 'off'}), {plan['steps']} steps, {plan['flops_per_token']} FLOPs/token"
+        )
+        typer.echo(
+            f"memory per GPU: {plan['mem_per_gpu_gib']:.1f} GiB (model states {plan['mem_model_states_gib']:.1f}, FSDP working "
+            f"{plan['mem_fsdp_working_gib']:.1f}, activations {plan['mem_activations_gib']:.1f}, overhead {plan['mem_overhead_gib']:.1f})"
+            f" -> {'fits' if plan['fits'] else 'does NOT fit'} in {spec.gpu_memory_gib:g} GiB"
+        )
+        typer.echo(
+            f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, ${plan['train_dollars']:.0f}); "
+            f"encoding the corpus: {plan['encode_gpu_hours']:.1f} GPU-hours"
+        )
 
 
 def _plot(sc: typer.Typer) -> None:
@@ -239,11 +310,17 @@ def _plot(sc: typer.Typer) -> None:
     def plot_cmd(
         input: Path = typer.Option(..., "--input", "-i", help="Results CSV with columns N,D,loss."),
         out: Path = typer.Option(..., "--out", "-o", help="Directory for the PNG files."),
-        budget: list[float] = typer.Option(None, "--budget", help="Budgets for the budget curves (needs N and D; repeatable)."),
-        holdout_largest: int | None = typer.Option(None, "--holdout-largest", help="Hold out the K largest N (joint, model) / D (data)."),
+        budget: list[float] = typer.Option(
+            None, "--budget", help="Budgets for the budget curves (needs N and D; repeatable)."
+        ),
+        holdout_largest: int | None = typer.Option(
+            None, "--holdout-largest", help="Hold out the K largest N (joint, model) / D (data)."
+        ),
         loss_fn: str = typer.Option("soft_l1", "--loss"),
         log_residuals: bool = typer.Option(False, "--log-residuals", help="Fit relative (log) residuals."),
-        cost: list[str] = typer.Option(None, "--cost", help="CostModel field for the budget curves, e.g. --cost corpus_size=1e9."),
+        cost: list[str] = typer.Option(
+            None, "--cost", help="CostModel field for the budget curves, e.g. --cost corpus_size=1e9."
+        ),
         n_min: float = typer.Option(1e4, "--n-min"),
         n_max: float = typer.Option(1e13, "--n-max"),
     ) -> None:
@@ -254,8 +331,13 @@ def _plot(sc: typer.Typer) -> None:
         for law, need in (("model", {"N"}), ("data", {"D"}), ("joint", {"N", "D"})):
             if need <= cols:
                 try:
-                    fits[law] = fit_table(rows, law, holdout_largest=holdout_largest, loss_fn=loss_fn,
-                                          residuals="log" if log_residuals else "linear")
+                    fits[law] = fit_table(
+                        rows,
+                        law,
+                        holdout_largest=holdout_largest,
+                        loss_fn=loss_fn,
+                        residuals="log" if log_residuals else "linear",
+                    )
                 except ScalingNoteError as e:
                     typer.echo(f"{law} law not fitted: {e}", err=True)
         paths = plot_all(rows, fits, out, budgets=budget or (), costs=_cost_model(cost), n_range=(n_min, n_max))

@@ -18,7 +18,6 @@ from scalingnote.index.searcher import SearchResult, search_options
 from scalingnote.live.generation import current_generation, logged_after_generation
 from scalingnote.live.milvus import MilvusLive
 
-
 #: where ``--token`` is read from when not given (the first set wins)
 TOKEN_ENVVARS = ["SCALINGNOTE_BACKEND_TOKEN", "MILVUS_TOKEN"]
 TOKEN_HELP = "Token of a back end located by URI (user:password or API key)."
@@ -38,26 +37,77 @@ def backend_token(token: str | None, deprecated: str | None) -> str | None:
 def register(app: typer.Typer) -> None:
     @app.command("search")
     def search(
-        index: Path | None = typer.Option(None, "--index", help=f"Index directory (back ends located by one: {backends_located_by('index')})."),
-        query_tower: str | None = typer.Option(None, "--query-tower", help="Query tower: packaged name, HF dir or saved tower dir (modes dense and hybrid)."),
-        queries: Path | None = typer.Option(None, "--queries", help="queries.jsonl, or a BEIR directory (with --split)."),
-        out: Path | None = typer.Option(None, "--out", help="TREC run file to write (+ <out>.meta.json); with --queries."),
-        query: str | None = typer.Option(None, "--query", help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run."),
-        split: str | None = typer.Option("test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."),
+        index: Path | None = typer.Option(
+            None, "--index", help=f"Index directory (back ends located by one: {backends_located_by('index')})."
+        ),
+        query_tower: str | None = typer.Option(
+            None,
+            "--query-tower",
+            help="Query tower: packaged name, HF dir or saved tower dir (modes dense and hybrid).",
+        ),
+        queries: Path | None = typer.Option(
+            None, "--queries", help="queries.jsonl, or a BEIR directory (with --split)."
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="TREC run file to write (+ <out>.meta.json); with --queries."
+        ),
+        query: str | None = typer.Option(
+            None,
+            "--query",
+            help="One query: print its hits (title, snippet, score, semantic ID) as JSON lines instead of writing a run.",
+        ),
+        split: str | None = typer.Option(
+            "test", "--split", help="With a BEIR directory: search the queries judged in qrels/<split>.tsv."
+        ),
         k: int = typer.Option(100, "--k", min=1),
-        mode: str | None = typer.Option(None, "--mode", help=f"{' | '.join(MODES)} (hybrid: BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense."),
-        corpus: Path | None = typer.Option(None, "--corpus", help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records)."),
-        fusion: str | None = typer.Option(None, "--fusion", help="(hybrid) rrf or weighted; default: the index's fusion.json (what `scalingnote serve` uses), else rrf."),
+        mode: str | None = typer.Option(
+            None,
+            "--mode",
+            help=f"{' | '.join(MODES)} (hybrid: BM25 fused with dense); default: the index's served default (fusion.json, as `scalingnote serve`), else dense.",
+        ),
+        corpus: Path | None = typer.Option(
+            None,
+            "--corpus",
+            help="(bm25/hybrid) corpus for the BM25 index beside the dense index (built once; default: the saved one or the corpus the index records).",
+        ),
+        fusion: str | None = typer.Option(
+            None,
+            "--fusion",
+            help="(hybrid) rrf or weighted; default: the index's fusion.json (what `scalingnote serve` uses), else rrf.",
+        ),
         rrf_k: int | None = typer.Option(None, "--rrf-k", min=0, help="(hybrid rrf) RRF constant (default 60)."),
-        weight: float | None = typer.Option(None, "--weight", min=0.0, max=1.0, help="(hybrid weighted) weight of the dense side; choose it on validation queries (default: fusion.json's, else 0.5)."),
-        norm: str | None = typer.Option(None, "--norm", help="(hybrid weighted) minmax or zscore (default: fusion.json's, else minmax)."),
-        depth: int | None = typer.Option(None, "--depth", min=1, help="(hybrid) candidates from each side before fusion (default 100)."),
-        nprobe: int | None = typer.Option(None, "--nprobe", min=1, help="IVF lists probed (a back end with an IVF layer)."),
-        ef_search: int | None = typer.Option(None, "--ef-search", min=1, help="HNSW beam width (a back end with an HNSW graph)."),
-        rerank: int | None = typer.Option(None, "--rerank", min=1, help="Re-rank the top N candidates with full-precision vectors (a back end that re-ranks)."),
+        weight: float | None = typer.Option(
+            None,
+            "--weight",
+            min=0.0,
+            max=1.0,
+            help="(hybrid weighted) weight of the dense side; choose it on validation queries (default: fusion.json's, else 0.5).",
+        ),
+        norm: str | None = typer.Option(
+            None, "--norm", help="(hybrid weighted) minmax or zscore (default: fusion.json's, else minmax)."
+        ),
+        depth: int | None = typer.Option(
+            None, "--depth", min=1, help="(hybrid) candidates from each side before fusion (default 100)."
+        ),
+        nprobe: int | None = typer.Option(
+            None, "--nprobe", min=1, help="IVF lists probed (a back end with an IVF layer)."
+        ),
+        ef_search: int | None = typer.Option(
+            None, "--ef-search", min=1, help="HNSW beam width (a back end with an HNSW graph)."
+        ),
+        rerank: int | None = typer.Option(
+            None,
+            "--rerank",
+            min=1,
+            help="Re-rank the top N candidates with full-precision vectors (a back end that re-ranks).",
+        ),
         batch_size: int = typer.Option(256, "--batch-size", min=1),
         backend: str = typer.Option("faiss", "--backend", help=backend_option_help()),
-        uri: str | None = typer.Option(None, "--uri", help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server)."),
+        uri: str | None = typer.Option(
+            None,
+            "--uri",
+            help=f"(back ends located by URI: {backends_located_by('uri')}) for milvus ./file.db (Milvus Lite) or http://127.0.0.1:19530 (a Milvus server).",
+        ),
         collection: str = typer.Option("scalingnote", "--collection", help=COLLECTION_HELP),
         token: str | None = typer.Option(None, "--token", envvar=TOKEN_ENVVARS, help=TOKEN_HELP),
         milvus_token: str | None = typer.Option(None, "--milvus-token", hidden=True, help="Deprecated: --token."),
@@ -81,8 +131,17 @@ def register(app: typer.Typer) -> None:
         if live:
             dense = resolve_opener(entry.live, "back end faiss live")(index, tower, writer=False, corpus=corpus)
         else:
-            dense = open_searcher(entry, index_dir=index, uri=uri, collection=collection, query_tower=tower, token=backend_token(token, milvus_token))
-            if entry.name == "milvus":  # its live index (checkpoint + log beside the index directory), read-only, as `serve` sees it
+            dense = open_searcher(
+                entry,
+                index_dir=index,
+                uri=uri,
+                collection=collection,
+                query_tower=tower,
+                token=backend_token(token, milvus_token),
+            )
+            if (
+                entry.name == "milvus"
+            ):  # its live index (checkpoint + log beside the index directory), read-only, as `serve` sees it
                 local_dir = _milvus_local_dir(dense, index)
                 if index is None and local_dir is not None:  # the served default of the directory it was exported from
                     fusion_cfg, served_mode = served_fusion(local_dir, **fusion_flags)
@@ -90,31 +149,53 @@ def register(app: typer.Typer) -> None:
                 dense, live = _milvus_live_reader(dense, local_dir, corpus)
         try:
             dense_kw = search_options(dense, entry.name, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
-            local = getattr(dense, "local_dir", None) or local_dir  # (milvus: the directory the collection was exported from)
+            local = (
+                getattr(dense, "local_dir", None) or local_dir
+            )  # (milvus: the directory the collection was exported from)
             if mode == "dense" and (query is None or local is None) and not live:  # the back end alone
                 if query is not None:
                     _print_hits(_search_one(dense, query, k, dense_kw))
                     return
                 qs = read_search_queries(queries, split if queries.is_dir() else None)
                 meta = search_queries_to_run(
-                    getattr(dense, "root", location), qs, out, k=k, batch_size=batch_size, searcher=dense, **dense_kw,
+                    getattr(dense, "root", location),
+                    qs,
+                    out,
+                    k=k,
+                    batch_size=batch_size,
+                    searcher=dense,
+                    **dense_kw,
                     config={"queries": str(queries), "split": split, "query_tower": query_tower, "backend": backend},
                 )
                 typer.echo(f"wrote {out} ({len(qs)} queries; search {meta['timings']['search_qps']} q/s)", err=True)
                 return
             if local is None:
-                raise ScalingNoteError(f"--backend {entry.name}: --mode {mode} needs an index directory beside the searcher "
-                                       "(its BM25 index; the searcher declares none: local_dir), e.g. --backend faiss")
-            searcher = dense.searcher(fusion_cfg) if live else open_hybrid(local, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
+                raise ScalingNoteError(
+                    f"--backend {entry.name}: --mode {mode} needs an index directory beside the searcher "
+                    "(its BM25 index; the searcher declares none: local_dir), e.g. --backend faiss"
+                )
+            searcher = (
+                dense.searcher(fusion_cfg)
+                if live
+                else open_hybrid(local, corpus=corpus, fusion=fusion_cfg, bm25=mode != "dense", dense=dense)
+            )
             if query is not None:
                 _print_hits(searcher.search([query], k, mode=mode, **dense_kw))
                 return
             qs = read_search_queries(queries, split if queries.is_dir() else None)
             meta = hybrid_queries_to_run(
-                searcher, qs, out, mode=mode, k=k, batch_size=batch_size,  # type: ignore[arg-type]
-                config={"queries": str(queries), "split": split, "query_tower": query_tower}, **dense_kw,
+                searcher,
+                qs,
+                out,
+                mode=mode,
+                k=k,
+                batch_size=batch_size,  # type: ignore[arg-type]
+                config={"queries": str(queries), "split": split, "query_tower": query_tower},
+                **dense_kw,
             )
-            typer.echo(f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True)
+            typer.echo(
+                f"wrote {out} ({len(qs)} queries, mode {mode}; search {meta['timings']['search_qps']} q/s)", err=True
+            )
         finally:
             if hasattr(dense, "close"):
                 dense.close()
@@ -142,7 +223,9 @@ def _milvus_live_reader(base: Any, local: Path | None, corpus: Path | None) -> t
         raise
 
 
-def _check_request(mode: str, query_tower: str | None, query: str | None, queries: Path | None, out: Path | None) -> None:
+def _check_request(
+    mode: str, query_tower: str | None, query: str | None, queries: Path | None, out: Path | None
+) -> None:
     """The option combinations ``scalingnote search`` refuses before opening anything."""
     if mode not in MODES:
         raise ScalingNoteError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")

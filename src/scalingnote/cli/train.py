@@ -15,8 +15,12 @@ def register(app: typer.Typer) -> None:
     @app.command("train")
     def train_cmd(
         config: Path = typer.Option(..., "--config", "-c", help="YAML TrainConfig (see configs/stage1_*.yaml)."),
-        resume: bool = typer.Option(True, "--resume/--no-resume", help="Continue from the last checkpoint in output_dir."),
-        set_: list[str] = typer.Option(None, "--set", help="Override a config key, e.g. --set optim.lr=1e-4 (repeatable)."),
+        resume: bool = typer.Option(
+            True, "--resume/--no-resume", help="Continue from the last checkpoint in output_dir."
+        ),
+        set_: list[str] = typer.Option(
+            None, "--set", help="Override a config key, e.g. --set optim.lr=1e-4 (repeatable)."
+        ),
         output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Override output_dir."),
     ) -> None:
         """Train a dual-tower retriever (ScalingNote Stage I). Launch with torchrun for several processes."""

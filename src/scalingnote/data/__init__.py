@@ -2,6 +2,7 @@
 search logs -> training triplets (one-hop, multi-hop via query association); pseudo-queries
 (ICT; LLM-generated ones live in :mod:`scalingnote.augment`); the synthetic note-search log."""
 
+from scalingnote.data.association import Association, associate_scores, find_associations, match_queries
 from scalingnote.data.beir import (
     BeirDataset,
     iter_queries,
@@ -12,9 +13,16 @@ from scalingnote.data.beir import (
     write_qrels,
     write_queries,
 )
-from scalingnote.data.corpus import FORMATS, CorpusFormat, iter_corpus, load_beir, load_corpus, open_corpus, register_corpus_format
-from scalingnote.data.association import Association, associate_scores, find_associations, match_queries
 from scalingnote.data.build import BuildConfig, BuildResult, build_triplets, load_build_config, run_build
+from scalingnote.data.corpus import (
+    FORMATS,
+    CorpusFormat,
+    iter_corpus,
+    load_beir,
+    load_corpus,
+    open_corpus,
+    register_corpus_format,
+)
 from scalingnote.data.logs import (
     ClickRecord,
     RelevanceRecord,

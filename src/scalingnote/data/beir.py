@@ -75,7 +75,9 @@ def _iter_records(
                 continue
             raise
         if item.id in seen:
-            raise DataError(path, lineno, "_id", f"duplicate {what} id {item.id!r} (first seen on line {seen[item.id]})")
+            raise DataError(
+                path, lineno, "_id", f"duplicate {what} id {item.id!r} (first seen on line {seen[item.id]})"
+            )
         seen[item.id] = lineno
         yield lineno, item
     skipped.report(stacklevel=4)  # the caller of iter_corpus / iter_queries
@@ -130,7 +132,9 @@ def load_qrels(
         if len(parts) == 4:  # TREC qrels: qid iter docid rel
             parts = [parts[0], parts[2], parts[3]]
         if len(parts) != 3:
-            raise DataError(path, lineno, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}")
+            raise DataError(
+                path, lineno, None, f"expected 3 tab-separated columns (query-id, corpus-id, score), got {len(parts)}"
+            )
         qid, did, score_s = (p.strip() for p in parts)
         if not qid:
             raise DataError(path, lineno, "query-id", "empty id")
@@ -147,7 +151,12 @@ def load_qrels(
         if dset is not None and did not in dset:
             raise DataError(path, lineno, "corpus-id", f"unknown document id {did!r} (not in corpus file)")
         if (qid, did) in seen:
-            raise DataError(path, lineno, "corpus-id", f"duplicate judgement for ({qid!r}, {did!r}) (first on line {seen[qid, did]})")
+            raise DataError(
+                path,
+                lineno,
+                "corpus-id",
+                f"duplicate judgement for ({qid!r}, {did!r}) (first on line {seen[qid, did]})",
+            )
         seen[qid, did] = lineno
         qrels.setdefault(qid, {})[did] = int(score_f)
     return qrels
@@ -192,7 +201,9 @@ def write_qrels(path: str | Path, qrels: Qrels) -> None:
                 w.writerow([qid, did, int(grade)])
 
 
-def write_beir(root: str | Path, corpus: Iterable[Document], queries: Iterable[Query], qrels_by_split: dict[str, Qrels]) -> None:
+def write_beir(
+    root: str | Path, corpus: Iterable[Document], queries: Iterable[Query], qrels_by_split: dict[str, Qrels]
+) -> None:
     root = Path(root)
     write_corpus(root / "corpus.jsonl", corpus)
     write_queries(root / "queries.jsonl", queries)

@@ -154,7 +154,9 @@ def _resolve(p: Path | None, base: Path) -> Path | None:
     return p if p.is_absolute() else base / p
 
 
-def load_build_config(source: str | Path | dict[str, Any], base_dir: str | Path | None = None, **overrides: Any) -> BuildConfig:
+def load_build_config(
+    source: str | Path | dict[str, Any], base_dir: str | Path | None = None, **overrides: Any
+) -> BuildConfig:
     """Load a :class:`BuildConfig`; relative paths are resolved against the YAML file's
     directory (or ``base_dir`` / the current directory for a dict)."""
     cfg = load_config(BuildConfig, source, **overrides)
@@ -169,7 +171,9 @@ def load_build_config(source: str | Path | dict[str, Any], base_dir: str | Path 
         corpus=_resolve(cfg.corpus, base),
         click_log=_resolve(cfg.click_log, base),
         relevance_log=_resolve(cfg.relevance_log, base),
-        leakage=dataclasses.replace(lk, qrels=[_resolve(p, base) for p in lk.qrels], queries=_resolve(lk.queries, base)),
+        leakage=dataclasses.replace(
+            lk, qrels=[_resolve(p, base) for p in lk.qrels], queries=_resolve(lk.queries, base)
+        ),
     )
 
 
@@ -245,7 +249,9 @@ def _drop_leaked(cfg: BuildConfig, queries, clicks: list, rels: list) -> tuple[l
             for path, recs in ((cfg.click_log, clicks), (cfg.relevance_log, rels)):
                 for r in recs:
                     if r.query_id in leaked:
-                        raise DataError(path, r.line, "query_id", f"evaluation query leaks into training: {leaked[r.query_id]}")
+                        raise DataError(
+                            path, r.line, "query_id", f"evaluation query leaks into training: {leaked[r.query_id]}"
+                        )
         clicks = [r for r in clicks if r.query_id not in leaked]
         rels = [r for r in rels if r.query_id not in leaked]
         warnings.warn(
@@ -253,19 +259,31 @@ def _drop_leaked(cfg: BuildConfig, queries, clicks: list, rels: list) -> tuple[l
             f"({n_click_before - len(clicks)} click and {n_rel_before - len(rels)} relevance records)",
             stacklevel=2,
         )
-    return clicks, rels, {
-        "eval_queries": len(eval_ids),
-        "leaked_queries": len(leaked),
-        "leaked_by_id": sum(q in eval_ids for q in leaked),
-        "leaked_by_text": sum(q not in eval_ids for q in leaked),
-        "dropped_click_records": n_click_before - len(clicks),
-        "dropped_relevance_records": n_rel_before - len(rels),
-        "on_leak": cfg.leakage.on_leak,
-    }
+    return (
+        clicks,
+        rels,
+        {
+            "eval_queries": len(eval_ids),
+            "leaked_queries": len(leaked),
+            "leaked_by_id": sum(q in eval_ids for q in leaked),
+            "leaked_by_text": sum(q not in eval_ids for q in leaked),
+            "dropped_click_records": n_click_before - len(clicks),
+            "dropped_relevance_records": n_rel_before - len(rels),
+            "on_leak": cfg.leakage.on_leak,
+        },
+    )
 
 
-def _multi_hop(cfg: BuildConfig, queries, agg, ranked, click1: dict[str, list[Triplet]], rel1: dict[str, list[Triplet]],
-               planner, progress: bool) -> tuple[list[Triplet], list[Triplet], int, dict[str, Any]]:
+def _multi_hop(
+    cfg: BuildConfig,
+    queries,
+    agg,
+    ranked,
+    click1: dict[str, list[Triplet]],
+    rel1: dict[str, list[Triplet]],
+    planner,
+    progress: bool,
+) -> tuple[list[Triplet], list[Triplet], int, dict[str, Any]]:
     """Query association (Algorithm 1) and the triplets of associated queries (multi-hop)."""
     click_m: list[Triplet] = []
     rel_m: list[Triplet] = []
@@ -292,7 +310,9 @@ def _multi_hop(cfg: BuildConfig, queries, agg, ranked, click1: dict[str, list[Tr
             own_pos.setdefault(q, set()).update(t.pos_id for t in ts)
             own_neg.setdefault(q, set()).update(t.neg_id for t in ts if t.neg_id is not None)
 
-        def expand(q1: str, neighbours: Iterable[str], one_hop: dict[str, list[Triplet]], source: str, out: list[Triplet]) -> None:
+        def expand(
+            q1: str, neighbours: Iterable[str], one_hop: dict[str, list[Triplet]], source: str, out: list[Triplet]
+        ) -> None:
             nonlocal conflicts
             pos1, neg1 = own_pos.get(q1, set()), own_neg.get(q1, set())
             for q2 in neighbours:
@@ -324,7 +344,9 @@ def _multi_hop(cfg: BuildConfig, queries, agg, ranked, click1: dict[str, list[Tr
     return click_m, rel_m, conflicts, assoc_stats
 
 
-def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False) -> BuildResult:
+def build_triplets(
+    cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False
+) -> BuildResult:
     """Run the whole pipeline in memory (see the module docstring)."""
     queries = load_queries(cfg.queries)
     doc_ids = {d.id for d in iter_corpus(cfg.corpus)} if cfg.corpus is not None else None
@@ -357,7 +379,9 @@ def build_triplets(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] 
     rel1 = relevance_one_hop(ranked, cfg.relevance.skip_top_k, cfg.relevance.top_t, cfg.seed)
 
     # -- association + multi hop ------------------------------------------------------------
-    click_m, rel_m, conflicts, stats["association"] = _multi_hop(cfg, queries, agg, ranked, click1, rel1, planner, progress)
+    click_m, rel_m, conflicts, stats["association"] = _multi_hop(
+        cfg, queries, agg, ranked, click1, rel1, planner, progress
+    )
 
     # -- merge + dedup -------------------------------------------------------------------
     merged: list[Triplet] = []
@@ -422,7 +446,9 @@ def write_build(result: BuildResult, cfg: BuildConfig) -> dict[str, Path]:
     return paths
 
 
-def run_build(cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False) -> BuildResult:
+def run_build(
+    cfg: BuildConfig, planner: Callable[[str], dict[str, float]] | None = None, progress: bool = False
+) -> BuildResult:
     """:func:`build_triplets` then :func:`write_build`."""
     result = build_triplets(cfg, planner, progress=progress)
     write_build(result, cfg)

@@ -99,8 +99,12 @@ def register_corpus_format(
     for other in _formats():
         taken = sorted(set(sfx) & set(other.suffixes))
         if other.name != name and taken:
-            raise ScalingNoteError(f"corpus format {name!r}: suffix {taken[0]!r} already belongs to format {other.name!r}")
-    fmt = CorpusFormat(name, read if validates else _checked(read, name), sfx, beir_file or f"corpus{sfx[0]}", sharded, count)
+            raise ScalingNoteError(
+                f"corpus format {name!r}: suffix {taken[0]!r} already belongs to format {other.name!r}"
+            )
+    fmt = CorpusFormat(
+        name, read if validates else _checked(read, name), sfx, beir_file or f"corpus{sfx[0]}", sharded, count
+    )
     return FORMATS.register(name, fmt, replace=replace)
 
 
@@ -115,7 +119,9 @@ def get_corpus_format(spec: str | CorpusFormat, option: str = "format") -> Corpu
         return obj
     if callable(obj):
         return CorpusFormat(spec, _checked(obj, spec), ())
-    raise ScalingNoteError(f"{option}: {spec!r} is neither a CorpusFormat nor a reader function (got {type(obj).__name__})")
+    raise ScalingNoteError(
+        f"{option}: {spec!r} is neither a CorpusFormat nor a reader function (got {type(obj).__name__})"
+    )
 
 
 class _Screen:
@@ -131,7 +137,9 @@ class _Screen:
         self.invalid: dict[str, SkipCounter] = {}
         self.n_empty, self.first_empty = 0, ""
 
-    def admit(self, f: Path, where: str, make: Callable[[], Document], id_field: str = "_id", text_field: str = "text") -> Document | None:
+    def admit(
+        self, f: Path, where: str, make: Callable[[], Document], id_field: str = "_id", text_field: str = "text"
+    ) -> Document | None:
         """The document ``make()`` builds, or None when it is skipped."""
         try:
             doc = make()
@@ -141,7 +149,9 @@ class _Screen:
             self.invalid.setdefault(str(f), SkipCounter(f, "documents")).skip(e)
             return None
         if doc.id in self.seen:
-            raise DataError(f, None, id_field, f"{where}: duplicate document id {doc.id!r} (first seen in {self.seen[doc.id]})")
+            raise DataError(
+                f, None, id_field, f"{where}: duplicate document id {doc.id!r} (first seen in {self.seen[doc.id]})"
+            )
         self.seen[doc.id] = f"{f}, {where}"
         if doc.title.strip() or doc.content.strip():
             return doc
@@ -154,7 +164,10 @@ class _Screen:
         for counter in self.invalid.values():
             counter.report(stacklevel=4)  # the caller of iter_corpus
         if self.n_empty:
-            warnings.warn(f"skipped {self.n_empty} empty documents (title and text both empty; first: {self.first_empty})", stacklevel=3)
+            warnings.warn(
+                f"skipped {self.n_empty} empty documents (title and text both empty; first: {self.first_empty})",
+                stacklevel=3,
+            )
 
 
 def _checked(read: Callable[[Path], Iterable[Document]], name: str) -> Reader:
@@ -173,7 +186,9 @@ def _checked(read: Callable[[Path], Iterable[Document]], name: str) -> Reader:
 
 def _check_document(doc: object, path: Path, n: int, name: str) -> Document:
     if not isinstance(doc, Document):
-        raise DataError(path, None, None, f"document {n}: the {name!r} reader gave a {type(doc).__name__}, not a Document")
+        raise DataError(
+            path, None, None, f"document {n}: the {name!r} reader gave a {type(doc).__name__}, not a Document"
+        )
     for fld, key in (("id", "_id"), ("title", "title"), ("topic", "topic"), ("content", "text")):
         v = getattr(doc, fld)
         if not isinstance(v, str):
@@ -215,8 +230,15 @@ def find_corpus(path: str | Path, format: str | CorpusFormat | None = None) -> C
         for fmt in candidates:
             if fmt.sharded and _shard_files(p, fmt):
                 return CorpusSource(p, fmt)
-        looked = [f.beir_file for f in candidates if f.beir_file] + [f"*{f.suffixes[0]}" for f in candidates if f.sharded]
-        raise DataError(p, None, None, f"no corpus in this directory (looked for {', '.join(looked)}; formats: {', '.join(FORMATS.names())})")
+        looked = [f.beir_file for f in candidates if f.beir_file] + [
+            f"*{f.suffixes[0]}" for f in candidates if f.sharded
+        ]
+        raise DataError(
+            p,
+            None,
+            None,
+            f"no corpus in this directory (looked for {', '.join(looked)}; formats: {', '.join(FORMATS.names())})",
+        )
     if not p.exists():
         known = ", ".join(s for f in _formats() for s in f.suffixes)
         raise DataError(p, None, None, f"corpus file not found (expected a BEIR directory or a corpus file: {known})")
@@ -254,14 +276,30 @@ def find_corpus_file(data_dir: str | Path, format: str | CorpusFormat | None = N
     if format is not None:
         fmt = get_corpus_format(format)
         if not any(f.name == fmt.name for f, _ in found):
-            raise DataError(d, None, None, f"no corpus file of format {fmt.name!r} in this directory (found: "
-                                           f"{', '.join(p.name for _, p in found) or 'none'}; looked for {_looked_for()})")
+            raise DataError(
+                d,
+                None,
+                None,
+                f"no corpus file of format {fmt.name!r} in this directory (found: "
+                f"{', '.join(p.name for _, p in found) or 'none'}; looked for {_looked_for()})",
+            )
     if not found:
-        raise DataError(d, None, None, f"no corpus file in this directory (looked for {_looked_for()}; "
-                                       "register a format for another file, see scalingnote.data.corpus.register_corpus_format)")
+        raise DataError(
+            d,
+            None,
+            None,
+            f"no corpus file in this directory (looked for {_looked_for()}; "
+            "register a format for another file, see scalingnote.data.corpus.register_corpus_format)",
+        )
     if len(found) > 1:
-        raise DataError(d, None, None, "several corpus files in this directory (" + ", ".join(f"{p.name} ({f.name})" for f, p in found)
-                        + "): keep one, every stage reads the directory's corpus")
+        raise DataError(
+            d,
+            None,
+            None,
+            "several corpus files in this directory ("
+            + ", ".join(f"{p.name} ({f.name})" for f, p in found)
+            + "): keep one, every stage reads the directory's corpus",
+        )
     return found[0][1]
 
 
@@ -281,30 +319,46 @@ def use_corpus_format(spec: str, data_dir: str | Path | None = None) -> str:
             return obj.name
         return FORMATS.register(obj.name, obj).name
     if not callable(obj):
-        raise ScalingNoteError(f"corpus format {spec!r}: neither a CorpusFormat nor a reader function (got {type(obj).__name__})")
+        raise ScalingNoteError(
+            f"corpus format {spec!r}: neither a CorpusFormat nor a reader function (got {type(obj).__name__})"
+        )
     name = spec.replace(":", ".")
     if name in FORMATS:  # registered by an earlier call
         return name
     if data_dir is None:
-        raise ScalingNoteError(f"corpus format {spec!r}: a reader function needs the data directory, to find its corpus.<suffix> file")
+        raise ScalingNoteError(
+            f"corpus format {spec!r}: a reader function needs the data directory, to find its corpus.<suffix> file"
+        )
     return register_corpus_format(name, obj, suffixes=(_unowned_corpus_suffix(Path(data_dir), spec),)).name
 
 
 def _unowned_corpus_suffix(d: Path, spec: str) -> str:
     """The suffix of the one ``corpus.*`` file of ``d`` that no registered format reads."""
     owned = {s for f in _formats() for s in f.suffixes}
-    cands = sorted(p.name[len("corpus"):].lower() for p in (d.iterdir() if d.is_dir() else [])
-                   if p.is_file() and p.name.lower().startswith("corpus.") and p.name[len("corpus"):].lower() not in owned)
+    cands = sorted(
+        p.name[len("corpus") :].lower()
+        for p in (d.iterdir() if d.is_dir() else [])
+        if p.is_file() and p.name.lower().startswith("corpus.") and p.name[len("corpus") :].lower() not in owned
+    )
     if len(cands) != 1:
         what = "no corpus.<suffix> file" if not cands else f"several ({', '.join('corpus' + c for c in cands)})"
-        raise DataError(d, None, None, f"corpus format {spec!r}: {what} that the registered formats ({', '.join(FORMATS.names())}) "
-                                       "do not read already; the reader reads one such file")
+        raise DataError(
+            d,
+            None,
+            None,
+            f"corpus format {spec!r}: {what} that the registered formats ({', '.join(FORMATS.names())}) "
+            "do not read already; the reader reads one such file",
+        )
     return cands[0]
 
 
 # ----------------------------------------------------------------------------- reading
 def iter_corpus(
-    path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip", *, format: str | CorpusFormat | None = None
+    path: str | Path,
+    on_invalid: OnInvalid = "error",
+    on_empty: OnInvalid = "skip",
+    *,
+    format: str | CorpusFormat | None = None,
 ) -> Iterator[Document]:
     """Stream the documents of a corpus in any registered format (see the module docstring).
     ``on_invalid="skip"`` skips invalid records with one warning; ``on_empty="error"`` refuses
@@ -313,7 +367,11 @@ def iter_corpus(
 
 
 def load_corpus(
-    path: str | Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip", *, format: str | CorpusFormat | None = None
+    path: str | Path,
+    on_invalid: OnInvalid = "error",
+    on_empty: OnInvalid = "skip",
+    *,
+    format: str | CorpusFormat | None = None,
 ) -> dict[str, Document]:
     """``{id: Document}`` of a corpus in any registered format, in corpus order."""
     return {d.id: d for d in iter_corpus(path, on_invalid, on_empty, format=format)}
@@ -334,7 +392,9 @@ def open_corpus(
     return src.read(), str(src.path), total
 
 
-def load_beir(root: str | Path, split: str = "test", on_invalid: OnInvalid = "error", graded: bool = False) -> BeirDataset:
+def load_beir(
+    root: str | Path, split: str = "test", on_invalid: OnInvalid = "error", graded: bool = False
+) -> BeirDataset:
     """Load a BEIR directory: its corpus (any registered format), ``queries.jsonl`` and
     ``qrels/<split>.tsv``. ``queries`` keeps only queries judged in the split; qrels that point
     at unknown query or document ids are an error (file, line, field)."""
@@ -449,7 +509,9 @@ def _parquet_document(f: Path, rown: int, cols: tuple[str, str | None, str | Non
 
 
 register_corpus_format("jsonl", _read_jsonl, suffixes=(".jsonl",), count=_count_lines, validates=True)
-register_corpus_format("parquet", _read_parquet, suffixes=(".parquet",), sharded=True, count=_count_parquet, validates=True)
+register_corpus_format(
+    "parquet", _read_parquet, suffixes=(".parquet",), sharded=True, count=_count_parquet, validates=True
+)
 
 __all__ = [
     "DEFAULT_FORMAT",

@@ -33,7 +33,9 @@ def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                 line.encode("utf-8")
             except UnicodeEncodeError as e:
                 bad = ord(line[e.start]) - 0xDC00 if 0xDC80 <= ord(line[e.start]) <= 0xDCFF else ord(line[e.start])
-                raise DataError(path, lineno, None, f"not valid UTF-8 (byte 0x{bad:02x} at column {e.start + 1})") from None
+                raise DataError(
+                    path, lineno, None, f"not valid UTF-8 (byte 0x{bad:02x} at column {e.start + 1})"
+                ) from None
             yield lineno, line
 
 

@@ -47,7 +47,14 @@ from scalingnote.utils.io import atomic_write
 
 CLICK_COLUMNS = ("query_id", "doc_id", "position", "clicked")
 RELEVANCE_COLUMNS = ("query_id", "doc_id", "score")
-_ALIASES = {"query-id": "query_id", "qid": "query_id", "corpus-id": "doc_id", "docid": "doc_id", "doc-id": "doc_id", "pid": "doc_id"}
+_ALIASES = {
+    "query-id": "query_id",
+    "qid": "query_id",
+    "corpus-id": "doc_id",
+    "docid": "doc_id",
+    "doc-id": "doc_id",
+    "pid": "doc_id",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,17 +100,27 @@ def _iter_fields(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, di
             if names[0] == "query_id" or set(columns) <= set(names):
                 missing = [c for c in columns if c not in names]
                 if missing:
-                    raise DataError(path, lineno, missing[0], f"header lacks column {missing[0]!r} (need {list(columns)})")
+                    raise DataError(
+                        path, lineno, missing[0], f"header lacks column {missing[0]!r} (need {list(columns)})"
+                    )
                 header = names
                 continue
         if header is not None:
             if len(parts) != len(header):
-                raise DataError(path, lineno, None, f"expected {len(header)} tab-separated columns (as in the header), got {len(parts)}")
+                raise DataError(
+                    path,
+                    lineno,
+                    None,
+                    f"expected {len(header)} tab-separated columns (as in the header), got {len(parts)}",
+                )
             yield lineno, dict(zip(header, parts)), False
         else:
             if len(parts) != len(columns):
                 raise DataError(
-                    path, lineno, None, f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), got {len(parts)}"
+                    path,
+                    lineno,
+                    None,
+                    f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), got {len(parts)}",
                 )
             yield lineno, dict(zip(columns, parts)), False
 
@@ -165,7 +182,9 @@ def iter_click_log(
     for lineno, rec, _ in _iter_fields(path, CLICK_COLUMNS):
         qid = _id(rec, "query_id", path, lineno, query_ids, "query")
         did = _id(rec, "doc_id", path, lineno, doc_ids, "document")
-        yield ClickRecord(qid, did, _position(rec["position"], path, lineno), _clicked(rec["clicked"], path, lineno), lineno)
+        yield ClickRecord(
+            qid, did, _position(rec["position"], path, lineno), _clicked(rec["clicked"], path, lineno), lineno
+        )
 
 
 def iter_relevance_log(
@@ -179,7 +198,9 @@ def iter_relevance_log(
         did = _id(rec, "doc_id", path, lineno, doc_ids, "document")
         score = _score(rec["score"], path, lineno)
         if (qid, did) in seen:
-            raise DataError(path, lineno, "doc_id", f"second score for ({qid!r}, {did!r}) (first on line {seen[qid, did]})")
+            raise DataError(
+                path, lineno, "doc_id", f"second score for ({qid!r}, {did!r}) (first on line {seen[qid, did]})"
+            )
         seen[qid, did] = lineno
         yield RelevanceRecord(qid, did, score, lineno)
 
@@ -241,7 +262,9 @@ def _rng(seed: int, source: str, qid: str) -> random.Random:
     return random.Random(f"{seed}\x1f{source}\x1f{qid}")
 
 
-def click_one_hop(clicks: Mapping[str, QueryClicks], seed: int = 0, source: str = "click_one_hop") -> dict[str, list[Triplet]]:
+def click_one_hop(
+    clicks: Mapping[str, QueryClicks], seed: int = 0, source: str = "click_one_hop"
+) -> dict[str, list[Triplet]]:
     """Clicked doc = positive; a random exposed-not-clicked doc = hard negative (§4.1.1)."""
     out: dict[str, list[Triplet]] = {}
     for qid in sorted(clicks):

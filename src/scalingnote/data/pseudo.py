@@ -138,7 +138,9 @@ class ICTConfig:
             raise ValueError("max_docs must be >= 1")
 
 
-def ict_example(doc: Document, rng: random.Random, min_words: int = 4, keep_sentence_prob: float = 0.0) -> tuple[str, Document] | None:
+def ict_example(
+    doc: Document, rng: random.Random, min_words: int = 4, keep_sentence_prob: float = 0.0
+) -> tuple[str, Document] | None:
     """``(query sentence, document without it)`` or None when the document has fewer than
     two sentences or no sentence is long enough."""
     spans = sentence_spans(doc.content)
@@ -154,7 +156,9 @@ def ict_example(doc: Document, rng: random.Random, min_words: int = 4, keep_sent
     return sentence, Document(doc.id, doc.title, doc.topic, remove_span(doc.content, span))
 
 
-def ict_queries(corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None = None, progress: bool = True) -> list[PseudoQuery]:
+def ict_queries(
+    corpus_path: str | Path, out: str | Path, cfg: ICTConfig | None = None, progress: bool = True
+) -> list[PseudoQuery]:
     """Inverse cloze task over a BEIR corpus; writes the outputs listed in the module docstring."""
     cfg = cfg or ICTConfig()
     out = Path(out)
@@ -197,10 +201,14 @@ def text_units(d: Document, min_words: int = 3) -> list[tuple[str, str]]:
     """The (id, text) units :func:`corpus_texts` draws from one document: its title and every
     sentence of at least ``min_words`` words (Chinese: ``2 * min_words`` characters)."""
     units = [(f"title-{d.id}", d.title.strip())] if d.title and d.title.strip() else []
-    return units + [(f"sent-{d.id}-{i}", s) for i, s in enumerate(split_sentences(d.content)) if _long_enough(s, min_words)]
+    return units + [
+        (f"sent-{d.id}-{i}", s) for i, s in enumerate(split_sentences(d.content)) if _long_enough(s, min_words)
+    ]
 
 
-def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed: int = 0, min_words: int = 3) -> list[Query]:
+def corpus_texts(
+    corpus_path: str | Path, out: str | Path, max_texts: int, seed: int = 0, min_words: int = 3
+) -> list[Query]:
     """Unlabelled in-domain text for query distillation: every document title and every sentence
     of at least ``min_words`` words (Chinese: ``2 * min_words`` characters), de-duplicated, then a
     seeded sample of ``max_texts`` of them (kept in corpus order). Writes ``queries.jsonl`` (ids
@@ -225,8 +233,17 @@ def corpus_texts(corpus_path: str | Path, out: str | Path, max_texts: int, seed:
     texts = sample_in_order(texts, max_texts, random.Random(f"{seed}\x1ftexts"))
     out.mkdir(parents=True, exist_ok=True)
     write_queries(out / "queries.jsonl", texts)
-    stats = {"method": "corpus_texts", "corpus": str(corpus_path), "documents": docs, "distinct_texts": pool, "queries": len(texts),
-             "titles": sum(q.id.startswith("title-") for q in texts)}
+    stats = {
+        "method": "corpus_texts",
+        "corpus": str(corpus_path),
+        "documents": docs,
+        "distinct_texts": pool,
+        "queries": len(texts),
+        "titles": sum(q.id.startswith("title-") for q in texts),
+    }
     write_json(out / "stats.json", stats)
-    write_json(out / "run.json", run_metadata({"corpus": str(corpus_path), "max_texts": max_texts, "seed": seed, "min_words": min_words}))
+    write_json(
+        out / "run.json",
+        run_metadata({"corpus": str(corpus_path), "max_texts": max_texts, "seed": seed, "min_words": min_words}),
+    )
     return texts

@@ -66,6 +66,7 @@ from scalingnote.data.types import Document, Qrels, Query
 from scalingnote.utils import run_metadata, write_json
 from scalingnote.utils.io import atomic_write
 
+
 @dataclass
 class SynthConfig:
     """Sizes and noise levels of the synthetic log. Defaults keep the quick-start fast."""
@@ -93,7 +94,12 @@ class SynthConfig:
         if not 0 < self.test_fraction < 1:
             raise ValueError("test_fraction must be in (0, 1)")
         for name in (
-            "secondary_topic_rate", "multi_intent_rate", "synonym_rate", "typo_rate", "cross_mention_rate", "relevance_coverage",
+            "secondary_topic_rate",
+            "multi_intent_rate",
+            "synonym_rate",
+            "typo_rate",
+            "cross_mention_rate",
+            "relevance_coverage",
         ):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1]")
@@ -168,7 +174,9 @@ def misspell(word: str, rng: random.Random) -> str:
     return w if w != word else word + word[-1]
 
 
-def _make_note(i: int, rng: random.Random, tps: list[Topic], weights: list[list[float]], cfg: SynthConfig, width: int) -> _Note:
+def _make_note(
+    i: int, rng: random.Random, tps: list[Topic], weights: list[list[float]], cfg: SynthConfig, width: int
+) -> _Note:
     t0 = rng.randrange(len(tps))
     tids = [t0]
     if rng.random() < cfg.secondary_topic_rate:
@@ -200,7 +208,12 @@ def _make_note(i: int, rng: random.Random, tps: list[Topic], weights: list[list[
         used.update((x, y))
         sentences.append(
             rng.choice(SENTENCE_TEMPLATES).format(
-                A=_cap(x), a=x, b=y, adj=rng.choice(ADJECTIVES), verb=rng.choice(VERBS), time=rng.choice(TIMES),
+                A=_cap(x),
+                a=x,
+                b=y,
+                adj=rng.choice(ADJECTIVES),
+                verb=rng.choice(VERBS),
+                time=rng.choice(TIMES),
                 topic=topic_name,
             )
         )
@@ -297,13 +310,18 @@ def generate(cfg: SynthConfig | None = None, progress: bool = False) -> Syntheti
     clicks, relevance = _simulate_logs(train_queries, intents_of, by_topic, notes, grades, rng, cfg, progress)
 
     meta = {
-        "intents": {qid: [{"topic": tps[it.topic].name, "terms": list(it.terms)} for it in its] for qid, its in intents_of.items()},
+        "intents": {
+            qid: [{"topic": tps[it.topic].name, "terms": list(it.terms)} for it in its]
+            for qid, its in intents_of.items()
+        },
         "focus": {n.doc.id: sorted(n.focus) for n in notes},
     }
     return SyntheticLog(cfg, [n.doc for n in notes], queries, qrels, clicks, relevance, test_ids, meta)
 
 
-def _make_queries(notes: list[_Note], multi_docs: list[int], tps: list[Topic], rng: random.Random, cfg: SynthConfig) -> tuple[list[Query], dict[str, list[_Intent]]]:
+def _make_queries(
+    notes: list[_Note], multi_docs: list[int], tps: list[Topic], rng: random.Random, cfg: SynthConfig
+) -> tuple[list[Query], dict[str, list[_Intent]]]:
     """Distinct queries, each with the intents (topic + terms) it was generated from."""
     qwidth = len(str(cfg.num_queries))
     seen_text: set[str] = set()
@@ -336,8 +354,16 @@ def _make_queries(notes: list[_Note], multi_docs: list[int], tps: list[Topic], r
     return queries, intents_of
 
 
-def _simulate_logs(train_queries: list[Query], intents_of: dict[str, list[_Intent]], by_topic: dict[int, list[int]], notes: list[_Note],
-                   grades: dict[str, dict[int, int]], rng: random.Random, cfg: SynthConfig, progress: bool) -> tuple[list[ClickRecord], list[RelevanceRecord]]:
+def _simulate_logs(
+    train_queries: list[Query],
+    intents_of: dict[str, list[_Intent]],
+    by_topic: dict[int, list[int]],
+    notes: list[_Note],
+    grades: dict[str, dict[int, int]],
+    rng: random.Random,
+    cfg: SynthConfig,
+    progress: bool,
+) -> tuple[list[ClickRecord], list[RelevanceRecord]]:
     """Impressions with position-biased clicks, and noisy ranker scores, for the training queries."""
     clicks: list[ClickRecord] = []
     relevance: list[RelevanceRecord] = []
@@ -363,7 +389,9 @@ def _simulate_logs(train_queries: list[Query], intents_of: dict[str, list[_Inten
                 clicked = examined and rng.random() < cfg.click_prob[g.get(i, 0)]
                 clicks.append(ClickRecord(q.id, notes[i].doc.id, pos, clicked))
         if rng.random() < cfg.relevance_coverage:
-            scored = sorted(((base(i) * 1.0 + rng.gauss(0.0, cfg.relevance_noise), i) for i in pool), key=lambda x: -x[0])
+            scored = sorted(
+                ((base(i) * 1.0 + rng.gauss(0.0, cfg.relevance_noise), i) for i in pool), key=lambda x: -x[0]
+            )
             for s, i in scored[: cfg.relevance_depth]:
                 relevance.append(RelevanceRecord(q.id, notes[i].doc.id, round(s, 4)))
     return clicks, relevance
@@ -398,7 +426,7 @@ How it is made (see `scalingnote.data.synth`):
 * `logs/relevance.tsv` (query_id, doc_id, score): top-{c.relevance_depth} candidates
   scored by a less noisy "ranking model", for {c.relevance_coverage:.0%} of the
   training queries.
-* Logs cover **training queries only**; test queries ({len(log.qrels['test'])} judged)
+* Logs cover **training queries only**; test queries ({len(log.qrels["test"])} judged)
   never appear in them.
 
 Build training triplets with `scalingnote data build --config build.yaml`.

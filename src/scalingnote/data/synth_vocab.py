@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 # Topic name | terms; "term:synonym" gives the synonym queries may use instead of
 # the term (synonyms never appear in notes). One line per topic.
 _TOPICS = """
@@ -64,20 +63,59 @@ reading | novel:book paperback:softcover kindle:ereader library audiobook author
 """
 
 ADJECTIVES = (
-    "great", "terrible", "cheap", "expensive", "simple", "tricky", "underrated", "overrated", "sturdy",
-    "solid", "fantastic", "disappointing", "reliable", "messy", "quick", "slow", "surprising", "perfect",
+    "great",
+    "terrible",
+    "cheap",
+    "expensive",
+    "simple",
+    "tricky",
+    "underrated",
+    "overrated",
+    "sturdy",
+    "solid",
+    "fantastic",
+    "disappointing",
+    "reliable",
+    "messy",
+    "quick",
+    "slow",
+    "surprising",
+    "perfect",
 )
 TIMES = ("today", "yesterday", "last week", "this month", "every morning", "on weekends", "after work", "all summer")
-VERBS = ("tried", "bought", "tested", "switched to", "cleaned", "fixed", "compared", "started with", "upgraded", "learned about")
+VERBS = (
+    "tried",
+    "bought",
+    "tested",
+    "switched to",
+    "cleaned",
+    "fixed",
+    "compared",
+    "started with",
+    "upgraded",
+    "learned about",
+)
 FILLERS = (
-    "Honestly it took a while to get used to it.", "Would recommend to anyone starting out.",
-    "Saving this note for later.", "Let me know what works for you.", "Still figuring things out.",
-    "Small changes really add up.", "Not sponsored, just sharing.", "Happy with the result so far.",
+    "Honestly it took a while to get used to it.",
+    "Would recommend to anyone starting out.",
+    "Saving this note for later.",
+    "Let me know what works for you.",
+    "Still figuring things out.",
+    "Small changes really add up.",
+    "Not sponsored, just sharing.",
+    "Happy with the result so far.",
 )
 TITLE_TEMPLATES = (
-    "{A} and {b}: my {adj} experience", "{A} {b} notes", "How I use my {a} with {b}", "{A} tips for {b}",
-    "My {adj} guide to {a} and {b}", "{A} vs {b}: what I learned", "Lessons from {a} and {b}", "{A}, {b} and {c}",
-    "A {adj} week of {a}", "Why {a} changed my {b} routine",
+    "{A} and {b}: my {adj} experience",
+    "{A} {b} notes",
+    "How I use my {a} with {b}",
+    "{A} tips for {b}",
+    "My {adj} guide to {a} and {b}",
+    "{A} vs {b}: what I learned",
+    "Lessons from {a} and {b}",
+    "{A}, {b} and {c}",
+    "A {adj} week of {a}",
+    "Why {a} changed my {b} routine",
 )
 SENTENCE_TEMPLATES = (
     "{time} I {verb} a new {a} and the {b} felt {adj}.",
@@ -93,10 +131,25 @@ SENTENCE_TEMPLATES = (
     "Do not overthink the {a}; the {b} matters more.",
     "I compared three kinds of {a} {time}.",
 )
-QUERY_TEMPLATES_1 = ("{a}", "best {a}", "{a} tips", "how to choose {a}", "{a} for beginners", "cheap {a}", "{a} problems")
+QUERY_TEMPLATES_1 = (
+    "{a}",
+    "best {a}",
+    "{a} tips",
+    "how to choose {a}",
+    "{a} for beginners",
+    "cheap {a}",
+    "{a} problems",
+)
 QUERY_TEMPLATES_2 = (
-    "{a} {b}", "best {a} for {b}", "{a} {b} tips", "{a} with {b}", "{a} vs {b}", "how to use {a} with {b}",
-    "{a} and {b} for beginners", "{a} {b} guide", "{a} {b} problems",
+    "{a} {b}",
+    "best {a} for {b}",
+    "{a} {b} tips",
+    "{a} with {b}",
+    "{a} vs {b}",
+    "how to use {a} with {b}",
+    "{a} and {b} for beginners",
+    "{a} {b} guide",
+    "{a} {b} problems",
 )
 QUERY_TEMPLATES_3 = ("{a} {b} {c}", "{a} {b} and {c}", "best {a} {b} {c}", "{a} with {b} and {c} tips")
 MULTI_TEMPLATES = ("{a} and {b}", "{a} plus {b}", "{a} while {b}", "{a} {b} ideas", "combining {a} and {b}")

@@ -104,8 +104,11 @@ def build_teacher_cache(
             end = min(n, done + chunk)
             # raw projected teacher outputs q_i = W^Q h (Eq. 4): Eq. 15's MSE needs the magnitude
             chunk_texts = list(texts[done:end])
-            mm[done:end] = (encode(chunk_texts) if encode is not None else
-                            teacher.encode_queries(chunk_texts, batch_size=batch_size, normalize=False, show_progress=False))
+            mm[done:end] = (
+                encode(chunk_texts)
+                if encode is not None
+                else teacher.encode_queries(chunk_texts, batch_size=batch_size, normalize=False, show_progress=False)
+            )
             mm.flush()
             done = end
             write_json(prog_p, {"rows": done})
@@ -126,5 +129,7 @@ def open_teacher_cache(root: str | Path) -> TeacherCache:
         raise ScalingNoteError(f"{root}: teacher cache is incomplete; rerun to resume encoding")
     ids = json.loads((root / "ids.json").read_text(encoding="utf-8"))
     texts = [json.loads(line) for line in (root / "texts.jsonl").read_text(encoding="utf-8").splitlines()]
-    emb = np.memmap(root / "emb.f32", dtype=np.float32, mode="r", shape=(max(len(ids), 1), int(meta["dim"])))[: len(ids)]
+    emb = np.memmap(root / "emb.f32", dtype=np.float32, mode="r", shape=(max(len(ids), 1), int(meta["dim"])))[
+        : len(ids)
+    ]
     return TeacherCache(root, ids, texts, emb, meta)

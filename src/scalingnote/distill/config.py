@@ -110,10 +110,16 @@ class DistillConfig(RunSettings):
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
         if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:
-            raise ValueError(f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, {self.rank_tau}")
+            raise ValueError(
+                f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, {self.rank_tau}"
+            )
         sizes = {len(c) for c in self.student_layer_candidates or []}
-        if self.student_layer_candidates is not None and (not self.student_layer_candidates or 0 in sizes or len(sizes) > 1):
-            raise ValueError(f"student_layer_candidates: non-empty lists of layer indices of one length, got {self.student_layer_candidates!r}")
+        if self.student_layer_candidates is not None and (
+            not self.student_layer_candidates or 0 in sizes or len(sizes) > 1
+        ):
+            raise ValueError(
+                f"student_layer_candidates: non-empty lists of layer indices of one length, got {self.student_layer_candidates!r}"
+            )
         if self.patience is not None and self.patience < 1:
             raise ValueError("patience must be >= 1 or null")
         if self.eval_every is not None and self.eval_every < 1:

@@ -47,7 +47,9 @@ def teacher_ranking(teacher_dir: str | Path, targets: np.ndarray, k: int, batch_
     path = Path(teacher_dir) / "doc_embeddings.npy"
     docs = _unit(np.load(path, mmap_mode="r"))
     if docs.shape[1] != targets.shape[1]:
-        raise ScalingNoteError(f"{path}: document embeddings have dim {docs.shape[1]}, the teacher's query embeddings {targets.shape[1]}")
+        raise ScalingNoteError(
+            f"{path}: document embeddings have dim {docs.shape[1]}, the teacher's query embeddings {targets.shape[1]}"
+        )
     k = min(k, len(docs))
     index = faiss.IndexFlatIP(docs.shape[1])
     index.add(docs)

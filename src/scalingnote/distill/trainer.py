@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import scalingnote.training.distributed as D
 from scalingnote.config import save_config
 from scalingnote.data import load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
@@ -32,7 +33,6 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
 from scalingnote.models import PrefixTower, load_tower
 from scalingnote.models.towers import matryoshka_dims_for
-import scalingnote.training.distributed as D
 from scalingnote.training.evaluate import heldout_queries
 from scalingnote.training.fsdp import gather_towers, shard_towers
 from scalingnote.training.heads import init_student_head
@@ -47,7 +47,9 @@ def _norm_text(t: str) -> str:
     return " ".join(t.lower().split())
 
 
-def collect_queries(sources: list[QuerySource], exclude: dict[str, tuple[set[str], set[str]]]) -> tuple[list[str], list[str], dict[str, int]]:
+def collect_queries(
+    sources: list[QuerySource], exclude: dict[str, tuple[set[str], set[str]]]
+) -> tuple[list[str], list[str], dict[str, int]]:
     """Unique (id, text) from every source, minus each named set of ``exclude`` = {name: (ids,
     normalised texts)} (the evaluation queries, the teacher's validation queries), counted as
     ``dropped_<name>``. Ids are prefixed by the source index when two sources collide."""
@@ -102,7 +104,9 @@ def load_stage1(teacher_dir: str | Path):
     t = Path(teacher_dir)
     for need in ("query_tower", "doc_embeddings.npy", "doc_ids.json"):
         if not (t / need).exists():
-            raise ScalingNoteError(f"{t}: not a Stage I output directory (missing {need}); run `scalingnote train` first")
+            raise ScalingNoteError(
+                f"{t}: not a Stage I output directory (missing {need}); run `scalingnote train` first"
+            )
     return load_tower(t / "query_tower")
 
 
@@ -137,23 +141,39 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
         eval_queries = {q: qs[q].text for q in eval_qrels}
     held = teacher_holdout(cfg.teacher) if cfg.exclude_teacher_validation else None
-    ids, texts, qstats = collect_queries(cfg.queries, {"eval": (set(eval_queries), {_norm_text(t) for t in eval_queries.values()}),
-                                                       "teacher_validation": held or (set(), set())})
+    ids, texts, qstats = collect_queries(
+        cfg.queries,
+        {
+            "eval": (set(eval_queries), {_norm_text(t) for t in eval_queries.values()}),
+            "teacher_validation": held or (set(), set()),
+        },
+    )
     root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
     cache = _build_cache(cfg, ids, texts, root) if D.rank() == 0 else None
     D.barrier()
     if cache is None:
         cache = open_teacher_cache(root)
     if cache.ids != ids:
-        raise ScalingNoteError(f"{root}: the teacher cache holds another query set than this run collected; use a new cache_dir")
+        raise ScalingNoteError(
+            f"{root}: the teacher cache holds another query set than this run collected; use a new cache_dir"
+        )
     targets = np.asarray(cache.emb, dtype=np.float32)
     if cfg.target == "normalized":
         targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
     perm = np.random.default_rng(cfg.seed).permutation(len(cache))
     n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
     ranking = teacher_ranking(cfg.teacher, targets, cfg.rank_k) if cfg.rank_weight > 0 else None
-    return QKDData(list(cache.texts), targets, np.sort(perm[n_val:]), np.sort(perm[:n_val]), cache.meta["compat_id"], qstats,
-                   eval_queries, eval_qrels, ranking)
+    return QKDData(
+        list(cache.texts),
+        targets,
+        np.sort(perm[n_val:]),
+        np.sort(perm[:n_val]),
+        cache.meta["compat_id"],
+        qstats,
+        eval_queries,
+        eval_qrels,
+        ranking,
+    )
 
 
 def forward_batch(cfg: DistillConfig) -> int:
@@ -167,11 +187,16 @@ def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Pat
     encode = None
     if cfg.feature_cache_dir:
         # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
-        t_prefix = PrefixTower(teacher, 0, cfg.feature_cache_dir, batch_size=forward_batch(cfg), show_progress=cfg.show_progress)
+        t_prefix = PrefixTower(
+            teacher, 0, cfg.feature_cache_dir, batch_size=forward_batch(cfg), show_progress=cfg.show_progress
+        )
 
         def encode(xs: list[str]) -> np.ndarray:
             return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
-    cache = build_teacher_cache(teacher, ids, texts, root, batch_size=forward_batch(cfg), show_progress=cfg.show_progress, encode=encode)
+
+    cache = build_teacher_cache(
+        teacher, ids, texts, root, batch_size=forward_batch(cfg), show_progress=cfg.show_progress, encode=encode
+    )
     del teacher, encode  # the LLM is not needed any more: give its GPU memory back before the student trains
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -197,9 +222,12 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
         if best is None or v < best[2]:
             best = (student, prefix, v, list(layers))
         del student, prefix
-    choice = {"layers": best[3], "tried": tried,
-              "reason": "lowest QKD validation loss at the start (head fitted, before any step): "
-                        + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried)}
+    choice = {
+        "layers": best[3],
+        "tried": tried,
+        "reason": "lowest QKD validation loss at the start (head fitted, before any step): "
+        + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried),
+    }
     log.info("student layers: %s (%s)", best[3], choice["reason"])
     return best[0], best[1], choice
 
@@ -226,18 +254,32 @@ def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | Non
     if s.prefix_k is not None:
         if not main:
             D.barrier()  # rank 0 fills the cache first
-        s_prefix = PrefixTower(student, s.prefix_k, cfg.feature_cache_dir or Path(cfg.output_dir) / "feature_cache",
-                               batch_size=forward_batch(cfg), show_progress=cfg.show_progress and main)
+        s_prefix = PrefixTower(
+            student,
+            s.prefix_k,
+            cfg.feature_cache_dir or Path(cfg.output_dir) / "feature_cache",
+            batch_size=forward_batch(cfg),
+            show_progress=cfg.show_progress and main,
+        )
         s_prefix.ensure(list(data.texts))
         if main:
             D.barrier()
     train_idx = data.train_idx
     if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
-        log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", 2 * student.config.hidden_size)
+        log.warning(
+            "head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W",
+            2 * student.config.hidden_size,
+        )
     elif cfg.head_init == "lstsq":
         if main:
             pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-            init_student_head(student, [data.texts[i] for i in pick], data.targets[pick], batch_size=forward_batch(cfg), prefix=s_prefix)
+            init_student_head(
+                student,
+                [data.texts[i] for i in pick],
+                data.targets[pick],
+                batch_size=forward_batch(cfg),
+                prefix=s_prefix,
+            )
         D.broadcast_module(student)  # rank 0's W and centre
         if not main:
             student.set_projection("lstsq")
@@ -252,8 +294,17 @@ def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, lay
     s = cfg.student
     layers = layers if layers is not None else s.layers
     student = load_tower(
-        s.model, "query", num_layers=s.num_layers, pooling=s.pooling, dim=dim, matryoshka_dims=_mdims(dim),
-        max_query_length=s.max_length, projection_seed=cfg.seed, device=device, dtype=torch.float32, layers=layers,
+        s.model,
+        "query",
+        num_layers=s.num_layers,
+        pooling=s.pooling,
+        dim=dim,
+        matryoshka_dims=_mdims(dim),
+        max_query_length=s.max_length,
+        projection_seed=cfg.seed,
+        device=device,
+        dtype=torch.float32,
+        layers=layers,
     )
     if cfg.student_dropout is not None:
         for m in student.modules():
@@ -262,7 +313,9 @@ def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, lay
     return student
 
 
-def qkd_batch_loss(cfg: DistillConfig, student, prefix, data: QKDData, idx: np.ndarray, device: torch.device, use_bf16: bool) -> torch.Tensor:
+def qkd_batch_loss(
+    cfg: DistillConfig, student, prefix, data: QKDData, idx: np.ndarray, device: torch.device, use_bf16: bool
+) -> torch.Tensor:
     """Eq. 15 (+ the listwise term when ``data.ranking``) of the student on queries ``idx``."""
     batch_texts = [data.texts[i] for i in idx]
     ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
@@ -280,19 +333,25 @@ def qkd_batch_loss(cfg: DistillConfig, student, prefix, data: QKDData, idx: np.n
     return loss
 
 
-def qkd_validation_loss(cfg: DistillConfig, student, prefix, data: QKDData, device: torch.device, use_bf16: bool) -> float | None:
+def qkd_validation_loss(
+    cfg: DistillConfig, student, prefix, data: QKDData, device: torch.device, use_bf16: bool
+) -> float | None:
     """Mean :func:`qkd_batch_loss` over the validation queries (eval mode, no grad); None without
     any. Every rank computes it over all of them: a sharded forward is collective."""
     v = data.val_idx
     if not len(v):
         return None
-    v = v[np.argsort([len(data.texts[i]) for i in v], kind="stable")]  # length-sorted: little padding (the mean is the same)
+    v = v[
+        np.argsort([len(data.texts[i]) for i in v], kind="stable")
+    ]  # length-sorted: little padding (the mean is the same)
     ch = 512 if device.type == "cuda" else forward_batch(cfg)
     was = student.training
     student.eval()
     with torch.no_grad():
-        tot = sum(float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + ch], device, use_bf16)) * len(v[i : i + ch])
-                  for i in range(0, len(v), ch))
+        tot = sum(
+            float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + ch], device, use_bf16)) * len(v[i : i + ch])
+            for i in range(0, len(v), ch)
+        )
     student.train(was)
     return tot / len(v)
 
@@ -310,8 +369,18 @@ class QKDLoop(TrainLoop):
     higher_is_better = False
     save_when_stopping = False
 
-    def __init__(self, cfg: DistillConfig, out: Path, student, prefix, data: QKDData, on_step: Callable[[int], None] | None = None,
-                 *, deadline: float | None = None, min_steps: int = 0):
+    def __init__(
+        self,
+        cfg: DistillConfig,
+        out: Path,
+        student,
+        prefix,
+        data: QKDData,
+        on_step: Callable[[int], None] | None = None,
+        *,
+        deadline: float | None = None,
+        min_steps: int = 0,
+    ):
         o = cfg.optim
         ws = D.world_size()
         D.local_batch_size(o.batch_size)  # checks that the ranks split the global batch evenly
@@ -322,9 +391,16 @@ class QKDLoop(TrainLoop):
         steps_per_epoch = max(1, len(data.train_idx) // bs)
         total = math.ceil(o.epochs * steps_per_epoch)
         total = min(total, o.max_steps) if o.max_steps else total
-        settings = LoopSettings(**cfg.cadence(), max_grad_norm=o.max_grad_norm,
-                                eval_every=cfg.eval_every or steps_per_epoch, patience=cfg.patience, restore_best=True,
-                                max_seconds=o.max_seconds, deadline=deadline, min_steps=min(min_steps, total))
+        settings = LoopSettings(
+            **cfg.cadence(),
+            max_grad_norm=o.max_grad_norm,
+            eval_every=cfg.eval_every or steps_per_epoch,
+            patience=cfg.patience,
+            restore_best=True,
+            max_seconds=o.max_seconds,
+            deadline=deadline,
+            min_steps=min(min_steps, total),
+        )
         super().__init__(out, total, settings, is_main=D.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
         self.data = data
@@ -333,7 +409,6 @@ class QKDLoop(TrainLoop):
         self.use_bf16 = _use_bf16(cfg, self.device)
         self._on_step = on_step
         if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
-
             self.sharded = shard_towers([student], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([student], o.lr, o.lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
 
@@ -399,13 +474,24 @@ def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
     inputs.pop("teacher_batch_size", None)
     inputs.pop("cpu_batch_size", None)
     teacher = Path(cfg.teacher)
-    inputs["teacher"] = {"dir": str(teacher.resolve()), "query_tower": teacher / "query_tower", "doc_embeddings": teacher / "doc_embeddings.npy"}
+    inputs["teacher"] = {
+        "dir": str(teacher.resolve()),
+        "query_tower": teacher / "query_tower",
+        "doc_embeddings": teacher / "doc_embeddings.npy",
+    }
     inputs["queries"] = [{**q, "path": as_input_path(q["path"])} for q in inputs["queries"]]
     return inputs
 
 
-def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], None] | None = None, on_change: OnChange = "refuse",
-            *, deadline: float | None = None, min_steps: int = 0) -> dict[str, Any]:
+def distill(
+    cfg: DistillConfig,
+    resume: bool = True,
+    on_step: Callable[[int], None] | None = None,
+    on_change: OnChange = "refuse",
+    *,
+    deadline: float | None = None,
+    min_steps: int = 0,
+) -> dict[str, Any]:
     """Run QKD end to end; returns the metrics also written to ``run.json`` (under torchrun: by
     rank 0, which also saves and evaluates the gathered student; other ranks return ``{}``).
     ``on_step(step)`` runs after every optimizer step (and its checkpoint). ``resume`` continues
@@ -417,8 +503,13 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     inputs = qkd_inputs(cfg)
-    begin_run(out, inputs, resume=resume, on_change=on_change,  # before config.yaml is overwritten or any work
-              stale=() if cfg.cache_dir else ("teacher_cache",))  # a redo re-encodes its queries with the teacher
+    begin_run(
+        out,
+        inputs,
+        resume=resume,
+        on_change=on_change,  # before config.yaml is overwritten or any work
+        stale=() if cfg.cache_dir else ("teacher_cache",),
+    )  # a redo re-encodes its queries with the teacher
     main = D.rank() == 0
     if main:
         save_config(cfg, out / "config.yaml")
@@ -432,8 +523,9 @@ def distill(cfg: DistillConfig, resume: bool = True, on_step: Callable[[int], No
     train_loss = float(last.get("loss", float("nan")))
     val = loop.validate()  # collective when sharded: every rank takes part
     if loop.sharded:  # FSDP2: rank 0 gets an ordinary student with the trained weights
-
-        (student,) = gather_towers([student], lambda: [_load_student(cfg, data.dim, device, student.config.base_layers)])
+        (student,) = gather_towers(
+            [student], lambda: [_load_student(cfg, data.dim, device, student.config.base_layers)]
+        )
     D.barrier()
     if not main:
         return {}
@@ -478,7 +570,9 @@ def _mdims(dim: int) -> list[int]:
     return matryoshka_dims_for(dim)
 
 
-def evaluate_student(student, teacher_dir: str | Path, queries: dict[str, str], qrels, tau: float = 0.05) -> dict[str, float]:
+def evaluate_student(
+    student, teacher_dir: str | Path, queries: dict[str, str], qrels, tau: float = 0.05
+) -> dict[str, float]:
     """ScalingNote retrieval: student query embeddings against the Stage I document embeddings."""
 
     t = Path(teacher_dir)

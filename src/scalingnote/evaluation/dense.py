@@ -69,7 +69,13 @@ def dense_metrics(
     if tau:
         judged = {q: d for q, d in qrels.items() if q in set(query_ids)}
         out["contrastive_ppl"] = contrastive_perplexity(
-            query_emb, list(query_ids), doc_emb, list(doc_ids), qrels=judged, temperature=tau, seed=perplexity_seed,
+            query_emb,
+            list(query_ids),
+            doc_emb,
+            list(doc_ids),
+            qrels=judged,
+            temperature=tau,
+            seed=perplexity_seed,
             num_negatives=perplexity_negatives(len(doc_ids), judged),
         )
     return out

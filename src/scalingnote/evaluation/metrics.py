@@ -92,7 +92,9 @@ def parse_metric(name: str) -> MetricSpec:
     ``p@K`` and ``r@K``). Raises :class:`ScalingNoteError` naming the bad metric."""
     m = _NAME_RE.match(name.strip().lower())
     if not m:
-        raise ScalingNoteError(f"unknown metric {name!r}; expected e.g. ndcg@10, recall@100, r@100, mrr@10, map, p@10, auc")
+        raise ScalingNoteError(
+            f"unknown metric {name!r}; expected e.g. ndcg@10, recall@100, r@100, mrr@10, map, p@10, auc"
+        )
     kind, k_s = m.group(1), m.group(2)
     kind = _ALIASES.get(kind, kind)
     k = int(k_s) if k_s is not None else None
@@ -138,7 +140,9 @@ def rank_documents(docs: Mapping[str, float]) -> list[str]:
     return [d for _, d in sorted(zip(scores32, ids), reverse=True)]
 
 
-def _query_metrics(ranked: Sequence[str], judged: Mapping[str, int], specs: Sequence[MetricSpec], level: int) -> dict[str, float]:
+def _query_metrics(
+    ranked: Sequence[str], judged: Mapping[str, int], specs: Sequence[MetricSpec], level: int
+) -> dict[str, float]:
     """All per-query metrics of one query from its ranked list and its judgements."""
     grades = [judged.get(d, 0) for d in ranked]
     is_rel = [g >= level for g in grades]
@@ -267,7 +271,11 @@ def evaluate_report(
             out[s.name] = float(np.mean([v[s.name] for v in pq.values()]))
         else:
             out[s.name] = run_auc(
-                run, qrels, relevance_level=relevance_level, average="query" if s.kind == "qauc" else "global", missing=missing
+                run,
+                qrels,
+                relevance_level=relevance_level,
+                average="query" if s.kind == "qauc" else "global",
+                missing=missing,
             )
     return EvalReport(out, len(pq), n_missing, n_norel, missing, pq)
 

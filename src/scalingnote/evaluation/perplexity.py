@@ -122,7 +122,7 @@ def sample_contrastive_set(
     return ContrastiveSet(tuple(q_out), np.asarray(pos_out, dtype=np.int64), np.stack(neg_out), doc_ids, seed)
 
 
-def _as_tensor(x) -> "torch.Tensor":
+def _as_tensor(x) -> torch.Tensor:
     import torch  # why: the metrics of this package import without torch (~1.3 s)
 
     if isinstance(x, torch.Tensor):
@@ -130,7 +130,7 @@ def _as_tensor(x) -> "torch.Tensor":
     return torch.from_numpy(np.ascontiguousarray(x))
 
 
-def contrastive_nll(scores: "torch.Tensor | np.ndarray", temperature: float = 1.0) -> "torch.Tensor":
+def contrastive_nll(scores: torch.Tensor | np.ndarray, temperature: float = 1.0) -> torch.Tensor:
     """Eq. (6) per row of ``scores`` (B, 1 + W), the positive in column 0: logsumexp − positive."""
     import torch  # why: torch only when a perplexity is computed (~1.3 s import)
 

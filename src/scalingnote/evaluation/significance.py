@@ -73,8 +73,11 @@ def paired_ttest(a: Mapping[str, float] | Sequence[float], b: Mapping[str, float
     return TTestResult(float(res.statistic), float(res.pvalue), len(d), float(d.mean()))
 
 
-def separates(challenger: Mapping[str, float] | Sequence[float], default: Mapping[str, float] | Sequence[float],
-              alpha: float = 0.05) -> tuple[bool, TTestResult]:
+def separates(
+    challenger: Mapping[str, float] | Sequence[float],
+    default: Mapping[str, float] | Sequence[float],
+    alpha: float = 0.05,
+) -> tuple[bool, TTestResult]:
     """The rule a choice between two candidates follows: the ``challenger`` replaces the
     pre-declared ``default`` only when its per-query scores are higher on average **and** a two-sided
     paired t-test over the same queries gives p < ``alpha``; otherwise the evidence does not
@@ -197,4 +200,12 @@ def compare_runs(
     return Comparison(spec.name, t.n, float(np.mean(list(a.values()))), float(np.mean(list(b.values()))), t, boot)
 
 
-__all__ = ["separates", "BootstrapResult", "Comparison", "TTestResult", "compare_runs", "paired_bootstrap", "paired_ttest"]
+__all__ = [
+    "separates",
+    "BootstrapResult",
+    "Comparison",
+    "TTestResult",
+    "compare_runs",
+    "paired_bootstrap",
+    "paired_ttest",
+]

@@ -8,19 +8,19 @@ FAISS is imported lazily (inside the functions that need it).
 
 from scalingnote.index.backends import Backend, get_backend, open_searcher, register_backend
 from scalingnote.index.build import IndexConfig, build_index
-from scalingnote.index.faiss.dense import DenseIndex
-from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, make_index
-from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.embeddings import (
     DocumentEncoder,
-    EncodeResult,
     Embeddings,
+    EncodeResult,
     encode_corpus,
     l2_normalize,
     load_embeddings,
     tower_identity,
 )
-from scalingnote.index.searcher import BM25Searcher, SearchResult, Searcher, SearcherBase, VectorSearcher, search_run
+from scalingnote.index.faiss.dense import DenseIndex
+from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, make_index
+from scalingnote.index.layout import check_query_tower, read_manifest
+from scalingnote.index.searcher import BM25Searcher, Searcher, SearcherBase, SearchResult, VectorSearcher, search_run
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.settings import IndexBuildSettings
 

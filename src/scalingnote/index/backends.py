@@ -72,34 +72,72 @@ def _open_faiss(location: str | Path, query_tower: Any = None) -> DenseIndex:
     return DenseIndex.open(location, query_tower=query_tower)
 
 
-def _open_milvus(location: str, query_tower: Any = None, *, collection: str = DEFAULT_COLLECTION, token: str | None = None):
+def _open_milvus(
+    location: str, query_tower: Any = None, *, collection: str = DEFAULT_COLLECTION, token: str | None = None
+):
     return MilvusSearcher.open(location, collection or DEFAULT_COLLECTION, query_tower=query_tower, token=token)
 
 
-def _export_milvus(source: str | Path, location: str, *, collection: str = DEFAULT_COLLECTION, index_type: str = "auto",
-                   dim: int | None = None, semantic_ids_layers: int | None = None, codebook_size: int | None = None,
-                   seed: int | None = None, token: str | None = None, overwrite: bool = False) -> dict[str, Any]:
+def _export_milvus(
+    source: str | Path,
+    location: str,
+    *,
+    collection: str = DEFAULT_COLLECTION,
+    index_type: str = "auto",
+    dim: int | None = None,
+    semantic_ids_layers: int | None = None,
+    codebook_size: int | None = None,
+    seed: int | None = None,
+    token: str | None = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
     """Milvus's export: the options it understands (``index export`` passes only these)."""
     sizes = {"dim": dim, "semantic_ids_layers": semantic_ids_layers, "codebook_size": codebook_size, "seed": seed}
-    return export_to_milvus(source, location, collection, index_type=index_type, token=token, overwrite=overwrite,
-                            **{k: v for k, v in sizes.items() if v is not None})
+    return export_to_milvus(
+        source,
+        location,
+        collection,
+        index_type=index_type,
+        token=token,
+        overwrite=overwrite,
+        **{k: v for k, v in sizes.items() if v is not None},
+    )
 
 
-BACKENDS: Registry[Backend] = Registry("back end", {
-    "faiss": Backend(
-        "faiss", _open_faiss, "index", manifest=read_manifest, live="scalingnote.live:LiveIndex.open",
-        help="a FAISS index directory (`scalingnote index build`)",
-    ),
-    "milvus": Backend(
-        "milvus", _open_milvus, "uri", export=_export_milvus, live="scalingnote.live.milvus:MilvusLive.open",
-        help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: the exported index)",
-    ),
-})
+BACKENDS: Registry[Backend] = Registry(
+    "back end",
+    {
+        "faiss": Backend(
+            "faiss",
+            _open_faiss,
+            "index",
+            manifest=read_manifest,
+            live="scalingnote.live:LiveIndex.open",
+            help="a FAISS index directory (`scalingnote index build`)",
+        ),
+        "milvus": Backend(
+            "milvus",
+            _open_milvus,
+            "uri",
+            export=_export_milvus,
+            live="scalingnote.live.milvus:MilvusLive.open",
+            help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: the exported index)",
+        ),
+    },
+)
 
 
-def register_backend(name: str, open: Callable[..., Any], *, location: Literal["index", "uri"] = "index",
-                     manifest: Callable[[Any], dict[str, Any]] | None = None, export: Callable[..., dict[str, Any]] | None = None,
-                     live: Callable[..., Any] | str | None = None, help: str = "", replace: bool = False) -> Backend:
+def register_backend(
+    name: str,
+    open: Callable[..., Any],
+    *,
+    location: Literal["index", "uri"] = "index",
+    manifest: Callable[[Any], dict[str, Any]] | None = None,
+    export: Callable[..., dict[str, Any]] | None = None,
+    live: Callable[..., Any] | str | None = None,
+    help: str = "",
+    replace: bool = False,
+) -> Backend:
     """Add the back end ``name`` (see :class:`Backend` for the fields); a name that exists is
     refused unless ``replace=True``. Returns the entry."""
     if not callable(open):
@@ -147,10 +185,14 @@ def backend_location(entry: Backend, index_dir: str | Path | None, uri: str | No
     the missing option otherwise."""
     if entry.location == "uri":
         if not uri:
-            raise ScalingNoteError(f"{where}: --uri URI is required with --backend {entry.name} ({entry.help or 'the back end service URI'})")
+            raise ScalingNoteError(
+                f"{where}: --uri URI is required with --backend {entry.name} ({entry.help or 'the back end service URI'})"
+            )
         return uri
     if index_dir is None:
-        raise ScalingNoteError(f"{where}: --index DIR is required with --backend {entry.name} ({entry.help or 'its index directory'})")
+        raise ScalingNoteError(
+            f"{where}: --index DIR is required with --backend {entry.name} ({entry.help or 'its index directory'})"
+        )
     return index_dir
 
 
@@ -165,12 +207,15 @@ def declared_options(fn: Callable[..., Any], options: dict[str, Any]) -> dict[st
         return {k: v for k, v in options.items() if v is not None}
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return {k: v for k, v in options.items() if v is not None}
-    names = {p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)}
+    names = {
+        p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
     return {k: v for k, v in options.items() if k in names and v is not None}
 
 
-def read_backend_manifest(entry: Backend, location: str | Path, *, collection: str | None = None,
-                          token: str | None = None) -> dict[str, Any] | None:
+def read_backend_manifest(
+    entry: Backend, location: str | Path, *, collection: str | None = None, token: str | None = None
+) -> dict[str, Any] | None:
     """``entry``'s manifest at ``location`` (None when it has no manifest reader), read before
     anything is loaded; a back end located by URI is given ``collection`` and ``token`` when its
     reader declares them (``serve --collection other`` checks that collection, not the default)."""
@@ -189,8 +234,15 @@ def export_to_backend(entry: Backend, source: str | Path, location: str, **optio
     return entry.export(source, location, **declared_options(entry.export, options))
 
 
-def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None, uri: str | Path | None = None,
-                  collection: str = DEFAULT_COLLECTION, query_tower: Any = None, token: str | None = None) -> Any:
+def open_searcher(
+    backend: str | Backend,
+    *,
+    index_dir: str | Path | None = None,
+    uri: str | Path | None = None,
+    collection: str = DEFAULT_COLLECTION,
+    query_tower: Any = None,
+    token: str | None = None,
+) -> Any:
     """A searcher of the back end ``backend`` (a name, a dotted path or an entry): over
     ``index_dir`` (``faiss``: :class:`DenseIndex`) or on ``uri`` / ``collection`` (``milvus``:
     :class:`~scalingnote.index.milvus.milvus.MilvusSearcher`). Every built-in back end refuses a query
@@ -202,5 +254,17 @@ def open_searcher(backend: str | Backend, *, index_dir: str | Path | None = None
     return entry.open(location, query_tower=query_tower)
 
 
-__all__ = ["BACKENDS", "Backend", "backend_location", "backend_names", "declared_options", "export_to_backend", "get_backend",
-           "load_attribute", "open_searcher", "read_backend_manifest", "register_backend", "resolve_opener"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "backend_location",
+    "backend_names",
+    "declared_options",
+    "export_to_backend",
+    "get_backend",
+    "load_attribute",
+    "open_searcher",
+    "read_backend_manifest",
+    "register_backend",
+    "resolve_opener",
+]

@@ -36,6 +36,7 @@ the top ``k`` — TMJ's "Recall 2@20" is ``k=2, rerank=20``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -43,7 +44,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,14 +53,17 @@ import numpy as np
 from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.utils.steps import canonical, describe_changes, input_digest
-from scalingnote.utils import machine_description, package_versions
-from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
-from scalingnote.index.shards import content_digest
-from scalingnote.index.faiss import methods
-from scalingnote.index.settings import IndexBuildSettings
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
-from scalingnote.index.faiss.faiss_utils import _faiss_message, _prepare_training, code_bytes_per_vector, find_hnsw, find_ivf, make_index
+from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.index.faiss import methods
+from scalingnote.index.faiss.faiss_utils import (
+    _faiss_message,
+    _prepare_training,
+    code_bytes_per_vector,
+    find_hnsw,
+    find_ivf,
+    make_index,
+)
 from scalingnote.index.layout import (
     DEFAULT_EF_SEARCH,
     DEFAULT_NPROBE,
@@ -75,7 +78,10 @@ from scalingnote.index.layout import (
     _now,
     _replace_dir,
 )
-
+from scalingnote.index.settings import IndexBuildSettings
+from scalingnote.index.shards import content_digest
+from scalingnote.utils import machine_description, package_versions
+from scalingnote.utils.steps import canonical, describe_changes, input_digest
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +95,31 @@ class IndexConfig(IndexBuildSettings):
     ``scalingnote index build`` generates its options from these fields, and :func:`build_index`
     takes them as keywords (``build_index(src, out, **cfg.kwargs())``)."""
 
-    factory: str = field(default="Flat", metadata=cli_meta("FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."))
+    factory: str = field(
+        default="Flat",
+        metadata=cli_meta("FAISS factory string, e.g. Flat, IVF256,PQ48x8, HNSW32, HNSW32_PQ48, OPQ48,IVF256,PQ48."),
+    )
     nprobe: int | None = field(default=None, metadata=cli_meta("Default IVF probes stored in the index.", min=1))
     ef_search: int | None = field(default=None, metadata=cli_meta("Default HNSW efSearch stored in the index.", min=1))
     overwrite: bool = field(default=False, metadata=cli_meta("Replace an existing index directory."))
-    reuse: bool = field(default=False, metadata=cli_meta("Keep an existing index directory built from the same inputs (refuse one built from others)."))
-    method: str | None = field(default=None, metadata=cli_meta("Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."))
-    train_queries: str | None = field(default=None, metadata=cli_meta("(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query tower: lists cut in their metric / query-guided edges."))
+    reuse: bool = field(
+        default=False,
+        metadata=cli_meta(
+            "Keep an existing index directory built from the same inputs (refuse one built from others)."
+        ),
+    )
+    method: str | None = field(
+        default=None,
+        metadata=cli_meta(
+            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."
+        ),
+    )
+    train_queries: str | None = field(
+        default=None,
+        metadata=cli_meta(
+            "(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query tower: lists cut in their metric / query-guided edges."
+        ),
+    )
 
     def kwargs(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -175,11 +199,23 @@ def build_index(
         routed = methods.routing_from(routing, method, len(src.ids), dim, s.seed, s.train_size)
         tq = methods.train_query_vectors(train_queries, dim)
         factory = method
-    settings_in = dict(factory=factory.strip(), dim=s.dim, train_size=s.train_size, seed=s.seed, semantic_ids_layers=s.semantic_ids_layers,
-                       codebook_size=s.codebook_size, nprobe=nprobe, ef_search=ef_search, polysemous_training=polysemous_training)
+    settings_in = dict(
+        factory=factory.strip(),
+        dim=s.dim,
+        train_size=s.train_size,
+        seed=s.seed,
+        semantic_ids_layers=s.semantic_ids_layers,
+        codebook_size=s.codebook_size,
+        nprobe=nprobe,
+        ef_search=ef_search,
+        polysemous_training=polysemous_training,
+    )
     if routed is not None:  # only routed builds add these keys: older indexes keep their input digests
-        settings_in.update(routing=dataclasses.asdict(routed), train_queries=None if tq is None else hashlib.sha256(tq.tobytes()).hexdigest(),
-                           routing_state=None if not routing_state else sorted(routing_state))
+        settings_in.update(
+            routing=dataclasses.asdict(routed),
+            train_queries=None if tq is None else hashlib.sha256(tq.tobytes()).hexdigest(),
+            routing_state=None if not routing_state else sorted(routing_state),
+        )
     inputs = build_inputs(src, settings_in, documents, prebuilt=index is not None)
     if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
         return out_dir
@@ -200,8 +236,16 @@ def build_index(
             n_train, sem_info, timings = extra.pop("n_train"), extra.pop("semantic_ids"), extra.pop("timings")
         else:
             n_train, sem_info, timings = _fill_index(tmp_dir, index, factory, src, dim, s, add_batch_size, progress)
-        sampling = {"train_size": int(s.train_size), "n_train": n_train, "seed": int(s.seed), "search_defaults": search_defaults, "semantic_ids": sem_info,
-                    "inputs": inputs, "inputs_sha256": input_digest(inputs), **{k: v for k, v in extra.items() if k != "factory"}}
+        sampling = {
+            "train_size": int(s.train_size),
+            "n_train": n_train,
+            "seed": int(s.seed),
+            "search_defaults": search_defaults,
+            "semantic_ids": sem_info,
+            "inputs": inputs,
+            "inputs_sha256": input_digest(inputs),
+            **{k: v for k, v in extra.items() if k != "factory"},
+        }
         _write_index_files(tmp_dir, index, factory, src, dim, documents, sampling, timings, t_start)
         _replace_dir(tmp_dir, out_dir)
     except BaseException:
@@ -210,8 +254,17 @@ def build_index(
     return out_dir
 
 
-def _fill_routed(tmp_dir: Path, cfg: Any, src: _Source, dim: int, s: IndexBuildSettings, tq: np.ndarray | None, state: dict | None, empty: Any,
-                 chunk: int) -> tuple[Any, dict[str, Any]]:
+def _fill_routed(
+    tmp_dir: Path,
+    cfg: Any,
+    src: _Source,
+    dim: int,
+    s: IndexBuildSettings,
+    tq: np.ndarray | None,
+    state: dict | None,
+    empty: Any,
+    chunk: int,
+) -> tuple[Any, dict[str, Any]]:
     """Write the vectors and build the routed structure of ``cfg.method`` over them
     (:func:`scalingnote.index.faiss.methods.fill_routed`); the semantic IDs as :func:`_fill_index` fits them."""
     vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
@@ -219,7 +272,9 @@ def _fill_routed(tmp_dir: Path, cfg: Any, src: _Source, dim: int, s: IndexBuildS
     try:
         index, new_state = methods.fill_routed(np.asarray(vectors), cfg, train_queries=tq, state=state, empty=empty)
     except RuntimeError as e:
-        raise ScalingNoteError(f"method {cfg.method!r}: building over {len(src.ids)} vectors failed: {_faiss_message(e)}") from None
+        raise ScalingNoteError(
+            f"method {cfg.method!r}: building over {len(src.ids)} vectors failed: {_faiss_message(e)}"
+        ) from None
     timings = {"train_seconds": 0.0, "add_seconds": time.perf_counter() - t0}
     if index.ntotal != len(src.ids):
         raise ScalingNoteError(f"FAISS index holds {index.ntotal} vectors after adding {len(src.ids)}")
@@ -230,8 +285,13 @@ def _fill_routed(tmp_dir: Path, cfg: Any, src: _Source, dim: int, s: IndexBuildS
     del vectors
     file = methods.save_state(tmp_dir, new_state)
     entry = methods.manifest_entry(cfg, file, None if tq is None else int(len(tq)))
-    return index, {"factory": methods.structure_label(index, cfg), "routing": entry, "n_train": len(train_rows), "semantic_ids": sem_info,
-                   "timings": timings}
+    return index, {
+        "factory": methods.structure_label(index, cfg),
+        "routing": entry,
+        "n_train": len(train_rows),
+        "semantic_ids": sem_info,
+        "timings": timings,
+    }
 
 
 def _empty_index(index: Any, dim: int, factory: str, seed: int, polysemous_training: bool) -> Any:
@@ -240,12 +300,15 @@ def _empty_index(index: Any, dim: int, factory: str, seed: int, polysemous_train
         index = make_index(dim, factory)
         _prepare_training(index, seed, polysemous_training)
     elif not index.is_trained or index.ntotal != 0 or index.d != dim:
-        raise ScalingNoteError(f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})")
+        raise ScalingNoteError(
+            f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})"
+        )
     return index
 
 
-def _fill_index(tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, s: IndexBuildSettings, chunk: int,
-                progress: bool) -> tuple[int, dict[str, Any] | None, dict[str, float]]:
+def _fill_index(
+    tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, s: IndexBuildSettings, chunk: int, progress: bool
+) -> tuple[int, dict[str, Any] | None, dict[str, float]]:
     """Write the vectors, train and fill ``index`` and fit the semantic IDs on one seeded sample;
     returns the sample size, the semantic IDs' manifest entry and the timings."""
     # 1. full-precision (Matryoshka prefix, re-normalised) vectors, memory-mapped
@@ -262,8 +325,17 @@ def _fill_index(tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int,
     return len(train_rows), sem_info, timings
 
 
-def _write_index_files(tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, documents: Any, sampling: dict[str, Any],
-                       timings: dict[str, float], t_start: float) -> None:
+def _write_index_files(
+    tmp_dir: Path,
+    index: Any,
+    factory: str,
+    src: _Source,
+    dim: int,
+    documents: Any,
+    sampling: dict[str, Any],
+    timings: dict[str, float],
+    t_start: float,
+) -> None:
     """The FAISS index, the document ids, the document store and the manifest into ``tmp_dir``."""
     import faiss
 
@@ -295,7 +367,10 @@ def build_inputs(src: _Source, settings: dict[str, Any], documents: Any, *, preb
     (``index=``) has no digest: such a build is never reused."""
     if isinstance(src.data, Embeddings):
         m = src.data.manifest
-        vectors: Any = {"embeddings": [s.get("content_sha256") for s in m.get("shards", [])], "normalized": m.get("normalized")}
+        vectors: Any = {
+            "embeddings": [s.get("content_sha256") for s in m.get("shards", [])],
+            "normalized": m.get("normalized"),
+        }
     else:
         h = hashlib.sha256(np.ascontiguousarray(src.data, dtype=np.float32).tobytes())
         h.update(json.dumps(src.ids, ensure_ascii=False).encode("utf-8", "surrogatepass"))
@@ -303,12 +378,20 @@ def build_inputs(src: _Source, settings: dict[str, Any], documents: Any, *, preb
     if documents is None or isinstance(documents, (str, Path)):
         docs: Any = Path(documents) if documents is not None else None
     elif isinstance(documents, (Mapping, list, tuple)):
-        docs = {"content_sha256": content_digest(list(documents.values() if isinstance(documents, Mapping) else documents))}
+        docs = {
+            "content_sha256": content_digest(list(documents.values() if isinstance(documents, Mapping) else documents))
+        }
     else:
         docs = "<iterable>"  # a one-shot iterable cannot be read twice: never reused
     tower = {k: src.tower.get(k) for k in ("fingerprint", "compat_id") if k in src.tower}
-    return canonical({"vectors": {**vectors, "n": len(src.ids), "dim": src.dim, "tower": tower}, **settings, "documents": docs,
-                      "prebuilt_index": prebuilt})
+    return canonical(
+        {
+            "vectors": {**vectors, "n": len(src.ids), "dim": src.dim, "tower": tower},
+            **settings,
+            "documents": docs,
+            "prebuilt_index": prebuilt,
+        }
+    )
 
 
 def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, reuse: bool) -> bool:
@@ -318,11 +401,19 @@ def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, re
         old = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         old = {}
-    same = old.get("inputs_sha256") == input_digest(inputs) and not inputs.get("prebuilt_index") and inputs.get("documents") != "<iterable>"
-    what = describe_changes(old["inputs"], inputs) if isinstance(old.get("inputs"), dict) else "it records no build inputs"
+    same = (
+        old.get("inputs_sha256") == input_digest(inputs)
+        and not inputs.get("prebuilt_index")
+        and inputs.get("documents") != "<iterable>"
+    )
+    what = (
+        describe_changes(old["inputs"], inputs) if isinstance(old.get("inputs"), dict) else "it records no build inputs"
+    )
     if not (overwrite or reuse):
-        raise ScalingNoteError(f"{out_dir}: already exists (built from {'the same' if same else 'other'} inputs); "
-                               "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the same inputs")
+        raise ScalingNoteError(
+            f"{out_dir}: already exists (built from {'the same' if same else 'other'} inputs); "
+            "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the same inputs"
+        )
     if same and reuse:
         log.info("%s: built from the same inputs; reused", out_dir)
         return True
@@ -330,7 +421,9 @@ def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, re
         if not same:
             log.warning("%s: replacing an index built from other inputs (%s)", out_dir, what)
         return False
-    raise ScalingNoteError(f"{out_dir}: already exists, built from other inputs ({what}); pass overwrite=True / --overwrite to replace it")
+    raise ScalingNoteError(
+        f"{out_dir}: already exists, built from other inputs ({what}); pass overwrite=True / --overwrite to replace it"
+    )
 
 
 @dataclass
@@ -407,7 +500,9 @@ def _write_vectors(path: Path, src: _Source, dim: int, chunk: int) -> np.ndarray
     return vectors
 
 
-def _train_and_add(index, factory: str, vectors: np.ndarray, train_x: np.ndarray, chunk: int, progress: bool) -> dict[str, float]:
+def _train_and_add(
+    index, factory: str, vectors: np.ndarray, train_x: np.ndarray, chunk: int, progress: bool
+) -> dict[str, float]:
     from tqdm.auto import tqdm
 
     n = vectors.shape[0]
@@ -433,7 +528,9 @@ def _train_and_add(index, factory: str, vectors: np.ndarray, train_x: np.ndarray
     return {"train_seconds": train_seconds, "add_seconds": add_seconds}
 
 
-def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, s: IndexBuildSettings, chunk: int) -> dict[str, Any] | None:
+def _semantic_ids(
+    tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, s: IndexBuildSettings, chunk: int
+) -> dict[str, Any] | None:
     """Residual-K-means semantic IDs of every document (``semantic_ids.npy``) + codebooks."""
     rkm = s.fit_semantic_ids(train_x)
     if rkm is None:
@@ -448,8 +545,18 @@ def _semantic_ids(tmp_dir: Path, vectors: np.ndarray, train_x: np.ndarray, s: In
     return {"file": SEMANTIC_IDS_FILE, "codebooks": SEMANTIC_CODEBOOKS_FILE, **rkm.describe()}
 
 
-def _manifest(index, factory: str, tmp_dir: Path, src: _Source, dim: int, files: dict[str, str], docs_info, sampling: dict[str, Any],
-              timings: dict[str, float], t_start: float) -> dict[str, Any]:
+def _manifest(
+    index,
+    factory: str,
+    tmp_dir: Path,
+    src: _Source,
+    dim: int,
+    files: dict[str, str],
+    docs_info,
+    sampling: dict[str, Any],
+    timings: dict[str, float],
+    t_start: float,
+) -> dict[str, Any]:
     import faiss
 
     n = len(src.ids)

@@ -14,7 +14,6 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, MANIFEST, SNIPPET_CHARS, read_manifest
 from scalingnote.utils.io import atomic_write
 
-
 # --------------------------------------------------------------------------- document store
 
 
@@ -31,7 +30,9 @@ def make_snippet(text: str, max_chars: int = SNIPPET_CHARS) -> str:
     return cut.rstrip() + "\u2026"
 
 
-def _documents_by_id(documents: str | Path | Mapping[str, Document] | Iterable[Document]) -> tuple[dict[str, Document], str | None]:
+def _documents_by_id(
+    documents: str | Path | Mapping[str, Document] | Iterable[Document],
+) -> tuple[dict[str, Document], str | None]:
     """``{id: Document}`` from a corpus (a BEIR directory or a corpus file in any registered
     format, :mod:`scalingnote.data.corpus`), a mapping or an iterable."""
     if isinstance(documents, (str, Path)):
@@ -64,7 +65,9 @@ def index_corpus(manifest: dict[str, Any]) -> Path | None:
     return _corpus_of_embeddings(manifest.get("embeddings_dir"))
 
 
-def write_document_store(path: Path, ids: Sequence[str], documents, snippet_chars: int = SNIPPET_CHARS) -> dict[str, Any]:
+def write_document_store(
+    path: Path, ids: Sequence[str], documents, snippet_chars: int = SNIPPET_CHARS
+) -> dict[str, Any]:
     """Write ``docs.jsonl`` (``{"id", "title", "snippet"}`` per FAISS row, in row order) atomically;
     returns its manifest entry. Documents absent from ``documents`` get empty fields."""
     by_id, source = _documents_by_id(documents)
@@ -75,9 +78,20 @@ def write_document_store(path: Path, ids: Sequence[str], documents, snippet_char
             if d is not None:
                 n_found += 1
                 n_titles += bool(d.title)
-            rec = {"id": i, "title": d.title if d else "", "snippet": make_snippet(d.content or d.topic or "", snippet_chars) if d else ""}
+            rec = {
+                "id": i,
+                "title": d.title if d else "",
+                "snippet": make_snippet(d.content or d.topic or "", snippet_chars) if d else "",
+            }
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return {"file": path.name, "source": source, "n_documents": len(ids), "n_found": n_found, "n_titles": n_titles, "snippet_chars": snippet_chars}
+    return {
+        "file": path.name,
+        "source": source,
+        "n_documents": len(ids),
+        "n_found": n_found,
+        "n_titles": n_titles,
+        "snippet_chars": snippet_chars,
+    }
 
 
 def read_document_store(path: Path, doc_ids: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -92,7 +106,9 @@ def read_document_store(path: Path, doc_ids: Sequence[str]) -> tuple[list[str], 
                 except json.JSONDecodeError as e:
                     raise ScalingNoteError(f"{path}: line {lineno}: invalid JSON ({e.msg})") from None
                 if not isinstance(rec, dict) or lineno > len(doc_ids) or rec.get("id") != doc_ids[lineno - 1]:
-                    raise ScalingNoteError(f"{path}: line {lineno}: field 'id' does not match FAISS row {lineno - 1} of the index")
+                    raise ScalingNoteError(
+                        f"{path}: line {lineno}: field 'id' does not match FAISS row {lineno - 1} of the index"
+                    )
                 titles.append(str(rec.get("title") or ""))
                 snippets.append(str(rec.get("snippet") or ""))
     except OSError as e:

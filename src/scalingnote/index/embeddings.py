@@ -50,7 +50,6 @@ from scalingnote.utils.io import atomic_path
 from scalingnote.utils.steps import describe_changes
 
 
-
 @runtime_checkable
 class DocumentEncoder(Protocol):
     """What :func:`encode_corpus` needs from a document tower."""
@@ -151,7 +150,9 @@ def encode_corpus(
     out_dir = Path(out_dir)
     ident = dict(tower_info) if tower_info is not None else tower_identity(tower)
     docs, source, total = open_corpus(corpus)
-    shards = ShardLog.open(out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=ident)
+    shards = ShardLog.open(
+        out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=ident
+    )
     if shards.resumed:
         check_resume(out_dir, shards.man, ident, shard_size, normalize)
     bar = tqdm(total=total, unit="doc", desc="encode", disable=not progress, dynamic_ncols=True)
@@ -179,7 +180,9 @@ def encode_corpus(
         bar.close()
     seconds = shards.finish(t0, encoded, f"{source or 'corpus'}: no documents to encode")
     rate = encoded / seconds if encoded and seconds > 0 else 0.0  # this run only
-    return EncodeResult(out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man)
+    return EncodeResult(
+        out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man
+    )
 
 
 def encode_chunk(tower: DocumentEncoder, chunk: list[Document], batch_size: int, normalize: bool, bar) -> np.ndarray:
@@ -210,7 +213,9 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def check_resume(out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int, normalize: bool | None = None) -> None:
+def check_resume(
+    out_dir: Path, man: dict[str, Any], ident: dict[str, Any], shard_size: int, normalize: bool | None = None
+) -> None:
     """Refuse to resume an encoding made with other settings: the shard size, the
     normalisation, or any identity field of the document tower recorded in both (weights
     fingerprint, compat id, pooling, maximum length, layers ...). The documents themselves are
@@ -298,9 +303,13 @@ def load_embeddings(root: str | Path, require_complete: bool = True) -> Embeddin
     root = Path(root)
     man = read_manifest(root)
     if man is None:
-        raise ScalingNoteError(f"{root}: no {MANIFEST} — not an embeddings directory (run `scalingnote index encode` first)")
+        raise ScalingNoteError(
+            f"{root}: no {MANIFEST} — not an embeddings directory (run `scalingnote index encode` first)"
+        )
     if require_complete and not man.get("complete"):
-        raise ScalingNoteError(f"{root / MANIFEST}: field 'complete' is false — encoding was interrupted; rerun the same encode command to resume")
+        raise ScalingNoteError(
+            f"{root / MANIFEST}: field 'complete' is false — encoding was interrupted; rerun the same encode command to resume"
+        )
     shards, ids = [], []
     for rec in sorted(man["shards"], key=lambda r: int(r["shard"])):
         vpath, ipath = root / rec["vectors"], root / rec["ids"]

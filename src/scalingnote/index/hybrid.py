@@ -35,9 +35,9 @@ from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Qrels, Run
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.evaluation import evaluate
-from scalingnote.index.searcher import SearchResult, SearcherBase
 from scalingnote.index.docstore import index_corpus
 from scalingnote.index.pipeline import open_dense, write_run_meta
+from scalingnote.index.searcher import SearcherBase, SearchResult
 from scalingnote.sparse.bm25 import open_or_build_bm25
 
 Mode = Literal["dense", "bm25", "hybrid"]
@@ -71,7 +71,11 @@ class FusionConfig:
             raise ScalingNoteError(f"fusion: norm must be minmax or zscore, got {self.norm!r}")
         if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, (int, float)) or self.rrf_k < 0:
             raise ScalingNoteError(f"fusion: rrf_k must be a number >= 0, got {self.rrf_k!r}")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0.0 <= float(self.weight) <= 1.0:
+        if (
+            isinstance(self.weight, bool)
+            or not isinstance(self.weight, (int, float))
+            or not 0.0 <= float(self.weight) <= 1.0
+        ):
             raise ScalingNoteError(f"fusion: weight must be in [0, 1], got {self.weight!r}")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or self.depth < 1:
             raise ScalingNoteError(f"fusion: depth must be an integer >= 1, got {self.depth!r}")
@@ -123,7 +127,9 @@ def _ranked(scores: Mapping[str, float], depth: int | None) -> list[tuple[str, f
     return items[:depth] if depth is not None else items
 
 
-def rrf_scores(lists: Sequence[Mapping[str, float]], k: float = DEFAULT_RRF_K, depth: int | None = None) -> dict[str, float]:
+def rrf_scores(
+    lists: Sequence[Mapping[str, float]], k: float = DEFAULT_RRF_K, depth: int | None = None
+) -> dict[str, float]:
     """Reciprocal rank fusion of one query's result lists: ``sum 1 / (k + rank)`` (ranks from 1)."""
     out: dict[str, float] = {}
     for scores in lists:
@@ -154,7 +160,11 @@ LEXICAL_FLOOR = 0.0
 
 
 def weighted_scores(
-    dense: Mapping[str, float], lexical: Mapping[str, float], weight: float, norm: Norm = "minmax", depth: int | None = None,
+    dense: Mapping[str, float],
+    lexical: Mapping[str, float],
+    weight: float,
+    norm: Norm = "minmax",
+    depth: int | None = None,
     lexical_floor: float = LEXICAL_FLOOR,
 ) -> dict[str, float]:
     """``weight * norm(dense) + (1 - weight) * norm(bm25)`` over the candidates (the union of both
@@ -188,7 +198,10 @@ def _top(scores: Mapping[str, float], k: int | None) -> dict[str, float]:
 def fuse_runs(dense_run: Run, bm25_run: Run, config: FusionConfig | None = None, k: int | None = None) -> Run:
     """Fuse two runs query by query (every query of either run), keeping the top ``k`` (default: all)."""
     config = config or FusionConfig()
-    return {q: _top(fuse_scores(dense_run.get(q, {}), bm25_run.get(q, {}), config), k) for q in dense_run.keys() | bm25_run.keys()}
+    return {
+        q: _top(fuse_scores(dense_run.get(q, {}), bm25_run.get(q, {}), config), k)
+        for q in dense_run.keys() | bm25_run.keys()
+    }
 
 
 # --------------------------------------------------------------------------- weight selection
@@ -280,10 +293,17 @@ def hybrid_search_run(
     elif fusion == "weighted":
         if weight is None:
             if validation is None:
-                raise ScalingNoteError("weighted fusion needs weight= or validation=(dense_run, bm25_run, qrels) on validation queries")
+                raise ScalingNoteError(
+                    "weighted fusion needs weight= or validation=(dense_run, bm25_run, qrels) on validation queries"
+                )
             choice = choose_weight(*validation, norm=norm, depth=depth)
             weight = choice.weight
-            info.update({"weight_chosen_on": f"{choice.n_queries} validation queries", f"validation_{choice.metric}": round(choice.value, 4)})
+            info.update(
+                {
+                    "weight_chosen_on": f"{choice.n_queries} validation queries",
+                    f"validation_{choice.metric}": round(choice.value, 4),
+                }
+            )
         cfg = FusionConfig(method="weighted", weight=float(weight), norm=norm, depth=depth)
         info.update({"weight": float(weight), "norm": norm})
     else:
@@ -358,7 +378,9 @@ class HybridSearcher(SearcherBase):
         fusion = fusion or self.fusion
         depth = max(k, fusion.depth)
         fusion = replace(fusion, depth=depth)  # each side's list is cut at the depth fetched, so k > depth gets k hits
-        lex = self.bm25.search({str(i): t for i, t in enumerate(texts)}, k=depth if mode == "hybrid" else k, show_progress=False)
+        lex = self.bm25.search(
+            {str(i): t for i, t in enumerate(texts)}, k=depth if mode == "hybrid" else k, show_progress=False
+        )
         runs: list[dict[str, float]]
         if mode == "bm25":
             runs = [_top(lex[str(i)], k) for i in range(len(texts))]
@@ -369,7 +391,9 @@ class HybridSearcher(SearcherBase):
                 dense_scores = {d: float(s) for d, s in zip(dres.doc_ids[i], dres.scores[i], strict=False)}
                 runs.append(_top(fuse_scores(dense_scores, lex[str(i)], fusion), k))
         sem = self.dense.semantic_ids
-        return self.dense.attach_documents(SearchResult.from_runs(runs, k, self._row, None if sem is None else np.asarray(sem)))
+        return self.dense.attach_documents(
+            SearchResult.from_runs(runs, k, self._row, None if sem is None else np.asarray(sem))
+        )
 
 
 # --------------------------------------------------------------------------- open / run files
@@ -433,14 +457,22 @@ def hybrid_queries_to_run(
         raise ScalingNoteError("no queries to search")
     searcher.check_mode(mode)
     t0 = time.perf_counter()
-    run = searcher.search_run([q.id for q in queries], [q.text for q in queries], k, batch_size=batch_size, mode=mode, **dense_kw)
+    run = searcher.search_run(
+        [q.id for q in queries], [q.text for q in queries], k, batch_size=batch_size, mode=mode, **dense_kw
+    )
     secs = time.perf_counter() - t0
     write_run(out, run, tag=f"scalingnote-{mode}", k=k)
     cfg = dict(config or {})
-    cfg.update({"mode": mode, "k": k, "n_queries": len(queries), **{key: v for key, v in dense_kw.items() if v is not None}})
+    cfg.update(
+        {"mode": mode, "k": k, "n_queries": len(queries), **{key: v for key, v in dense_kw.items() if v is not None}}
+    )
     if mode == "hybrid":
         cfg["fusion"] = asdict(searcher.fusion)
-    bm25 = {"bm25": {"language": searcher.bm25.language, "fingerprint": searcher.bm25.fingerprint}} if searcher.bm25 is not None else {}
+    bm25 = (
+        {"bm25": {"language": searcher.bm25.language, "fingerprint": searcher.bm25.fingerprint}}
+        if searcher.bm25 is not None
+        else {}
+    )
     return write_run_meta(out, cfg, searcher.dense.manifest, len(queries), secs, extra=bm25)
 
 

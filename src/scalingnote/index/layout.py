@@ -10,11 +10,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import tower_identity
 from scalingnote.utils import write_json
-
 
 FORMAT = "scalingnote-index/1"
 MANIFEST = "manifest.json"
@@ -34,7 +32,9 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     root = Path(root)
     path = root / MANIFEST
     if not path.exists():
-        raise ScalingNoteError(f"{root}: no {MANIFEST} — not an index directory (build one with `scalingnote index build`)")
+        raise ScalingNoteError(
+            f"{root}: no {MANIFEST} — not an index directory (build one with `scalingnote index build`)"
+        )
     try:
         man = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
@@ -88,7 +88,7 @@ def check_query_tower(manifest: dict[str, Any], query_tower, where: str | Path =
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def _replace_dir(tmp_dir: Path, out_dir: Path) -> None:

@@ -14,19 +14,28 @@ from scalingnote.data.beir import load_qrels, load_queries
 from scalingnote.data.types import Query
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
+from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
 from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.layout import check_query_tower, read_manifest
-from scalingnote.index.embeddings import EncodeResult, encode_corpus, tower_identity
 from scalingnote.utils import run_metadata, write_json
 
 
-def load_tower_for(name_or_path: str | Path, role: str, *, num_layers: int | None = None, dim: int | None = None, pooling: str | None = None):
+def load_tower_for(
+    name_or_path: str | Path,
+    role: str,
+    *,
+    num_layers: int | None = None,
+    dim: int | None = None,
+    pooling: str | None = None,
+):
     """``scalingnote.models.load_tower`` for ``role`` ("query" / "document").
 
     A zero-shot base model (e.g. ``minilm-l6``) loads without a projection, so its query
     and document towers share a compat id and an index can be built before any training.
     """
-    from scalingnote.models import load_tower  # why: scalingnote.models imports torch (~1.3 s); search / serve start-up must not pay it
+    from scalingnote.models import (
+        load_tower,  # why: scalingnote.models imports torch (~1.3 s); search / serve start-up must not pay it
+    )
 
     return load_tower(str(name_or_path), role=role, num_layers=num_layers, dim=dim, pooling=pooling)
 
@@ -50,11 +59,15 @@ def encode_with_tower(
     training cached) and stored there otherwise; only the projection runs per document."""
     tower = load_tower_for(tower_name, "document", **tower_options)
     if feature_cache is not None:
-        from scalingnote.models import PrefixTower  # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
+        from scalingnote.models import (
+            PrefixTower,  # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
+        )
 
         ident = tower_identity(tower)
         enc = PrefixTower(tower, 0, feature_cache, batch_size=batch_size, show_progress=progress)
-        return encode_corpus(enc, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress, tower_info=ident)
+        return encode_corpus(
+            enc, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress, tower_info=ident
+        )
     return encode_corpus(tower, data, out_dir, shard_size=shard_size, batch_size=batch_size, progress=progress)
 
 
@@ -114,23 +127,56 @@ def search_queries_to_run(
     qvecs = index.query_vectors(texts)
     encode_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    run = index.search_run([q.id for q in queries], qvecs, k=k, batch_size=batch_size, progress=progress, nprobe=nprobe, ef_search=ef_search, rerank=rerank)
+    run = index.search_run(
+        [q.id for q in queries],
+        qvecs,
+        k=k,
+        batch_size=batch_size,
+        progress=progress,
+        nprobe=nprobe,
+        ef_search=ef_search,
+        rerank=rerank,
+    )
     search_s = time.perf_counter() - t0
     write_run(out, run, tag=f"scalingnote-{index.factory}", k=k)
     cfg = dict(config or {})
-    cfg.update({"index": str(index_dir), "k": k, "nprobe": nprobe, "ef_search": ef_search, "rerank": rerank, "n_queries": len(queries)})
+    cfg.update(
+        {
+            "index": str(index_dir),
+            "k": k,
+            "nprobe": nprobe,
+            "ef_search": ef_search,
+            "rerank": rerank,
+            "n_queries": len(queries),
+        }
+    )
     return write_run_meta(out, cfg, index.manifest, len(queries), search_s, encode_seconds=encode_s)
 
 
-def write_run_meta(out: str | Path, config: dict[str, Any], manifest: dict[str, Any], n_queries: int, search_seconds: float,
-                   *, encode_seconds: float | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_run_meta(
+    out: str | Path,
+    config: dict[str, Any],
+    manifest: dict[str, Any],
+    n_queries: int,
+    search_seconds: float,
+    *,
+    encode_seconds: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """``<out>.meta.json`` beside a TREC run: config + versions + machine, the index's identity
     (factory, dim, size, document tower, search defaults) and the timings. Returns it."""
     meta = run_metadata(config)
-    meta["index_manifest"] = {key: manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")}
+    meta["index_manifest"] = {
+        key: manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")
+    }
     meta.update(extra or {})
     timings = {} if encode_seconds is None else {"encode_seconds": round(encode_seconds, 3)}
-    timings.update({"search_seconds": round(search_seconds, 3), "search_qps": round(n_queries / search_seconds, 1) if search_seconds > 0 else None})
+    timings.update(
+        {
+            "search_seconds": round(search_seconds, 3),
+            "search_qps": round(n_queries / search_seconds, 1) if search_seconds > 0 else None,
+        }
+    )
     meta["timings"] = timings
     write_json(Path(str(out) + ".meta.json"), meta)
     return meta

@@ -61,10 +61,15 @@ class SearchResult:
         """``{query_id: {doc_id: score}}`` for :func:`scalingnote.data.write_run` / evaluation."""
         if len(query_ids) != len(self.doc_ids):
             raise ScalingNoteError(f"{len(query_ids)} query ids for {len(self.doc_ids)} result rows")
-        return {qid: {d: float(s) for d, s in zip(docs, row, strict=False)} for qid, docs, row in zip(query_ids, self.doc_ids, self.scores, strict=True)}
+        return {
+            qid: {d: float(s) for d, s in zip(docs, row, strict=False)}
+            for qid, docs, row in zip(query_ids, self.doc_ids, self.scores, strict=True)
+        }
 
     @classmethod
-    def from_runs(cls, runs: Sequence[dict[str, float]], k: int, row_of: dict[str, int], semantic_ids: np.ndarray | None = None) -> SearchResult:
+    def from_runs(
+        cls, runs: Sequence[dict[str, float]], k: int, row_of: dict[str, int], semantic_ids: np.ndarray | None = None
+    ) -> SearchResult:
         """Rows from per-query ``{doc_id: score}`` dicts (already in rank order, at most ``k``);
         ``row_of`` maps a document id to its row (``indices``); ``semantic_ids`` (n_docs, L)
         fills the hits' semantic IDs."""
@@ -96,7 +101,15 @@ class Searcher(Protocol):
 
     def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult: ...
 
-    def search_run(self, query_ids: Sequence[str], queries: Any, k: int = 100, batch_size: int = 256, progress: bool = False, **kw: Any) -> Run: ...
+    def search_run(
+        self,
+        query_ids: Sequence[str],
+        queries: Any,
+        k: int = 100,
+        batch_size: int = 256,
+        progress: bool = False,
+        **kw: Any,
+    ) -> Run: ...
 
 
 #: the search options a request may set -> (the capability flag of :class:`SearcherBase` that
@@ -130,12 +143,22 @@ def search_options(searcher: Any, backend: str | None = None, **requested: Any) 
             continue
         flag, lacks = SEARCH_OPTIONS[name]
         if not getattr(searcher, flag, False):
-            raise ScalingNoteError(f"{name}: index {_describe(searcher)!r} {lacks} (back end {backend or type(searcher).__name__})")
+            raise ScalingNoteError(
+                f"{name}: index {_describe(searcher)!r} {lacks} (back end {backend or type(searcher).__name__})"
+            )
         out[name] = value
     return out
 
 
-def search_run(searcher: Any, query_ids: Sequence[str], queries: Any, k: int = 100, batch_size: int = 256, progress: bool = False, **kw: Any) -> Run:
+def search_run(
+    searcher: Any,
+    query_ids: Sequence[str],
+    queries: Any,
+    k: int = 100,
+    batch_size: int = 256,
+    progress: bool = False,
+    **kw: Any,
+) -> Run:
     """Search ``queries`` (texts or vectors, aligned with ``query_ids``) in batches of
     ``batch_size`` with ``searcher.search(batch, k, **kw)``; a TREC-style run ``{qid: {doc_id: score}}``.
     A search option of :data:`SEARCH_OPTIONS` left None is not passed (a back end receives only
@@ -181,7 +204,15 @@ class SearcherBase:
     def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def search_run(self, query_ids: Sequence[str], queries: Any, k: int = 100, batch_size: int = 256, progress: bool = False, **kw: Any) -> Run:
+    def search_run(
+        self,
+        query_ids: Sequence[str],
+        queries: Any,
+        k: int = 100,
+        batch_size: int = 256,
+        progress: bool = False,
+        **kw: Any,
+    ) -> Run:
         """Search in batches and return a TREC-style run ``{qid: {doc_id: score}}``."""
         return search_run(self, query_ids, queries, k=k, batch_size=batch_size, progress=progress, **kw)
 
@@ -244,7 +275,9 @@ class VectorSearcher(SearcherBase):
                 queries = np.asarray(queries, dtype=np.float32)
         if isinstance(queries, list):
             if self.query_tower is None:
-                raise ScalingNoteError(f"searching with query texts needs a query tower: {type(self).__name__}.open(..., query_tower=...)")
+                raise ScalingNoteError(
+                    f"searching with query texts needs a query tower: {type(self).__name__}.open(..., query_tower=...)"
+                )
             if not queries:
                 return np.zeros((0, self.dim), dtype=np.float32)
             q = np.asarray(encode_queries_quietly(self.query_tower, queries), dtype=np.float32)
@@ -261,7 +294,9 @@ class VectorSearcher(SearcherBase):
             if d == src and src > self.dim:
                 q = q[:, : self.dim]  # Matryoshka prefix, as the documents were indexed
             else:
-                raise ScalingNoteError(f"{what} do not match the index: index dim is {self.dim} (document tower dim {src}), got {d}")
+                raise ScalingNoteError(
+                    f"{what} do not match the index: index dim is {self.dim} (document tower dim {src}), got {d}"
+                )
         if not np.all(np.isfinite(q)):
             raise ScalingNoteError("query vectors contain non-finite values")
         return np.ascontiguousarray(l2_normalize(q))
@@ -295,6 +330,15 @@ class BM25Searcher(SearcherBase):
 
 
 __all__ = [
-    "BM25Searcher", "Queries", "SEARCH_OPTIONS", "SearchResult", "Searcher", "SearcherBase", "VectorSearcher", "encode_queries_quietly", "gather_rows",
-    "search_options", "search_run",
+    "BM25Searcher",
+    "Queries",
+    "SEARCH_OPTIONS",
+    "SearchResult",
+    "Searcher",
+    "SearcherBase",
+    "VectorSearcher",
+    "encode_queries_quietly",
+    "gather_rows",
+    "search_options",
+    "search_run",
 ]

@@ -39,7 +39,9 @@ class IndexBuildSettings:
 
     dim: int | None = field(default=None, metadata=cli_meta("Matryoshka prefix to index (default: full dim).", min=1))
     semantic_ids_layers: int = field(default=6, metadata=cli_meta("Residual K-means layers (0 = none).", min=0))
-    codebook_size: int = field(default=256, metadata=cli_meta("Centroids per semantic-ID layer (clamped to the training size).", min=1))
+    codebook_size: int = field(
+        default=256, metadata=cli_meta("Centroids per semantic-ID layer (clamped to the training size).", min=1)
+    )
     train_size: int = field(default=100_000, metadata=cli_meta("Seeded training sample size.", min=1))
     seed: int = field(default=0, metadata=cli_meta("Seed of the training sample and the k-means."))
 
@@ -52,7 +54,9 @@ class IndexBuildSettings:
         """The dimension indexed from ``source_dim``-d embeddings (``dim``, default all of them)."""
         d = source_dim if self.dim is None else int(self.dim)
         if not 1 <= d <= source_dim:
-            raise ScalingNoteError(f"dim: {d} is not a valid Matryoshka prefix of {source_dim}-d embeddings (1..{source_dim})")
+            raise ScalingNoteError(
+                f"dim: {d} is not a valid Matryoshka prefix of {source_dim}-d embeddings (1..{source_dim})"
+            )
         return d
 
     def training_rows(self, n: int) -> np.ndarray:
@@ -65,7 +69,9 @@ class IndexBuildSettings:
         """Residual K-means codebooks fitted on ``train_x``; None with 0 semantic-ID layers."""
         if not self.semantic_ids_layers or self.semantic_ids_layers <= 0:
             return None
-        return ResidualKMeans(n_layers=self.semantic_ids_layers, codebook_size=self.codebook_size, seed=self.seed).fit(train_x)
+        return ResidualKMeans(n_layers=self.semantic_ids_layers, codebook_size=self.codebook_size, seed=self.seed).fit(
+            train_x
+        )
 
 
 __all__ = ["IndexBuildSettings", "with_options"]

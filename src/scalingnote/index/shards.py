@@ -26,7 +26,6 @@ from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.utils.io import write_json
 
-
 FORMAT = "scalingnote-embeddings/1"
 MANIFEST = "manifest.json"
 SHARD_DIR = "shards"
@@ -52,7 +51,7 @@ def read_manifest(out_dir: Path) -> dict[str, Any] | None:
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def content_digest(docs: list[Document]) -> str:
@@ -69,9 +68,13 @@ def verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str
     try:
         stored = json.loads(ipath.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise ScalingNoteError(f"{ipath}: finished shard {shard} has unreadable ids ({e}); delete the output directory and re-encode") from None
+        raise ScalingNoteError(
+            f"{ipath}: finished shard {shard} has unreadable ids ({e}); delete the output directory and re-encode"
+        ) from None
     if stored != ids:
-        first = next((i for i, (a, b) in enumerate(zip(stored, ids, strict=False)) if a != b), min(len(stored), len(ids)))
+        first = next(
+            (i for i, (a, b) in enumerate(zip(stored, ids, strict=False)) if a != b), min(len(stored), len(ids))
+        )
         raise ScalingNoteError(
             f"{ipath}: finished shard {shard} does not match the corpus (first difference at row {first}); "
             "the corpus changed since encoding started — use a new output directory"
@@ -94,27 +97,40 @@ class ShardLog:
         self.n_shards = 0
 
     @classmethod
-    def open(cls, out_dir: Path, *, shard_size: int, batch_size: int, normalize: bool, source: str | None, tower: dict[str, Any] | None) -> ShardLog:
+    def open(
+        cls,
+        out_dir: Path,
+        *,
+        shard_size: int,
+        batch_size: int,
+        normalize: bool,
+        source: str | None,
+        tower: dict[str, Any] | None,
+    ) -> ShardLog:
         """The directory's manifest (resumed; the caller checks it with
         :func:`~scalingnote.index.embeddings.check_resume`) or a new one."""
         man = read_manifest(out_dir)
         if man is not None:
             log = cls(out_dir, man, resumed=True)
         else:
-            log = cls(out_dir, {
-                "format": FORMAT,
-                "dim": None,
-                "dtype": "float32",
-                "normalized": bool(normalize),
-                "shard_size": int(shard_size),
-                "tower": tower,
-                "corpus": {"path": source},
-                "shards": [],
-                "n_docs": 0,
-                "complete": False,
-                "batch_size": int(batch_size),
-                "created": utc_now(),
-            }, resumed=False)
+            log = cls(
+                out_dir,
+                {
+                    "format": FORMAT,
+                    "dim": None,
+                    "dtype": "float32",
+                    "normalized": bool(normalize),
+                    "shard_size": int(shard_size),
+                    "tower": tower,
+                    "corpus": {"path": source},
+                    "shards": [],
+                    "n_docs": 0,
+                    "complete": False,
+                    "batch_size": int(batch_size),
+                    "created": utc_now(),
+                },
+                resumed=False,
+            )
         (out_dir / SHARD_DIR).mkdir(parents=True, exist_ok=True)
         return log
 
@@ -122,7 +138,9 @@ class ShardLog:
     def path(self) -> Path:
         return self.out_dir / MANIFEST
 
-    def plan(self, docs: Iterator[Document], shard_size: int, on_finished=None) -> Iterator[tuple[int, list[Document], str]]:
+    def plan(
+        self, docs: Iterator[Document], shard_size: int, on_finished=None
+    ) -> Iterator[tuple[int, list[Document], str]]:
         """Cut ``docs`` into shards; verify the finished ones (``on_finished(n_docs)`` each) and
         yield ``(shard, documents, content digest)`` for the others. At the end, refuses a
         manifest that lists shards beyond the corpus."""
@@ -150,7 +168,9 @@ class ShardLog:
         if self.man["dim"] is None:
             self.man["dim"] = int(dim)
         elif int(dim) != int(self.man["dim"]):
-            raise ScalingNoteError(f"{self.path}: field 'dim' is {self.man['dim']}, but the tower produced {dim}-d vectors")
+            raise ScalingNoteError(
+                f"{self.path}: field 'dim' is {self.man['dim']}, but the tower produced {dim}-d vectors"
+            )
 
     def commit(self, shard: int, n: int, digest: str, shard_size: int, seconds: float) -> None:
         """List a shard whose files are written in the manifest (written atomically)."""
@@ -184,4 +204,14 @@ class ShardLog:
         return seconds
 
 
-__all__ = ["FORMAT", "MANIFEST", "SHARD_DIR", "ShardLog", "content_digest", "read_manifest", "shard_paths", "utc_now", "verify_shard"]
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "SHARD_DIR",
+    "ShardLog",
+    "content_digest",
+    "read_manifest",
+    "shard_paths",
+    "utc_now",
+    "verify_shard",
+]

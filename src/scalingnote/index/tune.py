@@ -16,8 +16,9 @@ The chosen values become the index's ``search_defaults`` (what ``DenseIndex.sear
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +44,11 @@ def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int, chunk: int = 65
     res = faiss.ResultHeap(len(queries), k)
     for s in range(0, n, chunk):
         block = np.ascontiguousarray(vectors[s : s + chunk], dtype=np.float32)
-        d, i = faiss.knn(queries, block, k, metric=faiss.METRIC_INNER_PRODUCT) if len(block) >= k else _small_knn(queries, block)
+        d, i = (
+            faiss.knn(queries, block, k, metric=faiss.METRIC_INNER_PRODUCT)
+            if len(block) >= k
+            else _small_knn(queries, block)
+        )
         res.add_result(-d, i + s)  # ResultHeap keeps the smallest: negate inner products
     res.finalize()
     return res.I
@@ -89,7 +94,9 @@ def _cost(index: Any, knob: str | None, value: int, rerank: int, ivf: Any) -> fl
     return float(scanned * code + rerank * dim * 4)
 
 
-def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float = 0.95, reranks: Sequence[int] = RERANKS) -> dict[str, Any]:
+def tune_search(
+    index: Any, queries: np.ndarray, *, k: int = 10, target: float = 0.95, reranks: Sequence[int] = RERANKS
+) -> dict[str, Any]:
     """Sweep the index's probe knob x re-rank depth on ``queries`` (vectors) and choose the
     cheapest setting whose recall@k against exact search reaches ``target``; when none does,
     the setting with the best recall. Returns the report (``chosen``, ``met``, ``grid``)."""
@@ -121,9 +128,21 @@ def tune_search(index: Any, queries: np.ndarray, *, k: int = 10, target: float =
     ok = [g for g, r in zip(grid, reached) if r]
     chosen = min(ok, key=lambda g: g["cost"]) if ok else max(grid, key=lambda g: (g["recall"], -g["cost"]))
     setting = ", ".join(f"{key}={chosen[key]}" for key in (knob, "rerank") if key)
-    why = (f"cheapest setting with recall@{k} vs exact >= {target} on {q.shape[0]} queries: {setting} ({chosen['recall']})" if ok else
-           f"no setting reached recall@{k} vs exact {target} on {q.shape[0]} queries; best: {setting} ({chosen['recall']})")
-    return {"k": k, "target": target, "n_queries": int(q.shape[0]), "knob": knob, "chosen": chosen, "met": bool(ok), "reason": why, "grid": grid}
+    why = (
+        f"cheapest setting with recall@{k} vs exact >= {target} on {q.shape[0]} queries: {setting} ({chosen['recall']})"
+        if ok
+        else f"no setting reached recall@{k} vs exact {target} on {q.shape[0]} queries; best: {setting} ({chosen['recall']})"
+    )
+    return {
+        "k": k,
+        "target": target,
+        "n_queries": int(q.shape[0]),
+        "knob": knob,
+        "chosen": chosen,
+        "met": bool(ok),
+        "reason": why,
+        "grid": grid,
+    }
 
 
 def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -141,8 +160,24 @@ def save_search_defaults(root: str | Path, report: dict[str, Any], **extra: Any)
     else:
         defaults.pop("rerank", None)
     man["search_defaults"] = defaults
-    kept = ("k", "target", "n_queries", "chosen", "met", "reason", "knob", "memory_bound", "queries", "router_fit_queries", "routing", "methods")
-    man["search_tuning"] = {**{key: report[key] for key in kept if key in report}, **extra}  # the method choice's comparison too
+    kept = (
+        "k",
+        "target",
+        "n_queries",
+        "chosen",
+        "met",
+        "reason",
+        "knob",
+        "memory_bound",
+        "queries",
+        "router_fit_queries",
+        "routing",
+        "methods",
+    )
+    man["search_tuning"] = {
+        **{key: report[key] for key in kept if key in report},
+        **extra,
+    }  # the method choice's comparison too
     write_json(root / MANIFEST, man)
     return defaults
 

@@ -10,4 +10,16 @@ from scalingnote.live.index import LiveIndex, LiveSearcher, check_document_tower
 from scalingnote.live.records import documents_from_records, read_documents, read_ids
 from scalingnote.live.wal import WriteAheadLog
 
-__all__ = ["BackendUnavailable", "LiveIndex", "LoggedNotApplied", "StorageError", "LiveSearcher", "WriteAheadLog", "check_document_tower", "documents_from_records", "load_document_tower", "read_documents", "read_ids"]
+__all__ = [
+    "BackendUnavailable",
+    "LiveIndex",
+    "LoggedNotApplied",
+    "StorageError",
+    "LiveSearcher",
+    "WriteAheadLog",
+    "check_document_tower",
+    "documents_from_records",
+    "load_document_tower",
+    "read_documents",
+    "read_ids",
+]

@@ -98,7 +98,14 @@ def read_live_meta(gen: Path) -> dict[str, Any]:
             raise ScalingNoteError(f"{p}: field 'format' is {meta.get('format')!r}, expected {LIVE_FORMAT!r}")
         return meta
     n = int(read_manifest(gen)["n_vectors"])
-    return {"format": LIVE_FORMAT, "generation": 0, "wal_seq": 0, "n_trained": n, "added_since_training": 0, "trained_generation": 0}
+    return {
+        "format": LIVE_FORMAT,
+        "generation": 0,
+        "wal_seq": 0,
+        "n_trained": n,
+        "added_since_training": 0,
+        "trained_generation": 0,
+    }
 
 
 def _fsync_tree(path: Path) -> None:
@@ -140,36 +147,72 @@ def write_generation(
     """
     ldir = live_dir(root)
     ldir.mkdir(parents=True, exist_ok=True)
-    number = max([generation_number(p) for p in ldir.iterdir() if _GEN_RE.match(p.name)] + [generation_number(src_gen)]) + 1
+    number = (
+        max([generation_number(p) for p in ldir.iterdir() if _GEN_RE.match(p.name)] + [generation_number(src_gen)]) + 1
+    )
     gen = ldir / f"gen-{number:06d}"
     if gen.exists():  # a leftover of a crash before the swap: never in use
         shutil.rmtree(gen)
     try:
-        _write_generation_files(gen, number, vectors=vectors, doc_ids=doc_ids, documents=documents, semantic_ids=semantic_ids,
-                                manifest=manifest, src_gen=src_gen, meta=meta, retrain=retrain, seed=seed, progress=progress)
+        _write_generation_files(
+            gen,
+            number,
+            vectors=vectors,
+            doc_ids=doc_ids,
+            documents=documents,
+            semantic_ids=semantic_ids,
+            manifest=manifest,
+            src_gen=src_gen,
+            meta=meta,
+            retrain=retrain,
+            seed=seed,
+            progress=progress,
+        )
     except BaseException:
         shutil.rmtree(gen, ignore_errors=True)  # never in use; frees what it took (a full disk)
         raise
     return gen
 
 
-def _write_generation_files(gen: Path, number: int, *, vectors: np.ndarray, doc_ids: Sequence[str], documents: Sequence[Document],
-                            semantic_ids: np.ndarray | None, manifest: dict[str, Any], src_gen: Path, meta: dict[str, Any],
-                            retrain: bool, seed: int, progress: bool) -> None:
+def _write_generation_files(
+    gen: Path,
+    number: int,
+    *,
+    vectors: np.ndarray,
+    doc_ids: Sequence[str],
+    documents: Sequence[Document],
+    semantic_ids: np.ndarray | None,
+    manifest: dict[str, Any],
+    src_gen: Path,
+    meta: dict[str, Any],
+    retrain: bool,
+    seed: int,
+    progress: bool,
+) -> None:
     """The files of generation ``gen`` (:func:`write_generation`), fsync-ed."""
     import faiss
 
     sem_info = manifest.get("semantic_ids") or None
-    kw: dict[str, Any] = {"doc_ids": list(doc_ids), "tower_info": manifest.get("tower") or {}, "seed": seed, "progress": progress,
-                          "documents": list(documents), "train_size": int(manifest.get("train_size") or 100_000)}
+    kw: dict[str, Any] = {
+        "doc_ids": list(doc_ids),
+        "tower_info": manifest.get("tower") or {},
+        "seed": seed,
+        "progress": progress,
+        "documents": list(documents),
+        "train_size": int(manifest.get("train_size") or 100_000),
+    }
     defaults = manifest.get("search_defaults") or {}
     kw.update({"nprobe": defaults.get("nprobe"), "ef_search": defaults.get("ef_search")})
     routing = manifest.get("routing")
     if routing:  # a routed structure: the same method and parameters, its stored list rule
         kw.update(method=routing["method"], routing=routing["config"], routing_state=load_state(src_gen, manifest))
     if retrain:
-        kw.update({"semantic_ids_layers": int(sem_info["n_layers"]) if sem_info else 0,
-                   "codebook_size": int(sem_info.get("codebook_size", 256)) if sem_info else 256})
+        kw.update(
+            {
+                "semantic_ids_layers": int(sem_info["n_layers"]) if sem_info else 0,
+                "codebook_size": int(sem_info.get("codebook_size", 256)) if sem_info else 256,
+            }
+        )
         build_index(vectors, gen, manifest["factory"], **kw)
     else:
         empty = faiss.read_index(str(src_gen / manifest.get("files", {}).get("index", "index.faiss")))

@@ -34,16 +34,24 @@ import numpy as np
 from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.docstore import index_corpus, make_snippet
 from scalingnote.index.embeddings import _encode_call, l2_normalize
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.hybrid import FusionConfig, HybridSearcher
 from scalingnote.index.tune import recall_vs_exact
 from scalingnote.live.errors import StorageError, describe_os_error
-from scalingnote.live.generation import LIVE_DIR, LIVE_META, current_generation, live_dir, read_live_meta, swap_current, write_generation
+from scalingnote.live.generation import (
+    LIVE_DIR,
+    LIVE_META,
+    current_generation,
+    live_dir,
+    read_live_meta,
+    swap_current,
+    write_generation,
+)
 from scalingnote.live.lexical import LiveBM25
-from scalingnote.live.towers import check_document_tower, load_document_tower
 from scalingnote.live.store import RowStore
+from scalingnote.live.towers import check_document_tower, load_document_tower
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
 from scalingnote.live.writer_lock import acquire_writer_lock
 from scalingnote.sparse.bm25 import open_or_build_bm25
@@ -58,7 +66,9 @@ class LiveIndex:
     a drop-in for :class:`~scalingnote.index.DenseIndex` in the service; writers call
     :meth:`upsert` / :meth:`delete` / :meth:`compact` / :meth:`rebuild`."""
 
-    def __init__(self, root: Path, query_tower=None, document_tower=None, writer: bool = True, corpus: str | Path | None = None):
+    def __init__(
+        self, root: Path, query_tower=None, document_tower=None, writer: bool = True, corpus: str | Path | None = None
+    ):
         self.root = Path(root)
         self.corpus = corpus  # generation 0's corpus when the index records none (serve --corpus)
         self.query_tower = query_tower
@@ -69,7 +79,9 @@ class LiveIndex:
         self._lock_fh = None
         self.writer = writer
         self.after_log: Callable[[int], None] | None = None  # test hook: called between log write and apply
-        self.timings: dict[str, float] = {}  # seconds spent per upsert stage since open (encode, pace, log, lock_wait, apply)
+        self.timings: dict[
+            str, float
+        ] = {}  # seconds spent per upsert stage since open (encode, pace, log, lock_wait, apply)
         #: called after each encoded chunk of documents with its seconds; returns the seconds it paused
         #: (the service slows ingest while searches run: serve.documents)
         self.pace: Callable[[float], float] | None = None
@@ -86,15 +98,25 @@ class LiveIndex:
 
     # ------------------------------------------------------------------ open / replay
     @classmethod
-    def open(cls, root: str | Path, query_tower=None, *, document_tower=None, writer: bool = True, corpus: str | Path | None = None) -> LiveIndex:
+    def open(
+        cls,
+        root: str | Path,
+        query_tower=None,
+        *,
+        document_tower=None,
+        writer: bool = True,
+        corpus: str | Path | None = None,
+    ) -> LiveIndex:
         """Open the generation in use and replay the log after it. ``writer=True`` takes the
         index's writer lock (one writing process at a time: a service or a CLI command)."""
         return cls(Path(root), query_tower, document_tower, writer, corpus)
 
     def _acquire_writer_lock(self) -> None:
-        self._lock_fh = acquire_writer_lock(live_dir(self.root) / "writer.lock",
-                                            f"{self.root}: another process (a running service or `scalingnote index add`) is writing this index; "
-                                            "send the documents to it (POST /documents) or stop it first")
+        self._lock_fh = acquire_writer_lock(
+            live_dir(self.root) / "writer.lock",
+            f"{self.root}: another process (a running service or `scalingnote index add`) is writing this index; "
+            "send the documents to it (POST /documents) or stop it first",
+        )
 
     def _load_generation(self) -> None:
         gen = current_generation(self.root)
@@ -138,7 +160,9 @@ class LiveIndex:
         t0, n = time.perf_counter(), 0
         for rec in wal.replay(after_seq=int(self.meta.get("wal_seq", 0)), truncate=truncate):
             if rec["op"] == "upsert":
-                docs = [Document(d["_id"], d.get("title", ""), d.get("topic", ""), d.get("text", "")) for d in rec["docs"]]
+                docs = [
+                    Document(d["_id"], d.get("title", ""), d.get("topic", ""), d.get("text", "")) for d in rec["docs"]
+                ]
                 self._apply_upsert(docs, unpack_array(rec["vectors"]), unpack_array(rec.get("sem")))
             else:
                 self._apply_delete(rec["ids"])
@@ -207,7 +231,12 @@ class LiveIndex:
         dense = self.store.dense
         if dense.titles is None or dense.snippets is None:
             return res
-        return attach_titles(res, lambda r: title_and_snippet(self.new_docs[r]) if r in self.new_docs else (dense.titles[r], dense.snippets[r]))
+        return attach_titles(
+            res,
+            lambda r: (
+                title_and_snippet(self.new_docs[r]) if r in self.new_docs else (dense.titles[r], dense.snippets[r])
+            ),
+        )
 
     def searcher(self, fusion: FusionConfig | None = None) -> LiveSearcher:
         return LiveSearcher(self, fusion)
@@ -232,7 +261,11 @@ class LiveIndex:
         parts, paused = [], 0.0
         for s in range(0, len(docs), ENCODE_CHUNK):
             t0 = time.perf_counter()
-            parts.append(np.asarray(_encode_call(self.document_tower, docs[s : s + ENCODE_CHUNK], ENCODE_CHUNK), dtype=np.float32))
+            parts.append(
+                np.asarray(
+                    _encode_call(self.document_tower, docs[s : s + ENCODE_CHUNK], ENCODE_CHUNK), dtype=np.float32
+                )
+            )
             if self.pace is not None and s + ENCODE_CHUNK < len(docs):
                 paused += self.pace(time.perf_counter() - t0)
         x = np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
@@ -254,14 +287,32 @@ class LiveIndex:
         with self._write_lock:
             t2 = time.perf_counter()
             status = ["replaced" if d.id in self.store.row_of else "added" for d in docs]
-            rec = {"op": "upsert", "docs": [d.to_beir() for d in docs], "vectors": pack_array(vectors), "sem": pack_array(sem)}
+            rec = {
+                "op": "upsert",
+                "docs": [d.to_beir() for d in docs],
+                "vectors": pack_array(vectors),
+                "sem": pack_array(sem),
+            }
             seq = self.wal.append(rec)
             if self.after_log is not None:
                 self.after_log(seq)
             t3 = time.perf_counter()
             replaced, lock_wait, applied = self._apply_upsert(docs, vectors, sem)
-        timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "lock_wait": lock_wait, "apply": applied}
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status, "timings_ms": self._add_timings(timings)}
+        timings = {
+            "encode": t1 - t0 - paused,
+            "pace": paused,
+            "writer_wait": t2 - t1,
+            "log": t3 - t2,
+            "lock_wait": lock_wait,
+            "apply": applied,
+        }
+        return {
+            "seq": seq,
+            "upserted": len(docs),
+            "replaced": replaced,
+            "status": status,
+            "timings_ms": self._add_timings(timings),
+        }
 
     def _vectors(self, docs: list[Document], vectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, float]:
         """(vectors, semantic IDs, seconds paused) of ``docs``: encoded (paced), or ``vectors`` given, cut and normalised."""
@@ -297,7 +348,9 @@ class LiveIndex:
     def _settle(self) -> None:
         """Before a write: nothing to finish (Milvus's live index writes the batches Milvus refused)."""
 
-    def _apply_upsert(self, docs: list[Document], vectors: np.ndarray, sem: np.ndarray | None) -> tuple[int, float, float]:
+    def _apply_upsert(
+        self, docs: list[Document], vectors: np.ndarray, sem: np.ndarray | None
+    ) -> tuple[int, float, float]:
         """Apply under the index lock; returns (documents replaced, seconds waiting for the lock,
         seconds holding it: what a concurrent search waits at most)."""
         t0 = time.perf_counter()
@@ -334,7 +387,10 @@ class LiveIndex:
                 if r in need:
                     by_row[r] = d
         s = self.store
-        return [self.new_docs.get(int(r)) or by_row.get(int(r)) or Document(s.doc_ids[r], s.titles[r], "", s.snippets[r]) for r in rows]
+        return [
+            self.new_docs.get(int(r)) or by_row.get(int(r)) or Document(s.doc_ids[r], s.titles[r], "", s.snippets[r])
+            for r in rows
+        ]
 
     def compact(self, retrain: bool = False, progress: bool = False) -> dict[str, Any]:
         """Write a new generation of the live documents (``retrain``: train quantiser, PQ and
@@ -345,8 +401,16 @@ class LiveIndex:
         try:
             gen = self._compact(retrain, progress)
         except OSError as e:  # a full disk / an I/O error: the generation in use and the whole log are kept
-            raise StorageError(f"{self.root}: compaction failed: {describe_os_error(e)}; the log is kept (nothing acknowledged is lost)", e.errno) from None
-        return {"generation": gen.name, "documents": len(self), "retrained": retrain, "seconds": round(time.perf_counter() - t0, 3)}
+            raise StorageError(
+                f"{self.root}: compaction failed: {describe_os_error(e)}; the log is kept (nothing acknowledged is lost)",
+                e.errno,
+            ) from None
+        return {
+            "generation": gen.name,
+            "documents": len(self),
+            "retrained": retrain,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
 
     def _compact(self, retrain: bool, progress: bool) -> Path:
         with self._write_lock:
@@ -359,14 +423,31 @@ class LiveIndex:
                 seq = self.wal.rotate()
             docs = self._live_documents(rows)
             n_trained = len(rows) if retrain else int(self.meta.get("n_trained", len(rows)))
-            meta = {"wal_seq": seq, "n_trained": n_trained, "added_since_training": 0 if retrain else self.added,
-                    "trained_generation": None if retrain else self.meta.get("trained_generation", 0),
-                    "bm25_language": self.lexical.language if self.lexical is not None else None, "created": time.time()}
-            gen = write_generation(self.root, vectors=vectors, doc_ids=ids, documents=docs, semantic_ids=sem, manifest=manifest,
-                                   src_gen=self.gen, meta=meta, retrain=retrain, progress=progress)  # removed again if it fails
+            meta = {
+                "wal_seq": seq,
+                "n_trained": n_trained,
+                "added_since_training": 0 if retrain else self.added,
+                "trained_generation": None if retrain else self.meta.get("trained_generation", 0),
+                "bm25_language": self.lexical.language if self.lexical is not None else None,
+                "created": time.time(),
+            }
+            gen = write_generation(
+                self.root,
+                vectors=vectors,
+                doc_ids=ids,
+                documents=docs,
+                semantic_ids=sem,
+                manifest=manifest,
+                src_gen=self.gen,
+                meta=meta,
+                retrain=retrain,
+                progress=progress,
+            )  # removed again if it fails
             try:
                 if retrain:
-                    write_json(gen / LIVE_META, {**read_live_meta(gen), "trained_generation": int(gen.name.split("-")[1])})
+                    write_json(
+                        gen / LIVE_META, {**read_live_meta(gen), "trained_generation": int(gen.name.split("-")[1])}
+                    )
                 swap_current(self.root, gen)
             except BaseException:
                 self._unswapped(gen)
@@ -384,7 +465,11 @@ class LiveIndex:
         if not named:
             shutil.rmtree(gen, ignore_errors=True)  # frees the space it took (a full disk)
             return
-        log.warning("live index %s: %s is in use but its pointer may not be durable; the log it covers is kept", self.root, gen.name)
+        log.warning(
+            "live index %s: %s is in use but its pointer may not be durable; the log it covers is kept",
+            self.root,
+            gen.name,
+        )
         self._load_generation()
 
     def _drop_log(self, seq: int) -> None:
@@ -393,7 +478,9 @@ class LiveIndex:
         try:
             self.wal.drop_through(seq)
         except OSError as e:
-            log.warning("live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.root, seq, e)
+            log.warning(
+                "live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.root, seq, e
+            )
 
     def rebuild(self, progress: bool = False) -> dict[str, Any]:
         return self.compact(retrain=True, progress=progress)
@@ -472,4 +559,12 @@ class LiveSearcher(HybridSearcher):
             return super().search(texts, k, **kw)
 
 
-__all__ = ["LIVE_DIR", "LiveIndex", "LiveSearcher", "attach_titles", "check_document_tower", "load_document_tower", "title_and_snippet"]
+__all__ = [
+    "LIVE_DIR",
+    "LiveIndex",
+    "LiveSearcher",
+    "attach_titles",
+    "check_document_tower",
+    "load_document_tower",
+    "title_and_snippet",
+]

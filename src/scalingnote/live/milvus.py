@@ -63,12 +63,27 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import index_corpus, read_document_store
 from scalingnote.index.hybrid import FusionConfig
 from scalingnote.index.layout import DOCS_FILE, read_manifest
-from scalingnote.index.milvus.milvus import DEFAULT_COLLECTION, DOC_ID, PK, SEM_ID, VECTOR, MilvusSearcher, _milvus_message
+from scalingnote.index.milvus.milvus import (
+    DEFAULT_COLLECTION,
+    DOC_ID,
+    PK,
+    SEM_ID,
+    VECTOR,
+    MilvusSearcher,
+    _milvus_message,
+)
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.live.errors import BackendUnavailable, LoggedNotApplied
 from scalingnote.live.generation import live_dir as live_root
-from scalingnote.live.index import LiveIndex, LiveSearcher, attach_titles, check_document_tower, load_document_tower, title_and_snippet
+from scalingnote.live.index import (
+    LiveIndex,
+    LiveSearcher,
+    attach_titles,
+    check_document_tower,
+    load_document_tower,
+    title_and_snippet,
+)
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array, write_json_durably
 from scalingnote.live.writer_lock import acquire_writer_lock
 
@@ -110,7 +125,9 @@ class MilvusLive(MilvusSearcher):
         self.after_write = None  # test hook: called between the Milvus write and the visibility swap
         self.timings: dict[str, float] = {}
         self.version, self.hidden, self.replayed = 0, 0, 0
-        self.pending: list[tuple[int, list[Document], int, np.ndarray, np.ndarray | None]] = []  # logged, not yet in Milvus
+        self.pending: list[
+            tuple[int, list[Document], int, np.ndarray, np.ndarray | None]
+        ] = []  # logged, not yet in Milvus
         self._undropped: list[int] = []  # hidden stale keys whose delete from Milvus failed (retried)
         self.max_id_bytes = self._max_id_bytes()
         self._load_base()
@@ -125,24 +142,38 @@ class MilvusLive(MilvusSearcher):
 
     # ------------------------------------------------------------------ open
     @classmethod
-    def open(cls, location: str | Path, query_tower=None, *, document_tower=None, writer: bool = True, corpus: str | Path | None = None,
-             collection: str = DEFAULT_COLLECTION, token: str | None = None, live_dir: str | Path | None = None) -> MilvusLive:
+    def open(
+        cls,
+        location: str | Path,
+        query_tower=None,
+        *,
+        document_tower=None,
+        writer: bool = True,
+        corpus: str | Path | None = None,
+        collection: str = DEFAULT_COLLECTION,
+        token: str | None = None,
+        live_dir: str | Path | None = None,
+    ) -> MilvusLive:
         """The back-end table's ``live`` opener of ``milvus`` (``location``: the URI). ``live_dir``:
         the local index directory (default: the one the collection was exported from)."""
         base = MilvusSearcher.open(location, collection or DEFAULT_COLLECTION, query_tower, token=token)
         try:
             local = Path(live_dir) if live_dir else Path(str((base.manifest.get("source") or {}).get("path") or ""))
             if not live_dir and not (base.manifest.get("source") or {}).get("path"):
-                raise ScalingNoteError(f"{base.root}: the collection names no source index directory; pass its index directory (--index DIR)")
+                raise ScalingNoteError(
+                    f"{base.root}: the collection names no source index directory; pass its index directory (--index DIR)"
+                )
             return cls(base, local, document_tower=document_tower, writer=writer, corpus=corpus)
         except BaseException:
             base.close()
             raise
 
     def _acquire_writer_lock(self) -> None:
-        self._lock_fh = acquire_writer_lock(self.state_dir / "writer.lock",
-                                            f"{self.state_dir}: another process (a running service) is writing collection {self.collection!r}; "
-                                            "send the documents to it (POST /documents) or stop it first")
+        self._lock_fh = acquire_writer_lock(
+            self.state_dir / "writer.lock",
+            f"{self.state_dir}: another process (a running service) is writing collection {self.collection!r}; "
+            "send the documents to it (POST /documents) or stop it first",
+        )
 
     def _max_id_bytes(self) -> int:
         try:
@@ -155,21 +186,34 @@ class MilvusLive(MilvusSearcher):
         """The exported documents (ids in key order, titles, snippets) and the BM25 base of the local directory."""
         where = self.local / "manifest.json"
         if not where.exists():
-            raise ScalingNoteError(f"{where}: not an index directory; the Milvus live index keeps its log and BM25 side in the index "
-                                   f"directory the collection was exported from (--index DIR)")
+            raise ScalingNoteError(
+                f"{where}: not an index directory; the Milvus live index keeps its log and BM25 side in the index "
+                f"directory the collection was exported from (--index DIR)"
+            )
         local = read_manifest(self.local)
-        fp_local, fp = (local.get("tower") or {}).get("fingerprint"), (self.manifest.get("tower") or {}).get("fingerprint")
+        fp_local, fp = (
+            (local.get("tower") or {}).get("fingerprint"),
+            (self.manifest.get("tower") or {}).get("fingerprint"),
+        )
         if fp_local != fp or int(local.get("n_vectors", -1)) != int(self.manifest.get("n_vectors", -2)):
-            raise ScalingNoteError(f"{where}: not the index collection {self.collection!r} was exported from (tower fingerprint {fp_local!r} "
-                                   f"vs {fp!r}, {local.get('n_vectors')} vs {self.manifest.get('n_vectors')} vectors)")
-        self.base_ids: list[str] = json.loads((self.local / (local.get("files") or {}).get("doc_ids", "doc_ids.json")).read_text())
+            raise ScalingNoteError(
+                f"{where}: not the index collection {self.collection!r} was exported from (tower fingerprint {fp_local!r} "
+                f"vs {fp!r}, {local.get('n_vectors')} vs {self.manifest.get('n_vectors')} vectors)"
+            )
+        self.base_ids: list[str] = json.loads(
+            (self.local / (local.get("files") or {}).get("doc_ids", "doc_ids.json")).read_text()
+        )
         docs_file = self.local / DOCS_FILE
-        self.base_titles, self.base_snippets = read_document_store(docs_file, self.base_ids) if docs_file.exists() else (None, None)
+        self.base_titles, self.base_snippets = (
+            read_document_store(docs_file, self.base_ids) if docs_file.exists() else (None, None)
+        )
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.base_ids)}
         self.docs: dict[int, Document] = {}  # live key -> the document version written under it
         src = find_corpus(self.corpus).path if self.corpus is not None else index_corpus(local)
         # the FAISS live index's BM25 opener (saved <local>/bm25, else built from the corpus), over the exported ids
-        self.lexical = LiveIndex._open_bm25(self.local, SimpleNamespace(doc_ids=self.base_ids), SimpleNamespace(row_of=self.row_of), src)
+        self.lexical = LiveIndex._open_bm25(
+            self.local, SimpleNamespace(doc_ids=self.base_ids), SimpleNamespace(row_of=self.row_of), src
+        )
 
     # ------------------------------------------------------------------ checkpoint + log
     def _load_state(self) -> None:
@@ -224,11 +268,21 @@ class MilvusLive(MilvusSearcher):
             missing = [pk for pk in want if pk not in have]
             for s in range(0, len(missing), 256):
                 part = missing[s : s + 256]
-                self._write_rows(part, [rows[p][0] for p in part], np.stack([rows[p][1] for p in part]),
-                                 None if rows[part[0]][2] is None else np.stack([rows[p][2] for p in part]))
+                self._write_rows(
+                    part,
+                    [rows[p][0] for p in part],
+                    np.stack([rows[p][1] for p in part]),
+                    None if rows[part[0]][2] is None else np.stack([rows[p][2] for p in part]),
+                )
             self._drop(stale)
-            log.info("milvus live index %s: replayed %d log records (%d rows rewritten, %d stale removed) in %.2fs",
-                     self.state_dir, n, len(missing), len(stale), time.perf_counter() - t0)
+            log.info(
+                "milvus live index %s: replayed %d log records (%d rows rewritten, %d stale removed) in %.2fs",
+                self.state_dir,
+                n,
+                len(missing),
+                len(stale),
+                time.perf_counter() - t0,
+            )
         if self.writer:  # a no-op write: this client's session timestamp covers every earlier write
             self._milvus(self.client.delete, self.collection, filter=f"{PK} in [-1]")
 
@@ -236,7 +290,13 @@ class MilvusLive(MilvusSearcher):
         out: set[int] = set()
         for s in range(0, len(keys), QUERY_CHUNK):
             part = keys[s : s + QUERY_CHUNK]
-            rows = self._milvus(self.client.query, self.collection, filter=f"{PK} in {part}", output_fields=[PK], consistency_level="Strong")
+            rows = self._milvus(
+                self.client.query,
+                self.collection,
+                filter=f"{PK} in {part}",
+                output_fields=[PK],
+                consistency_level="Strong",
+            )
             out.update(int(r[PK]) for r in rows)
         return out
 
@@ -245,23 +305,48 @@ class MilvusLive(MilvusSearcher):
         (``retrain`` is not supported: the collection's index is Milvus's to rebuild)."""
         self._check_writer()
         if retrain:
-            raise ScalingNoteError("the Milvus live index cannot retrain codebooks: re-export the rebuilt FAISS index (`scalingnote index export --to milvus`)")
+            raise ScalingNoteError(
+                "the Milvus live index cannot retrain codebooks: re-export the rebuilt FAISS index (`scalingnote index export --to milvus`)"
+            )
         t0 = time.perf_counter()
         with self._write_lock:
             self._settle()  # a logged batch is in Milvus before any checkpoint (else: refused, the log kept)
             seq = self.wal.rotate()
             self._milvus(self.client.flush, self.collection)
             with self.lock:
-                live = [[pk, self.docs[pk].to_beir()] for pk in sorted(pk for pk in self.row_of.values() if pk >= LIVE_KEY_BIT)]
-                state = {"format": STATE_FORMAT, "wal_seq": seq, "next_row": self.next_row, "created": time.time(),
-                         "deleted_base": sorted(set(self.base_ids) - {d for d, pk in self.row_of.items() if pk < LIVE_KEY_BIT}), "live": live}
-            write_json_durably(self.state_dir / STATE_FILE, state, "checkpoint")  # on failure: the old one and the whole log stay
+                live = [
+                    [pk, self.docs[pk].to_beir()]
+                    for pk in sorted(pk for pk in self.row_of.values() if pk >= LIVE_KEY_BIT)
+                ]
+                state = {
+                    "format": STATE_FORMAT,
+                    "wal_seq": seq,
+                    "next_row": self.next_row,
+                    "created": time.time(),
+                    "deleted_base": sorted(
+                        set(self.base_ids) - {d for d, pk in self.row_of.items() if pk < LIVE_KEY_BIT}
+                    ),
+                    "live": live,
+                }
+            write_json_durably(
+                self.state_dir / STATE_FILE, state, "checkpoint"
+            )  # on failure: the old one and the whole log stay
             self.wal_seq = seq
             try:
                 self.wal.drop_through(seq)
             except OSError as e:  # covered by the checkpoint: never replayed; the next compaction drops them
-                log.warning("milvus live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.state_dir, seq, e)
-        return {"generation": f"checkpoint-{seq}", "documents": len(self.row_of), "retrained": False, "seconds": round(time.perf_counter() - t0, 3)}
+                log.warning(
+                    "milvus live index %s: the log segments up to seq %d stay until the next compaction (%s)",
+                    self.state_dir,
+                    seq,
+                    e,
+                )
+        return {
+            "generation": f"checkpoint-{seq}",
+            "documents": len(self.row_of),
+            "retrained": False,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
 
     def compaction_pending(self) -> int:
         """Log records since the last checkpoint (the service compacts past ``live_compact_docs``)."""
@@ -299,7 +384,9 @@ class MilvusLive(MilvusSearcher):
         try:
             return fn(*args, **kw)
         except Exception as e:  # noqa: BLE001 - MilvusException / gRPC errors
-            raise BackendUnavailable(f"{self.root}: Milvus {getattr(fn, '__name__', 'call')} failed: {_milvus_message(e)}") from None
+            raise BackendUnavailable(
+                f"{self.root}: Milvus {getattr(fn, '__name__', 'call')} failed: {_milvus_message(e)}"
+            ) from None
 
     def _settle(self) -> None:
         """Before a write or a compaction: apply the logged batches Milvus refused before, in log
@@ -310,8 +397,10 @@ class MilvusLive(MilvusSearcher):
             try:
                 self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
             except BackendUnavailable as e:
-                raise BackendUnavailable(f"{e}; {len(self.pending)} logged batch(es) from seq {seq} wait to be written to Milvus first "
-                                         "(or at restart): nothing of this request was logged") from None
+                raise BackendUnavailable(
+                    f"{e}; {len(self.pending)} logged batch(es) from seq {seq} wait to be written to Milvus first "
+                    "(or at restart): nothing of this request was logged"
+                ) from None
             self.pending.pop(0)
             self._show(docs, first)
             log.info("milvus live index %s: the logged batch seq %d is written and visible", self.state_dir, seq)
@@ -332,7 +421,12 @@ class MilvusLive(MilvusSearcher):
         try:
             self._drop(stale)
         except BackendUnavailable as e:
-            log.warning("milvus live index %s: %d stale rows stay hidden until the next write (%s)", self.state_dir, len(stale), e)
+            log.warning(
+                "milvus live index %s: %d stale rows stay hidden until the next write (%s)",
+                self.state_dir,
+                len(stale),
+                e,
+            )
             self._undropped += stale
             return
         self.hidden -= len(stale)
@@ -349,7 +443,9 @@ class MilvusLive(MilvusSearcher):
 
     def _drop(self, keys: list[int]) -> None:
         for s in range(0, len(keys), QUERY_CHUNK):
-            self._milvus(self.client.delete, self.collection, filter=f"{PK} in {[int(k) for k in keys[s : s + QUERY_CHUNK]]}")
+            self._milvus(
+                self.client.delete, self.collection, filter=f"{PK} in {[int(k) for k in keys[s : s + QUERY_CHUNK]]}"
+            )
 
     # ------------------------------------------------------------------ ingest
     @property
@@ -374,8 +470,10 @@ class MilvusLive(MilvusSearcher):
         docs = list(docs)
         long = [d.id for d in docs if len(d.id.encode("utf-8")) > self.max_id_bytes]
         if long:
-            raise ScalingNoteError(f"{self.root}: document id {long[0]!r} is longer than the collection's doc_id field ({self.max_id_bytes} "
-                                   "bytes; re-export the collection with this version of scalingnote for longer ids)")
+            raise ScalingNoteError(
+                f"{self.root}: document id {long[0]!r} is longer than the collection's doc_id field ({self.max_id_bytes} "
+                "bytes; re-export the collection with this version of scalingnote for longer ids)"
+            )
         t0 = time.perf_counter()
         x, sem, paused = self._vectors(docs, vectors)
         t1 = time.perf_counter()
@@ -384,7 +482,15 @@ class MilvusLive(MilvusSearcher):
             t2 = time.perf_counter()
             status = ["replaced" if d.id in self.row_of else "added" for d in docs]
             first = self.next_row
-            seq = self.wal.append({"op": "upsert", "first_row": first, "docs": [d.to_beir() for d in docs], "vectors": pack_array(x), "sem": pack_array(sem)})
+            seq = self.wal.append(
+                {
+                    "op": "upsert",
+                    "first_row": first,
+                    "docs": [d.to_beir() for d in docs],
+                    "vectors": pack_array(x),
+                    "sem": pack_array(sem),
+                }
+            )
             self.next_row = first + len(docs)
             if self.after_log is not None:
                 self.after_log(seq)
@@ -395,15 +501,29 @@ class MilvusLive(MilvusSearcher):
                 self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
             except BackendUnavailable as e:
                 self.pending.append((seq, docs, first, x, sem))
-                raise LoggedNotApplied(f"{e}; the batch is in the write-ahead log ({self.state_dir}, seq {seq}) and is applied before the "
-                                       "next write or compaction goes ahead, or when the service restarts") from None
+                raise LoggedNotApplied(
+                    f"{e}; the batch is in the write-ahead log ({self.state_dir}, seq {seq}) and is applied before the "
+                    "next write or compaction goes ahead, or when the service restarts"
+                ) from None
             if self.after_write is not None:
                 self.after_write(seq)
             t4 = time.perf_counter()
             replaced = self._show(docs, first)
-        timings = {"encode": t1 - t0 - paused, "pace": paused, "writer_wait": t2 - t1, "log": t3 - t2, "milvus_write": t4 - t3,
-                   "apply": time.perf_counter() - t4}
-        return {"seq": seq, "upserted": len(docs), "replaced": replaced, "status": status, "timings_ms": self._add_timings(timings)}
+        timings = {
+            "encode": t1 - t0 - paused,
+            "pace": paused,
+            "writer_wait": t2 - t1,
+            "log": t3 - t2,
+            "milvus_write": t4 - t3,
+            "apply": time.perf_counter() - t4,
+        }
+        return {
+            "seq": seq,
+            "upserted": len(docs),
+            "replaced": replaced,
+            "status": status,
+            "timings_ms": self._add_timings(timings),
+        }
 
     delete = LiveIndex.delete  # the FAISS live index's: log the ids present, then _apply_delete
 
@@ -435,7 +555,9 @@ class MilvusLive(MilvusSearcher):
 
     def prepare_search(self, queries, k: int, rerank: int | None) -> tuple[np.ndarray, int]:
         q, _ = super().prepare_search(queries, k, rerank)
-        return q, max(k, rerank) if rerank else k  # k already counts the over-fetch (search); Milvus caps at what it holds
+        return q, max(
+            k, rerank
+        ) if rerank else k  # k already counts the over-fetch (search); Milvus caps at what it holds
 
     def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:
         """Top-``k`` visible documents: Milvus's candidates over-fetched by the hidden rows, each
@@ -450,7 +572,11 @@ class MilvusLive(MilvusSearcher):
             d = self.docs.get(pk)
             if d is not None:
                 return title_and_snippet(d)
-            return (self.base_titles[pk], self.base_snippets[pk]) if self.base_titles is not None and 0 <= pk < len(self.base_titles) else ("", "")
+            return (
+                (self.base_titles[pk], self.base_snippets[pk])
+                if self.base_titles is not None and 0 <= pk < len(self.base_titles)
+                else ("", "")
+            )
 
         return attach_titles(res, title)
 
@@ -462,10 +588,18 @@ class MilvusLive(MilvusSearcher):
         with self.lock:
             n0 = max(1, len(self.base_ids))
             added = sum(1 for pk in self.row_of.values() if pk >= LIVE_KEY_BIT)
-            return {"generation": f"milvus:{self.collection}", "documents": len(self.row_of), "rows": len(self.row_of) + self.hidden,
-                    "tombstones": 0, "n_trained": n0, "added_since_training": added, "added_share": round(added / n0, 6),
-                    "log_records": self.compaction_pending(), "bm25_delta_documents": self.lexical.n_delta if self.lexical is not None else 0,
-                    "upsert_seconds": {key: round(sec, 3) for key, sec in self.timings.items()}}
+            return {
+                "generation": f"milvus:{self.collection}",
+                "documents": len(self.row_of),
+                "rows": len(self.row_of) + self.hidden,
+                "tombstones": 0,
+                "n_trained": n0,
+                "added_since_training": added,
+                "added_share": round(added / n0, 6),
+                "log_records": self.compaction_pending(),
+                "bm25_delta_documents": self.lexical.n_delta if self.lexical is not None else 0,
+                "upsert_seconds": {key: round(sec, 3) for key, sec in self.timings.items()},
+            }
 
     def recall_estimate(self, sample: int = 64, k: int = 10, seed: int = 0) -> float | None:
         return None  # the vectors live in Milvus: no local exact search to compare with

@@ -64,7 +64,9 @@ class BatchError(DataError):
         listed = "; ".join(str(p) for p in self.problems[:MAX_LISTED])
         more = f"; ... and {len(self.problems) - MAX_LISTED} more" if len(self.problems) > MAX_LISTED else ""
         first = self.problems[0]
-        super().__init__(where, first.index, first.field, f"{bad} of {n_documents} documents refused, none applied: {listed}{more}")
+        super().__init__(
+            where, first.index, first.field, f"{bad} of {n_documents} documents refused, none applied: {listed}{more}"
+        )
 
 
 def _unicode_problem(s: str) -> str | None:
@@ -171,13 +173,22 @@ def _repeats(docs: Sequence[Document | None], positions: Sequence[int], records:
         if d is None:
             continue
         if d.id in seen:
-            out.append(Problem(pos, _id_of(records[pos - positions[0]]), "_id", f"id {d.id!r} appears twice in the batch (first at document {seen[d.id]})"))
+            out.append(
+                Problem(
+                    pos,
+                    _id_of(records[pos - positions[0]]),
+                    "_id",
+                    f"id {d.id!r} appears twice in the batch (first at document {seen[d.id]})",
+                )
+            )
         else:
             seen[d.id] = pos
     return out
 
 
-def documents_from_records(records: Iterable[Any], where: str = "request", max_chars: int = MAX_DOC_CHARS, first_line: int = 0) -> list[Document]:
+def documents_from_records(
+    records: Iterable[Any], where: str = "request", max_chars: int = MAX_DOC_CHARS, first_line: int = 0
+) -> list[Document]:
     """Check a batch given as JSON records (``POST /documents``: positions are 0-based). Every
     problem of every record is collected; any problem raises one :class:`BatchError`."""
     records = list(records)

@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from scalingnote.data.types import Document
-from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.docstore import make_snippet
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.faiss.faiss_utils import find_ivf
 from scalingnote.index.faiss.methods import add_rows, load_state
 from scalingnote.index.routing.query_graph import add_live_edges
-from scalingnote.index.tune import exact_topk
 from scalingnote.index.searcher import SearchResult
+from scalingnote.index.tune import exact_topk
 
 
 class _Growing:
@@ -77,7 +77,9 @@ class RowStore:
         # each fitting query's (edges + 1)-th best score so far: from the build (routing state; deletes since
         # leave it high, which only misses an edge a deleted neighbour made room for), else computed at the first add
         kth = (self.routing or {}).get("kth") if self._guide is not None else None
-        self._kth: np.ndarray | None = np.array(kth, np.float32) if kth is not None and len(kth) == len(self._guide[0]) else None
+        self._kth: np.ndarray | None = (
+            np.array(kth, np.float32) if kth is not None and len(kth) == len(self._guide[0]) else None
+        )
         self.guided_edges_added = 0  #: query-guided edges given to inserted rows since this generation opened
         self._bitmap: np.ndarray | None = None  # kept alive while FAISS's selector points at it
         self._sync()
@@ -96,7 +98,9 @@ class RowStore:
         """The live rows as the searches' ID selector (HNSW / Flat with tombstones; none otherwise)."""
         import faiss
 
-        selectable = isinstance(faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat))  # others: over-fetch + filter
+        selectable = isinstance(
+            faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat)
+        )  # others: over-fetch + filter
         if self.can_remove or not self.tombstones or not selectable:
             self.dense.selector, self._bitmap = None, None
             return
@@ -158,8 +162,16 @@ class RowStore:
         if self._guide is not None and not self.can_remove:
             import faiss
 
-            added, self._kth = add_live_edges(faiss.downcast_index(self.dense.index), self.vectors.view, self._guide[0], self._guide[1],
-                                              first, topk=exact_topk, alive=self.alive, kth=self._kth)
+            added, self._kth = add_live_edges(
+                faiss.downcast_index(self.dense.index),
+                self.vectors.view,
+                self._guide[0],
+                self._guide[1],
+                first,
+                topk=exact_topk,
+                alive=self.alive,
+                kth=self._kth,
+            )
             self.guided_edges_added += added
         for d, r in zip(docs, rows.tolist(), strict=True):
             self.doc_ids.append(d.id)
@@ -197,7 +209,14 @@ def filter_rows(res: SearchResult, alive: np.ndarray, k: int) -> SearchResult:
         if res.titles is not None:
             titles.append([res.titles[q][j] for j in keep])
             snippets.append([res.snippets[q][j] for j in keep])
-    return SearchResult(scores, doc_ids, sem, idx, titles if res.titles is not None else None, snippets if res.snippets is not None else None)
+    return SearchResult(
+        scores,
+        doc_ids,
+        sem,
+        idx,
+        titles if res.titles is not None else None,
+        snippets if res.snippets is not None else None,
+    )
 
 
 def _guide(dense: DenseIndex, state: dict[str, np.ndarray] | None) -> tuple[np.ndarray, int] | None:

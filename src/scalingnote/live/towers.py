@@ -16,7 +16,9 @@ def check_document_tower(manifest: dict[str, Any], tower, where: str | Path) -> 
     doc = manifest.get("tower") or {}
     want, got = doc.get("fingerprint"), tower_identity(tower)
     if want is None:
-        raise ScalingNoteError(f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot be encoded consistently")
+        raise ScalingNoteError(
+            f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot be encoded consistently"
+        )
     if str(got.get("fingerprint")) != str(want):
         built = doc.get("path") or doc.get("name", "?")
         raise ScalingNoteError(
@@ -32,7 +34,9 @@ def load_document_tower(manifest: dict[str, Any], spec: Any = None):
     directory (``tower.path``) when that still exists, else its name (a packaged/base model)."""
     if spec is not None and not isinstance(spec, (str, Path)):
         return spec
-    from scalingnote.models import load_tower  # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
+    from scalingnote.models import (
+        load_tower,  # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
+    )
 
     if spec is not None:
         return load_tower(str(spec), role="document")
@@ -40,5 +44,7 @@ def load_document_tower(manifest: dict[str, Any], spec: Any = None):
     if t.get("path") and Path(str(t["path"])).is_dir():
         return load_tower(str(t["path"]), role="document")
     if not t.get("name"):
-        raise ScalingNoteError("the index names no document tower: pass one (--document-tower / --tower / document_tower)")
+        raise ScalingNoteError(
+            "the index names no document tower: pass one (--document-tower / --tower / document_tower)"
+        )
     return load_tower(str(t["name"]), role="document", num_layers=t.get("num_layers"), pooling=t.get("pooling"))

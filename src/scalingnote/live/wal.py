@@ -66,7 +66,9 @@ def write_json_durably(path: Path, obj: Any, what: str) -> None:
             tmp.unlink(missing_ok=True)  # frees what it took (a full disk)
         except OSError:
             pass
-        raise StorageError(f"{path}: writing the {what} failed: {describe_os_error(e)}; the previous {what} is kept", e.errno) from None
+        raise StorageError(
+            f"{path}: writing the {what} failed: {describe_os_error(e)}; the previous {what} is kept", e.errno
+        ) from None
     try:
         fsync_dir(path.parent)
     except OSError as e:
@@ -138,8 +140,12 @@ class WriteAheadLog:
                 if si != len(segs) - 1:
                     raise ScalingNoteError(f"{seg}: line {len(lines) + 1}: unterminated record in a closed segment")
                 self._truncate(seg, good_bytes)
-                log.warning("write-ahead log %s: cut %d bytes of a torn record after line %d (a write that was never acknowledged)",
-                            seg, len(tail), len(lines))
+                log.warning(
+                    "write-ahead log %s: cut %d bytes of a torn record after line %d (a write that was never acknowledged)",
+                    seg,
+                    len(tail),
+                    len(lines),
+                )
 
     @staticmethod
     def _parse(line: bytes) -> dict[str, Any] | None:
@@ -152,7 +158,11 @@ class WriteAheadLog:
             rec = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             return None
-        return rec if isinstance(rec, dict) and isinstance(rec.get("seq"), int) and rec.get("op") in ("upsert", "delete") else None
+        return (
+            rec
+            if isinstance(rec, dict) and isinstance(rec.get("seq"), int) and rec.get("op") in ("upsert", "delete")
+            else None
+        )
 
     @staticmethod
     def _truncate(seg: Path, size: int) -> None:
@@ -181,7 +191,9 @@ class WriteAheadLog:
         except OSError as e:
             if fd is not None:
                 os.close(fd)
-            raise StorageError(f"{path}: cannot open the write-ahead log for writing: {describe_os_error(e)}", e.errno) from None
+            raise StorageError(
+                f"{path}: cannot open the write-ahead log for writing: {describe_os_error(e)}", e.errno
+            ) from None
         self._fd, self._path, self._size = fd, path, size
 
     def _ready(self) -> None:
@@ -195,8 +207,11 @@ class WriteAheadLog:
                 self.io.ftruncate(self._fd, self._size)
                 self.io.fsync(self._fd)
             except OSError as e:
-                raise StorageError(f"{self._path}: the write-ahead log is closed for writing: {self.closed_reason}, and cutting it back "
-                                   f"failed again ({describe_os_error(e)}); nothing was written", e.errno) from None
+                raise StorageError(
+                    f"{self._path}: the write-ahead log is closed for writing: {self.closed_reason}, and cutting it back "
+                    f"failed again ({describe_os_error(e)}); nothing was written",
+                    e.errno,
+                ) from None
             log.warning("write-ahead log %s: cut back to its last whole record; writing again", self._path)
             self.closed_reason = None
 
@@ -230,10 +245,16 @@ class WriteAheadLog:
             self.io.fsync(self._fd)
         except OSError as e2:
             self.closed_reason = f"appending failed ({why}) and cutting the record off failed ({describe_os_error(e2)})"
-            raise StorageError(f"{self._path}: writing the write-ahead log failed: {why}; cutting the record off failed too "
-                               f"({describe_os_error(e2)}): the log is closed for writing until a later write can cut it back, and the "
-                               "batch may be applied if the service restarts before that", e.errno, outcome_unknown=True) from None
-        raise StorageError(f"{self._path}: writing the write-ahead log failed: {why}; nothing of the batch was kept", e.errno) from None
+            raise StorageError(
+                f"{self._path}: writing the write-ahead log failed: {why}; cutting the record off failed too "
+                f"({describe_os_error(e2)}): the log is closed for writing until a later write can cut it back, and the "
+                "batch may be applied if the service restarts before that",
+                e.errno,
+                outcome_unknown=True,
+            ) from None
+        raise StorageError(
+            f"{self._path}: writing the write-ahead log failed: {why}; nothing of the batch was kept", e.errno
+        ) from None
 
     def rotate(self) -> int:
         """Start a new segment for records after the current last seq; returns that seq (every

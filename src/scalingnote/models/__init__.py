@@ -29,6 +29,7 @@ from scalingnote.models.loading import (
     select_layers,
     truncate_layers,
 )
+from scalingnote.models.prefix import FeatureCache, PrefixTower, fill_pooled_depths, freeze_prefix, sub_backbone
 from scalingnote.models.prompt import (
     DEFAULT_FIELD_CAPS,
     PAPER_DOCUMENT_PROMPT,
@@ -39,7 +40,6 @@ from scalingnote.models.prompt import (
     EncodedDocument,
     allocate_budget,
 )
-from scalingnote.models.prefix import FeatureCache, PrefixTower, fill_pooled_depths, freeze_prefix, sub_backbone
 from scalingnote.models.registry import PACKAGED_MODELS, packaged_model_path
 from scalingnote.models.tiny import build_tiny_model, tiny_bert_config, tiny_llm_config, tiny_tokenizer
 from scalingnote.models.towers import (

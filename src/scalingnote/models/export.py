@@ -59,11 +59,40 @@ from scalingnote.models.loading import quiet_transformers
 from scalingnote.models.model_card import write_model_card
 
 log = logging.getLogger("scalingnote.models")
-from scalingnote.models.export_common import FORMATS, ONNX_INT8, ONNX_META, QUANTIZE, ExportRefused, PROBE_TEXTS, ST_META, _check_tokenizer, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_dir, _tower_embed, _versions, refusal_reason  # noqa: F401 - the public names are re-exported here
-from scalingnote.models.onnx_export import Int8Config, Int8Report, export_onnx, onnx_embed, ort_session, read_onnx_meta, select_int8_nodes  # noqa: F401
+from scalingnote.models.export_common import (  # noqa: F401 - the public names are re-exported here
+    FORMATS,
+    ONNX_INT8,
+    ONNX_META,
+    PROBE_TEXTS,
+    QUANTIZE,
+    ST_META,
+    ExportRefused,
+    _check_tokenizer,
+    _export_tokenizer,
+    _fp32_cpu_copy,
+    _identity,
+    _load,
+    _max_length,
+    _replaceable,
+    _tower_dir,
+    _tower_embed,
+    _versions,
+    refusal_reason,
+)
+from scalingnote.models.onnx_export import (  # noqa: F401
+    Int8Config,
+    Int8Report,
+    export_onnx,
+    onnx_embed,
+    ort_session,
+    read_onnx_meta,
+    select_int8_nodes,
+)
 
 
-def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, check_texts: list[str] | None = None, min_cos: float = 0.99999) -> Path:
+def export_sentence_transformers(
+    tower_or_path: Any, out: str | os.PathLike, *, check_texts: list[str] | None = None, min_cos: float = 0.99999
+) -> Path:
     """Write a sentence-transformers directory for the tower (see the module docstring).
 
     Raises :class:`ExportRefused` for a tower sentence-transformers cannot express, or when
@@ -78,12 +107,17 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
     except ImportError as e:
-        raise ScalingNoteError(f"export to sentence-transformers needs the sentence-transformers package ({e}); pip install -r requirements.txt") from None
+        raise ScalingNoteError(
+            f"export to sentence-transformers needs the sentence-transformers package ({e}); pip install -r requirements.txt"
+        ) from None
     texts = list(check_texts) if check_texts is not None else list(PROBE_TEXTS)
     out = Path(out)
     c = tower.config
     tok = _export_tokenizer(tower)
-    with atomic_dir(out, replace=_replaceable(out, "modules.json")) as tmp, tempfile.TemporaryDirectory(prefix=".hf.", dir=tmp.parent) as work:
+    with (
+        atomic_dir(out, replace=_replaceable(out, "modules.json")) as tmp,
+        tempfile.TemporaryDirectory(prefix=".hf.", dir=tmp.parent) as work,
+    ):
         hf = Path(work) / "hf"
         with quiet_transformers():
             tower.backbone.save_pretrained(hf)
@@ -118,7 +152,9 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
         # self-check: load what was written, offline, and compare with the tower
         with quiet_transformers():
             st = SentenceTransformer(str(tmp), device="cpu", local_files_only=True)
-            got = st.encode(texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False)
+            got = st.encode(
+                texts, batch_size=16, convert_to_numpy=True, normalize_embeddings=True, show_progress_bar=False
+            )
         ref = _tower_embed(tower, texts)
         cos = (np.asarray(got, dtype=np.float64) * ref.astype(np.float64)).sum(1)
         meta["check"] = {"texts": len(texts), "min_cos": float(cos.min())}
@@ -128,7 +164,9 @@ def export_sentence_transformers(tower_or_path: Any, out: str | os.PathLike, *, 
                 f"{len(texts)} probe texts, worst {texts[int(cos.argmin())]!r}); nothing was written"
             )
         (tmp / ST_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        write_model_card(tmp, meta["tower"], "sentence-transformers", out, _tower_dir(tower_or_path), meta["versions"])  # replaces ST's generic card
+        write_model_card(
+            tmp, meta["tower"], "sentence-transformers", out, _tower_dir(tower_or_path), meta["versions"]
+        )  # replaces ST's generic card
     return out
 
 
@@ -149,7 +187,14 @@ def export_tower(
         if quantize:
             raise ConfigError(None, None, "quantize", "int8 quantization applies to --format onnx only")
         return export_sentence_transformers(tower_or_path, out)
-    return export_onnx(tower_or_path, out, quantize=quantize, validation_texts=validation_texts, validation_name=validation_name, int8=int8)
+    return export_onnx(
+        tower_or_path,
+        out,
+        quantize=quantize,
+        validation_texts=validation_texts,
+        validation_name=validation_name,
+        int8=int8,
+    )
 
 
 __all__ = [

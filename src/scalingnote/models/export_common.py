@@ -148,7 +148,9 @@ def _export_tokenizer(tower) -> Any:
         tok.padding_side = "right"
         backend = getattr(tok, "backend_tokenizer", None) or getattr(tok, "_tokenizer", None)
         if backend is None:
-            raise ExportRefused("the LLM tower's tokenizer is not a fast (tokenizers) tokenizer: cannot make it append EOS")
+            raise ExportRefused(
+                "the LLM tower's tokenizer is not a fast (tokenizers) tokenizer: cannot make it append EOS"
+            )
         eos, eos_id = tok.eos_token, int(tok.eos_token_id)
         append = processors.TemplateProcessing(single=f"$A {eos}", pair=f"$A $B {eos}", special_tokens=[(eos, eos_id)])
         old = backend.post_processor
@@ -158,8 +160,15 @@ def _export_tokenizer(tower) -> Any:
 
 def _check_tokenizer(tower, tok, texts: list[str]) -> None:
     """The export tokenizer must give the tower's own ids (after a save/reload cycle)."""
-    want = tower.query_ids(texts) if tower.role == "query" else [e.input_ids for e in tower.document_encodings(_as_documents(texts))]
-    got = [list(x) for x in tok(texts, add_special_tokens=True, truncation=True, max_length=_max_length(tower))["input_ids"]]
+    want = (
+        tower.query_ids(texts)
+        if tower.role == "query"
+        else [e.input_ids for e in tower.document_encodings(_as_documents(texts))]
+    )
+    got = [
+        list(x)
+        for x in tok(texts, add_special_tokens=True, truncation=True, max_length=_max_length(tower))["input_ids"]
+    ]
     bad = [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if list(a) != b]
     if bad:
         i = bad[0]
@@ -189,7 +198,9 @@ def _replaceable(out: Path, marker: str) -> bool:
     if not out.exists():
         return False
     if not out.is_dir() or (any(out.iterdir()) and not (out / marker).is_file()):
-        raise ConfigError(out, None, None, f"exists and is not an export directory (no {marker}); refusing to overwrite it")
+        raise ConfigError(
+            out, None, None, f"exists and is not an export directory (no {marker}); refusing to overwrite it"
+        )
     return True
 
 

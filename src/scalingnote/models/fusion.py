@@ -42,17 +42,31 @@ from scalingnote.models.prefix.tower import encode_eval
 class DocumentFusion(nn.Module):
     """``e + W_out [Σ_l E_l[codes_l]; E_cat[cat]; GELU(W_1 num)]`` (see the module docstring for shapes)."""
 
-    def __init__(self, dim: int, *, codebook_sizes: Sequence[int] = (), num_categories: int = 0, num_numeric: int = 0,
-                 embed_dim: int = 32, hidden: int = 32):
+    def __init__(
+        self,
+        dim: int,
+        *,
+        codebook_sizes: Sequence[int] = (),
+        num_categories: int = 0,
+        num_numeric: int = 0,
+        embed_dim: int = 32,
+        hidden: int = 32,
+    ):
         super().__init__()
         if not codebook_sizes and not num_categories and not num_numeric:
-            raise ScalingNoteError("DocumentFusion needs at least one input: semantic IDs, a category or numeric features")
+            raise ScalingNoteError(
+                "DocumentFusion needs at least one input: semantic IDs, a category or numeric features"
+            )
         self.dim = int(dim)
         self.codebook_sizes = [int(k) for k in codebook_sizes]
         self.sid = nn.ModuleList(nn.Embedding(k, embed_dim) for k in self.codebook_sizes)
         self.category = nn.Embedding(num_categories, embed_dim) if num_categories else None
         self.numeric = nn.Linear(num_numeric, hidden) if num_numeric else None
-        width = (embed_dim if self.codebook_sizes else 0) + (embed_dim if num_categories else 0) + (hidden if num_numeric else 0)
+        width = (
+            (embed_dim if self.codebook_sizes else 0)
+            + (embed_dim if num_categories else 0)
+            + (hidden if num_numeric else 0)
+        )
         self.out = nn.Linear(width, dim, bias=False)
         for e in self.sid:
             nn.init.normal_(e.weight, std=1.0 / len(self.sid) ** 0.5)
@@ -65,7 +79,9 @@ class DocumentFusion(nn.Module):
         parts = []
         if self.sid:
             if codes is None or codes.dim() != 2 or codes.shape[1] != len(self.sid):
-                raise ScalingNoteError(f"semantic IDs must be [B, {len(self.sid)}], got {None if codes is None else tuple(codes.shape)}")
+                raise ScalingNoteError(
+                    f"semantic IDs must be [B, {len(self.sid)}], got {None if codes is None else tuple(codes.shape)}"
+                )
             parts.append(sum(emb(codes[:, i]) for i, emb in enumerate(self.sid)))
         if self.category is not None:
             if cat is None or cat.dim() != 1:
@@ -77,7 +93,9 @@ class DocumentFusion(nn.Module):
             parts.append(torch.nn.functional.gelu(self.numeric(num)))
         return self.out(torch.cat(parts, dim=-1))
 
-    def forward(self, e: Tensor, codes: Tensor | None = None, cat: Tensor | None = None, num: Tensor | None = None) -> Tensor:
+    def forward(
+        self, e: Tensor, codes: Tensor | None = None, cat: Tensor | None = None, num: Tensor | None = None
+    ) -> Tensor:
         return e + self.side(codes, cat, num).to(e.dtype)
 
 
@@ -91,7 +109,9 @@ class QueryFusion(nn.Module):
 
     def forward(self, e: Tensor, ctx: Tensor) -> Tensor:
         if ctx.dim() != 2 or ctx.shape[1] != self.ctx.in_features or ctx.shape[0] != e.shape[0]:
-            raise ScalingNoteError(f"context vectors must be [{e.shape[0]}, {self.ctx.in_features}], got {tuple(ctx.shape)}")
+            raise ScalingNoteError(
+                f"context vectors must be [{e.shape[0]}, {self.ctx.in_features}], got {tuple(ctx.shape)}"
+            )
         return e + self.ctx(ctx.to(e.dtype))
 
 
@@ -118,7 +138,11 @@ class DocumentFeatures:
         except KeyError as e:
             raise ScalingNoteError(f"no fusion features for document {e.args[0]!r}") from None
         t = lambda a, dt: None if a is None else torch.from_numpy(np.ascontiguousarray(a[idx])).to(dt)  # noqa: E731
-        return {"codes": t(self.codes, torch.long), "cat": t(self.category, torch.long), "num": t(self.numeric, torch.float32)}
+        return {
+            "codes": t(self.codes, torch.long),
+            "cat": t(self.category, torch.long),
+            "num": t(self.numeric, torch.float32),
+        }
 
 
 class FusedPrefixEncoder:
@@ -151,7 +175,9 @@ class FusedPrefixEncoder:
     def _context(self, texts: Sequence[str]) -> Tensor:
         dim = self.fusion.ctx.in_features
         rows = [self.features.get(t) for t in texts]
-        return torch.from_numpy(np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows]).astype(np.float32))
+        return torch.from_numpy(
+            np.stack([r if r is not None else np.zeros(dim, np.float32) for r in rows]).astype(np.float32)
+        )
 
     def queries(self, texts) -> Tensor:
         if self.role != "query":
@@ -167,12 +193,22 @@ class FusedPrefixEncoder:
         side = self.fusion.side(**{k: (v.to(self.tower.device) if v is not None else None) for k, v in f.items()})
         return {k: v + side.to(v.dtype) for k, v in views.items()}
 
-    def encode_documents(self, docs, *, batch_size: int = 256, show_progress: bool = False, view: str = "emb",
-                         dim: int | None = None, normalize: bool = True) -> np.ndarray:
+    def encode_documents(
+        self,
+        docs,
+        *,
+        batch_size: int = 256,
+        show_progress: bool = False,
+        view: str = "emb",
+        dim: int | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
         return self.encode(docs, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
 
     @torch.no_grad()
-    def encode(self, items, *, view: str | None = "emb", dim: int | None = None, normalize: bool = True, batch_size: int = 256) -> np.ndarray:
+    def encode(
+        self, items, *, view: str | None = "emb", dim: int | None = None, normalize: bool = True, batch_size: int = 256
+    ) -> np.ndarray:
         items = list(items)
         self.prefix.ensure(items)
         return encode_eval(self, items, view=view, dim=dim, normalize=normalize, batch_size=batch_size)

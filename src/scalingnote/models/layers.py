@@ -51,9 +51,15 @@ def is_bottom(layers: Sequence[int] | None) -> bool:
 def check_layer_list(layers: Any, base_layers: int, where: Any) -> list[int]:
     """``layers`` as ascending unique layer indices of a ``base_layers``-layer checkpoint, or a
     :class:`ConfigError` naming ``where``."""
-    ok = isinstance(layers, (list, tuple)) and layers and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    ok = (
+        isinstance(layers, (list, tuple))
+        and layers
+        and all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    )
     if not ok or list(layers) != sorted(set(layers)) or layers[0] < 0 or layers[-1] >= base_layers:
-        raise ConfigError(where, None, "layers", f"must be ascending unique layer indices in 0..{base_layers - 1}, got {layers!r}")
+        raise ConfigError(
+            where, None, "layers", f"must be ascending unique layer indices in 0..{base_layers - 1}, got {layers!r}"
+        )
     return [int(i) for i in layers]
 
 

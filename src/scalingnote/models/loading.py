@@ -161,7 +161,9 @@ def resolve_source(name_or_path: str | os.PathLike) -> ModelSource:
     if p.is_file():
         if p.suffix.lower() == ".gguf":
             return ModelSource("gguf", p.resolve(), raw)
-        raise ConfigError(p, None, "model", "a model file must be a .gguf file; otherwise pass a Hugging Face directory")
+        raise ConfigError(
+            p, None, "model", "a model file must be a .gguf file; otherwise pass a Hugging Face directory"
+        )
     if (p / TOWER_FILE).is_file():
         return ModelSource("tower", p.resolve(), raw)
     if (p / "config.json").is_file():
@@ -215,9 +217,7 @@ def cached_gguf_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike |
     return target if (target / CACHE_MARKER).is_file() else None
 
 
-def convert_gguf(
-    gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, force: bool = False
-) -> Path:
+def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
     """Convert a GGUF file once into a de-quantized safetensors HF directory in the cache.
 
     Returns the cache directory (``config.json``, ``model.safetensors``, tokenizer files and
@@ -270,7 +270,7 @@ def convert_gguf(
             "source_bytes": src.stat().st_size,
             "model_class": type(model).__name__,
             "convert_s": round(time.perf_counter() - t0, 2),
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         }
         with contextlib.suppress(Exception):
             import transformers
@@ -395,12 +395,16 @@ def load_hf_backbone(
         if layers is not None:
             layers = check_layer_list(list(layers), base_layers, hf_dir)
             if num_layers is not None and num_layers != len(layers):
-                raise ConfigError(hf_dir, None, "num_layers", f"is {num_layers}, but layers {layers} lists {len(layers)}")
+                raise ConfigError(
+                    hf_dir, None, "num_layers", f"is {num_layers}, but layers {layers} lists {len(layers)}"
+                )
             num_layers = layers[-1] + 1  # built up to the last layer kept
             layers = None if is_bottom(layers) else layers  # the bottom ones: plain truncation
         if num_layers is not None:
             if not isinstance(num_layers, int) or not 1 <= num_layers <= base_layers:
-                raise ConfigError(hf_dir, None, "num_layers", f"must be an integer in 1..{base_layers}, got {num_layers!r}")
+                raise ConfigError(
+                    hf_dir, None, "num_layers", f"must be an integer in 1..{base_layers}, got {num_layers!r}"
+                )
             _truncate_config(config, num_layers)
         model_kwargs: dict[str, Any] = {}
         if detected == "bert" and config.model_type in {"bert", "roberta", "xlm-roberta", "camembert"}:
@@ -422,7 +426,9 @@ def load_hf_backbone(
             raise ConfigError(hf_dir, None, "tokenizer", f"cannot load tokenizer: {e}") from e
     missing = [k for k in info.get("missing_keys", []) if not k.startswith("pooler.")]
     if missing:
-        raise ConfigError(hf_dir, None, "weights", f"checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:5]}")
+        raise ConfigError(
+            hf_dir, None, "weights", f"checkpoint lacks {len(missing)} weights, e.g. {sorted(missing)[:5]}"
+        )
     unexpected = [k for k in info.get("unexpected_keys", []) if not _benign_unexpected(k, num_layers)]
     if unexpected:
         log.warning("%s: ignoring %d unexpected weights, e.g. %s", hf_dir, len(unexpected), sorted(unexpected)[:5])
@@ -462,8 +468,12 @@ def load_backbone(
     if src.form == "tower":
         raise ConfigError(src.path, None, "model", "is a saved tower directory: use scalingnote.models.load_tower")
     if src.form == "tower_backbone":
-        raise ConfigError(src.path, None, "model", "stores only what it trained over its base: load its backbone with "
-                          "scalingnote.models.load_tower(<tower>/backbone, ...) (scalingnote.models.towers.store.load_base)")
+        raise ConfigError(
+            src.path,
+            None,
+            "model",
+            "stores only what it trained over its base: load its backbone with "
+            "scalingnote.models.load_tower(<tower>/backbone, ...) (scalingnote.models.towers.store.load_base)",
+        )
     hf_dir = convert_gguf(src.path, cache_dir=cache_dir) if src.form == "gguf" else src.path
     return load_hf_backbone(hf_dir, num_layers=num_layers, kind=kind, source=src, layers=layers)
-

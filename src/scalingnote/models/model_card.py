@@ -27,7 +27,6 @@ def _same(a: str | Path, b: Path) -> bool:
         return False
 
 
-
 def find_run(tower_dir: str | Path, max_up: int = 4) -> dict[str, Any] | None:
     """What the quick start whose output holds ``tower_dir`` says of it: ``results.json`` in one
     of its ``max_up`` parent directories whose chosen student, teacher or a candidate is this
@@ -46,8 +45,13 @@ def find_run(tower_dir: str | Path, max_up: int = 4) -> dict[str, Any] | None:
         student = ch.get("student") or {}
         for c in student.get("candidates") or []:
             if _same(relocated(c.get("dir", ""), root), tower_dir):
-                return {"results": res, "role": "student" if c.get("name") == student.get("chosen") else "candidate", "name": c.get("name"),
-                        "candidate": c, "root": root}
+                return {
+                    "results": res,
+                    "role": "student" if c.get("name") == student.get("chosen") else "candidate",
+                    "name": c.get("name"),
+                    "candidate": c,
+                    "root": root,
+                }
         teacher = ch.get("teacher") or {}
         if teacher.get("dir") and _same(relocated(teacher["dir"], root), tower_dir.parent):
             return {"results": res, "role": "teacher", "name": Path(teacher["dir"]).name, "root": root}
@@ -66,10 +70,23 @@ def evaluation(run: dict[str, Any]) -> dict[str, Any]:
     (student / teacher query tower, queries per second on the run's machine), each None where the
     run did not measure it."""
     rows = run["results"].get("rows") or []
-    own = _row(rows, "student") if run["role"] == "student" else _row(rows, "teacher") if run["role"] == "teacher" else None
+    own = (
+        _row(rows, "student")
+        if run["role"] == "student"
+        else _row(rows, "teacher")
+        if run["role"] == "teacher"
+        else None
+    )
     teacher = _row(rows, "teacher")
-    out: dict[str, Any] = {"ndcg@10": None, "r@100": None, "teacher_ndcg@10": None, "retention": None, "speedup": None,
-                           "served_ndcg@10": None, "test_queries": None}
+    out: dict[str, Any] = {
+        "ndcg@10": None,
+        "r@100": None,
+        "teacher_ndcg@10": None,
+        "retention": None,
+        "speedup": None,
+        "served_ndcg@10": None,
+        "test_queries": None,
+    }
     if own is not None:
         out["ndcg@10"], out["r@100"] = own.get("ndcg@10"), own.get("r@100")
     if teacher is not None and run["role"] == "student":
@@ -94,23 +111,44 @@ def _front_matter(identity: dict[str, Any], fmt: str) -> list[str]:
     lib = "sentence-transformers" if fmt == "sentence-transformers" else "onnx"
     if fmt == "sentence-transformers":
         tags.insert(0, "sentence-transformers")
-    return ["---", f"library_name: {lib}", f"base_model: {base}", "pipeline_tag: sentence-similarity", "tags:", *[f"- {t}" for t in tags], "---", ""]
+    return [
+        "---",
+        f"library_name: {lib}",
+        f"base_model: {base}",
+        "pipeline_tag: sentence-similarity",
+        "tags:",
+        *[f"- {t}" for t in tags],
+        "---",
+        "",
+    ]
 
 
 def _usage(identity: dict[str, Any], fmt: str, out_name: str) -> list[str]:
     role = identity.get("role")
     if fmt == "sentence-transformers":
         encode = "model.encode_query" if role == "query" else "model.encode_document"
-        return ["```python", "from sentence_transformers import SentenceTransformer", "",
-                f'model = SentenceTransformer("{out_name}")  # this directory', f'vectors = {encode}(["{"what causes fractures?" if role == "query" else "a document title and its text"}"])',
-                f"print(vectors.shape)  # ({1}, {identity.get('out_dim')}), unit length: the dot product is the cosine", "```"]
-    return ["```python", "import onnxruntime as ort", "from tokenizers import Tokenizer", "",
-            f'tok = Tokenizer.from_file("{out_name}/tokenizer.json")',
-            f'session = ort.InferenceSession("{out_name}/model.onnx")  # model_int8.onnx where exported',
-            f'enc = tok.encode("{"what causes fractures?" if role == "query" else "a document title and its text"}")',
-            'vec = session.run(None, {"input_ids": [enc.ids], "attention_mask": [enc.attention_mask]})[0]',
-            "```", "",
-            f"Or serve it: `scalingnote serve --index <index> --query-tower <tower> --query-backend onnx --onnx-model {out_name}`."]
+        return [
+            "```python",
+            "from sentence_transformers import SentenceTransformer",
+            "",
+            f'model = SentenceTransformer("{out_name}")  # this directory',
+            f'vectors = {encode}(["{"what causes fractures?" if role == "query" else "a document title and its text"}"])',
+            f"print(vectors.shape)  # ({1}, {identity.get('out_dim')}), unit length: the dot product is the cosine",
+            "```",
+        ]
+    return [
+        "```python",
+        "import onnxruntime as ort",
+        "from tokenizers import Tokenizer",
+        "",
+        f'tok = Tokenizer.from_file("{out_name}/tokenizer.json")',
+        f'session = ort.InferenceSession("{out_name}/model.onnx")  # model_int8.onnx where exported',
+        f'enc = tok.encode("{"what causes fractures?" if role == "query" else "a document title and its text"}")',
+        'vec = session.run(None, {"input_ids": [enc.ids], "attention_mask": [enc.attention_mask]})[0]',
+        "```",
+        "",
+        f"Or serve it: `scalingnote serve --index <index> --query-tower <tower> --query-backend onnx --onnx-model {out_name}`.",
+    ]
 
 
 def _training(run: dict[str, Any] | None) -> list[str]:
@@ -119,19 +157,26 @@ def _training(run: dict[str, Any] | None) -> list[str]:
     res, ch = run["results"], run["results"].get("choices") or {}
     cfg = res.get("config") or {}
     data = cfg.get("data")
-    lines = [f"- Data: {'the synthetic note-search log generated by the quick start' if not data else f'the BEIR directory `{Path(data).name}`'}"
-             f" (choices made on validation queries held out from its training split)"]
+    lines = [
+        f"- Data: {'the synthetic note-search log generated by the quick start' if not data else f'the BEIR directory `{Path(data).name}`'}"
+        f" (choices made on validation queries held out from its training split)"
+    ]
     teacher = ch.get("teacher") or {}
     fams = ch.get("families") or {}
     if teacher.get("family"):
         model = (fams.get(teacher["family"]) or {}).get("model")
-        lines.append(f"- Teacher (large dual tower, Stage I): the {teacher['family']} family" + (f" (`{Path(str(model)).name}`)" if model else "")
-                     + f": {teacher.get('reason', '')}")
+        lines.append(
+            f"- Teacher (large dual tower, Stage I): the {teacher['family']} family"
+            + (f" (`{Path(str(model)).name}`)" if model else "")
+            + f": {teacher.get('reason', '')}"
+        )
     student = ch.get("student") or {}
     if run["role"] in ("student", "candidate"):
         c = run.get("candidate") or {}
-        lines.append(f"- This tower: the QKD student `{run['name']}` ({c.get('layers')} layers, listwise weight {c.get('rank_weight')}; "
-                     f"validation nDCG@10 {_fmt(c.get('val'))}, single-query p99 {_fmt(c.get('p99_ms'), '.2f')} ms)")
+        lines.append(
+            f"- This tower: the QKD student `{run['name']}` ({c.get('layers')} layers, listwise weight {c.get('rank_weight')}; "
+            f"validation nDCG@10 {_fmt(c.get('val'))}, single-query p99 {_fmt(c.get('p99_ms'), '.2f')} ms)"
+        )
         if student.get("reason"):
             lines.append(f"- Student chosen: `{student.get('chosen')}`: {student['reason']}")
     served = ch.get("served") or {}
@@ -145,23 +190,38 @@ def _training(run: dict[str, Any] | None) -> list[str]:
 
 def _evaluation(run: dict[str, Any] | None) -> list[str]:
     if run is None or run["role"] == "candidate":
-        return ["No test-set figures: the run's results table scores the chosen student and the teacher only."] if run else \
-               ["No test-set figures recorded for this tower."]
+        return (
+            ["No test-set figures: the run's results table scores the chosen student and the teacher only."]
+            if run
+            else ["No test-set figures recorded for this tower."]
+        )
     ev = evaluation(run)
-    lines = ["On the run's own test queries (nDCG@10; retention = this tower / the teacher; speed-up = queries per second of this "
-             "query tower / the teacher's, batch encoding on the run's machine):", "",
-             "| metric | value |", "|---|---|",
-             f"| nDCG@10 | {_fmt(ev['ndcg@10'])} |", f"| R@100 | {_fmt(ev['r@100'])} |"]
+    lines = [
+        "On the run's own test queries (nDCG@10; retention = this tower / the teacher; speed-up = queries per second of this "
+        "query tower / the teacher's, batch encoding on the run's machine):",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| nDCG@10 | {_fmt(ev['ndcg@10'])} |",
+        f"| R@100 | {_fmt(ev['r@100'])} |",
+    ]
     if run["role"] == "student":
-        lines += [f"| teacher nDCG@10 | {_fmt(ev['teacher_ndcg@10'])} |",
-                  f"| retention of the teacher | {'not measured' if ev['retention'] is None else format(ev['retention'], '.1%')} |",
-                  f"| speed-up over the teacher | {'not measured' if ev['speedup'] is None else format(ev['speedup'], '.2f') + 'x'} |",
-                  f"| served configuration nDCG@10 | {_fmt(ev['served_ndcg@10'])} |"]
+        lines += [
+            f"| teacher nDCG@10 | {_fmt(ev['teacher_ndcg@10'])} |",
+            f"| retention of the teacher | {'not measured' if ev['retention'] is None else format(ev['retention'], '.1%')} |",
+            f"| speed-up over the teacher | {'not measured' if ev['speedup'] is None else format(ev['speedup'], '.2f') + 'x'} |",
+            f"| served configuration nDCG@10 | {_fmt(ev['served_ndcg@10'])} |",
+        ]
     return lines
 
 
-def model_card(identity: dict[str, Any], fmt: str, out: str | Path, tower_dir: str | Path | None = None,
-               versions: dict[str, str] | None = None) -> str:
+def model_card(
+    identity: dict[str, Any],
+    fmt: str,
+    out: str | Path,
+    tower_dir: str | Path | None = None,
+    versions: dict[str, str] | None = None,
+) -> str:
     """The card's Markdown for an export of the tower ``identity`` (its fingerprint, kind, role,
     pooling, base model, layers, dimensions) in format ``fmt`` to ``out``; ``tower_dir``: the
     saved tower it was exported from (its run, if any, gives the training and evaluation sections)."""
@@ -170,28 +230,48 @@ def model_card(identity: dict[str, Any], fmt: str, out: str | Path, tower_dir: s
     name = run["name"] if run else Path(str(out)).name
     base = Path(str(identity.get("base_model") or "unknown")).name
     lines = _front_matter(identity, fmt)
-    lines += [f"# {name}: scalingnote {role} tower ({fmt})", "",
-              f"A {identity.get('kind')} {role} tower of scalingnote (LLM-scaled dense retrieval: a large LLM document tower and a small "
-              "query tower distilled from it by query-side knowledge distillation), exported for use outside scalingnote. "
-              f"It maps {'a query' if role == 'query' else 'a document'} to a {identity.get('out_dim')}-dimensional unit vector; "
-              f"{'documents must be encoded by the matching document tower (the index it was served with).' if role == 'query' else 'queries are encoded by the matching query tower.'}",
-              "", "## Model details", "",
-              f"- Base model: `{base}`, {identity.get('num_layers')} transformer layers kept",
-              f"- Pooling: {identity.get('pooling')}; then a trained linear head and L2 normalisation",
-              f"- Maximum sequence length: {identity.get('max_length')} tokens",
-              f"- Output dimension: {identity.get('out_dim')} (Matryoshka prefixes: {identity.get('matryoshka_dims')}, re-normalised)",
-              "- Similarity: dot product of unit vectors (cosine)",
-              f"- Fingerprint: `{identity.get('fingerprint')}` (compatibility id `{identity.get('compat_id')}`)",
-              "", "## Usage", "", *_usage(identity, fmt, Path(str(out)).name),
-              "", "## Training", "", *_training(run),
-              "", "## Evaluation", "", *_evaluation(run)]
+    lines += [
+        f"# {name}: scalingnote {role} tower ({fmt})",
+        "",
+        f"A {identity.get('kind')} {role} tower of scalingnote (LLM-scaled dense retrieval: a large LLM document tower and a small "
+        "query tower distilled from it by query-side knowledge distillation), exported for use outside scalingnote. "
+        f"It maps {'a query' if role == 'query' else 'a document'} to a {identity.get('out_dim')}-dimensional unit vector; "
+        f"{'documents must be encoded by the matching document tower (the index it was served with).' if role == 'query' else 'queries are encoded by the matching query tower.'}",
+        "",
+        "## Model details",
+        "",
+        f"- Base model: `{base}`, {identity.get('num_layers')} transformer layers kept",
+        f"- Pooling: {identity.get('pooling')}; then a trained linear head and L2 normalisation",
+        f"- Maximum sequence length: {identity.get('max_length')} tokens",
+        f"- Output dimension: {identity.get('out_dim')} (Matryoshka prefixes: {identity.get('matryoshka_dims')}, re-normalised)",
+        "- Similarity: dot product of unit vectors (cosine)",
+        f"- Fingerprint: `{identity.get('fingerprint')}` (compatibility id `{identity.get('compat_id')}`)",
+        "",
+        "## Usage",
+        "",
+        *_usage(identity, fmt, Path(str(out)).name),
+        "",
+        "## Training",
+        "",
+        *_training(run),
+        "",
+        "## Evaluation",
+        "",
+        *_evaluation(run),
+    ]
     if versions:
         lines += ["", "## Framework versions", "", *[f"- {k}: {v}" for k, v in sorted(versions.items())]]
     return "\n".join(lines) + "\n"
 
 
-def write_model_card(directory: Path, identity: dict[str, Any], fmt: str, out: str | Path, tower_dir: str | Path | None = None,
-                     versions: dict[str, str] | None = None) -> Path:
+def write_model_card(
+    directory: Path,
+    identity: dict[str, Any],
+    fmt: str,
+    out: str | Path,
+    tower_dir: str | Path | None = None,
+    versions: dict[str, str] | None = None,
+) -> Path:
     """Write :func:`model_card` to ``directory / README.md`` (the export's temporary directory,
     renamed into place with the rest)."""
     path = directory / CARD

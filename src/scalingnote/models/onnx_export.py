@@ -23,7 +23,28 @@ from scalingnote.models.loading import quiet_transformers
 from scalingnote.utils.io import read_json
 
 log = logging.getLogger("scalingnote.models")
-from scalingnote.models.export_common import ExportRefused, INPUT_NAMES, ONNX_FP32, ONNX_INT8, ONNX_META, ONNX_OPSET, OUTPUT_NAME, PROBE_TEXTS, QUANTIZE, _as_documents, _export_tokenizer, _fp32_cpu_copy, _identity, _load, _max_length, _replaceable, _tower_dir, _tower_embed, _versions, refusal_reason
+from scalingnote.models.export_common import (
+    INPUT_NAMES,
+    ONNX_FP32,
+    ONNX_INT8,
+    ONNX_META,
+    ONNX_OPSET,
+    OUTPUT_NAME,
+    PROBE_TEXTS,
+    QUANTIZE,
+    ExportRefused,
+    _as_documents,
+    _export_tokenizer,
+    _fp32_cpu_copy,
+    _identity,
+    _load,
+    _max_length,
+    _replaceable,
+    _tower_dir,
+    _tower_embed,
+    _versions,
+    refusal_reason,
+)
 from scalingnote.models.model_card import write_model_card
 
 
@@ -67,7 +88,9 @@ def _onnx_export_graph(tower, path: Path) -> None:
                 verbose=False,
             )
         except Exception as e:  # noqa: BLE001 - report what failed, not an exporter traceback
-            raise ScalingNoteError(f"torch.onnx.export failed for this tower ({c_name(tower)}): {type(e).__name__}: {str(e)[:500]}") from e
+            raise ScalingNoteError(
+                f"torch.onnx.export failed for this tower ({c_name(tower)}): {type(e).__name__}: {str(e)[:500]}"
+            ) from e
     # the dynamo exporter leaves intermediate shape annotations that ONNX's shape inference
     # (run by the quantizer) rejects; shapes are re-inferred from the graph itself
     m = onnx.load(str(path))
@@ -162,18 +185,32 @@ def _weight_matmuls(model_path: Path) -> list[tuple[str, str]]:
 
 def _cos_stats(a: np.ndarray, b: np.ndarray, quantile: float) -> dict[str, float]:
     cos = (a.astype(np.float64) * b.astype(np.float64)).sum(1)
-    return {"min": float(cos.min()), f"p{quantile * 100:g}": float(np.quantile(cos, quantile)), "mean": float(cos.mean())}
+    return {
+        "min": float(cos.min()),
+        f"p{quantile * 100:g}": float(np.quantile(cos, quantile)),
+        "mean": float(cos.mean()),
+    }
 
 
 def select_int8_nodes(
-    fp32_path: Path, int8_path: Path, tower, validation_texts: list[str], cfg: Int8Config, validation_name: str = "validation"
+    fp32_path: Path,
+    int8_path: Path,
+    tower,
+    validation_texts: list[str],
+    cfg: Int8Config,
+    validation_name: str = "validation",
 ) -> Int8Report:
     """Quantize ``fp32_path`` into ``int8_path``, choosing the MatMuls to keep in fp32 (see :class:`Int8Config`)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     texts = list(validation_texts)
     if len(texts) < 10:
-        raise ConfigError(None, None, "validation_queries", f"need at least 10 validation texts to choose the int8 layers, got {len(texts)}")
+        raise ConfigError(
+            None,
+            None,
+            "validation_queries",
+            f"need at least 10 validation texts to choose the int8 layers, got {len(texts)}",
+        )
     if len(texts) > cfg.max_validation:
         rng = np.random.default_rng(cfg.seed)
         texts = [texts[i] for i in sorted(rng.choice(len(texts), cfg.max_validation, replace=False))]
@@ -193,8 +230,12 @@ def select_int8_nodes(
         qlog.setLevel(_logging.ERROR)  # the quantizer logs a "consider pre-processing" warning per call
         try:
             quantize_dynamic(
-                str(fp32_path), str(path), weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
-                op_types_to_quantize=["MatMul"], nodes_to_quantize=quantize_nodes,
+                str(fp32_path),
+                str(path),
+                weight_type=QuantType.QInt8,
+                per_channel=cfg.per_channel,
+                op_types_to_quantize=["MatMul"],
+                nodes_to_quantize=quantize_nodes,
             )
         finally:
             qlog.setLevel(level)
@@ -215,12 +256,23 @@ def select_int8_nodes(
             groups.setdefault(re.sub(r"\.\d+\.", ".*.", label[n]), []).append(n)
         with tempfile.TemporaryDirectory(prefix=".int8.", dir=int8_path.parent) as work:
             probe = Path(work) / "probe.onnx"
-            gsens = sorted(((1.0 - build(members, probe, n_sens)["mean"], g) for g, members in groups.items()), reverse=True)
+            gsens = sorted(
+                ((1.0 - build(members, probe, n_sens)["mean"], g) for g, members in groups.items()), reverse=True
+            )
             report.steps.append({"group_sensitivity": {g: round(v, 6) for v, g in gsens}})
             done = False
             for _, g in gsens:
                 members = groups[g]
-                order = [n for _, n in sorted(((1.0 - build([n], probe, n_sens)["mean"], n) for n in members), reverse=True)] if len(members) > 1 else members
+                order = (
+                    [
+                        n
+                        for _, n in sorted(
+                            ((1.0 - build([n], probe, n_sens)["mean"], n) for n in members), reverse=True
+                        )
+                    ]
+                    if len(members) > 1
+                    else members
+                )
                 for n in order:
                     if len(excluded) >= cfg.max_excluded:
                         done = True
@@ -238,7 +290,13 @@ def select_int8_nodes(
     report.final = stats
     report.met = stats[qkey] >= cfg.min_cos
     if not report.met:
-        log.warning("int8: %s cosine %.5f < %.5f with %d MatMuls kept in fp32 (the limit)", qkey, stats[qkey], cfg.min_cos, len(excluded))
+        log.warning(
+            "int8: %s cosine %.5f < %.5f with %d MatMuls kept in fp32 (the limit)",
+            qkey,
+            stats[qkey],
+            cfg.min_cos,
+            len(excluded),
+        )
     return report
 
 
@@ -256,14 +314,23 @@ def export_onnx(
     """Write ``model.onnx`` (+ ``model_int8.onnx`` with ``quantize="int8"``), the tokenizer and
     ``scalingnote_onnx.json``. The fp32 model must agree with the tower to ``atol``."""
     if quantize not in QUANTIZE:
-        raise ConfigError(None, None, "quantize", f"must be one of {[q for q in QUANTIZE if q]} or none, got {quantize!r}")
+        raise ConfigError(
+            None, None, "quantize", f"must be one of {[q for q in QUANTIZE if q]} or none, got {quantize!r}"
+        )
     if quantize == "int8" and not validation_texts:
-        raise ConfigError(None, None, "validation_queries", "int8 export needs validation queries to choose which layers to quantize (e.g. a train split)")
+        raise ConfigError(
+            None,
+            None,
+            "validation_queries",
+            "int8 export needs validation queries to choose which layers to quantize (e.g. a train split)",
+        )
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
     except ImportError as e:
-        raise ScalingNoteError(f"ONNX export needs onnx, onnxscript and onnxruntime ({e}); pip install -r requirements.txt") from None
+        raise ScalingNoteError(
+            f"ONNX export needs onnx, onnxscript and onnxruntime ({e}); pip install -r requirements.txt"
+        ) from None
     tower = _fp32_cpu_copy(_load(tower_or_path))
     reason = refusal_reason(tower, "onnx")
     if reason:
@@ -279,7 +346,9 @@ def export_onnx(
         got = onnx_embed(ort_session(fp32), tower, texts)
         diff = float(np.abs(got - ref).max())
         if diff > atol:
-            raise ExportRefused(f"the ONNX export does not agree with the tower (max |diff| {diff:.2e} > {atol:g}); nothing was written")
+            raise ExportRefused(
+                f"the ONNX export does not agree with the tower (max |diff| {diff:.2e} > {atol:g}); nothing was written"
+            )
         with quiet_transformers():
             tok = _export_tokenizer(tower)
             tok.save_pretrained(tmp)
@@ -290,13 +359,23 @@ def export_onnx(
             "default_model": ONNX_FP32,
             "inputs": [
                 {"name": "input_ids", "dtype": "int64", "shape": ["batch", "sequence"]},
-                {"name": "attention_mask", "dtype": "int64", "shape": ["batch", "sequence"], "note": "1 = token, 0 = padding"},
+                {
+                    "name": "attention_mask",
+                    "dtype": "int64",
+                    "shape": ["batch", "sequence"],
+                    "note": "1 = token, 0 = padding",
+                },
             ],
-            "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", tower.out_dim], "note": "L2-normalised"}],
+            "outputs": [
+                {"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", tower.out_dim], "note": "L2-normalised"}
+            ],
             "tokenizer": "tokenizer.json (Hugging Face tokenizers; adds the special tokens the tower uses"
-            + (", EOS appended" if tower.kind == "llm" else "") + f"; truncate to {_max_length(tower)} tokens)",
+            + (", EOS appended" if tower.kind == "llm" else "")
+            + f"; truncate to {_max_length(tower)} tokens)",
             "matryoshka": f"a prefix of m in {list(tower.config.matryoshka_dims)} dims, re-normalised, is the m-dim embedding",
-            "input_text": "query text" if tower.role == "query" else "Document.text (title, topic and content joined by spaces)",
+            "input_text": "query text"
+            if tower.role == "query"
+            else "Document.text (title, topic and content joined by spaces)",
             "tower": _identity(tower),
             "check": {"texts": len(texts), "fp32_max_abs_diff": diff},
             "export_seconds": round(export_s, 2),

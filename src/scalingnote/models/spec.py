@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
 from scalingnote.models.towers.io import load_tower
 
 

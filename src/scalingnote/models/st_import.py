@@ -115,7 +115,12 @@ def read_st_layout(path: str | Path) -> STLayout:
         short = m["type"].rsplit(".", 1)[-1]
         sub = root / str(m.get("path") or "")
         if short not in _KNOWN:
-            raise ConfigError(mf, None, f"[{i}].type", f"module {m['type']!r} cannot be part of a scalingnote tower (supported: {', '.join(_KNOWN)})")
+            raise ConfigError(
+                mf,
+                None,
+                f"[{i}].type",
+                f"module {m['type']!r} cannot be part of a scalingnote tower (supported: {', '.join(_KNOWN)})",
+            )
         if short == "Transformer":
             if i != 0:
                 raise ConfigError(mf, None, f"[{i}].type", "the Transformer must be the first module")
@@ -131,12 +136,16 @@ def read_st_layout(path: str | Path) -> STLayout:
             if n_dense > 1:
                 raise ConfigError(mf, None, f"[{i}].type", "more than one Dense module: a tower has one linear head")
             if pooling is None:
-                raise ConfigError(mf, None, f"[{i}].type", "a Dense module before Pooling acts per token, which a tower head does not")
+                raise ConfigError(
+                    mf, None, f"[{i}].type", "a Dense module before Pooling acts per token, which a tower head does not"
+                )
             cf = sub / "config.json"
             cfg = read_json(cf)
             act = str(cfg.get("activation_function", "torch.nn.modules.activation.Tanh"))
             if act.rsplit(".", 1)[-1] != "Identity":
-                raise ConfigError(cf, None, "activation_function", f"{act}: a tower head is linear (identity activation)")
+                raise ConfigError(
+                    cf, None, "activation_function", f"{act}: a tower head is linear (identity activation)"
+                )
             dense_dir, dense_in, dense_out = sub, int(cfg["in_features"]), int(cfg["out_features"])
             dense_bias = bool(cfg.get("bias", True))
         elif short == "Normalize":
@@ -151,7 +160,19 @@ def read_st_layout(path: str | Path) -> STLayout:
         default_prompt = d.get("default_prompt_name")
     sbc = transformer_dir / "sentence_bert_config.json"
     lower = bool(read_json(sbc).get("do_lower_case", False)) if sbc.is_file() else False
-    return STLayout(root, transformer_dir, pooling, dense_dir, dense_in, dense_out, dense_bias, normalize, prompts, default_prompt, lower)
+    return STLayout(
+        root,
+        transformer_dir,
+        pooling,
+        dense_dir,
+        dense_in,
+        dense_out,
+        dense_bias,
+        normalize,
+        prompts,
+        default_prompt,
+        lower,
+    )
 
 
 def _dense_weights(layout: STLayout) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -170,7 +191,12 @@ def _dense_weights(layout: STLayout) -> tuple[torch.Tensor, torch.Tensor | None]
         raise ConfigError(d, None, "linear.weight", "missing from the Dense weights")
     w = sd["linear.weight"].to(torch.float64)
     if tuple(w.shape) != (layout.dense_out, layout.dense_in):
-        raise ConfigError(d, None, "linear.weight", f"shape {tuple(w.shape)} != (out_features, in_features) {(layout.dense_out, layout.dense_in)}")
+        raise ConfigError(
+            d,
+            None,
+            "linear.weight",
+            f"shape {tuple(w.shape)} != (out_features, in_features) {(layout.dense_out, layout.dense_in)}",
+        )
     b = sd.get("linear.bias")
     if layout.dense_bias and b is None:
         raise ConfigError(d, None, "linear.bias", "config says bias=true but the weights have none")
@@ -182,16 +208,24 @@ def check_importable(layout: STLayout, role: str, kind: str) -> None:
     for name in (role, layout.default_prompt_name):
         if name and layout.prompts.get(name):
             raise ConfigError(
-                layout.root / "config_sentence_transformers.json", None, f"prompts.{name}",
+                layout.root / "config_sentence_transformers.json",
+                None,
+                f"prompts.{name}",
                 f"{layout.prompts[name]!r}: scalingnote towers embed the text as given (no prompt prefix); "
                 "remove the prompt, or prepend it to your queries/documents yourself",
             )
     if layout.do_lower_case:
-        raise ConfigError(layout.transformer_dir / "sentence_bert_config.json", None, "do_lower_case",
-                          "scalingnote towers tokenize the text as given; use a lower-casing tokenizer instead")
+        raise ConfigError(
+            layout.transformer_dir / "sentence_bert_config.json",
+            None,
+            "do_lower_case",
+            "scalingnote towers tokenize the text as given; use a lower-casing tokenizer instead",
+        )
     if kind != "bert":
         raise ConfigError(
-            layout.root / MODULES_FILE, None, "[0].type",
+            layout.root / MODULES_FILE,
+            None,
+            "[0].type",
             "decoder (LLM) sentence-transformers models are not imported: a scalingnote LLM query tower appends EOS and pools "
             "itself (§3.2), which this directory's tokenizer/pooling may or may not do; load the base model directory instead",
         )
@@ -203,14 +237,29 @@ def dense_head(layout: STLayout, hidden_size: int, dim: int | None) -> tuple[tor
     least squares and checked."""
     assert layout.dense_dir is not None
     if layout.dense_in != hidden_size:
-        raise ConfigError(layout.dense_dir / "config.json", None, "in_features", f"{layout.dense_in} != the transformer's hidden size {hidden_size}")
+        raise ConfigError(
+            layout.dense_dir / "config.json",
+            None,
+            "in_features",
+            f"{layout.dense_in} != the transformer's hidden size {hidden_size}",
+        )
     if dim is not None and dim != layout.dense_out:
-        raise ConfigError(layout.dense_dir / "config.json", None, "out_features", f"the Dense head gives {layout.dense_out} dims; asked for dim={dim}")
+        raise ConfigError(
+            layout.dense_dir / "config.json",
+            None,
+            "out_features",
+            f"the Dense head gives {layout.dense_out} dims; asked for dim={dim}",
+        )
     w, b = _dense_weights(layout)
     center = torch.zeros(hidden_size, dtype=torch.float64)
     if b is not None and float(b.abs().max()) > 0:
         center = -(torch.linalg.pinv(w) @ b)  # W c = -b  <=>  W (h - c) = W h + b
         resid = float((w @ center + b).abs().max())
         if resid > 1e-5 * (1.0 + float(b.abs().max())):
-            raise ConfigError(layout.dense_dir, None, "linear.bias", f"cannot be written as W c (residual {resid:.2e}): the head's weight is rank-deficient")
+            raise ConfigError(
+                layout.dense_dir,
+                None,
+                "linear.bias",
+                f"cannot be written as W c (residual {resid:.2e}): the head's weight is rank-deficient",
+            )
     return w, center

@@ -66,7 +66,9 @@ def tiny_tokenizer(kind: str = "llm", vocab_size: int = 512) -> Any:
         tok.decoder = decoders.WordPiece()
         cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)]
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
         )
         return PreTrainedTokenizerFast(
             tokenizer_object=tok,
@@ -187,7 +189,9 @@ def build_tiny_model(
         )
         cls = AutoModelForCausalLM if causal_lm else AutoModel
     elif kind == "bert":
-        cfg = tiny_bert_config(vocab_size=vocab, hidden_size=hidden_size, num_layers=num_layers, pad_token_id=tok.pad_token_id)
+        cfg = tiny_bert_config(
+            vocab_size=vocab, hidden_size=hidden_size, num_layers=num_layers, pad_token_id=tok.pad_token_id
+        )
         cls = AutoModel
     else:
         raise ValueError(f"kind must be 'llm' or 'bert', got {kind!r}")

@@ -9,6 +9,7 @@ and export of the learned codebooks into FAISS IndexPQ / IVFPQ / HNSW-PQ indexes
 Training and export import torch / FAISS lazily where they can.
 """
 
+from scalingnote.index.faiss.learned_pq import export_index, factory_label, faiss_codes, faiss_index, parse_kind
 from scalingnote.pq.config import (
     ExportSpec,
     PhaseOptim,
@@ -20,7 +21,6 @@ from scalingnote.pq.config import (
     Stage2Spec,
     WarmupSpec,
 )
-from scalingnote.index.faiss.learned_pq import export_index, factory_label, faiss_codes, faiss_index, parse_kind
 from scalingnote.pq.losses import (
     dense_retrieval_loss,
     joint_loss,

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.data import Document, Qrels
-from scalingnote.data import load_corpus, load_qrels, load_queries
+from scalingnote.data import Document, Qrels, load_corpus, load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ScalingNoteError
 from scalingnote.models import load_tower
@@ -68,7 +67,9 @@ def load_pq_data(spec: PQDataSpec, seed: int = 0) -> PQData:
         eq = load_qrels(qrels_path(root, spec.eval_split), queries, corpus)
         leaked = sorted(set(eq) & set(train))
         if leaked:
-            raise ScalingNoteError(f"{len(leaked)} queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r})")
+            raise ScalingNoteError(
+                f"{len(leaked)} queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r})"
+            )
         eval_qids = sorted(q for q, ds in eq.items() if any(g > 0 for g in ds.values()))
         if spec.max_eval_queries is not None:
             eval_qids = eval_qids[: spec.max_eval_queries]
@@ -96,7 +97,9 @@ def build_towers(spec: PQTowers, seed: int = 0):
         if resolve_source(name).form == "tower":
             return load_tower(name, role)
         kw: dict[str, Any] = {"max_query_length": max_len} if role == "query" else {"max_doc_length": max_len}
-        return load_tower(name, role, dim=spec.dim, num_layers=spec.num_layers, pooling=spec.pooling, projection_seed=seed, **kw)
+        return load_tower(
+            name, role, dim=spec.dim, num_layers=spec.num_layers, pooling=spec.pooling, projection_seed=seed, **kw
+        )
 
     q = one(spec.query_model, "query", spec.query_max_length)
     d = one(spec.doc_model, "document", spec.doc_max_length)

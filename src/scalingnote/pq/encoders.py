@@ -38,13 +38,14 @@ def _pooled(tower, batch) -> Tensor:
     dev = tower.device
     h = tower.pooled({k: v.to(dev) for k, v in batch.items()})
     if h.dim() == 3:  # LLM document tower: the states before the three placeholders
-
         h = h[:, VIEWS.index(EMB_VIEW)]
     return h.detach()
 
 
 @torch.no_grad()
-def pooled_features(tower, items: Sequence[Any], *, batch_size: int = 32, show_progress: bool = False, desc: str = "features") -> np.ndarray:
+def pooled_features(
+    tower, items: Sequence[Any], *, batch_size: int = 32, show_progress: bool = False, desc: str = "features"
+) -> np.ndarray:
     """``pool(backbone(x))`` (before the projection) for queries (str) or documents, float32 ``[n, hidden]``."""
     from tqdm.auto import tqdm
 
@@ -54,12 +55,18 @@ def pooled_features(tower, items: Sequence[Any], *, batch_size: int = 32, show_p
     if not items:
         return out
     is_doc = tower.role == "document"
-    lengths = [len(e.input_ids) for e in tower.document_encodings(items)] if is_doc else [len(s) for s in tower.query_ids(items)]
+    lengths = (
+        [len(e.input_ids) for e in tower.document_encodings(items)]
+        if is_doc
+        else [len(s) for s in tower.query_ids(items)]
+    )
     order = sorted(range(len(items)), key=lambda i: (-lengths[i], i))
     was_training = tower.training
     tower.eval()
     try:
-        with tqdm(total=len(items), desc=desc, unit="doc" if is_doc else "q", disable=not show_progress, dynamic_ncols=True) as bar:
+        with tqdm(
+            total=len(items), desc=desc, unit="doc" if is_doc else "q", disable=not show_progress, dynamic_ncols=True
+        ) as bar:
             for s in range(0, len(items), batch_size):
                 idx = order[s : s + batch_size]
                 sub = [items[i] for i in idx]
@@ -84,7 +91,14 @@ def projectionless_fingerprint(tower) -> str:
     cfg.projection_seed = 0
     holder = nn.Module()
     holder.backbone = tower.backbone
-    return _sha({"format": FORMAT, "config": cfg.identity(), "tokenizer": tokenizer_digest(tower.tokenizer), "weights": weights_digest(holder)})
+    return _sha(
+        {
+            "format": FORMAT,
+            "config": cfg.identity(),
+            "tokenizer": tokenizer_digest(tower.tokenizer),
+            "weights": weights_digest(holder),
+        }
+    )
 
 
 class PooledFeatureEncoder:
@@ -100,11 +114,15 @@ class PooledFeatureEncoder:
         self.dim = int(tower.config.hidden_size)
         self.name = f"{tower.config.base_model} (pooled features)"
 
-    def encode_documents(self, docs: Sequence[Document], batch_size: int = 32, show_progress: bool = False) -> np.ndarray:
+    def encode_documents(
+        self, docs: Sequence[Document], batch_size: int = 32, show_progress: bool = False
+    ) -> np.ndarray:
         return pooled_features(self.tower, docs, batch_size=batch_size, show_progress=show_progress)
 
 
-def cached_pooled_features(tower, items: Sequence[Any], root: str | Path, *, batch_size: int = 32, show_progress: bool = True) -> np.ndarray:
+def cached_pooled_features(
+    tower, items: Sequence[Any], root: str | Path, *, batch_size: int = 32, show_progress: bool = True
+) -> np.ndarray:
     """Pooled features ``[n, hidden]`` (the ``[EMB]`` view of an LLM document tower) through the
     shared frozen-prefix feature cache (:mod:`scalingnote.models.prefix`, ``k = 0``) under ``root``:
     the same cache Stage I and QKD read, keyed by the backbone, pooling, lengths and prompt."""
@@ -118,7 +136,15 @@ def cached_pooled_features(tower, items: Sequence[Any], root: str | Path, *, bat
     return np.ascontiguousarray(x[:, VIEWS.index(EMB_VIEW)] if x.shape[1] == len(VIEWS) else x[:, 0])
 
 
-def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, source_dir: str | Path | None = None, batch_size: int = 32, show_progress: bool = True) -> np.ndarray:
+def load_doc_features(
+    tower,
+    docs: Sequence[Document],
+    cache_dir: Path,
+    *,
+    source_dir: str | Path | None = None,
+    batch_size: int = 32,
+    show_progress: bool = True,
+) -> np.ndarray:
     """Pooled features of the corpus, rows in ``docs`` order.
 
     ``source_dir``: an existing embeddings directory written by the projection-less tower
@@ -152,7 +178,9 @@ def load_doc_features(tower, docs: Sequence[Document], cache_dir: Path, *, sourc
     return np.ascontiguousarray(vec[[pos[d.id] for d in docs]])
 
 
-def load_query_features(tower, texts: Sequence[str], cache_path: Path, *, batch_size: int = 64, show_progress: bool = True) -> np.ndarray:
+def load_query_features(
+    tower, texts: Sequence[str], cache_path: Path, *, batch_size: int = 64, show_progress: bool = True
+) -> np.ndarray:
     """Pooled features of the queries from the shared feature cache (root: ``cache_path`` without
     its suffix; a ``.npy`` name is accepted for compatibility)."""
     root = Path(cache_path)
@@ -211,7 +239,11 @@ class Side:
                 out = []
                 for s in range(0, len(rows), 8192):
                     out.append(F.normalize(self.embed(rows[s : s + 8192]), dim=-1).cpu().numpy())
-                return np.concatenate(out, axis=0).astype(np.float32) if out else np.zeros((0, self.tower.out_dim), np.float32)
+                return (
+                    np.concatenate(out, axis=0).astype(np.float32)
+                    if out
+                    else np.zeros((0, self.tower.out_dim), np.float32)
+                )
             sub = [self.items[i] for i in rows]
             if self.is_doc:
                 return self.tower.encode_documents(sub, batch_size=self.batch_size, show_progress=False)

@@ -114,5 +114,10 @@ def stage1_loss(
         loss = joint_loss(w["m"] * l_m, w["rhat"] * l_rhat)
     else:
         raise ValueError(f"kind must be 'l1' or 'l0', got {kind!r}")
-    comps = {"loss": float(loss.detach()), "loss_m": float(l_m.detach()), "loss_rhat": float(l_rhat.detach()), "loss_r": float(l_r.detach())}
+    comps = {
+        "loss": float(loss.detach()),
+        "loss_m": float(l_m.detach()),
+        "loss_rhat": float(l_rhat.detach()),
+        "loss_r": float(l_r.detach()),
+    }
     return loss, comps

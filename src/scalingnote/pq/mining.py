@@ -66,7 +66,9 @@ def pq_oriented_negatives(
     defines ``S_d = S_u - S_c``), ordered by flat rank.
     """
     if pq_ranking.shape[0] != flat_ranking.shape[0] or pq_ranking.shape[0] != len(positives):
-        raise ValueError(f"rankings for {pq_ranking.shape[0]} / {flat_ranking.shape[0]} queries, positives for {len(positives)}")
+        raise ValueError(
+            f"rankings for {pq_ranking.shape[0]} / {flat_ranking.shape[0]} queries, positives for {len(positives)}"
+        )
     out = []
     for pq_row, flat_row, pos in zip(pq_ranking, flat_ranking, positives):
         s_c = [int(d) for d in pq_row[:depth] if d >= 0]

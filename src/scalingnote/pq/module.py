@@ -39,7 +39,14 @@ FORMAT = "scalingnote-learned-pq/1"
 class LearnedPQ(nn.Module):
     """``M`` sub-space codebooks (``nn.Parameter [M, K, dim/M]``) and an optional fixed rotation."""
 
-    def __init__(self, dim: int, m: int, nbits: int = 8, codebooks: Tensor | np.ndarray | None = None, rotation: Tensor | np.ndarray | None = None):
+    def __init__(
+        self,
+        dim: int,
+        m: int,
+        nbits: int = 8,
+        codebooks: Tensor | np.ndarray | None = None,
+        rotation: Tensor | np.ndarray | None = None,
+    ):
         super().__init__()
         if dim < 1 or m < 1 or dim % m:
             raise ScalingNoteError(f"product quantizer: dim {dim} must be a positive multiple of M={m}")
@@ -51,14 +58,24 @@ class LearnedPQ(nn.Module):
         if codebooks is None:
             cb = torch.zeros(self.m, self.ksub, self.dsub)
         else:
-            cb = torch.as_tensor(np.asarray(codebooks, dtype=np.float32) if isinstance(codebooks, np.ndarray) else codebooks, dtype=torch.float32)
+            cb = torch.as_tensor(
+                np.asarray(codebooks, dtype=np.float32) if isinstance(codebooks, np.ndarray) else codebooks,
+                dtype=torch.float32,
+            )
             if tuple(cb.shape) != (self.m, self.ksub, self.dsub):
-                raise ScalingNoteError(f"codebooks: expected shape {(self.m, self.ksub, self.dsub)}, got {tuple(cb.shape)}")
+                raise ScalingNoteError(
+                    f"codebooks: expected shape {(self.m, self.ksub, self.dsub)}, got {tuple(cb.shape)}"
+                )
         self.codebooks = nn.Parameter(cb.clone().contiguous())
         if rotation is not None:
-            r = torch.as_tensor(np.asarray(rotation, dtype=np.float32) if isinstance(rotation, np.ndarray) else rotation, dtype=torch.float32)
+            r = torch.as_tensor(
+                np.asarray(rotation, dtype=np.float32) if isinstance(rotation, np.ndarray) else rotation,
+                dtype=torch.float32,
+            )
             if tuple(r.shape) != (self.dim, self.dim):
-                raise ScalingNoteError(f"rotation: expected a square ({self.dim}, {self.dim}) matrix, got {tuple(r.shape)}")
+                raise ScalingNoteError(
+                    f"rotation: expected a square ({self.dim}, {self.dim}) matrix, got {tuple(r.shape)}"
+                )
             err = float((r @ r.T - torch.eye(self.dim)).abs().max())
             if err > 1e-3:
                 raise ScalingNoteError(f"rotation: not orthogonal (max |R Rᵀ - I| = {err:.2e})")
@@ -148,7 +165,9 @@ class LearnedPQ(nn.Module):
         out = np.empty((x.shape[0], self.m), dtype=dtype)
         dev = self.codebooks.device
         for s in range(0, x.shape[0], batch_size):
-            out[s : s + batch_size] = self.assign(torch.from_numpy(x[s : s + batch_size]).to(dev)).cpu().numpy().astype(dtype)
+            out[s : s + batch_size] = (
+                self.assign(torch.from_numpy(x[s : s + batch_size]).to(dev)).cpu().numpy().astype(dtype)
+            )
         return out
 
     @torch.no_grad()
@@ -168,7 +187,15 @@ class LearnedPQ(nn.Module):
         return float(((x - self.quantized(x)) ** 2).sum(1).mean()) if len(x) else 0.0
 
     def describe(self) -> dict:
-        return {"dim": self.dim, "m": self.m, "nbits": self.nbits, "ksub": self.ksub, "dsub": self.dsub, "rotation": self.rotation is not None, "code_bytes": self.code_bytes}
+        return {
+            "dim": self.dim,
+            "m": self.m,
+            "nbits": self.nbits,
+            "ksub": self.ksub,
+            "dsub": self.dsub,
+            "rotation": self.rotation is not None,
+            "code_bytes": self.code_bytes,
+        }
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike) -> Path:
@@ -278,4 +305,3 @@ def _quiet_clustering(cp, seed: int) -> None:
     cp.seed = int(seed)
     cp.min_points_per_centroid = 1
     cp.verbose = False
-

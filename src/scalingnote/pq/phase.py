@@ -35,8 +35,18 @@ class PhaseLoop(TrainLoop):
     ``<out>/<phase>/``, log lines tagged with the phase, negatives re-mined every
     ``remine_every`` steps and saved with the checkpoint."""
 
-    def __init__(self, tr: PhaseOwner, phase: str, spec: PhaseOptim, groups: list[dict], loss_fn, negatives: list[np.ndarray],
-                 remine: Callable[[], list[np.ndarray]] | None, remine_every: int, sides: tuple[Side, ...]):
+    def __init__(
+        self,
+        tr: PhaseOwner,
+        phase: str,
+        spec: PhaseOptim,
+        groups: list[dict],
+        loss_fn,
+        negatives: list[np.ndarray],
+        remine: Callable[[], list[np.ndarray]] | None,
+        remine_every: int,
+        sides: tuple[Side, ...],
+    ):
         cfg = tr.cfg
         settings = LoopSettings(**{**cfg.cadence(), "show_progress": tr.progress}, max_grad_norm=spec.max_grad_norm)
         super().__init__(tr.out / phase, int(spec.steps), settings, metrics_path=tr.out / "metrics.jsonl")

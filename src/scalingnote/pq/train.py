@@ -97,9 +97,18 @@ class TMJTrainer:
         cache = self.out / "cache"
         bs = cfg.towers.encode_batch_size
         if not self.train_q_backbone and query_features is None:
-            query_features = load_query_features(q, self.q_texts, cache / "query_features.npy", batch_size=bs, show_progress=self.progress)
+            query_features = load_query_features(
+                q, self.q_texts, cache / "query_features.npy", batch_size=bs, show_progress=self.progress
+            )
         if not self.train_d_backbone and doc_features is None:
-            doc_features = load_doc_features(d, D.docs, cache / "doc_features", source_dir=cfg.towers.doc_features_dir, batch_size=bs, show_progress=self.progress)
+            doc_features = load_doc_features(
+                d,
+                D.docs,
+                cache / "doc_features",
+                source_dir=cfg.towers.doc_features_dir,
+                batch_size=bs,
+                show_progress=self.progress,
+            )
         self.q_side = Side(q, self.q_texts, None if self.train_q_backbone else query_features, bs)
         self.d_side = Side(d, D.docs, None if self.train_d_backbone else doc_features, bs)
         self.pq: LearnedPQ | None = None
@@ -186,7 +195,11 @@ class TMJTrainer:
         st = snap.get("pq")
         if st is None:
             self.pq = None
-        elif self.pq is not None and tuple(st["shape"]) == (self.pq.dim, self.pq.m, self.pq.nbits) and (st["rotation"] is None) == (self.pq.rotation is None):
+        elif (
+            self.pq is not None
+            and tuple(st["shape"]) == (self.pq.dim, self.pq.m, self.pq.nbits)
+            and (st["rotation"] is None) == (self.pq.rotation is None)
+        ):
             with torch.no_grad():  # in place: optimizers and closures hold these parameters
                 self.pq.codebooks.copy_(st["codebooks"])
                 if st["rotation"] is not None:
@@ -240,7 +253,13 @@ class TMJTrainer:
         last = loop.run(resume=True)
         self._doc_emb = None
         info = {f"final_{k}": round(v, 6) for k, v in last.items() if k not in ("train_seconds", "steps_run")}
-        info.update({"steps": loop.total_steps, "train_seconds": round(last["train_seconds"], 2), **negative_stats(loop.negatives)})
+        info.update(
+            {
+                "steps": loop.total_steps,
+                "train_seconds": round(last["train_seconds"], 2),
+                **negative_stats(loop.negatives),
+            }
+        )
 
         pdir.mkdir(parents=True, exist_ok=True)
         with atomic_path(final, suffix=".pt") as tmp:
@@ -256,7 +275,11 @@ class TMJTrainer:
         return param_groups(towers, spec.encoder_lr, spec.head_lr, spec.weight_decay) if towers else []
 
     def _pq_group(self, spec: PhaseOptim) -> list[dict]:
-        return [{"params": [self.pq.codebooks], "lr": spec.centroid_lr, "weight_decay": 0.0}] if self.pq is not None else []
+        return (
+            [{"params": [self.pq.codebooks], "lr": spec.centroid_lr, "weight_decay": 0.0}]
+            if self.pq is not None
+            else []
+        )
 
     def _train_queries(self) -> np.ndarray:
         return self.query_embeddings(self.train_rows())
@@ -271,7 +294,9 @@ class TMJTrainer:
             raise ScalingNoteError(f"{phase}: initialise the product quantizer first (init_pq)")
         return spec
 
-    def _first_negatives(self, phase: str, docs: Callable[[], np.ndarray], depth: int, skip: int = 0) -> list[np.ndarray]:
+    def _first_negatives(
+        self, phase: str, docs: Callable[[], np.ndarray], depth: int, skip: int = 0
+    ) -> list[np.ndarray]:
         """Hard negatives mined once, before ``phase``, from the current model's ranking of the
         training queries against ``docs()`` (ranks ``skip`` to ``skip + depth``, positives removed);
         none when the phase already finished (resume loads its weights instead)."""
@@ -311,9 +336,20 @@ class TMJTrainer:
         if path.exists():
             pq = LearnedPQ.load(path)
             if (pq.m, pq.nbits, pq.rotation is not None) != (m, spec.nbits, init == "opq"):
-                raise ScalingNoteError(f"{path}: saved quantizer {pq.describe()} does not match pq config (m={m}, nbits={spec.nbits}, init={init}); use a new output_dir")
+                raise ScalingNoteError(
+                    f"{path}: saved quantizer {pq.describe()} does not match pq config (m={m}, nbits={spec.nbits}, init={init}); use a new output_dir"
+                )
         else:
-            pq = LearnedPQ.fit(self.doc_embeddings(), m, spec.nbits, opq=init == "opq", seed=self.cfg.seed, niter=spec.niter, opq_niter=spec.opq_niter, train_size=spec.train_size)
+            pq = LearnedPQ.fit(
+                self.doc_embeddings(),
+                m,
+                spec.nbits,
+                opq=init == "opq",
+                seed=self.cfg.seed,
+                niter=spec.niter,
+                opq_niter=spec.opq_niter,
+                train_size=spec.train_size,
+            )
             pq.save(path)
         self.pq = pq.to(self.q_tower.device)
         return self.pq
@@ -332,7 +368,17 @@ class TMJTrainer:
             q = F.normalize(self.q_side.embed(qrows), dim=-1)
             d = F.normalize(self.d_side.embed(cand), dim=-1)
             d_hat = pq.reconstruct(pq.assign(d))
-            return stage1_loss(q, d, d_hat, targets, tau=tau, kind=spec.loss, mask=mask, weights=weights, centroid_grad=spec.centroid_grad)
+            return stage1_loss(
+                q,
+                d,
+                d_hat,
+                targets,
+                tau=tau,
+                kind=spec.loss,
+                mask=mask,
+                weights=weights,
+                centroid_grad=spec.centroid_grad,
+            )
 
         self._set_trainable(self.q_tower, self.train_q_backbone)
         self._set_trainable(self.d_tower, self.train_d_backbone)
@@ -358,7 +404,9 @@ class TMJTrainer:
                 flat = search(qtr, X, spec.mine_depth)
                 pqr = search(qtr, pq.quantized(X), spec.mine_depth)
             negs = pq_oriented_negatives(pqr, flat, self.data.train_pos, spec.mine_depth, spec.negatives)
-            self._log({"phase": "stage2", "event": "mined", **{k: round(v, 3) for k, v in negative_stats(negs).items()}})
+            self._log(
+                {"phase": "stage2", "event": "mined", **{k: round(v, 3) for k, v in negative_stats(negs).items()}}
+            )
             return negs
 
         def loss_fn(qrows, cand, targets, mask):
@@ -372,7 +420,16 @@ class TMJTrainer:
         self.d_tower.requires_grad_(False)
         try:
             groups = self._tower_groups([self.q_tower], spec) + self._pq_group(spec)
-            info = self._run_phase("stage2", spec, groups, loss_fn, [np.zeros(0, np.int64)] * self.n_train, remine=remine, remine_every=spec.mine_every, sides=(self.q_side,))
+            info = self._run_phase(
+                "stage2",
+                spec,
+                groups,
+                loss_fn,
+                [np.zeros(0, np.int64)] * self.n_train,
+                remine=remine,
+                remine_every=spec.mine_every,
+                sides=(self.q_side,),
+            )
         finally:
             self._set_trainable(self.d_tower, self.train_d_backbone)
         self._doc_emb = X  # the document tower did not change
@@ -408,9 +465,17 @@ class TMJTrainer:
         for kind in spec.indexes:
             slug = kind.replace(",", "_").lower()
             path = export_index(
-                self.pq, X, self.data.doc_ids, out / "indexes" / slug, kind,
-                tower_info=tower_identity(self.d_tower), seed=self.cfg.seed, nprobe=spec.nprobe if "IVF" in kind else None,
-                ef_search=spec.ef_search if "HNSW" in kind else None, semantic_ids_layers=spec.semantic_ids_layers, overwrite=True,
+                self.pq,
+                X,
+                self.data.doc_ids,
+                out / "indexes" / slug,
+                kind,
+                tower_info=tower_identity(self.d_tower),
+                seed=self.cfg.seed,
+                nprobe=spec.nprobe if "IVF" in kind else None,
+                ef_search=spec.ef_search if "HNSW" in kind else None,
+                semantic_ids_layers=spec.semantic_ids_layers,
+                overwrite=True,
             )
             info[f"index_{slug}"] = str(path)
             if spec.verify and qv is not None:
@@ -430,7 +495,12 @@ class TMJTrainer:
         save_config(cfg, self.out / "config.yaml")
         seed_everything(cfg.seed)
         t0 = time.perf_counter()
-        res: dict[str, Any] = {"n_docs": len(self.data.docs), "n_train_queries": self.n_train, "n_val_queries": self.n_val, "n_eval_queries": len(self.data.eval_qids)}
+        res: dict[str, Any] = {
+            "n_docs": len(self.data.docs),
+            "n_train_queries": self.n_train,
+            "n_val_queries": self.n_val,
+            "n_eval_queries": len(self.data.eval_qids),
+        }
         res["start"] = self.evaluate_all()
         if cfg.warmup.steps > 0:
             res["warmup"] = {**self.warmup(), **self.evaluate_all()}

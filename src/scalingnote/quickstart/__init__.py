@@ -29,11 +29,11 @@ import sys
 import types
 
 from scalingnote.quickstart.config import FAMILIES, Family, QuickstartConfig, family, parse_student
-from scalingnote.quickstart.main import quickstart
 from scalingnote.quickstart.index_choice import default_factory
+from scalingnote.quickstart.main import quickstart
+from scalingnote.quickstart.results import QuickstartResult, read_results, run_quickstart
 from scalingnote.quickstart.runs import prepare_data, stage1_config
 from scalingnote.quickstart.scoring import query_qps
-from scalingnote.quickstart.results import QuickstartResult, read_results, run_quickstart
 
 
 class _CallablePackage(types.ModuleType):
@@ -46,5 +46,18 @@ class _CallablePackage(types.ModuleType):
 sys.modules[__name__].__class__ = _CallablePackage
 __signature__ = inspect.signature(run_quickstart)
 
-__all__ = ["FAMILIES", "Family", "QuickstartConfig", "default_factory", "family", "parse_student", "prepare_data", "query_qps",
-           "QuickstartResult", "quickstart", "read_results", "run_quickstart", "stage1_config"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "QuickstartConfig",
+    "default_factory",
+    "family",
+    "parse_student",
+    "prepare_data",
+    "query_qps",
+    "QuickstartResult",
+    "quickstart",
+    "read_results",
+    "run_quickstart",
+    "stage1_config",
+]

@@ -15,13 +15,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scalingnote.quickstart.config import Family, QuickstartConfig, family
-from scalingnote.quickstart.cost import (INDEX_S, SMALL_EPOCHS_EST, SMALL_STEP_S, Candidates, Sizes, depth_layers, family_tokens, measure_sizes,
-                                         mining_seconds, model_layers, model_shape, qkd_pool, qkd_seconds, qkd_step_seconds, qkd_steps,
-                                         stage1_seconds, token_layer_s, unit_cost)
+from scalingnote.quickstart.cost import (
+    INDEX_S,
+    SMALL_EPOCHS_EST,
+    SMALL_STEP_S,
+    Candidates,
+    Sizes,
+    depth_layers,
+    family_tokens,
+    measure_sizes,
+    mining_seconds,
+    model_layers,
+    model_shape,
+    qkd_pool,
+    qkd_seconds,
+    qkd_step_seconds,
+    qkd_steps,
+    stage1_seconds,
+    token_layer_s,
+    unit_cost,
+)
 
 #: the phases in run order; ``mining_round``: a second Stage I round on hard negatives
 #: mined by the teacher (:mod:`scalingnote.quickstart.mining_round`), planned by :func:`mining_seconds`
-PHASES = ("data", "proxy", "stage1_large_towers", "mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
+PHASES = (
+    "data",
+    "proxy",
+    "stage1_large_towers",
+    "mining_round",
+    "stage2_students",
+    "comparison_runs",
+    "index",
+    "evaluation",
+)
 QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
 #: the share of the budget kept in reserve for the cost model's error: the plan fills the rest (on
 #: the Xeon the model was priced on, phases ran 0.8-1.1x their model; on the EPYC, calibrated, 0.7-1.4x:
@@ -29,7 +55,9 @@ QKD_FLOOR = 200  #: the budget never cuts QKD below this many steps
 PLAN_RESERVE = 0.05
 
 
-def proxy_sizes(n_docs: int, n_train_queries: int, fraction: float, min_docs: int, min_train_queries: int) -> tuple[int, int]:
+def proxy_sizes(
+    n_docs: int, n_train_queries: int, fraction: float, min_docs: int, min_train_queries: int
+) -> tuple[int, int]:
     """The proxy size rule: ``max(min_docs, fraction x corpus)`` documents and
     ``max(min_train_queries, fraction x training queries)`` training queries (each at most all)."""
     docs = min(n_docs, max(min_docs, math.ceil(fraction * n_docs)))
@@ -65,7 +93,9 @@ class Plan:
     def proxy_candidates(self, cfg: QuickstartConfig, fams: dict[str, Family]) -> Candidates:
         """What the proxy runs: every candidate, less the width runs :attr:`proxy_width` rules out."""
         every = Candidates.every(cfg, list(fams.values()))
-        return Candidates(every.depths, {n: w and (self.proxy_width or {}).get(n, True) for n, w in every.width.items()})
+        return Candidates(
+            every.depths, {n: w and (self.proxy_width or {}).get(n, True) for n, w in every.width.items()}
+        )
 
     @property
     def limit_s(self) -> float | None:
@@ -73,36 +103,74 @@ class Plan:
         return None if self.budget_s is None else self.budget_s * (1 - PLAN_RESERVE)
 
     def to_json(self) -> dict[str, Any]:
-        return {"budget_minutes": None if self.budget_s is None else round(self.budget_s / 60, 2),
-                "planned_minutes": round(self.total / 60, 2), "planned_s": {k: round(v, 1) for k, v in self.phases.items()},
-                "skipped": list(self.skipped), "compare": self.compare, "qkd_steps": self.qkd_steps, "speed": round(self.speed, 2),
-                "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()}, "width": self.cands.width,
-                "mining_round": {"planned": self.mining, "note": self.mining_note}, "family_speed": dict(self.family_speed)}
+        return {
+            "budget_minutes": None if self.budget_s is None else round(self.budget_s / 60, 2),
+            "planned_minutes": round(self.total / 60, 2),
+            "planned_s": {k: round(v, 1) for k, v in self.phases.items()},
+            "skipped": list(self.skipped),
+            "compare": self.compare,
+            "qkd_steps": self.qkd_steps,
+            "speed": round(self.speed, 2),
+            "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()},
+            "width": self.cands.width,
+            "mining_round": {"planned": self.mining, "note": self.mining_note},
+            "family_speed": dict(self.family_speed),
+        }
 
     def text(self) -> str:
         """The plan in words (printed before any training)."""
-        lines = [f"plan: {self.total / 60:.1f} min" + (f" of a {self.budget_s / 60:g}-minute budget ({PLAN_RESERVE:.0%} kept in reserve)" if self.budget_s else " (no budget)")
-                 + (f" (this machine at {self.speed:.2f}x the model's time)" if self.speed != 1.0 else "")
-                 + (" (measured: " + ", ".join(f"{f} {v:.2f}x" for f, v in self.family_speed.items()) + " the model's time)" if self.family_speed else "")]
+        lines = [
+            f"plan: {self.total / 60:.1f} min"
+            + (
+                f" of a {self.budget_s / 60:g}-minute budget ({PLAN_RESERVE:.0%} kept in reserve)"
+                if self.budget_s
+                else " (no budget)"
+            )
+            + (f" (this machine at {self.speed:.2f}x the model's time)" if self.speed != 1.0 else "")
+            + (
+                " (measured: " + ", ".join(f"{f} {v:.2f}x" for f, v in self.family_speed.items()) + " the model's time)"
+                if self.family_speed
+                else ""
+            )
+        ]
         for f, v in self.cands.depths.items():
-            lines.append(f"  candidates {f}: " + ", ".join(f"depth {d or 'all'} lr {'/'.join(f'{x:g}' for x in lrs)}" for d, lrs in v.items())
-                         + (", width run" if self.cands.width.get(f) else ""))
+            lines.append(
+                f"  candidates {f}: "
+                + ", ".join(f"depth {d or 'all'} lr {'/'.join(f'{x:g}' for x in lrs)}" for d, lrs in v.items())
+                + (", width run" if self.cands.width.get(f) else "")
+            )
         if self.proxy:
             p = self.proxy
-            lines.append(f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of {p['all_train_queries']} "
-                         f"training queries, every validation query ({p.get('validation_queries', '?')}) with its judged documents")
-        lines.append("  expected minutes: " + ", ".join(f"{k} {v / 60:.1f}" for k, v in self.phases.items() if k != "mining_round" or self.mining)
-                     + ("" if self.mining else f"; mining_round off: {self.mining_note}"))
+            lines.append(
+                f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of {p['all_train_queries']} "
+                f"training queries, every validation query ({p.get('validation_queries', '?')}) with its judged documents"
+            )
+        lines.append(
+            "  expected minutes: "
+            + ", ".join(f"{k} {v / 60:.1f}" for k, v in self.phases.items() if k != "mining_round" or self.mining)
+            + ("" if self.mining else f"; mining_round off: {self.mining_note}")
+        )
         lines += [f"  skipped (budget): {s}" for s in self.skipped]
         if self.budget_s and self.total > self.budget_s:
-            lines.append(f"  OVER the budget by {(self.total - self.budget_s) / 60:.1f} min with every cut made (its floors: one candidate, "
-                         f"QKD at {QKD_FLOOR} steps, the smallest proxy): a larger --budget-minutes, or expect that much longer")
+            lines.append(
+                f"  OVER the budget by {(self.total - self.budget_s) / 60:.1f} min with every cut made (its floors: one candidate, "
+                f"QKD at {QKD_FLOOR} steps, the smallest proxy): a larger --budget-minutes, or expect that much longer"
+            )
         return "\n".join(lines)
 
 
-def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student: tuple[str, int], *, cands: Candidates | None = None,
-              proxy_done: bool = False, spent: dict[str, float] | None = None, speed: float = 1.0,
-              proxy_width: dict[str, bool] | None = None) -> Plan:
+def make_plan(
+    cfg: QuickstartConfig,
+    fams: dict[str, Family],
+    s: Sizes,
+    student: tuple[str, int],
+    *,
+    cands: Candidates | None = None,
+    proxy_done: bool = False,
+    spent: dict[str, float] | None = None,
+    speed: float = 1.0,
+    proxy_width: dict[str, bool] | None = None,
+) -> Plan:
     """The plan: ``cands`` = the Stage I candidates still in (None: every one, before the proxy);
     ``spent``: phases already run (their measured seconds); ``speed``: measured / modelled time;
     ``proxy_width``: :attr:`Plan.proxy_width`.
@@ -112,32 +180,66 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
     run, QKD steps (down to :data:`QKD_FLOOR`)."""
     cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
     spent = dict(spent or {})
-    pdocs, pq = proxy_sizes(s.docs, s.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
+    pdocs, pq = proxy_sizes(
+        s.docs, s.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries
+    )
     use_proxy = not cfg.full and pdocs <= 0.6 * s.docs and pq <= 0.6 * max(1, s.train_queries)
     qkd_cap = qkd_steps(cfg, s, cfg.qkd_step_cap(False))
     n_students = len(cfg.students or [student]) * len(cfg.qkd_rank_weights)
-    plan = Plan(None if cfg.full else (cfg.budget_minutes * 60 if cfg.budget_minutes else None), {}, cands, compare=str(cfg.compare),
-                qkd_steps=qkd_cap, speed=speed, mining=cfg.mining_round != "off", family_speed=dict(s.speed_by),
-                proxy_width=proxy_width)
-    plan.mining_note = {"off": "mining_round: off in the config", "on": "mining_round: on in the config (never cut by the budget)",
-                        "auto": "--full: always tried" if cfg.full else "held by the budget"}[cfg.mining_round]
+    plan = Plan(
+        None if cfg.full else (cfg.budget_minutes * 60 if cfg.budget_minutes else None),
+        {},
+        cands,
+        compare=str(cfg.compare),
+        qkd_steps=qkd_cap,
+        speed=speed,
+        mining=cfg.mining_round != "off",
+        family_speed=dict(s.speed_by),
+        proxy_width=proxy_width,
+    )
+    plan.mining_note = {
+        "off": "mining_round: off in the config",
+        "on": "mining_round: on in the config (never cut by the budget)",
+        "auto": "--full: always tried" if cfg.full else "held by the budget",
+    }[cfg.mining_round]
 
     def fill() -> None:
         ph = {"data": 2.0 + 2e-4 * s.docs, "proxy": 0.0}
         if use_proxy and not proxy_done:
             ex = round(s.train_examples * pq / max(1, s.train_queries))
-            ph["proxy"] = 5 + 3e-4 * s.docs + stage1_seconds(cfg, fams, plan.proxy_candidates(cfg, fams), s, pdocs, ex, ex + s.val_queries)
-        ph["stage1_large_towers"] = stage1_seconds(cfg, fams, plan.cands, s, s.docs, s.train_examples, s.train_examples + s.val_queries,
-                                                   cached=pdocs if use_proxy else 0)
+            ph["proxy"] = (
+                5
+                + 3e-4 * s.docs
+                + stage1_seconds(cfg, fams, plan.proxy_candidates(cfg, fams), s, pdocs, ex, ex + s.val_queries)
+            )
+        ph["stage1_large_towers"] = stage1_seconds(
+            cfg,
+            fams,
+            plan.cands,
+            s,
+            s.docs,
+            s.train_examples,
+            s.train_examples + s.val_queries,
+            cached=pdocs if use_proxy else 0,
+        )
         lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
-        ph["mining_round"] = mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s) if plan.mining else 0.0
+        ph["mining_round"] = (
+            mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s)
+            if plan.mining
+            else 0.0
+        )
         tfam = fams[student[0]]
-        t_layers = max((depth_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model))
+        t_layers = max(
+            (depth_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model)
+        )
         ph["stage2_students"] = 25.0 + n_students * qkd_seconds(cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers)
         n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
         u = unit_cost(fams[student[0]]) * s.speed(student[0])
-        small = 2 * (5 + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
-                     + s.docs * s.doc_tok(student[0]) * student[1] * token_layer_s(s, fams[student[0]]))
+        small = 2 * (
+            5
+            + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
+            + s.docs * s.doc_tok(student[0]) * student[1] * token_layer_s(s, fams[student[0]])
+        )
         ph["comparison_runs"] = n_cmp * small
         ph["index"] = INDEX_S
         ph["evaluation"] = 15.0 + 1e-3 * s.docs + (_zero_shot_row_s(cfg, s, plan.cands) if plan.zero_shot_row else 0.0)
@@ -150,7 +252,7 @@ def make_plan(cfg: QuickstartConfig, fams: dict[str, Family], s: Sizes, student:
         return plan
     # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
     plan.unreadable_bert = "bert" in cfg.families and "bert" not in fams
-    for cut in (_CUTS if use_proxy else (_cut_unreadable_zero_shot, _cut_compare, _cut_mining, _cut_width)):
+    for cut in _CUTS if use_proxy else (_cut_unreadable_zero_shot, _cut_compare, _cut_mining, _cut_width):
         if plan.total <= plan.limit_s:
             break
         what = cut(plan, cfg)
@@ -193,8 +295,10 @@ def _cut_mining(plan: Plan, cfg: QuickstartConfig) -> str | None:
     if not plan.mining or cfg.mining_round != "auto":
         return None
     plan.mining = False
-    what = (f"the mining round (planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min: a second Stage I round on "
-            "negatives the teacher mines); `--full`, a larger --budget-minutes or mining_round: on runs it")
+    what = (
+        f"the mining round (planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min: a second Stage I round on "
+        "negatives the teacher mines); `--full`, a larger --budget-minutes or mining_round: on runs it"
+    )
     plan.mining_note = "cut to hold the budget"
     return what
 
@@ -241,10 +345,27 @@ def _cut_unreadable_zero_shot(plan: Plan, cfg: QuickstartConfig) -> str | None:
     if not plan.unreadable_bert or not plan.zero_shot_row:
         return None
     plan.zero_shot_row = False
-    return "the zero-shot MiniLM row (its tokenizer cannot read this data); `--full` or a larger --budget-minutes makes it"
+    return (
+        "the zero-shot MiniLM row (its tokenizer cannot read this data); `--full` or a larger --budget-minutes makes it"
+    )
 
 
 _CUTS = (_cut_unreadable_zero_shot, _cut_compare, _cut_mining, _cut_lrs, _cut_depths, _cut_families, _cut_width)
 
-__all__ = ["Candidates", "PHASES", "Plan", "Sizes", "family_tokens", "make_plan", "measure_sizes", "mining_seconds", "model_layers", "model_shape",
-           "proxy_sizes", "qkd_pool", "qkd_seconds", "qkd_step_seconds", "stage1_seconds"]
+__all__ = [
+    "Candidates",
+    "PHASES",
+    "Plan",
+    "Sizes",
+    "family_tokens",
+    "make_plan",
+    "measure_sizes",
+    "mining_seconds",
+    "model_layers",
+    "model_shape",
+    "proxy_sizes",
+    "qkd_pool",
+    "qkd_seconds",
+    "qkd_step_seconds",
+    "stage1_seconds",
+]

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -30,7 +31,9 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.models.prefix import layer_list
 from scalingnote.quickstart.config import QuickstartConfig
 
-CAL_DOCS = 64  #: documents timed per family (~0.3 s of SmolLM2 on KUAKE-QTR's titles, ~1 s of MiniLM on SciFact's abstracts)
+CAL_DOCS = (
+    64  #: documents timed per family (~0.3 s of SmolLM2 on KUAKE-QTR's titles, ~1 s of MiniLM on SciFact's abstracts)
+)
 CAL_BATCH = 16
 CAL_POOL = 2000  #: the sample is drawn from the corpus's first documents (as the cost model's token counts)
 CAL_REPEATS = 3  #: the fastest of these passes counts (a moment of load elsewhere does not)
@@ -92,13 +95,27 @@ def calibrate(cfg: QuickstartConfig, name: str, tower: Any, docs: Sequence[Docum
         seconds = min(seconds, s)
     per = seconds / max(1, tokens * layers)
     ratio = per * 1e6 / CAL_REF_US[name]
-    rec = {"docs": len(sample), "tokens": tokens, "layers": layers, "layer_seconds": round(seconds, 3),
-           "layer_token_us": round(per * 1e6, 2), "reference_us": CAL_REF_US[name], "ratio": round(ratio, 3)}
+    rec = {
+        "docs": len(sample),
+        "tokens": tokens,
+        "layers": layers,
+        "layer_seconds": round(seconds, 3),
+        "layer_token_us": round(per * 1e6, 2),
+        "reference_us": CAL_REF_US[name],
+        "ratio": round(ratio, 3),
+    }
     if seconds < MIN_MEASURED_S:
-        return {**rec, "speed": 1.0, "note": f"{seconds * 1e3:.0f} ms of layers is too short to time: priced at the model"}
+        return {
+            **rec,
+            "speed": 1.0,
+            "note": f"{seconds * 1e3:.0f} ms of layers is too short to time: priced at the model",
+        }
     speed = min(SPEED_RANGE[1], max(SPEED_RANGE[0], ratio))
-    return {**rec, "speed": round(speed, 3),
-            "note": f"a layer costs {per * 1e6:.1f} us per token here, {CAL_REF_US[name]} on the machine the cost model is priced at"}
+    return {
+        **rec,
+        "speed": round(speed, 3),
+        "note": f"a layer costs {per * 1e6:.1f} us per token here, {CAL_REF_US[name]} on the machine the cost model is priced at",
+    }
 
 
 __all__ = ["CAL_LAYERS", "CAL_POOL", "CAL_REF_US", "calibrate"]

@@ -36,16 +36,22 @@ def tokenizer_report(tokenizer: Any, texts: Sequence[str]) -> dict[str, float]:
         n_chr += len(t)
         if unk is not None:
             n_unk += sum(1 for i in ids if i == unk)
-    return {"unk_share": round(n_unk / max(1, n_tok), 4), "chars_per_token": round(n_chr / max(1, n_tok), 2),
-            "tokens": n_tok, "texts": len(texts)}
+    return {
+        "unk_share": round(n_unk / max(1, n_tok), 4),
+        "chars_per_token": round(n_chr / max(1, n_tok), 2),
+        "tokens": n_tok,
+        "texts": len(texts),
+    }
 
 
 def readability(report: Mapping[str, float], max_unk_share: float) -> tuple[bool, str]:
     """(readable, reason) for a :func:`tokenizer_report`."""
     share = float(report["unk_share"])
     if share > max_unk_share:
-        return False, (f"{share:.0%} of its tokens on {report['texts']} sample queries are the unknown token "
-                       f"(limit {max_unk_share:.0%}): its vocabulary cannot read this text")
+        return False, (
+            f"{share:.0%} of its tokens on {report['texts']} sample queries are the unknown token "
+            f"(limit {max_unk_share:.0%}): its vocabulary cannot read this text"
+        )
     return True, f"{share:.1%} unknown tokens, {report['chars_per_token']} characters per token"
 
 
@@ -69,17 +75,23 @@ def conf_text(conf: Mapping[str, Any] | None) -> str:
 
 
 # ----------------------------------------------------------------------------- never worse than the start
-def keep_better(trained_val: float, start_val: float | None, what: str, conf: Mapping[str, Any] | None = None) -> tuple[bool, str]:
+def keep_better(
+    trained_val: float, start_val: float | None, what: str, conf: Mapping[str, Any] | None = None
+) -> tuple[bool, str]:
     """Keep the trained tower unless its validation score is below its start's.
 
     Returns (keep_trained, message); the message says what was kept and why, and with ``conf``
     (:func:`val_confidence`) how sure the validation split is of it."""
     sure = conf_text(conf)
     if start_val is None or trained_val >= start_val:
-        return True, (f"{what}: trained {trained_val:.4f} >= start {start_val if start_val is not None else float('nan'):.4f} "
-                      f"on validation{f' ({sure})' if sure else ''}")
-    return False, (f"{what}: training made it worse on validation ({trained_val:.4f} < its start {start_val:.4f}"
-                   f"{f'; {sure}' if sure else ''}); keeping the start")
+        return True, (
+            f"{what}: trained {trained_val:.4f} >= start {start_val if start_val is not None else float('nan'):.4f} "
+            f"on validation{f' ({sure})' if sure else ''}"
+        )
+    return False, (
+        f"{what}: training made it worse on validation ({trained_val:.4f} < its start {start_val:.4f}"
+        f"{f'; {sure}' if sure else ''}); keeping the start"
+    )
 
 
 # ----------------------------------------------------------------------------- teacher and student
@@ -97,26 +109,41 @@ def choose_best(val: Mapping[str, float], pinned: str | None = None) -> tuple[st
     return best, f"best validation nDCG@10 of {listing}"
 
 
-def choose_student(cands: Sequence[Mapping[str, Any]], budget_ms: float | None) -> tuple[str | None, list[dict[str, Any]], str]:
+def choose_student(
+    cands: Sequence[Mapping[str, Any]], budget_ms: float | None
+) -> tuple[str | None, list[dict[str, Any]], str]:
     """Among candidates ``{"name", "val", "p99_ms"}`` keep the best-validating one whose p99 is
     under ``budget_ms`` (None: no budget). Returns (name or None, the quality/latency frontier
     — the candidates no other one beats on both — and the reason)."""
     rows = [dict(c) for c in cands]
-    frontier = [c for c in rows if not any(o["val"] >= c["val"] and o["p99_ms"] < c["p99_ms"] or
-                                           o["val"] > c["val"] and o["p99_ms"] <= c["p99_ms"] for o in rows)]
+    frontier = [
+        c
+        for c in rows
+        if not any(
+            o["val"] >= c["val"] and o["p99_ms"] < c["p99_ms"] or o["val"] > c["val"] and o["p99_ms"] <= c["p99_ms"]
+            for o in rows
+        )
+    ]
     frontier.sort(key=lambda c: c["p99_ms"])
     fits = [c for c in rows if budget_ms is None or c["p99_ms"] <= budget_ms]
     if not fits:
         fastest = min(rows, key=lambda c: c["p99_ms"]) if rows else None
-        why = (f"no student meets p99 <= {budget_ms} ms (fastest: {fastest['name']} {fastest['p99_ms']:.2f} ms)"
-               if fastest else "no student candidate")
+        why = (
+            f"no student meets p99 <= {budget_ms} ms (fastest: {fastest['name']} {fastest['p99_ms']:.2f} ms)"
+            if fastest
+            else "no student candidate"
+        )
         return None, frontier, why
     # ties on validation: the smaller tower, then the first candidate. Not the lower p99: two
     # students of one architecture (e.g. two QKD loss weights) differ in p99 only by timing noise
     order = {id(c): i for i, c in enumerate(fits)}
     best = max(fits, key=lambda c: (c["val"], -c.get("layers", 0), -order[id(c)]))
     budget = "no latency budget" if budget_ms is None else f"p99 <= {budget_ms} ms"
-    return best["name"], frontier, f"best validation nDCG@10 ({best['val']:.4f}) with {budget} (p99 {best['p99_ms']:.2f} ms)"
+    return (
+        best["name"],
+        frontier,
+        f"best validation nDCG@10 ({best['val']:.4f}) with {budget} (p99 {best['p99_ms']:.2f} ms)",
+    )
 
 
 # ----------------------------------------------------------------------------- the served default
@@ -144,16 +171,19 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
     all the validation queries (what the served hybrid uses)."""
     qids = sorted(q for q in qrels if q in dense_run or q in bm25_run)
     order = np.random.default_rng(seed).permutation(len(qids))
-    halves = [[qids[i] for i in sorted(order[: len(qids) // 2])], [qids[i] for i in sorted(order[len(qids) // 2:])]]
+    halves = [[qids[i] for i in sorted(order[: len(qids) // 2])], [qids[i] for i in sorted(order[len(qids) // 2 :])]]
     fused_pq: dict[str, float] = {}
     dense_pq: dict[str, float] = {}
     for fit, judge in (halves, halves[::-1]):
         if not fit or not judge:
             continue
-        best, _ = choose_norm_and_weight({q: dense_run.get(q, {}) for q in fit}, {q: bm25_run.get(q, {}) for q in fit},
-                                         {q: qrels[q] for q in fit})
+        best, _ = choose_norm_and_weight(
+            {q: dense_run.get(q, {}) for q in fit}, {q: bm25_run.get(q, {}) for q in fit}, {q: qrels[q] for q in fit}
+        )
         sub_d = {q: dense_run.get(q, {}) for q in judge}
-        hyb, _ = hybrid_search_run(sub_d, {q: bm25_run.get(q, {}) for q in judge}, "weighted", k=100, weight=best.weight, norm=best.norm)
+        hyb, _ = hybrid_search_run(
+            sub_d, {q: bm25_run.get(q, {}) for q in judge}, "weighted", k=100, weight=best.weight, norm=best.norm
+        )
         fused_pq.update(_per_query(hyb, qrels, judge))
         dense_pq.update(_per_query(sub_d, qrels, judge))
     fused = float(np.mean(list(fused_pq.values()))) if fused_pq else 0.0
@@ -167,12 +197,29 @@ def cross_fit_fusion(dense_run, bm25_run, qrels, seed: int = 0) -> dict[str, Any
     else:
         dense_wins, p, test = False, None, "too few validation queries for a test"
     choice = "dense" if dense_wins else SAFE_SERVED
-    rule = (f"served default: {SAFE_SERVED} unless the student alone is better with p < {CHOICE_ALPHA:g}")
-    why = (f"{scores}; {test}: the student alone is better, served alone" if dense_wins else
-           f"{scores}; {test}: " + ("not separated, so the declared default (student + BM25) is served" if dense > fused
-                                    else "student + BM25 is served"))
-    return {"choice": choice, "val_dense": round(dense, 4), "val_hybrid": round(fused, 4), "norm": full.norm, "weight": full.weight,
-            "n_queries": len(qids), "p": p, "rule": rule, "default_kept": not dense_wins and dense > fused, "reason": why}
+    rule = f"served default: {SAFE_SERVED} unless the student alone is better with p < {CHOICE_ALPHA:g}"
+    why = (
+        f"{scores}; {test}: the student alone is better, served alone"
+        if dense_wins
+        else f"{scores}; {test}: "
+        + (
+            "not separated, so the declared default (student + BM25) is served"
+            if dense > fused
+            else "student + BM25 is served"
+        )
+    )
+    return {
+        "choice": choice,
+        "val_dense": round(dense, 4),
+        "val_hybrid": round(fused, 4),
+        "norm": full.norm,
+        "weight": full.weight,
+        "n_queries": len(qids),
+        "p": p,
+        "rule": rule,
+        "default_kept": not dense_wins and dense > fused,
+        "reason": why,
+    }
 
 
 def default_unless_beaten(val: Mapping[Any, float], default: Any, margin: float, what: str) -> tuple[Any, str]:
@@ -187,15 +234,25 @@ def default_unless_beaten(val: Mapping[Any, float], default: Any, margin: float,
     best = max(val, key=lambda k: (val[k], k == default, -list(val).index(k)))
     lead = val[best] - val[default]
     if best != default and lead > margin:
-        return best, f"{what}: {_name(best)} ahead of the default {_name(default)} by {lead:.4f} > {margin:g} ({scores})"
+        return (
+            best,
+            f"{what}: {_name(best)} ahead of the default {_name(default)} by {lead:.4f} > {margin:g} ({scores})",
+        )
     if best != default:
-        return default, (f"{what}: {_name(best)} leads the default {_name(default)} by {lead:.4f} <= {margin:g}, within the noise: "
-                         f"the default is kept ({scores})")
+        return default, (
+            f"{what}: {_name(best)} leads the default {_name(default)} by {lead:.4f} <= {margin:g}, within the noise: "
+            f"the default is kept ({scores})"
+        )
     return default, f"{what}: the default {_name(default)} is best ({scores})"
 
 
-def default_unless_separated(val: Mapping[Any, float], per_query: Mapping[Any, Mapping[str, float] | None], default: Any,
-                             margin: float, what: str) -> tuple[Any, str]:
+def default_unless_separated(
+    val: Mapping[Any, float],
+    per_query: Mapping[Any, Mapping[str, float] | None],
+    default: Any,
+    margin: float,
+    what: str,
+) -> tuple[Any, str]:
     """The rule for Stage I's choices (head learning rate, embedding size): keep the pre-declared
     ``default`` unless a candidate is better on the validation queries with p < :data:`CHOICE_ALPHA`
     (paired t-test over the same queries' nDCG@10: :func:`~scalingnote.evaluation.significance.separates`);
@@ -212,12 +269,16 @@ def default_unless_separated(val: Mapping[Any, float], per_query: Mapping[Any, M
     if wins:
         best = max(wins, key=lambda k: val[k])
         t = tests[best][1]
-        return best, (f"{what}: {_name(best)} better than the default {_name(default)} (paired t-test over {t.n} validation queries "
-                      f"p {t.pvalue:.3g} < {CHOICE_ALPHA:g}; {scores})")
+        return best, (
+            f"{what}: {_name(best)} better than the default {_name(default)} (paired t-test over {t.n} validation queries "
+            f"p {t.pvalue:.3g} < {CHOICE_ALPHA:g}; {scores})"
+        )
     near = max(tests, key=lambda k: val[k])
     t = tests[near][1]
-    return default, (f"{what}: the default {_name(default)} is kept: the evidence does not separate {_name(near)} from it (paired t-test "
-                     f"over {t.n} validation queries p {t.pvalue:.3g}, mean difference {t.mean_diff:+.4f}; {scores})")
+    return default, (
+        f"{what}: the default {_name(default)} is kept: the evidence does not separate {_name(near)} from it (paired t-test "
+        f"over {t.n} validation queries p {t.pvalue:.3g}, mean difference {t.mean_diff:+.4f}; {scores})"
+    )
 
 
 def _name(k: Any) -> str:
@@ -243,7 +304,7 @@ def halve(proxy_val: Mapping[str, float], margin: float, keep_at_most: int | Non
     top = proxy_val[best]
     keep = [k for k in order if proxy_val[k] >= top - margin]
     if keep_at_most is not None and len(keep) > keep_at_most:
-        ranked = sorted(keep, key=lambda k: (-proxy_val[k], order.index(k)))[:max(1, keep_at_most)]
+        ranked = sorted(keep, key=lambda k: (-proxy_val[k], order.index(k)))[: max(1, keep_at_most)]
         keep = [k for k in order if k in ranked]
     dropped = [k for k in order if k not in keep]
     listing = ", ".join(f"{k} {proxy_val[k]:.4f}" for k in order)
@@ -255,4 +316,16 @@ def halve(proxy_val: Mapping[str, float], margin: float, keep_at_most: int | Non
     return keep, why
 
 
-__all__ = ["choose_best", "choose_student", "conf_text", "cross_fit_fusion", "default_unless_beaten", "default_unless_separated", "halve", "keep_better", "readability", "tokenizer_report", "val_confidence"]
+__all__ = [
+    "choose_best",
+    "choose_student",
+    "conf_text",
+    "cross_fit_fusion",
+    "default_unless_beaten",
+    "default_unless_separated",
+    "halve",
+    "keep_better",
+    "readability",
+    "tokenizer_report",
+    "val_confidence",
+]

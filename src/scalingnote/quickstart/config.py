@@ -47,7 +47,9 @@ class QuickstartConfig:
     llm: str = "smollm2-135m"
     #: candidate depths of the large LLM tower (SmolLM2 truncated), chosen on validation
     llm_depths: list[int] = field(default_factory=lambda: [2, 4])
-    llm_small_layers: int = 1  #: the online query-tower size of the LLM family (1 SmolLM2 layer ~ 2 MiniLM layers of compute)
+    llm_small_layers: int = (
+        1  #: the online query-tower size of the LLM family (1 SmolLM2 layer ~ 2 MiniLM layers of compute)
+    )
     llm_lr: float = 5e-5
     #: SmolLM2 pooling: "mean" (not in the paper; a truncated, briefly trained decoder is at chance
     #: with the paper's placeholder pooling) or "placeholder" (§3.2)
@@ -198,10 +200,14 @@ class QuickstartConfig:
         if isinstance(self.compare, bool):
             self.compare = "all" if self.compare else "none"
         if self.compare not in ("teacher", "all", "none"):
-            raise ConfigError(None, None, "compare", f"must be teacher, all or none (or true / false), got {self.compare!r}")
+            raise ConfigError(
+                None, None, "compare", f"must be teacher, all or none (or true / false), got {self.compare!r}"
+            )
         bad = [f for f in self.families if f not in FAMILIES]
         if bad or not self.families:
-            raise ConfigError(None, None, "families", f"must be a non-empty subset of {list(FAMILIES)}, got {self.families!r}")
+            raise ConfigError(
+                None, None, "families", f"must be a non-empty subset of {list(FAMILIES)}, got {self.families!r}"
+            )
         if self.llm_pooling not in ("mean", "placeholder"):
             raise ConfigError(None, None, "llm_pooling", f"must be 'mean' or 'placeholder', got {self.llm_pooling!r}")
         if self.teacher != "auto" and self.teacher not in self.families:
@@ -213,10 +219,16 @@ class QuickstartConfig:
             raise ConfigError(None, None, "unfreeze_layers", f"must be 'auto' or an integer >= 0, got {u!r}")
         if u != "auto" and u:
             if self.trainable_layers != 0:
-                raise ConfigError(None, None, "unfreeze_layers", "starts from heads-only large towers: needs trainable_layers 0, "
-                                                                  f"got {self.trainable_layers!r}")
+                raise ConfigError(
+                    None,
+                    None,
+                    "unfreeze_layers",
+                    f"starts from heads-only large towers: needs trainable_layers 0, got {self.trainable_layers!r}",
+                )
             if u > min(self.llm_depths):
-                raise ConfigError(None, None, "unfreeze_layers", f"{u} > the shallowest llm_depths {min(self.llm_depths)}")
+                raise ConfigError(
+                    None, None, "unfreeze_layers", f"{u} > the shallowest llm_depths {min(self.llm_depths)}"
+                )
         if not self.head_lrs or min(self.head_lrs) <= 0:
             raise ConfigError(None, None, "head_lrs", f"needs positive learning rates, got {self.head_lrs!r}")
         if self.qkd_corpus_texts < 0:
@@ -229,33 +241,59 @@ class QuickstartConfig:
         if self.student_p99_ms is not None and self.student_p99_ms <= 0:
             raise ConfigError(None, None, "student_p99_ms", f"must be > 0 ms, got {self.student_p99_ms}")
         if self.index_recall is not None and not 0 < self.index_recall <= 1:
-            raise ConfigError(None, None, "index_recall", f"must be in (0, 1] (a share of exact search's top 10) or null, got {self.index_recall}")
+            raise ConfigError(
+                None,
+                None,
+                "index_recall",
+                f"must be in (0, 1] (a share of exact search's top 10) or null, got {self.index_recall}",
+            )
         for s in self.students or []:
             parse_student(s)
         if self.budget_minutes is not None and self.budget_minutes <= 0:
-            raise ConfigError(None, None, "budget_minutes", f"must be > 0 minutes or null (no budget), got {self.budget_minutes}")
+            raise ConfigError(
+                None, None, "budget_minutes", f"must be > 0 minutes or null (no budget), got {self.budget_minutes}"
+            )
         if not 0 < self.proxy_fraction <= 1:
             raise ConfigError(None, None, "proxy_fraction", f"must be in (0, 1], got {self.proxy_fraction}")
         if self.proxy_margin < 0 or self.proxy_min_docs < 1 or self.proxy_min_train_queries < 1:
-            raise ConfigError(None, None, "proxy_margin" if self.proxy_margin < 0 else "proxy_min_docs",
-                              "the proxy needs margin >= 0 and at least 1 document and 1 training query, got "
-                              f"{self.proxy_margin}, {self.proxy_min_docs}, {self.proxy_min_train_queries}")
+            raise ConfigError(
+                None,
+                None,
+                "proxy_margin" if self.proxy_margin < 0 else "proxy_min_docs",
+                "the proxy needs margin >= 0 and at least 1 document and 1 training query, got "
+                f"{self.proxy_margin}, {self.proxy_min_docs}, {self.proxy_min_train_queries}",
+            )
         if isinstance(self.mining_round, bool):
             self.mining_round = "on" if self.mining_round else "off"
         if self.mining_round not in ("auto", "on", "off"):
             raise ConfigError(None, None, "mining_round", f"must be auto, on or off, got {self.mining_round!r}")
         if self.mining_negatives not in ("dense", "mixed"):
             raise ConfigError(None, None, "mining_negatives", f"must be dense or mixed, got {self.mining_negatives!r}")
-        if isinstance(self.mining_num_negatives, bool) or not isinstance(self.mining_num_negatives, int) or self.mining_num_negatives < 1:
-            raise ConfigError(None, None, "mining_num_negatives", f"must be an integer >= 1, got {self.mining_num_negatives!r}")
+        if (
+            isinstance(self.mining_num_negatives, bool)
+            or not isinstance(self.mining_num_negatives, int)
+            or self.mining_num_negatives < 1
+        ):
+            raise ConfigError(
+                None, None, "mining_num_negatives", f"must be an integer >= 1, got {self.mining_num_negatives!r}"
+            )
         if not isinstance(self.mining_hard_in_denominator, bool):
-            raise ConfigError(None, None, "mining_hard_in_denominator", f"must be true or false, got {self.mining_hard_in_denominator!r}")
+            raise ConfigError(
+                None,
+                None,
+                "mining_hard_in_denominator",
+                f"must be true or false, got {self.mining_hard_in_denominator!r}",
+            )
         w = self.mining_window
         if len(w) != 2 or not 0 <= int(w[0]) < int(w[1]):
-            raise ConfigError(None, None, "mining_window", f"must be [K, T] with 0 <= K < T (dense ranks K+1..T), got {w!r}")
+            raise ConfigError(
+                None, None, "mining_window", f"must be [K, T] with 0 <= K < T (dense ranks K+1..T), got {w!r}"
+            )
         bad_rule = [r for r in self.mining_guard if r not in GUARD_RULES]
         if bad_rule:
-            raise ConfigError(None, None, "mining_guard", f"unknown guard rule {bad_rule[0]!r} (known: {', '.join(GUARD_RULES)})")
+            raise ConfigError(
+                None, None, "mining_guard", f"unknown guard rule {bad_rule[0]!r} (known: {', '.join(GUARD_RULES)})"
+            )
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ConfigError(None, None, "precision", f"must be auto, fp32 or bf16, got {self.precision!r}")
 
@@ -308,7 +346,9 @@ def parse_student(s: str) -> tuple[str, int]:
     """``"bert:2"`` -> ("bert", 2)."""
     fam, _, layers = str(s).partition(":")
     if fam not in FAMILIES or not layers.isdigit() or int(layers) < 1:
-        raise ConfigError(None, None, "students", f"each entry is 'family:layers' with family in {list(FAMILIES)}, got {s!r}")
+        raise ConfigError(
+            None, None, "students", f"each entry is 'family:layers' with family in {list(FAMILIES)}, got {s!r}"
+        )
     return fam, int(layers)
 
 

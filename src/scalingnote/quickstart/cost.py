@@ -82,7 +82,9 @@ class Sizes:
         return float(self.speed_by.get(fam, 1.0))
 
 
-def family_tokens(cfg: QuickstartConfig, doc_chars: float, report: dict[str, Any] | None) -> tuple[dict[str, float], dict[str, float]]:
+def family_tokens(
+    cfg: QuickstartConfig, doc_chars: float, report: dict[str, Any] | None
+) -> tuple[dict[str, float], dict[str, float]]:
     """Per family, mean document and query tokens from its tokenizer's measured characters per token
     on the data (``readable_families``' report): English BPE/WordPiece ~4.3 characters per token,
     Chinese through SmolLM2's byte-level BPE ~1 (4x the tokens a fixed 4.3 assumed), plus the
@@ -107,18 +109,36 @@ def measure_sizes(cfg: QuickstartConfig, data: dict, report: dict[str, Any] | No
     mean_chars = sum(chars) / max(1, len(chars))
     tokens = min(float(cfg.doc_max_length), mean_chars / 4.3 + 2)
     by_doc, by_query = family_tokens(cfg, mean_chars, report)
-    cpt = {name: float(rep["chars_per_token"]) for name, rep in (report or {}).items() if float(rep.get("chars_per_token") or 0) > 0}
+    cpt = {
+        name: float(rep["chars_per_token"])
+        for name, rep in (report or {}).items()
+        if float(rep.get("chars_per_token") or 0) > 0
+    }
     units = tuple(float(len(t)) for d in head for _, t in text_units(d))
     speed = {name: float(rep["calibration"]["speed"]) for name, rep in (report or {}).items() if rep.get("calibration")}
-    extra = {"doc_tokens_by": by_doc, "query_tokens_by": by_query, "doc_chars": mean_chars, "pool_chars_sample": units,
-             "chars_per_token_by": cpt, "speed_by": speed}
+    extra = {
+        "doc_tokens_by": by_doc,
+        "query_tokens_by": by_query,
+        "doc_chars": mean_chars,
+        "pool_chars_sample": units,
+        "chars_per_token_by": cpt,
+        "speed_by": speed,
+    }
     if data.get("triplets"):
         rows = [json.loads(ln) for ln in Path(data["triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()]
-        val = {json.loads(ln)["query_id"] for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines() if ln.strip()}
+        val = {
+            json.loads(ln)["query_id"]
+            for ln in Path(data["validation_triplets"]).read_text(encoding="utf-8").splitlines()
+            if ln.strip()
+        }
         qids = {r["query_id"] for r in rows}
         return Sizes(len(corpus), tokens, len(rows), len(qids), len(val), **extra)
     qrels = Path(data["beir"]) / "qrels" / "train.tsv"
-    lines = [ln.split("\t") for ln in qrels.read_text(encoding="utf-8").splitlines()[1:] if ln.strip()] if qrels.exists() else []
+    lines = (
+        [ln.split("\t") for ln in qrels.read_text(encoding="utf-8").splitlines()[1:] if ln.strip()]
+        if qrels.exists()
+        else []
+    )
     qids = {p[0] for p in lines}
     n_val = round(0.1 * len(qids))
     return Sizes(len(corpus), tokens, round(0.9 * len(lines)), len(qids) - n_val, n_val, **extra)
@@ -129,7 +149,9 @@ def model_shape(model: str, default: tuple[int, int] = (6, 384)) -> tuple[int, i
     try:
         src = resolve_source(model)
         c = json.loads((Path(src.path) / "config.json").read_text())
-        return int(c.get("num_hidden_layers") or c.get("n_layer") or default[0]), int(c.get("hidden_size") or c.get("n_embd") or default[1])
+        return int(c.get("num_hidden_layers") or c.get("n_layer") or default[0]), int(
+            c.get("hidden_size") or c.get("n_embd") or default[1]
+        )
     except Exception:  # a GGUF file or a saved tower: the estimate only
         return default
 
@@ -153,8 +175,11 @@ class Candidates:
     width: dict[str, bool]
 
     @classmethod
-    def every(cls, cfg: QuickstartConfig, fams: list[Family]) -> "Candidates":
-        return cls({f.name: {d: list(cfg.head_lrs) for d in f.depths} for f in fams}, {f.name: bool(cfg.full_dim) for f in fams})
+    def every(cls, cfg: QuickstartConfig, fams: list[Family]) -> Candidates:
+        return cls(
+            {f.name: {d: list(cfg.head_lrs) for d in f.depths} for f in fams},
+            {f.name: bool(cfg.full_dim) for f in fams},
+        )
 
     def count(self) -> int:
         return sum(len(v) for d in self.depths.values() for v in d.values()) + sum(self.width.values())
@@ -176,8 +201,16 @@ def _head_run_s(s: Sizes, train_examples: int, dim: int, batch: int, epochs: flo
     return 3.0 + steps * (0.015 + 7e-5 * dim) + min(epochs, EPOCHS_EST) * 0.002 * s.val_queries
 
 
-def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candidates, s: Sizes, docs: int, train_examples: int,
-                   queries: int, cached: int = 0) -> float:
+def stage1_seconds(
+    cfg: QuickstartConfig,
+    fams: dict[str, Family],
+    cands: Candidates,
+    s: Sizes,
+    docs: int,
+    train_examples: int,
+    queries: int,
+    cached: int = 0,
+) -> float:
     """Stage I over ``docs`` documents and ``train_examples`` examples: per family one pass of its
     deepest candidate over the documents and queries, a head run per (depth, lr), the width run,
     the zero-shot start. ``cached``: documents whose features the proxy's pass already wrote (the
@@ -189,7 +222,9 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
             continue
         deep = max(depth_layers(fam, d) for d in depths)
         c = token_layer_s(s, fam)
-        total += max(0, docs - cached) * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0  # the pass (+ model load)
+        total += (
+            max(0, docs - cached) * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0
+        )  # the pass (+ model load)
         runs = sum(len(v) for v in depths.values())
         total += runs * _head_run_s(s, train_examples, cfg.dim, cfg.batch_size, cfg.max_epochs)
         if cands.width.get(name):
@@ -198,7 +233,9 @@ def stage1_seconds(cfg: QuickstartConfig, fams: dict[str, Family], cands: Candid
     return total
 
 
-def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, list[float]], width: bool, s: Sizes) -> float:
+def mining_seconds(
+    cfg: QuickstartConfig, fam: Family, depths: dict[int | None, list[float]], width: bool, s: Sizes
+) -> float:
     """The mining round for the family expected to teach: its query tower encodes the
     training queries with every layer (the corpus side is the teacher run's stored embeddings,
     checked on :data:`~scalingnote.training.mining.STORED_SAMPLE` documents re-encoded), BM25 ranks
@@ -207,7 +244,13 @@ def mining_seconds(cfg: QuickstartConfig, fam: Family, depths: dict[int | None, 
     layers = max((depth_layers(fam, d) for d in depths), default=model_layers(fam.model))
     c = token_layer_s(s, fam)
     sample = min(s.docs, STORED_SAMPLE)
-    mine = 4.0 + (sample * s.doc_tok(fam.name) + s.train_queries * s.query_tok(fam.name)) * layers * c + 2.0 + 1e-3 * s.docs + 2e-3 * s.train_queries
+    mine = (
+        4.0
+        + (sample * s.doc_tok(fam.name) + s.train_queries * s.query_tok(fam.name)) * layers * c
+        + 2.0
+        + 1e-3 * s.docs
+        + 2e-3 * s.train_queries
+    )
     dim = max(cfg.dim, 576 if fam.name == "llm" else 384) if width else cfg.dim
     per_example = 1.0 + cfg.mining_num_negatives / 2  # (query, positive) + n negatives per example: head work per step
     return mine + _head_run_s(s, s.train_examples, dim, cfg.batch_size, cfg.max_epochs) * per_example
@@ -228,7 +271,9 @@ def qkd_pool(cfg: QuickstartConfig, s: Sizes, fam: str) -> tuple[int, float]:
 
 def _pool_parts(cfg: QuickstartConfig, s: Sizes) -> tuple[int, int]:
     """QKD's pool: (logged queries, ICT pseudo-queries + corpus texts)."""
-    return s.train_queries + s.val_queries, min(cfg.qkd_max_pseudo_queries, s.docs) + min(cfg.qkd_corpus_texts, 4 * s.docs)
+    return s.train_queries + s.val_queries, min(cfg.qkd_max_pseudo_queries, s.docs) + min(
+        cfg.qkd_corpus_texts, 4 * s.docs
+    )
 
 
 def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
@@ -280,7 +325,30 @@ def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
     return min(float(cfg.query_max_length), chars / cpt + 2)
 
 
-__all__ = ["Candidates", "EPOCHS_EST", "INDEX_S", "QKD_FIXED_S", "QKD_LAYER_TOKEN_S", "QKD_PAD_BATCHES", "QKD_TRAINER_S",
-           "SMALL_EPOCHS_EST", "SMALL_STEP_S", "Sizes", "TOKEN_LAYER_S", "depth_layers", "family_tokens", "measure_sizes", "mining_seconds", "model_layers",
-           "model_shape", "qkd_padded_tokens", "qkd_pool", "qkd_seconds", "qkd_step_seconds", "qkd_steps", "stage1_seconds",
-           "token_layer_s", "unit_cost"]
+__all__ = [
+    "Candidates",
+    "EPOCHS_EST",
+    "INDEX_S",
+    "QKD_FIXED_S",
+    "QKD_LAYER_TOKEN_S",
+    "QKD_PAD_BATCHES",
+    "QKD_TRAINER_S",
+    "SMALL_EPOCHS_EST",
+    "SMALL_STEP_S",
+    "Sizes",
+    "TOKEN_LAYER_S",
+    "depth_layers",
+    "family_tokens",
+    "measure_sizes",
+    "mining_seconds",
+    "model_layers",
+    "model_shape",
+    "qkd_padded_tokens",
+    "qkd_pool",
+    "qkd_seconds",
+    "qkd_step_seconds",
+    "qkd_steps",
+    "stage1_seconds",
+    "token_layer_s",
+    "unit_cost",
+]

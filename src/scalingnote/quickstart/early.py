@@ -40,7 +40,9 @@ def proxy_share_s(plan: B.Plan) -> float:
     return max(0.0, min(PROXY_SHARE * plan.budget_s, plan.limit_s - rest))
 
 
-def proxy_width_runs(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]) -> dict[str, bool]:
+def proxy_width_runs(
+    cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]
+) -> dict[str, bool]:
     """Per family, whether the proxy runs its width run: whether the width can still be trained after
     the proxy in the least the proxy can leave — the family alone at its shallowest depth and one head
     learning rate — were the proxy free. When even that plan cuts the width run, no proxy outcome
@@ -49,13 +51,19 @@ def proxy_width_runs(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, 
     model over-prices some runs (the embedded default's proxy 2x), and a width run cut here is lost."""
     by, ok = {f.name: f for f in fams}, {}
     for f in fams:
-        least = B.Candidates({f.name: {min(f.depths, key=lambda d: d or 10**6): list(cfg.head_lrs)[:1]}}, {f.name: True})
-        p = B.make_plan(cfg, by, sizes, _student(cfg, fams, f.name), cands=least, proxy_done=True, spent={**spent, "proxy": 0.0})
+        least = B.Candidates(
+            {f.name: {min(f.depths, key=lambda d: d or 10**6): list(cfg.head_lrs)[:1]}}, {f.name: True}
+        )
+        p = B.make_plan(
+            cfg, by, sizes, _student(cfg, fams, f.name), cands=least, proxy_done=True, spent={**spent, "proxy": 0.0}
+        )
         ok[f.name] = bool(cfg.full_dim) and not any(x.startswith("the width run") for x in p.skipped)
     return ok
 
 
-def sized_proxy(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]) -> tuple[QuickstartConfig, B.Plan]:
+def sized_proxy(
+    cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]
+) -> tuple[QuickstartConfig, B.Plan]:
     """The first plan, with ``proxy_fraction`` lowered (to at least :data:`MIN_PROXY_FRACTION`) until
     the proxy is planned within its share (:func:`proxy_share_s`); the settings it ran with are the
     ones recorded (``quickstart.yaml`` keeps the user's)."""
@@ -72,15 +80,18 @@ def sized_proxy(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent
         frac = max(MIN_PROXY_FRACTION, round(cfg.proxy_fraction * max(share, 1.0) / plan.phases["proxy"], 3))
         if frac >= cfg.proxy_fraction:
             break
-        say(f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > the "
-            f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the plan leaves): drawn at {frac:g}")
+        say(
+            f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > the "
+            f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the plan leaves): drawn at {frac:g}"
+        )
         cfg = replace(cfg, proxy_fraction=frac)
         plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     return cfg, plan
 
 
-def first_plan(cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dict[str, float],
-               report: dict[str, Any] | None = None) -> tuple[QuickstartConfig, B.Sizes, B.Plan]:
+def first_plan(
+    cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dict[str, float], report: dict[str, Any] | None = None
+) -> tuple[QuickstartConfig, B.Sizes, B.Plan]:
     """The plan printed before any training (``spent``: the data phase; ``report``: the families'
     tokenizer report, which prices their tokens): every candidate, the proxy (sized to the budget:
     :func:`sized_proxy`), the expected minutes. Returns the settings the run goes on with."""
@@ -89,27 +100,42 @@ def first_plan(cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dic
     # are sized with the cost model's nominal speed and the modelled data phase, so every machine
     # compares the same candidates on the same sample; the budget cuts after the proxy follow the speed
     cfg, nominal = sized_proxy(cfg, fams, replace(sizes, speed_by={}), {})
-    plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams), spent=spent, proxy_width=nominal.proxy_width)
+    plan = B.make_plan(
+        cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams), spent=spent, proxy_width=nominal.proxy_width
+    )
     if not cfg.full and plan.phases["proxy"] > 0:
-        docs, q = B.proxy_sizes(sizes.docs, sizes.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries)
-        plan.proxy = {"docs": docs, "corpus_docs": sizes.docs, "train_queries": q, "all_train_queries": sizes.train_queries,
-                      "validation_queries": sizes.val_queries}
-    head = "exhaustive (--full): every candidate in full, no budget" if cfg.full else (
-        "before the proxy (every candidate assumed to survive it; the proxy decides what is trained in full)")
+        docs, q = B.proxy_sizes(
+            sizes.docs, sizes.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries
+        )
+        plan.proxy = {
+            "docs": docs,
+            "corpus_docs": sizes.docs,
+            "train_queries": q,
+            "all_train_queries": sizes.train_queries,
+            "validation_queries": sizes.val_queries,
+        }
+    head = (
+        "exhaustive (--full): every candidate in full, no budget"
+        if cfg.full
+        else ("before the proxy (every candidate assumed to survive it; the proxy decides what is trained in full)")
+    )
     say(f"{head}\n{plan.text()}")
     return cfg, sizes, plan
 
 
-def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path,
-           plan: B.Plan | None = None) -> tuple[B.Candidates | None, dict[str, Any] | None]:
+def decide(
+    cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, plan: B.Plan | None = None
+) -> tuple[B.Candidates | None, dict[str, Any] | None]:
     """The proxy comparison (None, None with ``--full`` or when the proxy would not be cheaper);
     ``plan``: the first plan (its :attr:`~scalingnote.quickstart.budget.Plan.proxy_width`)."""
     if cfg.full:
         return None, None
     pdata, info = X.draw(cfg, data, out)
     if pdata is None:
-        say(f"proxy: not drawn ({info['docs']} of {info['corpus_docs']} documents, {info['train_queries']} of "
-            f"{info['all_train_queries']} training queries would not be cheaper): every candidate runs in full")
+        say(
+            f"proxy: not drawn ({info['docs']} of {info['corpus_docs']} documents, {info['train_queries']} of "
+            f"{info['all_train_queries']} training queries would not be cheaper): every candidate runs in full"
+        )
         return None, {"drawn": False, "data": info}
     cands, rec = X.compare_on_proxy(cfg, fams, pdata, out, plan.proxy_width if plan is not None else None)
     if cfg.teacher != "auto" and cfg.teacher not in cands.depths:  # a pinned teacher is never dropped
@@ -122,18 +148,34 @@ def decide(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path,
     return cands, {"drawn": True, "data": info, **rec}
 
 
-def second_plan(cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, first: B.Plan, cands: B.Candidates | None,
-                spent: dict[str, float]) -> B.Plan:
+def second_plan(
+    cfg: QuickstartConfig,
+    fams: list[Family],
+    sizes: B.Sizes,
+    first: B.Plan,
+    cands: B.Candidates | None,
+    spent: dict[str, float],
+) -> B.Plan:
     """The plan on the survivors, the remaining phases scaled by the proxy's measured / modelled
     time when the machine is slower than the model (never below 1: a proxy that ran faster than
     modelled says little about QKD, and a plan that is too short breaks the budget; measured on the
     default: proxy 0.79x its model, then QKD 1.8x on a machine that had become busy)."""
     speed = 1.0
-    if cands is not None and first.phases.get("proxy", 0) > 20 and "proxy" in spent:  # the proxy ran: it measured this machine
+    if (
+        cands is not None and first.phases.get("proxy", 0) > 20 and "proxy" in spent
+    ):  # the proxy ran: it measured this machine
         speed = min(3.0, max(1.0, spent["proxy"] / first.phases["proxy"]))
     lead = next(iter(cands.depths)) if cands else None
-    plan = B.make_plan(cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams, lead), cands=cands, proxy_done=True, spent=spent,
-                       speed=speed)
+    plan = B.make_plan(
+        cfg,
+        {f.name: f for f in fams},
+        sizes,
+        _student(cfg, fams, lead),
+        cands=cands,
+        proxy_done=True,
+        spent=spent,
+        speed=speed,
+    )
     plan.proxy = first.proxy
     if not cfg.full:
         say(f"after the proxy\n{plan.text()}")
@@ -162,8 +204,10 @@ def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio
     done = sum(spent.values())
     if done + rest <= plan.limit_s:
         return cfg
-    why = (f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + {rest / 60:.1f} min left at this run's pace "
-           f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill")
+    why = (
+        f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + {rest / 60:.1f} min left at this run's pace "
+        f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
+    )
     say(f"skipped (budget): {why}")
     plan.skipped.append(why)
     plan.compare = "none"
@@ -182,19 +226,32 @@ def qkd_deadline(cfg: QuickstartConfig, plan: B.Plan, elapsed: float, ratio: flo
         return None
     rest = sum(plan.phases.get(k, 0.0) for k in ("index", "evaluation")) * ratio
     left = plan.limit_s - elapsed - rest
-    say(f"Stage II time box: {max(left, 0.0) / 60:.1f} min left of the {plan.budget_s / 60:g}-minute budget after "
+    say(
+        f"Stage II time box: {max(left, 0.0) / 60:.1f} min left of the {plan.budget_s / 60:g}-minute budget after "
         f"{elapsed / 60:.1f} spent and {rest / 60:.1f} kept for the index and the evaluation; QKD fits its steps to it "
-        f"(planned {plan.qkd_steps or 'all'}, never below {B.QKD_FLOOR})")
+        f"(planned {plan.qkd_steps or 'all'}, never below {B.QKD_FLOOR})"
+    )
     return time.monotonic() + left
 
 
 def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, Any]:
     """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per phase, what was skipped."""
-    phases = {k: {"planned_s": round(plan.phases.get(k, 0.0), 1), "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
-                  "spent_s": spent.get(k)} for k in B.PHASES}
+    phases = {
+        k: {
+            "planned_s": round(plan.phases.get(k, 0.0), 1),
+            "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
+            "spent_s": spent.get(k),
+        }
+        for k in B.PHASES
+    }
     phases["mining_round"]["note"] = "planned" if plan.mining else f"off: {plan.mining_note}"
-    return {**plan.to_json(), "phases": phases, "planned_before_proxy_minutes": round(plan0.total / 60, 2),
-            "spent_minutes": round(sum(spent.values()) / 60, 2), "skipped_before_proxy": list(plan0.skipped)}
+    return {
+        **plan.to_json(),
+        "phases": phases,
+        "planned_before_proxy_minutes": round(plan0.total / 60, 2),
+        "spent_minutes": round(sum(spent.values()) / 60, 2),
+        "skipped_before_proxy": list(plan0.skipped),
+    }
 
 
 __all__ = ["budgeted", "decide", "first_plan", "late_cut", "qkd_deadline", "report", "second_plan", "sized_proxy"]

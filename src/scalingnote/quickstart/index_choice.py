@@ -19,16 +19,24 @@ from scalingnote.data.jsonl import iter_jsonl
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index, read_manifest, tower_identity
 from scalingnote.index.embeddings import l2_normalize
-from scalingnote.index.layout import record_tower_path
-from scalingnote.index.routing.method_tune import DEFAULT_METHODS, EF_SEARCHES, MEMORY_BOUND, RERANKS, choose_method, fitting_queries
 from scalingnote.index.faiss.methods import default_routing, query_edge_variants, sq_graph_ratio
+from scalingnote.index.layout import record_tower_path
+from scalingnote.index.routing.method_tune import (
+    DEFAULT_METHODS,
+    EF_SEARCHES,
+    MEMORY_BOUND,
+    RERANKS,
+    choose_method,
+    fitting_queries,
+)
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
-from scalingnote.quickstart.config import QuickstartConfig
 from scalingnote.quickstart import runs
+from scalingnote.quickstart.config import QuickstartConfig
 from scalingnote.quickstart.runs import banner, mark_done, step_digest, step_done
 from scalingnote.utils.steps import input_digest
+
 
 def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
     """(validation texts for the choice, training texts for the routers, how they were split). No
@@ -40,8 +48,17 @@ def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
     return train[1::2], train[0::2], "training queries held out from the routers (no validation queries)"
 
 
-def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any],
-                     digests: dict[str, Any], say: Callable[[str], None]) -> None:
+def choose_and_build(
+    cfg: QuickstartConfig,
+    index_dir: Path,
+    student_dir: Path,
+    texts: Any,
+    *,
+    teacher_dir: Path,
+    data: dict[str, Any],
+    digests: dict[str, Any],
+    say: Callable[[str], None],
+) -> None:
     """Choose and build the served structure: :func:`scalingnote.index.routing.method_tune.choose_method`
     over the teacher's document vectors with the student's vectors of ``texts``' validation queries
     (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` can fit
@@ -57,13 +74,31 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
     qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
     pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, dim)
     if pseudo:
-        variants = query_edge_variants(qg)  # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
+        variants = query_edge_variants(
+            qg
+        )  # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
         sizes["hnsw_sq_qg"] = variants if len(variants) > 1 else qg  # one variant: the same inputs digest as before
-    key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "teacher": str(teacher_dir), "digests": digests,
-                        "validation": val, "train": train, "semantic_id_layers": cfg.semantic_id_layers, "seed": cfg.seed, "pseudo": pseudo,
-                        "methods": {m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c)) for m, c in sizes.items()},
-                        "grid": {"ef": EF_SEARCHES, "rerank": RERANKS}})
-    if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
+    key = input_digest(
+        {
+            "index_recall": cfg.index_recall,
+            "student": str(student_dir),
+            "teacher": str(teacher_dir),
+            "digests": digests,
+            "validation": val,
+            "train": train,
+            "semantic_id_layers": cfg.semantic_id_layers,
+            "seed": cfg.seed,
+            "pseudo": pseudo,
+            "methods": {
+                m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c))
+                for m, c in sizes.items()
+            },
+            "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
+        }
+    )
+    if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get(
+        "inputs_digest"
+    ) == key:
         record_tower_path(index_dir, teacher_dir / "doc_tower")
         return
     docs = l2_normalize(np.asarray(emb, dtype=np.float32))
@@ -77,15 +112,38 @@ def choose_and_build(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, 
         console.print(line, markup=False, highlight=False)
 
     edges = f"; hnsw_sq_qg's edges also fit on {len(pseudo)} pseudo-queries" if pseudo else ""
-    echo(f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers{edges})")
-    report = choose_method(docs, vq, tq if len(tq) else None, methods=tuple(sizes), target=float(cfg.index_recall), seed=cfg.seed, routing=sizes,
-                           log=echo, edge_queries=eq)
+    echo(
+        f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers{edges})"
+    )
+    report = choose_method(
+        docs,
+        vq,
+        tq if len(tq) else None,
+        methods=tuple(sizes),
+        target=float(cfg.index_recall),
+        seed=cfg.seed,
+        routing=sizes,
+        log=echo,
+        edge_queries=eq,
+    )
     method = report["chosen"]["method"]
     ids = json.loads((teacher_dir / "doc_ids.json").read_text())
-    build_index(emb, index_dir, method=method, routing=report["routing"], train_queries=fitting_queries(method, tq, eq),
-                doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
-                semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
-                overwrite=True, reuse=True, progress=cfg.show_progress, documents=Path(data["beir"]))
+    build_index(
+        emb,
+        index_dir,
+        method=method,
+        routing=report["routing"],
+        train_queries=fitting_queries(method, tq, eq),
+        doc_ids=ids,
+        tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")),
+        seed=cfg.seed,
+        semantic_ids_layers=cfg.semantic_id_layers,
+        codebook_size=min(256, max(2, len(ids) // 40)),
+        overwrite=True,
+        reuse=True,
+        progress=cfg.show_progress,
+        documents=Path(data["beir"]),
+    )
     record_tower_path(index_dir, teacher_dir / "doc_tower")
     save_search_defaults(index_dir, report, inputs_digest=key, split=split)
     echo(f"index: {report['reason']}")
@@ -131,8 +189,14 @@ def default_factory(n: int, dim: int) -> str:
     return f"IVF{nlist},PQ{m}x{bits}"
 
 
-def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_dir: Path, student_dir: Path | None = None,
-                tune_queries: Any = None) -> Path:
+def build_ivfpq(
+    cfg: QuickstartConfig,
+    out: Path,
+    data: dict[str, Any],
+    teacher_dir: Path,
+    student_dir: Path | None = None,
+    tune_queries: Any = None,
+) -> Path:
     """The served index over the teacher's document embeddings (+ residual-K-means semantic IDs).
 
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
@@ -148,15 +212,29 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
         return d / "ivfpq"
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     factory = cfg.index_factory or default_factory(emb.shape[0], emb.shape[1])
-    inputs = {"teacher": str(teacher_dir), "teacher_digest": step_digest(teacher_dir),
-              "factory": factory, "semantic_id_layers": cfg.semantic_id_layers, "nprobe": cfg.nprobe, "seed": cfg.seed}
+    inputs = {
+        "teacher": str(teacher_dir),
+        "teacher_digest": step_digest(teacher_dir),
+        "factory": factory,
+        "semantic_id_layers": cfg.semantic_id_layers,
+        "nprobe": cfg.nprobe,
+        "seed": cfg.seed,
+    }
     if not step_done(d, inputs):
         banner("index: IVFPQ over the teacher's document embeddings + residual-K-means semantic IDs")
         ids = json.loads((teacher_dir / "doc_ids.json").read_text())
         build_index(
-            emb, d / "ivfpq", factory, doc_ids=ids, tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")), seed=cfg.seed,
-            semantic_ids_layers=cfg.semantic_id_layers, codebook_size=min(256, max(2, len(ids) // 40)),
-            nprobe=cfg.nprobe, overwrite=True, progress=cfg.show_progress,
+            emb,
+            d / "ivfpq",
+            factory,
+            doc_ids=ids,
+            tower_info=tower_identity(load_tower(teacher_dir / "doc_tower")),
+            seed=cfg.seed,
+            semantic_ids_layers=cfg.semantic_id_layers,
+            codebook_size=min(256, max(2, len(ids) // 40)),
+            nprobe=cfg.nprobe,
+            overwrite=True,
+            progress=cfg.show_progress,
             documents=Path(data["beir"]),  # titles + snippets returned by search / serve
         )
         mark_done(d, inputs, {"factory": factory})
@@ -169,8 +247,14 @@ def build_ivfpq(cfg: QuickstartConfig, out: Path, data: dict[str, Any], teacher_
 
 def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
     """A fixed ``index_factory``: choose its nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
-    key = input_digest({"index_recall": cfg.index_recall, "student": str(student_dir), "student_digest": step_digest(student_dir.parent),
-                        "queries": texts})
+    key = input_digest(
+        {
+            "index_recall": cfg.index_recall,
+            "student": str(student_dir),
+            "student_digest": step_digest(student_dir.parent),
+            "queries": texts,
+        }
+    )
     if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         return
     idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
@@ -179,11 +263,21 @@ def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, te
     banner(f"index search settings: {report['reason']}")
 
 
-def tune_index(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]) -> None:
+def tune_index(
+    cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]
+) -> None:
     """Choose and build the served structure (:func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
     cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
-    choose_and_build(cfg, index_dir, student_dir, texts, teacher_dir=teacher_dir, data=data,
-                     digests={"student": step_digest(student_dir.parent), "teacher": step_digest(teacher_dir)}, say=banner)
+    choose_and_build(
+        cfg,
+        index_dir,
+        student_dir,
+        texts,
+        teacher_dir=teacher_dir,
+        data=data,
+        digests={"student": step_digest(student_dir.parent), "teacher": step_digest(teacher_dir)},
+        say=banner,
+    )
 
 
 __all__ = ["build_ivfpq", "choose_and_build", "default_factory", "student_vectors", "tune_index"]

@@ -12,6 +12,13 @@ from typing import Any
 
 import torch
 
+import scalingnote.quickstart.early as E
+import scalingnote.quickstart.index_choice as index_choice
+import scalingnote.quickstart.mining_round as MR
+import scalingnote.quickstart.pipeline as P
+import scalingnote.quickstart.proxy as X
+import scalingnote.quickstart.report as R
+import scalingnote.quickstart.runs as runs
 from scalingnote.config import save_config
 from scalingnote.data import load_corpus
 from scalingnote.evaluation import evaluate
@@ -19,25 +26,28 @@ from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
 from scalingnote.models.towers.store import dir_bytes
-import scalingnote.quickstart.early as E
-import scalingnote.quickstart.mining_round as MR
-import scalingnote.quickstart.index_choice as index_choice
-import scalingnote.quickstart.pipeline as P
-import scalingnote.quickstart.proxy as X
-import scalingnote.quickstart.report as R
-import scalingnote.quickstart.runs as runs
 from scalingnote.quickstart.choose import cross_fit_fusion
 from scalingnote.quickstart.config import QuickstartConfig, family
 from scalingnote.quickstart.progress import Progress, is_terminal
 from scalingnote.quickstart.report import row, tower_label
-from scalingnote.quickstart.scoring import METRICS, Scored, TowerPool, load_eval_set, per_query_ndcg, score, tuning_texts
+from scalingnote.quickstart.scoring import (
+    METRICS,
+    Scored,
+    TowerPool,
+    load_eval_set,
+    per_query_ndcg,
+    score,
+    tuning_texts,
+)
 from scalingnote.serve.corpus import served_searcher
 from scalingnote.sparse.bm25 import BM25Retriever
 from scalingnote.training.curves import tensorboard_command
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
 
-def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path, zero_shot: bool = True) -> tuple[list[dict], Any, Any, Any]:
+def _baselines(
+    cfg: QuickstartConfig, ev, pool, data: dict, out: Path, zero_shot: bool = True
+) -> tuple[list[dict], Any, Any, Any]:
     """BM25 (test and validation runs) and the zero-shot BERT-family tower (``zero_shot``: not cut by the budget)."""
     corpus = load_corpus(runs.corpus_file(data))
     bm = BM25Retriever.fit(corpus.values(), show_progress=False)
@@ -53,41 +63,77 @@ def _baselines(cfg: QuickstartConfig, ev, pool, data: dict, out: Path, zero_shot
         like = next((out / "stage1").glob("*_large_*"))
         zs = runs.zero_shot_run(cfg, fam, fam.depths[0], like, data, out)
         label, n = tower_label(pool, zs / "query_tower")
-        rows.append(row(f"zero_shot_{Path(cfg.bert).name}", score(pool, zs / "query_tower", zs, ev), query=label, layers=n,
-                        tower=zs / "query_tower"))
+        rows.append(
+            row(
+                f"zero_shot_{Path(cfg.bert).name}",
+                score(pool, zs / "query_tower", zs, ev),
+                query=label,
+                layers=n,
+                tower=zs / "query_tower",
+            )
+        )
     return rows, bm_sc, bm, bm_run
 
 
-def _served_rows(cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Path, bm_sc, index_dir: Path) -> tuple[list[dict], dict]:
+def _served_rows(
+    cfg: QuickstartConfig, ev, pool, student: dict, teacher_dir: Path, bm_sc, index_dir: Path
+) -> tuple[list[dict], dict]:
     """The chosen student alone, fused with BM25 (RRF; weighted with the norm and weight fitted on
     validation), and over the IVFPQ index; which one is served is chosen on validation."""
     sc = score(pool, student["dir"], teacher_dir, ev)
     label, n = tower_label(pool, student["dir"], qkd=True)
     base = {"large_tower": tower_label(pool, teacher_dir / "query_tower")[0], "query_tower": label, "query_layers": n}
-    fusion = cross_fit_fusion(sc.val_run, bm_sc.val_run, ev.val_qrels, seed=cfg.seed) if ev.val_qids else {"choice": "dense", "reason": "no validation queries"}
+    fusion = (
+        cross_fit_fusion(sc.val_run, bm_sc.val_run, ev.val_qrels, seed=cfg.seed)
+        if ev.val_qids
+        else {"choice": "dense", "reason": "no validation queries"}
+    )
     rows = []
     rrf, info = hybrid_search_run(sc.run, bm_sc.run, "rrf", k=100)
-    rows.append({**row("scalingnote+bm25_rrf", Scored(evaluate(rrf, ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
-                  "search": f"exact + bm25s, rrf k={info['rrf_k']}"})
+    rows.append(
+        {
+            **row("scalingnote+bm25_rrf", Scored(evaluate(rrf, ev.qrels, METRICS), {}, float("nan"), {}, {})),
+            **base,
+            "search": f"exact + bm25s, rrf k={info['rrf_k']}",
+        }
+    )
     if "weight" in fusion:
         hyb, _ = hybrid_search_run(sc.run, bm_sc.run, "weighted", k=100, weight=fusion["weight"], norm=fusion["norm"])
-        rows.append({**row("scalingnote+bm25_weighted", Scored(evaluate(hyb, ev.qrels, METRICS), {},
-                                                                fusion["val_hybrid"], {}, {})), **base,
-                     "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)"})
+        rows.append(
+            {
+                **row(
+                    "scalingnote+bm25_weighted",
+                    Scored(evaluate(hyb, ev.qrels, METRICS), {}, fusion["val_hybrid"], {}, {}),
+                ),
+                **base,
+                "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)",
+            }
+        )
     qv = pool.encode(student["dir"], ev.texts)
     _write_fusion(index_dir, fusion)  # the served default, read by `scalingnote serve` and by the served row
     # the index opened as `scalingnote serve` opens it (read-only here): both compressed-index rows
     idx = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
     try:
         tuned = idx.manifest.get("search_tuning")
-        kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: the index's search defaults, as served
+        kw = (
+            {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}
+        )  # tuned: the index's search defaults, as served
         res = idx.search(qv, k=100, **kw)
         used = {**idx.manifest.get("search_defaults", {}), **kw}
         how = f"{'ef_search' if 'ef_search' in used and 'nprobe' not in used else 'nprobe'}={used.get('nprobe', used.get('ef_search'))} rerank={used.get('rerank', 0)}"
         if tuned:  # the structure and its setting chosen on validation queries (older indexes: + training queries)
             how += f" (chosen on {tuned['n_queries']} {tuned.get('queries', 'validation + training')} queries: recall@10 vs exact {tuned['chosen']['recall']})"
-        rows.append({**row("scalingnote+ivfpq", Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {})), **base,
-                     "search": f"{idx.factory} {how}", "_tower": student["dir"]})
+        rows.append(
+            {
+                **row(
+                    "scalingnote+ivfpq",
+                    Scored(evaluate(res.to_run(ev.qids), ev.qrels, METRICS), {}, float("nan"), {}, {}),
+                ),
+                **base,
+                "search": f"{idx.factory} {how}",
+                "_tower": student["dir"],
+            }
+        )
         rows.append(_served_row(ev, idx, qv, fusion, base, how))
     finally:
         idx.close()
@@ -105,15 +151,27 @@ def _served_row(ev, live, qv, fusion: dict, base: dict, how: str) -> dict:
     # no validation figure: the choice was made on exact search (the exact rows carry it)
     sc = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), float("nan"), {}, {})
     what = f"{fusion['norm']} w_dense={fusion['weight']} + bm25s" if mode == "hybrid" else "dense alone"
-    return {**row("served", sc), **base, "chosen": "served", "search": f"as `scalingnote serve` answers: {live.factory} {how}, {what}"}
+    return {
+        **row("served", sc),
+        **base,
+        "chosen": "served",
+        "search": f"as `scalingnote serve` answers: {live.factory} {how}, {what}",
+    }
 
 
 def _write_fusion(index_dir: Path, fusion: dict) -> None:
     """The served default beside the index (read by ``scalingnote serve``)."""
     if "weight" in fusion:
-        write_json(index_dir / "fusion.json", {"method": "weighted", "weight": fusion["weight"], "norm": fusion["norm"],
-                                               "default_mode": "hybrid" if fusion["choice"] == "hybrid" else "dense",
-                                               "reason": fusion["reason"]})
+        write_json(
+            index_dir / "fusion.json",
+            {
+                "method": "weighted",
+                "weight": fusion["weight"],
+                "norm": fusion["norm"],
+                "default_mode": "hybrid" if fusion["choice"] == "hybrid" else "dense",
+                "reason": fusion["reason"],
+            },
+        )
 
 
 class _Laps:
@@ -159,8 +217,19 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         return _run(E.budgeted(cfg, plan), out, data, readable, report, fams, kept, early, (plan0, plan), laps, prog)
 
 
-def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], report: dict, fams: list, cands, early: dict | None,
-         plans: tuple, laps: _Laps, prog: Progress) -> list[dict[str, Any]]:
+def _run(
+    cfg: QuickstartConfig,
+    out: Path,
+    data: dict,
+    readable: list[str],
+    report: dict,
+    fams: list,
+    cands,
+    early: dict | None,
+    plans: tuple,
+    laps: _Laps,
+    prog: Progress,
+) -> list[dict[str, Any]]:
     """Stage I on the candidates still in, Stage II, the comparison, the index, the evaluation."""
     prog.begin("stage1_large_towers")
     fams = [f for f in fams if cands is None or f.name in cands.depths]  # the families the proxy kept
@@ -185,8 +254,19 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
     deadline = E.qkd_deadline(cfg, plans[1], time.perf_counter() - laps.start, prog.ratio())
-    students = P.train_students(cfg, contenders, large, teacher, data, out, pseudo, pool, ev, decide_early=bool(early and early.get("drawn")),
-                                deadline=deadline)
+    students = P.train_students(
+        cfg,
+        contenders,
+        large,
+        teacher,
+        data,
+        out,
+        pseudo,
+        pool,
+        ev,
+        decide_early=bool(early and early.get("drawn")),
+        deadline=deadline,
+    )
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
     cfg = E.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
@@ -215,31 +295,54 @@ def _run(cfg: QuickstartConfig, out: Path, data: dict, readable: list[str], repo
     laps.lap("evaluation")
     prog.end("evaluation", laps.seconds["evaluation"])
     elapsed = time.perf_counter() - laps.start
-    for cache in (out / "features").glob("*-d0-tokens-*"):  # token embeddings: recomputed in a moment if a later step needs them
+    for cache in (out / "features").glob(
+        "*-d0-tokens-*"
+    ):  # token embeddings: recomputed in a moment if a later step needs them
         shutil.rmtree(cache, ignore_errors=True)
-    choices = {**P.summary(readable, report, large, teacher, t_why, students), "served": fusion, "ordering": R.ordering_holds(rows),
-               "index": read_manifest(index_dir).get("search_tuning"),
-               "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
-               "budget": E.report(*plans, laps.seconds), "mining_round": mined, "retention": kept,
-               "output_mb": round(dir_bytes(out) / 2**20, 1)}
-    write_json(out / "results.json", {"rows": rows, "choices": choices, "elapsed_s": round(elapsed, 1), "phase_seconds": laps.seconds,
-                                      **run_metadata(cfg)})
+    choices = {
+        **P.summary(readable, report, large, teacher, t_why, students),
+        "served": fusion,
+        "ordering": R.ordering_holds(rows),
+        "index": read_manifest(index_dir).get("search_tuning"),
+        "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
+        "budget": E.report(*plans, laps.seconds),
+        "mining_round": mined,
+        "retention": kept,
+        "output_mb": round(dir_bytes(out) / 2**20, 1),
+    }
+    write_json(
+        out / "results.json",
+        {
+            "rows": rows,
+            "choices": choices,
+            "elapsed_s": round(elapsed, 1),
+            "phase_seconds": laps.seconds,
+            **run_metadata(cfg),
+        },
+    )
     R.print_table(rows)
     _closing(out, elapsed, laps, plans[1], fusion, index_dir, students, kept)
     print(f"mining round: {mined['reason']}")
     return rows
 
 
-def _closing(out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict, kept: dict) -> None:
-    print(f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
-          + ", ".join(f"{k} {v:g} (planned {plan.phases.get(k, 0):.0f})" for k, v in laps.seconds.items()) + ")")
+def _closing(
+    out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict, kept: dict
+) -> None:
+    print(
+        f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
+        + ", ".join(f"{k} {v:g} (planned {plan.phases.get(k, 0):.0f})" for k, v in laps.seconds.items())
+        + ")"
+    )
     if plan.skipped:
         print("skipped to hold the budget: " + "; ".join(plan.skipped))
     print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
     print(R.retention_text(kept))
-    print(f"output: {dir_bytes(out) / 2**20:.0f} MB (trained parts only; the base models are named by package and fingerprint)")
+    print(
+        f"output: {dir_bytes(out) / 2**20:.0f} MB (trained parts only; the base models are named by package and fingerprint)"
+    )
     print("serve it:")
     print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")
 

@@ -43,7 +43,9 @@ def say(msg: str) -> None:
     print(f"[quickstart] {msg}", flush=True)
 
 
-def go_now(cfg: QuickstartConfig, plan: Plan, spent: dict[str, float], ratio: float, val_queries: int) -> tuple[bool, str]:
+def go_now(
+    cfg: QuickstartConfig, plan: Plan, spent: dict[str, float], ratio: float, val_queries: int
+) -> tuple[bool, str]:
     """Whether the round runs now, and why. ``auto``: when the plan held it, and the time spent plus
     the rest of the run with it at the pace it has kept (``ratio``) still fits the budget (it is cut
     before anything else); ``on`` / ``--full``: always; ``off``: never; nor without validation
@@ -53,18 +55,36 @@ def go_now(cfg: QuickstartConfig, plan: Plan, spent: dict[str, float], ratio: fl
     if not val_queries:
         return False, "no validation queries to decide it on"
     if not plan.mining:
-        return False, f"skipped (budget): {plan.mining_note}; `--full`, a larger --budget-minutes or mining_round: on runs it"
+        return (
+            False,
+            f"skipped (budget): {plan.mining_note}; `--full`, a larger --budget-minutes or mining_round: on runs it",
+        )
     if cfg.mining_round == "on" or cfg.full or plan.budget_s is None:
         return True, plan.mining_note
-    rest = sum(plan.phases.get(k, 0.0) for k in ("mining_round", "stage2_students", "comparison_runs", "index", "evaluation")) * ratio
+    rest = (
+        sum(
+            plan.phases.get(k, 0.0)
+            for k in ("mining_round", "stage2_students", "comparison_runs", "index", "evaluation")
+        )
+        * ratio
+    )
     done = sum(spent.values())
     if done + rest > plan.limit_s:
-        why = (f"the mining round: {done / 60:.1f} min spent + {rest / 60:.1f} min left with it at this run's pace "
-               f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill")
+        why = (
+            f"the mining round: {done / 60:.1f} min spent + {rest / 60:.1f} min left with it at this run's pace "
+            f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
+        )
         plan.skipped.append(why)
-        plan.mining, plan.mining_note, plan.phases["mining_round"] = False, "cut late: the run fell behind its plan", 0.0
+        plan.mining, plan.mining_note, plan.phases["mining_round"] = (
+            False,
+            "cut late: the run fell behind its plan",
+            0.0,
+        )
         return False, f"skipped (budget): {why}"
-    return True, f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
+    return (
+        True,
+        f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill",
+    )
 
 
 # ----------------------------------------------------------------------------- the round's data
@@ -74,15 +94,28 @@ def mining_data(cfg: QuickstartConfig, data: dict[str, Any], out: Path, teacher_
     (:func:`runs.data_spec` adds them), ``loss`` = the loss settings of every run on them
     (``mining_hard_in_denominator``), ``tag`` = :data:`TAG` (the runs' names)."""
     k, t = (int(x) for x in cfg.mining_window)
-    spec = {"negatives": cfg.mining_negatives, "num_negatives": cfg.mining_num_negatives,
-            "mining": {"tower": str(teacher_dir), "skip_top": k, "max_rank": t, "guard": list(cfg.mining_guard),
-                       "cache_dir": str(out / "mined_negatives")}}  # one cache: the round and the matched-cost rows read one mined set
+    spec = {
+        "negatives": cfg.mining_negatives,
+        "num_negatives": cfg.mining_num_negatives,
+        "mining": {
+            "tower": str(teacher_dir),
+            "skip_top": k,
+            "max_rank": t,
+            "guard": list(cfg.mining_guard),
+            "cache_dir": str(out / "mined_negatives"),
+        },
+    }  # one cache: the round and the matched-cost rows read one mined set
     # every run on the mined set trains with the same loss
     extra = {"spec": spec, "loss": {"hard_in_denominator": cfg.mining_hard_in_denominator}, "tag": TAG}
     if not data.get("triplets"):
         return {**data, **extra}
     d = _pairs_as_qrels(cfg, data, out / "mining_round" / "data")
-    m = {"beir": str(d), "corpus": str(d / Path(data["corpus"]).name), "triplets": None, "validation_triplets": data["validation_triplets"]}
+    m = {
+        "beir": str(d),
+        "corpus": str(d / Path(data["corpus"]).name),
+        "triplets": None,
+        "validation_triplets": data["validation_triplets"],
+    }
     return {**m, "fingerprint": runs.data_fingerprint(m), **extra}
 
 
@@ -121,12 +154,17 @@ def round_two(cfg: QuickstartConfig, L: dict[str, Any], mdata: dict[str, Any], o
     run_dir = out / "stage1" / src.name.replace("_large_", "_mined_", 1)
     if run_dir.name == src.name:
         run_dir = run_dir.with_name(src.name + TAG)
-    base.update(output_dir=str(run_dir), data={**base["data"], **runs.data_spec(cfg, mdata)}, loss={**base["loss"], **mdata.get("loss", {})},
-                show_progress=cfg.show_progress)
+    base.update(
+        output_dir=str(run_dir),
+        data={**base["data"], **runs.data_spec(cfg, mdata)},
+        loss={**base["loss"], **mdata.get("loss", {})},
+        show_progress=cfg.show_progress,
+    )
     tc = load_config(TrainConfig, base)
     teacher = Path(mdata["spec"]["mining"]["tower"])
-    return runs.stage1_step(tc, f"{run_dir.name} (the mining round: negatives mined by {teacher.name})", mdata,
-                            miner=_digest(teacher))
+    return runs.stage1_step(
+        tc, f"{run_dir.name} (the mining round: negatives mined by {teacher.name})", mdata, miner=_digest(teacher)
+    )
 
 
 def _digest(step_dir: Path) -> str | None:
@@ -134,8 +172,16 @@ def _digest(step_dir: Path) -> str | None:
     return json.loads(marker.read_text()).get("digest") if marker.exists() else None
 
 
-def mining_round(cfg: QuickstartConfig, go: tuple[bool, str], large: dict, teacher: str, data: dict, out: Path, pool: TowerPool,
-                 ev: EvalSet) -> tuple[dict, dict[str, Any]]:
+def mining_round(
+    cfg: QuickstartConfig,
+    go: tuple[bool, str],
+    large: dict,
+    teacher: str,
+    data: dict,
+    out: Path,
+    pool: TowerPool,
+    ev: EvalSet,
+) -> tuple[dict, dict[str, Any]]:
     """Try the round when ``go`` (:func:`go_now`: whether, why); returns (the large towers, with the
     teacher's replaced by round 2 when it validates above round 1, and what was measured:
     ``choices.mining_round``)."""
@@ -151,23 +197,56 @@ def mining_round(cfg: QuickstartConfig, go: tuple[bool, str], large: dict, teach
     r1, r2 = score(pool, r1_dir / "query_tower", r1_dir, ev), score(pool, r2_dir / "query_tower", r2_dir, ev)
     sure = conf_text(conf := val_confidence(r2.val_run, r1.val_run, ev.val_qrels))
     keep = r2.val_ndcg > r1.val_ndcg  # a tie keeps the first round: the second must earn its place
-    what = (f"mining round ({teacher}: {cfg.mining_num_negatives} negatives mined by the teacher per example"
-            f"{', in the Eq. 5 denominators' if cfg.mining_hard_in_denominator else ''})")
-    msg = (f"{what}: {r2.val_ndcg:.4f} {'>' if keep else '<='} round 1 {r1.val_ndcg:.4f} on validation"
-           f"{f' ({sure})' if sure else ''}: {'kept, it teaches' if keep else 'keeping round 1'}")
+    what = (
+        f"mining round ({teacher}: {cfg.mining_num_negatives} negatives mined by the teacher per example"
+        f"{', in the Eq. 5 denominators' if cfg.mining_hard_in_denominator else ''})"
+    )
+    msg = (
+        f"{what}: {r2.val_ndcg:.4f} {'>' if keep else '<='} round 1 {r1.val_ndcg:.4f} on validation"
+        f"{f' ({sure})' if sure else ''}: {'kept, it teaches' if keep else 'keeping round 1'}"
+    )
     say(msg)
     summ = m.get("mining") or {}
-    info = {"tried": True, "kept": keep, "reason": msg, "why_tried": why, "val_round1": r1.val_ndcg, "val_round2": r2.val_ndcg,
-            "val_round2_vs_round1": conf, "round1_dir": str(r1_dir), "round2_dir": str(r2_dir), "repeats": str(L["trained_dir"]),
-            "mining_seconds": summ.get("mining_seconds"), "train_seconds": m.get("train_seconds"),
-            "audit": {k: v for k, v in summ.items() if k not in ("tower", "cache")}, "audit_file": str(r2_dir / "mining_audit.jsonl"),
-            "triplets": str(Path(summ["cache"]) / "triplets.jsonl") if summ.get("cache") else None, "data_dir": mdata["beir"],
-            "settings": {**mdata["spec"], "mining": {k: v for k, v in mdata["spec"]["mining"].items() if k != "cache_dir"},
-                         "loss": mdata["loss"]}}
-    say(f"mining round: audit {info['audit_file']} (`scalingnote data audit {r2_dir}`), mined triplets {info['triplets']}")
+    info = {
+        "tried": True,
+        "kept": keep,
+        "reason": msg,
+        "why_tried": why,
+        "val_round1": r1.val_ndcg,
+        "val_round2": r2.val_ndcg,
+        "val_round2_vs_round1": conf,
+        "round1_dir": str(r1_dir),
+        "round2_dir": str(r2_dir),
+        "repeats": str(L["trained_dir"]),
+        "mining_seconds": summ.get("mining_seconds"),
+        "train_seconds": m.get("train_seconds"),
+        "audit": {k: v for k, v in summ.items() if k not in ("tower", "cache")},
+        "audit_file": str(r2_dir / "mining_audit.jsonl"),
+        "triplets": str(Path(summ["cache"]) / "triplets.jsonl") if summ.get("cache") else None,
+        "data_dir": mdata["beir"],
+        "settings": {
+            **mdata["spec"],
+            "mining": {k: v for k, v in mdata["spec"]["mining"].items() if k != "cache_dir"},
+            "loss": mdata["loss"],
+        },
+    }
+    say(
+        f"mining round: audit {info['audit_file']} (`scalingnote data audit {r2_dir}`), mined triplets {info['triplets']}"
+    )
     if keep:
-        large = {**large, teacher: {**L, "dir": r2_dir, "val": r2.val_ndcg, "kept": "mined-negatives round", "guard": msg,
-                                    "tag": TAG, "data": mdata, "round1_dir": r1_dir}}
+        large = {
+            **large,
+            teacher: {
+                **L,
+                "dir": r2_dir,
+                "val": r2.val_ndcg,
+                "kept": "mined-negatives round",
+                "guard": msg,
+                "tag": TAG,
+                "data": mdata,
+                "round1_dir": r1_dir,
+            },
+        }
     return large, info
 
 
@@ -179,9 +258,14 @@ def other_round_row(pool: TowerPool, ev: EvalSet, info: dict[str, Any], teacher:
     d = Path(info["round1_dir"] if info["kept"] else info["round2_dir"])
     label, n = tower_label(pool, d / "query_tower")
     name = "scaling_dual_round1" if info["kept"] else "scaling_dual_round2_mined"
-    note = "the first round (the data's own negatives); the mined round teaches" if info["kept"] else \
-        "the mining round, not kept: it did not validate above the first"
-    return [row(name, score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n, family=teacher, note=note)]
+    note = (
+        "the first round (the data's own negatives); the mined round teaches"
+        if info["kept"]
+        else "the mining round, not kept: it did not validate above the first"
+    )
+    return [
+        row(name, score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n, family=teacher, note=note)
+    ]
 
 
 __all__ = ["TAG", "go_now", "mining_data", "mining_round", "other_round_row", "round_two"]

@@ -32,7 +32,9 @@ def say(msg: str) -> None:
     print(f"[quickstart] {msg}", flush=True)
 
 
-def readable_families(cfg: QuickstartConfig, beir: Path, corpus: Path | None = None) -> tuple[list[str], dict[str, Any]]:
+def readable_families(
+    cfg: QuickstartConfig, beir: Path, corpus: Path | None = None
+) -> tuple[list[str], dict[str, Any]]:
     """Measure each family's tokenizer on a sample of the data's queries; skip those that cannot
     read it (with the reason). With a budget, also time each readable family on a sample of the
     corpus (``report[name]["calibration"]``: :func:`~scalingnote.quickstart.calibrate.calibrate`),
@@ -60,7 +62,10 @@ def readable_families(cfg: QuickstartConfig, beir: Path, corpus: Path | None = N
                 report[name]["calibration"] = cal = calibrate(cfg, name, tower, docs)
                 say(f"{name}: this machine at {cal['speed']:g}x the cost model's time ({cal['note']})")
     if not ok:
-        raise ScalingNoteError(f"no model family can read the queries of {beir}: " + "; ".join(f"{k}: {v['reason']}" for k, v in report.items()))
+        raise ScalingNoteError(
+            f"no model family can read the queries of {beir}: "
+            + "; ".join(f"{k}: {v['reason']}" for k, v in report.items())
+        )
     return ok, report
 
 
@@ -72,11 +77,15 @@ def _prompt_budget(cfg: QuickstartConfig, name: str, prompt: Any) -> dict[str, i
         return {}
     fixed, budget = prompt.fixed_length, cfg.doc_max_length
     if fixed >= budget:
-        raise ScalingNoteError(f"doc_max_length={budget}: the {name} family's document prompt alone takes {fixed} tokens; "
-                               f"raise doc_max_length (e.g. --set doc_max_length={2 * fixed + 64})")
+        raise ScalingNoteError(
+            f"doc_max_length={budget}: the {name} family's document prompt alone takes {fixed} tokens; "
+            f"raise doc_max_length (e.g. --set doc_max_length={2 * fixed + 64})"
+        )
     if 2 * fixed > budget:
-        say(f"WARNING: the {name} family's document prompt takes {fixed} of doc_max_length={budget} tokens, leaving "
-            f"{budget - fixed} to each document; raise doc_max_length if documents are longer")
+        say(
+            f"WARNING: the {name} family's document prompt takes {fixed} of doc_max_length={budget} tokens, leaving "
+            f"{budget - fixed} to each document; raise doc_max_length if documents are longer"
+        )
     return {"prompt_tokens": fixed, "document_tokens_left": budget - fixed}
 
 
@@ -89,8 +98,15 @@ def restrict(fam: Family, cands: Candidates | None) -> tuple[Family, dict | None
     return replace(fam, depths=tuple(d for d in fam.depths if d in keep)), keep, cands.width.get(fam.name, False)
 
 
-def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, pool: TowerPool, ev: EvalSet,
-                 cands: Candidates | None = None) -> dict[str, dict]:
+def large_towers(
+    cfg: QuickstartConfig,
+    fams: list[Family],
+    data: dict,
+    out: Path,
+    pool: TowerPool,
+    ev: EvalSet,
+    cands: Candidates | None = None,
+) -> dict[str, dict]:
     """Per family: every depth's best-head-lr run, the depth chosen on validation, and the kept
     tower (the trained one, or its zero-shot start when training made it worse on validation).
     ``cands``: only the candidates the proxy kept (:func:`scalingnote.quickstart.proxy.compare_on_proxy`)."""
@@ -114,16 +130,32 @@ def large_towers(cfg: QuickstartConfig, fams: list[Family], data: dict, out: Pat
         keep_trained, msg = choose.keep_better(trained.val_ndcg, start.val_ndcg, f"{fam.name} large tower", conf)
         say(msg)
         res[fam.name] = {
-            "family": fam, "depths": by_depth, "depth_choice": why, "trained_dir": trained_dir, "zero_shot_dir": zs_dir,
-            "heads_dir": heads_dir, "unfrozen": unfrozen, "dim": best["dim"], "dim_choice": dim_choice,
-            "dir": trained_dir if keep_trained else zs_dir, "kept": "trained" if keep_trained else "zero_shot", "guard": msg,
-            "val": trained.val_ndcg if keep_trained else start.val_ndcg, "head_lr": best["head_lr"], "lr_choice": best.get("lr_choice"), "depth": best["depth"],
-            "val_trained": trained.val_ndcg, "val_start": start.val_ndcg, "val_trained_vs_start": conf,
+            "family": fam,
+            "depths": by_depth,
+            "depth_choice": why,
+            "trained_dir": trained_dir,
+            "zero_shot_dir": zs_dir,
+            "heads_dir": heads_dir,
+            "unfrozen": unfrozen,
+            "dim": best["dim"],
+            "dim_choice": dim_choice,
+            "dir": trained_dir if keep_trained else zs_dir,
+            "kept": "trained" if keep_trained else "zero_shot",
+            "guard": msg,
+            "val": trained.val_ndcg if keep_trained else start.val_ndcg,
+            "head_lr": best["head_lr"],
+            "lr_choice": best.get("lr_choice"),
+            "depth": best["depth"],
+            "val_trained": trained.val_ndcg,
+            "val_start": start.val_ndcg,
+            "val_trained_vs_start": conf,
         }
     return res
 
 
-def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, width: bool | None = None) -> tuple[dict, dict | None]:
+def _choose_dim(
+    cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out: Path, width: bool | None = None
+) -> tuple[dict, dict | None]:
     """``cfg.full_dim``: the chosen depth and head learning rate again with the embedding size =
     the backbone's hidden size; the run with the higher validation nDCG@10 (Stage I's own early
     stopping score on the held-out training queries) is kept. Returns (kept run, what was measured)."""
@@ -133,33 +165,61 @@ def _choose_dim(cfg: QuickstartConfig, fam: Family, best: dict, data: dict, out:
     a, b = best["best_val_score"], full["best_val_score"]
     # the wider head is the default (a frozen backbone projected below its width starts below its own
     # zero-shot embeddings); the narrower one is kept only when it is ahead beyond the noise
-    dim, why = choose.default_unless_separated({str(best["dim"]): a, str(full["dim"]): b},
-                                               {str(best["dim"]): best.get("best_val_per_query"), str(full["dim"]): full.get("best_val_per_query")},
-                                               str(full["dim"]), cfg.choice_margin, "embedding size")
+    dim, why = choose.default_unless_separated(
+        {str(best["dim"]): a, str(full["dim"]): b},
+        {str(best["dim"]): best.get("best_val_per_query"), str(full["dim"]): full.get("best_val_per_query")},
+        str(full["dim"]),
+        cfg.choice_margin,
+        "embedding size",
+    )
     keep = dim == str(full["dim"])
     msg = f"{fam.name} large tower: {why}: {full['dim'] if keep else best['dim']} kept"
     say(msg)
-    info = {"dir": full["run_dir"], "dim": full["dim"], "val": round(b, 4), "val_at_dim": round(a, 4), "kept": keep, "reason": msg,
-            "train_seconds": full.get("train_seconds"), "best_step": full.get("best_step"), "val_curve": full.get("val_curve")}
+    info = {
+        "dir": full["run_dir"],
+        "dim": full["dim"],
+        "val": round(b, 4),
+        "val_at_dim": round(a, 4),
+        "kept": keep,
+        "reason": msg,
+        "train_seconds": full.get("train_seconds"),
+        "best_step": full.get("best_step"),
+        "val_curve": full.get("val_curve"),
+    }
     return (dict(full, lr_grid=best.get("lr_grid")) if keep else best), info
 
 
-def choose_teacher(cfg: QuickstartConfig, readable: list[str], large: dict, pool: TowerPool, ev: EvalSet) -> tuple[str, str]:
+def choose_teacher(
+    cfg: QuickstartConfig, readable: list[str], large: dict, pool: TowerPool, ev: EvalSet
+) -> tuple[str, str]:
     """The large tower with the best validation nDCG@10 (or the pinned family), with how sure
     the validation split is of it against the runner-up."""
     val = {f: large[f]["val"] for f in readable}
     teacher, why = choose.choose_best(val, None if cfg.teacher == "auto" else cfg.teacher)
     others = sorted((f for f in readable if f != teacher), key=lambda f: -val[f])
     if others:
-        runs_ = {f: score(pool, Path(large[f]["dir"]) / "query_tower", large[f]["dir"], ev).val_run for f in (teacher, others[0])}
+        runs_ = {
+            f: score(pool, Path(large[f]["dir"]) / "query_tower", large[f]["dir"], ev).val_run
+            for f in (teacher, others[0])
+        }
         sure = choose.conf_text(choose.val_confidence(runs_[teacher], runs_[others[0]], ev.val_qrels))
         if sure:
             why += f"; {teacher} vs {others[0]}: {sure}"
     return teacher, why
 
 
-def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict, out: Path, pool: TowerPool, ev: EvalSet,
-              heads_dir: Path, heads: Any) -> tuple[Path, Any, dict[str, Any]]:
+def _unfreeze(
+    cfg: QuickstartConfig,
+    fam: Family,
+    best: dict,
+    k: int,
+    data: dict,
+    out: Path,
+    pool: TowerPool,
+    ev: EvalSet,
+    heads_dir: Path,
+    heads: Any,
+) -> tuple[Path, Any, dict[str, Any]]:
     """Train the chosen heads-only tower's top ``k`` layers from its heads; returns the kept
     (directory, score) — the layer run only when its validation nDCG@10 is above the heads-only
     run's — and what was measured."""
@@ -168,12 +228,23 @@ def _unfreeze(cfg: QuickstartConfig, fam: Family, best: dict, k: int, data: dict
     top_sc = score(pool, top_dir / "query_tower", top_dir, ev)
     what = f"{fam.name} large tower with its top {k} layers trained from its heads"
     keep = top_sc.val_ndcg > heads.val_ndcg  # a tie (no step beat the start) keeps the simpler heads-only tower
-    msg = (f"{what}: {top_sc.val_ndcg:.4f} > heads only {heads.val_ndcg:.4f} on validation: kept" if keep else
-           f"{what}: {top_sc.val_ndcg:.4f} <= heads only {heads.val_ndcg:.4f} on validation: keeping the heads-only tower")
+    msg = (
+        f"{what}: {top_sc.val_ndcg:.4f} > heads only {heads.val_ndcg:.4f} on validation: kept"
+        if keep
+        else f"{what}: {top_sc.val_ndcg:.4f} <= heads only {heads.val_ndcg:.4f} on validation: keeping the heads-only tower"
+    )
     say(msg)
-    info = {"dir": str(top_dir), "layers": k, "val_heads_only": heads.val_ndcg, "val_top_layers": top_sc.val_ndcg,
-            "kept": "top_layers" if keep else "heads_only", "reason": msg, "train_seconds": top.get("train_seconds"),
-            "best_step": top.get("best_step"), "val_curve": top.get("val_curve")}
+    info = {
+        "dir": str(top_dir),
+        "layers": k,
+        "val_heads_only": heads.val_ndcg,
+        "val_top_layers": top_sc.val_ndcg,
+        "kept": "top_layers" if keep else "heads_only",
+        "reason": msg,
+        "train_seconds": top.get("train_seconds"),
+        "best_step": top.get("best_step"),
+        "val_curve": top.get("val_curve"),
+    }
     return (top_dir, top_sc, info) if keep else (heads_dir, heads, info)
 
 
@@ -189,12 +260,25 @@ def student_candidates(cfg: QuickstartConfig, readable: list[str], teacher: str)
     else:
         cands = [(teacher, family(cfg, teacher).small_layers)]
     if not cands:
-        raise ScalingNoteError("no student candidate can read the data (students: " + ", ".join(cfg.students or []) + ")")
+        raise ScalingNoteError(
+            "no student candidate can read the data (students: " + ", ".join(cfg.students or []) + ")"
+        )
     return cands
 
 
-def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teacher: str, data: dict, out: Path,
-                   pseudo: list[str], pool: TowerPool, ev: EvalSet, decide_early: bool = False, deadline: float | None = None) -> dict[str, Any]:
+def train_students(
+    cfg: QuickstartConfig,
+    readable: list[str],
+    large: dict,
+    teacher: str,
+    data: dict,
+    out: Path,
+    pseudo: list[str],
+    pool: TowerPool,
+    ev: EvalSet,
+    decide_early: bool = False,
+    deadline: float | None = None,
+) -> dict[str, Any]:
     """QKD from the teacher into each student candidate at each listwise weight; the
     best-validating one within the latency budget is the ScalingNote student. ``decide_early``
     (a budgeted run whose data proxy was drawn): several candidates are first compared on a
@@ -203,33 +287,80 @@ def train_students(cfg: QuickstartConfig, readable: list[str], large: dict, teac
     tdir = large[teacher]["dir"]
     cands = []
     specs = [(f, n, w) for f, n in student_candidates(cfg, readable, teacher) for w in cfg.qkd_rank_weights]
-    specs, early = _students_on_proxy(cfg, specs, large, teacher, data, out, pseudo, pool, ev) if decide_early else (specs, None)
+    specs, early = (
+        _students_on_proxy(cfg, specs, large, teacher, data, out, pseudo, pool, ev) if decide_early else (specs, None)
+    )
     for i, (fam_name, layers, w) in enumerate(specs):  # one QKD run per (student, listwise weight) still in
         fam = family(cfg, fam_name)
         name = runs.qkd_name(fam_name, layers, teacher_label(large, teacher), w)
-        m = runs.run_qkd(cfg, name, tdir, fam, layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(large[fam_name]["dir"]),
-                         deadline=run_deadline(deadline, len(specs) - i), min_steps=QKD_FLOOR)
+        m = runs.run_qkd(
+            cfg,
+            name,
+            tdir,
+            fam,
+            layers,
+            data,
+            out,
+            pseudo,
+            rank_weight=w,
+            pool=runs.layer_pool(large[fam_name]["dir"]),
+            deadline=run_deadline(deadline, len(specs) - i),
+            min_steps=QKD_FLOOR,
+        )
         qdir = Path(m["run_dir"]) / "query_tower"
         sc = score(pool, qdir, tdir, ev)
-        cands.append({"name": name, "family": fam_name, "layers": layers, "rank_weight": w, "val": sc.val_ndcg,
-                      "dir": str(qdir), "qkd": {k: m.get(k) for k in ("best_step", "steps_run", "steps", "planned_steps", "train_seconds",
-                                                                      "qkd_val_loss", "student_base_layers", "student_layer_choice")}})
+        cands.append(
+            {
+                "name": name,
+                "family": fam_name,
+                "layers": layers,
+                "rank_weight": w,
+                "val": sc.val_ndcg,
+                "dir": str(qdir),
+                "qkd": {
+                    k: m.get(k)
+                    for k in (
+                        "best_step",
+                        "steps_run",
+                        "steps",
+                        "planned_steps",
+                        "train_seconds",
+                        "qkd_val_loss",
+                        "student_base_layers",
+                        "student_layer_choice",
+                    )
+                },
+            }
+        )
     # every candidate timed in the same minutes, taking turns in blocks of queries; on validation
     # query texts only: a choice never reads the reported split, its texts included
-    p99 = single_query_p99_many({c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
-                                ev.val_texts, backend=cfg.serve_backend)
+    p99 = single_query_p99_many(
+        {c["name"]: (pool.tower(c["dir"]), Path(c["dir"]).parent / "onnx") for c in cands},
+        ev.val_texts,
+        backend=cfg.serve_backend,
+    )
     for c in cands:
         c["p99_ms"] = p99[c["name"]]
-        say(f"student {c['name']}: validation nDCG@10 {c['val']:.4f}, single-query p99 {c['p99_ms']:.2f} ms ({cfg.serve_backend}), "
-            f"QKD best step {c['qkd']['best_step']} of {c['qkd']['steps_run']}")
+        say(
+            f"student {c['name']}: validation nDCG@10 {c['val']:.4f}, single-query p99 {c['p99_ms']:.2f} ms ({cfg.serve_backend}), "
+            f"QKD best step {c['qkd']['best_step']} of {c['qkd']['steps_run']}"
+        )
     name, frontier, why = choose.choose_student(cands, cfg.student_p99_ms)
     if name is None:
         raise ScalingNoteError(f"student_p99_ms={cfg.student_p99_ms}: {why}")
     say(f"student: {name} ({why})")
     if early:
-        early.update(full_val={c["name"]: c["val"] for c in cands}, agreed=max(early["proxy_val"], key=early["proxy_val"].get) == name)
-    return {"chosen": next(c for c in cands if c["name"] == name), "candidates": cands,
-            "frontier": [c["name"] for c in frontier], "reason": why, "proxy": early}
+        early.update(
+            full_val={c["name"]: c["val"] for c in cands},
+            agreed=max(early["proxy_val"], key=early["proxy_val"].get) == name,
+        )
+    return {
+        "chosen": next(c for c in cands if c["name"] == name),
+        "candidates": cands,
+        "frontier": [c["name"] for c in frontier],
+        "reason": why,
+        "proxy": early,
+    }
 
 
 #: of each QKD run's share of Stage II's time box, what is kept for after its loop (saving the
@@ -246,8 +377,17 @@ def run_deadline(deadline: float | None, runs_left: int) -> float | None:
     return now + share - (RUN_AFTER_SHARE * max(share, 0.0) + RUN_AFTER_S)
 
 
-def _students_on_proxy(cfg: QuickstartConfig, specs: list[tuple[str, int, float]], large: dict, teacher: str, data: dict, out: Path,
-                       pseudo: list[str], pool: TowerPool, ev: EvalSet) -> tuple[list[tuple[str, int, float]], dict[str, Any] | None]:
+def _students_on_proxy(
+    cfg: QuickstartConfig,
+    specs: list[tuple[str, int, float]],
+    large: dict,
+    teacher: str,
+    data: dict,
+    out: Path,
+    pseudo: list[str],
+    pool: TowerPool,
+    ev: EvalSet,
+) -> tuple[list[tuple[str, int, float]], dict[str, Any] | None]:
     """Decide early among several students (sizes, families, listwise weights): each distilled for
     ``proxy_fraction`` of QKD's step cap (under ``out/proxy/qkd``), scored on the validation
     queries, halved with ``proxy_margin``; only the survivors run in full. Not with ``--full``, one
@@ -259,11 +399,27 @@ def _students_on_proxy(cfg: QuickstartConfig, specs: list[tuple[str, int, float]
     pcfg, tdir, val = replace(cfg, qkd_max_steps=k), large[teacher]["dir"], {}
     for f, n, w in specs:
         name = runs.qkd_name(f, n, teacher_label(large, teacher), w)
-        m = runs.run_qkd(pcfg, name, tdir, family(cfg, f), n, data, out / "proxy", pseudo, rank_weight=w, pool=runs.layer_pool(large[f]["dir"]))
+        m = runs.run_qkd(
+            pcfg,
+            name,
+            tdir,
+            family(cfg, f),
+            n,
+            data,
+            out / "proxy",
+            pseudo,
+            rank_weight=w,
+            pool=runs.layer_pool(large[f]["dir"]),
+        )
         val[name] = score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev).val_ndcg
     keep, why = choose.halve(val, cfg.proxy_margin)
     say(f"proxy, students ({k} QKD steps each): {why}")
-    return [s for s in specs if runs.qkd_name(s[0], s[1], teacher_label(large, teacher), s[2]) in keep], {"steps": k, "proxy_val": val, "kept": keep, "reason": why}
+    return [s for s in specs if runs.qkd_name(s[0], s[1], teacher_label(large, teacher), s[2]) in keep], {
+        "steps": k,
+        "proxy_val": val,
+        "kept": keep,
+        "reason": why,
+    }
 
 
 def teacher_label(large: dict, name: str) -> str:
@@ -272,8 +428,9 @@ def teacher_label(large: dict, name: str) -> str:
     return name + large[name].get("tag", "")
 
 
-def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path,
-                    pseudo: list[str]) -> dict[str, dict[str, dict]]:
+def comparison_runs(
+    cfg: QuickstartConfig, readable: list[str], large: dict, students: dict, data: dict, out: Path, pseudo: list[str]
+) -> dict[str, dict[str, dict]]:
     """The paper's comparison at matched online cost (ScalingNote Tables 3-4), per family: the
     small dual tower, ScalingDoc, ScalingNote (QKD of the family's large tower into its small
     tower) and ScalingDual (the large tower itself, the upper bound). A family whose large tower is
@@ -289,22 +446,45 @@ def comparison_runs(cfg: QuickstartConfig, readable: list[str], large: dict, stu
         if reuse:
             qkd_dir, keep = Path(reuse["dir"]).parent, reuse["qkd"]["student_base_layers"]
         else:
-            m = runs.run_qkd(cfg, qkd_name, L["dir"], fam, fam.small_layers, data, out, pseudo, rank_weight=w, pool=runs.layer_pool(L["dir"]))
+            m = runs.run_qkd(
+                cfg,
+                qkd_name,
+                L["dir"],
+                fam,
+                fam.small_layers,
+                data,
+                out,
+                pseudo,
+                rank_weight=w,
+                pool=runs.layer_pool(L["dir"]),
+            )
             qkd_dir, keep = Path(m["run_dir"]), m.get("student_base_layers")
         # keep: the layers the family's student started from; its small query towers start there too (one online tower, one start)
         fdata = L.get("data", data)  # the mined set when the family's large tower trained on it
-        small = runs.small_dual_run(cfg, fam, fdata, out, hl, L.get("dim"), keep)  # the large tower's embedding size: one index, one cost
+        small = runs.small_dual_run(
+            cfg, fam, fdata, out, hl, L.get("dim"), keep
+        )  # the large tower's embedding size: one index, one cost
         doc = runs.scaling_doc_run(cfg, fam, L["depth"], fdata, out, hl, L.get("dim"), keep)
         res[name] = {
-            "twinbert_small": {"q": Path(small["run_dir"]) / "query_tower", "d": Path(small["run_dir"]), "layers": fam.small_layers},
-            "scaling_doc": {"q": Path(doc["run_dir"]) / "query_tower", "d": Path(doc["run_dir"]), "layers": fam.small_layers},
+            "twinbert_small": {
+                "q": Path(small["run_dir"]) / "query_tower",
+                "d": Path(small["run_dir"]),
+                "layers": fam.small_layers,
+            },
+            "scaling_doc": {
+                "q": Path(doc["run_dir"]) / "query_tower",
+                "d": Path(doc["run_dir"]),
+                "layers": fam.small_layers,
+            },
             "scalingnote": {"q": qkd_dir / "query_tower", "d": L["dir"], "layers": fam.small_layers, "rank_weight": w},
             "scaling_dual": {"q": L["dir"] / "query_tower", "d": L["dir"], "layers": None},
         }
     return res
 
 
-def check_inputs(out: Path, data: Path | None, eval_split: str = "test", corpus_format: str | None = None) -> Path | None:
+def check_inputs(
+    out: Path, data: Path | None, eval_split: str = "test", corpus_format: str | None = None
+) -> Path | None:
     """Fail before any work: ``--out`` must be a directory (or not exist yet), ``--data`` a BEIR
     directory (one corpus file of a registered format, queries.jsonl, qrels/<eval_split>.tsv); the
     error names the path. ``corpus_format`` (a format name or ``package.module:reader``) is made
@@ -316,7 +496,9 @@ def check_inputs(out: Path, data: Path | None, eval_split: str = "test", corpus_
     if not data.exists():
         raise ScalingNoteError(f"--data {data}: no such directory")
     if not data.is_dir():
-        raise ScalingNoteError(f"--data {data}: not a directory (give a BEIR directory: a corpus file, queries.jsonl, qrels/)")
+        raise ScalingNoteError(
+            f"--data {data}: not a directory (give a BEIR directory: a corpus file, queries.jsonl, qrels/)"
+        )
     fmt = use_corpus_format(corpus_format, data) if corpus_format else None
     try:
         corpus = find_corpus_file(data, fmt)
@@ -326,7 +508,9 @@ def check_inputs(out: Path, data: Path | None, eval_split: str = "test", corpus_
     if missing:
         raise ScalingNoteError(f"--data {data}: not a BEIR directory, missing {', '.join(missing)}")
     if not (data / "qrels" / f"{eval_split}.tsv").exists():
-        raise ScalingNoteError(f"--data {data}: not a BEIR directory for eval_split={eval_split!r}, missing qrels/{eval_split}.tsv")
+        raise ScalingNoteError(
+            f"--data {data}: not a BEIR directory for eval_split={eval_split!r}, missing qrels/{eval_split}.tsv"
+        )
     return corpus
 
 
@@ -334,12 +518,41 @@ def summary(readable: list[str], report: dict, large: dict, teacher: str, t_why:
     fams = {}
     for name, rep in report.items():
         L = large.get(name)
-        fams[name] = {**rep, **({"depth_choice": L["depth_choice"], "head_lr": L.get("head_lr"), "lr_choice": L.get("lr_choice"),
-                                  "dim": L.get("dim"), "dim_choice": L.get("dim_choice"),
-                                  "kept": L["kept"], "guard": L["guard"], "val_ndcg@10": L["val"],
-                                  "tower_dir": str(L["dir"]), "unfrozen": L.get("unfrozen")} if L else {})}
-    return {"families": fams, "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},
-            "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]}}
+        fams[name] = {
+            **rep,
+            **(
+                {
+                    "depth_choice": L["depth_choice"],
+                    "head_lr": L.get("head_lr"),
+                    "lr_choice": L.get("lr_choice"),
+                    "dim": L.get("dim"),
+                    "dim_choice": L.get("dim_choice"),
+                    "kept": L["kept"],
+                    "guard": L["guard"],
+                    "val_ndcg@10": L["val"],
+                    "tower_dir": str(L["dir"]),
+                    "unfrozen": L.get("unfrozen"),
+                }
+                if L
+                else {}
+            ),
+        }
+    return {
+        "families": fams,
+        "teacher": {"family": teacher, "dir": str(large[teacher]["dir"]), "reason": t_why},
+        "student": {k: v for k, v in students.items() if k != "chosen"} | {"chosen": students["chosen"]["name"]},
+    }
 
 
-__all__ = ["check_inputs", "choose_teacher", "comparison_runs", "teacher_label", "large_towers", "readable_families", "restrict", "student_candidates", "summary", "train_students"]
+__all__ = [
+    "check_inputs",
+    "choose_teacher",
+    "comparison_runs",
+    "teacher_label",
+    "large_towers",
+    "readable_families",
+    "restrict",
+    "student_candidates",
+    "summary",
+    "train_students",
+]

@@ -27,8 +27,14 @@ class Progress:
     how the finished ones compared with theirs. ``heartbeat_s``: when set, a background thread
     prints one line per that many seconds (a non-terminal output), started by :meth:`start`."""
 
-    def __init__(self, planned: dict[str, float], *, out: TextIO | None = None, heartbeat_s: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        planned: dict[str, float],
+        *,
+        out: TextIO | None = None,
+        heartbeat_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.planned = dict(planned)
         self.spent: dict[str, float] = {}
         self.out = out if out is not None else sys.stdout
@@ -62,7 +68,9 @@ class Progress:
     def eta_s(self) -> float:
         """Seconds left: the remaining phases' planned time (scaled), less what the current one has run."""
         r = self.ratio()
-        if self.phase is not None and self.planned.get(self.phase, 0.0) > 1:  # a phase running over its plan slows the rest too
+        if (
+            self.phase is not None and self.planned.get(self.phase, 0.0) > 1
+        ):  # a phase running over its plan slows the rest too
             r = max(r, min(self.MAX_RATIO, (self.clock() - self._phase_t0) / self.planned[self.phase]))
         left = sum(v for k, v in self.planned.items() if k not in self.spent and k != self.phase) * r
         if self.phase is not None:
@@ -71,8 +79,10 @@ class Progress:
 
     def begin(self, phase: str) -> None:
         self.phase, self._phase_t0 = phase, self.clock()
-        self._say(f"phase {phase}: planned {self.planned.get(phase, 0.0) / 60:.1f} min; "
-                  f"{(self._phase_t0 - self.t0) / 60:.1f} min elapsed, ETA {self.eta_s() / 60:.1f} min for the whole run")
+        self._say(
+            f"phase {phase}: planned {self.planned.get(phase, 0.0) / 60:.1f} min; "
+            f"{(self._phase_t0 - self.t0) / 60:.1f} min elapsed, ETA {self.eta_s() / 60:.1f} min for the whole run"
+        )
 
     def end(self, phase: str, seconds: float | None = None) -> float:
         """Record ``phase`` done (``seconds``: as measured elsewhere, e.g. the run's laps)."""
@@ -89,10 +99,12 @@ class Progress:
             self._say(f"{el:.1f} min elapsed, ETA {self.eta_s() / 60:.1f} min")
             return
         ran = (self.clock() - self._phase_t0) / 60
-        self._say(f"{el:.1f} min elapsed: {self.phase} {ran:.1f} of {self.planned.get(self.phase, 0.0) / 60:.1f} min planned, "
-                  f"ETA {self.eta_s() / 60:.1f} min")
+        self._say(
+            f"{el:.1f} min elapsed: {self.phase} {ran:.1f} of {self.planned.get(self.phase, 0.0) / 60:.1f} min planned, "
+            f"ETA {self.eta_s() / 60:.1f} min"
+        )
 
-    def start(self) -> "Progress":
+    def start(self) -> Progress:
         if self.heartbeat_s and self._thread is None:
             self._thread = threading.Thread(target=self._beat, name="quickstart-heartbeat", daemon=True)
             self._thread.start()
@@ -108,7 +120,7 @@ class Progress:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self.start()
 
     def __exit__(self, *exc) -> None:

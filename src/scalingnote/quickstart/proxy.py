@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.config import load_config
-from scalingnote.data.beir import write_corpus, write_queries
-from scalingnote.data.types import Query, Triplet
-from scalingnote.data.triplets import write_triplets
 import scalingnote.quickstart.choose as choose
 import scalingnote.quickstart.runs as runs
+from scalingnote.config import load_config
+from scalingnote.data.beir import write_corpus, write_queries
+from scalingnote.data.triplets import write_triplets
+from scalingnote.data.types import Query, Triplet
 from scalingnote.quickstart.budget import Candidates, proxy_sizes
 from scalingnote.quickstart.config import Family, QuickstartConfig
 from scalingnote.training.config import DataSpec
@@ -49,18 +49,35 @@ class ProxySample:
     all_train_queries: int
 
     def summary(self) -> dict[str, Any]:
-        return {"docs": len(self.doc_ids), "corpus_docs": self.corpus_docs, "required_docs": self.required_docs,
-                "distractors": self.distractors, "train_queries": self.train_queries, "all_train_queries": self.all_train_queries,
-                "train_examples": len(self.train), "validation_queries": len({e.query_id for e in self.validation})}
+        return {
+            "docs": len(self.doc_ids),
+            "corpus_docs": self.corpus_docs,
+            "required_docs": self.required_docs,
+            "distractors": self.distractors,
+            "train_queries": self.train_queries,
+            "all_train_queries": self.all_train_queries,
+            "train_examples": len(self.train),
+            "validation_queries": len({e.query_id for e in self.validation}),
+        }
 
     @property
     def cheaper(self) -> bool:
         """Worth it: at most 60% of the corpus and of the training queries (else the full runs are the proxy)."""
-        return len(self.doc_ids) <= 0.6 * self.corpus_docs and self.train_queries <= 0.6 * max(1, self.all_train_queries)
+        return len(self.doc_ids) <= 0.6 * self.corpus_docs and self.train_queries <= 0.6 * max(
+            1, self.all_train_queries
+        )
 
 
-def sample_proxy(train: list[Example], validation: list[Example], corpus_ids: list[str], *, fraction: float, min_docs: int,
-                 min_train_queries: int, seed: int) -> ProxySample:
+def sample_proxy(
+    train: list[Example],
+    validation: list[Example],
+    corpus_ids: list[str],
+    *,
+    fraction: float,
+    min_docs: int,
+    min_train_queries: int,
+    seed: int,
+) -> ProxySample:
     """Draw the proxy (:func:`~scalingnote.quickstart.budget.proxy_sizes`): every validation
     example, training queries drawn with ``seed`` (every pair of a drawn query kept), and the
     documents: every judged (positive) document of those examples, then their hard negatives
@@ -74,7 +91,7 @@ def sample_proxy(train: list[Example], validation: list[Example], corpus_ids: li
     kept = [e for e in train if e.query_id in keep_q]
     required = {e.pos.id for e in kept + validation}
     negs = sorted({d.id for e in validation + kept for d in e.negs} - required)
-    negs = [negs[i] for i in rng.permutation(len(negs))][:max(0, n_docs - len(required))]
+    negs = [negs[i] for i in rng.permutation(len(negs))][: max(0, n_docs - len(required))]
     chosen = required | set(negs)
     rest = [i for i in corpus_ids if i not in chosen]
     n_extra = max(0, min(len(rest), n_docs - len(chosen)))
@@ -84,8 +101,16 @@ def sample_proxy(train: list[Example], validation: list[Example], corpus_ids: li
         kept_negs = [d for d in e.negs if d.id in chosen]
         return replace(e, neg=kept_negs[0] if kept_negs else None, extra_negs=tuple(kept_negs[1:]))
 
-    return ProxySample([fit(e) for e in kept], [fit(e) for e in validation], [i for i in corpus_ids if i in chosen], len(required),
-                       len(chosen) - len(required), len(corpus_ids), len(keep_q), len(tq))
+    return ProxySample(
+        [fit(e) for e in kept],
+        [fit(e) for e in validation],
+        [i for i in corpus_ids if i in chosen],
+        len(required),
+        len(chosen) - len(required),
+        len(corpus_ids),
+        len(keep_q),
+        len(tq),
+    )
 
 
 def _full_spec(cfg: QuickstartConfig, data: dict) -> DataSpec:
@@ -98,13 +123,26 @@ def draw(cfg: QuickstartConfig, data: dict, out: Path) -> tuple[dict | None, dic
     size rule are the same). Returns (the proxy's ``data`` dict, or None when it would not be
     cheaper than the whole set; its summary)."""
     d = out / "proxy" / "data"
-    inputs = {"fraction": cfg.proxy_fraction, "min_docs": cfg.proxy_min_docs, "min_train_queries": cfg.proxy_min_train_queries,
-              "seed": cfg.seed, "data": runs.data_fingerprint(data), "eval_split": cfg.eval_split}
+    inputs = {
+        "fraction": cfg.proxy_fraction,
+        "min_docs": cfg.proxy_min_docs,
+        "min_train_queries": cfg.proxy_min_train_queries,
+        "seed": cfg.seed,
+        "data": runs.data_fingerprint(data),
+        "eval_split": cfg.eval_split,
+    }
     if not runs.step_done(d, inputs):
         runs.banner("proxy: a sample of the corpus for comparing the candidates cheaply")
         td = load_training_data(_full_spec(cfg, data), cfg.seed, show_progress=False)
-        s = sample_proxy(td.train, td.validation, list(td.corpus), fraction=cfg.proxy_fraction, min_docs=cfg.proxy_min_docs,
-                         min_train_queries=cfg.proxy_min_train_queries, seed=cfg.seed)
+        s = sample_proxy(
+            td.train,
+            td.validation,
+            list(td.corpus),
+            fraction=cfg.proxy_fraction,
+            min_docs=cfg.proxy_min_docs,
+            min_train_queries=cfg.proxy_min_train_queries,
+            seed=cfg.seed,
+        )
         info = {**s.summary(), "cheaper": s.cheaper}
         if s.cheaper:
             _write(d, s, td.corpus)
@@ -113,8 +151,12 @@ def draw(cfg: QuickstartConfig, data: dict, out: Path) -> tuple[dict | None, dic
     info = json.loads((d / "DONE").read_text())["info"]
     if not info["cheaper"]:
         return None, info
-    pdata = {"beir": str(d), "corpus": str(d / "corpus.jsonl"), "triplets": str(d / "triplets" / "train.jsonl"),
-             "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+    pdata = {
+        "beir": str(d),
+        "corpus": str(d / "corpus.jsonl"),
+        "triplets": str(d / "triplets" / "train.jsonl"),
+        "validation_triplets": str(d / "triplets" / "validation.jsonl"),
+    }
     return {**pdata, "fingerprint": runs.data_fingerprint(pdata)}, info
 
 
@@ -136,8 +178,9 @@ def proxy_config(cfg: QuickstartConfig) -> QuickstartConfig:
     return replace(cfg, eval_split=None, max_eval_queries=None)  # type: ignore[arg-type]
 
 
-def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out: Path,
-                     width_runs: dict[str, bool] | None = None) -> tuple[Candidates, dict[str, Any]]:
+def compare_on_proxy(
+    cfg: QuickstartConfig, fams: list[Family], pdata: dict, out: Path, width_runs: dict[str, bool] | None = None
+) -> tuple[Candidates, dict[str, Any]]:
     """Every Stage I candidate on the proxy (``out/proxy/stage1``), then one round of successive
     halving (:func:`~scalingnote.quickstart.choose.halve`, ``cfg.proxy_margin``): families, then
     each surviving family's depths, then each surviving depth's head learning rates, then the
@@ -163,17 +206,29 @@ def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out
         for d, r in sorted(v.items(), key=lambda kv: -kv[1]["best_val_score"]):
             lrs = r["lr_scores"]
             keep_l, why_l = choose.halve({f"{k:g}": x for k, x in lrs.items()}, m) if _dl(d) in keep_d else ([], "")
-            if keep_l and f"{r['head_lr']:g}" not in keep_l:  # the rule's choice (the declared default, not separated) stays in
+            if (
+                keep_l and f"{r['head_lr']:g}" not in keep_l
+            ):  # the rule's choice (the declared default, not separated) stays in
                 keep_l.append(f"{r['head_lr']:g}")
                 why_l += f"; {r['head_lr']:g} kept: {r.get('lr_choice', 'the head learning rate chosen')}"
             for lr, x in lrs.items():
-                rec.append({"family": fam.name, "depth": d, "head_lr": lr, "dim": cfg.dim, "proxy_val": round(x, 4),
-                            "survived": f"{lr:g}" in keep_l})
+                rec.append(
+                    {
+                        "family": fam.name,
+                        "depth": d,
+                        "head_lr": lr,
+                        "dim": cfg.dim,
+                        "proxy_val": round(x, 4),
+                        "survived": f"{lr:g}" in keep_l,
+                    }
+                )
             if keep_l:
                 reasons[f"{fam.name} depth {_dl(d)} head lrs"] = why_l
                 # the rule's choice first (the declared default unless the evidence separated another): a
                 # budget that trains one rate in full trains that one, not the proxy's noisiest lead
-                kept[d] = sorted((lr for lr in lrs if f"{lr:g}" in keep_l), key=lambda lr: (lr != r["head_lr"], -lrs[lr]))
+                kept[d] = sorted(
+                    (lr for lr in lrs if f"{lr:g}" in keep_l), key=lambda lr: (lr != r["head_lr"], -lrs[lr])
+                )
         if not kept:
             continue
         depths[fam.name] = kept
@@ -181,16 +236,31 @@ def compare_on_proxy(cfg: QuickstartConfig, fams: list[Family], pdata: dict, out
         run_width = cfg.full_dim and (width_runs is None or width_runs.get(fam.name, True))
         full = runs.full_dim_run(pcfg, fam, best, pdata, pout) if run_width else None
         if cfg.full_dim and not run_width:
-            reasons[f"{fam.name} width"] = "not run on the proxy: the budget cannot train it after the proxy, whatever the proxy finds"
+            reasons[f"{fam.name} width"] = (
+                "not run on the proxy: the budget cannot train it after the proxy, whatever the proxy finds"
+            )
         width[fam.name] = full is not None and full["best_val_score"] >= best["best_val_score"] - m
         if full is not None:
-            rec.append({"family": fam.name, "depth": best["depth"], "head_lr": best["head_lr"], "dim": full["dim"],
-                        "proxy_val": round(full["best_val_score"], 4), "survived": width[fam.name]})
+            rec.append(
+                {
+                    "family": fam.name,
+                    "depth": best["depth"],
+                    "head_lr": best["head_lr"],
+                    "dim": full["dim"],
+                    "proxy_val": round(full["best_val_score"], 4),
+                    "survived": width[fam.name],
+                }
+            )
     prune_losers(pout, rec, cfg.dim)
     order = sorted(depths, key=lambda n: -fam_val[n])
     cands = Candidates({n: depths[n] for n in order}, {n: width[n] for n in order})
-    return cands, {"margin": m, "rule": f"kept every candidate within {m:g} validation nDCG@10 of the proxy's best, "
-                                      "at each level (family, depth, head learning rate, width)", "reasons": reasons, "candidates": rec}
+    return cands, {
+        "margin": m,
+        "rule": f"kept every candidate within {m:g} validation nDCG@10 of the proxy's best, "
+        "at each level (family, depth, head learning rate, width)",
+        "reasons": reasons,
+        "candidates": rec,
+    }
 
 
 #: what a finished Stage I run holds besides its metrics (a lost proxy candidate's are removed)
@@ -205,7 +275,9 @@ def prune_losers(pout: Path, candidates: list[dict[str, Any]], dim: int) -> list
     for c in candidates:
         if c["survived"]:
             continue
-        name = f"{c['family']}_large_L{_dl(c['depth'])}_hlr{c['head_lr']:g}" + ("" if c["dim"] == dim else f"_d{c['dim']}")
+        name = f"{c['family']}_large_L{_dl(c['depth'])}_hlr{c['head_lr']:g}" + (
+            "" if c["dim"] == dim else f"_d{c['dim']}"
+        )
         d = pout / "stage1" / name
         for what in TRAINED_OUTPUTS:
             p = d / what

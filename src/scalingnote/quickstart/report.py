@@ -23,11 +23,29 @@ def tower_label(pool: TowerPool, qdir: str | Path, qkd: bool = False) -> tuple[s
     return f"{base} ({c.num_layers}L{', QKD' if qkd else ''})", int(c.num_layers)
 
 
-def row(method: str, sc: Scored, *, large: str = "-", query: str = "-", layers: int | None = None, chosen: str = "",
-        tower: str | None = None, **extra: Any) -> dict[str, Any]:
+def row(
+    method: str,
+    sc: Scored,
+    *,
+    large: str = "-",
+    query: str = "-",
+    layers: int | None = None,
+    chosen: str = "",
+    tower: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     val = None if sc.val_ndcg != sc.val_ndcg else sc.val_ndcg  # NaN (no validation figure) -> null
-    r = {"method": method, "large_tower": large, "query_tower": query, "query_layers": layers, **sc.metrics,
-         "val_ndcg@10": val, "query_qps": None, "chosen": chosen, **extra}
+    r = {
+        "method": method,
+        "large_tower": large,
+        "query_tower": query,
+        "query_layers": layers,
+        **sc.metrics,
+        "val_ndcg@10": val,
+        "query_qps": None,
+        "chosen": chosen,
+        **extra,
+    }
     if tower is not None:
         r["_tower"] = str(tower)
     if sc.per_query:
@@ -43,14 +61,24 @@ def vs_best_baseline(rows: list[dict]) -> None:
     base = [r for r in rows if r["method"].startswith(BASELINES) and r.get("_pq")]
     best = max(base, key=lambda r: r["ndcg@10"]) if base else None
     for r in rows:
-        if best is not None and r is not best and r.get("_pq") and ("student" in r["chosen"] or "served" in r["chosen"]):
-            r.update(best_baseline=best["method"], delta_vs_best_baseline=round(r["ndcg@10"] - best["ndcg@10"], 4),
-                     p_vs_best_baseline=round(paired_ttest(r["_pq"], best["_pq"]).pvalue, 6))
+        if (
+            best is not None
+            and r is not best
+            and r.get("_pq")
+            and ("student" in r["chosen"] or "served" in r["chosen"])
+        ):
+            r.update(
+                best_baseline=best["method"],
+                delta_vs_best_baseline=round(r["ndcg@10"] - best["ndcg@10"], 4),
+                p_vs_best_baseline=round(paired_ttest(r["_pq"], best["_pq"]).pvalue, 6),
+            )
     for r in rows:
         r.pop("_pq", None)
 
 
-def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teacher: str, student_dir: str) -> list[dict]:
+def comparison_rows(
+    pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teacher: str, student_dir: str
+) -> list[dict]:
     """Per family: twinbert_small < scaling_doc < scalingnote <= scaling_dual (the paper's claim),
     each step with the paired t-test p-value over the reported queries against the previous one."""
     rows = []
@@ -67,13 +95,27 @@ def comparison_rows(pool: TowerPool, ev: EvalSet, comp: dict, large: dict, teach
                 chosen.append("teacher")
             if method == "scalingnote" and str(m["q"]) == student_dir:
                 chosen.append("student")
-            extra = {"p_vs_prev": round(paired_ttest(sc.per_query, prev.per_query).pvalue, 6) if prev else None,
-                     "delta_vs_prev": round(sc.metrics["ndcg@10"] - prev.metrics["ndcg@10"], 4) if prev else None}
+            extra = {
+                "p_vs_prev": round(paired_ttest(sc.per_query, prev.per_query).pvalue, 6) if prev else None,
+                "delta_vs_prev": round(sc.metrics["ndcg@10"] - prev.metrics["ndcg@10"], 4) if prev else None,
+            }
             if method == "scalingnote":
                 extra["qkd_rank_weight"] = m.get("rank_weight")
             if method == "scaling_dual":
                 extra["note"] = f"kept the {L['kept']} tower ({L['guard']})"
-            rows.append(row(method, sc, large=large_label, query=label, layers=n, chosen="+".join(chosen), tower=m["q"], family=fam, **extra))
+            rows.append(
+                row(
+                    method,
+                    sc,
+                    large=large_label,
+                    query=label,
+                    layers=n,
+                    chosen="+".join(chosen),
+                    tower=m["q"],
+                    family=fam,
+                    **extra,
+                )
+            )
             prev = sc
     return rows
 
@@ -89,8 +131,15 @@ def student_rows(pool: TowerPool, ev: EvalSet, students: dict, teacher_dir: Path
         r = by_dir.get(c["dir"])
         if r is None:
             label, n = tower_label(pool, c["dir"], qkd=True)
-            r = row("scalingnote" if chosen else "scalingnote_candidate", score(pool, c["dir"], teacher_dir, ev), large=large_label,
-                    query=label, layers=n, chosen="student" if chosen else "", tower=c["dir"])
+            r = row(
+                "scalingnote" if chosen else "scalingnote_candidate",
+                score(pool, c["dir"], teacher_dir, ev),
+                large=large_label,
+                query=label,
+                layers=n,
+                chosen="student" if chosen else "",
+                tower=c["dir"],
+            )
             new.append(r)
         r["p99_ms"] = c["p99_ms"]
         r["qkd_rank_weight"] = c.get("rank_weight")
@@ -105,8 +154,19 @@ def teacher_row(pool: TowerPool, ev: EvalSet, large: dict, teacher: str, rows: l
         return []
     d = Path(large[teacher]["dir"])
     label, n = tower_label(pool, d / "query_tower")
-    return [row("scaling_dual", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n, chosen="teacher",
-                tower=d / "query_tower", family=teacher, note=f"kept the {large[teacher]['kept']} tower ({large[teacher]['guard']})")]
+    return [
+        row(
+            "scaling_dual",
+            score(pool, d / "query_tower", d, ev),
+            large=label,
+            query=label,
+            layers=n,
+            chosen="teacher",
+            tower=d / "query_tower",
+            family=teacher,
+            note=f"kept the {large[teacher]['kept']} tower ({large[teacher]['guard']})",
+        )
+    ]
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -122,9 +182,17 @@ def retention(rows: list[dict]) -> dict[str, Any]:
     s = next((r for r in rows if "student" in r["chosen"].split("+")), None)
     if t is None or s is None:
         return {}
-    out = {"teacher": t["query_tower"], "student": s["query_tower"], "teacher_val": t.get("val_ndcg@10"), "student_val": s.get("val_ndcg@10"),
-           "teacher_test": t["ndcg@10"], "student_test": s["ndcg@10"], "retention_val": _ratio(s.get("val_ndcg@10"), t.get("val_ndcg@10")),
-           "retention_test": _ratio(s["ndcg@10"], t["ndcg@10"]), "speedup": _ratio(s.get("query_qps"), t.get("query_qps"))}
+    out = {
+        "teacher": t["query_tower"],
+        "student": s["query_tower"],
+        "teacher_val": t.get("val_ndcg@10"),
+        "student_val": s.get("val_ndcg@10"),
+        "teacher_test": t["ndcg@10"],
+        "student_test": s["ndcg@10"],
+        "retention_val": _ratio(s.get("val_ndcg@10"), t.get("val_ndcg@10")),
+        "retention_test": _ratio(s["ndcg@10"], t["ndcg@10"]),
+        "speedup": _ratio(s.get("query_qps"), t.get("query_qps")),
+    }
     s.update(retention_val=out["retention_val"], retention_test=out["retention_test"], speedup=out["speedup"])
     t.update(retention_val=1.0, retention_test=1.0, speedup=1.0)
     return out
@@ -135,11 +203,17 @@ def retention_text(ret: dict[str, Any]) -> str:
     if not ret:
         return "student vs teacher: no teacher row to compare with"
     pct = lambda x: "-" if x is None else f"{100 * x:.1f}%"  # noqa: E731
-    val = f"{ret['student_val']:.4f} / {ret['teacher_val']:.4f}" if ret["student_val"] is not None and ret["teacher_val"] is not None else "-"
+    val = (
+        f"{ret['student_val']:.4f} / {ret['teacher_val']:.4f}"
+        if ret["student_val"] is not None and ret["teacher_val"] is not None
+        else "-"
+    )
     speed = "-" if ret["speedup"] is None else f"{ret['speedup']:.1f}x"
-    return (f"the student {ret['student']} keeps {pct(ret['retention_val'])} of its teacher's validation nDCG@10 ({val}) and "
-            f"{pct(ret['retention_test'])} on test ({ret['student_test']:.4f} / {ret['teacher_test']:.4f}), at {speed} the teacher's "
-            f"query speed ({ret['teacher']})")
+    return (
+        f"the student {ret['student']} keeps {pct(ret['retention_val'])} of its teacher's validation nDCG@10 ({val}) and "
+        f"{pct(ret['retention_test'])} on test ({ret['student_test']:.4f} / {ret['teacher_test']:.4f}), at {speed} the teacher's "
+        f"query speed ({ret['teacher']})"
+    )
 
 
 def ordering_holds(rows: list[dict]) -> dict[str, bool]:
@@ -162,26 +236,65 @@ def depth_rows(pool: TowerPool, ev: EvalSet, large: dict) -> list[dict]:
             d = Path(m["run_dir"])
             sc = score(pool, d / "query_tower", d, ev)
             label, n = tower_label(pool, d / "query_tower")
-            rows.append(row(f"scaling_dual_depth_{depth}", sc, large=label, query=label, layers=n, tower=d / "query_tower", family=fam,
-                            chosen="depth" if d == L["heads_dir"] else "", head_lr_grid=m["lr_grid"],
-                            stage1_val_ndcg=round(m["best_val_score"], 4), train_seconds=m.get("train_seconds"),
-                            best_step=m.get("best_step"), val_curve=curve_text(m.get("val_curve"))))
+            rows.append(
+                row(
+                    f"scaling_dual_depth_{depth}",
+                    sc,
+                    large=label,
+                    query=label,
+                    layers=n,
+                    tower=d / "query_tower",
+                    family=fam,
+                    chosen="depth" if d == L["heads_dir"] else "",
+                    head_lr_grid=m["lr_grid"],
+                    stage1_val_ndcg=round(m["best_val_score"], 4),
+                    train_seconds=m.get("train_seconds"),
+                    best_step=m.get("best_step"),
+                    val_curve=curve_text(m.get("val_curve")),
+                )
+            )
         c = L.get("dim_choice")
         if c:  # the chosen depth and head learning rate at the backbone's full embedding size (``full_dim``)
             d = Path(c["dir"])
             label, n = tower_label(pool, d / "query_tower")
-            rows.append(row(f"scaling_dual_dim_{c['dim']}", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n,
-                            tower=d / "query_tower", family=fam, chosen="dim" if c["kept"] else "", stage1_val_ndcg=c["val"],
-                            val_at_dim=c["val_at_dim"], train_seconds=c.get("train_seconds"), best_step=c.get("best_step"),
-                            val_curve=curve_text(c.get("val_curve"))))
+            rows.append(
+                row(
+                    f"scaling_dual_dim_{c['dim']}",
+                    score(pool, d / "query_tower", d, ev),
+                    large=label,
+                    query=label,
+                    layers=n,
+                    tower=d / "query_tower",
+                    family=fam,
+                    chosen="dim" if c["kept"] else "",
+                    stage1_val_ndcg=c["val"],
+                    val_at_dim=c["val_at_dim"],
+                    train_seconds=c.get("train_seconds"),
+                    best_step=c.get("best_step"),
+                    val_curve=curve_text(c.get("val_curve")),
+                )
+            )
         u = L.get("unfrozen")
         if u:
             d = Path(u["dir"])
             label, n = tower_label(pool, d / "query_tower")
-            rows.append(row(f"scaling_dual_top{u['layers']}_layers", score(pool, d / "query_tower", d, ev), large=label, query=label, layers=n,
-                            tower=d / "query_tower", family=fam, chosen="top_layers" if u["kept"] == "top_layers" else "",
-                            stage1_val_ndcg=round(u["val_top_layers"], 4), val_heads_only=round(u["val_heads_only"], 4),
-                            train_seconds=u.get("train_seconds"), best_step=u.get("best_step"), val_curve=curve_text(u.get("val_curve"))))
+            rows.append(
+                row(
+                    f"scaling_dual_top{u['layers']}_layers",
+                    score(pool, d / "query_tower", d, ev),
+                    large=label,
+                    query=label,
+                    layers=n,
+                    tower=d / "query_tower",
+                    family=fam,
+                    chosen="top_layers" if u["kept"] == "top_layers" else "",
+                    stage1_val_ndcg=round(u["val_top_layers"], 4),
+                    val_heads_only=round(u["val_heads_only"], 4),
+                    train_seconds=u.get("train_seconds"),
+                    best_step=u.get("best_step"),
+                    val_curve=curve_text(u.get("val_curve")),
+                )
+            )
     return rows
 
 
@@ -205,15 +318,54 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    cols = ["method", "large_tower", "query_tower", "query_qps", "val_ndcg@10", "r@100", "ndcg@10", "p_vs_prev", "retention_val",
-            "retention_test", "speedup", "chosen"]
+    cols = [
+        "method",
+        "large_tower",
+        "query_tower",
+        "query_qps",
+        "val_ndcg@10",
+        "r@100",
+        "ndcg@10",
+        "p_vs_prev",
+        "retention_val",
+        "retention_test",
+        "speedup",
+        "chosen",
+    ]
     t = Table(title="scalingnote quickstart: quality and online query cost (choices made on validation queries)")
     for c in cols:
         t.add_column(c, justify="left" if c in ("method", "large_tower", "query_tower", "chosen") else "right")
     for r in rows:
-        t.add_row(*[("-" if r.get(c) is None else f"{r[c]:.4f}" if isinstance(r[c], float) and c not in ("query_qps", "p_vs_prev")
-                     else f"{r[c]:.2g}" if c == "p_vs_prev" else f"{r[c]:.1f}x" if c == "speedup" else str(r[c])) for c in cols])
+        t.add_row(
+            *[
+                (
+                    "-"
+                    if r.get(c) is None
+                    else f"{r[c]:.4f}"
+                    if isinstance(r[c], float) and c not in ("query_qps", "p_vs_prev")
+                    else f"{r[c]:.2g}"
+                    if c == "p_vs_prev"
+                    else f"{r[c]:.1f}x"
+                    if c == "speedup"
+                    else str(r[c])
+                )
+                for c in cols
+            ]
+        )
     Console(width=max(170, Console().width)).print(t)
 
 
-__all__ = ["ORDER", "comparison_rows", "retention", "retention_text", "teacher_row", "depth_rows", "measure_qps", "ordering_holds", "print_table", "row", "student_rows", "tower_label"]
+__all__ = [
+    "ORDER",
+    "comparison_rows",
+    "retention",
+    "retention_text",
+    "teacher_row",
+    "depth_rows",
+    "measure_qps",
+    "ordering_holds",
+    "print_table",
+    "row",
+    "student_rows",
+    "tower_label",
+]

@@ -46,7 +46,6 @@ class QuickstartResult:
         return next(r for r in self.rows if "served" in str(r.get("chosen", "")))
 
 
-
 def served_paths(run_dir: str | Path, results: dict[str, Any] | None = None) -> tuple[Path, Path]:
     """``(index directory, query tower directory)`` that the quick start's printed ``scalingnote
     serve`` command serves from its output ``run_dir``: ``<run_dir>/index/ivfpq`` and the chosen
@@ -59,7 +58,9 @@ def served_paths(run_dir: str | Path, results: dict[str, Any] | None = None) -> 
         chosen = next(c for c in student["candidates"] if c["name"] == student["chosen"])
         tower = relocated(chosen["dir"], run_dir)
     except (KeyError, TypeError, StopIteration):
-        raise ScalingNoteError(f"{run_dir / 'results.json'}: field 'choices.student': no chosen student with its directory") from None
+        raise ScalingNoteError(
+            f"{run_dir / 'results.json'}: field 'choices.student': no chosen student with its directory"
+        ) from None
     index_dir = run_dir / INDEX_DIR
     for what, p in (("index", index_dir / "manifest.json"), ("query tower", tower)):
         if not p.exists():
@@ -72,8 +73,10 @@ def _read_json(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise ScalingNoteError(f"{run_dir}: no such directory (the output of `scalingnote quickstart --out DIR`)")
     if not path.is_file():
-        raise ScalingNoteError(f"{path}: not found: {run_dir} is not a finished quick start's output (run `scalingnote quickstart --out {run_dir}`; "
-                               "re-running resumes)")
+        raise ScalingNoteError(
+            f"{path}: not found: {run_dir} is not a finished quick start's output (run `scalingnote quickstart --out {run_dir}`; "
+            "re-running resumes)"
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
@@ -85,10 +88,21 @@ def read_results(run_dir: str | Path) -> QuickstartResult:
     run_dir = Path(run_dir)
     res = _read_json(run_dir)
     index_dir, tower = served_paths(run_dir, res)
-    return QuickstartResult(out=run_dir, rows=list(res.get("rows", [])), choices=dict(res.get("choices", {})), index_dir=index_dir, query_tower=tower)
+    return QuickstartResult(
+        out=run_dir,
+        rows=list(res.get("rows", [])),
+        choices=dict(res.get("choices", {})),
+        index_dir=index_dir,
+        query_tower=tower,
+    )
 
 
-def run_quickstart(data: str | Path | None = None, out: str | Path = "runs/quickstart", budget_minutes: float | None = 8, **options: Any) -> QuickstartResult:
+def run_quickstart(
+    data: str | Path | None = None,
+    out: str | Path = "runs/quickstart",
+    budget_minutes: float | None = 8,
+    **options: Any,
+) -> QuickstartResult:
     """Run (or resume) the quick start, as ``scalingnote quickstart`` does, and return its results.
 
     ``data``: a BEIR directory (None: the synthetic note-search log); ``out``: the output directory
@@ -105,6 +119,9 @@ def run_quickstart(data: str | Path | None = None, out: str | Path = "runs/quick
     ('served', True)
     """
     check_inputs(Path(out), Path(data) if data is not None else None, corpus_format=options.get("corpus_format"))
-    cfg = load_config(QuickstartConfig, {"out": str(out), "data": str(data) if data is not None else None, "budget_minutes": budget_minutes, **options})
+    cfg = load_config(
+        QuickstartConfig,
+        {"out": str(out), "data": str(data) if data is not None else None, "budget_minutes": budget_minutes, **options},
+    )
     _run(cfg)
     return read_results(Path(cfg.out).resolve())

@@ -101,11 +101,19 @@ def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
     inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
     if not step_done(d, inputs):
         banner("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
-        synthesize(d, SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries), progress=cfg.show_progress)
+        synthesize(
+            d,
+            SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries),
+            progress=cfg.show_progress,
+        )
         run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
         mark_done(d, inputs)
-    data = {"beir": str(d), "corpus": str(find_corpus_file(d)), "triplets": str(d / "triplets" / "train.jsonl"),
-            "validation_triplets": str(d / "triplets" / "validation.jsonl")}
+    data = {
+        "beir": str(d),
+        "corpus": str(find_corpus_file(d)),
+        "triplets": str(d / "triplets" / "train.jsonl"),
+        "validation_triplets": str(d / "triplets" / "validation.jsonl"),
+    }
     return {**data, "fingerprint": data_fingerprint(data)}
 
 
@@ -122,8 +130,10 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
         return data["fingerprint"]
     beir = Path(data["beir"])
     files = {}
-    for p in sorted([corpus_file(data), beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
-                    + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]):
+    for p in sorted(
+        [corpus_file(data), beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
+        + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]
+    ):
         if p.exists():
             files[str(p)] = [p.stat().st_size, file_sha256(p)]
     return files
@@ -133,47 +143,97 @@ def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
 def data_spec(cfg: QuickstartConfig, data: dict) -> dict[str, Any]:
     """The ``DataSpec`` of every Stage I run over ``data`` (the same split, the same held-out queries);
     ``data["spec"]``: more DataSpec fields (the mining round's mined negatives)."""
-    return {"data_dir": data["beir"], "triplets": data["triplets"], "validation_triplets": data["validation_triplets"],
-            "eval_split": cfg.eval_split, "max_eval_queries": cfg.max_eval_queries,
-            "eval_overlap": "drop",  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
-            **data.get("spec", {})}
+    return {
+        "data_dir": data["beir"],
+        "triplets": data["triplets"],
+        "validation_triplets": data["validation_triplets"],
+        "eval_split": cfg.eval_split,
+        "max_eval_queries": cfg.max_eval_queries,
+        "eval_overlap": "drop",  # any BEIR set: never train on a test query (KUAKE-QTR reuses them)
+        **data.get("spec", {}),
+    }
 
 
-def stage1_config(cfg: QuickstartConfig, method: str, data: dict, out_dir: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-                  max_epochs: float, init_heads_from: str | None = None, dim: int | None = None):
+def stage1_config(
+    cfg: QuickstartConfig,
+    method: str,
+    data: dict,
+    out_dir: Path,
+    q: dict,
+    d: dict,
+    *,
+    lr: float,
+    head_lr: float,
+    max_epochs: float,
+    init_heads_from: str | None = None,
+    dim: int | None = None,
+):
     """A Stage I run's TrainConfig; ``dim`` = its embedding size (None = ``cfg.dim``), with the
     Matryoshka sizes {16, 32, ..., dim/2, dim} of §3.2."""
     heads_only = q["trainable_layers"] == 0 and d["trainable_layers"] == 0
     dim = dim or cfg.dim
-    return load_config(TrainConfig, {
-        "method": method,
-        "output_dir": str(out_dir),
-        "dim": dim,
-        "loss": {"dims": matryoshka_dims_for(dim), **data.get("loss", {})},  # data["loss"]: the mining round's
-        "query_tower": q,
-        "doc_tower": d,
-        "data": data_spec(cfg, data),
-        "optim": {"batch_size": cfg.batch_size, "micro_batch_size": cfg.micro_batch_size, "max_steps": cfg.steps,
-                  "epochs": max_epochs, "lr": lr, "head_lr": head_lr},
-        "seed": cfg.seed,
-        "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # shared by every run over this data
-        "center_samples": 100_000 if heads_only else 1024,  # cached features make the head fit cheap
-        "eval_every": "epoch",  # validation queries: held out from the training split / triplets
-        "patience": cfg.patience,
-        "save_every": 50,
-        "precision": cfg.precision,
-        "evaluate_zero_shot": False,
-        "init_heads_from": init_heads_from,
-        "show_progress": cfg.show_progress,
-    })
+    return load_config(
+        TrainConfig,
+        {
+            "method": method,
+            "output_dir": str(out_dir),
+            "dim": dim,
+            "loss": {"dims": matryoshka_dims_for(dim), **data.get("loss", {})},  # data["loss"]: the mining round's
+            "query_tower": q,
+            "doc_tower": d,
+            "data": data_spec(cfg, data),
+            "optim": {
+                "batch_size": cfg.batch_size,
+                "micro_batch_size": cfg.micro_batch_size,
+                "max_steps": cfg.steps,
+                "epochs": max_epochs,
+                "lr": lr,
+                "head_lr": head_lr,
+            },
+            "seed": cfg.seed,
+            "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # shared by every run over this data
+            "center_samples": 100_000 if heads_only else 1024,  # cached features make the head fit cheap
+            "eval_every": "epoch",  # validation queries: held out from the training split / triplets
+            "patience": cfg.patience,
+            "save_every": 50,
+            "precision": cfg.precision,
+            "evaluate_zero_shot": False,
+            "init_heads_from": init_heads_from,
+            "show_progress": cfg.show_progress,
+        },
+    )
 
 
-def run_stage1(cfg: QuickstartConfig, name: str, method: str, data: dict, out: Path, q: dict, d: dict, *, lr: float, head_lr: float,
-               max_epochs: float, init_heads_from: str | None = None, dim: int | None = None) -> dict[str, Any]:
+def run_stage1(
+    cfg: QuickstartConfig,
+    name: str,
+    method: str,
+    data: dict,
+    out: Path,
+    q: dict,
+    d: dict,
+    *,
+    lr: float,
+    head_lr: float,
+    max_epochs: float,
+    init_heads_from: str | None = None,
+    dim: int | None = None,
+) -> dict[str, Any]:
     """Train (or reuse) one Stage I run under ``out/stage1/<name>``; returns its metrics + ``run_dir``."""
     run_dir = out / "stage1" / name
-    tc = stage1_config(cfg, method, data, run_dir, q, d, lr=lr, head_lr=head_lr, max_epochs=max_epochs, init_heads_from=init_heads_from,
-                       dim=dim)
+    tc = stage1_config(
+        cfg,
+        method,
+        data,
+        run_dir,
+        q,
+        d,
+        lr=lr,
+        head_lr=head_lr,
+        max_epochs=max_epochs,
+        init_heads_from=init_heads_from,
+        dim=dim,
+    )
     return stage1_step(tc, name, data)
 
 
@@ -211,8 +271,9 @@ def family_method(fam: Family) -> str:
     return "scaling_dual" if fam.name == "llm" else "twinbert"
 
 
-def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path,
-                     head_lrs: dict[int | None, list[float]] | None = None) -> dict[int | None, dict[str, Any]]:
+def large_tower_runs(
+    cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lrs: dict[int | None, list[float]] | None = None
+) -> dict[int | None, dict[str, Any]]:
     """The family's large dual tower at each candidate depth (``fam.depths``), each with the best
     head learning rate of ``cfg.head_lrs`` (or ``head_lrs[depth]``: the ones still in after the
     proxy) on validation; {depth: metrics (+ ``lr_grid``, ``lr_scores`` {lr: validation nDCG@10})}."""
@@ -225,8 +286,13 @@ def large_tower_runs(cfg: QuickstartConfig, fam: Family, data: dict, out: Path,
             tried.append(f"{hl:g}:{ms[hl]['best_val_score']:.4f}")
             scores[hl] = ms[hl]["best_val_score"]
         # the declared default (the first configured rate) unless another is better beyond the noise
-        lr, why = default_unless_separated(scores, {k: m.get("best_val_per_query") for k, m in ms.items()}, cfg.head_lrs[0],
-                                           cfg.choice_margin, "head learning rate")
+        lr, why = default_unless_separated(
+            scores,
+            {k: m.get("best_val_per_query") for k, m in ms.items()},
+            cfg.head_lrs[0],
+            cfg.choice_margin,
+            "head learning rate",
+        )
         res[depth] = dict(ms[lr], lr_grid=" ".join(tried), lr_scores=scores, lr_choice=why)
     return res
 
@@ -237,14 +303,37 @@ def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
     return "" if dim in (None, cfg.dim) else f"_d{dim}"
 
 
-def _large_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, depth: int | None, head_lr: float, *, k: int | str | None = None,
-               dim: int | None = None, max_epochs: float | None = None, init_heads_from: str | None = None, suffix: str = "") -> dict[str, Any]:
+def _large_run(
+    cfg: QuickstartConfig,
+    fam: Family,
+    data: dict,
+    out: Path,
+    depth: int | None,
+    head_lr: float,
+    *,
+    k: int | str | None = None,
+    dim: int | None = None,
+    max_epochs: float | None = None,
+    init_heads_from: str | None = None,
+    suffix: str = "",
+) -> dict[str, Any]:
     """One Stage I run of the family's large dual tower (both towers ``depth`` layers, the top ``k``
     training; default ``cfg.trainable_layers``), named ``<family>_large_L<depth>_hlr<lr>[_d<dim>]<suffix>``."""
     tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
-    return run_stage1(cfg, f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}", family_method(fam), data, out,
-                      tower, {**tower, "max_length": cfg.doc_max_length}, lr=fam.lr, head_lr=head_lr,
-                      max_epochs=cfg.max_epochs if max_epochs is None else max_epochs, init_heads_from=init_heads_from, dim=dim)
+    return run_stage1(
+        cfg,
+        f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}",
+        family_method(fam),
+        data,
+        out,
+        tower,
+        {**tower, "max_length": cfg.doc_max_length},
+        lr=fam.lr,
+        head_lr=head_lr,
+        max_epochs=cfg.max_epochs if max_epochs is None else max_epochs,
+        init_heads_from=init_heads_from,
+        dim=dim,
+    )
 
 
 def _tower_config(tower_dir: str | Path) -> dict[str, Any]:
@@ -257,7 +346,9 @@ def hidden_size(run_dir: str | Path) -> int:
     return int(_tower_config(Path(run_dir) / "query_tower")["hidden_size"])
 
 
-def full_dim_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path) -> dict[str, Any] | None:
+def full_dim_run(
+    cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data: dict, out: Path
+) -> dict[str, Any] | None:
     """The family's chosen large tower (``best``: depth and head learning rate, a
     :func:`large_tower_runs` entry) trained again with the embedding size = its backbone's hidden
     size (``cfg.full_dim``); None when that is ``cfg.dim`` already. The paper's dim = 128 reduces a
@@ -266,7 +357,12 @@ def full_dim_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], data:
     h = hidden_size(best["run_dir"])
     if h == cfg.dim:
         return None
-    return dict(_large_run(cfg, fam, data, out, best["depth"], best["head_lr"], dim=h), head_lr=best["head_lr"], depth=best["depth"], dim=h)
+    return dict(
+        _large_run(cfg, fam, data, out, best["depth"], best["head_lr"], dim=h),
+        head_lr=best["head_lr"],
+        depth=best["depth"],
+        dim=h,
+    )
 
 
 def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None:
@@ -281,15 +377,30 @@ def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None
     pool = {"pooling": fam.pooling} if fam.pooling else {}
     dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, num_layers=depths[-1], **pool)
     corpus = load_corpus(corpus_file(data))
-    fill_pooled_depths(Path(cfg.out).resolve() / "features", dt, depths, list(corpus.values()), show_progress=cfg.show_progress)
+    fill_pooled_depths(
+        Path(cfg.out).resolve() / "features", dt, depths, list(corpus.values()), show_progress=cfg.show_progress
+    )
 
 
-def unfreeze_run(cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: int, data: dict, out: Path) -> dict[str, Any]:
+def unfreeze_run(
+    cfg: QuickstartConfig, fam: Family, best: dict[str, Any], k: int, data: dict, out: Path
+) -> dict[str, Any]:
     """Heads first, then layers: the family's chosen heads-only large tower (``best``, a
     :func:`large_tower_runs` entry) with the top ``k`` layers of both towers trained, starting
     from its trained heads."""
-    return _large_run(cfg, fam, data, out, best["depth"], best["head_lr"], k=k, dim=best.get("dim"), max_epochs=cfg.unfreeze_epochs,
-                      init_heads_from=best["run_dir"], suffix=f"_top{k}")
+    return _large_run(
+        cfg,
+        fam,
+        data,
+        out,
+        best["depth"],
+        best["head_lr"],
+        k=k,
+        dim=best.get("dim"),
+        max_epochs=cfg.unfreeze_epochs,
+        init_heads_from=best["run_dir"],
+        suffix=f"_top{k}",
+    )
 
 
 def _keep_tag(keep: list[int] | None) -> str:
@@ -297,8 +408,15 @@ def _keep_tag(keep: list[int] | None) -> str:
     return "" if not keep or is_bottom(keep) else "_l" + "-".join(map(str, keep))
 
 
-def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lr: float, dim: int | None = None,
-                   keep: list[int] | None = None) -> dict[str, Any]:
+def small_dual_run(
+    cfg: QuickstartConfig,
+    fam: Family,
+    data: dict,
+    out: Path,
+    head_lr: float,
+    dim: int | None = None,
+    keep: list[int] | None = None,
+) -> dict[str, Any]:
     """``twinbert_small``: the family's small tower on both sides. The query tower (the online
     one) trains every layer (embeddings frozen and cached); the document tower trains like every
     document tower of the run (``trainable_layers``: heads only on a CPU, where a step over the
@@ -306,20 +424,49 @@ def small_dual_run(cfg: QuickstartConfig, fam: Family, data: dict, out: Path, he
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length, keep)
     d = fam.tower(s, cfg.trainable_layers, cfg.doc_max_length, keep)  # the same small model on both sides
-    return run_stage1(cfg, f"{fam.name}_small_dual_L{s}{_keep_tag(keep)}{_dim_tag(cfg, dim)}{data.get('tag', '')}", family_method(fam), data, out, q, d,
-                      lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
+    return run_stage1(
+        cfg,
+        f"{fam.name}_small_dual_L{s}{_keep_tag(keep)}{_dim_tag(cfg, dim)}{data.get('tag', '')}",
+        family_method(fam),
+        data,
+        out,
+        q,
+        d,
+        lr=fam.lr,
+        head_lr=head_lr,
+        max_epochs=cfg.small_max_epochs,
+        dim=dim,
+    )
 
 
-def scaling_doc_run(cfg: QuickstartConfig, fam: Family, depth: int | None, data: dict, out: Path, head_lr: float,
-                    dim: int | None = None, keep: list[int] | None = None) -> dict[str, Any]:
+def scaling_doc_run(
+    cfg: QuickstartConfig,
+    fam: Family,
+    depth: int | None,
+    data: dict,
+    out: Path,
+    head_lr: float,
+    dim: int | None = None,
+    keep: list[int] | None = None,
+) -> dict[str, Any]:
     """``scaling_doc``: the small query tower (every layer trains) + the large document tower
     (``trainable_layers``, like every document tower), trained jointly."""
     s = fam.small_layers
     q = fam.tower(s, s, cfg.query_max_length, keep)
     d = fam.tower(depth, cfg.trainable_layers, cfg.doc_max_length)
-    return run_stage1(cfg, f"{fam.name}_scaling_doc_L{s}{_keep_tag(keep)}_L{depth or 'all'}{_dim_tag(cfg, dim)}{data.get('tag', '')}",
-                      "scaling_doc" if fam.name == "llm" else "twinbert",
-                      data, out, q, d, lr=fam.lr, head_lr=head_lr, max_epochs=cfg.small_max_epochs, dim=dim)
+    return run_stage1(
+        cfg,
+        f"{fam.name}_scaling_doc_L{s}{_keep_tag(keep)}_L{depth or 'all'}{_dim_tag(cfg, dim)}{data.get('tag', '')}",
+        "scaling_doc" if fam.name == "llm" else "twinbert",
+        data,
+        out,
+        q,
+        d,
+        lr=fam.lr,
+        head_lr=head_lr,
+        max_epochs=cfg.small_max_epochs,
+        dim=dim,
+    )
 
 
 # ---------------------------------------------------------------------------- the zero-shot start
@@ -327,8 +474,14 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     """The family's pre-trained tower as a Stage I output directory (native pooling, no
     projection): the start a trained large tower must beat, and a teacher when it does not."""
     d = out / "stage1" / f"{fam.name}_zero_shot_L{depth or 'all'}"
-    inputs = {"model": fam.model, "depth": depth, "pooling": fam.pooling, "q_max": cfg.query_max_length, "d_max": cfg.doc_max_length,
-              "data": data_fingerprint(data)}
+    inputs = {
+        "model": fam.model,
+        "depth": depth,
+        "pooling": fam.pooling,
+        "q_max": cfg.query_max_length,
+        "d_max": cfg.doc_max_length,
+        "data": data_fingerprint(data),
+    }
     if step_done(d, inputs):
         return d
     banner(f"zero-shot start: {fam.name} ({fam.model})")
@@ -339,7 +492,8 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     corpus = load_corpus(corpus_file(data))
     ids = list(corpus)
     emb = PrefixTower(dt, 0, Path(cfg.out).resolve() / "features", show_progress=cfg.show_progress).encode(
-        [corpus[i] for i in ids], normalize=False)
+        [corpus[i] for i in ids], normalize=False
+    )
     pair_towers(qt, dt)
     d.mkdir(parents=True, exist_ok=True)
     qt.save(d / "query_tower")
@@ -361,7 +515,9 @@ def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
     inputs = {"max_docs": cfg.qkd_max_pseudo_queries, "seed": cfg.seed, "data": data_fingerprint(data)}
     if not step_done(d, inputs):
         banner("pseudo-queries (inverse cloze task) for QKD")
-        ict_queries(corpus, d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries), progress=cfg.show_progress)
+        ict_queries(
+            corpus, d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries), progress=cfg.show_progress
+        )
         mark_done(d, inputs)
     sources = [d / "queries.jsonl"]
     if cfg.qkd_corpus_texts:
@@ -400,9 +556,21 @@ def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float)
     return f"{student_family}{layers}_from_{teacher}_rw{rank_weight:g}"
 
 
-def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, layers: int, data: dict, out: Path,
-            pseudo: list[str], *, rank_weight: float, pool: int | None = None, deadline: float | None = None,
-            min_steps: int = 0) -> dict[str, Any]:
+def run_qkd(
+    cfg: QuickstartConfig,
+    name: str,
+    teacher_dir: Path,
+    fam: Family,
+    layers: int,
+    data: dict,
+    out: Path,
+    pseudo: list[str],
+    *,
+    rank_weight: float,
+    pool: int | None = None,
+    deadline: float | None = None,
+    min_steps: int = 0,
+) -> dict[str, Any]:
     """QKD of ``teacher_dir`` into a ``layers``-layer student of ``fam``, starting from the layers of
     its ``pool``-layer large tower that validate best (``cfg.student_layers``). ``deadline``: its
     time box (a ``time.monotonic()`` instant; the steps re-planned to it, never below ``min_steps``)."""
@@ -410,20 +578,42 @@ def run_qkd(cfg: QuickstartConfig, name: str, teacher_dir: Path, fam: Family, la
     sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
     sources += [{"path": p} for p in pseudo]
     cands = start_candidates(layers, pool) if cfg.student_layers == "choose" and pool else [list(range(layers))]
-    student = {"model": student_base(fam, teacher_dir, sorted({i for c in cands for i in c})), "num_layers": layers,
-               "max_length": cfg.query_max_length, "trainable_layers": layers}  # embeddings frozen and cached, every layer trains
+    student = {
+        "model": student_base(fam, teacher_dir, sorted({i for c in cands for i in c})),
+        "num_layers": layers,
+        "max_length": cfg.query_max_length,
+        "trainable_layers": layers,
+    }  # embeddings frozen and cached, every layer trains
     if fam.pooling:
         student["pooling"] = fam.pooling
-    dc = load_config(DistillConfig, {
-        "teacher": str(teacher_dir), "output_dir": str(d), "student": student, "queries": sources,
-        "optim": {"batch_size": cfg.qkd_batch_size, "epochs": cfg.qkd_epochs, "max_steps": cfg.qkd_step_cap(on_gpu()),
-                  "lr": 3e-4 if fam.name == "bert" else 1e-4},
-        "target": cfg.qkd_target, "patience": cfg.qkd_patience, "rank_weight": rank_weight,
-        "feature_cache_dir": str(Path(cfg.out).resolve() / "features"),  # the head-only teacher's cached query features
-        "eval_data": data["beir"], "eval_split": cfg.eval_split, "seed": cfg.seed, "show_progress": cfg.show_progress,
-        "precision": cfg.precision, "student_dropout": cfg.qkd_dropout,
-        "student_layer_candidates": cands if len(cands) > 1 else None,
-    })
+    dc = load_config(
+        DistillConfig,
+        {
+            "teacher": str(teacher_dir),
+            "output_dir": str(d),
+            "student": student,
+            "queries": sources,
+            "optim": {
+                "batch_size": cfg.qkd_batch_size,
+                "epochs": cfg.qkd_epochs,
+                "max_steps": cfg.qkd_step_cap(on_gpu()),
+                "lr": 3e-4 if fam.name == "bert" else 1e-4,
+            },
+            "target": cfg.qkd_target,
+            "patience": cfg.qkd_patience,
+            "rank_weight": rank_weight,
+            "feature_cache_dir": str(
+                Path(cfg.out).resolve() / "features"
+            ),  # the head-only teacher's cached query features
+            "eval_data": data["beir"],
+            "eval_split": cfg.eval_split,
+            "seed": cfg.seed,
+            "show_progress": cfg.show_progress,
+            "precision": cfg.precision,
+            "student_dropout": cfg.qkd_dropout,
+            "student_layer_candidates": cands if len(cands) > 1 else None,
+        },
+    )
     inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=step_digest(teacher_dir))
     if not step_done(d, inputs):
         banner(f"Stage II: QKD {name}")
@@ -437,5 +627,26 @@ def step_digest(step_dir: Path) -> str | None:
     return json.loads(marker.read_text()).get("digest") if marker.exists() else None
 
 
-__all__ = ["corpus_file", "step_digest", "data_spec", "full_dim_run", "hidden_size", "large_tower_runs", "unfreeze_run", "mark_done", "prepare_data", "pseudo_queries", "qkd_name", "run_qkd",
-           "run_stage1", "stage1_step", "layer_pool", "scaling_doc_run", "small_dual_run", "stage1_config", "step_done", "student_base", "zero_shot_run"]
+__all__ = [
+    "corpus_file",
+    "step_digest",
+    "data_spec",
+    "full_dim_run",
+    "hidden_size",
+    "large_tower_runs",
+    "unfreeze_run",
+    "mark_done",
+    "prepare_data",
+    "pseudo_queries",
+    "qkd_name",
+    "run_qkd",
+    "run_stage1",
+    "stage1_step",
+    "layer_pool",
+    "scaling_doc_run",
+    "small_dual_run",
+    "stage1_config",
+    "step_done",
+    "student_base",
+    "zero_shot_run",
+]

@@ -53,8 +53,14 @@ def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int |
     qids = sorted(ds.queries)[:max_queries] if max_queries else sorted(ds.queries)
     vq, vqrels = heldout_queries(heldout_from, exclude=set(qids))
     vids = sorted(vq)
-    return EvalSet(qids, [ds.queries[q].text for q in qids], {q: ds.qrels[q] for q in qids}, vids, [vq[q] for q in vids],
-                   {q: vqrels[q] for q in vids})
+    return EvalSet(
+        qids,
+        [ds.queries[q].text for q in qids],
+        {q: ds.qrels[q] for q in qids},
+        vids,
+        [vq[q] for q in vids],
+        {q: vqrels[q] for q in vids},
+    )
 
 
 class TuningTexts(list):
@@ -110,11 +116,13 @@ class TowerPool:
     def docs(self, run_dir: str | Path) -> tuple[np.ndarray, list[str]]:
         import json
 
-
         key = str(run_dir)
         if key not in self._docs:
             d = Path(run_dir)
-            self._docs[key] = (truncate_normalize(np.load(d / "doc_embeddings.npy")), json.loads((d / "doc_ids.json").read_text()))
+            self._docs[key] = (
+                truncate_normalize(np.load(d / "doc_embeddings.npy")),
+                json.loads((d / "doc_ids.json").read_text()),
+            )
         return self._docs[key]
 
     def encode(self, path: str | Path, texts: list[str]) -> np.ndarray:
@@ -122,7 +130,9 @@ class TowerPool:
         eval set's, which live as long as the pool)."""
         key = (str(path), id(texts))
         if key not in self._emb:
-            self._emb[key] = truncate_normalize(self.tower(path).encode_queries(texts, batch_size=256, show_progress=False))
+            self._emb[key] = truncate_normalize(
+                self.tower(path).encode_queries(texts, batch_size=256, show_progress=False)
+            )
         return self._emb[key]
 
 
@@ -134,7 +144,9 @@ def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalS
     run = exact_search(pool.encode(tower_dir, ev.texts), ev.qids, d_emb, ids, k=100)
     val_run = exact_search(pool.encode(tower_dir, ev.val_texts), ev.val_qids, d_emb, ids, k=100) if ev.val_qids else {}
     val = float(evaluate(val_run, ev.val_qrels, ["ndcg@10"])["ndcg@10"]) if ev.val_qids else float("nan")
-    pool.scored[key] = Scored(evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run)
+    pool.scored[key] = Scored(
+        evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run
+    )
     return pool.scored[key]
 
 
@@ -148,7 +160,9 @@ def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 3) 
     return query_qps_many({"_": tower}, texts, batch_size=batch_size, repeats=repeats)["_"]
 
 
-def query_qps_many(towers: dict[str, Any], texts: list[str], batch_size: int = 256, repeats: int = 5) -> dict[str, float]:
+def query_qps_many(
+    towers: dict[str, Any], texts: list[str], batch_size: int = 256, repeats: int = 5
+) -> dict[str, float]:
     """Queries/s of each tower's ``encode_queries`` (512 queries, batch 256, the threads torch is
     set to): the best of ``repeats`` timed passes, as ``timeit`` reports, since a pass is only
     slowed by other work on the machine. The towers take turns within each round, so a slow
@@ -181,8 +195,14 @@ def _single_query_encoder(tower, texts: list[str], backend: str, export_dir: Pat
     return lambda xs: onnx_embed(sess, tower, xs, batch_size=1)
 
 
-def single_query_p99_many(towers: dict[str, tuple[Any, Path | None]], texts: list[str], *, backend: str = "torch",
-                          n: int = 500, block: int = 50) -> dict[str, float]:
+def single_query_p99_many(
+    towers: dict[str, tuple[Any, Path | None]],
+    texts: list[str],
+    *,
+    backend: str = "torch",
+    n: int = 500,
+    block: int = 50,
+) -> dict[str, float]:
     """p99 (ms) of encoding one query at a time, one intra-op thread, per tower (``{name: (tower,
     export_dir)}``), with the back end it will be served with. The towers take turns in blocks of
     ``block`` queries (each block after 2 untimed queries, so the tower runs from warm caches as
@@ -213,9 +233,25 @@ def single_query_p99_many(towers: dict[str, tuple[Any, Path | None]], texts: lis
     return {name: round(float(np.percentile(v, 99)), 3) for name, v in times.items()}
 
 
-def single_query_p99_ms(tower, texts: list[str], *, backend: str = "torch", n: int = 500, export_dir: Path | None = None) -> float:
+def single_query_p99_ms(
+    tower, texts: list[str], *, backend: str = "torch", n: int = 500, export_dir: Path | None = None
+) -> float:
     """:func:`single_query_p99_many` of one tower."""
     return single_query_p99_many({"_": (tower, export_dir)}, texts, backend=backend, n=n)["_"]
 
 
-__all__ = ["EvalSet", "METRICS", "Scored", "TowerPool", "load_eval_set", "per_query_ndcg", "query_qps", "query_qps_many", "score", "single_query_p99_many", "single_query_p99_ms", "TuningTexts", "tuning_texts"]
+__all__ = [
+    "EvalSet",
+    "METRICS",
+    "Scored",
+    "TowerPool",
+    "load_eval_set",
+    "per_query_ndcg",
+    "query_qps",
+    "query_qps_many",
+    "score",
+    "single_query_p99_many",
+    "single_query_p99_ms",
+    "TuningTexts",
+    "tuning_texts",
+]

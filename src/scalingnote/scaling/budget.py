@@ -67,10 +67,20 @@ class CostModel:
     z_train_pair: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("annotation_cost_per_pair", "gpu_price_per_hour", "peak_flops", "utilization", "corpus_size", "query_volume", "train_epochs"):
+        for name in (
+            "annotation_cost_per_pair",
+            "gpu_price_per_hour",
+            "peak_flops",
+            "utilization",
+            "corpus_size",
+            "query_volume",
+            "train_epochs",
+        ):
             v = getattr(self, name)
             if v < 0 or (name in ("peak_flops", "utilization") and v == 0):
-                raise ValueError(f"{name} must be {'> 0' if name in ('peak_flops', 'utilization') else '>= 0'}, got {v}")
+                raise ValueError(
+                    f"{name} must be {'> 0' if name in ('peak_flops', 'utilization') else '>= 0'}, got {v}"
+                )
         for name in ("z_data", "z_train", "z_infer", "z_train_pair"):
             v = getattr(self, name)
             if v is not None and v < 0:
@@ -113,7 +123,12 @@ class CostModel:
         return tokens * 2 * self.dollars_per_flop
 
     def factors(self) -> dict[str, float]:
-        return {"Z_data": self.Z_data, "Z_train": self.Z_train, "Z_train_pair": self.Z_train_pair, "Z_infer": self.Z_infer}
+        return {
+            "Z_data": self.Z_data,
+            "Z_train": self.Z_train,
+            "Z_train_pair": self.Z_train_pair,
+            "Z_infer": self.Z_infer,
+        }
 
     def cost(self, N, D, include_inference: bool = True) -> np.ndarray:
         """Eq. (12): Z(N, D) (plus the optional N·D training term)."""
@@ -166,7 +181,11 @@ class BudgetPlan:
 
     def describe(self) -> str:
         """One line naming the law used and whether it has a floor."""
-        floor = f"floor (irreducible loss) {self.floor:.4g}" if self.has_floor else "no floor (its irreducible loss sits at its lower bound)"
+        floor = (
+            f"floor (irreducible loss) {self.floor:.4g}"
+            if self.has_floor
+            else "no floor (its irreducible loss sits at its lower bound)"
+        )
         return f"law used: {self.law}; {floor}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -181,7 +200,11 @@ def describe_law(params: Any) -> tuple[str, float | None]:
     at_bound = getattr(params, "at_bound", None)
     if at_bound is None and isinstance(params, dict):
         at_bound = params.get("at_bound")
-    text = "joint L(N, D) = [(A/N)^(alpha/beta) + B/D]^beta + delta (" + ", ".join(f"{k}={v:.4g}" for k, v in p.items()) + ")"
+    text = (
+        "joint L(N, D) = [(A/N)^(alpha/beta) + B/D]^beta + delta ("
+        + ", ".join(f"{k}={v:.4g}" for k, v in p.items())
+        + ")"
+    )
     if at_bound is None:  # no record of the fit's bounds: the floor is what the parameters say
         return text, p["delta"]
     return text, (None if "delta" in at_bound else p["delta"])
@@ -194,11 +217,15 @@ def _joint_params(params: Any) -> dict[str, float]:
         params = params.params
     missing = [k for k in PARAM_NAMES["joint"] if k not in params or params[k] is None]
     if missing:
-        raise ScalingNoteError(f"budget planning needs the joint-law parameters {list(PARAM_NAMES['joint'])}; missing {missing}")
+        raise ScalingNoteError(
+            f"budget planning needs the joint-law parameters {list(PARAM_NAMES['joint'])}; missing {missing}"
+        )
     return {k: float(params[k]) for k in PARAM_NAMES["joint"]}
 
 
-def loss_along_budget(params: Any, budget: float, costs: CostModel, N, include_inference: bool = True, min_data: float = 1.0) -> np.ndarray:
+def loss_along_budget(
+    params: Any, budget: float, costs: CostModel, N, include_inference: bool = True, min_data: float = 1.0
+) -> np.ndarray:
     """Predicted loss of each model size N when the rest of the budget buys data (Fig. 7/8);
     ``inf`` where fewer than ``min_data`` pairs are affordable."""
     p = _joint_params(params)
@@ -247,7 +274,9 @@ def plan_budget(
     best_logN, best_loss = logN[i], float(losses[i])
     if b > a:
         res = minimize_scalar(
-            lambda t: float(loss_along_budget(p, budget, costs, np.array([math.exp(t)]), include_inference, min_data)[0]),
+            lambda t: float(
+                loss_along_budget(p, budget, costs, np.array([math.exp(t)]), include_inference, min_data)[0]
+            ),
             bounds=(a, b),
             method="bounded",
             options={"xatol": 1e-10},

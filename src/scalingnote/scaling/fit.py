@@ -143,7 +143,9 @@ def _model_fn(law: str):
         I = np.logaddexp(u, v)
         su, sv = np.exp(u - I), np.exp(v - I)
         E = np.exp(b * I)
-        return np.stack([E * su * a, E * b * su * u, E * b * sv, E * b * (I - su * u), np.full_like(E, np.exp(logd))], axis=1)
+        return np.stack(
+            [E * su * a, E * b * su * u, E * b * sv, E * b * (I - su * u), np.full_like(E, np.exp(logd))], axis=1
+        )
 
     return g, gjac
 
@@ -316,8 +318,18 @@ def _solver(res: _Residuals, lo, hi, nfev: int):
         with np.errstate(over="ignore", invalid="ignore"):
             try:
                 return least_squares(
-                    res, theta0, jac=res.jac, bounds=(lo, hi), loss=loss_name, f_scale=scale, x_scale="jac", max_nfev=nfev,
-                    xtol=1e-12, ftol=1e-12, gtol=1e-12, method="trf",
+                    res,
+                    theta0,
+                    jac=res.jac,
+                    bounds=(lo, hi),
+                    loss=loss_name,
+                    f_scale=scale,
+                    x_scale="jac",
+                    max_nfev=nfev,
+                    xtol=1e-12,
+                    ftol=1e-12,
+                    gtol=1e-12,
+                    method="trf",
                 )
             except ValueError:  # residuals not finite at the start
                 return None
@@ -369,7 +381,9 @@ def fit_law(
     res = _Residuals(law, X, X2, y, residuals)
     lo, hi = _bounds(law, y)
     starts = _starts(law, res.logx, res.logx2, y, lo, hi)
-    best, used_scale = _best_fit(law, starts, _solver(res, lo, hi, max_nfev or 400 * p), res, loss_fn, f_scale, n_refine)
+    best, used_scale = _best_fit(
+        law, starts, _solver(res, lo, hi, max_nfev or 400 * p), res, loss_fn, f_scale, n_refine
+    )
     theta = best.x
     ss_fit = float(np.sum(res(theta) ** 2))
     err = res.predict(theta) - y  # R² and RMSE on the loss scale whatever the residuals

@@ -92,8 +92,15 @@ class Architecture:
     def lora_params(self, r: int, targets: list[str]) -> int:
         """Trainable LoRA parameters: r·(in + out) per targeted matrix per layer."""
         h, kv, i = self.hidden_size, self.kv_dim, self.intermediate_size
-        shapes = {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-                  "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        shapes = {
+            "q_proj": (h, h),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (h, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
         unknown = [t for t in targets if t not in shapes]
         if unknown:
             raise ScalingNoteError(f"lora target_modules {unknown} unknown to the GPU planner (knows {sorted(shapes)})")
@@ -118,7 +125,9 @@ class GpuPlanSpec:
     """What to plan. Token counts are the padded sequence lengths (the towers' ``max_length``)."""
 
     arch: str = "qwen2.5-7b"
-    towers: Literal["dual", "doc"] = "dual"  #: dual: both towers are the LLM (ScalingDual); doc: only the document tower
+    towers: Literal["dual", "doc"] = (
+        "dual"  #: dual: both towers are the LLM (ScalingDual); doc: only the document tower
+    )
     query_tokens: int = 64
     doc_tokens: int = 256
     global_batch: int = 480  #: Table 7, stage I
@@ -163,7 +172,9 @@ def plan_gpu(spec: GpuPlanSpec) -> dict[str, Any]:
     micro = min(spec.micro_batch or local, local)
     grad_cache = micro < local
     lora = spec.lora_r is not None
-    steps = spec.steps if spec.steps is not None else math.ceil(spec.epochs * float(spec.train_pairs) / spec.global_batch)
+    steps = (
+        spec.steps if spec.steps is not None else math.ceil(spec.epochs * float(spec.train_pairs) / spec.global_batch)
+    )
     llm_towers = 2 if spec.towers == "dual" else 1
 
     # -- compute (Eq. 14 / 15 through CostModel) -----------------------------------------
@@ -171,9 +182,15 @@ def plan_gpu(spec: GpuPlanSpec) -> dict[str, Any]:
     N = a.non_embedding_params
     q_tokens = spec.query_tokens if spec.towers == "dual" else 0  # a small BERT query tower is not counted
     cm = CostModel(
-        gpu_price_per_hour=spec.gpu_price_per_hour, peak_flops=spec.peak_flops, utilization=spec.utilization,
-        train_steps=steps, train_batch_size=spec.global_batch, query_tokens=q_tokens, passage_tokens=spec.doc_tokens,
-        corpus_size=spec.corpus_size, doc_tokens=spec.doc_tokens,
+        gpu_price_per_hour=spec.gpu_price_per_hour,
+        peak_flops=spec.peak_flops,
+        utilization=spec.utilization,
+        train_steps=steps,
+        train_batch_size=spec.global_batch,
+        query_tokens=q_tokens,
+        passage_tokens=spec.doc_tokens,
+        corpus_size=spec.corpus_size,
+        doc_tokens=spec.doc_tokens,
     )
     # CostModel.Z_train is Eq. 14 in $ per parameter at 6N FLOPs per token
     train_dollars = cm.Z_train * N * factor / 6
@@ -187,7 +204,9 @@ def plan_gpu(spec: GpuPlanSpec) -> dict[str, Any]:
     shard = n if spec.sharding == "fsdp" else 1
     per_tower_states = (4 * (total + (trainable if lora else 0)) + 4 * trainable + 8 * trainable) / shard
     states = llm_towers * per_tower_states
-    working = llm_towers * 2 * (a.embedding_params + a.hidden_size + 2 * a.block_params) if spec.sharding == "fsdp" else 0.0
+    working = (
+        llm_towers * 2 * (a.embedding_params + a.hidden_size + 2 * a.block_params) if spec.sharding == "fsdp" else 0.0
+    )
     h, L = a.hidden_size, a.num_layers
     acts = 0.0
     for tokens in ([micro * spec.query_tokens] if spec.towers == "dual" else []) + [2 * micro * spec.doc_tokens]:
@@ -243,4 +262,11 @@ def spec_from_train_config(cfg, arch: str, **overrides: Any) -> GpuPlanSpec:
     return GpuPlanSpec(**kw)
 
 
-__all__ = ["ARCHITECTURES", "Architecture", "GpuPlanSpec", "flops_per_token_factor", "plan_gpu", "spec_from_train_config"]
+__all__ = [
+    "ARCHITECTURES",
+    "Architecture",
+    "GpuPlanSpec",
+    "flops_per_token_factor",
+    "plan_gpu",
+    "spec_from_train_config",
+]

@@ -98,4 +98,14 @@ def predict(params: dict[str, float], law: str, N=None, D=None) -> np.ndarray:
     return joint_law(N, D, params["A"], params["alpha"], params["B"], params["beta"], params["delta"])
 
 
-__all__ = ["LAWS", "LAW_VARIABLES", "PAPER_PARAMS", "PARAM_NAMES", "Law", "check_law", "joint_law", "power_law", "predict"]
+__all__ = [
+    "LAWS",
+    "LAW_VARIABLES",
+    "PAPER_PARAMS",
+    "PARAM_NAMES",
+    "Law",
+    "check_law",
+    "joint_law",
+    "power_law",
+    "predict",
+]

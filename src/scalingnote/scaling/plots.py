@@ -63,7 +63,10 @@ def _log_axes(ax, x: bool = True, y: bool = True) -> None:
 
         return FuncFormatter(f)
 
-    for on, axis, set_scale, get_lim in ((x, ax.xaxis, ax.set_xscale, ax.get_xlim), (y, ax.yaxis, ax.set_yscale, ax.get_ylim)):
+    for on, axis, set_scale, get_lim in (
+        (x, ax.xaxis, ax.set_xscale, ax.get_xlim),
+        (y, ax.yaxis, ax.set_yscale, ax.get_ylim),
+    ):
         if not on:
             continue
         set_scale("log")
@@ -111,15 +114,23 @@ def plot_loss_vs(rows: Sequence[dict[str, Any]], var: str, path: str | Path, fit
         is_held = np.array([(g == fixed_other or fixed_other is None) and float(v) in held_x for v in x], dtype=bool)
         ax.scatter(x[~is_held], y[~is_held], color=col, label=label, zorder=3)
         if is_held.any():
-            ax.scatter(x[is_held], y[is_held], color="red", marker="*", s=120, zorder=4, label="held out" if i == 0 else None)
+            ax.scatter(
+                x[is_held], y[is_held], color="red", marker="*", s=120, zorder=4, label="held out" if i == 0 else None
+            )
         if joint is not None and g is not None:
             xs = _span([r[var] for r in rows])
             kw = {var: xs, other: np.full_like(xs, g)}
             ax.plot(xs, joint.predict(**kw), color=col, ls=":", lw=1)
     if fit is not None:
         xs = _span([r[var] for r in rows])
-        ax.plot(xs, fit.predict(**{var: xs}), color="black", ls="--", lw=1.5,
-                label=f"fit ({_fmt(fit.params)}, R²={fit.r2:.3f})")
+        ax.plot(
+            xs,
+            fit.predict(**{var: xs}),
+            color="black",
+            ls="--",
+            lw=1.5,
+            label=f"fit ({_fmt(fit.params)}, R²={fit.r2:.3f})",
+        )
     # y range: the observations and the fitted values at the observed sizes (an extrapolated
     # curve must not squash the data)
     ys = [r["loss"] for r in rows]
@@ -154,7 +165,9 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
         rs = sorted([r for r in rows if r["N"] == n], key=lambda r: r["D"])
         for r in rs:
             h = (r["N"], r["D"]) in held
-            ax1.scatter(r["D"], r["loss"], color="red" if h else col, marker="*" if h else "o", s=120 if h else 30, zorder=3)
+            ax1.scatter(
+                r["D"], r["loss"], color="red" if h else col, marker="*" if h else "o", s=120 if h else 30, zorder=3
+            )
         ax1.plot(Dspan, joint.predict(N=np.full_like(Dspan, n), D=Dspan), color=col, ls="--", lw=1, label=f"N={n:.3g}")
     _log_axes(ax1)
     ax1.set_xlabel("D (training pairs)")
@@ -179,7 +192,9 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
     return _save(fig, path)
 
 
-def plot_budget(params: Any, budgets: Sequence[float], costs, path: str | Path, n_range: tuple[float, float] = (1e4, 1e13)) -> Path:
+def plot_budget(
+    params: Any, budgets: Sequence[float], costs, path: str | Path, n_range: tuple[float, float] = (1e4, 1e13)
+) -> Path:
     """Predicted loss vs N for each budget, without and with the inference cost (Fang et al. Fig. 7/8)."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
@@ -207,8 +222,15 @@ def plot_budget(params: Any, budgets: Sequence[float], costs, path: str | Path, 
     return _save(fig, path)
 
 
-def plot_all(rows: Sequence[dict[str, Any]], fits: dict[str, Any], out_dir: str | Path, budgets: Sequence[float] = (), costs=None,
-             n_range: tuple[float, float] = (1e4, 1e13), prefix: str = "") -> list[Path]:
+def plot_all(
+    rows: Sequence[dict[str, Any]],
+    fits: dict[str, Any],
+    out_dir: str | Path,
+    budgets: Sequence[float] = (),
+    costs=None,
+    n_range: tuple[float, float] = (1e4, 1e13),
+    prefix: str = "",
+) -> list[Path]:
     """Every plot the available fits allow (``<prefix>loss_vs_N.png``, ``loss_vs_D.png``,
     ``joint.png``, ``budget.png``); returns the written paths."""
     out = Path(out_dir)

@@ -63,8 +63,16 @@ class EvalSet:
     doc_ids: list[str] | None = None
 
 
-def make_eval_set(queries: dict[str, str], qrels: dict[str, dict[str, int]], doc_ids: Sequence[str], *,
-                  num_negatives: int = 256, seed: int = 0, name: str = "eval", pool: bool = False) -> EvalSet:
+def make_eval_set(
+    queries: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    doc_ids: Sequence[str],
+    *,
+    num_negatives: int = 256,
+    seed: int = 0,
+    name: str = "eval",
+    pool: bool = False,
+) -> EvalSet:
     """An :class:`EvalSet` whose W negatives per (query, positive) pair are drawn once with ``seed``
     from ``doc_ids``. ``pool=True``: ``doc_ids`` is a fixed document pool (not the whole corpus),
     recorded in the set so a validation encodes only those documents."""
@@ -92,7 +100,9 @@ class HeadSession:
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
             if spec.prefix_k != 0:
-                raise ConfigError(None, None, f"{name}.trainable_layers", "a HeadSession trains the heads only: it must be 0")
+                raise ConfigError(
+                    None, None, f"{name}.trainable_layers", "a HeadSession trains the heads only: it must be 0"
+                )
         if not cfg.feature_cache_dir:
             raise ConfigError(None, None, "feature_cache_dir", "a HeadSession needs a shared feature cache directory")
         self.cfg = cfg
@@ -125,7 +135,9 @@ class HeadSession:
         for t in (self.qt, self.dt):
             _load_head_state(t, self._initial[id(t)])
 
-    def encode(self, texts: Sequence[str] | None = None, *, docs: bool = False, doc_ids: Sequence[str] | None = None) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str] | None = None, *, docs: bool = False, doc_ids: Sequence[str] | None = None
+    ) -> np.ndarray:
         """Normalised embeddings (``[EMB]`` view for documents) of ``texts`` or of the corpus
         (``doc_ids``: of those corpus documents only).
 
@@ -156,8 +168,12 @@ class HeadSession:
 
 def _head_state(tower) -> dict[str, Any]:
     p = tower.projection
-    return {"w": None if p is None else p.weight.detach().clone(), "b": None if p is None or p.bias is None else p.bias.detach().clone(),
-            "c": None if tower.center is None else tower.center.detach().clone(), "config": tower.config}
+    return {
+        "w": None if p is None else p.weight.detach().clone(),
+        "b": None if p is None or p.bias is None else p.bias.detach().clone(),
+        "c": None if tower.center is None else tower.center.detach().clone(),
+        "config": tower.config,
+    }
 
 
 def _load_head_state(tower, st: dict[str, Any]) -> None:
@@ -178,7 +194,9 @@ def score(session: Any, ev: EvalSet, doc_emb: np.ndarray | None = None, *, per_q
     """Contrastive perplexity (Eq. 6 of Fang et al., s = cos/τ) + nDCG@10 / R@100 of the current heads on ``ev``."""
     d = session.encode(docs=True) if doc_emb is None else doc_emb
     q = session.encode(ev.texts)
-    pairs = contrastive_perplexity(q, ev.query_ids, d, session.doc_ids, ev.cset, temperature=session.cfg.loss.tau, return_per_pair=True)
+    pairs = contrastive_perplexity(
+        q, ev.query_ids, d, session.doc_ids, ev.cset, temperature=session.cfg.loss.tau, return_per_pair=True
+    )
     run = exact_search(q, ev.query_ids, d, session.doc_ids, k=min(1000, len(session.doc_ids)))
     m = evaluate(run, ev.qrels, ["ndcg@10", "r@100"])
     out: dict[str, Any] = {"contrastive_ppl": float(np.mean(pairs)), "ndcg@10": m["ndcg@10"], "r@100": m["r@100"]}
@@ -218,11 +236,17 @@ class PointSettings:
 
     def __post_init__(self) -> None:
         if self.validation_metric not in ("contrastive_ppl", "ndcg@10"):
-            raise ConfigError(None, None, "validation_metric", f"must be 'contrastive_ppl' or 'ndcg@10', got {self.validation_metric!r}")
+            raise ConfigError(
+                None,
+                None,
+                "validation_metric",
+                f"must be 'contrastive_ppl' or 'ndcg@10', got {self.validation_metric!r}",
+            )
 
 
-def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str | Path,
-                settings: PointSettings | None = None) -> dict[str, Any]:
+def train_point(
+    session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str | Path, settings: PointSettings | None = None
+) -> dict[str, Any]:
     """Train ``session`` (a :class:`HeadSession`, or a :class:`~scalingnote.scaling.trained.TowerSession`
     whose every layer trains) on ``train`` (:class:`~scalingnote.training.data.Example`) until the dev
     contrastive perplexity stops improving; the best weights are restored. Returns the training
@@ -242,9 +266,17 @@ def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str |
         cfg,
         output_dir=str(out),
         seed=s.seed,
-        optim=dataclasses.replace(cfg.optim, batch_size=bs, epochs=math.ceil(s.max_steps / spe) + 1, max_steps=s.max_steps,
-                                  lr=s.lr, head_lr=s.head_lr, warmup_ratio=s.warmup_ratio, schedule=s.schedule,
-                                  warmup_steps=s.warmup_steps),
+        optim=dataclasses.replace(
+            cfg.optim,
+            batch_size=bs,
+            epochs=math.ceil(s.max_steps / spe) + 1,
+            max_steps=s.max_steps,
+            lr=s.lr,
+            head_lr=s.head_lr,
+            warmup_ratio=s.warmup_ratio,
+            schedule=s.schedule,
+            warmup_steps=s.warmup_steps,
+        ),
         eval_every=every,
         patience=s.patience if s.patience is not None else max(3, math.ceil(s.patience_steps / every)),
         restore_best=True,
@@ -278,7 +310,10 @@ def train_point(session: Any, train: Sequence[Any], dev: EvalSet, out_dir: str |
         **_dev_scores(s.validation_metric, float(last["best_val_score"]), float(trainer.best["curve"][0][1])),
         "stopped_early": bool(last.get("stopped_early", 0.0)),
         "train_seconds": round(time.perf_counter() - t0, 2),
-        "dev_curve": [[int(a), round(float(b) if s.validation_metric == "ndcg@10" else -float(b), 5)] for a, b in trainer.best["curve"]],
+        "dev_curve": [
+            [int(a), round(float(b) if s.validation_metric == "ndcg@10" else -float(b), 5)]
+            for a, b in trainer.best["curve"]
+        ],
     }
 
 
@@ -288,8 +323,16 @@ def _dev_scores(metric: str, best: float, start: float) -> dict[str, float]:
     return {"dev_contrastive_ppl": -best, "start_dev_contrastive_ppl": -start}
 
 
-def run_point(session: Any, train: Sequence[Any], dev: EvalSet, test: EvalSet, out_dir: str | Path,
-              settings: PointSettings | None = None, *, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_point(
+    session: Any,
+    train: Sequence[Any],
+    dev: EvalSet,
+    test: EvalSet,
+    out_dir: str | Path,
+    settings: PointSettings | None = None,
+    *,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """:func:`train_point` then :func:`score` on ``test``; the record (with per-query values) is
     written to ``out_dir/point.json`` — a rerun with the same ``key`` in ``extra`` is skipped
     (resumable sweeps)."""
@@ -302,8 +345,15 @@ def run_point(session: Any, train: Sequence[Any], dev: EvalSet, test: EvalSet, o
             return prev
     rec = train_point(session, train, dev, out, settings)
     sc = score(session, test)
-    rec = {**extra, **rec, "test_" + "contrastive_ppl": sc["contrastive_ppl"], "ndcg@10": sc["ndcg@10"], "r@100": sc["r@100"],
-           "per_query": sc["per_query"], "non_embedding_params": session.non_embedding_params}
+    rec = {
+        **extra,
+        **rec,
+        "test_" + "contrastive_ppl": sc["contrastive_ppl"],
+        "ndcg@10": sc["ndcg@10"],
+        "r@100": sc["r@100"],
+        "per_query": sc["per_query"],
+        "non_embedding_params": session.non_embedding_params,
+    }
     write_json(f, rec, indent=None)
     return rec
 

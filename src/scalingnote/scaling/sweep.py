@@ -102,7 +102,9 @@ class SweepConfig:
     """``scalingnote scaling sweep --config FILE``."""
 
     output_dir: str = "runs/scaling_sweep"
-    train: TrainConfig = field(default_factory=TrainConfig)  #: base Stage I config (output_dir/num_layers/data subset set per point)
+    train: TrainConfig = field(
+        default_factory=TrainConfig
+    )  #: base Stage I config (output_dir/num_layers/data subset set per point)
     layers: list[int] = field(default_factory=lambda: [1, 2, 4, 8])  #: model-size axis (num_layers)
     data_sizes: list[int] = field(default_factory=lambda: [100, 200, 400, 800])  #: data-size axis (training pairs)
     scale_towers: Literal["both", "query", "doc"] = "both"  #: which tower(s) get ``layers``; N is counted on it
@@ -222,7 +224,9 @@ def prepare(cfg: SweepConfig) -> tuple[list[Any], _Validation]:
     most_rel = max(sum(1 for d, g in docs.items() if g > 0 and d in in_pool) for docs in val_qrels.values())
     if len(doc_ids) - most_rel < v.num_negatives:
         raise ConfigError(
-            "<sweep config>", None, "validation.num_negatives",
+            "<sweep config>",
+            None,
+            "validation.num_negatives",
             f"{v.num_negatives} negatives requested but the document pool has only {len(doc_ids) - most_rel} "
             "non-relevant documents for some query (raise validation.doc_pool or lower num_negatives)",
         )
@@ -233,7 +237,9 @@ def prepare(cfg: SweepConfig) -> tuple[list[Any], _Validation]:
     pool = [examples[i] for i in order]
     if max(cfg.data_sizes) > len(pool):
         raise ConfigError(
-            "<sweep config>", None, "data_sizes",
+            "<sweep config>",
+            None,
+            "data_sizes",
             f"largest data size {max(cfg.data_sizes)} exceeds the {len(pool)} training pairs available "
             f"(after removing {dropped} validation pairs)",
         )
@@ -270,8 +276,15 @@ def _write_validation(out: Path, val: _Validation) -> None:
 
 def _triplet_lines(examples) -> list[str]:
     return [
-        json.dumps({"query_id": e.query_id, "pos_id": e.pos.id, "neg_id": e.neg.id if e.neg is not None else None, "source": e.source},
-                   ensure_ascii=False)
+        json.dumps(
+            {
+                "query_id": e.query_id,
+                "pos_id": e.pos.id,
+                "neg_id": e.neg.id if e.neg is not None else None,
+                "source": e.source,
+            },
+            ensure_ascii=False,
+        )
         for e in examples
     ]
 
@@ -328,7 +341,9 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
     qids = list(dict.fromkeys(val.cset.query_ids))
     with torch.no_grad():
         q = qt.encode_queries([val.queries[q] for q in qids], batch_size=batch_size, show_progress=False)
-        d = dt.encode_documents([val.corpus[x] for x in val.cset.doc_ids], batch_size=batch_size, show_progress=show_progress)
+        d = dt.encode_documents(
+            [val.corpus[x] for x in val.cset.doc_ids], batch_size=batch_size, show_progress=show_progress
+        )
     loss = contrastive_perplexity(q, qids, d, list(val.cset.doc_ids), val.cset, temperature=val.temperature)
     del qt, dt
     gc.collect()
@@ -336,7 +351,9 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
 
 
 # ----------------------------------------------------------------------------- the sweep
-def _reuse_point(cfg: SweepConfig, run_dir: Path, tc: TrainConfig, chash: str, dhash: str, val: _Validation) -> dict[str, Any] | None:
+def _reuse_point(
+    cfg: SweepConfig, run_dir: Path, tc: TrainConfig, chash: str, dhash: str, val: _Validation
+) -> dict[str, Any] | None:
     """A finished point's row when its data and configuration are this run's (re-scored when only the
     validation set changed and its towers were kept); None when it has to be trained."""
     point_file = run_dir / "point.json"
@@ -365,8 +382,17 @@ def _reuse_point(cfg: SweepConfig, run_dir: Path, tc: TrainConfig, chash: str, d
     return None
 
 
-def _train_point(cfg: SweepConfig, L: int, D: int, run_dir: Path, tc: TrainConfig, chash: str, dhash: str, val: _Validation,
-                 t0: float) -> dict[str, Any]:
+def _train_point(
+    cfg: SweepConfig,
+    L: int,
+    D: int,
+    run_dir: Path,
+    tc: TrainConfig,
+    chash: str,
+    dhash: str,
+    val: _Validation,
+    t0: float,
+) -> dict[str, Any]:
     """Train one grid point, score it on the validation set and write its ``point.json`` row;
     checkpoints and towers are removed unless the config keeps them."""
     _check_same_config(run_dir, tc)

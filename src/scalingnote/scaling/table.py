@@ -86,7 +86,9 @@ def read_table(path: str | Path, required: Sequence[str] = ("loss",)) -> list[di
     return rows
 
 
-def select_rows(rows: Sequence[dict[str, Any]], law: str, at: float | None = None) -> tuple[list[dict[str, Any]], dict[str, float]]:
+def select_rows(
+    rows: Sequence[dict[str, Any]], law: str, at: float | None = None
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """Rows a one-variable law is fitted on.
 
     The model-size law L(N) (Fang et al. §4.1) is measured with the most data, the data-size
@@ -134,7 +136,9 @@ def holdout_mask(
             raise ScalingNoteError(f"holdout by {by!r}: the table has no {by} column")
         distinct = sorted({r[by] for r in rows})
         if largest >= len(distinct):
-            raise ScalingNoteError(f"holdout_largest={largest} would hold out every {by} value ({len(distinct)} distinct)")
+            raise ScalingNoteError(
+                f"holdout_largest={largest} would hold out every {by} value ({len(distinct)} distinct)"
+            )
         cut = set(distinct[-largest:])
         mask = np.array([r[by] in cut for r in rows])
     elif frac is not None:

@@ -52,8 +52,12 @@ class TowerSession:
 
         for name, spec in (("query_tower", cfg.query_tower), ("doc_tower", cfg.doc_tower)):
             if spec.prefix_k is not None:
-                raise ConfigError(None, None, f"{name}.trainable_layers",
-                                  f"a TowerSession trains every layer: it must be 'all', got {spec.trainable_layers!r}")
+                raise ConfigError(
+                    None,
+                    None,
+                    f"{name}.trainable_layers",
+                    f"a TowerSession trains every layer: it must be 'all', got {spec.trainable_layers!r}",
+                )
         self.cfg = cfg
         # every layer trains: the GPU when there is one (the Trainer then autocasts to bf16, ``precision: auto``)
         self.device = torch.device(device) if device else default_device()
@@ -81,7 +85,9 @@ class TowerSession:
             t.config = self._configs[id(t)]
             t._ids = None
 
-    def encode(self, texts: Sequence[str] | None = None, *, docs: bool = False, doc_ids: Sequence[str] | None = None) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str] | None = None, *, docs: bool = False, doc_ids: Sequence[str] | None = None
+    ) -> np.ndarray:
         """Normalised embeddings (truncated to ``cfg.dim``) of query ``texts``, or of the corpus
         documents ``doc_ids`` (all of them by default; ``[EMB]`` view for an LLM document)."""
         import torch

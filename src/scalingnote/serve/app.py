@@ -94,7 +94,9 @@ class _SearchOptions(_Strict):
     """The search parameters shared by ``/search`` and ``/search/batch``."""
 
     k: int = 10
-    mode: Literal["dense", "bm25", "hybrid"] | None = None  #: None = the service's default (the index's fusion.json, else dense)
+    mode: Literal["dense", "bm25", "hybrid"] | None = (
+        None  #: None = the service's default (the index's fusion.json, else dense)
+    )
     nprobe: int | None = None
     ef_search: int | None = None
     rerank: int | None = None
@@ -149,13 +151,22 @@ class _Guard:
                 client = scope.get("client")
                 denied = admin_denial(path, hdrs, client[0] if client else "", self.admin_token, self.metrics)
                 if denied is not None:
-                    resp = _error(denied.status, denied.error, denied.detail, headers={"WWW-Authenticate": "Bearer"} if denied.status == 401 else None)
+                    resp = _error(
+                        denied.status,
+                        denied.error,
+                        denied.detail,
+                        headers={"WWW-Authenticate": "Bearer"} if denied.status == 401 else None,
+                    )
                     await resp(scope, receive, send_wrapper)
                     return
             length = dict(scope.get("headers") or []).get(b"content-length")
             if length is not None and length.isdigit() and int(length) > self.max_body:
                 self.metrics.rejected.inc(reason="body_too_large")
-                resp = _error(413, "body_too_large", f"request body of {int(length)} bytes is larger than the limit of {self.max_body}")
+                resp = _error(
+                    413,
+                    "body_too_large",
+                    f"request body of {int(length)} bytes is larger than the limit of {self.max_body}",
+                )
                 await resp(scope, receive, send_wrapper)
                 return
             seen = {"n": 0}
@@ -188,7 +199,14 @@ class _SafeJSONResponse(JSONResponse):
             return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def _error(status: int, error: str, detail: Any, retry_after: int | None = None, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+def _error(
+    status: int,
+    error: str,
+    detail: Any,
+    retry_after: int | None = None,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
     headers = dict(headers or {})
     if status in (503, 507):
         headers["Retry-After"] = str(int(retry_after) if retry_after else 1)
@@ -249,7 +267,12 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
     app.state.settings = settings
     app.state.admin_token = admin_token  # printed by `scalingnote serve` when generated
     app.state.admin_token_source = admin_token_source
-    app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes, admin_token=admin_token.encode("latin-1", "replace"))
+    app.add_middleware(
+        _Guard,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        admin_token=admin_token.encode("latin-1", "replace"),
+    )
 
     _add_error_handlers(app, metrics)
     _add_routes(app, service, settings, metrics)
@@ -258,6 +281,7 @@ def create_app(index_dir: str | Path, query_tower_dir: str | Path, settings: Ser
 
 def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
     """JSON errors with a machine-readable ``error`` code for every failure path."""
+
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
         if exc.error in ("malformed_json", "unsupported_media_type"):
@@ -271,24 +295,36 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
     async def _validation_error(request: Request, exc: RequestValidationError):
         errs = exc.errors()  # raised by read_body: the body was parsed already (415 / 400 there)
         metrics.rejected.inc(reason="invalid_request")
-        fields = [{"field": _loc(e.get("loc", ())), "message": str(e.get("msg")), "type": str(e.get("type"))} for e in errs]
+        fields = [
+            {"field": _loc(e.get("loc", ())), "message": str(e.get("msg")), "type": str(e.get("type"))} for e in errs
+        ]
         detail = "; ".join(f"{f['field']}: {f['message']}" for f in fields)
         return _error(422, "invalid_request", detail, errors=fields)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         codes = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
-        return _error(exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, headers=exc.headers)  # 405 keeps its Allow header
+        return _error(
+            exc.status_code, codes.get(exc.status_code, "http_error"), exc.detail, headers=exc.headers
+        )  # 405 keeps its Allow header
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception):
         log.exception("unhandled error on %s", request.url.path)
-        return _error(500, "internal_error", "internal error; the service log has the cause")  # never internals in the body
+        return _error(
+            500, "internal_error", "internal error; the service log has the cause"
+        )  # never internals in the body
 
 
 def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, metrics: ServeMetrics) -> None:
     def params_of(req: _SearchOptions) -> SearchParams:
-        p = SearchParams(k=req.k, nprobe=req.nprobe, ef_search=req.ef_search, rerank=req.rerank, mode=req.mode or service.default_mode)
+        p = SearchParams(
+            k=req.k,
+            nprobe=req.nprobe,
+            ef_search=req.ef_search,
+            rerank=req.rerank,
+            mode=req.mode or service.default_mode,
+        )
         service.validate_params(p)
         return p
 
@@ -299,7 +335,9 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         service.check_ready()
         service.validate_query(req.query)
         hits = await service.search([req.query], params_of(req), batch=False)
-        return JSONResponse({"results": hits[0], **_found(hits[0], req.k), "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+        return JSONResponse(
+            {"results": hits[0], **_found(hits[0], req.k), "took_ms": round(1000 * (time.perf_counter() - t0), 3)}
+        )
 
     @app.post("/search/batch")
     async def search_batch(request: Request):
@@ -309,13 +347,23 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         if not req.queries:
             raise ServiceError(422, "invalid_request", "queries: empty list")
         if len(req.queries) > settings.max_batch_queries:
-            raise ServiceError(422, "invalid_request", f"queries: {len(req.queries)} queries, more than the limit of {settings.max_batch_queries}")
+            raise ServiceError(
+                422,
+                "invalid_request",
+                f"queries: {len(req.queries)} queries, more than the limit of {settings.max_batch_queries}",
+            )
         for i, q in enumerate(req.queries):
             service.validate_query(q, f"queries.{i}")
         hits = await service.search(list(req.queries), params_of(req), batch=True)
         found = [_found(h, req.k) for h in hits]
-        return JSONResponse({"results": hits, "found": [f["found"] for f in found], "fewer_than_k": [f["fewer_than_k"] for f in found],
-                             "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
+        return JSONResponse(
+            {
+                "results": hits,
+                "found": [f["found"] for f in found],
+                "fewer_than_k": [f["fewer_than_k"] for f in found],
+                "took_ms": round(1000 * (time.perf_counter() - t0), 3),
+            }
+        )
 
     @app.get("/", response_class=HTMLResponse)
     async def page():
@@ -332,9 +380,13 @@ def _add_routes(app: FastAPI, service: SearchService, settings: ServeSettings, m
         h = service.health()
         if h["status"] == "ok":
             writes = app.state.live.write_health() if getattr(app.state, "live", None) is not None else None
-            return JSONResponse(h if writes is None else {**h, "status": "degraded", "writes": writes})  # searches are answered
+            return JSONResponse(
+                h if writes is None else {**h, "status": "degraded", "writes": writes}
+            )  # searches are answered
         detail = f"loading failed: {service.error}" if service.state == "failed" else f"not ready ({h['status']})"
-        return JSONResponse({**h, "error": "not_ready", "detail": detail}, status_code=503, headers={"Retry-After": "1"})
+        return JSONResponse(
+            {**h, "error": "not_ready", "detail": detail}, status_code=503, headers={"Retry-After": "1"}
+        )
 
     @app.get("/metrics")
     async def metrics_endpoint():

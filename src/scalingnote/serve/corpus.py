@@ -30,7 +30,11 @@ def resolve_corpus_path(index_manifest: dict[str, Any], corpus: str | Path | Non
 def load_documents(corpus_path: Path | None, doc_ids: Sequence[str], index=None) -> dict[str, tuple[str, str]]:
     """``{doc_id: (title, snippet)}`` for the indexed documents: from the index's document
     store (``docs.jsonl``) when it has one, else read from ``corpus_path`` (others skipped)."""
-    if index is not None and getattr(index, "titles", None) is not None and getattr(index, "snippets", None) is not None:
+    if (
+        index is not None
+        and getattr(index, "titles", None) is not None
+        and getattr(index, "snippets", None) is not None
+    ):
         return {d: (t, sn) for d, t, sn in zip(index.doc_ids, index.titles, index.snippets, strict=True)}
     if corpus_path is None:
         return {}
@@ -67,6 +71,9 @@ def served_searcher(index, corpus_path: Path | None):
     local = index.local_dir
     fusion, mode = load_fusion(local)
     live = getattr(index, "searcher", None)  # a live index has its own BM25 side (delta segment)
-    searcher = live(fusion) if live is not None else HybridSearcher(index, load_bm25(local, corpus_path, index.doc_ids), fusion=fusion)
+    searcher = (
+        live(fusion)
+        if live is not None
+        else HybridSearcher(index, load_bm25(local, corpus_path, index.doc_ids), fusion=fusion)
+    )
     return searcher, (mode if mode in searcher.modes else "dense")
-

@@ -56,13 +56,25 @@ def open_serving_index(backend, location, tower, settings):
     read-only when another process holds its writer lock), else the back end's searcher.
     ``backend``: an entry of :mod:`scalingnote.index.backends`."""
     if backend.live is None or not getattr(settings, "live", True):
-        options = {"collection": settings.collection, "token": settings.backend_token} if backend.location == "uri" else {}
+        options = (
+            {"collection": settings.collection, "token": settings.backend_token} if backend.location == "uri" else {}
+        )
         return backend.open(location, query_tower=tower, **options)
     live_open = resolve_opener(backend.live, f"back end {backend.name} live")
     # a back end located by URI: its collection, token and the local directory of its log and BM25 side
-    where = {"collection": settings.collection, "token": settings.backend_token, "live_dir": getattr(settings, "live_dir", None)} if backend.location == "uri" else {}
+    where = (
+        {
+            "collection": settings.collection,
+            "token": settings.backend_token,
+            "live_dir": getattr(settings, "live_dir", None),
+        }
+        if backend.location == "uri"
+        else {}
+    )
     try:
-        return live_open(location, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus, **where)
+        return live_open(
+            location, tower, document_tower=getattr(settings, "document_tower", None), corpus=settings.corpus, **where
+        )
     except ScalingNoteError as e:
         if "another process" not in str(e):
             raise
@@ -88,7 +100,9 @@ class _LiveState:
 
     def __init__(self, service, metrics, settings):
         self.service, self.metrics, self.settings = service, metrics, settings
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scalingnote-ingest", initializer=_ingest_thread_init)
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="scalingnote-ingest", initializer=_ingest_thread_init
+        )
         self.recall: float | None = None
         self.recall_at = 0.0
         self.recall_version = -1
@@ -111,10 +125,18 @@ class _LiveState:
         idx = self.service.index
         if not self.service.capability(op):
             what = "add or replace" if op == "supports_upsert" else "delete"
-            raise ServiceError(409, "not_live", f"this service cannot {what} documents: back end {self.service.settings.backend!r} "
-                                                "does not while it serves, or the live index is off (ServeSettings.live)")
+            raise ServiceError(
+                409,
+                "not_live",
+                f"this service cannot {what} documents: back end {self.service.settings.backend!r} "
+                "does not while it serves, or the live index is off (ServeSettings.live)",
+            )
         if write and not getattr(idx, "writer", True):
-            raise ServiceError(409, "read_only", f"{getattr(idx, 'state_dir', idx.root)}: another process holds the index's writer lock; this service serves it read-only")
+            raise ServiceError(
+                409,
+                "read_only",
+                f"{getattr(idx, 'state_dir', idx.root)}: another process holds the index's writer lock; this service serves it read-only",
+            )
         if hasattr(idx, "pace"):
             idx.pace = self.pace
         return idx
@@ -138,7 +160,11 @@ class _LiveState:
             e = StorageError(f"{getattr(self.service.index, 'root', '')}: {describe_os_error(e)}", e.errno)
         if isinstance(e, StorageError):
             cause, status = e.cause, 507 if e.disk_full else 503
-            error, retry = ("insufficient_storage", RETRY_AFTER_FULL_S) if e.disk_full else ("storage_error", RETRY_AFTER_UNAVAILABLE_S)
+            error, retry = (
+                ("insufficient_storage", RETRY_AFTER_FULL_S)
+                if e.disk_full
+                else ("storage_error", RETRY_AFTER_UNAVAILABLE_S)
+            )
         elif isinstance(e, BackendUnavailable):
             cause, status, error, retry = "backend_unavailable", 503, "backend_unavailable", RETRY_AFTER_UNAVAILABLE_S
         else:  # LoggedNotApplied: durable in the log, applied before the next write goes ahead or at restart
@@ -156,11 +182,18 @@ class _LiveState:
     def after_write(self, idx) -> None:
         """In the ingest thread: compact when the delta is large, refresh the recall estimate."""
         limit = int(getattr(self.settings, "live_compact_docs", 2000))
-        pending = idx.compaction_pending() if hasattr(idx, "compaction_pending") else idx.stats()["bm25_delta_documents"] + idx.store.tombstones
+        pending = (
+            idx.compaction_pending()
+            if hasattr(idx, "compaction_pending")
+            else idx.stats()["bm25_delta_documents"] + idx.store.tombstones
+        )
         if pending >= limit:
             try:
                 log.info("scalingnote serve: compacting the live index (%s)", idx.compact())
-            except (ScalingNoteError, OSError) as e:  # the log and the generation in use are kept: tried again after the next write
+            except (
+                ScalingNoteError,
+                OSError,
+            ) as e:  # the log and the generation in use are kept: tried again after the next write
                 self.metrics.live_write_errors.inc(op="compact", cause=getattr(e, "cause", None) or type(e).__name__)
                 log.warning("scalingnote serve: compaction failed, the live index keeps its log: %s", e)
         self.refresh_recall(idx, force=False)
@@ -174,7 +207,9 @@ class _LiveState:
     def collect(self) -> None:
         """Before each /metrics render: the live gauges (recall estimate refreshed in the background)."""
         idx = self.service.index
-        if not isinstance(idx, LiveIndex) and not hasattr(idx, "compaction_pending"):  # the gauges: a live index's own statistics
+        if not isinstance(idx, LiveIndex) and not hasattr(
+            idx, "compaction_pending"
+        ):  # the gauges: a live index's own statistics
             return
         st = idx.stats()
         m = self.metrics
@@ -210,16 +245,28 @@ def check_batch(body: Any, settings, metrics) -> list:
     else:
         records = body
     if not isinstance(records, list):
-        raise ServiceError(422, "invalid_request", "documents: expected a list of documents ({\"documents\": [...]} or a JSON array)")
+        raise ServiceError(
+            422, "invalid_request", 'documents: expected a list of documents ({"documents": [...]} or a JSON array)'
+        )
     max_docs = int(getattr(settings, "max_documents_per_request", 1024))
     if len(records) > max_docs:
-        raise ServiceError(422, "invalid_request", f"documents: {len(records)} documents, more than the limit of {max_docs}")
+        raise ServiceError(
+            422, "invalid_request", f"documents: {len(records)} documents, more than the limit of {max_docs}"
+        )
     try:
-        return documents_from_records(records, where="request", max_chars=int(getattr(settings, "max_document_chars", 100_000)))
+        return documents_from_records(
+            records, where="request", max_chars=int(getattr(settings, "max_document_chars", 100_000))
+        )
     except BatchError as e:
         metrics.rejected.inc(reason="invalid_document")
-        errors = [{**p.to_json(), "field": f"documents.{p.index}" + (f".{p.field}" if p.field != "document" else ""), "type": "invalid_document"}
-                  for p in e.problems]
+        errors = [
+            {
+                **p.to_json(),
+                "field": f"documents.{p.index}" + (f".{p.field}" if p.field != "document" else ""),
+                "type": "invalid_document",
+            }
+            for p in e.problems
+        ]
         raise ServiceError(422, "invalid_document", str(e), errors=errors) from None
 
 
@@ -239,15 +286,21 @@ def add_document_routes(app: FastAPI, service, settings, metrics) -> None:
 
     async def upsert(request: Request):
         guard(request)
-        body = parse_json_body(request.headers.get("content-type"), await request.body())  # the shared parser: 415 / 400
-        docs = check_batch(body, settings, metrics)  # all or nothing: every record checked before anything is encoded or logged
+        body = parse_json_body(
+            request.headers.get("content-type"), await request.body()
+        )  # the shared parser: 415 / 400
+        docs = check_batch(
+            body, settings, metrics
+        )  # all or nothing: every record checked before anything is encoded or logged
         idx = state.live()
         t0 = time.perf_counter()
         res = await state.run(idx.upsert, docs)
         metrics.live_documents_total.inc(len(docs), op="upsert")
         state.executor.submit(state.after_write, idx)
         status = res.pop("status", None) or ["upserted"] * len(docs)  # a back end that cannot tell added from replaced
-        res["documents"] = [{"index": i, "_id": d.id, "status": st} for i, (d, st) in enumerate(zip(docs, status, strict=True))]
+        res["documents"] = [
+            {"index": i, "_id": d.id, "status": st} for i, (d, st) in enumerate(zip(docs, status, strict=True))
+        ]
         return JSONResponse({**res, "took_ms": round(1000 * (time.perf_counter() - t0), 3)})
 
     async def delete(doc_id: str, request: Request):
@@ -298,13 +351,18 @@ def check_reload(service, new_tower) -> dict[str, Any]:
     threshold = float(getattr(s, "reload_min_overlap", 0.5))
     if service.tower is None or threshold <= 0:
         return {"overlap": None}
-    queries, source = probe_queries(list(service.recent_queries), service.index, int(getattr(s, "reload_sample_queries", 64)))
+    queries, source = probe_queries(
+        list(service.recent_queries), service.index, int(getattr(s, "reload_sample_queries", 64))
+    )
     if not queries:
         return {"overlap": None}
     overlap = reload_overlap(service.index, service.tower, new_tower, queries)
     info = {"overlap@10": round(overlap, 4), "threshold": threshold, "n_queries": len(queries), "queries": source}
     if overlap < threshold:
-        raise ServiceError(409, "reload_low_overlap",
-                           f"the new query tower's top-10 overlaps the running tower's by {overlap:.3f} on {len(queries)} {source} "
-                           f"(threshold {threshold}); the running tower keeps serving")
+        raise ServiceError(
+            409,
+            "reload_low_overlap",
+            f"the new query tower's top-10 overlaps the running tower's by {overlap:.3f} on {len(queries)} {source} "
+            f"(threshold {threshold}); the running tower keeps serving",
+        )
     return info

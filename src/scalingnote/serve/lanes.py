@@ -90,7 +90,7 @@ class Lanes:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), remaining)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         return self._take(max_batch)
 

@@ -20,7 +20,9 @@ from scalingnote.serve.settings import ServeSettings
 def query_encoder(tower: Any, settings: ServeSettings) -> Any:
     """The query encoder ``settings.query_backend`` names over ``tower`` (the torch tower itself,
     or ONNX Runtime): :func:`scalingnote.serve.query_backend.wrap_query_tower`."""
-    from scalingnote.serve.query_backend import wrap_query_tower  # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
+    from scalingnote.serve.query_backend import (
+        wrap_query_tower,  # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
+    )
 
     return wrap_query_tower(tower, settings)
 
@@ -60,8 +62,13 @@ def load_served(location: str | Path, query_tower: str | Path, settings: ServeSe
     if manifest is None:
         corpus_path = resolve_corpus_path(index.manifest, settings.corpus)
     docs = load_documents(corpus_path, index.doc_ids, index)
-    served = Served(index=index, tower=None, titles={d: t for d, (t, _) in docs.items()},
-                    snippets={d: sn for d, (_, sn) in docs.items()}, corpus_path=corpus_path)
+    served = Served(
+        index=index,
+        tower=None,
+        titles={d: t for d, (t, _) in docs.items()},
+        snippets={d: sn for d, (_, sn) in docs.items()},
+        corpus_path=corpus_path,
+    )
     if getattr(index, "local_dir", None) is not None:  # an index directory: the BM25 index and fusion.json beside it
         served.searcher, served.default_mode = served_searcher(index, corpus_path)  # the quick start's choice
     served.tower = query_encoder(tower, settings)  # ONNX Runtime when query_backend is onnx

@@ -190,41 +190,123 @@ class ServeMetrics:
 
     def __init__(self) -> None:
         r = self.registry = Registry()
-        self.requests = r.add(Counter("scalingnote_http_requests_total", "HTTP requests by endpoint and status code.", ("endpoint", "status")))
+        self.requests = r.add(
+            Counter(
+                "scalingnote_http_requests_total", "HTTP requests by endpoint and status code.", ("endpoint", "status")
+            )
+        )
         self.latency = r.add(
-            Histogram("scalingnote_http_request_duration_seconds", "HTTP request latency by endpoint (seconds).", LATENCY_BUCKETS, ("endpoint",))
+            Histogram(
+                "scalingnote_http_request_duration_seconds",
+                "HTTP request latency by endpoint (seconds).",
+                LATENCY_BUCKETS,
+                ("endpoint",),
+            )
         )
         self.in_flight = r.add(Gauge("scalingnote_http_requests_in_flight", "HTTP requests being handled."))
-        self.queries = r.add(Counter("scalingnote_queries_total", "Queries searched (a batch request counts each of its queries)."))
-        self.query_errors = r.add(Counter("scalingnote_query_errors_total", "Queries that failed inside the model worker, by kind.", ("kind",)))
-        self.batch_size = r.add(
-            Histogram("scalingnote_encode_batch_size", "Queries encoded together in one micro-batch (dynamic batching).", BATCH_BUCKETS)
+        self.queries = r.add(
+            Counter("scalingnote_queries_total", "Queries searched (a batch request counts each of its queries).")
         )
-        self.encode_seconds = r.add(Histogram("scalingnote_encode_duration_seconds", "Query-tower time per micro-batch (seconds).", LATENCY_BUCKETS))
-        self.search_seconds = r.add(Histogram("scalingnote_search_duration_seconds", "FAISS search time per micro-batch (seconds).", LATENCY_BUCKETS))
+        self.query_errors = r.add(
+            Counter(
+                "scalingnote_query_errors_total", "Queries that failed inside the model worker, by kind.", ("kind",)
+            )
+        )
+        self.batch_size = r.add(
+            Histogram(
+                "scalingnote_encode_batch_size",
+                "Queries encoded together in one micro-batch (dynamic batching).",
+                BATCH_BUCKETS,
+            )
+        )
+        self.encode_seconds = r.add(
+            Histogram(
+                "scalingnote_encode_duration_seconds", "Query-tower time per micro-batch (seconds).", LATENCY_BUCKETS
+            )
+        )
+        self.search_seconds = r.add(
+            Histogram(
+                "scalingnote_search_duration_seconds", "FAISS search time per micro-batch (seconds).", LATENCY_BUCKETS
+            )
+        )
         self.queue_wait = r.add(
-            Histogram("scalingnote_queue_wait_seconds", "Time from a request's arrival to the start of its micro-batch (seconds).", LATENCY_BUCKETS)
+            Histogram(
+                "scalingnote_queue_wait_seconds",
+                "Time from a request's arrival to the start of its micro-batch (seconds).",
+                LATENCY_BUCKETS,
+            )
         )
         self.queue_depth = r.add(Gauge("scalingnote_queue_queries", "Queries waiting for the model worker."))
-        self.rejected = r.add(Counter("scalingnote_rejected_total", "Requests refused by input limits or overload, by reason.", ("reason",)))
-        self.shed_queries = r.add(Counter("scalingnote_shed_queries_total", "Queries refused with 503 because the queue was full (load shedding)."))
-        self.queue_limit = r.add(Gauge("scalingnote_queue_limit_queries", "The queue bound (max_queue): more waiting queries are shed with 503."))
-        self.reloads = r.add(Counter("scalingnote_tower_reloads_total", "Query-tower reloads by result (swapped, incompatible, failed, busy).", ("result",)))
+        self.rejected = r.add(
+            Counter(
+                "scalingnote_rejected_total", "Requests refused by input limits or overload, by reason.", ("reason",)
+            )
+        )
+        self.shed_queries = r.add(
+            Counter(
+                "scalingnote_shed_queries_total", "Queries refused with 503 because the queue was full (load shedding)."
+            )
+        )
+        self.queue_limit = r.add(
+            Gauge(
+                "scalingnote_queue_limit_queries",
+                "The queue bound (max_queue): more waiting queries are shed with 503.",
+            )
+        )
+        self.reloads = r.add(
+            Counter(
+                "scalingnote_tower_reloads_total",
+                "Query-tower reloads by result (swapped, incompatible, failed, busy).",
+                ("result",),
+            )
+        )
         self.ready = r.add(Gauge("scalingnote_ready", "1 when the query tower and the index are loaded."))
-        self.tower_info = r.add(Gauge("scalingnote_query_tower_info", "The query tower being served (value 1).", ("name", "fingerprint", "compat_id")))
+        self.tower_info = r.add(
+            Gauge(
+                "scalingnote_query_tower_info",
+                "The query tower being served (value 1).",
+                ("name", "fingerprint", "compat_id"),
+            )
+        )
         # the live index: filled by scalingnote.serve.documents before each render
         self.live_documents = r.add(Gauge("scalingnote_live_documents", "Documents in the live index."))
-        self.live_added_share = r.add(Gauge("scalingnote_live_added_share", "Documents added since the codebooks were last trained / documents they were trained on."))
-        self.live_recall = r.add(Gauge("scalingnote_live_recall_estimate", "Sampled recall@10 of the ANN index vs exact search over the live vectors."))
-        self.live_log_records = r.add(Gauge("scalingnote_live_log_records", "Write-ahead-log records not yet compacted into a generation."))
-        self.live_bm25_delta = r.add(Gauge("scalingnote_live_bm25_delta_documents", "Documents in the BM25 delta segment (merged at query time)."))
-        self.live_writes_degraded = r.add(Gauge("scalingnote_live_writes_degraded",
-                                                "1 while writes to the live index are refused (a full disk, an I/O error, the back end "
-                                                "unavailable) until one succeeds; searches are answered meanwhile."))
-        self.live_write_errors = r.add(Counter("scalingnote_live_write_errors_total",
-                                               "Live-index writes the storage or the back end refused, by operation and cause (ENOSPC, EIO, ...).",
-                                               ("op", "cause")))
-        self.live_documents_total = r.add(Counter("scalingnote_live_documents_total", "Documents upserted / deleted through the service.", ("op",)))
+        self.live_added_share = r.add(
+            Gauge(
+                "scalingnote_live_added_share",
+                "Documents added since the codebooks were last trained / documents they were trained on.",
+            )
+        )
+        self.live_recall = r.add(
+            Gauge(
+                "scalingnote_live_recall_estimate",
+                "Sampled recall@10 of the ANN index vs exact search over the live vectors.",
+            )
+        )
+        self.live_log_records = r.add(
+            Gauge("scalingnote_live_log_records", "Write-ahead-log records not yet compacted into a generation.")
+        )
+        self.live_bm25_delta = r.add(
+            Gauge(
+                "scalingnote_live_bm25_delta_documents", "Documents in the BM25 delta segment (merged at query time)."
+            )
+        )
+        self.live_writes_degraded = r.add(
+            Gauge(
+                "scalingnote_live_writes_degraded",
+                "1 while writes to the live index are refused (a full disk, an I/O error, the back end "
+                "unavailable) until one succeeds; searches are answered meanwhile.",
+            )
+        )
+        self.live_write_errors = r.add(
+            Counter(
+                "scalingnote_live_write_errors_total",
+                "Live-index writes the storage or the back end refused, by operation and cause (ENOSPC, EIO, ...).",
+                ("op", "cause"),
+            )
+        )
+        self.live_documents_total = r.add(
+            Counter("scalingnote_live_documents_total", "Documents upserted / deleted through the service.", ("op",))
+        )
         self.collectors: list = []  # callables run before each render
 
     def render(self) -> str:

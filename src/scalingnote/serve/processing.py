@@ -20,7 +20,6 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.searcher import search_options
 
-
 log = logging.getLogger("scalingnote.serve")
 
 
@@ -29,7 +28,14 @@ class ServiceError(Exception):
     (``retry_after``: seconds for the ``Retry-After`` header of a 503; ``errors``: the per-field
     entries of a 422 body)."""
 
-    def __init__(self, status: int, error: str, detail: str, retry_after: int | None = None, errors: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        detail: str,
+        retry_after: int | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ):
         super().__init__(detail)
         self.status = status
         self.error = error
@@ -55,8 +61,6 @@ class _Item:
     enqueued: float  # loop.time() at arrival
 
 
-
-
 # --------------------------------------------------------------------------- request bodies
 
 
@@ -75,11 +79,19 @@ def parse_json_body(content_type: str | None, raw: bytes) -> Any:
     ``malformed_json``. Lone surrogates written as JSON escapes (``"\ud800"``) are valid JSON:
     the field checks refuse them (422 naming the field)."""
     if not is_json_type(content_type):
-        raise ServiceError(415, "unsupported_media_type", f"content type {str(content_type)[:100]!r} is not accepted; send application/json")
+        raise ServiceError(
+            415,
+            "unsupported_media_type",
+            f"content type {str(content_type)[:100]!r} is not accepted; send application/json",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ServiceError(400, "malformed_json", f"request body is not valid JSON: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+        raise ServiceError(
+            400,
+            "malformed_json",
+            f"request body is not valid JSON: not UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start})",
+        ) from None
     if not text.strip():
         return None  # no body: the endpoint's own check names what is missing (422)
     try:
@@ -127,7 +139,9 @@ class BatchProcessing:
         texts = [t for it in items for t in it.texts]
         starts = np.cumsum([0] + [len(it.texts) for it in items])
         need = [i for i, it in enumerate(items) if it.params.mode != "bm25"]
-        enc_rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in need]) if need else np.zeros(0, dtype=np.int64)
+        enc_rows = (
+            np.concatenate([np.arange(starts[i], starts[i + 1]) for i in need]) if need else np.zeros(0, dtype=np.int64)
+        )
         vec_row = np.full(len(texts), -1, dtype=np.int64)
         vec_row[enc_rows] = np.arange(len(enc_rows))
         t0 = time.perf_counter()
@@ -163,9 +177,17 @@ class BatchProcessing:
                 continue
             except Exception as e:  # noqa: BLE001 - internals go to the log (one line), never into the body
                 self.metrics.query_errors.inc(len(rows), kind="search")
-                log.error("index search failed for %d queries (mode %s, k %d): %s", len(rows), params.mode, params.k, _one_line(e))
+                log.error(
+                    "index search failed for %d queries (mode %s, k %d): %s",
+                    len(rows),
+                    params.mode,
+                    params.k,
+                    _one_line(e),
+                )
                 for i in members:
-                    outs[i] = ServiceError(500, "search_failed", "the index search failed; the service log has the cause")
+                    outs[i] = ServiceError(
+                        500, "search_failed", "the index search failed; the service log has the cause"
+                    )
                 continue
             hits = self._hits(res)
             pos = 0
@@ -177,7 +199,9 @@ class BatchProcessing:
         self.metrics.queries.inc(len(texts))
         return outs
 
-    def _encode(self, tower, texts: list[str], enc_rows: np.ndarray, items: list[_Item], need: list[int]) -> tuple[np.ndarray | None, dict[int, ServiceError]]:
+    def _encode(
+        self, tower, texts: list[str], enc_rows: np.ndarray, items: list[_Item], need: list[int]
+    ) -> tuple[np.ndarray | None, dict[int, ServiceError]]:
         """Encode ``texts[enc_rows]`` in one call. If that call fails, encode each item's texts on
         their own, so that only the items the tower cannot encode fail (one bad query must not
         fail its micro-batch neighbours); one log line says how many failed and why. Returns the
@@ -198,15 +222,24 @@ class BatchProcessing:
         cause: BaseException = first_error
         for i in need:
             try:
-                parts[i] = np.asarray(tower.encode_queries(items[i].texts, batch_size=bs, show_progress=False), dtype=np.float32)
+                parts[i] = np.asarray(
+                    tower.encode_queries(items[i].texts, batch_size=bs, show_progress=False), dtype=np.float32
+                )
             except Exception as e:  # noqa: BLE001 - this item fails alone
                 cause = e
-                failed[i] = ServiceError(500, "encode_failed", "the query tower could not encode this query; the service log has the cause")
+                failed[i] = ServiceError(
+                    500, "encode_failed", "the query tower could not encode this query; the service log has the cause"
+                )
         n_bad = sum(len(items[i].texts) for i in failed)
         if n_bad:
             self.metrics.query_errors.inc(n_bad, kind="encode")
-        log.error("query encoding failed for a micro-batch of %d queries; retried one request at a time: %d of %d requests failed (%s)",
-                  len(enc_rows), len(failed), len(need), _one_line(cause))
+        log.error(
+            "query encoding failed for a micro-batch of %d queries; retried one request at a time: %d of %d requests failed (%s)",
+            len(enc_rows),
+            len(failed),
+            len(need),
+            _one_line(cause),
+        )
         if not parts:
             return None, failed
         dim = next(iter(parts.values())).shape[1]
@@ -225,7 +258,9 @@ class BatchProcessing:
         return hits_json(res, self.titles, self.snippets)
 
 
-def search_encoded(index, searcher, backend: str | None, texts: list[str], vectors: np.ndarray | None, params: SearchParams):
+def search_encoded(
+    index, searcher, backend: str | None, texts: list[str], vectors: np.ndarray | None, params: SearchParams
+):
     """One search as the service runs it: ``texts`` encoded already (``vectors``, None for mode
     bm25); mode dense on ``index`` itself, bm25 / hybrid through ``searcher`` (the served
     :class:`~scalingnote.index.hybrid.HybridSearcher`, None: no BM25 index); only the search
@@ -235,7 +270,9 @@ def search_encoded(index, searcher, backend: str | None, texts: list[str], vecto
         return index.search(vectors, params.k, **kw)
     if searcher is None:
         raise ScalingNoteError(f"mode {params.mode!r} needs a BM25 index; this service has none")
-    return searcher.search(texts, params.k, mode=params.mode, query_vectors=vectors if params.mode == "hybrid" else None, **kw)
+    return searcher.search(
+        texts, params.k, mode=params.mode, query_vectors=vectors if params.mode == "hybrid" else None, **kw
+    )
 
 
 def hits_json(res, titles: dict[str, str], snippets: dict[str, str]) -> list[list[dict[str, Any]]]:

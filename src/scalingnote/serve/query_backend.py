@@ -44,7 +44,9 @@ def default_ort_threads() -> int:
 class OnnxQueryTower:
     """A query tower whose ``encode_queries`` runs an exported ONNX graph (see the module docstring)."""
 
-    def __init__(self, tower: Any, export_dir: str | os.PathLike, *, model: str | None = None, threads: int | None = None):
+    def __init__(
+        self, tower: Any, export_dir: str | os.PathLike, *, model: str | None = None, threads: int | None = None
+    ):
         if getattr(tower, "role", None) != "query":
             raise ScalingNoteError("the ONNX query backend needs a query tower")
         self.tower = tower
@@ -53,7 +55,9 @@ class OnnxQueryTower:
         want, have = str(tower.fingerprint), str(meta["tower"].get("fingerprint"))
         if want != have:
             raise ConfigError(
-                self.export_dir / "scalingnote_onnx.json", None, "tower.fingerprint",
+                self.export_dir / "scalingnote_onnx.json",
+                None,
+                "tower.fingerprint",
                 f"{have}: exported from another tower than the query tower being served ({want}); export this tower again",
             )
         models = meta["models"]
@@ -61,7 +65,9 @@ class OnnxQueryTower:
         if name in models:  # "fp32" / "int8"
             name = models[name]
         if name not in models.values():
-            raise ConfigError(self.export_dir / "scalingnote_onnx.json", None, "models", f"no model {model!r} (have {sorted(models)})")
+            raise ConfigError(
+                self.export_dir / "scalingnote_onnx.json", None, "models", f"no model {model!r} (have {sorted(models)})"
+            )
         self.model_file = name
         self.precision = next(k for k, v in models.items() if v == name)
         self.threads = int(threads) if threads else default_ort_threads()
@@ -73,8 +79,16 @@ class OnnxQueryTower:
             raise AttributeError(name)
         return getattr(self.tower, name)
 
-    def encode_queries(self, texts: list[str], *, batch_size: int = 64, dim: int | None = None, normalize: bool = True,
-                       show_progress: bool = False, max_length: int | None = None) -> np.ndarray:
+    def encode_queries(
+        self,
+        texts: list[str],
+        *,
+        batch_size: int = 64,
+        dim: int | None = None,
+        normalize: bool = True,
+        show_progress: bool = False,
+        max_length: int | None = None,
+    ) -> np.ndarray:
         """float32 ``[N, dim]`` L2-normalised embeddings (like ``QueryTower.encode_queries``).
 
         The graph returns unit vectors, so ``normalize=False`` gives the prefix of the unit
@@ -130,4 +144,6 @@ def wrap_query_tower(tower: Any, settings: Any) -> Any:
         return tower
     if backend != "onnx":
         raise ConfigError(None, None, "query_backend", f"must be one of {QUERY_BACKENDS}, got {backend!r}")
-    return onnx_query_tower(tower, getattr(settings, "onnx_model", None), threads=getattr(settings, "onnx_threads", None))
+    return onnx_query_tower(
+        tower, getattr(settings, "onnx_model", None), threads=getattr(settings, "onnx_threads", None)
+    )

@@ -86,11 +86,21 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
     service.on_failure = on_failure
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"scalingnote serve: listening on http://{shown}:{port} (loading {query_tower} + {index_dir}; GET /healthz)", flush=True)
+    print(
+        f"scalingnote serve: listening on http://{shown}:{port} (loading {query_tower} + {index_dir}; GET /healthz)",
+        flush=True,
+    )
     if app.state.admin_token_source == "generated":  # the only way to learn a generated token
-        print(f"scalingnote serve: admin token for this run (send 'Authorization: Bearer TOKEN' to /admin/*): {app.state.admin_token}", flush=True)
+        print(
+            f"scalingnote serve: admin token for this run (send 'Authorization: Bearer TOKEN' to /admin/*): {app.state.admin_token}",
+            flush=True,
+        )
     else:
-        print(f"scalingnote serve: admin token from {'--admin-token-file' if app.state.admin_token_source == 'file' else '--admin-token / SCALINGNOTE_ADMIN_TOKEN'}", flush=True)
+        print(
+            f"scalingnote serve: admin token from {'--admin-token-file' if app.state.admin_token_source == 'file' else '--admin-token / SCALINGNOTE_ADMIN_TOKEN'}",
+            flush=True,
+        )
+
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown), then re-raises the signal to the
     # handler that was installed before it: make SIGTERM end the command like SIGINT (exit 0).
     def _term(signum, frame):
@@ -158,7 +168,9 @@ class BackgroundServer:
                     if r.status_code == 200:
                         return last
                     if last.get("status") == "failed":
-                        raise ScalingNoteError(f"service failed to load: {last.get('load_error') or last.get('detail')}")
+                        raise ScalingNoteError(
+                            f"service failed to load: {last.get('load_error') or last.get('detail')}"
+                        )
                 time.sleep(0.05)
         raise ScalingNoteError(f"service not ready after {timeout:.0f}s: {last}")
 

@@ -50,8 +50,8 @@ from scalingnote.index.backends import get_backend
 from scalingnote.index.pipeline import load_tower_for
 from scalingnote.index.searcher import search_options
 from scalingnote.serve.documents import check_reload
-from scalingnote.serve.loading import load_served, query_encoder
 from scalingnote.serve.lanes import Lanes
+from scalingnote.serve.loading import load_served, query_encoder
 from scalingnote.serve.metrics import ServeMetrics
 from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
 from scalingnote.serve.settings import ServeSettings
@@ -65,7 +65,13 @@ log = logging.getLogger("scalingnote.serve")
 class SearchService(BatchProcessing):
     """Owns the query tower, the index, the titles, the batcher and the worker thread."""
 
-    def __init__(self, index_dir: str | Path, query_tower: str | Path, settings: ServeSettings | None = None, metrics: ServeMetrics | None = None):
+    def __init__(
+        self,
+        index_dir: str | Path,
+        query_tower: str | Path,
+        settings: ServeSettings | None = None,
+        metrics: ServeMetrics | None = None,
+    ):
         self.index_dir = Path(index_dir)
         self.tower_source = str(query_tower)
         self.settings = settings or ServeSettings()
@@ -82,7 +88,9 @@ class SearchService(BatchProcessing):
         self.corpus_path: Path | None = None
         self.loaded_at: float | None = None
         self.on_failure: Callable[[BaseException], None] | None = None
-        self._lanes = Lanes(self.settings.max_queue, self.settings.batch_queue_share)  # queries waiting (backpressure, metrics)
+        self._lanes = Lanes(
+            self.settings.max_queue, self.settings.batch_queue_share
+        )  # queries waiting (backpressure, metrics)
         self._rate: float | None = None  # EWMA of worker throughput (queries/s), for Retry-After
         self._executor: ThreadPoolExecutor | None = None
         self._batcher: asyncio.Task | None = None
@@ -152,7 +160,9 @@ class SearchService(BatchProcessing):
 
     def _set_tower_info(self, tower) -> None:
         self.metrics.tower_info.clear()
-        self.metrics.tower_info.set(1, name=self.tower_source, fingerprint=str(tower.fingerprint), compat_id=str(tower.compat_id))
+        self.metrics.tower_info.set(
+            1, name=self.tower_source, fingerprint=str(tower.fingerprint), compat_id=str(tower.compat_id)
+        )
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new work, finish queued work (at most ``timeout`` s), stop the worker."""
@@ -168,7 +178,7 @@ class SearchService(BatchProcessing):
             self._lanes.stop()
             try:
                 await asyncio.wait_for(asyncio.shield(self._batcher), timeout)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 log.warning("scalingnote serve: shutdown timeout (%.1fs): cancelling queued requests", timeout)
                 self._batcher.cancel()
                 self._fail_queued(ServiceError(503, "shutting_down", "the service is shutting down"))
@@ -191,7 +201,11 @@ class SearchService(BatchProcessing):
         if self._closing:
             raise ServiceError(503, "shutting_down", "the service is shutting down")
         if self.state != "ready":
-            detail = f"loading failed: {self.error}" if self.state == "failed" else f"not ready ({self.state}): the query tower and index are loading"
+            detail = (
+                f"loading failed: {self.error}"
+                if self.state == "failed"
+                else f"not ready ({self.state}): the query tower and index are loading"
+            )
             raise ServiceError(503, "not_ready", detail)
 
     def validate_params(self, params: SearchParams) -> None:
@@ -200,20 +214,38 @@ class SearchService(BatchProcessing):
         if not 1 <= params.k <= s.max_k:
             raise ServiceError(422, "invalid_request", f"k: must be in 1..{s.max_k}, got {params.k}")
         try:  # only the options the back end declares (its capability flags)
-            search_options(self.index, self.settings.backend, nprobe=params.nprobe, ef_search=params.ef_search, rerank=params.rerank)
+            search_options(
+                self.index,
+                self.settings.backend,
+                nprobe=params.nprobe,
+                ef_search=params.ef_search,
+                rerank=params.rerank,
+            )
         except ScalingNoteError as e:
             raise ServiceError(422, "invalid_request", str(e)) from None
         if params.nprobe is not None:
             nlist = int(self.index.manifest.get("nlist") or 1)
             if not 1 <= params.nprobe <= nlist:
-                raise ServiceError(422, "invalid_request", f"nprobe: must be in 1..{nlist} (the index's nlist), got {params.nprobe}")
+                raise ServiceError(
+                    422, "invalid_request", f"nprobe: must be in 1..{nlist} (the index's nlist), got {params.nprobe}"
+                )
         if params.ef_search is not None and not 1 <= params.ef_search <= s.max_rerank:
-            raise ServiceError(422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}")
+            raise ServiceError(
+                422, "invalid_request", f"ef_search: must be in 1..{s.max_rerank}, got {params.ef_search}"
+            )
         if params.rerank is not None and not 1 <= params.rerank <= s.max_rerank:
             raise ServiceError(422, "invalid_request", f"rerank: must be in 1..{s.max_rerank}, got {params.rerank}")
         if params.mode not in self.modes:
-            why = "unknown mode" if params.mode not in ("dense", "bm25", "hybrid") else "this service has no BM25 index (start it with --corpus, or build one with `scalingnote index bm25`)"
-            raise ServiceError(422, "invalid_request", f"mode: {params.mode!r} is not available: {why}; available: {', '.join(self.modes)}")
+            why = (
+                "unknown mode"
+                if params.mode not in ("dense", "bm25", "hybrid")
+                else "this service has no BM25 index (start it with --corpus, or build one with `scalingnote index bm25`)"
+            )
+            raise ServiceError(
+                422,
+                "invalid_request",
+                f"mode: {params.mode!r} is not available: {why}; available: {', '.join(self.modes)}",
+            )
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -227,7 +259,11 @@ class SearchService(BatchProcessing):
         if problem is not None:
             raise ServiceError(422, "invalid_request", f"{where}: {problem}")
         if len(q) > self.settings.max_query_chars:
-            raise ServiceError(422, "invalid_request", f"{where}: {len(q)} characters, more than the limit of {self.settings.max_query_chars}")
+            raise ServiceError(
+                422,
+                "invalid_request",
+                f"{where}: {len(q)} characters, more than the limit of {self.settings.max_query_chars}",
+            )
 
     def retry_after_s(self) -> int:
         """Seconds until the queue has likely drained (queued / measured throughput), 1..60."""
@@ -242,7 +278,9 @@ class SearchService(BatchProcessing):
         nothing waits), a batch while the batch share has room or no other batch waits."""
         return self._lanes.admits(n, batch)
 
-    async def search(self, texts: list[str], params: SearchParams, batch: bool | None = None) -> list[list[dict[str, Any]]]:
+    async def search(
+        self, texts: list[str], params: SearchParams, batch: bool | None = None
+    ) -> list[list[dict[str, Any]]]:
         """Top-k hits for each text (via the micro-batcher); ``batch`` (default: more than one
         text) puts them in the batch lane, in chunks of at most ``max_batch // 2``."""
         self.check_ready()
@@ -251,14 +289,19 @@ class SearchService(BatchProcessing):
             self.metrics.rejected.inc(reason="overload")
             self.metrics.shed_queries.inc(len(texts))
             lanes = self._lanes
-            why = (f"{lanes.queued_batch} batch queries are waiting (batches may hold {lanes.batch_cap} of the queue limit {self.settings.max_queue})"
-                   if batch else f"{lanes.queued} queries are waiting (limit {self.settings.max_queue})")
+            why = (
+                f"{lanes.queued_batch} batch queries are waiting (batches may hold {lanes.batch_cap} of the queue limit {self.settings.max_queue})"
+                if batch
+                else f"{lanes.queued} queries are waiting (limit {self.settings.max_queue})"
+            )
             raise ServiceError(503, "overloaded", f"{why}; retry later", retry_after=self.retry_after_s())
         loop = asyncio.get_running_loop()
         self.recent_queries.extend(texts)
         texts = list(texts)
         step = max(1, self.settings.max_batch // 2) if batch else max(1, len(texts))
-        items = [_Item(texts[i : i + step], params, loop.create_future(), loop.time()) for i in range(0, len(texts), step)]
+        items = [
+            _Item(texts[i : i + step], params, loop.create_future(), loop.time()) for i in range(0, len(texts), step)
+        ]
         for it in items:
             self._lanes.put(it, batch)
         self.metrics.queue_depth.set(self.queued)
@@ -398,7 +441,9 @@ class SearchService(BatchProcessing):
             "nlist": m.get("nlist"),
             "search_defaults": m.get("search_defaults"),
             "semantic_id_layers": sem.get("n_layers"),
-            "document_tower": {k: (m.get("tower") or {}).get(k) for k in ("name", "path", "fingerprint", "compat_id", "dim")},
+            "document_tower": {
+                k: (m.get("tower") or {}).get(k) for k in ("name", "path", "fingerprint", "compat_id", "dim")
+            },
         }
 
     def health(self) -> dict[str, Any]:
@@ -418,4 +463,3 @@ class SearchService(BatchProcessing):
         if self.error:
             out["load_error"] = self.error
         return out
-

@@ -13,7 +13,6 @@ from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.index.backends import get_backend
 from scalingnote.serve.processing import ServiceError
 
-
 #: field metadata of a numeric setting that must be >= 1 / >= 0 (checked by ServeSettings)
 AT_LEAST_1: dict[str, Any] = {"min": 1}
 AT_LEAST_0: dict[str, Any] = {"min": 0}
@@ -85,23 +84,33 @@ class ServeSettings:
     admin_token_file: str | None = None
     # query encoder: "torch" (eager PyTorch) or "onnx" (ONNX Runtime; scalingnote.serve.query_backend)
     query_backend: str = "torch"
-    onnx_model: str | None = None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
-    onnx_threads: int | None = field(default=None, metadata=AT_LEAST_1)  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
+    onnx_model: str | None = (
+        None  #: export dir of `scalingnote models export --format onnx` (None: fp32, exported into the cache)
+    )
+    onnx_threads: int | None = field(
+        default=None, metadata=AT_LEAST_1
+    )  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
     # the live index (scalingnote.live, scalingnote.serve.documents)
     live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
     #: (back ends located by URI: milvus) the local index directory beside which the live index keeps
     #: its write-ahead log and BM25 side (`serve --index DIR`; None: the directory the collection was exported from)
     live_dir: str | None = None
-    max_document_chars: int = field(default=100_000, metadata=AT_LEAST_1)  #: largest accepted document (title + topic + text)
+    max_document_chars: int = field(
+        default=100_000, metadata=AT_LEAST_1
+    )  #: largest accepted document (title + topic + text)
     max_documents_per_request: int = field(default=1024, metadata=AT_LEAST_1)
-    live_compact_docs: int = field(default=2000, metadata=AT_LEAST_1)  #: compact when the BM25 delta + tombstones reach this many documents
+    live_compact_docs: int = field(
+        default=2000, metadata=AT_LEAST_1
+    )  #: compact when the BM25 delta + tombstones reach this many documents
     #: while searches are being answered, encoding new documents uses at most this share of the
     #: ingest thread's wall time (it pauses between chunks of 16 documents), so searches keep their
     #: CPU; 1 = no pacing. Ingest runs at full speed whenever no search ran in the last second.
     ingest_duty: float = 0.5
     reload_min_overlap: float = 0.5  #: /admin/reload refuses a tower whose top-10 overlap with the running one is lower
-    reload_sample_queries: int = field(default=64, metadata=AT_LEAST_1)  #: recent queries the reload check compares the towers on
+    reload_sample_queries: int = field(
+        default=64, metadata=AT_LEAST_1
+    )  #: recent queries the reload check compares the towers on
 
     def __post_init__(self) -> None:
         for f in fields(self):  # the numeric settings with a lower bound (AT_LEAST_*; None where None is the default)
@@ -111,7 +120,12 @@ class ServeSettings:
                     raise ConfigError(None, None, f.name, f"must be a number >= {f.metadata['min']}, got {v!r}")
         share = self.batch_queue_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
-            raise ConfigError(None, None, "batch_queue_share", f"must be a number in (0, 1): the rest of max_queue is kept for single queries, got {share!r}")
+            raise ConfigError(
+                None,
+                None,
+                "batch_queue_share",
+                f"must be a number in (0, 1): the rest of max_queue is kept for single queries, got {share!r}",
+            )
         if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
             raise ConfigError(None, None, "port", f"must be an integer in 0..65535, got {self.port!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
@@ -121,14 +135,24 @@ class ServeSettings:
         except ScalingNoteError as e:
             raise ConfigError(None, None, "backend", str(e)) from None
         if entry.location == "uri" and not self.uri:
-            raise ConfigError(None, None, "uri", f"required with backend {entry.name} ({entry.help or 'the back end service URI'})")
+            raise ConfigError(
+                None, None, "uri", f"required with backend {entry.name} ({entry.help or 'the back end service URI'})"
+            )
         if self.query_backend not in ("torch", "onnx"):
             raise ConfigError(None, None, "query_backend", f"must be torch or onnx, got {self.query_backend!r}")
         if self.onnx_model is not None and self.query_backend != "onnx":
             raise ConfigError(None, None, "onnx_model", "is used only with query_backend onnx")
-        if isinstance(self.ingest_duty, bool) or not isinstance(self.ingest_duty, (int, float)) or not 0 < self.ingest_duty <= 1:
+        if (
+            isinstance(self.ingest_duty, bool)
+            or not isinstance(self.ingest_duty, (int, float))
+            or not 0 < self.ingest_duty <= 1
+        ):
             raise ConfigError(None, None, "ingest_duty", f"must be in (0, 1], got {self.ingest_duty!r}")
-        if isinstance(self.reload_min_overlap, bool) or not isinstance(self.reload_min_overlap, (int, float)) or not 0 <= self.reload_min_overlap <= 1:
+        if (
+            isinstance(self.reload_min_overlap, bool)
+            or not isinstance(self.reload_min_overlap, (int, float))
+            or not 0 <= self.reload_min_overlap <= 1
+        ):
             raise ConfigError(None, None, "reload_min_overlap", f"must be in [0, 1], got {self.reload_min_overlap!r}")
 
         if self.admin_token is not None:
@@ -147,8 +171,14 @@ ADMIN_TOKEN_MIN_CHARS = 16
 
 
 def _check_token(token: str, where: str) -> str:
-    if not isinstance(token, str) or len(token.strip()) < ADMIN_TOKEN_MIN_CHARS or any(c.isspace() for c in token.strip()):
-        raise ConfigError(None, None, where, f"the admin token must be at least {ADMIN_TOKEN_MIN_CHARS} characters without spaces")
+    if (
+        not isinstance(token, str)
+        or len(token.strip()) < ADMIN_TOKEN_MIN_CHARS
+        or any(c.isspace() for c in token.strip())
+    ):
+        raise ConfigError(
+            None, None, where, f"the admin token must be at least {ADMIN_TOKEN_MIN_CHARS} characters without spaces"
+        )
     return token.strip()
 
 
@@ -162,7 +192,9 @@ def resolve_admin_token(settings: ServeSettings) -> tuple[str, str]:
         try:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(p, None, "admin_token_file", f"cannot read the admin token file: {getattr(e, 'strerror', None) or e}") from None
+            raise ConfigError(
+                p, None, "admin_token_file", f"cannot read the admin token file: {getattr(e, 'strerror', None) or e}"
+            ) from None
         first = text.strip().splitlines()[0] if text.strip() else ""
         try:
             return _check_token(first, "admin_token_file"), "file"
@@ -173,8 +205,19 @@ def resolve_admin_token(settings: ServeSettings) -> tuple[str, str]:
 
 #: Headers a reverse proxy adds; an admin request carrying one came through a proxy.
 FORWARDING_HEADERS = (
-    "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port", "x-forwarded-server",
-    "x-real-ip", "x-client-ip", "x-cluster-client-ip", "true-client-ip", "cf-connecting-ip", "fastly-client-ip", "via",
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "x-forwarded-server",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "via",
 )
 
 
@@ -198,14 +241,20 @@ def check_bind_host(host: str, allow_remote: bool) -> None:
         )
 
 
-def admin_denial(path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: Any) -> ServiceError | None:
+def admin_denial(
+    path: str, headers: dict[str, str], client_host: str, token: bytes, metrics: Any
+) -> ServiceError | None:
     """Why an ``/admin/*`` request is refused (None: allowed). Checked before routing and
     body parsing: proxy forwarding headers (403), a non-loopback peer (403), then the token
     (401; compared in constant time)."""
     proxied = [h for h in FORWARDING_HEADERS if h in headers]
     if proxied:
         metrics.rejected.inc(reason="admin_proxied")
-        return ServiceError(403, "forbidden", f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback")
+        return ServiceError(
+            403,
+            "forbidden",
+            f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback",
+        )
     if not is_loopback_host(client_host):
         metrics.rejected.inc(reason="admin_remote")
         return ServiceError(403, "forbidden", f"{path} is accepted from loopback clients only")
@@ -214,7 +263,8 @@ def admin_denial(path: str, headers: dict[str, str], client_host: str, token: by
     if not given or not hmac.compare_digest(given.encode("latin-1", "replace"), token):
         metrics.rejected.inc(reason="admin_unauthorized")
         return ServiceError(
-            401, "unauthorized",
+            401,
+            "unauthorized",
             f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
         )
     return None

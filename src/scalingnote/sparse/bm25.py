@@ -91,7 +91,15 @@ class BM25Retriever:
     >>> run = r.search({"q1": "text"}, k=100)  # doctest: +SKIP
     """
 
-    def __init__(self, config: BM25Config, language: str, retriever, tokenizer, doc_ids: list[str], fingerprint: str | None = None):
+    def __init__(
+        self,
+        config: BM25Config,
+        language: str,
+        retriever,
+        tokenizer,
+        doc_ids: list[str],
+        fingerprint: str | None = None,
+    ):
         self.config = config
         self.language = language
         self._retriever = retriever
@@ -100,7 +108,9 @@ class BM25Retriever:
         self.fingerprint = fingerprint  # corpus_fingerprint(docs, config) of the corpus it was fitted on
 
     @classmethod
-    def fit(cls, docs: Iterable[Document], config: BM25Config | None = None, show_progress: bool = True) -> "BM25Retriever":
+    def fit(
+        cls, docs: Iterable[Document], config: BM25Config | None = None, show_progress: bool = True
+    ) -> BM25Retriever:
         import bm25s  # why: bm25s takes ~0.7 s to import
 
         config = config or BM25Config()
@@ -151,7 +161,12 @@ class BM25Retriever:
         try:
             self._retriever.save(str(tmp / "bm25s"))
             self._tokenizer.save_vocab(str(tmp / "bm25s"))
-            meta = {"config": asdict(self.config), "language": self.language, "fingerprint": self.fingerprint, "doc_ids": self.doc_ids}
+            meta = {
+                "config": asdict(self.config),
+                "language": self.language,
+                "fingerprint": self.fingerprint,
+                "doc_ids": self.doc_ids,
+            }
             (tmp / "bm25.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
             if directory.exists():
                 shutil.rmtree(directory)
@@ -161,7 +176,7 @@ class BM25Retriever:
             raise
 
     @classmethod
-    def load(cls, directory: str | Path) -> "BM25Retriever":
+    def load(cls, directory: str | Path) -> BM25Retriever:
         import bm25s  # why: bm25s takes ~0.7 s to import
 
         directory = Path(directory)
@@ -183,7 +198,9 @@ class BM25Retriever:
             tokenizer.load_vocab(str(directory / "bm25s"))
             retriever = bm25s.BM25.load(str(directory / "bm25s"))
         except (OSError, ValueError, KeyError) as e:
-            raise ScalingNoteError(f"{directory / 'bm25s'}: cannot read the BM25 index ({type(e).__name__}: {e})") from None
+            raise ScalingNoteError(
+                f"{directory / 'bm25s'}: cannot read the BM25 index ({type(e).__name__}: {e})"
+            ) from None
         return cls(config, language, retriever, tokenizer, doc_ids, meta.get("fingerprint"))
 
 
@@ -243,7 +260,7 @@ def bm25_search(
     k: int = 1000,
     config: BM25Config | None = None,
     show_progress: bool = True,
-) -> tuple[Run, "BM25Retriever"]:
+) -> tuple[Run, BM25Retriever]:
     """Search the queries judged in ``data_dir/qrels/<split>.tsv`` over the corpus of ``data_dir``
     (any registered corpus format)."""
     ds = load_beir(data_dir, split)

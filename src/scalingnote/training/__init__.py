@@ -3,7 +3,16 @@
 The losses (the paper's Eq. 5–12 and the ``loss.name`` table) are in
 :mod:`scalingnote.training.losses`."""
 
-from scalingnote.training.config import DataSpec, LoraSpec, LossSpec, MiningSpec, OptimSpec, TowerSpec, TrainConfig, load_train_config
+from scalingnote.training.config import (
+    DataSpec,
+    LoraSpec,
+    LossSpec,
+    MiningSpec,
+    OptimSpec,
+    TowerSpec,
+    TrainConfig,
+    load_train_config,
+)
 from scalingnote.training.driver import train
 from scalingnote.training.evaluate import evaluate_pair
 from scalingnote.training.losses import LOSSES, register_loss, scalingnote_loss

@@ -36,29 +36,51 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(float(x), 4)
 
 
-def audit_records(mined: Sequence[MinedQuery], positives: Mapping[str, Sequence[str]], corpus: Mapping[str, Document],
-                  queries: Mapping[str, str], n_queries: int, seed: int) -> list[dict[str, Any]]:
+def audit_records(
+    mined: Sequence[MinedQuery],
+    positives: Mapping[str, Sequence[str]],
+    corpus: Mapping[str, Document],
+    queries: Mapping[str, str],
+    n_queries: int,
+    seed: int,
+) -> list[dict[str, Any]]:
     """The candidate lines of a seeded sample of ``n_queries`` queries (every candidate of each)."""
     with_cands = [m for m in mined if m.candidates]
     rng = np.random.default_rng([seed, 50])
-    pick = sorted(rng.choice(len(with_cands), size=min(n_queries, len(with_cands)), replace=False).tolist()) if with_cands else []
+    pick = (
+        sorted(rng.choice(len(with_cands), size=min(n_queries, len(with_cands)), replace=False).tolist())
+        if with_cands
+        else []
+    )
     out = []
     for i in pick:
         mq = with_cands[i]
         pos_id = sorted(positives.get(mq.query_id, ()))[0] if positives.get(mq.query_id) else None
         floor = min(mq.positive_scores.values()) if mq.positive_scores else None
         for c in mq.candidates:
-            out.append({
-                "type": "candidate", "query_id": mq.query_id, "query": queries.get(mq.query_id, ""),
-                "positive_id": pos_id, "positive": _text(corpus.get(pos_id) if pos_id else None),
-                "candidate_id": c.doc_id, "candidate": _text(corpus.get(c.doc_id)),
-                "dense": _r(c.dense), "dense_rank": c.dense_rank, "bm25": _r(c.bm25), "bm25_rank": c.bm25_rank,
-                "positive_score": _r(floor), "rule": c.rule,
-            })
+            out.append(
+                {
+                    "type": "candidate",
+                    "query_id": mq.query_id,
+                    "query": queries.get(mq.query_id, ""),
+                    "positive_id": pos_id,
+                    "positive": _text(corpus.get(pos_id) if pos_id else None),
+                    "candidate_id": c.doc_id,
+                    "candidate": _text(corpus.get(c.doc_id)),
+                    "dense": _r(c.dense),
+                    "dense_rank": c.dense_rank,
+                    "bm25": _r(c.bm25),
+                    "bm25_rank": c.bm25_rank,
+                    "positive_score": _r(floor),
+                    "rule": c.rule,
+                }
+            )
     return out
 
 
-def audit_summary(mined: Sequence[MinedQuery], rows: Sequence[tuple[str, str, list[str] | None, str]]) -> dict[str, Any]:
+def audit_summary(
+    mined: Sequence[MinedQuery], rows: Sequence[tuple[str, str, list[str] | None, str]]
+) -> dict[str, Any]:
     """Counts over every mined query (not only the sampled ones) and over the drawn examples."""
     cands = [c for m in mined for c in m.candidates]
     by_rule: dict[str, int] = {}
@@ -90,7 +112,9 @@ def read_audit(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if p.is_dir():
         p = p / AUDIT_FILE
     if not p.is_file():
-        raise ScalingNoteError(f"{p}: no mining audit here (a run trained with data.negatives: dense | mixed writes {AUDIT_FILE})")
+        raise ScalingNoteError(
+            f"{p}: no mining audit here (a run trained with data.negatives: dense | mixed writes {AUDIT_FILE})"
+        )
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for lineno, rec in iter_jsonl(p):  # named errors for bad UTF-8, JSON and non-objects

@@ -39,8 +39,33 @@ def _allowed_globals() -> list[Any]:
     for name in ("_reconstruct", "scalar"):
         fn = getattr(ma, name)
         out += [(fn, f"numpy.core.multiarray.{name}"), (fn, f"numpy._core.multiarray.{name}")]
-    numeric = ("Bool", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float16", "Float32", "Float64", "LongDouble",
-               "Complex64", "Complex128", "Byte", "UByte", "Short", "UShort", "Int", "UInt", "Long", "ULong", "LongLong", "ULongLong")
+    numeric = (
+        "Bool",
+        "Int8",
+        "Int16",
+        "Int32",
+        "Int64",
+        "UInt8",
+        "UInt16",
+        "UInt32",
+        "UInt64",
+        "Float16",
+        "Float32",
+        "Float64",
+        "LongDouble",
+        "Complex64",
+        "Complex128",
+        "Byte",
+        "UByte",
+        "Short",
+        "UShort",
+        "Int",
+        "UInt",
+        "Long",
+        "ULong",
+        "LongLong",
+        "ULongLong",
+    )
     dtypes = getattr(np, "dtypes", None)
     if dtypes is not None:
         out += [getattr(dtypes, f"{n}DType") for n in numeric if hasattr(dtypes, f"{n}DType")]

@@ -88,19 +88,27 @@ class DataSpec:
         if self.num_negatives < 1:
             raise ValueError(f"data.num_negatives must be >= 1, got {self.num_negatives}")
         if self.negatives in ("dense", "mixed") and self.triplets:
-            raise ValueError(f"data.negatives: {self.negatives} mines for the judged pairs of qrels/<train_split>; "
-                             "data.triplets carry their own negatives (unset one of them)")
+            raise ValueError(
+                f"data.negatives: {self.negatives} mines for the judged pairs of qrels/<train_split>; "
+                "data.triplets carry their own negatives (unset one of them)"
+            )
         if self.negatives in ("dense", "mixed") and not self.mining.tower:
             raise ValueError(f"data.negatives: {self.negatives} needs data.mining.tower (a Stage I run or a tower)")
         m = self.mining
-        k, t = m.skip_top if m.skip_top is not None else self.neg_skip_top, m.max_rank if m.max_rank is not None else self.neg_max_rank
+        k, t = (
+            m.skip_top if m.skip_top is not None else self.neg_skip_top,
+            m.max_rank if m.max_rank is not None else self.neg_max_rank,
+        )
         if not 0 <= k < t:
             raise ValueError(f"need 0 <= data.mining.skip_top < data.mining.max_rank, got {k}, {t}")
 
     def dense_window(self) -> tuple[int, int]:
         """(K, T) of the dense window."""
         m = self.mining
-        return (m.skip_top if m.skip_top is not None else self.neg_skip_top, m.max_rank if m.max_rank is not None else self.neg_max_rank)
+        return (
+            m.skip_top if m.skip_top is not None else self.neg_skip_top,
+            m.max_rank if m.max_rank is not None else self.neg_max_rank,
+        )
 
 
 @dataclass
@@ -143,8 +151,10 @@ class FsdpSpec:
 @dataclass
 class TrainConfig(RunSettings):
     #: keys older configs may hold: ``null`` is read (and dropped), a value is refused with the reason
-    __config_removed__ = {"deepspeed": "DeepSpeed was never wired in; use `distributed: fsdp` (PyTorch FSDP2, the same "
-                                       "ZeRO-3 sharding) under torchrun"}
+    __config_removed__ = {
+        "deepspeed": "DeepSpeed was never wired in; use `distributed: fsdp` (PyTorch FSDP2, the same "
+        "ZeRO-3 sharding) under torchrun"
+    }
 
     method: Method = "scaling_dual"
     output_dir: str = "runs/stage1"
@@ -204,16 +214,22 @@ class TrainConfig(RunSettings):
         if self.init_heads_from is not None and not self.center:
             raise ValueError("init_heads_from needs center=True (the loaded heads include the centre)")
         if self.projection_init in ("pca", "pairs", "auto") and not self.center:
-            raise ValueError(f"projection_init={self.projection_init!r} needs center=True (fitted on the centred pooled states)")
+            raise ValueError(
+                f"projection_init={self.projection_init!r} needs center=True (fitted on the centred pooled states)"
+            )
         if isinstance(self.eval_every, int) and self.eval_every < 1:
             raise ValueError("eval_every must be >= 1 or null")
         if self.patience is not None and self.eval_every is None:
-            raise ValueError("patience needs eval_every (early stopping checks the validation metric every eval_every steps)")
+            raise ValueError(
+                "patience needs eval_every (early stopping checks the validation metric every eval_every steps)"
+            )
         for name, spec in (("query_tower", self.query_tower), ("doc_tower", self.doc_tower)):
             k = spec.trainable_layers
             if k != "all" and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
                 raise ValueError(f"{name}.trainable_layers must be 'all' or an integer >= 0, got {k!r}")
-        if self.distributed == "fsdp" and (self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None):
+        if self.distributed == "fsdp" and (
+            self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None
+        ):
             raise ValueError(
                 "distributed: fsdp shards the transformer blocks of a full forward pass; towers with a cached frozen prefix "
                 "(trainable_layers != 'all') run only their top layers and head: use distributed: ddp"
@@ -225,7 +241,9 @@ class TrainConfig(RunSettings):
         if self.optim.batch_size < 2:
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:
-            raise ValueError(f"need 0 <= data.neg_skip_top < data.neg_max_rank, got {self.data.neg_skip_top}, {self.data.neg_max_rank}")
+            raise ValueError(
+                f"need 0 <= data.neg_skip_top < data.neg_max_rank, got {self.data.neg_skip_top}, {self.data.neg_max_rank}"
+            )
 
 
 def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:

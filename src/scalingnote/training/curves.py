@@ -54,8 +54,12 @@ class Curves:
         try:  # optional dependency: torch's writer needs the tensorboard package
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            log.warning("%s: no training curves (TensorBoard event files): %s; install tensorboard "
-                        "(pip install 'scalingnote[tensorboard]'); metrics.jsonl has the same numbers", self.log_dir, e)
+            log.warning(
+                "%s: no training curves (TensorBoard event files): %s; install tensorboard "
+                "(pip install 'scalingnote[tensorboard]'); metrics.jsonl has the same numbers",
+                self.log_dir,
+                e,
+            )
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if start_step <= 0:

@@ -88,7 +88,11 @@ def _qrels_rows(spec: DataSpec, root: Path, corpus, all_queries, seed: int, show
     for i, (qid, pos_list) in enumerate(sorted(positives.items())):
         for j, pid in enumerate(sorted(pos_list)):
             neg = sample_hard_negatives(
-                {qid: run.get(qid, {})}, positives, spec.neg_skip_top, spec.neg_max_rank, seed=seed * 1_000_003 + i * 101 + j
+                {qid: run.get(qid, {})},
+                positives,
+                spec.neg_skip_top,
+                spec.neg_max_rank,
+                seed=seed * 1_000_003 + i * 101 + j,
             )[qid]
             rows.append((qid, pid, [neg] if neg else None, "bm25"))
     return rows, None
@@ -98,7 +102,9 @@ def _example(q: str, text: str, pos: Document, negs: list[Document], source: str
     return Example(q, text, pos, negs[0] if negs else None, source, tuple(negs[1:]))
 
 
-def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True, out_dir: str | Path | None = None) -> TrainingData:
+def load_training_data(
+    spec: DataSpec, seed: int, show_progress: bool = True, out_dir: str | Path | None = None
+) -> TrainingData:
     """The examples of ``spec``; ``out_dir`` (the run directory) receives ``mining_audit.jsonl``
     and, unless ``data.mining.cache_dir`` says otherwise, the mined-negative cache."""
     root = Path(spec.data_dir)
@@ -112,13 +118,20 @@ def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True, ou
     else:
         rows, mining = _qrels_rows(spec, root, corpus, all_queries, seed, show_progress, out_dir)
 
-    val_q = _split_by_query([r[0] for r in rows], spec.validation_fraction if not spec.validation_triplets else 0.0, seed)
+    val_q = _split_by_query(
+        [r[0] for r in rows], spec.validation_fraction if not spec.validation_triplets else 0.0, seed
+    )
     examples = [_example(q, all_queries[q], corpus[p], [corpus[n] for n in negs or ()], s) for q, p, negs, s in rows]
     train = [e for e in examples if e.query_id not in val_q]
     validation = [e for e in examples if e.query_id in val_q]
     if spec.validation_triplets:
         vt = load_triplets(spec.validation_triplets, all_queries, corpus)
-        validation = [Example(t.query_id, all_queries[t.query_id], corpus[t.pos_id], corpus[t.neg_id] if t.neg_id else None, t.source) for t in vt]
+        validation = [
+            Example(
+                t.query_id, all_queries[t.query_id], corpus[t.pos_id], corpus[t.neg_id] if t.neg_id else None, t.source
+            )
+            for t in vt
+        ]
     if spec.max_train_examples is not None and len(train) > spec.max_train_examples:
         rng = np.random.default_rng(seed)
         idx = np.sort(rng.choice(len(train), size=spec.max_train_examples, replace=False))
@@ -143,15 +156,23 @@ def load_training_data(spec: DataSpec, seed: int, show_progress: bool = True, ou
             dropped = len(gone)
             train = [e for e in train if e.query_id not in gone]
             validation = [e for e in validation if e.query_id not in gone]
-            log.warning("%d evaluation queries of split %r are also training queries: dropped from training", dropped, spec.eval_split)
+            log.warning(
+                "%d evaluation queries of split %r are also training queries: dropped from training",
+                dropped,
+                spec.eval_split,
+            )
             if not train:
-                raise ScalingNoteError(f"{spec.data_dir}: no training examples left after dropping the evaluation queries")
+                raise ScalingNoteError(
+                    f"{spec.data_dir}: no training examples left after dropping the evaluation queries"
+                )
         qids = sorted(eval_qrels)
         if spec.max_eval_queries is not None:
             qids = qids[: spec.max_eval_queries]
             eval_qrels = {q: eval_qrels[q] for q in qids}
         eval_queries = {q: all_queries[q] for q in qids}
-    return TrainingData(train, validation, corpus, all_queries, eval_qrels, eval_queries, dropped_eval_overlap=dropped, mining=mining)
+    return TrainingData(
+        train, validation, corpus, all_queries, eval_qrels, eval_queries, dropped_eval_overlap=dropped, mining=mining
+    )
 
 
 def epoch_order(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+import scalingnote.training.distributed as D
 from scalingnote.config import save_config
 from scalingnote.models import pair_towers
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import TrainingData, load_training_data
-import scalingnote.training.distributed as D
 from scalingnote.training.evaluate import evaluate_pair, make_validator
 from scalingnote.training.fsdp import gather_towers
 from scalingnote.training.heads import head_files, init_heads, load_heads
@@ -64,12 +64,16 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChan
     setup_lora(cfg, (qt, dt))
     trainer = Trainer(cfg, qt, dt, data.train, device, encoders=encoders)
     results["total_steps"] = trainer.total_steps
-    validate = make_validator(cfg, qt, dt, data, encoders) if data.validation and (cfg.eval_every or cfg.patience) else None
+    validate = (
+        make_validator(cfg, qt, dt, data, encoders) if data.validation and (cfg.eval_every or cfg.patience) else None
+    )
     seed_everything(cfg.seed)
     last = trainer.train(resume=resume, on_step=on_step, validate=validate)
     if validate is not None:
         results["val_curve"] = trainer.best["curve"]
-        results["best_val_per_query"] = trainer.best.get("per_query")  # per-query nDCG@10 at the best step (paired tests)
+        results["best_val_per_query"] = trainer.best.get(
+            "per_query"
+        )  # per-query nDCG@10 at the best step (paired tests)
         results.update({k: last.pop(k, None) for k in ("steps_run", "best_step", "best_val_score", "stopped_early")})
     qt, dt = _trained_towers(cfg, trainer, qt, dt, device)
     results["train_seconds"] = round(last.pop("train_seconds", 0.0), 2)
@@ -85,10 +89,18 @@ def stage1_inputs(cfg: TrainConfig) -> dict[str, Any]:
     """What a Stage I run's checkpoints depend on (:mod:`scalingnote.training.resume`): the config
     with the data files and local model directories fingerprinted."""
     d = cfg.data
-    return config_inputs(cfg, {"data.data_dir": d.data_dir, "data.triplets": d.triplets, "data.validation_triplets": d.validation_triplets,
-                               "query_tower.model": cfg.query_tower.model, "doc_tower.model": cfg.doc_tower.model,
-                               "init_heads_from": _head_inputs(cfg.init_heads_from),
-                               **({"data.mining.tower": _miner_inputs(d.mining.tower)} if d.negatives in ("dense", "mixed") else {})})
+    return config_inputs(
+        cfg,
+        {
+            "data.data_dir": d.data_dir,
+            "data.triplets": d.triplets,
+            "data.validation_triplets": d.validation_triplets,
+            "query_tower.model": cfg.query_tower.model,
+            "doc_tower.model": cfg.doc_tower.model,
+            "init_heads_from": _head_inputs(cfg.init_heads_from),
+            **({"data.mining.tower": _miner_inputs(d.mining.tower)} if d.negatives in ("dense", "mixed") else {}),
+        },
+    )
 
 
 def _miner_inputs(tower: str | None) -> Any:
@@ -134,6 +146,7 @@ def _init_heads(cfg: TrainConfig, qt, dt, data: TrainingData, encoders) -> dict[
 def _trained_towers(cfg: TrainConfig, trainer: Trainer, qt, dt, device):
     """The trained towers as ordinary modules: FSDP2 shards gathered on rank 0 (None elsewhere), LoRA merged."""
     if trainer.sharded:
+
         def fresh():  # same architecture (LoRA included) to load the gathered weights into
             towers = build_towers(cfg, device)
             setup_lora(cfg, towers)
@@ -144,7 +157,9 @@ def _trained_towers(cfg: TrainConfig, trainer: Trainer, qt, dt, device):
     return qt, dt
 
 
-def _save_and_evaluate(cfg: TrainConfig, out: Path, qt, dt, data: TrainingData, encoders, results: dict[str, Any]) -> None:
+def _save_and_evaluate(
+    cfg: TrainConfig, out: Path, qt, dt, data: TrainingData, encoders, results: dict[str, Any]
+) -> None:
     pair_towers(qt, dt)
     qt.save(out / "query_tower")
     dt.save(out / "doc_tower")

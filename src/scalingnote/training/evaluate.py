@@ -46,8 +46,16 @@ def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
         dn = truncate_normalize(encode_docs_with(dt, encoders[1], docs, cfg.eval_batch_size, False), cfg.dim)
         qn = truncate_normalize(encode_queries_with(qt, encoders[0], vtexts, cfg.eval_batch_size), cfg.dim)
         if cfg.validation_metric == "contrastive_ppl":
-            return -contrastive_perplexity(qn, vq, dn, doc_ids, qrels=qrels, temperature=cfg.loss.tau, seed=cfg.seed,
-                                           num_negatives=perplexity_negatives(len(doc_ids), qrels))
+            return -contrastive_perplexity(
+                qn,
+                vq,
+                dn,
+                doc_ids,
+                qrels=qrels,
+                temperature=cfg.loss.tau,
+                seed=cfg.seed,
+                num_negatives=perplexity_negatives(len(doc_ids), qrels),
+            )
         run = exact_search(qn, vq, dn, doc_ids, k=100)
         pq = per_query(run, qrels, ["ndcg@10"])
         # per-query nDCG@10 of this validation (the loop keeps the best one's): a choice between runs
@@ -59,8 +67,9 @@ def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
     return validate
 
 
-def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddings: Path | None = None,
-                  encoders=(None, None)) -> dict[str, float]:
+def evaluate_pair(
+    cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddings: Path | None = None, encoders=(None, None)
+) -> dict[str, float]:
     """Encode the corpus once; validation contrastive perplexity + test retrieval metrics."""
 
     t0 = time.perf_counter()
@@ -70,14 +79,24 @@ def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddi
     dn = truncate_normalize(d_emb, cfg.dim)
     if data.validation:
         vq = sorted({e.query_id for e in data.validation})
-        q_emb = truncate_normalize(encode_queries_with(qt, encoders[0], [data.queries[q] for q in vq], cfg.eval_batch_size), cfg.dim)
+        q_emb = truncate_normalize(
+            encode_queries_with(qt, encoders[0], [data.queries[q] for q in vq], cfg.eval_batch_size), cfg.dim
+        )
         out[f"{prefix}val_contrastive_ppl"] = contrastive_perplexity(
-            q_emb, vq, dn, doc_ids, qrels=data.validation_qrels(), temperature=cfg.loss.tau, seed=cfg.seed,
+            q_emb,
+            vq,
+            dn,
+            doc_ids,
+            qrels=data.validation_qrels(),
+            temperature=cfg.loss.tau,
+            seed=cfg.seed,
             num_negatives=perplexity_negatives(len(doc_ids), data.validation_qrels()),
         )
     if data.eval_qrels:
         qids = list(data.eval_queries)
-        q_emb = truncate_normalize(encode_queries_with(qt, encoders[0], [data.eval_queries[q] for q in qids], cfg.eval_batch_size), cfg.dim)
+        q_emb = truncate_normalize(
+            encode_queries_with(qt, encoders[0], [data.eval_queries[q] for q in qids], cfg.eval_batch_size), cfg.dim
+        )
         m = dense_metrics(q_emb, qids, dn, doc_ids, data.eval_qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)
         out.update({f"{prefix}{k}": v for k, v in m.items()})
     out[f"{prefix}eval_seconds"] = round(time.perf_counter() - t0, 2)
@@ -88,7 +107,9 @@ def evaluate_pair(cfg: TrainConfig, qt, dt, data, prefix: str = "", save_embeddi
     return out
 
 
-def heldout_queries(run_dir: str | Path, exclude: set[str] | None = None) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+def heldout_queries(
+    run_dir: str | Path, exclude: set[str] | None = None
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     """The validation queries of a Stage I output directory (its held-out split, or its
     validation triplets) as ``({query_id: text}, {query_id: {positive_id: 1}})``, minus
     ``exclude``: labels the run never trained on, e.g. to tune a fusion weight."""

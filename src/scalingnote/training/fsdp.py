@@ -44,11 +44,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training.checkpoint import checkpoint_dir, list_checkpoints, rng_state, set_rng_state
 from scalingnote.training.config import FsdpSpec
 from scalingnote.training.timebox import check_resumed_total
-import scalingnote.training.distributed as D
 from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,9 @@ def gather_towers(towers: Sequence[nn.Module], rebuild: Callable[[], Sequence[nn
         dev = next(new.parameters()).device
         missing, unexpected = new.load_state_dict({k: v.to(dev) for k, v in sd.items()}, strict=False)
         if missing or unexpected:
-            raise ScalingNoteError(f"FSDP: gathered state does not fit the rebuilt tower (missing {missing[:5]}, unexpected {unexpected[:5]})")
+            raise ScalingNoteError(
+                f"FSDP: gathered state does not fit the rebuilt tower (missing {missing[:5]}, unexpected {unexpected[:5]})"
+            )
         if hasattr(old, "config"):
             new.config = old.config
             new._ids = None

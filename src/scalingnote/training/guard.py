@@ -70,10 +70,14 @@ def apply_guard(mined: Sequence[MinedQuery], mining: Any) -> None:
     for mq in mined:
         floor = min(mq.positive_scores.values()) if mq.positive_scores else None
         for c in mq.candidates:
-            c.rule = next((r for r in mining.guard if rule_fires(r, c, floor, mining.guard_margin, mining.guard_top_r)), KEPT)
+            c.rule = next(
+                (r for r in mining.guard if rule_fires(r, c, floor, mining.guard_margin, mining.guard_top_r)), KEPT
+            )
 
 
-def guard_counts(mined: Sequence[MinedQuery], hidden: Mapping[str, set[str]], positives: Mapping[str, set[str]]) -> dict[str, Any]:
+def guard_counts(
+    mined: Sequence[MinedQuery], hidden: Mapping[str, set[str]], positives: Mapping[str, set[str]]
+) -> dict[str, Any]:
     """What the guard did to the hidden positives and to the true negatives of ``mined``.
 
     ``hidden``: per query, the judged positives removed from the known-positive filter;

@@ -21,7 +21,9 @@ from scalingnote.training.guard import guard_counts
 from scalingnote.training.mining import mine_windows
 
 
-def hide_positives(positives: Mapping[str, Sequence[str]], fraction: float, seed: int) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
+def hide_positives(
+    positives: Mapping[str, Sequence[str]], fraction: float, seed: int
+) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
     """(known positives, hidden positives): for every query with >= 2 positives, hide
     ``round(fraction * n)`` of them (at least 1, at most n - 1), chosen with a seeded draw."""
     if not 0 < fraction < 1:
@@ -40,9 +42,19 @@ def hide_positives(positives: Mapping[str, Sequence[str]], fraction: float, seed
     return known, hidden
 
 
-def measure_guard(spec: DataSpec, corpus: Mapping[str, Document], queries: Mapping[str, str],
-                  positives: Mapping[str, Sequence[str]], qt, dt, *, fraction: float = 0.5, seed: int = 0,
-                  show_progress: bool = False, tower_dir: str | Path | None = None) -> dict[str, Any]:
+def measure_guard(
+    spec: DataSpec,
+    corpus: Mapping[str, Document],
+    queries: Mapping[str, str],
+    positives: Mapping[str, Sequence[str]],
+    qt,
+    dt,
+    *,
+    fraction: float = 0.5,
+    seed: int = 0,
+    show_progress: bool = False,
+    tower_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """Hide ``fraction`` of the positives of multi-positive queries, mine with ``spec`` (its guard),
     and count (see :func:`~scalingnote.training.guard.guard_counts`). ``spec.mining.guard`` empty
     measures the unguarded window alone. ``tower_dir``: the towers' Stage I run (its stored corpus
@@ -52,8 +64,13 @@ def measure_guard(spec: DataSpec, corpus: Mapping[str, Document], queries: Mappi
         return {"queries_measured": 0}
     mined, seconds, source = mine_windows(spec, corpus, queries, known, qt, dt, show_progress, tower_dir)
     out = guard_counts(mined, hidden, {q: set(p) for q, p in positives.items()})
-    return {"queries_measured": len(known), "guard": list(spec.mining.guard), "mining_seconds": round(seconds, 2),
-            "document_embeddings": source, **out}
+    return {
+        "queries_measured": len(known),
+        "guard": list(spec.mining.guard),
+        "mining_seconds": round(seconds, 2),
+        "document_embeddings": source,
+        **out,
+    }
 
 
 __all__ = ["hide_positives", "measure_guard"]

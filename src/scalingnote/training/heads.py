@@ -78,7 +78,9 @@ def ridge_fit(x, y, ridge: float = 1e-3):
     return torch.linalg.solve(gram + lam * torch.eye(gram.shape[0], dtype=gram.dtype), x.T @ y).T
 
 
-def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 32, encoders=(None, None)) -> dict[str, float]:
+def init_heads(
+    qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 32, encoders=(None, None)
+) -> dict[str, float]:
     """Centre both towers and initialise their projections (``mode``: see ``TrainConfig.projection_init``).
 
     "pairs" (not in the paper): the document head = the top principal directions of the centred
@@ -92,8 +94,10 @@ def init_heads(qt, dt, examples, mode: str, *, n: int = 256, batch_size: int = 3
     if mode == "auto":
         mode = "pca" if same_base else "pairs"
     if mode in ("pca", "orthogonal"):
-        pools = {"q": _pooler(qt, encoders[0], lambda t, xs: t.tokenize_queries(xs), batch_size),
-                 "d": _pooler(dt, encoders[1], lambda t, xs: t.tokenize_documents(xs), batch_size)}
+        pools = {
+            "q": _pooler(qt, encoders[0], lambda t, xs: t.tokenize_queries(xs), batch_size),
+            "d": _pooler(dt, encoders[1], lambda t, xs: t.tokenize_documents(xs), batch_size),
+        }
         init_centers(qt, dt, examples, n=n, batch_size=batch_size, pca=mode == "pca", pools=pools)
         return {}
     if qt.projection is None or dt.projection is None:
@@ -142,14 +146,26 @@ def load_heads(qt, dt, run_dir) -> dict[str, str]:
         f = head_files(run_dir)[side]
         meta = f.parent / "tower.json"
         if tower.projection is None:
-            raise ConfigError(f, None, "init_heads_from", f"the {side} tower has no projection (dim) to load a head into")
+            raise ConfigError(
+                f, None, "init_heads_from", f"the {side} tower has no projection (dim) to load a head into"
+            )
         if not f.is_file() or not meta.is_file():
-            raise ConfigError(f, None, "init_heads_from", f"missing: {run_dir} is not a finished Stage I run with a saved {side} tower")
+            raise ConfigError(
+                f,
+                None,
+                "init_heads_from",
+                f"missing: {run_dir} is not a finished Stage I run with a saved {side} tower",
+            )
         saved = json.loads(meta.read_text(encoding="utf-8")).get("config", {})
         for key in _HEAD_SPACE:
             mine = getattr(tower.config, key)
             if saved.get(key) != mine:
-                raise ConfigError(meta, None, f"config.{key}", f"{saved.get(key)!r} != {mine!r} of the tower it would start (init_heads_from)")
+                raise ConfigError(
+                    meta,
+                    None,
+                    f"config.{key}",
+                    f"{saved.get(key)!r} != {mine!r} of the tower it would start (init_heads_from)",
+                )
         t = load_file(str(f))
         with torch.no_grad():
             tower.projection.weight.copy_(t["weight"].to(tower.projection.weight.device, tower.projection.weight.dtype))
@@ -184,7 +200,11 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
         towers.append((tower, p - c))
     if not pca or not towers:
         return
-    same_space = len(towers) == 2 and qt.config.base_model == dt.config.base_model and qt.config.hidden_size == dt.config.hidden_size
+    same_space = (
+        len(towers) == 2
+        and qt.config.base_model == dt.config.base_model
+        and qt.config.hidden_size == dt.config.hidden_size
+    )
     groups = [towers] if same_space else [[t] for t in towers]
     for group in groups:
         k = group[0][0].projection.weight.shape[0]
@@ -198,7 +218,9 @@ def init_centers(qt, dt, examples, n: int = 256, batch_size: int = 32, pca: bool
             tower.set_projection("pca", w)
 
 
-def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3, prefix=None) -> float:
+def init_student_head(
+    student, texts: list[str], targets: np.ndarray, batch_size: int = 128, ridge: float = 1e-3, prefix=None
+) -> float:
     """Linear-probe start for Eq. 14: ``c`` = mean pooled student state, ``W`` = the ridge
     least-squares map from the centred states to the teacher embeddings ``targets [n, dim]``.
 
@@ -213,8 +235,12 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     if prefix is not None:
         order = np.argsort([len(t) for t in texts], kind="stable")  # length-sorted batches: little padding
         with torch.no_grad():
-            h = torch.cat([prefix.pooled([texts[j] for j in order[i : i + batch_size]]).float().cpu()
-                           for i in range(0, len(texts), batch_size)]).double()
+            h = torch.cat(
+                [
+                    prefix.pooled([texts[j] for j in order[i : i + batch_size]]).float().cpu()
+                    for i in range(0, len(texts), batch_size)
+                ]
+            ).double()
         h = h[torch.from_numpy(np.argsort(order))]  # back to the order of ``targets``
     else:
         h = pooled_states(student, texts, lambda t, xs: t.tokenize_queries(xs), batch_size).double()
@@ -227,4 +253,13 @@ def init_student_head(student, texts: list[str], targets: np.ndarray, batch_size
     return float(((t - x @ w.T) ** 2).sum() / (t**2).sum().clamp(min=1e-12))
 
 
-__all__ = ["head_files", "init_centers", "init_heads", "init_student_head", "load_heads", "pooled_states", "ridge_fit", "top_directions"]
+__all__ = [
+    "head_files",
+    "init_centers",
+    "init_heads",
+    "init_student_head",
+    "load_heads",
+    "pooled_states",
+    "ridge_fit",
+    "top_directions",
+]

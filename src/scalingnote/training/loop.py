@@ -38,14 +38,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from scalingnote.training.curves import Curves
-import scalingnote.training.distributed as D
 from scalingnote.training.fsdp import load_latest_sharded, save_sharded
 from scalingnote.training.schedule import linear_warmup_decay
-from scalingnote.training.timebox import PACE_PROBE, check_resumed_total, fit_to_box
 from scalingnote.training.settings import LoopCadence
+from scalingnote.training.timebox import PACE_PROBE, check_resumed_total, fit_to_box
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +95,10 @@ def load_trained_state(module: nn.Module, state: dict[str, Tensor], where: str) 
     res = module.load_state_dict(state, strict=False)
     missing = [k for k in res.missing_keys if k not in frozen]
     if missing or res.unexpected_keys:
-        raise ScalingNoteError(f"{where}: checkpoint does not match the model (missing {missing[:5]}, "
-                               f"unexpected {res.unexpected_keys[:5]}): the config changed; use a new output_dir")
+        raise ScalingNoteError(
+            f"{where}: checkpoint does not match the model (missing {missing[:5]}, "
+            f"unexpected {res.unexpected_keys[:5]}): the config changed; use a new output_dir"
+        )
 
 
 def adamw(groups: list[dict], betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
@@ -106,8 +108,12 @@ def adamw(groups: list[dict], betas: Sequence[float] = (0.9, 0.999), eps: float 
     parameters keep the default (foreach) kernel."""
     params = [p for g in groups for p in g["params"]]
     devices = {p.device.type for p in params}
-    fused = (len(devices) == 1 and devices <= {"cpu", "cuda"} and all(p.is_floating_point() for p in params)
-             and not any(hasattr(p, "to_local") for p in params))
+    fused = (
+        len(devices) == 1
+        and devices <= {"cpu", "cuda"}
+        and all(p.is_floating_point() for p in params)
+        and not any(hasattr(p, "to_local") for p in params)
+    )
     return torch.optim.AdamW(groups, betas=tuple(betas), eps=eps, fused=fused or None)
 
 
@@ -138,7 +144,15 @@ class TrainLoop:
     higher_is_better = True  # validate() returns a score (True) or a loss (False)
     save_when_stopping = True  # checkpoint at a save_every step even when validation stops there
 
-    def __init__(self, out_dir: str | Path, total_steps: int, settings: LoopSettings, *, metrics_path: str | Path | None = None, is_main: bool = True):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        total_steps: int,
+        settings: LoopSettings,
+        *,
+        metrics_path: str | Path | None = None,
+        is_main: bool = True,
+    ):
         self.out = Path(out_dir)
         self.total_steps = self.planned_steps = int(total_steps)  # total_steps: as a time box re-planned it
         self.settings = settings
@@ -154,8 +168,16 @@ class TrainLoop:
         self.curves = Curves(self.out, enabled=False)  # opened by run()
 
     # -- optimizer ----------------------------------------------------------------------------
-    def build_optimizer(self, groups: list[dict], warmup_ratio: float, betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8,
-                        *, schedule: str = "linear", warmup_steps: int | None = None) -> None:
+    def build_optimizer(
+        self,
+        groups: list[dict],
+        warmup_ratio: float,
+        betas: Sequence[float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        *,
+        schedule: str = "linear",
+        warmup_steps: int | None = None,
+    ) -> None:
         """AdamW over ``groups`` (see :func:`param_groups`) + :func:`linear_warmup_decay`."""
         groups = [g for g in groups if g["params"]]
         if not groups:
@@ -163,7 +185,9 @@ class TrainLoop:
         self.optimizer = adamw(groups, betas, eps)
         warm = warmup_steps if warmup_steps is not None else math.ceil(warmup_ratio * self.total_steps)
         self.schedule_args, self.warmup_steps = (schedule, warm), warm  # the planned warm-up; the current one
-        self.scheduler = linear_warmup_decay(self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warm)
+        self.scheduler = linear_warmup_decay(
+            self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warm
+        )
 
     def trainable_params(self) -> list[Tensor]:
         return [p for g in self.optimizer.param_groups for p in g["params"]]
@@ -233,7 +257,9 @@ class TrainLoop:
         when sharded)."""
         return {
             f"{i}.{k}": _local(v).detach().clone().cpu()
-            for i, m in enumerate(self.modules()) for k, v in m.named_parameters() if v.requires_grad
+            for i, m in enumerate(self.modules())
+            for k, v in m.named_parameters()
+            if v.requires_grad
         }
 
     def restore_trainable(self, state: dict[str, Tensor]) -> None:
@@ -268,8 +294,12 @@ class TrainLoop:
             set_rng_state(per_rank[D.rank()])
         elif state.get("rng") is not None:
             if per_rank:
-                log.warning("%s: checkpoint written by %d processes, this run has %d: RNG streams are not replayed exactly",
-                            self.out, len(per_rank), D.world_size())
+                log.warning(
+                    "%s: checkpoint written by %d processes, this run has %d: RNG streams are not replayed exactly",
+                    self.out,
+                    len(per_rank),
+                    D.world_size(),
+                )
             set_rng_state(state["rng"])
         self.step = int(state["step"])
         self.best = state.get("best") or self.best
@@ -305,7 +335,11 @@ class TrainLoop:
         p = self.metrics_path
         if not p.exists() or not self.is_main:
             return
-        keep = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and self.keep_log_line(json.loads(ln), step)]
+        keep = [
+            ln
+            for ln in p.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and self.keep_log_line(json.loads(ln), step)
+        ]
         p.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
 
     def _log_step(self, comps: dict[str, float], validated: bool, seconds: float) -> None:
@@ -313,7 +347,9 @@ class TrainLoop:
         self.curves.scalars("train", {k: v for k, v in comps.items() if k not in ("val_score", "val_loss")}, self.step)
         n = self.examples_per_step()
         if seconds > 0:
-            self.curves.scalar("throughput/examples_per_s" if n else "throughput/steps_per_s", (n or 1) / seconds, self.step)
+            self.curves.scalar(
+                "throughput/examples_per_s" if n else "throughput/steps_per_s", (n or 1) / seconds, self.step
+            )
         rec = self.log_record(comps, validated)
         if rec is not None:
             self.write_log(rec)
@@ -350,8 +386,13 @@ class TrainLoop:
         comps["val_score" if self.higher_is_better else "val_loss"] = score
         better = b["score"] is None or (score > b["score"] if self.higher_is_better else score < b["score"])
         if better:
-            b.update(score=score, step=self.step, bad=0, state=self.trainable_state() if self.settings.restore_best else None,
-                     per_query=self.val_per_query())
+            b.update(
+                score=score,
+                step=self.step,
+                bad=0,
+                state=self.trainable_state() if self.settings.restore_best else None,
+                per_query=self.val_per_query(),
+            )
         else:
             b["bad"] += 1
         return self.settings.patience is not None and b["bad"] >= self.settings.patience
@@ -398,7 +439,13 @@ class TrainLoop:
         from tqdm.auto import tqdm
 
         self._set_train(True)
-        bar = tqdm(total=self.total_steps, initial=self.step, desc=self.desc, disable=not self.settings.show_progress or not self.is_main, dynamic_ncols=True)
+        bar = tqdm(
+            total=self.total_steps,
+            initial=self.step,
+            desc=self.desc,
+            disable=not self.settings.show_progress or not self.is_main,
+            dynamic_ncols=True,
+        )
         last: dict[str, float] = {}
         self._t0 = time.perf_counter()
         self.steps_done = 0
@@ -436,7 +483,11 @@ class TrainLoop:
                     bar.total = self.total_steps
                 self._postfix(bar, comps)
                 self._log_step(comps, validated, step_seconds)
-                if self.step % self.settings.save_every == 0 and self.step < self.total_steps and (self.save_when_stopping or not stop):
+                if (
+                    self.step % self.settings.save_every == 0
+                    and self.step < self.total_steps
+                    and (self.save_when_stopping or not stop)
+                ):
                     self.save()
                 self.after_step(self.step)
         except KeyboardInterrupt:

@@ -25,7 +25,15 @@ log = logging.getLogger(__name__)
 
 #: config keys that do not change what a run computes (where it writes, how often it logs /
 #: checkpoints, progress bars, where feature caches live, evaluation batch size)
-NON_INPUT_KEYS = ("output_dir", "show_progress", "save_every", "keep_checkpoints", "log_every", "feature_cache_dir", "eval_batch_size")
+NON_INPUT_KEYS = (
+    "output_dir",
+    "show_progress",
+    "save_every",
+    "keep_checkpoints",
+    "log_every",
+    "feature_cache_dir",
+    "eval_batch_size",
+)
 
 OnChange = Literal["redo", "refuse"]
 
@@ -55,7 +63,9 @@ def config_inputs(cfg: Any, paths: dict[str, Any] | None = None) -> dict[str, An
     return with_defaults(out, cfg)  # a setting added later at its default does not redo older runs
 
 
-def begin_run(out: str | Path, inputs: dict[str, Any], *, resume: bool, on_change: OnChange, stale: tuple[str, ...] = ()) -> None:
+def begin_run(
+    out: str | Path, inputs: dict[str, Any], *, resume: bool, on_change: OnChange, stale: tuple[str, ...] = ()
+) -> None:
     """Before a run loads anything: check ``out``'s checkpoints against ``inputs``. Same inputs
     (or none recorded): resume as before. Other inputs: refuse (every rank raises the same
     :class:`~scalingnote.utils.steps.StepChangedError`) or, with ``on_change="redo"`` or

@@ -10,8 +10,15 @@ import torch
 from scalingnote.errors import ScalingNoteError
 
 
-def linear_warmup_decay(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, *,
-                        schedule: str = "linear", warmup_steps: int | None = None, last_epoch: int = -1):
+def linear_warmup_decay(
+    optimizer: torch.optim.Optimizer,
+    total_steps: int,
+    warmup_ratio: float,
+    *,
+    schedule: str = "linear",
+    warmup_steps: int | None = None,
+    last_epoch: int = -1,
+):
     """Table 7: linear warm-up over ``warmup_ratio`` of the steps (or ``warmup_steps``), then linear
     decay to 0; ``schedule="constant"``: the same warm-up, then a constant rate. ``last_epoch``: the
     schedule taken up at step ``last_epoch + 1`` (a time-boxed loop's re-planned end)."""

@@ -20,15 +20,17 @@ import math
 import time
 from typing import Any
 
-from scalingnote.errors import ScalingNoteError
 import scalingnote.training.distributed as D
+from scalingnote.errors import ScalingNoteError
 from scalingnote.training.schedule import linear_warmup_decay
 
 PACE_PROBE = 10  #: the pace is read (and the end re-planned) every this many steps of a run
 REPLAN_MIN_CHANGE = 0.02  #: re-plan only when the new total differs by more than this share (and one step)
 
 
-def seconds_left(max_seconds: float | None, deadline: float | None, spent: float, now: float | None = None) -> float | None:
+def seconds_left(
+    max_seconds: float | None, deadline: float | None, spent: float, now: float | None = None
+) -> float | None:
     """What is left of the box: ``max_seconds`` less the loop's time ``spent``, and/or up to the
     monotonic ``deadline``, whichever is less; None without a box."""
     left = None if max_seconds is None else max_seconds - spent
@@ -38,7 +40,9 @@ def seconds_left(max_seconds: float | None, deadline: float | None, spent: float
     return left
 
 
-def steps_that_fit(step: int, left: float, step_s: float, val_s: float, eval_every: int, *, floor: int, cap: int) -> int:
+def steps_that_fit(
+    step: int, left: float, step_s: float, val_s: float, eval_every: int, *, floor: int, cap: int
+) -> int:
     """The total step count a box with ``left`` seconds holds from ``step``: each further step costs
     ``step_s``; a validation (``val_s``) every ``eval_every`` steps and one at the end. Clamped to
     [``max(floor, step)``, ``cap``]."""
@@ -60,7 +64,9 @@ def fit_to_box(loop: Any) -> None:
     val_s = loop.last_val_seconds if loop.has_validation() else 0.0
     new = steps_that_fit(loop.step, left, step_s, val_s, st.eval_every, floor=st.min_steps, cap=loop.planned_steps)
     new = int(D.broadcast_float(float(new)))  # under torchrun rank 0's pace decides: the ranks must stop together
-    if abs(new - loop.total_steps) > max(1, REPLAN_MIN_CHANGE * loop.total_steps) or (new == loop.step < loop.total_steps):
+    if abs(new - loop.total_steps) > max(1, REPLAN_MIN_CHANGE * loop.total_steps) or (
+        new == loop.step < loop.total_steps
+    ):
         replan(loop, new)
 
 
@@ -72,8 +78,14 @@ def replan(loop: Any, total: int, warm: int | None = None) -> None:
     if warm is None:
         warm = min(warm0, max(loop.step, math.ceil(warm0 * total / max(loop.planned_steps, 1))))
     loop.total_steps, loop.warmup_steps = int(total), int(warm)
-    loop.scheduler = linear_warmup_decay(loop.optimizer, loop.total_steps, 0.0, schedule=schedule, warmup_steps=loop.warmup_steps,
-                                         last_epoch=loop.step - 1)
+    loop.scheduler = linear_warmup_decay(
+        loop.optimizer,
+        loop.total_steps,
+        0.0,
+        schedule=schedule,
+        warmup_steps=loop.warmup_steps,
+        last_epoch=loop.step - 1,
+    )
 
 
 def check_resumed_total(loop: Any, saved: dict[str, Any], where: Any) -> None:
@@ -81,11 +93,21 @@ def check_resumed_total(loop: Any, saved: dict[str, Any], where: Any) -> None:
     a total the time box re-planned is re-applied before the scheduler's state is loaded."""
     planned = saved.get("planned_steps", saved.get("total_steps"))
     if planned != loop.planned_steps:
-        raise ScalingNoteError(f"{where}: checkpoint was made for {planned} total steps, this run has {loop.planned_steps}: "
-                               "the config changed; use a new output_dir")
+        raise ScalingNoteError(
+            f"{where}: checkpoint was made for {planned} total steps, this run has {loop.planned_steps}: "
+            "the config changed; use a new output_dir"
+        )
     total = saved.get("total_steps", planned)
     if total != loop.total_steps:
         replan(loop, total, saved.get("warmup_steps"))
 
 
-__all__ = ["PACE_PROBE", "REPLAN_MIN_CHANGE", "check_resumed_total", "fit_to_box", "replan", "seconds_left", "steps_that_fit"]
+__all__ = [
+    "PACE_PROBE",
+    "REPLAN_MIN_CHANGE",
+    "check_resumed_total",
+    "fit_to_box",
+    "replan",
+    "seconds_left",
+    "steps_that_fit",
+]

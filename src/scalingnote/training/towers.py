@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
 from scalingnote.models import PrefixTower, load_tower, load_tower_pair
 from scalingnote.models.prefix import has_lora
 from scalingnote.models.prefix import merge_lora as merge_top_lora
 from scalingnote.models.prompt import resolve_prompt
 from scalingnote.training.config import TrainConfig
-import scalingnote.training.distributed as D
 
 
 def build_towers(cfg: TrainConfig, device=None):
@@ -21,8 +21,14 @@ def build_towers(cfg: TrainConfig, device=None):
     q, d = cfg.query_tower, cfg.doc_tower
     # fp32 master weights on every device: bf16 compute on GPU comes from autocast / FSDP2's
     # MixedPrecisionPolicy, and AdamW keeps fp32 states (what `scaling plan-gpu` counts)
-    common = dict(dim=cfg.dim, matryoshka_dims=list(cfg.loss.dims), device=device, dtype=torch.float32,
-                  projection_seed=cfg.seed, doc_prompt=resolve_prompt(d.prompt))
+    common = dict(
+        dim=cfg.dim,
+        matryoshka_dims=list(cfg.loss.dims),
+        device=device,
+        dtype=torch.float32,
+        projection_seed=cfg.seed,
+        doc_prompt=resolve_prompt(d.prompt),
+    )
     if cfg.method == "scaling_dual":
         if (q.model, q.num_layers, q.layers) != (d.model, d.num_layers, d.layers):
             raise ScalingNoteError(
@@ -30,14 +36,38 @@ def build_towers(cfg: TrainConfig, device=None):
                 f"same model, num_layers and layers (got {q.model}/{q.num_layers}/{q.layers} and {d.model}/{d.num_layers}/{d.layers})"
             )
         qt, dt = load_tower_pair(
-            q.model, num_layers=q.num_layers, layers=q.layers, max_query_length=q.max_length, max_doc_length=d.max_length,
-            query_pooling=q.pooling, doc_pooling=d.pooling, **common
+            q.model,
+            num_layers=q.num_layers,
+            layers=q.layers,
+            max_query_length=q.max_length,
+            max_doc_length=d.max_length,
+            query_pooling=q.pooling,
+            doc_pooling=d.pooling,
+            **common,
         )
     else:
-        qt = load_tower(q.model, "query", num_layers=q.num_layers, layers=q.layers, pooling=q.pooling, max_query_length=q.max_length, **common)
-        dt = load_tower(d.model, "document", num_layers=d.num_layers, layers=d.layers, pooling=d.pooling, max_doc_length=d.max_length, **common)
+        qt = load_tower(
+            q.model,
+            "query",
+            num_layers=q.num_layers,
+            layers=q.layers,
+            pooling=q.pooling,
+            max_query_length=q.max_length,
+            **common,
+        )
+        dt = load_tower(
+            d.model,
+            "document",
+            num_layers=d.num_layers,
+            layers=d.layers,
+            pooling=d.pooling,
+            max_doc_length=d.max_length,
+            **common,
+        )
     if d.prompt is not None and dt.kind != "llm":
-        raise ScalingNoteError(f"doc_tower.prompt {d.prompt!r} is for LLM document towers; {d.model} is a {dt.kind} tower")
+        raise ScalingNoteError(
+            f"doc_tower.prompt {d.prompt!r} is for LLM document towers; {d.model} is a {dt.kind} tower"
+        )
     # ScalingDoc (§4.1.3) = a small query tower + the LLM document tower; the paper's query tower is
     # a BERT, and a truncated LLM of the same family is the matched-cost one where BERT cannot read
     expect = {"scaling_dual": ("llm", "llm"), "scaling_doc": (qt.kind, "llm"), "twinbert": ("bert", "bert")}[cfg.method]
@@ -59,7 +89,12 @@ def setup_lora(cfg: TrainConfig, towers) -> None:
     for t in towers:
         if t.kind != "llm" or has_lora(t.backbone):  # towers over a cached prefix got adapters on their top layers
             continue
-        lc = LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout, target_modules=cfg.lora.target_modules)
+        lc = LoraConfig(
+            r=cfg.lora.r,
+            lora_alpha=cfg.lora.alpha,
+            lora_dropout=cfg.lora.dropout,
+            target_modules=cfg.lora.target_modules,
+        )
         t.backbone = get_peft_model(t.backbone, lc)
 
 
@@ -85,11 +120,25 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
         return cfg.lora if k else None
 
     if cfg.query_tower.prefix_k is not None:
-        q_enc = PrefixTower(qt, cfg.query_tower.prefix_k, root, batch_size=cfg.eval_batch_size, lora=lora(cfg.query_tower.prefix_k), **kw)
+        q_enc = PrefixTower(
+            qt,
+            cfg.query_tower.prefix_k,
+            root,
+            batch_size=cfg.eval_batch_size,
+            lora=lora(cfg.query_tower.prefix_k),
+            **kw,
+        )
         texts = sorted({e.query for e in data.train + data.validation} | set(data.eval_queries.values()))
         q_enc.ensure(texts)
     if cfg.doc_tower.prefix_k is not None:
-        d_enc = PrefixTower(dt, cfg.doc_tower.prefix_k, root, batch_size=max(1, cfg.eval_batch_size // 4), lora=lora(cfg.doc_tower.prefix_k), **kw)
+        d_enc = PrefixTower(
+            dt,
+            cfg.doc_tower.prefix_k,
+            root,
+            batch_size=max(1, cfg.eval_batch_size // 4),
+            lora=lora(cfg.doc_tower.prefix_k),
+            **kw,
+        )
         d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, *e.negs)])
     return q_enc, d_enc
 

@@ -28,13 +28,20 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import scalingnote.training.distributed as D
 from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
-import scalingnote.training.distributed as D
 from scalingnote.training.fsdp import shard_towers
-from scalingnote.training.loop import (LoopSettings, StopTraining, TrainLoop, linear_warmup_decay, load_trained_state, param_groups,
-                                       trained_state)
+from scalingnote.training.loop import (
+    LoopSettings,
+    StopTraining,
+    TrainLoop,
+    linear_warmup_decay,
+    load_trained_state,
+    param_groups,
+    trained_state,
+)
 from scalingnote.training.losses import LossBatch, get_loss
 
 log = logging.getLogger(__name__)
@@ -106,16 +113,27 @@ class Trainer(TrainLoop):
         total = math.ceil(cfg.optim.epochs * self.steps_per_epoch)
         o = cfg.optim
         settings = LoopSettings(
-            **cfg.cadence(), max_grad_norm=o.max_grad_norm,
-            eval_every=self.steps_per_epoch if cfg.eval_every == "epoch" else cfg.eval_every, patience=cfg.patience, restore_best=cfg.restore_best,
+            **cfg.cadence(),
+            max_grad_norm=o.max_grad_norm,
+            eval_every=self.steps_per_epoch if cfg.eval_every == "epoch" else cfg.eval_every,
+            patience=cfg.patience,
+            restore_best=cfg.restore_best,
         )
-        super().__init__(cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0)
+        super().__init__(
+            cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0
+        )
         self.desc = f"stage I ({cfg.method})"
         # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
         if cfg.distributed == "fsdp":
             self.sharded = shard_towers([query_tower, doc_tower], self.device, cfg.fsdp, cfg.precision)
-        self.build_optimizer(param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps,
-                             schedule=o.schedule, warmup_steps=o.warmup_steps)
+        self.build_optimizer(
+            param_groups([query_tower, doc_tower], o.lr, o.head_lr, o.weight_decay),
+            o.warmup_ratio,
+            o.betas,
+            o.eps,
+            schedule=o.schedule,
+            warmup_steps=o.warmup_steps,
+        )
         self.use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self._validate_fn: Callable[[], float] | None = None
         self._on_step: Callable[[int], None] | None = None
@@ -126,14 +144,26 @@ class Trainer(TrainLoop):
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
-    def _forward(self, exs: Sequence[Example], n_neg: int, mask: Tensor | None) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
+    def _forward(
+        self, exs: Sequence[Example], n_neg: int, mask: Tensor | None
+    ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor] | None]:
         """The batch's embeddings: queries, positives and ``n_neg`` hard-negative rows per query
         (query-major; ``mask``, :func:`negative_mask` of ``exs``: zero rows in the missing slots)."""
         with self._autocast():
             texts = [e.query for e in exs]
-            q = self.q_prefix.queries(texts) if self.q_prefix is not None else embed_queries(self.q_tower, texts, self.device)
-            docs = [e.pos for e in exs] + [d for e in exs for d in e.negs[:n_neg]]  # only the real negatives are encoded
-            views = self.d_prefix.documents(docs) if self.d_prefix is not None else embed_documents(self.d_tower, docs, self.device)
+            q = (
+                self.q_prefix.queries(texts)
+                if self.q_prefix is not None
+                else embed_queries(self.q_tower, texts, self.device)
+            )
+            docs = [e.pos for e in exs] + [
+                d for e in exs for d in e.negs[:n_neg]
+            ]  # only the real negatives are encoded
+            views = (
+                self.d_prefix.documents(docs)
+                if self.d_prefix is not None
+                else embed_documents(self.d_tower, docs, self.device)
+            )
         keep = getattr(getattr(self.d_tower, "prompt", None), "loss_views", None)  # prompt presets without some views
         if keep:
             views = {k: v for k, v in views.items() if k in keep}
@@ -149,8 +179,9 @@ class Trainer(TrainLoop):
         rows = mask.nonzero().squeeze(1).to(q.device)  # the real negatives' slots in the padded [B*n] layout
         return q, pos, {k: r.new_zeros(n * n_neg, r.shape[-1]).index_copy(0, rows, r) for k, r in real.items()}
 
-    def _loss(self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None,
-              mask: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+    def _loss(
+        self, q: Tensor, pos: dict[str, Tensor], neg: dict[str, Tensor] | None, mask: Tensor | None = None
+    ) -> tuple[Tensor, dict[str, float]]:
         """The configured Stage I loss (``loss.name``; the paper's Eq. 12 by default) over this
         process's batch and the batch gathered from every process (cross-process negatives);
         ``mask`` marks the real rows of a padded ``neg`` (:func:`negative_mask`)."""
@@ -167,7 +198,9 @@ class Trainer(TrainLoop):
             neg_all={k: D.gather_with_grad(v) for k, v in neg.items()} if neg is not None else None,
             offset=D.rank() * q.shape[0],
             neg_mask=mask,
-            neg_mask_all=D.gather_with_grad(mask.to(torch.uint8)).bool() if mask is not None and D.is_distributed() else mask,
+            neg_mask_all=D.gather_with_grad(mask.to(torch.uint8)).bool()
+            if mask is not None and D.is_distributed()
+            else mask,
         )
         return self.loss_fn(batch, self.cfg.loss)
 
@@ -183,7 +216,10 @@ class Trainer(TrainLoop):
             loss.backward()
             return comps
         chunks = [exs[i : i + micro] for i in range(0, len(exs), micro)]
-        cuts = [None if mask is None else mask[i * n_neg : (i + len(c)) * n_neg] for i, c in zip(range(0, len(exs), micro), chunks)]
+        cuts = [
+            None if mask is None else mask[i * n_neg : (i + len(c)) * n_neg]
+            for i, c in zip(range(0, len(exs), micro), chunks)
+        ]
         masks = [None if m is None or bool(m.all()) else m for m in cuts]  # each chunk's slice of the batch's mask
         states, qs, poss, negs = [], [], [], []
         with torch.no_grad():
@@ -258,15 +294,23 @@ class Trainer(TrainLoop):
         return self.cfg.optim.batch_size
 
     def val_tag(self) -> str:  # make_validator: nDCG@10, or minus the contrastive perplexity
-        return "val/neg_contrastive_ppl" if self.cfg.validation_metric == "contrastive_ppl" else f"val/{self.cfg.validation_metric}"
+        return (
+            "val/neg_contrastive_ppl"
+            if self.cfg.validation_metric == "contrastive_ppl"
+            else f"val/{self.cfg.validation_metric}"
+        )
 
     def _batch_for_step(self, step: int) -> list[Example]:
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = epoch_order(len(self.examples), self.cfg.optim.batch_size, self.cfg.seed, epoch)[i]
         return [self.examples[j] for j in D.rank_slice(idx)]
 
-    def train(self, resume: bool = True, on_step: Callable[[int], None] | None = None,
-              validate: Callable[[], float] | None = None) -> dict[str, float]:
+    def train(
+        self,
+        resume: bool = True,
+        on_step: Callable[[int], None] | None = None,
+        validate: Callable[[], float] | None = None,
+    ) -> dict[str, float]:
         """Run to ``total_steps``. ``on_step(step)`` is called after each optimizer step (and
         after any checkpoint of that step); raising :class:`StopTraining` there stops cleanly.
 
@@ -280,4 +324,13 @@ class Trainer(TrainLoop):
             self._on_step = self._validate_fn = None
 
 
-__all__ = ["StopTraining", "Trainer", "batch_negatives", "embed_documents", "embed_queries", "linear_warmup_decay", "negative_mask", "param_groups"]
+__all__ = [
+    "StopTraining",
+    "Trainer",
+    "batch_negatives",
+    "embed_documents",
+    "embed_queries",
+    "linear_warmup_decay",
+    "negative_mask",
+    "param_groups",
+]

@@ -97,4 +97,3 @@ def relocated(recorded: str | Path, root: str | Path) -> Path:
         if q.exists():
             return q
     return p
-

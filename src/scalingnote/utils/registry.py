@@ -78,8 +78,10 @@ class Registry(Generic[T]):
             return self._entries[name]
         if isinstance(name, str) and ":" in name:
             return import_dotted(name, option, self.what)  # type: ignore[return-value]
-        raise RegistryError(f"{where}unknown {self.what} {name!r}; known: {', '.join(self.names())} "
-                            "(or a dotted path 'package.module:attribute')")
+        raise RegistryError(
+            f"{where}unknown {self.what} {name!r}; known: {', '.join(self.names())} "
+            "(or a dotted path 'package.module:attribute')"
+        )
 
     def names(self) -> list[str]:
         return sorted(self._entries)

@@ -103,5 +103,5 @@ def run_metadata(config: Any = None) -> dict[str, Any]:
         "config": _plain(config) if config is not None else None,
         "versions": package_versions(),
         "machine": machine_description(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }

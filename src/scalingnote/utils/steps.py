@@ -134,7 +134,9 @@ def canonical(obj: Any) -> Any:
         return obj
     if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
         return canonical(obj.item())
-    raise ScalingNoteError(f"step inputs: cannot record a {type(obj).__name__} value ({obj!r:.80}); pass JSON values, dataclasses or Paths")
+    raise ScalingNoteError(
+        f"step inputs: cannot record a {type(obj).__name__} value ({obj!r:.80}); pass JSON values, dataclasses or Paths"
+    )
 
 
 def _digest_of(canon: Any) -> str:
@@ -271,7 +273,11 @@ def _compare(step_dir: Path, canon: dict[str, Any]) -> tuple[StepState, list[str
         busy = step_dir.is_dir() and any(not p.name.startswith(".") for p in step_dir.iterdir())
         return ("partial" if busy else "missing"), [], ""
     if "digest" not in rec or "inputs" not in rec:
-        return "changed", ["<unrecorded>"], f"{step_dir / which} records no inputs (written before input digests were kept)"
+        return (
+            "changed",
+            ["<unrecorded>"],
+            f"{step_dir / which} records no inputs (written before input digests were kept)",
+        )
     keys = [] if rec["digest"] == _digest_of(canon) else diff_keys(rec["inputs"], canon)
     if not keys:  # the same inputs (up to settings added or retired at an empty default)
         return ("done" if which == MARKER else "partial"), [], ""
@@ -304,7 +310,9 @@ def check_step(step_dir: str | Path, inputs: dict, *, on_change: Literal["redo",
     if state == "changed":
         if on_change == "refuse":
             raise StepChangedError(
-                d, keys, f"{d}: made from other inputs than this run's ({what}); use a new output directory, or delete {d} to redo it"
+                d,
+                keys,
+                f"{d}: made from other inputs than this run's ({what}); use a new output directory, or delete {d} to redo it",
             )
         log.warning("%s: inputs changed (%s): redoing this step", d, what)
         (d / MARKER).unlink(missing_ok=True)
@@ -318,7 +326,9 @@ def mark_step(step_dir: str | Path, inputs: dict, info: dict | None = None) -> N
     canon = canonical(inputs)
     rec = {"inputs": canon, "digest": _digest_of(canon)}
     write_json(d / RECORD, rec)
-    write_json(d / MARKER, {**rec, "info": info or {}, "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+    write_json(
+        d / MARKER, {**rec, "info": info or {}, "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+    )
 
 
 __all__ = [

@@ -33,8 +33,15 @@ def built(tmp_path_factory, syn_vectors, ids):
     out = {}
     for f in FACTORIES:
         out[f] = build_index(
-            syn_vectors, root / f.replace(",", "_"), f, doc_ids=ids, train_size=TRAIN_SIZE.get(f, 100_000),
-            semantic_ids_layers=3, codebook_size=16, seed=0, progress=False,
+            syn_vectors,
+            root / f.replace(",", "_"),
+            f,
+            doc_ids=ids,
+            train_size=TRAIN_SIZE.get(f, 100_000),
+            semantic_ids_layers=3,
+            codebook_size=16,
+            seed=0,
+            progress=False,
         )
     return out
 
@@ -83,7 +90,11 @@ def test_manifest_contents(built, syn_vectors):
         assert m["build_seconds"] > 0 and m["build_seconds"] >= parts - 0.002, (f, m["build_seconds"], parts)
         assert m["index_bytes"] == (path / "index.faiss").stat().st_size
         assert m["semantic_ids"]["n_layers"] == 3 and m["semantic_ids"]["codebook_sizes"] == [16, 16, 16]
-        assert (path / "vectors.npy").is_file() and (path / "doc_ids.json").is_file() and (path / "semantic_ids.npy").is_file()
+        assert (
+            (path / "vectors.npy").is_file()
+            and (path / "doc_ids.json").is_file()
+            and (path / "semantic_ids.npy").is_file()
+        )
     code = {f: json.loads((p / "manifest.json").read_text())["code_bytes_per_vector"] for f, p in built.items()}
     assert code == {"Flat": 128, "IVF16,PQ8x8": 8, "HNSW16": 128, "HNSW16_PQ8": 8, "OPQ8,IVF16,PQ8": 8}
     m = json.loads((built["IVF16,PQ8x8"] / "manifest.json").read_text())
@@ -121,7 +132,15 @@ def test_search_parameters_per_call(built, syn_vectors, syn_queries):
 
 
 def test_k_larger_than_corpus_and_query_checks(tmp_path, syn_vectors, syn_queries):
-    path = build_index(syn_vectors[:5], tmp_path / "tiny", "Flat", doc_ids=list("abcde"), semantic_ids_layers=2, codebook_size=4, progress=False)
+    path = build_index(
+        syn_vectors[:5],
+        tmp_path / "tiny",
+        "Flat",
+        doc_ids=list("abcde"),
+        semantic_ids_layers=2,
+        codebook_size=4,
+        progress=False,
+    )
     idx = DenseIndex.open(path)
     res = idx.search(syn_queries[:2], k=8)
     assert res.scores.shape == (2, 8) and all(len(d) == 5 for d in res.doc_ids)
@@ -136,7 +155,9 @@ def test_k_larger_than_corpus_and_query_checks(tmp_path, syn_vectors, syn_querie
 
 
 def test_matryoshka_prefix(tmp_path, syn_vectors, syn_queries, ids):
-    path = build_index(syn_vectors, tmp_path / "m16", "Flat", doc_ids=ids, dim=16, semantic_ids_layers=0, progress=False)
+    path = build_index(
+        syn_vectors, tmp_path / "m16", "Flat", doc_ids=ids, dim=16, semantic_ids_layers=0, progress=False
+    )
     idx = DenseIndex.open(path)
     assert idx.vectors.shape == (len(syn_vectors), 16)
     np.testing.assert_allclose(np.linalg.norm(idx.vectors, axis=1), 1.0, atol=1e-5)
@@ -167,7 +188,15 @@ def test_build_errors_are_clear_and_leave_nothing(tmp_path, syn_vectors, ids):
     build_index(syn_vectors[:50], tmp_path / "y", "Flat", doc_ids=ids[:50], semantic_ids_layers=0, progress=False)
     with pytest.raises(ScalingNoteError, match="already exists"):
         build_index(syn_vectors[:50], tmp_path / "y", "Flat", doc_ids=ids[:50], progress=False)
-    build_index(syn_vectors[:60], tmp_path / "y", "HNSW8", doc_ids=ids[:60], semantic_ids_layers=0, overwrite=True, progress=False)
+    build_index(
+        syn_vectors[:60],
+        tmp_path / "y",
+        "HNSW8",
+        doc_ids=ids[:60],
+        semantic_ids_layers=0,
+        overwrite=True,
+        progress=False,
+    )
     assert len(DenseIndex.open(tmp_path / "y")) == 60
     assert sorted(p.name for p in tmp_path.iterdir()) == ["y"]
     with pytest.raises(ScalingNoteError, match="not an index directory"):
@@ -175,8 +204,26 @@ def test_build_errors_are_clear_and_leave_nothing(tmp_path, syn_vectors, ids):
 
 
 def test_train_sample_is_seeded(tmp_path, syn_vectors, syn_queries, ids):
-    a = build_index(syn_vectors, tmp_path / "a", "IVF16,PQ8x8", doc_ids=ids, train_size=1000, seed=5, semantic_ids_layers=0, progress=False)
-    b = build_index(syn_vectors, tmp_path / "b", "IVF16,PQ8x8", doc_ids=ids, train_size=1000, seed=5, semantic_ids_layers=0, progress=False)
+    a = build_index(
+        syn_vectors,
+        tmp_path / "a",
+        "IVF16,PQ8x8",
+        doc_ids=ids,
+        train_size=1000,
+        seed=5,
+        semantic_ids_layers=0,
+        progress=False,
+    )
+    b = build_index(
+        syn_vectors,
+        tmp_path / "b",
+        "IVF16,PQ8x8",
+        doc_ids=ids,
+        train_size=1000,
+        seed=5,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     assert (a / "index.faiss").read_bytes() == (b / "index.faiss").read_bytes()
     assert json.loads((a / "manifest.json").read_text())["n_train"] == 1000
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from scalingnote.cli import app as cli
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
-from scalingnote.index.routing.method_tune import LATENCY_TIE, choose_method, fastest_within_tie
 from scalingnote.index.faiss.methods import default_routing, load_state, query_edge_variants
+from scalingnote.index.routing.method_tune import LATENCY_TIE, choose_method, fastest_within_tie
 from scalingnote.index.routing.routing import RoutedIndex
 from scalingnote.index.tune import exact_topk, recall_vs_exact, save_search_defaults
 
@@ -36,14 +36,26 @@ def data():
 def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     x, vq, tq = data
     cfg = default_routing(method, N, D, seed=0)
-    out = build_index(x, tmp_path / method, method=method, routing=cfg, train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
-                      semantic_ids_layers=0, progress=False)
+    out = build_index(
+        x,
+        tmp_path / method,
+        method=method,
+        routing=cfg,
+        train_queries=tq,
+        doc_ids=[f"d{i}" for i in range(N)],
+        semantic_ids_layers=0,
+        progress=False,
+    )
     man = json.loads((out / "manifest.json").read_text())
     assert man["routing"]["method"] == method and man["factory"].startswith(f"{method}:")
-    assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (method in ("ivf_qmetric", "hnsw_sq_qg"))
+    assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (
+        method in ("ivf_qmetric", "hnsw_sq_qg")
+    )
     knob = {"ef_search": 32} if method.startswith("hnsw") else {"nprobe": 4}
     # the structure the tuner measured (built in memory the same way) returns the same hits as the saved one
-    ref = RoutedIndex.build(x, cfg, train_queries=tq if method in ("ivf_qmetric", "hnsw_sq_qg") else None).search(vq, 10, rerank=50, **knob)
+    ref = RoutedIndex.build(x, cfg, train_queries=tq if method in ("ivf_qmetric", "hnsw_sq_qg") else None).search(
+        vq, 10, rerank=50, **knob
+    )
     got = DenseIndex.open(out).search(vq, 10, rerank=50, **knob)
     assert recall_vs_exact(np.asarray(got.indices), ref.ids) == 1.0
 
@@ -59,10 +71,22 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     fit = [r for r in rows.values() if r["within_memory"] and r["met"]]
     assert all(r["latency_ms_single"] > 0 for r in fit)  # each met setting timed one query at a time
     fastest = min(r["latency_ms_single"] for r in fit)  # the first listed within the tie margin of the fastest
-    assert rep["met"] and rep["chosen"]["method"] == next(r for r in fit if r["latency_ms_single"] <= fastest * (1 + LATENCY_TIE))["method"]
+    assert (
+        rep["met"]
+        and rep["chosen"]["method"]
+        == next(r for r in fit if r["latency_ms_single"] <= fastest * (1 + LATENCY_TIE))["method"]
+    )
     method = rep["chosen"]["method"]
-    out = build_index(x, tmp_path / "chosen", method=method, routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
-                      semantic_ids_layers=0, progress=False)
+    out = build_index(
+        x,
+        tmp_path / "chosen",
+        method=method,
+        routing=rep["routing"],
+        train_queries=tq,
+        doc_ids=[f"d{i}" for i in range(N)],
+        semantic_ids_layers=0,
+        progress=False,
+    )
     save_search_defaults(out, rep)
     idx = DenseIndex.open(out)
     tuning = idx.manifest["search_tuning"]
@@ -72,25 +96,50 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     explicit = idx.search(vq, 10, rerank=rep["chosen"]["rerank"] or 0, **{knob: rep["chosen"][knob]})
     assert np.array_equal(default.indices, explicit.indices)
     # the recall it was chosen with is the recall it serves
-    assert recall_vs_exact(np.asarray(default.indices), exact_topk(x, vq, 10)) == pytest.approx(rep["chosen"]["recall"], abs=1e-4)
+    assert recall_vs_exact(np.asarray(default.indices), exact_topk(x, vq, 10)) == pytest.approx(
+        rep["chosen"]["recall"], abs=1e-4
+    )
 
 
 def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_path, data):
     x, vq, tq = data
-    assert [v.query_edges for v in query_edge_variants(default_routing("hnsw_sq_qg", N, D, hnsw_m=16))] == [16]  # no room for 32 in 2 x 16 slots
+    assert [v.query_edges for v in query_edge_variants(default_routing("hnsw_sq_qg", N, D, hnsw_m=16))] == [
+        16
+    ]  # no room for 32 in 2 x 16 slots
     variants = query_edge_variants(default_routing("hnsw_sq_qg", N, D, seed=0, hnsw_m=32))
     assert [v.query_edges for v in variants] == [16, 32]
-    rep = choose_method(x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants}, target=0.95, memory_bound=10.0, seed=0)
+    rep = choose_method(
+        x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants}, target=0.95, memory_bound=10.0, seed=0
+    )
     rows = rep["methods"]
     assert [r["structure"] for r in rows] == ["hnsw_sq_qg:HNSW32,SQ4,QG16", "hnsw_sq_qg:HNSW32,SQ4,QG32"]
     best = fastest_within_tie([r for r in rows if r["met"]])[0]
     assert rep["chosen"]["structure"] == best["structure"]
-    assert rep["routing"]["query_edges"] == int(best["structure"].rsplit("QG", 1)[1])  # the chosen variant's config, not the last one's
+    assert rep["routing"]["query_edges"] == int(
+        best["structure"].rsplit("QG", 1)[1]
+    )  # the chosen variant's config, not the last one's
     # in either order the config built is the winner's, not the last one swept (the winner itself is timed again: it may differ)
-    rev = choose_method(x, vq, tq, methods=("hnsw_sq_qg",), routing={"hnsw_sq_qg": variants[::-1]}, target=0.95, memory_bound=10.0, seed=0)
+    rev = choose_method(
+        x,
+        vq,
+        tq,
+        methods=("hnsw_sq_qg",),
+        routing={"hnsw_sq_qg": variants[::-1]},
+        target=0.95,
+        memory_bound=10.0,
+        seed=0,
+    )
     assert rev["routing"]["query_edges"] == int(rev["chosen"]["structure"].rsplit("QG", 1)[1])
-    out = build_index(x, tmp_path / "qg", method="hnsw_sq_qg", routing=rep["routing"], train_queries=tq, doc_ids=[f"d{i}" for i in range(N)],
-                      semantic_ids_layers=0, progress=False)
+    out = build_index(
+        x,
+        tmp_path / "qg",
+        method="hnsw_sq_qg",
+        routing=rep["routing"],
+        train_queries=tq,
+        doc_ids=[f"d{i}" for i in range(N)],
+        semantic_ids_layers=0,
+        progress=False,
+    )
     assert json.loads((out / "manifest.json").read_text())["factory"] == best["structure"]
 
 
@@ -116,9 +165,19 @@ def test_query_fitted_methods_without_training_queries_are_skipped_and_routed_re
 def test_rebuilding_ivf_qmetric_reuses_its_stored_metric(tmp_path, data):
     x, _, tq = data
     ids = [f"d{i}" for i in range(N)]
-    a = build_index(x, tmp_path / "a", method="ivf_qmetric", train_queries=tq, doc_ids=ids, semantic_ids_layers=0, progress=False)
+    a = build_index(
+        x, tmp_path / "a", method="ivf_qmetric", train_queries=tq, doc_ids=ids, semantic_ids_layers=0, progress=False
+    )
     state = load_state(a, json.loads((a / "manifest.json").read_text()))
-    b = build_index(x, tmp_path / "b", method="ivf_qmetric", routing_state={"a": state["a"]}, doc_ids=ids, semantic_ids_layers=0, progress=False)
+    b = build_index(
+        x,
+        tmp_path / "b",
+        method="ivf_qmetric",
+        routing_state={"a": state["a"]},
+        doc_ids=ids,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     sb = load_state(b, json.loads((b / "manifest.json").read_text()))
     assert np.allclose(sb["a"], state["a"]) and np.allclose(sb["centroids"], state["centroids"], atol=1e-4)
 
@@ -135,21 +194,56 @@ def beir_dir(tmp_path_factory, tiny_corpus, queries_factory):
 
 def test_index_build_cli_method_then_search_without_flags(tmp_path, beir_dir, tiny_bert_dir):
     idx = tmp_path / "idx"
-    r = CliRunner().invoke(cli, ["index", "build", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--method", "hnsw_pq", "--out", str(idx),
-                                 "--semantic-ids-layers", "0"])
+    r = CliRunner().invoke(
+        cli,
+        [
+            "index",
+            "build",
+            "--tower",
+            str(tiny_bert_dir),
+            "--data",
+            str(beir_dir),
+            "--method",
+            "hnsw_pq",
+            "--out",
+            str(idx),
+            "--semantic-ids-layers",
+            "0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     man = json.loads((idx / "manifest.json").read_text())
-    assert man["routing"]["method"] == "hnsw_pq" and man["faiss_class"] == "IndexHNSWPQ" and "ef_search" in man["search_defaults"]
-    r = CliRunner().invoke(cli, ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--query", "protein folding", "--k", "3"])
+    assert (
+        man["routing"]["method"] == "hnsw_pq"
+        and man["faiss_class"] == "IndexHNSWPQ"
+        and "ef_search" in man["search_defaults"]
+    )
+    r = CliRunner().invoke(
+        cli,
+        ["search", "--index", str(idx), "--query-tower", str(tiny_bert_dir), "--query", "protein folding", "--k", "3"],
+    )
     assert r.exit_code == 0, r.output
     hits = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
     assert len(hits) == 3 and all(h.get("id") or h.get("doc_id") for h in hits)
 
 
 def test_index_build_cli_query_guided_graph_needs_and_takes_training_queries(tmp_path, beir_dir, tiny_bert_dir):
-    args = ["index", "build", "--tower", str(tiny_bert_dir), "--data", str(beir_dir), "--method", "hnsw_sq_qg", "--semantic-ids-layers", "0"]
+    args = [
+        "index",
+        "build",
+        "--tower",
+        str(tiny_bert_dir),
+        "--data",
+        str(beir_dir),
+        "--method",
+        "hnsw_sq_qg",
+        "--semantic-ids-layers",
+        "0",
+    ]
     r = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "none")])
-    assert isinstance(r.exception, ScalingNoteError) and "needs train_queries" in str(r.exception)  # the CLI prints it as one line
+    assert isinstance(r.exception, ScalingNoteError) and "needs train_queries" in str(
+        r.exception
+    )  # the CLI prints it as one line
     assert not (tmp_path / "none").exists()  # nothing half-written
     tq = tmp_path / "tq.npy"
     from scalingnote.models import load_tower
@@ -159,20 +253,40 @@ def test_index_build_cli_query_guided_graph_needs_and_takes_training_queries(tmp
     r = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "qg"), "--train-queries", str(tq)])
     assert r.exit_code == 0, r.output
     man = json.loads((tmp_path / "qg" / "manifest.json").read_text())
-    assert man["routing"]["method"] == "hnsw_sq_qg" and ",QG" in man["factory"] and man["routing"]["file"] == "routing.npz"
-    r = CliRunner().invoke(cli, ["search", "--index", str(tmp_path / "qg"), "--query-tower", str(tiny_bert_dir), "--query", "protein folding", "--k", "3"])
+    assert (
+        man["routing"]["method"] == "hnsw_sq_qg" and ",QG" in man["factory"] and man["routing"]["file"] == "routing.npz"
+    )
+    r = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--index",
+            str(tmp_path / "qg"),
+            "--query-tower",
+            str(tiny_bert_dir),
+            "--query",
+            "protein folding",
+            "--k",
+            "3",
+        ],
+    )
     assert r.exit_code == 0 and len([line for line in r.output.splitlines() if line.startswith("{")]) == 3, r.output
 
 
 def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes():
     from scalingnote.index.faiss.methods import hnsw_m_within
+
     assert default_routing("hnsw_pq", 50_000, 384).hnsw_m == 32  # 0.22 of the floats
     assert default_routing("hnsw_pq", 50_000, 128).hnsw_m == 8  # M=32 would take 0.57 of them
     assert default_routing("hnsw_pq", 50_000, 128, hnsw_m=32).hnsw_m == 32  # asked for: kept
     assert hnsw_m_within(64, 8) == 4
-    assert default_routing("hnsw_sq", 50_000, 576).hnsw_m == 32  # 4-bit codes (288 bytes) + the graph: 0.245 of the floats
+    assert (
+        default_routing("hnsw_sq", 50_000, 576).hnsw_m == 32
+    )  # 4-bit codes (288 bytes) + the graph: 0.245 of the floats
     assert default_routing("hnsw_sq", 50_000, 384).hnsw_m == 16
-    assert default_routing("hnsw_sq", 50_000, 384, sq_bits=8).hnsw_m == 8  # 8-bit codes alone take 1/4: the smallest graph allowed
+    assert (
+        default_routing("hnsw_sq", 50_000, 384, sq_bits=8).hnsw_m == 8
+    )  # 8-bit codes alone take 1/4: the smallest graph allowed
     rng0 = np.random.default_rng(1)
     z = rng0.standard_normal((3_000, 128)).astype(np.float32)
     z /= np.linalg.norm(z, axis=1, keepdims=True)
@@ -190,8 +304,11 @@ def test_the_hnsw_graph_is_sized_to_the_memory_bound_of_the_vectors_it_indexes()
 
 
 def test_a_latency_difference_below_the_tie_margin_keeps_the_first_listed_method():
-    rows = [{"method": "ivf", "latency_ms_single": 1.10}, {"method": "ivf_rabitq", "latency_ms_single": 1.00},
-            {"method": "hnsw_pq", "latency_ms_single": 2.00}]
+    rows = [
+        {"method": "ivf", "latency_ms_single": 1.10},
+        {"method": "ivf_rabitq", "latency_ms_single": 1.00},
+        {"method": "hnsw_pq", "latency_ms_single": 2.00},
+    ]
     best, tied = fastest_within_tie(rows, tie=0.25)
     assert best["method"] == "ivf" and [r["method"] for r in tied] == ["ivf", "ivf_rabitq"]
     # outside the margin the fastest wins whatever its position

@@ -48,7 +48,9 @@ def test_recall_rises_with_probes_and_the_refine_reaches_exact(data):
     exact = exact_topk(x, q, 10)
     runs = [r.search(q, 10, nprobe=p) for p in (1, 4, 32)]
     recalls = [recall_vs_exact(res.ids, exact) for res in runs]
-    assert recalls[0] <= recalls[1] <= recalls[2] < 0.99, recalls  # the 4-bit estimate alone misses some of the exact top 10
+    assert recalls[0] <= recalls[1] <= recalls[2] < 0.99, (
+        recalls
+    )  # the 4-bit estimate alone misses some of the exact top 10
     assert runs[0].codes < runs[1].codes < runs[2].codes
     full = r.search(q, 10, nprobe=32, rerank=200)  # every list, the top 200 re-scored exactly
     assert recall_vs_exact(full.ids, exact) >= 0.99
@@ -62,7 +64,10 @@ def test_recall_rises_with_probes_and_the_refine_reaches_exact(data):
 
 def test_bad_options_are_refused_before_faiss_sees_them(data):
     x, _ = data
-    for field, value, msg in (("rabitq_bits", 12, "rabitq_bits must be one of 1..9"), ("rabitq_qb", 0, "rabitq_qb must be in 1..8")):
+    for field, value, msg in (
+        ("rabitq_bits", 12, "rabitq_bits must be one of 1..9"),
+        ("rabitq_qb", 0, "rabitq_qb must be in 1..8"),
+    ):
         with pytest.raises(ScalingNoteError, match=msg):
             RoutedIndex.build(x[:200], RoutingConfig(method="ivf_rabitq", nlist=4, **{field: value}))
 
@@ -70,8 +75,15 @@ def test_bad_options_are_refused_before_faiss_sees_them(data):
 def test_built_saved_loaded_and_served_with_the_knobs_it_declares(tmp_path, data):
     x, q = data
     ids = [f"d{i}" for i in range(N)]
-    out = build_index(x, tmp_path / "rq", method="ivf_rabitq", routing=RoutingConfig(method="ivf_rabitq", nlist=32, seed=0),
-                      doc_ids=ids, semantic_ids_layers=0, progress=False)
+    out = build_index(
+        x,
+        tmp_path / "rq",
+        method="ivf_rabitq",
+        routing=RoutingConfig(method="ivf_rabitq", nlist=32, seed=0),
+        doc_ids=ids,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     man = json.loads((out / "manifest.json").read_text())
     assert man["factory"] == "ivf_rabitq:IVF32,RaBitQfs4,qb8" and man["routing"]["method"] == "ivf_rabitq"
     idx = DenseIndex.open(out)

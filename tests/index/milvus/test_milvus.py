@@ -29,7 +29,13 @@ def _same_topk(ref, got, k: int, tol: float = 1e-5) -> None:
     for q in range(len(ref.doc_ids)):
         r, g, s = ref.doc_ids[q][:k], got.doc_ids[q][:k], ref.scores[q, :k]
         kth = s[-1]
-        untied = {r[i] for i in range(k) if abs(s[i] - kth) > tol and (i == 0 or abs(s[i] - s[i - 1]) > tol) and (i == k - 1 or abs(s[i] - s[i + 1]) > tol)}
+        untied = {
+            r[i]
+            for i in range(k)
+            if abs(s[i] - kth) > tol
+            and (i == 0 or abs(s[i] - s[i - 1]) > tol)
+            and (i == k - 1 or abs(s[i] - s[i + 1]) > tol)
+        }
         assert untied <= set(g), f"query {q}: {sorted(untied - set(g))} missing from the Milvus top-{k}"
         strict = {r[i] for i in range(k) if abs(s[i] - kth) > tol}
         assert strict <= set(g), f"query {q}: documents above the k-th score missing"
@@ -39,7 +45,9 @@ def _same_topk(ref, got, k: int, tol: float = 1e-5) -> None:
 def flat_index(tmp_path_factory, syn_vectors):
     out = tmp_path_factory.mktemp("milvus-faiss") / "flat"
     ids = [f"doc-{i}" for i in range(len(syn_vectors))]
-    return build_index(syn_vectors, out, "Flat", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=3, codebook_size=16, progress=False)
+    return build_index(
+        syn_vectors, out, "Flat", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=3, codebook_size=16, progress=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +71,12 @@ def test_auto_export_to_lite_is_hnsw_and_recorded(exported, lite_db):
     try:
         man = read_collection_manifest(client, "syn_auto")
         assert man["tower"] == TOWER  # fingerprint / compat id stored in the collection
-        assert (man["index_type"], man["index_params"], man["n_vectors"], man["dim"]) == ("HNSW", {"M": 32, "efConstruction": 200}, 3000, 32)
+        assert (man["index_type"], man["index_params"], man["n_vectors"], man["dim"]) == (
+            "HNSW",
+            {"M": 32, "efConstruction": 200},
+            3000,
+            32,
+        )
         assert man["semantic_ids"]["n_layers"] == 3
         assert client.get_collection_stats("syn_auto")["row_count"] == 3000
         assert not [c for c in client.list_collections() if "__tmp_" in c]  # temporary collection renamed away
@@ -98,7 +111,9 @@ def test_flat_and_ivf_flat_exports(flat_index, lite_db, syn_queries):
         _same_topk(ref, ms.search(syn_queries, 10), 10)
         with pytest.raises(ScalingNoteError, match="has no IVF layer"):
             ms.search(syn_queries, 10, nprobe=4)
-    m = export_to_milvus(flat_index, lite_db, "syn_ivf", index_type="IVF_FLAT", index_params={"nlist": 16}, progress=False)
+    m = export_to_milvus(
+        flat_index, lite_db, "syn_ivf", index_type="IVF_FLAT", index_params={"nlist": 16}, progress=False
+    )
     assert m["index_params"] == {"nlist": 16} and m["search_defaults"] == {"nprobe": 16}
     with MilvusSearcher.open(lite_db, "syn_ivf") as ms:
         _same_topk(ref, ms.search(syn_queries, 10, nprobe=16), 10)  # all lists probed: exact
@@ -119,11 +134,17 @@ def test_flat_and_ivf_flat_exports(flat_index, lite_db, syn_queries):
 
 
 def test_lite_refuses_ivf_pq_explicitly(flat_index, lite_db):
-    with pytest.raises(ScalingNoteError, match=r"index type 'IVF_PQ': not supported by Milvus Lite; choose one of: HNSW"):
+    with pytest.raises(
+        ScalingNoteError, match=r"index type 'IVF_PQ': not supported by Milvus Lite; choose one of: HNSW"
+    ):
         export_to_milvus(flat_index, lite_db, "syn_pq", index_type="IVF_PQ", progress=False)
     assert resolve_index_type("auto", lite=False) == ("IVF_PQ", None)
     # PQ sizes follow the FAISS index when exported from one; else >= 8 dims per sub-quantiser
-    assert default_index_params("IVF_PQ", 100_000, 384, {"factory": "IVF256,PQ48", "nlist": 256}) == {"nlist": 256, "m": 48, "nbits": 8}
+    assert default_index_params("IVF_PQ", 100_000, 384, {"factory": "IVF256,PQ48", "nlist": 256}) == {
+        "nlist": 256,
+        "m": 48,
+        "nbits": 8,
+    }
     assert default_index_params("IVF_PQ", 100_000, 128) == {"nlist": 1265, "m": 16, "nbits": 8}
 
 
@@ -139,12 +160,16 @@ def test_existing_collection_needs_overwrite(flat_index, lite_db, exported):
 def test_overwrite_replaces_the_collection(tmp_path, flat_index, syn_vectors):
     db = str(tmp_path / "o.db")
     export_to_milvus(flat_index, db, "c", index_type="FLAT", progress=False)
-    m = export_to_milvus(flat_index, db, "c", index_type="IVF_FLAT", index_params={"nlist": 8}, overwrite=True, progress=False)
+    m = export_to_milvus(
+        flat_index, db, "c", index_type="IVF_FLAT", index_params={"nlist": 8}, overwrite=True, progress=False
+    )
     with MilvusSearcher.open(db, "c") as ms:
         assert ms.index_type == "IVF_FLAT" and ms.manifest["created"] == m["created"] and len(ms) == len(syn_vectors)
 
 
-def test_export_from_embeddings_fits_the_same_semantic_ids(tmp_path, doc_tower, query_tower, other_bert_dir, tiny_corpus):
+def test_export_from_embeddings_fits_the_same_semantic_ids(
+    tmp_path, doc_tower, query_tower, other_bert_dir, tiny_corpus
+):
     """Embeddings directory -> Milvus (Matryoshka prefix, semantic IDs as build_index fits them);
     text search with a compatible query tower; an incompatible tower is refused."""
     from scalingnote.models import load_tower
@@ -155,7 +180,9 @@ def test_export_from_embeddings_fits_the_same_semantic_ids(tmp_path, doc_tower, 
     shared = IndexBuildSettings(dim=16, semantic_ids_layers=2, codebook_size=4, seed=3)
     idx = build_index(emb, tmp_path / "idx", "Flat", settings=shared, progress=False)
     db = str(tmp_path / "e.db")
-    m = export_to_milvus(emb, db, "docs", dim=16, semantic_ids_layers=2, codebook_size=4, seed=3, index_type="FLAT", progress=False)
+    m = export_to_milvus(
+        emb, db, "docs", dim=16, semantic_ids_layers=2, codebook_size=4, seed=3, index_type="FLAT", progress=False
+    )
     assert m["tower"]["compat_id"] == doc_tower.compat_id and m["tower"]["fingerprint"] == doc_tower.fingerprint
     assert (m["dim"], m["source_dim"], m["matryoshka_prefix"]) == (16, doc_tower.out_dim, True)
 
@@ -202,7 +229,9 @@ def test_cli_export(tmp_path, flat_index):
     from scalingnote.cli import app
 
     db = str(tmp_path / "cli.db")
-    r = CliRunner().invoke(app, ["index", "export", "--to", "milvus", "--uri", db, "--collection", "cli_c", "--index", str(flat_index)])
+    r = CliRunner().invoke(
+        app, ["index", "export", "--to", "milvus", "--uri", db, "--collection", "cli_c", "--index", str(flat_index)]
+    )
     assert r.exit_code == 0, r.output
     assert "3000 x 32-d vectors, HNSW" in r.output and "does not implement IVF_PQ" in r.output
     client = connect(db)
@@ -245,16 +274,24 @@ def test_service_with_milvus_backend_answers_like_faiss(served, tiny_bert_dir, o
         app = create_app(where, tiny_bert_dir, settings)
         with BackgroundServer(app) as srv:
             health = srv.wait_ready()
-            assert health["index"]["n_vectors"] == 48 and health["titles"]["n"] == 48  # titles found via the recorded embeddings dir
+            assert (
+                health["index"]["n_vectors"] == 48 and health["titles"]["n"] == 48
+            )  # titles found via the recorded embeddings dir
             with httpx.Client(base_url=srv.url, trust_env=False, timeout=30) as c:
                 r = c.post("/search/batch", json={"queries": texts, "k": 5})
                 assert r.status_code == 200, r.text
                 answers[backend] = r.json()["results"]
                 if backend == "milvus":
-                    assert health["index"]["factory"] == "milvus:FLAT" and health["index"]["path"].endswith("serve.db#served")
+                    assert health["index"]["factory"] == "milvus:FLAT" and health["index"]["path"].endswith(
+                        "serve.db#served"
+                    )
                     r = c.post("/search", json={"query": texts[0], "k": 5, "nprobe": 2})
                     assert r.status_code == 422 and "no IVF layer" in r.json()["detail"]
-                    r = c.post("/admin/reload", json={"query_tower": str(other_bert_dir)}, headers={"Authorization": f"Bearer {app.state.admin_token}"})
+                    r = c.post(
+                        "/admin/reload",
+                        json={"query_tower": str(other_bert_dir)},
+                        headers={"Authorization": f"Bearer {app.state.admin_token}"},
+                    )
                     assert r.status_code == 409 and "not compatible" in r.json()["detail"]
     for fa, mi in zip(answers["faiss"], answers["milvus"], strict=True):
         # the tiny corpus repeats texts: equal scores may come in either order (and swap at
@@ -293,7 +330,19 @@ def test_cli_serve_backend_milvus_refuses_an_incompatible_tower(served, other_be
 
     from scalingnote.cli import app
 
-    args = ["serve", "--backend", "milvus", "--uri", served["db"], "--collection", "served", "--query-tower", str(other_bert_dir), "--port", "0"]
+    args = [
+        "serve",
+        "--backend",
+        "milvus",
+        "--uri",
+        served["db"],
+        "--collection",
+        "served",
+        "--query-tower",
+        str(other_bert_dir),
+        "--port",
+        "0",
+    ]
     r = CliRunner().invoke(app, args)
     assert r.exit_code != 0
     assert isinstance(r.exception, ScalingNoteError) and "not compatible" in str(r.exception)
@@ -308,28 +357,83 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
 
     ids = [f"doc-{i}" for i in range(len(syn_vectors))]
     tq = np.random.default_rng(3).standard_normal((50, syn_vectors.shape[1])).astype(np.float32)
-    qm = build_index(syn_vectors, tmp_path / "qm", method="ivf_qmetric", train_queries=tq, doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0,
-                     progress=False)
+    qm = build_index(
+        syn_vectors,
+        tmp_path / "qm",
+        method="ivf_qmetric",
+        train_queries=tq,
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     with pytest.raises(ScalingNoteError, match="ivf_qmetric.*would be lost.*--index-type"):
         export_to_milvus(qm, lite_db, "syn_qm", progress=False)
-    m = export_to_milvus(qm, lite_db, "syn_qm", index_type="HNSW", progress=False)  # explicit: the vectors, with Milvus's own index
+    m = export_to_milvus(
+        qm, lite_db, "syn_qm", index_type="HNSW", progress=False
+    )  # explicit: the vectors, with Milvus's own index
     assert m["index_type"] == "HNSW" and "not exported" in m["fallback_reason"]
-    hp = build_index(syn_vectors, tmp_path / "hp", method="hnsw_pq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    hp = build_index(
+        syn_vectors,
+        tmp_path / "hp",
+        method="hnsw_pq",
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     m = export_to_milvus(hp, lite_db, "syn_hp", progress=False)
-    built_m = json.loads((hp / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]  # sized to the memory bound of these vectors
+    built_m = json.loads((hp / "manifest.json").read_text())["routing"]["config"][
+        "hnsw_m"
+    ]  # sized to the memory bound of these vectors
     assert m["index_type"] == "HNSW" and m["index_params"]["M"] == built_m and "no HNSW_PQ" in m["fallback_reason"]
-    assert _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ" and _method_index_type("auto", "ivf", lite=False) == "auto"
-    hs = build_index(syn_vectors, tmp_path / "hs", method="hnsw_sq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    assert (
+        _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ"
+        and _method_index_type("auto", "ivf", lite=False) == "auto"
+    )
+    hs = build_index(
+        syn_vectors,
+        tmp_path / "hs",
+        method="hnsw_sq",
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     m = export_to_milvus(hs, lite_db, "syn_hs", progress=False)  # Lite has HNSW_SQ; 4-bit goes out as SQ6, said so
     built_m = json.loads((hs / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
     assert m["index_type"] == "HNSW_SQ" and m["index_params"]["M"] == built_m and m["index_params"]["sq_type"] == "SQ6"
     assert "no 4-bit" in m["fallback_reason"]
-    qg = build_index(syn_vectors, tmp_path / "qg", method="hnsw_sq_qg", train_queries=tq, doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0,
-                     progress=False)
-    m = export_to_milvus(qg, lite_db, "syn_qg", progress=False)  # the vectors and M go out; the query-guided edges cannot
+    qg = build_index(
+        syn_vectors,
+        tmp_path / "qg",
+        method="hnsw_sq_qg",
+        train_queries=tq,
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
+    m = export_to_milvus(
+        qg, lite_db, "syn_qg", progress=False
+    )  # the vectors and M go out; the query-guided edges cannot
     assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]
     # ivf_rabitq: Milvus's SCANN (IVF + 4-bit fast-scan codes + re-rank) on a server; Lite has no fast scan: IVF_SQ8, the lists kept
-    assert _method_index_type("auto", "ivf_rabitq", lite=False) == "SCANN" and _method_index_type("auto", "ivf_rabitq", lite=True) == "IVF_SQ8"
-    rq = build_index(syn_vectors, tmp_path / "rq", method="ivf_rabitq", doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+    assert (
+        _method_index_type("auto", "ivf_rabitq", lite=False) == "SCANN"
+        and _method_index_type("auto", "ivf_rabitq", lite=True) == "IVF_SQ8"
+    )
+    rq = build_index(
+        syn_vectors,
+        tmp_path / "rq",
+        method="ivf_rabitq",
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
     m = export_to_milvus(rq, lite_db, "syn_rq", progress=False)
-    assert m["index_type"] == "IVF_SQ8" and m["index_params"]["nlist"] == json.loads((rq / "manifest.json").read_text())["routing"]["config"]["nlist"]
+    assert (
+        m["index_type"] == "IVF_SQ8"
+        and m["index_params"]["nlist"] == json.loads((rq / "manifest.json").read_text())["routing"]["config"]["nlist"]
+    )

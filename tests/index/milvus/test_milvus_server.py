@@ -74,7 +74,9 @@ def test_ivf_pq_matches_faiss_ivfpq(server, indexes, syn_queries):
     assert r_milvus > 0.5 and abs(r_milvus - r_faiss) <= 0.05, (r_milvus, r_faiss)
     # exact re-ranking of 50 PQ candidates: scores become exact inner products
     q0 = reranked.indices[0, 0]
-    np.testing.assert_allclose(reranked.scores[0, 0], float(syn_queries[0] @ DenseIndex.open(indexes["flat"]).vectors[q0]), atol=1e-5)
+    np.testing.assert_allclose(
+        reranked.scores[0, 0], float(syn_queries[0] @ DenseIndex.open(indexes["flat"]).vectors[q0]), atol=1e-5
+    )
     assert _recall(exact.doc_ids, reranked.doc_ids, 10) >= r_milvus
 
 
@@ -120,13 +122,36 @@ def test_cli_search_and_service_on_the_server(server, tmp_path, tiny_bert_dir):
         server.start()
     beir = write_tiny_beir(tmp_path / "beir")
     encode_with_tower(tiny_bert_dir, beir, tmp_path / "emb", shard_size=32, batch_size=16, progress=False)
-    index = build_index(tmp_path / "emb", tmp_path / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, progress=False)
+    index = build_index(
+        tmp_path / "emb", tmp_path / "idx", "Flat", semantic_ids_layers=2, codebook_size=4, progress=False
+    )
     export_to_milvus(index, server.uri, "served", index_type="HNSW", progress=False)
     runs = {}
-    for backend, extra in (("faiss", ["--index", str(index)]), ("milvus", ["--uri", server.uri, "--collection", "served"])):
+    for backend, extra in (
+        ("faiss", ["--index", str(index)]),
+        ("milvus", ["--uri", server.uri, "--collection", "served"]),
+    ):
         out = tmp_path / f"{backend}.trec"
-        r = CliRunner().invoke(app, ["search", "--backend", backend, *extra, "--query-tower", str(tiny_bert_dir),
-                                     "--queries", str(beir), "--split", "test", "--out", str(out), "--k", "5"], catch_exceptions=False)
+        r = CliRunner().invoke(
+            app,
+            [
+                "search",
+                "--backend",
+                backend,
+                *extra,
+                "--query-tower",
+                str(tiny_bert_dir),
+                "--queries",
+                str(beir),
+                "--split",
+                "test",
+                "--out",
+                str(out),
+                "--k",
+                "5",
+            ],
+            catch_exceptions=False,
+        )
         assert r.exit_code == 0, r.output
         runs[backend] = load_run(out)
     assert runs["milvus"].keys() == runs["faiss"].keys()

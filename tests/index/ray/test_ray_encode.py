@@ -90,19 +90,34 @@ def _assert_same_embeddings(a_dir: Path, b_dir: Path, atol: float = 1e-6) -> boo
 # --------------------------------------------------------------------------- Ray cluster
 
 
-def test_ray_finishes_an_interrupted_in_process_run_identically(ray_cluster, tmp_path, beir, reference, doc_tower, tiny_bert_dir):
+def test_ray_finishes_an_interrupted_in_process_run_identically(
+    ray_cluster, tmp_path, beir, reference, doc_tower, tiny_bert_dir
+):
     from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
     out = tmp_path / "emb"
     with pytest.raises(_Stop):
-        encode_corpus(doc_tower, beir, out, shard_size=SHARD, batch_size=BATCH, progress=False, on_shard_done=_stop_after(2))
+        encode_corpus(
+            doc_tower, beir, out, shard_size=SHARD, batch_size=BATCH, progress=False, on_shard_done=_stop_after(2)
+        )
     assert len(json.loads((out / "manifest.json").read_text())["shards"]) == 2
 
-    res = encode_corpus_ray(str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=2, cpus_per_actor=0.5, progress=False)
+    res = encode_corpus_ray(
+        str(tiny_bert_dir),
+        beir,
+        out,
+        shard_size=SHARD,
+        batch_size=BATCH,
+        num_actors=2,
+        cpus_per_actor=0.5,
+        progress=False,
+    )
     assert (res.n_docs, res.n_shards, res.shards_skipped, res.shards_written) == (48, 5, 2, 3)
     man = json.loads((out / "manifest.json").read_text())
     assert man["complete"] is True
-    assert man["engine"]["name"] == "ray" and man["engine"]["num_actors"] == 2 and man["engine"]["cpus_per_actor"] == 0.5
+    assert (
+        man["engine"]["name"] == "ray" and man["engine"]["num_actors"] == 2 and man["engine"]["cpus_per_actor"] == 0.5
+    )
     identical = _assert_same_embeddings(reference, out)
     # the actor runs the same tower code on the same sub-batches: bit-identical on CPU
     assert identical, "Ray shards differ from the in-process ones (within 1e-6, but not bit-identical)"
@@ -119,7 +134,15 @@ def test_resource_demand_larger_than_the_cluster_is_refused(ray_cluster, tmp_pat
     with pytest.raises(ScalingNoteError, match=r"3 x --cpus-per-actor 1 = 3 CPUs, but the Ray cluster has 2"):
         encode_corpus_ray(str(tiny_bert_dir), beir, tmp_path / "emb", num_actors=3, cpus_per_actor=1.0, progress=False)
     with pytest.raises(ScalingNoteError, match=r"GPUs, but the Ray cluster has 0"):
-        encode_corpus_ray(str(tiny_bert_dir), beir, tmp_path / "emb", num_actors=1, cpus_per_actor=0.5, gpus_per_actor=1, progress=False)
+        encode_corpus_ray(
+            str(tiny_bert_dir),
+            beir,
+            tmp_path / "emb",
+            num_actors=1,
+            cpus_per_actor=0.5,
+            gpus_per_actor=1,
+            progress=False,
+        )
     assert not (tmp_path / "emb" / "manifest.json").exists()
 
 
@@ -188,16 +211,29 @@ def test_ray_fresh_run_interrupted_then_resumed(ray_cluster, tmp_path, beir, ref
 
     out = tmp_path / "emb"
     with pytest.raises(_Stop):
-        encode_corpus_ray(str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=2, progress=False, on_shard_done=_stop_after(1))
+        encode_corpus_ray(
+            str(tiny_bert_dir),
+            beir,
+            out,
+            shard_size=SHARD,
+            batch_size=BATCH,
+            num_actors=2,
+            progress=False,
+            on_shard_done=_stop_after(1),
+        )
     man = json.loads((out / "manifest.json").read_text())
     assert man["complete"] is False and len(man["shards"]) == 1
     with pytest.raises(ScalingNoteError, match="'complete' is false"):
         load_embeddings(out)
-    res = encode_corpus_ray(str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False)
+    res = encode_corpus_ray(
+        str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False
+    )
     assert (res.shards_skipped, res.shards_written) == (1, 4)
     assert _assert_same_embeddings(reference, out)
     # a third run has nothing left to do
-    res = encode_corpus_ray(str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False)
+    res = encode_corpus_ray(
+        str(tiny_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False
+    )
     assert (res.shards_skipped, res.shards_written) == (5, 0)
 
 
@@ -213,7 +249,9 @@ def test_ray_reads_parquet_directories(ray_cluster, tmp_path, beir, reference, t
     _write_parquet(pdir / "part-000.parquet", rows[:23])  # shard 2 spans both files
     _write_parquet(pdir / "part-001.parquet", rows[23:])
     out = tmp_path / "emb"
-    res = encode_corpus_ray(str(tiny_bert_dir), pdir, out, shard_size=SHARD, batch_size=BATCH, num_actors=2, progress=False)
+    res = encode_corpus_ray(
+        str(tiny_bert_dir), pdir, out, shard_size=SHARD, batch_size=BATCH, num_actors=2, progress=False
+    )
     assert res.n_docs == 48
     assert _assert_same_embeddings(reference, out)
     assert json.loads((out / "manifest.json").read_text())["corpus"]["path"] == str(pdir)
@@ -229,13 +267,17 @@ def test_ray_resume_refuses_another_tower(ray_cluster, tmp_path, beir, reference
     shutil.copytree(reference, out)
     # complete directory: nothing to encode, one Ray task checks the tower
     with pytest.raises(ScalingNoteError, match=r"tower\.(fingerprint|compat_id)"):
-        encode_corpus_ray(str(other_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False)
+        encode_corpus_ray(
+            str(other_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False
+        )
     # partial directory: the first actor result is checked before anything is committed
     man = json.loads((out / "manifest.json").read_text())
     man["shards"], man["complete"] = man["shards"][:2], False
     (out / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(ScalingNoteError, match=r"tower\.(fingerprint|compat_id)"):
-        encode_corpus_ray(str(other_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False)
+        encode_corpus_ray(
+            str(other_bert_dir), beir, out, shard_size=SHARD, batch_size=BATCH, num_actors=1, progress=False
+        )
     assert json.loads((out / "manifest.json").read_text()) == man
 
 
@@ -260,8 +302,26 @@ def test_cli_encode_engine_ray(ray_cluster, tmp_path, beir, reference, tiny_bert
     out = tmp_path / "emb"
     r = CliRunner().invoke(
         app,
-        ["index", "encode", "--engine", "ray", "--tower", str(tiny_bert_dir), "--data", str(beir), "--out", str(out),
-         "--shard-size", str(SHARD), "--batch-size", str(BATCH), "--num-actors", "2", "--cpus-per-actor", "0.5"],
+        [
+            "index",
+            "encode",
+            "--engine",
+            "ray",
+            "--tower",
+            str(tiny_bert_dir),
+            "--data",
+            str(beir),
+            "--out",
+            str(out),
+            "--shard-size",
+            str(SHARD),
+            "--batch-size",
+            str(BATCH),
+            "--num-actors",
+            "2",
+            "--cpus-per-actor",
+            "0.5",
+        ],
     )
     assert r.exit_code == 0, r.output
     assert "48 documents in 5 shards (5 written, 0 resumed)" in r.output
@@ -273,6 +333,20 @@ def test_cli_rejects_unknown_engine(tmp_path, beir, tiny_bert_dir):
 
     from scalingnote.cli import app
 
-    r = CliRunner().invoke(app, ["index", "encode", "--engine", "spark", "--tower", str(tiny_bert_dir), "--data", str(beir), "--out", str(tmp_path / "e")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "index",
+            "encode",
+            "--engine",
+            "spark",
+            "--tower",
+            str(tiny_bert_dir),
+            "--data",
+            str(beir),
+            "--out",
+            str(tmp_path / "e"),
+        ],
+    )
     assert r.exit_code != 0
     assert "choose local or ray" in str(r.exception) + r.output

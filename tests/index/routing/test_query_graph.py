@@ -87,7 +87,9 @@ def test_query_guided_graph_finds_more_of_the_held_out_queries_neighbours(ood):
     docs, fit, held = ood
     truth = exact_topk(docs, held, 10)
     plain = RoutedIndex.build(docs, RoutingConfig(method="hnsw_sq", hnsw_m=8, sq_bits=8))
-    guided = RoutedIndex.build(docs, RoutingConfig(method="hnsw_sq_qg", hnsw_m=8, sq_bits=8, query_edges=8), train_queries=fit)
+    guided = RoutedIndex.build(
+        docs, RoutingConfig(method="hnsw_sq_qg", hnsw_m=8, sq_bits=8, query_edges=8), train_queries=fit
+    )
     assert guided.info["query_edges_added"] > 0
 
     def recall(r):
@@ -115,7 +117,9 @@ def test_state_keeps_the_queries_and_compaction_adds_the_edges_again(ood):
     live = docs[::2]  # compaction: fewer live rows, the trained quantiser kept, edges from the stored queries
     refilled, state2 = fill_routed(live, cfg, state=state, empty=clone)
     assert refilled.ntotal == len(live) and np.array_equal(state2["queries"], state["queries"])
-    np.testing.assert_allclose(state2["kth"], np.sort(stored @ live.T, axis=1)[:, -(per + 1)], rtol=1e-5)  # over the live rows
+    np.testing.assert_allclose(
+        state2["kth"], np.sort(stored @ live.T, axis=1)[:, -(per + 1)], rtol=1e-5
+    )  # over the live rows
     assert _holds_edges(refilled, live, stored, cfg.query_edges)
     rebuilt, _ = fill_routed(docs, cfg, state=state)  # rebuild without training queries: the stored ones
     assert rebuilt.ntotal == len(docs) and _holds_edges(rebuilt, docs, stored, cfg.query_edges)
@@ -148,7 +152,9 @@ def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(o
     untouched = np.setdiff1d(np.arange(len(fit)), hit)
     old = docs[:n0][alive[:n0]]
     np.testing.assert_allclose(kth[untouched], np.sort(fit[untouched] @ old.T, axis=1)[:, -(per + 1)], rtol=1e-5)
-    assert add_live_edges(index, docs, fit, per, len(docs), topk=exact_topk, alive=alive, kth=kth)[0] == 0  # nothing new: nothing to do
+    assert (
+        add_live_edges(index, docs, fit, per, len(docs), topk=exact_topk, alive=alive, kth=kth)[0] == 0
+    )  # nothing new: nothing to do
 
 
 N_BUILT = 1000  #: rows in the build; the rest of the ``ood`` documents arrive through the live index
@@ -162,8 +168,15 @@ def _built_qg(ood, tmp_path):
 
     docs, fit, _ = ood
     ids = [f"d{i}" for i in range(len(docs))]
-    out = build_index(docs[:N_BUILT], tmp_path / "qg", method="hnsw_sq_qg", train_queries=fit, doc_ids=ids[:N_BUILT], progress=False,
-                      routing=default_routing("hnsw_sq_qg", N_BUILT, docs.shape[1]))
+    out = build_index(
+        docs[:N_BUILT],
+        tmp_path / "qg",
+        method="hnsw_sq_qg",
+        train_queries=fit,
+        doc_ids=ids[:N_BUILT],
+        progress=False,
+        routing=default_routing("hnsw_sq_qg", N_BUILT, docs.shape[1]),
+    )
     return out, [Document(i, i, "", i) for i in ids[N_BUILT:]]
 
 
@@ -191,8 +204,11 @@ def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, t
         if not guide:
             live.store._guide = None  # FAISS's own links only, as before
         for s in range(0, len(new), 100):  # a stream of batches
-            live.upsert(new[s:s + 100], vectors=docs[n0 + s:n0 + s + 100])
-        out = share(live.store.dense.index, np.asarray(live.store.routing["queries"], np.float32)), live.store.guided_edges_added
+            live.upsert(new[s : s + 100], vectors=docs[n0 + s : n0 + s + 100])
+        out = (
+            share(live.store.dense.index, np.asarray(live.store.routing["queries"], np.float32)),
+            live.store.guided_edges_added,
+        )
         live.close()
         return out
 
@@ -201,7 +217,9 @@ def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, t
     reader = LiveIndex.open(out, writer=False)
     stored = np.asarray(reader.store.routing["queries"], np.float32)
     reader.close()
-    rebuilt = share(fill_routed(docs, cfg, train_queries=stored)[0], stored)  # every row in the build: the per-document cap applies
+    rebuilt = share(
+        fill_routed(docs, cfg, train_queries=stored)[0], stored
+    )  # every row in the build: the per-document cap applies
     assert added > 0 and none == 0
     assert guided >= rebuilt - 0.05 and guided > plain + 0.3, (guided, rebuilt, plain)
 
@@ -213,7 +231,7 @@ def test_a_restart_replays_the_inserts_into_the_same_guided_graph(ood, tmp_path)
     out, new = _built_qg(ood, tmp_path)
     live = LiveIndex.open(out)
     for s in range(0, len(new), 250):
-        live.upsert(new[s:s + 250], vectors=docs[n0 + s:n0 + s + 250])
+        live.upsert(new[s : s + 250], vectors=docs[n0 + s : n0 + s + 250])
     live.delete(["d1", "d1200"])
     before, gen = _level0(live.store.dense.index).copy(), live.stats()["generation"]
     live.close()

@@ -20,7 +20,9 @@ def data():
     rng = np.random.default_rng(5)
     c = rng.standard_normal((40, D)).astype(np.float32)
     x = c[rng.integers(0, 40, N)] + 0.6 * rng.standard_normal((N, D)).astype(np.float32)
-    q = 0.3 * c[rng.integers(0, 40, 50)] + rng.standard_normal((50, D)).astype(np.float32)  # queries off the documents' clusters
+    q = 0.3 * c[rng.integers(0, 40, 50)] + rng.standard_normal((50, D)).astype(
+        np.float32
+    )  # queries off the documents' clusters
     return x / np.linalg.norm(x, axis=1, keepdims=True), q / np.linalg.norm(q, axis=1, keepdims=True)
 
 
@@ -36,7 +38,9 @@ def test_leaves_knob_spill_and_refine(data):
     assert soar.index.spill > 0.9 and plain.index.spill == 0.0  # one spilled copy a document with SOAR, none without
     assert recall_vs_exact(soar.search(q, 10, nprobe=64, rerank=200).ids, exact) >= 0.99  # every leaf + exact re-rank
     # SOAR: at the same leaves, the spilled assignments find more of the exact top 10
-    assert recall_vs_exact(soar.search(q, 10, nprobe=4).ids, exact) > recall_vs_exact(plain.search(q, 10, nprobe=4).ids, exact)
+    assert recall_vs_exact(soar.search(q, 10, nprobe=4).ids, exact) > recall_vs_exact(
+        plain.search(q, 10, nprobe=4).ids, exact
+    )
     ratio = soar.memory_bytes() / (N * D * 4)
     assert 0 < ratio < 0.5 and plain.memory_bytes() < soar.memory_bytes()
 

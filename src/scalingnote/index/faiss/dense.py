@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
-from scalingnote.index.semantic_ids import ResidualKMeans
 from scalingnote.index.docstore import read_document_store
 from scalingnote.index.faiss.faiss_utils import _faiss_message, _search_params, find_hnsw, find_ivf
 from scalingnote.index.layout import DOC_IDS_FILE, INDEX_FILE, MANIFEST, VECTORS_FILE, check_query_tower, read_manifest
-
+from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
+from scalingnote.index.semantic_ids import ResidualKMeans
 
 # --------------------------------------------------------------------------- search
 
@@ -29,8 +28,16 @@ class DenseIndex(VectorSearcher):
     interface). Use :meth:`open`."""
 
     def __init__(
-        self, root: Path, manifest: dict[str, Any], index, vectors: np.ndarray, doc_ids: list[str], semantic_ids: np.ndarray | None,
-        query_tower=None, titles: list[str] | None = None, snippets: list[str] | None = None,
+        self,
+        root: Path,
+        manifest: dict[str, Any],
+        index,
+        vectors: np.ndarray,
+        doc_ids: list[str],
+        semantic_ids: np.ndarray | None,
+        query_tower=None,
+        titles: list[str] | None = None,
+        snippets: list[str] | None = None,
     ):
         self.root = root
         self.manifest = manifest
@@ -124,7 +131,15 @@ class DenseIndex(VectorSearcher):
         sem = self.manifest.get("semantic_ids")
         return ResidualKMeans.load(self.root / sem["codebooks"]) if sem else None
 
-    def search(self, queries: Queries, k: int = 10, *, nprobe: int | None = None, ef_search: int | None = None, rerank: int | None = None) -> SearchResult:
+    def search(
+        self,
+        queries: Queries,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+    ) -> SearchResult:
         """Top-``k`` documents per query.
 
         ``queries``: query texts (encoded with the query tower) or vectors ``(nq, dim)``

@@ -7,9 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-
 from scalingnote.errors import ScalingNoteError
-
 
 # --------------------------------------------------------------------------- FAISS helpers
 
@@ -149,7 +147,9 @@ def _search_params(index, nprobe: int | None, ef_search: int | None, factory: st
                 used["ef_search"] = True
             if ef_search is None and sel is None:
                 return None
-            return faiss.SearchParametersHNSW(efSearch=int(ef_search if ef_search is not None else idx.hnsw.efSearch), sel=sel)
+            return faiss.SearchParametersHNSW(
+                efSearch=int(ef_search if ef_search is not None else idx.hnsw.efSearch), sel=sel
+            )
         if sel is not None and isinstance(idx, faiss.IndexFlat):
             return faiss.SearchParameters(sel=sel)
         return None

@@ -61,6 +61,7 @@ class Codebooks(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
+
 _KIND_RE = re.compile(r"^(?:(?P<ivf>IVF(?P<nlist>\d+))|(?P<hnsw>HNSW(?P<hm>\d+)))?(?:,)?PQ$")
 
 
@@ -101,12 +102,16 @@ def _set_centroids(faiss_pq, pq: Codebooks) -> None:
     import faiss
 
     if (faiss_pq.M, faiss_pq.nbits, faiss_pq.d) != (pq.m, pq.nbits, pq.dim):
-        raise ScalingNoteError(f"FAISS PQ is M={faiss_pq.M} nbits={faiss_pq.nbits} d={faiss_pq.d}, learned PQ is {pq.describe()}")
+        raise ScalingNoteError(
+            f"FAISS PQ is M={faiss_pq.M} nbits={faiss_pq.nbits} d={faiss_pq.d}, learned PQ is {pq.describe()}"
+        )
     cb = np.ascontiguousarray(pq.codebooks.detach().cpu().numpy().astype(np.float32).ravel())
     faiss.copy_array_to_vector(cb, faiss_pq.centroids)
 
 
-def faiss_index(pq: Codebooks, kind: str = "PQ", *, train_vectors: np.ndarray | None = None, seed: int = 0, kmeans_iter: int = 20):
+def faiss_index(
+    pq: Codebooks, kind: str = "PQ", *, train_vectors: np.ndarray | None = None, seed: int = 0, kmeans_iter: int = 20
+):
     """A trained, empty FAISS index (inner product) holding the learned centroids (and rotation).
 
     ``train_vectors``: document vectors for the IVF coarse quantizer (``IVF*`` kinds only).
@@ -154,7 +159,9 @@ def faiss_index(pq: Codebooks, kind: str = "PQ", *, train_vectors: np.ndarray | 
     if pq.rotation is None:
         return inner
     lt = faiss.LinearTransform(d, d, False)
-    faiss.copy_array_to_vector(np.ascontiguousarray(pq.rotation.detach().cpu().numpy().astype(np.float32).ravel()), lt.A)
+    faiss.copy_array_to_vector(
+        np.ascontiguousarray(pq.rotation.detach().cpu().numpy().astype(np.float32).ravel()), lt.A
+    )
     lt.is_trained = True
     index = faiss.IndexPreTransform(lt, inner)
     index.own_fields = True

@@ -34,7 +34,14 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_label
 from scalingnote.index.routing.query_graph import add_guided_edges
-from scalingnote.index.routing.routing import CODED_GRAPH_METHODS, SQ_GRAPH_METHODS, RoutedIndex, RoutingConfig, attach_graph, flat_graph
+from scalingnote.index.routing.routing import (
+    CODED_GRAPH_METHODS,
+    SQ_GRAPH_METHODS,
+    RoutedIndex,
+    RoutingConfig,
+    attach_graph,
+    flat_graph,
+)
 from scalingnote.index.tune import exact_topk
 
 SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
@@ -47,14 +54,18 @@ SQ_M_CHOICES: tuple[int, ...] = (32, 16, 8)
 ROUTING_FILE = "routing.npz"
 
 
-def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size: int = 131_072, **over: Any) -> RoutingConfig:
+def default_routing(
+    method: str, n: int, dim: int, *, seed: int = 0, train_size: int = 131_072, **over: Any
+) -> RoutingConfig:
     """The quick start's sizes for ``method`` over ``n`` x ``dim`` vectors: ~4 sqrt(n) lists (at most
     n/39, FAISS's 39 training points per centroid), one PQ sub-quantiser per 8 dimensions (the
     largest divisor of ``dim`` at most dim/8), 8-bit codes from 10k vectors on (4-bit below: 8-bit
     PQ needs 256 centroids x 39 points per sub-space)."""
     if method not in SERVABLE:
-        raise ScalingNoteError(f"index method must be one of {', '.join(SERVABLE)}, got {method!r}"
-                               + (" (ivf_routed needs its own routed search: not servable)" if method == "ivf_routed" else ""))
+        raise ScalingNoteError(
+            f"index method must be one of {', '.join(SERVABLE)}, got {method!r}"
+            + (" (ivf_routed needs its own routed search: not servable)" if method == "ivf_routed" else "")
+        )
     nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39)) if n >= 4 else 1
     m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)
     bits = 8 if n >= 10_000 else 4
@@ -64,7 +75,9 @@ def default_routing(method: str, n: int, dim: int, *, seed: int = 0, train_size:
     if method == "ivf_rabitq":  # the most code bits (<= 4) within the memory bound: 4 from 112 dimensions up
         base["rabitq_bits"] = over.get("rabitq_bits") or rabitq_bits_within(dim)
     if method in SQ_GRAPH_METHODS:  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
-        base["hnsw_m"] = hnsw_m_within(dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES)
+        base["hnsw_m"] = hnsw_m_within(
+            dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES
+        )
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
 
@@ -103,7 +116,9 @@ def sq_graph_ratio(cfg: RoutingConfig, dim: int) -> float:
     return graph_memory_ratio(cfg.hnsw_m, cfg.sq_bits * dim / 8, dim)
 
 
-def routing_from(entry: RoutingConfig | dict[str, Any] | None, method: str, n: int, dim: int, seed: int, train_size: int) -> RoutingConfig:
+def routing_from(
+    entry: RoutingConfig | dict[str, Any] | None, method: str, n: int, dim: int, seed: int, train_size: int
+) -> RoutingConfig:
     """A :class:`RoutingConfig` for ``method``: ``entry`` (a config or the manifest's dict) or the defaults."""
     if isinstance(entry, RoutingConfig):
         cfg = entry
@@ -157,8 +172,14 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
     return f"{cfg.method}:{desc}"
 
 
-def fill_routed(vectors: np.ndarray, cfg: RoutingConfig, *, train_queries: np.ndarray | None = None, state: dict[str, np.ndarray] | None = None,
-                empty: Any = None) -> tuple[Any, dict[str, np.ndarray]]:
+def fill_routed(
+    vectors: np.ndarray,
+    cfg: RoutingConfig,
+    *,
+    train_queries: np.ndarray | None = None,
+    state: dict[str, np.ndarray] | None = None,
+    empty: Any = None,
+) -> tuple[Any, dict[str, np.ndarray]]:
     """The filled FAISS index of ``cfg.method`` over ``vectors`` and its routing state (arrays
     saved as ``routing.npz``: ``a`` and ``centroids`` for ivf_qmetric; the fitting queries (float16)
     for hnsw_sq_qg; nothing otherwise).
@@ -174,18 +195,27 @@ def fill_routed(vectors: np.ndarray, cfg: RoutingConfig, *, train_queries: np.nd
     metric = None if train_queries is not None or not state else state.get("a")
     if train_queries is None and cfg.method == "hnsw_sq_qg" and state and "queries" in state:
         train_queries = state["queries"]
-    if cfg.method == "hnsw_sq_qg" and train_queries is not None:  # the edges from the queries as stored (float16), as compaction makes them
+    if (
+        cfg.method == "hnsw_sq_qg" and train_queries is not None
+    ):  # the edges from the queries as stored (float16), as compaction makes them
         train_queries = np.asarray(np.asarray(train_queries, np.float16), np.float32)
     r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
     out: dict[str, np.ndarray] = {}
     if cfg.method == "ivf_qmetric":
-        out = {"a": np.asarray(r.partition["a"], np.float32), "centroids": np.asarray(r.partition["centroids"], np.float32)}
-    elif cfg.method == "hnsw_sq_qg":  # kth: each query's (edges + 1)-th best score, where the live index's inserts start
+        out = {
+            "a": np.asarray(r.partition["a"], np.float32),
+            "centroids": np.asarray(r.partition["centroids"], np.float32),
+        }
+    elif (
+        cfg.method == "hnsw_sq_qg"
+    ):  # kth: each query's (edges + 1)-th best score, where the live index's inserts start
         out = {"queries": np.asarray(train_queries, np.float16), "kth": np.asarray(r.partition["kth"], np.float32)}
     return r.index, out
 
 
-def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+def _refill(
+    x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]
+) -> tuple[Any, dict[str, np.ndarray]]:
     """(the refilled index, the routing state: hnsw_sq_qg's ``kth`` over the new rows)."""
     import faiss
 
@@ -198,8 +228,12 @@ def _refill(x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.n
         index = attach_graph(index, x, flat_graph(x, cfg))
         if cfg.method == "hnsw_sq_qg":
             if "queries" not in state:
-                raise ScalingNoteError("hnsw_sq_qg: the routing state keeps no fitting queries: cannot add the query-guided edges again")
-            _, kth = add_guided_edges(index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk, with_kth=True)
+                raise ScalingNoteError(
+                    "hnsw_sq_qg: the routing state keeps no fitting queries: cannot add the query-guided edges again"
+                )
+            _, kth = add_guided_edges(
+                index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk, with_kth=True
+            )
             state = {**state, **kth}
         return index, state
     index.add(x)  # hnsw (flat storage): the graph over the live vectors
@@ -239,7 +273,9 @@ def add_rows(index: Any, state: dict[str, np.ndarray] | None, x: np.ndarray, ids
     import faiss
 
     ivf = faiss.extract_index_ivf(index)
-    _add_preassigned(ivf, np.ascontiguousarray(x, dtype=np.float32), assign_lists(state, ivf, x), np.asarray(ids, dtype=np.int64))
+    _add_preassigned(
+        ivf, np.ascontiguousarray(x, dtype=np.float32), assign_lists(state, ivf, x), np.asarray(ids, dtype=np.int64)
+    )
 
 
 def save_state(root: Path, state: dict[str, np.ndarray]) -> str | None:
@@ -260,12 +296,29 @@ def load_state(root: Path, manifest: dict[str, Any]) -> dict[str, np.ndarray] | 
         with np.load(path) as z:
             return {k: np.asarray(z[k]) for k in z.files}
     except (OSError, ValueError, KeyError) as e:
-        raise ScalingNoteError(f"{path}: cannot read the routing state of method {entry.get('method')!r} ({e})") from None
+        raise ScalingNoteError(
+            f"{path}: cannot read the routing state of method {entry.get('method')!r} ({e})"
+        ) from None
 
 
 def manifest_entry(cfg: RoutingConfig, file: str | None, train_queries: int | None) -> dict[str, Any]:
     return {"method": cfg.method, "config": dataclasses.asdict(cfg), "file": file, "train_queries": train_queries}
 
 
-__all__ = ["ROUTING_FILE", "SERVABLE", "add_rows", "assign_lists", "default_routing", "fill_routed", "graph_memory_ratio", "load_state",
-           "manifest_entry", "query_edge_variants", "routing_from", "save_state", "sq_graph_ratio", "structure_label", "train_query_vectors"]
+__all__ = [
+    "ROUTING_FILE",
+    "SERVABLE",
+    "add_rows",
+    "assign_lists",
+    "default_routing",
+    "fill_routed",
+    "graph_memory_ratio",
+    "load_state",
+    "manifest_entry",
+    "query_edge_variants",
+    "routing_from",
+    "save_state",
+    "sq_graph_ratio",
+    "structure_label",
+    "train_query_vectors",
+]

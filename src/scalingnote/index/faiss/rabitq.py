@@ -49,7 +49,9 @@ def rabitq_label(nlist: int, bits: int, qb: int) -> str:
     return f"IVF{nlist},RaBitQfs{bits},qb{qb}"
 
 
-def build_ivf_rabitq(docs: np.ndarray, nlist: int, *, bits: int, qb: int, seed: int, train_size: int, kmeans_iters: int) -> Any:
+def build_ivf_rabitq(
+    docs: np.ndarray, nlist: int, *, bits: int, qb: int, seed: int, train_size: int, kmeans_iters: int
+) -> Any:
     """A trained and filled ``IndexIVFRaBitQFastScan`` (inner product) over ``docs`` [N, d]: ``nlist``
     lists trained on at most ``train_size`` sampled rows, ``bits``-bit codes, ``qb``-bit query tables."""
     import faiss  # why: FAISS loads with the index package's searchers, not at import
@@ -59,7 +61,9 @@ def build_ivf_rabitq(docs: np.ndarray, nlist: int, *, bits: int, qb: int, seed: 
     if not 1 <= qb <= 8:
         raise ScalingNoteError(f"rabitq_qb must be in 1..8, got {qb!r}")
     if not hasattr(faiss, "IndexIVFRaBitQFastScan"):
-        raise ScalingNoteError(f"ivf_rabitq needs faiss-cpu >= 1.15 (IndexIVFRaBitQFastScan); this is faiss {faiss.__version__}")
+        raise ScalingNoteError(
+            f"ivf_rabitq needs faiss-cpu >= 1.15 (IndexIVFRaBitQFastScan); this is faiss {faiss.__version__}"
+        )
     n, d = docs.shape
     nlist = max(1, min(int(nlist), n))
     made = faiss.index_factory(d, f"IVF{nlist},RaBitQfs{bits}", faiss.METRIC_INNER_PRODUCT)
@@ -89,4 +93,11 @@ def search_ivf_rabitq(index: Any, q: np.ndarray, depth: int, nprobe: int) -> tup
     return scores, ids, int(index.nlist) * len(q), int(faiss.cvar.indexIVF_stats.ndis)
 
 
-__all__ = ["RABITQ_BITS", "build_ivf_rabitq", "rabitq_bits_within", "rabitq_code_bytes", "rabitq_label", "search_ivf_rabitq"]
+__all__ = [
+    "RABITQ_BITS",
+    "build_ivf_rabitq",
+    "rabitq_bits_within",
+    "rabitq_code_bytes",
+    "rabitq_label",
+    "search_ivf_rabitq",
+]

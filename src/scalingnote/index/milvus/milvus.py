@@ -143,8 +143,7 @@ def _check_name(name: str) -> str:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 # --------------------------------------------------------------------------- search
@@ -165,7 +164,9 @@ def read_collection_manifest(client, collection: str, where: str = "") -> dict[s
     except json.JSONDecodeError as e:
         raise ScalingNoteError(f"{where}: property {PROPERTY!r} is not valid JSON ({e.msg})") from None
     if man.get("format") != FORMAT:
-        raise ScalingNoteError(f"{where}: property {PROPERTY!r} field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+        raise ScalingNoteError(
+            f"{where}: property {PROPERTY!r} field 'format' is {man.get('format')!r}, expected {FORMAT!r}"
+        )
     return man
 
 
@@ -184,12 +185,16 @@ class MilvusSearcher(VectorSearcher):
         self._doc_ids: list[str] | None = None
 
     @classmethod
-    def open(cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, query_tower=None, *, token: str | None = None) -> MilvusSearcher:
+    def open(
+        cls, uri: str | Path, collection: str = DEFAULT_COLLECTION, query_tower=None, *, token: str | None = None
+    ) -> MilvusSearcher:
         """Connect, read the manifest, check ``query_tower`` against the document tower
         (compat id + dim, as :meth:`DenseIndex.open`), load the collection."""
         uri = str(uri)
         if is_lite_uri(uri) and not Path(uri).exists():
-            raise ScalingNoteError(f"{uri}: no Milvus Lite database here (export one with `scalingnote index export --to milvus --uri {uri}`)")
+            raise ScalingNoteError(
+                f"{uri}: no Milvus Lite database here (export one with `scalingnote index export --to milvus --uri {uri}`)"
+            )
         client = connect(uri, token=token)
         where = f"{uri} collection {collection!r}"
         try:
@@ -240,13 +245,20 @@ class MilvusSearcher(VectorSearcher):
             ids: list[str | None] = [None] * n
             for s in range(0, n, step):  # primary-key ranges (no query iterator: Milvus Lite lacks AllocTimestamp)
                 try:
-                    rows = self.client.query(self.collection, filter=f"{PK} >= {s} and {PK} < {s + step}", output_fields=[PK, DOC_ID], limit=step)
+                    rows = self.client.query(
+                        self.collection,
+                        filter=f"{PK} >= {s} and {PK} < {s + step}",
+                        output_fields=[PK, DOC_ID],
+                        limit=step,
+                    )
                 except Exception as e:  # noqa: BLE001
                     raise ScalingNoteError(f"{self.root}: reading document ids failed: {_milvus_message(e)}") from None
                 for r in rows:
                     ids[int(r[PK])] = r[DOC_ID]
             if any(i is None for i in ids):
-                raise ScalingNoteError(f"{self.root}: the collection holds fewer rows than its manifest's n_vectors ({len(self)})")
+                raise ScalingNoteError(
+                    f"{self.root}: the collection holds fewer rows than its manifest's n_vectors ({len(self)})"
+                )
             self._doc_ids = ids  # type: ignore[assignment]
         return self._doc_ids  # type: ignore[return-value]
 
@@ -256,12 +268,16 @@ class MilvusSearcher(VectorSearcher):
         params: dict[str, Any] = {}
         if nprobe is not None:
             if not self.has_ivf:
-                raise ScalingNoteError(f"nprobe={nprobe} given, but collection index {self.index_type} has no IVF layer")
+                raise ScalingNoteError(
+                    f"nprobe={nprobe} given, but collection index {self.index_type} has no IVF layer"
+                )
             if nprobe < 1:
                 raise ScalingNoteError(f"nprobe must be >= 1, got {nprobe}")
         if ef_search is not None:
             if not self.has_hnsw:
-                raise ScalingNoteError(f"ef_search={ef_search} given, but collection index {self.index_type} has no HNSW graph")
+                raise ScalingNoteError(
+                    f"ef_search={ef_search} given, but collection index {self.index_type} has no HNSW graph"
+                )
             if ef_search < 1:
                 raise ScalingNoteError(f"ef_search must be >= 1, got {ef_search}")
         if self.has_ivf:
@@ -274,13 +290,23 @@ class MilvusSearcher(VectorSearcher):
             params["ef"] = int(max(ef, n_cand))  # a beam of width ef returns at most ~ef results
         return params
 
-    def search(self, queries: Queries, k: int = 10, *, nprobe: int | None = None, ef_search: int | None = None, rerank: int | None = None,
-               chunk: int = 1024) -> SearchResult:
+    def search(
+        self,
+        queries: Queries,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+        chunk: int = 1024,
+    ) -> SearchResult:
         """Top-``k`` documents per query (see :meth:`DenseIndex.search`). ``rerank=N`` fetches
         ``max(N, k)`` candidates with their stored vectors and re-scores them exactly."""
         q, n_cand = self.prepare_search(queries, k, rerank)
         if n_cand > MAX_TOPK:
-            raise ScalingNoteError(f"Milvus returns at most {MAX_TOPK} results per query; asked for {n_cand} (k / rerank)")
+            raise ScalingNoteError(
+                f"Milvus returns at most {MAX_TOPK} results per query; asked for {n_cand} (k / rerank)"
+            )
         sp = {"metric_type": "IP", "params": self._search_params(nprobe, ef_search, n_cand)}
         sem_field = (self.manifest.get("fields") or {}).get("semantic_id")
         fields = [PK, DOC_ID] + ([sem_field] if sem_field else []) + ([VECTOR] if rerank else [])
@@ -294,7 +320,15 @@ class MilvusSearcher(VectorSearcher):
             block = q[s : s + chunk]
             try:
                 level = {"consistency_level": self.consistency} if self.consistency else {}
-                res = self.client.search(self.collection, data=[v for v in block], limit=n_cand, anns_field=VECTOR, search_params=sp, output_fields=fields, **level)
+                res = self.client.search(
+                    self.collection,
+                    data=[v for v in block],
+                    limit=n_cand,
+                    anns_field=VECTOR,
+                    search_params=sp,
+                    output_fields=fields,
+                    **level,
+                )
             except Exception as e:  # noqa: BLE001
                 raise MilvusSearchError(f"{self.root}: search failed: {_milvus_message(e)}") from None
             for j, hits in enumerate(res):

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.layout import DEFAULT_EF_SEARCH, DEFAULT_NPROBE
 from scalingnote.index.layout import FORMAT as INDEX_FORMAT
 from scalingnote.index.milvus.milvus import (
@@ -42,7 +42,6 @@ from scalingnote.index.milvus.milvus import (
 )
 from scalingnote.index.settings import IndexBuildSettings
 
-
 # --------------------------------------------------------------------------- source
 
 LIVE_ID_BYTES = 2048  # the longest id POST /documents accepts (512 characters), in UTF-8 bytes
@@ -58,7 +57,9 @@ def _load_source(source: str | Path | Embeddings, settings: IndexBuildSettings):
         path = str(Path(source))
         if _source_format(source) == INDEX_FORMAT:
             if settings.dim is not None:
-                raise ScalingNoteError(f"{source}: --dim applies to an embeddings directory; an index directory is exported at its own dim")
+                raise ScalingNoteError(
+                    f"{source}: --dim applies to an embeddings directory; an index directory is exported at its own dim"
+                )
             return _index_source(source)
         emb = load_embeddings(source)
     src_dim = emb.dim
@@ -76,7 +77,9 @@ def _source_format(source: str | Path) -> str:
     """The ``format`` its ``manifest.json`` gives a FAISS index or embeddings directory."""
     mpath = Path(source) / "manifest.json"
     if not mpath.is_file():
-        raise ScalingNoteError(f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory (`index encode`)")
+        raise ScalingNoteError(
+            f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory (`index encode`)"
+        )
     try:
         return json.loads(mpath.read_text(encoding="utf-8")).get("format", "")
     except json.JSONDecodeError as e:
@@ -88,11 +91,23 @@ def _index_source(source: str | Path):
     index = DenseIndex.open(source)
     m = index.manifest
     info = {
-        "kind": "faiss-index", "path": str(Path(source).resolve()), "factory": m.get("factory"), "nlist": m.get("nlist"),
-        "embeddings_dir": m.get("embeddings_dir"), "method": (m.get("routing") or {}).get("method"),
+        "kind": "faiss-index",
+        "path": str(Path(source).resolve()),
+        "factory": m.get("factory"),
+        "nlist": m.get("nlist"),
+        "embeddings_dir": m.get("embeddings_dir"),
+        "method": (m.get("routing") or {}).get("method"),
     }
     sem_info = m.get("semantic_ids")
-    return index.vectors, list(index.doc_ids), index.semantic_ids, dict(m.get("tower") or {}), int(m.get("source_dim", m["dim"])), sem_info, info
+    return (
+        index.vectors,
+        list(index.doc_ids),
+        index.semantic_ids,
+        dict(m.get("tower") or {}),
+        int(m.get("source_dim", m["dim"])),
+        sem_info,
+        info,
+    )
 
 
 def _fit_semantic_ids(vecs, settings: IndexBuildSettings) -> tuple[np.ndarray | None, dict[str, Any] | None]:
@@ -121,7 +136,9 @@ def _default_pq_m(dim: int) -> int:
     return 1
 
 
-def default_index_params(index_type: str, n: int, dim: int, source_info: dict[str, Any] | None = None) -> dict[str, Any]:
+def default_index_params(
+    index_type: str, n: int, dim: int, source_info: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Build parameters for ``index_type`` (from the FAISS index's settings where exported from one)."""
     info = source_info or {}
     factory = str(info.get("factory") or "")
@@ -136,12 +153,16 @@ def default_index_params(index_type: str, n: int, dim: int, source_info: dict[st
     if index_type in ("HNSW", "HNSW_SQ", "HNSW_PQ"):
         m = re.search(r"HNSW(\d+)", factory)
         params = {"M": int(m.group(1)) if m else 32, "efConstruction": 200}
-        if index_type == "HNSW_SQ":  # Milvus's scalar quantisers: SQ6, SQ8, BF16, FP16 (no 4-bit: an SQ4 graph exports as SQ6)
+        if (
+            index_type == "HNSW_SQ"
+        ):  # Milvus's scalar quantisers: SQ6, SQ8, BF16, FP16 (no 4-bit: an SQ4 graph exports as SQ6)
             sq = re.search(r"SQ(\d+)", factory)
             params["sq_type"] = "SQ6" if sq and int(sq.group(1)) <= 6 else "SQ8"
         if index_type == "HNSW_PQ":
             pq = re.search(r"PQ(\d+)", factory)
-            params.update({"m": int(pq.group(1)) if pq and dim % int(pq.group(1)) == 0 else _default_pq_m(dim), "nbits": 8})
+            params.update(
+                {"m": int(pq.group(1)) if pq and dim % int(pq.group(1)) == 0 else _default_pq_m(dim), "nbits": 8}
+            )
         return params
     return {}
 
@@ -155,9 +176,11 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     if not method or (requested or "auto").strip().lower() != "auto":
         return requested
     if method == "ivf_qmetric":
-        raise ScalingNoteError("this index was built with method ivf_qmetric (inverted lists cut in the query tower's metric); Milvus trains "
-                               "its own IVF on the documents, so those lists and the rule new documents follow would be lost. Pass "
-                               "--index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export the vectors with that index")
+        raise ScalingNoteError(
+            "this index was built with method ivf_qmetric (inverted lists cut in the query tower's metric); Milvus trains "
+            "its own IVF on the documents, so those lists and the rule new documents follow would be lost. Pass "
+            "--index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export the vectors with that index"
+        )
     if method == "hnsw_pq":
         return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
     if method in ("hnsw_sq", "hnsw_sq_qg"):
@@ -175,11 +198,15 @@ def resolve_index_type(requested: str, lite: bool) -> tuple[str, str | None]:
     supported = LITE_INDEX_TYPES if lite else SERVER_INDEX_TYPES
     if req == "AUTO":
         if lite:
-            return "HNSW", "Milvus Lite does not implement IVF_PQ (supported: " + ", ".join(LITE_INDEX_TYPES) + "); built HNSW instead"
+            return "HNSW", "Milvus Lite does not implement IVF_PQ (supported: " + ", ".join(
+                LITE_INDEX_TYPES
+            ) + "); built HNSW instead"
         return "IVF_PQ", None
     if req not in supported:
         where = "Milvus Lite" if lite else "this back end"
-        raise ScalingNoteError(f"index type {requested!r}: not supported by {where}; choose one of: {', '.join(supported)} (or auto)")
+        raise ScalingNoteError(
+            f"index type {requested!r}: not supported by {where}; choose one of: {', '.join(supported)} (or auto)"
+        )
     return req, None
 
 
@@ -228,16 +255,45 @@ def export_to_milvus(
         version = server_version(client)
         itype, fallback, params = _index_settings(client, index_type, index_params, n, d, info)
         if client.has_collection(collection) and not overwrite:
-            raise ScalingNoteError(f"{uri}: collection {collection!r} already exists (pass overwrite=True / --overwrite to replace it)")
-        manifest = _collection_manifest(collection, itype, params, index_type, fallback, d, src_dim, n, sem, sem_info, tower, info, version, pm.__version__)
+            raise ScalingNoteError(
+                f"{uri}: collection {collection!r} already exists (pass overwrite=True / --overwrite to replace it)"
+            )
+        manifest = _collection_manifest(
+            collection,
+            itype,
+            params,
+            index_type,
+            fallback,
+            d,
+            src_dim,
+            n,
+            sem,
+            sem_info,
+            tower,
+            info,
+            version,
+            pm.__version__,
+        )
         tmp = f"{collection}__tmp_{os.getpid()}"
         if client.has_collection(tmp):
             client.drop_collection(tmp)
         schema = _schema(client, pm, tower, max_len, None if sem is None else int(sem.shape[1]), d)
         try:
-            client.create_collection(tmp, schema=schema, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
-            _fill_collection(client, tmp, vecs, ids, sem, manifest, batch_size=batch_size, progress=progress, source=f"{source}",
-                             timeout_s=index_timeout_s)
+            client.create_collection(
+                tmp, schema=schema, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)}
+            )
+            _fill_collection(
+                client,
+                tmp,
+                vecs,
+                ids,
+                sem,
+                manifest,
+                batch_size=batch_size,
+                progress=progress,
+                source=f"{source}",
+                timeout_s=index_timeout_s,
+            )
             if client.has_collection(collection):  # overwrite (checked above)
                 client.drop_collection(collection)
             client.rename_collection(tmp, collection)
@@ -246,7 +302,9 @@ def export_to_milvus(
             raise
         except Exception as e:  # noqa: BLE001 - MilvusException etc.
             _drop_quietly(client, tmp)
-            raise ScalingNoteError(f"{uri}: exporting to collection {collection!r} failed: {_milvus_message(e)}") from None
+            raise ScalingNoteError(
+                f"{uri}: exporting to collection {collection!r} failed: {_milvus_message(e)}"
+            ) from None
         client.load_collection(collection)
         manifest["export_seconds"] = round(time.perf_counter() - t_start, 3)
         return manifest
@@ -266,16 +324,23 @@ def _check_ids(source: Any, ids: list[str]) -> int:
     return max_len
 
 
-def _index_settings(client, requested: str, overrides: dict[str, Any] | None, n: int, d: int,
-                    info: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+def _index_settings(
+    client, requested: str, overrides: dict[str, Any] | None, n: int, d: int, info: dict[str, Any]
+) -> tuple[str, str | None, dict[str, Any]]:
     """``(index type, fallback reason, build parameters)`` for this back end (Lite or server)."""
     lite = is_lite(client)
     itype, fallback = resolve_index_type(_method_index_type(requested, info.get("method"), lite), lite)
     if info.get("method") == "ivf_qmetric":  # only with an explicit --index-type (auto is refused)
         fallback = f"ivf_qmetric's lists (cut in the query metric) are not exported: Milvus builds its own {itype} on the documents"
-    elif info.get("method") == "hnsw_pq" and lite and itype == "HNSW" and (requested or "auto").strip().lower() == "auto":
+    elif (
+        info.get("method") == "hnsw_pq" and lite and itype == "HNSW" and (requested or "auto").strip().lower() == "auto"
+    ):
         fallback = "Milvus Lite has no HNSW_PQ: HNSW over the full-precision vectors (the graph's M kept)"
-    elif info.get("method") in ("hnsw_sq", "hnsw_sq_qg") and itype == "HNSW_SQ" and ",SQ4" in str(info.get("factory") or ""):
+    elif (
+        info.get("method") in ("hnsw_sq", "hnsw_sq_qg")
+        and itype == "HNSW_SQ"
+        and ",SQ4" in str(info.get("factory") or "")
+    ):
         fallback = "Milvus's HNSW_SQ has no 4-bit quantiser: SQ6 (the graph's M kept)"
         if info.get("method") == "hnsw_sq_qg":
             fallback += "; the query-guided edges are not exported (Milvus builds its own graph from the documents)"
@@ -286,8 +351,19 @@ def _index_settings(client, requested: str, overrides: dict[str, Any] | None, n:
     return itype, fallback, params
 
 
-def _fill_collection(client, name: str, vecs, ids: list[str], sem, manifest: dict[str, Any], *, batch_size: int, progress: bool,
-                     source: str, timeout_s: float) -> None:
+def _fill_collection(
+    client,
+    name: str,
+    vecs,
+    ids: list[str],
+    sem,
+    manifest: dict[str, Any],
+    *,
+    batch_size: int,
+    progress: bool,
+    source: str,
+    timeout_s: float,
+) -> None:
     """Insert every row into the new collection ``name``, build its vector index (``manifest``'s
     type and parameters) and store the timings in ``manifest`` and the collection property."""
     t0 = time.perf_counter()
@@ -296,16 +372,38 @@ def _fill_collection(client, name: str, vecs, ids: list[str], sem, manifest: dic
     insert_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     ip = client.prepare_index_params()
-    ip.add_index(field_name=VECTOR, index_type=manifest["index_type"], metric_type="IP", params=manifest["index_params"], index_name=VECTOR)
-    client.create_index(name, ip, sync=False)  # waited for below (pymilvus' own wait needs AllocTimestamp, absent from Milvus Lite)
+    ip.add_index(
+        field_name=VECTOR,
+        index_type=manifest["index_type"],
+        metric_type="IP",
+        params=manifest["index_params"],
+        index_name=VECTOR,
+    )
+    client.create_index(
+        name, ip, sync=False
+    )  # waited for below (pymilvus' own wait needs AllocTimestamp, absent from Milvus Lite)
     _wait_indexed(client, name, len(ids), timeout_s)
     index_s = time.perf_counter() - t0
     manifest.update({"insert_seconds": round(insert_s, 3), "index_seconds": round(index_s, 3)})
     client.alter_collection_properties(name, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
 
 
-def _collection_manifest(collection: str, itype: str, params: dict[str, Any], requested: str, fallback: str | None, d: int, src_dim: int, n: int,
-                         sem, sem_info, tower: dict[str, Any], info: dict[str, Any], version: str, pymilvus_version: str) -> dict[str, Any]:
+def _collection_manifest(
+    collection: str,
+    itype: str,
+    params: dict[str, Any],
+    requested: str,
+    fallback: str | None,
+    d: int,
+    src_dim: int,
+    n: int,
+    sem,
+    sem_info,
+    tower: dict[str, Any],
+    info: dict[str, Any],
+    version: str,
+    pymilvus_version: str,
+) -> dict[str, Any]:
     """The ``scalingnote.manifest`` property of an exported collection."""
     search_defaults: dict[str, int] = {}
     if itype in IVF_TYPES:
@@ -334,7 +432,9 @@ def _collection_manifest(collection: str, itype: str, params: dict[str, Any], re
         "fields": {"pk": PK, "doc_id": DOC_ID, "semantic_id": SEM_ID if sem is not None else None, "vector": VECTOR},
         "tower": tower,
         "source": info,
-        "embeddings_dir": info.get("embeddings_dir"),  # where the service finds the corpus (titles), as in FAISS manifests
+        "embeddings_dir": info.get(
+            "embeddings_dir"
+        ),  # where the service finds the corpus (titles), as in FAISS manifests
         "server_version": version,
         "pymilvus_version": pymilvus_version,
         "created": _now(),
@@ -356,7 +456,9 @@ def _schema(client, pm, tower: dict[str, Any], max_len: int, n_layers: int | Non
     return schema
 
 
-def _insert(client, name: str, vecs, ids: list[str], sem, batch_size: int, progress: bool, source: str, collection: str) -> None:
+def _insert(
+    client, name: str, vecs, ids: list[str], sem, batch_size: int, progress: bool, source: str, collection: str
+) -> None:
     """Insert every row (primary key = row number, document id, semantic ID, vector) in batches."""
     from tqdm.auto import tqdm
 
@@ -392,13 +494,17 @@ def _wait_indexed(client, name: str, n: int, timeout_s: float) -> None:
         desc = client.describe_index(name, VECTOR) or {}
         state = str(desc.get("state", "Finished"))
         if state.lower() == "failed":
-            raise ScalingNoteError(f"Milvus failed to build the index on {name!r}: {desc.get('index_state_fail_reason') or desc}")
+            raise ScalingNoteError(
+                f"Milvus failed to build the index on {name!r}: {desc.get('index_state_fail_reason') or desc}"
+            )
         indexed = desc.get("indexed_rows")
         pending = desc.get("pending_index_rows", 0)
         if (indexed is None or int(indexed) >= n) and not pending and state.lower() in ("finished", "3"):
             return
         if time.perf_counter() - t0 > timeout_s:
-            raise ScalingNoteError(f"index on {name!r} not built after {timeout_s:.0f}s (state {state}, {indexed}/{n} rows indexed)")
+            raise ScalingNoteError(
+                f"index on {name!r} not built after {timeout_s:.0f}s (state {state}, {indexed}/{n} rows indexed)"
+            )
         time.sleep(0.5)
 
 

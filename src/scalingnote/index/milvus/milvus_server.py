@@ -92,7 +92,9 @@ def server_binaries() -> Path:
 def milvus_server_available() -> str | None:
     """None when the embedded server can run here, else the reason it cannot."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return f"the milvus package ships a Linux x86_64 server binary; this is {platform.system()} {platform.machine()}"
+        return (
+            f"the milvus package ships a Linux x86_64 server binary; this is {platform.system()} {platform.machine()}"
+        )
     try:
         import milvus  # noqa: F401
     except ImportError:
@@ -107,8 +109,14 @@ class EmbeddedMilvus:
     ``data_dir``: configuration, logs, etcd and segment data (kept after :meth:`stop`).
     """
 
-    def __init__(self, data_dir: str | Path, port: int | None = None, start_timeout_s: float = 180.0, stop_timeout_s: float = 30.0,
-                 graceful_stop_s: float = 10.0):
+    def __init__(
+        self,
+        data_dir: str | Path,
+        port: int | None = None,
+        start_timeout_s: float = 180.0,
+        stop_timeout_s: float = 30.0,
+        graceful_stop_s: float = 10.0,
+    ):
         self.data_dir = Path(data_dir).resolve()
         self.graceful_stop_s = graceful_stop_s
         self.port = port
@@ -142,7 +150,10 @@ class EmbeddedMilvus:
         reason = milvus_server_available()
         if reason:
             raise ScalingNoteError(reason)
-        from milvus import MilvusServer, MilvusServerConfig  # why: optional extra, needed only to run the embedded server
+        from milvus import (  # why: optional extra, needed only to run the embedded server
+            MilvusServer,
+            MilvusServerConfig,
+        )
 
         t0 = time.perf_counter()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -165,9 +176,18 @@ class EmbeddedMilvus:
         except Exception as e:  # noqa: BLE001 - RuntimeError/TimeoutError/OSError from the package
             tail = self._log_tail()
             self.stop()
-            raise ScalingNoteError(f"the embedded Milvus server did not start ({e}); log {self.log_dir}:\n{tail}") from None
+            raise ScalingNoteError(
+                f"the embedded Milvus server did not start ({e}); log {self.log_dir}:\n{tail}"
+            ) from None
         self.startup_seconds = time.perf_counter() - t0
-        log.info("Milvus %s on %s (pid %s, data %s) in %.1fs", MILVUS_PIN, self.uri, self.pid, self.data_dir, self.startup_seconds)
+        log.info(
+            "Milvus %s on %s (pid %s, data %s) in %.1fs",
+            MILVUS_PIN,
+            self.uri,
+            self.pid,
+            self.data_dir,
+            self.startup_seconds,
+        )
         return self
 
     def _log_tail(self, n: int = 15) -> str:
@@ -190,7 +210,9 @@ class EmbeddedMilvus:
             try:
                 proc.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("Milvus (pid %d) still running %.0fs after SIGTERM: killing it", proc.pid, self.stop_timeout_s)
+                log.warning(
+                    "Milvus (pid %d) still running %.0fs after SIGTERM: killing it", proc.pid, self.stop_timeout_s
+                )
                 proc.kill()
                 proc.wait(timeout=10)
         srv.server_proc = None

@@ -59,14 +59,14 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.data.corpus import open_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import EncodeResult, check_resume, encode_chunk, tower_identity
 from scalingnote.index.pipeline import load_tower_for
 from scalingnote.index.ray.ray_pool import RAY_HINT, RayPool, engine_info, ray_error, start_ray
-from scalingnote.data.corpus import open_corpus
-from scalingnote.models.spec import TowerSpec
 from scalingnote.index.shards import MANIFEST, ShardLog, read_manifest, shard_paths
+from scalingnote.models.spec import TowerSpec
 from scalingnote.utils.io import atomic_path
 
 log = logging.getLogger("scalingnote.index.ray")
@@ -114,8 +114,13 @@ class _Job:
             batch_size=1,
             batch_format="pyarrow",
             compute=rd.ActorPoolStrategy(size=int(p.num_actors)),
-            fn_constructor_kwargs={"spec": self.spec, "out_dir": str(self.out_dir), "batch_size": self.batch_size, "normalize": self.normalize,
-                                   "threads": p.threads},
+            fn_constructor_kwargs={
+                "spec": self.spec,
+                "out_dir": str(self.out_dir),
+                "batch_size": self.batch_size,
+                "normalize": self.normalize,
+                "threads": p.threads,
+            },
             num_cpus=p.cpus_per_actor,
             num_gpus=p.gpus_per_actor if p.gpus_per_actor > 0 else None,
         )
@@ -123,7 +128,9 @@ class _Job:
     def check_stored_tower(self, ray, shards: ShardLog) -> None:
         """With nothing left to encode: check in one Ray task that this tower made the stored shards."""
         p = self.pool
-        ident_task = ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_retries=0)(_tower_identity_task)
+        ident_task = ray.remote(num_cpus=p.cpus_per_actor, num_gpus=p.gpus_per_actor, max_retries=0)(
+            _tower_identity_task
+        )
         try:
             ident = ray.get(ident_task.remote(self.spec, p.threads))
         except Exception as e:  # noqa: BLE001 - RayTaskError wrapping the loading error
@@ -182,7 +189,10 @@ class _ShardEncoder:
     def _encode_shard(self, row: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         shard = int(row["shard"])
-        docs = [Document(i, t, p, c) for i, t, p, c in zip(row["ids"], row["titles"], row["topics"], row["contents"], strict=True)]
+        docs = [
+            Document(i, t, p, c)
+            for i, t, p, c in zip(row["ids"], row["titles"], row["topics"], row["contents"], strict=True)
+        ]
         vecs = encode_chunk(self.tower, docs, self.batch_size, self.normalize, _NullBar())
         vpath, ipath = shard_paths(self.out_dir, shard)
         with atomic_path(vpath, suffix=".npy") as tmp:
@@ -239,7 +249,9 @@ def encode_corpus_ray(
     """
     pool = RayPool.resolve(pool, pool_options)
     _check_sizes(shard_size, batch_size, pool)
-    job = _Job(_tower_spec(tower, num_layers, dim, pooling), pool, Path(out_dir).resolve(), shard_size, batch_size, normalize)
+    job = _Job(
+        _tower_spec(tower, num_layers, dim, pooling), pool, Path(out_dir).resolve(), shard_size, batch_size, normalize
+    )
     out_dir = job.out_dir
     # open the corpus first: a missing file fails before Ray starts
     docs, source, total = open_corpus(corpus)
@@ -255,7 +267,9 @@ def encode_corpus_ray(
         # The tower's identity comes with every shard result (the driver loads no model);
         # a resumed directory is checked against it before the first new shard is
         # committed (shard files written before that are uncommitted, hence ignored).
-        shards = ShardLog.open(out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=None)
+        shards = ShardLog.open(
+            out_dir, shard_size=shard_size, batch_size=batch_size, normalize=normalize, source=source, tower=None
+        )
         shards.man["engine"] = engine
         from tqdm.auto import tqdm
 
@@ -267,17 +281,31 @@ def encode_corpus_ray(
             bar.close()
         seconds = shards.finish(t0, encoded, f"{out_dir / MANIFEST}: no dimension recorded (no shard was ever encoded)")
         rate = encoded / seconds if encoded and seconds > 0 else 0.0
-        return EncodeResult(out_dir, shards.man["n_docs"], shards.n_shards, shards.n_shards - written, written, seconds, rate, shards.man)
+        return EncodeResult(
+            out_dir,
+            shards.man["n_docs"],
+            shards.n_shards,
+            shards.n_shards - written,
+            written,
+            seconds,
+            rate,
+            shards.man,
+        )
     finally:
         if started:
             ray.shutdown()
 
 
-def _encode_shards(ray, rd, job: _Job, shards: ShardLog, docs, source: str | None, bar, t0: float, on_shard_done) -> tuple[int, int]:
+def _encode_shards(
+    ray, rd, job: _Job, shards: ShardLog, docs, source: str | None, bar, t0: float, on_shard_done
+) -> tuple[int, int]:
     """Verify the finished shards, put the pending ones into the object store, encode them in the
     actor pool and commit each as it comes back. Returns ``(documents encoded, shards written)``."""
     pending: dict[int, dict[str, Any]] = {}
-    refs = [ray.put(_shard_table(shard, chunk)) for shard, chunk, _ in _record(shards.plan(docs, job.shard_size, on_finished=bar.update), pending)]
+    refs = [
+        ray.put(_shard_table(shard, chunk))
+        for shard, chunk, _ in _record(shards.plan(docs, job.shard_size, on_finished=bar.update), pending)
+    ]
     if shards.n_shards == 0:
         raise ScalingNoteError(f"{source or 'corpus'}: no documents to encode")
     if not refs:
@@ -326,7 +354,9 @@ def _shard_table(shard: int, chunk: list[Document]):
     )
 
 
-def _commit_results(ds, shards: ShardLog, pending: dict[int, dict[str, Any]], shard_size: int, bar, t0: float, on_shard_done) -> int:
+def _commit_results(
+    ds, shards: ShardLog, pending: dict[int, dict[str, Any]], shard_size: int, bar, t0: float, on_shard_done
+) -> int:
     """Stream the actor pool's results; check each (size, tower identity, dim) and commit its
     shard. Returns the number of documents encoded."""
     encoded = 0

@@ -54,7 +54,9 @@ class RayPool:
         if self.num_actors < 1:
             raise ScalingNoteError(f"num_actors must be >= 1, got {self.num_actors}")
         if self.cpus_per_actor < 0 or self.gpus_per_actor < 0:
-            raise ScalingNoteError(f"cpus_per_actor / gpus_per_actor must be >= 0, got {self.cpus_per_actor} / {self.gpus_per_actor}")
+            raise ScalingNoteError(
+                f"cpus_per_actor / gpus_per_actor must be >= 0, got {self.cpus_per_actor} / {self.gpus_per_actor}"
+            )
         if self.cpus_per_actor == 0 and self.gpus_per_actor == 0:
             raise ScalingNoteError("an actor must reserve some CPU or GPU (cpus_per_actor or gpus_per_actor > 0)")
 
@@ -70,7 +72,11 @@ def start_ray(pool: RayPool, quiet: bool) -> tuple[Any, bool, float]:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     t0 = time.perf_counter()
-    kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": not quiet, "logging_level": logging.WARNING if quiet else logging.INFO}
+    kw: dict[str, Any] = {
+        "include_dashboard": False,
+        "log_to_driver": not quiet,
+        "logging_level": logging.WARNING if quiet else logging.INFO,
+    }
     try:
         if address:
             ray.init(address=address, **kw)

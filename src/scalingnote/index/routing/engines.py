@@ -27,15 +27,30 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
     """The built structure of ``cfg.method`` (a :class:`~scalingnote.index.routing.routing.RoutingConfig`) over ``docs``."""
     nlist = cfg.nlist or default_nlist(len(docs))
     if cfg.method == "ivf_rabitq":
-        return build_ivf_rabitq(docs, nlist, bits=cfg.rabitq_bits, qb=cfg.rabitq_qb, seed=cfg.seed, train_size=cfg.train_size,
-                                kmeans_iters=cfg.kmeans_iters)
+        return build_ivf_rabitq(
+            docs,
+            nlist,
+            bits=cfg.rabitq_bits,
+            qb=cfg.rabitq_qb,
+            seed=cfg.seed,
+            train_size=cfg.train_size,
+            kmeans_iters=cfg.kmeans_iters,
+        )
     from scalingnote.index.scann.soar import ScannSoar  # why: ScaNN loads only when this method is asked for
 
-    return ScannSoar.build(docs, nlist=nlist, soar_lambda=cfg.scann_soar_lambda, dims_per_block=cfg.scann_dims_per_block,
-                           aq_threshold=cfg.scann_aq_threshold, train_size=cfg.train_size)
+    return ScannSoar.build(
+        docs,
+        nlist=nlist,
+        soar_lambda=cfg.scann_soar_lambda,
+        dims_per_block=cfg.scann_dims_per_block,
+        aq_threshold=cfg.scann_aq_threshold,
+        train_size=cfg.train_size,
+    )
 
 
-def search_engine(index: Any, method: str, q: np.ndarray, depth: int, nprobe: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+def search_engine(
+    index: Any, method: str, q: np.ndarray, depth: int, nprobe: int
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe`` partitions."""
     if method == "ivf_rabitq":
         return search_ivf_rabitq(index, q, depth, nprobe)

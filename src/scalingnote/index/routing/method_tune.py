@@ -58,18 +58,22 @@ def _knob(r: RoutedIndex) -> tuple[str, list[int]]:
     return "nprobe", sorted({min(nlist, 2**i) for i in range(0, 31) if 2 ** (i - 1) < nlist} | {nlist})
 
 
-def single_query_ms(r: RoutedIndex, q: np.ndarray, k: int, setting: dict[str, int], limit: int = SINGLE_QUERIES) -> float:
+def single_query_ms(
+    r: RoutedIndex, q: np.ndarray, k: int, setting: dict[str, int], limit: int = SINGLE_QUERIES
+) -> float:
     """Mean milliseconds of one query searched alone at ``setting`` (the first ``limit`` queries,
     one call each: what a service answering one request at a time pays)."""
     rows = q[: max(1, limit)]
     r.search(rows[:1], k, **setting)  # warm: the first call allocates
     t0 = time.perf_counter()
     for i in range(len(rows)):
-        r.search(rows[i:i + 1], k, **setting)
+        r.search(rows[i : i + 1], k, **setting)
     return 1000 * (time.perf_counter() - t0) / len(rows)
 
 
-def sweep(r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: float, reranks: Sequence[int] = RERANKS) -> dict[str, Any]:
+def sweep(
+    r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: float, reranks: Sequence[int] = RERANKS
+) -> dict[str, Any]:
     """The fastest setting of ``r`` reaching ``target`` (else the best recall): per re-rank depth
     the knob rises until the target is met or the share scanned exceeds the best one found; each
     setting that met the target is then timed one query at a time (:func:`single_query_ms`) and
@@ -85,8 +89,16 @@ def sweep(r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: f
             ms = 1000 * (time.perf_counter() - t0) / nq
             share = res.ndis / (nq * n)
             rec = recall_vs_exact(res.ids, exact)
-            grid.append({knob: v, "rerank": rr, "recall": round(rec, 4), "share_scanned": round(share, 5), "latency_ms": round(ms, 4),
-                         "met": rec >= target})
+            grid.append(
+                {
+                    knob: v,
+                    "rerank": rr,
+                    "recall": round(rec, 4),
+                    "share_scanned": round(share, 5),
+                    "latency_ms": round(ms, 4),
+                    "met": rec >= target,
+                }
+            )
             if rec >= target:
                 best = min(best, share)
                 break
@@ -97,13 +109,28 @@ def sweep(r: RoutedIndex, q: np.ndarray, exact: np.ndarray, *, k: int, target: f
         g["latency_ms_single"] = round(single_query_ms(r, q, k, {knob: g[knob], "rerank": g["rerank"]}), 4)
     timed = [g for g in grid if "latency_ms_single" in g]
     pick = min(timed, key=lambda g: (g["latency_ms_single"], g["share_scanned"])) if ok else timed[0]
-    return {"knob": knob, "setting": {knob: pick[knob], "rerank": pick["rerank"]},
-            **{key: pick[key] for key in ("recall", "share_scanned", "latency_ms", "latency_ms_single", "met")}, "grid": grid}
+    return {
+        "knob": knob,
+        "setting": {knob: pick[knob], "rerank": pick["rerank"]},
+        **{key: pick[key] for key in ("recall", "share_scanned", "latency_ms", "latency_ms_single", "met")},
+        "grid": grid,
+    }
 
 
-def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.ndarray | None = None, *, methods: Sequence[str] = DEFAULT_METHODS,
-                  k: int = 10, target: float = 0.99, memory_bound: float = MEMORY_BOUND, seed: int = 0,
-                  routing: dict[str, RoutingConfig] | None = None, log: Any = None, edge_queries: np.ndarray | None = None) -> dict[str, Any]:
+def choose_method(
+    docs: np.ndarray,
+    val_queries: np.ndarray,
+    train_queries: np.ndarray | None = None,
+    *,
+    methods: Sequence[str] = DEFAULT_METHODS,
+    k: int = 10,
+    target: float = 0.99,
+    memory_bound: float = MEMORY_BOUND,
+    seed: int = 0,
+    routing: dict[str, RoutingConfig] | None = None,
+    log: Any = None,
+    edge_queries: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Build each of ``methods`` over ``docs`` (unit vectors), sweep it on ``val_queries`` and
     choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
     queries); ``edge_queries`` (default ``train_queries``): the fitting queries of ``hnsw_sq_qg``'s
@@ -114,7 +141,9 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
         raise ScalingNoteError(f"target must be in (0, 1], got {target}")
     bad = [m for m in methods if m not in SERVABLE]
     if bad or not methods:
-        raise ScalingNoteError(f"methods: {', '.join(bad) or 'none given'}; choose from {', '.join(SERVABLE)} (ivf_routed is not servable)")
+        raise ScalingNoteError(
+            f"methods: {', '.join(bad) or 'none given'}; choose from {', '.join(SERVABLE)} (ivf_routed is not servable)"
+        )
     x, q = _unit(docs, "documents"), _unit(val_queries, "validation queries")
     tq = None if train_queries is None or len(train_queries) == 0 else _unit(train_queries, "training queries")
     eq = tq if edge_queries is None or len(edge_queries) == 0 else _unit(edge_queries, "edge-fitting queries")
@@ -127,19 +156,44 @@ def choose_method(docs: np.ndarray, val_queries: np.ndarray, train_queries: np.n
             rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
         given = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
-        for cfg in (list(given) if isinstance(given, (list, tuple)) else [given]):  # variants of one method (e.g. hnsw_sq_qg's edge counts)
+        for cfg in (
+            list(given) if isinstance(given, (list, tuple)) else [given]
+        ):  # variants of one method (e.g. hnsw_sq_qg's edge counts)
             r = RoutedIndex.build(x, cfg, train_queries=fit)
             s = sweep(r, q, exact, k=k, target=target)
             mem = r.memory_bytes() / (n * d * 4)
             label = _structure(r)
-            rows.append({"method": m, "structure": label, "build_seconds": round(r.build_s, 3), "memory_ratio": round(mem, 4),
-                         "within_memory": mem <= memory_bound, **{key: s[key] for key in ("knob", "setting", "recall", "share_scanned", "latency_ms", "latency_ms_single", "met")},
-                         "grid": s["grid"]})
+            rows.append(
+                {
+                    "method": m,
+                    "structure": label,
+                    "build_seconds": round(r.build_s, 3),
+                    "memory_ratio": round(mem, 4),
+                    "within_memory": mem <= memory_bound,
+                    **{
+                        key: s[key]
+                        for key in (
+                            "knob",
+                            "setting",
+                            "recall",
+                            "share_scanned",
+                            "latency_ms",
+                            "latency_ms_single",
+                            "met",
+                        )
+                    },
+                    "grid": s["grid"],
+                }
+            )
             cfgs[label] = cfg
             if log is not None:
-                log(f"{label}: recall@{k} {s['recall']} at {s['setting']}, {s['latency_ms_single']:.3f} ms a query alone, "
-                    f"{100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32")
-    report = _decide(rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq))
+                log(
+                    f"{label}: recall@{k} {s['recall']} at {s['setting']}, {s['latency_ms_single']:.3f} ms a query alone, "
+                    f"{100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32"
+                )
+    report = _decide(
+        rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq)
+    )
     if "hnsw_sq_qg" in methods and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
     return report
@@ -157,33 +211,71 @@ def _structure(r: RoutedIndex) -> str:
     return structure_label(r.index, r.config)
 
 
-def _decide(rows: list[dict], cfgs: dict[str, RoutingConfig], *, k: int, target: float, memory_bound: float, n_val: int, n_train: int) -> dict[str, Any]:
+def _decide(
+    rows: list[dict],
+    cfgs: dict[str, RoutingConfig],
+    *,
+    k: int,
+    target: float,
+    memory_bound: float,
+    n_val: int,
+    n_train: int,
+) -> dict[str, Any]:
     built = [r for r in rows if "skipped" not in r]
     if not built:
-        raise ScalingNoteError("no candidate method could be built: " + "; ".join(f"{r['method']}: {r['skipped']}" for r in rows))
+        raise ScalingNoteError(
+            "no candidate method could be built: " + "; ".join(f"{r['method']}: {r['skipped']}" for r in rows)
+        )
     fits = [r for r in built if r["within_memory"]]
     ok = [r for r in fits if r["met"]]
     where = f"recall@{k} vs exact >= {target} on {n_val} validation queries"
     if ok:
         best, tied = fastest_within_tie(ok)
         ties = f"; within {LATENCY_TIE:.0%} of it and listed first of {len(tied)} tied" if len(tied) > 1 else ""
-        reason = (f"fastest structure with {where} within {memory_bound:g} of the float vectors{ties}: {best['structure']} "
-                  f"{_setting(best)} ({best['latency_ms_single']:.3f} ms a query alone, recall {best['recall']}, "
-                  f"{100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})")
-    elif not fits and any(r["met"] for r in built):  # none fits the bound: the least memory among those that met the target
+        reason = (
+            f"fastest structure with {where} within {memory_bound:g} of the float vectors{ties}: {best['structure']} "
+            f"{_setting(best)} ({best['latency_ms_single']:.3f} ms a query alone, recall {best['recall']}, "
+            f"{100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})"
+        )
+    elif not fits and any(
+        r["met"] for r in built
+    ):  # none fits the bound: the least memory among those that met the target
         best = min((r for r in built if r["met"]), key=lambda r: (r["memory_ratio"], r["latency_ms_single"]))
-        reason = (f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: {best['structure']} {_setting(best)} "
-                  f"(memory {best['memory_ratio']}, recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)")
+        reason = (
+            f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: {best['structure']} {_setting(best)} "
+            f"(memory {best['memory_ratio']}, recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
+        )
     else:
         pool = fits or built
         best = max(pool, key=lambda r: (r["recall"], -r["share_scanned"]))
-        why = "no method within the memory bound reached " if fits else f"no method fits {memory_bound:g} of the float vectors and none reached "
+        why = (
+            "no method within the memory bound reached "
+            if fits
+            else f"no method fits {memory_bound:g} of the float vectors and none reached "
+        )
         reason = f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
-    chosen = {"method": best["method"], **best["setting"],
-              **{key: best[key] for key in ("recall", "share_scanned", "latency_ms", "latency_ms_single", "memory_ratio", "structure")}}
-    return {"k": k, "target": target, "memory_bound": memory_bound, "n_queries": n_val, "queries": "validation", "router_fit_queries": n_train,
-            "knob": best["knob"], "chosen": chosen, "met": bool(ok), "reason": reason, "routing": dataclasses.asdict(cfgs[best["structure"]]),
-            "methods": rows}
+    chosen = {
+        "method": best["method"],
+        **best["setting"],
+        **{
+            key: best[key]
+            for key in ("recall", "share_scanned", "latency_ms", "latency_ms_single", "memory_ratio", "structure")
+        },
+    }
+    return {
+        "k": k,
+        "target": target,
+        "memory_bound": memory_bound,
+        "n_queries": n_val,
+        "queries": "validation",
+        "router_fit_queries": n_train,
+        "knob": best["knob"],
+        "chosen": chosen,
+        "met": bool(ok),
+        "reason": reason,
+        "routing": dataclasses.asdict(cfgs[best["structure"]]),
+        "methods": rows,
+    }
 
 
 def fastest_within_tie(ok: list[dict], tie: float = LATENCY_TIE) -> tuple[dict, list[dict]]:

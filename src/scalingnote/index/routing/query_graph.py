@@ -77,7 +77,9 @@ def _edges(nn: np.ndarray, per_node: int) -> tuple[np.ndarray, np.ndarray]:
     return s[keep], d[keep]
 
 
-def add_guided_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: Any, with_kth: bool = False) -> Any:
+def add_guided_edges(
+    index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, *, topk: Any, with_kth: bool = False
+) -> Any:
     """Write the query-guided edges of ``queries`` into ``index``'s (a FAISS ``IndexHNSW*`` over
     ``docs``, inner product) level-0 lists (module doc). Returns the number of edges added; with
     ``with_kth``, ``(added, {"kth": each query's score of its (per_node + 1)-th nearest document})``,
@@ -116,17 +118,26 @@ def _write(hnsw: Any, x: np.ndarray, edges: tuple[np.ndarray, np.ndarray]) -> in
     new[np.repeat(np.arange(len(nodes)), counts), np.arange(len(src)) - np.repeat(first, counts)] = dst
     added = 0
     for a in range(0, len(nodes), _CHUNK):
-        rows = nodes[a:a + _CHUNK]
+        rows = nodes[a : a + _CHUNK]
         pos = offsets[rows, None] + np.arange(width)
-        table, n_added = _merge(x, rows, nb[pos].astype(np.int64), new[a:a + _CHUNK], width)
+        table, n_added = _merge(x, rows, nb[pos].astype(np.int64), new[a : a + _CHUNK], width)
         nb[pos] = table.astype(nb.dtype)
         added += n_added
     faiss.copy_array_to_vector(nb, hnsw.neighbors)
     return added
 
 
-def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: int, first_new: int, *, topk: Any,
-                   alive: np.ndarray | None = None, kth: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+def add_live_edges(
+    index: Any,
+    docs: np.ndarray,
+    queries: np.ndarray,
+    per_node: int,
+    first_new: int,
+    *,
+    topk: Any,
+    alive: np.ndarray | None = None,
+    kth: np.ndarray | None = None,
+) -> tuple[int, np.ndarray]:
     """Query-guided edges for the rows ``first_new..`` just inserted into a built graph (the live
     index's adds, which FAISS links by document distance only). A fitting query whose exact top
     ``per_node + 1`` over the live rows now holds a new row -- its best score over the new rows is
@@ -140,7 +151,11 @@ def add_live_edges(index: Any, docs: np.ndarray, queries: np.ndarray, per_node: 
     per_node = _per_node(index.hnsw, per_node)
     live_topk = _over_live(topk, live)
     if kth is None:
-        kth = _kth(x[:first_new], q, per_node, live_topk) if int(live[:first_new].sum()) > per_node else np.full(len(q), -np.inf, np.float32)
+        kth = (
+            _kth(x[:first_new], q, per_node, live_topk)
+            if int(live[:first_new].sum()) > per_node
+            else np.full(len(q), -np.inf, np.float32)
+        )
     kth = np.array(kth, np.float32)
     if first_new >= len(x) or not live[first_new:].any():
         return 0, kth

@@ -48,8 +48,20 @@ from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, sear
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.tune import exact_topk
 
-Method = Literal["ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"]
-METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+Method = Literal[
+    "ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"
+]
+METHODS: tuple[str, ...] = (
+    "ivf",
+    "ivf_qmetric",
+    "ivf_routed",
+    "ivf_rabitq",
+    "scann_soar",
+    "hnsw",
+    "hnsw_pq",
+    "hnsw_sq",
+    "hnsw_sq_qg",
+)
 #: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
 #: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
 GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
@@ -206,8 +218,16 @@ class RoutedIndex:
     # ------------------------------------------------------------------ build
 
     @classmethod
-    def build(cls, docs: np.ndarray, config: RoutingConfig | None = None, *, train_queries: np.ndarray | None = None,
-              vectors: np.ndarray | None = None, graph: RoutedIndex | None = None, metric: np.ndarray | None = None) -> RoutedIndex:
+    def build(
+        cls,
+        docs: np.ndarray,
+        config: RoutingConfig | None = None,
+        *,
+        train_queries: np.ndarray | None = None,
+        vectors: np.ndarray | None = None,
+        graph: RoutedIndex | None = None,
+        metric: np.ndarray | None = None,
+    ) -> RoutedIndex:
         """Build over ``docs`` [N, d] (float32). ``train_queries``: query-tower vectors of training
         and pseudo-queries (never validation/test), needed by ``ivf_qmetric`` and ``ivf_routed``.
         ``vectors``: the full-precision matrix kept for re-rank (default ``docs``; may be a memmap).
@@ -218,18 +238,24 @@ class RoutedIndex:
         docs = _f32(docs, "documents")
         given_metric = cfg.method == "ivf_qmetric" and metric is not None
         if cfg.method in QUERY_FIT_METHODS and train_queries is None and not given_metric:
-            raise ScalingNoteError(f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors; CLI: --train-queries Q.npy)")
+            raise ScalingNoteError(
+                f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors; CLI: --train-queries Q.npy)"
+            )
         tq = _f32(train_queries, "train_queries") if train_queries is not None else None
         if tq is not None and tq.shape[1] != docs.shape[1]:
             raise ScalingNoteError(f"train_queries have dim {tq.shape[1]}, documents {docs.shape[1]}")
         t0 = time.perf_counter()
         if cfg.method in GRAPH_METHODS:
-            if graph is not None and (graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m):
+            if graph is not None and (
+                graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m
+            ):
                 raise ScalingNoteError("graph must be an 'hnsw' index over the same documents with the same hnsw_m")
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
             if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
-                out.info["query_edges_added"], out.partition = add_guided_edges(out.index, docs, tq, cfg.query_edges, topk=exact_topk, with_kth=True)
+                out.info["query_edges_added"], out.partition = add_guided_edges(
+                    out.index, docs, tq, cfg.query_edges, topk=exact_topk, with_kth=True
+                )
         elif cfg.method in ENGINE_METHODS:
             out = cls(cfg, build_engine(docs, cfg), docs)
         else:
@@ -254,7 +280,9 @@ class RoutedIndex:
         return cls(cfg, index, docs)
 
     @classmethod
-    def _build_ivf(cls, docs: np.ndarray, cfg: RoutingConfig, tq: np.ndarray | None, metric: np.ndarray | None = None) -> RoutedIndex:
+    def _build_ivf(
+        cls, docs: np.ndarray, cfg: RoutingConfig, tq: np.ndarray | None, metric: np.ndarray | None = None
+    ) -> RoutedIndex:
         import faiss
 
         n, d = docs.shape
@@ -334,7 +362,9 @@ class RoutedIndex:
                 b += int(extra.nbytes)
         return b
 
-    def search(self, queries: np.ndarray, k: int, *, nprobe: int = 16, ef_search: int = 64, rerank: int = 0) -> RoutedResult:
+    def search(
+        self, queries: np.ndarray, k: int, *, nprobe: int = 16, ef_search: int = 64, rerank: int = 0
+    ) -> RoutedResult:
         """Top-``k`` by inner product; ``rerank`` > 0: the top ``max(rerank, k)`` candidates are
         re-scored exactly with :attr:`vectors`."""
         import faiss
@@ -417,15 +447,23 @@ def _coded_hnsw(d: int, cfg: RoutingConfig) -> Any:
     import faiss
 
     if cfg.method in SQ_GRAPH_METHODS:
-        return faiss.IndexHNSWSQ(d, getattr(faiss.ScalarQuantizer, SQ_TYPES[cfg.sq_bits]), cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        return faiss.IndexHNSWSQ(
+            d, getattr(faiss.ScalarQuantizer, SQ_TYPES[cfg.sq_bits]), cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT
+        )
     m = cfg.pq_m or max(1, d // 8)
     if d % m:
         raise ScalingNoteError(f"pq_m={m} must divide the dimension {d}")
     return faiss.IndexHNSWPQ(d, m, cfg.hnsw_m, cfg.pq_bits, faiss.METRIC_INNER_PRODUCT)
 
 
-def _qmetric_partition(docs: np.ndarray, tq: np.ndarray | None, nlist: int, sample: np.ndarray, cfg: RoutingConfig,
-                       metric: np.ndarray | None = None):
+def _qmetric_partition(
+    docs: np.ndarray,
+    tq: np.ndarray | None,
+    nlist: int,
+    sample: np.ndarray,
+    cfg: RoutingConfig,
+    metric: np.ndarray | None = None,
+):
     """Lists cut by k-means in the query metric (x' = A x, :func:`query_metric`; ``metric``: a
     given A): each document's list and ``{"a", "centroids" (x' space), "centroids_orig" (A^-1 c')}``."""
     import faiss
@@ -464,7 +502,9 @@ def _list_means(x: np.ndarray, list_of: np.ndarray, nlist: int, fallback: np.nda
     """Mean vector of each list (``fallback`` rows for empty lists)."""
     from scipy.sparse import csr_matrix  # why: scipy takes ~2 s to import; only this routing method needs it
 
-    onehot = csr_matrix((np.ones(len(list_of), np.float32), (list_of, np.arange(len(list_of)))), shape=(nlist, len(list_of)))
+    onehot = csr_matrix(
+        (np.ones(len(list_of), np.float32), (list_of, np.arange(len(list_of)))), shape=(nlist, len(list_of))
+    )
     sums = np.asarray(onehot @ x, dtype=np.float64)
     cnt = np.bincount(list_of, minlength=nlist)
     out = fallback.astype(np.float64).copy()

@@ -31,7 +31,9 @@ def _scann() -> Any:
     try:
         from scann import scann_ops_pybind  # why: an optional engine (package scann-core), imported when used
     except ImportError as e:
-        raise ScalingNoteError(f"method scann_soar needs the package scann-core (pip install scann-core==0.2.1): {e}") from None
+        raise ScalingNoteError(
+            f"method scann_soar needs the package scann-core (pip install scann-core==0.2.1): {e}"
+        ) from None
     return scann_ops_pybind
 
 
@@ -46,8 +48,16 @@ class ScannSoar:
     _sizes: dict[str, int] | None = None
 
     @classmethod
-    def build(cls, docs: np.ndarray, *, nlist: int, soar_lambda: float, dims_per_block: int, aq_threshold: float,
-              train_size: int) -> ScannSoar:
+    def build(
+        cls,
+        docs: np.ndarray,
+        *,
+        nlist: int,
+        soar_lambda: float,
+        dims_per_block: int,
+        aq_threshold: float,
+        train_size: int,
+    ) -> ScannSoar:
         """Train the tree on at most ``train_size`` rows, assign every row (+ its SOAR spill) and
         encode it; ``soar_lambda`` 0 turns spilling off."""
         if dims_per_block not in (1, 2, 4):
@@ -56,11 +66,19 @@ class ScannSoar:
             raise ScalingNoteError(f"scann_soar_lambda must be >= 0, got {soar_lambda!r}")
         n, d = docs.shape
         nlist = max(1, min(int(nlist), n))
-        tree: dict[str, Any] = {"num_leaves": nlist, "num_leaves_to_search": min(nlist, 16), "training_sample_size": min(n, int(train_size))}
+        tree: dict[str, Any] = {
+            "num_leaves": nlist,
+            "num_leaves_to_search": min(nlist, 16),
+            "training_sample_size": min(n, int(train_size)),
+        }
         if soar_lambda > 0:
             tree.update(soar_lambda=float(soar_lambda), overretrieve_factor=2.0)
         builder = _scann().builder(np.ascontiguousarray(docs, dtype=np.float32), 10, "dot_product")
-        searcher = builder.tree(**tree).score_ah(int(dims_per_block), anisotropic_quantization_threshold=float(aq_threshold)).build()
+        searcher = (
+            builder.tree(**tree)
+            .score_ah(int(dims_per_block), anisotropic_quantization_threshold=float(aq_threshold))
+            .build()
+        )
         return cls(searcher, nlist, n, d)
 
     def _files(self) -> dict[str, int]:
@@ -86,7 +104,9 @@ class ScannSoar:
         """``(scores, ids, coarse distances, codes scored (estimated))`` of a ``depth``-deep search of
         ``nprobe`` leaves."""
         leaves = int(min(max(1, nprobe), self.nlist))
-        ids, scores = self.searcher.search_batched(q, final_num_neighbors=depth, pre_reorder_num_neighbors=depth, leaves_to_search=leaves)
+        ids, scores = self.searcher.search_batched(
+            q, final_num_neighbors=depth, pre_reorder_num_neighbors=depth, leaves_to_search=leaves
+        )
         ids = np.asarray(ids, dtype=np.int64)
         scores = np.asarray(scores, dtype=np.float32)
         if ids.shape[1] < depth:  # fewer candidates than asked: pad as FAISS does (-1)
@@ -97,7 +117,9 @@ class ScannSoar:
         return scores, ids, self.nlist * len(q), codes
 
     def remove_ids(self, ids: np.ndarray) -> int:
-        raise ScalingNoteError("scann_soar: deleting is not supported (the searcher keeps no document ids): filter deleted ids at search time and rebuild")
+        raise ScalingNoteError(
+            "scann_soar: deleting is not supported (the searcher keeps no document ids): filter deleted ids at search time and rebuild"
+        )
 
 
 __all__ = ["ScannSoar"]

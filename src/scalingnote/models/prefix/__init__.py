@@ -36,7 +36,13 @@ from scalingnote.models.prefix.cache import (
     key_digest,
     prefix_weights_digest,
 )
-from scalingnote.models.prefix.fill import estimate_cache_bytes, fill_cache, fill_depths, fill_pooled_depths, fill_targets
+from scalingnote.models.prefix.fill import (
+    estimate_cache_bytes,
+    fill_cache,
+    fill_depths,
+    fill_pooled_depths,
+    fill_targets,
+)
 from scalingnote.models.prefix.lora import add_top_lora, has_lora, merge_lora
 from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, layer_list, sub_backbone
 from scalingnote.models.prefix.tower import PrefixTower

@@ -17,10 +17,9 @@ from torch import nn
 
 from scalingnote.data.types import Document, Query
 from scalingnote.errors import ConfigError, ScalingNoteError
-from scalingnote.utils.io import atomic_path, write_json
-
 from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers
 from scalingnote.models.towers.identity import tokenizer_digest
+from scalingnote.utils.io import atomic_path, write_json
 
 FORMAT = "scalingnote-feature-cache"
 FORMAT_VERSION = 1
@@ -52,7 +51,9 @@ def prefix_weights_digest(backbone: nn.Module, depth: int, *, final_norm: bool) 
 TOKEN_DTYPES = ("float16", "float32")
 
 
-def cache_key(tower: nn.Module, trainable_layers: int, *, depth: int | None = None, dtype: str = "float16") -> dict[str, Any]:
+def cache_key(
+    tower: nn.Module, trainable_layers: int, *, depth: int | None = None, dtype: str = "float16"
+) -> dict[str, Any]:
     """The fields a cache of ``tower``'s frozen prefix depends on.
 
     ``depth``: the number of frozen layers (default ``L - k``) — the key the same model truncated
@@ -146,8 +147,15 @@ class FeatureCache:
         self._load_index()
 
     @classmethod
-    def for_tower(cls, root: str | Path, tower: nn.Module, trainable_layers: int, *, depth: int | None = None,
-                  dtype: str = "float16") -> FeatureCache:
+    def for_tower(
+        cls,
+        root: str | Path,
+        tower: nn.Module,
+        trainable_layers: int,
+        *,
+        depth: int | None = None,
+        dtype: str = "float16",
+    ) -> FeatureCache:
         """The cache of ``tower``'s prefix under ``root/<role>-d<depth>-<pooled|tokens>-<key digest>/``."""
         key = cache_key(tower, trainable_layers, depth=depth, dtype=dtype)
         return cls(Path(root) / cache_dir_name(key), key)
@@ -197,8 +205,12 @@ class FeatureCache:
             self._arrays[pi] = a
         return a
 
-    def add(self, keys: Sequence[str], features: Sequence[np.ndarray] | np.ndarray,
-            view_positions: Sequence[Sequence[int]] | None = None) -> None:
+    def add(
+        self,
+        keys: Sequence[str],
+        features: Sequence[np.ndarray] | np.ndarray,
+        view_positions: Sequence[Sequence[int]] | None = None,
+    ) -> None:
         """Store one part: pooled ``[n, V, H]`` or a list of ``[len_i, H]`` token states (with the
         unpadded positions before the 3 placeholders of each document, LLM document towers)."""
         if len(keys) == 0:
@@ -220,7 +232,8 @@ class FeatureCache:
         if not np.isfinite(arr).all():
             raise ScalingNoteError(
                 f"feature cache {self.root}: non-finite states (beyond the {self.dtype} range?) — use float32 storage "
-                "(feature_cache_dtype: float32)")
+                "(feature_cache_dtype: float32)"
+            )
         with atomic_path(stem.with_suffix(".npy"), suffix=".npy") as tmp:
             np.save(tmp, arr)
         write_json(stem.with_suffix(".json"), info, indent=None)
@@ -259,5 +272,3 @@ class FeatureCache:
                 return None
             out.append(vp[row])
         return out
-
-

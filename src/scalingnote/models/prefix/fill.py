@@ -59,7 +59,11 @@ def _iter_parts(tower, items: Sequence[Any], todo: list[int], part_size: int, ba
         encs = _encodings(tower, [items[i] for i in part])
         order = sorted(range(len(part)), key=lambda j: -len(_ids_of(tower, encs[j])))
         chunks = (order[b : b + batch_size] for b in range(0, len(order), batch_size))
-        yield part, encs, ((idx, {kk: v.to(dev) for kk, v in _collate(tower, [encs[j] for j in idx]).items()}) for idx in chunks)
+        yield (
+            part,
+            encs,
+            ((idx, {kk: v.to(dev) for kk, v in _collate(tower, [encs[j] for j in idx]).items()}) for idx in chunks),
+        )
 
 
 # ============================================================================ size estimate
@@ -76,7 +80,9 @@ def _size(tower, pooled: bool, dtype: np.dtype, encs: list[Any]) -> dict[str, An
     return {"rows": n, "tokens": tokens, "bytes": b, "gb": round(b / 1e9, 4)}
 
 
-def estimate_cache_bytes(tower, trainable_layers: int, items: Sequence[Any], *, dtype: str = "float16") -> dict[str, Any]:
+def estimate_cache_bytes(
+    tower, trainable_layers: int, items: Sequence[Any], *, dtype: str = "float16"
+) -> dict[str, Any]:
     """Disk size of the cache of ``items`` for ``trainable_layers = k`` before anything is computed:
     token count x hidden size x bytes per value (2 for float16) for a token cache, rows x views x
     hidden x 4 for a pooled one, plus the index. Returns ``{rows, tokens, bytes, gb}``."""
@@ -84,7 +90,9 @@ def estimate_cache_bytes(tower, trainable_layers: int, items: Sequence[Any], *, 
     return _size(tower, k == 0, np.dtype("float32" if k == 0 else dtype), _encodings(tower, list(items)))
 
 
-def _log_plan(tower, caches: Sequence[FeatureCache], todo: list[int], items: Sequence[Any], keys: list[str]) -> dict[str, dict]:
+def _log_plan(
+    tower, caches: Sequence[FeatureCache], todo: list[int], items: Sequence[Any], keys: list[str]
+) -> dict[str, dict]:
     encs = _encodings(tower, [items[i] for i in todo])
     plan = {}
     for c in caches:
@@ -92,15 +100,28 @@ def _log_plan(tower, caches: Sequence[FeatureCache], todo: list[int], items: Seq
         est = _size(tower, c.pooled, c.dtype, mine)
         c.planned = est
         plan[c.root.name] = est
-        log.info("feature cache %s: %d texts (%d tokens) to add, ~%.3f GB on disk (%s)",
-                 c.root, est["rows"], est["tokens"], est["gb"], "float32 pooled" if c.pooled else f"{c.dtype} tokens")
+        log.info(
+            "feature cache %s: %d texts (%d tokens) to add, ~%.3f GB on disk (%s)",
+            c.root,
+            est["rows"],
+            est["tokens"],
+            est["gb"],
+            "float32 pooled" if c.pooled else f"{c.dtype} tokens",
+        )
     return plan
 
 
 # ============================================================================ filling
 @torch.no_grad()
-def fill_targets(tower, items: Sequence[Any], caches: Sequence[FeatureCache], *, batch_size: int = 32,
-                 part_size: int = 256, show_progress: bool = True) -> int:
+def fill_targets(
+    tower,
+    items: Sequence[Any],
+    caches: Sequence[FeatureCache],
+    *,
+    batch_size: int = 32,
+    part_size: int = 256,
+    show_progress: bool = True,
+) -> int:
     """One pass of ``tower``'s prefix (up to the deepest cache) fills every cache in ``caches``
     (pooled: the state after ``depth`` layers + a decoder's final norm, pooled the tower's way;
     tokens: the state entering layer ``depth``, every real token). Returns the rows computed."""
@@ -147,7 +168,12 @@ def fill_targets(tower, items: Sequence[Any], caches: Sequence[FeatureCache], *,
                     for c in caches:
                         h = captured[(c.pooled, int(c.key["depth"]))]
                         if c.pooled:
-                            p = _pooled_views(tower, tower.pool_hidden(norm(h) if norm is not None else h, batch)).float().cpu().numpy()
+                            p = (
+                                _pooled_views(tower, tower.pool_hidden(norm(h) if norm is not None else h, batch))
+                                .float()
+                                .cpu()
+                                .numpy()
+                            )
                             rows = [p[r] for r in range(len(idx))]
                         else:
                             h = h.to(torch.float16 if c.dtype == np.float16 else torch.float32).cpu()
@@ -161,8 +187,11 @@ def fill_targets(tower, items: Sequence[Any], caches: Sequence[FeatureCache], *,
                         continue
                     f = [feats[id(c)][j] for j in sel]
                     vps = [_view_positions(tower, encs[j]) for j in sel]
-                    c.add([keys[part[j]] for j in sel], np.stack(f) if c.pooled else f,
-                          view_positions=None if c.pooled or vps[0] is None else vps)
+                    c.add(
+                        [keys[part[j]] for j in sel],
+                        np.stack(f) if c.pooled else f,
+                        view_positions=None if c.pooled or vps[0] is None else vps,
+                    )
     finally:
         for hk in hooks:
             hk.remove()
@@ -170,16 +199,32 @@ def fill_targets(tower, items: Sequence[Any], caches: Sequence[FeatureCache], *,
     return len(todo)
 
 
-def fill_cache(cache: FeatureCache, tower, trainable_layers: int, items: Sequence[Any], *, batch_size: int = 32,
-               part_size: int = 256, show_progress: bool = True) -> int:
+def fill_cache(
+    cache: FeatureCache,
+    tower,
+    trainable_layers: int,
+    items: Sequence[Any],
+    *,
+    batch_size: int = 32,
+    part_size: int = 256,
+    show_progress: bool = True,
+) -> int:
     """Compute and store the prefix features of the ``items`` not yet cached. Returns how many."""
     check_trainable_layers(trainable_layers, int(tower.config.num_layers))
     return fill_targets(tower, items, [cache], batch_size=batch_size, part_size=part_size, show_progress=show_progress)
 
 
-def fill_depths(root: str | Path, tower, pairs: Sequence[tuple[int, int]], items: Sequence[Any], *,
-                dtype: str = "float16", batch_size: int = 16, part_size: int = 256,
-                show_progress: bool = True) -> dict[tuple[int, int], FeatureCache]:
+def fill_depths(
+    root: str | Path,
+    tower,
+    pairs: Sequence[tuple[int, int]],
+    items: Sequence[Any],
+    *,
+    dtype: str = "float16",
+    batch_size: int = 16,
+    part_size: int = 256,
+    show_progress: bool = True,
+) -> dict[tuple[int, int], FeatureCache]:
     """One pass of ``tower`` fills the caches of the same model truncated to ``N`` layers with its
     top ``k`` trainable, for every ``(N, k)`` in ``pairs``: ``k = 0`` the pooled state after layer
     ``N``; ``k > 0`` the token states entering layer ``N - k`` (pairs with equal ``N - k`` share
@@ -195,18 +240,35 @@ def fill_depths(root: str | Path, tower, pairs: Sequence[tuple[int, int]], items
         key = cache_key(tower, 0 if k == 0 else 1, depth=n - k, dtype=dtype)  # any k > 0 gives the token fields
         name = cache_dir_name(key)
         out[(n, k)] = by_dir.setdefault(name, FeatureCache(Path(root) / name, key))
-    fill_targets(tower, items, list(by_dir.values()), batch_size=batch_size, part_size=part_size, show_progress=show_progress)
+    fill_targets(
+        tower, items, list(by_dir.values()), batch_size=batch_size, part_size=part_size, show_progress=show_progress
+    )
     return out
 
 
-def fill_pooled_depths(root: str | Path, tower, depths: Sequence[int], items: Sequence[Any], *, batch_size: int = 16,
-                       part_size: int = 1024, show_progress: bool = True) -> dict[int, FeatureCache]:
+def fill_pooled_depths(
+    root: str | Path,
+    tower,
+    depths: Sequence[int],
+    items: Sequence[Any],
+    *,
+    batch_size: int = 16,
+    part_size: int = 1024,
+    show_progress: bool = True,
+) -> dict[int, FeatureCache]:
     """One pass of ``tower`` fills the ``k = 0`` caches of the same model truncated to each depth
     (the state after layer ``N`` + a decoder's final norm, pooled the tower's way)."""
     L = int(tower.config.num_layers)
     depths = sorted({int(d) for d in depths})
     if not depths or depths[0] < 1 or depths[-1] > L:
         raise ValueError(f"depths must be in 1..{L}, got {depths}")
-    caches = fill_depths(root, tower, [(d, 0) for d in depths], items, batch_size=batch_size, part_size=part_size,
-                         show_progress=show_progress)
+    caches = fill_depths(
+        root,
+        tower,
+        [(d, 0) for d in depths],
+        items,
+        batch_size=batch_size,
+        part_size=part_size,
+        show_progress=show_progress,
+    )
     return {n: c for (n, _), c in caches.items()}

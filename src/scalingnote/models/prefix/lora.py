@@ -30,14 +30,24 @@ def add_top_lora(tower: nn.Module, trainable_layers: int, spec: Any) -> None:
     L = int(tower.config.num_layers)
     k = check_trainable_layers(trainable_layers, L)
     if k == 0:
-        raise ConfigError(None, None, "lora", "LoRA needs trainable layers (trainable_layers > 0): a k = 0 tower trains its head only")
+        raise ConfigError(
+            None, None, "lora", "LoRA needs trainable layers (trainable_layers > 0): a k = 0 tower trains its head only"
+        )
     layer_list(tower.backbone)  # a clear error for backbones without a layer list
-    lc = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout, target_modules=list(spec.target_modules),
-                    layers_to_transform=list(range(L - k, L)), layers_pattern=_layers_pattern(tower.backbone))
+    lc = LoraConfig(
+        r=spec.r,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.target_modules),
+        layers_to_transform=list(range(L - k, L)),
+        layers_pattern=_layers_pattern(tower.backbone),
+    )
     try:
         inject_adapter_in_model(lc, tower.backbone)
     except ValueError as e:
-        raise ConfigError(None, None, "lora.target_modules", f"{list(spec.target_modules)} on a {tower.config.kind} tower: {e}") from None
+        raise ConfigError(
+            None, None, "lora.target_modules", f"{list(spec.target_modules)} on a {tower.config.kind} tower: {e}"
+        ) from None
     for name, p in tower.backbone.named_parameters():
         p.requires_grad_("lora_" in name)
 

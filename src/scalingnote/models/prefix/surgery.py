@@ -11,7 +11,6 @@ from torch import Tensor, nn
 
 from scalingnote.errors import ConfigError
 
-
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")
 
 
@@ -23,7 +22,12 @@ def layer_list(backbone: nn.Module) -> nn.ModuleList:
     enc = getattr(backbone, "encoder", None)
     if enc is not None and isinstance(getattr(enc, "layer", None), nn.ModuleList):
         return enc.layer
-    raise ConfigError(None, None, "trainable_layers", f"cannot find the transformer layers of {type(backbone).__name__} (LoRA-wrapped backbones cannot be split)")
+    raise ConfigError(
+        None,
+        None,
+        "trainable_layers",
+        f"cannot find the transformer layers of {type(backbone).__name__} (LoRA-wrapped backbones cannot be split)",
+    )
 
 
 class _PassThroughEmbeddings(nn.Module):
@@ -33,8 +37,14 @@ class _PassThroughEmbeddings(nn.Module):
         return inputs_embeds
 
 
-def sub_backbone(backbone: nn.Module, start: int, stop: int | None = None, *, final_norm: bool = True,
-                 from_hidden: bool | None = None) -> nn.Module:
+def sub_backbone(
+    backbone: nn.Module,
+    start: int,
+    stop: int | None = None,
+    *,
+    final_norm: bool = True,
+    from_hidden: bool | None = None,
+) -> nn.Module:
     """A view of ``backbone`` that runs only layers ``start .. stop-1`` (parameters shared).
 
     ``from_hidden`` (default ``start > 0``): the view is called with ``inputs_embeds`` = the hidden

@@ -12,11 +12,17 @@ from torch import Tensor
 
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-
 from scalingnote.models.prefix.cache import FeatureCache, item_key
-from scalingnote.models.prefix.fill import _collate, _encodings, _ids_of, _view_positions, estimate_cache_bytes, fill_cache
-from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, sub_backbone
+from scalingnote.models.prefix.fill import (
+    _collate,
+    _encodings,
+    _ids_of,
+    _view_positions,
+    estimate_cache_bytes,
+    fill_cache,
+)
 from scalingnote.models.prefix.lora import add_top_lora
+from scalingnote.models.prefix.surgery import check_trainable_layers, freeze_prefix, sub_backbone
 from scalingnote.models.prompt import VIEWS
 
 
@@ -33,8 +39,17 @@ class PrefixTower:
     ``target_modules``) — adapters on the top ``k`` layers train instead of their weights.
     """
 
-    def __init__(self, tower, trainable_layers: int, cache_root: str | Path, *, batch_size: int = 32, show_progress: bool = True,
-                 dtype: str = "float16", lora: Any = None):
+    def __init__(
+        self,
+        tower,
+        trainable_layers: int,
+        cache_root: str | Path,
+        *,
+        batch_size: int = 32,
+        show_progress: bool = True,
+        dtype: str = "float16",
+        lora: Any = None,
+    ):
         self.tower = tower
         self.k = check_trainable_layers(trainable_layers, int(tower.config.num_layers))
         self.dtype = dtype
@@ -54,7 +69,9 @@ class PrefixTower:
     def ensure(self, items: Sequence[Any]) -> int:
         """Cache the features of ``items`` that are missing (the size to be written is logged
         first, and kept in ``self.cache.planned``); returns how many were computed."""
-        return fill_cache(self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress)
+        return fill_cache(
+            self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress
+        )
 
     def pooled(self, items: Sequence[Any]) -> Tensor:
         """Pooled states before the projection: ``[B, H]`` or ``[B, 3, H]`` (LLM documents)."""
@@ -72,14 +89,20 @@ class PrefixTower:
         cached_vp = self.cache.view_positions(keys)
         for i, (e, s, it) in enumerate(zip(encs, states, items)):
             if len(_ids_of(t, e)) != s.shape[0]:
-                raise ScalingNoteError(f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}")
+                raise ScalingNoteError(
+                    f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}"
+                )
             vp = _view_positions(t, e)
             if vp is not None and (cached_vp is None or tuple(cached_vp[i]) != vp):
-                raise ScalingNoteError(f"feature cache {self.cache.root}: placeholder positions of {item_key(it)} differ from the cached ones")
+                raise ScalingNoteError(
+                    f"feature cache {self.cache.root}: placeholder positions of {item_key(it)} differ from the cached ones"
+                )
         batch = {kk: v.to(dev) for kk, v in _collate(t, encs).items()}
         mask = batch["attention_mask"].bool()
         h = torch.zeros(mask.shape + (states[0].shape[1],), dtype=t.dtype, device=dev)
-        h[mask] = torch.from_numpy(np.concatenate(states)).to(dev, t.dtype)  # row-major: each row's real tokens in order
+        h[mask] = torch.from_numpy(np.concatenate(states)).to(
+            dev, t.dtype
+        )  # row-major: each row's real tokens in order
         out = t.run_layers(batch, backbone=self._top, inputs_embeds=h)
         return t.pool_hidden(out, batch)
 
@@ -92,14 +115,29 @@ class PrefixTower:
             return {v: p[:, i] for i, v in enumerate(VIEWS)}
         return {v: p for v in VIEWS}
 
-    def encode_documents(self, docs: Sequence[Document], *, batch_size: int = 256, show_progress: bool = False,
-                         view: str = "emb", dim: int | None = None, normalize: bool = True) -> np.ndarray:
+    def encode_documents(
+        self,
+        docs: Sequence[Document],
+        *,
+        batch_size: int = 256,
+        show_progress: bool = False,
+        view: str = "emb",
+        dim: int | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
         """Like :meth:`DocumentTower.encode_documents` (what ``index encode`` calls), from the cache."""
         return self.encode(docs, view=view, dim=dim, normalize=normalize, batch_size=batch_size)
 
     @torch.no_grad()
-    def encode(self, items: Sequence[Any], *, view: str | None = "emb", dim: int | None = None, normalize: bool = True,
-               batch_size: int = 256) -> np.ndarray:
+    def encode(
+        self,
+        items: Sequence[Any],
+        *,
+        view: str | None = "emb",
+        dim: int | None = None,
+        normalize: bool = True,
+        batch_size: int = 256,
+    ) -> np.ndarray:
         """float32 embeddings like ``encode_queries`` / ``encode_documents`` (eval mode, no grad)."""
         items = list(items)
         self.ensure(items)
@@ -107,7 +145,9 @@ class PrefixTower:
 
 
 @torch.no_grad()
-def encode_eval(enc: Any, items: list[Any], *, view: str | None, dim: int | None, normalize: bool, batch_size: int) -> np.ndarray:
+def encode_eval(
+    enc: Any, items: list[Any], *, view: str | None, dim: int | None, normalize: bool, batch_size: int
+) -> np.ndarray:
     """The eval-mode, no-grad batching loop shared by :class:`PrefixTower` and the fusion
     encoders: ``enc`` has ``tower`` (its ``config.role`` picks ``queries`` or ``documents``),
     ``queries(chunk) -> [B, D]`` and ``documents(chunk) -> {view: [B, D]}``; features must be cached."""

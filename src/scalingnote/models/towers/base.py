@@ -60,7 +60,9 @@ class Tower(nn.Module):
         if (projection is None) != (config.dim is None):
             raise ValueError("projection must be given exactly when config.dim is set")
         if projection is not None and tuple(projection.weight.shape) != (config.dim, config.hidden_size):
-            raise ValueError(f"projection weight must be {(config.dim, config.hidden_size)}, got {tuple(projection.weight.shape)}")
+            raise ValueError(
+                f"projection weight must be {(config.dim, config.hidden_size)}, got {tuple(projection.weight.shape)}"
+            )
         self.config = config
         self.backbone = backbone
         self.tokenizer = tokenizer
@@ -152,7 +154,9 @@ class Tower(nn.Module):
         return "explicit" if self._compat_explicit is not None else "weights"
 
     # ------------------------------------------------------------------ tensors
-    def _pad(self, seqs: list[list[int]], padding_side: str | None = None) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    def _pad(
+        self, seqs: list[list[int]], padding_side: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         side = padding_side or self.config.padding_side
         if self.kind == "bert" and side != "right":
             raise ConfigError(None, None, "padding_side", "BERT towers pad on the right")
@@ -182,7 +186,9 @@ class Tower(nn.Module):
         """Last hidden states ``[B, L, H]`` of the backbone for a tokenized batch."""
         return self.run_layers(batch)
 
-    def run_layers(self, batch: Any, backbone: nn.Module | None = None, inputs_embeds: torch.Tensor | None = None) -> torch.Tensor:
+    def run_layers(
+        self, batch: Any, backbone: nn.Module | None = None, inputs_embeds: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Last hidden states of ``backbone`` (default: the whole backbone; a
         :func:`~scalingnote.models.prefix.sub_backbone` view runs only some layers) for a tokenized
         batch; ``inputs_embeds`` replaces the token ids (the state entering the view's first layer)."""
@@ -326,7 +332,10 @@ class Tower(nn.Module):
                     self.tokenizer.save_pretrained(tmp / "tokenizer")
             if self.projection is not None:
                 save_file(
-                    {"weight": self.projection.weight.detach().cpu().contiguous(), "center": self.center.detach().cpu().contiguous()},
+                    {
+                        "weight": self.projection.weight.detach().cpu().contiguous(),
+                        "center": self.center.detach().cpu().contiguous(),
+                    },
                     str(tmp / "projection.safetensors"),
                 )
             (tmp / TOWER_FILE).write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -120,7 +120,9 @@ class DocumentTower(Tower):
             batch["view_positions"] = vp + torch.tensor(offsets, dtype=torch.long).unsqueeze(1)
         return batch
 
-    def tokenize_documents(self, docs: list[Document], max_length: int | None = None, padding_side: str | None = None) -> Any:
+    def tokenize_documents(
+        self, docs: list[Document], max_length: int | None = None, padding_side: str | None = None
+    ) -> Any:
         """A padded ``BatchEncoding`` (CPU tensors) ready for :meth:`forward`."""
         return self.collate_documents(self.document_encodings(docs, max_length), padding_side)
 

@@ -13,7 +13,6 @@ import torch
 from torch import nn
 
 
-
 def _sha(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:32]
 
@@ -25,7 +24,9 @@ def tokenizer_digest(tokenizer: Any) -> str:
     """Hash of a tokenizer's vocabulary (added tokens included) and its output on a probe text."""
     vocab = sorted(tokenizer.get_vocab().items())
     probe = list(tokenizer(_TOKENIZER_PROBE, add_special_tokens=True)["input_ids"])
-    specials = {k: getattr(tokenizer, k, None) for k in ("bos_token", "eos_token", "pad_token", "cls_token", "sep_token")}
+    specials = {
+        k: getattr(tokenizer, k, None) for k in ("bos_token", "eos_token", "pad_token", "cls_token", "sep_token")
+    }
     return _sha({"vocab": vocab, "probe": probe, "specials": specials})
 
 

@@ -18,14 +18,13 @@ from scalingnote.models.layers import is_bottom
 from scalingnote.models.loading import (
     TOWER_FILE,
     Backbone,
-    default_device,
     ModelSource,
-    load_backbone,
+    default_device,
     load_hf_backbone,
     parse_dtype,
     resolve_source,
 )
-from scalingnote.models.prompt import DEFAULT_FIELD_CAPS, PAPER_DOCUMENT_PROMPT, SPECIAL_TOKENS
+from scalingnote.models.prompt import DEFAULT_FIELD_CAPS, PAPER_DOCUMENT_PROMPT
 from scalingnote.models.st_import import MODULES_FILE, check_importable, dense_head, read_st_layout
 from scalingnote.models.towers.classes import TOWER_CLASSES, DocumentTower, QueryTower
 from scalingnote.models.towers.config import (
@@ -42,9 +41,21 @@ from scalingnote.models.towers.store import STORAGE_BASE, load_base, prepare_tok
 from scalingnote.utils.io import read_json
 
 
-def _tower_config(backbone: Backbone, role: str, special: list[str], *, dim: int | None, matryoshka_dims: Any,
-                  pooling: str | None, max_query_length: int | None, max_doc_length: int | None, doc_prompt: str | None,
-                  field_caps: dict[str, int | None] | None, projection_seed: int, padding_side: str) -> TowerConfig:
+def _tower_config(
+    backbone: Backbone,
+    role: str,
+    special: list[str],
+    *,
+    dim: int | None,
+    matryoshka_dims: Any,
+    pooling: str | None,
+    max_query_length: int | None,
+    max_doc_length: int | None,
+    doc_prompt: str | None,
+    field_caps: dict[str, int | None] | None,
+    projection_seed: int,
+    padding_side: str,
+) -> TowerConfig:
     """The :class:`TowerConfig` of a tower built by :func:`build_tower` (its keywords resolved to
     their defaults); a ``ConfigError`` for settings the config refuses."""
     model, kind = backbone.model, backbone.kind
@@ -112,9 +123,20 @@ def build_tower(
     if role not in ROLES:
         raise ConfigError(None, None, "role", f"must be 'query' or 'document', got {role!r}")
     special = prepare_tokenizer(backbone)
-    cfg = _tower_config(backbone, role, special, dim=dim, matryoshka_dims=matryoshka_dims, pooling=pooling,
-                        max_query_length=max_query_length, max_doc_length=max_doc_length, doc_prompt=doc_prompt,
-                        field_caps=field_caps, projection_seed=projection_seed, padding_side=padding_side)
+    cfg = _tower_config(
+        backbone,
+        role,
+        special,
+        dim=dim,
+        matryoshka_dims=matryoshka_dims,
+        pooling=pooling,
+        max_query_length=max_query_length,
+        max_doc_length=max_doc_length,
+        doc_prompt=doc_prompt,
+        field_caps=field_caps,
+        projection_seed=projection_seed,
+        padding_side=padding_side,
+    )
     model, tok, hidden = backbone.model, backbone.tokenizer, cfg.hidden_size
     projection = None
     if dim is not None:
@@ -136,7 +158,9 @@ def _read_tower_json(path: Path) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ConfigError(f, None, "format", f"not a {FORMAT} file")
     if doc.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(f, None, "format_version", f"unsupported version {doc.get('format_version')!r} (expected {FORMAT_VERSION})")
+        raise ConfigError(
+            f, None, "format_version", f"unsupported version {doc.get('format_version')!r} (expected {FORMAT_VERSION})"
+        )
     for key in ("config", "fingerprint", "space_id", "compat_id", "compat_source"):
         if key not in doc:
             raise ConfigError(f, None, key, "missing")
@@ -172,7 +196,13 @@ def load_saved_tower(
         n, h, where = int(model.config.num_hidden_layers), int(model.config.hidden_size), path / TOWER_FILE
     else:
         bb = load_hf_backbone(path / "backbone", kind=cfg.kind)
-        model, tokenizer, n, h, where = bb.model, bb.tokenizer, bb.num_layers, bb.hidden_size, path / "backbone" / "config.json"
+        model, tokenizer, n, h, where = (
+            bb.model,
+            bb.tokenizer,
+            bb.num_layers,
+            bb.hidden_size,
+            path / "backbone" / "config.json",
+        )
     if n != cfg.num_layers or h != cfg.hidden_size:
         raise ConfigError(where, None, "num_hidden_layers", "does not match tower.json")
     projection = None
@@ -199,7 +229,12 @@ def load_saved_tower(
     if verify:
         actual = tower._compute_ids()
         if actual != stored:
-            raise ConfigError(path / TOWER_FILE, None, "fingerprint", f"stored {stored['fingerprint']} but the weights give {actual['fingerprint']}")
+            raise ConfigError(
+                path / TOWER_FILE,
+                None,
+                "fingerprint",
+                f"stored {stored['fingerprint']} but the weights give {actual['fingerprint']}",
+            )
     tower._ids = stored
     tower.source_path = str(path.resolve())  # where these weights live (recorded in index manifests)
     if doc["compat_source"] == "explicit":
@@ -213,7 +248,9 @@ def _where(src: ModelSource) -> Path:
     return src.path / "backbone" if src.form == "tower_backbone" else src.path
 
 
-def _named_backbone(path: Path, name: str, num_layers: int | None, cache_dir: Any, layers: list[int] | None) -> Backbone:
+def _named_backbone(
+    path: Path, name: str, num_layers: int | None, cache_dir: Any, layers: list[int] | None
+) -> Backbone:
     """The backbone in ``path`` (its first ``num_layers`` or its ``layers``), named ``name`` (the
     source a user gave: a packaged name, a directory) in the tower config."""
     bb = load_base(path, num_layers=num_layers, cache_dir=cache_dir, layers=layers)
@@ -221,7 +258,9 @@ def _named_backbone(path: Path, name: str, num_layers: int | None, cache_dir: An
     return bb
 
 
-def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, layers: Any = None, **kw: Any) -> QueryTower | DocumentTower:
+def _load_st_tower(
+    src: ModelSource, role: str, num_layers: int | None, cache_dir: Any, layers: Any = None, **kw: Any
+) -> QueryTower | DocumentTower:
     """A tower from a sentence-transformers directory (read by :mod:`scalingnote.models.st_import`):
     its transformer, its pooling (the pooling table's entry with that ``st_mode``) and its ``Dense``
     head as the projection, the bias as the centre. ``kw``: :func:`build_tower`'s keywords."""
@@ -232,14 +271,21 @@ def _load_st_tower(src: ModelSource, role: str, num_layers: int | None, cache_di
     st_pool = from_st_mode(layout.pooling, bb.kind)
     if layout.pooling is not None and st_pool is None:
         known = sorted({m.st_mode for m in pooling_modes(bb.kind) if m.st_mode})
-        raise ConfigError(mf, None, "Pooling", f"pooling mode {layout.pooling!r}: a {bb.kind.upper()} tower pools with one of {known} "
-                          "(register a pooling mode with that st_mode to import it)")
+        raise ConfigError(
+            mf,
+            None,
+            "Pooling",
+            f"pooling mode {layout.pooling!r}: a {bb.kind.upper()} tower pools with one of {known} "
+            "(register a pooling mode with that st_mode to import it)",
+        )
     pooling, dim = kw.pop("pooling"), kw.pop("dim")
     if layout.dense_dir is None:
         # no head: exactly the tower a plain HF directory gives (the declared pooling is the default)
         return build_tower(bb, role, dim=dim, pooling=pooling or st_pool, **kw)
     if pooling is not None and st_pool is not None and pooling != st_pool:
-        raise ConfigError(mf, None, "Pooling", f"the Dense head was trained on {st_pool!r} pooling; asked for {pooling!r}")
+        raise ConfigError(
+            mf, None, "Pooling", f"the Dense head was trained on {st_pool!r} pooling; asked for {pooling!r}"
+        )
     w, center = dense_head(layout, bb.hidden_size, dim)
     device, dtype = kw.pop("device"), kw.pop("dtype")
     tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **kw)
@@ -300,15 +346,29 @@ def load_tower(
             wanted["matryoshka_dims"] = sorted({int(m) for m in matryoshka_dims})
         for k, v in wanted.items():
             if v is not None and v != saved.get(k):
-                raise ConfigError(src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}")
+                raise ConfigError(
+                    src.path / TOWER_FILE, None, f"config.{k}", f"saved tower has {saved.get(k)!r}, asked for {v!r}"
+                )
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
     # build_tower's keywords
-    options = dict(dim=dim, matryoshka_dims=matryoshka_dims, pooling=pooling, max_query_length=max_query_length,
-                   max_doc_length=max_doc_length, doc_prompt=doc_prompt, field_caps=field_caps, projection_seed=projection_seed,
-                   padding_side=padding_side or "right", device=device, dtype=dtype)
+    options = dict(
+        dim=dim,
+        matryoshka_dims=matryoshka_dims,
+        pooling=pooling,
+        max_query_length=max_query_length,
+        max_doc_length=max_doc_length,
+        doc_prompt=doc_prompt,
+        field_caps=field_caps,
+        projection_seed=projection_seed,
+        padding_side=padding_side or "right",
+        device=device,
+        dtype=dtype,
+    )
     if src.form == "hf" and (src.path / MODULES_FILE).is_file():  # a sentence-transformers directory
         return _load_st_tower(src, role or "query", num_layers, cache_dir, layers, **options)
-    return build_tower(_named_backbone(_where(src), src.name, num_layers, cache_dir, layers), role or "query", **options)
+    return build_tower(
+        _named_backbone(_where(src), src.name, num_layers, cache_dir, layers), role or "query", **options
+    )
 
 
 def load_tower_pair(

@@ -79,7 +79,9 @@ class PoolingMode:
             raise TypeError(f"pooling mode {self.name!r}: pool (and whole, when given) must be callable")
         bad = [k for k in self.kinds if k not in KINDS] + [r for r in self.roles if r not in ROLES]
         if bad or not self.kinds or not self.roles:
-            raise ValueError(f"pooling mode {self.name!r}: kinds must be among {KINDS} and roles among {ROLES}, got {bad or 'none'}")
+            raise ValueError(
+                f"pooling mode {self.name!r}: kinds must be among {KINDS} and roles among {ROLES}, got {bad or 'none'}"
+            )
         if self.reads not in READS:
             raise ValueError(f"pooling mode {self.name!r}: reads must be one of {READS}, got {self.reads!r}")
 
@@ -164,14 +166,45 @@ def register_pooling(name: str, pool: PoolFn | PoolingMode, *, replace: bool = F
     return POOLING_MODES.register(name, mode, replace=replace)
 
 
-register_pooling("cls", _first_token, kinds=("bert",), reads="first", st_mode="cls", families={"bert": "cls"},
-                 default_for=(("bert", "query"), ("bert", "document")), description="the [CLS] state (§3.3)")
-register_pooling("mean", _span_means, whole=_masked_mean, st_mode="mean", families={"llm": "llm-mean", "bert": "mean"},
-                 description="mean over each view's real tokens (LLM: not in the paper)")
-register_pooling("last", _span_end, kinds=("llm",), roles=("query",), reads="end", st_mode="lasttoken",
-                 families={"llm": "llm"}, default_for=(("llm", "query"),), description="the appended EOS (§3.2 Eq. 2)")
-register_pooling("prompt", _span_end, kinds=("llm",), roles=("document",), reads="end", families={"llm": "llm"},
-                 default_for=(("llm", "document"),), description="the state before each placeholder (§3.2 Eq. 1)")
+register_pooling(
+    "cls",
+    _first_token,
+    kinds=("bert",),
+    reads="first",
+    st_mode="cls",
+    families={"bert": "cls"},
+    default_for=(("bert", "query"), ("bert", "document")),
+    description="the [CLS] state (§3.3)",
+)
+register_pooling(
+    "mean",
+    _span_means,
+    whole=_masked_mean,
+    st_mode="mean",
+    families={"llm": "llm-mean", "bert": "mean"},
+    description="mean over each view's real tokens (LLM: not in the paper)",
+)
+register_pooling(
+    "last",
+    _span_end,
+    kinds=("llm",),
+    roles=("query",),
+    reads="end",
+    st_mode="lasttoken",
+    families={"llm": "llm"},
+    default_for=(("llm", "query"),),
+    description="the appended EOS (§3.2 Eq. 2)",
+)
+register_pooling(
+    "prompt",
+    _span_end,
+    kinds=("llm",),
+    roles=("document",),
+    reads="end",
+    families={"llm": "llm"},
+    default_for=(("llm", "document"),),
+    description="the state before each placeholder (§3.2 Eq. 1)",
+)
 
 
 def pooling_modes(kind: str | None = None, role: str | None = None) -> list[PoolingMode]:
@@ -197,8 +230,13 @@ def check_pooling(name: str, kind: str, role: str, option: str = "pooling") -> P
     mode = pooling_mode(name, option)
     if not mode.allows(kind, role):
         known = ", ".join(m.name for m in pooling_modes(kind, role))
-        raise ConfigError(None, None, option, f"pooling {name!r} is not for a {kind} {role} tower; use one of: {known} "
-                          "(or a dotted path 'package.module:attribute' naming a PoolingMode)")
+        raise ConfigError(
+            None,
+            None,
+            option,
+            f"pooling {name!r} is not for a {kind} {role} tower; use one of: {known} "
+            "(or a dotted path 'package.module:attribute' naming a PoolingMode)",
+        )
     return mode
 
 

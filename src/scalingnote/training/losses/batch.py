@@ -43,13 +43,17 @@ class LossBatch:
         self.pos_all = self.pos if self.pos_all is None else self.pos_all
         self.neg_all = self.neg if self.neg_all is None else self.neg_all
         self.neg_mask_all = self.neg_mask if self.neg_mask_all is None else self.neg_mask_all
-        if self.neg_mask is not None and (self.neg is None or self.neg_mask.shape != (next(iter(self.neg.values())).shape[0],)):
+        if self.neg_mask is not None and (
+            self.neg is None or self.neg_mask.shape != (next(iter(self.neg.values())).shape[0],)
+        ):
             raise ValueError("LossBatch.neg_mask: one bool per row of neg ([B*n]), and only with hard negatives")
         if self.neg is not None:
             rows = {int(t.shape[0]) for t in self.neg.values()}
             b = int(self.q.shape[0])
             if len(rows) != 1 or b == 0 or next(iter(rows)) % b or next(iter(rows)) == 0:
-                raise ValueError(f"LossBatch.neg: every view needs B*n rows (B={b} queries, n >= 1 negatives each), got {sorted(rows)}")
+                raise ValueError(
+                    f"LossBatch.neg: every view needs B*n rows (B={b} queries, n >= 1 negatives each), got {sorted(rows)}"
+                )
 
     @property
     def num_negatives(self) -> int:

@@ -24,7 +24,9 @@ from scalingnote.training.losses.scalingnote_loss import info_nce_q2d
 from scalingnote.training.losses.spec import LossSpec
 
 
-def infonce_loss(batch: LossBatch, *, tau: float = 0.05, view: str = "emb", hard_negatives: bool = True) -> tuple[Tensor, dict[str, float]]:
+def infonce_loss(
+    batch: LossBatch, *, tau: float = 0.05, view: str = "emb", hard_negatives: bool = True
+) -> tuple[Tensor, dict[str, float]]:
     """Eq. 5 on one view at full dimension (see the module docstring). Returns (loss, {"loss": float})."""
     if view not in batch.pos:
         raise ValueError(f"loss.options.view={view!r}: the document tower gives the views {sorted(batch.pos)}")

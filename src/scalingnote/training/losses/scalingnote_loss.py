@@ -98,8 +98,9 @@ def matryoshka_contrastive(
     return 0.5 * total
 
 
-def margin_loss(q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, reduce: str = "mean",
-                mask: Tensor | None = None) -> Tensor:
+def margin_loss(
+    q: Tensor, d_pos: Tensor, d_neg: Tensor, margin: float = 0.2, reduce: str = "mean", mask: Tensor | None = None
+) -> Tensor:
     """Eq. 9: mean over queries of max(0, margin − sim(q, d+) + sim(q, d−)) (inputs normalised).
 
     ``d_neg`` is [B, m] (one hard negative per query: the paper's Eq. 9 exactly) or [B*n, m], n
@@ -205,8 +206,9 @@ def scalingnote_loss(
     l_hard = q.new_zeros(())
     if neg is not None and alpha:
         for view, d in pos.items():
-            l_hard = l_hard + matryoshka_margin(q, d, neg[view], dims=dims, weights=hard_weights, margin=margin, reduce=hard_reduce,
-                                                mask=neg_mask)
+            l_hard = l_hard + matryoshka_margin(
+                q, d, neg[view], dims=dims, weights=hard_weights, margin=margin, reduce=hard_reduce, mask=neg_mask
+            )
     comps["loss_con"] = float(l_con.detach())
     comps["loss_hard"] = float(l_hard.detach())
     loss = l_con + alpha * l_hard
@@ -254,10 +256,25 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     >>> abs(comps["loss"] - (comps["loss_con"] + 0.5 * comps["loss_hard"])) < 1e-5  # Eq. 12, alpha 0.5
     True
     """
-    return scalingnote_loss(batch.q, batch.pos, batch.neg, q_all=batch.q_all, pos_all=batch.pos_all, neg_all=batch.neg_all,
-                            offset=batch.offset, dims=spec.dims, weights=spec.weights, hard_weights=spec.hard_weights,
-                            tau=spec.tau, margin=spec.margin, alpha=spec.alpha, hard_in_denominator=spec.hard_in_denominator,
-                            hard_reduce=spec.hard_reduce, neg_mask=batch.neg_mask, neg_mask_all=batch.neg_mask_all)
+    return scalingnote_loss(
+        batch.q,
+        batch.pos,
+        batch.neg,
+        q_all=batch.q_all,
+        pos_all=batch.pos_all,
+        neg_all=batch.neg_all,
+        offset=batch.offset,
+        dims=spec.dims,
+        weights=spec.weights,
+        hard_weights=spec.hard_weights,
+        tau=spec.tau,
+        margin=spec.margin,
+        alpha=spec.alpha,
+        hard_in_denominator=spec.hard_in_denominator,
+        hard_reduce=spec.hard_reduce,
+        neg_mask=batch.neg_mask,
+        neg_mask_all=batch.neg_mask_all,
+    )
 
 
 register_loss("scalingnote", scalingnote_stage1_loss)
