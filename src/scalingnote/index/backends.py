@@ -92,7 +92,12 @@ def _export_milvus(
     overwrite: bool = False,
 ) -> dict[str, Any]:
     """Milvus's export: the options it understands (``index export`` passes only these)."""
-    sizes = {"dim": dim, "semantic_ids_layers": semantic_ids_layers, "codebook_size": codebook_size, "seed": seed}
+    sizes: dict[str, Any] = {
+        "dim": dim,
+        "semantic_ids_layers": semantic_ids_layers,
+        "codebook_size": codebook_size,
+        "seed": seed,
+    }
     return export_to_milvus(
         source,
         location,
@@ -121,7 +126,11 @@ BACKENDS: Registry[Backend] = Registry(
             "uri",
             export=_export_milvus,
             live="scalingnote.live.milvus:MilvusLive.open",
-            help="a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: the exported index)",
+            help=(
+                "a Milvus collection (`scalingnote index export --to milvus`): --uri ./file.db (Milvus Lite) or "
+                "http://host:19530, --collection NAME; live: write-ahead log and BM25 beside --index DIR (default: "
+                "the exported index)"
+            ),
         ),
     },
 )
@@ -186,7 +195,8 @@ def backend_location(entry: Backend, index_dir: str | Path | None, uri: str | No
     if entry.location == "uri":
         if not uri:
             raise ScalingNoteError(
-                f"{where}: --uri URI is required with --backend {entry.name} ({entry.help or 'the back end service URI'})"
+                f"{where}: --uri URI is required with --backend {entry.name} "
+                f"({entry.help or 'the back end service URI'})"
             )
         return uri
     if index_dir is None:

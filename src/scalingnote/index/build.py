@@ -43,7 +43,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,13 +53,13 @@ import numpy as np
 from scalingnote.config import cli_meta
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
-from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
+from scalingnote.index.build_files import write_index_files
+from scalingnote.index.build_source import BuildSource, build_inputs, resolve_source, write_vectors
+from scalingnote.index.embeddings import Embeddings
 from scalingnote.index.faiss import methods
 from scalingnote.index.faiss.faiss_utils import (
     _faiss_message,
     _prepare_training,
-    code_bytes_per_vector,
     find_hnsw,
     find_ivf,
     make_index,
@@ -67,21 +67,14 @@ from scalingnote.index.faiss.faiss_utils import (
 from scalingnote.index.layout import (
     DEFAULT_EF_SEARCH,
     DEFAULT_NPROBE,
-    DOC_IDS_FILE,
-    DOCS_FILE,
-    FORMAT,
-    INDEX_FILE,
     MANIFEST,
     SEMANTIC_CODEBOOKS_FILE,
     SEMANTIC_IDS_FILE,
     VECTORS_FILE,
-    _now,
     _replace_dir,
 )
 from scalingnote.index.settings import IndexBuildSettings
-from scalingnote.index.shards import content_digest
-from scalingnote.utils import machine_description, package_versions
-from scalingnote.utils.steps import canonical, describe_changes, input_digest
+from scalingnote.utils.steps import describe_changes, input_digest
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +104,15 @@ class IndexConfig(IndexBuildSettings):
     method: str | None = field(
         default=None,
         metadata=cli_meta(
-            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."
+            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or "
+            "hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."
         ),
     )
     train_queries: str | None = field(
         default=None,
         metadata=cli_meta(
-            "(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query tower: lists cut in their metric / query-guided edges."
+            "(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query "
+            "tower: lists cut in their metric / query-guided edges."
         ),
     )
 
@@ -126,14 +121,6 @@ class IndexConfig(IndexBuildSettings):
 
 
 # --------------------------------------------------------------------------- build
-
-
-def _iter_source(src: Embeddings | np.ndarray, chunk: int) -> Iterator[tuple[int, np.ndarray]]:
-    if isinstance(src, Embeddings):
-        yield from src.iter_chunks(chunk)
-    else:
-        for s in range(0, src.shape[0], chunk):
-            yield s, src[s : s + chunk]
 
 
 def build_index(
@@ -192,30 +179,14 @@ def build_index(
     t_start = time.perf_counter()
     s = IndexBuildSettings.resolve(settings, options, "build_index")
     out_dir = Path(out_dir)
-    src = _resolve_source(source, doc_ids, tower_info)
+    src = resolve_source(source, doc_ids, tower_info)
     dim = s.prefix_dim(src.dim)
     routed, tq = None, None
     if method is not None:
         routed = methods.routing_from(routing, method, len(src.ids), dim, s.seed, s.train_size)
         tq = methods.train_query_vectors(train_queries, dim)
         factory = method
-    settings_in = dict(
-        factory=factory.strip(),
-        dim=s.dim,
-        train_size=s.train_size,
-        seed=s.seed,
-        semantic_ids_layers=s.semantic_ids_layers,
-        codebook_size=s.codebook_size,
-        nprobe=nprobe,
-        ef_search=ef_search,
-        polysemous_training=polysemous_training,
-    )
-    if routed is not None:  # only routed builds add these keys: older indexes keep their input digests
-        settings_in.update(
-            routing=dataclasses.asdict(routed),
-            train_queries=None if tq is None else hashlib.sha256(tq.tobytes()).hexdigest(),
-            routing_state=None if not routing_state else sorted(routing_state),
-        )
+    settings_in = _input_settings(factory, s, nprobe, ef_search, polysemous_training, routed, tq, routing_state)
     inputs = build_inputs(src, settings_in, documents, prebuilt=index is not None)
     if out_dir.exists() and _keep_existing(out_dir, inputs, overwrite=overwrite, reuse=reuse):
         return out_dir
@@ -246,7 +217,7 @@ def build_index(
             "inputs_sha256": input_digest(inputs),
             **{k: v for k, v in extra.items() if k != "factory"},
         }
-        _write_index_files(tmp_dir, index, factory, src, dim, documents, sampling, timings, t_start)
+        write_index_files(tmp_dir, index, factory, src, dim, documents, sampling, timings, t_start)
         _replace_dir(tmp_dir, out_dir)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -254,10 +225,41 @@ def build_index(
     return out_dir
 
 
+def _input_settings(
+    factory: str,
+    s: IndexBuildSettings,
+    nprobe: int | None,
+    ef_search: int | None,
+    polysemous_training: bool,
+    routed: Any,
+    tq: np.ndarray | None,
+    routing_state: dict[str, np.ndarray] | None,
+) -> dict[str, Any]:
+    """The build settings recorded among the index's inputs (:func:`build_inputs`)."""
+    settings_in: dict[str, Any] = dict(
+        factory=factory.strip(),
+        dim=s.dim,
+        train_size=s.train_size,
+        seed=s.seed,
+        semantic_ids_layers=s.semantic_ids_layers,
+        codebook_size=s.codebook_size,
+        nprobe=nprobe,
+        ef_search=ef_search,
+        polysemous_training=polysemous_training,
+    )
+    if routed is not None:  # only routed builds add these keys: older indexes keep their input digests
+        settings_in.update(
+            routing=dataclasses.asdict(routed),
+            train_queries=None if tq is None else hashlib.sha256(tq.tobytes()).hexdigest(),
+            routing_state=None if not routing_state else sorted(routing_state),
+        )
+    return settings_in
+
+
 def _fill_routed(
     tmp_dir: Path,
     cfg: Any,
-    src: _Source,
+    src: BuildSource,
     dim: int,
     s: IndexBuildSettings,
     tq: np.ndarray | None,
@@ -267,7 +269,7 @@ def _fill_routed(
 ) -> tuple[Any, dict[str, Any]]:
     """Write the vectors and build the routed structure of ``cfg.method`` over them
     (:func:`scalingnote.index.faiss.methods.fill_routed`); the semantic IDs as :func:`_fill_index` fits them."""
-    vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
+    vectors = write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
     t0 = time.perf_counter()
     try:
         index, new_state = methods.fill_routed(np.asarray(vectors), cfg, train_queries=tq, state=state, empty=empty)
@@ -301,18 +303,26 @@ def _empty_index(index: Any, dim: int, factory: str, seed: int, polysemous_train
         _prepare_training(index, seed, polysemous_training)
     elif not index.is_trained or index.ntotal != 0 or index.d != dim:
         raise ScalingNoteError(
-            f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, ntotal={index.ntotal}, d={index.d})"
+            f"index: a prebuilt index must be trained, empty and {dim}-d (is_trained={index.is_trained}, "
+            f"ntotal={index.ntotal}, d={index.d})"
         )
     return index
 
 
 def _fill_index(
-    tmp_dir: Path, index: Any, factory: str, src: _Source, dim: int, s: IndexBuildSettings, chunk: int, progress: bool
+    tmp_dir: Path,
+    index: Any,
+    factory: str,
+    src: BuildSource,
+    dim: int,
+    s: IndexBuildSettings,
+    chunk: int,
+    progress: bool,
 ) -> tuple[int, dict[str, Any] | None, dict[str, float]]:
     """Write the vectors, train and fill ``index`` and fit the semantic IDs on one seeded sample;
     returns the sample size, the semantic IDs' manifest entry and the timings."""
     # 1. full-precision (Matryoshka prefix, re-normalised) vectors, memory-mapped
-    vectors = _write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
+    vectors = write_vectors(tmp_dir / VECTORS_FILE, src, dim, chunk)
     # 2. seeded training sample; train and fill the FAISS index
     train_rows = s.training_rows(len(src.ids))
     train_x = np.ascontiguousarray(vectors[train_rows])
@@ -323,75 +333,6 @@ def _fill_index(
     timings["semantic_ids_seconds"] = time.perf_counter() - t0
     del vectors
     return len(train_rows), sem_info, timings
-
-
-def _write_index_files(
-    tmp_dir: Path,
-    index: Any,
-    factory: str,
-    src: _Source,
-    dim: int,
-    documents: Any,
-    sampling: dict[str, Any],
-    timings: dict[str, float],
-    t_start: float,
-) -> None:
-    """The FAISS index, the document ids, the document store and the manifest into ``tmp_dir``."""
-    import faiss
-
-    faiss.write_index(index, str(tmp_dir / INDEX_FILE))
-    (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
-    files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
-    docs_info = _write_docs(tmp_dir, src, documents, files)
-    manifest = _manifest(index, factory, tmp_dir, src, dim, files, docs_info, sampling, timings, t_start)
-    with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2, ensure_ascii=False)
-        fh.write("\n")
-
-
-def _write_docs(tmp_dir: Path, src: _Source, documents: Any, files: dict[str, str]) -> dict[str, Any] | None:
-    """The document store (titles + snippets) of ``documents`` (default: the corpus recorded by
-    the embeddings directory); adds it to ``files``. None when there is no corpus."""
-    if documents is None:
-        documents = _corpus_of_embeddings(src.embeddings_dir)
-    if documents is None:
-        return None
-    files["docs"] = DOCS_FILE
-    return write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
-
-
-def build_inputs(src: _Source, settings: dict[str, Any], documents: Any, *, prebuilt: bool) -> dict[str, Any]:
-    """What an index is built from (canonical, see :mod:`scalingnote.utils.steps`): the vectors
-    (an embeddings directory by its shards' content digests and tower; an array by the SHA-256
-    of its bytes and ids), the settings and the document store's corpus. A prebuilt FAISS index
-    (``index=``) has no digest: such a build is never reused."""
-    if isinstance(src.data, Embeddings):
-        m = src.data.manifest
-        vectors: Any = {
-            "embeddings": [s.get("content_sha256") for s in m.get("shards", [])],
-            "normalized": m.get("normalized"),
-        }
-    else:
-        h = hashlib.sha256(np.ascontiguousarray(src.data, dtype=np.float32).tobytes())
-        h.update(json.dumps(src.ids, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        vectors = {"array_sha256": h.hexdigest()}
-    if documents is None or isinstance(documents, (str, Path)):
-        docs: Any = Path(documents) if documents is not None else None
-    elif isinstance(documents, (Mapping, list, tuple)):
-        docs = {
-            "content_sha256": content_digest(list(documents.values() if isinstance(documents, Mapping) else documents))
-        }
-    else:
-        docs = "<iterable>"  # a one-shot iterable cannot be read twice: never reused
-    tower = {k: src.tower.get(k) for k in ("fingerprint", "compat_id") if k in src.tower}
-    return canonical(
-        {
-            "vectors": {**vectors, "n": len(src.ids), "dim": src.dim, "tower": tower},
-            **settings,
-            "documents": docs,
-            "prebuilt_index": prebuilt,
-        }
-    )
 
 
 def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, reuse: bool) -> bool:
@@ -412,7 +353,8 @@ def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, re
     if not (overwrite or reuse):
         raise ScalingNoteError(
             f"{out_dir}: already exists (built from {'the same' if same else 'other'} inputs); "
-            "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the same inputs"
+            "pass overwrite=True / --overwrite to replace it, reuse=True / --reuse to keep one built from the "
+            "same inputs"
         )
     if same and reuse:
         log.info("%s: built from the same inputs; reused", out_dir)
@@ -424,49 +366,6 @@ def _keep_existing(out_dir: Path, inputs: dict[str, Any], *, overwrite: bool, re
     raise ScalingNoteError(
         f"{out_dir}: already exists, built from other inputs ({what}); pass overwrite=True / --overwrite to replace it"
     )
-
-
-@dataclass
-class _Source:
-    """The vectors to index with their ids, dimension, tower identity and embeddings directory."""
-
-    data: Embeddings | np.ndarray
-    ids: list[str]
-    dim: int
-    tower: dict[str, Any]
-    embeddings_dir: str | None
-
-
-def _resolve_source(source, doc_ids: Sequence[str] | None, tower_info: dict[str, Any] | None) -> _Source:
-    embeddings_dir: str | None = None
-    if isinstance(source, (str, Path)):
-        embeddings_dir = str(Path(source).resolve())
-        source = load_embeddings(source)
-    if isinstance(source, Embeddings):
-        if doc_ids is not None:
-            raise ScalingNoteError("doc_ids must not be given with an embeddings directory (it has its own ids)")
-        tinfo = dict(source.tower) if tower_info is None else dict(tower_info)
-        if embeddings_dir is None:
-            embeddings_dir = str(source.root.resolve())
-        src = _Source(source, list(source.ids), source.dim, tinfo, embeddings_dir)
-    else:
-        arr = np.asarray(source)
-        if arr.ndim != 2:
-            raise ScalingNoteError(f"embeddings: expected a 2-D array (n, dim), got shape {arr.shape}")
-        if doc_ids is None:
-            raise ScalingNoteError("doc_ids are required when building from an array")
-        ids = [str(i) for i in doc_ids]
-        if len(ids) != arr.shape[0]:
-            raise ScalingNoteError(f"doc_ids: {len(ids)} ids for {arr.shape[0]} vectors")
-        src = _Source(arr, ids, int(arr.shape[1]), dict(tower_info or {}), None)
-    n = len(src.ids)
-    if n == 0:
-        raise ScalingNoteError("cannot build an index over 0 documents")
-    if len(set(src.ids)) != n:
-        seen: set[str] = set()
-        dup = next(i for i in src.ids if i in seen or seen.add(i))  # type: ignore[func-returns-value]
-        raise ScalingNoteError(f"doc_ids: duplicate document id {dup!r}")
-    return src
 
 
 def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | None) -> dict[str, int]:
@@ -484,20 +383,6 @@ def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | N
     elif ef_search is not None:
         raise ScalingNoteError(f"ef_search={ef_search} given, but index {factory!r} has no HNSW graph")
     return out
-
-
-def _write_vectors(path: Path, src: _Source, dim: int, chunk: int) -> np.ndarray:
-    """The Matryoshka prefix of every vector, L2-normalised, into a memory-mapped ``.npy``."""
-    ids = src.ids
-    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(ids), dim))
-    for s, block in _iter_source(src.data, chunk):
-        block = np.asarray(block[:, :dim], dtype=np.float32)
-        if not np.all(np.isfinite(block)):
-            bad = s + int(np.argwhere(~np.isfinite(block))[0, 0])
-            raise ScalingNoteError(f"embeddings: row {bad} (document {ids[bad]!r}) contains non-finite values")
-        vectors[s : s + len(block)] = l2_normalize(block)
-    vectors.flush()
-    return vectors
 
 
 def _train_and_add(
@@ -537,58 +422,9 @@ def _semantic_ids(
         return None
     n = vectors.shape[0]
     codes = np.lib.format.open_memmap(tmp_dir / SEMANTIC_IDS_FILE, mode="w+", dtype=np.int32, shape=(n, rkm.n_layers))
-    for s in range(0, n, chunk):
-        codes[s : s + chunk] = rkm.assign(vectors[s : s + chunk])
+    for start in range(0, n, chunk):
+        codes[start : start + chunk] = rkm.assign(vectors[start : start + chunk])
     codes.flush()
     del codes
     rkm.save(tmp_dir / SEMANTIC_CODEBOOKS_FILE)
     return {"file": SEMANTIC_IDS_FILE, "codebooks": SEMANTIC_CODEBOOKS_FILE, **rkm.describe()}
-
-
-def _manifest(
-    index,
-    factory: str,
-    tmp_dir: Path,
-    src: _Source,
-    dim: int,
-    files: dict[str, str],
-    docs_info,
-    sampling: dict[str, Any],
-    timings: dict[str, float],
-    t_start: float,
-) -> dict[str, Any]:
-    import faiss
-
-    n = len(src.ids)
-    ivf = find_ivf(index)
-    index_bytes = (tmp_dir / INDEX_FILE).stat().st_size
-    code_bytes = code_bytes_per_vector(index)
-    return {
-        "format": FORMAT,
-        "factory": factory.strip(),
-        "faiss_class": type(faiss.downcast_index(index)).__name__,
-        "metric": "inner_product",
-        "faiss_metric": "inner_product" if index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2",
-        "normalized": True,
-        "dim": dim,
-        "source_dim": src.dim,
-        "matryoshka_prefix": dim < src.dim,
-        "n_vectors": n,
-        "nlist": int(ivf.nlist) if ivf is not None else None,
-        "tower": src.tower,
-        "embeddings_dir": src.embeddings_dir,
-        "files": files,
-        "documents": docs_info,
-        "code_bytes_per_vector": code_bytes,
-        "index_bytes": index_bytes,
-        "index_bytes_per_vector": round(index_bytes / n, 3),
-        "float_bytes_per_vector": 4 * dim,
-        "compression": round(4 * dim / code_bytes, 3) if code_bytes else None,
-        **sampling,
-        **{k: round(v, 3) for k, v in timings.items()},
-        "build_seconds": round(time.perf_counter() - t_start, 3),
-        "faiss_version": faiss.__version__,
-        "versions": package_versions(),
-        "machine": machine_description(),
-        "created": _now(),
-    }

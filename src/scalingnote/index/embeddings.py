@@ -35,7 +35,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -95,6 +95,7 @@ def _encode_call(tower: Any, docs: list[Document], batch_size: int) -> np.ndarra
     """``tower.encode_documents(docs)``, passing ``batch_size`` / ``show_progress=False`` where accepted."""
     fn = tower.encode_documents
     kw: dict[str, Any] = {}
+    params: Mapping[str, Any]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -228,7 +229,8 @@ def check_resume(
         )
     if normalize is not None and "normalized" in man and bool(man["normalized"]) != bool(normalize):
         raise ScalingNoteError(
-            f"{path}: field 'normalized' is {man['normalized']}, but this run asks for normalize={normalize}; use a new output directory"
+            f"{path}: field 'normalized' is {man['normalized']}, but this run asks for normalize={normalize}; use "
+            "a new output directory"
         )
     old = man.get("tower") or {}
     # "name" / "path" say where the tower was loaded from: the same weights moved elsewhere keep their fingerprint
@@ -308,7 +310,8 @@ def load_embeddings(root: str | Path, require_complete: bool = True) -> Embeddin
         )
     if require_complete and not man.get("complete"):
         raise ScalingNoteError(
-            f"{root / MANIFEST}: field 'complete' is false — encoding was interrupted; rerun the same encode command to resume"
+            f"{root / MANIFEST}: field 'complete' is false — encoding was interrupted; rerun the same encode "
+            "command to resume"
         )
     shards, ids = [], []
     for rec in sorted(man["shards"], key=lambda r: int(r["shard"])):
@@ -320,7 +323,8 @@ def load_embeddings(root: str | Path, require_complete: bool = True) -> Embeddin
             raise ScalingNoteError(f"{vpath}: unreadable shard ({e})") from None
         if arr.ndim != 2 or arr.shape[1] != man["dim"] or arr.shape[0] != rec["n"] or len(sid) != rec["n"]:
             raise ScalingNoteError(
-                f"{vpath}: shard shape {arr.shape} / {len(sid)} ids does not match the manifest (n={rec['n']}, dim={man['dim']})"
+                f"{vpath}: shard shape {arr.shape} / {len(sid)} ids does not match the manifest (n={rec['n']}, "
+                f"dim={man['dim']})"
             )
         shards.append(arr)
         ids.extend(sid)

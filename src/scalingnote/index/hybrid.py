@@ -262,7 +262,9 @@ def choose_norm_and_weight(
 ) -> tuple[WeightChoice, dict[str, WeightChoice]]:
     """:func:`choose_weight` under each score normalisation in ``norms``; returns the best choice
     (ties go to the earlier norm) and every norm's choice."""
-    choices = {n: choose_weight(dense_run, bm25_run, qrels, norm=n, depth=depth) for n in norms}
+    choices: dict[str, WeightChoice] = {
+        n: choose_weight(dense_run, bm25_run, qrels, norm=n, depth=depth) for n in norms
+    }
     best = max(norms, key=lambda n: (round(choices[n].value, 10), -list(norms).index(n)))
     return choices[best], choices
 

@@ -74,7 +74,8 @@ def check_query_tower(manifest: dict[str, Any], query_tower, where: str | Path =
         )
     if q_compat is None or str(q_compat) != str(doc_compat):
         raise ScalingNoteError(
-            f"{where}: query tower {q.get('name', '?')!r} (compat id {q_compat!r}, fingerprint {q.get('fingerprint')!r}) "
+            f"{where}: query tower {q.get('name', '?')!r} (compat id {q_compat!r}, fingerprint "
+            f"{q.get('fingerprint')!r}) "
             f"is not compatible with the index's document tower {doc.get('name', '?')!r} "
             f"(compat id {doc_compat!r}, fingerprint {doc.get('fingerprint')!r})"
         )

@@ -33,9 +33,8 @@ def load_tower_for(
     A zero-shot base model (e.g. ``minilm-l6``) loads without a projection, so its query
     and document towers share a compat id and an index can be built before any training.
     """
-    from scalingnote.models import (
-        load_tower,  # why: scalingnote.models imports torch (~1.3 s); search / serve start-up must not pay it
-    )
+    # why: scalingnote.models imports torch (~1.3 s); search / serve start-up must not pay it
+    from scalingnote.models import load_tower
 
     return load_tower(str(name_or_path), role=role, num_layers=num_layers, dim=dim, pooling=pooling)
 
@@ -59,9 +58,8 @@ def encode_with_tower(
     training cached) and stored there otherwise; only the projection runs per document."""
     tower = load_tower_for(tower_name, "document", **tower_options)
     if feature_cache is not None:
-        from scalingnote.models import (
-            PrefixTower,  # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
-        )
+        # why: scalingnote.models imports torch (~1.3 s), kept out of this module's import
+        from scalingnote.models import PrefixTower
 
         ident = tower_identity(tower)
         enc = PrefixTower(tower, 0, feature_cache, batch_size=batch_size, show_progress=progress)
@@ -170,7 +168,7 @@ def write_run_meta(
         key: manifest.get(key) for key in ("factory", "dim", "n_vectors", "tower", "search_defaults")
     }
     meta.update(extra or {})
-    timings = {} if encode_seconds is None else {"encode_seconds": round(encode_seconds, 3)}
+    timings: dict[str, float | None] = {} if encode_seconds is None else {"encode_seconds": round(encode_seconds, 3)}
     timings.update(
         {
             "search_seconds": round(search_seconds, 3),

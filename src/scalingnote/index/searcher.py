@@ -183,25 +183,45 @@ class SearcherBase:
     (class defaults: nothing beyond ``search(queries, k)``; a searcher whose answer depends on
     the opened index overrides a flag with a property)."""
 
-    #: ``nprobe=`` (IVF lists probed) applies: the index has an IVF layer
-    has_ivf: bool = False
-    #: ``ef_search=`` (HNSW beam width) applies: the index has an HNSW graph
-    has_hnsw: bool = False
     #: ``rerank=N`` (re-score N candidates exactly with full-precision vectors) applies
     supports_rerank: bool = False
     #: ``upsert(docs)`` adds or replaces documents while it serves (``POST /documents``)
     supports_upsert: bool = False
     #: ``delete(ids)`` removes documents while it serves (``DELETE /documents/{id}``)
     supports_delete: bool = False
-    #: the scalingnote index directory it reads (a BM25 index and ``fusion.json`` beside it give
-    #: the service its bm25 / hybrid modes), or None
-    local_dir: Path | None = None
+
+    @property
+    def has_ivf(self) -> bool:
+        """``nprobe=`` (IVF lists probed) applies: the index has an IVF layer."""
+        return False
+
+    @property
+    def has_hnsw(self) -> bool:
+        """``ef_search=`` (HNSW beam width) applies: the index has an HNSW graph."""
+        return False
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The scalingnote index directory it reads (a BM25 index and ``fusion.json`` beside it give
+        the service its bm25 / hybrid modes), or None."""
+        return None
 
     def attach_documents(self, res: SearchResult) -> SearchResult:
         """Fill ``res.titles`` / ``res.snippets`` where the back end stores documents (here: none)."""
         return res
 
-    def search(self, queries: Any, k: int = 10, **kw: Any) -> SearchResult:  # pragma: no cover - abstract
+    def search(
+        self,
+        queries: Any,
+        /,
+        k: int = 10,
+        *,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        rerank: int | None = None,
+    ) -> SearchResult:  # pragma: no cover - abstract
+        """Top-``k`` documents per query; the search options (:data:`SEARCH_OPTIONS`) a back end
+        declares by its capability flags are passed only when set."""
         raise NotImplementedError
 
     def search_run(

@@ -175,7 +175,8 @@ class ResidualKMeans:
                     niter=np.array(self.niter),
                     max_points_per_centroid=np.array(self.max_points_per_centroid),
                     train_error=np.array(self.train_error, dtype=np.float64),
-                    **arrays,
+                    # numpy's stub checks **arrays against savez's allow_pickle: bool
+                    **arrays,  # type: ignore[arg-type]
                 )
 
     @classmethod

@@ -81,7 +81,8 @@ def verify_shard(out_dir: Path, rec: dict[str, Any], ids: list[str], digest: str
         )
     if rec.get("content_sha256") not in (None, digest):
         raise ScalingNoteError(
-            f"{out_dir / MANIFEST}: finished shard {shard} was encoded from different document texts (content_sha256 differs); "
+            f"{out_dir / MANIFEST}: finished shard {shard} was encoded from different document texts "
+            "(content_sha256 differs); "
             "the corpus changed since encoding started — use a new output directory"
         )
 
@@ -161,7 +162,8 @@ class ShardLog:
         extra = sorted(k for k in self.done if k >= shard)
         if extra:
             raise ScalingNoteError(
-                f"{self.path}: lists shard(s) {extra} beyond the end of the corpus ({shard} shards): the corpus changed; use a new output directory"
+                f"{self.path}: lists shard(s) {extra} beyond the end of the corpus ({shard} shards): the corpus "
+                "changed; use a new output directory"
             )
 
     def set_dim(self, dim: int) -> None:

@@ -64,7 +64,7 @@ def _small_knn(q: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def recall_vs_exact(found: np.ndarray, exact: np.ndarray) -> float:
     """Mean share of each query's exact top-k among its returned top-k."""
     k = exact.shape[1]
-    hits = [len(set(f[f >= 0].tolist()) & set(e.tolist())) for f, e in zip(found[:, :k], exact)]
+    hits = [len(set(f[f >= 0].tolist()) & set(e.tolist())) for f, e in zip(found[:, :k], exact, strict=True)]
     return float(np.mean(hits) / k) if hits else 1.0
 
 
@@ -125,13 +125,14 @@ def tune_search(
             if reached[-1]:
                 best = min(best, cost)
                 break
-    ok = [g for g, r in zip(grid, reached) if r]
+    ok = [g for g, r in zip(grid, reached, strict=True) if r]
     chosen = min(ok, key=lambda g: g["cost"]) if ok else max(grid, key=lambda g: (g["recall"], -g["cost"]))
     setting = ", ".join(f"{key}={chosen[key]}" for key in (knob, "rerank") if key)
     why = (
         f"cheapest setting with recall@{k} vs exact >= {target} on {q.shape[0]} queries: {setting} ({chosen['recall']})"
         if ok
-        else f"no setting reached recall@{k} vs exact {target} on {q.shape[0]} queries; best: {setting} ({chosen['recall']})"
+        else f"no setting reached recall@{k} vs exact {target} on {q.shape[0]} queries; "
+        f"best: {setting} ({chosen['recall']})"
     )
     return {
         "k": k,

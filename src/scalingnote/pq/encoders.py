@@ -166,9 +166,9 @@ def load_doc_features(
     fp = emb.tower.get("fingerprint")
     if fp != enc.fingerprint:
         raise ScalingNoteError(
-            f"{Path(source_dir) / 'manifest.json'}: field 'tower.fingerprint' is {fp!r}, but the document tower without its "
-            f"projection has fingerprint {enc.fingerprint!r} (encode the corpus with the same base model, layers, pooling and "
-            "max length, and no projection)"
+            f"{Path(source_dir) / 'manifest.json'}: field 'tower.fingerprint' is {fp!r}, but the document tower "
+            f"without its projection has fingerprint {enc.fingerprint!r} (encode the corpus with the same base "
+            "model, layers, pooling and max length, and no projection)"
         )
     pos = {d: i for i, d in enumerate(emb.ids)}
     missing = [d.id for d in docs if d.id not in pos]

@@ -70,7 +70,7 @@ def pq_oriented_negatives(
             f"rankings for {pq_ranking.shape[0]} / {flat_ranking.shape[0]} queries, positives for {len(positives)}"
         )
     out = []
-    for pq_row, flat_row, pos in zip(pq_ranking, flat_ranking, positives):
+    for pq_row, flat_row, pos in zip(pq_ranking, flat_ranking, positives, strict=True):
         s_c = [int(d) for d in pq_row[:depth] if d >= 0]
         s_u = [int(d) for d in flat_row[:depth] if d >= 0]
         if rule == "intersection":

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -38,6 +38,8 @@ FORMAT = "scalingnote-learned-pq/1"
 
 class LearnedPQ(nn.Module):
     """``M`` sub-space codebooks (``nn.Parameter [M, K, dim/M]``) and an optional fixed rotation."""
+
+    rotation: Tensor | None  # a registered buffer, or None
 
     def __init__(
         self,
@@ -212,7 +214,8 @@ class LearnedPQ(nn.Module):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+                # numpy's stub checks **arrays against savez's allow_pickle: bool
+                np.savez(fh, **arrays)  # type: ignore[arg-type]
         return path
 
     @classmethod
@@ -241,7 +244,7 @@ class LearnedPQ(nn.Module):
             if isinstance(rotation, np.ndarray):
                 r = rotation
             else:
-                vt = faiss.downcast_VectorTransform(rotation)
+                vt: Any = faiss.downcast_VectorTransform(rotation)  # the stub types it as the base class (no A)
                 if vt.d_in != vt.d_out or getattr(vt, "have_bias", False):
                     raise ScalingNoteError("rotation: only a square linear transform without bias is supported")
                 r = faiss.vector_to_array(vt.A).reshape(vt.d_out, vt.d_in)
@@ -305,3 +308,18 @@ def _quiet_clustering(cp, seed: int) -> None:
     cp.seed = int(seed)
     cp.min_points_per_centroid = 1
     cp.verbose = False
+
+
+def pq_state(pq: LearnedPQ) -> dict[str, Any]:
+    """The quantizer as plain tensors (detached CPU copies) for a training snapshot."""
+    return {
+        "shape": (pq.dim, pq.m, pq.nbits),
+        "codebooks": pq.codebooks.detach().cpu().clone(),
+        "rotation": None if pq.rotation is None else pq.rotation.detach().cpu().clone(),
+    }
+
+
+def pq_from_state(st: dict[str, Any]) -> LearnedPQ:
+    """The quantizer of a :func:`pq_state` snapshot."""
+    dim, m, nbits = st["shape"]
+    return LearnedPQ(dim, m, nbits, codebooks=st["codebooks"], rotation=st["rotation"])

@@ -73,6 +73,7 @@ class PhaseLoop(TrainLoop):
         qrows, cand, targets, mask = self.tr._batch(self.phase, self.spec, step, self.negatives)
         dev = self.tr.q_tower.device
         loss, comps = self.loss_fn(qrows, cand, targets.to(dev), mask.to(dev))
+        assert self.optimizer is not None  # built by the phase before its first step
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         return comps

@@ -40,15 +40,13 @@ from scalingnote.data import Qrels
 from scalingnote.errors import ScalingNoteError
 from scalingnote.evaluation import evaluate
 from scalingnote.evaluation.dense import exact_search
-from scalingnote.index import DenseIndex, tower_identity
-from scalingnote.index.faiss.learned_pq import export_index
-from scalingnote.models import pair_towers
 from scalingnote.pq.config import PhaseOptim, PQTrainConfig, Stage1Spec, Stage2Spec, WarmupSpec
 from scalingnote.pq.data import PQData, build_towers, load_pq_data
 from scalingnote.pq.encoders import Side, load_doc_features, load_query_features
+from scalingnote.pq.export import EVAL_METRICS, export_trained
 from scalingnote.pq.losses import dense_retrieval_loss, pq_retrieval_loss, stage1_loss
 from scalingnote.pq.mining import negative_stats, pq_oriented_negatives, sample_negatives, search, top_negatives
-from scalingnote.pq.module import LearnedPQ
+from scalingnote.pq.module import LearnedPQ, pq_from_state, pq_state
 from scalingnote.pq.phase import PhaseLoop
 from scalingnote.training.checkpoint import safe_torch_load
 from scalingnote.training.loop import param_groups
@@ -58,7 +56,6 @@ from scalingnote.utils.io import atomic_path
 log = logging.getLogger(__name__)
 
 PHASE_IDS = {"warmup": 0, "stage1": 1, "stage2": 2}
-EVAL_METRICS = ("ndcg@10", "r@100", "recall@100", "mrr@10")
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -184,7 +181,7 @@ class TMJTrainer:
         return {
             "query": {k: qsd[k].detach().clone() for k in self._saved_keys(self.q_tower, self.train_q_backbone)},
             "doc": {k: dsd[k].detach().clone() for k in self._saved_keys(self.d_tower, self.train_d_backbone)},
-            "pq": None if self.pq is None else _pq_state(self.pq),
+            "pq": None if self.pq is None else pq_state(self.pq),
         }
 
     def restore(self, snap: dict[str, Any]) -> None:
@@ -203,9 +200,10 @@ class TMJTrainer:
             with torch.no_grad():  # in place: optimizers and closures hold these parameters
                 self.pq.codebooks.copy_(st["codebooks"])
                 if st["rotation"] is not None:
+                    assert self.pq.rotation is not None  # present in both (checked above)
                     self.pq.rotation.copy_(st["rotation"])
         else:
-            self.pq = _pq_from_state(st).to(self.q_tower.device)
+            self.pq = pq_from_state(st).to(self.q_tower.device)
         self._doc_emb = None
 
     # ------------------------------------------------------------------ batches
@@ -337,7 +335,8 @@ class TMJTrainer:
             pq = LearnedPQ.load(path)
             if (pq.m, pq.nbits, pq.rotation is not None) != (m, spec.nbits, init == "opq"):
                 raise ScalingNoteError(
-                    f"{path}: saved quantizer {pq.describe()} does not match pq config (m={m}, nbits={spec.nbits}, init={init}); use a new output_dir"
+                    f"{path}: saved quantizer {pq.describe()} does not match pq config (m={m}, "
+                    f"nbits={spec.nbits}, init={init}); use a new output_dir"
                 )
         else:
             pq = LearnedPQ.fit(
@@ -360,9 +359,10 @@ class TMJTrainer:
         if spec is None:
             return {}
         tau = self.cfg.tau
-        negatives = self._first_negatives("stage1", lambda: self.pq.quantized(self.doc_embeddings()), spec.neg_depth)
-        weights = {"m": spec.w_m, "rhat": spec.w_rhat, "r": spec.w_r}
         pq = self.pq
+        assert pq is not None  # _pq_phase_spec refuses a phase without a quantizer
+        negatives = self._first_negatives("stage1", lambda: pq.quantized(self.doc_embeddings()), spec.neg_depth)
+        weights = {"m": spec.w_m, "rhat": spec.w_rhat, "r": spec.w_r}
 
         def loss_fn(qrows, cand, targets, mask):
             q = F.normalize(self.q_side.embed(qrows), dim=-1)
@@ -397,6 +397,7 @@ class TMJTrainer:
         X = self.doc_embeddings()  # frozen document embeddings, computed once
         Xt = torch.from_numpy(X).to(self.q_tower.device)
         pq = self.pq
+        assert pq is not None  # _pq_phase_spec refuses a phase without a quantizer
 
         def remine() -> list[np.ndarray]:
             with torch.no_grad():
@@ -448,42 +449,9 @@ class TMJTrainer:
     def export(self, out_dir: Path | None = None) -> dict[str, Any]:
         """Save the paired towers, the codebooks and one FAISS index per ``export.indexes`` kind;
         with ``export.verify`` search each index (via :class:`~scalingnote.index.DenseIndex`)
-        with the evaluation queries and record ``served_<kind>_*`` metrics."""
-
-        if self.pq is None:
-            raise ScalingNoteError("export: no product quantizer (run init_pq / training first)")
-        out = Path(out_dir) if out_dir is not None else self.out
-        X = self.doc_embeddings()
-        pair_towers(self.q_tower, self.d_tower)
-        self.q_tower.save(out / "query_tower")
-        self.d_tower.save(out / "doc_tower")
-        self.pq.save(out / "learned_pq.npz")
-        spec = self.cfg.export
-        info: dict[str, Any] = {"compat_id": self.q_tower.compat_id}
-        rows, qids, qrels = self._split("eval")
-        qv = self.query_embeddings(rows) if len(rows) else None
-        for kind in spec.indexes:
-            slug = kind.replace(",", "_").lower()
-            path = export_index(
-                self.pq,
-                X,
-                self.data.doc_ids,
-                out / "indexes" / slug,
-                kind,
-                tower_info=tower_identity(self.d_tower),
-                seed=self.cfg.seed,
-                nprobe=spec.nprobe if "IVF" in kind else None,
-                ef_search=spec.ef_search if "HNSW" in kind else None,
-                semantic_ids_layers=spec.semantic_ids_layers,
-                overwrite=True,
-            )
-            info[f"index_{slug}"] = str(path)
-            if spec.verify and qv is not None:
-                idx = DenseIndex.open(path, query_tower=self.q_tower)
-                run = idx.search_run(qids, qv, k=self.cfg.eval_k)
-                for m, v in evaluate(run, qrels, list(EVAL_METRICS)).items():
-                    info[f"served_{slug}_{m}"] = round(float(v), 6)
-        return info
+        with the evaluation queries and record ``served_<kind>_*`` metrics
+        (:func:`scalingnote.pq.export.export_trained`)."""
+        return export_trained(self, out_dir)
 
     # ------------------------------------------------------------------ everything
     def run(self) -> dict[str, Any]:
@@ -504,8 +472,8 @@ class TMJTrainer:
         res["start"] = self.evaluate_all()
         if cfg.warmup.steps > 0:
             res["warmup"] = {**self.warmup(), **self.evaluate_all()}
-        self.init_pq()
-        res["pq_init"] = {"init": cfg.pq.init, **self.pq.describe(), **self.evaluate_all()}
+        pq = self.init_pq()
+        res["pq_init"] = {"init": cfg.pq.init, **pq.describe(), **self.evaluate_all()}
         if cfg.stage1.steps > 0:
             res["stage1"] = {**self.stage1(), **self.evaluate_all()}
         if cfg.stage2.steps > 0:
@@ -514,19 +482,6 @@ class TMJTrainer:
         res["total_seconds"] = round(time.perf_counter() - t0, 2)
         write_json(self.out / "run.json", {"metrics": res, **run_metadata(cfg)})
         return res
-
-
-def _pq_state(pq: LearnedPQ) -> dict[str, Any]:
-    return {
-        "shape": (pq.dim, pq.m, pq.nbits),
-        "codebooks": pq.codebooks.detach().cpu().clone(),
-        "rotation": None if pq.rotation is None else pq.rotation.detach().cpu().clone(),
-    }
-
-
-def _pq_from_state(st: dict[str, Any]) -> LearnedPQ:
-    dim, m, nbits = st["shape"]
-    return LearnedPQ(dim, m, nbits, codebooks=st["codebooks"], rotation=st["rotation"])
 
 
 def load_pq_config(path: str | Path | None, **overrides: Any) -> PQTrainConfig:

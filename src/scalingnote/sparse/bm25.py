@@ -147,7 +147,7 @@ class BM25Retriever:
         )
         for row, i in enumerate(nonempty):
             qid = qids[i]
-            for j, s in zip(docs_idx[row], scores[row]):
+            for j, s in zip(docs_idx[row], scores[row], strict=True):
                 if s > 0:
                     run[qid][self.doc_ids[int(j)]] = float(s)
         return run

@@ -168,29 +168,29 @@ class DenseIndex(VectorSearcher):
             self.selector,
         )
         if q.shape[0] == 0:
-            D = np.zeros((0, n_cand), np.float32)
-            I = np.zeros((0, n_cand), np.int64)
+            scores = np.zeros((0, n_cand), np.float32)
+            indices = np.zeros((0, n_cand), np.int64)
         else:
-            D, I = self.index.search(q, n_cand, params=params)
+            scores, indices = self.index.search(q, n_cand, params=params)
         if self.manifest.get("faiss_metric") == "l2":
-            D = 1.0 - D / 2.0  # unit vectors: ||q - x||^2 = 2 - 2 q.x
-        D = np.where(I >= 0, D, -np.inf).astype(np.float32)
+            scores = 1.0 - scores / 2.0  # unit vectors: ||q - x||^2 = 2 - 2 q.x
+        scores = np.where(indices >= 0, scores, -np.inf).astype(np.float32)
         if rerank:
-            D, I = self._rerank(q, I)
-        D, I = D[:, :k], I[:, :k]
-        if I.shape[1] < k:  # fewer documents than k
-            pad = k - I.shape[1]
-            D = np.pad(D, ((0, 0), (0, pad)), constant_values=-np.inf)
-            I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
-        doc_ids = [[self.doc_ids[i] for i in row if i >= 0] for row in I]
+            scores, indices = self._rerank(q, indices)
+        scores, indices = scores[:, :k], indices[:, :k]
+        if indices.shape[1] < k:  # fewer documents than k
+            pad = k - indices.shape[1]
+            scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+            indices = np.pad(indices, ((0, 0), (0, pad)), constant_values=-1)
+        doc_ids = [[self.doc_ids[i] for i in row if i >= 0] for row in indices]
         sem = None
         if self.semantic_ids is not None:
             L = self.semantic_ids.shape[1]
-            sem = np.full((I.shape[0], k, L), -1, dtype=np.int32)
-            valid = I >= 0
+            sem = np.full((indices.shape[0], k, L), -1, dtype=np.int32)
+            valid = indices >= 0
             if valid.any():
-                sem[valid] = gather_rows(self.semantic_ids, I[valid])
-        return self.attach_documents(SearchResult(D, doc_ids, sem, I))
+                sem[valid] = gather_rows(self.semantic_ids, indices[valid])
+        return self.attach_documents(SearchResult(scores, doc_ids, sem, indices))
 
     def attach_documents(self, res: SearchResult) -> SearchResult:
         """Fill ``res.titles`` / ``res.snippets`` from the document store (rows of ``res.indices``)."""

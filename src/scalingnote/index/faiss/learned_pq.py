@@ -121,11 +121,15 @@ def faiss_index(
     base, n = parse_kind(kind)
     d = pq.dim
     metric = faiss.METRIC_INNER_PRODUCT
+    # faiss's stub types the SWIG classes loosely (no IndexHNSWPQ(d, pq_m, M, nbits, metric), no
+    # ``this`` / ``own_fields``): the index objects below are used as untyped SWIG objects
+    inner: Any
     if base == "pq":
         inner = faiss.IndexPQ(d, pq.m, pq.nbits, metric)
         _set_centroids(inner.pq, pq)
         inner.is_trained = True
     elif base == "ivf":
+        assert n is not None  # parse_kind gives IVF kinds their nlist
         if train_vectors is None:
             raise ScalingNoteError(f"index kind {kind!r}: the IVF coarse quantizer needs training vectors")
         x = np.ascontiguousarray(np.asarray(train_vectors, dtype=np.float32))
@@ -136,7 +140,7 @@ def faiss_index(
         # spherical k-means, as FAISS trains an inner-product IVF coarse quantizer
         km = faiss.Kmeans(d, n, niter=kmeans_iter, seed=seed, spherical=True, verbose=False, min_points_per_centroid=1)
         km.train(x)
-        quantizer = faiss.IndexFlatIP(d)
+        quantizer: Any = faiss.IndexFlatIP(d)
         quantizer.add(km.centroids)
         inner = faiss.IndexIVFPQ(quantizer, d, n, pq.m, pq.nbits, metric)
         inner.by_residual = False  # the learned codebooks quantize the vectors, not residuals
@@ -150,15 +154,16 @@ def faiss_index(
         # of the PQ ranking 0.73 vs 1.0 at efSearch 128). On unit vectors the L2 score is
         # 1 - ||q - x̂||²/2 = <q, x̂> - (||x̂||² - 1)/2 (DenseIndex reports it so): the same
         # ranking as IndexPQ up to the small ||x̂||² term; rerank=N re-scores exactly.
-        inner = faiss.IndexHNSWPQ(d, pq.m, n, pq.nbits, faiss.METRIC_L2)
-        storage = faiss.downcast_index(inner.storage)
+        assert n is not None  # parse_kind gives HNSW kinds their M
+        inner = faiss.IndexHNSWPQ(d, pq.m, n, pq.nbits, faiss.METRIC_L2)  # type: ignore[call-arg,arg-type]
+        storage: Any = faiss.downcast_index(inner.storage)
         _set_centroids(storage.pq, pq)
         storage.pq.compute_sdc_table()  # the graph is built with symmetric code-to-code distances
         storage.is_trained = True
         inner.is_trained = True
     if pq.rotation is None:
         return inner
-    lt = faiss.LinearTransform(d, d, False)
+    lt: Any = faiss.LinearTransform(d, d, False)
     faiss.copy_array_to_vector(
         np.ascontiguousarray(pq.rotation.detach().cpu().numpy().astype(np.float32).ravel()), lt.A
     )
@@ -230,8 +235,9 @@ def faiss_codes(index, x: np.ndarray) -> np.ndarray:
     idx = faiss.downcast_index(index)
     x = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     if isinstance(idx, faiss.IndexPreTransform):
-        for i in range(idx.chain.size()):
-            x = faiss.downcast_VectorTransform(idx.chain.at(i)).apply(x)
+        chain: Any = idx.chain  # a SWIG vector (the stub types it as a list)
+        for i in range(chain.size()):
+            x = faiss.downcast_VectorTransform(chain.at(i)).apply(x)
         idx = faiss.downcast_index(idx.index)
     if isinstance(idx, faiss.IndexHNSW):
         idx = faiss.downcast_index(idx.storage)

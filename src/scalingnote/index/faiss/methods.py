@@ -11,8 +11,9 @@ Every method that can be served is a plain FAISS index, so :class:`~scalingnote.
 * ``ivf_rabitq``: ``IndexIVFRaBitQFastScan`` (``IVF<n>,RaBitQfs<b>``, :mod:`scalingnote.index.faiss.rabitq`),
   re-ranked exactly over the full-precision vectors (FAISS's refine, reading the memory-mapped floats);
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
-  built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW has no ``remove_ids``: the live index keeps a
-  tombstone set and filters it at search; compaction rebuilds the graph over the live rows.
+  built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW
+  has no ``remove_ids``: the live index keeps a tombstone set and filters it at search; compaction rebuilds
+  the graph over the live rows.
 
 ``ivf_routed`` (probes chosen by learnt routing vectors through ``search_preassigned``) is not a
 plain FAISS search: it is measured by the study, never built here.
@@ -69,7 +70,9 @@ def default_routing(
     nlist = max(4, min(4096, int(4 * math.sqrt(n)), n // 39)) if n >= 4 else 1
     m = max(k for k in range(1, max(1, dim // 8) + 1) if dim % k == 0)
     bits = 8 if n >= 10_000 else 4
-    base = dict(method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size)
+    base: dict[str, Any] = dict(
+        method=method, nlist=min(nlist, n), pq_m=m, pq_bits=bits, seed=seed, train_size=train_size
+    )
     if method == "hnsw_pq":
         base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
     if method == "ivf_rabitq":  # the most code bits (<= 4) within the memory bound: 4 from 112 dimensions up
@@ -156,7 +159,7 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
     """``<method>:<FAISS structure>``, e.g. ``ivf_qmetric:IVF181,PQ72x8`` or ``hnsw_pq:HNSW32,PQ72x8``."""
     import faiss
 
-    idx = faiss.downcast_index(index)
+    idx: Any = faiss.downcast_index(index)  # the stub types it as the base Index (no nlist)
     d = int(idx.d)
     m = cfg.pq_m or max(1, d // 8)
     if cfg.method == "ivf_rabitq":
@@ -195,20 +198,20 @@ def fill_routed(
     metric = None if train_queries is not None or not state else state.get("a")
     if train_queries is None and cfg.method == "hnsw_sq_qg" and state and "queries" in state:
         train_queries = state["queries"]
-    if (
-        cfg.method == "hnsw_sq_qg" and train_queries is not None
-    ):  # the edges from the queries as stored (float16), as compaction makes them
+    if cfg.method == "hnsw_sq_qg" and train_queries is not None:
+        # the edges from the queries as stored (float16), as compaction makes them
         train_queries = np.asarray(np.asarray(train_queries, np.float16), np.float32)
     r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
     out: dict[str, np.ndarray] = {}
     if cfg.method == "ivf_qmetric":
+        assert r.partition is not None  # the build keeps ivf_qmetric's partition
         out = {
             "a": np.asarray(r.partition["a"], np.float32),
             "centroids": np.asarray(r.partition["centroids"], np.float32),
         }
-    elif (
-        cfg.method == "hnsw_sq_qg"
-    ):  # kth: each query's (edges + 1)-th best score, where the live index's inserts start
+    elif cfg.method == "hnsw_sq_qg":
+        # kth: each query's (edges + 1)-th best score, where the live index's inserts start
+        assert r.partition is not None  # the build keeps hnsw_sq_qg's thresholds
         out = {"queries": np.asarray(train_queries, np.float16), "kth": np.asarray(r.partition["kth"], np.float32)}
     return r.index, out
 
@@ -282,7 +285,8 @@ def save_state(root: Path, state: dict[str, np.ndarray]) -> str | None:
     """Write ``routing.npz`` into ``root`` (None: nothing to keep)."""
     if not state:
         return None
-    np.savez(root / ROUTING_FILE, **state)
+    # numpy's stub checks **arrays against savez's allow_pickle: bool
+    np.savez(root / ROUTING_FILE, **state)  # type: ignore[arg-type]
     return ROUTING_FILE
 
 

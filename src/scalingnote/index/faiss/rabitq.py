@@ -66,8 +66,9 @@ def build_ivf_rabitq(
         )
     n, d = docs.shape
     nlist = max(1, min(int(nlist), n))
-    made = faiss.index_factory(d, f"IVF{nlist},RaBitQfs{bits}", faiss.METRIC_INNER_PRODUCT)
-    index = faiss.downcast_index(made)
+    # untyped SWIG objects: faiss's stub has no ``thisown`` and types downcast_index as the base Index
+    made: Any = faiss.index_factory(d, f"IVF{nlist},RaBitQfs{bits}", faiss.METRIC_INNER_PRODUCT)
+    index: Any = faiss.downcast_index(made)
     made.thisown, index.thisown = False, True  # one owner: the typed wrapper
     index.cp.seed = int(seed)
     index.cp.niter = int(kmeans_iters)
@@ -88,9 +89,10 @@ def search_ivf_rabitq(index: Any, q: np.ndarray, depth: int, nprobe: int) -> tup
     params = faiss.IVFRaBitQSearchParameters()
     params.nprobe = int(min(max(1, nprobe), index.nlist))
     params.qb = int(index.qb)
-    faiss.cvar.indexIVF_stats.reset()
+    stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
+    stats.indexIVF_stats.reset()
     scores, ids = index.search(q, depth, params=params)
-    return scores, ids, int(index.nlist) * len(q), int(faiss.cvar.indexIVF_stats.ndis)
+    return scores, ids, int(index.nlist) * len(q), int(stats.indexIVF_stats.ndis)
 
 
 __all__ = [

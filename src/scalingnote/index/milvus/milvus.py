@@ -59,7 +59,10 @@ PROPERTY = "scalingnote.manifest"
 PK, DOC_ID, SEM_ID, VECTOR = "row", "doc_id", "semantic_id", "embedding"
 DEFAULT_COLLECTION = "scalingnote"
 
-INSTALL_HINT = "the Milvus back end needs pymilvus (and milvus-lite for local .db files): pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2'"
+INSTALL_HINT = (
+    "the Milvus back end needs pymilvus (and milvus-lite for local .db files): "
+    "pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2'"
+)
 
 SERVER_INDEX_TYPES = ("IVF_PQ", "HNSW", "HNSW_SQ", "HNSW_PQ", "IVF_FLAT", "IVF_SQ8", "SCANN", "FLAT", "AUTOINDEX")
 LITE_INDEX_TYPES = ("HNSW", "HNSW_SQ", "IVF_FLAT", "IVF_SQ8", "FLAT", "BRUTE_FORCE", "AUTOINDEX")
@@ -137,7 +140,8 @@ def is_lite(client) -> bool:
 def _check_name(name: str) -> str:
     if not _NAME_RE.match(name or ""):
         raise ScalingNoteError(
-            f"collection name {name!r}: Milvus names start with a letter or '_' and contain only letters, digits and '_' (at most 255)"
+            f"collection name {name!r}: Milvus names start with a letter or '_' and contain only letters, digits "
+            "and '_' (at most 255)"
         )
     return name
 
@@ -193,7 +197,8 @@ class MilvusSearcher(VectorSearcher):
         uri = str(uri)
         if is_lite_uri(uri) and not Path(uri).exists():
             raise ScalingNoteError(
-                f"{uri}: no Milvus Lite database here (export one with `scalingnote index export --to milvus --uri {uri}`)"
+                f"{uri}: no Milvus Lite database here (export one with `scalingnote index export --to milvus "
+                f"--uri {uri}`)"
             )
         client = connect(uri, token=token)
         where = f"{uri} collection {collection!r}"
@@ -312,8 +317,8 @@ class MilvusSearcher(VectorSearcher):
         fields = [PK, DOC_ID] + ([sem_field] if sem_field else []) + ([VECTOR] if rerank else [])
         L = int((self.manifest.get("semantic_ids") or {}).get("n_layers") or 0) if sem_field else 0
         nq = q.shape[0]
-        D = np.full((nq, k), -np.inf, dtype=np.float32)
-        I = np.full((nq, k), -1, dtype=np.int64)
+        top_scores = np.full((nq, k), -np.inf, dtype=np.float32)
+        indices = np.full((nq, k), -1, dtype=np.int64)
         sem = np.full((nq, k, L), -1, dtype=np.int32) if sem_field else None
         doc_ids: list[list[str]] = []
         for s in range(0, nq, chunk):
@@ -342,13 +347,13 @@ class MilvusSearcher(VectorSearcher):
                     scores, ents = scores[order], [ents[o] for o in order]
                 ents, scores = ents[:k], scores[:k]
                 m = len(ents)
-                D[row, :m] = scores
-                I[row, :m] = [int(e[PK]) for e in ents]
+                top_scores[row, :m] = scores
+                indices[row, :m] = [int(e[PK]) for e in ents]
                 doc_ids.append([e[DOC_ID] for e in ents])
                 if sem is not None:
-                    for r, e in enumerate(ents):
-                        sem[row, r, : len(e[sem_field])] = e[sem_field]
-        return SearchResult(D, doc_ids, sem, I)
+                    for r, ent in enumerate(ents):
+                        sem[row, r, : len(ent[sem_field])] = ent[sem_field]
+        return SearchResult(top_scores, doc_ids, sem, indices)
 
 
 __all__ = [

@@ -40,11 +40,10 @@ from scalingnote.index.milvus.milvus import (
     is_lite,
     server_version,
 )
+from scalingnote.index.milvus.milvus_collection import collection_schema, drop_quietly, insert_rows, wait_indexed
 from scalingnote.index.settings import IndexBuildSettings
 
 # --------------------------------------------------------------------------- source
-
-LIVE_ID_BYTES = 2048  # the longest id POST /documents accepts (512 characters), in UTF-8 bytes
 
 
 def _load_source(source: str | Path | Embeddings, settings: IndexBuildSettings):
@@ -78,7 +77,8 @@ def _source_format(source: str | Path) -> str:
     mpath = Path(source) / "manifest.json"
     if not mpath.is_file():
         raise ScalingNoteError(
-            f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory (`index encode`)"
+            f"{source}: no manifest.json: give a FAISS index directory (`index build`) or an embeddings directory "
+            "(`index encode`)"
         )
     try:
         return json.loads(mpath.read_text(encoding="utf-8")).get("format", "")
@@ -119,6 +119,7 @@ def _fit_semantic_ids(vecs, settings: IndexBuildSettings) -> tuple[np.ndarray | 
     rows = settings.training_rows(len(vecs))
     train_x = np.ascontiguousarray(np.asarray(vecs)[rows], dtype=np.float32)
     rkm = settings.fit_semantic_ids(train_x)
+    assert rkm is not None  # fitted whenever semantic_ids_layers > 0
     sem = rkm.assign(np.asarray(vecs, dtype=np.float32))
     return sem, {"source": "fitted at export", "seed": int(settings.seed), "n_train": len(rows), **rkm.describe()}
 
@@ -169,17 +170,18 @@ def default_index_params(
 
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     """The Milvus index type ``auto`` means for an index built with a routed ``method``:
-    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW, ivf_rabitq ->
-    SCANN (the same structure: document-trained IVF lists, 4-bit fast-scan codes, a re-rank; Lite: IVF_SQ8). ivf_qmetric is
-    refused: Milvus trains its own IVF on the documents, so the query-metric lists, and the rule
-    new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW,
+    ivf_rabitq -> SCANN (the same structure: document-trained IVF lists, 4-bit fast-scan codes, a re-rank;
+    Lite: IVF_SQ8). ivf_qmetric is refused: Milvus trains its own IVF on the documents, so the query-metric
+    lists, and the rule new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
     if not method or (requested or "auto").strip().lower() != "auto":
         return requested
     if method == "ivf_qmetric":
         raise ScalingNoteError(
-            "this index was built with method ivf_qmetric (inverted lists cut in the query tower's metric); Milvus trains "
-            "its own IVF on the documents, so those lists and the rule new documents follow would be lost. Pass "
-            "--index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export the vectors with that index"
+            "this index was built with method ivf_qmetric (inverted lists cut in the query tower's metric); "
+            "Milvus trains its own IVF on the documents, so those lists and the rule new documents follow would "
+            "be lost. Pass --index-type IVF_PQ (lists cut on documents: method ivf) or HNSW_PQ / HNSW to export "
+            "the vectors with that index"
         )
     if method == "hnsw_pq":
         return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
@@ -277,7 +279,7 @@ def export_to_milvus(
         tmp = f"{collection}__tmp_{os.getpid()}"
         if client.has_collection(tmp):
             client.drop_collection(tmp)
-        schema = _schema(client, pm, tower, max_len, None if sem is None else int(sem.shape[1]), d)
+        schema = collection_schema(client, pm, tower, max_len, None if sem is None else int(sem.shape[1]), d)
         try:
             client.create_collection(
                 tmp, schema=schema, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)}
@@ -298,10 +300,10 @@ def export_to_milvus(
                 client.drop_collection(collection)
             client.rename_collection(tmp, collection)
         except ScalingNoteError:
-            _drop_quietly(client, tmp)
+            drop_quietly(client, tmp)
             raise
         except Exception as e:  # noqa: BLE001 - MilvusException etc.
-            _drop_quietly(client, tmp)
+            drop_quietly(client, tmp)
             raise ScalingNoteError(
                 f"{uri}: exporting to collection {collection!r} failed: {_milvus_message(e)}"
             ) from None
@@ -331,7 +333,10 @@ def _index_settings(
     lite = is_lite(client)
     itype, fallback = resolve_index_type(_method_index_type(requested, info.get("method"), lite), lite)
     if info.get("method") == "ivf_qmetric":  # only with an explicit --index-type (auto is refused)
-        fallback = f"ivf_qmetric's lists (cut in the query metric) are not exported: Milvus builds its own {itype} on the documents"
+        fallback = (
+            f"ivf_qmetric's lists (cut in the query metric) are not exported: Milvus builds its own {itype} on the "
+            "documents"
+        )
     elif (
         info.get("method") == "hnsw_pq" and lite and itype == "HNSW" and (requested or "auto").strip().lower() == "auto"
     ):
@@ -367,7 +372,7 @@ def _fill_collection(
     """Insert every row into the new collection ``name``, build its vector index (``manifest``'s
     type and parameters) and store the timings in ``manifest`` and the collection property."""
     t0 = time.perf_counter()
-    _insert(client, name, vecs, ids, sem, batch_size, progress, source, manifest["collection"])
+    insert_rows(client, name, vecs, ids, sem, batch_size, progress, source, manifest["collection"])
     client.flush(name)
     insert_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -382,7 +387,7 @@ def _fill_collection(
     client.create_index(
         name, ip, sync=False
     )  # waited for below (pymilvus' own wait needs AllocTimestamp, absent from Milvus Lite)
-    _wait_indexed(client, name, len(ids), timeout_s)
+    wait_indexed(client, name, len(ids), timeout_s)
     index_s = time.perf_counter() - t0
     manifest.update({"insert_seconds": round(insert_s, 3), "index_seconds": round(index_s, 3)})
     client.alter_collection_properties(name, properties={PROPERTY: json.dumps(manifest, ensure_ascii=False)})
@@ -439,73 +444,6 @@ def _collection_manifest(
         "pymilvus_version": pymilvus_version,
         "created": _now(),
     }
-
-
-def _schema(client, pm, tower: dict[str, Any], max_len: int, n_layers: int | None, d: int):
-    DataType = pm.DataType
-    description = "scalingnote: document tower {name} (compat_id {compat}, fingerprint {fp})".format(
-        name=tower.get("name", "?"), compat=tower.get("compat_id", "?"), fp=tower.get("fingerprint", "?")
-    )
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False, description=description)
-    schema.add_field(PK, DataType.INT64, is_primary=True)
-    # room for the ids the live index adds later (scalingnote.live.records: <= 512 characters = 2048 UTF-8 bytes)
-    schema.add_field(DOC_ID, DataType.VARCHAR, max_length=max(LIVE_ID_BYTES, max_len))
-    if n_layers is not None:
-        schema.add_field(SEM_ID, DataType.ARRAY, element_type=DataType.INT32, max_capacity=max(1, n_layers))
-    schema.add_field(VECTOR, DataType.FLOAT_VECTOR, dim=d)
-    return schema
-
-
-def _insert(
-    client, name: str, vecs, ids: list[str], sem, batch_size: int, progress: bool, source: str, collection: str
-) -> None:
-    """Insert every row (primary key = row number, document id, semantic ID, vector) in batches."""
-    from tqdm.auto import tqdm
-
-    n = len(ids)
-    with tqdm(total=n, unit="vec", desc=f"milvus insert {collection}", disable=not progress, dynamic_ncols=True) as bar:
-        for s in range(0, n, batch_size):
-            block = np.ascontiguousarray(np.asarray(vecs[s : s + batch_size], dtype=np.float32))
-            if not np.all(np.isfinite(block)):
-                bad = s + int(np.argwhere(~np.isfinite(block))[0, 0])
-                raise ScalingNoteError(f"{source}: row {bad} (document {ids[bad]!r}) contains non-finite values")
-            rows = []
-            for j in range(len(block)):
-                r: dict[str, Any] = {PK: s + j, DOC_ID: ids[s + j], VECTOR: block[j]}
-                if sem is not None:
-                    r[SEM_ID] = [int(c) for c in sem[s + j]]
-                rows.append(r)
-            client.insert(name, rows)
-            bar.update(len(rows))
-
-
-def _drop_quietly(client, name: str) -> None:
-    try:
-        if client.has_collection(name):
-            client.drop_collection(name)
-    except Exception:  # noqa: BLE001 - best effort clean-up
-        pass
-
-
-def _wait_indexed(client, name: str, n: int, timeout_s: float) -> None:
-    """Wait until the index covers all ``n`` rows (a server builds indexes asynchronously)."""
-    t0 = time.perf_counter()
-    while True:
-        desc = client.describe_index(name, VECTOR) or {}
-        state = str(desc.get("state", "Finished"))
-        if state.lower() == "failed":
-            raise ScalingNoteError(
-                f"Milvus failed to build the index on {name!r}: {desc.get('index_state_fail_reason') or desc}"
-            )
-        indexed = desc.get("indexed_rows")
-        pending = desc.get("pending_index_rows", 0)
-        if (indexed is None or int(indexed) >= n) and not pending and state.lower() in ("finished", "3"):
-            return
-        if time.perf_counter() - t0 > timeout_s:
-            raise ScalingNoteError(
-                f"index on {name!r} not built after {timeout_s:.0f}s (state {state}, {indexed}/{n} rows indexed)"
-            )
-        time.sleep(0.5)
 
 
 __all__ = ["default_index_params", "export_to_milvus", "resolve_index_type"]

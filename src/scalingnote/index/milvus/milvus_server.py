@@ -4,8 +4,8 @@ package (2.3.5: the Milvus 2.3.5 server binary with its own etcd and local stora
 Unlike Milvus Lite (``*.db`` URIs, :mod:`scalingnote.index.milvus.milvus`), which implements no PQ
 index and silently brute-forces an IVF_PQ collection, this server builds and searches
 IVF_PQ (ScalingNote §3.5's compressed serving index), HNSW and SCANN through the same
-:func:`~scalingnote.index.milvus.milvus_export.export_to_milvus` / :class:`~scalingnote.index.milvus.milvus.MilvusSearcher`
-code, at the URI ``http://127.0.0.1:<port>``::
+:func:`~scalingnote.index.milvus.milvus_export.export_to_milvus` /
+:class:`~scalingnote.index.milvus.milvus.MilvusSearcher` code, at the URI ``http://127.0.0.1:<port>``::
 
     with EmbeddedMilvus("runs/milvus-data") as srv:          # starts, waits until healthy
         export_to_milvus("runs/index", srv.uri, "notes")      # auto -> IVF_PQ on a server
@@ -36,6 +36,7 @@ import subprocess
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from scalingnote.errors import ScalingNoteError
 
@@ -123,7 +124,7 @@ class EmbeddedMilvus:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.startup_seconds: float | None = None
-        self._server = None
+        self._server: Any = None  # milvus-lite's server handle (untyped)
 
     @property
     def uri(self) -> str:

@@ -169,7 +169,8 @@ class _ShardEncoder:
             _set_threads(threads)
             self.tower = spec.load()
             self.ident = tower_identity(self.tower)
-        except Exception as e:  # noqa: BLE001 - a failing actor constructor gives an unreadable Ray error: report it as data
+        except Exception as e:  # noqa: BLE001 - reported as data
+            # a failing actor constructor gives an unreadable Ray error: report the failure as data
             self.load_error = f"loading document tower {spec.describe()!r} on Ray worker {self.host}: " + _message(e)
 
     def __call__(self, batch):
@@ -193,6 +194,7 @@ class _ShardEncoder:
             Document(i, t, p, c)
             for i, t, p, c in zip(row["ids"], row["titles"], row["topics"], row["contents"], strict=True)
         ]
+        assert self.tower is not None  # loaded (a load error is reported before any shard)
         vecs = encode_chunk(self.tower, docs, self.batch_size, self.normalize, _NullBar())
         vpath, ipath = shard_paths(self.out_dir, shard)
         with atomic_path(vpath, suffix=".npy") as tmp:
@@ -387,7 +389,8 @@ def _commit_results(
                     shards.man["tower"] = ident
             elif res["tower"].get("fingerprint") != ident.get("fingerprint"):
                 raise ScalingNoteError(
-                    f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint {res['tower'].get('fingerprint')!r}, "
+                    f"shard {sh}: the tower on Ray worker {res.get('worker')} has fingerprint "
+                    f"{res['tower'].get('fingerprint')!r}, "
                     f"other workers have {ident.get('fingerprint')!r}: do all nodes hold the same model files?"
                 )
             shards.set_dim(int(res["dim"]))

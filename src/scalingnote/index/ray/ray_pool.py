@@ -100,12 +100,14 @@ def check_resources(ray, pool: RayPool) -> dict[str, float]:
     need_c, need_g = num_actors * cpus_per_actor, num_actors * gpus_per_actor
     if need_c > cpus + 1e-9:
         raise ScalingNoteError(
-            f"--num-actors {num_actors} x --cpus-per-actor {cpus_per_actor:g} = {need_c:g} CPUs, but the Ray cluster has {cpus:g}: "
+            f"--num-actors {num_actors} x --cpus-per-actor {cpus_per_actor:g} = {need_c:g} CPUs, but the Ray "
+            f"cluster has {cpus:g}: "
             "the actor pool could never start (use fewer actors or a fractional --cpus-per-actor, e.g. 0.5)"
         )
     if need_g > gpus + 1e-9:
         raise ScalingNoteError(
-            f"--num-actors {num_actors} x --gpus-per-actor {gpus_per_actor:g} = {need_g:g} GPUs, but the Ray cluster has {gpus:g}"
+            f"--num-actors {num_actors} x --gpus-per-actor {gpus_per_actor:g} = {need_g:g} GPUs, but the Ray "
+            f"cluster has {gpus:g}"
         )
     return {"cpus": cpus, "gpus": gpus}
 

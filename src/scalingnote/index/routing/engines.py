@@ -24,7 +24,8 @@ def default_nlist(n: int) -> int:
 
 
 def build_engine(docs: np.ndarray, cfg: Any) -> Any:
-    """The built structure of ``cfg.method`` (a :class:`~scalingnote.index.routing.routing.RoutingConfig`) over ``docs``."""
+    """The built structure of ``cfg.method`` (a :class:`~scalingnote.index.routing.routing.RoutingConfig`)
+    over ``docs``."""
     nlist = cfg.nlist or default_nlist(len(docs))
     if cfg.method == "ivf_rabitq":
         return build_ivf_rabitq(

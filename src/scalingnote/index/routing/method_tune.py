@@ -134,9 +134,10 @@ def choose_method(
     """Build each of ``methods`` over ``docs`` (unit vectors), sweep it on ``val_queries`` and
     choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
     queries); ``edge_queries`` (default ``train_queries``): the fitting queries of ``hnsw_sq_qg``'s
-    edges (training + pseudo-queries); ``routing``: a config (or a list of variants) per method instead of :func:`default_routing`. Returns the
-    report: ``chosen`` (method, knob value, rerank, recall, share scanned, ...), ``knob``,
-    ``routing`` (the chosen method's config as a dict), ``met``, ``reason``, ``methods`` (rows)."""
+    edges (training + pseudo-queries); ``routing``: a config (or a list of variants) per method instead
+    of :func:`default_routing`. Returns the report: ``chosen`` (method, knob value, rerank, recall, share
+    scanned, ...), ``knob``, ``routing`` (the chosen method's config as a dict), ``met``, ``reason``,
+    ``methods`` (rows)."""
     if not 0 < target <= 1:
         raise ScalingNoteError(f"target must be in (0, 1], got {target}")
     bad = [m for m in methods if m not in SERVABLE]
@@ -149,16 +150,16 @@ def choose_method(
     eq = tq if edge_queries is None or len(edge_queries) == 0 else _unit(edge_queries, "edge-fitting queries")
     n, d = x.shape
     exact = exact_topk(x, q, k)
-    rows, cfgs = [], {}
+    rows: list[dict[str, Any]] = []
+    cfgs: dict[str, Any] = {}
     for m in methods:
         fit = fitting_queries(m, tq, eq)
         if m in QUERY_FIT_METHODS and fit is None:
             rows.append({"method": m, "skipped": "no training queries to fit the query metric / query-guided edges on"})
             continue
         given = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
-        for cfg in (
-            list(given) if isinstance(given, (list, tuple)) else [given]
-        ):  # variants of one method (e.g. hnsw_sq_qg's edge counts)
+        # variants of one method (e.g. hnsw_sq_qg's edge counts)
+        for cfg in list(given) if isinstance(given, (list, tuple)) else [given]:
             r = RoutedIndex.build(x, cfg, train_queries=fit)
             s = sweep(r, q, exact, k=k, target=target)
             mem = r.memory_bytes() / (n * d * 4)
@@ -188,7 +189,8 @@ def choose_method(
             cfgs[label] = cfg
             if log is not None:
                 log(
-                    f"{label}: recall@{k} {s['recall']} at {s['setting']}, {s['latency_ms_single']:.3f} ms a query alone, "
+                    f"{label}: recall@{k} {s['recall']} at {s['setting']}, "
+                    f"{s['latency_ms_single']:.3f} ms a query alone, "
                     f"{100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32"
                 )
     report = _decide(
@@ -242,7 +244,8 @@ def _decide(
     ):  # none fits the bound: the least memory among those that met the target
         best = min((r for r in built if r["met"]), key=lambda r: (r["memory_ratio"], r["latency_ms_single"]))
         reason = (
-            f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: {best['structure']} {_setting(best)} "
+            f"no method fits {memory_bound:g} of the float vectors; the least memory with {where}: "
+            f"{best['structure']} {_setting(best)} "
             f"(memory {best['memory_ratio']}, recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
         )
     else:
@@ -253,7 +256,10 @@ def _decide(
             if fits
             else f"no method fits {memory_bound:g} of the float vectors and none reached "
         )
-        reason = f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, {100 * best['share_scanned']:.2f}% scanned)"
+        reason = (
+            f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, "
+            f"{100 * best['share_scanned']:.2f}% scanned)"
+        )
     chosen = {
         "method": best["method"],
         **best["setting"],

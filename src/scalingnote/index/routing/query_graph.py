@@ -13,13 +13,14 @@ build from base points only), so here is the smallest form of it that FAISS can 
   edges to the other ``per_node`` and each of them an edge back to the pivot (the reverse edges that
   RoarGraph adds so that a walk entering the result set anywhere reaches the pivot);
 * per document at most ``per_node`` such edges (and at most half of its 2 M level-0 slots) are kept,
-  the most frequent first, written into the *tail* of its level-0 neighbour list of the FAISS HNSW graph: its document neighbours are ordered
-  nearest first and the farthest give way only when the list (2 M slots) is full.
+  the most frequent first, written into the *tail* of its level-0 neighbour list of the FAISS HNSW
+  graph: its document neighbours are ordered nearest first and the farthest give way only when the
+  list (2 M slots) is full.
 
 The index stays a plain FAISS ``IndexHNSW*`` (same memory, same search code, ``write_index`` keeps
 the edges); ``efSearch`` is still the knob. Documents the live index inserts get their edges as they
-arrive (:func:`add_live_edges`: only the fitting queries whose exact neighbours they enter). Measured in ``benchmarks/ood_routing.py``
-(``hnsw_sq_qg`` rows).
+arrive (:func:`add_live_edges`: only the fitting queries whose exact neighbours they enter). Measured
+in ``benchmarks/ood_routing.py`` (``hnsw_sq_qg`` rows).
 """
 
 from __future__ import annotations

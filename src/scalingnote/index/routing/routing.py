@@ -39,117 +39,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, search_engine
 from scalingnote.index.routing.query_graph import add_guided_edges
-from scalingnote.index.tune import exact_topk
-
-Method = Literal[
-    "ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"
-]
-METHODS: tuple[str, ...] = (
-    "ivf",
-    "ivf_qmetric",
-    "ivf_routed",
-    "ivf_rabitq",
-    "scann_soar",
-    "hnsw",
-    "hnsw_pq",
-    "hnsw_sq",
-    "hnsw_sq_qg",
+from scalingnote.index.routing.routing_config import (
+    CODED_GRAPH_METHODS,
+    GRAPH_METHODS,
+    METHODS,
+    QUERY_FIT_METHODS,
+    SQ_GRAPH_METHODS,
+    SQ_TYPES,
+    Method,
+    RoutedResult,
+    RoutingConfig,
 )
-#: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
-#: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
-GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
-CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
-SQ_GRAPH_METHODS: tuple[str, ...] = ("hnsw_sq", "hnsw_sq_qg")
-QUERY_FIT_METHODS: tuple[str, ...] = ("ivf_qmetric", "ivf_routed", "hnsw_sq_qg")
-#: FAISS scalar quantisers of ``hnsw_sq`` by bits per component
-SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
-
-
-@dataclass
-class RoutingConfig:
-    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1); ``pq_m`` None = d/8."""
-
-    method: str = "ivf_qmetric"
-    nlist: int | None = None
-    pq_m: int | None = None
-    pq_bits: int = 8
-    hnsw_m: int = 32
-    #: bits per component of ``hnsw_sq``'s scalar quantiser (4, 6 or 8)
-    sq_bits: int = 4
-    #: hnsw_sq_qg: query-guided level-0 edges per document (:mod:`scalingnote.index.routing.query_graph`)
-    query_edges: int = 16
-    #: ivf_rabitq: code bits per component (1-9) and bits of the query's lookup tables (1-8)
-    rabitq_bits: int = 4
-    rabitq_qb: int = 8
-    #: scann_soar: SOAR's lambda (0: no spilling), dimensions per 4-bit AH block, AH threshold
-    scann_soar_lambda: float = 1.5
-    scann_dims_per_block: int = 2
-    scann_aq_threshold: float = 0.2
-    ef_construction: int = 40
-    train_size: int = 131_072
-    #: ridge added to the query second moment, relative to its mean eigenvalue (ivf_qmetric)
-    metric_ridge: float = 0.05
-    #: weight of the query mean in the metric (0: covariance only; 1: second moment)
-    metric_mean_weight: float = 0.0
-    #: ridge of the query -> document-space routing map (ivf_routed), relative as in ridge_fit
-    map_ridge: float = 1e-2
-    #: ivf_routed: base partition ("ivf_qmetric" or "ivf")
-    routed_base: str = "ivf_qmetric"
-    #: neighbours per routing-training query whose mean is the map's target
-    map_k: int = 10
-    #: IVF coarse step: "flat" (nlist inner products per query) or "hnsw" (an HNSW graph over the
-    #: centroids: FAISS ``IndexHNSWFlat`` quantizer, efSearch = max(2 nprobe, 64)); not for ivf_routed
-    coarse: str = "flat"
-    kmeans_iters: int = 20
-    #: list assignment at build: "flat" (exact), "hnsw" (an HNSW over the centroids, efSearch 128:
-    #: approximate, cheaper at millions x thousands of lists), "auto" = hnsw above 2e9 pairs
-    assign: str = "auto"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ScalingNoteError(f"routing method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.routed_base not in ("ivf", "ivf_qmetric"):
-            raise ScalingNoteError(f"routed_base must be 'ivf' or 'ivf_qmetric', got {self.routed_base!r}")
-        for name in ("nlist", "pq_m"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise ScalingNoteError(f"{name} must be >= 1, got {v}")
-        if self.sq_bits not in SQ_TYPES:
-            raise ScalingNoteError(f"sq_bits must be one of {', '.join(map(str, SQ_TYPES))}, got {self.sq_bits!r}")
-        if self.assign not in ("auto", "flat", "hnsw"):
-            raise ScalingNoteError(f"assign must be 'auto', 'flat' or 'hnsw', got {self.assign!r}")
-        if self.coarse not in ("flat", "hnsw"):
-            raise ScalingNoteError(f"coarse must be 'flat' or 'hnsw', got {self.coarse!r}")
-        if self.coarse == "hnsw" and self.method == "ivf_routed":
-            raise ScalingNoteError("coarse='hnsw' searches the centroids, not ivf_routed's routing vectors: use 'flat'")
-        if self.metric_ridge < 0 or self.map_ridge < 0 or self.query_edges < 1:
-            raise ScalingNoteError("metric_ridge and map_ridge must be >= 0, query_edges >= 1")
-
-
-@dataclass
-class RoutedResult:
-    """Top-k ``ids`` [nq, k] (-1 = none), ``scores``, ``ndis`` = distance computations in all
-    (coarse + codes + re-rank), split into ``coarse`` / ``codes`` / ``reranked``; ``probed`` =
-    the lists searched per query (IVF methods) for the routing recall."""
-
-    ids: np.ndarray
-    scores: np.ndarray
-    coarse: int
-    codes: int
-    reranked: int
-    probed: np.ndarray | None = None
-
-    @property
-    def ndis(self) -> int:
-        return self.coarse + self.codes + self.reranked
+from scalingnote.index.tune import exact_topk
 
 
 def _f32(x: Any, what: str) -> np.ndarray:
@@ -203,7 +111,8 @@ class RoutedIndex:
     routes: np.ndarray | None = None
     list_of: np.ndarray | None = None
     route_bias: np.ndarray | float = 0.0
-    #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}``; hnsw_sq_qg: ``{"kth"}`` (build-time only)
+    #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}``;
+    #: hnsw_sq_qg: ``{"kth"}`` (build-time only)
     partition: dict | None = field(default=None, repr=False)
     build_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -239,7 +148,8 @@ class RoutedIndex:
         given_metric = cfg.method == "ivf_qmetric" and metric is not None
         if cfg.method in QUERY_FIT_METHODS and train_queries is None and not given_metric:
             raise ScalingNoteError(
-                f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors; CLI: --train-queries Q.npy)"
+                f"routing method {cfg.method!r} needs train_queries (training/pseudo query vectors; CLI: "
+                "--train-queries Q.npy)"
             )
         tq = _f32(train_queries, "train_queries") if train_queries is not None else None
         if tq is not None and tq.shape[1] != docs.shape[1]:
@@ -253,6 +163,7 @@ class RoutedIndex:
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
             if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
+                assert tq is not None  # QUERY_FIT_METHODS without train_queries were refused above
                 out.info["query_edges_added"], out.partition = add_guided_edges(
                     out.index, docs, tq, cfg.query_edges, topk=exact_topk, with_kth=True
                 )
@@ -322,6 +233,7 @@ class RoutedIndex:
         keep = (quantizer, hq) if cfg.coarse == "hnsw" else (quantizer,)
         out = cls(cfg, index, docs, list_of=list_of.astype(np.int32), partition=part, _keep=keep)
         if cfg.method == "ivf_routed":
+            assert tq is not None  # QUERY_FIT_METHODS without train_queries were refused by build
             out.fit_routes(docs, tq)
         return out
 
@@ -374,11 +286,12 @@ class RoutedIndex:
             raise ScalingNoteError(f"queries have dim {q.shape[1]}, the index {self.index.d}")
         depth = max(k, rerank) if rerank else k
         probed = None
+        stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
         if self.config.method in GRAPH_METHODS:
-            faiss.cvar.hnsw_stats.reset()
+            stats.hnsw_stats.reset()
             self.index.hnsw.efSearch = max(ef_search, depth)
             scores, ids = self.index.search(q, depth)
-            coarse, codes = 0, int(faiss.cvar.hnsw_stats.ndis)
+            coarse, codes = 0, int(stats.hnsw_stats.ndis)
         elif self.config.method in ENGINE_METHODS:
             scores, ids, coarse, codes = search_engine(self.index, self.config.method, q, depth, nprobe)
         else:
@@ -388,18 +301,18 @@ class RoutedIndex:
             if self.routes is not None:
                 probed = _top_lists(q @ self.routes.T + self.route_bias, nprobe)
             elif self.config.coarse == "hnsw":
-                faiss.cvar.hnsw_stats.reset()
+                stats.hnsw_stats.reset()
                 self._keep[1].hnsw.efSearch = max(2 * nprobe, 64)
                 _, probed = self.index.quantizer.search(qx, nprobe)
-                coarse = int(faiss.cvar.hnsw_stats.ndis)
+                coarse = int(stats.hnsw_stats.ndis)
             else:
                 _, probed = self.index.quantizer.search(qx, nprobe)
-            faiss.cvar.indexIVF_stats.reset()
+            stats.indexIVF_stats.reset()
             self.index.nprobe = nprobe
             # by-residual IP codes score <q, c_list> + <q, residual>: FAISS takes <q, c_list> from here
             cd = np.einsum("qd,qpd->qp", qx, self._centroids()[probed]).astype(np.float32)
             scores, ids = self.index.search_preassigned(qx, depth, probed, cd)
-            codes = int(faiss.cvar.indexIVF_stats.ndis)
+            codes = int(stats.indexIVF_stats.ndis)
         reranked = 0
         if rerank:
             ids, scores, reranked = _rerank(self.vectors, q, ids, k)
@@ -410,7 +323,7 @@ class RoutedIndex:
         lists would reach (the coarse-routing loss, apart from the codes' quantisation loss)."""
         if result.probed is None or self.list_of is None:
             return None
-        hits = [np.isin(self.list_of[e], p).mean() for e, p in zip(exact, result.probed)]
+        hits = [np.isin(self.list_of[e], p).mean() for e, p in zip(exact, result.probed, strict=True)]
         return float(np.mean(hits))
 
     def remove_ids(self, ids: np.ndarray) -> int:
@@ -453,7 +366,9 @@ def _coded_hnsw(d: int, cfg: RoutingConfig) -> Any:
     m = cfg.pq_m or max(1, d // 8)
     if d % m:
         raise ScalingNoteError(f"pq_m={m} must divide the dimension {d}")
-    return faiss.IndexHNSWPQ(d, m, cfg.hnsw_m, cfg.pq_bits, faiss.METRIC_INNER_PRODUCT)
+    # faiss's stub lacks the IndexHNSWPQ(d, pq_m, M, nbits, metric) constructor FAISS has
+    metric = faiss.METRIC_INNER_PRODUCT
+    return faiss.IndexHNSWPQ(d, m, cfg.hnsw_m, cfg.pq_bits, metric)  # type: ignore[call-arg,arg-type]
 
 
 def _qmetric_partition(
@@ -469,6 +384,7 @@ def _qmetric_partition(
     import faiss
 
     if metric is None:
+        assert tq is not None  # without a given metric, build required train_queries
         a, a_inv = query_metric(tq, cfg.metric_ridge, cfg.metric_mean_weight)
     else:
         a = np.ascontiguousarray(metric, dtype=np.float32)
@@ -476,6 +392,7 @@ def _qmetric_partition(
     xp = np.ascontiguousarray(docs @ a)  # A is symmetric: rows x A = (A x)^T
     km = faiss.Kmeans(docs.shape[1], nlist, niter=cfg.kmeans_iters, seed=cfg.seed, max_points_per_centroid=10**9)
     km.train(np.ascontiguousarray(xp[sample]))
+    assert km.centroids is not None  # set by train
     list_of = _assign(xp, km.centroids, faiss.METRIC_L2, cfg)
     return list_of, {"a": a, "centroids": km.centroids, "centroids_orig": km.centroids @ a_inv}
 
@@ -486,9 +403,11 @@ def _assign(x: np.ndarray, centroids: np.ndarray, metric: int, cfg: RoutingConfi
 
     d = x.shape[1]
     hnsw = cfg.assign == "hnsw" or (cfg.assign == "auto" and len(x) * len(centroids) > 2e9)
+    index: faiss.Index
     if hnsw:
-        index = faiss.IndexHNSWFlat(d, 32, metric)
-        index.hnsw.efSearch = 128
+        graph = faiss.IndexHNSWFlat(d, 32, metric)
+        graph.hnsw.efSearch = 128
+        index = graph
     else:
         index = faiss.IndexFlat(d, metric)
     index.add(np.ascontiguousarray(centroids, dtype=np.float32))
@@ -523,7 +442,7 @@ def _rerank(vectors: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int) -> tupl
     out_i = np.full((len(q), k), -1, dtype=np.int64)
     out_s = np.full((len(q), k), -np.inf, dtype=np.float32)
     n = 0
-    for r, (qi, cand) in enumerate(zip(q, ids)):
+    for r, (qi, cand) in enumerate(zip(q, ids, strict=True)):
         cand = cand[cand >= 0]
         if not len(cand):
             continue
@@ -533,3 +452,22 @@ def _rerank(vectors: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int) -> tupl
         top = np.argsort(-s)[:k]
         out_i[r, : len(top)], out_s[r, : len(top)] = uniq[top], s[top]
     return out_i, out_s, n
+
+
+__all__ = [
+    "CODED_GRAPH_METHODS",
+    "GRAPH_METHODS",
+    "METHODS",
+    "QUERY_FIT_METHODS",
+    "SQ_GRAPH_METHODS",
+    "SQ_TYPES",
+    "Method",
+    "RoutedIndex",
+    "RoutedResult",
+    "RoutingConfig",
+    "attach_graph",
+    "exact_topk",
+    "flat_graph",
+    "query_metric",
+    "routing_map",
+]

@@ -118,7 +118,8 @@ class ScannSoar:
 
     def remove_ids(self, ids: np.ndarray) -> int:
         raise ScalingNoteError(
-            "scann_soar: deleting is not supported (the searcher keeps no document ids): filter deleted ids at search time and rebuild"
+            "scann_soar: deleting is not supported (the searcher keeps no document ids): filter deleted ids at "
+            "search time and rebuild"
         )
 
 
