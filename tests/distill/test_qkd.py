@@ -228,7 +228,7 @@ def test_student_with_cached_prefix_trains_top_layers_only(stage1, tmp_path):
 
 
 def test_student_dropout_is_the_base_models_unless_set(stage1, tmp_path):
-    from scalingnote.distill.trainer import _load_student
+    from scalingnote.distill.student import _load_student
 
     texts = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota"]
     outs = {}
@@ -247,7 +247,9 @@ def test_student_dropout_is_the_base_models_unless_set(stage1, tmp_path):
 def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path):
     """``student_layer_candidates``: each start (its layers + the fitted head) is scored with the QKD
     validation loss before any step; the lowest trains, and the saved student records its layers."""
-    from scalingnote.distill.trainer import _student_start, prepare_data, qkd_validation_loss
+    from scalingnote.distill.data import prepare_data
+    from scalingnote.distill.objective import qkd_validation_loss
+    from scalingnote.distill.student import _student_start
 
     cfg = _dcfg(
         stage1,

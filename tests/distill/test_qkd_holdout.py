@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from scalingnote.data import load_beir
 from scalingnote.distill import distill, open_teacher_cache
-from scalingnote.distill.trainer import _norm_text
+from scalingnote.distill.data import _norm_text
 from scalingnote.training.evaluate import heldout_queries
 from tests.distill.test_qkd import _dcfg, stage1  # noqa: F401  (module fixture: a tiny Stage I run)
 

@@ -214,7 +214,7 @@ def generate_queries(
                 out = lm.generate(**enc, **gen_kw)
             new = out[:, enc["input_ids"].shape[1] :]
             texts = tokenizer.batch_decode(new, skip_special_tokens=True)
-            for d, raw in zip(batch, texts):
+            for d, raw in zip(batch, texts, strict=True):
                 q = clean_generation(raw)
                 if q.lower() == EXAMPLE_QUERY:  # parroted the demonstration: not a query for this doc
                     q = ""

@@ -2,8 +2,9 @@
 
 from scalingnote.distill.cache import TeacherCache, build_teacher_cache, open_teacher_cache
 from scalingnote.distill.config import DistillConfig, DistillOptim, QuerySource
+from scalingnote.distill.data import collect_queries
 from scalingnote.distill.loss import qkd_loss
-from scalingnote.distill.trainer import collect_queries, distill, evaluate_student
+from scalingnote.distill.trainer import distill, evaluate_student
 
 __all__ = [
     "DistillConfig",

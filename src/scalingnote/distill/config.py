@@ -111,14 +111,16 @@ class DistillConfig(RunSettings):
             raise ValueError("optim.batch_size must be >= 1")
         if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:
             raise ValueError(
-                f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, {self.rank_tau}"
+                f"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got {self.rank_weight}, {self.rank_k}, "
+                f"{self.rank_tau}"
             )
         sizes = {len(c) for c in self.student_layer_candidates or []}
         if self.student_layer_candidates is not None and (
             not self.student_layer_candidates or 0 in sizes or len(sizes) > 1
         ):
             raise ValueError(
-                f"student_layer_candidates: non-empty lists of layer indices of one length, got {self.student_layer_candidates!r}"
+                "student_layer_candidates: non-empty lists of layer indices of one length, got "
+                f"{self.student_layer_candidates!r}"
             )
         if self.patience is not None and self.patience < 1:
             raise ValueError("patience must be >= 1 or null")
@@ -126,6 +128,7 @@ class DistillConfig(RunSettings):
             raise ValueError("eval_every must be >= 1 or null")
         if self.distributed == "fsdp" and self.student.prefix_k is not None:
             raise ValueError(
-                "distributed: fsdp shards the student's transformer blocks for a full forward pass; a student with a cached "
-                "frozen prefix (student.trainable_layers != 'all') runs only its top layers and head: use distributed: ddp"
+                "distributed: fsdp shards the student's transformer blocks for a full forward pass; a student with a "
+                "cached frozen prefix (student.trainable_layers != 'all') runs only its top layers and head: use "
+                "distributed: ddp"
             )

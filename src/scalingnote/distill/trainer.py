@@ -13,347 +13,26 @@ import json
 import logging
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-import scalingnote.training.distributed as D
 from scalingnote.config import save_config
-from scalingnote.data import load_qrels, load_queries
-from scalingnote.data.beir import qrels_path
-from scalingnote.distill.cache import TeacherCache, build_teacher_cache, open_teacher_cache
-from scalingnote.distill.config import DistillConfig, QuerySource
-from scalingnote.distill.loss import qkd_loss, qkd_rank_loss
-from scalingnote.distill.ranking import TeacherRanking, teacher_ranking
+from scalingnote.distill.config import DistillConfig
+from scalingnote.distill.data import QKDData, prepare_data
+from scalingnote.distill.objective import qkd_batch_loss, qkd_validation_loss
+from scalingnote.distill.student import _load_student, _use_bf16, build_student
 from scalingnote.errors import ScalingNoteError
 from scalingnote.evaluation.dense import dense_metrics, truncate_normalize
-from scalingnote.models import PrefixTower, load_tower
-from scalingnote.models.towers import matryoshka_dims_for
-from scalingnote.training.evaluate import heldout_queries
+from scalingnote.training import distributed
 from scalingnote.training.fsdp import gather_towers, shard_towers
-from scalingnote.training.heads import init_student_head
 from scalingnote.training.loop import LoopSettings, TrainLoop, param_groups
 from scalingnote.training.resume import OnChange, as_input_path, begin_run, config_inputs, finish_run
 from scalingnote.utils import run_metadata, seed_everything, write_json
 
 log = logging.getLogger(__name__)
-
-
-def _norm_text(t: str) -> str:
-    return " ".join(t.lower().split())
-
-
-def collect_queries(
-    sources: list[QuerySource], exclude: dict[str, tuple[set[str], set[str]]]
-) -> tuple[list[str], list[str], dict[str, int]]:
-    """Unique (id, text) from every source, minus each named set of ``exclude`` = {name: (ids,
-    normalised texts)} (the evaluation queries, the teacher's validation queries), counted as
-    ``dropped_<name>``. Ids are prefixed by the source index when two sources collide."""
-    ids: list[str] = []
-    texts: list[str] = []
-    seen_text: set[str] = set()
-    stats: dict[str, int] = {**{f"dropped_{name}": 0 for name in exclude}, "dropped_duplicate": 0}
-    for si, src in enumerate(sources):
-        p = Path(src.path)
-        if p.is_dir():
-            qs = load_queries(p / "queries.jsonl")
-            if src.split:
-                keep = load_qrels(qrels_path(p, src.split), qs.keys())
-                items = [(q, qs[q].text) for q in qs if q in keep]
-            else:
-                items = [(q.id, q.text) for q in qs.values()]
-        else:
-            items = [(q.id, q.text) for q in load_queries(p).values()]
-        if src.max_queries is not None:
-            items = items[: src.max_queries]
-        n_before = len(ids)
-        for qid, text in items:
-            nt = _norm_text(text)
-            hit = next((name for name, (x_ids, x_texts) in exclude.items() if qid in x_ids or nt in x_texts), None)
-            if hit is not None:
-                stats[f"dropped_{hit}"] += 1
-                continue
-            if nt in seen_text:
-                stats["dropped_duplicate"] += 1
-                continue
-            seen_text.add(nt)
-            ids.append(f"s{si}:{qid}")
-            texts.append(text)
-        stats[f"source{si}:{p.name}"] = len(ids) - n_before
-    if not ids:
-        raise ScalingNoteError("distill: no training queries left after removing evaluation queries")
-    return ids, texts, stats
-
-
-def teacher_holdout(teacher_dir: str | Path) -> tuple[set[str], set[str]] | None:
-    """(ids, normalised texts) of the teacher run's held-out validation queries, or None for a
-    teacher directory without a Stage I config (nothing is known to be held out)."""
-
-    if not (Path(teacher_dir) / "config.yaml").exists():
-        log.info("%s: no config.yaml, so no validation queries of the teacher to hold out of QKD", teacher_dir)
-        return None
-    texts, _ = heldout_queries(teacher_dir)
-    return set(texts), {_norm_text(t) for t in texts.values()}
-
-
-def load_stage1(teacher_dir: str | Path):
-    t = Path(teacher_dir)
-    for need in ("query_tower", "doc_embeddings.npy", "doc_ids.json"):
-        if not (t / need).exists():
-            raise ScalingNoteError(
-                f"{t}: not a Stage I output directory (missing {need}); run `scalingnote train` first"
-            )
-    return load_tower(t / "query_tower")
-
-
-@dataclass
-class QKDData:
-    """What Stage II trains on: the cached teacher targets of the collected queries, the
-    train / validation split, and where it came from."""
-
-    texts: list[str]
-    targets: np.ndarray  #: [n, dim] float32, Eq. 15's q_i (L2-normalised with ``target: normalized``)
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    compat_id: str  #: the Stage I document tower's compat id (the student inherits it)
-    query_stats: dict[str, int]
-    eval_queries: dict[str, str]
-    eval_qrels: dict | None
-    ranking: TeacherRanking | None = None  #: the teacher's top-k documents per query (``rank_weight > 0``)
-
-    @property
-    def dim(self) -> int:
-        return int(self.targets.shape[1])
-
-
-def prepare_data(cfg: DistillConfig) -> QKDData:
-    """Collect the training queries (minus evaluation queries), encode them once with the frozen
-    Stage I query tower into the teacher cache (rank 0 only under torchrun; the other ranks read
-    it after a barrier and never load the LLM), and split off the validation queries."""
-    out = Path(cfg.output_dir)
-    eval_qrels, eval_queries = None, {}
-    if cfg.eval_data:
-        qs = load_queries(Path(cfg.eval_data) / "queries.jsonl")
-        eval_qrels = load_qrels(qrels_path(cfg.eval_data, cfg.eval_split), qs.keys())
-        eval_queries = {q: qs[q].text for q in eval_qrels}
-    held = teacher_holdout(cfg.teacher) if cfg.exclude_teacher_validation else None
-    ids, texts, qstats = collect_queries(
-        cfg.queries,
-        {
-            "eval": (set(eval_queries), {_norm_text(t) for t in eval_queries.values()}),
-            "teacher_validation": held or (set(), set()),
-        },
-    )
-    root = Path(cfg.cache_dir) if cfg.cache_dir else out / "teacher_cache"
-    cache = _build_cache(cfg, ids, texts, root) if D.rank() == 0 else None
-    D.barrier()
-    if cache is None:
-        cache = open_teacher_cache(root)
-    if cache.ids != ids:
-        raise ScalingNoteError(
-            f"{root}: the teacher cache holds another query set than this run collected; use a new cache_dir"
-        )
-    targets = np.asarray(cache.emb, dtype=np.float32)
-    if cfg.target == "normalized":
-        targets = targets / np.maximum(np.linalg.norm(targets, axis=1, keepdims=True), 1e-12)
-    perm = np.random.default_rng(cfg.seed).permutation(len(cache))
-    n_val = int(round(len(cache) * cfg.validation_fraction)) if len(cache) > 10 else 0
-    ranking = teacher_ranking(cfg.teacher, targets, cfg.rank_k) if cfg.rank_weight > 0 else None
-    return QKDData(
-        list(cache.texts),
-        targets,
-        np.sort(perm[n_val:]),
-        np.sort(perm[:n_val]),
-        cache.meta["compat_id"],
-        qstats,
-        eval_queries,
-        eval_qrels,
-        ranking,
-    )
-
-
-def forward_batch(cfg: DistillConfig) -> int:
-    """The no-grad forward batch of the teacher cache and the head fits: ``teacher_batch_size``
-    on a GPU, at most ``cpu_batch_size`` on a CPU (smaller length-sorted batches run faster there)."""
-    return cfg.teacher_batch_size if torch.cuda.is_available() else min(cfg.teacher_batch_size, cfg.cpu_batch_size)
-
-
-def _build_cache(cfg: DistillConfig, ids: list[str], texts: list[str], root: Path) -> TeacherCache:
-    teacher = load_stage1(cfg.teacher)
-    encode = None
-    if cfg.feature_cache_dir:
-        # a head-only (trainable_layers: 0) teacher: its pooled states may already be cached by Stage I
-        t_prefix = PrefixTower(
-            teacher, 0, cfg.feature_cache_dir, batch_size=forward_batch(cfg), show_progress=cfg.show_progress
-        )
-
-        def encode(xs: list[str]) -> np.ndarray:
-            return t_prefix.encode(xs, normalize=False, batch_size=max(256, cfg.teacher_batch_size))
-
-    cache = build_teacher_cache(
-        teacher, ids, texts, root, batch_size=forward_batch(cfg), show_progress=cfg.show_progress, encode=encode
-    )
-    del teacher, encode  # the LLM is not needed any more: give its GPU memory back before the student trains
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    return cache
-
-
-def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None = None):
-    """The student (Eq. 13-14) with its initial head, its :class:`PrefixTower` when its bottom
-    layers are frozen and cached (``student.trainable_layers != "all"``; else None) and, with
-    ``cfg.student_layer_candidates``, which of its base model's layers it starts from: each
-    candidate gets its ``head_init`` head and the QKD validation loss, and the lowest is kept
-    (None when there was nothing to choose)."""
-    cands = cfg.student_layer_candidates or []
-    if len(cands) < 2 or not len(data.val_idx):
-        if len(cands) > 1:
-            log.warning("student_layer_candidates: no validation queries to choose with; starting from %s", cands[0])
-        return (*_student_start(cfg, data, device, cands[0] if cands else cfg.student.layers), None)
-    tried, best = [], None
-    for layers in cands:
-        student, prefix = _student_start(cfg, data, device, layers)
-        v = qkd_validation_loss(cfg, student, prefix, data, _device(student), _use_bf16(cfg, _device(student)))
-        tried.append({"layers": list(layers), "val_loss": round(float(v), 6)})
-        if best is None or v < best[2]:
-            best = (student, prefix, v, list(layers))
-        del student, prefix
-    choice = {
-        "layers": best[3],
-        "tried": tried,
-        "reason": "lowest QKD validation loss at the start (head fitted, before any step): "
-        + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried),
-    }
-    log.info("student layers: %s (%s)", best[3], choice["reason"])
-    return best[0], best[1], choice
-
-
-def _device(module: torch.nn.Module) -> torch.device:
-    return next(module.parameters()).device
-
-
-def _use_bf16(cfg: DistillConfig, device: torch.device) -> bool:
-    return cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-
-
-def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | None, layers: list[int] | None):
-    """One student start: the student with ``layers`` of its base model, its prefix and its head.
-    Under torchrun rank 0 fills the feature cache and fits the head; the other ranks read the
-    cache after it and receive rank 0's weights, so every replica starts identical."""
-
-    s = cfg.student
-    student = _load_student(cfg, data.dim, device, layers)
-    if student.kind != "bert":
-        log.info("the student is a %s tower (ScalingNote distils into a small BERT)", student.kind)
-    s_prefix = None
-    main = D.rank() == 0
-    if s.prefix_k is not None:
-        if not main:
-            D.barrier()  # rank 0 fills the cache first
-        s_prefix = PrefixTower(
-            student,
-            s.prefix_k,
-            cfg.feature_cache_dir or Path(cfg.output_dir) / "feature_cache",
-            batch_size=forward_batch(cfg),
-            show_progress=cfg.show_progress and main,
-        )
-        s_prefix.ensure(list(data.texts))
-        if main:
-            D.barrier()
-    train_idx = data.train_idx
-    if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
-        log.warning(
-            "head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W",
-            2 * student.config.hidden_size,
-        )
-    elif cfg.head_init == "lstsq":
-        if main:
-            pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-            init_student_head(
-                student,
-                [data.texts[i] for i in pick],
-                data.targets[pick],
-                batch_size=forward_batch(cfg),
-                prefix=s_prefix,
-            )
-        D.broadcast_module(student)  # rank 0's W and centre
-        if not main:
-            student.set_projection("lstsq")
-    return student, s_prefix
-
-
-def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, layers: list[int] | None = None):
-    """A fresh student (``layers`` of its base model; None = ``student.layers`` or its first
-    ``student.num_layers``) with a (seeded, random) projection to the teacher's ``dim``; fp32
-    master weights (bf16 compute on GPU comes from autocast / FSDP2's MixedPrecisionPolicy)."""
-
-    s = cfg.student
-    layers = layers if layers is not None else s.layers
-    student = load_tower(
-        s.model,
-        "query",
-        num_layers=s.num_layers,
-        pooling=s.pooling,
-        dim=dim,
-        matryoshka_dims=_mdims(dim),
-        max_query_length=s.max_length,
-        projection_seed=cfg.seed,
-        device=device,
-        dtype=torch.float32,
-        layers=layers,
-    )
-    if cfg.student_dropout is not None:
-        for m in student.modules():
-            if isinstance(m, torch.nn.Dropout):
-                m.p = float(cfg.student_dropout)
-    return student
-
-
-def qkd_batch_loss(
-    cfg: DistillConfig, student, prefix, data: QKDData, idx: np.ndarray, device: torch.device, use_bf16: bool
-) -> torch.Tensor:
-    """Eq. 15 (+ the listwise term when ``data.ranking``) of the student on queries ``idx``."""
-    batch_texts = [data.texts[i] for i in idx]
-    ctx = torch.autocast(device_type=device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
-    with ctx:
-        if prefix is not None:
-            q_stu = prefix.queries(batch_texts)
-        else:
-            enc = student.tokenize_queries(batch_texts)
-            q_stu = student({k: v.to(device) for k, v in enc.items()})
-    q_stu = q_stu if q_stu.dtype == torch.float64 else q_stu.float()  # float64 stays (exactness tests)
-    loss = qkd_loss(torch.from_numpy(data.targets[idx]).to(device, q_stu.dtype), q_stu, cfg.lam)
-    if data.ranking is not None:
-        t_scores, s_scores = data.ranking.batch(idx, q_stu)
-        loss = loss + cfg.rank_weight * qkd_rank_loss(t_scores, s_scores, cfg.rank_tau)
-    return loss
-
-
-def qkd_validation_loss(
-    cfg: DistillConfig, student, prefix, data: QKDData, device: torch.device, use_bf16: bool
-) -> float | None:
-    """Mean :func:`qkd_batch_loss` over the validation queries (eval mode, no grad); None without
-    any. Every rank computes it over all of them: a sharded forward is collective."""
-    v = data.val_idx
-    if not len(v):
-        return None
-    v = v[
-        np.argsort([len(data.texts[i]) for i in v], kind="stable")
-    ]  # length-sorted: little padding (the mean is the same)
-    ch = 512 if device.type == "cuda" else forward_batch(cfg)
-    was = student.training
-    student.eval()
-    with torch.no_grad():
-        tot = sum(
-            float(qkd_batch_loss(cfg, student, prefix, data, v[i : i + ch], device, use_bf16)) * len(v[i : i + ch])
-            for i in range(0, len(v), ch)
-        )
-    student.train(was)
-    return tot / len(v)
 
 
 class QKDLoop(TrainLoop):
@@ -382,8 +61,8 @@ class QKDLoop(TrainLoop):
         min_steps: int = 0,
     ):
         o = cfg.optim
-        ws = D.world_size()
-        D.local_batch_size(o.batch_size)  # checks that the ranks split the global batch evenly
+        ws = distributed.world_size()
+        distributed.local_batch_size(o.batch_size)  # checks that the ranks split the global batch evenly
         bs = min(o.batch_size, len(data.train_idx))
         bs -= bs % ws
         if bs == 0:
@@ -401,7 +80,7 @@ class QKDLoop(TrainLoop):
             deadline=deadline,
             min_steps=min(min_steps, total),
         )
-        super().__init__(out, total, settings, is_main=D.rank() == 0)
+        super().__init__(out, total, settings, is_main=distributed.rank() == 0)
         self.cfg, self.student, self.prefix = cfg, student, prefix
         self.data = data
         self.train_idx, self.val_idx, self.bs, self.steps_per_epoch = data.train_idx, data.val_idx, bs, steps_per_epoch
@@ -429,12 +108,12 @@ class QKDLoop(TrainLoop):
         ``(seed, epoch)``; rank r takes its ``r``-th slice."""
         epoch, i = divmod(step, self.steps_per_epoch)
         order = np.random.default_rng([self.cfg.seed, epoch]).permutation(self.train_idx)
-        return D.rank_slice(order[i * self.bs : (i + 1) * self.bs])
+        return distributed.rank_slice(order[i * self.bs : (i + 1) * self.bs])
 
     def train_step(self, step: int) -> dict[str, float]:
         loss = self.batch_loss(self.batch_for_step(step))
         loss.backward()
-        return {"loss": D.mean_over_ranks(float(loss.detach()))}  # the global batch's loss
+        return {"loss": distributed.mean_over_ranks(float(loss.detach()))}  # the global batch's loss
 
     def has_validation(self) -> bool:
         return len(self.val_idx) > 0
@@ -499,7 +178,7 @@ def distill(
     keys that differ (``on_change="refuse"``) or cleared (``"redo"``). ``deadline`` (a
     ``time.monotonic()`` instant, e.g. a time budget's) boxes the loop like ``optim.max_seconds``,
     never below ``min_steps`` steps (:mod:`scalingnote.training.timebox`)."""
-    D.init_from_env()
+    distributed.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     inputs = qkd_inputs(cfg)
@@ -510,12 +189,12 @@ def distill(
         on_change=on_change,  # before config.yaml is overwritten or any work
         stale=() if cfg.cache_dir else ("teacher_cache",),
     )  # a redo re-encodes its queries with the teacher
-    main = D.rank() == 0
+    main = distributed.rank() == 0
     if main:
         save_config(cfg, out / "config.yaml")
     seed_everything(cfg.seed)
     data = prepare_data(cfg)
-    device = D.local_device()
+    device = distributed.local_device()
     student, s_prefix, layer_choice = build_student(cfg, data, device)
     n_params, n_layers = student.non_embedding_params, student.config.num_layers
     loop = QKDLoop(cfg, out, student, s_prefix, data, on_step=on_step, deadline=deadline, min_steps=min_steps)
@@ -526,7 +205,7 @@ def distill(
         (student,) = gather_towers(
             [student], lambda: [_load_student(cfg, data.dim, device, student.config.base_layers)]
         )
-    D.barrier()
+    distributed.barrier()
     if not main:
         return {}
     student.eval()
@@ -542,8 +221,8 @@ def distill(
         "student_non_embedding_params": n_params,
         "train_queries": int(len(data.train_idx)),
         "validation_queries": int(len(data.val_idx)),
-        "processes": D.world_size(),
-        "distributed": cfg.distributed if D.is_distributed() else "none",
+        "processes": distributed.world_size(),
+        "distributed": cfg.distributed if distributed.is_distributed() else "none",
         "steps": loop.total_steps,
         "planned_steps": loop.planned_steps,  # before a time box re-planned them (= steps without one)
         "steps_run": loop.step,
@@ -564,10 +243,6 @@ def distill(
     write_json(out / "run.json", {"metrics": res, **run_metadata(cfg)})
     finish_run(out, inputs, {"steps": loop.total_steps})
     return res
-
-
-def _mdims(dim: int) -> list[int]:
-    return matryoshka_dims_for(dim)
 
 
 def evaluate_student(

@@ -55,10 +55,6 @@ from torch import nn
 
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
-from scalingnote.models.loading import quiet_transformers
-from scalingnote.models.model_card import write_model_card
-
-log = logging.getLogger("scalingnote.models")
 from scalingnote.models.export_common import (  # noqa: F401 - the public names are re-exported here
     FORMATS,
     ONNX_INT8,
@@ -79,6 +75,8 @@ from scalingnote.models.export_common import (  # noqa: F401 - the public names 
     _versions,
     refusal_reason,
 )
+from scalingnote.models.loading import quiet_transformers
+from scalingnote.models.model_card import write_model_card
 from scalingnote.models.onnx_export import (  # noqa: F401
     Int8Config,
     Int8Report,
@@ -88,6 +86,8 @@ from scalingnote.models.onnx_export import (  # noqa: F401
     read_onnx_meta,
     select_int8_nodes,
 )
+
+log = logging.getLogger("scalingnote.models")
 
 
 def export_sentence_transformers(
@@ -108,7 +108,8 @@ def export_sentence_transformers(
         from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling, Transformer
     except ImportError as e:
         raise ScalingNoteError(
-            f"export to sentence-transformers needs the sentence-transformers package ({e}); pip install -r requirements.txt"
+            f"export to sentence-transformers needs the sentence-transformers package ({e}); pip install -r "
+            "requirements.txt"
         ) from None
     texts = list(check_texts) if check_texts is not None else list(PROBE_TEXTS)
     out = Path(out)
@@ -142,7 +143,7 @@ def export_sentence_transformers(
             modules.append(Normalize())
             model = SentenceTransformer(modules=modules, device="cpu", prompts={"query": "", "document": ""})
             model.save(str(tmp))
-        meta = {
+        meta: dict[str, Any] = {
             "format": "sentence-transformers",
             "tower": _identity(tower),
             "input": "query text" if c.role == "query" else "Document.text (title, topic and content joined by spaces)",
@@ -160,8 +161,8 @@ def export_sentence_transformers(
         meta["check"] = {"texts": len(texts), "min_cos": float(cos.min())}
         if float(cos.min()) < min_cos:
             raise ExportRefused(
-                f"the sentence-transformers export does not embed like the tower (min cosine {cos.min():.6f} < {min_cos} on "
-                f"{len(texts)} probe texts, worst {texts[int(cos.argmin())]!r}); nothing was written"
+                f"the sentence-transformers export does not embed like the tower (min cosine {cos.min():.6f} < "
+                f"{min_cos} on {len(texts)} probe texts, worst {texts[int(cos.argmin())]!r}); nothing was written"
             )
         (tmp / ST_META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         write_model_card(

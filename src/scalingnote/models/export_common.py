@@ -104,28 +104,34 @@ def refusal_reason(tower, fmt: str = "sentence-transformers") -> str | None:
     """Why ``tower`` cannot be exported to ``fmt`` (None when it can)."""
     c = tower.config
     if c.kind == "llm" and c.role == "document":
+        one_sequence = (
+            "sentence-transformers embeds one text with at most a prefix prompt"
+            if fmt != "onnx"
+            else "the ONNX graph takes one token sequence"
+        )
         return (
             "an LLM document tower embeds the ScalingNote §3.2 prompt: the title, topic and content are filled into a "
-            "template with per-field token budgets, and each view is pooled at the hidden state just before a placeholder "
-            f"in the middle of the prompt ([TITLE_QUERY], [CONTENT_QUERY], [EMB]; pooling {c.pooling!r}). "
-            f"{'sentence-transformers embeds one text with at most a prefix prompt' if fmt != 'onnx' else 'the ONNX graph takes one token sequence'}"
-            ", so no export would embed like the tower. Encode documents with `scalingnote index encode` and export the "
-            "query tower (or a BERT document tower) instead"
+            "template with per-field token budgets, and each view is pooled at the hidden state just before a "
+            f"placeholder in the middle of the prompt ([TITLE_QUERY], [CONTENT_QUERY], [EMB]; pooling {c.pooling!r}). "
+            f"{one_sequence}"
+            ", so no export would embed like the tower. Encode documents with `scalingnote index encode` and export "
+            "the query tower (or a BERT document tower) instead"
         )
     mode = tower.pooling_mode  # what the export needs to know about the pooling: see models.towers.pooling
     if fmt == "sentence-transformers" and mode.st_mode is None:
         return (
-            f"pooling {c.pooling!r} has no sentence-transformers Pooling mode that computes the same vector (its st_mode is "
-            "None in the pooling table); export to onnx instead, or register the mode with the st_mode that matches it"
+            f"pooling {c.pooling!r} has no sentence-transformers Pooling mode that computes the same vector (its "
+            "st_mode is None in the pooling table); export to onnx instead, or register the mode with the st_mode "
+            "that matches it"
         )
     if mode.reads == "first":
         cls_id = tower.tokenizer.cls_token_id
         probe = list(tower.tokenizer("probe", add_special_tokens=True)["input_ids"])
         if cls_id is None or not probe or probe[0] != cls_id:
             return (
-                f"this tower pools the first token ({c.pooling!r}) but its tokenizer does not put [CLS] first: the tower inserts it "
-                "itself (§3.3), which a sentence-transformers Transformer module does not; use a tokenizer with a [CLS] "
-                "post-processor or mean pooling"
+                f"this tower pools the first token ({c.pooling!r}) but its tokenizer does not put [CLS] first: the "
+                "tower inserts it itself (§3.3), which a sentence-transformers Transformer module does not; use a "
+                "tokenizer with a [CLS] post-processor or mean pooling"
             )
     return None
 
@@ -173,8 +179,8 @@ def _check_tokenizer(tower, tok, texts: list[str]) -> None:
     if bad:
         i = bad[0]
         raise ExportRefused(
-            f"the exported tokenizer does not reproduce the tower's token ids (text {texts[i]!r}: tower {list(want[i])[:12]}..., "
-            f"exported {got[i][:12]}...): the export would embed differently"
+            f"the exported tokenizer does not reproduce the tower's token ids (text {texts[i]!r}: tower "
+            f"{list(want[i])[:12]}..., exported {got[i][:12]}...): the export would embed differently"
         )
 
 

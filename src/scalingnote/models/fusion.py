@@ -59,7 +59,8 @@ class DocumentFusion(nn.Module):
             )
         self.dim = int(dim)
         self.codebook_sizes = [int(k) for k in codebook_sizes]
-        self.sid = nn.ModuleList(nn.Embedding(k, embed_dim) for k in self.codebook_sizes)
+        sid = [nn.Embedding(k, embed_dim) for k in self.codebook_sizes]
+        self.sid = nn.ModuleList(sid)
         self.category = nn.Embedding(num_categories, embed_dim) if num_categories else None
         self.numeric = nn.Linear(num_numeric, hidden) if num_numeric else None
         width = (
@@ -68,8 +69,8 @@ class DocumentFusion(nn.Module):
             + (hidden if num_numeric else 0)
         )
         self.out = nn.Linear(width, dim, bias=False)
-        for e in self.sid:
-            nn.init.normal_(e.weight, std=1.0 / len(self.sid) ** 0.5)
+        for e in sid:
+            nn.init.normal_(e.weight, std=1.0 / len(sid) ** 0.5)
         if self.category is not None:
             nn.init.normal_(self.category.weight, std=1.0)
         nn.init.zeros_(self.out.weight)  # starts as the plain tower
@@ -156,7 +157,7 @@ class FusedPrefixEncoder:
     ``pooled``, ``ensure``, ``queries`` / ``documents``, ``encode``.
     """
 
-    def __init__(self, prefix, fusion: nn.Module, features: Any):
+    def __init__(self, prefix, fusion: QueryFusion | DocumentFusion, features: Any):
         if prefix.k != 0:
             raise ScalingNoteError("FusedPrefixEncoder needs a head-only PrefixTower (trainable_layers 0)")
         self.prefix = prefix
@@ -173,6 +174,7 @@ class FusedPrefixEncoder:
         return self.prefix.ensure(items)
 
     def _context(self, texts: Sequence[str]) -> Tensor:
+        assert isinstance(self.fusion, QueryFusion)  # the query role's fusion (see the class docstring)
         dim = self.fusion.ctx.in_features
         rows = [self.features.get(t) for t in texts]
         return torch.from_numpy(
@@ -188,6 +190,7 @@ class FusedPrefixEncoder:
     def documents(self, docs) -> dict[str, Tensor]:
         if self.role != "document":
             raise ScalingNoteError("documents() on a query encoder")
+        assert isinstance(self.fusion, DocumentFusion)  # the document role's fusion
         views = self.prefix.documents(docs)
         f = self.features.rows([d.id for d in docs])
         side = self.fusion.side(**{k: (v.to(self.tower.device) if v is not None else None) for k, v in f.items()})

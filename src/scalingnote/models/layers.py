@@ -35,10 +35,11 @@ def select_layers(model: nn.Module, layers: Sequence[int]) -> nn.Module:
         attn = getattr(m, "self_attn", None)
         if attn is not None and hasattr(attn, "layer_idx"):
             attn.layer_idx = i
-    lt = getattr(model.config, "layer_types", None)
-    model.config.num_hidden_layers = len(keep)
+    config: Any = model.config  # a transformers PretrainedConfig
+    lt = getattr(config, "layer_types", None)
+    config.num_hidden_layers = len(keep)
     if isinstance(lt, (list, tuple)) and len(lt) > max(layers):
-        model.config.layer_types = [lt[i] for i in layers]
+        config.layer_types = [lt[i] for i in layers]
     return model
 
 

@@ -19,10 +19,6 @@ from torch import nn
 
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
-from scalingnote.models.loading import quiet_transformers
-from scalingnote.utils.io import read_json
-
-log = logging.getLogger("scalingnote.models")
 from scalingnote.models.export_common import (
     INPUT_NAMES,
     ONNX_FP32,
@@ -45,7 +41,11 @@ from scalingnote.models.export_common import (
     _versions,
     refusal_reason,
 )
+from scalingnote.models.loading import quiet_transformers
 from scalingnote.models.model_card import write_model_card
+from scalingnote.utils.io import read_json
+
+log = logging.getLogger("scalingnote.models")
 
 
 class _EmbeddingGraph(nn.Module):
@@ -192,6 +192,83 @@ def _cos_stats(a: np.ndarray, b: np.ndarray, quantile: float) -> dict[str, float
     }
 
 
+@dataclass
+class _Int8Probe:
+    """Quantizes the named weight MatMuls of the fp32 model into ``path`` and scores the result:
+    cosine statistics of its embeddings against the fp32 ones on the validation texts."""
+
+    fp32_path: Path
+    tower: Any
+    texts: list[str]
+    ref: np.ndarray
+    cfg: Int8Config
+
+    def __call__(self, quantize_nodes: list[str], path: Path, n: int | None = None) -> dict[str, float]:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)  # the quantizer logs a "consider pre-processing" warning per call
+        try:
+            quantize_dynamic(
+                str(self.fp32_path),
+                str(path),
+                weight_type=QuantType.QInt8,
+                per_channel=self.cfg.per_channel,
+                op_types_to_quantize=["MatMul"],
+                nodes_to_quantize=quantize_nodes,
+            )
+        finally:
+            root.setLevel(level)
+        sub = self.texts if n is None else self.texts[:n]
+        return _cos_stats(onnx_embed(ort_session(path), self.tower, sub), self.ref[: len(sub)], self.cfg.quantile)
+
+
+def _keep_sensitive_in_fp32(
+    build: _Int8Probe,
+    names: list[str],
+    label: dict[str, str],
+    int8_path: Path,
+    report: Int8Report,
+    stats: dict[str, float],
+) -> tuple[list[str], dict[str, float]]:
+    """The MatMuls kept in fp32 and the final model's statistics.
+
+    Sensitivity, coarse to fine (each probe quantizes only the MatMuls it names, on a subset of
+    the validation texts): first per kind of MatMul across layers (query, key, value, attention
+    output, FFN in, FFN out, head), then per layer within the kinds in that order; the most
+    sensitive MatMuls are kept in fp32 one at a time until the cosine budget is met."""
+    cfg = build.cfg
+    qkey = f"p{cfg.quantile * 100:g}"
+    n_sens = max(1, min(cfg.sensitivity_texts, len(build.texts)))
+    excluded: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(re.sub(r"\.\d+\.", ".*.", label[n]), []).append(n)
+    with tempfile.TemporaryDirectory(prefix=".int8.", dir=int8_path.parent) as work:
+        probe = Path(work) / "probe.onnx"
+        gsens = sorted(
+            ((1.0 - build(members, probe, n_sens)["mean"], g) for g, members in groups.items()), reverse=True
+        )
+        report.steps.append({"group_sensitivity": {g: round(v, 6) for v, g in gsens}})
+        for _, g in gsens:
+            members = groups[g]
+            order = (
+                [n for _, n in sorted(((1.0 - build([n], probe, n_sens)["mean"], n) for n in members), reverse=True)]
+                if len(members) > 1
+                else members
+            )
+            for n in order:
+                if len(excluded) >= cfg.max_excluded:
+                    return excluded, stats
+                excluded.append(n)
+                stats = build([x for x in names if x not in excluded], int8_path)
+                report.steps.append({"excluded": len(excluded), "kept_fp32": label[n], **stats})
+                if stats[qkey] >= cfg.min_cos:
+                    return excluded, stats
+    return excluded, stats
+
+
 def select_int8_nodes(
     fp32_path: Path,
     int8_path: Path,
@@ -201,8 +278,6 @@ def select_int8_nodes(
     validation_name: str = "validation",
 ) -> Int8Report:
     """Quantize ``fp32_path`` into ``int8_path``, choosing the MatMuls to keep in fp32 (see :class:`Int8Config`)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     texts = list(validation_texts)
     if len(texts) < 10:
         raise ConfigError(
@@ -219,72 +294,13 @@ def select_int8_nodes(
     label = dict(nodes)
     qkey = f"p{cfg.quantile * 100:g}"
     report = Int8Report(validation=validation_name, n_validation=len(texts))
-    import logging as _logging
-
-    qlog = _logging.getLogger()
-    level = qlog.level
-
-    n_sens = max(1, min(cfg.sensitivity_texts, len(texts)))
-
-    def build(quantize_nodes: list[str], path: Path, n: int | None = None) -> dict[str, float]:
-        qlog.setLevel(_logging.ERROR)  # the quantizer logs a "consider pre-processing" warning per call
-        try:
-            quantize_dynamic(
-                str(fp32_path),
-                str(path),
-                weight_type=QuantType.QInt8,
-                per_channel=cfg.per_channel,
-                op_types_to_quantize=["MatMul"],
-                nodes_to_quantize=quantize_nodes,
-            )
-        finally:
-            qlog.setLevel(level)
-        sub = texts if n is None else texts[:n]
-        return _cos_stats(onnx_embed(ort_session(path), tower, sub), ref[: len(sub)], cfg.quantile)
-
+    build = _Int8Probe(fp32_path, tower, texts, ref, cfg)
     names = [n for n, _ in nodes]
     excluded: list[str] = []
     stats = build(names, int8_path)
     report.steps.append({"excluded": 0, **stats})
     if stats[qkey] < cfg.min_cos:
-        # Sensitivity, coarse to fine (each probe quantizes only the MatMuls it names, on a
-        # subset of the validation texts): first per kind of MatMul across layers (query, key,
-        # value, attention output, FFN in, FFN out, head), then per layer within the kinds in
-        # that order; the most sensitive MatMuls are kept in fp32 one at a time.
-        groups: dict[str, list[str]] = {}
-        for n in names:
-            groups.setdefault(re.sub(r"\.\d+\.", ".*.", label[n]), []).append(n)
-        with tempfile.TemporaryDirectory(prefix=".int8.", dir=int8_path.parent) as work:
-            probe = Path(work) / "probe.onnx"
-            gsens = sorted(
-                ((1.0 - build(members, probe, n_sens)["mean"], g) for g, members in groups.items()), reverse=True
-            )
-            report.steps.append({"group_sensitivity": {g: round(v, 6) for v, g in gsens}})
-            done = False
-            for _, g in gsens:
-                members = groups[g]
-                order = (
-                    [
-                        n
-                        for _, n in sorted(
-                            ((1.0 - build([n], probe, n_sens)["mean"], n) for n in members), reverse=True
-                        )
-                    ]
-                    if len(members) > 1
-                    else members
-                )
-                for n in order:
-                    if len(excluded) >= cfg.max_excluded:
-                        done = True
-                        break
-                    excluded.append(n)
-                    stats = build([x for x in names if x not in excluded], int8_path)
-                    report.steps.append({"excluded": len(excluded), "kept_fp32": label[n], **stats})
-                    if stats[qkey] >= cfg.min_cos:
-                        done = True
-                        break
-                if done:
-                    break
+        excluded, stats = _keep_sensitive_in_fp32(build, names, label, int8_path, report, stats)
     report.quantized = [label[n] for n in names if n not in excluded]
     report.excluded = [label[n] for n in excluded]
     report.final = stats
@@ -372,7 +388,9 @@ def export_onnx(
             "tokenizer": "tokenizer.json (Hugging Face tokenizers; adds the special tokens the tower uses"
             + (", EOS appended" if tower.kind == "llm" else "")
             + f"; truncate to {_max_length(tower)} tokens)",
-            "matryoshka": f"a prefix of m in {list(tower.config.matryoshka_dims)} dims, re-normalised, is the m-dim embedding",
+            "matryoshka": (
+                f"a prefix of m in {list(tower.config.matryoshka_dims)} dims, re-normalised, is the m-dim embedding"
+            ),
             "input_text": "query text"
             if tower.role == "query"
             else "Document.text (title, topic and content joined by spaces)",

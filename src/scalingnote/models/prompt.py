@@ -48,7 +48,8 @@ PAPER_DOCUMENT_PROMPT = (
 PROMPT_PRESETS: dict[str, str] = {
     "full": PAPER_DOCUMENT_PROMPT,
     "no_title": (
-        "Document: {‘title’: {title}, ‘topic’: {topic}, ‘content’: {content}}. Predict a query term: “[CONTENT_QUERY]”, "
+        "Document: {‘title’: {title}, ‘topic’: {topic}, ‘content’: {content}}. Predict a query term: "
+        "“[CONTENT_QUERY]”, "
         "combine the predicted query terms, and compress the above content into one word: “[EMB]”."
     ),
     "no_content": (
@@ -321,7 +322,7 @@ class DocumentPrompt:
             texts = [(getattr(d, f) or "").strip() for d in docs]
             texts_in = [(" " + t if (spaced[f] and t) else t) for t in texts]
             enc = self.tokenizer(texts_in, add_special_tokens=False)["input_ids"] if docs else []
-            tokenized[f] = [list(e) if t else [] for e, t in zip(enc, texts)]
+            tokenized[f] = [list(e) if t else [] for e, t in zip(enc, texts, strict=True)]
         out: list[EncodedDocument] = []
         for j in range(len(docs)):
             full = {f: tokenized[f][j] for f in present}

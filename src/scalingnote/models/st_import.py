@@ -226,8 +226,9 @@ def check_importable(layout: STLayout, role: str, kind: str) -> None:
             layout.root / MODULES_FILE,
             None,
             "[0].type",
-            "decoder (LLM) sentence-transformers models are not imported: a scalingnote LLM query tower appends EOS and pools "
-            "itself (§3.2), which this directory's tokenizer/pooling may or may not do; load the base model directory instead",
+            "decoder (LLM) sentence-transformers models are not imported: a scalingnote LLM query tower appends EOS "
+            "and pools itself (§3.2), which this directory's tokenizer/pooling may or may not do; load the base model "
+            "directory instead",
         )
 
 

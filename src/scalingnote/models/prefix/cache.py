@@ -9,7 +9,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models.prefix.surgery import _LAYER_RE, check_trainable_layers
 from scalingnote.models.towers.identity import tokenizer_digest
 from scalingnote.utils.io import atomic_path, write_json
+
+if TYPE_CHECKING:
+    from scalingnote.models.towers.base import Tower
 
 FORMAT = "scalingnote-feature-cache"
 FORMAT_VERSION = 1
@@ -52,7 +55,7 @@ TOKEN_DTYPES = ("float16", "float32")
 
 
 def cache_key(
-    tower: nn.Module, trainable_layers: int, *, depth: int | None = None, dtype: str = "float16"
+    tower: Tower, trainable_layers: int, *, depth: int | None = None, dtype: str = "float16"
 ) -> dict[str, Any]:
     """The fields a cache of ``tower``'s frozen prefix depends on.
 
@@ -150,7 +153,7 @@ class FeatureCache:
     def for_tower(
         cls,
         root: str | Path,
-        tower: nn.Module,
+        tower: Tower,
         trainable_layers: int,
         *,
         depth: int | None = None,

@@ -96,7 +96,7 @@ def _log_plan(
     encs = _encodings(tower, [items[i] for i in todo])
     plan = {}
     for c in caches:
-        mine = [e for e, i in zip(encs, todo) if keys[i] not in c]
+        mine = [e for e, i in zip(encs, todo, strict=True) if keys[i] not in c]
         est = _size(tower, c.pooled, c.dtype, mine)
         c.planned = est
         plan[c.root.name] = est
@@ -187,11 +187,11 @@ def fill_targets(
                         continue
                     f = [feats[id(c)][j] for j in sel]
                     vps = [_view_positions(tower, encs[j]) for j in sel]
-                    c.add(
-                        [keys[part[j]] for j in sel],
-                        np.stack(f) if c.pooled else f,
-                        view_positions=None if c.pooled or vps[0] is None else vps,
-                    )
+                    positions = None
+                    if not (c.pooled or vps[0] is None):
+                        positions = [v for v in vps if v is not None]
+                        assert len(positions) == len(vps)  # one tower: every text has the same prompt
+                    c.add([keys[part[j]] for j in sel], np.stack(f) if c.pooled else f, view_positions=positions)
     finally:
         for hk in hooks:
             hk.remove()

@@ -8,19 +8,22 @@ of its cache — is untouched. LoRA's ``B`` starts at zero, so a fresh adapter c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models.prefix.surgery import check_trainable_layers, layer_list
 
+if TYPE_CHECKING:
+    from scalingnote.models.towers.base import Tower
+
 
 def _layers_pattern(backbone: nn.Module) -> str:
     return "layers" if isinstance(getattr(backbone, "layers", None), nn.ModuleList) else "layer"
 
 
-def add_top_lora(tower: nn.Module, trainable_layers: int, spec: Any) -> None:
+def add_top_lora(tower: Tower, trainable_layers: int, spec: Any) -> None:
     """Put LoRA adapters (``spec``: ``r``, ``alpha``, ``dropout``, ``target_modules``) on the top
     ``trainable_layers`` layers; every other backbone weight, the top layers' own included, is frozen."""
     try:
@@ -58,7 +61,7 @@ def has_lora(module: nn.Module) -> bool:
     return any(isinstance(m, LoraLayer) for m in module.modules())
 
 
-def merge_lora(tower: nn.Module) -> int:
+def merge_lora(tower: Tower) -> int:
     """Fold injected adapters into their base weights and remove them (a plain backbone again,
     what :meth:`save` writes). Returns how many layers were merged."""
     from peft.tuners.lora import LoraLayer

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
 from scalingnote.errors import ConfigError
+
+if TYPE_CHECKING:
+    from scalingnote.models.towers.base import Tower
 
 _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")
 
@@ -17,8 +20,9 @@ _LAYER_RE = re.compile(r"(?:^|\.)(?:layers|layer)\.(\d+)\.")
 # ============================================================================ backbone views
 def layer_list(backbone: nn.Module) -> nn.ModuleList:
     """The transformer blocks of a backbone (decoder: ``.layers``; BERT: ``.encoder.layer``)."""
-    if isinstance(getattr(backbone, "layers", None), nn.ModuleList):
-        return backbone.layers
+    layers = getattr(backbone, "layers", None)
+    if isinstance(layers, nn.ModuleList):
+        return layers
     enc = getattr(backbone, "encoder", None)
     if enc is not None and isinstance(getattr(enc, "layer", None), nn.ModuleList):
         return enc.layer
@@ -65,8 +69,10 @@ def sub_backbone(
         if not final_norm and "norm" in view._modules:
             view._modules["norm"] = nn.Identity()
     else:  # BERT: embeddings -> encoder.layer[...] (no final norm)
-        enc = copy.copy(backbone.encoder)
-        enc._modules = dict(backbone.encoder._modules)
+        encoder = backbone.encoder
+        assert isinstance(encoder, nn.Module)  # layer_list found the BERT block list under it
+        enc = copy.copy(encoder)
+        enc._modules = dict(encoder._modules)
         enc._modules["layer"] = kept
         view._modules["encoder"] = enc
         if (start > 0) if from_hidden is None else from_hidden:
@@ -75,7 +81,7 @@ def sub_backbone(
     return view
 
 
-def freeze_prefix(tower: nn.Module, trainable_layers: int | None) -> None:
+def freeze_prefix(tower: Tower, trainable_layers: int | None) -> None:
     """Freeze the embeddings and the bottom ``L - k`` layers (``k = 0``: the whole backbone)."""
     if trainable_layers is None:
         return

@@ -87,15 +87,17 @@ class PrefixTower:
         encs = _encodings(t, items)
         states = self.cache.token_rows(keys)
         cached_vp = self.cache.view_positions(keys)
-        for i, (e, s, it) in enumerate(zip(encs, states, items)):
+        for i, (e, s, it) in enumerate(zip(encs, states, items, strict=True)):
             if len(_ids_of(t, e)) != s.shape[0]:
                 raise ScalingNoteError(
-                    f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for {item_key(it)}"
+                    f"feature cache {self.cache.root}: cached length {s.shape[0]} != tokenized length for "
+                    f"{item_key(it)}"
                 )
             vp = _view_positions(t, e)
             if vp is not None and (cached_vp is None or tuple(cached_vp[i]) != vp):
                 raise ScalingNoteError(
-                    f"feature cache {self.cache.root}: placeholder positions of {item_key(it)} differ from the cached ones"
+                    f"feature cache {self.cache.root}: placeholder positions of {item_key(it)} "
+                    "differ from the cached ones"
                 )
         batch = {kk: v.to(dev) for kk, v in _collate(t, encs).items()}
         mask = batch["attention_mask"].bool()

@@ -52,6 +52,8 @@ class Tower(nn.Module):
     """Common machinery: backbone + tokenizer + optional projection, encode loop, save, identity."""
 
     role: ClassVar[str] = ""
+    center: torch.Tensor | None  #: the centre ``c`` (a buffer; None without a projection)
+    source_path: str | None = None  #: the saved directory the tower was loaded from (None: built in memory)
 
     def __init__(self, config: TowerConfig, backbone: nn.Module, tokenizer: Any, projection: nn.Linear | None = None):
         super().__init__()
@@ -213,6 +215,7 @@ class Tower(nn.Module):
         if self.projection is None:
             return h
         dt = self.projection.weight.dtype
+        assert self.center is not None  # a tower with a projection has a centre
         return self.projection(h.to(dt) - self.center.to(dt))
 
     def set_projection(self, init: str, weight: torch.Tensor | None = None) -> None:
@@ -230,6 +233,7 @@ class Tower(nn.Module):
         """Set the centre ``c`` (a fixed, saved buffer; changes the fingerprint)."""
         if self.projection is None:
             raise ValueError("only a tower with a projection can be centred")
+        assert self.center is not None  # a tower with a projection has a centre
         with torch.no_grad():
             self.center.copy_(center.to(self.center.device, torch.float32).reshape(-1))
         self._ids = None
@@ -323,7 +327,8 @@ class Tower(nn.Module):
         }
         with atomic_dir(path, replace=True) as tmp, quiet_transformers():
             if parts is None:
-                self.backbone.save_pretrained(tmp / "backbone")
+                backbone: Any = self.backbone  # a transformers PreTrainedModel
+                backbone.save_pretrained(tmp / "backbone")
                 self.tokenizer.save_pretrained(tmp / "backbone")
             else:
                 if parts[1]:
@@ -331,6 +336,7 @@ class Tower(nn.Module):
                 if parts[2]:
                     self.tokenizer.save_pretrained(tmp / "tokenizer")
             if self.projection is not None:
+                assert self.center is not None  # a tower with a projection has a centre
                 save_file(
                     {
                         "weight": self.projection.weight.detach().cpu().contiguous(),
@@ -343,4 +349,7 @@ class Tower(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"kind={c.kind}, role={c.role}, base={c.base_model!r}, layers={c.num_layers}, out_dim={c.out_dim}, pooling={c.pooling}"
+        return (
+            f"kind={c.kind}, role={c.role}, base={c.base_model!r}, layers={c.num_layers}, out_dim={c.out_dim}, "
+            f"pooling={c.pooling}"
+        )

@@ -189,7 +189,7 @@ class DocumentTower(Tower):
         return self._encode_views(docs, VIEWS, batch_size, dim, normalize, show_progress, max_length)
 
 
-TOWER_CLASSES: dict[str, type[Tower]] = {"query": QueryTower, "document": DocumentTower}
+TOWER_CLASSES: dict[str, type[QueryTower] | type[DocumentTower]] = {"query": QueryTower, "document": DocumentTower}
 
 
 # ====================================================================== compatibility

@@ -222,6 +222,7 @@ def load_saved_tower(
     if projection is not None and center is not None:
         if tuple(center.shape) != (cfg.hidden_size,):
             raise ConfigError(pf, None, "center", f"shape {tuple(center.shape)} != {(cfg.hidden_size,)}")
+        assert tower.center is not None  # a tower with a projection has a centre
         with torch.no_grad():
             tower.center.copy_(center.to(torch.float32))
     tower.eval()
@@ -289,6 +290,7 @@ def _load_st_tower(
     w, center = dense_head(layout, bb.hidden_size, dim)
     device, dtype = kw.pop("device"), kw.pop("dtype")
     tower = build_tower(bb, role, dim=layout.dense_out, pooling=st_pool, device="cpu", dtype=torch.float32, **kw)
+    assert tower.projection is not None  # built with dim=layout.dense_out
     with torch.no_grad():
         tower.projection.weight.copy_(w.to(torch.float32))
     tower.set_center(center.to(torch.float32))
@@ -351,7 +353,7 @@ def load_tower(
                 )
         return load_saved_tower(src.path, device=device, dtype=dtype, verify=verify, padding_side=padding_side)
     # build_tower's keywords
-    options = dict(
+    options: dict[str, Any] = dict(
         dim=dim,
         matryoshka_dims=matryoshka_dims,
         pooling=pooling,

@@ -243,7 +243,7 @@ def check_pooling(name: str, kind: str, role: str, option: str = "pooling") -> P
 def default_pooling(kind: str, role: str, declared: str | None = None) -> str:
     """The pooling a tower gets when none is asked: ``declared`` (a sentence-transformers
     directory's own pooling) when the table allows it, else the mode marked default."""
-    if declared in POOLING_MODES and POOLING_MODES.get(declared).allows(kind, role):
+    if declared is not None and declared in POOLING_MODES and POOLING_MODES.get(declared).allows(kind, role):
         return declared
     return next(m.name for m in pooling_modes() if (kind, role) in m.default_for)
 

@@ -57,7 +57,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
 
 
 # ----------------------------------------------------------------------------- tokenizer preparation
-def add_placeholder_tokens(model: nn.Module, tokenizer: Any) -> list[str]:
+def add_placeholder_tokens(model: Any, tokenizer: Any) -> list[str]:
     """Add [TITLE_QUERY], [CONTENT_QUERY], [EMB] as special tokens; new embedding rows = mean of old rows.
 
     The mean (not HF's random ``mean_resizing`` sample) keeps construction deterministic,
@@ -223,7 +223,7 @@ def base_backbone(target: str, kind: str, num_layers: int, layers: list[int] | N
 def _tensor_hash(t: torch.Tensor) -> str:
     t = t.detach()
     t = (t.to("cpu", torch.float32) if t.is_floating_point() else t.to("cpu")).contiguous()
-    return hashlib.blake2b(memoryview(t.numpy()).cast("B"), digest_size=16).hexdigest() + str(tuple(t.shape))
+    return hashlib.blake2b(t.numpy().data.cast("B"), digest_size=16).hexdigest() + str(tuple(t.shape))
 
 
 @functools.lru_cache(maxsize=4)
@@ -276,7 +276,7 @@ def apply_trained(model: nn.Module, trained: dict[str, torch.Tensor], where: Pat
             sd[k].copy_(v.to(sd[k].dtype))
 
 
-def rebuild_backbone(path: Path, doc: dict[str, Any], cfg: Any) -> tuple[nn.Module, Any]:
+def rebuild_backbone(path: Path, doc: dict[str, Any], cfg: Any) -> tuple[Any, Any]:
     """The backbone and tokenizer of a tower saved as base + trained parts (``path``: its directory)."""
     from safetensors.torch import load_file
 
