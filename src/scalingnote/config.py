@@ -114,7 +114,7 @@ def _convert(value: Any, tp: Any, key: str, ctx: _Ctx) -> Any:
         if value not in args:
             ctx.fail(key, f"must be one of {list(args)}, got {value!r}")
         return value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         shorthand = getattr(tp, "__config_shorthand__", None)  # e.g. `loss: infonce` = `loss: {name: infonce}`
         if shorthand and isinstance(value, str):
             value = {shorthand: value}
@@ -127,7 +127,7 @@ def _convert(value: Any, tp: Any, key: str, ctx: _Ctx) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):
                 ctx.fail(key, f"expected {len(args)} items, got {len(value)}")
-            return tuple(_convert(v, a, f"{key}[{i}]", ctx) for i, (v, a) in enumerate(zip(value, args)))
+            return tuple(_convert(v, a, f"{key}[{i}]", ctx) for i, (v, a) in enumerate(zip(value, args, strict=True)))
         inner = args[0] if args else Any
         items = [_convert(v, inner, f"{key}[{i}]", ctx) for i, v in enumerate(value)]
         return tuple(items) if (origin is tuple or tp is tuple) else items
@@ -225,8 +225,9 @@ def load_config(cls: type[T], source: str | Path | dict[str, Any] | None = None,
             problem = getattr(e, "problem", None) or str(e)
             col = f" (column {mark.column + 1})" if mark else ""
             line = mark.line + 1 if mark else None
-            if line is None and isinstance(getattr(e, "position", None), int):  # reader errors (control characters)
-                line = text[: e.position].count("\n") + 1
+            position = getattr(e, "position", None)
+            if line is None and isinstance(position, int):  # reader errors (control characters)
+                line = text[:position].count("\n") + 1
                 problem = f"{getattr(e, 'reason', None) or problem}"
             raise ConfigError(path, line, None, f"invalid YAML: {problem}{col}") from None
         except (

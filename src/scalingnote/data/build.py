@@ -43,7 +43,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from scalingnote.config import load_config, save_config
 from scalingnote.data.association import find_associations
@@ -147,6 +147,10 @@ class BuildConfig:
             raise ValueError("validation_fraction must be in [0, 1)")
 
 
+@overload
+def _resolve(p: Path, base: Path) -> Path: ...
+@overload
+def _resolve(p: Path | None, base: Path) -> Path | None: ...
 def _resolve(p: Path | None, base: Path) -> Path | None:
     if p is None:
         return None

@@ -15,9 +15,9 @@ name        suffixes            BEIR directory file   also
 ==========  ==================  ====================  ==============================================
 
 A path is recognised so: a directory holds one of the ``beir_file`` names (``corpus.jsonl``
-first, then the other formats' by format name), else files of a ``sharded`` format; a file is read by the format owning its suffix, a
-file with no known suffix as JSONL; ``format=`` (a name or ``"package.module:reader"``)
-overrides recognition.
+first, then the other formats' by format name), else files of a ``sharded`` format; a file is
+read by the format owning its suffix, a file with no known suffix as JSONL; ``format=`` (a name
+or ``"package.module:reader"``) overrides recognition.
 
 User code adds a format with :func:`register_corpus_format` (a reader yielding
 :class:`~scalingnote.data.types.Document`); from then on every stage (training data, TMJ
@@ -30,22 +30,18 @@ field.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Literal
 
 from scalingnote.data.beir import BeirDataset, load_qrels, load_queries, qrels_path
 from scalingnote.data.beir import iter_corpus as iter_jsonl_corpus
-from scalingnote.data.jsonl import SkipCounter
+from scalingnote.data.corpus_checks import DocumentScreen, OnInvalid, Reader, checked_reader
 from scalingnote.data.types import Document
 from scalingnote.errors import DataError, ScalingNoteError
 from scalingnote.utils.registry import Registry, import_dotted
 
-OnInvalid = Literal["error", "skip"]
-#: ``read(path, on_invalid=..., on_empty=...)``: the documents of one file (or shard directory).
-Reader = Callable[..., Iterable[Document]]
 _EMPTY = "empty documents (title and text both empty)"
 
 
@@ -103,7 +99,7 @@ def register_corpus_format(
                 f"corpus format {name!r}: suffix {taken[0]!r} already belongs to format {other.name!r}"
             )
     fmt = CorpusFormat(
-        name, read if validates else _checked(read, name), sfx, beir_file or f"corpus{sfx[0]}", sharded, count
+        name, read if validates else checked_reader(read, name), sfx, beir_file or f"corpus{sfx[0]}", sharded, count
     )
     return FORMATS.register(name, fmt, replace=replace)
 
@@ -118,84 +114,10 @@ def get_corpus_format(spec: str | CorpusFormat, option: str = "format") -> Corpu
     if isinstance(obj, CorpusFormat):
         return obj
     if callable(obj):
-        return CorpusFormat(spec, _checked(obj, spec), ())
+        return CorpusFormat(spec, checked_reader(obj, spec), ())
     raise ScalingNoteError(
         f"{option}: {spec!r} is neither a CorpusFormat nor a reader function (got {type(obj).__name__})"
     )
-
-
-class _Screen:
-    """The checks every reader's documents pass, in one place: an invalid record raises, or is
-    skipped and counted per file under ``on_invalid="skip"``; a duplicate id always raises; a
-    document whose title and text are both empty is skipped with one warning at the end, or
-    raises under ``on_empty="error"``. Errors name the file, the record (``"row 5"``,
-    ``"document 5"``) and the field."""
-
-    def __init__(self, on_invalid: OnInvalid, on_empty: OnInvalid):
-        self.on_invalid, self.on_empty = on_invalid, on_empty
-        self.seen: dict[str, str] = {}
-        self.invalid: dict[str, SkipCounter] = {}
-        self.n_empty, self.first_empty = 0, ""
-
-    def admit(
-        self, f: Path, where: str, make: Callable[[], Document], id_field: str = "_id", text_field: str = "text"
-    ) -> Document | None:
-        """The document ``make()`` builds, or None when it is skipped."""
-        try:
-            doc = make()
-        except DataError as e:
-            if self.on_invalid != "skip":
-                raise
-            self.invalid.setdefault(str(f), SkipCounter(f, "documents")).skip(e)
-            return None
-        if doc.id in self.seen:
-            raise DataError(
-                f, None, id_field, f"{where}: duplicate document id {doc.id!r} (first seen in {self.seen[doc.id]})"
-            )
-        self.seen[doc.id] = f"{f}, {where}"
-        if doc.title.strip() or doc.content.strip():
-            return doc
-        if self.on_empty == "error":
-            raise DataError(f, None, text_field, f"{where}: empty document: both 'title' and 'text' are empty")
-        self.n_empty, self.first_empty = self.n_empty + 1, self.first_empty or f"{f}, {where}"
-        return None
-
-    def report(self) -> None:
-        for counter in self.invalid.values():
-            counter.report(stacklevel=4)  # the caller of iter_corpus
-        if self.n_empty:
-            warnings.warn(
-                f"skipped {self.n_empty} empty documents (title and text both empty; first: {self.first_empty})",
-                stacklevel=3,
-            )
-
-
-def _checked(read: Callable[[Path], Iterable[Document]], name: str) -> Reader:
-    """``read`` (a user's reader) with the checks the built-in readers make (:class:`_Screen`)."""
-
-    def read_checked(path: Path, on_invalid: OnInvalid = "error", on_empty: OnInvalid = "skip") -> Iterator[Document]:
-        screen = _Screen(on_invalid, on_empty)
-        for n, item in enumerate(read(path), start=1):
-            doc = screen.admit(path, f"document {n}", lambda: _check_document(item, path, n, name))  # noqa: B023 - called at once
-            if doc is not None:
-                yield doc
-        screen.report()
-
-    return read_checked
-
-
-def _check_document(doc: object, path: Path, n: int, name: str) -> Document:
-    if not isinstance(doc, Document):
-        raise DataError(
-            path, None, None, f"document {n}: the {name!r} reader gave a {type(doc).__name__}, not a Document"
-        )
-    for fld, key in (("id", "_id"), ("title", "title"), ("topic", "topic"), ("content", "text")):
-        v = getattr(doc, fld)
-        if not isinstance(v, str):
-            raise DataError(path, None, key, f"document {n}: expected a string, got {type(v).__name__} {v!r:.60}")
-    if not doc.id.strip():
-        raise DataError(path, None, "_id", f"document {n}: must not be empty")
-    return doc
 
 
 # ----------------------------------------------------------------------------- recognition
@@ -452,7 +374,7 @@ def iter_parquet_corpus(
     """
     import pyarrow.parquet as pq
 
-    screen = _Screen(on_invalid, on_empty)
+    screen = DocumentScreen(on_invalid, on_empty)
     for f in files:
         f = Path(f)
         try:
@@ -466,7 +388,8 @@ def iter_parquet_corpus(
             for j in range(rb.num_rows):
                 values = {c: data[c][j] for c in cols if c is not None}
                 rown = row + j + 1  # 1-based row number, like line numbers
-                doc = screen.admit(f, f"row {rown}", lambda: _parquet_document(f, rown, cols, values), cols[0], cols[3])  # noqa: B023
+                make = partial(_parquet_document, f, rown, cols, values)
+                doc = screen.admit(f, f"row {rown}", make, cols[0], cols[3])
                 if doc is not None:
                     yield doc
             row += rb.num_rows

@@ -93,7 +93,8 @@ class SkipCounter:
     """Counts skipped records and emits one warning with the count at the end."""
 
     def __init__(self, path: str | Path, what: str):
-        self.path, self.what, self.count, self.first = str(path), what, 0, None
+        self.path, self.what, self.count = str(path), what, 0
+        self.first: str | None = None
 
     def skip(self, err: DataError) -> None:
         self.count += 1

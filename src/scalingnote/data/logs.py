@@ -113,7 +113,7 @@ def _iter_fields(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, di
                     None,
                     f"expected {len(header)} tab-separated columns (as in the header), got {len(parts)}",
                 )
-            yield lineno, dict(zip(header, parts)), False
+            yield lineno, dict(zip(header, parts, strict=True)), False
         else:
             if len(parts) != len(columns):
                 raise DataError(
@@ -122,7 +122,7 @@ def _iter_fields(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, di
                     None,
                     f"expected {len(columns)} tab-separated columns ({', '.join(columns)}), got {len(parts)}",
                 )
-            yield lineno, dict(zip(columns, parts)), False
+            yield lineno, dict(zip(columns, parts, strict=True)), False
 
 
 def _id(rec: dict, key: str, path: Path, lineno: int, known: Container[str] | None, what: str) -> str:
@@ -226,7 +226,7 @@ def _write_log(path: Path, columns, rows) -> None:
     with atomic_write(path) as fh:
         if _is_jsonl(path):
             for row in rows:
-                fh.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
+                fh.write(json.dumps(dict(zip(columns, row, strict=True)), ensure_ascii=False) + "\n")
         else:
             fh.write("\t".join(columns) + "\n")
             for row in rows:

@@ -47,7 +47,8 @@ _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 # Function words that carry no topical information in short Chinese queries.
 ZH_STOP_WORDS = frozenset(
-    "的 了 吗 呢 吧 啊 是 在 有 和 与 及 或 就 都 也 还 很 我 你 他 她 它 我们 这 那 个 一个 什么 怎么 怎么办 如何 为什么 "
+    "的 了 吗 呢 吧 啊 是 在 有 和 与 及 或 就 都 也 还 很 我 你 他 她 它 "
+    "我们 这 那 个 一个 什么 怎么 怎么办 如何 为什么 "
     "多少 哪些 可以 能 会 要 得 地 着 过 被 把 对 从 给 让 上 下 中 不 没 没有 啥 么 呀 哦 嗯".split()
 )
 

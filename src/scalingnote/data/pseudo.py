@@ -33,6 +33,7 @@ import random
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
         cuts.add(m.end())
     spans = []
     bounds = sorted(cuts)
-    for s, e in zip(bounds, bounds[1:]):
+    for s, e in pairwise(bounds):
         seg = text[s:e]
         if not seg.strip():
             continue

@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from scalingnote.data.beir import write_corpus, write_qrels, write_queries
-from scalingnote.data.logs import ClickRecord, RelevanceRecord, write_click_log, write_relevance_log
+from scalingnote.data.logs import ClickRecord, RelevanceRecord
+from scalingnote.data.synth_types import SynthConfig, SyntheticLog
 from scalingnote.data.synth_vocab import (
     ADJECTIVES,
     FILLERS,
@@ -62,49 +60,8 @@ from scalingnote.data.synth_vocab import (
     check_vocabulary,
     topics,
 )
+from scalingnote.data.synth_write import write_synthetic
 from scalingnote.data.types import Document, Qrels, Query
-from scalingnote.utils import run_metadata, write_json
-from scalingnote.utils.io import atomic_write
-
-
-@dataclass
-class SynthConfig:
-    """Sizes and noise levels of the synthetic log. Defaults keep the quick-start fast."""
-
-    seed: int = 0
-    num_docs: int = 3000
-    num_queries: int = 1500
-    test_fraction: float = 0.2
-    secondary_topic_rate: float = 0.15  # notes with a second topic
-    multi_intent_rate: float = 0.15  # queries combining two topics
-    synonym_rate: float = 0.6  # P(query uses the synonym of a term that has one)
-    typo_rate: float = 0.1  # P(a query term is misspelled)
-    cross_mention_rate: float = 0.4  # P(a note mentions a term of an unrelated topic)
-    sessions: tuple[int, int] = (1, 3)  # impressions sessions per training query
-    page_size: int = 10  # results shown per session
-    ranker_noise: float = 1.2  # std of the production ranker's noise (impressions)
-    click_prob: tuple[float, float, float] = (0.03, 0.35, 0.85)  # P(click | examined, grade 0/1/2)
-    relevance_coverage: float = 0.6  # fraction of training queries with ranking-model scores
-    relevance_depth: int = 30  # scored candidates per query
-    relevance_noise: float = 0.35  # std of the ranking model's noise
-
-    def __post_init__(self):
-        if self.num_docs < 50 or self.num_queries < 10:
-            raise ValueError("num_docs must be >= 50 and num_queries >= 10")
-        if not 0 < self.test_fraction < 1:
-            raise ValueError("test_fraction must be in (0, 1)")
-        for name in (
-            "secondary_topic_rate",
-            "multi_intent_rate",
-            "synonym_rate",
-            "typo_rate",
-            "cross_mention_rate",
-            "relevance_coverage",
-        ):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1]")
-        if self.sessions[0] < 1 or self.sessions[1] < self.sessions[0]:
-            raise ValueError("sessions must be (min >= 1, max >= min)")
 
 
 @dataclass
@@ -119,18 +76,6 @@ class _Note:
 class _Intent:
     topic: int
     terms: tuple[str, ...]
-
-
-@dataclass
-class SyntheticLog:
-    config: SynthConfig
-    corpus: list[Document]
-    queries: list[Query]
-    qrels: dict[str, Qrels]  # split -> graded qrels
-    clicks: list[ClickRecord]
-    relevance: list[RelevanceRecord]
-    test_ids: set[str] = field(default_factory=set)  # query ids of the test split
-    meta: dict[str, Any] = field(default_factory=dict)  # per-query intents etc. (for inspection)
 
 
 def _zipf_weights(n: int, s: float = 0.7) -> list[float]:
@@ -264,7 +209,8 @@ def _render_query(intents: list[_Intent], rng: random.Random, tps: list[Topic], 
     it = intents[0]
     words = [surface(t, it.topic) for t in it.terms]
     tmpl = {1: QUERY_TEMPLATES_1, 2: QUERY_TEMPLATES_2, 3: QUERY_TEMPLATES_3}[len(words)]
-    return rng.choice(tmpl).format(**dict(zip("abc", words)))
+    # the slot names outnumber the words of a one- or two-term query: zip stops at the words
+    return rng.choice(tmpl).format(**dict(zip("abc", words, strict=False)))
 
 
 def generate(cfg: SynthConfig | None = None, progress: bool = False) -> SyntheticLog:
@@ -283,8 +229,8 @@ def generate(cfg: SynthConfig | None = None, progress: bool = False) -> Syntheti
     notes = [_make_note(i, rng, tps, weights, cfg, width) for i in range(cfg.num_docs)]
     by_topic: dict[int, list[int]] = {}
     for i, n in enumerate(notes):
-        for t in n.topics:
-            by_topic.setdefault(t, []).append(i)
+        for tid in n.topics:
+            by_topic.setdefault(tid, []).append(i)
     multi_docs = [i for i, n in enumerate(notes) if len(n.topics) == 2]
 
     queries, intents_of = _make_queries(notes, multi_docs, tps, rng, cfg)
@@ -367,131 +313,45 @@ def _simulate_logs(
     """Impressions with position-biased clicks, and noisy ranker scores, for the training queries."""
     clicks: list[ClickRecord] = []
     relevance: list[RelevanceRecord] = []
-    it_q = train_queries
+    it_q: Iterable[Query] = train_queries
     if progress:
         from tqdm.auto import tqdm
 
         it_q = tqdm(train_queries, desc="synthetic logs", unit="q")
     for q in it_q:
-        intents = intents_of[q.id]
-        topical = sorted({i for it in intents for i in by_topic.get(it.topic, ())})
-        pool = sorted(set(topical) | set(rng.sample(range(len(notes)), 15)))
-        g = grades[q.id]
-        cover = {i: any(it.topic in notes[i].topics for it in intents) for i in pool}
-
-        def base(i: int) -> float:
-            return g.get(i, 0) + 0.5 * cover[i]
-
-        for _ in range(rng.randint(*cfg.sessions)):
-            ranked = sorted(pool, key=lambda i: -(base(i) + rng.gauss(0.0, cfg.ranker_noise)))[: cfg.page_size]
-            for pos, i in enumerate(ranked, start=1):
-                examined = rng.random() < 1.0 / math.log2(1 + pos)  # position bias
-                clicked = examined and rng.random() < cfg.click_prob[g.get(i, 0)]
-                clicks.append(ClickRecord(q.id, notes[i].doc.id, pos, clicked))
-        if rng.random() < cfg.relevance_coverage:
-            scored = sorted(
-                ((base(i) * 1.0 + rng.gauss(0.0, cfg.relevance_noise), i) for i in pool), key=lambda x: -x[0]
-            )
-            for s, i in scored[: cfg.relevance_depth]:
-                relevance.append(RelevanceRecord(q.id, notes[i].doc.id, round(s, 4)))
+        _simulate_query(q, intents_of[q.id], by_topic, notes, grades[q.id], rng, cfg, clicks, relevance)
     return clicks, relevance
 
 
-def _readme(log: SyntheticLog) -> str:
-    c = log.config
-    return f"""# Synthetic note-search log (generated; NOT real user data)
+def _simulate_query(
+    q: Query,
+    intents: list[_Intent],
+    by_topic: dict[int, list[int]],
+    notes: list[_Note],
+    g: dict[int, int],
+    rng: random.Random,
+    cfg: SynthConfig,
+    clicks: list[ClickRecord],
+    relevance: list[RelevanceRecord],
+) -> None:
+    """The impressions (appended to ``clicks``) and ranking-model scores (to ``relevance``) of one query."""
+    topical = sorted({i for it in intents for i in by_topic.get(it.topic, ())})
+    pool = sorted(set(topical) | set(rng.sample(range(len(notes)), 15)))
+    cover = {i: any(it.topic in notes[i].topics for it in intents) for i in pool}
 
-This directory was generated by `scalingnote data synth` (seed {c.seed}). Every note,
-query, click and score in it is **synthetic**: it imitates a note-sharing platform's
-search logs so that the scalingnote pipeline can be run end to end without private
-data. Numbers measured on it say nothing about real search quality.
+    def base(i: int) -> float:
+        return g.get(i, 0) + 0.5 * cover[i]
 
-How it is made (see `scalingnote.data.synth`):
-
-* {len(log.corpus)} notes over {len(topics())} topics; each note is about 2-3 *focus
-  terms* of its topic (in the title and repeated in the content) and mentions 3-5
-  other topic terms in passing (and, {c.cross_mention_rate:.0%} of the time, a term of an
-  unrelated topic); {c.secondary_topic_rate:.0%} of notes have a second topic (+2 focus terms).
-* {len(log.queries)} queries built from a note's focus terms with query templates;
-  a term with a synonym is replaced by it with probability {c.synonym_rate} (synonyms
-  never occur in notes), terms are misspelled with probability {c.typo_rate}, and
-  {c.multi_intent_rate:.0%} of queries combine two topics.
-* hidden relevance: grade 2 = the note covers the query topic(s) and all intent terms
-  are focus terms; 1 = it covers the topic and every intent term at least appears in
-  it (multi-intent: one intent is a focus, the other terms appear); 0 otherwise.
-  `qrels/train.tsv` and `qrels/test.tsv` hold these grades.
-* `logs/clicks.tsv` (query_id, doc_id, position, clicked): {c.page_size} results per
-  session from a noisy ranker, examination probability 1/log2(1+position), click
-  probability {list(c.click_prob)} for grades 0/1/2.
-* `logs/relevance.tsv` (query_id, doc_id, score): top-{c.relevance_depth} candidates
-  scored by a less noisy "ranking model", for {c.relevance_coverage:.0%} of the
-  training queries.
-* Logs cover **training queries only**; test queries ({len(log.qrels["test"])} judged)
-  never appear in them.
-
-Build training triplets with `scalingnote data build --config build.yaml`.
-"""
-
-
-def write_synthetic(out: str | Path, log: SyntheticLog) -> dict[str, Path]:
-    """Write the BEIR layout, logs, a ready ``build.yaml``, ``synth.json`` and README (atomically)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "corpus": out / "corpus.jsonl",
-        "queries": out / "queries.jsonl",
-        "qrels_train": out / "qrels" / "train.tsv",
-        "qrels_test": out / "qrels" / "test.tsv",
-        "clicks": out / "logs" / "clicks.tsv",
-        "relevance": out / "logs" / "relevance.tsv",
-        "build": out / "build.yaml",
-        "meta": out / "synth.json",
-        "readme": out / "README.md",
-    }
-    write_corpus(paths["corpus"], log.corpus)
-    write_queries(paths["queries"], log.queries)
-    write_qrels(paths["qrels_train"], log.qrels["train"])
-    write_qrels(paths["qrels_test"], log.qrels["test"])
-    write_click_log(paths["clicks"], log.clicks)
-    write_relevance_log(paths["relevance"], log.relevance)
-    build = {
-        "queries": "queries.jsonl",
-        "corpus": "corpus.jsonl",
-        "click_log": "logs/clicks.tsv",
-        "relevance_log": "logs/relevance.tsv",
-        "out": "triplets",
-        "seed": log.config.seed,
-        "relevance": {"skip_top_k": 5, "top_t": log.config.relevance_depth},
-        "association": {"th_click": 0.5, "th_rel": 0.5, "planner": {"language": "en", "min_score": 0.6}},
-        "leakage": {"qrels": ["qrels/test.tsv"], "on_leak": "drop"},
-    }
-    with atomic_write(paths["build"]) as fh:
-        fh.write(
-            "# Generated by `scalingnote data synth`; paths are relative to this file.\n"
-            "# association.planner.min_score: the synthetic queries are 1-5 words, so Top4 (Algorithm 1)\n"
-            "# would include generic words such as 'tips'; the planner reports only terms scoring >= 0.6\n"
-            "# of the query's rarest term.\n"
-        )
-        yaml.safe_dump(build, fh, sort_keys=False)
-    stats = {
-        "synthetic": True,
-        "documents": len(log.corpus),
-        "queries": len(log.queries),
-        "train_queries": len(log.queries) - len(log.test_ids),
-        "test_queries": len(log.test_ids),
-        "test_queries_judged": len(log.qrels["test"]),
-        "train_queries_judged": len(log.qrels["train"]),
-        "impressions": len(log.clicks),
-        "clicks": sum(r.clicked for r in log.clicks),
-        "relevance_scores": len(log.relevance),
-        "mean_relevant_per_test_query": round(
-            sum(len(v) for v in log.qrels["test"].values()) / max(1, len(log.qrels["test"])), 2
-        ),
-    }
-    write_json(paths["meta"], {**run_metadata(log.config), "stats": stats})
-    with atomic_write(paths["readme"]) as fh:
-        fh.write(_readme(log))
-    return paths
+    for _ in range(rng.randint(*cfg.sessions)):
+        ranked = sorted(pool, key=lambda i: -(base(i) + rng.gauss(0.0, cfg.ranker_noise)))[: cfg.page_size]
+        for pos, i in enumerate(ranked, start=1):
+            examined = rng.random() < 1.0 / math.log2(1 + pos)  # position bias
+            clicked = examined and rng.random() < cfg.click_prob[g.get(i, 0)]
+            clicks.append(ClickRecord(q.id, notes[i].doc.id, pos, clicked))
+    if rng.random() < cfg.relevance_coverage:
+        scored = sorted(((base(i) * 1.0 + rng.gauss(0.0, cfg.relevance_noise), i) for i in pool), key=lambda x: -x[0])
+        for s, i in scored[: cfg.relevance_depth]:
+            relevance.append(RelevanceRecord(q.id, notes[i].doc.id, round(s, 4)))
 
 
 #: ``generate`` under an unambiguous name for ``scalingnote.data``'s namespace.

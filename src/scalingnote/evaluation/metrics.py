@@ -137,7 +137,7 @@ def rank_documents(docs: Mapping[str, float]) -> list[str]:
         raise ScalingNoteError(f"run score of document {bad!r} is NaN")
     # trec_eval keeps similarities as C float: equal-as-float32 scores tie and fall back to docid.
     scores32 = scores.astype(np.float32).tolist()
-    return [d for _, d in sorted(zip(scores32, ids), reverse=True)]
+    return [d for _, d in sorted(zip(scores32, ids, strict=True), reverse=True)]
 
 
 def _query_metrics(

@@ -23,9 +23,8 @@ _SWEEP = ("SweepConfig", "SweepResult", "ValidationSpec", "load_sweep_config", "
 
 def __getattr__(name: str):
     if name in _SWEEP:
-        from scalingnote.scaling import (
-            sweep,  # why: the sweep needs torch (via scalingnote.training); import it only when asked for
-        )
+        # why: the sweep needs torch (via scalingnote.training); import it only when asked for
+        from scalingnote.scaling import sweep
 
         return getattr(sweep, name)
     raise AttributeError(f"module 'scalingnote.scaling' has no attribute {name!r}")

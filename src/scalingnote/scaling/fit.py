@@ -135,16 +135,16 @@ def _model_fn(law: str):
         return _joint_log(logN, logD, logA, np.exp(loga), logB, np.exp(logb), np.exp(logd))
 
     def gjac(theta, logN, logD):
-        # f = exp(b I) + d, I = logaddexp(u, v), u = (a/b)(log A - log N), v = log B - log D
+        # f = exp(b w) + d, w = logaddexp(u, v), u = (a/b)(log A - log N), v = log B - log D
         logA, loga, logB, logb, logd = theta
         a, b = np.exp(loga), np.exp(logb)
         u = (a / b) * (logA - logN)
         v = logB - logD
-        I = np.logaddexp(u, v)
-        su, sv = np.exp(u - I), np.exp(v - I)
-        E = np.exp(b * I)
+        w = np.logaddexp(u, v)
+        su, sv = np.exp(u - w), np.exp(v - w)
+        E = np.exp(b * w)
         return np.stack(
-            [E * su * a, E * b * su * u, E * b * sv, E * b * (I - su * u), np.full_like(E, np.exp(logd))], axis=1
+            [E * su * a, E * b * su * u, E * b * sv, E * b * (w - su * u), np.full_like(E, np.exp(logd))], axis=1
         )
 
     return g, gjac
@@ -173,6 +173,7 @@ def _starts(law: str, logx: np.ndarray, logd2: np.ndarray | None, y: np.ndarray,
             excess = max(ymed - d, 0.1 * ymed)
             out.append(np.array([xm + math.log(excess) / a, math.log(a), math.log(d)]))
     else:
+        assert logd2 is not None  # the joint law has the second variable (D)
         nm, dm = float(np.mean(logx)), float(np.mean(logd2))
         for a, b, d in itertools.product((0.1, 0.4, 1.0), (0.3, 0.8, 1.5), deltas[:3]):
             excess = max(ymed - d, 0.1 * ymed)
@@ -255,8 +256,8 @@ def params_at_bound(theta, names, lo, hi, predict=None) -> list[str]:
     theta = np.asarray(theta, dtype=np.float64)
     base = predict(theta) if predict is not None else None
     out = []
-    for i, (k, t, l, h) in enumerate(zip(names, theta, lo, hi)):
-        b = l if t - l <= h - t else h
+    for i, (k, t, low, high) in enumerate(zip(names, theta, lo, hi, strict=True)):
+        b = low if t - low <= high - t else high
         if abs(t - b) <= 1e-6:
             out.append(k)
         elif base is not None:
@@ -280,7 +281,7 @@ def _uncertainty(theta, jac, ss_fit: float, n: int, names, params: dict[str, flo
         cov = (ss_fit / dof) * np.linalg.pinv(J.T @ J)
     se_log = np.sqrt(np.clip(np.diag(cov), 0, None)) if dof > 0 else np.full(p, np.nan)
     at_bound = params_at_bound(theta, names, lo, hi, predict)
-    stderr = {k: (float("nan") if k in at_bound else float(params[k] * s)) for k, s in zip(names, se_log)}
+    stderr = {k: (float("nan") if k in at_bound else float(params[k] * s)) for k, s in zip(names, se_log, strict=True)}
     return cov, stderr, at_bound
 
 
@@ -367,8 +368,9 @@ def fit_law(
     ``(N, D)`` / an ``(n, 2)`` array (law "joint"). ``loss_fn``: a
     :func:`scipy.optimize.least_squares` loss ("linear", "soft_l1", "huber", "cauchy",
     "arctan"); ``f_scale``: its residual scale (default: 1.4826·MAD of the residuals,
-    iterated from the least-squares to the robust fit). ``residuals="log"`` fits log(prediction) − log(loss) (relative errors, for
-    losses spanning orders of magnitude); R² is always computed on the loss itself.
+    iterated from the least-squares to the robust fit). ``residuals="log"`` fits log(prediction) −
+    log(loss) (relative errors, for losses spanning orders of magnitude); R² is always computed on
+    the loss itself.
     ``at_bound`` of the result lists every parameter that sits at a search bound
     (:func:`params_at_bound`). Deterministic (fixed starting grid, no random restarts).
     """
@@ -390,7 +392,7 @@ def fit_law(
     ss_res = float(np.sum(err**2))
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-    params = {k: float(np.exp(t)) for k, t in zip(names, theta)}
+    params = {k: float(np.exp(t)) for k, t in zip(names, theta, strict=True)}
     cov, stderr, at_bound = _uncertainty(theta, res.jac, ss_fit, n, names, params, lo, hi, res.predict)
     return FitResult(
         law=law,
@@ -435,8 +437,8 @@ def fit_table(
     sel, fixed = select_rows(rows, law, at)
     by = holdout_by or LAW_VARIABLES[law][0]
     mask = holdout_mask(sel, by, largest=holdout_largest, frac=holdout_frac, seed=seed) if sel else np.zeros(0, bool)
-    fit_rows = [r for r, m in zip(sel, mask) if not m]
-    held = [r for r, m in zip(sel, mask) if m]
+    fit_rows = [r for r, m in zip(sel, mask, strict=True) if not m]
+    held = [r for r, m in zip(sel, mask, strict=True) if m]
 
     def xs(rs):
         if law == "joint":

@@ -172,9 +172,11 @@ def plan_gpu(spec: GpuPlanSpec) -> dict[str, Any]:
     micro = min(spec.micro_batch or local, local)
     grad_cache = micro < local
     lora = spec.lora_r is not None
-    steps = (
-        spec.steps if spec.steps is not None else math.ceil(spec.epochs * float(spec.train_pairs) / spec.global_batch)
-    )
+    if spec.steps is not None:
+        steps = spec.steps
+    else:
+        assert spec.train_pairs is not None  # checked in __post_init__: steps or train_pairs
+        steps = math.ceil(spec.epochs * float(spec.train_pairs) / spec.global_batch)
     llm_towers = 2 if spec.towers == "dual" else 1
 
     # -- compute (Eq. 14 / 15 through CostModel) -----------------------------------------
@@ -200,7 +202,7 @@ def plan_gpu(spec: GpuPlanSpec) -> dict[str, Any]:
 
     # -- memory per GPU --------------------------------------------------------------------
     total = a.total_params
-    trainable = a.lora_params(spec.lora_r, spec.lora_targets) if lora else total
+    trainable = a.lora_params(spec.lora_r, spec.lora_targets) if spec.lora_r is not None else total
     shard = n if spec.sharding == "fsdp" else 1
     per_tower_states = (4 * (total + (trainable if lora else 0)) + 4 * trainable + 8 * trainable) / shard
     states = llm_towers * per_tower_states

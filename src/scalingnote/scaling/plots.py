@@ -159,7 +159,11 @@ def plot_joint(rows: Sequence[dict[str, Any]], joint, path: str | Path) -> Path:
     Ns = sorted({r["N"] for r in rows})
     cmap = plt.get_cmap("viridis")
     Dspan = _span([r["D"] for r in rows])
-    held = {(a, b) for a, b in zip(*(joint.holdout.get(k, []) for k in ("N", "D")))} if joint.holdout else set()
+    held = (
+        {(a, b) for a, b in zip(*(joint.holdout.get(k, []) for k in ("N", "D")), strict=True)}
+        if joint.holdout
+        else set()
+    )
     for i, n in enumerate(Ns):
         col = cmap(i / max(1, len(Ns) - 1))
         rs = sorted([r for r in rows if r["N"] == n], key=lambda r: r["D"])
@@ -200,7 +204,7 @@ def plot_budget(
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), sharey=True)
     Ns = np.geomspace(n_range[0], n_range[1], 400)
     cmap = plt.get_cmap("plasma")
-    for ax, inf in zip(axes, (False, True)):
+    for ax, inf in zip(axes, (False, True), strict=True):
         for i, b in enumerate(sorted(budgets)):
             col = cmap(i / max(1, len(budgets) - 1) * 0.85)
             L = loss_along_budget(params, b, costs, Ns, include_inference=inf)

@@ -205,7 +205,7 @@ def score(session: Any, ev: EvalSet, doc_emb: np.ndarray | None = None, *, per_q
         out["per_query"] = {qid: [v["ndcg@10"], v["r@100"]] for qid, v in pq.items()}
         # per query: the mean perplexity of its pairs
         acc: dict[str, list[float]] = {}
-        for qid, v in zip(ev.cset.query_ids, pairs.tolist()):
+        for qid, v in zip(ev.cset.query_ids, pairs.tolist(), strict=True):
             acc.setdefault(qid, []).append(v)
         for qid, vals in acc.items():
             out["per_query"].setdefault(qid, [0.0, 0.0]).append(float(np.mean(vals)))

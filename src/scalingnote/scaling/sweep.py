@@ -60,7 +60,7 @@ from scalingnote.data import load_corpus, load_qrels, load_queries
 from scalingnote.data.beir import qrels_path
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.evaluation.perplexity import contrastive_perplexity, sample_contrastive_set
-from scalingnote.models import load_tower
+from scalingnote.models import DocumentTower, QueryTower, load_tower
 from scalingnote.scaling.provenance import _check_same_config, _check_same_data, config_hash
 from scalingnote.scaling.table import write_table
 from scalingnote.training import train
@@ -338,6 +338,7 @@ def score_point(run_dir: Path, val: _Validation, batch_size: int = 64, show_prog
 
     qt = load_tower(run_dir / "query_tower")
     dt = load_tower(run_dir / "doc_tower")
+    assert isinstance(qt, QueryTower) and isinstance(dt, DocumentTower)  # a Stage I run saves them so
     qids = list(dict.fromkeys(val.cset.query_ids))
     with torch.no_grad():
         q = qt.encode_queries([val.queries[q] for q in qids], batch_size=batch_size, show_progress=False)

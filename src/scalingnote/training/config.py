@@ -198,9 +198,9 @@ class TrainConfig(RunSettings):
     #: storage of token caches (0 < trainable_layers): float16 halves disk and page cache; float32 is exact
     feature_cache_dtype: Literal["float16", "float32"] = "float16"
     #: validation during training (queries held out from the training split, never the eval split):
-    #: every ``eval_every`` steps ("epoch" = once per epoch; None = only at the end) compute ``validation_metric`` over the
-    #: full corpus; stop after ``patience`` evaluations without improvement (None = never), and
-    #: restore the best weights at the end (``restore_best``).
+    #: every ``eval_every`` steps ("epoch" = once per epoch; None = only at the end) compute
+    #: ``validation_metric`` over the full corpus; stop after ``patience`` evaluations without
+    #: improvement (None = never), and restore the best weights at the end (``restore_best``).
     eval_every: int | Literal["epoch"] | None = None
     validation_metric: Literal["ndcg@10", "contrastive_ppl"] = "ndcg@10"
     patience: int | None = None
@@ -231,8 +231,9 @@ class TrainConfig(RunSettings):
             self.query_tower.prefix_k is not None or self.doc_tower.prefix_k is not None
         ):
             raise ValueError(
-                "distributed: fsdp shards the transformer blocks of a full forward pass; towers with a cached frozen prefix "
-                "(trainable_layers != 'all') run only their top layers and head: use distributed: ddp"
+                "distributed: fsdp shards the transformer blocks of a full forward pass; "
+                "towers with a cached frozen prefix (trainable_layers != 'all') run only their top layers "
+                "and head: use distributed: ddp"
             )
         ks = [s.prefix_k for s in (self.query_tower, self.doc_tower)]
         if self.lora is not None and all(k == 0 for k in ks):
@@ -242,7 +243,8 @@ class TrainConfig(RunSettings):
             raise ValueError("optim.batch_size must be >= 2 (in-batch negatives)")
         if not 0 <= self.data.neg_skip_top < self.data.neg_max_rank:
             raise ValueError(
-                f"need 0 <= data.neg_skip_top < data.neg_max_rank, got {self.data.neg_skip_top}, {self.data.neg_max_rank}"
+                "need 0 <= data.neg_skip_top < data.neg_max_rank, "
+                f"got {self.data.neg_skip_top}, {self.data.neg_max_rank}"
             )
 
 

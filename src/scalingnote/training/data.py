@@ -148,7 +148,8 @@ def load_training_data(
         leaked = sorted(set(eval_qrels) & train_q)
         if leaked and spec.eval_overlap == "error":
             raise ScalingNoteError(
-                f"{len(leaked)} evaluation queries of split {spec.eval_split!r} are also training queries (e.g. {leaked[0]!r}); "
+                f"{len(leaked)} evaluation queries of split {spec.eval_split!r} are also training queries "
+                f"(e.g. {leaked[0]!r}); "
                 "set data.eval_overlap: drop to train without them"
             )
         if leaked:

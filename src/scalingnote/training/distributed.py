@@ -11,6 +11,8 @@ that of one process on the concatenated batch. Uses only ``all_gather`` and
 
 from __future__ import annotations
 
+from typing import overload
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -94,6 +96,10 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
             dist.broadcast(t.data, src)
 
 
+@overload
+def broadcast_float(x: float, src: int = 0) -> float: ...
+@overload
+def broadcast_float(x: float | None, src: int = 0) -> float | None: ...
 def broadcast_float(x: float | None, src: int = 0) -> float | None:
     """``src``'s value of ``x`` on every rank (None stays None when ``src`` has None)."""
     if not is_distributed():
@@ -133,7 +139,7 @@ def max_over_ranks(x: int) -> int:
 
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor) -> Tensor:
         ws = dist.get_world_size()
         sizes = [torch.zeros(1, dtype=torch.long, device=x.device) for _ in range(ws)]
         dist.all_gather(sizes, torch.tensor([x.shape[0]], device=x.device))
@@ -148,7 +154,7 @@ class _GatherWithGrad(torch.autograd.Function):
         return torch.cat(out)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+    def backward(ctx, grad: Tensor) -> Tensor:
         grad = grad.contiguous().clone()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         r = dist.get_rank()

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-import scalingnote.training.distributed as D
 from scalingnote.config import save_config
 from scalingnote.models import pair_towers
+from scalingnote.training import distributed
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import TrainingData, load_training_data
 from scalingnote.training.evaluate import evaluate_pair, make_validator
@@ -42,23 +42,25 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChan
     same inputs (:func:`stage1_inputs`); checkpoints made from other inputs are refused with the
     keys that differ (``on_change="refuse"``) or cleared (``"redo"``)."""
     # 1. the run directory: checkpoints checked against this run's inputs, the resolved config saved
-    D.init_from_env()
+    distributed.init_from_env()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     inputs = stage1_inputs(cfg)
     begin_run(out, inputs, resume=resume, on_change=on_change)  # before config.yaml is overwritten or any work
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         save_config(cfg, out / "config.yaml")
     seed_everything(cfg.seed)
     # 2. data and towers (+ the feature caches of towers that train only their top layers)
-    device = D.local_device()
-    data = load_training_data(cfg.data, cfg.seed, show_progress=cfg.show_progress and D.rank() == 0, out_dir=out)
+    device = distributed.local_device()
+    data = load_training_data(
+        cfg.data, cfg.seed, show_progress=cfg.show_progress and distributed.rank() == 0, out_dir=out
+    )
     qt, dt = build_towers(cfg, device)
     encoders = prefix_encoders(cfg, qt, dt, data)
     results = _describe(cfg, qt, dt, data)
     # 3. the start: initial heads, and its scores
     results.update(_init_heads(cfg, qt, dt, data, encoders))
-    if cfg.evaluate_zero_shot and data.eval_qrels and D.rank() == 0:
+    if cfg.evaluate_zero_shot and data.eval_qrels and distributed.rank() == 0:
         results.update(evaluate_pair(cfg, qt, dt, data, prefix="zero_shot_", encoders=encoders))
     # 4. training, with early stopping on the held-out validation queries
     setup_lora(cfg, (qt, dt))
@@ -71,15 +73,14 @@ def train(cfg: TrainConfig, resume: bool = True, on_step=None, on_change: OnChan
     last = trainer.train(resume=resume, on_step=on_step, validate=validate)
     if validate is not None:
         results["val_curve"] = trainer.best["curve"]
-        results["best_val_per_query"] = trainer.best.get(
-            "per_query"
-        )  # per-query nDCG@10 at the best step (paired tests)
+        # per-query nDCG@10 at the best step (paired tests)
+        results["best_val_per_query"] = trainer.best.get("per_query")
         results.update({k: last.pop(k, None) for k in ("steps_run", "best_step", "best_val_score", "stopped_early")})
     qt, dt = _trained_towers(cfg, trainer, qt, dt, device)
     results["train_seconds"] = round(last.pop("train_seconds", 0.0), 2)
     results.update({f"final_{k}": v for k, v in last.items()})
     # 5. save the paired towers, evaluate them, record the run
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         _save_and_evaluate(cfg, out, qt, dt, data, encoders, results)
     finish_run(out, inputs, {"total_steps": results.get("total_steps")})
     return results
@@ -131,7 +132,7 @@ def _describe(cfg: TrainConfig, qt, dt, data: TrainingData) -> dict[str, Any]:
     }
 
 
-def _init_heads(cfg: TrainConfig, qt, dt, data: TrainingData, encoders) -> dict[str, float]:
+def _init_heads(cfg: TrainConfig, qt, dt, data: TrainingData, encoders) -> dict[str, float] | dict[str, str]:
     """Centre (and initialise, ``projection_init``) both heads from a seeded sample of the training
     pairs, or load them from a finished run (``init_heads_from``)."""
     if not cfg.center:

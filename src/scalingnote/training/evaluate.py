@@ -42,29 +42,36 @@ def make_validator(cfg: TrainConfig, qt, dt, data, encoders=(None, None)):
     vtexts = [data.queries[q] for q in vq]
     qrels = data.validation_qrels()
 
-    def validate() -> float:
-        dn = truncate_normalize(encode_docs_with(dt, encoders[1], docs, cfg.eval_batch_size, False), cfg.dim)
-        qn = truncate_normalize(encode_queries_with(qt, encoders[0], vtexts, cfg.eval_batch_size), cfg.dim)
-        if cfg.validation_metric == "contrastive_ppl":
-            return -contrastive_perplexity(
-                qn,
-                vq,
-                dn,
-                doc_ids,
-                qrels=qrels,
-                temperature=cfg.loss.tau,
-                seed=cfg.seed,
-                num_negatives=perplexity_negatives(len(doc_ids), qrels),
-            )
-        run = exact_search(qn, vq, dn, doc_ids, k=100)
-        pq = per_query(run, qrels, ["ndcg@10"])
-        # per-query nDCG@10 of this validation (the loop keeps the best one's): a choice between runs
-        # can then ask a paired test whether their validation scores really differ
-        validate.per_query = {q: round(float(pq.get(q, {}).get("ndcg@10", 0.0)), 6) for q in vq if q in qrels}
-        return float(dense_metrics(qn, vq, dn, doc_ids, qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)["ndcg@10"])
+    class Validator:
+        """The validation score; ``per_query``: the per-query nDCG@10 of the last call (None under
+        the contrastive perplexity)."""
 
-    validate.per_query = None
-    return validate
+        per_query: dict[str, float] | None = None
+
+        def __call__(self) -> float:
+            dn = truncate_normalize(encode_docs_with(dt, encoders[1], docs, cfg.eval_batch_size, False), cfg.dim)
+            qn = truncate_normalize(encode_queries_with(qt, encoders[0], vtexts, cfg.eval_batch_size), cfg.dim)
+            if cfg.validation_metric == "contrastive_ppl":
+                return -contrastive_perplexity(
+                    qn,
+                    vq,
+                    dn,
+                    doc_ids,
+                    qrels=qrels,
+                    temperature=cfg.loss.tau,
+                    seed=cfg.seed,
+                    num_negatives=perplexity_negatives(len(doc_ids), qrels),
+                )
+            run = exact_search(qn, vq, dn, doc_ids, k=100)
+            pq = per_query(run, qrels, ["ndcg@10"])
+            # per-query nDCG@10 of this validation (the loop keeps the best one's): a choice between runs
+            # can then ask a paired test whether their validation scores really differ
+            self.per_query = {q: round(float(pq.get(q, {}).get("ndcg@10", 0.0)), 6) for q in vq if q in qrels}
+            return float(
+                dense_metrics(qn, vq, dn, doc_ids, qrels, tau=cfg.loss.tau, perplexity_seed=cfg.seed)["ndcg@10"]
+            )
+
+    return Validator()
 
 
 def evaluate_pair(

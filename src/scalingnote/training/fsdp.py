@@ -38,14 +38,14 @@ import logging
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
+from scalingnote.training import distributed
 from scalingnote.training.checkpoint import checkpoint_dir, list_checkpoints, rng_state, set_rng_state
 from scalingnote.training.config import FsdpSpec
 from scalingnote.training.timebox import check_resumed_total
@@ -123,13 +123,13 @@ def shard_towers(towers: Sequence[nn.Module], device: torch.device, spec: FsdpSp
     """Apply activation checkpointing and FSDP2 to each tower in place (call after LoRA and
     before building the optimizer). Returns False (and leaves the towers alone) when not
     running distributed: FSDP over one process only adds overhead."""
-    if not D.is_distributed():
+    if not distributed.is_distributed():
         log.warning("distributed: fsdp needs torchrun with more than one process; training unsharded")
         return False
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(device.type, (D.world_size(),))
+    mesh = init_device_mesh(device.type, (distributed.world_size(),))
     mp = mixed_precision_policy(device, precision, spec)
     for tower in towers:
         backbone = getattr(tower, "backbone", tower)
@@ -150,7 +150,9 @@ def full_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     CPU, on rank 0 (other ranks get ``{}``)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # full_state_dict=True: plain tensors (the declared type also allows sharded ones)
+    state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return cast(dict[str, torch.Tensor], state)
 
 
 def full_grads(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -173,19 +175,21 @@ def gather_towers(towers: Sequence[nn.Module], rebuild: Callable[[], Sequence[nn
     the trained full weights and carrying the trained towers' configs; other ranks get None.
     """
     states = [full_state_dict(t) for t in towers]
-    if D.rank() != 0:
+    if distributed.rank() != 0:
         return [None] * len(towers)
-    fresh = list(rebuild())
-    for old, new, sd in zip(towers, fresh, states):
+    fresh: list[nn.Module | None] = []
+    for old, new, sd in zip(towers, list(rebuild()), states, strict=True):
         dev = next(new.parameters()).device
         missing, unexpected = new.load_state_dict({k: v.to(dev) for k, v in sd.items()}, strict=False)
         if missing or unexpected:
             raise ScalingNoteError(
-                f"FSDP: gathered state does not fit the rebuilt tower (missing {missing[:5]}, unexpected {unexpected[:5]})"
+                "FSDP: gathered state does not fit the rebuilt tower "
+                f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
             )
         if hasattr(old, "config"):
             new.config = old.config
-            new._ids = None
+            new._ids = None  # type: ignore[assignment]  # nn.Module types unknown attributes as Tensor | Module
+        fresh.append(new)
     return fresh
 
 
@@ -208,7 +212,7 @@ def save_sharded(trainer: ShardedLoop, rng: dict[str, Any] | None = None) -> Pat
 
     final = checkpoint_dir(trainer.out, trainer.step)
     tmp = final.with_name(f".{final.name}.tmp")
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         final.parent.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -226,12 +230,13 @@ def save_sharded(trainer: ShardedLoop, rng: dict[str, Any] | None = None) -> Pat
         "best": trainer.best,  # its "state" holds this rank's shards (TrainLoop.trainable_state)
         "train_seconds": trainer.train_seconds(),
     }
-    with atomic_path(tmp / f"rank-{D.rank():05d}.pt", suffix=".pt") as p:
+    with atomic_path(tmp / f"rank-{distributed.rank():05d}.pt", suffix=".pt") as p:
         torch.save(extra, p)
     dist.barrier()
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         (tmp / MARKER).write_text(
-            json.dumps({"format": FORMAT, "step": trainer.step, "world_size": D.world_size()}), encoding="utf-8"
+            json.dumps({"format": FORMAT, "step": trainer.step, "world_size": distributed.world_size()}),
+            encoding="utf-8",
         )
         if final.exists():
             shutil.rmtree(final)
@@ -254,16 +259,17 @@ def load_latest_sharded(trainer: ShardedLoop) -> int | None:
         return None
     path = checkpoint_dir(trainer.out, steps[-1])
     meta = json.loads((path / MARKER).read_text(encoding="utf-8"))
-    if meta.get("world_size") != D.world_size():
+    if meta.get("world_size") != distributed.world_size():
         raise ScalingNoteError(
-            f"{path}: sharded checkpoint written by {meta.get('world_size')} processes, this run has {D.world_size()} "
+            f"{path}: sharded checkpoint written by {meta.get('world_size')} processes, "
+            f"this run has {distributed.world_size()} "
             "(exact resume replays each rank's RNG: relaunch with the same --nproc_per_node)"
         )
-    extra = torch.load(path / f"rank-{D.rank():05d}.pt", map_location="cpu", weights_only=False)
+    extra = torch.load(path / f"rank-{distributed.rank():05d}.pt", map_location="cpu", weights_only=False)
     check_resumed_total(trainer, extra, path)
     container = _container(trainer)
     msd, osd = get_state_dict(container, trainer.optimizer)
-    state = {"model": msd, "optim": osd}
+    state: dict[str, Any] = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(container, trainer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     trainer.scheduler.load_state_dict(extra["scheduler"])

@@ -38,11 +38,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
+from scalingnote.training import distributed
 from scalingnote.training.checkpoint import load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from scalingnote.training.curves import Curves
 from scalingnote.training.fsdp import load_latest_sharded, save_sharded
+from scalingnote.training.params import adamw, load_trained_state, param_groups, trained_state
 from scalingnote.training.schedule import linear_warmup_decay
 from scalingnote.training.settings import LoopCadence
 from scalingnote.training.timebox import PACE_PROBE, check_resumed_total, fit_to_box
@@ -55,68 +56,6 @@ def _local(t: Tensor) -> Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def _is_head(name: str) -> bool:
-    return name.startswith("projection") or ".projection." in name
-
-
-def param_groups(towers: Sequence[nn.Module], lr: float, head_lr: float, weight_decay: float) -> list[dict]:
-    """Backbone / projection groups, weight decay off for biases and norm weights (Table 7)."""
-    groups: dict[tuple[bool, bool], list[nn.Parameter]] = {}
-    seen: set[int] = set()
-    for tower in towers:
-        for name, p in tower.named_parameters():
-            if not p.requires_grad or id(p) in seen:
-                continue
-            seen.add(id(p))
-            no_decay = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias")
-            groups.setdefault((_is_head(name), no_decay), []).append(p)
-    return [
-        {"params": ps, "lr": head_lr if head else lr, "weight_decay": 0.0 if nd else weight_decay}
-        for (head, nd), ps in groups.items()
-    ]
-
-
-def _frozen(module: nn.Module) -> set[str]:
-    return {k for k, p in module.named_parameters() if not p.requires_grad}
-
-
-def trained_state(module: nn.Module) -> dict[str, Tensor]:
-    """What a checkpoint must hold of ``module``: its trainable parameters and its buffers (heads'
-    centres, ...). Frozen weights are not written: a resumed run loads them from the base model as
-    the first run did (with frozen backbones a full ``state_dict`` was ~99% of each checkpoint)."""
-    frozen = _frozen(module)
-    return {k: v for k, v in module.state_dict().items() if k not in frozen}
-
-
-def load_trained_state(module: nn.Module, state: dict[str, Tensor], where: str) -> None:
-    """Load :func:`trained_state` (or a full ``state_dict`` of older checkpoints) into ``module``;
-    every trainable parameter and buffer must be in it."""
-    frozen = _frozen(module)
-    res = module.load_state_dict(state, strict=False)
-    missing = [k for k in res.missing_keys if k not in frozen]
-    if missing or res.unexpected_keys:
-        raise ScalingNoteError(
-            f"{where}: checkpoint does not match the model (missing {missing[:5]}, "
-            f"unexpected {res.unexpected_keys[:5]}): the config changed; use a new output_dir"
-        )
-
-
-def adamw(groups: list[dict], betas: Sequence[float] = (0.9, 0.999), eps: float = 1e-8) -> torch.optim.AdamW:
-    """AdamW (Table 7), with PyTorch's fused kernel where every parameter allows it (plain floating
-    tensors on one CPU or CUDA device): the same update in one pass over the weights instead of
-    several (15.5M weights on this 2-core CPU: 68 -> 10 ms a step). FSDP2 (DTensor) or mixed-device
-    parameters keep the default (foreach) kernel."""
-    params = [p for g in groups for p in g["params"]]
-    devices = {p.device.type for p in params}
-    fused = (
-        len(devices) == 1
-        and devices <= {"cpu", "cuda"}
-        and all(p.is_floating_point() for p in params)
-        and not any(hasattr(p, "to_local") for p in params)
-    )
-    return torch.optim.AdamW(groups, betas=tuple(betas), eps=eps, fused=fused or None)
-
-
 class StopTraining(Exception):
     """Raised by a step callback to stop after a checkpoint (used by tests to simulate a kill)."""
 
@@ -127,7 +66,7 @@ class LoopSettings(LoopCadence):
     :class:`~scalingnote.training.settings.LoopCadence` fields), early stopping."""
 
     max_grad_norm: float = 1.0
-    eval_every: int = 0  # 0: validate only at the start and the end
+    eval_every: int | None = 0  # 0 or None: validate only at the start and the end
     patience: int | None = None  # validations without improvement before stopping (None: never stop)
     restore_best: bool = True  # end with the best validated weights
     # a time box (scalingnote.training.timebox): the loop's own seconds (earlier runs included) and/or
@@ -162,7 +101,8 @@ class TrainLoop:
         self.step = 0
         self.prior_seconds = 0.0  # optimiser time of earlier (interrupted) runs
         self.best: dict[str, Any] = {"score": None, "step": 0, "state": None, "bad": 0, "curve": []}
-        self.optimizer: torch.optim.Optimizer | None = None
+        self.optimizer: torch.optim.Optimizer | None = None  # build_optimizer()
+        self._t0: float | None = None  # perf_counter() when run() started its steps
         self.scheduler: Any = None
         self.sharded = False  # set by a stage that applied FSDP2 to its modules
         self.curves = Curves(self.out, enabled=False)  # opened by run()
@@ -189,8 +129,12 @@ class TrainLoop:
             self.optimizer, self.total_steps, warmup_ratio, schedule=schedule, warmup_steps=warm
         )
 
+    def _built_optimizer(self) -> torch.optim.Optimizer:
+        assert self.optimizer is not None, "build_optimizer() comes first"
+        return self.optimizer
+
     def trainable_params(self) -> list[Tensor]:
-        return [p for g in self.optimizer.param_groups for p in g["params"]]
+        return [p for g in self._built_optimizer().param_groups for p in g["params"]]
 
     # -- hooks a stage fills in ------------------------------------------------------------------
     def modules(self) -> list[nn.Module]:
@@ -228,7 +172,7 @@ class TrainLoop:
         """Called between backward and clipping: under torchrun without sharding, DDP's
         average of the gradients over ranks (FSDP2 has reduce-scattered them in backward)."""
         if not self.sharded:
-            D.average_gradients(self.modules())
+            distributed.average_gradients(self.modules())
 
     def checkpoint_modules(self) -> dict[str, nn.Module]:
         """The modules of a sharded checkpoint, by the name their keys are stored under."""
@@ -276,7 +220,7 @@ class TrainLoop:
             "total_steps": self.total_steps,
             "planned_steps": self.planned_steps,
             "warmup_steps": getattr(self, "warmup_steps", None),
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": self._built_optimizer().state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "rng": rng if rng is not None else rng_state(),
             "best": self.best,
@@ -287,18 +231,18 @@ class TrainLoop:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_resumed_total(self, state, self.out)
         self.load_model_state(state)
-        self.optimizer.load_state_dict(state["optimizer"])
+        self._built_optimizer().load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         per_rank = state.get("rng_ranks")  # a data-parallel (DDP) run: every rank's own RNG streams
-        if per_rank and len(per_rank) == D.world_size():
-            set_rng_state(per_rank[D.rank()])
+        if per_rank and len(per_rank) == distributed.world_size():
+            set_rng_state(per_rank[distributed.rank()])
         elif state.get("rng") is not None:
             if per_rank:
                 log.warning(
                     "%s: checkpoint written by %d processes, this run has %d: RNG streams are not replayed exactly",
                     self.out,
                     len(per_rank),
-                    D.world_size(),
+                    distributed.world_size(),
                 )
             set_rng_state(state["rng"])
         self.step = int(state["step"])
@@ -312,13 +256,13 @@ class TrainLoop:
             save_sharded(self, rng)
             return
         rng = rng if rng is not None else rng_state()
-        per_rank = D.gather_to_rank0(rng)  # rank 0 writes the file; each rank resumes its own dropout streams
+        per_rank = distributed.gather_to_rank0(rng)  # rank 0 writes the file; each rank resumes its own dropout streams
         if self.is_main:
             state = self.state_dict(rng)
             if per_rank is not None:
                 state["rng_ranks"] = per_rank
             save_checkpoint(self.out, self.step, state, keep=self.settings.keep_checkpoints)
-        D.barrier()
+        distributed.barrier()
 
     def load_latest(self) -> bool:
         """Load the newest checkpoint under ``out``; True when there was one."""
@@ -379,7 +323,7 @@ class TrainLoop:
             return False
         # every rank validates (a sharded forward is collective); rank 0's score decides, so the
         # ranks cannot part ways on early stopping over a last-bit difference
-        score = float(D.broadcast_float(float(score)))
+        score = float(distributed.broadcast_float(float(score)))
         b = self.best
         b["curve"].append([self.step, round(score, 6)])
         self.curves.scalar(self.val_tag(), score, self.step)
@@ -403,14 +347,15 @@ class TrainLoop:
         return self.prior_seconds + self._elapsed()
 
     def _elapsed(self) -> float:
-        return time.perf_counter() - self._t0 if getattr(self, "_t0", None) is not None else 0.0
+        t0 = getattr(self, "_t0", None)
+        return time.perf_counter() - t0 if t0 is not None else 0.0
 
     def optimizer_step(self) -> float:
         self.reduce_gradients()
         gnorm = torch.nn.utils.clip_grad_norm_(self.trainable_params(), self.settings.max_grad_norm)
-        self.optimizer.step()
+        self._built_optimizer().step()
         self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._built_optimizer().zero_grad(set_to_none=True)
         return float(gnorm)
 
     def _postfix(self, bar, comps: dict[str, float]) -> None:
@@ -494,7 +439,7 @@ class TrainLoop:
             bar.close()
             if zone != "update":
                 log.warning("%s: interrupted at step %d: writing a checkpoint; rerun to resume", self.desc, self.step)
-                self.optimizer.zero_grad(set_to_none=True)
+                self._built_optimizer().zero_grad(set_to_none=True)
                 self.save(rng=step_rng if zone == "grad" else None)
             raise
         finally:
@@ -517,4 +462,13 @@ class TrainLoop:
         return last
 
 
-__all__ = ["LoopSettings", "StopTraining", "TrainLoop", "linear_warmup_decay", "param_groups"]
+__all__ = [
+    "LoopSettings",
+    "StopTraining",
+    "TrainLoop",
+    "adamw",
+    "linear_warmup_decay",
+    "load_trained_state",
+    "param_groups",
+    "trained_state",
+]

@@ -96,9 +96,9 @@ def stored_doc_embeddings(
     """The mining tower's own corpus embeddings, when its Stage I run stored them
     (``doc_embeddings.npy`` + ``doc_ids.json``, written by the run's final evaluation through the same
     towers): unit-norm, in ``corpus`` order. Re-encoding the corpus was most of the mining time
-    (KUAKE-QTR with a 4-layer SmolLM2: 624 s encoding, 24 s with the stored ones). None — encode instead — when they are absent,
-    cover another corpus, or a seeded sample re-encoded by ``dt`` disagrees (towers replaced after
-    the run wrote them)."""
+    (KUAKE-QTR with a 4-layer SmolLM2: 624 s encoding, 24 s with the stored ones). None — encode
+    instead — when they are absent, cover another corpus, or a seeded sample re-encoded by ``dt``
+    disagrees (towers replaced after the run wrote them)."""
     root = Path(run_dir).expanduser() if run_dir else None
     if root is None or not (root / "doc_embeddings.npy").is_file() or not (root / "doc_ids.json").is_file():
         return None
@@ -167,7 +167,7 @@ def build_windows(
     for qi, qid in enumerate(qids):
         pos = set(positives.get(qid, ()))
         dense_rank = {doc_ids[j]: n + 1 for n, j in enumerate(rows[qi]) if j >= 0}
-        dense_score = {doc_ids[j]: float(s) for s, j in zip(scores[qi], rows[qi]) if j >= 0}
+        dense_score = {doc_ids[j]: float(s) for s, j in zip(scores[qi], rows[qi], strict=True) if j >= 0}
         bm_ranked = sorted((bm25_run or {}).get(qid, {}).items(), key=lambda x: (-x[1], x[0]))
         bm_rank = {doc: n + 1 for n, (doc, _) in enumerate(bm_ranked)}
         bm_score = dict(bm_ranked)
@@ -336,7 +336,9 @@ def mined_rows(
             spec, corpus, queries, positives, qt, dt, show_progress, spec.mining.tower
         )
         rows = rows_from_windows(mined, positives, spec.num_negatives, seed, spec.negatives)
-        write_triplets(step / TRIPLETS_FILE, (Triplet(q, p, n, s) for q, p, negs, s in rows for n in (negs or [None])))
+        write_triplets(
+            step / TRIPLETS_FILE, (Triplet(q, p, n, s) for q, p, negs, s in rows for n in (negs if negs else (None,)))
+        )
         records = audit_records(mined, positives, corpus, queries, spec.mining.audit_queries, seed)
         summary = {
             **audit_summary(mined, rows),

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Literal
 
-import scalingnote.training.distributed as D
+from scalingnote.training import distributed
 from scalingnote.utils.steps import RECORD, changed_keys, check_step, mark_step, with_defaults
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def begin_run(
     keys = changed_keys(ck, inputs)
     if keys and resume and on_change == "refuse":
         check_step(ck, inputs, on_change="refuse")  # raises, naming the keys
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         check_step(ck, inputs, on_change="redo")  # logs the change (one line), records the inputs
         if keys or not resume:
             for p in ck.iterdir():
@@ -84,12 +84,12 @@ def begin_run(
             (Path(out) / "metrics.jsonl").unlink(missing_ok=True)
         for name in stale if keys else ():  # built from the old inputs
             shutil.rmtree(Path(out) / name, ignore_errors=True)
-    D.barrier()
+    distributed.barrier()
 
 
 def finish_run(out: str | Path, inputs: dict[str, Any], info: dict[str, Any] | None = None) -> None:
     """Mark the run's checkpoints complete for ``inputs`` (rank 0)."""
-    if D.rank() == 0:
+    if distributed.rank() == 0:
         mark_step(Path(out) / "checkpoints", inputs, info)
 
 

@@ -20,8 +20,8 @@ import math
 import time
 from typing import Any
 
-import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
+from scalingnote.training import distributed
 from scalingnote.training.schedule import linear_warmup_decay
 
 PACE_PROBE = 10  #: the pace is read (and the end re-planned) every this many steps of a run
@@ -41,7 +41,7 @@ def seconds_left(
 
 
 def steps_that_fit(
-    step: int, left: float, step_s: float, val_s: float, eval_every: int, *, floor: int, cap: int
+    step: int, left: float, step_s: float, val_s: float, eval_every: int | None, *, floor: int, cap: int
 ) -> int:
     """The total step count a box with ``left`` seconds holds from ``step``: each further step costs
     ``step_s``; a validation (``val_s``) every ``eval_every`` steps and one at the end. Clamped to
@@ -63,7 +63,8 @@ def fit_to_box(loop: Any) -> None:
     step_s = max(spent - loop.prior_seconds - loop.val_seconds, 0.0) / loop.steps_done  # this run's steps
     val_s = loop.last_val_seconds if loop.has_validation() else 0.0
     new = steps_that_fit(loop.step, left, step_s, val_s, st.eval_every, floor=st.min_steps, cap=loop.planned_steps)
-    new = int(D.broadcast_float(float(new)))  # under torchrun rank 0's pace decides: the ranks must stop together
+    # under torchrun rank 0's pace decides: the ranks must stop together
+    new = int(distributed.broadcast_float(float(new)))
     if abs(new - loop.total_steps) > max(1, REPLAN_MIN_CHANGE * loop.total_steps) or (
         new == loop.step < loop.total_steps
     ):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import scalingnote.training.distributed as D
 from scalingnote.errors import ScalingNoteError
-from scalingnote.models import PrefixTower, load_tower, load_tower_pair
+from scalingnote.models import DocumentTower, PrefixTower, QueryTower, load_tower, load_tower_pair
 from scalingnote.models.prefix import has_lora
 from scalingnote.models.prefix import merge_lora as merge_top_lora
 from scalingnote.models.prompt import resolve_prompt
+from scalingnote.training import distributed
 from scalingnote.training.config import TrainConfig
 
 
@@ -29,11 +29,15 @@ def build_towers(cfg: TrainConfig, device=None):
         projection_seed=cfg.seed,
         doc_prompt=resolve_prompt(d.prompt),
     )
+    # load_tower gives either kind (a saved tower keeps the role it was saved with)
+    qt: QueryTower | DocumentTower
+    dt: QueryTower | DocumentTower
     if cfg.method == "scaling_dual":
         if (q.model, q.num_layers, q.layers) != (d.model, d.num_layers, d.layers):
             raise ScalingNoteError(
                 "scaling_dual starts both towers from the same LLM checkpoint: query_tower and doc_tower must name the "
-                f"same model, num_layers and layers (got {q.model}/{q.num_layers}/{q.layers} and {d.model}/{d.num_layers}/{d.layers})"
+                "same model, num_layers and layers "
+                f"(got {q.model}/{q.num_layers}/{q.layers} and {d.model}/{d.num_layers}/{d.layers})"
             )
         qt, dt = load_tower_pair(
             q.model,
@@ -112,9 +116,8 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
     the whole corpus are cached up front (the expensive part of a CPU run happens once)."""
 
     root = Path(cfg.feature_cache_dir) if cfg.feature_cache_dir else Path(cfg.output_dir) / "feature_cache"
-    show = cfg.show_progress and D.rank() == 0
+    show = cfg.show_progress and distributed.rank() == 0
     q_enc = d_enc = None
-    kw = {"show_progress": show, "dtype": cfg.feature_cache_dtype}
 
     def lora(k):  # LoRA on the top k layers of a tower over a cached prefix (k = 0: heads only)
         return cfg.lora if k else None
@@ -126,7 +129,8 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
             root,
             batch_size=cfg.eval_batch_size,
             lora=lora(cfg.query_tower.prefix_k),
-            **kw,
+            show_progress=show,
+            dtype=cfg.feature_cache_dtype,
         )
         texts = sorted({e.query for e in data.train + data.validation} | set(data.eval_queries.values()))
         q_enc.ensure(texts)
@@ -137,7 +141,8 @@ def prefix_encoders(cfg: TrainConfig, qt, dt, data):
             root,
             batch_size=max(1, cfg.eval_batch_size // 4),
             lora=lora(cfg.doc_tower.prefix_k),
-            **kw,
+            show_progress=show,
+            dtype=cfg.feature_cache_dtype,
         )
         d_enc.ensure(list(data.corpus.values()) + [d for e in data.train + data.validation for d in (e.pos, *e.negs)])
     return q_enc, d_enc

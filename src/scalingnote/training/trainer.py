@@ -28,37 +28,38 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-import scalingnote.training.distributed as D
+from scalingnote.models import DocumentTower, QueryTower
+from scalingnote.training import distributed
 from scalingnote.training.checkpoint import rng_state, set_rng_state
 from scalingnote.training.config import TrainConfig
 from scalingnote.training.data import Example, epoch_order
 from scalingnote.training.fsdp import shard_towers
-from scalingnote.training.loop import (
-    LoopSettings,
-    StopTraining,
-    TrainLoop,
-    linear_warmup_decay,
-    load_trained_state,
-    param_groups,
-    trained_state,
-)
+from scalingnote.training.loop import LoopSettings, StopTraining, TrainLoop
 from scalingnote.training.losses import LossBatch, get_loss
+from scalingnote.training.params import load_trained_state, param_groups, trained_state
+from scalingnote.training.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- tower adapter
-def embed_queries(tower: nn.Module, texts: Sequence[str], device: torch.device) -> Tensor:
+def embed_queries(tower: QueryTower, texts: Sequence[str], device: torch.device) -> Tensor:
     """Query embeddings with a graph: [B, dim]."""
     batch = tower.tokenize_queries(list(texts))
     return tower({k: v.to(device) for k, v in batch.items()})
 
 
-def embed_documents(tower: nn.Module, docs: Sequence, device: torch.device) -> dict[str, Tensor]:
+def embed_documents(tower: DocumentTower, docs: Sequence, device: torch.device) -> dict[str, Tensor]:
     """Document views with a graph: {"title", "content", "emb"} -> [B, dim] (single-vector towers
     return their one view)."""
     batch = tower.tokenize_documents(list(docs))
     return tower({k: v.to(device) for k, v in batch.items()})
+
+
+def _grad(t: Tensor) -> Tensor:
+    """The gradient ``backward()`` left in ``t`` (a leaf tensor the loss used)."""
+    assert t.grad is not None
+    return t.grad
 
 
 def negative_mask(exs: Sequence[Example], n_neg: int) -> Tensor | None:
@@ -77,7 +78,7 @@ def batch_negatives(exs: Sequence[Example]) -> int:
     and masked: :func:`negative_mask`), under ``torchrun`` the largest over ranks — every rank
     gathers rows of one shape, and a rank whose examples have none pads with masked rows instead
     of skipping the gather the others make."""
-    return D.max_over_ranks(max((len(e.negs) for e in exs), default=0))
+    return distributed.max_over_ranks(max((len(e.negs) for e in exs), default=0))
 
 
 def _at_least_fp32(t: Tensor) -> Tensor:
@@ -91,8 +92,8 @@ class Trainer(TrainLoop):
     def __init__(
         self,
         cfg: TrainConfig,
-        query_tower: nn.Module,
-        doc_tower: nn.Module,
+        query_tower: QueryTower,
+        doc_tower: DocumentTower,
         train_examples: list[Example],
         device: torch.device | None = None,
         encoders: tuple[Any, Any] = (None, None),
@@ -106,7 +107,7 @@ class Trainer(TrainLoop):
         self.d_tower = doc_tower
         self.examples = train_examples
         self.device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.local_batch = D.local_batch_size(cfg.optim.batch_size)
+        self.local_batch = distributed.local_batch_size(cfg.optim.batch_size)
         self.steps_per_epoch = len(train_examples) // cfg.optim.batch_size
         if self.steps_per_epoch == 0:
             raise ValueError(f"{len(train_examples)} training examples < batch size {cfg.optim.batch_size}")
@@ -120,7 +121,7 @@ class Trainer(TrainLoop):
             restore_best=cfg.restore_best,
         )
         super().__init__(
-            cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=D.rank() == 0
+            cfg.output_dir, min(total, o.max_steps) if o.max_steps else total, settings, is_main=distributed.rank() == 0
         )
         self.desc = f"stage I ({cfg.method})"
         # FSDP2 (distributed: fsdp): towers sharded in place before the optimizer sees them
@@ -185,7 +186,9 @@ class Trainer(TrainLoop):
         """The configured Stage I loss (``loss.name``; the paper's Eq. 12 by default) over this
         process's batch and the batch gathered from every process (cross-process negatives);
         ``mask`` marks the real rows of a padded ``neg`` (:func:`negative_mask`)."""
-        if neg is not None and mask is None and D.is_distributed():  # every rank gathers a mask when any may pad
+        if (
+            neg is not None and mask is None and distributed.is_distributed()
+        ):  # every rank gathers a mask when any may pad
             mask = torch.ones(next(iter(neg.values())).shape[0], dtype=torch.bool)
         if mask is not None:
             mask = mask.to(q.device)
@@ -193,13 +196,13 @@ class Trainer(TrainLoop):
             q,
             pos,
             neg,
-            q_all=D.gather_with_grad(q),
-            pos_all={k: D.gather_with_grad(v) for k, v in pos.items()},
-            neg_all={k: D.gather_with_grad(v) for k, v in neg.items()} if neg is not None else None,
-            offset=D.rank() * q.shape[0],
+            q_all=distributed.gather_with_grad(q),
+            pos_all={k: distributed.gather_with_grad(v) for k, v in pos.items()},
+            neg_all={k: distributed.gather_with_grad(v) for k, v in neg.items()} if neg is not None else None,
+            offset=distributed.rank() * q.shape[0],
             neg_mask=mask,
-            neg_mask_all=D.gather_with_grad(mask.to(torch.uint8)).bool()
-            if mask is not None and D.is_distributed()
+            neg_mask_all=distributed.gather_with_grad(mask.to(torch.uint8)).bool()
+            if mask is not None and distributed.is_distributed()
             else mask,
         )
         return self.loss_fn(batch, self.cfg.loss)
@@ -218,12 +221,12 @@ class Trainer(TrainLoop):
         chunks = [exs[i : i + micro] for i in range(0, len(exs), micro)]
         cuts = [
             None if mask is None else mask[i * n_neg : (i + len(c)) * n_neg]
-            for i, c in zip(range(0, len(exs), micro), chunks)
+            for i, c in zip(range(0, len(exs), micro), chunks, strict=True)
         ]
         masks = [None if m is None or bool(m.all()) else m for m in cuts]  # each chunk's slice of the batch's mask
         states, qs, poss, negs = [], [], [], []
         with torch.no_grad():
-            for c, cm in zip(chunks, masks):
+            for c, cm in zip(chunks, masks, strict=True):
                 states.append(rng_state())
                 q, pos, neg = self._forward(c, n_neg, cm)
                 qs.append(q)
@@ -234,21 +237,23 @@ class Trainer(TrainLoop):
         pos = {k: torch.cat([p[k] for p in poss]).requires_grad_() for k in poss[0]}
         neg = None
         if n_neg:  # every chunk has n_neg rows per query (padded where an example has fewer)
-            neg = {k: torch.cat([n[k] for n in negs]).requires_grad_() for k in negs[0]}  # type: ignore[index]
+            chunk_negs = [n for n in negs if n is not None]
+            assert len(chunk_negs) == len(negs)
+            neg = {k: torch.cat([n[k] for n in chunk_negs]).requires_grad_() for k in chunk_negs[0]}
         loss, comps = self._loss(q, pos, neg, mask)
         loss.backward()
         start = 0
-        for c, cm, st in zip(chunks, masks, states):
+        for c, cm, st in zip(chunks, masks, states, strict=True):
             set_rng_state(st)
             qc, posc, negc = self._forward(c, n_neg, cm)
             sl = slice(start, start + len(c))
-            surrogate = (qc * q.grad[sl]).sum()
+            surrogate = (qc * _grad(q)[sl]).sum()
             for k in posc:
-                surrogate = surrogate + (posc[k] * pos[k].grad[sl]).sum()
+                surrogate = surrogate + (posc[k] * _grad(pos[k])[sl]).sum()
             if negc is not None and neg is not None:
                 nsl = slice(start * n_neg, (start + len(c)) * n_neg)  # the chunk's negatives (query-major)
                 for k in negc:
-                    surrogate = surrogate + (negc[k] * neg[k].grad[nsl]).sum()
+                    surrogate = surrogate + (negc[k] * _grad(neg[k])[nsl]).sum()
             surrogate.backward()
             start += len(c)
         set_rng_state(after)
@@ -303,7 +308,7 @@ class Trainer(TrainLoop):
     def _batch_for_step(self, step: int) -> list[Example]:
         epoch, i = divmod(step, self.steps_per_epoch)
         idx = epoch_order(len(self.examples), self.cfg.optim.batch_size, self.cfg.seed, epoch)[i]
-        return [self.examples[j] for j in D.rank_slice(idx)]
+        return [self.examples[j] for j in distributed.rank_slice(idx)]
 
     def train(
         self,

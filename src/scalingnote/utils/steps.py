@@ -178,8 +178,8 @@ def _field_defaults(cls: type, prefix: str) -> dict[str, Any]:
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             value = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            value = f.default_factory()  # type: ignore[misc]
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
         else:
             continue
         key = f"{prefix}{f.name}"
@@ -269,7 +269,7 @@ def _recorded(step_dir: Path) -> tuple[str | None, dict[str, Any] | None]:
 def _compare(step_dir: Path, canon: dict[str, Any]) -> tuple[StepState, list[str], str]:
     """(state, differing keys, a description of the change)."""
     which, rec = _recorded(step_dir)
-    if which is None:
+    if which is None or rec is None:  # both None together
         busy = step_dir.is_dir() and any(not p.name.startswith(".") for p in step_dir.iterdir())
         return ("partial" if busy else "missing"), [], ""
     if "digest" not in rec or "inputs" not in rec:
@@ -312,7 +312,8 @@ def check_step(step_dir: str | Path, inputs: dict, *, on_change: Literal["redo",
             raise StepChangedError(
                 d,
                 keys,
-                f"{d}: made from other inputs than this run's ({what}); use a new output directory, or delete {d} to redo it",
+                f"{d}: made from other inputs than this run's ({what}); "
+                f"use a new output directory, or delete {d} to redo it",
             )
         log.warning("%s: inputs changed (%s): redoing this step", d, what)
         (d / MARKER).unlink(missing_ok=True)

@@ -16,9 +16,10 @@ class LossBatch:
     ``neg``: view name -> [B*n, dim] local hard negatives, ``n`` >= 1 per query, query-major (rows
     ``i*n .. i*n+n-1`` belong to query ``i``; with one negative per query this is [B, dim]). An
     LLM document tower gives the ``title``, ``content`` and ``emb`` views of ScalingNote §3.2, a
-    single-vector tower one ``emb`` view; ``neg`` is None without hard negatives. ``q_all`` / ``pos_all`` / ``neg_all``: the same gathered from every process
-    (the cross-process in-batch negatives); ``offset``: the position of the local batch in them.
-    On one process the ``*_all`` fields are the local tensors and ``offset`` is 0.
+    single-vector tower one ``emb`` view; ``neg`` is None without hard negatives. ``q_all`` /
+    ``pos_all`` / ``neg_all``: the same gathered from every process (the cross-process in-batch
+    negatives); ``offset``: the position of the local batch in them. On one process the ``*_all``
+    fields are the local tensors and ``offset`` is 0.
 
     ``neg_mask`` [B*n] bool (query-major like ``neg``; ``neg_mask_all`` gathered): which rows of
     ``neg`` are real hard negatives. A batch whose examples have different numbers of negatives
@@ -52,7 +53,8 @@ class LossBatch:
             b = int(self.q.shape[0])
             if len(rows) != 1 or b == 0 or next(iter(rows)) % b or next(iter(rows)) == 0:
                 raise ValueError(
-                    f"LossBatch.neg: every view needs B*n rows (B={b} queries, n >= 1 negatives each), got {sorted(rows)}"
+                    f"LossBatch.neg: every view needs B*n rows (B={b} queries, n >= 1 negatives each), "
+                    f"got {sorted(rows)}"
                 )
 
     @property

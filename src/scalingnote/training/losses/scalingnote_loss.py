@@ -89,7 +89,7 @@ def matryoshka_contrastive(
         raise ValueError(f"{len(dims)} Matryoshka dims but {len(weights)} weights")
     targets = torch.arange(q.shape[0], device=q.device) + offset
     total = q.new_zeros(())
-    for m, w in zip(dims, weights):
+    for m, w in zip(dims, weights, strict=True):
         if m > q.shape[1]:
             raise ValueError(f"Matryoshka dim {m} exceeds the embedding size {q.shape[1]}")
         qm, dm, qam, dam = _prefix(q, m), _prefix(d, m), _prefix(q_all, m), _prefix(d_all, m)
@@ -144,8 +144,10 @@ def matryoshka_margin(
     """Eq. 10 for one view: Σ_m w_hard^m · L_hard^m (Eq. 9 on each prefix; ``d_neg`` [B*n, h],
     ``reduce`` over a query's n negatives and ``mask`` of the padding rows as in :func:`margin_loss`)."""
     weights = [1.0] * len(dims) if weights is None else list(weights)
+    if len(weights) != len(dims):
+        raise ValueError(f"{len(dims)} Matryoshka dims but {len(weights)} hard weights")
     total = q.new_zeros(())
-    for m, w in zip(dims, weights):
+    for m, w in zip(dims, weights, strict=True):
         total = total + w * margin_loss(_prefix(q, m), _prefix(d_pos, m), _prefix(d_neg, m), margin, reduce, mask)
     return total
 
@@ -221,11 +223,12 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
 
     Inputs: ``batch`` (:class:`~scalingnote.training.losses.batch.LossBatch`): the local queries
     ``q`` [B, dim], the positive documents ``pos`` (view name -> [B, dim]) and hard negatives
-    ``neg`` (view name -> [B*n, dim], n >= 1 per query, query-major; an LLM document tower gives the ``title``, ``content`` and ``emb`` views, a
-    single-vector tower one ``emb`` view), the same gathered across processes and the local
-    batch's ``offset`` in them. ``spec`` (:class:`~scalingnote.training.losses.spec.LossSpec`):
-    the Matryoshka ``dims`` and ``weights`` / ``hard_weights``, ``tau``, ``margin``, ``alpha`` and
-    ``hard_in_denominator`` and ``hard_reduce``. Padding rows of ``neg`` (``batch.neg_mask``
+    ``neg`` (view name -> [B*n, dim], n >= 1 per query, query-major; an LLM document tower gives the
+    ``title``, ``content`` and ``emb`` views, a single-vector tower one ``emb`` view), the same
+    gathered across processes and the local batch's ``offset`` in them.
+    ``spec`` (:class:`~scalingnote.training.losses.spec.LossSpec`): the Matryoshka ``dims`` and
+    ``weights`` / ``hard_weights``, ``tau``, ``margin``, ``alpha`` and ``hard_in_denominator`` and
+    ``hard_reduce``. Padding rows of ``neg`` (``batch.neg_mask``
     False: an example with fewer negatives than the batch's largest) are left out of both terms.
 
     Equation: ScalingNote Eq. 5–12 (§3.2). For each view t and prefix length m ∈ M,
@@ -234,7 +237,8 @@ def scalingnote_stage1_loss(batch: LossBatch, spec: LossSpec) -> tuple[Tensor, d
     L^con = Σ_t L^t (Eq. 8); L_hard^{t,m} = mean_i max(0, margin − sim(q_i, d_i+) + sim(q_i, d_i−))
     (Eq. 9; with n > 1 negatives per query the hinge is averaged over the B·n triplets
     (q_i, d_i+, d_ij−), ``hard_reduce: mean``, or each query keeps its largest, ``max``; every
-    hard negative joins the Eq. 5 denominators with ``hard_in_denominator``), L_hard^t = Σ_m w_hard^m L_hard^{t,m} (Eq. 10), L^hard = Σ_t L_hard^t (Eq. 11), and
+    hard negative joins the Eq. 5 denominators with ``hard_in_denominator``),
+    L_hard^t = Σ_m w_hard^m L_hard^{t,m} (Eq. 10), L^hard = Σ_t L_hard^t (Eq. 11), and
     L = L^con + α L^hard (Eq. 12).
 
     Reference: "ScalingNote: Scaling up Retrievers with Large Language Models for Real-World
