@@ -15,12 +15,15 @@ import importlib
 import os
 import sys
 from difflib import get_close_matches
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
 from scalingnote.errors import ScalingNoteError
+
+if TYPE_CHECKING:  # the click that typer ships: the types TyperGroup's methods take and return
+    from typer._click.core import Command, Context
 
 #: top-level command -> (module under scalingnote.cli whose ``register(app)`` adds it, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -30,11 +33,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "compare": (
         "evaluate",
-        "Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference.",
+        "Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean "
+        "difference.",
     ),
     "search": (
         "search",
-        "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or print one query's hits.",
+        "Search an index (dense on any back end; BM25 or hybrid beside an index directory) and write a TREC run, or "
+        "print one query's hits.",
     ),
     "train": (
         "train",
@@ -44,8 +49,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quickstart": (
         "quickstart",
         "plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on "
-        "validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> "
-        "served default.",
+        "validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on "
+        "validation) -> served default.",
     ),
     "serve": (
         "serve",
@@ -79,10 +84,10 @@ class LazyStageGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         self._listing = False
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> TyperCommand | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in COMMANDS:
             return None
         module, help_line = COMMANDS[cmd_name]
@@ -94,7 +99,7 @@ class LazyStageGroup(TyperGroup):
             stages[module] = load_stage(module)
         return stages[module].get_command(ctx, cmd_name)
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, TyperCommand | None, list[str]]:
+    def resolve_command(self, ctx: Context, args: list[str]) -> tuple[str | None, Command | None, list[str]]:
         if args and args[0] not in COMMANDS and not args[0].startswith("-"):
             matches = get_close_matches(args[0], list(COMMANDS))
             ctx.fail(
@@ -102,7 +107,7 @@ class LazyStageGroup(TyperGroup):
             )
         return super().resolve_command(ctx, args)
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Context, formatter: Any) -> None:
         self._listing = True
         try:
             super().format_help(ctx, formatter)

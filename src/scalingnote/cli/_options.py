@@ -137,7 +137,7 @@ class _LiveHelpOption(OptionInfo):
 
     help_of: Callable[[], str]
 
-    @property  # type: ignore[override]
+    @property
     def help(self) -> str:
         return self.help_of()
 

@@ -94,7 +94,8 @@ def pseudo_command(
             corpus, out, ICTConfig(seed=seed, max_docs=max_docs, min_words=min_words, write_corpus=write_corpus)
         )
     elif method == "llm":
-        from scalingnote.augment.llm_queries import (  # why: loads torch and a causal LM stack; the other data verbs need neither
+        # why: loads torch and a causal LM stack; the other data verbs need neither
+        from scalingnote.augment.llm_queries import (
             LLMQueryConfig,
             llm_queries,
         )
@@ -174,9 +175,8 @@ def audit_command(
 ) -> None:
     """Print the false-negative audit of mined hard negatives (data.negatives: dense | mixed) as a table:
     query, positive, candidate, scores, rank and the guard rule that fired (or "kept"); then the summary."""
-    from scalingnote.training.audit import (
-        read_audit,  # why: scalingnote.training imports torch; the other data verbs do not need it
-    )
+    # why: scalingnote.training imports torch; the other data verbs do not need it
+    from scalingnote.training.audit import read_audit
 
     records, summary = read_audit(run)
     console = Console(width=max(Console().width, 160))

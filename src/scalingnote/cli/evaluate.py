@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -83,7 +83,7 @@ def eval_command(
     """
     specs = parse_metrics(metrics)  # fail on a bad name before reading big files
     run_d, qrels_d = _load(run, qrels)
-    missing = "zero" if missing_as_zero else "ignore"
+    missing: Literal["ignore", "zero"] = "zero" if missing_as_zero else "ignore"
     rep = evaluate_report(run_d, qrels_d, [s.name for s in specs], relevance_level=relevance_level, missing=missing)
     if per_query_out is not None:
         _write_per_query(per_query_out, rep.per_query, [s.name for s in specs if s.per_query])
@@ -145,7 +145,6 @@ def compare_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object and nothing else on stdout.")] = False,
 ) -> None:
-    """Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the mean difference."""
     parse_metric(metric)
     run_a, qrels_d = _load(run, qrels)
     run_bd, _ = _load(run_b, qrels)
@@ -178,4 +177,8 @@ def compare_command(
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
-    app.command("compare")(compare_command)
+    app.command(
+        "compare",
+        help="Paired significance of run A vs run B on one metric: two-sided paired t-test and bootstrap CI of the "
+        "mean difference.",
+    )(compare_command)

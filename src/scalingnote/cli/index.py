@@ -83,9 +83,8 @@ def encode(
     """Encode a corpus into sharded embeddings; an interrupted run resumes where it stopped."""
     use_corpus_format(corpus_format, data)
     if engine == "ray":
-        from scalingnote.index.ray.ray_encode import (
-            encode_corpus_ray,  # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
-        )
+        # why: loads torch (the towers) and Ray; `index --help` and the other verbs need neither
+        from scalingnote.index.ray.ray_encode import encode_corpus_ray
 
         res = encode_corpus_ray(
             tower,
@@ -155,12 +154,14 @@ def _export(index_app: typer.Typer) -> None:
         to: str = typer.Option(
             "milvus",
             "--to",
-            help=f"Target back end: one with an export ({', '.join(exporting_backends()) or 'none'}), or a dotted path 'package.module:attribute'.",
+            help=f"Target back end: one with an export ({', '.join(exporting_backends()) or 'none'}), or a dotted "
+            "path 'package.module:attribute'.",
         ),
         uri: str = typer.Option(
             ...,
             "--uri",
-            help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 (`scalingnote index milvus-server`, or any Milvus server).",
+            help="Where to: for milvus ./file.db (Milvus Lite, embedded, no PQ) or http://127.0.0.1:19530 "
+            "(`scalingnote index milvus-server`, or any Milvus server).",
         ),
         index: Path = typer.Option(..., "--index", help="FAISS index directory or embeddings directory to export."),
         collection: str = typer.Option(
@@ -171,7 +172,8 @@ def _export(index_app: typer.Typer) -> None:
         index_type: str = typer.Option(
             "auto",
             "--index-type",
-            help="(milvus) auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, FLAT, ...",
+            help="(milvus) auto (IVF_PQ on a server, HNSW on Milvus Lite), IVF_PQ, HNSW, SCANN (server), IVF_FLAT, "
+            "FLAT, ...",
         ),
         dim: int | None = typer.Option(None, "--dim", min=1, help="(embeddings dir) Matryoshka prefix to export."),
         semantic_ids_layers: int = typer.Option(
@@ -189,7 +191,8 @@ def _export(index_app: typer.Typer) -> None:
         entry = get_backend(to, "--to")
         if entry.export is None:
             raise ScalingNoteError(
-                f"--to {to!r}: back end {entry.name} has no export (back ends with one: {', '.join(exporting_backends()) or 'none'})"
+                f"--to {to!r}: back end {entry.name} has no export (back ends with one: "
+                f"{', '.join(exporting_backends()) or 'none'})"
             )
         options = {
             "collection": collection,
@@ -234,7 +237,8 @@ def milvus_server(
         signal.signal(sig, lambda *_: stop.set())
     with EmbeddedMilvus(data, port) as srv:
         typer.echo(
-            f"Milvus server ready at {srv.uri} (pid {srv.pid}, data {srv.data_dir}, started in {srv.startup_seconds:.1f}s); Ctrl-C stops it",
+            f"Milvus server ready at {srv.uri} (pid {srv.pid}, data {srv.data_dir}, started in "
+            f"{srv.startup_seconds:.1f}s); Ctrl-C stops it",
             err=True,
         )
         while not stop.wait(0.5):
@@ -308,6 +312,7 @@ def index_bm25(
     if h.bm25 is None:
         raise ScalingNoteError(f"{index}: the index records no corpus; give --data")
     typer.echo(
-        f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint {h.bm25.fingerprint[:12]})",
+        f"{index / 'bm25'}: BM25 over {len(h.bm25.doc_ids)} documents (language={h.bm25.language}, fingerprint "
+        f"{h.bm25.fingerprint[:12]})",
         err=True,
     )

@@ -77,7 +77,8 @@ def register_live(index_app: typer.Typer) -> None:
         retrain: bool = typer.Option(
             True,
             "--retrain/--compact-only",
-            help="Retrain the coarse quantiser, PQ and semantic-ID codebooks on the live documents (default), or only compact.",
+            help="Retrain the coarse quantiser, PQ and semantic-ID codebooks on the live documents (default), or only "
+            "compact.",
         ),
     ) -> None:
         """Write a new generation of the live documents (retrained codebooks by default) and swap it in."""

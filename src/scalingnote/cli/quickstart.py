@@ -13,7 +13,12 @@ from scalingnote.quickstart.pipeline import check_inputs
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("quickstart")
+    @app.command(
+        "quickstart",
+        help="plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen "
+        "on validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on "
+        "validation) -> served default.",
+    )
     def quickstart_cmd(
         out: Path = typer.Option(
             Path("runs/quickstart"), "--out", help="Directory for every artefact (re-running resumes)."
@@ -44,7 +49,8 @@ def register(app: typer.Typer) -> None:
             None,
             "--budget-minutes",
             help="Minutes of pipeline to plan against on this machine (default 8): the plan is printed first; "
-            "candidates are compared on a proxy sample and only those that can still win are trained in full; work the budget "
+            "candidates are compared on a proxy sample and only those that can still win are trained in full; work "
+            "the budget "
             "cannot hold is skipped and named.",
         ),
         full: bool = typer.Option(
@@ -57,7 +63,6 @@ def register(app: typer.Typer) -> None:
             None, "--set", help="Override any QuickstartConfig key, e.g. --set qkd_epochs=3."
         ),
     ) -> None:
-        """plan (budget) -> data -> readable families -> proxy comparison -> Stage I large towers (teacher chosen on validation) -> mining round -> QKD student(s) -> matched-cost comparison -> index (structure chosen on validation) -> served default."""
         check_inputs(
             out, data, corpus_format=corpus_format
         )  # before any work: a bad --data fails now, not after Stage I started

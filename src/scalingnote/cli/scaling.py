@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import typer
@@ -76,7 +77,8 @@ def _sweep(sc: typer.Typer) -> None:
         set_: list[str] = typer.Option(None, "--set", help="Override a key, e.g. --set steps=20 (repeatable)."),
     ) -> None:
         """Train the model-size x data-size grid and score each point on one fixed validation set (resumable)."""
-        from scalingnote.scaling.sweep import (  # why: loads torch (training); fit / predict / plan / plot do not need it
+        # why: loads torch (training); fit / predict / plan / plot do not need it
+        from scalingnote.scaling.sweep import (
             load_sweep_config,
             run_sweep,
         )
@@ -150,7 +152,8 @@ def _fit(sc: typer.Typer) -> None:
         typer.echo(f"  R²     = {res.r2:.4f}   RMSE = {res.rmse:.4g}")
         if res.holdout:
             typer.echo(
-                f"  held out {res.holdout['n']} rows: MAE = {res.holdout['mae']:.4g}, MAPE = {100 * res.holdout['mape']:.2f}%"
+                f"  held out {res.holdout['n']} rows: MAE = {res.holdout['mae']:.4g}, MAPE = "
+                f"{100 * res.holdout['mape']:.2f}%"
             )
 
 
@@ -195,7 +198,11 @@ def _predict(sc: typer.Typer) -> None:
 
 
 def _plan(sc: typer.Typer) -> None:
-    @sc.command("plan")
+    @sc.command(
+        "plan",
+        help="The (N, D) minimising the predicted loss under a budget, with and without the inference cost "
+        "(Fang et al. §6).",
+    )
     @with_option_group("given_costs", COST_OPTIONS)
     def plan_cmd(
         budget: list[float] = typer.Option(..., "--budget", help="Total budget in $ (repeatable)."),
@@ -211,12 +218,15 @@ def _plan(sc: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
         given_costs: dict[str, float | None] = None,  # type: ignore[assignment]  # one option per COST_OPTIONS entry
     ) -> None:
-        """The (N, D) minimising the predicted loss under a budget, with and without the inference cost (Fang et al. §6)."""
         if (fit is None) == (params is None):
             raise ScalingNoteError("give exactly one of --fit FILE and --params")
-        p = read_fit_params(fit, "joint", with_bounds=True) if fit is not None else _parse_params(params)
+        if fit is not None:
+            p = read_fit_params(fit, "joint", with_bounds=True)
+        else:
+            assert params is not None  # exactly one of --fit and --params (checked above)
+            p = _parse_params(params)
         costs = _cost_model(cost, **given_costs)
-        plans = []
+        plans: list[dict[str, Any]] = []
         for b in budget:
             both = plan_both(p, b, costs, n_range=(n_min, n_max))
             plans.append({"budget": b, **{k: v.to_dict() for k, v in both.items()}})
@@ -239,7 +249,11 @@ def _plan(sc: typer.Typer) -> None:
 
 
 def _plan_gpu(sc: typer.Typer) -> None:
-    @sc.command("plan-gpu")
+    @sc.command(
+        "plan-gpu",
+        help="Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, "
+        "Eq. 14-15).",
+    )
     def plan_gpu_cmd(
         arch: str = typer.Option(
             "qwen2.5-7b", "--arch", help="Decoder architecture (qwen2.5-0.5b/1.5b/7b, smollm2-135m/1.7b)."
@@ -264,7 +278,6 @@ def _plan_gpu(sc: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Memory per GPU and GPU-hours of a Stage I run (ZeRO accounting + the 6N FLOPs/token cost model, Eq. 14-15)."""
         extra = parse_key_values(set_, "--set")
         given = dict(
             num_gpus=num_gpus,
@@ -275,9 +288,8 @@ def _plan_gpu(sc: typer.Typer) -> None:
             **extra,
         )
         if config is not None:
-            from scalingnote.training.config import (
-                load_train_config,  # why: loads torch (training); plan-gpu without --config does not need it
-            )
+            # why: loads torch (training); plan-gpu without --config does not need it
+            from scalingnote.training.config import load_train_config
 
             spec = spec_from_train_config(load_train_config(config), arch, **given)
         else:
@@ -287,20 +299,26 @@ def _plan_gpu(sc: typer.Typer) -> None:
             _echo_json(plan)
             return
         typer.echo(
-            f"{plan['arch']}: N={plan['non_embedding_params']:.4g} non-embedding, {plan['trainable_params_per_tower']:.4g} trainable "
+            f"{plan['arch']}: N={plan['non_embedding_params']:.4g} non-embedding, "
+            f"{plan['trainable_params_per_tower']:.4g} trainable "
             f"per tower x {plan['llm_towers']} LLM tower(s), {spec.sharding} on {plan['num_gpus']} GPUs"
         )
         typer.echo(
-            f"batch {spec.global_batch} = {plan['num_gpus']} x {plan['local_batch']} (micro-batch {plan['micro_batch']}, "
-            f"gradient cache {'on' if plan['gradient_cache'] else 'off'}), {plan['steps']} steps, {plan['flops_per_token']} FLOPs/token"
+            f"batch {spec.global_batch} = {plan['num_gpus']} x {plan['local_batch']} (micro-batch "
+            f"{plan['micro_batch']}, "
+            f"gradient cache {'on' if plan['gradient_cache'] else 'off'}), {plan['steps']} steps, "
+            f"{plan['flops_per_token']} FLOPs/token"
         )
         typer.echo(
-            f"memory per GPU: {plan['mem_per_gpu_gib']:.1f} GiB (model states {plan['mem_model_states_gib']:.1f}, FSDP working "
-            f"{plan['mem_fsdp_working_gib']:.1f}, activations {plan['mem_activations_gib']:.1f}, overhead {plan['mem_overhead_gib']:.1f})"
+            f"memory per GPU: {plan['mem_per_gpu_gib']:.1f} GiB (model states {plan['mem_model_states_gib']:.1f}, "
+            "FSDP working "
+            f"{plan['mem_fsdp_working_gib']:.1f}, activations {plan['mem_activations_gib']:.1f}, overhead "
+            f"{plan['mem_overhead_gib']:.1f})"
             f" -> {'fits' if plan['fits'] else 'does NOT fit'} in {spec.gpu_memory_gib:g} GiB"
         )
         typer.echo(
-            f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, ${plan['train_dollars']:.0f}); "
+            f"training: {plan['train_gpu_hours']:.1f} GPU-hours ({plan['train_wall_hours']:.2f} h wall, "
+            f"${plan['train_dollars']:.0f}); "
             f"encoding the corpus: {plan['encode_gpu_hours']:.1f} GPU-hours"
         )
 

@@ -27,17 +27,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from scalingnote.data.corpus import find_corpus, iter_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.docstore import index_corpus, make_snippet
-from scalingnote.index.embeddings import _encode_call, l2_normalize
+from scalingnote.index.docstore import index_corpus
 from scalingnote.index.faiss.dense import DenseIndex
-from scalingnote.index.hybrid import FusionConfig, HybridSearcher
+from scalingnote.index.hybrid import FusionConfig
 from scalingnote.index.tune import recall_vs_exact
 from scalingnote.live.errors import StorageError, describe_os_error
 from scalingnote.live.generation import (
@@ -49,16 +48,16 @@ from scalingnote.live.generation import (
     swap_current,
     write_generation,
 )
-from scalingnote.live.lexical import LiveBM25
+from scalingnote.live.ingest import ENCODE_CHUNK, add_timings, batch_vectors, encode_paced, writer_log
+from scalingnote.live.lexical import open_live_bm25
+from scalingnote.live.searcher import LiveSearcher, attach_titles, title_and_snippet
 from scalingnote.live.store import RowStore
 from scalingnote.live.towers import check_document_tower, load_document_tower
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array
 from scalingnote.live.writer_lock import acquire_writer_lock
-from scalingnote.sparse.bm25 import open_or_build_bm25
 from scalingnote.utils.io import write_json
 
 log = logging.getLogger("scalingnote.live")
-ENCODE_CHUNK = 16  # documents encoded per call: the service's ingest pacing acts between chunks
 
 
 class LiveIndex:
@@ -76,7 +75,7 @@ class LiveIndex:
         self._doc_tower = None
         self.lock = threading.RLock()  # searches and the apply step
         self._write_lock = threading.Lock()  # one writer at a time: log order == apply order
-        self._lock_fh = None
+        self._lock_fh: IO | None = None
         self.writer = writer
         self.after_log: Callable[[int], None] | None = None  # test hook: called between log write and apply
         self.timings: dict[
@@ -123,7 +122,7 @@ class LiveIndex:
         dense = DenseIndex.open(gen, self.query_tower, mmap=False)
         meta = read_live_meta(gen)
         store = RowStore(dense)
-        lexical = self._open_bm25(gen, dense, store, self._corpus_of(gen, dense))
+        lexical = open_live_bm25(gen, dense.doc_ids, store.row_of, self._corpus_of(gen, dense))
         rkm = dense.semantic_id_model()
         with self.lock:
             self.gen, self.meta, self.store, self.lexical, self.rkm = gen, meta, store, lexical, rkm
@@ -138,24 +137,6 @@ class LiveIndex:
             return find_corpus(self.corpus).path
         return index_corpus(dense.manifest)
 
-    @staticmethod
-    def _open_bm25(gen: Path, dense: DenseIndex, store: RowStore, src: Path | None) -> LiveBM25 | None:
-        try:
-            if src is None:
-                base = open_or_build_bm25(gen)
-            else:
-                wanted = set(dense.doc_ids)
-                docs = [d for d in iter_corpus(src, on_invalid="skip") if d.id in wanted]
-                base = open_or_build_bm25(gen, docs, show_progress=False) if docs else None
-        except (ScalingNoteError, OSError) as e:
-            log.warning("live index %s: no BM25 side (%s)", gen, e)
-            return None
-        if base is None:
-            return None
-        lex = LiveBM25(base, {d: store.row_of[d] for d in base.doc_ids if d in store.row_of})
-        lex.row_of = store.row_of
-        return lex
-
     def _replay(self, wal: WriteAheadLog, truncate: bool) -> None:
         t0, n = time.perf_counter(), 0
         for rec in wal.replay(after_seq=int(self.meta.get("wal_seq", 0)), truncate=truncate):
@@ -163,7 +144,9 @@ class LiveIndex:
                 docs = [
                     Document(d["_id"], d.get("title", ""), d.get("topic", ""), d.get("text", "")) for d in rec["docs"]
                 ]
-                self._apply_upsert(docs, unpack_array(rec["vectors"]), unpack_array(rec.get("sem")))
+                vectors = unpack_array(rec["vectors"])
+                assert vectors is not None  # an upsert record always carries its vectors
+                self._apply_upsert(docs, vectors, unpack_array(rec.get("sem")))
             else:
                 self._apply_delete(rec["ids"])
             n += 1
@@ -252,27 +235,8 @@ class LiveIndex:
 
     def encode(self, docs: Sequence[Document]) -> tuple[np.ndarray, np.ndarray | None]:
         """Vectors (the indexed Matryoshka prefix, unit norm) and semantic IDs of ``docs``."""
-        x, sem, _ = self._encode_paced(list(docs))
+        x, sem, _ = encode_paced(self, list(docs))
         return x, sem
-
-    def _encode_paced(self, docs: list[Document]) -> tuple[np.ndarray, np.ndarray | None, float]:
-        """:meth:`encode` in chunks of ``ENCODE_CHUNK`` documents, :attr:`pace` called after each;
-        also returns the seconds paused."""
-        parts, paused = [], 0.0
-        for s in range(0, len(docs), ENCODE_CHUNK):
-            t0 = time.perf_counter()
-            parts.append(
-                np.asarray(
-                    _encode_call(self.document_tower, docs[s : s + ENCODE_CHUNK], ENCODE_CHUNK), dtype=np.float32
-                )
-            )
-            if self.pace is not None and s + ENCODE_CHUNK < len(docs):
-                paused += self.pace(time.perf_counter() - t0)
-        x = np.concatenate(parts) if parts else np.zeros((0, self.dim), dtype=np.float32)
-        x = l2_normalize(np.ascontiguousarray(x[:, : self.dim]))
-        if not np.all(np.isfinite(x)):
-            raise ScalingNoteError("document tower produced non-finite vectors")
-        return x, (self.rkm.assign(x) if self.rkm is not None else None), paused
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs`` (checked already, see :mod:`scalingnote.live.records`); returns
@@ -282,7 +246,7 @@ class LiveIndex:
         self._check_writer()
         docs = list(docs)
         t0 = time.perf_counter()
-        vectors, sem, paused = self._vectors(docs, vectors)
+        vectors, sem, paused = batch_vectors(self, docs, vectors)
         t1 = time.perf_counter()
         with self._write_lock:
             t2 = time.perf_counter()
@@ -293,7 +257,7 @@ class LiveIndex:
                 "vectors": pack_array(vectors),
                 "sem": pack_array(sem),
             }
-            seq = self.wal.append(rec)
+            seq = writer_log(self.wal).append(rec)
             if self.after_log is not None:
                 self.after_log(seq)
             t3 = time.perf_counter()
@@ -311,21 +275,8 @@ class LiveIndex:
             "upserted": len(docs),
             "replaced": replaced,
             "status": status,
-            "timings_ms": self._add_timings(timings),
+            "timings_ms": add_timings(self.timings, timings),
         }
-
-    def _vectors(self, docs: list[Document], vectors: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, float]:
-        """(vectors, semantic IDs, seconds paused) of ``docs``: encoded (paced), or ``vectors`` given, cut and normalised."""
-        if vectors is None:
-            return self._encode_paced(docs)
-        x = l2_normalize(np.asarray(vectors, dtype=np.float32)[:, : self.dim])
-        return x, (self.rkm.assign(x) if self.rkm is not None else None), 0.0
-
-    def _add_timings(self, timings: dict[str, float]) -> dict[str, float]:
-        """Add one batch's seconds per stage to :attr:`timings`; returns them in milliseconds."""
-        for key, sec in timings.items():
-            self.timings[key] = self.timings.get(key, 0.0) + sec
-        return {key: round(1000 * sec, 3) for key, sec in timings.items()}
 
     def delete(self, ids: Sequence[str]) -> dict[str, Any]:
         self._check_writer()
@@ -335,7 +286,7 @@ class LiveIndex:
             present = [i for i in ids if i in self.row_of]
             if not present:
                 return {"seq": None, "deleted": 0, "missing": ids}
-            seq = self.wal.append({"op": "delete", "ids": present})
+            seq = writer_log(self.wal).append({"op": "delete", "ids": present})
             if self.after_log is not None:
                 self.after_log(seq)
             self._apply_delete(present)
@@ -402,7 +353,8 @@ class LiveIndex:
             gen = self._compact(retrain, progress)
         except OSError as e:  # a full disk / an I/O error: the generation in use and the whole log are kept
             raise StorageError(
-                f"{self.root}: compaction failed: {describe_os_error(e)}; the log is kept (nothing acknowledged is lost)",
+                f"{self.root}: compaction failed: {describe_os_error(e)}; the log is kept (nothing acknowledged is "
+                "lost)",
                 e.errno,
             ) from None
         return {
@@ -420,7 +372,7 @@ class LiveIndex:
                 sem = self.store.sem.view[rows].copy() if self.store.sem is not None else None
                 ids = [self.store.doc_ids[r] for r in rows]
                 manifest = dict(self.manifest)
-                seq = self.wal.rotate()
+                seq = writer_log(self.wal).rotate()
             docs = self._live_documents(rows)
             n_trained = len(rows) if retrain else int(self.meta.get("n_trained", len(rows)))
             meta = {
@@ -457,7 +409,8 @@ class LiveIndex:
         return gen
 
     def _unswapped(self, gen: Path) -> None:
-        """After a failed swap: remove ``gen`` unless the pointer names it (renamed, maybe not durably: used, its log kept)."""
+        """After a failed swap: remove ``gen`` unless the pointer names it (renamed, maybe not
+        durably: used, its log kept)."""
         try:
             named = current_generation(self.root) == gen
         except ScalingNoteError:
@@ -476,7 +429,7 @@ class LiveIndex:
         """Delete the log segments a swapped-in generation covers; a failure only leaves them for
         the next compaction (their records are <= the generation's ``wal_seq``: never replayed)."""
         try:
-            self.wal.drop_through(seq)
+            writer_log(self.wal).drop_through(seq)
         except OSError as e:
             log.warning(
                 "live index %s: the log segments up to seq %d stay until the next compaction (%s)", self.root, seq, e
@@ -525,41 +478,8 @@ class LiveIndex:
         return recall_vs_exact(np.asarray(ann), exact)
 
 
-def title_and_snippet(d: Document) -> tuple[str, str]:
-    """A hit's title and snippet from the document itself (one added since the generation)."""
-    return d.title or "", make_snippet(d.content or d.topic or "")
-
-
-def attach_titles(res, of_row: Callable[[int], tuple[str, str]]):
-    """Fill ``res.titles`` / ``res.snippets`` with ``of_row(row)`` of each hit's row."""
-    pairs = [[of_row(int(r)) for r in row if r >= 0] for row in res.indices]
-    res.titles = [[t for t, _ in p] for p in pairs]
-    res.snippets = [[sn for _, sn in p] for p in pairs]
-    return res
-
-
-class LiveSearcher(HybridSearcher):
-    """:class:`~scalingnote.index.hybrid.HybridSearcher` over a live index (dense, bm25, hybrid);
-    a search holds the index lock, so it sees whole batches."""
-
-    def __init__(self, live: LiveIndex, fusion: FusionConfig | None = None):
-        self.dense = live
-        self.fusion = fusion or FusionConfig()
-
-    @property
-    def bm25(self):
-        return self.dense.lexical
-
-    @property
-    def _row(self):
-        return self.dense.row_of
-
-    def search(self, texts, k: int = 10, **kw: Any):
-        with self.dense.lock:
-            return super().search(texts, k, **kw)
-
-
 __all__ = [
+    "ENCODE_CHUNK",
     "LIVE_DIR",
     "LiveIndex",
     "LiveSearcher",

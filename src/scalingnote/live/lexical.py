@@ -14,14 +14,20 @@ makes scoring exact again and empties the delta.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from scalingnote.data.corpus import iter_corpus
 from scalingnote.data.types import Document, Run
-from scalingnote.sparse.bm25 import BM25Retriever, _tokenizer
+from scalingnote.errors import ScalingNoteError
+from scalingnote.sparse.bm25 import BM25Retriever, _tokenizer, open_or_build_bm25
+
+log = logging.getLogger("scalingnote.live")
 
 
 class LiveBM25:
@@ -121,3 +127,24 @@ class LiveBM25:
             if self.row_of.get(d) == row and s > 0:
                 out[d] = float(s)
         return out
+
+
+def open_live_bm25(gen: Path, doc_ids: Sequence[str], row_of: dict[str, int], src: Path | None) -> LiveBM25 | None:
+    """The BM25 side of a live index over the directory ``gen`` (its saved ``bm25``, else built from
+    the documents of ``doc_ids`` in the corpus ``src``), its rows numbered by ``row_of``; None
+    (with a warning) when there is none."""
+    try:
+        if src is None:
+            base = open_or_build_bm25(gen)
+        else:
+            wanted = set(doc_ids)
+            docs = [d for d in iter_corpus(src, on_invalid="skip") if d.id in wanted]
+            base = open_or_build_bm25(gen, docs, show_progress=False) if docs else None
+    except (ScalingNoteError, OSError) as e:
+        log.warning("live index %s: no BM25 side (%s)", gen, e)
+        return None
+    if base is None:
+        return None
+    lex = LiveBM25(base, {d: row_of[d] for d in base.doc_ids if d in row_of})
+    lex.row_of = row_of
+    return lex

@@ -50,10 +50,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -67,10 +66,7 @@ from scalingnote.index.milvus.milvus import (
     DEFAULT_COLLECTION,
     DOC_ID,
     PK,
-    SEM_ID,
-    VECTOR,
     MilvusSearcher,
-    _milvus_message,
 )
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.semantic_ids import ResidualKMeans
@@ -84,14 +80,15 @@ from scalingnote.live.index import (
     load_document_tower,
     title_and_snippet,
 )
+from scalingnote.live.ingest import add_timings, batch_vectors, encode_paced, writer_log
+from scalingnote.live.lexical import open_live_bm25
+from scalingnote.live.milvus_rows import LIVE_KEY_BIT, MilvusRows, _doc, _keep_visible
 from scalingnote.live.wal import WriteAheadLog, pack_array, unpack_array, write_json_durably
 from scalingnote.live.writer_lock import acquire_writer_lock
 
 log = logging.getLogger("scalingnote.live")
-LIVE_KEY_BIT = 1 << 62
 STATE_FILE = "state.json"
 STATE_FORMAT = "scalingnote-milvus-live/1"
-QUERY_CHUNK = 4096  # keys per Milvus filter (`row in [...]`)
 
 
 def live_state_dir(local: str | Path, collection: str) -> Path:
@@ -99,11 +96,7 @@ def live_state_dir(local: str | Path, collection: str) -> Path:
     return live_root(local) / f"milvus-{collection}"
 
 
-def _doc(rec: dict[str, Any]) -> Document:
-    return Document(rec["_id"], rec.get("title", ""), rec.get("topic", ""), rec.get("text", ""))
-
-
-class MilvusLive(MilvusSearcher):
+class MilvusLive(MilvusRows):
     """A Milvus collection opened for search *and* writing (use :meth:`open`): the searcher
     interface of :class:`~scalingnote.index.milvus.milvus.MilvusSearcher` over the visible versions,
     ``upsert`` / ``delete`` / ``compact`` / ``stats`` / ``searcher`` as
@@ -115,12 +108,13 @@ class MilvusLive(MilvusSearcher):
     def __init__(self, base: MilvusSearcher, local: Path, *, document_tower=None, writer: bool = True, corpus=None):
         super().__init__(base.client, base.uri, base.collection, base.manifest, base.query_tower)
         self.local, self.writer, self.corpus = Path(local), writer, corpus
+        self.local_dir = self.local  # the index directory beside the collection (its BM25 side; SearcherBase)
         self.state_dir = live_state_dir(self.local, self.collection)
         self._doc_tower_spec, self._doc_tower = document_tower, None
         self.lock = threading.RLock()  # searches and the visibility swap
         self._write_lock = threading.Lock()  # one writer at a time: log order == apply order
-        self._lock_fh = None
-        self.pace = None  # the service's ingest pacing (LiveIndex._encode_paced calls it)
+        self._lock_fh: IO | None = None
+        self.pace: Callable[[float], float] | None = None  # the service's ingest pacing (encode_paced calls it)
         self.after_log = None  # test hook: called between the log write and the Milvus write
         self.after_write = None  # test hook: called between the Milvus write and the visibility swap
         self.timings: dict[str, float] = {}
@@ -142,7 +136,7 @@ class MilvusLive(MilvusSearcher):
 
     # ------------------------------------------------------------------ open
     @classmethod
-    def open(
+    def open(  # type: ignore[override]  # the back-end table's live opener: (location, query_tower, ...) as LiveIndex.open
         cls,
         location: str | Path,
         query_tower=None,
@@ -161,7 +155,8 @@ class MilvusLive(MilvusSearcher):
             local = Path(live_dir) if live_dir else Path(str((base.manifest.get("source") or {}).get("path") or ""))
             if not live_dir and not (base.manifest.get("source") or {}).get("path"):
                 raise ScalingNoteError(
-                    f"{base.root}: the collection names no source index directory; pass its index directory (--index DIR)"
+                    f"{base.root}: the collection names no source index directory; pass its index directory (--index "
+                    "DIR)"
                 )
             return cls(base, local, document_tower=document_tower, writer=writer, corpus=corpus)
         except BaseException:
@@ -197,13 +192,16 @@ class MilvusLive(MilvusSearcher):
         )
         if fp_local != fp or int(local.get("n_vectors", -1)) != int(self.manifest.get("n_vectors", -2)):
             raise ScalingNoteError(
-                f"{where}: not the index collection {self.collection!r} was exported from (tower fingerprint {fp_local!r} "
+                f"{where}: not the index collection {self.collection!r} was exported from (tower fingerprint "
+                f"{fp_local!r} "
                 f"vs {fp!r}, {local.get('n_vectors')} vs {self.manifest.get('n_vectors')} vectors)"
             )
         self.base_ids: list[str] = json.loads(
             (self.local / (local.get("files") or {}).get("doc_ids", "doc_ids.json")).read_text()
         )
         docs_file = self.local / DOCS_FILE
+        self.base_titles: list[str] | None
+        self.base_snippets: list[str] | None
         self.base_titles, self.base_snippets = (
             read_document_store(docs_file, self.base_ids) if docs_file.exists() else (None, None)
         )
@@ -211,9 +209,7 @@ class MilvusLive(MilvusSearcher):
         self.docs: dict[int, Document] = {}  # live key -> the document version written under it
         src = find_corpus(self.corpus).path if self.corpus is not None else index_corpus(local)
         # the FAISS live index's BM25 opener (saved <local>/bm25, else built from the corpus), over the exported ids
-        self.lexical = LiveIndex._open_bm25(
-            self.local, SimpleNamespace(doc_ids=self.base_ids), SimpleNamespace(row_of=self.row_of), src
-        )
+        self.lexical = open_live_bm25(self.local, self.base_ids, self.row_of, src)
 
     # ------------------------------------------------------------------ checkpoint + log
     def _load_state(self) -> None:
@@ -233,18 +229,6 @@ class MilvusLive(MilvusSearcher):
             self.docs[pk] = doc
         self._lex_add(docs)
 
-    def _lex_add(self, docs: list[tuple[int, Document]]) -> None:
-        """BM25 delta: consecutive keys in one call (LiveBM25.add numbers rows from the first)."""
-        if self.lexical is None:
-            return
-        pairs, run = sorted(docs, key=lambda p: p[0]), []
-        for i, (pk, d) in enumerate(pairs):
-            run.append(d)
-            if i + 1 == len(pairs) or pairs[i + 1][0] != pk + 1:
-                self.lexical.add(run, pk - len(run) + 1)
-                run = []
-        self.lexical.refresh()
-
     def _replay(self, wal: WriteAheadLog) -> None:
         """Apply the log after the checkpoint to ``row_of``; a writer then gives Milvus what it lacks."""
         t0, stale, rows, n = time.perf_counter(), [], {}, 0
@@ -253,6 +237,7 @@ class MilvusLive(MilvusSearcher):
                 if rec["op"] == "upsert":
                     docs = [_doc(d) for d in rec["docs"]]
                     vecs, sem = unpack_array(rec["vectors"]), unpack_array(rec.get("sem"))
+                    assert vecs is not None  # an upsert record always carries its vectors
                     first = int(rec["first_row"])
                     for j, d in enumerate(docs):
                         rows[LIVE_KEY_BIT + first + j] = (d, vecs[j], None if sem is None else sem[j])
@@ -268,12 +253,13 @@ class MilvusLive(MilvusSearcher):
             missing = [pk for pk in want if pk not in have]
             for s in range(0, len(missing), 256):
                 part = missing[s : s + 256]
-                self._write_rows(
-                    part,
-                    [rows[p][0] for p in part],
-                    np.stack([rows[p][1] for p in part]),
-                    None if rows[part[0]][2] is None else np.stack([rows[p][2] for p in part]),
-                )
+                sems = [rows[p][2] for p in part]
+                sem_part = None
+                if sems[0] is not None:
+                    present = [s for s in sems if s is not None]
+                    assert len(present) == len(sems)  # the index's batches all carry semantic IDs, or none does
+                    sem_part = np.stack(present)
+                self._write_rows(part, [rows[p][0] for p in part], np.stack([rows[p][1] for p in part]), sem_part)
             self._drop(stale)
             log.info(
                 "milvus live index %s: replayed %d log records (%d rows rewritten, %d stale removed) in %.2fs",
@@ -286,32 +272,19 @@ class MilvusLive(MilvusSearcher):
         if self.writer:  # a no-op write: this client's session timestamp covers every earlier write
             self._milvus(self.client.delete, self.collection, filter=f"{PK} in [-1]")
 
-    def _present(self, keys: list[int]) -> set[int]:
-        out: set[int] = set()
-        for s in range(0, len(keys), QUERY_CHUNK):
-            part = keys[s : s + QUERY_CHUNK]
-            rows = self._milvus(
-                self.client.query,
-                self.collection,
-                filter=f"{PK} in {part}",
-                output_fields=[PK],
-                consistency_level="Strong",
-            )
-            out.update(int(r[PK]) for r in rows)
-        return out
-
     def compact(self, retrain: bool = False, progress: bool = False) -> dict[str, Any]:
         """Flush the collection, write a checkpoint of the visible state, drop the log it covers
         (``retrain`` is not supported: the collection's index is Milvus's to rebuild)."""
         self._check_writer()
         if retrain:
             raise ScalingNoteError(
-                "the Milvus live index cannot retrain codebooks: re-export the rebuilt FAISS index (`scalingnote index export --to milvus`)"
+                "the Milvus live index cannot retrain codebooks: re-export the rebuilt FAISS index (`scalingnote "
+                "index export --to milvus`)"
             )
         t0 = time.perf_counter()
         with self._write_lock:
             self._settle()  # a logged batch is in Milvus before any checkpoint (else: refused, the log kept)
-            seq = self.wal.rotate()
+            seq = writer_log(self.wal).rotate()
             self._milvus(self.client.flush, self.collection)
             with self.lock:
                 live = [
@@ -333,7 +306,7 @@ class MilvusLive(MilvusSearcher):
             )  # on failure: the old one and the whole log stay
             self.wal_seq = seq
             try:
-                self.wal.drop_through(seq)
+                writer_log(self.wal).drop_through(seq)
             except OSError as e:  # covered by the checkpoint: never replayed; the next compaction drops them
                 log.warning(
                     "milvus live index %s: the log segments up to seq %d stay until the next compaction (%s)",
@@ -352,101 +325,6 @@ class MilvusLive(MilvusSearcher):
         """Log records since the last checkpoint (the service compacts past ``live_compact_docs``)."""
         return self.wal.records if self.wal is not None else 0
 
-    # ------------------------------------------------------------------ the visible state (under the lock)
-    def _swap(self, docs: list[Document], first: int) -> tuple[int, list[int]]:
-        """Make the versions of ``docs`` written under keys ``first..`` the visible ones; returns
-        (documents replaced, keys of the versions they hide)."""
-        with self.lock:
-            stale = [self.row_of[d.id] for d in docs if d.id in self.row_of]
-            pairs = [(LIVE_KEY_BIT + first + j, d) for j, d in enumerate(docs)]
-            for pk, d in pairs:
-                self.row_of[d.id] = pk
-                self.docs[pk] = d
-            for pk in stale:
-                self.docs.pop(pk, None)
-            self._lex_add(pairs)
-            self.next_row = max(self.next_row, first + len(docs))
-            self.version += 1
-        return len(stale), stale
-
-    def _unmap(self, ids: Sequence[str]) -> list[int]:
-        with self.lock:
-            gone = [self.row_of.pop(i) for i in ids if i in self.row_of]
-            for pk in gone:
-                self.docs.pop(pk, None)
-            if self.lexical is not None:
-                self.lexical.refresh()
-            self.version += 1
-        return gone
-
-    # ------------------------------------------------------------------ Milvus writes
-    def _milvus(self, fn, *args, **kw):
-        try:
-            return fn(*args, **kw)
-        except Exception as e:  # noqa: BLE001 - MilvusException / gRPC errors
-            raise BackendUnavailable(
-                f"{self.root}: Milvus {getattr(fn, '__name__', 'call')} failed: {_milvus_message(e)}"
-            ) from None
-
-    def _settle(self) -> None:
-        """Before a write or a compaction: apply the logged batches Milvus refused before, in log
-        order (a :class:`BackendUnavailable` while it still refuses: nothing new is logged), and
-        retry deleting stale versions."""
-        while self.pending:
-            seq, docs, first, x, sem = self.pending[0]
-            try:
-                self._write_rows([LIVE_KEY_BIT + first + j for j in range(len(docs))], docs, x, sem)
-            except BackendUnavailable as e:
-                raise BackendUnavailable(
-                    f"{e}; {len(self.pending)} logged batch(es) from seq {seq} wait to be written to Milvus first "
-                    "(or at restart): nothing of this request was logged"
-                ) from None
-            self.pending.pop(0)
-            self._show(docs, first)
-            log.info("milvus live index %s: the logged batch seq %d is written and visible", self.state_dir, seq)
-        if self._undropped:
-            keys, self._undropped = self._undropped, []
-            self._drop_later(keys)
-
-    def _show(self, docs: list[Document], first: int) -> int:
-        """Make a written batch visible (one step for searches) and delete the versions it hides; returns the replaced count."""
-        with self.lock:  # one step for searches: the new versions visible, the old ones hidden (fewer or as many)
-            replaced, stale = self._swap(docs, first)
-            self.hidden += len(stale) - len(docs)
-        self._drop_later(stale)
-        return replaced
-
-    def _drop_later(self, stale: list[int]) -> None:
-        """Delete hidden stale versions from Milvus; a failure keeps them hidden and retries at the next write."""
-        try:
-            self._drop(stale)
-        except BackendUnavailable as e:
-            log.warning(
-                "milvus live index %s: %d stale rows stay hidden until the next write (%s)",
-                self.state_dir,
-                len(stale),
-                e,
-            )
-            self._undropped += stale
-            return
-        self.hidden -= len(stale)
-
-    def _write_rows(self, keys: list[int], docs: list[Document], x: np.ndarray, sem: np.ndarray | None) -> None:
-        rows = []
-        for i, (pk, d) in enumerate(zip(keys, docs, strict=True)):
-            row = {PK: int(pk), DOC_ID: d.id, VECTOR: x[i].tolist()}
-            if sem is not None and SEM_ID in (self.manifest.get("fields") or {}).values():
-                row[SEM_ID] = np.asarray(sem[i]).astype(int).tolist()
-            rows.append(row)
-        if rows:
-            self._milvus(self.client.upsert, self.collection, rows)
-
-    def _drop(self, keys: list[int]) -> None:
-        for s in range(0, len(keys), QUERY_CHUNK):
-            self._milvus(
-                self.client.delete, self.collection, filter=f"{PK} in {[int(k) for k in keys[s : s + QUERY_CHUNK]]}"
-            )
-
     # ------------------------------------------------------------------ ingest
     @property
     def document_tower(self):
@@ -457,11 +335,8 @@ class MilvusLive(MilvusSearcher):
         return self._doc_tower
 
     def encode(self, docs: Sequence[Document]) -> tuple[np.ndarray, np.ndarray | None]:
-        x, sem, _ = self._encode_paced(list(docs))
+        x, sem, _ = encode_paced(self, list(docs))
         return x, sem
-
-    # the FAISS live index's chunked, paced encoder (reads document_tower, dim, rkm, pace) and timing bookkeeping
-    _encode_paced, _vectors, _add_timings = LiveIndex._encode_paced, LiveIndex._vectors, LiveIndex._add_timings
 
     def upsert(self, docs: Sequence[Document], vectors: np.ndarray | None = None) -> dict[str, Any]:
         """Add or replace ``docs``; returns once the batch is in the fsync-ed log and visible
@@ -471,18 +346,19 @@ class MilvusLive(MilvusSearcher):
         long = [d.id for d in docs if len(d.id.encode("utf-8")) > self.max_id_bytes]
         if long:
             raise ScalingNoteError(
-                f"{self.root}: document id {long[0]!r} is longer than the collection's doc_id field ({self.max_id_bytes} "
+                f"{self.root}: document id {long[0]!r} is longer than the collection's doc_id field "
+                f"({self.max_id_bytes} "
                 "bytes; re-export the collection with this version of scalingnote for longer ids)"
             )
         t0 = time.perf_counter()
-        x, sem, paused = self._vectors(docs, vectors)
+        x, sem, paused = batch_vectors(self, docs, vectors)
         t1 = time.perf_counter()
         with self._write_lock:
             self._settle()
             t2 = time.perf_counter()
             status = ["replaced" if d.id in self.row_of else "added" for d in docs]
             first = self.next_row
-            seq = self.wal.append(
+            seq = writer_log(self.wal).append(
                 {
                     "op": "upsert",
                     "first_row": first,
@@ -522,7 +398,7 @@ class MilvusLive(MilvusSearcher):
             "upserted": len(docs),
             "replaced": replaced,
             "status": status,
-            "timings_ms": self._add_timings(timings),
+            "timings_ms": add_timings(self.timings, timings),
         }
 
     delete = LiveIndex.delete  # the FAISS live index's: log the ids present, then _apply_delete
@@ -538,10 +414,6 @@ class MilvusLive(MilvusSearcher):
             raise ScalingNoteError(f"{self.state_dir}: opened read-only")
 
     # ------------------------------------------------------------------ search
-    @property
-    def local_dir(self) -> Path:
-        return self.local
-
     @property
     def doc_ids(self) -> list[str]:
         return list(self.row_of)
@@ -574,7 +446,7 @@ class MilvusLive(MilvusSearcher):
                 return title_and_snippet(d)
             return (
                 (self.base_titles[pk], self.base_snippets[pk])
-                if self.base_titles is not None and 0 <= pk < len(self.base_titles)
+                if self.base_titles is not None and self.base_snippets is not None and 0 <= pk < len(self.base_titles)
                 else ("", "")
             )
 
@@ -605,30 +477,12 @@ class MilvusLive(MilvusSearcher):
         return None  # the vectors live in Milvus: no local exact search to compare with
 
     def close(self) -> None:
-        LiveIndex.close(self)  # the log and the writer lock
+        if self.wal is not None:  # the log and the writer lock
+            self.wal.close()
+        if self._lock_fh is not None:
+            self._lock_fh.close()
+            self._lock_fh = None
         super().close()  # the Milvus client
-
-
-def _keep_visible(res: SearchResult, row_of: dict[str, int], k: int) -> SearchResult:
-    """Per query, the first ``k`` hits whose key is the visible version of their document (once each)."""
-    nq = res.indices.shape[0]
-    scores = np.full((nq, k), -np.inf, dtype=np.float32)
-    idx = np.full((nq, k), -1, dtype=np.int64)
-    sem = None if res.semantic_ids is None else np.full((nq, k, res.semantic_ids.shape[2]), -1, dtype=np.int32)
-    doc_ids = []
-    for q in range(nq):
-        seen: set[str] = set()
-        keep = []
-        for j, d in enumerate(res.doc_ids[q]):
-            if len(keep) < k and d not in seen and row_of.get(d) == int(res.indices[q, j]):
-                seen.add(d)
-                keep.append(j)
-        n = len(keep)
-        scores[q, :n], idx[q, :n] = res.scores[q, keep], res.indices[q, keep]
-        if sem is not None:
-            sem[q, :n] = res.semantic_ids[q, keep]
-        doc_ids.append([res.doc_ids[q][j] for j in keep])
-    return SearchResult(scores, doc_ids, sem, idx)
 
 
 __all__ = ["LIVE_KEY_BIT", "MilvusLive", "live_state_dir"]

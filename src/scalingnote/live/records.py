@@ -87,7 +87,10 @@ def id_problem(doc_id: str) -> str | None:
     if len(doc_id) > MAX_ID_CHARS:
         return f"{len(doc_id)} characters, more than the limit of {MAX_ID_CHARS}"
     if doc_id != doc_id.strip():
-        return f"leading or trailing whitespace ({doc_id!r}): ids are stored and matched exactly as sent; send {doc_id.strip()!r}"
+        return (
+            f"leading or trailing whitespace ({doc_id!r}): ids are stored and matched exactly as sent; "
+            f"send {doc_id.strip()!r}"
+        )
     ctrl = next((i for i, c in enumerate(doc_id) if unicodedata.category(c) == "Cc"), None)
     if ctrl is not None:
         return f"control character U+{ord(doc_id[ctrl]):04X} at character {ctrl}"
@@ -146,7 +149,10 @@ def record_problems(rec: Any, max_chars: int = MAX_DOC_CHARS) -> tuple[Document 
         problems.append(("text", f"document of {size} characters, more than the limit of {max_chars}"))
     elif not problems and not (title + topic + content).strip():
         problems.append(("text", "empty document (no title, topic or text)"))
-    return (None if problems else Document(doc_id, title, topic, content)), problems
+    if problems:
+        return None, problems
+    assert isinstance(doc_id, str)  # a missing or non-string id is a problem above
+    return Document(doc_id, title, topic, content), problems
 
 
 def _id_of(rec: Any) -> str | None:
@@ -163,6 +169,7 @@ def check_document(rec: Any, where: str | Path, line: int, max_chars: int = MAX_
     if problems:
         field, reason = problems[0]
         raise DataError(where, line, field, reason)
+    assert doc is not None  # record_problems gives a document whenever it finds no problem
     return doc
 
 

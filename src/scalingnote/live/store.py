@@ -76,9 +76,10 @@ class RowStore:
         self._guide = _guide(dense, self.routing)  # hnsw_sq_qg: (fitting queries, edges per document)
         # each fitting query's (edges + 1)-th best score so far: from the build (routing state; deletes since
         # leave it high, which only misses an edge a deleted neighbour made room for), else computed at the first add
-        kth = (self.routing or {}).get("kth") if self._guide is not None else None
+        guide = self._guide
+        kth = (self.routing or {}).get("kth") if guide is not None else None
         self._kth: np.ndarray | None = (
-            np.array(kth, np.float32) if kth is not None and len(kth) == len(self._guide[0]) else None
+            np.array(kth, np.float32) if kth is not None and guide is not None and len(kth) == len(guide[0]) else None
         )
         self.guided_edges_added = 0  #: query-guided edges given to inserted rows since this generation opened
         self._bitmap: np.ndarray | None = None  # kept alive while FAISS's selector points at it
@@ -157,6 +158,7 @@ class RowStore:
             self.dense.index.add(x)
         self.vectors.append(x)
         if self.sem is not None:
+            assert sem is not None, "the index holds semantic IDs: a batch must carry them"
             self.sem.append(sem)
         self.alive = np.concatenate([self.alive, np.ones(len(docs), dtype=bool)])
         if self._guide is not None and not self.can_remove:
@@ -197,16 +199,18 @@ def filter_rows(res: SearchResult, alive: np.ndarray, k: int) -> SearchResult:
     nq = res.indices.shape[0]
     scores = np.full((nq, k), -np.inf, dtype=np.float32)
     idx = np.full((nq, k), -1, dtype=np.int64)
-    sem = None if res.semantic_ids is None else np.full((nq, k, res.semantic_ids.shape[2]), -1, dtype=np.int32)
+    res_sem = res.semantic_ids
+    sem = None if res_sem is None else np.full((nq, k, res_sem.shape[2]), -1, dtype=np.int32)
     doc_ids, titles, snippets = [], [], []
     for q in range(nq):
         keep = [j for j, r in enumerate(res.indices[q]) if r >= 0 and alive[r]][:k]
         n = len(keep)
         scores[q, :n], idx[q, :n] = res.scores[q, keep], res.indices[q, keep]
-        if sem is not None:
-            sem[q, :n] = res.semantic_ids[q, keep]
+        if sem is not None and res_sem is not None:
+            sem[q, :n] = res_sem[q, keep]
         doc_ids.append([res.doc_ids[q][j] for j in keep])
         if res.titles is not None:
+            assert res.snippets is not None  # a search result carries titles and snippets together
             titles.append([res.titles[q][j] for j in keep])
             snippets.append([res.snippets[q][j] for j in keep])
     return SearchResult(

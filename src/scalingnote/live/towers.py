@@ -17,14 +17,16 @@ def check_document_tower(manifest: dict[str, Any], tower, where: str | Path) -> 
     want, got = doc.get("fingerprint"), tower_identity(tower)
     if want is None:
         raise ScalingNoteError(
-            f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot be encoded consistently"
+            f"{where}: the index records no document-tower fingerprint (built from raw vectors): new documents cannot "
+            "be encoded consistently"
         )
     if str(got.get("fingerprint")) != str(want):
         built = doc.get("path") or doc.get("name", "?")
         raise ScalingNoteError(
-            f"{where}: document tower {got.get('path') or got.get('name', '?')!r} (fingerprint {got.get('fingerprint')!r}) is not the tower "
-            f"the index was built with ({built!r}, fingerprint {want!r}): its embeddings would not be comparable. Pass the tower that made "
-            "the index's vectors (`scalingnote serve --document-tower DIR`, `scalingnote index add --tower DIR`; the quick start's is "
+            f"{where}: document tower {got.get('path') or got.get('name', '?')!r} (fingerprint "
+            f"{got.get('fingerprint')!r}) is not the tower the index was built with ({built!r}, fingerprint "
+            f"{want!r}): its embeddings would not be comparable. Pass the tower that made the index's vectors "
+            "(`scalingnote serve --document-tower DIR`, `scalingnote index add --tower DIR`; the quick start's is "
             "<run>/stage1/<chosen run>/doc_tower) or rebuild the index with this tower"
         )
 
@@ -34,9 +36,8 @@ def load_document_tower(manifest: dict[str, Any], spec: Any = None):
     directory (``tower.path``) when that still exists, else its name (a packaged/base model)."""
     if spec is not None and not isinstance(spec, (str, Path)):
         return spec
-    from scalingnote.models import (
-        load_tower,  # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
-    )
+    # why: scalingnote.models imports torch (~1.3 s); serve imports this module at start-up
+    from scalingnote.models import load_tower
 
     if spec is not None:
         return load_tower(str(spec), role="document")

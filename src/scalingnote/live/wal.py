@@ -141,7 +141,8 @@ class WriteAheadLog:
                     raise ScalingNoteError(f"{seg}: line {len(lines) + 1}: unterminated record in a closed segment")
                 self._truncate(seg, good_bytes)
                 log.warning(
-                    "write-ahead log %s: cut %d bytes of a torn record after line %d (a write that was never acknowledged)",
+                    "write-ahead log %s: cut %d bytes of a torn record after line %d (a write that was never "
+                    "acknowledged)",
                     seg,
                     len(tail),
                     len(lines),
@@ -208,7 +209,8 @@ class WriteAheadLog:
                 self.io.fsync(self._fd)
             except OSError as e:
                 raise StorageError(
-                    f"{self._path}: the write-ahead log is closed for writing: {self.closed_reason}, and cutting it back "
+                    f"{self._path}: the write-ahead log is closed for writing: {self.closed_reason}, and cutting it "
+                    "back "
                     f"failed again ({describe_os_error(e)}); nothing was written",
                     e.errno,
                 ) from None
@@ -247,7 +249,8 @@ class WriteAheadLog:
             self.closed_reason = f"appending failed ({why}) and cutting the record off failed ({describe_os_error(e2)})"
             raise StorageError(
                 f"{self._path}: writing the write-ahead log failed: {why}; cutting the record off failed too "
-                f"({describe_os_error(e2)}): the log is closed for writing until a later write can cut it back, and the "
+                f"({describe_os_error(e2)}): the log is closed for writing until a later write can cut it back, and "
+                "the "
                 "batch may be applied if the service restarts before that",
                 e.errno,
                 outcome_unknown=True,

@@ -3,7 +3,8 @@
 Endpoints
 ---------
 ``GET  /``              the search page (``static/index.html`` + ``app.js``: query box, mode, results)
-``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid" (default: fusion.json beside the index, else "dense"),
+``POST /search``        ``{"query": str, "k": int = 10, "mode": "dense"|"bm25"|"hybrid"
+                        (default: fusion.json beside the index, else "dense"),
                         "nprobe"?: int, "ef_search"?: int, "rerank"?: int}``
                         -> ``{"results": [{"doc_id", "score", "title", "snippet", "semantic_id"}],
                         "found": int, "fewer_than_k": bool, "took_ms"}`` (``fewer_than_k``: fewer
@@ -48,6 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -72,8 +74,8 @@ ENDPOINTS = ("/search", "/search/batch", "/healthz", "/metrics", "/admin/reload"
 # the search page: package files (no build step, no CDN); every document field is set with textContent
 _STATIC = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 _PAGE_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
 }
@@ -204,7 +206,7 @@ def _error(
     error: str,
     detail: Any,
     retry_after: int | None = None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
     headers = dict(headers or {})
@@ -288,8 +290,9 @@ def _add_error_handlers(app: FastAPI, metrics: ServeMetrics) -> None:
             metrics.rejected.inc(reason=exc.error)
         elif exc.status == 422 and exc.error != "invalid_document":  # invalid_document is counted where it is raised
             metrics.rejected.inc(reason="invalid_request")
-        extra = {"errors": exc.errors} if exc.errors is not None else {}
-        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after, **extra)
+        if exc.errors is not None:
+            return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after, errors=exc.errors)
+        return _error(exc.status, exc.error, exc.detail, retry_after=exc.retry_after)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):

@@ -135,7 +135,8 @@ class _LiveState:
             raise ServiceError(
                 409,
                 "read_only",
-                f"{getattr(idx, 'state_dir', idx.root)}: another process holds the index's writer lock; this service serves it read-only",
+                f"{getattr(idx, 'state_dir', idx.root)}: another process holds the index's writer lock; this service "
+                "serves it read-only",
             )
         if hasattr(idx, "pace"):
             idx.pace = self.pace
@@ -340,7 +341,7 @@ def probe_queries(recent: list[str], index, n: int, seed: int = 0) -> tuple[list
         return qs, "recent queries"
     titles = [t for t in (getattr(getattr(index, "store", index), "titles", None) or []) if t and t.strip()]
     rng = np.random.default_rng(seed)
-    pick = rng.choice(len(titles), size=min(n, len(titles)), replace=False) if titles else []
+    pick: np.ndarray | list[int] = rng.choice(len(titles), size=min(n, len(titles)), replace=False) if titles else []
     return [titles[i] for i in pick], "document titles (no recent queries)"
 
 

@@ -20,9 +20,8 @@ from scalingnote.serve.settings import ServeSettings
 def query_encoder(tower: Any, settings: ServeSettings) -> Any:
     """The query encoder ``settings.query_backend`` names over ``tower`` (the torch tower itself,
     or ONNX Runtime): :func:`scalingnote.serve.query_backend.wrap_query_tower`."""
-    from scalingnote.serve.query_backend import (
-        wrap_query_tower,  # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
-    )
+    # why: loads torch and the ONNX export stack, after serve() sets OMP_WAIT_POLICY
+    from scalingnote.serve.query_backend import wrap_query_tower
 
     return wrap_query_tower(tower, settings)
 

@@ -189,7 +189,14 @@ class ServeMetrics:
     """The service's metrics (names prefixed ``scalingnote_``)."""
 
     def __init__(self) -> None:
-        r = self.registry = Registry()
+        self.registry = Registry()
+        # registered (and rendered) in this order: requests, the model worker, the live index
+        self._add_request_metrics(self.registry)
+        self._add_live_metrics(self.registry)
+        self.collectors: list = []  # callables run before each render
+
+    def _add_request_metrics(self, r: Registry) -> None:
+        """HTTP requests, the queue and the model worker, the served tower."""
         self.requests = r.add(
             Counter(
                 "scalingnote_http_requests_total", "HTTP requests by endpoint and status code.", ("endpoint", "status")
@@ -268,7 +275,9 @@ class ServeMetrics:
                 ("name", "fingerprint", "compat_id"),
             )
         )
-        # the live index: filled by scalingnote.serve.documents before each render
+
+    def _add_live_metrics(self, r: Registry) -> None:
+        """The live index (filled by :mod:`scalingnote.serve.documents` before each render)."""
         self.live_documents = r.add(Gauge("scalingnote_live_documents", "Documents in the live index."))
         self.live_added_share = r.add(
             Gauge(
@@ -307,7 +316,6 @@ class ServeMetrics:
         self.live_documents_total = r.add(
             Counter("scalingnote_live_documents_total", "Documents upserted / deleted through the service.", ("op",))
         )
-        self.collectors: list = []  # callables run before each render
 
     def render(self) -> str:
         for collect in self.collectors:

@@ -13,12 +13,13 @@ import time
 import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.searcher import search_options
+from scalingnote.serve.metrics import ServeMetrics
 
 log = logging.getLogger("scalingnote.serve")
 
@@ -126,11 +127,26 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:300]}" if text else type(e).__name__
 
 
+class BatchSettings(Protocol):
+    """The settings a micro-batch reads (:class:`~scalingnote.serve.settings.ServeSettings` has them)."""
+
+    @property
+    def max_batch(self) -> int: ...
+
+    @property
+    def backend(self) -> str: ...
+
+
 class BatchProcessing:
     """Mixin of :class:`~scalingnote.serve.service.SearchService`: needs ``settings``,
     ``metrics``, ``searcher``, ``titles`` and ``snippets``."""
 
     last_search: float = 0.0  #: time.monotonic() of the last micro-batch (0: none yet)
+    settings: BatchSettings
+    metrics: ServeMetrics
+    searcher: Any  #: the hybrid searcher over an index directory (None: dense only)
+    titles: dict[str, str]
+    snippets: dict[str, str]
 
     def _process(self, tower, index, items: list[_Item]) -> list[Any]:
         """Worker thread: encode every text that needs the query tower (modes dense and hybrid)
@@ -168,7 +184,10 @@ class BatchProcessing:
             rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
             try:
                 # only the options a request set, each declared by the back end (validated at admission)
-                qv = vecs[vec_row[rows]] if params.mode != "bm25" else None
+                qv = None
+                if params.mode != "bm25":
+                    assert vecs is not None  # these items' texts were encoded (enc_rows holds their rows)
+                    qv = vecs[vec_row[rows]]
                 res = search_encoded(index, searcher, self.settings.backend, [texts[r] for r in rows], qv, params)
             except ScalingNoteError as e:
                 self.metrics.query_errors.inc(len(rows), kind="search_params")
@@ -234,7 +253,8 @@ class BatchProcessing:
         if n_bad:
             self.metrics.query_errors.inc(n_bad, kind="encode")
         log.error(
-            "query encoding failed for a micro-batch of %d queries; retried one request at a time: %d of %d requests failed (%s)",
+            "query encoding failed for a micro-batch of %d queries; retried one request at a time: %d of %d requests "
+            "failed (%s)",
             len(enc_rows),
             len(failed),
             len(need),

@@ -58,7 +58,8 @@ class OnnxQueryTower:
                 self.export_dir / "scalingnote_onnx.json",
                 None,
                 "tower.fingerprint",
-                f"{have}: exported from another tower than the query tower being served ({want}); export this tower again",
+                f"{have}: exported from another tower than the query tower being served ({want}); export this tower "
+                "again",
             )
         models = meta["models"]
         name = model or meta["default_model"]

@@ -92,14 +92,17 @@ def serve(index_dir: str | Path, query_tower: str | Path, settings: ServeSetting
     )
     if app.state.admin_token_source == "generated":  # the only way to learn a generated token
         print(
-            f"scalingnote serve: admin token for this run (send 'Authorization: Bearer TOKEN' to /admin/*): {app.state.admin_token}",
+            "scalingnote serve: admin token for this run (send 'Authorization: Bearer TOKEN' to /admin/*): "
+            f"{app.state.admin_token}",
             flush=True,
         )
     else:
-        print(
-            f"scalingnote serve: admin token from {'--admin-token-file' if app.state.admin_token_source == 'file' else '--admin-token / SCALINGNOTE_ADMIN_TOKEN'}",
-            flush=True,
+        source = (
+            "--admin-token-file"
+            if app.state.admin_token_source == "file"
+            else "--admin-token / SCALINGNOTE_ADMIN_TOKEN"
         )
+        print(f"scalingnote serve: admin token from {source}", flush=True)
 
     # uvicorn handles SIGINT/SIGTERM (graceful shutdown), then re-raises the signal to the
     # handler that was installed before it: make SIGTERM end the command like SIGINT (exit 0).

@@ -74,16 +74,16 @@ class SearchService(BatchProcessing):
     ):
         self.index_dir = Path(index_dir)
         self.tower_source = str(query_tower)
-        self.settings = settings or ServeSettings()
+        self.settings: ServeSettings = settings or ServeSettings()
         self.metrics = metrics or ServeMetrics()
         self.metrics.queue_limit.set(self.settings.max_queue)
         self.state = "starting"  # starting -> loading -> ready | failed; -> stopping -> stopped
         self.error: str | None = None
-        self.index = None
-        self.tower = None
+        self.index: Any = None  # the back end's searcher (any back end of scalingnote.index.backends)
+        self.tower: Any = None
         self.titles: dict[str, str] = {}
         self.snippets: dict[str, str] = {}
-        self.searcher = None  # scalingnote.index.hybrid.HybridSearcher (a back end with an index directory)
+        self.searcher: Any = None  # scalingnote.index.hybrid.HybridSearcher (a back end with an index directory)
         self.default_mode = "dense"  #: a request without ``mode``; the index's fusion.json may make it hybrid
         self.corpus_path: Path | None = None
         self.loaded_at: float | None = None
@@ -151,7 +151,10 @@ class SearchService(BatchProcessing):
     @property
     def location(self) -> str | Path:
         """Where the back end lives: the index directory, or ``settings.uri`` for one located by URI."""
-        return self.settings.uri if get_backend(self.settings.backend, "backend").location == "uri" else self.index_dir
+        if get_backend(self.settings.backend, "backend").location == "uri":
+            assert self.settings.uri is not None  # ServeSettings refuses a back end located by URI without one
+            return self.settings.uri
+        return self.index_dir
 
     def capability(self, flag: str) -> bool:
         """A capability flag of the served searcher (:class:`~scalingnote.index.searcher.SearcherBase`);
@@ -239,7 +242,8 @@ class SearchService(BatchProcessing):
             why = (
                 "unknown mode"
                 if params.mode not in ("dense", "bm25", "hybrid")
-                else "this service has no BM25 index (start it with --corpus, or build one with `scalingnote index bm25`)"
+                else "this service has no BM25 index (start it with --corpus, or build one with `scalingnote index "
+                "bm25`)"
             )
             raise ServiceError(
                 422,
@@ -290,7 +294,8 @@ class SearchService(BatchProcessing):
             self.metrics.shed_queries.inc(len(texts))
             lanes = self._lanes
             why = (
-                f"{lanes.queued_batch} batch queries are waiting (batches may hold {lanes.batch_cap} of the queue limit {self.settings.max_queue})"
+                f"{lanes.queued_batch} batch queries are waiting (batches may hold {lanes.batch_cap} of the queue "
+                f"limit {self.settings.max_queue})"
                 if batch
                 else f"{lanes.queued} queries are waiting (limit {self.settings.max_queue})"
             )
@@ -311,7 +316,7 @@ class SearchService(BatchProcessing):
         failed = next((p for p in parts if isinstance(p, BaseException)), None)
         if failed is not None:  # a chunk failed: the request fails with its error
             raise failed
-        return [hits for part in parts for hits in part]
+        return [hits for part in parts if not isinstance(part, BaseException) for hits in part]
 
     # ------------------------------------------------------------------ batching
     async def _next_batch(self) -> list[_Item] | None:
@@ -367,10 +372,12 @@ class SearchService(BatchProcessing):
         the old tower keeps serving in every failure case.
         """
         self.check_ready()
-        if self._reload_lock.locked():
+        reload_lock = self._reload_lock
+        assert reload_lock is not None  # set by start(), before the service can be ready
+        if reload_lock.locked():
             self.metrics.reloads.inc(result="busy")
             raise ServiceError(409, "reload_in_progress", "another reload is in progress")
-        async with self._reload_lock:
+        async with reload_lock:
             source = str(query_tower)
 
             def load():

@@ -37,7 +37,8 @@ class ServeSettings:
     refused for its size alone), and single ``/search`` queries always keep at least
     ``(1 - batch_queue_share) x max_queue`` places: a legal batch into an empty queue cannot
     make single queries fail. While both wait, single queries get at least half of every
-    micro-batch (a batch is searched in chunks of ``max_batch // 2``). The worst queue wait is about ``max_queue / throughput``: pick
+    micro-batch (a batch is searched in chunks of ``max_batch // 2``). The worst queue wait is
+    about ``max_queue / throughput``: pick
     ``max_queue ~= latency budget (s) x measured QPS`` (``benchmarks/serve_loadtest.py``
     measures QPS per concurrency and the offline ceiling; see the README for the numbers).
     The default 256 admits 64+ closed-loop clients with no 503 and bounds the wait to a few
@@ -91,7 +92,8 @@ class ServeSettings:
         default=None, metadata=AT_LEAST_1
     )  #: ONNX Runtime intra-op threads (None: query_backend.DEFAULT_ORT_THREADS)
     # the live index (scalingnote.live, scalingnote.serve.documents)
-    live: bool = True  #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
+    #: serve the back end's live form where it has one (faiss: POST /documents, write-ahead log replayed at start)
+    live: bool = True
     document_tower: str | None = None  #: tower encoding new documents (None: the one the index records)
     #: (back ends located by URI: milvus) the local index directory beside which the live index keeps
     #: its write-ahead log and BM25 side (`serve --index DIR`; None: the directory the collection was exported from)
@@ -253,7 +255,8 @@ def admin_denial(
         return ServiceError(
             403,
             "forbidden",
-            f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin endpoints directly on loopback",
+            f"{path}: refused, the request carries proxy forwarding headers ({', '.join(proxied)}); call admin "
+            "endpoints directly on loopback",
         )
     if not is_loopback_host(client_host):
         metrics.rejected.inc(reason="admin_remote")
@@ -265,6 +268,7 @@ def admin_denial(
         return ServiceError(
             401,
             "unauthorized",
-            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
+            f"{path} needs the admin token: 'Authorization: Bearer TOKEN' (printed by `scalingnote serve` at start, "
+            "or set with --admin-token-file / SCALINGNOTE_ADMIN_TOKEN)",
         )
     return None
