@@ -130,10 +130,15 @@ def test_token_flag_is_back_end_neutral_with_a_hidden_deprecated_alias(table, tm
         assert "--token" in text and "--milvus-token" not in text and "(milvus) Collection" not in text, command
 
 
-def test_serve_maps_token_to_the_settings():
-    from scalingnote.cli.serve import settings_from_options
+def test_serve_maps_token_and_collection_to_the_settings(table, tmp_path, monkeypatch):
+    import scalingnote.cli.serve as serve_cli
 
-    s = settings_from_options(
-        {"token": "k", "milvus_token": None, "collection": "other", "log_level": "INFO", "backend": "faiss"}
-    )
-    assert s.backend_token == "k" and s.collection == "other"
+    register_backend("t_srv", lambda loc, query_tower=None, **kw: None, location="uri")
+    got: list = []
+    monkeypatch.setattr(serve_cli, "serve", lambda location, tower, settings: got.append((location, tower, settings)))
+    args = ["serve", "--backend", "t_srv", "--uri", "mem://x", "--query-tower", str(tmp_path), "--collection", "other"]
+    r = CliRunner().invoke(cli, [*args, "--token", "k", "--log-level", "DEBUG", "--shutdown-timeout", "3"])
+    assert r.exit_code == 0, r.output
+    (location, tower, s) = got[0]
+    assert location == "mem://x" and s.backend_token == "k" and s.collection == "other" and s.backend == "t_srv"
+    assert s.log_level == "debug" and s.shutdown_timeout_s == 3.0 and s.corpus is None

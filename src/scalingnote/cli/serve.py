@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -202,24 +201,3 @@ def register(app: typer.Typer) -> None:
 def _path_text(path: Path | None) -> str | None:
     """A path option as the setting stores it (a string; None when not given)."""
     return str(path) if path is not None else None
-
-
-#: ``scalingnote serve`` options whose ServeSettings field has another name
-RENAMED = {"shutdown_timeout": "shutdown_timeout_s", "token": "backend_token"}
-
-
-def settings_from_options(options: dict[str, Any]) -> ServeSettings:
-    """The :class:`ServeSettings` of ``scalingnote serve``'s options given as a mapping (keyed by
-    parameter name, as the command builds them):
-    each option sets the field of its name (:data:`RENAMED` aside), paths as strings, the log
-    level in lower case; options that are no field (``index``, ``query_tower``) are left out."""
-    fields = {f.name for f in dataclasses.fields(ServeSettings)}
-    # option values as typer parsed them (each typed by the command's signature; ServeSettings
-    # checks the numeric ones)
-    kw: dict[str, Any] = {
-        RENAMED.get(k, k): str(v) if isinstance(v, Path) else v
-        for k, v in options.items()
-        if RENAMED.get(k, k) in fields
-    }
-    kw["log_level"] = kw["log_level"].lower()
-    return ServeSettings(**kw)

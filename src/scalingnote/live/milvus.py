@@ -108,7 +108,6 @@ class MilvusLive(MilvusRows):
     def __init__(self, base: MilvusSearcher, local: Path, *, document_tower=None, writer: bool = True, corpus=None):
         super().__init__(base.client, base.uri, base.collection, base.manifest, base.query_tower)
         self.local, self.writer, self.corpus = Path(local), writer, corpus
-        self.local_dir = self.local  # the index directory beside the collection (its BM25 side; SearcherBase)
         self.state_dir = live_state_dir(self.local, self.collection)
         self._doc_tower_spec, self._doc_tower = document_tower, None
         self.lock = threading.RLock()  # searches and the visibility swap
@@ -133,6 +132,11 @@ class MilvusLive(MilvusRows):
         self.wal: WriteAheadLog | None = WriteAheadLog(self.state_dir / "wal") if writer else None
         self._load_state()
         self._replay(self.wal or WriteAheadLog(self.state_dir / "wal", create=False))
+
+    @property
+    def local_dir(self) -> Path:
+        """The index directory beside the collection (its BM25 side; :class:`SearcherBase`)."""
+        return self.local
 
     # ------------------------------------------------------------------ open
     @classmethod

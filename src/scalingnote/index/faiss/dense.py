@@ -50,7 +50,7 @@ class DenseIndex(VectorSearcher):
         self.snippets = snippets
         self._hnsw_graph = find_hnsw(index) is not None  # top-level HNSW (not an IVF's HNSW quantiser)
         #: a FAISS IDSelector of the rows a search may return (the live index's tombstones on HNSW / Flat); None: all
-        self.selector = None
+        self.selector: Any = None
 
     # ------------------------------------------------------------------ open
     @classmethod
