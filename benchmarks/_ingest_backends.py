@@ -1,5 +1,6 @@
 """The back ends of ``benchmarks/ingest.py``: FAISS (the index directory) and the Milvus server --
-the embedded Milvus server started for the run and stopped after it, the quick start's index exported into it, the service's arguments
+the embedded Milvus server started for the run and stopped after it, the quick start's index exported into it,
+the service's arguments
 (``scalingnote serve --backend milvus --uri ... --collection ... --index <the exported copy>``)
 and the dense presence check by stored vector (the collection read through a read-only
 :class:`~scalingnote.live.milvus.MilvusLive`: checkpoint and log replayed, as the restarted
@@ -42,7 +43,8 @@ def milvus_backend(work: Path, served: Path, student: str):
     srv = EmbeddedMilvus(work / "milvus-data", start_timeout_s=300).start()
     try:
         method = (json.loads((served / "manifest.json").read_text()).get("routing") or {}).get("method")
-        # ivf_qmetric's lists cannot go to Milvus (auto refuses): its vectors under Milvus's own IVF_PQ, recorded as the fallback
+        # ivf_qmetric's lists cannot go to Milvus (auto refuses): its vectors under Milvus's own IVF_PQ,
+        # recorded as the fallback
         man = export_to_milvus(
             served, srv.uri, COLLECTION, progress=False, index_type="IVF_PQ" if method == "ivf_qmetric" else "auto"
         )
@@ -82,7 +84,8 @@ def index_for(run, method: str, work: Path) -> Path:
         return run.index
     if method == "ivf_qmetric":
         raise SystemExit(
-            f"{run.index}: built as {built or run.manifest.get('factory')}; --method ivf_qmetric needs the student's training-query "
+            f"{run.index}: built as {built or run.manifest.get('factory')}; --method ivf_qmetric needs the "
+            "student's training-query "
             "vectors (its lists are cut in their metric): use a quick-start run that chose it, or --method chosen"
         )
     dense = DenseIndex.open(run.index)

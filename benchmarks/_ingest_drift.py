@@ -149,7 +149,8 @@ def drift_only(args, run: Any, new_docs, load0, t_start: float) -> None:
         "n_base": int(man.get("n_vectors", 0)),
         "n_new": len(new_docs),
         "seed": args.seed,
-        "queries": "the run's test queries encoded by the served student; recall@10 of the live index at its search defaults vs "
+        "queries": "the run's test queries encoded by the served student; recall@10 of the live index at its "
+        "search defaults vs "
         "exact search over every live vector, and after `rebuild` (codebooks retrained)",
         "new_documents": "synthetic notes beyond the built corpus" if args.new_docs is None else str(args.new_docs),
         "seconds": {**old["config"].get("seconds", {}), label: round(time.perf_counter() - t_start, 1)},

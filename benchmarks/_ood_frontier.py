@@ -6,6 +6,8 @@ single-query latency on validation queries — then measured on *test* (recall@1
 QPS, share scanned). ``plan_10m``: memory, build time, single-query latency and machines at 10M
 documents, extrapolated from the slopes measured between a real set and the 1M simulation fitted to
 it (same towers and width, one run); estimates, not measurements.
+``targets``: the routing targets per set and method, judged on the setting chosen on validation
+and on the test frontier.
 """
 
 from __future__ import annotations
@@ -93,10 +95,12 @@ def frontier_targets(rows: list[dict]) -> dict[str, str]:
                 + (" (MISSED on test)" if hi["recall@10"] < 0.99 else "")
                 + f", {hi['qps_single']:.0f} QPS"
                 + ("" if ratio is None else f" = {ratio:.2f}x ivf (target 3x: {'met' if ratio >= 3 else 'MISSED'})")
-                + f", {hi['share_scanned']:.2%} scanned ({'met' if hi['share_scanned'] <= bound else 'MISSED'}, bound {bound:.0%})"
+                + f", {hi['share_scanned']:.2%} scanned ({'met' if hi['share_scanned'] <= bound else 'MISSED'}, "
+                f"bound {bound:.0%})"
             )
         parts.append(
-            f"memory {r['memory_ratio_vs_float']:.3f} of float32 ({'met' if r['memory_ratio_vs_float'] <= 0.25 else 'MISSED'})"
+            f"memory {r['memory_ratio_vs_float']:.3f} of float32 "
+            f"({'met' if r['memory_ratio_vs_float'] <= 0.25 else 'MISSED'})"
         )
         if lo.get("reached_on_validation"):
             parts.append(
@@ -112,15 +116,17 @@ def frontier_targets(rows: list[dict]) -> dict[str, str]:
 def plan_10m(
     rows: list[dict], *, small_set: str = "kuake_qtr", n_target: int = 10_000_000, ram_gib: float, cores: int
 ) -> dict:
-    """Per method measured at 1M (``sim1m``) and on ``small_set`` (the set it was fitted to: same width): the 10M estimate from the
-    measured slopes. Memory: bytes a vector at 1M x 10M (IVF lists and codes grow linearly; the
-    centroids by sqrt(N): counted as linear, an upper bound). Build seconds and single-query latency
-    at recall 0.99 (else 0.95): a power law through the two measured sizes. Machines: enough of this
-    one's RAM (80% usable) for the index plus the float32 re-rank vectors in the page cache."""
+    """Per method measured at 1M (``sim1m``) and on ``small_set`` (the set it was fitted to: same
+    width): the 10M estimate from the measured slopes. Memory: bytes a vector at 1M x 10M (IVF
+    lists and codes grow linearly; the centroids by sqrt(N): counted as linear, an upper bound).
+    Build seconds and single-query latency at recall 0.99 (else 0.95): a power law through the two
+    measured sizes. Machines: enough of this one's RAM (80% usable) for the index plus the float32
+    re-rank vectors in the page cache."""
     by = {(r["set"], r["method"]): r for r in rows if "chosen_for" not in r}
     plan: dict = {
         "n": n_target,
-        "assumes": f"{cores} cores, {ram_gib:.0f} GiB RAM a machine; power laws through {small_set} and sim1m (same towers, same width)",
+        "assumes": f"{cores} cores, {ram_gib:.0f} GiB RAM a machine; power laws through {small_set} and sim1m "
+        "(same towers, same width)",
         "nlist_rule": f"4 sqrt(N) = {int(round(4 * math.sqrt(n_target)))} lists",
         "methods": {},
     }
@@ -186,3 +192,55 @@ def flatten_frontier(rows: list[dict]) -> dict[str, list[dict]]:
 
 
 __all__ = ["LEVELS", "flatten_frontier", "frontier_qps", "frontier_targets", "plan_10m", "single_ms"]
+
+
+def _frontier(row: dict) -> list[tuple[str, float, float]]:
+    out = []
+    for item in row.get("frontier_test", "").split():
+        tag, rest = item.split(":")
+        rec, share = rest.split("@")
+        out.append((tag, float(rec), float(share)))
+    return out
+
+
+def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
+    """The routing targets per set and method: recall@10 vs exact >= ``target`` within the
+    share bound (1% at 1M, 10% on the real sets), memory <= 1/4 of the float vectors, QPS >= 3x
+    today's ivf. Judged on the setting chosen on validation (its test numbers), then the test
+    frontier's cheapest point at the target (an oracle choice, for how far off the method is)."""
+    out = {}
+    ivf = {r["set"]: r for r in rows if r["method"] == "ivf" and "chosen_for" not in r}
+    for r in rows:
+        if "chosen_for" in r:
+            continue
+        bound = 0.01 if r["set"] == "sim1m" else 0.10
+        rec, share = r["recall@10"], r["share_scanned"]
+        v = f"chosen on validation: test recall {rec:.4f} at {share:.2%} scanned: "
+        if not r["val_reached_target"]:
+            v += f"validation never reached {target} (best {r['val_recall@10']:.4f}): MISSED; "
+        elif rec < target:
+            v += f"test recall below {target}: MISSED by {target - rec:.4f}; "
+        v += "share " + ("met" if share <= bound else f"MISSED ({share / bound:.1f}x the {bound:.0%} bound)")
+        v += f"; memory {r['memory_ratio_vs_float']:.3f} of float32 " + (
+            "(met)" if r["memory_ratio_vs_float"] <= 0.25 else "(MISSED: > 0.25)"
+        )
+        base = ivf.get(r["set"])
+        if base is not None and r["method"] != "ivf" and r["val_reached_target"] and base["val_reached_target"]:
+            v += (
+                f"; QPS vs today's ivf at the chosen settings: single {r['qps_single'] / base['qps_single']:.2f}x, "
+                f"batched {r['qps_batched'] / base['qps_batched']:.2f}x (target 3x)"
+            )
+        front = _frontier(r)
+        ok = [f for f in front if f[1] >= target]
+        if ok:
+            tag, frec, fshare = min(ok, key=lambda f: f[2])
+            v += f". Test frontier: cheapest >= {target} is {tag} {frec:.4f} at {fshare:.2%}"
+        elif front:
+            best = max(front, key=lambda f: f[1])
+            within = [f for f in front if f[2] <= bound]
+            v += f". Test frontier: never reaches {target}, max {best[1]:.4f} at {best[2]:.2%} ({best[0]})"
+            if within:
+                wb = max(within, key=lambda f: f[1])
+                v += f"; best within {bound:.0%}: {wb[1]:.4f} ({wb[0]})"
+        out[f"{r['set']}/{r['method']}"] = v
+    return out

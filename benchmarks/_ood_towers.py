@@ -214,7 +214,8 @@ def scifact(seed: int = 0) -> TowerSet:
     fit_y = _norm(np.concatenate([big["train"], big["pseudo"]]))
     towers = (
         "minilm-l6 (all-MiniLM-L6-v2, 6 layers, mean pooling, zero-shot, 384-d)",
-        "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT pseudo-queries)",
+        "minilm-l6 first 2 layers + linear head (ridge fit to the 6-layer query vectors on training + ICT "
+        "pseudo-queries)",
         f"ICT pseudo-queries over the corpus ({len(pseudo_texts)})",
     )
     return _student_set("scifact", _norm(d), small, fit_x, fit_y, towers, docs, splits, data)
@@ -250,8 +251,10 @@ def kuake(seed: int = 0) -> TowerSet:
     fq, fd = infonce_heads(q4, d4, pairs, seed=seed)
     teacher_train, teacher_pseudo = fq(q4), fq(p4)
     towers = (
-        "smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training pairs, 576-d)",
-        "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head vectors on training queries + corpus texts)",
+        "smollm2-135m first 4 layers, mean pooling, frozen + document head (InfoNCE-fitted here on training "
+        "pairs, 576-d)",
+        "smollm2-135m first layer, mean pooling + linear head (ridge fit to the 4-layer tower's query-head "
+        "vectors on training queries + corpus texts)",
         f"corpus texts encoded by the query tower ({len(pseudo_texts)})",
     )
     return _student_set(

@@ -168,7 +168,8 @@ def run(fam: Family, points: list[tuple[int, int, str]], args) -> None:
             },
         )
         print(
-            f"[scaling_trained] {fam.name} d{depth} D{D} ({role}): test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
+            f"[scaling_trained] {fam.name} d{depth} D{D} ({role}): test ppl {rec['test_contrastive_ppl']:.4f} "
+            f"nDCG@10 {rec['ndcg@10']:.4f} "
             f"dev {rec['start_dev_contrastive_ppl']:.4f}->{rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} "
             f"(best {rec['best_step']}) {time.perf_counter() - t0:.0f}s",
             flush=True,
@@ -186,12 +187,12 @@ def rows(args, fam: Family) -> list[dict]:
         r = json.loads(f.read_text(encoding="utf-8"))
         if not r.get("key", "").startswith(f"{fam.model}|") or not r["key"].endswith(st):
             continue
-        per_query = [
-            v[2] for v in r["per_query"].values() if len(v) > 2
-        ]  # the mean contrastive loss of each test query
+        # the mean contrastive loss of each test query (queries without a scored pair have none)
+        query_loss = {qid: v[2] for qid, v in r["per_query"].items() if len(v) > 2}
+        per_query = list(query_loss.values())
         out.append(
             {
-                "_per_query": dict(zip(r["per_query"], per_query)),
+                "_per_query": query_loss,
                 "loss_se": round(float(np.std(per_query, ddof=1) / np.sqrt(len(per_query))), 4),
                 "role": r["role"],
                 "family": fam.name,

@@ -12,7 +12,8 @@ for ``--gen-minutes`` (resumable, in pool order) and the largest size is what it
 
 Every point: ScalingDual, SmolLM2 truncated to 2 layers, heads only over cached pooled states,
 in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on the contrastive perplexity of
-the human dev queries (stop after 1000 steps without improvement), best weights restored (``scalingnote.scaling.points``). Columns:
+the human dev queries (stop after 1000 steps without improvement), best weights restored
+(``scalingnote.scaling.points``). Columns:
 ``contrastive_ppl`` (Fang et al. Eq. 6 on the SciFact test queries, W = 256 negatives drawn once,
 seed 0, s = cos/0.05), ``ndcg@10``, ``r@100``, and two-sided paired t-test p-values against the
 human labels at the same D. A L(D) = (B/D)^beta + delta fit per annotation type gives the slopes.
@@ -54,10 +55,7 @@ def generate_llm(docs, out: Path, minutes: float, seed: int) -> dict[str, str]:
     return {k: v["query"] for k, v in done.items()}
 
 
-def main() -> None:
-    from benchmarks._heads_recipe import pseudo_queries_path, stage1_config, work_dir
-    from benchmarks.scaling_sweep import _fit_record
-
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="scifact")
     ap.add_argument("--features", type=Path, default=None)
@@ -66,18 +64,18 @@ def main() -> None:
     ap.add_argument("--gen-minutes", type=float, default=8.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def load_pairs(args, ict_dir: Path):
+    """The data set, its human training pairs (minus the dev queries, shuffled once) and the ICT
+    pseudo-query of each document -> (corpus, queries, train qrels, test qrels, dev queries, pairs, ict)."""
     import numpy as np
-    import torch
 
     from scalingnote.data import load_corpus, load_qrels, load_queries
     from scalingnote.data.beir import qrels_path
-    from scalingnote.scaling.points import HeadSession, PointSettings, make_eval_set, run_point
-    from scalingnote.training.data import Example, _split_by_query
+    from scalingnote.training.data import _split_by_query
 
-    torch.set_num_threads(args.threads)
-    features = args.features or work_dir(args.data) / "features"
-    ict_dir = args.ict or pseudo_queries_path(args.data, args.seed).parent
     root = shared_data_dir() / args.data
     corpus = load_corpus(root / "corpus.jsonl")
     queries = {q.id: q.text for q in load_queries(root / "queries.jsonl").values()}
@@ -96,6 +94,88 @@ def main() -> None:
             if line.strip():
                 t = json.loads(line)
                 ict[t["pos_id"]] = ict_text[t["query_id"]]
+    return corpus, queries, train_qrels, test_qrels, dev_q, pairs, ict
+
+
+def train_points(args, session, sets: dict, sizes: list[int], dev, test) -> dict[tuple[str, int], dict]:
+    """One heads-only training point per (annotation type, D) -> its record."""
+    from scalingnote.scaling.points import PointSettings, run_point
+
+    settings = PointSettings(seed=args.seed)
+    recs: dict[tuple[str, int], dict] = {}
+    for D in sizes:
+        for t in TYPES:
+            key = json.dumps(
+                {"type": t, "D": D, "pairs": [(e.query_id, e.pos.id) for e in sets[t][:D]], "settings": str(settings)}
+            )
+            recs[(t, D)] = run_point(
+                session,
+                sets[t][:D],
+                dev,
+                test,
+                args.work / t / f"D{D}",
+                settings,
+                extra={"key": key, "annotation": t, "D": D},
+            )
+            r = recs[(t, D)]
+            print(
+                f"[annotation] {t} D={D}: ppl {r['test_contrastive_ppl']:.4f} nDCG@10 {r['ndcg@10']:.4f} R@100 "
+                f"{r['r@100']:.4f}",
+                flush=True,
+            )
+    return recs
+
+
+def rows_and_fits(recs: dict[tuple[str, int], dict], data: str) -> tuple[list[dict], dict]:
+    """One row per (D, type) with paired p-values against the human labels, and the data-scaling
+    law fitted per type (4 sizes or more)."""
+    from benchmarks.prompt_ablation import paired_pvalues
+    from benchmarks.scaling_sweep import _fit_record
+
+    rows = []
+    for (t, D), r in sorted(recs.items(), key=lambda kv: (kv[0][1], TYPES.index(kv[0][0]))):
+        row = {
+            "annotation": t,
+            "D": D,
+            "N": r["non_embedding_params"]["query"],
+            "loss": r["test_contrastive_ppl"],
+            "contrastive_ppl": r["test_contrastive_ppl"],
+            "ndcg@10": r["ndcg@10"],
+            "r@100": r["r@100"],
+            "dev_contrastive_ppl": r["dev_contrastive_ppl"],
+            "steps_run": r["steps_run"],
+            "best_step": r["best_step"],
+            "train_seconds": r["train_seconds"],
+        }
+        if t != "human":
+            row.update(paired_pvalues(r, recs[("human", D)], prefix="vs_human_"))
+        rows.append(row)
+    fits = {}
+    for t in TYPES:
+        tr = [r for r in rows if r["annotation"] == t]
+        if len(tr) >= 4:
+            rec = _fit_record(f"annotation_{data}_{t}", "data", tr, "D", RESULTS_DIR / "plots", "D")
+            fits[t] = {k: rec.get(k) for k in ("B", "beta", "delta", "r2", "holdout_mape", "error")}
+    for r in rows:
+        f = fits.get(r["annotation"], {})
+        r["fit_beta"] = f.get("beta")
+        r["fit_r2"] = f.get("r2")
+    return rows, fits
+
+
+def main() -> None:
+    from benchmarks._heads_recipe import pseudo_queries_path, stage1_config, work_dir
+
+    args = parse_args()
+    import torch
+
+    from scalingnote.scaling.points import HeadSession, make_eval_set
+    from scalingnote.training.data import Example
+
+    torch.set_num_threads(args.threads)
+    features = args.features or work_dir(args.data) / "features"
+    ict_dir = args.ict or pseudo_queries_path(args.data, args.seed).parent
+    corpus, queries, train_qrels, test_qrels, dev_q, pairs, ict = load_pairs(args, ict_dir)
     seen, pos_docs = set(), []
     for _, d in pairs:
         if d not in seen:
@@ -123,57 +203,8 @@ def main() -> None:
     dev = make_eval_set(queries, {q: train_qrels[q] for q in dev_q}, doc_ids, seed=args.seed + 1, name="dev")
     test = make_eval_set(queries, test_qrels, doc_ids, seed=args.seed, name="test")
     session.ensure_features([e.query for s in sets.values() for e in s] + dev.texts + test.texts)
-    settings = PointSettings(seed=args.seed)
-    recs: dict[tuple[str, int], dict] = {}
-    for D in sizes:
-        for t in TYPES:
-            key = json.dumps(
-                {"type": t, "D": D, "pairs": [(e.query_id, e.pos.id) for e in sets[t][:D]], "settings": str(settings)}
-            )
-            recs[(t, D)] = run_point(
-                session,
-                sets[t][:D],
-                dev,
-                test,
-                args.work / t / f"D{D}",
-                settings,
-                extra={"key": key, "annotation": t, "D": D},
-            )
-            r = recs[(t, D)]
-            print(
-                f"[annotation] {t} D={D}: ppl {r['test_contrastive_ppl']:.4f} nDCG@10 {r['ndcg@10']:.4f} R@100 {r['r@100']:.4f}",
-                flush=True,
-            )
-    from benchmarks.prompt_ablation import paired_pvalues
-
-    rows = []
-    for (t, D), r in sorted(recs.items(), key=lambda kv: (kv[0][1], TYPES.index(kv[0][0]))):
-        row = {
-            "annotation": t,
-            "D": D,
-            "N": r["non_embedding_params"]["query"],
-            "loss": r["test_contrastive_ppl"],
-            "contrastive_ppl": r["test_contrastive_ppl"],
-            "ndcg@10": r["ndcg@10"],
-            "r@100": r["r@100"],
-            "dev_contrastive_ppl": r["dev_contrastive_ppl"],
-            "steps_run": r["steps_run"],
-            "best_step": r["best_step"],
-            "train_seconds": r["train_seconds"],
-        }
-        if t != "human":
-            row.update(paired_pvalues(r, recs[("human", D)], prefix="vs_human_"))
-        rows.append(row)
-    fits = {}
-    for t in TYPES:
-        tr = [r for r in rows if r["annotation"] == t]
-        if len(tr) >= 4:
-            rec = _fit_record(f"annotation_{args.data}_{t}", "data", tr, "D", RESULTS_DIR / "plots", "D")
-            fits[t] = {k: rec.get(k) for k in ("B", "beta", "delta", "r2", "holdout_mape", "error")}
-    for r in rows:
-        f = fits.get(r["annotation"], {})
-        r["fit_beta"] = f.get("beta")
-        r["fit_r2"] = f.get("r2")
+    recs = train_points(args, session, sets, sizes, dev, test)
+    rows, fits = rows_and_fits(recs, args.data)
     _plot(rows, RESULTS_DIR / "plots" / f"annotation_{args.data}.png")
     llm_n = sum(1 for d in pos_docs if llm.get(d.id))
     write_results(
@@ -192,8 +223,10 @@ def main() -> None:
             f"generation budget {args.gen_minutes} min on the shared CPU (the largest matched size is what it reached)",
             "ict": "one sentence of the positive document (ICTConfig defaults, seed 0)",
             "model": "ScalingDual, SmolLM2-135M truncated to 2 layers, heads only over cached pooled states",
-            "training": "in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on dev contrastive perplexity (stop after 1000 steps without improvement)",
-            "contrastive_ppl": "Fang et al. Eq. 6 on the SciFact test queries, W=256 negatives drawn once (seed 0), s = cos/0.05",
+            "training": "in-batch negatives, batch min(64, D), head lr 3e-3, early stopping on dev contrastive "
+            "perplexity (stop after 1000 steps without improvement)",
+            "contrastive_ppl": "Fang et al. Eq. 6 on the SciFact test queries, W=256 negatives drawn once (seed "
+            "0), s = cos/0.05",
             "p_values": "two-sided paired t-test over the test queries against the human labels at the same D",
             "fits": fits,
             "plot": f"benchmarks/results/plots/annotation_{args.data}.png",

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._chaos_stages import models_of, prepare, quickstart_args, stage_commands
 from benchmarks._common import REPO_ROOT, write_results
 from scalingnote.cli import COMMANDS
 
@@ -255,165 +256,7 @@ def digest(root: Path) -> dict[str, str]:
     return out
 
 
-# ------------------------------------------------------------------ the stages
-
-
-def prepare(work: Path, seed: int) -> dict[str, Any]:
-    """The tiny models every stage uses."""
-    import torch
-
-    torch.set_num_threads(1)
-    from scalingnote.models import build_tiny_model
-
-    models = work / "models"
-    llm = build_tiny_model(models / "llm", "llm", num_layers=2)
-    bert = build_tiny_model(models / "bert", "bert", num_layers=2)
-    return {"llm": str(llm), "bert": str(bert)}
-
-
-def _models(work: Path) -> dict[str, str]:
-    return {"llm": str(work / "models" / "llm"), "bert": str(work / "models" / "bert")}
-
-
-def quickstart_args(models: dict, out: Path, seed: int) -> list[str]:
-    sets = dict(
-        llm=models["llm"],
-        bert=models["bert"],
-        bert_small_layers=1,
-        dim=32,
-        synth_docs=120,
-        synth_queries=60,
-        batch_size=4,
-        qkd_epochs=1.0,
-        qkd_batch_size=16,
-        qkd_max_pseudo_queries=60,
-        semantic_id_layers=2,
-        query_max_length=16,
-        doc_max_length=64,
-        show_progress=False,
-    )
-    args = ["quickstart", "--out", str(out), "--seed", str(seed), "--steps", "3", "--llm-depths", "2"]
-    for k, v in sets.items():
-        args += ["--set", f"{k}={v}"]
-    return args
-
-
-def stage_commands(work: Path, models: dict, ref_qs: Path, seed: int) -> dict[str, Any]:
-    """``{stage: f(out_dir) -> argv}`` built from the reference quick start's artefacts."""
-    from scalingnote.config import load_config, save_config
-    from scalingnote.distill import DistillConfig
-    from scalingnote.quickstart import QuickstartConfig, stage1_config
-
-    qcfg = QuickstartConfig(
-        out=str(ref_qs),
-        llm=models["llm"],
-        bert=models["bert"],
-        llm_depths=[2],
-        bert_small_layers=1,
-        dim=32,
-        synth_docs=120,
-        synth_queries=60,
-        steps=30,
-        batch_size=4,
-        query_max_length=16,
-        doc_max_length=64,
-        show_progress=False,
-        seed=seed,
-    )
-    data = {
-        "beir": str(ref_qs / "data"),
-        "triplets": str(ref_qs / "data" / "triplets" / "train.jsonl"),
-        "validation_triplets": str(ref_qs / "data" / "triplets" / "validation.jsonl"),
-    }
-    llm = {"model": models["llm"], "num_layers": 2, "pooling": "mean", "trainable_layers": 0}
-    tc = stage1_config(
-        qcfg,
-        "scaling_dual",
-        data,
-        work / "unused",
-        {**llm, "max_length": 16},
-        {**llm, "max_length": 64},
-        lr=qcfg.llm_lr,
-        head_lr=qcfg.head_lrs[-1],
-        max_epochs=qcfg.max_epochs,
-    )
-    tc.save_every = 10
-    save_config(tc, work / "stage1.yaml")
-    teacher = Path(json.loads((ref_qs / "results.json").read_text())["choices"]["teacher"]["dir"])
-
-    def qkd_yaml(out: Path) -> Path:
-        dc = load_config(
-            DistillConfig,
-            {
-                "teacher": str(teacher),
-                "output_dir": str(out),
-                "student": {"model": models["bert"], "num_layers": 1, "max_length": 16},
-                "queries": [{"path": data["beir"]}],
-                "optim": {"batch_size": 16, "epochs": 2.0},
-                "teacher_batch_size": 8,
-                "save_every": 5,
-                "seed": seed,
-                "show_progress": False,
-            },
-        )
-        y = out.with_name(out.name + ".qkd.yaml")
-        save_config(dc, y)
-        return y
-
-    enc_ref = work / "encode_for_build"
-    return {
-        "stage1": lambda out: ["train", "--config", str(work / "stage1.yaml"), "--output-dir", str(out)],
-        "qkd_cache": lambda out: ["distill", "--config", str(qkd_yaml(out))],
-        "index_encode": lambda out: [
-            "index",
-            "encode",
-            "--tower",
-            str(teacher / "doc_tower"),
-            "--data",
-            data["beir"],
-            "--out",
-            str(out),
-            "--shard-size",
-            "16",
-            "--batch-size",
-            "8",
-        ],
-        "index_build": lambda out: [
-            "index",
-            "build",
-            "--embeddings",
-            str(enc_ref),
-            "--out",
-            str(out),
-            "--factory",
-            "IVF4,PQ8x4",
-            "--semantic-ids-layers",
-            "2",
-            "--codebook-size",
-            "4",
-            "--seed",
-            str(seed),
-            "--overwrite",
-        ],
-        "quickstart": lambda out: quickstart_args(models, out, seed),
-        "_encode_for_build": lambda: [
-            "index",
-            "encode",
-            "--tower",
-            str(teacher / "doc_tower"),
-            "--data",
-            data["beir"],
-            "--out",
-            str(enc_ref),
-            "--shard-size",
-            "64",
-            "--batch-size",
-            "16",
-        ],
-    }
-
-
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=REPO_ROOT / ".cache" / "chaos")
     ap.add_argument("--trials", type=int, default=4, help="Killed runs per stage.")
@@ -435,17 +278,23 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="Stop starting new trials after this many minutes (results so far are written).",
     )
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    for stage in sorted({m for m, _ in COMMANDS.values()}):  # every stage's heavy imports once, before forking
+
+def _import_stages() -> None:
+    """Every stage's heavy imports once, before forking."""
+    for stage in sorted({m for m, _ in COMMANDS.values()}):
         importlib.import_module(f"scalingnote.cli.{stage}")
     import scalingnote.distill  # noqa: F401
     import scalingnote.index  # noqa: F401
     import scalingnote.quickstart  # noqa: F401
     import scalingnote.training  # noqa: F401
 
+
+def reference_runs(args) -> tuple[dict[str, Any], dict[str, dict[str, str]], dict[str, float]]:
+    """The uninterrupted reference run of each stage (kept from an earlier invocation with
+    ``--reuse-references``) -> (stage commands, output digests, wall times)."""
     work = args.work
-    t0 = time.perf_counter()
     ref_qs = work / "ref" / "quickstart"
     durations_file = work / "ref" / "durations.json"
     ref_durations = json.loads(durations_file.read_text()) if args.reuse_references and durations_file.is_file() else {}
@@ -455,13 +304,13 @@ def main(argv: list[str] | None = None) -> None:
         work.mkdir(parents=True)
         (work / "logs").mkdir()
         prepare(work, args.seed)
-        r = run(quickstart_args(_models(work), ref_qs, args.seed), work / "logs" / "ref_quickstart.log")
+        r = run(quickstart_args(models_of(work), ref_qs, args.seed), work / "logs" / "ref_quickstart.log")
         if r["exit"] != 0:
             raise SystemExit(f"reference quickstart failed: see {work / 'logs' / 'ref_quickstart.log'}")
         ref_durations = {"quickstart": r["seconds"]}
     else:
         shutil.rmtree(work / "trials", ignore_errors=True)
-    models = _models(work)
+    models = models_of(work)
     cmds = stage_commands(work, models, ref_qs, args.seed)
     if not (work / "encode_for_build" / "manifest.json").is_file():
         r = run(cmds["_encode_for_build"](), work / "logs" / "encode_for_build.log")
@@ -481,51 +330,67 @@ def main(argv: list[str] | None = None) -> None:
         refs[stage] = digest(out)
         print(f"reference {stage}: {ref_durations[stage]:.1f}s, {len(refs[stage])} files", flush=True)
     durations_file.write_text(json.dumps(ref_durations))
+    return cmds, refs, ref_durations
 
-    rng = random.Random(args.seed)
-    rows: list[dict[str, Any]] = []
-    trial = 0
+
+def trial_order(args) -> list[tuple[str, int]]:
+    """(stage, trial index) round robin over the stages, ``--stage-trials`` overriding ``--trials``."""
     counts = {st: args.trials for st in args.stages}
     for item in filter(None, args.stage_trials.split(",")):
         k, _, v = item.partition("=")
         counts[k.strip()] = int(v)
-    order = [
-        (stage, i) for i in range(max(counts.values())) for stage in args.stages if i < counts[stage]
-    ]  # round robin
-    for stage, i in order:
+    return [(stage, i) for i in range(max(counts.values())) for stage in args.stages if i < counts[stage]]
+
+
+def kill_and_resume(cmd, out: Path, log: Path, kill_at: float, ref: dict[str, str]) -> dict[str, Any]:
+    """Run ``cmd(out)`` killed at ``kill_at`` s, count the half-written files, run it again to the end
+    and compare its outputs with the reference digests -> the trial's columns."""
+    first = run(cmd(out), log, kill_after=kill_at)
+    bad = half_written(out)
+    second = run(cmd(out), log)
+    got = digest(out) if second["exit"] == 0 else {}
+    differing = sorted(k for k in set(ref) | set(got) if ref.get(k) != got.get(k))
+    return {
+        "killed": first["killed"],
+        "first_exit": first["exit"],
+        "half_written_files": len(bad),
+        "resumed_ok": second["exit"] == 0,
+        "resume_s": round(second["seconds"], 2),
+        "outputs_identical": second["exit"] == 0 and not differing,
+        "files_compared": len(ref),
+        "differing": "; ".join(differing[:6]) + (f" (+{len(differing) - 6})" if len(differing) > 6 else ""),
+        "half_written": "; ".join(bad[:3]),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    _import_stages()
+    work = args.work
+    t0 = time.perf_counter()
+    cmds, refs, ref_durations = reference_runs(args)
+
+    rng = random.Random(args.seed)
+    rows: list[dict[str, Any]] = []
+    trial = 0
+    for stage, i in trial_order(args):
         if args.max_minutes is not None and time.perf_counter() - t0 > 60 * args.max_minutes:
             print(f"time limit: stopping after {len(rows)} trials", flush=True)
             break
-        if True:
-            trial += 1
-            out = work / "trials" / f"{stage}-{i}"
-            d = ref_durations[stage]
-            kill_at = round(rng.uniform(0.05, 0.95) * d, 3)
-            log = work / "logs" / f"{stage}-{i}.log"
-            first = run(cmds[stage](out), log, kill_after=kill_at)
-            bad = half_written(out)
-            second = run(cmds[stage](out), log)
-            got = digest(out) if second["exit"] == 0 else {}
-            ref = refs[stage]
-            differing = sorted(k for k in set(ref) | set(got) if ref.get(k) != got.get(k))
-            row = {
-                "trial": trial,
-                "stage": stage,
-                "kill_at_s": kill_at,
-                "reference_s": round(d, 2),
-                "killed": first["killed"],
-                "first_exit": first["exit"],
-                "half_written_files": len(bad),
-                "resumed_ok": second["exit"] == 0,
-                "resume_s": round(second["seconds"], 2),
-                "outputs_identical": second["exit"] == 0 and not differing,
-                "files_compared": len(ref),
-                "differing": "; ".join(differing[:6]) + (f" (+{len(differing) - 6})" if len(differing) > 6 else ""),
-                "half_written": "; ".join(bad[:3]),
-            }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            _write(rows, args, ref_durations, t0)
+        trial += 1
+        d = ref_durations[stage]
+        kill_at = round(rng.uniform(0.05, 0.95) * d, 3)
+        out, log = work / "trials" / f"{stage}-{i}", work / "logs" / f"{stage}-{i}.log"
+        row = {
+            "trial": trial,
+            "stage": stage,
+            "kill_at_s": kill_at,
+            "reference_s": round(d, 2),
+            **kill_and_resume(cmds[stage], out, log, kill_at, refs[stage]),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        _write(rows, args, ref_durations, t0)
     path = _write(rows, args, ref_durations, t0)
     print(f"wrote {path}", flush=True)
 
@@ -535,11 +400,13 @@ def _write(rows: list[dict[str, Any]], args, ref_durations: dict, t0: float) -> 
         "stages": args.stages,
         "trials_per_stage": args.stage_trials or args.trials,
         "references_reused": args.reuse_references,
-        "reference_time_note": "uninterrupted wall time of each stage, measured from fork (with --reuse-references: the times of the earlier invocation)",
+        "reference_time_note": "uninterrupted wall time of each stage, measured from fork (with "
+        "--reuse-references: the times of the earlier invocation)",
         "seed": args.seed,
         "kill": "SIGKILL at uniform(0.05, 0.95) x the stage's uninterrupted wall time, measured from fork",
         "reference_seconds": {k: round(v, 2) for k, v in ref_durations.items()},
-        "models": "tiny random models (scalingnote.models.tiny: 2-layer LLM, 2-layer BERT), synthetic log 120 docs / 60 queries",
+        "models": "tiny random models (scalingnote.models.tiny: 2-layer LLM, 2-layer BERT), synthetic log 120 "
+        "docs / 60 queries",
         "compare": "binary files byte-identical; JSON/JSONL/YAML equal after dropping wall-clock keys ("
         + _VOLATILE.pattern
         + ") and the run path",
@@ -551,7 +418,8 @@ def _write(rows: list[dict[str, Any]], args, ref_durations: dict, t0: float) -> 
             "half_written_files": sum(r["half_written_files"] for r in rows),
         },
         "wall_s": round(time.perf_counter() - t0, 1),
-        "note": "2 CPU cores shared with other jobs (the machine was shared); times are noisy, correctness columns are not.",
+        "note": "2 CPU cores shared with other jobs (the machine was shared); times are noisy, correctness "
+        "columns are not.",
     }
     return write_results("chaos", rows, config)
 

@@ -18,6 +18,7 @@ The machine's 2 cores are shared with other engineers' jobs, so numbers are nois
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 import time
@@ -87,14 +88,14 @@ def main() -> None:
             name, "document", num_layers=layers, device="cpu", dtype="float32", max_doc_length=cfg["max_doc_length"]
         )
         qps, nq, tq = _timed(
-            lambda x: qt.encode_queries(x, batch_size=args.query_batch, show_progress=False),
+            functools.partial(qt.encode_queries, batch_size=args.query_batch, show_progress=False),
             queries,
             args.query_batch,
             args.budget_s,
         )
         sub = docs[: cfg["max_docs"]]
         dps, nd, td = _timed(
-            lambda x: dt.encode_documents(x, batch_size=args.doc_batch, show_progress=False),
+            functools.partial(dt.encode_documents, batch_size=args.doc_batch, show_progress=False),
             sub,
             args.doc_batch,
             args.budget_s,

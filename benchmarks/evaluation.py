@@ -79,7 +79,8 @@ def main() -> None:
             "reference": "pytrec_eval (trec_eval 9)",
             "compared_metrics": PAIRS,
             "bm25": "scalingnote.sparse.bm25 defaults, k=1000",
-            "auc_graded": "kuake_qtr qrels_graded, grade >= 2 positive, judged pairs not retrieved rank last; queries outside the run ignored",
+            "auc_graded": "kuake_qtr qrels_graded, grade >= 2 positive, judged pairs not retrieved rank last; "
+            "queries outside the run ignored",
         },
     )
     print(f"wrote {path}")

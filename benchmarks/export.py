@@ -113,7 +113,8 @@ def measure_tower(qdir: Path, emb_dir: Path, onnx_dir: Path, queries, qrels, arg
     emb = load_embeddings(emb_dir, require_complete=False)
     if emb.tower.get("compat_id") != tower.compat_id:
         raise SystemExit(
-            f"{qdir}: compat id {tower.compat_id} does not match the document embeddings {emb_dir} ({emb.tower.get('compat_id')})"
+            f"{qdir}: compat id {tower.compat_id} does not match the document embeddings {emb_dir} "
+            f"({emb.tower.get('compat_id')})"
         )
     encoders = {
         "torch_fp32": lambda xs, bs=64: tower.encode_queries(xs, batch_size=bs, show_progress=False),
@@ -124,7 +125,7 @@ def measure_tower(qdir: Path, emb_dir: Path, onnx_dir: Path, queries, qrels, arg
     texts = [q.text for q in queries]
     qids = [q.id for q in queries]
     embs = {b: f(texts) for b, f in encoders.items()}
-    for b, f in encoders.items():  # warm-up
+    for f in encoders.values():  # warm-up
         timed_b1(f, texts[:20])
     lat: dict[str, list[float]] = {b: [] for b in encoders}
     b32: dict[str, list[float]] = {b: [] for b in encoders}
@@ -167,8 +168,8 @@ def measure_tower(qdir: Path, emb_dir: Path, onnx_dir: Path, queries, qrels, arg
     for th in args.sweep_threads:
         for p in ("fp32", "int8"):
             enc = OnnxQueryTower(tower, onnx_dir, model=p, threads=th)
-            timed_b1(lambda xs: enc.encode_queries(xs), texts[:20])
-            la = timed_b1(lambda xs: enc.encode_queries(xs), texts)
+            timed_b1(enc.encode_queries, texts[:20])
+            la = timed_b1(enc.encode_queries, texts)
             sweep[f"onnx_{p}_threads{th}_qps_b1"] = round(len(la) / sum(la), 1)
     np.savez(Path(args.runs) / f"query_emb_{qdir.parent.name}.npz", qids=np.asarray(qids), **embs)
     return rows, sweep
@@ -252,7 +253,8 @@ def measure_serve(qdir: Path, emb_dir: Path, onnx_dir: Path, runs: Path, queries
                 )
                 res[backend].append(out)
                 print(
-                    f"serve round {r + 1} {backend}: {out.qps:.1f} q/s, p50 {out.p50_ms:.1f} ms, p99 {out.p99_ms:.1f} ms, errors {out.errors}",
+                    f"serve round {r + 1} {backend}: {out.qps:.1f} q/s, p50 {out.p50_ms:.1f} ms, p99 "
+                    f"{out.p99_ms:.1f} ms, errors {out.errors}",
                     flush=True,
                 )
             finally:
@@ -361,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         status[args.tower_names[str(qdir)]] = "query side measured; corpus embeddings pending"
         save()
     # 2. corpus side: complete the document embeddings (resumable), score, serve
-    for qdir, emb_dir, desc in towers:
+    for qdir, emb_dir, _desc in towers:
         name = args.tower_names[str(qdir)]
         if not args.query_tower:
             default_tower(args.runs, args.data, encode=True)
@@ -401,8 +403,10 @@ def make_config(args, validation, exports, sweeps, load_before, status) -> dict:
         "seed": args.seed,
         **loadavg(load_before),
         "note": (
-            "2 CPU cores shared with other sessions working in parallel: absolute QPS and latencies are noisy; the backends "
-            "were measured interleaved in one run, so compare their ratios. p50/p99 are of one query per call (tokenization "
+            "2 CPU cores shared with other sessions working in parallel: absolute QPS and latencies are noisy; "
+            "the backends "
+            "were measured interleaved in one run, so compare their ratios. p50/p99 are of one query per call "
+            "(tokenization "
             "included). max_cos_diff = max over test queries of 1 - cos(backend, torch fp32)."
         ),
     }

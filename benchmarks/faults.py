@@ -6,8 +6,9 @@ Per row (one write point and back end): ``faults_injected`` (failures that happe
 ``acknowledged`` / ``refused`` / ``logged_409`` (Milvus: in the log, applied later) operations,
 ``restart_ok``, and the checker's ``lost`` (an acknowledged add / replace / delete not holding),
 ``resurrected`` (a refused write present) and ``duplicated`` (a document found twice): all must be 0.
-The write points and the scenario: :mod:`benchmarks._faults`. The tmpfs rows need root (``mount``);
-without it they say why they were skipped.
+The write points and the scenario: :mod:`benchmarks._faults`; the full disk:
+:mod:`benchmarks._faults_disk`. The tmpfs rows need root (``mount``); without it they say why they
+were skipped.
 
 Run: ``flock /tmp/scalingnote-bench.lock nice -n 5 env PYTHONPATH=src .venv/bin/python -m benchmarks.faults``
 """
@@ -23,7 +24,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from benchmarks._common import write_results
-from benchmarks._faults import build_synthetic_index, points_of, run_disk_full, run_point
+from benchmarks._faults import build_synthetic_index, points_of, run_point
+from benchmarks._faults_disk import run_disk_full
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> Path:
         "backends": args.backends,
         "tmpfs": not args.no_tmpfs,
         "index": "synthetic: 48 unit vectors (dim 16), IVF4,PQ8x4, 2-layer semantic IDs; Milvus Lite export (FLAT)",
-        "tmpfs_scenario": "8 MB tmpfs filled to 40 KB free; 30 batches of 1-40 documents (~1 KB each) while full; space freed; "
+        "tmpfs_scenario": "8 MB tmpfs filled to 40 KB free; 30 batches of 1-40 documents (~1 KB each) while "
+        "full; space freed; "
         ">= 200 acknowledged documents; SIGKILL; restart",
     }
     path = write_results("faults", rows, config)

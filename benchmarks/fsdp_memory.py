@@ -55,13 +55,12 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
 
     from scalingnote.config import load_config
     from scalingnote.data import Document
-    from scalingnote.training import TrainConfig, build_towers
-    from scalingnote.training import distributed as D
+    from scalingnote.training import TrainConfig, build_towers, distributed
     from scalingnote.training.data import Example
     from scalingnote.training.trainer import Trainer
 
     torch.set_num_threads(1)
-    D.init_from_env()
+    distributed.init_from_env()
     cfg = load_config(
         TrainConfig,
         {
@@ -108,8 +107,8 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
     step_s = time.perf_counter() - t0
     rec = {
         "mode": mode,
-        "rank": D.rank(),
-        "world_size": D.world_size(),
+        "rank": distributed.rank(),
+        "world_size": distributed.world_size(),
         "sharded": tr.sharded,
         "params_total": n_params,
         "param_mb": round(param_b / MB, 2),
@@ -124,7 +123,7 @@ def worker(mode: str, out: Path, doc_len: int) -> None:
         "loss_step2": round(float(comps["loss"]), 6),
         "two_steps_s": round(step_s, 1),
     }
-    (out / f"{mode}-rank{D.rank()}.json").write_text(json.dumps(rec))
+    (out / f"{mode}-rank{distributed.rank()}.json").write_text(json.dumps(rec))
     import torch.distributed as dist
 
     dist.barrier()
@@ -177,7 +176,8 @@ def main() -> None:
         )
         print(rows[-1], flush=True)
     config = {
-        "model": "scaling_doc: query minilm-l6 (all-MiniLM-L6-v2) + document smollm2-135m (SmolLM2-135M, full depth, 30 layers)",
+        "model": "scaling_doc: query minilm-l6 (all-MiniLM-L6-v2) + document smollm2-135m (SmolLM2-135M, full "
+        "depth, 30 layers)",
         "processes": 2,
         "backend": "gloo",
         "device": "cpu",
@@ -188,8 +188,10 @@ def main() -> None:
         "fsdp": "FSDP2 fully_shard per transformer block + tower root, activation checkpointing on",
         "total_seconds": round(time.perf_counter() - t_start, 1),
         "notes": (
-            "2 CPU cores shared with other sessions' jobs; memory only (times are indicative). states = parameters + AdamW "
-            "state held by the process, counted on the live tensors (DTensor: local shard). RSS includes the full model "
+            "2 CPU cores shared with other sessions' jobs; memory only (times are indicative). states = "
+            "parameters + AdamW "
+            "state held by the process, counted on the live tensors (DTensor: local shard). RSS includes the "
+            "full model "
             "as loaded before sharding (every rank builds it on CPU), libraries and activations."
         ),
     }

@@ -35,30 +35,38 @@ from pathlib import Path
 from benchmarks._common import tiny_served_index, write_results
 
 
-def fuzz_readers(examples: int, seed: int) -> list[dict]:
+def _fuzz_reader(target, examples: int, seed: int, workdir: Path) -> dict:
+    """Run one reader's property under hypothesis -> counts of examples, ok, data errors, failures."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
-    from tests.helpers.fuzz import TARGETS, FuzzFailure, check, inputs
+    from tests.helpers.fuzz import FuzzFailure, check, inputs
+
+    stats = {"examples": 0, "ok": 0, "data_error": 0, "failures": 0, "first_failure": ""}
+
+    @hseed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=inputs(target.structured))
+    def prop(data: bytes) -> None:
+        stats["examples"] += 1
+        try:
+            stats[check(target, data, workdir)] += 1
+        except FuzzFailure as e:
+            stats["failures"] += 1
+            stats["first_failure"] = stats["first_failure"] or str(e)[:300]
+
+    prop()
+    return stats
+
+
+def fuzz_readers(examples: int, seed: int) -> list[dict]:
+    from tests.helpers.fuzz import TARGETS
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="sn-fuzz-") as d:
         for name, target in TARGETS.items():
-            stats = {"examples": 0, "ok": 0, "data_error": 0, "failures": 0, "first_failure": ""}
-
-            @hseed(seed)
-            @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-            @given(data=inputs(target.structured))
-            def prop(data: bytes) -> None:
-                stats["examples"] += 1
-                try:
-                    stats[check(target, data, Path(d))] += 1
-                except FuzzFailure as e:
-                    stats["failures"] += 1
-                    stats["first_failure"] = stats["first_failure"] or str(e)[:300]
-
             t0 = time.perf_counter()
-            prop()
+            stats = _fuzz_reader(target, examples, seed, Path(d))
             row = {
                 "kind": "reader",
                 "target": name,

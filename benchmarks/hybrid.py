@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,8 @@ def load_dense_side(args, data_dir: Path, work: Path):
             compat = json.loads((d / "run.json").read_text(encoding="utf-8")).get("metrics", {}).get("compat_id")
         if compat and q_id.get("compat_id") and str(compat) != str(q_id["compat_id"]):
             raise ScalingNoteError(
-                f"{d}: document embeddings (compat id {compat}) do not match query tower {args.query_tower!r} (compat id {q_id['compat_id']})"
+                f"{d}: document embeddings (compat id {compat}) do not match query tower {args.query_tower!r} "
+                f"(compat id {q_id['compat_id']})"
             )
         dim = min(int(q_id.get("dim") or vecs.shape[1]), vecs.shape[1])
         desc = {
@@ -85,7 +87,8 @@ def load_dense_side(args, data_dir: Path, work: Path):
     d_id = emb.tower or {}
     if d_id.get("compat_id") and q_id.get("compat_id") and str(d_id["compat_id"]) != str(q_id["compat_id"]):
         raise ScalingNoteError(
-            f"{emb_dir}: document embeddings of tower {d_id.get('name')!r} (compat id {d_id['compat_id']}) do not match "
+            f"{emb_dir}: document embeddings of tower {d_id.get('name')!r} (compat id {d_id['compat_id']}) do "
+            "not match "
             f"query tower {args.query_tower!r} (compat id {q_id['compat_id']})"
         )
     vecs = np.asarray(emb.vectors, dtype=np.float32)
@@ -107,21 +110,23 @@ def encode_queries(tower, texts: list[str], dim: int) -> np.ndarray:
     return truncate_normalize(tower.encode_queries(texts, batch_size=256, show_progress=False), dim)
 
 
-def run_dataset(name: str, args) -> Path:
-    import torch
+@dataclass
+class QuerySplits:
+    """Test queries and validation queries (from the train split) with their qrels."""
 
-    from scalingnote.data import load_beir
-    from scalingnote.evaluation import evaluate, per_query
-    from scalingnote.evaluation.dense import exact_search
-    from scalingnote.evaluation.significance import paired_ttest
-    from scalingnote.index.hybrid import FusionConfig, choose_norm_and_weight, fuse_runs
-    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
+    test_ids: list[str]
+    test_texts: list[str]
+    val_ids: list[str]
+    val_texts: list[str]
+    qrels_test: dict
+    qrels_val: dict
+    n_excluded: int  #: train queries left out because they are test queries (by id or text)
+    val_source: str
 
-    data_dir = shared_data_dir() / name
-    work = Path(args.work) / name
-    work.mkdir(parents=True, exist_ok=True)
-    test = load_beir(data_dir, "test")
-    train = load_beir(data_dir, "train")
+
+def query_splits(name: str, test, train, args) -> QuerySplits:
+    """The test queries and a seeded draw of ``--val-queries`` validation queries from the train
+    split (or the queries Stage I held out) that are no test query."""
     rng = np.random.default_rng(args.seed)
     # KUAKE-QTR repeats query ids/texts across its splits (same query, other titles): a validation
     # query must be neither a test query id nor a test query text
@@ -152,20 +157,26 @@ def run_dataset(name: str, args) -> Path:
     val_texts = [train.queries[q].text for q in val_ids]
     qrels_test = {q: test.qrels[q] for q in test_ids}
     qrels_val = {q: train.qrels[q] for q in val_ids}
-    depth = args.depth
-    print(
-        f"[{name}] {len(test.corpus)} docs, {len(test_ids)} test queries, {n_val} validation queries (train split)",
-        flush=True,
-    )
+    return QuerySplits(test_ids, test_texts, val_ids, val_texts, qrels_test, qrels_val, n_excluded, val_source)
 
+
+def search_runs(name: str, args, test, sp: QuerySplits, data_dir: Path, work: Path) -> dict:
+    """BM25, dense and both fusions over the test queries (the weighted one's norm and weight chosen on
+    validation) -> runs, seconds per mode and what the config reports of them."""
+    from scalingnote.evaluation.dense import exact_search
+    from scalingnote.index.hybrid import FusionConfig, choose_norm_and_weight, fuse_runs
+    from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
+
+    test_ids, test_texts, val_ids, val_texts = sp.test_ids, sp.test_texts, sp.val_ids, sp.val_texts
+    depth = args.depth
     # ---- BM25 (index once; search timed)
     t0 = time.perf_counter()
     bm = BM25Retriever.fit(test.corpus.values(), BM25Config(), show_progress=False)
     bm25_index_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    bm_test = bm.search(dict(zip(test_ids, test_texts)), k=depth, show_progress=False)
+    bm_test = bm.search(dict(zip(test_ids, test_texts, strict=True)), k=depth, show_progress=False)
     bm_s = time.perf_counter() - t0
-    bm_val = bm.search(dict(zip(val_ids, val_texts)), k=depth, show_progress=False)
+    bm_val = bm.search(dict(zip(val_ids, val_texts, strict=True)), k=depth, show_progress=False)
 
     # ---- dense
     qt, doc_ids, doc_vecs, dense_desc = load_dense_side(args, data_dir, work)
@@ -186,7 +197,7 @@ def run_dataset(name: str, args) -> Path:
 
     # ---- fusion settings: RRF k=60 (no tuning); weighted: norm + weight picked on validation only
     rrf_cfg = FusionConfig(method="rrf", rrf_k=60, depth=depth)
-    wc, choices = choose_norm_and_weight(dn_val, bm_val, qrels_val, depth=depth)
+    wc, choices = choose_norm_and_weight(dn_val, bm_val, sp.qrels_val, depth=depth)
     best_norm = wc.norm
     w_cfg = FusionConfig(method="weighted", weight=wc.weight, norm=best_norm, depth=depth)
     t0 = time.perf_counter()
@@ -203,6 +214,25 @@ def run_dataset(name: str, args) -> Path:
         "hybrid_rrf": enc_s + dn_s + bm_s + rrf_s,
         "hybrid_weighted": enc_s + dn_s + bm_s + w_s,
     }
+    return {
+        "runs": runs,
+        "seconds": seconds,
+        "bm": bm,
+        "bm25_index_s": bm25_index_s,
+        "dense_desc": dense_desc,
+        "wc": wc,
+        "choices": choices,
+    }
+
+
+def result_rows(name: str, found: dict, sp: QuerySplits, n_docs: int) -> tuple[list[dict], dict, dict, str, str]:
+    """One row per mode (the hybrids with paired t-tests against both single modes) -> rows,
+    metrics per mode, per-query nDCG@10 per mode, the better single and the better hybrid mode."""
+    from scalingnote.evaluation import evaluate, per_query
+    from scalingnote.evaluation.significance import paired_ttest
+
+    runs, seconds, wc = found["runs"], found["seconds"], found["wc"]
+    best_norm, qrels_test, test_ids = wc.norm, sp.qrels_test, sp.test_ids
     ev = {m: evaluate(r, qrels_test, METRICS, missing="zero") for m, r in runs.items()}
     pq = {
         m: {q: v["ndcg@10"] for q, v in per_query(r, qrels_test, ["ndcg@10"], missing="zero").items()}
@@ -214,7 +244,7 @@ def run_dataset(name: str, args) -> Path:
     other_single = "dense" if best_single == "bm25" else "bm25"
     best_hybrid = max(("hybrid_rrf", "hybrid_weighted"), key=lambda m: ev[m]["ndcg@10"])
     rows = []
-    for m, r in runs.items():
+    for m in runs:
         row = {
             "dataset": name,
             "split": "test",
@@ -222,7 +252,7 @@ def run_dataset(name: str, args) -> Path:
             **{k: round(v, 4) for k, v in ev[m].items()},
             "qps": round(len(test_ids) / seconds[m], 1),
             "queries": len(test_ids),
-            "docs": len(test.corpus),
+            "docs": n_docs,
             "fusion": {
                 "bm25": "-",
                 "dense": "-",
@@ -244,6 +274,30 @@ def run_dataset(name: str, args) -> Path:
             )
         rows.append(row)
         print(row, flush=True)
+    return rows, ev, pq, best_single, best_hybrid
+
+
+def run_dataset(name: str, args) -> Path:
+    import torch
+
+    from scalingnote.data import load_beir
+    from scalingnote.evaluation.significance import paired_ttest
+
+    data_dir = shared_data_dir() / name
+    work = Path(args.work) / name
+    work.mkdir(parents=True, exist_ok=True)
+    test = load_beir(data_dir, "test")
+    train = load_beir(data_dir, "train")
+    sp = query_splits(name, test, train, args)
+    n_val, depth = len(sp.val_ids), args.depth
+    print(
+        f"[{name}] {len(test.corpus)} docs, {len(sp.test_ids)} test queries, {n_val} validation queries (train split)",
+        flush=True,
+    )
+    found = search_runs(name, args, test, sp, data_dir, work)
+    bm, wc, choices, dense_desc = found["bm"], found["wc"], found["choices"], found["dense_desc"]
+    best_norm, bm25_index_s, val_source, n_excluded = wc.norm, found["bm25_index_s"], sp.val_source, sp.n_excluded
+    rows, ev, pq, best_single, best_hybrid = result_rows(name, found, sp, len(test.corpus))
     beats = all(ev[best_hybrid]["ndcg@10"] > ev[s]["ndcg@10"] for s in ("bm25", "dense"))
     t_best = paired_ttest(pq[best_hybrid], pq[best_single])
     config = {

@@ -89,7 +89,7 @@ def timed_search(index, qvecs: np.ndarray, k: int, rerank, nprobe, repeats: int 
     return time_search(index, qvecs, k, repeats=repeats, nprobe=nprobe, rerank=rerank)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact")
@@ -107,20 +107,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep-indexes", action="store_true", help="Keep the built indexes under the cache dir.")
     args = ap.parse_args(argv)
     args.factories = ["Flat"] + [f for f in args.factories if f != "Flat"]  # Flat first: the reference row
+    return args
 
-    import faiss
 
-    from scalingnote.data import load_qrels
+def measure_factories(args, emb_dir: Path, qvecs: np.ndarray, qids: list[str], qrels: dict, idx_root: Path):
+    """Build each factory's index (the Flat one with semantic IDs) and search it at every nprobe and
+    re-rank depth -> (rows, the semantic IDs' manifest entry)."""
     from scalingnote.evaluation import evaluate
     from scalingnote.index import DenseIndex, build_index
-
-    load_start = [round(v, 2) for v in os.getloadavg()]
-    args.cache.mkdir(parents=True, exist_ok=True)
-    emb_dir, qvecs, qids, enc = encode_cached(args.cache, args.data)
-    qrels_all = load_qrels(args.data / "qrels" / "test.tsv")
-    qrels = {q: qrels_all[q] for q in qids}
-    idx_root = args.cache / "indexes"
-    shutil.rmtree(idx_root, ignore_errors=True)
 
     rows, flat_metrics, flat_top, sem_info = [], None, None, None
     for factory in args.factories:
@@ -174,10 +168,11 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         del index
-    if not args.keep_indexes:
-        shutil.rmtree(idx_root, ignore_errors=True)
+    return rows, sem_info
 
-    # target: IVFPQ at >= 16x compression with re-rank keeps >= 0.98 of Flat's R@100
+
+def compression_target(rows: list[dict]) -> list[dict]:
+    """The target rows: IVFPQ at >= 16x compression with re-rank keeps >= 0.98 of Flat's R@100."""
     target = []
     for r in rows:
         if r["factory"].startswith("IVF") and "PQ" in r["factory"] and (r["compression"] or 0) >= 16 and r["rerank"]:
@@ -192,6 +187,29 @@ def main(argv: list[str] | None = None) -> None:
                     "met": r["r@100_rel_flat"] >= 0.98,
                 }
             )
+    return target
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+
+    import faiss
+
+    from scalingnote.data import load_qrels
+
+    load_start = [round(v, 2) for v in os.getloadavg()]
+    args.cache.mkdir(parents=True, exist_ok=True)
+    emb_dir, qvecs, qids, enc = encode_cached(args.cache, args.data)
+    qrels_all = load_qrels(args.data / "qrels" / "test.tsv")
+    qrels = {q: qrels_all[q] for q in qids}
+    idx_root = args.cache / "indexes"
+    shutil.rmtree(idx_root, ignore_errors=True)
+
+    rows, sem_info = measure_factories(args, emb_dir, qvecs, qids, qrels, idx_root)
+    if not args.keep_indexes:
+        shutil.rmtree(idx_root, ignore_errors=True)
+
+    target = compression_target(rows)
     config = {
         "dataset": "scifact",
         "split": "test",
@@ -225,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     report("index_scifact", rows, config)
     for t in target:
         print(
-            f"target {t['factory']} nprobe={t['nprobe']} rerank={t['rerank']}: R@100 rel. Flat = {t['r@100_rel_flat']} -> {'met' if t['met'] else 'NOT met'}"
+            f"target {t['factory']} nprobe={t['nprobe']} rerank={t['rerank']}: R@100 rel. Flat = "
+            f"{t['r@100_rel_flat']} -> {'met' if t['met'] else 'NOT met'}"
         )
 
 

@@ -71,7 +71,7 @@ def timed(index, q: np.ndarray, k: int, rerank, n_single: int, repeats: int = 3)
     return time_search(index, q, k, repeats=repeats, n_single=n_single, rerank=rerank)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--hnsw-n", type=int, default=200_000, help="Vectors indexed by HNSW-based factories.")
@@ -89,27 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rerank", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=REPO_ROOT / ".cache" / "index_synthetic_1m")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    import faiss
 
+def measure_factories(args, x: np.ndarray, q: np.ndarray, ids: list[str], truth: dict, hn: int) -> list[dict]:
+    """Build each factory's index (HNSW-based ones over the first ``hn`` vectors), search it with and
+    without re-rank -> one row each."""
     from scalingnote.index import DenseIndex, build_index
 
-    load_start = [round(v, 2) for v in os.getloadavg()]
-    t0 = time.perf_counter()
-    allx = gaussian_mixture(args.n + args.queries, args.dim, args.clusters, args.noise, args.seed)
-    x, q = allx[: args.n], np.ascontiguousarray(allx[args.n :])
-    ids = [str(i) for i in range(args.n)]
-    gen_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    truth = {args.n: exact_top(x, q, 10)}
-    hn = min(args.hnsw_n, args.n)
-    if any("HNSW" in f for f in args.factories) and hn not in truth:
-        truth[hn] = exact_top(x[:hn], q, 10)
-    gt_s = time.perf_counter() - t0
-    print(f"data {gen_s:.1f}s, ground truth {gt_s:.1f}s", flush=True)
-
-    shutil.rmtree(args.work, ignore_errors=True)
     rows = []
     for factory in args.factories:
         n = hn if "HNSW" in factory else args.n
@@ -149,6 +136,30 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(row), flush=True)
         del index
         shutil.rmtree(path, ignore_errors=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+
+    import faiss
+
+    load_start = [round(v, 2) for v in os.getloadavg()]
+    t0 = time.perf_counter()
+    allx = gaussian_mixture(args.n + args.queries, args.dim, args.clusters, args.noise, args.seed)
+    x, q = allx[: args.n], np.ascontiguousarray(allx[args.n :])
+    ids = [str(i) for i in range(args.n)]
+    gen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    truth = {args.n: exact_top(x, q, 10)}
+    hn = min(args.hnsw_n, args.n)
+    if any("HNSW" in f for f in args.factories) and hn not in truth:
+        truth[hn] = exact_top(x[:hn], q, 10)
+    gt_s = time.perf_counter() - t0
+    print(f"data {gen_s:.1f}s, ground truth {gt_s:.1f}s", flush=True)
+
+    shutil.rmtree(args.work, ignore_errors=True)
+    rows = measure_factories(args, x, q, ids, truth, hn)
     shutil.rmtree(args.work, ignore_errors=True)
     config = {
         "n": args.n,

@@ -24,7 +24,8 @@ Phases (rows ``phase``):
   marker word), SIGKILL at a random moment, restart; then every acknowledged document must be
   found by BM25 (its marker: exactly that document, once) and by dense search (its own stored
   vector as the query, every IVF list probed: in the top 100; found by its own text is reported
-  beside it, in the top 1,000 with every list probed and in the top 100 at the tuned probes), no hit may be duplicated or lack its title, and the batch in flight at the kill must be
+  beside it, in the top 1,000 with every list probed and in the top 100 at the tuned probes), no hit may be
+  duplicated or lack its title, and the batch in flight at the kill must be
   entirely present or entirely absent.
 
 Back ends (rows ``backend``, ``--backends``): ``faiss`` (the index directory, the phases above) and
@@ -45,7 +46,6 @@ import os
 import random
 import shutil
 import signal
-import statistics
 import tempfile
 import threading
 import time
@@ -54,10 +54,7 @@ from pathlib import Path
 from benchmarks._common import REPO_ROOT, ServeProcess, loadavg, write_results
 from benchmarks._ingest_backends import backend_context, index_for
 from benchmarks._ingest_drift import drift_only, phase_drift
-
-TOKEN = "ingest-benchmark-admin-token-0123456789"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
+from benchmarks._ingest_service import phase_ingest, phase_search, post_docs, start_service
 
 # --------------------------------------------------------------------------- data
 
@@ -100,7 +97,8 @@ def new_documents(run: Run, n_new: int, new_docs: Path | None) -> list:
     synth = run.root / "data" / "synth.json"
     if not synth.exists():
         raise SystemExit(
-            f"{run.root}: not a synthetic-log run (no data/synth.json): pass --new-docs FILE (documents held back from the build)"
+            f"{run.root}: not a synthetic-log run (no data/synth.json): pass --new-docs FILE (documents held "
+            "back from the build)"
         )
     cfg = dict(json.loads(synth.read_text())["config"])
     n0 = int(cfg["num_docs"])
@@ -112,136 +110,6 @@ def new_documents(run: Run, n_new: int, new_docs: Path | None) -> list:
     if sorted(d.id for d in built) != sorted(run.corpus) or any(run.corpus[d.id].text != d.text for d in built):
         raise SystemExit(f"{synth}: the generator with these settings no longer makes the built corpus")
     return notes[n0:]
-
-
-# --------------------------------------------------------------------------- the service
-
-
-def start_service(args: list[str], log_level: str = "warning") -> ServeProcess:
-    srv = ServeProcess([*args, "--log-level", log_level], env={"SCALINGNOTE_ADMIN_TOKEN": TOKEN})
-    srv.wait_ready(timeout=600)
-    return srv
-
-
-def post_docs(client, url: str, docs) -> dict:
-    body = {"documents": [d.to_beir() for d in docs]}
-    r = client.post(url + "/documents", json=body, headers=AUTH, timeout=300)
-    if r.status_code != 200:
-        raise RuntimeError(f"POST /documents: {r.status_code} {r.text[:300]}")
-    return r.json()
-
-
-def _split(timings: list[dict]) -> dict:
-    """Mean milliseconds per batch of each ingest stage the service reports."""
-    keys = sorted({k for t in timings for k in t})
-    return {f"{k}_ms": round(statistics.fmean(t.get(k, 0.0) for t in timings), 2) for k in keys} if timings else {}
-
-
-def phase_ingest(srv: ServeProcess, new_docs, used: int) -> tuple[list[dict], int]:
-    """Ingest throughput through POST /documents, single documents and batches of 64, with the cost split."""
-    import httpx
-
-    rows = []
-    with httpx.Client(trust_env=False) as c:
-        post_docs(c, srv.url, new_docs[used : used + 1])  # warm-up: loads the document tower
-        used += 1
-        for label, size, n_req in (("single", 1, 32), ("batch64", 64, 4)):
-            t0, timings = time.perf_counter(), []
-            for _ in range(n_req):
-                timings.append(post_docs(c, srv.url, new_docs[used : used + size]).get("timings_ms") or {})
-                used += size
-            secs = time.perf_counter() - t0
-            rows.append(
-                {
-                    "phase": "ingest",
-                    "mode": label,
-                    "docs": size * n_req,
-                    "seconds": round(secs, 2),
-                    "docs_per_s": round(size * n_req / secs, 2),
-                    **_split(timings),
-                }
-            )
-            print(json.dumps(rows[-1]), flush=True)
-    return rows, used
-
-
-def _stream(url: str, new_docs, start: int, stop: threading.Event, out: dict) -> None:
-    """Batches of 64 new documents, back to back, until ``stop``."""
-    import httpx
-
-    i, t0 = start, time.perf_counter()
-    with httpx.Client(trust_env=False) as c:
-        while not stop.is_set() and i + 64 <= len(new_docs):
-            try:
-                out["timings"].append(post_docs(c, url, new_docs[i : i + 64]).get("timings_ms") or {})
-                out["n"] += 64
-            except (RuntimeError, httpx.HTTPError):
-                out["errors"] += 1
-            i += 64
-    out["s"] = time.perf_counter() - t0
-    out["end"] = i
-
-
-def phase_search(
-    srv: ServeProcess, new_docs, qtexts, used: int, rounds: int, load_s: float, seed: int
-) -> tuple[list[dict], int]:
-    """``rounds`` interleaved rounds of idle / ingesting search load (8 clients each); one row per
-    round and mode, and a summary row with the median ratio."""
-    from benchmarks.loadgen import run_loadtest
-
-    run_loadtest(srv.url, qtexts, concurrency=4, duration_s=3, seed=seed)  # warm-up
-    rows, ratios = [], []
-    for r in range(rounds):
-        idle = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed + 2 * r)
-        stop, ing = threading.Event(), {"n": 0, "errors": 0, "s": 0.0, "timings": [], "end": used}
-        th = threading.Thread(target=_stream, args=(srv.url, new_docs, used, stop, ing))
-        th.start()
-        time.sleep(1.0)  # the stream is running when the clients start
-        busy = run_loadtest(srv.url, qtexts, concurrency=8, duration_s=load_s, seed=seed + 2 * r + 1)
-        stop.set()
-        th.join()
-        used = ing["end"]
-        ratio = round(busy.qps / idle.qps, 3) if idle.qps else None
-        ratios.append(ratio)
-        for label, res in (("idle", idle), ("ingesting", busy)):
-            rows.append(
-                {
-                    "phase": "search",
-                    "round": r,
-                    "mode": label,
-                    "concurrency": 8,
-                    "requests": res.requests,
-                    "errors": res.errors,
-                    "qps": res.qps,
-                    "p50_ms": res.p50_ms,
-                    "p99_ms": res.p99_ms,
-                }
-            )
-        rows[-1].update(
-            {
-                "qps_vs_idle": ratio,
-                "docs_ingested": ing["n"],
-                "ingest_errors": ing["errors"],
-                "ingest_docs_per_s": round(ing["n"] / ing["s"], 2) if ing["s"] else None,
-                **_split(ing["timings"]),
-            }
-        )
-        print(json.dumps(rows[-2:]), flush=True)
-        if used + 64 * 8 > len(new_docs):
-            used = 0  # the pool is re-used: documents are replaced (upsert by id), the work is the same
-    rows.append(
-        {
-            "phase": "search",
-            "mode": "summary",
-            "rounds": rounds,
-            "qps_vs_idle_median": round(statistics.median(ratios), 3),
-            "qps_vs_idle_min": min(ratios),
-            "qps_vs_idle_max": max(ratios),
-            "errors": sum(r["errors"] for r in rows if r.get("phase") == "search" and "errors" in r),
-        }
-    )
-    print(json.dumps(rows[-1]), flush=True)
-    return rows, used
 
 
 # --------------------------------------------------------------------------- chaos
@@ -405,7 +273,7 @@ def backend_phases(
 # --------------------------------------------------------------------------- main
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--run", type=Path, default=REPO_ROOT / "runs" / "quickstart", help="A quick-start output directory."
@@ -431,13 +299,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--chaos-only",
         action="store_true",
-        help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; FAISS's other rows are kept from the results file.",
+        help="Re-run the chaos phase (and Milvus's ingest and search phases at the first --ingest-duty) only; "
+        "FAISS's other rows are kept from the results file.",
     )
     ap.add_argument(
         "--backends",
         type=lambda v: v.split(","),
         default=["faiss", "milvus"],
-        help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, started and stopped here).",
+        help="Comma-separated back ends: faiss (the index directory) and milvus (the embedded Milvus server, "
+        "started and stopped here).",
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "ingest")
@@ -451,18 +321,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--drift-only",
         action="store_true",
-        help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of rows per method).",
+        help="Only the drift phase of --method, merged into benchmarks/results/ingest_drift.json (one block of "
+        "rows per method).",
     )
-    args = ap.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    load0, t_start = os.getloadavg(), time.perf_counter()
-    run = Run(args.run)
-    new_docs = new_documents(run, args.new, args.new_docs)
-    if args.drift_only:
-        drift_only(args, run, new_docs, load0, t_start)
-        return
+    return ap.parse_args(argv)
+
+
+def run_phases(args, run: Run, new_docs: list, kept: dict | None) -> tuple[list[dict], list[dict], dict]:
+    """Drift (FAISS; with ``--chaos-only``: FAISS's earlier rows instead), then each back end's
+    ingest, search and chaos phases on its own copy of the index -> rows, chaos rows, back-end info."""
     rows: list[dict] = []
-    kept = json.loads((REPO_ROOT / "benchmarks" / "results" / "ingest.json").read_text()) if args.chaos_only else None
     chaos, info = [], {}
     with tempfile.TemporaryDirectory(prefix="sn-ingest-") as d:
         work = Path(d)
@@ -487,7 +355,13 @@ def main(argv: list[str] | None = None) -> None:
                 out = backend_phases(args, backend, serve_args, dense_check, new_docs, run, kept is not None)
             rows += out
             chaos += [r for r in out if r["phase"] == "chaos"]
-    passed = {b: sum(r["ok"] for r in chaos if r["backend"] == b) for b in args.backends}
+    return rows, chaos, info
+
+
+def run_config(
+    args, run: Run, new_docs: list, passed: dict, info: dict, kept: dict | None, t_start: float, load0
+) -> dict:
+    """The results file's config: the run served, the settings, each back end's info and the chaos tally."""
     tower = run.manifest.get("tower") or {}
     config = {
         "run": str(args.run),
@@ -518,7 +392,8 @@ def main(argv: list[str] | None = None) -> None:
         **loadavg(load0),
         **(
             {
-                "chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a fresh copy of the index; FAISS's other rows and their config: "
+                "chaos_rerun": "chaos rows (and Milvus's ingest / search rows) re-made with --chaos-only on a "
+                "fresh copy of the index; FAISS's other rows and their config: "
                 f"created {kept['created']}, total_s {kept['config'].get('total_s')}"
             }
             if kept is not None
@@ -526,6 +401,22 @@ def main(argv: list[str] | None = None) -> None:
         ),
         "note": "2 CPU cores: throughput and QPS are noisy; the search ratio is the median of interleaved rounds",
     }
+    return config
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    load0, t_start = os.getloadavg(), time.perf_counter()
+    run = Run(args.run)
+    new_docs = new_documents(run, args.new, args.new_docs)
+    if args.drift_only:
+        drift_only(args, run, new_docs, load0, t_start)
+        return
+    kept = json.loads((REPO_ROOT / "benchmarks" / "results" / "ingest.json").read_text()) if args.chaos_only else None
+    rows, chaos, info = run_phases(args, run, new_docs, kept)
+    passed = {b: sum(r["ok"] for r in chaos if r["backend"] == b) for b in args.backends}
+    config = run_config(args, run, new_docs, passed, info, kept, t_start, load0)
     path = write_results("ingest", rows, config)
     print(f"chaos {passed} of {args.kills} each; wrote {path}", flush=True)
 

@@ -43,7 +43,9 @@ def main() -> None:
     negs = [t.neg_id for t in real]
     rng.shuffle(docs)
     rng.shuffle(negs)
-    shuffled = [Triplet(t.query_id, p, n if n != p else None, "shuffled") for t, p, n in zip(real, docs, negs)]
+    shuffled = [
+        Triplet(t.query_id, p, n if n != p else None, "shuffled") for t, p, n in zip(real, docs, negs, strict=True)
+    ]
     shuffled_path = work / "shuffled_train.jsonl"
     write_triplets(shuffled_path, shuffled)
 
@@ -95,7 +97,8 @@ def main() -> None:
         "learnability",
         rows,
         {
-            "data": "synthetic note-search log (quick-start defaults: 1500 notes, 800 queries, seed 0) -> triplets via scalingnote data build",
+            "data": "synthetic note-search log (quick-start defaults: 1500 notes, 800 queries, seed 0) -> "
+            "triplets via scalingnote data build",
             "model": "twinbert: minilm-l6 query + document towers, 128-d head (centre + PCA init)",
             "steps": args.steps,
             "batch_size": args.batch_size,

@@ -328,7 +328,8 @@ def main() -> None:
         "--hard-in-denominator",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="round 2 (and bm25_denominator): the negatives join the Eq. 5 denominators (default; --no-...: the Eq. 9 hinge only)",
+        help="round 2 (and bm25_denominator): the negatives join the Eq. 5 denominators (default; --no-...: the "
+        "Eq. 9 hinge only)",
     )
     ap.add_argument(
         "--warm-start", action="store_true", help="round 2 starts from round 1's heads (default: from round 1's start)"
@@ -375,7 +376,8 @@ def main() -> None:
     config = {**vars(args), "base": base, "rows_order": list(ROWS)}
     if kept:
         config["kept_rows"] = (
-            f"rows {sorted(set(kept) - measured)} kept from the earlier results file (--keep), the others measured by this run"
+            f"rows {sorted(set(kept) - measured)} kept from the earlier results file (--keep), the others "
+            "measured by this run"
         )
     write_results(name, rows, config)
     print(f"wrote benchmarks/results/{name}.json")

@@ -54,7 +54,8 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m
+from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m, targets
+from benchmarks._ood_simulation import ppca_mixture
 from scalingnote.index.routing.routing import (
     CODED_GRAPH_METHODS,
     GRAPH_METHODS,
@@ -68,47 +69,6 @@ from scalingnote.index.tune import recall_vs_exact
 RERANKS = (0, 25, 50, 100, 200, 400, 800)
 EF = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 NPROBES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-def ppca_mixture(x: np.ndarray, n: int, *, k: int, rank: int, seed: int) -> np.ndarray:
-    """``n`` unit vectors sampled from a Gaussian mixture fitted to ``x``: FAISS k-means (``k``
-    components, weights = cluster shares); per component its mean and its top ``rank`` principal
-    directions with their variances; what those leave (within-component residuals, pooled over all
-    components) is one shared full covariance, so the spectrum's decay is kept rather than spread
-    evenly over the remaining dimensions (which would make the data artificially high-dimensional)."""
-    import faiss
-
-    d = x.shape[1]
-    km = faiss.Kmeans(d, k, niter=20, seed=seed)
-    km.train(x)
-    lab = km.index.search(x, 1)[1].ravel()
-    comps, resid = [], []
-    for j in range(k):
-        m = x[lab == j]
-        if len(m) < 3:
-            comps.append((m.mean(0) if len(m) else km.centroids[j], np.zeros((0, d)), np.zeros(0)))
-            continue
-        mu = m.mean(0)
-        _, s, vt = np.linalg.svd(m - mu, full_matrices=False)
-        r = min(rank, len(s) - 1)
-        comps.append((mu, vt[:r], s[:r] / np.sqrt(len(m) - 1)))
-        c = m - mu
-        resid.append(c - (c @ vt[:r].T) @ vt[:r])
-    res = np.concatenate(resid).astype(np.float64)
-    chol = np.linalg.cholesky(res.T @ res / len(res) + 1e-8 * np.eye(d))
-    w = np.bincount(lab, minlength=k) / len(lab)
-    rng = np.random.default_rng(seed)
-    out = np.empty((n, d), np.float32)
-    which = rng.choice(k, size=n, p=w)
-    for j in range(k):
-        rows = np.flatnonzero(which == j)
-        if not len(rows):
-            continue
-        mu, vt, sd = comps[j]
-        z = rng.standard_normal((len(rows), len(sd))) * sd
-        out[rows] = mu + z @ vt + rng.standard_normal((len(rows), d)) @ chol.T
-    out /= np.linalg.norm(out, axis=1, keepdims=True)
-    return out
 
 
 #: benchmark label -> RoutingConfig fields
@@ -346,61 +306,9 @@ def _hit_rate(ts, k: int = 10) -> float:
     ids = np.array(ts.doc_ids)
     hits = [
         bool(set(ids[t]) & {d for d, g in ts.qrels_test.get(q, {}).items() if g > 0})
-        for q, t in zip(ts.query_ids["test"], top)
+        for q, t in zip(ts.query_ids["test"], top, strict=True)
     ]
     return round(float(np.mean(hits)), 4)
-
-
-def _frontier(row: dict) -> list[tuple[str, float, float]]:
-    out = []
-    for item in row.get("frontier_test", "").split():
-        tag, rest = item.split(":")
-        rec, share = rest.split("@")
-        out.append((tag, float(rec), float(share)))
-    return out
-
-
-def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
-    """The routing targets per set and method: recall@10 vs exact >= ``target`` within the
-    share bound (1% at 1M, 10% on the real sets), memory <= 1/4 of the float vectors, QPS >= 3x
-    today's ivf. Judged on the setting chosen on validation (its test numbers), then the test
-    frontier's cheapest point at the target (an oracle choice, for how far off the method is)."""
-    out = {}
-    ivf = {r["set"]: r for r in rows if r["method"] == "ivf" and "chosen_for" not in r}
-    for r in rows:
-        if "chosen_for" in r:
-            continue
-        bound = 0.01 if r["set"] == "sim1m" else 0.10
-        rec, share = r["recall@10"], r["share_scanned"]
-        v = f"chosen on validation: test recall {rec:.4f} at {share:.2%} scanned: "
-        if not r["val_reached_target"]:
-            v += f"validation never reached {target} (best {r['val_recall@10']:.4f}): MISSED; "
-        elif rec < target:
-            v += f"test recall below {target}: MISSED by {target - rec:.4f}; "
-        v += "share " + ("met" if share <= bound else f"MISSED ({share / bound:.1f}x the {bound:.0%} bound)")
-        v += f"; memory {r['memory_ratio_vs_float']:.3f} of float32 " + (
-            "(met)" if r["memory_ratio_vs_float"] <= 0.25 else "(MISSED: > 0.25)"
-        )
-        base = ivf.get(r["set"])
-        if base is not None and r["method"] != "ivf" and r["val_reached_target"] and base["val_reached_target"]:
-            v += (
-                f"; QPS vs today's ivf at the chosen settings: single {r['qps_single'] / base['qps_single']:.2f}x, "
-                f"batched {r['qps_batched'] / base['qps_batched']:.2f}x (target 3x)"
-            )
-        front = _frontier(r)
-        ok = [f for f in front if f[1] >= target]
-        if ok:
-            tag, frec, fshare = min(ok, key=lambda f: f[2])
-            v += f". Test frontier: cheapest >= {target} is {tag} {frec:.4f} at {fshare:.2%}"
-        elif front:
-            best = max(front, key=lambda f: f[1])
-            within = [f for f in front if f[2] <= bound]
-            v += f". Test frontier: never reaches {target}, max {best[1]:.4f} at {best[2]:.2%} ({best[0]})"
-            if within:
-                wb = max(within, key=lambda f: f[1])
-                v += f"; best within {bound:.0%}: {wb[1]:.4f} ({wb[0]})"
-        out[f"{r['set']}/{r['method']}"] = v
-    return out
 
 
 def results_name(recipe_runs: Path | None) -> str:
@@ -429,7 +337,7 @@ def _keep_earlier(rows: list[dict], info: dict, name: str) -> tuple[list[dict], 
     return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="*", default=["scifact", "kuake_qtr", "sim1m"])
     ap.add_argument("--methods", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
@@ -477,60 +385,52 @@ def main(argv: list[str] | None = None) -> None:
         help="towers of finished recipe runs (<dir>/<set>: its teacher's documents, its chosen student's queries) "
         "instead of the cheap stand-ins of benchmarks/_ood_towers.py",
     )
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def measure_set(name: str, src: str, ts: towers.TowerSet, args, info: dict) -> list[dict]:
+    """Every method of ``name`` (``sim1m``: vectors sampled to ``--sim-n`` from ``src``'s documents),
+    its lists chosen on validation; what the set is goes into ``info[name]``."""
+    rng = np.random.default_rng(args.seed)
+    fit_q = np.concatenate([ts.queries["train"], ts.pseudo])[rng.permutation(len(ts.queries["train"]) + len(ts.pseudo))]
+    extra = {
+        "doc_tower": ts.doc_tower,
+        "query_tower": ts.query_tower,
+        "simulated": name == "sim1m",
+        "vectors_of": src,
+        "towers": f"recipe run ({args.recipe_runs / src})"
+        if args.recipe_runs is not None
+        else "stand-in (benchmarks/_ood_towers.py)",
+    }
+    docs = ts.docs
+    if name == "sim1m":
+        with Timer() as t:
+            docs = ppca_mixture(ts.docs, args.sim_n, k=args.sim_components, rank=args.sim_rank, seed=args.seed)
+        info["sim1m_sample_s"] = round(t.seconds, 1)
+    info[name] = {
+        "docs": len(docs),
+        "fit_queries": len(fit_q),
+        "pseudo": ts.pseudo_source,
+        "val_queries": len(ts.queries["val"]),
+        "test_queries": len(ts.queries["test"]),
+        "cos_mean_test_query_mean_doc": _cos_means(ts.queries["test"], docs),
+        "cos_mean_test_query_mean_fit_query": _cos_means(ts.queries["test"], fit_q),
+    }
+    if name != "sim1m":
+        info[name]["student_r@10_exact_test"] = _hit_rate(ts)
+    print(name, json.dumps(info[name]), flush=True)
+    methods = args.sim_methods if name == "sim1m" else args.methods
+    factors = args.sim_nlist_factors if name == "sim1m" else args.nlist_factors
+    nlists = sorted({max(1, int(round(f * np.sqrt(len(docs))))) for f in factors})
+    args.kmeans_iters = args.sim_kmeans_iters if name == "sim1m" else 20
+    return run_set(name, docs, fit_q, ts.queries["val"], ts.queries["test"], methods, args, extra, nlists)
+
+
+def run_config(args, rows: list[dict], info: dict, kept: list[str], load0, t_all: float) -> dict:
+    """The results file's config: the arguments, each set's info, the grids and the targets judged."""
     import faiss
 
-    load0 = os.getloadavg()
-    t_all = time.perf_counter()
-    rows, info = [], {}
-    sets = {"scifact": towers.scifact, "kuake_qtr": towers.kuake}
-    if args.recipe_runs is not None:
-        sets = {s: (lambda seed, s=s: towers.from_run(s, args.recipe_runs / s, seed)) for s in sets}
-    cache: dict[str, towers.TowerSet] = {}
-    for name in args.sets:
-        src = args.sim_source if name == "sim1m" else name
-        if src not in cache:
-            cache[src] = sets[src](args.seed)
-        ts = cache[src]
-        rng = np.random.default_rng(args.seed)
-        fit_q = np.concatenate([ts.queries["train"], ts.pseudo])[
-            rng.permutation(len(ts.queries["train"]) + len(ts.pseudo))
-        ]
-        extra = {
-            "doc_tower": ts.doc_tower,
-            "query_tower": ts.query_tower,
-            "simulated": name == "sim1m",
-            "vectors_of": src,
-            "towers": f"recipe run ({args.recipe_runs / src})"
-            if args.recipe_runs is not None
-            else "stand-in (benchmarks/_ood_towers.py)",
-        }
-        docs = ts.docs
-        if name == "sim1m":
-            with Timer() as t:
-                docs = ppca_mixture(ts.docs, args.sim_n, k=args.sim_components, rank=args.sim_rank, seed=args.seed)
-            info["sim1m_sample_s"] = round(t.seconds, 1)
-        info[name] = {
-            "docs": len(docs),
-            "fit_queries": len(fit_q),
-            "pseudo": ts.pseudo_source,
-            "val_queries": len(ts.queries["val"]),
-            "test_queries": len(ts.queries["test"]),
-            "cos_mean_test_query_mean_doc": _cos_means(ts.queries["test"], docs),
-            "cos_mean_test_query_mean_fit_query": _cos_means(ts.queries["test"], fit_q),
-        }
-        if name != "sim1m":
-            info[name]["student_r@10_exact_test"] = _hit_rate(ts)
-        print(name, json.dumps(info[name]), flush=True)
-        methods = args.sim_methods if name == "sim1m" else args.methods
-        factors = args.sim_nlist_factors if name == "sim1m" else args.nlist_factors
-        nlists = sorted({max(1, int(round(f * np.sqrt(len(docs))))) for f in factors})
-        args.kmeans_iters = args.sim_kmeans_iters if name == "sim1m" else 20
-        rows += run_set(name, docs, fit_q, ts.queries["val"], ts.queries["test"], methods, args, extra, nlists)
-    kept: list[str] = []
-    if args.keep:
-        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs))
-    config = {
+    return {
         **{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "info": info,
         "kept_rows": kept,
@@ -554,9 +454,31 @@ def main(argv: list[str] | None = None) -> None:
         if args.recipe_runs is not None
         else "stand-ins (benchmarks/_ood_towers.py): no recipe run given",
         "frontier_qps": flatten_frontier(rows),
-        "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s document "
+        "simulation": f"sim1m rows: document vectors SAMPLED from a PPCA mixture fitted to {args.sim_source}'s "
+        "document "
         f"vectors (not real documents); queries are the real {args.sim_source} student queries",
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    load0 = os.getloadavg()
+    t_all = time.perf_counter()
+    rows, info = [], {}
+    sets = {"scifact": towers.scifact, "kuake_qtr": towers.kuake}
+    if args.recipe_runs is not None:
+        sets = {s: (lambda seed, s=s: towers.from_run(s, args.recipe_runs / s, seed)) for s in sets}
+    cache: dict[str, towers.TowerSet] = {}
+    for name in args.sets:
+        src = args.sim_source if name == "sim1m" else name
+        if src not in cache:
+            cache[src] = sets[src](args.seed)
+        ts = cache[src]
+        rows += measure_set(name, src, ts, args, info)
+    kept: list[str] = []
+    if args.keep:
+        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs))
+    config = run_config(args, rows, info, kept, load0, t_all)
     print(f"wrote {write_results(results_name(args.recipe_runs), rows, config)}")
 
 

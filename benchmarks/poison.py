@@ -335,7 +335,7 @@ def _run(url: str, texts: list[str], args) -> tuple[list[dict], dict]:
     return rows, extra
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic-docs", type=int, default=600)
     ap.add_argument("--concurrency", type=int, default=8)
@@ -359,34 +359,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-wait-ms", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def serve_and_attack(args, data: Path, idx: Path, texts: list[str]) -> tuple[list[dict], dict, dict, dict, int, str]:
+    """Serve a live copy of the index, warm it up and run the phases -> (rows, extra, control
+    documents, health, the service's exit code, its log tail)."""
     from benchmarks.loadgen import run_loadtest
-    from scalingnote.index.pipeline import read_search_queries
 
-    data, idx = _data(args)
-    texts = [q.text for q in read_search_queries(data, "test")]
-    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="poison-"))
     live_idx = work / idx.name
     shutil.copytree(idx, live_idx)  # the service opens it live (/documents): never the cached index
+    index_args = ["--index", str(live_idx), "--query-tower", "minilm-l6", "--corpus", str(data)]
+    batching = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
     svc = ServeProcess(
-        [
-            "--index",
-            str(live_idx),
-            "--query-tower",
-            "minilm-l6",
-            "--corpus",
-            str(data),
-            "--max-batch",
-            str(args.max_batch),
-            "--max-wait-ms",
-            str(args.max_wait_ms),
-            "--threads",
-            str(args.threads),
-            "--log-level",
-            "warning",
-        ],
+        [*index_args, *batching, "--threads", str(args.threads), "--log-level", "warning"],
         env={"SCALINGNOTE_ADMIN_TOKEN": ADMIN_TOKEN},
         stderr_tail=4000,
     )
@@ -400,7 +387,12 @@ def main(argv: list[str] | None = None) -> None:
         code = svc.stop()
         log_tail = svc.proc.stderr.read()
         shutil.rmtree(work, ignore_errors=True)
-    log_lines = [ln for ln in log_tail.splitlines() if ln.strip()]
+    return rows, extra, control, health, code, log_tail
+
+
+def judge(rows: list[dict], extra: dict, control: dict, log_lines: list[str]) -> dict:
+    """The target: no error among normal requests, QPS >= 90% of clean with the attacker, every probe
+    answered as expected, no server error, no unhandled-error log line, the control documents live."""
     totals = extra["totals"]
     by_phase = {r["phase"]: r for r in rows if r["phase"].endswith("_total")}
     clean_qps, pois_qps = by_phase["clean_total"]["qps"], by_phase["poisoned_total"]["qps"]
@@ -429,12 +421,27 @@ def main(argv: list[str] | None = None) -> None:
         and target["unhandled_error_log_lines"] == 0
         and bool(control["live"])
     )
+    return target
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+
+    from scalingnote.index.pipeline import read_search_queries
+
+    data, idx = _data(args)
+    texts = [q.text for q in read_search_queries(data, "test")]
+    load_before = os.getloadavg()
+    rows, extra, control, health, code, log_tail = serve_and_attack(args, data, idx, texts)
+    log_lines = [ln for ln in log_tail.splitlines() if ln.strip()]
+    target = judge(rows, extra, control, log_lines)
     print(json.dumps(target), flush=True)
     report(
         "poison",
         rows,
         {
-            "dataset": f"synthetic note-search log (SynthConfig seed={args.seed}, num_docs={args.synthetic_docs}), test queries",
+            "dataset": f"synthetic note-search log (SynthConfig seed={args.seed}, "
+            f"num_docs={args.synthetic_docs}), test queries",
             "n_queries": len(texts),
             "n_documents": health["index"]["n_vectors"],
             "index": FACTORY,
@@ -463,14 +470,16 @@ def main(argv: list[str] | None = None) -> None:
             "control_documents": control,
             "batch_latency_p50_s": extra["batch_p50_s"],
             "batch_latency_max_s": extra["batch_max_s"],
-            "target": "0 errors among normal requests with the attacker and beside 256-query batches, QPS >= 90% of the clean QPS with "
+            "target": "0 errors among normal requests with the attacker and beside 256-query batches, QPS >= "
+            "90% of the clean QPS with "
             "the attacker, every probe answered its expected 4xx, 0 server errors, 0 unhandled-error log lines",
             "result": target,
             "service_exit_code": code,
             "service_log_lines": len(log_lines),
             "service_log_tail": log_lines[-5:],
             **loadavg(load_before),
-            "note": "2 CPU cores shared with other jobs; the load generator, the attacker, the batch client and the service share them. "
+            "note": "2 CPU cores shared with other jobs; the load generator, the attacker, the batch client and "
+            "the service share them. "
             "Phases alternate clean/poisoned/batch so slow drifts in the machine's load hit all alike.",
         },
     )

@@ -121,7 +121,8 @@ def main() -> None:
         "test_queries": len(test.query_ids),
         "recipe": "trainable_layers 0 (heads over cached pooled states), PCA head init, BM25 hard negatives, batch 64, "
         f"head lr {HEAD_LR:g}, <= 40 epochs, validation nDCG@10 every epoch, patience 4, best weights restored",
-        "contrastive_ppl": "Fang et al. Eq. 6 on the test queries: W=256 random non-relevant documents per pair, drawn once "
+        "contrastive_ppl": "Fang et al. Eq. 6 on the test queries: W=256 random non-relevant documents per "
+        "pair, drawn once "
         "(seed 0) from the whole corpus, s = cos/0.05",
         "p_values": "two-sided paired t-test over the test queries against the full prompt (vs_full_p_<metric>)",
         "templates": {p: PROMPT_PRESETS[p] for p in presets},
@@ -156,7 +157,8 @@ def main() -> None:
         recs[name] = rec
         del session
         print(
-            f"[prompt] {name}: nDCG@10 {rec['ndcg@10']:.4f} R@100 {rec['r@100']:.4f} ppl {rec['test_contrastive_ppl']:.4f} "
+            f"[prompt] {name}: nDCG@10 {rec['ndcg@10']:.4f} R@100 {rec['r@100']:.4f} ppl "
+            f"{rec['test_contrastive_ppl']:.4f} "
             f"(val {rec['dev_ndcg@10']:.4f}, {rec['steps_run']} steps)",
             flush=True,
         )

@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="scifact")
     ap.add_argument("--layers", default="1,2,4,6")
@@ -33,29 +33,15 @@ def main() -> None:
         help="directory with the Stage I runs scaling_dual/ and scaling_doc/ (default .cache/bench/stage1_<data>; "
         "a quick-start run's <out>/stage1 works too)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    import torch
 
+def student_rows(args, s1: Path, work: Path, data_dir: Path, pseudo: Path, test_texts: list[str]) -> list[dict]:
+    """Distil the ScalingDual query tower into a MiniLM student per ``--layers`` depth -> one row each."""
     from scalingnote.config import load_config
-    from scalingnote.data import load_beir
-    from scalingnote.data.pseudo import ICTConfig, ict_queries
     from scalingnote.distill import DistillConfig, distill
     from scalingnote.models import load_tower
     from scalingnote.quickstart import query_qps
-
-    torch.set_num_threads(2)
-    data_dir = shared_data_dir() / args.data
-    s1 = Path(args.stage1).resolve() if args.stage1 else REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
-    work = REPO_ROOT / ".cache" / "bench" / f"qkd_{args.data}"
-    stage1_metrics = {
-        m: json.loads((s1 / m / "run.json").read_text())["metrics"] for m in ("scaling_dual", "scaling_doc")
-    }
-    pseudo = work / "pseudo_ict"
-    if not (pseudo / "queries.jsonl").exists():
-        ict_queries(data_dir / "corpus.jsonl", pseudo, ICTConfig(seed=args.seed, max_docs=args.max_pseudo))
-    ds = load_beir(data_dir, "test")
-    test_texts = [q.text for q in ds.queries.values()]
 
     rows = []
     for L in [int(x) for x in args.layers.split(",")]:
@@ -89,6 +75,16 @@ def main() -> None:
             }
         )
         print(rows[-1], flush=True)
+    return rows
+
+
+def reference_rows(s1: Path, stage1_metrics: dict, test_texts: list[str]) -> list[dict]:
+    """The Stage I query towers (scaling_dual, scaling_doc) and the untrained full-depth LLM query
+    tower (query cost only)."""
+    from scalingnote.models import load_tower
+    from scalingnote.quickstart import query_qps
+
+    rows = []
     for m in ("scaling_dual", "scaling_doc"):
         qt = load_tower(s1 / m / "query_tower")
         r = stage1_metrics[m]
@@ -124,6 +120,32 @@ def main() -> None:
             "train_seconds": None,
         }
     )
+    return rows
+
+
+def main() -> None:
+    args = parse_args()
+
+    import torch
+
+    from scalingnote.data import load_beir
+    from scalingnote.data.pseudo import ICTConfig, ict_queries
+
+    torch.set_num_threads(2)
+    data_dir = shared_data_dir() / args.data
+    s1 = Path(args.stage1).resolve() if args.stage1 else REPO_ROOT / ".cache" / "bench" / f"stage1_{args.data}"
+    work = REPO_ROOT / ".cache" / "bench" / f"qkd_{args.data}"
+    stage1_metrics = {
+        m: json.loads((s1 / m / "run.json").read_text())["metrics"] for m in ("scaling_dual", "scaling_doc")
+    }
+    pseudo = work / "pseudo_ict"
+    if not (pseudo / "queries.jsonl").exists():
+        ict_queries(data_dir / "corpus.jsonl", pseudo, ICTConfig(seed=args.seed, max_docs=args.max_pseudo))
+    ds = load_beir(data_dir, "test")
+    test_texts = [q.text for q in ds.queries.values()]
+
+    rows = student_rows(args, s1, work, data_dir, pseudo, test_texts)
+    rows += reference_rows(s1, stage1_metrics, test_texts)
     write_results(
         f"qkd_{args.data}",
         rows,

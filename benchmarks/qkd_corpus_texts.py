@@ -84,7 +84,8 @@ def measure(
     sc0 = score(pool, own / "query_tower", tdir, ev)
     if sc0.val_ndcg != cand["val"]:
         raise SystemExit(
-            f"{run}: the student validates {sc0.val_ndcg} here, {cand['val']} in results.json: not the run's validation set"
+            f"{run}: the student validates {sc0.val_ndcg} here, {cand['val']} in results.json: not the run's "
+            "validation set"
         )
     n0 = _texts_of(own)
     own_run = json.loads((own / "run.json").read_text())
@@ -132,7 +133,10 @@ def measure(
             rank_weight=cand["rank_weight"],
             pool=runs.layer_pool(res["choices"]["families"][cand["family"]]["tower_dir"]),
         )
-        label = f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps},qkd_dropout={c.qkd_dropout},student_layers={start}"
+        label = (
+            f"qkd_epochs={c.qkd_epochs:g},qkd_max_steps={c.qkd_max_steps},"
+            f"qkd_dropout={c.qkd_dropout},student_layers={start}"
+        )
         rows.append(_row(label, n, m, score(pool, Path(m["run_dir"]) / "query_tower", tdir, ev), sc0, chosen, teacher))
         print(rows[-1], flush=True)
     baselines = [r for r in res["rows"] if r["method"].startswith(BASELINES)]
@@ -169,7 +173,8 @@ def main() -> None:
         "--qkd-max-steps",
         action="append",
         default=[],
-        help="step cap of the new rows (default: the run's); repeat for several; 'none' = no cap (epochs and patience decide)",
+        help="step cap of the new rows (default: the run's); repeat for several; 'none' = no cap (epochs and "
+        "patience decide)",
     )
     ap.add_argument(
         "--qkd-dropout", type=float, default=None, help="the new rows' student dropout (default: the run's)"

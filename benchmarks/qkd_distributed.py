@@ -1,4 +1,5 @@
-"""QKD (Stage II) in one process vs two torchrun processes (DDP, FSDP2) on SciFact -> benchmarks/results/qkd_distributed.json.
+"""QKD (Stage II) in one process vs two torchrun processes (DDP, FSDP2) on SciFact ->
+benchmarks/results/qkd_distributed.json.
 
 The same ``scalingnote distill`` config three times, through the CLI:
 
@@ -110,7 +111,7 @@ def run(args, name: str, distributed: str, procs: int, epochs: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     recipe = REPO_ROOT / "runs" / "recipe" / "scifact"
     ap.add_argument("--teacher", type=Path, default=recipe / "stage1" / "scaling_dual_d2_lr0.003")
     ap.add_argument("--features", type=Path, default=recipe / "features")
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
     config = {
         "data": "scifact (test queries excluded from training by id and text)",
         "teacher": str(args.teacher.relative_to(REPO_ROOT) if args.teacher.is_relative_to(REPO_ROOT) else args.teacher),
-        "teacher_made_by": "python -m benchmarks.recipe (SciFact): ScalingDual, SmolLM2-135M cut to 2 layers, heads over cached pooled states",
+        "teacher_made_by": "python -m benchmarks.recipe (SciFact): ScalingDual, SmolLM2-135M cut to 2 layers, "
+        "heads over cached pooled states",
         "student": f"minilm-l6 (all-MiniLM-L6-v2) cut to {args.layers} layers, every layer trainable, head_init lstsq",
         "pseudo_queries": args.pseudo.exists(),
         "optim": {"lr": 3e-4, "global_batch": args.batch, "epochs": args.epochs, "patience": 3, "target": "normalized"},

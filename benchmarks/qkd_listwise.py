@@ -1,8 +1,10 @@
 """QKD with and without its listwise term, at the same steps, on the quick start's own teacher.
 
     python -m benchmarks.qkd_listwise --data scifact --run runs/recipe/scifact [--epochs 12] [--weights 0,1]
-    python -m benchmarks.qkd_listwise --data scifact --run DIR --students rw0_e12=DIR1 rw1_e12=DIR2 --weights ""  # score saved students
-    python -m benchmarks.qkd_listwise --data synthetic --run runs/quickstart --epochs 30 --weights 0 --students rw1=runs/quickstart/qkd/bert2_from_bert
+    # score saved students:
+    python -m benchmarks.qkd_listwise --data scifact --run DIR --students rw0_e12=DIR1 rw1_e12=DIR2 --weights ""
+    python -m benchmarks.qkd_listwise --data synthetic --run runs/quickstart --epochs 30 --weights 0
+        --students rw1=runs/quickstart/qkd/bert2_from_bert
 
 The quick start's QKD (``scalingnote.quickstart.runs.run_qkd``: the teacher the run chose on
 validation, the teacher family's small student, human + ICT queries, normalised targets, patience)
@@ -35,8 +37,7 @@ from benchmarks._common import REPO_ROOT, RESULTS_DIR, shared_data_dir, write_re
 def train_variants(data: str, run: Path, epochs: float, weights: list[float]) -> dict[str, Path]:
     """Train the quick start's QKD once per weight (resumable steps under ``run/qkd``)."""
     from benchmarks.recipe import LENGTHS
-    from scalingnote.quickstart import QuickstartConfig, family
-    from scalingnote.quickstart import runs as R
+    from scalingnote.quickstart import QuickstartConfig, family, runs
 
     q_max, d_max = LENGTHS[data]
     res = json.loads((run / "results.json").read_text())
@@ -50,12 +51,12 @@ def train_variants(data: str, run: Path, epochs: float, weights: list[float]) ->
         show_progress=False,
     )
     fam = family(cfg, teacher["family"])
-    data_spec = R.prepare_data(cfg, run)
-    pseudo = R.pseudo_queries(cfg, data_spec, run)
+    data_spec = runs.prepare_data(cfg, run)
+    pseudo = runs.pseudo_queries(cfg, data_spec, run)
     out = {}
     for w in weights:
         name = f"listwise_rw{w:g}_e{epochs:g}"
-        R.run_qkd(
+        runs.run_qkd(
             cfg,
             name,
             Path(teacher["dir"]),
@@ -65,7 +66,7 @@ def train_variants(data: str, run: Path, epochs: float, weights: list[float]) ->
             run,
             pseudo,
             rank_weight=w,
-            pool=R.layer_pool(teacher["dir"]),
+            pool=runs.layer_pool(teacher["dir"]),
         )
         out[name] = run / "qkd" / name
     return out

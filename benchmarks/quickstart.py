@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument(
         "--reused",
         action="store_true",
-        help="the run reused earlier steps (a variant re-run in a copy): its wall time is not the pipeline's, so no 10-minute check",
+        help="the run reused earlier steps (a variant re-run in a copy): its wall time is not the pipeline's, "
+        "so no 10-minute check",
     )
     args = ap.parse_args()
     name = (args.data or "synthetic") + (f"_{args.tag}" if args.tag else "")

@@ -1,7 +1,9 @@
 """The budgeted quick start beside the exhaustive one, per data set, seed and machine speed.
 
-    python -m benchmarks.quickstart_budget [--sets default,scifact,kuake_qtr] [--modes budgeted,full] [--seeds 0,1,2] [--cores 2,1] [--force]
-    python -m benchmarks.quickstart_budget --sets scifact --modes recipe_full   # the recipe run as the exhaustive reference
+    python -m benchmarks.quickstart_budget [--sets default,scifact,kuake_qtr] [--modes budgeted,full]
+        [--seeds 0,1,2] [--cores 2,1] [--force]
+    # the recipe run as the exhaustive reference:
+    python -m benchmarks.quickstart_budget --sets scifact --modes recipe_full
 
 Each (set, mode, seed, cores) runs ``scalingnote quickstart`` in a fresh process, as a user would,
 in its own ``--out`` under ``.cache/bench/quickstart_budget/`` (so no run reuses another's steps:
@@ -125,7 +127,8 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "fusion_weight": ch["served"].get("weight"),
         "fusion_p": ch["served"].get("p"),
         "fusion_reason": ch["served"].get("reason"),
-        "served_config": f"{ch['teacher']['family']}/{Path(ch['teacher']['dir']).name} -> {ch['student']['chosen']}, {ch['served']['choice']}",
+        "served_config": f"{ch['teacher']['family']}/{Path(ch['teacher']['dir']).name} -> "
+        f"{ch['student']['chosen']}, {ch['served']['choice']}",
         "teacher_ndcg@10": None if teacher is None else round(teacher["ndcg@10"], 4),
         "teacher_val_ndcg@10": None
         if teacher is None or teacher.get("val_ndcg@10") is None
@@ -306,7 +309,8 @@ def main() -> None:
     bad += [c for c in cores if c not in (1, 2)]
     if bad:
         raise SystemExit(
-            f"unknown set, mode or cores: {bad} (sets: {sorted(TARGET_MINUTES)}, modes: budgeted, full, recipe_full; cores: 1, 2)"
+            f"unknown set, mode or cores: {bad} (sets: {sorted(TARGET_MINUTES)}, modes: budgeted, full, "
+            "recipe_full; cores: 1, 2)"
         )
     path = RESULTS_DIR / f"{NAME}.json"
     machine, code = run_metadata({})["machine"], code_version()
@@ -348,7 +352,8 @@ def main() -> None:
                             "stability": stability(out),
                             "cpu_count": os.cpu_count(),
                             "root": os.path.relpath(args.root, REPO_ROOT),
-                            "note": "budgeted = --budget-minutes <target>; full = --full; each in its own --out, from nothing; "
+                            "note": "budgeted = --budget-minutes <target>; full = --full; each in its own "
+                            "--out, from nothing; "
                             "cores 1 = taskset -c 0",
                         },
                     )

@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import statistics
 import tempfile
 import time
 from itertools import islice
@@ -48,11 +46,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._common import REPO_ROOT, report, shared_data_dir
-
-
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
+from benchmarks._scaleout_common import loadavg, search_inputs, timed_search
+from benchmarks._scaleout_server import SERVER_PARTS, bench_milvus_server
 
 # --------------------------------------------------------------------------- part 1
 
@@ -71,7 +66,7 @@ def bench_encode(args, work: Path) -> list[dict]:
     rows = []
 
     torch.set_num_threads(args.threads)
-    la = _load()
+    la = loadavg()
     t0 = time.perf_counter()
     tower = load_tower("minilm-l6", role="document")
     load_s = time.perf_counter() - t0
@@ -95,13 +90,13 @@ def bench_encode(args, work: Path) -> list[dict]:
             "max_abs_diff": None,
             "bit_identical": None,
             "loadavg": la,
-            "loadavg_after": _load(),
+            "loadavg_after": loadavg(),
         }
     )
     print(rows[-1], flush=True)
     del tower
 
-    la = _load()
+    la = loadavg()
     t0 = time.perf_counter()
     res = encode_corpus_ray(
         "minilm-l6",
@@ -135,7 +130,7 @@ def bench_encode(args, work: Path) -> list[dict]:
             "max_abs_diff": diff,
             "bit_identical": bool(np.array_equal(np.asarray(a.vectors), np.asarray(b.vectors))),
             "loadavg": la,
-            "loadavg_after": _load(),
+            "loadavg_after": loadavg(),
         }
     )
     print(rows[-1], flush=True)
@@ -143,51 +138,6 @@ def bench_encode(args, work: Path) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- part 2
-
-
-def _timed(search, qvecs: np.ndarray, k: int) -> dict:
-    batched = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        res = search(qvecs, k)
-        batched.append(time.perf_counter() - t0)
-    lat = []
-    for i in range(len(qvecs)):
-        t0 = time.perf_counter()
-        search(qvecs[i : i + 1], k)
-        lat.append(time.perf_counter() - t0)
-    lat_ms = np.array(lat) * 1000
-    return {
-        "res": res,
-        "qps_batched": round(len(qvecs) / statistics.median(batched), 1),
-        "qps_single": round(len(qvecs) / float(np.sum(lat)), 1),
-        "p50_ms": round(float(np.percentile(lat_ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(lat_ms, 99)), 3),
-    }
-
-
-def _search_inputs(args, encode_cached):
-    """SciFact MiniLM corpus + test-query embeddings: read from ``benchmarks/index_scifact.py``'s
-    cache when it is complete (never written to: that benchmark may be running), else
-    encoded once into this benchmark's own cache ``--own-cache`` (resumable)."""
-    from scalingnote.errors import ScalingNoteError
-    from scalingnote.index import load_embeddings
-
-    emb = args.cache / "minilm-l6-corpus"
-    qid_path, qvec_path = args.cache / "minilm-l6-test-queries.ids.json", args.cache / "minilm-l6-test-queries.npy"
-    try:
-        e = load_embeddings(emb)
-        meta = json.loads(qid_path.read_text(encoding="utf-8"))
-        qvecs = np.load(qvec_path)
-        if len(e) == 5183 and len(meta["qids"]) == len(qvecs):
-            return emb, qvecs, meta["qids"], {"query_tower": {"name": "minilm-l6"}, "cache": str(args.cache)}
-    except (ScalingNoteError, OSError, ValueError, KeyError):
-        pass
-    print(f"{args.cache}: no complete cache; encoding into {args.own_cache}", flush=True)
-    args.own_cache.mkdir(parents=True, exist_ok=True)
-    emb_dir, qvecs, qids, enc = encode_cached(args.own_cache, args.data)
-    enc["cache"] = str(args.own_cache)
-    return emb_dir, qvecs, qids, enc
 
 
 def bench_search(args, work: Path) -> tuple[list[dict], dict]:
@@ -201,7 +151,7 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     from scalingnote.index.milvus.milvus_export import export_to_milvus
 
     faiss.omp_set_num_threads(args.threads)
-    emb_dir, qvecs, qids, enc = _search_inputs(args, encode_cached)
+    emb_dir, qvecs, qids, enc = search_inputs(args, encode_cached)
     qrels = load_qrels(args.data / "qrels" / "test.tsv")
     keep = [i for i, q in enumerate(qids) if q in qrels]
     qvecs, qids = np.ascontiguousarray(qvecs[keep]), [qids[i] for i in keep]
@@ -230,7 +180,7 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
             "recall@10": round(m["recall@10"], 4),
             **t,
             "build_s": round(build_s, 2),
-            "loadavg": _load(),
+            "loadavg": loadavg(),
         }
         print(r, flush=True)
         return r
@@ -259,7 +209,7 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
             build_s = time.perf_counter() - t0
             idx.index = g
             params = {**params, "ef": ef}
-        t = _timed(lambda q, kk, idx=idx: idx.search(q, kk), qvecs, k)
+        t = timed_search(lambda q, kk, idx=idx: idx.search(q, kk), qvecs, k)
         rows.append(row("faiss", factory, params, t, build_s, len(idx)))
     flat_dir = work / "faiss-Flat"
 
@@ -271,7 +221,7 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
         man = export_to_milvus(flat_dir, db, name, index_type=itype, index_params=params, progress=False)
         build_s = time.perf_counter() - t0
         with MilvusSearcher.open(db, name) as ms:
-            t = _timed(lambda q, kk, ms=ms: ms.search(q, kk), qvecs, k)
+            t = timed_search(lambda q, kk, ms=ms: ms.search(q, kk), qvecs, k)
         p = dict(man["index_params"])
         p.update({"ef": man["search_defaults"]["ef_search"]} if "ef_search" in man["search_defaults"] else {})
         p.update({"nprobe": man["search_defaults"]["nprobe"]} if "nprobe" in man["search_defaults"] else {})
@@ -280,207 +230,7 @@ def bench_search(args, work: Path) -> tuple[list[dict], dict]:
     return rows, info
 
 
-# --------------------------------------------------------------------------- part 3
-
-SERVER_PARTS = ("search-server", "milvus-server-startup", "milvus-server-vs-faiss")
-
-
-def _synthetic_inputs(args, work: Path):
-    """``--server-embeddings synthetic``: ``--syn-n`` unit vectors (384-d) from a 200-component
-    Gaussian mixture and 300 perturbed copies as queries; each query's "relevant" document is the
-    one it was drawn from."""
-    rng = np.random.default_rng(0)
-    d, n = 384, args.syn_n
-    centers = rng.normal(size=(200, d))
-    x = centers[rng.integers(0, 200, size=n)] + 0.6 * rng.normal(size=(n, d))
-    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-    src = rng.choice(n, size=300, replace=False)
-    q = x[src] + 0.03 * rng.normal(size=(300, d))
-    q = (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
-    ids = [f"s{i}" for i in range(n)]
-    qids = [f"q{i}" for i in range(300)]
-    qrels = {qid: {ids[j]: 1} for qid, j in zip(qids, src)}
-    tower = {"name": "synthetic", "compat_id": "synthetic", "fingerprint": "synthetic", "dim": d}
-    return (x, ids, tower), q, qids, qrels, f"synthetic clustered ({n} x {d}, 200 clusters, seed 0)"
-
-
-def bench_milvus_server(args, work: Path) -> tuple[list[dict], dict]:
-    """A real Milvus 2.3.5 server (embedded standalone, 127.0.0.1) with IVF_PQ, against FAISS
-    IVFPQ with the same nlist / m / nbits / nprobe on the same embeddings; HNSW and SCANN too."""
-    import faiss
-
-    from benchmarks.index_scifact import encode_cached
-    from scalingnote.data import load_qrels
-    from scalingnote.evaluation import evaluate
-    from scalingnote.index import DenseIndex, build_index
-    from scalingnote.index.milvus.milvus import MilvusSearcher
-    from scalingnote.index.milvus.milvus_export import default_index_params, export_to_milvus
-    from scalingnote.index.milvus.milvus_server import EmbeddedMilvus, _cache_root
-
-    faiss.omp_set_num_threads(args.threads)
-    if args.server_embeddings == "scifact":
-        emb_dir, qvecs, qids, enc = _search_inputs(args, encode_cached)
-        qrels = load_qrels(args.data / "qrels" / "test.tsv")
-        keep = [i for i, q in enumerate(qids) if q in qrels]
-        qvecs, qids = np.ascontiguousarray(qvecs[keep]), [qids[i] for i in keep]
-        label = "scifact minilm-l6 (5183 x 384)"
-    else:  # seeded clustered unit vectors (when the SciFact encoding cannot be afforded)
-        emb_dir, qvecs, qids, qrels, label = _synthetic_inputs(args, work)
-        enc = {"query_tower": {"name": None}}
-
-    def build(out: Path, factory: str) -> Path:  # no semantic IDs: they play no part in this comparison
-        if isinstance(emb_dir, tuple):
-            x, ids, tower = emb_dir
-            return build_index(
-                x, out, factory, doc_ids=ids, tower_info=tower, semantic_ids_layers=0, progress=False, overwrite=True
-            )
-        return build_index(emb_dir, out, factory, semantic_ids_layers=0, progress=False, overwrite=True)
-
-    flat_dir = build(work / "server-faiss-Flat", "Flat")
-    flat = DenseIndex.open(flat_dir)
-    n, d = len(flat), flat.dim
-    ivfpq = default_index_params(
-        "IVF_PQ", n, d
-    )  # the sizes Milvus would pick: nlist ~ 4 sqrt(n) (<= n/39), m = d/8, 8 bits
-    nlist, m, nbits, nprobe = ivfpq["nlist"], ivfpq["m"], ivfpq["nbits"], args.nprobe
-    exact10, exact100 = flat.search(qvecs, 10).doc_ids, flat.search(qvecs, 100).doc_ids
-
-    def overlap(ref, got, k):
-        return round(float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(ref, got, strict=True)])), 4)
-
-    rows: list[dict] = []
-
-    def row(engine, index_type, params, search, build_s, **extra):
-        t = _timed(search, qvecs, 10)
-        res = t.pop("res")
-        r100 = search(qvecs, 100)
-        m_ = evaluate(res.to_run(qids), qrels, ["ndcg@10", "recall@10"])
-        r = {
-            "part": "search-server",
-            "engine": engine,
-            "embeddings": label,
-            "index_type": index_type,
-            "params": json.dumps(params, sort_keys=True),
-            "n_docs": n,
-            "n_queries": len(qids),
-            "recall@10_vs_flat": overlap(exact10, res.doc_ids, 10),
-            "r@100_vs_flat": overlap(exact100, r100.doc_ids, 100),
-            "ndcg@10": round(m_["ndcg@10"], 4),
-            "recall@10": round(m_["recall@10"], 4),
-            **t,
-            "build_s": round(build_s, 2),
-            "loadavg": _load(),
-            **extra,
-        }
-        rows.append(r)
-        print(r, flush=True)
-        return r
-
-    # FAISS IVFPQ, same sizes (by_residual ADC, 8-bit codes: the IVF_PQ of Milvus' knowhere)
-    t0 = time.perf_counter()
-    fdir = build(work / "server-faiss-ivfpq", f"IVF{nlist},PQ{m}")
-    fi = DenseIndex.open(fdir)
-    r_faiss = row(
-        "faiss",
-        "IVFPQ",
-        {"nlist": nlist, "m": m, "nbits": nbits, "nprobe": nprobe},
-        lambda q, kk: fi.search(q, kk, nprobe=nprobe),
-        time.perf_counter() - t0,
-    )
-
-    cached = (_cache_root() / "milvus-2.3.5" / "bin" / ".complete").exists()
-    srv = EmbeddedMilvus(work / "milvus-data")
-    t0 = time.perf_counter()
-    srv.start()
-    cold_s = time.perf_counter() - t0
-    try:
-        man = export_to_milvus(
-            fdir, srv.uri, "scifact_ivf_pq", index_type="IVF_PQ", progress=False
-        )  # nlist, m from the FAISS index
-        assert (man["index_params"]["nlist"], man["index_params"]["m"], man["index_params"]["nbits"]) == (
-            nlist,
-            m,
-            nbits,
-        ), man["index_params"]
-        with MilvusSearcher.open(srv.uri, "scifact_ivf_pq") as ms:
-            r_mil = row(
-                "milvus-server",
-                "IVF_PQ",
-                {**man["index_params"], "nprobe": nprobe},
-                lambda q, kk: ms.search(q, kk, nprobe=nprobe),
-                man["export_seconds"],
-                insert_s=man.get("insert_seconds"),
-                index_s=man.get("index_seconds"),
-            )
-        for itype, sp in (("HNSW", {"ef_search": 128}), ("SCANN", {"nprobe": nprobe})):
-            man = export_to_milvus(flat_dir, srv.uri, f"scifact_{itype.lower()}", index_type=itype, progress=False)
-            with MilvusSearcher.open(srv.uri, f"scifact_{itype.lower()}") as ms:
-                p_ = {
-                    **man["index_params"],
-                    **({"ef": 128} if itype == "HNSW" else {"nprobe": nprobe, "reorder_k": 100}),
-                }
-                row(
-                    "milvus-server",
-                    itype,
-                    p_,
-                    lambda q, kk, ms=ms: ms.search(q, kk, **sp),
-                    man["export_seconds"],
-                    insert_s=man.get("insert_seconds"),
-                    index_s=man.get("index_seconds"),
-                )
-        t0 = time.perf_counter()
-        srv.stop()
-        stop_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        srv.start()  # warm restart on the same data: the collections are still there
-        warm_s = time.perf_counter() - t0
-        with MilvusSearcher.open(srv.uri, "scifact_ivf_pq") as ms:
-            persisted = len(ms) == n
-    finally:
-        srv.stop()
-    rows.append(
-        {
-            "part": "milvus-server-startup",
-            "engine": "milvus-server",
-            "startup_s": round(cold_s, 2),
-            "binaries_cached_before": cached,
-            "restart_s": round(warm_s, 2),
-            "stop_s": round(stop_s, 2),
-            "data_persisted_across_restart": persisted,
-            "loadavg": _load(),
-        }
-    )
-    print(rows[-1], flush=True)
-    g10 = round(abs(r_mil["recall@10_vs_flat"] - r_faiss["recall@10_vs_flat"]), 4)
-    g100 = round(abs(r_mil["r@100_vs_flat"] - r_faiss["r@100_vs_flat"]), 4)
-    rows.append(
-        {
-            "part": "milvus-server-vs-faiss",
-            "engine": "milvus-server",
-            "index_type": "IVF_PQ",
-            "recall@10_gap": g10,
-            "r@100_gap": g100,
-            "target_max_gap": 0.02,
-            "target_met": bool(g10 <= 0.02 and g100 <= 0.02),
-            "qps_single_milvus": r_mil["qps_single"],
-            "qps_single_faiss": r_faiss["qps_single"],
-            "qps_batched_milvus": r_mil["qps_batched"],
-            "qps_batched_faiss": r_faiss["qps_batched"],
-        }
-    )
-    print(rows[-1], flush=True)
-    info = {
-        "search_embeddings": label,
-        "query_tower": enc.get("query_tower", {}).get("name"),
-        "nlist": nlist,
-        "m": m,
-        "nbits": nbits,
-        "nprobe": nprobe,
-    }
-    return rows, info
-
-
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
     ap.add_argument(
@@ -520,11 +270,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.server_only:
         args.skip_encode = args.skip_search = True
+    return args
 
+
+def run_parts(args) -> tuple[list[dict], dict, dict]:
+    """Parts 1-3 (those not skipped) in a temporary work directory -> rows, search info, server info."""
     work = Path(tempfile.mkdtemp(prefix="scaleout-"))
     rows: list[dict] = []
     info: dict = {}
-    t_start = time.perf_counter()
+    server_info: dict = {}
     try:
         if not args.skip_encode:
             rows += bench_encode(args, work)
@@ -536,6 +290,11 @@ def main() -> None:
             rows += r
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return rows, info, server_info
+
+
+def run_config(args, info: dict, server_info: dict, total_s: float) -> dict:
+    """The results file's config: the settings of each part and the package versions."""
     import pymilvus
     import ray
 
@@ -555,7 +314,7 @@ def main() -> None:
         "ray_version": ray.__version__,
         "pymilvus_version": pymilvus.__version__,
         "milvus_lite_version": __import__("importlib.metadata").metadata.version("milvus-lite"),
-        "total_seconds": round(time.perf_counter() - t_start, 1),
+        "total_seconds": round(total_s, 1),
         "notes": (
             "2 CPU cores shared with other engineers' jobs (see loadavg per row): timings are indicative. "
             "Ray docs_per_s includes actor start-up and one model load per actor; startup_s is ray.init. "
@@ -569,22 +328,41 @@ def main() -> None:
             "pymilvus_version": pymilvus.__version__,
             **server_info,
             "notes": (
-                "part 3: FAISS IVFPQ and Milvus IVF_PQ with the same nlist, m, nbits and nprobe on the same embeddings; "
+                "part 3: FAISS IVFPQ and Milvus IVF_PQ with the same nlist, m, nbits and nprobe on the same "
+                "embeddings; "
                 "recall@10_vs_flat / r@100_vs_flat: overlap of the top-10 / top-100 with exact search (FAISS Flat). "
-                "qps_single: one query per call (Milvus: one gRPC round trip each); qps_batched: all queries in one call. "
-                "startup_s: first start of this run, on an empty data directory, to healthy (includes unpacking ~200 MB "
-                "of server binaries when binaries_cached_before is false); restart_s: stop, then start again on the same data "
-                "(3 collections), to healthy: the figure to plan a restart with. The machine's 2 cores are shared with other sessions' jobs: QPS and times are noisy."
+                "qps_single: one query per call (Milvus: one gRPC round trip each); qps_batched: all queries in "
+                "one call. "
+                "startup_s: first start of this run, on an empty data directory, to healthy (includes unpacking "
+                "~200 MB "
+                "of server binaries when binaries_cached_before is false); restart_s: stop, then start again on "
+                "the same data "
+                "(3 collections), to healthy: the figure to plan a restart with. The machine's 2 cores are "
+                "shared with other sessions' jobs: QPS and times are noisy."
             ),
         }
+    return config
+
+
+def keep_other_parts(rows: list[dict], config: dict) -> tuple[list[dict], dict]:
+    """``--server-only``: the existing results file's rows and config of parts 1-2, with part 3 replaced."""
+    old = json.loads((Path(__file__).resolve().parent / "results" / "scaleout.json").read_text(encoding="utf-8"))
+    rows = [r for r in old["rows"] if r.get("part") not in SERVER_PARTS] + rows
+    config = {
+        **old["config"],
+        "milvus_server": config["milvus_server"],
+        "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)",
+    }
+    return rows, config
+
+
+def main() -> None:
+    args = parse_args()
+    t_start = time.perf_counter()
+    rows, info, server_info = run_parts(args)
+    config = run_config(args, info, server_info, time.perf_counter() - t_start)
     if args.server_only:
-        old = json.loads((Path(__file__).resolve().parent / "results" / "scaleout.json").read_text(encoding="utf-8"))
-        rows = [r for r in old["rows"] if r.get("part") not in SERVER_PARTS] + rows
-        config = {
-            **old["config"],
-            "milvus_server": config["milvus_server"],
-            "preserved_rows": f"parts encode/search kept from the run of {old['created']} (not re-run)",
-        }
+        rows, config = keep_other_parts(rows, config)
     report("scaleout", rows, config)
 
 

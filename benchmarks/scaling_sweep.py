@@ -5,7 +5,8 @@
 Protocol (Fang et al., *Scaling Laws for Dense Retrieval* §3.5, §4; ScalingNote §4.4):
 
 - data size D = training (query, positive) pairs (64 ... 4096 and the whole pool for the primary model
-  SmolLM2 depth 2; 64, 256, 1024, 4096 and the whole pool for the other models), from a pool of the SciFact human training pairs
+  SmolLM2 depth 2; 64, 256, 1024, 4096 and the whole pool for the other models), from a pool of the SciFact
+  human training pairs
   plus ICT pseudo-queries over the corpus (``scalingnote.data.pseudo``), shuffled once (seed 0);
   point D trains on the first D pairs (nested sets, same human:ICT mix at every size);
 - model size N = non-embedding parameters of a tower (backbone + head): SmolLM2-135M truncated to
@@ -221,7 +222,8 @@ def run_points(args) -> None:
         )
         print(
             f"[scaling] {fam} d{depth} D={D}: test ppl {rec['test_contrastive_ppl']:.4f} nDCG@10 {rec['ndcg@10']:.4f} "
-            f"dev ppl {rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} (best {rec['best_step']}) {rec['train_seconds']}s",
+            f"dev ppl {rec['dev_contrastive_ppl']:.4f} steps {rec['steps_run']} (best {rec['best_step']}) "
+            f"{rec['train_seconds']}s",
             flush=True,
         )
 
@@ -288,7 +290,7 @@ def _fit_record(name: str, law: str, rows: list[dict], holdout_by: str, plots: P
         rec["holdout_measured"] = ",".join(f"{v:.4f}" for v in ho.holdout["observed"])
         rec["holdout_mape"] = ho.holdout["mape"]
         rec["holdout_max_rel_err"] = max(
-            abs(p - o) / o for p, o in zip(ho.holdout["predicted"], ho.holdout["observed"])
+            abs(p - o) / o for p, o in zip(ho.holdout["predicted"], ho.holdout["observed"], strict=True)
         )
     except ScalingNoteError as e:
         rec["holdout"] = f"not possible: {e}"
@@ -340,14 +342,19 @@ def fit_all(args) -> None:
     )
     cfg = {
         "data": args.data,
-        "loss": "contrastive perplexity (Fang et al. Eq. 6: mean NLL of the positive among itself + W=256 random non-relevant "
+        "loss": "contrastive perplexity (Fang et al. Eq. 6: mean NLL of the positive among itself + W=256 "
+        "random non-relevant "
         "documents, drawn once with seed 0 from the whole corpus; s = cos/0.05) on the SciFact test queries",
-        "training": "heads only over cached pooled states (trainable_layers 0), heads initialised from the point's pairs (PCA), "
-        "in-batch negatives, batch min(64, D), head lr 3e-3, AdamW (warm-up 2%, linear decay over 6000 steps), <= 6000 steps, "
+        "training": "heads only over cached pooled states (trainable_layers 0), heads initialised from the "
+        "point's pairs (PCA), "
+        "in-batch negatives, batch min(64, D), head lr 3e-3, AdamW (warm-up 2%, linear decay over 6000 steps), "
+        "<= 6000 steps, "
         "validation every clamp(epoch, 10, 50) steps on dev contrastive perplexity, stop after 1000 steps without "
         "improvement, best weights restored",
-        "dev": "10% of the SciFact training queries (seed 0), removed from the pool; their W negatives drawn with seed 1",
-        "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); "
+        "dev": "10% of the SciFact training queries (seed 0), removed from the pool; their W negatives drawn "
+        "with seed 1",
+        "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled "
+        "once (seed 0); "
         "point D = the first D pairs",
         "families": {k: {"method": v[0], "depths": v[1]} for k, v in FAMILIES.items()},
         "primary_data_law": f"{PRIMARY[0]} depth {PRIMARY[1]}",
@@ -361,11 +368,13 @@ def fit_all(args) -> None:
         {
             **cfg,
             "input": "benchmarks/results/scaling_sweep.json",
-            "method": "scipy least_squares, soft_l1 loss (f_scale = 1.4826 MAD of the residuals, iterated), log-parameters, multi-start",
+            "method": "scipy least_squares, soft_l1 loss (f_scale = 1.4826 MAD of the residuals, iterated), "
+            "log-parameters, multi-start",
             "model_law": "L(N) = (A/N)^alpha + delta, per family at the largest D",
             "data_law": "L(D) = (B/D)^beta + delta, per model",
             "joint_law": "L(N,D) = [(A/N)^(alpha/beta) + B/D]^beta + delta, per family",
-            "holdout": "the law refitted without its largest D (data, joint) / largest N (model); prediction error there",
+            "holdout": "the law refitted without its largest D (data, joint) / largest N (model); prediction "
+            "error there",
             "targets": "R^2 >= 0.9 for L(D) on real data; held-out largest-D prediction within 5% of the measured loss",
         },
     )

@@ -315,15 +315,21 @@ def fit_report(args) -> None:
         "head_lr": 1e-3,
         "schedule": "constant after a 20-step warm-up",
         "query_max_length": 32,
-        "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, s=cos/0.05), 300 SciFact test queries",
-        "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every eval_every steps (per family), "
+        "loss": "test contrastive perplexity (Fang et al. Eq. 6, W=256 corpus negatives drawn once, "
+        "s=cos/0.05), 300 SciFact test queries",
+        "dev": "10% of the human training queries, W=256 negatives from a fixed 768-document pool, every "
+        "eval_every steps (per family), "
         "patience 3 validations, best weights restored",
-        "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled once (seed 0); D = first D pairs",
-        "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and a corner "
-        f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before they were trained",
+        "pool": "SciFact human training pairs (minus dev) + one ICT pseudo-query per corpus document, shuffled "
+        "once (seed 0); D = first D pairs",
+        "heldout": "largest N (the deepest tower, D=4096); MiniLM also the largest D (2 layers, whole pool) and "
+        "a corner "
+        f"(6 layers, D=256): predicted in benchmarks/results/{result_name(args, 'predictions')}.json before "
+        "they were trained",
         "cost_model": {**cost_model(args).factors(), "cpu": CPU, "corpus_docs": CORPUS_DOCS, "doc_tokens": DOC_TOKENS},
         "plots": plots,
-        "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its prediction",
+        "targets": "L(N) R^2 >= 0.9; held-out largest-N and largest-D within 5%; budget pick within 5% of its "
+        "prediction",
     }
     write_results(
         result_name(args, "sweep"), [{k: v for k, v in r.items() if not k.startswith("_")} for r in points], cfg

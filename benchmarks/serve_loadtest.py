@@ -14,9 +14,11 @@ batches of ``max_batch``, with the same torch threads — the ceiling the servic
 compared with (``qps_vs_offline``; issue target: >= 0.7 at concurrency 64). Finally, an
 ``overload`` row runs 64 clients against the first configuration restarted with a small
 queue bound (``--overload-queue``): the excess is shed with 503 + Retry-After, and the
-latency of the admitted requests stays bounded. The compressed index is served twice: with the default ``--max-batch 64``
+latency of the admitted requests stays bounded. The compressed index is served twice: with the default
+``--max-batch 64``
 and with ``--max-batch 8`` (on this CPU MiniLM encodes most queries per second at
-batches of ~8; larger padded batches are slower per query). This is the stress-test setting of TMJ §6.2 scaled down to one machine.
+batches of ~8; larger padded batches are slower per query). This is the stress-test setting of TMJ §6.2 scaled
+down to one machine.
 
 As a correctness check, every test query is also searched through ``/search/batch``
 and the served run is scored (nDCG@10, R@100): it must match the offline numbers of
@@ -186,14 +188,16 @@ def served_quality(url: str, queries, qrels, extra: dict, k: int = 100) -> dict:
     return {k_: round(v, 4) for k_, v in evaluate(run, qrels, ["ndcg@10", "r@100"]).items()}
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[tuple[str, int]]]:
+    """The arguments and the service configurations of ``--runs`` as (factory, max batch)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=shared_data_dir() / "scifact")
     ap.add_argument("--cache", type=Path, default=REPO_ROOT / ".cache" / "index_scifact")
     ap.add_argument(
         "--synthetic",
         action="store_true",
-        help="Serve the synthetic note-search log (--synthetic-docs short notes, 300 test queries; generated with --seed) instead of "
+        help="Serve the synthetic note-search log (--synthetic-docs short notes, 300 test queries; generated "
+        "with --seed) instead of "
         "--data: a corpus MiniLM encodes in minutes on a busy machine.",
     )
     ap.add_argument("--synthetic-docs", type=int, default=600)
@@ -221,7 +225,12 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--runs: {spec!r} is not FACTORY@MAX_BATCH with FACTORY in {list(INDEXES)}")
         runs.append((factory, int(mb)))
 
-    from benchmarks.loadgen import run_loadtest
+    return args, runs
+
+
+def load_queries(args):
+    """(``--data`` or the synthetic log made for ``--synthetic``) -> test queries, their qrels, their
+    texts and the corpus embeddings."""
     from scalingnote.data import load_qrels
     from scalingnote.index.pipeline import read_search_queries
 
@@ -237,112 +246,124 @@ def main(argv: list[str] | None = None) -> None:
     qrels = {q.id: qrels_all[q.id] for q in queries}
     texts = [q.text for q in queries]
     emb_dir = corpus_embeddings(args.data, args.cache)
-    load_before = os.getloadavg()
+    return queries, qrels, texts, emb_dir
 
-    rows, health, qualities, offline = [], {}, {}, {}
-    for factory, max_batch in runs:
-        nprobe, extra = INDEXES[factory]
-        idx = ensure_index(
-            emb_dir, REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_"), factory, nprobe, args.seed
+
+def measure_config(args, factory: str, max_batch: int, emb_dir: Path, queries, qrels, texts, seen: dict) -> list[dict]:
+    """The offline ceiling, then the service at each ``--concurrency`` for one configuration;
+    ``seen`` collects each service's health, each index's served quality and the offline QPS."""
+    from benchmarks.loadgen import run_loadtest
+
+    health, qualities, offline = seen["health"], seen["qualities"], seen["offline"]
+    rows = []
+    nprobe, extra = INDEXES[factory]
+    idx = ensure_index(
+        emb_dir, REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_"), factory, nprobe, args.seed
+    )
+    base = {
+        "index": factory,
+        "max_batch": max_batch,
+        "max_queue": args.max_queue,
+        "k": args.k,
+        "nprobe": nprobe,
+        "rerank": extra.get("rerank"),
+    }
+    # offline ceiling first, while no service competes for the CPU
+    off = offline_throughput(idx, texts, extra, args.k, max_batch, args.threads, args.duration)
+    offline[f"{factory}@{max_batch}"] = off["qps"]
+    row = {
+        **base,
+        "mode": "offline",
+        "concurrency": None,
+        "qps": off["qps"],
+        "requests": off["queries"],
+        "ok": off["queries"],
+        "rejected_503": 0,
+        "errors": 0,
+        "duration_s": off["duration_s"],
+        "loadavg_1m_before": round(os.getloadavg()[0], 2),
+    }
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+    svc = ServiceProcess(idx, args.data, args, max_batch, args.max_queue)
+    try:
+        t0 = time.perf_counter()
+        h = svc.wait_ready(timeout=1200)
+        health[f"{factory}@{max_batch}"] = {
+            "ready_s": round(time.perf_counter() - t0, 1),
+            "index": h["index"],
+            "query_tower": h["query_tower"],
+            "titles": h["titles"]["n"],
+        }
+        if factory not in qualities:
+            qualities[factory] = served_quality(svc.url, queries, qrels, extra)
+        quality = qualities[factory]
+        print(f"{factory}: served nDCG@10 {quality['ndcg@10']}, R@100 {quality['r@100']}", flush=True)
+        run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
+        for c in args.concurrency:
+            la = os.getloadavg()[0]
+            res = run_loadtest(
+                svc.url, texts, concurrency=c, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra
+            )
+            row = _row_from(res, **base, mode="serve")
+            row["qps_vs_offline"] = round(res.qps / off["qps"], 3) if off["qps"] else None
+            row.update(
+                {
+                    "served_ndcg@10": quality["ndcg@10"],
+                    "served_r@100": quality["r@100"],
+                    "loadavg_1m_before": round(la, 2),
+                }
+            )
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        code = svc.stop()
+        if code != 0:
+            print(f"warning: service exited with {code}: {svc.proc.stderr.read()[-2000:]}", file=sys.stderr)
+    return rows
+
+
+def overload_row(args, factory: str, max_batch: int, texts, offline: dict) -> dict:
+    """Load shedding: more clients than the queue bound; 503s are counted apart from errors."""
+    from benchmarks.loadgen import run_loadtest
+
+    nprobe, extra = INDEXES[factory]
+    idx = REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_")
+    svc = ServiceProcess(idx, args.data, args, max_batch, args.overload_queue)
+    try:
+        svc.wait_ready(timeout=1200)
+        run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
+        la = os.getloadavg()[0]
+        res = run_loadtest(
+            svc.url,
+            texts,
+            concurrency=args.overload_concurrency,
+            duration_s=args.duration,
+            k=args.k,
+            seed=args.seed,
+            extra=extra,
         )
         base = {
             "index": factory,
             "max_batch": max_batch,
-            "max_queue": args.max_queue,
+            "max_queue": args.overload_queue,
             "k": args.k,
             "nprobe": nprobe,
             "rerank": extra.get("rerank"),
         }
-        # offline ceiling first, while no service competes for the CPU
-        off = offline_throughput(idx, texts, extra, args.k, max_batch, args.threads, args.duration)
-        offline[f"{factory}@{max_batch}"] = off["qps"]
-        row = {
-            **base,
-            "mode": "offline",
-            "concurrency": None,
-            "qps": off["qps"],
-            "requests": off["queries"],
-            "ok": off["queries"],
-            "rejected_503": 0,
-            "errors": 0,
-            "duration_s": off["duration_s"],
-            "loadavg_1m_before": round(os.getloadavg()[0], 2),
-        }
-        rows.append(row)
+        row = _row_from(res, **base, mode="overload")
+        off_qps = offline.get(f"{factory}@{max_batch}")
+        row["qps_vs_offline"] = round(res.qps / off_qps, 3) if off_qps else None
+        row["loadavg_1m_before"] = round(la, 2)
         print(json.dumps(row), flush=True)
-        svc = ServiceProcess(idx, args.data, args, max_batch, args.max_queue)
-        try:
-            t0 = time.perf_counter()
-            h = svc.wait_ready(timeout=1200)
-            health[f"{factory}@{max_batch}"] = {
-                "ready_s": round(time.perf_counter() - t0, 1),
-                "index": h["index"],
-                "query_tower": h["query_tower"],
-                "titles": h["titles"]["n"],
-            }
-            if factory not in qualities:
-                qualities[factory] = served_quality(svc.url, queries, qrels, extra)
-            quality = qualities[factory]
-            print(f"{factory}: served nDCG@10 {quality['ndcg@10']}, R@100 {quality['r@100']}", flush=True)
-            run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
-            for c in args.concurrency:
-                la = os.getloadavg()[0]
-                res = run_loadtest(
-                    svc.url, texts, concurrency=c, duration_s=args.duration, k=args.k, seed=args.seed, extra=extra
-                )
-                row = _row_from(res, **base, mode="serve")
-                row["qps_vs_offline"] = round(res.qps / off["qps"], 3) if off["qps"] else None
-                row.update(
-                    {
-                        "served_ndcg@10": quality["ndcg@10"],
-                        "served_r@100": quality["r@100"],
-                        "loadavg_1m_before": round(la, 2),
-                    }
-                )
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-        finally:
-            code = svc.stop()
-            if code != 0:
-                print(f"warning: service exited with {code}: {svc.proc.stderr.read()[-2000:]}", file=sys.stderr)
+    finally:
+        svc.stop()
+    return row
 
-    if args.overload_queue and runs:
-        # load shedding: more clients than the queue bound; 503s are counted apart from errors
-        factory, max_batch = runs[0]
-        nprobe, extra = INDEXES[factory]
-        idx = REPO_ROOT / ".cache" / "serve_loadtest" / factory.replace(",", "_")
-        svc = ServiceProcess(idx, args.data, args, max_batch, args.overload_queue)
-        try:
-            svc.wait_ready(timeout=1200)
-            run_loadtest(svc.url, texts, concurrency=8, duration_s=args.warmup, k=args.k, seed=args.seed, extra=extra)
-            la = os.getloadavg()[0]
-            res = run_loadtest(
-                svc.url,
-                texts,
-                concurrency=args.overload_concurrency,
-                duration_s=args.duration,
-                k=args.k,
-                seed=args.seed,
-                extra=extra,
-            )
-            base = {
-                "index": factory,
-                "max_batch": max_batch,
-                "max_queue": args.overload_queue,
-                "k": args.k,
-                "nprobe": nprobe,
-                "rerank": extra.get("rerank"),
-            }
-            row = _row_from(res, **base, mode="overload")
-            off_qps = offline.get(f"{factory}@{max_batch}")
-            row["qps_vs_offline"] = round(res.qps / off_qps, 3) if off_qps else None
-            row["loadavg_1m_before"] = round(la, 2)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-        finally:
-            svc.stop()
 
-    config = {
+def run_config(args, runs, texts, health: dict, offline: dict, load_before) -> dict:
+    """The results file's config: the data, the configurations, the services' health and the offline QPS."""
+    return {
         "dataset": f"synthetic note-search log (SynthConfig num_docs={args.synthetic_docs}, num_queries=1500)"
         if args.synthetic
         else args.data.name,
@@ -357,7 +378,8 @@ def main(argv: list[str] | None = None) -> None:
         "max_queue": args.max_queue,
         "overload": {"max_queue": args.overload_queue, "concurrency": args.overload_concurrency},
         "offline_qps": offline,
-        "offline": "same queries in-process: MiniLM encode in batches of max_batch + DenseIndex.search with the request's parameters, same torch threads, no HTTP",
+        "offline": "same queries in-process: MiniLM encode in batches of max_batch + DenseIndex.search with the "
+        "request's parameters, same torch threads, no HTTP",
         "duration_s": args.duration,
         "warmup_s": args.warmup,
         "k": args.k,
@@ -374,6 +396,20 @@ def main(argv: list[str] | None = None) -> None:
             "loopback, queueing, micro-batch wait (max_wait_ms), query encoding (MiniLM, CPU fp32) and FAISS search."
         ),
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, runs = parse_args(argv)
+    queries, qrels, texts, emb_dir = load_queries(args)
+    load_before = os.getloadavg()
+
+    rows: list[dict] = []
+    seen: dict[str, dict] = {"health": {}, "qualities": {}, "offline": {}}
+    for factory, max_batch in runs:
+        rows += measure_config(args, factory, max_batch, emb_dir, queries, qrels, texts, seen)
+    if args.overload_queue and runs:
+        rows.append(overload_row(args, *runs[0], texts, seen["offline"]))
+    config = run_config(args, runs, texts, seen["health"], seen["offline"], load_before)
     report("serve_loadtest", rows, config)
 
 

@@ -51,7 +51,7 @@ def measure(out: Path) -> dict[str, Any]:
         run: dict[str, dict[str, float]] = {}
         t0 = time.perf_counter()
         with httpx.Client(trust_env=False, timeout=120) as client:
-            for qid, text in zip(ev.qids, ev.texts):
+            for qid, text in zip(ev.qids, ev.texts, strict=True):
                 r = client.post(svc.url + "/search", json={"query": text, "k": 100})
                 r.raise_for_status()
                 run[qid] = {h["doc_id"]: float(h["score"]) for h in r.json()["results"]}

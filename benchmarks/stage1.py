@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from benchmarks._common import REPO_ROOT, shared_data_dir, write_results
 
@@ -62,7 +63,7 @@ def zero_shot_row(
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="scifact")
     ap.add_argument("--llm-layers", type=int, default=4)
@@ -83,56 +84,93 @@ def main() -> None:
     )
     ap.add_argument("--projection-init", choices=["pca", "orthogonal"], default="pca")
     ap.add_argument("--name", default=None, help="results name (default stage1_<data>)")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def tower_choices(llm_layers: int) -> dict[str, tuple]:
+    """method -> (query model, query layers, document model, document layers)."""
+    return {
+        "twinbert": ("minilm-l6", None, "minilm-l6", None),
+        "scaling_doc": ("minilm-l6", None, "smollm2-135m", llm_layers),
+        "scaling_dual": ("smollm2-135m", llm_layers, "smollm2-135m", llm_layers),
+    }
+
+
+def train_config(method: str, args, data_dir: Path, work: Path):
+    """The Stage I training config of a trained method (same data and step budget for all)."""
     from scalingnote.config import load_config
-    from scalingnote.training import TrainConfig, train
+    from scalingnote.training import TrainConfig
+
+    qm, ql, dm, dl = tower_choices(args.llm_layers)[method]
+    qp = "mean" if qm.startswith("smollm2") and args.llm_pooling == "mean" else None
+    dp = "mean" if dm.startswith("smollm2") and args.llm_pooling == "mean" else None
+    return load_config(
+        TrainConfig,
+        {
+            "method": method,
+            "output_dir": str(work / method),
+            "query_tower": {"model": qm, "num_layers": ql, "pooling": qp, "max_length": args.query_max_length},
+            "doc_tower": {"model": dm, "num_layers": dl, "pooling": dp, "max_length": args.doc_max_length},
+            "data": {
+                "data_dir": str(data_dir),
+                "neg_skip_top": 10,
+                "neg_max_rank": 100,
+                "validation_fraction": 0.1,
+            },
+            "optim": {
+                "batch_size": args.batch_size,
+                "micro_batch_size": args.micro_batch_size,
+                "max_steps": args.steps,
+                "epochs": 100.0,
+                "lr": args.lr,
+                "head_lr": args.head_lr,
+            },
+            "seed": args.seed,
+            "save_every": 20,
+            "evaluate_zero_shot": True,  # init_* columns: the start of training (after the centre / W init)
+            "projection_init": args.projection_init,
+        },
+    )
+
+
+def trained_row(method: str, args, data_dir: Path, work: Path) -> dict:
+    """Train ``method`` (resuming) and evaluate it on the test split."""
+    from scalingnote.training import train
+
+    towers = tower_choices(args.llm_layers)
+    cfg = train_config(method, args, data_dir, work)
+    res = train(cfg, resume=True)
+    return {
+        "method": method,
+        "query_tower": towers[method][0],
+        "doc_tower": towers[method][2],
+        "query_layers": towers[method][1] or 6,
+        "doc_layers": towers[method][3] or 6,
+        "query_non_embedding_params": res["query_tower_non_embedding_params"],
+        "dim": cfg.dim,
+        "train_steps": res["total_steps"],
+        "train_seconds": res["train_seconds"],
+        **{f"init_{k}": round(res[f"zero_shot_{k}"], 4) for k in ("ndcg@10", "r@100")},
+        **{
+            k: round(res[k], 4)
+            for k in ("ndcg@10", "r@100", "recall@100", "mrr@10", "contrastive_ppl", "val_contrastive_ppl")
+        },
+        "eval_seconds": res["eval_seconds"],
+    }
+
+
+def main() -> None:
+    args = parse_args()
+
     from scalingnote.training.data import load_training_data
 
     data_dir = shared_data_dir() / args.data
     name = args.name or f"stage1_{args.data}"
     work = REPO_ROOT / ".cache" / "bench" / name
     methods = args.methods.split(",")
-    towers = {
-        "twinbert": ("minilm-l6", None, "minilm-l6", None),
-        "scaling_doc": ("minilm-l6", None, "smollm2-135m", args.llm_layers),
-        "scaling_dual": ("smollm2-135m", args.llm_layers, "smollm2-135m", args.llm_layers),
-    }
-
-    def cfg_for(method: str) -> TrainConfig:
-        qm, ql, dm, dl = towers[method]
-        qp = "mean" if qm.startswith("smollm2") and args.llm_pooling == "mean" else None
-        dp = "mean" if dm.startswith("smollm2") and args.llm_pooling == "mean" else None
-        return load_config(
-            TrainConfig,
-            {
-                "method": method,
-                "output_dir": str(work / method),
-                "query_tower": {"model": qm, "num_layers": ql, "pooling": qp, "max_length": args.query_max_length},
-                "doc_tower": {"model": dm, "num_layers": dl, "pooling": dp, "max_length": args.doc_max_length},
-                "data": {
-                    "data_dir": str(data_dir),
-                    "neg_skip_top": 10,
-                    "neg_max_rank": 100,
-                    "validation_fraction": 0.1,
-                },
-                "optim": {
-                    "batch_size": args.batch_size,
-                    "micro_batch_size": args.micro_batch_size,
-                    "max_steps": args.steps,
-                    "epochs": 100.0,
-                    "lr": args.lr,
-                    "head_lr": args.head_lr,
-                },
-                "seed": args.seed,
-                "save_every": 20,
-                "evaluate_zero_shot": True,  # init_* columns: the start of training (after the centre / W init)
-                "projection_init": args.projection_init,
-            },
-        )
 
     rows = []
-    base_cfg = cfg_for("twinbert")
+    base_cfg = train_config("twinbert", args, data_dir, work)
     data = load_training_data(base_cfg.data, base_cfg.seed)
     tau = base_cfg.loss.tau
     for method in methods:
@@ -154,27 +192,7 @@ def main() -> None:
                 )
             )
         else:
-            cfg = cfg_for(method)
-            res = train(cfg, resume=True)
-            rows.append(
-                {
-                    "method": method,
-                    "query_tower": towers[method][0],
-                    "doc_tower": towers[method][2],
-                    "query_layers": towers[method][1] or 6,
-                    "doc_layers": towers[method][3] or 6,
-                    "query_non_embedding_params": res["query_tower_non_embedding_params"],
-                    "dim": cfg.dim,
-                    "train_steps": res["total_steps"],
-                    "train_seconds": res["train_seconds"],
-                    **{f"init_{k}": round(res[f"zero_shot_{k}"], 4) for k in ("ndcg@10", "r@100")},
-                    **{
-                        k: round(res[k], 4)
-                        for k in ("ndcg@10", "r@100", "recall@100", "mrr@10", "contrastive_ppl", "val_contrastive_ppl")
-                    },
-                    "eval_seconds": res["eval_seconds"],
-                }
-            )
+            rows.append(trained_row(method, args, data_dir, work))
         print(rows[-1], flush=True)
     write_results(
         name,
@@ -196,7 +214,8 @@ def main() -> None:
             "head_lr": args.head_lr,
             "center": "mean pooled state subtracted before W (TrainConfig.center)",
             "projection_init": args.projection_init,
-            "init_columns": "init_* = the trained methods' starting point (pre-trained backbones + centre + initial W), same eval",
+            "init_columns": "init_* = the trained methods' starting point (pre-trained backbones + centre + "
+            "initial W), same eval",
             "llm_pooling": (
                 "mean (not in the paper): query = mean over text+EOS; document views = means of the §3.2 prompt "
                 "segments ending before each placeholder, [EMB] view = the whole prompt"

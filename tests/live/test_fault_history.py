@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks._faults import History, build_synthetic_index, check, open_live, points_of, run_disk_full, run_point
+from benchmarks._faults import History, build_synthetic_index, check, open_live, points_of, run_point
+from benchmarks._faults_disk import run_disk_full
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.llm_layers import mark_chosen, parse_args, row_order, stage1_config
+from benchmarks._llm_layers_report import mark_chosen
+from benchmarks.llm_layers import parse_args, row_order, stage1_config
 
 
 def test_default_order_trains_heads_first_then_every_depth_per_layer_learning_rate():
