@@ -90,7 +90,10 @@ class Retriever:
         return len(self._served.index)
 
     def __repr__(self) -> str:
-        return f"Retriever({str(self.index_dir)!r}, {len(self)} documents, modes {list(self.modes)}, default {self.default_mode!r})"
+        return (
+            f"Retriever({str(self.index_dir)!r}, {len(self)} documents, modes {list(self.modes)}, "
+            f"default {self.default_mode!r})"
+        )
 
     # ------------------------------------------------------------------ search
     def search(self, queries: list[str], k: int = 10, mode: str | None = None) -> list[list[Hit]]:
@@ -187,12 +190,15 @@ class Retriever:
         index = self._served.index
         if not hasattr(index, "encode"):
             raise ScalingNoteError(
-                f"{self.index_dir}: back end {self.settings.backend!r} has no document tower here (it is not served live)"
+                f"{self.index_dir}: back end {self.settings.backend!r} has no document tower here (it is "
+                "not served live)"
             )
-        return index.encode(docs)[0]
+        vectors: np.ndarray = index.encode(docs)[0]
+        return vectors
 
     # ------------------------------------------------------------------ live index
-    def _live(self, op: str):
+    def _live(self, op: str) -> Any:
+        """The served index back end (untyped: any live back end), when it can do ``op`` now."""
         index = self._served.index
         if not getattr(index, op, False):
             raise ScalingNoteError(
@@ -200,8 +206,9 @@ class Retriever:
             )
         if not getattr(index, "writer", True):
             raise ScalingNoteError(
-                f"{self.index_dir}: another process (a running service or `scalingnote index add`) holds the index's writer lock: "
-                "this retriever is read-only (send the documents to that process, or stop it and load again)"
+                f"{self.index_dir}: another process (a running service or `scalingnote index add`) holds "
+                "the index's writer lock: this retriever is read-only (send the documents to that process, "
+                "or stop it and load again)"
             )
         return index
 
@@ -228,7 +235,7 @@ class Retriever:
         except ServiceError as e:
             raise DataError("documents", None, None, e.detail) from None
         index = self._live("supports_upsert")
-        res = index.upsert(docs)
+        res: dict[str, Any] = index.upsert(docs)
         self._after_write(index)
         status = res.pop("status", None) or ["upserted"] * len(docs)
         res["documents"] = [
@@ -248,13 +255,14 @@ class Retriever:
             if why is not None:
                 raise DataError("ids", None, f"ids[{i}]", why)
         index = self._live("supports_delete")
-        res = index.delete(ids)
+        res: dict[str, Any] = index.delete(ids)
         if res.get("deleted"):
             self._after_write(index)
         return res
 
-    def _after_write(self, index) -> None:
-        """Compact when the delta (added documents + tombstones) reaches ``live_compact_docs``, as the service does."""
+    def _after_write(self, index: Any) -> None:
+        """Compact when the delta (added documents + tombstones) reaches ``live_compact_docs``, as the
+        service does."""
         pending = (
             index.compaction_pending()
             if hasattr(index, "compaction_pending")

@@ -151,7 +151,7 @@ def test_the_proxy_drawn_follows_the_data_and_seed_not_the_machine_speed(monkeyp
     seen = {}
     for speed in (1.0, 2.0):
         cfg, fams, sizes = _kuake_like(speed)
-        monkeypatch.setattr(E.B, "measure_sizes", lambda *a, _s=sizes, **k: _s)
+        monkeypatch.setattr(E.budget, "measure_sizes", lambda *a, _s=sizes, **k: _s)
         c, _, plan = E.first_plan(cfg, fams, {}, {"data": 5.0})
         seen[speed] = (c.proxy_fraction, plan.proxy_width, plan.proxy, plan.phases["stage1_large_towers"])
     assert seen[1.0][:3] == seen[2.0][:3]

@@ -10,6 +10,7 @@ plan is made again on the candidates that survived.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,8 +143,10 @@ class Plan:
         if self.proxy:
             p = self.proxy
             lines.append(
-                f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of {p['all_train_queries']} "
-                f"training queries, every validation query ({p.get('validation_queries', '?')}) with its judged documents"
+                f"  proxy: {p['docs']} of {p['corpus_docs']} documents, {p['train_queries']} of "
+                f"{p['all_train_queries']} "
+                f"training queries, every validation query ({p.get('validation_queries', '?')}) with its "
+                "judged documents"
             )
         lines.append(
             "  expected minutes: "
@@ -153,10 +156,72 @@ class Plan:
         lines += [f"  skipped (budget): {s}" for s in self.skipped]
         if self.budget_s and self.total > self.budget_s:
             lines.append(
-                f"  OVER the budget by {(self.total - self.budget_s) / 60:.1f} min with every cut made (its floors: one candidate, "
+                f"  OVER the budget by {(self.total - self.budget_s) / 60:.1f} min with every cut made "
+                "(its floors: one candidate, "
                 f"QKD at {QKD_FLOOR} steps, the smallest proxy): a larger --budget-minutes, or expect that much longer"
             )
         return "\n".join(lines)
+
+
+def _fill_phases(
+    plan: Plan,
+    cfg: QuickstartConfig,
+    fams: dict[str, Family],
+    s: Sizes,
+    student: tuple[str, int],
+    *,
+    use_proxy: bool,
+    proxy_done: bool,
+    pdocs: int,
+    pq: int,
+    n_students: int,
+    spent: dict[str, float],
+    speed: float,
+) -> None:
+    """``plan.phases``: each phase's expected seconds under the plan's current cuts (``spent``: the
+    phases already run, at their measured seconds; the rest modelled, times ``speed``)."""
+    ph = {"data": 2.0 + 2e-4 * s.docs, "proxy": 0.0}
+    if use_proxy and not proxy_done:
+        ex = round(s.train_examples * pq / max(1, s.train_queries))
+        ph["proxy"] = (
+            5
+            + 3e-4 * s.docs
+            + stage1_seconds(cfg, fams, plan.proxy_candidates(cfg, fams), s, pdocs, ex, ex + s.val_queries)
+        )
+    ph["stage1_large_towers"] = stage1_seconds(
+        cfg,
+        fams,
+        plan.cands,
+        s,
+        s.docs,
+        s.train_examples,
+        s.train_examples + s.val_queries,
+        cached=pdocs if use_proxy else 0,
+    )
+    lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
+    ph["mining_round"] = (
+        mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s)
+        if plan.mining
+        else 0.0
+    )
+    tfam = fams[student[0]]
+    t_layers = max(
+        (depth_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model)
+    )
+    ph["stage2_students"] = 25.0 + n_students * qkd_seconds(cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers)
+    n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
+    u = unit_cost(fams[student[0]]) * s.speed(student[0])
+    small = 2 * (
+        5
+        + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
+        + s.docs * s.doc_tok(student[0]) * student[1] * token_layer_s(s, fams[student[0]])
+    )
+    ph["comparison_runs"] = n_cmp * small
+    ph["index"] = INDEX_S
+    ph["evaluation"] = 15.0 + 1e-3 * s.docs + (_zero_shot_row_s(cfg, s, plan.cands) if plan.zero_shot_row else 0.0)
+    for k in ph:
+        ph[k] = spent[k] if k in spent else ph[k] * speed
+    plan.phases = {k: ph[k] for k in PHASES}
 
 
 def make_plan(
@@ -176,8 +241,9 @@ def make_plan(
     ``proxy_width``: :attr:`Plan.proxy_width`.
     When the budget cannot hold every phase, cuts in this order until it does: the comparison runs
     (not needed to serve), the mining round (``mining_round: auto``), head learning rates beyond the
-    one the proxy's rule chose (the declared default unless another was separated from it), depths beyond the shallowest survivor, families beyond the proxy's best, the width
-    run, QKD steps (down to :data:`QKD_FLOOR`)."""
+    one the proxy's rule chose (the declared default unless another was separated from it), depths
+    beyond the shallowest survivor, families beyond the proxy's best, the width run, QKD steps (down
+    to :data:`QKD_FLOOR`)."""
     cands = copy.deepcopy(cands) if cands is not None else Candidates.every(cfg, list(fams.values()))
     spent = dict(spent or {})
     pdocs, pq = proxy_sizes(
@@ -201,66 +267,38 @@ def make_plan(
         "off": "mining_round: off in the config",
         "on": "mining_round: on in the config (never cut by the budget)",
         "auto": "--full: always tried" if cfg.full else "held by the budget",
-    }[cfg.mining_round]
+    }[str(cfg.mining_round)]
 
-    def fill() -> None:
-        ph = {"data": 2.0 + 2e-4 * s.docs, "proxy": 0.0}
-        if use_proxy and not proxy_done:
-            ex = round(s.train_examples * pq / max(1, s.train_queries))
-            ph["proxy"] = (
-                5
-                + 3e-4 * s.docs
-                + stage1_seconds(cfg, fams, plan.proxy_candidates(cfg, fams), s, pdocs, ex, ex + s.val_queries)
-            )
-        ph["stage1_large_towers"] = stage1_seconds(
-            cfg,
-            fams,
-            plan.cands,
-            s,
-            s.docs,
-            s.train_examples,
-            s.train_examples + s.val_queries,
-            cached=pdocs if use_proxy else 0,
-        )
-        lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
-        ph["mining_round"] = (
-            mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s)
-            if plan.mining
-            else 0.0
-        )
-        tfam = fams[student[0]]
-        t_layers = max(
-            (depth_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model)
-        )
-        ph["stage2_students"] = 25.0 + n_students * qkd_seconds(cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers)
-        n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
-        u = unit_cost(fams[student[0]]) * s.speed(student[0])
-        small = 2 * (
-            5
-            + SMALL_EPOCHS_EST * math.ceil(s.train_examples / cfg.batch_size) * SMALL_STEP_S * student[1] * u
-            + s.docs * s.doc_tok(student[0]) * student[1] * token_layer_s(s, fams[student[0]])
-        )
-        ph["comparison_runs"] = n_cmp * small
-        ph["index"] = INDEX_S
-        ph["evaluation"] = 15.0 + 1e-3 * s.docs + (_zero_shot_row_s(cfg, s, plan.cands) if plan.zero_shot_row else 0.0)
-        for k in ph:
-            ph[k] = spent[k] if k in spent else ph[k] * speed
-        plan.phases = {k: ph[k] for k in PHASES}
-
+    fill = functools.partial(
+        _fill_phases,
+        plan,
+        cfg,
+        fams,
+        s,
+        student,
+        use_proxy=use_proxy,
+        proxy_done=proxy_done,
+        pdocs=pdocs,
+        pq=pq,
+        n_students=n_students,
+        spent=spent,
+        speed=speed,
+    )
     fill()
-    if plan.budget_s is None:
+    limit_s = plan.limit_s
+    if limit_s is None:  # no budget
         return plan
     # without a proxy there is no ranking to keep "the best" by: only work that is no choice is cut
     plan.unreadable_bert = "bert" in cfg.families and "bert" not in fams
     for cut in _CUTS if use_proxy else (_cut_unreadable_zero_shot, _cut_compare, _cut_mining, _cut_width):
-        if plan.total <= plan.limit_s:
+        if plan.total <= limit_s:
             break
         what = cut(plan, cfg)
         if what:
             plan.skipped.append(what)
             fill()
-    if plan.total > plan.limit_s and plan.qkd_steps and "stage2_students" not in spent:
-        over = plan.total - plan.limit_s
+    if plan.total > limit_s and plan.qkd_steps and "stage2_students" not in spent:
+        over = plan.total - limit_s
         per_step = n_students * qkd_step_seconds(cfg, s, fams[student[0]], student[1]) * speed
         new = max(QKD_FLOOR, int(plan.qkd_steps - over / max(per_step, 1e-9)))
         if new < plan.qkd_steps:
@@ -283,7 +321,10 @@ def _cut_compare(plan: Plan, cfg: QuickstartConfig) -> str | None:
     if plan.compare == "none":
         return None
     plan.compare = "none"
-    return "comparison runs (the paper's matched-cost rows: twinbert_small, scaling_doc); `--full` or a larger --budget-minutes runs them"
+    return (
+        "comparison runs (the paper's matched-cost rows: twinbert_small, scaling_doc); `--full` "
+        "or a larger --budget-minutes runs them"
+    )
 
 
 def _cut_mining(plan: Plan, cfg: QuickstartConfig) -> str | None:

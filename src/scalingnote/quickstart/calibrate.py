@@ -10,8 +10,8 @@ first :data:`CAL_LAYERS` layers) encodes a seeded sample of the corpus as the St
 does (length-sorted batches), and forward hooks around its transformer layers time what a layer
 costs per token on this machine (tokenising, embeddings and pooling left out: they vary with the
 data, not the machine; two whole passes differenced, as first written, read MiniLM 25-31 us on the
-same data from one run to the next). Over the family's reference (:data:`CAL_REF_US`: the same reading on a machine whose
-runs were timed against the model) it prices that family's work in the first plan
+same data from one run to the next). Over the family's reference (:data:`CAL_REF_US`: the same
+reading on a machine whose runs were timed against the model) it prices that family's work in the first plan
 (:attr:`~scalingnote.quickstart.budget.Sizes.speed_by`), so the proxy is drawn, and the budget cut,
 for the machine the run is on. The proxy's measured speed still corrects the plan after it.
 """
@@ -114,7 +114,8 @@ def calibrate(cfg: QuickstartConfig, name: str, tower: Any, docs: Sequence[Docum
     return {
         **rec,
         "speed": round(speed, 3),
-        "note": f"a layer costs {per * 1e6:.1f} us per token here, {CAL_REF_US[name]} on the machine the cost model is priced at",
+        "note": f"a layer costs {per * 1e6:.1f} us per token here, {CAL_REF_US[name]} on the machine the "
+        "cost model is priced at",
     }
 
 

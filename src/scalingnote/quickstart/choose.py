@@ -258,8 +258,9 @@ def default_unless_separated(
     (paired t-test over the same queries' nDCG@10: :func:`~scalingnote.evaluation.significance.separates`);
     of several that are, the best-validating. Without per-query scores for every candidate (a run
     made before they were recorded): :func:`default_unless_beaten` with ``margin``. Returns (choice, reason)."""
-    pq = {k: per_query.get(k) for k in val}
-    if default not in val or not all(pq.values()) or len(pq[default]) < 2:
+    given = {k: per_query.get(k) for k in val}
+    pq = {k: v for k, v in given.items() if v}  # every candidate's, or some are missing
+    if default not in val or len(pq) < len(given) or len(pq[default]) < 2:
         return default_unless_beaten(val, default, margin, what)
     scores = f"validation nDCG@10 {_listing(val)}"
     tests = {k: separates(pq[k], pq[default], CHOICE_ALPHA) for k in val if k != default}
@@ -270,13 +271,15 @@ def default_unless_separated(
         best = max(wins, key=lambda k: val[k])
         t = tests[best][1]
         return best, (
-            f"{what}: {_name(best)} better than the default {_name(default)} (paired t-test over {t.n} validation queries "
+            f"{what}: {_name(best)} better than the default {_name(default)} (paired t-test over "
+            f"{t.n} validation queries "
             f"p {t.pvalue:.3g} < {CHOICE_ALPHA:g}; {scores})"
         )
     near = max(tests, key=lambda k: val[k])
     t = tests[near][1]
     return default, (
-        f"{what}: the default {_name(default)} is kept: the evidence does not separate {_name(near)} from it (paired t-test "
+        f"{what}: the default {_name(default)} is kept: the evidence does not separate "
+        f"{_name(near)} from it (paired t-test "
         f"over {t.n} validation queries p {t.pvalue:.3g}, mean difference {t.mean_diff:+.4f}; {scores})"
     )
 

@@ -328,7 +328,7 @@ class Family:
         spec = {"model": self.model, "max_length": max_length, "trainable_layers": k}
         if layers is not None:
             spec["num_layers"] = layers
-        if not is_bottom(keep):
+        if keep is not None and not is_bottom(keep):  # None: the bottom layers
             spec["layers"] = list(keep)
         if self.pooling is not None:
             spec["pooling"] = self.pooling

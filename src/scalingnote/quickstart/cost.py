@@ -116,7 +116,7 @@ def measure_sizes(cfg: QuickstartConfig, data: dict, report: dict[str, Any] | No
     }
     units = tuple(float(len(t)) for d in head for _, t in text_units(d))
     speed = {name: float(rep["calibration"]["speed"]) for name, rep in (report or {}).items() if rep.get("calibration")}
-    extra = {
+    extra: dict[str, Any] = {
         "doc_tokens_by": by_doc,
         "query_tokens_by": by_query,
         "doc_chars": mean_chars,

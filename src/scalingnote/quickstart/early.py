@@ -9,8 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import scalingnote.quickstart.budget as B
-import scalingnote.quickstart.proxy as X
+from scalingnote.quickstart import budget, proxy
 from scalingnote.quickstart.config import Family, QuickstartConfig
 
 
@@ -31,7 +30,7 @@ PROXY_SHARE = 0.3
 MIN_PROXY_FRACTION = 0.05
 
 
-def proxy_share_s(plan: B.Plan) -> float:
+def proxy_share_s(plan: budget.Plan) -> float:
     """The seconds the proxy may take: :data:`PROXY_SHARE` of the budget, or less — what the plan,
     cut as far as it goes, leaves of the seconds it may fill (a slow machine: on a CPU that runs
     SmolLM2 at 1.6x the model, KUAKE-QTR's one candidate and QKD at its floor left 0.6 of 15 minutes)."""
@@ -41,7 +40,7 @@ def proxy_share_s(plan: B.Plan) -> float:
 
 
 def proxy_width_runs(
-    cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]
+    cfg: QuickstartConfig, fams: list[Family], sizes: budget.Sizes, spent: dict[str, float]
 ) -> dict[str, bool]:
     """Per family, whether the proxy runs its width run: whether the width can still be trained after
     the proxy in the least the proxy can leave — the family alone at its shallowest depth and one head
@@ -51,10 +50,10 @@ def proxy_width_runs(
     model over-prices some runs (the embedded default's proxy 2x), and a width run cut here is lost."""
     by, ok = {f.name: f for f in fams}, {}
     for f in fams:
-        least = B.Candidates(
+        least = budget.Candidates(
             {f.name: {min(f.depths, key=lambda d: d or 10**6): list(cfg.head_lrs)[:1]}}, {f.name: True}
         )
-        p = B.make_plan(
+        p = budget.make_plan(
             cfg, by, sizes, _student(cfg, fams, f.name), cands=least, proxy_done=True, spent={**spent, "proxy": 0.0}
         )
         ok[f.name] = bool(cfg.full_dim) and not any(x.startswith("the width run") for x in p.skipped)
@@ -62,15 +61,15 @@ def proxy_width_runs(
 
 
 def sized_proxy(
-    cfg: QuickstartConfig, fams: list[Family], sizes: B.Sizes, spent: dict[str, float]
-) -> tuple[QuickstartConfig, B.Plan]:
+    cfg: QuickstartConfig, fams: list[Family], sizes: budget.Sizes, spent: dict[str, float]
+) -> tuple[QuickstartConfig, budget.Plan]:
     """The first plan, with ``proxy_fraction`` lowered (to at least :data:`MIN_PROXY_FRACTION`) until
     the proxy is planned within its share (:func:`proxy_share_s`); the settings it ran with are the
     ones recorded (``quickstart.yaml`` keeps the user's)."""
     by = {f.name: f for f in fams}
     # priced with a free proxy, so the same at every proxy_fraction: decided once
     width = None if cfg.full or not cfg.budget_minutes else proxy_width_runs(cfg, fams, sizes, spent)
-    plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
+    plan = budget.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     for _ in range(6):  # the proxy's cost is nearly linear in its size; a few rounds absorb its fixed part
         if cfg.full or plan.budget_s is None:
             break
@@ -82,29 +81,30 @@ def sized_proxy(
             break
         say(
             f"proxy: {plan.phases['proxy'] / 60:.1f} planned minutes at proxy_fraction {cfg.proxy_fraction:g} > the "
-            f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the plan leaves): drawn at {frac:g}"
+            f"{share / 60:.1f} it may take ({PROXY_SHARE:.0%} of the budget, or what the rest of the "
+            f"plan leaves): drawn at {frac:g}"
         )
         cfg = replace(cfg, proxy_fraction=frac)
-        plan = B.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
+        plan = budget.make_plan(cfg, by, sizes, _student(cfg, fams), spent=spent, proxy_width=width)
     return cfg, plan
 
 
 def first_plan(
     cfg: QuickstartConfig, fams: list[Family], data: dict, spent: dict[str, float], report: dict[str, Any] | None = None
-) -> tuple[QuickstartConfig, B.Sizes, B.Plan]:
+) -> tuple[QuickstartConfig, budget.Sizes, budget.Plan]:
     """The plan printed before any training (``spent``: the data phase; ``report``: the families'
     tokenizer report, which prices their tokens): every candidate, the proxy (sized to the budget:
     :func:`sized_proxy`), the expected minutes. Returns the settings the run goes on with."""
-    sizes = B.measure_sizes(cfg, data, report)
+    sizes = budget.measure_sizes(cfg, data, report)
     # the proxy's size and width runs follow the seed and the data, not this machine's speed: they
     # are sized with the cost model's nominal speed and the modelled data phase, so every machine
     # compares the same candidates on the same sample; the budget cuts after the proxy follow the speed
     cfg, nominal = sized_proxy(cfg, fams, replace(sizes, speed_by={}), {})
-    plan = B.make_plan(
+    plan = budget.make_plan(
         cfg, {f.name: f for f in fams}, sizes, _student(cfg, fams), spent=spent, proxy_width=nominal.proxy_width
     )
     if not cfg.full and plan.phases["proxy"] > 0:
-        docs, q = B.proxy_sizes(
+        docs, q = budget.proxy_sizes(
             sizes.docs, sizes.train_queries, cfg.proxy_fraction, cfg.proxy_min_docs, cfg.proxy_min_train_queries
         )
         plan.proxy = {
@@ -124,20 +124,20 @@ def first_plan(
 
 
 def decide(
-    cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, plan: B.Plan | None = None
-) -> tuple[B.Candidates | None, dict[str, Any] | None]:
+    cfg: QuickstartConfig, fams: list[Family], data: dict, out: Path, plan: budget.Plan | None = None
+) -> tuple[budget.Candidates | None, dict[str, Any] | None]:
     """The proxy comparison (None, None with ``--full`` or when the proxy would not be cheaper);
     ``plan``: the first plan (its :attr:`~scalingnote.quickstart.budget.Plan.proxy_width`)."""
     if cfg.full:
         return None, None
-    pdata, info = X.draw(cfg, data, out)
+    pdata, info = proxy.draw(cfg, data, out)
     if pdata is None:
         say(
             f"proxy: not drawn ({info['docs']} of {info['corpus_docs']} documents, {info['train_queries']} of "
             f"{info['all_train_queries']} training queries would not be cheaper): every candidate runs in full"
         )
         return None, {"drawn": False, "data": info}
-    cands, rec = X.compare_on_proxy(cfg, fams, pdata, out, plan.proxy_width if plan is not None else None)
+    cands, rec = proxy.compare_on_proxy(cfg, fams, pdata, out, plan.proxy_width if plan is not None else None)
     if cfg.teacher != "auto" and cfg.teacher not in cands.depths:  # a pinned teacher is never dropped
         fam = next(f for f in fams if f.name == cfg.teacher)
         cands.depths[fam.name] = {d: list(cfg.head_lrs) for d in fam.depths}
@@ -151,11 +151,11 @@ def decide(
 def second_plan(
     cfg: QuickstartConfig,
     fams: list[Family],
-    sizes: B.Sizes,
-    first: B.Plan,
-    cands: B.Candidates | None,
+    sizes: budget.Sizes,
+    first: budget.Plan,
+    cands: budget.Candidates | None,
     spent: dict[str, float],
-) -> B.Plan:
+) -> budget.Plan:
     """The plan on the survivors, the remaining phases scaled by the proxy's measured / modelled
     time when the machine is slower than the model (never below 1: a proxy that ran faster than
     modelled says little about QKD, and a plan that is too short breaks the budget; measured on the
@@ -166,7 +166,7 @@ def second_plan(
     ):  # the proxy ran: it measured this machine
         speed = min(3.0, max(1.0, spent["proxy"] / first.phases["proxy"]))
     lead = next(iter(cands.depths)) if cands else None
-    plan = B.make_plan(
+    plan = budget.make_plan(
         cfg,
         {f.name: f for f in fams},
         sizes,
@@ -182,7 +182,7 @@ def second_plan(
     return plan
 
 
-def budgeted(cfg: QuickstartConfig, plan: B.Plan) -> QuickstartConfig:
+def budgeted(cfg: QuickstartConfig, plan: budget.Plan) -> QuickstartConfig:
     """The settings the budget leaves: the comparison runs and the QKD step cap as the plan cut them."""
     if cfg.full:
         return cfg
@@ -194,19 +194,21 @@ def budgeted(cfg: QuickstartConfig, plan: B.Plan) -> QuickstartConfig:
     return replace(cfg, **over) if over else cfg
 
 
-def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio: float) -> QuickstartConfig:
+def late_cut(cfg: QuickstartConfig, plan: budget.Plan, spent: dict[str, float], ratio: float) -> QuickstartConfig:
     """Before the comparison runs (the optional phase at the end): when the time spent and the
     rest of the plan at the pace the run has kept (``ratio``: spent / planned so far) would exceed
     the budget, skip them now and say so."""
-    if cfg.full or plan.budget_s is None or cfg.compare == "none":
+    limit_s = plan.limit_s
+    if cfg.full or plan.budget_s is None or limit_s is None or cfg.compare == "none":
         return cfg
     rest = sum(plan.phases.get(k, 0.0) for k in ("comparison_runs", "index", "evaluation")) * ratio
     done = sum(spent.values())
-    if done + rest <= plan.limit_s:
+    if done + rest <= limit_s:
         return cfg
     why = (
-        f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + {rest / 60:.1f} min left at this run's pace "
-        f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
+        f"comparison runs (the paper's matched-cost rows): {done / 60:.1f} min spent + "
+        f"{rest / 60:.1f} min left at this run's pace "
+        f"> the {limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
     )
     say(f"skipped (budget): {why}")
     plan.skipped.append(why)
@@ -215,7 +217,7 @@ def late_cut(cfg: QuickstartConfig, plan: B.Plan, spent: dict[str, float], ratio
     return replace(cfg, compare="none")
 
 
-def qkd_deadline(cfg: QuickstartConfig, plan: B.Plan, elapsed: float, ratio: float) -> float | None:
+def qkd_deadline(cfg: QuickstartConfig, plan: budget.Plan, elapsed: float, ratio: float) -> float | None:
     """Stage II's time box, a ``time.monotonic()`` instant: the seconds the budget leaves after the
     ``elapsed`` ones once the index and the evaluation are paid for at the run's pace (``ratio``).
     Its QKD runs share it and re-plan their steps to it (:mod:`scalingnote.training.timebox`; never
@@ -229,20 +231,21 @@ def qkd_deadline(cfg: QuickstartConfig, plan: B.Plan, elapsed: float, ratio: flo
     say(
         f"Stage II time box: {max(left, 0.0) / 60:.1f} min left of the {plan.budget_s / 60:g}-minute budget after "
         f"{elapsed / 60:.1f} spent and {rest / 60:.1f} kept for the index and the evaluation; QKD fits its steps to it "
-        f"(planned {plan.qkd_steps or 'all'}, never below {B.QKD_FLOOR})"
+        f"(planned {plan.qkd_steps or 'all'}, never below {budget.QKD_FLOOR})"
     )
     return time.monotonic() + left
 
 
-def report(plan0: B.Plan, plan: B.Plan, spent: dict[str, float]) -> dict[str, Any]:
-    """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per phase, what was skipped."""
-    phases = {
+def report(plan0: budget.Plan, plan: budget.Plan, spent: dict[str, float]) -> dict[str, Any]:
+    """``choices.budget``: the budget, the plan before and after the proxy, planned vs spent per
+    phase, what was skipped."""
+    phases: dict[str, dict[str, Any]] = {
         k: {
             "planned_s": round(plan.phases.get(k, 0.0), 1),
             "planned_before_proxy_s": round(plan0.phases.get(k, 0.0), 1),
             "spent_s": spent.get(k),
         }
-        for k in B.PHASES
+        for k in budget.PHASES
     }
     phases["mining_round"]["note"] = "planned" if plan.mining else f"off: {plan.mining_note}"
     return {

@@ -29,6 +29,7 @@ from scalingnote.index.routing.method_tune import (
     choose_method,
     fitting_queries,
 )
+from scalingnote.index.routing.routing import RoutingConfig
 from scalingnote.index.searcher import encode_queries_quietly
 from scalingnote.index.tune import save_search_defaults, tune_search
 from scalingnote.models import load_tower
@@ -46,6 +47,38 @@ def _split_tuning(texts: Any) -> tuple[list[str], list[str], str]:
     if val:
         return val, train, "validation"
     return train[1::2], train[0::2], "training queries held out from the routers (no validation queries)"
+
+
+def _choice_digest(
+    cfg: QuickstartConfig,
+    student_dir: Path,
+    teacher_dir: Path,
+    digests: dict[str, Any],
+    val: list[str],
+    train: list[str],
+    pseudo: list[str],
+    sizes: dict[str, RoutingConfig | list[RoutingConfig]],
+) -> str:
+    """The digest of what the structure is chosen from: the target, the towers, the queries, the
+    candidates' sizes and the swept grid (a change of any chooses again)."""
+    return input_digest(
+        {
+            "index_recall": cfg.index_recall,
+            "student": str(student_dir),
+            "teacher": str(teacher_dir),
+            "digests": digests,
+            "validation": val,
+            "train": train,
+            "semantic_id_layers": cfg.semantic_id_layers,
+            "seed": cfg.seed,
+            "pseudo": pseudo,
+            "methods": {
+                m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c))
+                for m, c in sizes.items()
+            },
+            "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
+        }
+    )
 
 
 def choose_and_build(
@@ -70,32 +103,16 @@ def choose_and_build(
     emb = np.load(teacher_dir / "doc_embeddings.npy", mmap_mode="r")
     n, dim = int(emb.shape[0]), int(emb.shape[1])
     # the candidates' sizes and the swept grid too: a change of either chooses again
-    sizes = {m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS}
+    sizes: dict[str, RoutingConfig | list[RoutingConfig]] = {
+        m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS
+    }
     qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
     pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, dim)
     if pseudo:
-        variants = query_edge_variants(
-            qg
-        )  # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
+        # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
+        variants = query_edge_variants(qg)
         sizes["hnsw_sq_qg"] = variants if len(variants) > 1 else qg  # one variant: the same inputs digest as before
-    key = input_digest(
-        {
-            "index_recall": cfg.index_recall,
-            "student": str(student_dir),
-            "teacher": str(teacher_dir),
-            "digests": digests,
-            "validation": val,
-            "train": train,
-            "semantic_id_layers": cfg.semantic_id_layers,
-            "seed": cfg.seed,
-            "pseudo": pseudo,
-            "methods": {
-                m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c))
-                for m, c in sizes.items()
-            },
-            "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
-        }
-    )
+    key = _choice_digest(cfg, student_dir, teacher_dir, digests, val, train, pseudo, sizes)
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get(
         "inputs_digest"
     ) == key:
@@ -113,8 +130,10 @@ def choose_and_build(
 
     edges = f"; hnsw_sq_qg's edges also fit on {len(pseudo)} pseudo-queries" if pseudo else ""
     echo(
-        f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} ({split}; {len(tq)} training queries fit the routers{edges})"
+        f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} "
+        f"({split}; {len(tq)} training queries fit the routers{edges})"
     )
+    assert cfg.index_recall is not None  # callers choose the structure only for a recall target
     report = choose_method(
         docs,
         vq,
@@ -201,10 +220,11 @@ def build_ivfpq(
 
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
-    itself is chosen (:func:`tune_index`): the cheapest method (ivf, ivf_qmetric,
-    hnsw_pq, hnsw_sq, hnsw_sq_qg where its graph fits) and setting reaching the recall target on the validation queries within 1/4 of the
-    float vectors' memory, built and served by default. Otherwise the IVFPQ ``cfg.index_factory``
-    (default :func:`default_factory`), its nprobe / re-rank tuned on the queries when given.
+    itself is chosen (:func:`tune_index`): the cheapest method (ivf, ivf_qmetric, hnsw_pq, hnsw_sq,
+    hnsw_sq_qg where its graph fits) and setting reaching the recall target on the validation queries
+    within 1/4 of the float vectors' memory, built and served by default. Otherwise the IVFPQ
+    ``cfg.index_factory`` (default :func:`default_factory`), its nprobe / re-rank tuned on the queries
+    when given.
     The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""
     d = out / "index"
     if cfg.index_recall is not None and student_dir is not None and tune_queries and not cfg.index_factory:
@@ -246,7 +266,8 @@ def build_ivfpq(
 
 
 def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: list[str]) -> None:
-    """A fixed ``index_factory``: choose its nprobe / re-rank depth (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
+    """A fixed ``index_factory``: choose its nprobe / re-rank depth
+    (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
     key = input_digest(
         {
             "index_recall": cfg.index_recall,
@@ -257,6 +278,7 @@ def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, te
     )
     if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         return
+    assert cfg.index_recall is not None  # callers tune only for a recall target
     idx = DenseIndex.open(index_dir, query_tower=load_tower(student_dir))
     report = tune_search(idx, idx.query_vectors(texts), k=10, target=float(cfg.index_recall))
     save_search_defaults(index_dir, report, inputs_digest=key)
@@ -266,8 +288,9 @@ def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, te
 def tune_index(
     cfg: QuickstartConfig, index_dir: Path, student_dir: Path, texts: Any, *, teacher_dir: Path, data: dict[str, Any]
 ) -> None:
-    """Choose and build the served structure (:func:`~scalingnote.quickstart.index_choice.choose_and_build`): the
-    cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built into ``index_dir``."""
+    """Choose and build the served structure (:func:`~scalingnote.quickstart.index_choice.choose_and_build`):
+    the cheapest method and setting reaching ``cfg.index_recall`` on ``texts``' validation queries, built
+    into ``index_dir``."""
     choose_and_build(
         cfg,
         index_dir,

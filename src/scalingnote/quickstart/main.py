@@ -12,13 +12,6 @@ from typing import Any
 
 import torch
 
-import scalingnote.quickstart.early as E
-import scalingnote.quickstart.index_choice as index_choice
-import scalingnote.quickstart.mining_round as MR
-import scalingnote.quickstart.pipeline as P
-import scalingnote.quickstart.proxy as X
-import scalingnote.quickstart.report as R
-import scalingnote.quickstart.runs as runs
 from scalingnote.config import save_config
 from scalingnote.data import load_corpus
 from scalingnote.evaluation import evaluate
@@ -26,12 +19,15 @@ from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
 from scalingnote.models.towers.store import dir_bytes
+from scalingnote.quickstart import early, index_choice, mining_round, pipeline, proxy, report, runs
+from scalingnote.quickstart.budget import Plan
 from scalingnote.quickstart.choose import cross_fit_fusion
 from scalingnote.quickstart.config import QuickstartConfig, family
 from scalingnote.quickstart.progress import Progress, is_terminal
 from scalingnote.quickstart.report import row, tower_label
 from scalingnote.quickstart.scoring import (
     METRICS,
+    EvalSet,
     Scored,
     TowerPool,
     load_eval_set,
@@ -52,9 +48,11 @@ def _baselines(
     corpus = load_corpus(runs.corpus_file(data))
     bm = BM25Retriever.fit(corpus.values(), show_progress=False)
     t0 = time.perf_counter()
-    bm_run = bm.search(dict(zip(ev.qids, ev.texts)), k=100, show_progress=False)
+    bm_run = bm.search(dict(zip(ev.qids, ev.texts, strict=True)), k=100, show_progress=False)
     qps = round(len(ev.qids) / (time.perf_counter() - t0), 1)
-    bm_val = bm.search(dict(zip(ev.val_qids, ev.val_texts)), k=100, show_progress=False) if ev.val_qids else {}
+    bm_val = (
+        bm.search(dict(zip(ev.val_qids, ev.val_texts, strict=True)), k=100, show_progress=False) if ev.val_qids else {}
+    )
     val = round(float(evaluate(bm_val, ev.val_qrels, ["ndcg@10"])["ndcg@10"]), 4) if ev.val_qids else float("nan")
     bm_sc = Scored(evaluate(bm_run, ev.qrels, METRICS), per_query_ndcg(bm_run, ev.qrels), val, bm_run, bm_val)
     rows = [dict(row("bm25", bm_sc), query_qps=qps)]
@@ -83,7 +81,7 @@ def _served_rows(
     sc = score(pool, student["dir"], teacher_dir, ev)
     label, n = tower_label(pool, student["dir"], qkd=True)
     base = {"large_tower": tower_label(pool, teacher_dir / "query_tower")[0], "query_tower": label, "query_layers": n}
-    fusion = (
+    fusion: dict[str, Any] = (
         cross_fit_fusion(sc.val_run, bm_sc.val_run, ev.val_qrels, seed=cfg.seed)
         if ev.val_qids
         else {"choice": "dense", "reason": "no validation queries"}
@@ -106,7 +104,8 @@ def _served_rows(
                     Scored(evaluate(hyb, ev.qrels, METRICS), {}, fusion["val_hybrid"], {}, {}),
                 ),
                 **base,
-                "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on {fusion['n_queries']} validation queries)",
+                "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on "
+                f"{fusion['n_queries']} validation queries)",
             }
         )
     qv = pool.encode(student["dir"], ev.texts)
@@ -115,14 +114,16 @@ def _served_rows(
     idx = LiveIndex.open(index_dir, pool.tower(student["dir"]), writer=False)
     try:
         tuned = idx.manifest.get("search_tuning")
-        kw = (
-            {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}
-        )  # tuned: the index's search defaults, as served
+        kw = {} if tuned else {"nprobe": cfg.nprobe, "rerank": cfg.rerank}  # tuned: its search defaults, as served
         res = idx.search(qv, k=100, **kw)
         used = {**idx.manifest.get("search_defaults", {}), **kw}
-        how = f"{'ef_search' if 'ef_search' in used and 'nprobe' not in used else 'nprobe'}={used.get('nprobe', used.get('ef_search'))} rerank={used.get('rerank', 0)}"
+        knob = "ef_search" if "ef_search" in used and "nprobe" not in used else "nprobe"
+        how = f"{knob}={used.get('nprobe', used.get('ef_search'))} rerank={used.get('rerank', 0)}"
         if tuned:  # the structure and its setting chosen on validation queries (older indexes: + training queries)
-            how += f" (chosen on {tuned['n_queries']} {tuned.get('queries', 'validation + training')} queries: recall@10 vs exact {tuned['chosen']['recall']})"
+            how += (
+                f" (chosen on {tuned['n_queries']} {tuned.get('queries', 'validation + training')} "
+                f"queries: recall@10 vs exact {tuned['chosen']['recall']})"
+            )
         rows.append(
             {
                 **row(
@@ -191,7 +192,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
     """Run (or resume) the whole pipeline; returns the results rows (also in ``results.json``).
     Unless ``cfg.full``: the plan first, the candidates compared on the proxy, only the survivors
     trained in full, within ``cfg.budget_minutes`` (:mod:`scalingnote.quickstart.early`)."""
-    P.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split, cfg.corpus_format)
+    pipeline.check_inputs(Path(cfg.out), Path(cfg.data) if cfg.data else None, cfg.eval_split, cfg.corpus_format)
     out = Path(cfg.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     save_config(cfg, out / "quickstart.yaml")
@@ -201,20 +202,32 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         cfg = replace(cfg, show_progress=False)
     laps = _Laps()
     data = runs.prepare_data(cfg, out)
-    readable, report = P.readable_families(cfg, Path(data["beir"]), Path(data["corpus"]))
+    readable, family_report = pipeline.readable_families(cfg, Path(data["beir"]), Path(data["corpus"]))
     laps.lap("data")
     fams = [family(cfg, f) for f in readable]
-    cfg, sizes, plan0 = E.first_plan(cfg, fams, data, dict(laps.seconds), report)
+    cfg, sizes, plan0 = early.first_plan(cfg, fams, data, dict(laps.seconds), family_report)
     with Progress(plan0.phases, heartbeat_s=None if tty else 60.0) as prog:
         prog.end("data", laps.seconds["data"])
         prog.begin("proxy")
-        cands, early = E.decide(cfg, fams, data, out, plan0)
+        cands, proxy_result = early.decide(cfg, fams, data, out, plan0)
         laps.lap("proxy")
         prog.end("proxy", laps.seconds["proxy"])
-        plan = E.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
+        plan = early.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
         prog.replan(plan.phases)
         kept = None if cfg.full else plan.cands  # the proxy's survivors, less what the budget cut
-        return _run(E.budgeted(cfg, plan), out, data, readable, report, fams, kept, early, (plan0, plan), laps, prog)
+        return _run(
+            early.budgeted(cfg, plan),
+            out,
+            data,
+            readable,
+            family_report,
+            fams,
+            kept,
+            proxy_result,
+            (plan0, plan),
+            laps,
+            prog,
+        )
 
 
 def _run(
@@ -222,11 +235,11 @@ def _run(
     out: Path,
     data: dict,
     readable: list[str],
-    report: dict,
+    family_report: dict,
     fams: list,
     cands,
-    early: dict | None,
-    plans: tuple,
+    proxy_result: dict | None,
+    plans: tuple[Plan, Plan],
     laps: _Laps,
     prog: Progress,
 ) -> list[dict[str, Any]]:
@@ -235,26 +248,26 @@ def _run(
     fams = [f for f in fams if cands is None or f.name in cands.depths]  # the families the proxy kept
     contenders = [f.name for f in fams]
     pool = TowerPool()
-    f0, lrs0, _ = P.restrict(fams[0], cands)
+    f0, lrs0, _ = pipeline.restrict(fams[0], cands)
     first = runs.large_tower_runs(cfg, f0, data, out, lrs0)  # the held-out queries come from the first Stage I run
     first_dir = Path(next(iter(first.values()))["run_dir"])
     ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
-    large = P.large_towers(cfg, fams, data, out, pool, ev, cands)
-    teacher, t_why = P.choose_teacher(cfg, contenders, large, pool, ev)
-    P.say(f"teacher: {teacher} large tower ({t_why})")
+    large = pipeline.large_towers(cfg, fams, data, out, pool, ev, cands)
+    teacher, t_why = pipeline.choose_teacher(cfg, contenders, large, pool, ev)
+    pipeline.say(f"teacher: {teacher} large tower ({t_why})")
     laps.lap("stage1_large_towers")
     prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
-    go = MR.go_now(cfg, plans[1], dict(laps.seconds), prog.ratio(), len(ev.val_qids))
+    go = mining_round.go_now(cfg, plans[1], dict(laps.seconds), prog.ratio(), len(ev.val_qids))
     if go[0]:
         prog.begin("mining_round")
-    large, mined = MR.mining_round(cfg, go, large, teacher, data, out, pool, ev)
+    large, mined = mining_round.mining_round(cfg, go, large, teacher, data, out, pool, ev)
     if mined["tried"]:  # a round not tried is no phase of this run (``mining_round: off``: today's phases)
         laps.lap("mining_round")
         prog.end("mining_round", laps.seconds["mining_round"])
     prog.begin("stage2_students")
     pseudo = runs.pseudo_queries(cfg, data, out)
-    deadline = E.qkd_deadline(cfg, plans[1], time.perf_counter() - laps.start, prog.ratio())
-    students = P.train_students(
+    deadline = early.qkd_deadline(cfg, plans[1], time.perf_counter() - laps.start, prog.ratio())
+    students = pipeline.train_students(
         cfg,
         contenders,
         large,
@@ -264,16 +277,16 @@ def _run(
         pseudo,
         pool,
         ev,
-        decide_early=bool(early and early.get("drawn")),
+        decide_early=bool(proxy_result and proxy_result.get("drawn")),
         deadline=deadline,
     )
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
-    cfg = E.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
+    cfg = early.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
     prog.replan(plans[1].phases)
     prog.begin("comparison_runs")
-    compared = {"all": contenders, "teacher": [teacher], "none": []}[cfg.compare]
-    comp = P.comparison_runs(cfg, compared, large, students, data, out, pseudo)
+    compared = {"all": contenders, "teacher": [teacher], "none": []}[str(cfg.compare)]
+    comp = pipeline.comparison_runs(cfg, compared, large, students, data, out, pseudo)
     laps.lap("comparison_runs")
     prog.end("comparison_runs", laps.seconds["comparison_runs"])
     prog.begin("index")
@@ -283,33 +296,68 @@ def _run(
     prog.end("index", laps.seconds["index"])
     prog.begin("evaluation")
     runs.banner("evaluation")
-    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out, zero_shot=plans[1].zero_shot_row)
-    rows += R.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
-    rows += R.teacher_row(pool, ev, large, teacher, rows)
-    rows += R.student_rows(pool, ev, students, large[teacher]["dir"], rows)
-    served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
-    rows += served + MR.other_round_row(pool, ev, mined, teacher) + R.depth_rows(pool, ev, large)
-    R.measure_qps(pool, rows, ev.texts)
-    kept = R.retention(rows)
-    R.vs_best_baseline(rows)
+    rows, fusion, kept = _evaluation_rows(
+        cfg, ev, pool, data, out, plans[1], comp, large, teacher, students, mined, index_dir
+    )
     laps.lap("evaluation")
     prog.end("evaluation", laps.seconds["evaluation"])
     elapsed = time.perf_counter() - laps.start
-    for cache in (out / "features").glob(
-        "*-d0-tokens-*"
-    ):  # token embeddings: recomputed in a moment if a later step needs them
+    # token embeddings: recomputed in a moment if a later step needs them
+    for cache in (out / "features").glob("*-d0-tokens-*"):
         shutil.rmtree(cache, ignore_errors=True)
     choices = {
-        **P.summary(readable, report, large, teacher, t_why, students),
+        **pipeline.summary(readable, family_report, large, teacher, t_why, students),
         "served": fusion,
-        "ordering": R.ordering_holds(rows),
+        "ordering": report.ordering_holds(rows),
         "index": read_manifest(index_dir).get("search_tuning"),
-        "proxy": X.agreement(early, large, teacher, cfg.dim) if early and early.get("drawn") else early,
-        "budget": E.report(*plans, laps.seconds),
+        "proxy": proxy.agreement(proxy_result, large, teacher, cfg.dim)
+        if proxy_result and proxy_result.get("drawn")
+        else proxy_result,
+        "budget": early.report(*plans, laps.seconds),
         "mining_round": mined,
         "retention": kept,
         "output_mb": round(dir_bytes(out) / 2**20, 1),
     }
+    _write_results(cfg, out, rows, choices, elapsed, laps)
+    report.print_table(rows)
+    _closing(out, elapsed, laps, plans[1], fusion, index_dir, students, kept)
+    print(f"mining round: {mined['reason']}")
+    return rows
+
+
+def _evaluation_rows(
+    cfg: QuickstartConfig,
+    ev: EvalSet,
+    pool: TowerPool,
+    data: dict,
+    out: Path,
+    plan: Plan,
+    comp: dict,
+    large: dict,
+    teacher: str,
+    students: dict,
+    mined: dict,
+    index_dir: Path,
+) -> tuple[list[dict[str, Any]], dict, dict]:
+    """The results table's rows (baselines, the matched-cost comparison, the teacher, the students,
+    the served configuration, the other mining round, the depths), with their query rates, the
+    retention and the comparison with the best baseline; also the served fusion and the retention."""
+    rows, bm_sc, _, _ = _baselines(cfg, ev, pool, data, out, zero_shot=plan.zero_shot_row)
+    rows += report.comparison_rows(pool, ev, comp, large, teacher, students["chosen"]["dir"])
+    rows += report.teacher_row(pool, ev, large, teacher, rows)
+    rows += report.student_rows(pool, ev, students, large[teacher]["dir"], rows)
+    served, fusion = _served_rows(cfg, ev, pool, students["chosen"], large[teacher]["dir"], bm_sc, index_dir)
+    rows += served + mining_round.other_round_row(pool, ev, mined, teacher) + report.depth_rows(pool, ev, large)
+    report.measure_qps(pool, rows, ev.texts)
+    kept = report.retention(rows)
+    report.vs_best_baseline(rows)
+    return rows, fusion, kept
+
+
+def _write_results(
+    cfg: QuickstartConfig, out: Path, rows: list[dict[str, Any]], choices: dict, elapsed: float, laps: _Laps
+) -> None:
+    """``results.json``: the rows, the choices, the time per phase and the run's metadata."""
     write_json(
         out / "results.json",
         {
@@ -320,17 +368,14 @@ def _run(
             **run_metadata(cfg),
         },
     )
-    R.print_table(rows)
-    _closing(out, elapsed, laps, plans[1], fusion, index_dir, students, kept)
-    print(f"mining round: {mined['reason']}")
-    return rows
 
 
 def _closing(
     out: Path, elapsed: float, laps: _Laps, plan, fusion: dict, index_dir: Path, students: dict, kept: dict
 ) -> None:
     print(
-        f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads {torch.get_num_threads()}; seconds per phase: "
+        f"\nall artefacts in {out} (this run: {elapsed / 60:.1f} min, torch threads "
+        f"{torch.get_num_threads()}; seconds per phase: "
         + ", ".join(f"{k} {v:g} (planned {plan.phases.get(k, 0):.0f})" for k, v in laps.seconds.items())
         + ")"
     )
@@ -339,9 +384,10 @@ def _closing(
     print(f"training curves (every Stage I and QKD run): {tensorboard_command(out)}")
     mode = "hybrid (student + BM25, weighted)" if fusion["choice"] == "hybrid" else "dense (the student alone)"
     print(f"served default: {mode}: {fusion['reason']}")
-    print(R.retention_text(kept))
+    print(report.retention_text(kept))
     print(
-        f"output: {dir_bytes(out) / 2**20:.0f} MB (trained parts only; the base models are named by package and fingerprint)"
+        f"output: {dir_bytes(out) / 2**20:.0f} MB (trained parts only; the base models are named "
+        "by package and fingerprint)"
     )
     print("serve it:")
     print(f"  scalingnote serve --index {index_dir} --query-tower {students['chosen']['dir']} --port 8080")

@@ -59,7 +59,8 @@ def go_now(
             False,
             f"skipped (budget): {plan.mining_note}; `--full`, a larger --budget-minutes or mining_round: on runs it",
         )
-    if cfg.mining_round == "on" or cfg.full or plan.budget_s is None:
+    limit_s = plan.limit_s
+    if cfg.mining_round == "on" or cfg.full or plan.budget_s is None or limit_s is None:
         return True, plan.mining_note
     rest = (
         sum(
@@ -69,10 +70,10 @@ def go_now(
         * ratio
     )
     done = sum(spent.values())
-    if done + rest > plan.limit_s:
+    if done + rest > limit_s:
         why = (
             f"the mining round: {done / 60:.1f} min spent + {rest / 60:.1f} min left with it at this run's pace "
-            f"> the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
+            f"> the {limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill"
         )
         plan.skipped.append(why)
         plan.mining, plan.mining_note, plan.phases["mining_round"] = (
@@ -83,7 +84,8 @@ def go_now(
         return False, f"skipped (budget): {why}"
     return (
         True,
-        f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the {plan.limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill",
+        f"planned {plan.phases.get('mining_round', 0.0) / 60:.1f} min, within the "
+        f"{limit_s / 60:.1f} of the {plan.budget_s / 60:g}-minute budget the plan may fill",
     )
 
 
@@ -185,8 +187,8 @@ def mining_round(
     """Try the round when ``go`` (:func:`go_now`: whether, why); returns (the large towers, with the
     teacher's replaced by round 2 when it validates above round 1, and what was measured:
     ``choices.mining_round``)."""
-    go, why = go
-    if not go:
+    runs_now, why = go
+    if not runs_now:
         say(f"mining round: not tried: {why}")
         return large, {"tried": False, "kept": False, "reason": why}
     L = large[teacher]
@@ -231,7 +233,8 @@ def mining_round(
         },
     }
     say(
-        f"mining round: audit {info['audit_file']} (`scalingnote data audit {r2_dir}`), mined triplets {info['triplets']}"
+        f"mining round: audit {info['audit_file']} (`scalingnote data audit {r2_dir}`), mined "
+        f"triplets {info['triplets']}"
     )
     if keep:
         large = {

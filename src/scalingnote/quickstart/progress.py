@@ -58,7 +58,8 @@ class Progress:
     MAX_RATIO = 10.0
 
     def ratio(self) -> float:
-        """Spent / planned seconds of the finished phases (clamped to 0.5..:data:`MAX_RATIO`): how the plan is running."""
+        """Spent / planned seconds of the finished phases (clamped to 0.5..:data:`MAX_RATIO`): how the
+        plan is running."""
         done = [k for k in self.spent if self.planned.get(k, 0) > 1]
         if not done:
             return 1.0
@@ -100,7 +101,8 @@ class Progress:
             return
         ran = (self.clock() - self._phase_t0) / 60
         self._say(
-            f"{el:.1f} min elapsed: {self.phase} {ran:.1f} of {self.planned.get(self.phase, 0.0) / 60:.1f} min planned, "
+            f"{el:.1f} min elapsed: {self.phase} {ran:.1f} of "
+            f"{self.planned.get(self.phase, 0.0) / 60:.1f} min planned, "
             f"ETA {self.eta_s() / 60:.1f} min"
         )
 

@@ -197,6 +197,7 @@ def compare_on_proxy(
     width: dict[str, bool] = {}
     for fam in fams:
         v = by_fam[fam.name]
+        keep_d: list[str]
         if fam.name not in keep_f:
             keep_d, why_d = [], ""
         else:

@@ -31,7 +31,7 @@ def row(
     query: str = "-",
     layers: int | None = None,
     chosen: str = "",
-    tower: str | None = None,
+    tower: str | Path | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     val = None if sc.val_ndcg != sc.val_ndcg else sc.val_ndcg  # NaN (no validation figure) -> null
@@ -95,7 +95,7 @@ def comparison_rows(
                 chosen.append("teacher")
             if method == "scalingnote" and str(m["q"]) == student_dir:
                 chosen.append("student")
-            extra = {
+            extra: dict[str, Any] = {
                 "p_vs_prev": round(paired_ttest(sc.per_query, prev.per_query).pvalue, 6) if prev else None,
                 "delta_vs_prev": round(sc.metrics["ndcg@10"] - prev.metrics["ndcg@10"], 4) if prev else None,
             }
@@ -210,8 +210,10 @@ def retention_text(ret: dict[str, Any]) -> str:
     )
     speed = "-" if ret["speedup"] is None else f"{ret['speedup']:.1f}x"
     return (
-        f"the student {ret['student']} keeps {pct(ret['retention_val'])} of its teacher's validation nDCG@10 ({val}) and "
-        f"{pct(ret['retention_test'])} on test ({ret['student_test']:.4f} / {ret['teacher_test']:.4f}), at {speed} the teacher's "
+        f"the student {ret['student']} keeps {pct(ret['retention_val'])} of its teacher's "
+        f"validation nDCG@10 ({val}) and "
+        f"{pct(ret['retention_test'])} on test ({ret['student_test']:.4f} / "
+        f"{ret['teacher_test']:.4f}), at {speed} the teacher's "
         f"query speed ({ret['teacher']})"
     )
 

@@ -38,7 +38,10 @@ class QuickstartResult:
     @property
     def serve_command(self) -> str:
         """The command that serves this run over HTTP (port 8080)."""
-        return f"scalingnote serve --index {shlex.quote(str(self.index_dir))} --query-tower {shlex.quote(str(self.query_tower))} --port 8080"
+        return (
+            f"scalingnote serve --index {shlex.quote(str(self.index_dir))} --query-tower "
+            f"{shlex.quote(str(self.query_tower))} --port 8080"
+        )
 
     @property
     def served(self) -> dict[str, Any]:
@@ -74,7 +77,8 @@ def _read_json(run_dir: Path) -> dict[str, Any]:
         raise ScalingNoteError(f"{run_dir}: no such directory (the output of `scalingnote quickstart --out DIR`)")
     if not path.is_file():
         raise ScalingNoteError(
-            f"{path}: not found: {run_dir} is not a finished quick start's output (run `scalingnote quickstart --out {run_dir}`; "
+            f"{path}: not found: {run_dir} is not a finished quick start's output (run `scalingnote "
+            f"quickstart --out {run_dir}`; "
             "re-running resumes)"
         )
     try:

@@ -1,142 +1,51 @@
-"""The quick start's steps: data, Stage I runs of the large and small towers, the zero-shot start
-of a family, pseudo-queries, QKD and the IVFPQ index. Each step writes a ``DONE`` marker holding
-the digest of its inputs and settings; a re-run reuses a step only when they match, and redoes it
-(saying what changed) when they do not."""
+"""The quick start's Stage I steps: the large and small towers' runs and the zero-shot start of a
+family. Each is a step (:mod:`scalingnote.quickstart.step_markers`): reused when its inputs match,
+redone (saying what changed) when they do not. The data step (:mod:`scalingnote.quickstart.run_data`)
+and the Stage II steps (:mod:`scalingnote.quickstart.qkd_runs`) are importable from here too."""
 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 
 from scalingnote.config import load_config
 from scalingnote.data import load_corpus
-from scalingnote.data.build import load_build_config, run_build
-from scalingnote.data.corpus import find_corpus_file, use_corpus_format
-from scalingnote.data.pseudo import ICTConfig, corpus_texts, ict_queries
-from scalingnote.data.synth import SynthConfig, synthesize
-from scalingnote.distill import DistillConfig, distill
-from scalingnote.models import PrefixTower, default_device, fill_pooled_depths, load_tower, pair_towers
-from scalingnote.models.layers import is_bottom, start_candidates
-from scalingnote.models.loading import resolve_source
+from scalingnote.models import (
+    DocumentTower,
+    PrefixTower,
+    QueryTower,
+    fill_pooled_depths,
+    load_tower,
+    pair_towers,
+)
+from scalingnote.models.layers import is_bottom
 from scalingnote.models.towers import matryoshka_dims_for
 from scalingnote.quickstart.choose import default_unless_separated
 from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.quickstart.qkd_runs import (
+    layer_pool,
+    pseudo_queries,
+    qkd_name,
+    run_qkd,
+    student_base,
+    tower_config,
+)
+from scalingnote.quickstart.run_data import corpus_file, data_fingerprint, prepare_data
+from scalingnote.quickstart.step_markers import (
+    COSMETIC,
+    banner,
+    mark_done,
+    on_gpu,
+    step_digest,
+    step_done,
+    step_inputs,
+)
 from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
-from scalingnote.utils.steps import changed_keys, file_sha256, mark_step, step_state, with_defaults
-
-log = logging.getLogger(__name__)
-
-
-# ---------------------------------------------------------------------------- step markers
-def _root(path: Path) -> Path | None:
-    """The quick start's output directory above a step (the one holding ``quickstart.yaml``)."""
-    for p in (path, *path.parents):
-        if (p / "quickstart.yaml").exists():
-            return p
-    return None
-
-
-def _canon(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
-    """``inputs`` as plain JSON with the output directory written as ``$OUT``, so a run directory
-    that is moved or copied whole still matches its steps."""
-    text = json.dumps(inputs, sort_keys=True, default=str)
-    root = _root(path)
-    if root is not None:
-        text = text.replace(json.dumps(str(root))[1:-1], "$OUT")
-    return json.loads(text)
-
-
-def step_done(path: Path, inputs: dict[str, Any]) -> bool:
-    """True when ``path`` finished with these inputs (:mod:`scalingnote.utils.steps`); a step
-    finished with other inputs is cleared (its directory removed) and redone, with a message
-    naming what changed."""
-    canon = _canon(path, inputs)
-    state = step_state(path, canon)
-    if state == "done":
-        return True
-    if state == "changed":
-        changed = ", ".join(changed_keys(path, canon)) or "format"
-        log.warning("%s was made from other inputs (%s changed): redoing it", path, changed)
-        print(f"[quickstart] {path.name}: made from other inputs ({changed} changed): redoing it", flush=True)
-        shutil.rmtree(path)
-    return False
-
-
-def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
-    """Mark a step finished; a training step's checkpoints go (a finished step is reused, never
-    resumed: they would be copies of weights its towers already hold), their record stays."""
-    for ck in (path / "checkpoints").glob("step-*"):
-        shutil.rmtree(ck, ignore_errors=True)
-    mark_step(path, _canon(path, inputs), info)
-
-
-def on_gpu() -> bool:
-    """Whether this process trains on a GPU (what the ``auto`` settings resolve against): the
-    device the towers load on (:func:`scalingnote.models.default_device`)."""
-    return default_device().type == "cuda"
-
-
-def banner(title: str) -> None:
-    Console(stderr=True).rule(f"[bold]{title}")
-
-
-# ---------------------------------------------------------------------------- data
-def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
-    """Returns {"beir": dir, "corpus": its corpus file, "triplets": path|None, "validation_triplets":
-    path|None, "fingerprint": ...}. ``cfg.corpus_format`` is made readable by every stage first."""
-    if cfg.data:
-        fmt = use_corpus_format(cfg.corpus_format, cfg.data) if cfg.corpus_format else None
-        data = {"beir": str(Path(cfg.data).resolve()), "triplets": None, "validation_triplets": None}
-        data["corpus"] = str(find_corpus_file(data["beir"], fmt))
-        return {**data, "fingerprint": data_fingerprint(data)}
-    d = out / "data"
-    inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
-    if not step_done(d, inputs):
-        banner("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
-        synthesize(
-            d,
-            SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries),
-            progress=cfg.show_progress,
-        )
-        run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
-        mark_done(d, inputs)
-    data = {
-        "beir": str(d),
-        "corpus": str(find_corpus_file(d)),
-        "triplets": str(d / "triplets" / "train.jsonl"),
-        "validation_triplets": str(d / "triplets" / "validation.jsonl"),
-    }
-    return {**data, "fingerprint": data_fingerprint(data)}
-
-
-def corpus_file(data: dict[str, Any]) -> Path:
-    """The corpus file of the run's data (``data["corpus"]``, else detected in ``data["beir"]``)."""
-    return Path(data["corpus"]) if data.get("corpus") else find_corpus_file(data["beir"])
-
-
-def data_fingerprint(data: dict[str, Any]) -> dict[str, Any]:
-    """What identifies the training data of a step: the BEIR files' sizes and SHA-256 digests
-    (content, not modification times: a copied or re-provisioned data set with the same bytes
-    reuses every step). Computed once per run by :func:`prepare_data` (``data["fingerprint"]``)."""
-    if "fingerprint" in data:
-        return data["fingerprint"]
-    beir = Path(data["beir"])
-    files = {}
-    for p in sorted(
-        [corpus_file(data), beir / "queries.jsonl", *sorted((beir / "qrels").glob("*.tsv"))]
-        + [Path(t) for t in (data.get("triplets"), data.get("validation_triplets")) if t]
-    ):
-        if p.exists():
-            files[str(p)] = [p.stat().st_size, file_sha256(p)]
-    return files
 
 
 # ---------------------------------------------------------------------------- Stage I
@@ -240,28 +149,13 @@ def run_stage1(
 def stage1_step(tc: TrainConfig, name: str, data: dict, **more: Any) -> dict[str, Any]:
     """Train (or reuse) the Stage I run ``tc`` (its ``output_dir``) as a step; ``more``: further inputs."""
     run_dir = Path(tc.output_dir)
-    inputs = _step_inputs(tc, data=data_fingerprint(data), **more)
+    inputs = step_inputs(tc, data=data_fingerprint(data), **more)
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
         res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
         mark_done(run_dir, inputs, {"best_val_score": res.get("best_val_score")})
     m = json.loads((run_dir / "run.json").read_text())["metrics"]
     return dict(m, run_dir=str(run_dir))
-
-
-#: settings that do not change what a step produces (progress bars, logging, checkpoint cadence)
-COSMETIC = ("show_progress", "save_every", "log_every", "keep_checkpoints")
-
-
-def _config_dict(c) -> dict:
-    """A run's config as the inputs of its step, without :data:`COSMETIC` fields."""
-    return {k: v for k, v in asdict(c).items() if k not in COSMETIC}
-
-
-def _step_inputs(c, **more: Any) -> dict[str, Any]:
-    """A training step's inputs: its config (plain JSON, with its fields' defaults, so a setting a
-    later version adds at its default is no change) and ``more``."""
-    return with_defaults({"config": json.loads(json.dumps(_config_dict(c), default=str)), **more}, c, "config.")
 
 
 def family_method(fam: Family) -> str:
@@ -336,14 +230,9 @@ def _large_run(
     )
 
 
-def _tower_config(tower_dir: str | Path) -> dict[str, Any]:
-    """A saved tower's config (its ``tower.json``), read without loading the tower."""
-    return json.loads((Path(tower_dir) / "tower.json").read_text(encoding="utf-8"))["config"]
-
-
 def hidden_size(run_dir: str | Path) -> int:
     """The backbone hidden size of a finished Stage I run's query tower."""
-    return int(_tower_config(Path(run_dir) / "query_tower")["hidden_size"])
+    return int(tower_config(Path(run_dir) / "query_tower")["hidden_size"])
 
 
 def full_dim_run(
@@ -374,7 +263,7 @@ def prefill_depth_caches(cfg: QuickstartConfig, fam: Family, data: dict) -> None
     if cfg.trainable_layers != 0 or len(depths) < 2:
         return
 
-    pool = {"pooling": fam.pooling} if fam.pooling else {}
+    pool: dict[str, Any] = {"pooling": fam.pooling} if fam.pooling else {}
     dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, num_layers=depths[-1], **pool)
     corpus = load_corpus(corpus_file(data))
     fill_pooled_depths(
@@ -485,8 +374,8 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     if step_done(d, inputs):
         return d
     banner(f"zero-shot start: {fam.name} ({fam.model})")
-    kw = {"num_layers": depth} if depth else {}
-    pool = {"pooling": fam.pooling} if fam.pooling else {}
+    kw: dict[str, Any] = {"num_layers": depth} if depth else {}
+    pool: dict[str, Any] = {"pooling": fam.pooling} if fam.pooling else {}
     qt = load_tower(fam.model, "query", dim=None, max_query_length=cfg.query_max_length, **kw, **pool)
     dt = load_tower(fam.model, "document", dim=None, max_doc_length=cfg.doc_max_length, **kw, **pool)
     corpus = load_corpus(corpus_file(data))
@@ -494,6 +383,7 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     emb = PrefixTower(dt, 0, Path(cfg.out).resolve() / "features", show_progress=cfg.show_progress).encode(
         [corpus[i] for i in ids], normalize=False
     )
+    assert isinstance(qt, QueryTower) and isinstance(dt, DocumentTower)  # the roles asked for
     pair_towers(qt, dt)
     d.mkdir(parents=True, exist_ok=True)
     qt.save(d / "query_tower")
@@ -506,147 +396,31 @@ def zero_shot_run(cfg: QuickstartConfig, fam: Family, depth: int | None, like: P
     return d
 
 
-# ---------------------------------------------------------------------------- Stage II
-def pseudo_queries(cfg: QuickstartConfig, data: dict, out: Path) -> list[str]:
-    """QKD's unlabelled query sources from the corpus: ICT pseudo-queries and (``qkd_corpus_texts``)
-    a sample of its titles and sentences. Returns the ``queries.jsonl`` paths."""
-    corpus = corpus_file(data)
-    d = out / "pseudo_ict"
-    inputs = {"max_docs": cfg.qkd_max_pseudo_queries, "seed": cfg.seed, "data": data_fingerprint(data)}
-    if not step_done(d, inputs):
-        banner("pseudo-queries (inverse cloze task) for QKD")
-        ict_queries(
-            corpus, d, ICTConfig(seed=cfg.seed, max_docs=cfg.qkd_max_pseudo_queries), progress=cfg.show_progress
-        )
-        mark_done(d, inputs)
-    sources = [d / "queries.jsonl"]
-    if cfg.qkd_corpus_texts:
-        t = out / "corpus_texts"
-        inputs = {"max_texts": cfg.qkd_corpus_texts, "seed": cfg.seed, "data": data_fingerprint(data)}
-        if not step_done(t, inputs):
-            banner(f"corpus text for QKD (titles and sentences, up to {cfg.qkd_corpus_texts})")
-            corpus_texts(corpus, t, cfg.qkd_corpus_texts, seed=cfg.seed)
-            mark_done(t, inputs)
-        sources.append(t / "queries.jsonl")
-    return [str(q) for q in sources if q.exists()]
-
-
-def student_base(fam: Family, teacher_dir: Path, layers: list[int]) -> str:
-    """Where a student of the teacher's family starts: the teacher's own backbone when training
-    changed any of the ``layers`` it keeps, else the pre-trained model (identical there)."""
-    cfg_file = teacher_dir / "config.yaml"
-    if not (teacher_dir / "run.json").exists() or "zero_shot" in teacher_dir.name or not cfg_file.exists():
-        return fam.model
-    tc = _tower_config(teacher_dir / "query_tower")
-    if tc.get("base_model") != resolve_source(fam.model).name:  # another family's teacher
-        return fam.model
-    k, n = load_config(TrainConfig, cfg_file).query_tower.trainable_layers, int(tc["num_layers"])
-    trained = set(range(n)) if k == "all" else set(range(n - int(k), n))
-    return str(teacher_dir / "query_tower" / "backbone") if trained & set(layers) else fam.model
-
-
-def layer_pool(large_dir: str | Path) -> int:
-    """How many layers a family's large tower (a Stage I run directory) has: what its students' layers are chosen from."""
-    return int(_tower_config(Path(large_dir) / "query_tower")["num_layers"])
-
-
-def qkd_name(student_family: str, layers: int, teacher: str, rank_weight: float) -> str:
-    """``bert2_from_bert_rw1``: the QKD step of a student (family, size) of a teacher family at one
-    listwise weight."""
-    return f"{student_family}{layers}_from_{teacher}_rw{rank_weight:g}"
-
-
-def run_qkd(
-    cfg: QuickstartConfig,
-    name: str,
-    teacher_dir: Path,
-    fam: Family,
-    layers: int,
-    data: dict,
-    out: Path,
-    pseudo: list[str],
-    *,
-    rank_weight: float,
-    pool: int | None = None,
-    deadline: float | None = None,
-    min_steps: int = 0,
-) -> dict[str, Any]:
-    """QKD of ``teacher_dir`` into a ``layers``-layer student of ``fam``, starting from the layers of
-    its ``pool``-layer large tower that validate best (``cfg.student_layers``). ``deadline``: its
-    time box (a ``time.monotonic()`` instant; the steps re-planned to it, never below ``min_steps``)."""
-    d = out / "qkd" / name
-    sources = [{"path": data["beir"]}]  # every logged/known query text (labels unused); eval queries are removed
-    sources += [{"path": p} for p in pseudo]
-    cands = start_candidates(layers, pool) if cfg.student_layers == "choose" and pool else [list(range(layers))]
-    student = {
-        "model": student_base(fam, teacher_dir, sorted({i for c in cands for i in c})),
-        "num_layers": layers,
-        "max_length": cfg.query_max_length,
-        "trainable_layers": layers,
-    }  # embeddings frozen and cached, every layer trains
-    if fam.pooling:
-        student["pooling"] = fam.pooling
-    dc = load_config(
-        DistillConfig,
-        {
-            "teacher": str(teacher_dir),
-            "output_dir": str(d),
-            "student": student,
-            "queries": sources,
-            "optim": {
-                "batch_size": cfg.qkd_batch_size,
-                "epochs": cfg.qkd_epochs,
-                "max_steps": cfg.qkd_step_cap(on_gpu()),
-                "lr": 3e-4 if fam.name == "bert" else 1e-4,
-            },
-            "target": cfg.qkd_target,
-            "patience": cfg.qkd_patience,
-            "rank_weight": rank_weight,
-            "feature_cache_dir": str(
-                Path(cfg.out).resolve() / "features"
-            ),  # the head-only teacher's cached query features
-            "eval_data": data["beir"],
-            "eval_split": cfg.eval_split,
-            "seed": cfg.seed,
-            "show_progress": cfg.show_progress,
-            "precision": cfg.precision,
-            "student_dropout": cfg.qkd_dropout,
-            "student_layer_candidates": cands if len(cands) > 1 else None,
-        },
-    )
-    inputs = _step_inputs(dc, data=data_fingerprint(data), teacher=step_digest(teacher_dir))
-    if not step_done(d, inputs):
-        banner(f"Stage II: QKD {name}")
-        distill(dc, resume=True, on_change="redo", deadline=deadline, min_steps=min_steps)
-        mark_done(d, inputs)
-    return dict(json.loads((d / "run.json").read_text())["metrics"], run_dir=str(d))
-
-
-def step_digest(step_dir: Path) -> str | None:
-    marker = step_dir / "DONE"
-    return json.loads(marker.read_text()).get("digest") if marker.exists() else None
-
-
 __all__ = [
+    "COSMETIC",
+    "banner",
     "corpus_file",
-    "step_digest",
+    "data_fingerprint",
     "data_spec",
     "full_dim_run",
     "hidden_size",
     "large_tower_runs",
-    "unfreeze_run",
+    "layer_pool",
     "mark_done",
+    "on_gpu",
+    "prefill_depth_caches",
     "prepare_data",
     "pseudo_queries",
     "qkd_name",
     "run_qkd",
     "run_stage1",
-    "stage1_step",
-    "layer_pool",
     "scaling_doc_run",
     "small_dual_run",
     "stage1_config",
+    "stage1_step",
+    "step_digest",
     "step_done",
     "student_base",
+    "unfreeze_run",
     "zero_shot_run",
 ]
