@@ -285,9 +285,9 @@ def _import_stages() -> None:
     """Every stage's heavy imports once, before forking."""
     for stage in sorted({m for m, _ in COMMANDS.values()}):
         importlib.import_module(f"scalingnote.cli.{stage}")
-    import scalingnote.distill  # noqa: F401
-    import scalingnote.index  # noqa: F401
-    import scalingnote.quickstart  # noqa: F401
+    import scalingnote.distill
+    import scalingnote.index
+    import scalingnote.quickstart
     import scalingnote.training  # noqa: F401
 
 

@@ -55,7 +55,7 @@ from torch import nn
 
 from scalingnote.errors import ConfigError, ScalingNoteError
 from scalingnote.models._fs import atomic_dir
-from scalingnote.models.export_common import (  # noqa: F401 - the public names are re-exported here
+from scalingnote.models.export_common import (  # the public names are re-exported here
     FORMATS,
     ONNX_INT8,
     ONNX_META,
@@ -77,7 +77,7 @@ from scalingnote.models.export_common import (  # noqa: F401 - the public names 
 )
 from scalingnote.models.loading import quiet_transformers
 from scalingnote.models.model_card import write_model_card
-from scalingnote.models.onnx_export import (  # noqa: F401
+from scalingnote.models.onnx_export import (
     Int8Config,
     Int8Report,
     export_onnx,

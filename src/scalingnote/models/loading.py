@@ -241,7 +241,7 @@ def convert_gguf(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | No
     with atomic_dir(target, replace=force) as tmp, quiet_transformers():
         try:
             tok = AutoTokenizer.from_pretrained(src.parent, **kw)
-        except Exception as e:  # noqa: BLE001 - report which file failed, not a library traceback
+        except Exception as e:  # report which file failed, not a library traceback
             raise ConfigError(src, None, "tokenizer", f"cannot build a tokenizer from this GGUF file: {e}") from e
         model = None
         errors = []
@@ -386,7 +386,7 @@ def load_hf_backbone(
     with quiet_transformers():
         try:
             config = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise ConfigError(hf_dir / "config.json", None, "config", f"cannot read model config: {e}") from e
         detected = detect_kind(config)
         if kind is not None and kind != detected:
@@ -418,11 +418,11 @@ def load_hf_backbone(
                 output_loading_info=True,
                 **model_kwargs,
             )
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise ConfigError(hf_dir, None, "model", f"cannot load model weights: {e}") from e
         try:
             tokenizer = AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise ConfigError(hf_dir, None, "tokenizer", f"cannot load tokenizer: {e}") from e
     missing = [k for k in info.get("missing_keys", []) if not k.startswith("pooler.")]
     if missing:

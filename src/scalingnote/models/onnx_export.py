@@ -87,7 +87,7 @@ def _onnx_export_graph(tower, path: Path) -> None:
                 external_data=False,
                 verbose=False,
             )
-        except Exception as e:  # noqa: BLE001 - report what failed, not an exporter traceback
+        except Exception as e:  # report what failed, not an exporter traceback
             raise ScalingNoteError(
                 f"torch.onnx.export failed for this tower ({c_name(tower)}): {type(e).__name__}: {str(e)[:500]}"
             ) from e

@@ -152,7 +152,7 @@ def model_shape(model: str, default: tuple[int, int] = (6, 384)) -> tuple[int, i
         return int(c.get("num_hidden_layers") or c.get("n_layer") or default[0]), int(
             c.get("hidden_size") or c.get("n_embd") or default[1]
         )
-    except Exception:  # a GGUF file or a saved tower: the estimate only
+    except Exception:  # noqa: BLE001 - a GGUF file or a saved tower: the estimate only
         return default
 
 

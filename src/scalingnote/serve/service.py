@@ -53,7 +53,13 @@ from scalingnote.serve.documents import check_reload
 from scalingnote.serve.lanes import Lanes
 from scalingnote.serve.loading import load_served, query_encoder
 from scalingnote.serve.metrics import ServeMetrics
-from scalingnote.serve.processing import BatchProcessing, SearchParams, ServiceError, _Item, query_problem  # noqa: F401 - re-exported for the app
+from scalingnote.serve.processing import (  # re-exported for the app
+    BatchProcessing,
+    SearchParams,
+    ServiceError,
+    _Item,
+    query_problem,
+)
 from scalingnote.serve.settings import ServeSettings
 
 log = logging.getLogger("scalingnote.serve")
@@ -118,7 +124,7 @@ class SearchService(BatchProcessing):
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._load_sync)
-        except BaseException as e:  # noqa: BLE001 - reported through /healthz and on_failure
+        except BaseException as e:  # reported through /healthz and on_failure
             self.state = "failed"
             self.error = str(e) if isinstance(e, ScalingNoteError) else f"{type(e).__name__}: {e}"
             log.error("scalingnote serve: loading failed: %s", self.error)
@@ -329,7 +335,7 @@ class SearchService(BatchProcessing):
                 batch = await self._next_batch()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - never let the batcher die: requests would hang
+            except Exception:  # never let the batcher die: requests would hang
                 log.exception("scalingnote serve: batcher error")
                 continue
             if batch is None:
@@ -345,7 +351,7 @@ class SearchService(BatchProcessing):
             t_start = loop.time()
             try:
                 outs = await loop.run_in_executor(self._executor, self._process, tower, index, live)
-            except BaseException as e:  # noqa: BLE001 - delivered to the waiting requests
+            except BaseException as e:  # delivered to the waiting requests
                 if isinstance(e, asyncio.CancelledError):
                     for it in live:
                         if not it.future.done():

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from scalingnote.config import load_config
-from scalingnote.models.spec import TowerSpec  # noqa: F401 - the one tower spec, part of this config
-from scalingnote.training.losses.spec import LossSpec  # noqa: F401 - the loss block, part of this config
+from scalingnote.models.spec import TowerSpec  # the one tower spec, part of this config
+from scalingnote.training.losses.spec import LossSpec  # the loss block, part of this config
 from scalingnote.training.settings import AdamWSettings, RunSettings
 
 Method = Literal["scaling_dual", "scaling_doc", "twinbert"]

@@ -63,7 +63,7 @@ def machine_description() -> str:
 
         if torch.cuda.is_available():
             gpu = f", GPU {torch.cuda.get_device_name(0)}"
-    except Exception:  # torch missing or broken CUDA: describe the CPU only
+    except Exception:  # noqa: BLE001 - torch missing or broken CUDA: describe the CPU only
         pass
     return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores{mem}{gpu}"
 

@@ -19,7 +19,7 @@ RAY_HINT = "Ray Data is needed for --engine ray: pip install 'ray[data]==2.60.0'
 def import_ray():
     try:
         import ray  # why: Ray is an optional extra (ray[data]), imported only for --engine ray
-        import ray.data  # noqa: F401
+        import ray.data
     except ImportError as e:
         raise ScalingNoteError(f"{RAY_HINT} ({e})") from None
     return ray

@@ -37,7 +37,7 @@ def layer_list(backbone: nn.Module) -> nn.ModuleList:
 class _PassThroughEmbeddings(nn.Module):
     """Stands in for BERT's embedding block when the input already is a hidden state."""
 
-    def forward(self, input_ids=None, inputs_embeds=None, **_: Any) -> Tensor:  # noqa: D401
+    def forward(self, input_ids=None, inputs_embeds=None, **_: Any) -> Tensor:
         return inputs_embeds
 
 
