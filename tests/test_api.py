@@ -118,7 +118,8 @@ def test_import_is_cheap_and_quickstart_is_callable_after_its_package_is_importe
     code = (
         "import sys, scalingnote; heavy = [m for m in ('torch', 'numpy', 'scalingnote.api') if m in sys.modules]; "
         "import scalingnote.quickstart.runs as runs; import inspect; "
-        "print(heavy, callable(scalingnote.quickstart), list(inspect.signature(scalingnote.quickstart).parameters), scalingnote.load.__module__)"
+        "print(heavy, callable(scalingnote.quickstart), "
+        "list(inspect.signature(scalingnote.quickstart).parameters), scalingnote.load.__module__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[] True ['data', 'out', 'budget_minutes', 'options'] scalingnote.api", out

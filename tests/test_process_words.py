@@ -2,8 +2,8 @@
 issue or pull-request numbers ("issue #51", "issue 52"), borrowed machines ("a lent NVIDIA H200")
 or their transfer limits ("64 MiB per call"), and no one machine's absolute paths (``/work/...``,
 ``/home/<user>``, a worktree). Scanned: ``src/``, ``scripts/``, ``docs/``, ``README.md``,
-``mkdocs.yml``, the packaging and CI files, ``configs/``, ``benchmarks/*.py`` and ``benchmarks/results/*.json``, and everything a quick
-start prints (a tiny run, in its own process)."""
+``mkdocs.yml``, the packaging and CI files, ``configs/``, ``benchmarks/*.py`` and
+``benchmarks/results/*.json``, and everything a quick start prints (a tiny run, in its own process)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,14 @@ AREAS: dict[str, list[str]] = {
     "results": ["benchmarks/results/*.json"],
     "readme": ["README.md"],
     "docs": ["docs/**/*", "mkdocs.yml"],
-    "packaging": ["pyproject.toml", "requirements.txt", "requirements.lock", ".pre-commit-config.yaml", ".ci/*", "configs/**/*"],
+    "packaging": [
+        "pyproject.toml",
+        "requirements.txt",
+        "requirements.lock",
+        ".pre-commit-config.yaml",
+        ".ci/*",
+        "configs/**/*",
+    ],
 }
 
 

@@ -45,7 +45,8 @@ def test_root_help_imports_no_stage_module():
     code = (
         "import json, sys; from scalingnote.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('scalingnote.') or m in ('torch', 'faiss', 'numpy'))))"
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.startswith('scalingnote.') or m in ('torch', 'faiss', 'numpy'))))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -88,7 +89,8 @@ def test_a_dotted_path_names_a_module_in_the_current_directory(tmp_path, monkeyp
 
     (tmp_path / "sn_cwd_reader_mod.py").write_text(
         "from scalingnote.data import Document\n\n\ndef read(path):\n"
-        "    for i, line in enumerate(open(path, encoding='utf-8')):\n        yield Document(f'd{i}', '', '', line.strip())\n",
+        "    for i, line in enumerate(open(path, encoding='utf-8')):\n"
+        "        yield Document(f'd{i}', '', '', line.strip())\n",
         encoding="utf-8",
     )
     data = tmp_path / "data"

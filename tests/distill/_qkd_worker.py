@@ -79,7 +79,8 @@ def run_steps(spec: dict, out: str, distributed: str, n_steps: int = 2) -> dict:
         for s in range(n_steps):
             comps = loop.train_step(s)
             rec["loss"].append(comps["loss"])
-            loop.reduce_gradients()  # DDP: the averaged gradients (optimizer_step repeats it: averaging equal copies is exact)
+            # DDP: the averaged gradients (optimizer_step repeats it: averaging equal copies is exact)
+            loop.reduce_gradients()
             rec["grads"].append(full_grads(student))
             rec["grad_norm"].append(loop.optimizer_step())
             loop.step += 1

@@ -11,10 +11,9 @@ import torch
 from scalingnote.config import load_config
 from scalingnote.distill import DistillConfig, build_teacher_cache, distill, open_teacher_cache, qkd_loss
 from scalingnote.errors import ScalingNoteError
-from scalingnote.models import build_tiny_model, load_tower
-from scalingnote.training import StopTraining, TrainConfig, train
+from scalingnote.models import load_tower
+from scalingnote.training import StopTraining
 from tests.helpers.curves import read_scalars, steps
-from tests.helpers.tiny_data import write_tiny_beir
 
 
 def test_qkd_loss_eq15():
@@ -23,30 +22,6 @@ def test_qkd_loss_eq15():
     # row 0: 0 - 1*1 ; row 1: ||(1,-1)||^2 = 2, cos 0 -> 2
     assert abs(float(qkd_loss(t, s, lam=1.0)) - 0.5) < 1e-6
     assert abs(float(qkd_loss(t, s, lam=0.0)) - 1.0) < 1e-6
-
-
-@pytest.fixture(scope="module")
-def stage1(tmp_path_factory):
-    root = tmp_path_factory.mktemp("qkd")
-    llm = build_tiny_model(root / "llm", "llm", num_layers=2)
-    bert = build_tiny_model(root / "bert", "bert", num_layers=2)
-    data = write_tiny_beir(root / "beir")
-    cfg = load_config(
-        TrainConfig,
-        {
-            "method": "scaling_dual",
-            "output_dir": str(root / "stage1"),
-            "query_tower": {"model": str(llm), "max_length": 16},
-            "doc_tower": {"model": str(llm), "max_length": 96},
-            "dim": 32,
-            "data": {"data_dir": str(data), "neg_skip_top": 1, "neg_max_rank": 8},
-            "loss": {"dims": [8, 16, 32]},
-            "optim": {"batch_size": 8, "epochs": 2.0, "lr": 1e-3, "head_lr": 1e-2},
-            "show_progress": False,
-        },
-    )
-    train(cfg)
-    return {"root": root, "bert": str(bert), "data": str(data), "stage1": root / "stage1"}
 
 
 def _dcfg(s, out, **over):
@@ -221,7 +196,7 @@ def test_student_with_cached_prefix_trains_top_layers_only(stage1, tmp_path):
     got = load_tower(tmp_path / "k1" / "query_tower")
     moved = {
         n
-        for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters())
+        for (n, p), (_, p0) in zip(got.backbone.named_parameters(), base.backbone.named_parameters(), strict=True)
         if not torch.equal(p, p0)
     }
     assert moved and all("layer.1." in n for n in moved), moved

@@ -7,7 +7,7 @@ from scalingnote.data import load_beir
 from scalingnote.distill import distill, open_teacher_cache
 from scalingnote.distill.data import _norm_text
 from scalingnote.training.evaluate import heldout_queries
-from tests.distill.test_qkd import _dcfg, stage1  # noqa: F401  (module fixture: a tiny Stage I run)
+from tests.distill.test_qkd import _dcfg
 
 
 def _trained_on(out) -> tuple[set[str], set[str]]:

@@ -12,7 +12,7 @@ from scalingnote.distill import distill
 from scalingnote.models import load_tower
 from scalingnote.training import StopTraining
 from scalingnote.utils.steps import StepChangedError
-from tests.distill.test_qkd import _dcfg, stage1  # noqa: F401 - the module fixture
+from tests.distill.test_qkd import _dcfg
 from tests.helpers.tiny_data import write_tiny_beir
 
 

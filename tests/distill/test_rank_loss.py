@@ -11,7 +11,7 @@ import torch
 from scalingnote.distill.loss import qkd_rank_loss
 from scalingnote.distill.ranking import teacher_ranking
 from scalingnote.errors import ConfigError, ScalingNoteError
-from tests.distill.test_qkd import _dcfg, stage1  # noqa: F401  (module fixture: a tiny Stage I run)
+from tests.distill.test_qkd import _dcfg
 
 
 def test_rank_loss_is_the_kl_of_the_two_softmaxes():

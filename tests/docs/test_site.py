@@ -86,7 +86,8 @@ def test_every_code_block_is_run_by_a_test_or_marked_with_the_reason():
 def test_the_convention_reads_markers_and_languages(tmp_path):
     doc = tmp_path / "x.md"
     doc.write_text(
-        "<!-- not-run: needs a GPU -->\n```bash\ntorchrun x\n```\n\n```bash\nscalingnote index --help\n```\n\n```text\nout\n```\n",
+        "<!-- not-run: needs a GPU -->\n```bash\ntorchrun x\n```\n\n"
+        "```bash\nscalingnote index --help\n```\n\n```text\nout\n```\n",
         encoding="utf-8",
     )
     a, b, c = blocks(doc)

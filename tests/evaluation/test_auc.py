@@ -14,8 +14,8 @@ from scalingnote.evaluation import evaluate, judged_pairs, pair_auc, run_auc
 
 def brute_auc(scores, labels):
     """P(score of a random positive > score of a random negative), ties 1/2 — by enumeration."""
-    pos = [s for s, y in zip(scores, labels) if y]
-    neg = [s for s, y in zip(scores, labels) if not y]
+    pos = [s for s, y in zip(scores, labels, strict=True) if y]
+    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
     wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in itertools.product(pos, neg))
     return wins / (len(pos) * len(neg))
 
@@ -66,7 +66,7 @@ def test_run_auc_uses_every_judged_pair():
     qrels = {"q1": {"a": 1, "b": 0}, "q2": {"c": 0, "d": 0}, "q3": {"e": 1}}
     run = {"q1": {"a": 2.0, "b": 3.0}, "q2": {"c": 1.0}, "q3": {"e": 0.5, "x": 9.0}}
     qids, dids, scores, grades = judged_pairs(run, qrels)
-    assert list(zip(qids, dids)) == [("q1", "a"), ("q1", "b"), ("q2", "c"), ("q2", "d"), ("q3", "e")]
+    assert list(zip(qids, dids, strict=True)) == [("q1", "a"), ("q1", "b"), ("q2", "c"), ("q2", "d"), ("q3", "e")]
     floor = 0.5 - 1.0  # d was not scored: ranks below everything
     assert scores.tolist() == [2.0, 3.0, 1.0, floor, 0.5]
     # positives a(2.0), e(0.5); negatives b(3.0), c(1.0), d(floor)

@@ -98,8 +98,8 @@ def test_eval_bad_file_names_line(app, files):
 def test_compare_json(app, files):
     r = CliRunner().invoke(
         app,
-        ["compare", "--run", str(files / "a.trec"), "--run-b", str(files / "b.trec"), "--qrels", str(files / "qrels.tsv"),
-         "--metric", "mrr@10", "--n-resamples", "500", "--json"],
+        ["compare", "--run", str(files / "a.trec"), "--run-b", str(files / "b.trec"),
+         "--qrels", str(files / "qrels.tsv"), "--metric", "mrr@10", "--n-resamples", "500", "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)

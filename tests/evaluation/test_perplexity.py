@@ -64,7 +64,9 @@ def test_mean_over_pairs_and_matches_cross_entropy():
     dix = {d: i for i, d in enumerate(doc_ids)}
 
     def score_fn(batch_q, batch_docs):
-        return np.stack([d_emb[[dix[d] for d in docs]] @ q_emb[qix[q]] for q, docs in zip(batch_q, batch_docs)])
+        return np.stack(
+            [d_emb[[dix[d] for d in docs]] @ q_emb[qix[q]] for q, docs in zip(batch_q, batch_docs, strict=True)]
+        )
 
     assert contrastive_perplexity_from_scorer(score_fn, cset, temperature=0.05, batch_size=5) == pytest.approx(
         mean, rel=1e-5
@@ -87,7 +89,7 @@ def test_deterministic_under_seed_and_negatives_never_relevant():
     assert a.query_ids == b.query_ids and (a.pos == b.pos).all()
     assert not np.array_equal(a.neg, c.neg)
     assert a.neg.shape == (a.num_pairs, 256)
-    for qid, pos, row in zip(a.query_ids, a.pos, a.neg):
+    for qid, pos, row in zip(a.query_ids, a.pos, a.neg, strict=True):
         relevant = {d for d, g in qrels[qid].items() if g > 0}
         assert doc_ids[pos] in relevant
         negs = [doc_ids[j] for j in row]
@@ -95,7 +97,7 @@ def test_deterministic_under_seed_and_negatives_never_relevant():
         assert len(set(negs)) == len(negs)  # without replacement
     # grade >= relevance_level makes a pair; grade > 0 is never a negative
     strict = sample_contrastive_set(qrels, doc_ids, num_negatives=10, relevance_level=3)
-    assert all(qrels[q][doc_ids[p]] == 3 for q, p in zip(strict.query_ids, strict.pos))
+    assert all(qrels[q][doc_ids[p]] == 3 for q, p in zip(strict.query_ids, strict.pos, strict=True))
 
 
 def test_negatives_are_uniform_over_allowed_docs():

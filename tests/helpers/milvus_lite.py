@@ -1,25 +1,14 @@
-"""The Milvus live index on Milvus Lite for a test module: a collection exported from the
-``live_index`` fixture's index, a :class:`~scalingnote.live.milvus.MilvusLive` opened over it, and
-the rows per document id as Milvus holds them (a filter query, not a search). Import only after
+"""The Milvus live index on Milvus Lite for a test module: a :class:`~scalingnote.live.milvus.MilvusLive`
+opened over the collection the ``lite`` fixture (tests/live/conftest.py) exports, and the rows per
+document id as Milvus holds them (a filter query, not a search). Import only after
 ``pytest.importorskip("pymilvus")`` and ``("milvus_lite")``."""
 
 from __future__ import annotations
 
 import json
 
-import pytest
-
 from scalingnote.index.milvus.milvus import DOC_ID, connect
-from scalingnote.index.milvus.milvus_export import export_to_milvus
 from scalingnote.live.milvus import MilvusLive
-
-
-@pytest.fixture
-def lite(live_index, tmp_path):
-    """``(db, index_dir)``: the ``live_index`` fixture's index exported to a Milvus Lite file."""
-    db = str(tmp_path / "live.db")
-    export_to_milvus(live_index, db, "docs", index_type="FLAT", progress=False)
-    return db, live_index
 
 
 def open_live(db, idx, tower, **kw) -> MilvusLive:

@@ -29,5 +29,5 @@ def saved_ndcg10(
     ids = json.loads((Path(doc_dir) / "doc_ids.json").read_text(encoding="utf-8"))
     q, d = q[:, :dim], d[:, :dim]
     scores = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
-    run = {qid: dict(zip(ids, map(float, row))) for qid, row in zip(qids, scores)}
+    run = {qid: dict(zip(ids, map(float, row), strict=True)) for qid, row in zip(qids, scores, strict=True)}
     return float(evaluate(run, qrels, ["ndcg@10"])["ndcg@10"])

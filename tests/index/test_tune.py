@@ -14,7 +14,9 @@ from scalingnote.index.tune import exact_topk, save_search_defaults, tune_search
 
 
 def _recall(found: np.ndarray, exact: np.ndarray) -> float:  # an oracle independent of the module's
-    return float(np.mean([len(set(a[: exact.shape[1]]) & set(b)) / exact.shape[1] for a, b in zip(found, exact)]))
+    return float(
+        np.mean([len(set(a[: exact.shape[1]]) & set(b)) / exact.shape[1] for a, b in zip(found, exact, strict=True)])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +36,7 @@ def ivfpq(tmp_path_factory, syn_vectors):
 def test_exact_topk_matches_brute_force_across_chunks(syn_vectors, syn_queries):
     want = np.argsort(-(syn_queries @ syn_vectors.T), axis=1, kind="stable")[:, :10]
     got = exact_topk(syn_vectors, syn_queries, 10, chunk=700)  # 3000 rows in 5 chunks
-    assert all(set(a) == set(b) for a, b in zip(got, want))
+    assert all(set(a) == set(b) for a, b in zip(got, want, strict=True))
 
 
 def test_tuning_reaches_the_target_at_the_cheapest_setting(ivfpq, syn_vectors, syn_queries):

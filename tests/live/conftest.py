@@ -31,3 +31,14 @@ def live_index(tmp_path, _built_index) -> Path:
     dst = tmp_path / "idx"
     shutil.copytree(idx, dst)
     return dst
+
+
+@pytest.fixture
+def lite(live_index, tmp_path):
+    """``(db, index_dir)``: the ``live_index`` fixture's index exported to a Milvus Lite file (a test
+    module that requests it first skips itself without pymilvus and milvus-lite)."""
+    from scalingnote.index.milvus.milvus_export import export_to_milvus
+
+    db = str(tmp_path / "live.db")
+    export_to_milvus(live_index, db, "docs", index_type="FLAT", progress=False)
+    return db, live_index

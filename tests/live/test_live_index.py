@@ -199,7 +199,7 @@ def test_rebuild_retrains_and_drift_counts(live_index, tiny_bert_dir):
     ids = sorted(live.row_of, key=live.row_of.get)
     v = live.store.vectors.view[[live.row_of[i] for i in ids]]
     exact = [[ids[j] for j in np.argsort(-s, kind="stable")[:10]] for s in v @ v.T]
-    want = np.mean([len(set(a) & set(e)) for a, e in zip(live.search(v, 10).doc_ids, exact)]) / 10
+    want = np.mean([len(set(a) & set(e)) for a, e in zip(live.search(v, 10).doc_ids, exact, strict=True)]) / 10
     assert r is not None and live.recall_estimate(sample=len(ids)) == pytest.approx(want, abs=0.005)
     info = live.rebuild()
     assert info["retrained"] and live.stats()["added_share"] == 0 and live.stats()["n_trained"] == 72

@@ -61,7 +61,7 @@ def test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_p
     if method == "ivf_qmetric":  # a new row goes to the list the query-metric rule names
         ivf, rows = live.index, [live.row_of[d.id] for d in new]
         want = assign_lists(live.store.routing, ivf, live.store.vectors.view[rows])
-        for r, lst in zip(rows, want):
+        for r, lst in zip(rows, want, strict=True):
             assert r in _list_ids(ivf, int(lst))
     live.delete([ids[0], "c0"])
     v = live.store.vectors.view[[live.row_of["c1"], live.row_of[ids[1]]]].copy()

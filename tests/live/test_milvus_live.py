@@ -17,7 +17,7 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
 from scalingnote.live.milvus import LIVE_KEY_BIT, MilvusLive, live_state_dir  # noqa: E402
-from tests.helpers.milvus_lite import lite, open_live, row_counts  # noqa: E402,F401 - lite: a fixture
+from tests.helpers.milvus_lite import open_live, row_counts  # noqa: E402
 
 
 class Crash(Exception):

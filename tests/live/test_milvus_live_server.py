@@ -120,7 +120,7 @@ def test_serve_ingests_into_milvus_and_survives_sigkill(server, live_index, tiny
         for _cycle in range(3):
             got, inflight = kill_mid_stream(
                 srv,
-                lambda c, batch: (time.sleep(PACE_S), _post(c, srv.url, _body(batch))),
+                lambda c, batch, srv=srv: (time.sleep(PACE_S), _post(c, srv.url, _body(batch))),
                 lambda n, s=nxt: [_doc(s + n + j) for j in range(rng.randint(1, 8))],
                 rng,
                 rng.uniform(1.0, 4.0),

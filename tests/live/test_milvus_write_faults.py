@@ -15,7 +15,7 @@ pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
 from scalingnote.data import Document  # noqa: E402
 from scalingnote.errors import ScalingNoteError  # noqa: E402
-from tests.helpers.milvus_lite import lite, open_live, row_counts  # noqa: E402,F401 - lite: a fixture
+from tests.helpers.milvus_lite import open_live, row_counts  # noqa: E402
 
 
 def _vec(w, n, seed):

@@ -204,7 +204,7 @@ def test_interrupted_fill_keeps_finished_parts_and_resumes(tiny_dirs, tmp_path, 
         ref = d.pooled(d.tokenize_documents(items)).detach().numpy()
         np.testing.assert_allclose(reopened.pooled_rows(keys), ref, atol=1e-6)
     else:
-        for a, b in zip(reopened.token_rows(keys), full.token_rows(keys)):
+        for a, b in zip(reopened.token_rows(keys), full.token_rows(keys), strict=True):
             np.testing.assert_array_equal(a, b)
         assert reopened.view_positions(keys) == [list(e.view_positions) for e in d.document_encodings(items)]
     assert not list(tmp_path.rglob("*.tmp*"))  # no half-written file left behind
@@ -243,7 +243,7 @@ def test_multi_depth_fill_equals_separate_fills(tiny_dirs, tmp_path, role):
         if k == 0:
             np.testing.assert_allclose(one.cache.pooled_rows(keys), sep.cache.pooled_rows(keys), atol=1e-6, rtol=0)
         else:
-            for a, b in zip(one.cache.token_rows(keys), sep.cache.token_rows(keys)):
+            for a, b in zip(one.cache.token_rows(keys), sep.cache.token_rows(keys), strict=True):
                 assert a.dtype == np.float16 and a.shape == b.shape
                 np.testing.assert_array_equal(a, b)
             assert one.cache.view_positions(keys) == sep.cache.view_positions(keys)

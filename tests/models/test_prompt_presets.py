@@ -83,7 +83,7 @@ def test_mean_views_of_the_presets(llm_dir):
         for i in range(len(DOCS)):
             real = torch.nonzero(mask[i]).flatten()
             first, last = int(real[0]), int(real[-1])
-            mean = lambda a, b: h[i, a : b + 1].mean(0)  # noqa: E731 - tokens a..b inclusive
+            mean = lambda a, b, h=h, i=i: h[i, a : b + 1].mean(0)  # noqa: E731 - tokens a..b inclusive
             if preset == "plain":
                 want_emb = mean(first, last)
                 assert torch.allclose(p[i, 2], want_emb, atol=1e-5)

@@ -191,4 +191,4 @@ def test_imported_st_tower_indexes_and_searches_end_to_end(tiny_dirs, tmp_path):
     index = DenseIndex.open(tmp_path / "idx", query_tower=q)
     docs = list(load_corpus(beir / "corpus.jsonl").values())
     res = index.search(q.encode_queries([x.text for x in docs], show_progress=False), 1)
-    assert np.mean([r[0] == x.id for r, x in zip(res.doc_ids, docs)]) >= 0.9
+    assert np.mean([r[0] == x.id for r, x in zip(res.doc_ids, docs, strict=True)]) >= 0.9

@@ -207,15 +207,15 @@ def test_export_roundtrip_codes_and_distances(trained_pq, vecs):
     assert np.array_equal(inner.pq.compute_codes(np.ascontiguousarray(pq.rotate(torch.from_numpy(vecs)).numpy())), fc)
     dec = inner.pq.decode(fc)
     np.testing.assert_allclose(dec, pq.rotate(torch.from_numpy(pq.decode(codes))).numpy(), atol=1e-5)
-    D, I = idx.search(q, 10)
-    np.testing.assert_allclose(D, np.take_along_axis(ref, I, axis=1), atol=1e-5)
-    np.testing.assert_allclose(D, -np.sort(-ref, axis=1)[:, :10], atol=1e-5)
+    dists, ids = idx.search(q, 10)
+    np.testing.assert_allclose(dists, np.take_along_axis(ref, ids, axis=1), atol=1e-5)
+    np.testing.assert_allclose(dists, -np.sort(-ref, axis=1)[:, :10], atol=1e-5)
     # IVF with flat (non-residual) codes: same scores when every list is probed
     ivf = faiss_index(pq, "IVF8,PQ", train_vectors=vecs)
     ivf.add(vecs)
     faiss.extract_index_ivf(ivf).nprobe = 8
-    D2, I2 = ivf.search(q, 10)
-    np.testing.assert_allclose(D2, D, atol=1e-5)
+    ivf_dists, _ = ivf.search(q, 10)
+    np.testing.assert_allclose(ivf_dists, dists, atol=1e-5)
     # HNSW storage holds the same codes
     h = faiss_index(pq, "HNSW8,PQ")
     h.add(vecs)

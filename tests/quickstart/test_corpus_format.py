@@ -11,7 +11,7 @@ from scalingnote.data import load_corpus
 from scalingnote.data.corpus import FORMATS
 from scalingnote.quickstart import quickstart
 from tests.helpers.tiny_data import write_tiny_beir
-from tests.quickstart.test_quickstart import _cfg, tiny_models  # noqa: F401 - the module fixture
+from tests.quickstart.test_quickstart import _cfg
 
 READER = """
 import csv

@@ -20,7 +20,6 @@ from scalingnote.quickstart.budget import Sizes, make_plan
 from scalingnote.quickstart.config import family
 from scalingnote.training.evaluate import heldout_queries
 from tests.quickstart.test_quickstart import _cfg as _base_cfg
-from tests.quickstart.test_quickstart import tiny_models  # noqa: F401  (the shared tiny models fixture)
 
 
 def _cfg(tiny_models, out, **over):
@@ -160,7 +159,8 @@ def test_a_round_that_does_not_validate_higher_is_dropped_and_nothing_else_chang
     ch = res["choices"]["mining_round"]
     assert ch["tried"] and not ch["kept"] and ch["val_round2"] <= ch["val_round1"] and "keeping round 1" in ch["reason"]
     assert res["choices"]["teacher"]["dir"] == ch["round1_dir"]
-    # every step of the run without the round was reused as it was (same digests, not redone); the new ones are the round's
+    # every step of the run without the round was reused as it was (same digests, not redone);
+    # the new ones are the round's
     assert all(m.stat().st_mtime_ns == t for m, t in stamps.items())
     after = _steps(out)
     assert {k: after[k] for k in before} == before

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from scalingnote.errors import ScalingNoteError
 from tests.helpers.tiny_data import write_tiny_beir
-from tests.quickstart.test_quickstart import _cfg, tiny_models  # noqa: F401 - the module fixture
+from tests.quickstart.test_quickstart import _cfg
 
 
 @pytest.mark.parametrize("make", ["missing", "file", "not_beir"])

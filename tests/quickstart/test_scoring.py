@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -66,7 +68,7 @@ def test_single_query_p99_takes_turns_in_blocks_and_orders_the_towers():
     assert all(k == 1 for _, k in log) and len(log) == 2 * (
         10 + 10 + 3 * (2 + 10)
     )  # one query per call, warm-ups untimed
-    turns = [log[0][0]] + [b[0] for a, b in zip(log, log[1:]) if a[0] != b[0]]
+    turns = [log[0][0]] + [b[0] for a, b in itertools.pairwise(log) if a[0] != b[0]]
     assert turns == ["fast", "slow"] * 4  # four blocks each, taking turns, not fast x 4 then slow x 4
     # one tower alone: the p99 covers the work each timed call does (a 2 ms encode of one query)
     one: list[tuple[str, int]] = []

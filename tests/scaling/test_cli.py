@@ -21,7 +21,7 @@ def table(tmp_path_factory):
     loss = predict(P, "joint", N=N, D=D) * (1 + 0.002 * np.random.default_rng(0).standard_normal(N.size))
     rows = [
         {"N": float(n), "D": float(d), "loss": float(v), "layers": i % 4, "seconds": 1.0}
-        for i, (n, d, v) in enumerate(zip(N, D, loss))
+        for i, (n, d, v) in enumerate(zip(N, D, loss, strict=True))
     ]
     return write_table(tmp_path_factory.mktemp("tbl") / "results.csv", rows)
 

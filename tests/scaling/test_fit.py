@@ -147,7 +147,7 @@ def test_too_few_points_and_bad_input():
 def _table(tmp_path, law="joint"):
     rows = [
         {"N": float(n), "D": float(d), "loss": float(v), "layers": i}
-        for i, (n, d, v) in enumerate(zip(NJ, DJ, _y("joint")))
+        for i, (n, d, v) in enumerate(zip(NJ, DJ, _y("joint"), strict=True))
     ]
     return write_table(tmp_path / "results.csv", rows), rows
 

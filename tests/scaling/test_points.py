@@ -85,8 +85,12 @@ def test_scores_use_fixed_tuples_and_per_query_values(setup):
     assert all(len(v) == 3 for v in a["per_query"].values())  # ndcg@10, r@100, contrastive ppl
     assert np.mean([v[0] for v in a["per_query"].values()]) == pytest.approx(a["ndcg@10"])
     # same seed -> same negatives; another seed -> other negatives
-    again = make_eval_set(dict(zip(test.query_ids, test.texts)), test.qrels, s.doc_ids, num_negatives=16, seed=0)
-    other = make_eval_set(dict(zip(test.query_ids, test.texts)), test.qrels, s.doc_ids, num_negatives=16, seed=3)
+    again = make_eval_set(
+        dict(zip(test.query_ids, test.texts, strict=True)), test.qrels, s.doc_ids, num_negatives=16, seed=0
+    )
+    other = make_eval_set(
+        dict(zip(test.query_ids, test.texts, strict=True)), test.qrels, s.doc_ids, num_negatives=16, seed=3
+    )
     assert np.array_equal(again.cset.neg, test.cset.neg) and not np.array_equal(other.cset.neg, test.cset.neg)
 
 

@@ -78,3 +78,12 @@ def running_server(index, tower, **settings):
     with BackgroundServer(create_app(index, tower, ServeSettings(port=0, **settings))) as srv:
         srv.wait_ready()
         yield srv
+
+
+@pytest.fixture()
+def client(server):
+    """A client of the ``server`` fixture of the requesting module."""
+    import httpx
+
+    with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as c:
+        yield c

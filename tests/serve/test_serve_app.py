@@ -29,12 +29,6 @@ def server(serve_index, tiny_bert_dir):
         yield srv
 
 
-@pytest.fixture()
-def client(server):
-    with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as c:
-        yield c
-
-
 def _test_queries(beir):
     from scalingnote.index.pipeline import read_search_queries
 

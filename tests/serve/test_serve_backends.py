@@ -116,7 +116,7 @@ def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(
     ref = DenseIndex.open(flat_index, query_tower=load_tower_for(tiny_bert_dir, "query")).search(texts, 48)
     for hits, ids, scores in zip(served, ref.doc_ids, ref.scores, strict=True):
         np.testing.assert_allclose([h["score"] for h in hits], scores[:5], rtol=0, atol=1e-5)
-        by_id = dict(zip(ids, scores))
+        by_id = dict(zip(ids, scores, strict=True))
         np.testing.assert_allclose([by_id[h["doc_id"]] for h in hits], [h["score"] for h in hits], rtol=0, atol=1e-5)
         assert all(h["title"] for h in hits)  # titles from the corpus the index records
 

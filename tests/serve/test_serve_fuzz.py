@@ -14,7 +14,7 @@ pytest.importorskip("schemathesis", reason="schemathesis (test extra) is not ins
 
 
 def test_schemathesis_no_5xx_no_hang_healthy_after(serve_index, tiny_bert_dir):
-    from tests.helpers.fuzz import fuzz_service
+    from tests.helpers.fuzz_service import fuzz_service
 
     app = create_app(
         serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1, max_batch_queries=16, max_query_chars=300)
@@ -39,7 +39,7 @@ def test_schemathesis_no_5xx_no_hang_healthy_after(serve_index, tiny_bert_dir):
 def test_invalid_unicode_and_malformed_bodies_get_the_documented_4xx(serve_index, tiny_bert_dir):
     """Lone surrogates / blank queries -> 422, invalid UTF-8 / deep JSON -> 400
     malformed_json, a non-JSON content type -> 415; never a 5xx or internals in the body."""
-    from tests.helpers.fuzz import UNICODE_STRATEGIES, fuzz_unicode
+    from tests.helpers.fuzz_service import UNICODE_STRATEGIES, fuzz_unicode
 
     app = create_app(serve_index, tiny_bert_dir, ServeSettings(port=0, max_wait_ms=1))
     with BackgroundServer(app) as srv:

@@ -15,7 +15,6 @@ import pytest
 
 from scalingnote.serve import metric_value, parse_metrics
 from tests.serve.conftest import running_server
-from tests.serve.test_serve_app import client  # noqa: F401 - a client of this module's server
 
 POISON = "poison-marker"
 
@@ -144,7 +143,8 @@ def test_malformed_bodies_content_type_and_method(client):
     cases = [
         b'{"query": "fox \xff\xfe"}',  # invalid UTF-8
         b'{"query": "\xc3"}',  # truncated UTF-8 sequence
-        b'{"query": "bad \xed\xa0\x80 text"}',  # an encoded surrogate: not UTF-8 (the shared parser; /documents answers alike)
+        # an encoded surrogate: not UTF-8 (the shared parser; /documents answers alike)
+        b'{"query": "bad \xed\xa0\x80 text"}',
         b"[" * 100_000 + b"]" * 100_000,  # nested too deeply for the JSON parser
     ]
     for body in cases:

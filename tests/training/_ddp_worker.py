@@ -1,4 +1,5 @@
-"""Worker launched (float64, so a 1e-6 tolerance tests the algebra, not rounding) by torchrun in test_distributed.py: one DDP step with cross-process negatives.
+"""Worker launched (float64, so a 1e-6 tolerance tests the algebra, not rounding) by torchrun in
+test_distributed.py: one DDP step with cross-process negatives.
 
 Writes {"loss": mean over ranks, "grads": {name: grad}} from rank 0 to argv[1] (torch.save).
 """
@@ -28,7 +29,7 @@ class TinyDual(torch.nn.Module):
     def forward(self, xq, xd, xn):
         q = self.q(xq)
         d = self.d(torch.cat([xd, xn]))
-        views = dict(zip(("title", "content", "emb"), d.split(self.dim, dim=1)))
+        views = dict(zip(("title", "content", "emb"), d.split(self.dim, dim=1), strict=True))
         n = xq.shape[0]
         return q, {k: v[:n] for k, v in views.items()}, {k: v[n:] for k, v in views.items()}
 

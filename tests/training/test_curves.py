@@ -9,7 +9,7 @@ import pytest
 from scalingnote.training import StopTraining, train
 from scalingnote.training.curves import Curves, event_files, tensorboard_command
 from tests.helpers.curves import read_scalars, steps
-from tests.training.test_trainer import _cfg, tiny  # noqa: F401  (the tiny towers + BEIR set)
+from tests.training.test_trainer import _cfg
 
 
 def test_stage1_curves_survive_a_kill_and_match_the_log(tiny, tmp_path):  # noqa: F811

@@ -7,7 +7,7 @@ import torch
 
 from scalingnote.errors import ConfigError
 from scalingnote.training import train
-from tests.training.test_trainer import _cfg, tiny  # noqa: F401  (the module's fixture)
+from tests.training.test_trainer import _cfg
 
 
 def _over(tmp_path, k: int, **more):

@@ -135,7 +135,7 @@ def test_adamw_uses_the_fused_kernel_where_it_can_and_matches_the_default():
             opt.zero_grad()
             m(x).pow(2).sum().backward()
             opt.step()
-    for p, q in zip(a.parameters(), b.parameters()):
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 

@@ -54,7 +54,10 @@ def test_infonce_is_eq5_at_full_dimension_on_one_view():
 
 
 def test_yaml_names_a_loss_by_shorthand_name_or_dotted_path(tmp_path):
-    base = "method: twinbert\noutput_dir: o\nquery_tower: {model: m}\ndoc_tower: {model: m}\ndim: 128\ndata: {data_dir: d}\n"
+    base = (
+        "method: twinbert\noutput_dir: o\nquery_tower: {model: m}\ndoc_tower: {model: m}\ndim: 128\n"
+        "data: {data_dir: d}\n"
+    )
     f = tmp_path / "c.yaml"
     f.write_text(base + "loss: infonce\n")
     assert load_config(TrainConfig, f).loss.name == "infonce"
@@ -105,7 +108,10 @@ def test_register_loss_refuses_a_taken_name():
 
 
 def test_a_retired_key_reads_as_null_and_refuses_a_value(tmp_path):
-    base = "method: twinbert\noutput_dir: o\nquery_tower: {model: m}\ndoc_tower: {model: m}\ndim: 128\ndata: {data_dir: d}\n"
+    base = (
+        "method: twinbert\noutput_dir: o\nquery_tower: {model: m}\ndoc_tower: {model: m}\ndim: 128\n"
+        "data: {data_dir: d}\n"
+    )
     f = tmp_path / "c.yaml"
     f.write_text(base + "deepspeed: null\n")  # written by older versions into every saved config.yaml
     assert not hasattr(load_config(TrainConfig, f), "deepspeed")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from scalingnote.training import StopTraining, train
-from tests.training.test_trainer import _cfg, _weights, tiny  # noqa: F401  (the module's fixture)
+from tests.training.test_trainer import _cfg, _weights
 
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 

@@ -13,7 +13,7 @@ import torch
 from scalingnote.training import StopTraining, train
 from scalingnote.utils.steps import StepChangedError
 from tests.helpers.tiny_data import write_tiny_beir
-from tests.training.test_trainer import _cfg, _weights, tiny  # noqa: F401 - the module fixture
+from tests.training.test_trainer import _cfg, _weights
 
 
 def _kill_at(n):

@@ -8,21 +8,9 @@ import pytest
 import torch
 
 from scalingnote.config import load_config
-from scalingnote.models import build_tiny_model
 from scalingnote.training import StopTraining, TrainConfig, build_towers, train
 from scalingnote.training.data import load_training_data
 from scalingnote.training.trainer import Trainer
-from tests.helpers.tiny_data import write_tiny_beir
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny")
-    return {
-        "llm": str(build_tiny_model(root / "llm", "llm", num_layers=2)),
-        "bert": str(build_tiny_model(root / "bert", "bert", num_layers=2)),
-        "data": str(write_tiny_beir(root / "beir")),
-    }
 
 
 def _cfg(tiny, out, method="scaling_dual", **over):
@@ -227,7 +215,7 @@ def test_prefix_cached_training_resume_equals_uninterrupted(tiny, tmp_path, meth
 
         base = load_tower(tiny["llm"], "document")
         saved = load_tower(full / "doc_tower")
-        for (n1, p1), (n2, p2) in zip(base.backbone.named_parameters(), saved.backbone.named_parameters()):
+        for (n1, p1), (_, p2) in zip(base.backbone.named_parameters(), saved.backbone.named_parameters(), strict=True):
             torch.testing.assert_close(p1, p2, rtol=0, atol=0, msg=n1)
 
 

@@ -118,7 +118,8 @@ def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_pat
     assert rep["routing"]["query_edges"] == int(
         best["structure"].rsplit("QG", 1)[1]
     )  # the chosen variant's config, not the last one's
-    # in either order the config built is the winner's, not the last one swept (the winner itself is timed again: it may differ)
+    # in either order the config built is the winner's, not the last one swept (the winner itself is timed again:
+    # it may differ)
     rev = choose_method(
         x,
         vq,

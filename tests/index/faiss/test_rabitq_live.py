@@ -7,8 +7,6 @@ from __future__ import annotations
 import pytest
 
 from tests.live import test_live_methods as scenario
-from tests.live.conftest import _built_index  # noqa: F401 - the fixture the scenario builds on
-from tests.live.test_live_methods import routed  # noqa: F401 - chosen on held-out queries, built, defaults saved
 
 
 @pytest.mark.parametrize("routed", ["ivf_rabitq"], indirect=True)

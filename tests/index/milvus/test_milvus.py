@@ -418,7 +418,8 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
         qg, lite_db, "syn_qg", progress=False
     )  # the vectors and M go out; the query-guided edges cannot
     assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]
-    # ivf_rabitq: Milvus's SCANN (IVF + 4-bit fast-scan codes + re-rank) on a server; Lite has no fast scan: IVF_SQ8, the lists kept
+    # ivf_rabitq: Milvus's SCANN (IVF + 4-bit fast-scan codes + re-rank) on a server; Lite has no fast scan:
+    # IVF_SQ8, the lists kept
     assert (
         _method_index_type("auto", "ivf_rabitq", lite=False) == "SCANN"
         and _method_index_type("auto", "ivf_rabitq", lite=True) == "IVF_SQ8"

@@ -30,7 +30,7 @@ def _level0(index):
 def _holds_edges(index, docs, queries, per_node) -> bool:
     table = _level0(index)
     src, dst = guided_edges(docs, queries, min(per_node, table.shape[1] // 2), topk=exact_topk)
-    return bool(len(src)) and all(d in table[s] for s, d in zip(src.tolist(), dst.tolist()))
+    return bool(len(src)) and all(d in table[s] for s, d in zip(src.tolist(), dst.tolist(), strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_edges_join_each_query_pivot_to_its_other_neighbours_and_back():
     docs = _unit(np.eye(6, dtype=np.float32) + 0.01)
     q = _unit(np.array([[1.0, 0.9, 0.8, 0, 0, 0], [1.0, 0.9, 0.7, 0, 0, 0]], np.float32))  # both: top 0, 1, 2
     src, dst = guided_edges(docs, q, 2, topk=exact_topk)
-    pairs = set(zip(src.tolist(), dst.tolist()))
+    pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
     assert pairs == {(0, 1), (0, 2), (1, 0), (2, 0)}  # pivot 0 -> the rest, the rest -> pivot 0; duplicates merged
     src1, dst1 = guided_edges(docs, q, 1, topk=exact_topk)
     assert np.bincount(src1).max() == 1  # at most per_node edges per document
@@ -94,7 +94,7 @@ def test_query_guided_graph_finds_more_of_the_held_out_queries_neighbours(ood):
 
     def recall(r):
         res = r.search(held, 10, ef_search=16)
-        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(res.ids, truth)])
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(res.ids, truth, strict=True)])
 
     assert recall(guided) > recall(plain) + 0.01
     with pytest.raises(ScalingNoteError, match="needs train_queries"):
@@ -145,7 +145,9 @@ def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(o
     table = _level0(index)
     src, dst = guided_edges(docs[live_rows], fit[hit], per, topk=exact_topk)
     src, dst = live_rows[src], live_rows[dst]
-    assert all(d in table[s] for s, d in zip(src.tolist(), dst.tolist()))  # their edges, over the live rows
+    assert all(
+        d in table[s] for s, d in zip(src.tolist(), dst.tolist(), strict=True)
+    )  # their edges, over the live rows
     assert {n0 + 5, 3}.isdisjoint(set(dst.tolist()))
     want = np.sort(fit @ docs[live_rows].T, axis=1)[:, -(per + 1)]
     np.testing.assert_allclose(kth[hit], want[hit], rtol=1e-5)  # the hit queries' thresholds moved up

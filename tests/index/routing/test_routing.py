@@ -56,7 +56,7 @@ def test_partial_probe_counts_scanned_lists_and_routing_recall():
     sizes = np.bincount(idx.list_of, minlength=16)
     assert res.codes == int(sizes[res.probed].sum())
     assert res.reranked <= 50 * len(test_q)
-    hand = np.mean([[idx.list_of[t] in set(p) for t in row] for row, p in zip(truth, res.probed)])
+    hand = np.mean([[idx.list_of[t] in set(p) for t in row] for row, p in zip(truth, res.probed, strict=True)])
     assert idx.routing_recall(res, truth) == pytest.approx(hand)
 
 
