@@ -278,7 +278,7 @@ def test_circle_finder_sees_function_local_type_checking_and_benchmark_loops(tmp
 
 
 # ------------------------------------------------------------------ function-local imports
-#: most function-local imports of the package's own modules ``src/`` may keep (issue 48: 60)
+#: most function-local imports of the package's own modules ``src/`` may keep (60 when the rule was set)
 LOCAL_IMPORT_BUDGET = 60
 
 

@@ -103,7 +103,7 @@ def on_files(files, config):
     return files
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (the hook's signature)
+def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         markdown = markdown.replace(MARKER, api_blocks())
     if CLI in markdown:

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.training._worker_keys import worker_loop_keys  # noqa: E402
+from tests.training._worker_keys import worker_loop_keys
 
 
 def make_cfg(spec: dict, out: str, distributed: str):

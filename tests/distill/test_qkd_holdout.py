@@ -15,7 +15,7 @@ def _trained_on(out) -> tuple[set[str], set[str]]:
     return {i.split(":", 1)[1] for i in cache.ids}, {_norm_text(t) for t in cache.texts}
 
 
-def test_teacher_validation_queries_never_reach_qkd(stage1, tmp_path):  # noqa: F811
+def test_teacher_validation_queries_never_reach_qkd(stage1, tmp_path):
     val, _ = heldout_queries(stage1["stage1"])
     assert val, "the tiny Stage I run holds out validation queries"
     res = distill(_dcfg(stage1, tmp_path / "held", optim={"batch_size": 8, "epochs": 1.0, "lr": 3e-3}))
@@ -25,7 +25,7 @@ def test_teacher_validation_queries_never_reach_qkd(stage1, tmp_path):  # noqa: 
     assert res["queries_dropped_teacher_validation"] >= len(val)
 
 
-def test_the_old_behaviour_keeps_them(stage1, tmp_path):  # noqa: F811
+def test_the_old_behaviour_keeps_them(stage1, tmp_path):
     """The switch is real: with it off, the same sources do include the teacher's validation queries."""
     val, _ = heldout_queries(stage1["stage1"])
     distill(

@@ -1,4 +1,4 @@
-"""QKD resumes only from checkpoints made from the same inputs (issue 32): another query source
+"""QKD resumes only from checkpoints made from the same inputs: another query source
 or a retrained teacher is refused naming what changed, or redone from scratch."""
 
 from __future__ import annotations

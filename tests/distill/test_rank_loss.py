@@ -52,7 +52,7 @@ def test_teacher_ranking_is_the_exact_top_k(tmp_path):
         teacher_ranking(tmp_path, q[:, :4], k=5)
 
 
-def test_distill_with_the_rank_term_trains_and_records_it(stage1, tmp_path):  # noqa: F811
+def test_distill_with_the_rank_term_trains_and_records_it(stage1, tmp_path):
     from scalingnote.distill import distill
 
     res = distill(_dcfg(stage1, tmp_path / "rank", target="normalized", rank_weight=1.0, rank_k=4))
@@ -63,6 +63,6 @@ def test_distill_with_the_rank_term_trains_and_records_it(stage1, tmp_path):  # 
     assert res["qkd_train_loss"] != pytest.approx(plain["qkd_train_loss"])  # the term changed what was trained
 
 
-def test_rank_options_are_checked(stage1, tmp_path):  # noqa: F811
+def test_rank_options_are_checked(stage1, tmp_path):
     with pytest.raises(ConfigError, match=r"rank_weight must be >= 0, rank_k >= 2 and rank_tau > 0; got 1\.0, 1, "):
         _dcfg(stage1, tmp_path / "x", rank_weight=1.0, rank_k=1)

@@ -16,7 +16,7 @@ import pytest
 from tests.docs.codeblocks import NOT_CODE, ROOT, blocks, doc_files, help_block, run_by
 
 sys.path.insert(0, str(ROOT / "docs" / "hooks"))
-import citations  # noqa: E402
+import citations
 
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "NO_MKDOCS_2_WARNING": "1"}
 

@@ -1,4 +1,4 @@
-"""The live index encodes new documents with the tower that made the index's vectors (issue 47):
+"""The live index encodes new documents with the tower that made the index's vectors:
 a fine-tuned tower is named after its base model, so the manifest records its saved directory,
 and a tower of another space is refused with both fingerprints and the fix."""
 

@@ -1,4 +1,4 @@
-"""The live index over each routed structure the quick start can choose (issue 52, item 3): built
+"""The live index over each routed structure the quick start can choose: built
 with the same function the quick start calls (``build_index(..., method=...)``), documents added
 and deleted through ``scalingnote index add / delete / rebuild``, searched as ``scalingnote search``
 searches (the manifest's search defaults, no flags). Tiny random BERT, real FAISS."""

@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("pymilvus", reason="pymilvus is not installed")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed")
 
-from scalingnote.data import Document  # noqa: E402
-from scalingnote.errors import ScalingNoteError  # noqa: E402
-from scalingnote.live.milvus import LIVE_KEY_BIT, MilvusLive, live_state_dir  # noqa: E402
-from tests.helpers.milvus_lite import open_live, row_counts  # noqa: E402
+from scalingnote.data import Document
+from scalingnote.errors import ScalingNoteError
+from scalingnote.live.milvus import LIVE_KEY_BIT, MilvusLive, live_state_dir
+from tests.helpers.milvus_lite import open_live, row_counts
 
 
 class Crash(Exception):

@@ -11,8 +11,8 @@ import torch
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("onnxruntime")
 
-from scalingnote.models import load_tower  # noqa: E402
-from scalingnote.models.export import (  # noqa: E402
+from scalingnote.models import load_tower
+from scalingnote.models.export import (
     ONNX_INT8,
     ONNX_META,
     ExportRefused,

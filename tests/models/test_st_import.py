@@ -12,9 +12,9 @@ import torch
 
 pytest.importorskip("sentence_transformers")
 
-from scalingnote.errors import ConfigError  # noqa: E402
-from scalingnote.models import load_tower  # noqa: E402
-from scalingnote.models.towers.pooling import from_st_mode  # noqa: E402
+from scalingnote.errors import ConfigError
+from scalingnote.models import load_tower
+from scalingnote.models.towers.pooling import from_st_mode
 
 
 def _st_dir(base, out, pooling="mean", dense=True, bias=True, activation=None, prompts=None):

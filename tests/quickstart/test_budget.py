@@ -115,7 +115,7 @@ def test_the_plan_prices_every_phase_and_names_what_a_short_budget_skips():
         "evaluation",
     ]
     assert roomy.skipped == [] and roomy.phases["proxy"] > 0  # the proxy is drawn (24k docs)
-    assert roomy.mining and roomy.phases["mining_round"] > 0  # issue #50's round, held by the budget
+    assert roomy.mining and roomy.phases["mining_round"] > 0  # the mining round, held by the budget
     assert roomy.phases["comparison_runs"] > 0 and roomy.total <= 600 * 60
     # every candidate trained in full costs more than the proxy's survivors alone
     one = Candidates({"bert": {None: [1e-3]}}, {"bert": True})

@@ -41,7 +41,7 @@ def _tiny_cfg(tiny_models, out, **over):
         proxy_min_docs=20,
         proxy_min_train_queries=5,
         mining_round="off",
-    )  # issue #50's round: tests/quickstart/test_mining_round.py
+    )  # the mining round: tests/quickstart/test_mining_round.py
     base.update(over)
     return QuickstartConfig(**base)
 

@@ -29,7 +29,7 @@ def read_csv(path):
 """
 
 
-def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_models, tmp_path, monkeypatch):  # noqa: F811
+def test_a_csv_corpus_runs_through_the_quick_start_by_a_dotted_reader(tiny_models, tmp_path, monkeypatch):
     (tmp_path / "h4_csv_reader.py").write_text(READER, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     beir = write_tiny_beir(tmp_path / "beir", docs_per_topic=6)

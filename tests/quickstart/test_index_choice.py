@@ -1,4 +1,4 @@
-"""The quick start's index step offers ``hnsw_sq_qg`` (issue 52) only where its graph can fit the
+"""The quick start's index step offers ``hnsw_sq_qg`` only where its graph can fit the
 memory bound, with QKD's unlabelled pool as the edges' pseudo-queries; ``choose_method`` fits the
 edges on those, the routers on the training queries. Real FAISS, tiny random vectors."""
 

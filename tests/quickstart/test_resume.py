@@ -1,4 +1,4 @@
-"""The quick start over an existing output directory (issue 32): input paths are checked before
+"""The quick start over an existing output directory: input paths are checked before
 any work, and a finished Stage I built from other data is redone or refused, never reused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The live index on the quick start's own output, through the commands it prints (issue 47): the
+"""The live index on the quick start's own output, through the commands it prints: the
 printed ``scalingnote serve`` command in its own process, ``POST /documents``, search in every
 mode, ``DELETE``, a restart, and ``scalingnote index add`` without a tower flag. The index's
 vectors come from the fine-tuned ``stage1/<run>/doc_tower``, not from the base model it is named

@@ -1,4 +1,4 @@
-"""The design of benchmarks.scaling_trained (issue #30 item 3): held-out points are never fitted,
+"""The design of benchmarks.scaling_trained: held-out points are never fitted,
 the data axis spans >= 6 sizes over >= 1.5 decades at one constant learning rate, and predictions
 cannot be written once a held-out point has been measured."""
 

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from scalingnote.errors import ConfigError  # noqa: E402
-from scalingnote.serve import BackgroundServer, ServeSettings, create_app  # noqa: E402
+from scalingnote.errors import ConfigError
+from scalingnote.serve import BackgroundServer, ServeSettings, create_app
 
 
 @pytest.fixture(scope="module")

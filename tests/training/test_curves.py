@@ -12,7 +12,7 @@ from tests.helpers.curves import read_scalars, steps
 from tests.training.test_trainer import _cfg
 
 
-def test_stage1_curves_survive_a_kill_and_match_the_log(tiny, tmp_path):  # noqa: F811
+def test_stage1_curves_survive_a_kill_and_match_the_log(tiny, tmp_path):
     out = tmp_path / "run"
     over = {"eval_every": 2}
 

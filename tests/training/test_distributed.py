@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _ddp_worker import MASK, TinyDual, make_batch, step  # noqa: E402
+from _ddp_worker import MASK, TinyDual, make_batch, step
 
-from tests.helpers.torchrun import torchrun  # noqa: E402
+from tests.helpers.torchrun import torchrun
 
 
 @pytest.mark.parametrize("hard_in_denominator,masked", [(False, False), (True, False), (True, True)])

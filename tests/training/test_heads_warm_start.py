@@ -20,7 +20,7 @@ def _over(tmp_path, k: int, **more):
     )
 
 
-def test_layers_start_from_the_trained_heads(tiny, tmp_path):  # noqa: F811
+def test_layers_start_from_the_trained_heads(tiny, tmp_path):
     from scalingnote.models import load_tower
     from scalingnote.training.heads import load_heads
     from scalingnote.training.towers import build_towers
@@ -43,7 +43,7 @@ def test_layers_start_from_the_trained_heads(tiny, tmp_path):  # noqa: F811
     assert warm["zero_shot_ndcg@10"] == pytest.approx(heads["ndcg@10"], abs=1e-3)
 
 
-def test_heads_from_another_depth_or_a_missing_run_are_refused(tiny, tmp_path):  # noqa: F811
+def test_heads_from_another_depth_or_a_missing_run_are_refused(tiny, tmp_path):
     from scalingnote.training.heads import load_heads
     from scalingnote.training.towers import build_towers
 
@@ -57,7 +57,7 @@ def test_heads_from_another_depth_or_a_missing_run_are_refused(tiny, tmp_path): 
         train(_cfg(tiny, tmp_path / "y", **_over(tmp_path, 1, init_heads_from=str(tmp_path / "nowhere"))))
 
 
-def test_changed_heads_make_the_run_refuse_its_checkpoints(tiny, tmp_path):  # noqa: F811
+def test_changed_heads_make_the_run_refuse_its_checkpoints(tiny, tmp_path):
     from scalingnote.training.driver import stage1_inputs
     from scalingnote.utils.steps import input_digest
 

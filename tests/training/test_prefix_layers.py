@@ -12,7 +12,7 @@ LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["layers", "lora"])
-def test_scaling_dual_top_layer_training_resumes_and_saves_plain_towers(tiny, tmp_path, lora):  # noqa: F811
+def test_scaling_dual_top_layer_training_resumes_and_saves_plain_towers(tiny, tmp_path, lora):
     from scalingnote.models import load_tower
 
     over = dict(
@@ -45,6 +45,6 @@ def test_scaling_dual_top_layer_training_resumes_and_saves_plain_towers(tiny, tm
         assert moved == (top and (not lora or "q_proj" in n or "v_proj" in n)), n  # with LoRA: its adapted weights only
 
 
-def test_lora_with_heads_only_towers_is_refused(tiny, tmp_path):  # noqa: F811
+def test_lora_with_heads_only_towers_is_refused(tiny, tmp_path):
     with pytest.raises(ValueError, match="lora needs trainable layers"):
         _cfg(tiny, tmp_path, query_tower={"trainable_layers": 0}, doc_tower={"trainable_layers": 0}, lora=LORA)

@@ -1,4 +1,4 @@
-"""Stage I resume only from checkpoints made from the same inputs (issue 32): a killed run
+"""Stage I resume only from checkpoints made from the same inputs: a killed run
 resumed with other data or another setting is refused naming what changed, or redone from
 scratch (bit-identical to a fresh run on the new inputs); settings that do not change the
 result (progress bars, checkpoint period) still resume."""

@@ -1,4 +1,4 @@
-"""Step digests (issue 32): a finished step is reused only when its inputs are the same."""
+"""Step digests: a finished step is reused only when its inputs are the same."""
 
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ from scalingnote.index import DenseIndex, IndexBuildSettings, build_index, encod
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2' 'milvus-lite==3.2.2')")
 pytest.importorskip("milvus_lite", reason="milvus-lite is not installed (pip install 'milvus-lite==3.2.2')")
 
-from scalingnote.index.backends import open_searcher  # noqa: E402
-from scalingnote.index.milvus.milvus import MilvusSearcher, connect, read_collection_manifest  # noqa: E402
-from scalingnote.index.milvus.milvus_export import default_index_params, export_to_milvus, resolve_index_type  # noqa: E402
+from scalingnote.index.backends import open_searcher
+from scalingnote.index.milvus.milvus import MilvusSearcher, connect, read_collection_manifest
+from scalingnote.index.milvus.milvus_export import default_index_params, export_to_milvus, resolve_index_type
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
 

@@ -14,10 +14,10 @@ from scalingnote.index import DenseIndex, build_index
 
 pytest.importorskip("pymilvus", reason="pymilvus is not installed (pip install 'pymilvus==3.0.2')")
 
-from scalingnote.index.backends import open_searcher  # noqa: E402
-from scalingnote.index.milvus.milvus import MilvusSearcher, connect  # noqa: E402
-from scalingnote.index.milvus.milvus_export import export_to_milvus  # noqa: E402
-from tests.helpers.milvus import start_embedded_milvus  # noqa: E402
+from scalingnote.index.backends import open_searcher
+from scalingnote.index.milvus.milvus import MilvusSearcher, connect
+from scalingnote.index.milvus.milvus_export import export_to_milvus
+from tests.helpers.milvus import start_embedded_milvus
 
 TOWER = {"name": "synthetic", "compat_id": "space-1", "fingerprint": "fp-1", "dim": 32}
 

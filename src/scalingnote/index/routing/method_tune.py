@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -127,7 +127,7 @@ def choose_method(
     target: float = 0.99,
     memory_bound: float = MEMORY_BOUND,
     seed: int = 0,
-    routing: dict[str, RoutingConfig] | None = None,
+    routing: Mapping[str, RoutingConfig | list[RoutingConfig]] | None = None,
     log: Any = None,
     edge_queries: np.ndarray | None = None,
 ) -> dict[str, Any]:
