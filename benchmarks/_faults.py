@@ -415,17 +415,19 @@ def run_point(backend: str, point: str, work: Path, base_idx: Path, seed: int = 
         "refused": sum(o["outcome"] == "refused" for o in hist.ops),
         "compaction_failed": compact_failed,
     }
+    return restart_and_check(backend, idx, db, hist, row)
+
+
+def restart_and_check(
+    backend: str, idx: Path, db: Path | None, hist: History, row: dict[str, Any], error_chars: int = 200
+) -> dict[str, Any]:
+    """``row`` completed by a restart of the live index and the history check (:func:`check`);
+    a restart that fails is the result being measured (``restart_ok`` False, counts -1)."""
     try:
         again = open_live(backend, idx, db)
     except Exception as e:  # noqa: BLE001 - a restart that fails is the result being measured
-        return {
-            **row,
-            "restart_ok": False,
-            "restart_error": str(e)[:200],
-            "lost": -1,
-            "resurrected": -1,
-            "duplicated": -1,
-        }
+        failed = {"restart_ok": False, "restart_error": str(e)[:error_chars], "lost": -1, "resurrected": -1}
+        return {**row, **failed, "duplicated": -1}
     try:
         return {**row, "restart_ok": True, **check(again, hist)}
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._faults import History, check, export_lite, open_live
+from benchmarks._faults import History, export_lite, open_live, restart_and_check
 
 
 def mount_tmpfs(path: Path, size: str = "8m") -> str | None:
@@ -150,21 +150,7 @@ def run_disk_full(backend: str, work: Path, base_idx: Path, seed: int = 0) -> di
                 "resurrected": -1,
                 "duplicated": -1,
             }
-        try:
-            again = open_live(backend, idx, db)
-        except Exception as e:  # noqa: BLE001 - the restart failing is the result
-            return {
-                **row,
-                "restart_ok": False,
-                "restart_error": str(e)[:300],
-                "lost": -1,
-                "resurrected": -1,
-                "duplicated": -1,
-            }
-        try:
-            return {**row, "restart_ok": True, **check(again, hist)}
-        finally:
-            again.close()
+        return restart_and_check(backend, idx, db, hist, row, error_chars=300)
     finally:
         umount(disk)
 
