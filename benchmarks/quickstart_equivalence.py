@@ -25,10 +25,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks._common import write_results
 
+#: leaves left out: timings and what is derived from them (minutes spent, measured speed-ups), paths, provenance
 SKIP = (
     "seconds",
+    "minutes",
+    "speedup",
     "qps",
     "_s",
     "ms",
@@ -127,6 +132,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the --before directory was then re-run in place with the current code, starting at this Unix time: "
         "count its steps and those it redid (a DONE marker written after the start)",
     )
+    ap.add_argument(
+        "--tag",
+        default=None,
+        help="write quickstart_equivalence_<tag>.json (a second comparison beside the default one)",
+    )
     args = ap.parse_args(argv)
     load = lambda root, rel: json.loads((root / rel).read_text(encoding="utf-8"))  # noqa: E731
     key = lambda r: f"{r['method']}[{r['family']}]" if r.get("family") else r["method"]  # noqa: E731
@@ -161,16 +171,27 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(_rerun_row(args.before, args.rerun_started))
     for r in rows:
         print(r, flush=True)
+    settings = {name: _settings(root) for name, root in (("before", args.before), ("after", args.after))}
     config = {
-        "before": str(args.before),
-        "after": str(args.after),
+        "before": args.before.name,  # run directories by name: where they lie is one machine's business
+        "after": args.after.name,
+        "run_settings": settings["after"],  # the quick start's resolved config (its output directory left out)
+        "same_settings": settings["before"] == settings["after"],
         "tol": args.tol,
         "before_commit": args.before_commit,
         "after_commit": args.after_commit,
         "rows_only_after": ", ".join(m for m in after if m not in before),
         "all_within_tol": all(r.get("within_tol", False) for r in rows),
     }
-    print(write_results("quickstart_equivalence", rows, config))
+    name = f"quickstart_equivalence_{args.tag}" if args.tag else "quickstart_equivalence"
+    print(write_results(name, rows, config))
+
+
+def _settings(root: Path) -> dict[str, Any]:
+    """The run's resolved ``quickstart.yaml`` without its output directory (empty when there is none)."""
+    path = root / "quickstart.yaml"
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) if path.exists() else {}
+    return {k: v for k, v in (doc or {}).items() if k != "out"}
 
 
 if __name__ == "__main__":

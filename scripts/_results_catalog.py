@@ -216,8 +216,9 @@ TABLES: list[tuple[str, str, list[str] | None]] = [
     ),
     (
         "quickstart_equivalence",
-        "Quick start before the restructuring (commit 318a7af) vs now, embedded defaults, full precision (`python -m "
-        "benchmarks.quickstart_equivalence`)",
+        "The quick start from two commits with the same settings (the config names both commits and the settings), "
+        "every number of results.json, the choices and each step's run.json compared at the config's tolerance; "
+        "timings left out (`python -m benchmarks.quickstart_equivalence`)",
         None,
     ),
     ("quickstart_fresh_clone", "README command 1 on a fresh clone, timed (`python -m benchmarks.fresh_clone`)", None),
