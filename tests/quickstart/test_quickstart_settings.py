@@ -3,6 +3,8 @@ its field), and the defaults they resolve to (the GPU-only steps, the QKD step c
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from scalingnote.errors import ConfigError, ScalingNoteError
@@ -71,3 +73,14 @@ def test_default_factory_keeps_8_dimensions_per_pq_code_at_any_width():
     assert default_factory(32176, 576) == "IVF717,PQ72x8"  # SmolLM2's width (16 would be 144x)
     assert default_factory(1500, 100) == "IVF38,PQ10x4"  # the largest divisor of the width <= width / 8
     assert default_factory(1500, 7) == "IVF38,PQ1x4"
+
+
+def test_the_seed_varies_the_training_not_the_embedded_data(tmp_path):
+    from scalingnote.quickstart.run_data import prepare_data
+
+    def corpus(name: str, **over) -> bytes:
+        cfg = QuickstartConfig(out=str(tmp_path / name), synth_docs=60, synth_queries=30, show_progress=False, **over)
+        return Path(prepare_data(cfg, tmp_path / name)["corpus"]).read_bytes()
+
+    assert corpus("s0") == corpus("s1", seed=1) == corpus("s2", seed=2)
+    assert corpus("d1", synth_seed=1) != corpus("s0")

@@ -27,7 +27,12 @@ def register(app: typer.Typer) -> None:
             None, "--data", help="A BEIR directory instead of the synthetic note-search log."
         ),
         corpus_format: str | None = corpus_format_option(),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(
+            0,
+            "--seed",
+            help="Seed of the training (draws, initialisation, order); the embedded data set stays the same "
+            "(--set synth_seed=N draws another).",
+        ),
         steps: int | None = typer.Option(
             None, "--steps", help="Cap on Stage I optimiser steps per method (default: epochs with early stopping)."
         ),

@@ -63,6 +63,9 @@ class QuickstartConfig:
     full_dim: bool = True
     synth_docs: int = 1500
     synth_queries: int = 800
+    #: seed of the synthetic note-search log: the embedded default is one fixed data set, as a BEIR
+    #: directory is, so ``seed`` varies the training (draws, initialisation, order) and not the data
+    synth_seed: int = 0
     #: layers of the large towers that train: 0 = heads over cached pooled states (the CPU recipe),
     #: k = the top k layers over cached token states, "all" = the paper's full fine-tuning (GPU)
     trainable_layers: int | Literal["all"] = 0

@@ -23,12 +23,12 @@ def prepare_data(cfg: QuickstartConfig, out: Path) -> dict[str, Any]:
         data["corpus"] = str(find_corpus_file(data["beir"], fmt))
         return {**data, "fingerprint": data_fingerprint(data)}
     d = out / "data"
-    inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.seed}
+    inputs = {"synth_docs": cfg.synth_docs, "synth_queries": cfg.synth_queries, "seed": cfg.synth_seed}
     if not step_done(d, inputs):
         banner("data: synthetic note-search log -> triplets (click/relevance, one-hop/multi-hop)")
         synthesize(
             d,
-            SynthConfig(seed=cfg.seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries),
+            SynthConfig(seed=cfg.synth_seed, num_docs=cfg.synth_docs, num_queries=cfg.synth_queries),
             progress=cfg.show_progress,
         )
         run_build(load_build_config(d / "build.yaml"), progress=cfg.show_progress)
