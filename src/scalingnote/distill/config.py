@@ -54,6 +54,12 @@ class DistillConfig(RunSettings):
     rank_k: int = 32
     rank_tau: float = 0.05
     validation_fraction: float = 0.05
+    #: length-bucketed batches (not in the paper): each batch is drawn from a window of
+    #: ``length_buckets x batch_size`` texts of the epoch's seeded permutation, sorted by the student's
+    #: token length, so it pads little; the order of the epoch's batches is shuffled with the same seed
+    #: (:mod:`scalingnote.distill.batches`). The same texts per epoch, a pure function of (seed, epoch,
+    #: step). 0 = off: batches are slices of the permutation, each padded to its longest text
+    length_buckets: int = 0
     #: drop the teacher's own held-out validation queries (its Stage I validation split) from the
     #: distillation queries, as the evaluation split is dropped: a student's validation nDCG@10 (what
     #: the quick start chooses students, loss terms and the served default with) is then measured on
@@ -107,6 +113,8 @@ class DistillConfig(RunSettings):
             raise ValueError("queries: give at least one query source (a BEIR directory or a queries.jsonl)")
         if self.student_dropout is not None and not 0 <= self.student_dropout < 1:
             raise ValueError(f"student_dropout must be in [0, 1) or null, got {self.student_dropout}")
+        if isinstance(self.length_buckets, bool) or self.length_buckets < 0 or self.length_buckets == 1:
+            raise ValueError(f"length_buckets must be 0 (off) or a window of >= 2 batches, got {self.length_buckets!r}")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
         if self.rank_weight < 0 or self.rank_k < 2 or self.rank_tau <= 0:

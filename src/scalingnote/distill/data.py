@@ -105,6 +105,9 @@ class QKDData:
     eval_queries: dict[str, str]
     eval_qrels: dict | None
     ranking: TeacherRanking | None = None  #: the teacher's top-k documents per query (``rank_weight > 0``)
+    #: [n] int32 token count of every text under the student's tokenizer (``length_buckets``; None =
+    #: not measured): counted once per run by :func:`token_lengths`, never per step
+    lengths: np.ndarray | None = None
 
     @property
     def dim(self) -> int:
@@ -155,6 +158,15 @@ def prepare_data(cfg: DistillConfig) -> QKDData:
         eval_qrels,
         ranking,
     )
+
+
+def token_lengths(student, texts: list[str], chunk: int = 4096) -> np.ndarray:
+    """[n] int32 token count of each text as the student's forward pass sees it (special tokens
+    included, truncated to its query length): what a batch is padded to the longest of."""
+    out = np.empty(len(texts), dtype=np.int32)
+    for i in range(0, len(texts), chunk):
+        out[i : i + chunk] = [len(ids) for ids in student.query_ids(texts[i : i + chunk])]
+    return out
 
 
 def forward_batch(cfg: DistillConfig) -> int:

@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from scalingnote.config import save_config
+from scalingnote.distill.batches import bucketed_batches, epoch_order
 from scalingnote.distill.config import DistillConfig
-from scalingnote.distill.data import QKDData, prepare_data
+from scalingnote.distill.data import QKDData, prepare_data, token_lengths
 from scalingnote.distill.objective import qkd_batch_loss, qkd_validation_loss
 from scalingnote.distill.student import _load_student, _use_bf16, build_student
 from scalingnote.errors import ScalingNoteError
@@ -87,6 +88,9 @@ class QKDLoop(TrainLoop):
         self.device = next(student.parameters()).device
         self.use_bf16 = _use_bf16(cfg, self.device)
         self._on_step = on_step
+        if cfg.length_buckets and data.lengths is None:
+            data.lengths = token_lengths(student, data.texts)
+        self._epoch_batches: tuple[int, np.ndarray] | None = None
         if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
             self.sharded = shard_towers([student], self.device, cfg.fsdp, cfg.precision)
         self.build_optimizer(param_groups([student], o.lr, o.lr, o.weight_decay), o.warmup_ratio, o.betas, o.eps)
@@ -105,10 +109,26 @@ class QKDLoop(TrainLoop):
 
     def batch_for_step(self, step: int) -> np.ndarray:
         """This rank's rows of step ``step``: the global batch is a pure function of
-        ``(seed, epoch)``; rank r takes its ``r``-th slice."""
+        ``(seed, epoch, step)`` (a slice of the epoch's permutation or, with ``length_buckets``,
+        a length-bucketed batch of it: :mod:`scalingnote.distill.batches`); rank r takes its
+        ``r``-th slice."""
         epoch, i = divmod(step, self.steps_per_epoch)
-        order = np.random.default_rng([self.cfg.seed, epoch]).permutation(self.train_idx)
-        return distributed.rank_slice(order[i * self.bs : (i + 1) * self.bs])
+        if not self.cfg.length_buckets:
+            order = epoch_order(self.train_idx, self.cfg.seed, epoch)
+            return distributed.rank_slice(order[i * self.bs : (i + 1) * self.bs])
+        if self._epoch_batches is None or self._epoch_batches[0] != epoch:
+            assert self.data.lengths is not None  # measured in __init__
+            batches = bucketed_batches(
+                self.train_idx,
+                self.data.lengths,
+                self.bs,
+                self.steps_per_epoch,
+                self.cfg.seed,
+                epoch,
+                self.cfg.length_buckets,
+            )
+            self._epoch_batches = (epoch, batches)
+        return distributed.rank_slice(self._epoch_batches[1][i])
 
     def train_step(self, step: int) -> dict[str, float]:
         loss = self.batch_loss(self.batch_for_step(step))
@@ -231,6 +251,7 @@ def distill(
         "val_curve": best["curve"],
         "target": cfg.target,
         "rank_weight": cfg.rank_weight,
+        "length_buckets": cfg.length_buckets,
         "student_trainable_layers": cfg.student.trainable_layers,
         "train_seconds": round(loop.total_train_seconds, 2),  # summed over resumed runs
         "qkd_train_loss": train_loss,

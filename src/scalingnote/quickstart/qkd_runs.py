@@ -119,6 +119,7 @@ def run_qkd(
             "target": cfg.qkd_target,
             "patience": cfg.qkd_patience,
             "rank_weight": rank_weight,
+            "length_buckets": cfg.qkd_length_buckets,
             "feature_cache_dir": str(
                 Path(cfg.out).resolve() / "features"
             ),  # the head-only teacher's cached query features

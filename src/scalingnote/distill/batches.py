@@ -1,0 +1,59 @@
+"""QKD's batches of an epoch: slices of a seeded permutation of the training queries or, with
+``length_buckets``, length-bucketed batches drawn from the same permutation.
+
+Each batch is padded to its longest text; a batch of texts of similar token length pads little,
+so a step costs less. Bucketing (not in the paper) cuts the epoch's permutation into windows of
+``length_buckets x batch_size`` texts, sorts each window by the student's token length (ties keep
+the permutation's order), cuts it into batches and shuffles the order of all the epoch's batches.
+The texts of an epoch are the same as without bucketing (the permutation's first
+``steps_per_epoch x batch_size``), each in exactly one batch; only their grouping differs. Every
+batch is a pure function of ``(seed, epoch, step)``: resume and the ranks' slices are unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scalingnote.errors import ScalingNoteError
+
+
+def epoch_order(train_idx: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's seeded permutation of the training rows (the unbucketed batches are its slices)."""
+    return np.random.default_rng([seed, epoch]).permutation(train_idx)
+
+
+def bucketed_batches(
+    train_idx: np.ndarray,
+    lengths: np.ndarray,
+    batch_size: int,
+    steps_per_epoch: int,
+    seed: int,
+    epoch: int,
+    window: int,
+) -> np.ndarray:
+    """``[steps_per_epoch, batch_size]`` rows of the epoch's batches, length-bucketed within
+    windows of ``window`` batches of :func:`epoch_order` (``lengths[row]`` = the row's token count)."""
+    if window < 2:
+        raise ScalingNoteError(f"length_buckets: a window of at least 2 batches is needed, got {window}")
+    order = epoch_order(train_idx, seed, epoch)[: steps_per_epoch * batch_size]
+    if len(order) < steps_per_epoch * batch_size:
+        raise ScalingNoteError(
+            f"distill: {len(train_idx)} training queries cannot fill {steps_per_epoch} batches of {batch_size}"
+        )
+    span = window * batch_size
+    parts = []
+    for start in range(0, len(order), span):
+        w = order[start : start + span]
+        parts.append(w[np.argsort(lengths[w], kind="stable")])
+    batches = np.concatenate(parts).reshape(steps_per_epoch, batch_size)
+    # the batches' order: a second stream of the same (seed, epoch), so long and short batches interleave
+    shuffle = np.random.default_rng([seed, epoch, 1]).permutation(steps_per_epoch)
+    return batches[shuffle]
+
+
+def padded_tokens(batches: np.ndarray, lengths: np.ndarray) -> int:
+    """Tokens a forward pass runs over ``batches`` (each padded to its longest text)."""
+    return int(sum(len(b) * int(lengths[b].max()) for b in batches))
+
+
+__all__ = ["bucketed_batches", "epoch_order", "padded_tokens"]
