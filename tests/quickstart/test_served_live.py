@@ -22,6 +22,7 @@ from scalingnote.data import load_beir
 from scalingnote.evaluation import evaluate
 from scalingnote.models import build_tiny_model
 from scalingnote.quickstart import QuickstartConfig, quickstart
+from tests.helpers.tiny_quickstart import TINY
 
 TOKEN = "quickstart-live-admin-token-0123"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -42,24 +43,7 @@ def run(tmp_path_factory):
         out=str(out),
         bert=str(bert),
         llm=str(build_tiny_model(root / "llm", "llm", num_layers=1)),
-        llm_depths=[1],
-        llm_small_layers=1,
-        bert_small_layers=1,
-        dim=32,
-        synth_docs=120,
-        synth_queries=60,
-        steps=3,
-        batch_size=4,
-        qkd_epochs=1.0,
-        qkd_batch_size=16,
-        qkd_max_pseudo_queries=60,
-        semantic_id_layers=2,
-        query_max_length=16,
-        doc_max_length=64,
-        show_progress=False,
-        head_lrs=[1e-3],
-        compare="none",
-        teacher="bert",
+        **TINY,
     )
     import contextlib
     import io
