@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -132,3 +133,17 @@ def test_env_cache_is_used_for_gguf(tiny_gguf, tmp_path, monkeypatch):
 def test_unknown_packaged_name():
     with pytest.raises(ConfigError, match="not a packaged model"):
         load_backbone("no-such-model-xyz")
+
+
+def test_a_models_hidden_size_is_read_without_loading_its_weights(tiny_dirs, tiny_gguf, tmp_path):
+    from scalingnote.models import load_tower
+    from scalingnote.models.info import hidden_size
+
+    want = {k: int(json.loads((d / "config.json").read_text())["hidden_size"]) for k, d in tiny_dirs.items()}
+    assert {k: hidden_size(d) for k, d in tiny_dirs.items()} == want
+    assert hidden_size(tiny_gguf, cache_dir=tmp_path / "cache") == want["llama"]  # converted once into the cache
+    tower = load_tower(tiny_dirs["bert"], "query", dim=8)
+    tower.save(tmp_path / "tower")
+    assert hidden_size(tmp_path / "tower") == want["bert"]  # a saved tower: its own record, not the projection
+    with pytest.raises(ConfigError):
+        hidden_size(tmp_path / "nothing")

@@ -325,3 +325,33 @@ def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
         qkd_padded_tokens(cfg, Sizes(**{**base, "chars_per_token_by": {}}), "bert")
         == qkd_pool(cfg, Sizes(**base), "bert")[1]
     )  # no sample: the mean
+
+
+def test_a_budget_with_room_for_one_width_trains_the_default_width_not_the_narrow_one():
+    from scalingnote.quickstart.budget import _cut_width
+    from scalingnote.quickstart.cost import stage1_seconds
+
+    cfg, fams, sizes, _ = _plan(600)
+    one = make_plan(
+        cfg, fams, sizes, ("bert", 2), cands=Candidates({"bert": {None: [1e-3]}}, {"bert": True}), proxy_done=True
+    )
+    assert "the width run (bert): bert trains at the backbone's width" in _cut_width(one, cfg)
+    assert one.cands.width == {"bert": False} and one.cands.wide == {"bert": True}
+    assert "at the backbone's width" in one.text() and one.to_json()["wide"] == {"bert": True}
+    # one run at the backbone's width costs less than a run at dim and the width run after it, more than one at dim
+    price = {
+        k: stage1_seconds(cfg, fams, Candidates({"bert": {None: [1e-3]}}, {"bert": w}, {"bert": v}), sizes, 99, 9, 9)
+        for k, (w, v) in {"two": (True, False), "wide": (False, True), "narrow": (False, False)}.items()
+    }
+    assert price["narrow"] < price["wide"] < price["two"]
+    # with many candidates left, training each at the backbone's width would cost more than the width run: only cut
+    many = make_plan(
+        cfg,
+        fams,
+        sizes,
+        ("llm", 1),
+        cands=Candidates({"llm": {2: [1e-3, 3e-3], 4: [1e-3, 3e-3]}}, {"llm": True}),
+        proxy_done=True,
+    )
+    assert _cut_width(many, cfg) == "the width run (llm)" and many.cands.wide == {"llm": False}
+    assert _cut_width(many, cfg) is None  # nothing left to cut

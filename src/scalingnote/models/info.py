@@ -9,6 +9,7 @@ from typing import Any
 from scalingnote.models.loading import (
     TOWER_FILE,
     cached_gguf_dir,
+    convert_gguf,
     count_non_embedding_params,
     load_backbone,
     resolve_source,
@@ -71,3 +72,16 @@ def model_info(
         cls_token=getattr(tok, "cls_token", None),
     )
     return info
+
+
+def hidden_size(name_or_path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None) -> int:
+    """A model's hidden size (its backbone's width) read from its config, without loading weights:
+    a saved tower's ``tower.json``, a Hugging Face ``config.json``, or a GGUF file's converted
+    directory (converted into the cache once, as loading it would)."""
+    src = resolve_source(name_or_path)
+    if src.form in ("tower", "tower_backbone"):
+        return int(json.loads((src.path / TOWER_FILE).read_text(encoding="utf-8"))["config"]["hidden_size"])
+    hf_dir = convert_gguf(src.path, cache_dir) if src.form == "gguf" else src.path
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(hf_dir, local_files_only=True).hidden_size)

@@ -35,6 +35,7 @@ from scalingnote.quickstart.cost import (
     stage1_seconds,
     token_layer_s,
     unit_cost,
+    wide_only_pays,
 )
 
 #: the phases in run order; ``mining_round``: a second Stage I round on hard negatives
@@ -114,6 +115,7 @@ class Plan:
             "speed": round(self.speed, 2),
             "candidates": {f: {str(d): lrs for d, lrs in v.items()} for f, v in self.cands.depths.items()},
             "width": self.cands.width,
+            "wide": self.cands.wide,
             "mining_round": {"planned": self.mining, "note": self.mining_note},
             "family_speed": dict(self.family_speed),
         }
@@ -139,6 +141,7 @@ class Plan:
                 f"  candidates {f}: "
                 + ", ".join(f"depth {d or 'all'} lr {'/'.join(f'{x:g}' for x in lrs)}" for d, lrs in v.items())
                 + (", width run" if self.cands.width.get(f) else "")
+                + (", at the backbone's width" if self.cands.wide.get(f) else "")
             )
         if self.proxy:
             p = self.proxy
@@ -200,7 +203,13 @@ def _fill_phases(
     )
     lead = student[0] if student[0] in plan.cands.depths else next(iter(plan.cands.depths), student[0])
     ph["mining_round"] = (
-        mining_seconds(cfg, fams[lead], plan.cands.depths.get(lead, {}), bool(plan.cands.width.get(lead)), s)
+        mining_seconds(
+            cfg,
+            fams[lead],
+            plan.cands.depths.get(lead, {}),
+            bool(plan.cands.width.get(lead) or plan.cands.wide.get(lead)),
+            s,
+        )
         if plan.mining
         else 0.0
     )
@@ -370,14 +379,24 @@ def _cut_families(plan: Plan, cfg: QuickstartConfig) -> str | None:
         return None
     plan.cands.depths = {n: plan.cands.depths[n] for n in keep}
     plan.cands.width = {n: plan.cands.width.get(n, False) for n in keep}
+    plan.cands.wide = {n: plan.cands.wide.get(n, False) for n in keep}
     return f"families beyond the proxy's best ({', '.join(n for n in names if n not in keep)})"
 
 
 def _cut_width(plan: Plan, cfg: QuickstartConfig) -> str | None:
+    """One width instead of two: the candidates train at the backbone's width — the declared default
+    (a frozen backbone projected below its width starts below its own zero-shot embeddings; on the
+    embedded default's proxy 0.679 at 384 against 0.643 at 128) — and the run at ``dim`` goes."""
     cut = [f for f, w in plan.cands.width.items() if w]
+    wide = [f for f in cut if wide_only_pays(cfg, f, sum(len(v) for v in plan.cands.depths.get(f, {}).values()))]
     for f in cut:
         plan.cands.width[f] = False
-    return f"the width run ({', '.join(cut)})" if cut else None
+        plan.cands.wide[f] = f in wide
+    if not cut:
+        return None
+    return f"the width run ({', '.join(cut)})" + (
+        f": {', '.join(wide)} trains at the backbone's width (the default) only, not also at {cfg.dim}" if wide else ""
+    )
 
 
 def _cut_unreadable_zero_shot(plan: Plan, cfg: QuickstartConfig) -> str | None:

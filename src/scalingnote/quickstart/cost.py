@@ -169,10 +169,13 @@ def unit_cost(fam: Family) -> float:
 
 @dataclass
 class Candidates:
-    """Stage I candidates per family: {depth: [head learning rates]} and whether the width run is in."""
+    """Stage I candidates per family: {depth: [head learning rates]}, whether the width run is in, and
+    whether the candidates train at the backbone's width (``wide``: the declared default width, when
+    the budget has no room for a run at ``dim`` and a width run after it)."""
 
     depths: dict[str, dict[int | None, list[float]]]
     width: dict[str, bool]
+    wide: dict[str, bool] = field(default_factory=dict)
 
     @classmethod
     def every(cls, cfg: QuickstartConfig, fams: list[Family]) -> Candidates:
@@ -194,6 +197,18 @@ def token_layer_s(s: Sizes, fam: Family) -> float:
 def depth_layers(fam: Family, depth: int | None) -> int:
     """The layers of a depth candidate (None: every layer of the model)."""
     return depth if depth else model_layers(fam.model)
+
+
+def wide_dim(cfg: QuickstartConfig, family: str) -> int:
+    """The width the cost model prices a run at the backbone's width with (SmolLM2 576, MiniLM 384)."""
+    return max(cfg.dim, 576 if family == "llm" else 384)
+
+
+def wide_only_pays(cfg: QuickstartConfig, family: str, runs: int) -> bool:
+    """Whether ``runs`` head runs at the backbone's width cost no more than ``runs`` at ``cfg.dim`` and
+    the width run after them (per step; a run's fixed and validation costs only favour fewer runs)."""
+    step = [0.015 + 7e-5 * d for d in (cfg.dim, wide_dim(cfg, family))]
+    return runs * step[1] <= runs * step[0] + step[1]
 
 
 def _head_run_s(s: Sizes, train_examples: int, dim: int, batch: int, epochs: float) -> float:
@@ -226,9 +241,10 @@ def stage1_seconds(
             max(0, docs - cached) * s.doc_tok(name) * deep * c + queries * s.query_tok(name) * deep * c + 4.0
         )  # the pass (+ model load)
         runs = sum(len(v) for v in depths.values())
-        total += runs * _head_run_s(s, train_examples, cfg.dim, cfg.batch_size, cfg.max_epochs)
+        dim = wide_dim(cfg, name) if cands.wide.get(name) else cfg.dim
+        total += runs * _head_run_s(s, train_examples, dim, cfg.batch_size, cfg.max_epochs)
         if cands.width.get(name):
-            total += _head_run_s(s, train_examples, 576 if name == "llm" else 384, cfg.batch_size, cfg.max_epochs)
+            total += _head_run_s(s, train_examples, wide_dim(cfg, name), cfg.batch_size, cfg.max_epochs)
         total += 3.0 + 0.05 * docs * s.doc_tok(name) * min(depth_layers(fam, d) for d in depths) * c  # zero-shot start
     return total
 
@@ -251,7 +267,7 @@ def mining_seconds(
         + 1e-3 * s.docs
         + 2e-3 * s.train_queries
     )
-    dim = max(cfg.dim, 576 if fam.name == "llm" else 384) if width else cfg.dim
+    dim = wide_dim(cfg, fam.name) if width else cfg.dim
     per_example = 1.0 + cfg.mining_num_negatives / 2  # (query, positive) + n negatives per example: head work per step
     return mine + _head_run_s(s, s.train_examples, dim, cfg.batch_size, cfg.max_epochs) * per_example
 

@@ -249,7 +249,8 @@ def _run(
     contenders = [f.name for f in fams]
     pool = TowerPool()
     f0, lrs0, _ = pipeline.restrict(fams[0], cands)
-    first = runs.large_tower_runs(cfg, f0, data, out, lrs0)  # the held-out queries come from the first Stage I run
+    # the held-out queries come from the first Stage I run
+    first = runs.large_tower_runs(cfg, f0, data, out, lrs0, dim=pipeline.stage1_dim(cfg, f0, cands))
     first_dir = Path(next(iter(first.values()))["run_dir"])
     ev = load_eval_set(Path(data["beir"]), cfg.eval_split, first_dir, cfg.max_eval_queries)
     large = pipeline.large_towers(cfg, fams, data, out, pool, ev, cands)

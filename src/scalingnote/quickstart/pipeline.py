@@ -15,6 +15,7 @@ from typing import Any
 import scalingnote.quickstart.choose as choose
 import scalingnote.quickstart.runs as runs
 from scalingnote.errors import ScalingNoteError
+from scalingnote.models.info import hidden_size
 from scalingnote.quickstart.budget import QKD_FLOOR, Candidates
 from scalingnote.quickstart.config import Family, QuickstartConfig, family, parse_student
 from scalingnote.quickstart.inputs import check_inputs, readable_families, say
@@ -32,6 +33,14 @@ def restrict(fam: Family, cands: Candidates | None) -> tuple[Family, dict | None
     return replace(fam, depths=tuple(d for d in fam.depths if d in keep)), keep, cands.width.get(fam.name, False)
 
 
+def stage1_dim(cfg: QuickstartConfig, fam: Family, cands: Candidates | None) -> int | None:
+    """The embedding size the family's Stage I candidates train at: ``cfg.dim`` (None), or the
+    backbone's hidden size when the budget left room for one width only (``cands.wide``)."""
+    if cands is None or not cands.wide.get(fam.name):
+        return None
+    return hidden_size(fam.model)
+
+
 def large_towers(
     cfg: QuickstartConfig,
     fams: list[Family],
@@ -47,7 +56,10 @@ def large_towers(
     res = {}
     for fam in fams:
         fam, lrs, width = restrict(fam, cands)
-        by_depth = runs.large_tower_runs(cfg, fam, data, out, lrs)
+        dim = stage1_dim(cfg, fam, cands)
+        if dim is not None:
+            say(f"{fam.name} large tower: trained at the backbone's width {dim} only (the budget holds one width)")
+        by_depth = runs.large_tower_runs(cfg, fam, data, out, lrs, dim=dim)
         depth, why = choose.choose_best({str(d): m["best_val_score"] for d, m in by_depth.items()})
         best = by_depth[None if depth == "None" else int(depth)]
         say(f"{fam.name} large tower, depth {best['depth'] or 'all'}: {best.get('lr_choice', '')}")

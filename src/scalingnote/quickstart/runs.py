@@ -166,17 +166,25 @@ def family_method(fam: Family) -> str:
 
 
 def large_tower_runs(
-    cfg: QuickstartConfig, fam: Family, data: dict, out: Path, head_lrs: dict[int | None, list[float]] | None = None
+    cfg: QuickstartConfig,
+    fam: Family,
+    data: dict,
+    out: Path,
+    head_lrs: dict[int | None, list[float]] | None = None,
+    *,
+    dim: int | None = None,
 ) -> dict[int | None, dict[str, Any]]:
     """The family's large dual tower at each candidate depth (``fam.depths``), each with the best
     head learning rate of ``cfg.head_lrs`` (or ``head_lrs[depth]``: the ones still in after the
-    proxy) on validation; {depth: metrics (+ ``lr_grid``, ``lr_scores`` {lr: validation nDCG@10})}."""
+    proxy) on validation; {depth: metrics (+ ``lr_grid``, ``lr_scores`` {lr: validation nDCG@10})}.
+    ``dim``: the embedding size (None: ``cfg.dim``)."""
     prefill_depth_caches(cfg, fam, data)
     res = {}
     for depth in fam.depths:
         tried, ms, scores = [], {}, {}
         for hl in (head_lrs or {}).get(depth, cfg.head_lrs):
-            ms[hl] = dict(_large_run(cfg, fam, data, out, depth, hl), head_lr=hl, depth=depth, dim=cfg.dim)
+            run = _large_run(cfg, fam, data, out, depth, hl, dim=dim)
+            ms[hl] = dict(run, head_lr=hl, depth=depth, dim=dim or cfg.dim)
             tried.append(f"{hl:g}:{ms[hl]['best_val_score']:.4f}")
             scores[hl] = ms[hl]["best_val_score"]
         # the declared default (the first configured rate) unless another is better beyond the noise
