@@ -219,3 +219,27 @@ def test_default_unless_separated_asks_a_paired_test_and_falls_back_to_the_margi
     # no per-query scores (a run recorded before them): the margin rule
     assert default_unless_separated(val, {1e-3: None, 3e-3: noisy}, 1e-3, 0.01, "x")[0] == 3e-3
     assert default_unless_separated(val, {1e-3: None, 3e-3: noisy}, 1e-3, 0.05, "x")[0] == 1e-3
+
+
+def test_the_fusion_weight_is_the_declared_default_unless_a_fitted_one_is_separated():
+    from scalingnote.index.hybrid import choose_norm_and_weight
+    from scalingnote.quickstart.choose import DEFAULT_FUSION, fusion_unless_separated
+
+    n = 60
+    qrels = {f"q{i}": {f"d{i}": 1} for i in range(n)}
+    # BM25 finds every answer first; dense puts a wrong document a long way ahead: only a low dense weight fixes it
+    dense = {f"q{i}": {"x": 10.0, f"d{i}": 1.0, "z": 0.0} for i in range(n)}
+    bm25 = {f"q{i}": {f"d{i}": 9.0, "x": 8.5, "z": 0.0} for i in range(n)}
+    norm, weight, why = fusion_unless_separated(dense, bm25, qrels)
+    assert (norm, weight) != DEFAULT_FUSION and weight < 0.5 and "separated from the default" in why
+    # a fitted weight that wins on two queries of sixty (every other query ranks the same at any weight) is
+    # not separated: the default is served
+    for i in range(n):
+        dense[f"q{i}"] = {f"d{i}": 3.0, "x": 2.0, "z": 0.0}
+        bm25[f"q{i}"] = {f"d{i}": 9.0, "x": 1.0, "z": 0.0}
+    for q, d in (("q0", "d0"), ("q1", "d1")):
+        dense[q], bm25[q] = {"x": 3.0, d: 1.0, "z": 0.0}, {d: 9.0, "x": 7.0, "z": 0.0}
+    best, _ = choose_norm_and_weight(dense, bm25, qrels)
+    norm, weight, why = fusion_unless_separated(dense, bm25, qrels)
+    assert (best.norm, best.weight) != DEFAULT_FUSION  # the grid's best is another weight ...
+    assert (norm, weight) == DEFAULT_FUSION and "declared default" in why and "p 0." in why  # ... not separated

@@ -104,8 +104,8 @@ def _served_rows(
                     Scored(evaluate(hyb, ev.qrels, METRICS), {}, fusion["val_hybrid"], {}, {}),
                 ),
                 **base,
-                "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (fitted on "
-                f"{fusion['n_queries']} validation queries)",
+                "search": f"exact + bm25s, {fusion['norm']} w_dense={fusion['weight']} (chosen on "
+                f"{fusion['n_queries']} validation queries: the default unless a fitted weight is separated)",
             }
         )
     qv = pool.encode(student["dir"], ev.texts)

@@ -195,7 +195,6 @@ def compare_on_proxy(
     reasons = {"families": why_f}
     depths: dict[str, dict[int | None, list[float]]] = {}
     width: dict[str, bool] = {}
-    wide: dict[str, bool] = {}
     for fam in fams:
         v = by_fam[fam.name]
         keep_d: list[str]
@@ -238,10 +237,8 @@ def compare_on_proxy(
         run_width = cfg.full_dim and (width_runs is None or width_runs.get(fam.name, True))
         full = runs.full_dim_run(pcfg, fam, best, pdata, pout) if run_width else None
         if cfg.full_dim and not run_width:
-            wide[fam.name] = True
             reasons[f"{fam.name} width"] = (
-                "not run on the proxy: the budget cannot train two widths after the proxy, whatever the proxy "
-                "finds; the candidates train at the backbone's width (the declared default) only"
+                "not run on the proxy: the budget cannot train it after the proxy, whatever the proxy finds"
             )
         width[fam.name] = full is not None and full["best_val_score"] >= best["best_val_score"] - m
         if full is not None:
@@ -257,7 +254,7 @@ def compare_on_proxy(
             )
     prune_losers(pout, rec, cfg.dim)
     order = sorted(depths, key=lambda n: -fam_val[n])
-    cands = Candidates({n: depths[n] for n in order}, {n: width[n] for n in order}, {n: n in wide for n in order})
+    cands = Candidates({n: depths[n] for n in order}, {n: width[n] for n in order})
     return cands, {
         "margin": m,
         "rule": f"kept every candidate within {m:g} validation nDCG@10 of the proxy's best, "
