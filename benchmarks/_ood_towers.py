@@ -297,8 +297,8 @@ def from_run(name: str, run: Path, seed: int = 0) -> TowerSet:
     row = {q: i for i, q in enumerate(q_ids)}
     queries = {s: allq[[row[q] for q in qids]] for s, qids in splits.items()}
     towers = (
-        f"the recipe's teacher: {ch['teacher']['family']} ({teacher.name}, {docs.shape[1]}-d; {run})",
-        f"the recipe's chosen student: {cand['name']} ({cand['dir']})",
+        f"the run's teacher: {ch['teacher']['family']} ({teacher.name}, {docs.shape[1]}-d; {run})",
+        f"the run's chosen student: {cand['name']} ({cand['dir']})",
         f"{'ICT pseudo-queries' if name == 'scifact' else 'corpus texts'} encoded by the student ({len(pseudo_texts)})",
     )
     return TowerSet(

@@ -311,10 +311,13 @@ def _hit_rate(ts, k: int = 10) -> float:
     return round(float(np.mean(hits)), 4)
 
 
-def results_name(recipe_runs: Path | None) -> str:
-    """The results file a run writes: ``ood_routing`` on the recipes' own towers (the out-of-distribution
-    queries the methods are for), ``ood_routing_standin`` on the stand-in towers (their queries sit
-    much closer to the documents), so neither run overwrites the other's measurements."""
+def results_name(recipe_runs: Path | None, name: str | None = None) -> str:
+    """The results file a run writes: ``name`` when given, else ``ood_routing`` on the recipes' own
+    towers (the out-of-distribution queries the methods are for), ``ood_routing_standin`` on the
+    stand-in towers (their queries sit much closer to the documents), so no run overwrites another's
+    measurements."""
+    if name:
+        return name
     return "ood_routing" if recipe_runs is not None else "ood_routing_standin"
 
 
@@ -382,8 +385,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--recipe-runs",
         type=Path,
         default=None,
-        help="towers of finished recipe runs (<dir>/<set>: its teacher's documents, its chosen student's queries) "
-        "instead of the cheap stand-ins of benchmarks/_ood_towers.py",
+        help="towers of finished recipe or quick-start runs (<dir>/<set>: its teacher's documents, its chosen "
+        "student's queries) instead of the cheap stand-ins of benchmarks/_ood_towers.py",
+    )
+    ap.add_argument(
+        "--results-name",
+        default=None,
+        help="the results file's name (default: ood_routing with --recipe-runs, else ood_routing_standin)",
     )
     return ap.parse_args(argv)
 
@@ -477,9 +485,9 @@ def main(argv: list[str] | None = None) -> None:
         rows += measure_set(name, src, ts, args, info)
     kept: list[str] = []
     if args.keep:
-        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs))
+        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs, args.results_name))
     config = run_config(args, rows, info, kept, load0, t_all)
-    print(f"wrote {write_results(results_name(args.recipe_runs), rows, config)}")
+    print(f"wrote {write_results(results_name(args.recipe_runs, args.results_name), rows, config)}")
 
 
 if __name__ == "__main__":
