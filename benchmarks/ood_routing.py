@@ -406,7 +406,7 @@ def measure_set(name: str, src: str, ts: towers.TowerSet, args, info: dict) -> l
         "query_tower": ts.query_tower,
         "simulated": name == "sim1m",
         "vectors_of": src,
-        "towers": f"recipe run ({args.recipe_runs / src})"
+        "towers": f"finished run ({args.recipe_runs / src})"
         if args.recipe_runs is not None
         else "stand-in (benchmarks/_ood_towers.py)",
     }
