@@ -184,8 +184,10 @@ def fusion_unless_separated(dense_run, bm25_run, qrels) -> tuple[Norm, float, st
     qids = sorted(q for q in qrels if q in dense_run or q in bm25_run)
     best, _ = choose_norm_and_weight(dense_run, bm25_run, qrels)
     norm, weight = DEFAULT_FUSION
-    if (best.norm, best.weight) == DEFAULT_FUSION or len(qids) < 2:
+    if (best.norm, best.weight) == DEFAULT_FUSION:
         return norm, weight, f"fusion {norm} w_dense={weight:g}: the declared default is the best fitted"
+    if len(qids) < 2:
+        return norm, weight, f"fusion {norm} w_dense={weight:g}, the declared default: too few queries to test another"
     fitted = _fused_per_query(dense_run, bm25_run, qrels, qids, best.norm, best.weight)
     default = _fused_per_query(dense_run, bm25_run, qrels, qids, norm, weight)
     wins, t = separates(fitted, default, CHOICE_ALPHA)
@@ -195,12 +197,12 @@ def fusion_unless_separated(dense_run, bm25_run, qrels) -> tuple[Norm, float, st
         return (
             best.norm,
             best.weight,
-            f"fusion {best.norm} w_dense={best.weight:g}, separated from the default ({test})",
+            f"fusion {best.norm} w_dense={best.weight:g}: separated from the default ({test})",
         )
     return (
         norm,
         weight,
-        f"fusion {norm} w_dense={weight:g}, the declared default: the fitted best is not separated ({test})",
+        f"fusion {norm} w_dense={weight:g}, the declared default: the best fit is not separated ({test})",
     )
 
 

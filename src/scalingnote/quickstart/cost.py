@@ -207,13 +207,18 @@ def wide_dim(cfg: QuickstartConfig, family: str) -> int:
 def wide_only_pays(cfg: QuickstartConfig, family: str, runs: int) -> bool:
     """Whether ``runs`` head runs at the backbone's width cost no more than ``runs`` at ``cfg.dim`` and
     the width run after them (per step; a run's fixed and validation costs only favour fewer runs)."""
-    step = [0.015 + 7e-5 * d for d in (cfg.dim, wide_dim(cfg, family))]
-    return runs * step[1] <= runs * step[0] + step[1]
+    narrow, wide = _head_step_s(cfg.dim), _head_step_s(wide_dim(cfg, family))
+    return runs * wide <= runs * narrow + wide
+
+
+def _head_step_s(dim: int) -> float:
+    """Seconds of one heads-only Stage I step on cached features, with heads ``dim`` wide."""
+    return 0.015 + 7e-5 * dim
 
 
 def _head_run_s(s: Sizes, train_examples: int, dim: int, batch: int, epochs: float) -> float:
     steps = min(epochs, EPOCHS_EST) * math.ceil(train_examples / batch)
-    return 3.0 + steps * (0.015 + 7e-5 * dim) + min(epochs, EPOCHS_EST) * 0.002 * s.val_queries
+    return 3.0 + steps * _head_step_s(dim) + min(epochs, EPOCHS_EST) * 0.002 * s.val_queries
 
 
 def stage1_seconds(

@@ -22,6 +22,7 @@ from scalingnote.models import (
     load_tower,
     pair_towers,
 )
+from scalingnote.models.info import hidden_size as model_hidden_size
 from scalingnote.models.layers import is_bottom
 from scalingnote.models.towers import matryoshka_dims_for
 from scalingnote.quickstart.choose import default_unless_separated
@@ -32,7 +33,6 @@ from scalingnote.quickstart.qkd_runs import (
     qkd_name,
     run_qkd,
     student_base,
-    tower_config,
 )
 from scalingnote.quickstart.run_data import corpus_file, data_fingerprint, prepare_data
 from scalingnote.quickstart.step_markers import (
@@ -240,7 +240,7 @@ def _large_run(
 
 def hidden_size(run_dir: str | Path) -> int:
     """The backbone hidden size of a finished Stage I run's query tower."""
-    return int(tower_config(Path(run_dir) / "query_tower")["hidden_size"])
+    return model_hidden_size(Path(run_dir) / "query_tower")
 
 
 def full_dim_run(
