@@ -17,7 +17,7 @@ def _unit(x):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
-def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound(tmp_path, monkeypatch):
+def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound_or_none_holds(tmp_path, monkeypatch):
     pool = tmp_path / "pool.jsonl"
     pool.write_text(
         "".join(json.dumps({"_id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(["a b", "", "c d"])),
@@ -26,10 +26,16 @@ def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound(tmp_pat
     calls = []
     monkeypatch.setattr(index_choice.runs, "pseudo_queries", lambda cfg, data, out: calls.append(out) or [str(pool)])
     cfg = QuickstartConfig(out=str(tmp_path))
-    wide = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", 30_000, 384), 384)
+    big = 200_000  # held to the memory bound (above 100k documents)
+    wide = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", big, 384), big, 384)
     assert wide == ["a b", "c d"] and calls == [tmp_path]  # 384-d: HNSW16 + 4-bit codes take 0.22 of the floats
-    narrow = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", 30_000, 128), 128)
+    narrow = index_choice._edge_pseudo_queries(cfg, {}, tmp_path, default_routing("hnsw_sq_qg", big, 128), big, 128)
     assert narrow == [] and len(calls) == 1  # 128-d: the M=8 floor takes 0.28: not a candidate, no pool read
+    # 30k documents: no bound, so the 128-d graph is a candidate and its pool is read
+    small = index_choice._edge_pseudo_queries(
+        cfg, {}, tmp_path, default_routing("hnsw_sq_qg", 30_000, 128), 30_000, 128
+    )
+    assert small == ["a b", "c d"] and len(calls) == 2
 
 
 def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():

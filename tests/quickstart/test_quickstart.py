@@ -113,10 +113,11 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     # and are its search defaults; the compressed-index row searched with them
     man = json.loads((out / "index" / "ivfpq" / "manifest.json").read_text())
     tuned = ch["index"]
-    assert tuned == man["search_tuning"] and man["search_defaults"]["nprobe"] == tuned["chosen"]["nprobe"]
+    knob = tuned["knob"]  # nprobe (IVF) or ef_search (a graph): whichever structure was the fastest
+    assert tuned == man["search_tuning"] and man["search_defaults"][knob] == tuned["chosen"][knob]
     assert tuned["n_queries"] > 0 and "recall@10 vs exact" in tuned["reason"]
     ivf_row = next(r for r in rows if r["method"] == "scalingnote+ivfpq")
-    assert f"nprobe={tuned['chosen']['nprobe']} rerank={tuned['chosen']['rerank']}" in ivf_row["search"]
+    assert f"{knob}={tuned['chosen'][knob]} rerank={tuned['chosen']['rerank']}" in ivf_row["search"]
     teacher_row = next(r for r in rows if "teacher" in r["chosen"])
     assert teacher_row["family"] == ch["teacher"]["family"]
     # QKD's listwise weight is a choice on validation: one student per weight, the best-validating kept
@@ -152,8 +153,12 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     towers = [json.loads(p.read_text()) for p in out.rglob("tower.json")]
     assert towers and all(t["storage"] == "base+trained" and len(t["base"]["sha256"]) == 64 for t in towers)
     assert ch["output_mb"] < 30
-    # finished steps keep no checkpoints (their towers hold the weights); token embeddings are not kept
-    assert not list(out.glob("**/checkpoints/step-*")) and not list((out / "features").glob("*-d0-tokens-*"))
+    # finished steps keep no checkpoints (their towers hold the weights); the feature cache (frozen backbones'
+    # states) is dropped once every step that read it is done, and results.json says what went
+    assert not list(out.glob("**/checkpoints/step-*")) and not (out / "features").exists()
+    gone = ch["feature_cache"]
+    assert gone["dropped"] and not gone["kept"] and gone["dropped_mb"] >= 0
+    assert any("-pooled-" in name for name in gone["dropped"])
 
 
 def test_rerun_resumes_every_step(first_run, tiny_models, capsys):
@@ -335,7 +340,8 @@ def test_one_pass_fills_every_candidate_depth_under_the_stage1_key(first_run, ti
     # the run's Stage I towers of depth 1 and 2 read: they would not have to encode the corpus again
     assert [k.rsplit("-", 1)[0] for k in filled] == ["document-d1-pooled", "document-d2-pooled"]
     assert set(filled.values()) == {n}
-    assert set(filled) == set(_llm_doc_caches(out / "features"))
+    dropped = json.loads((out / "results.json").read_text())["choices"]["feature_cache"]["dropped"]
+    assert set(filled) <= set(dropped)
 
 
 def test_index_tuning_queries_are_validation_and_training_queries_never_test(first_run):
@@ -422,7 +428,6 @@ def test_the_embedding_size_is_a_choice_on_validation_and_the_rows_follow_it(fir
     out, _ = first_run
     work = tmp_path / "dims"
     shutil.copytree(out / "data", work / "data")  # the same data step; Stage I redone at dim 16
-    shutil.copytree(out / "features", work / "features")
     rows = quickstart(_cfg(tiny_models, work, dim=16, compare="teacher", qkd_rank_weights=[1.0]))
     ch = json.loads((work / "results.json").read_text())["choices"]
 

@@ -202,6 +202,11 @@ class QuickstartConfig:
     #: Stage I and QKD compute: "auto" = fp32 on a CPU, bf16 autocast on a GPU; "bf16" on a CPU
     #: runs the GPU's mixed-precision code path (about 10x slower there: for checks, not speed)
     precision: str = "auto"
+    #: keep ``features/`` (the frozen backbones' pooled states) after a finished run: a later run over
+    #: the same data with other candidates reuses them; by default a finished run drops them (a run
+    #: stores what it trained: on KUAKE-QTR they were 283 of 433 MB) and a re-run of the same
+    #: config redoes no step, so needs none
+    keep_feature_cache: bool = False
     show_progress: bool = True
 
     def __post_init__(self) -> None:

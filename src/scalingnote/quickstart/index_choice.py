@@ -25,9 +25,11 @@ from scalingnote.index.routing.method_tune import (
     DEFAULT_METHODS,
     EF_SEARCHES,
     MEMORY_BOUND,
+    MEMORY_BOUND_ABOVE,
     RERANKS,
     choose_method,
     fitting_queries,
+    memory_bound_for,
 )
 from scalingnote.index.routing.routing import RoutingConfig
 from scalingnote.index.searcher import encode_queries_quietly
@@ -77,6 +79,7 @@ def _choice_digest(
                 for m, c in sizes.items()
             },
             "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
+            "memory_bound": {"bound": MEMORY_BOUND, "above": MEMORY_BOUND_ABOVE},
         }
     )
 
@@ -107,7 +110,7 @@ def choose_and_build(
         m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS
     }
     qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
-    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, dim)
+    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, n, dim)
     if pseudo:
         # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
         variants = query_edge_variants(qg)
@@ -168,13 +171,17 @@ def choose_and_build(
     echo(f"index: {report['reason']}")
 
 
-def _edge_pseudo_queries(cfg: QuickstartConfig, data: dict[str, Any], out: Path, qg: Any, dim: int) -> list[str]:
+def _edge_pseudo_queries(
+    cfg: QuickstartConfig, data: dict[str, Any], out: Path, qg: Any, n: int, dim: int
+) -> list[str]:
     """The pseudo-queries ``hnsw_sq_qg``'s edges are fitted on besides the training queries: QKD's
     unlabelled pool (ICT pseudo-queries + corpus titles and sentences, :func:`runs.pseudo_queries`,
-    already made for Stage II). Empty — the method is not a candidate — when its graph cannot fit
-    the memory bound at this width (128-d: M=8 is the floor and takes 0.28 of the floats) or when
+    already made for Stage II). Empty — the method is not a candidate — when the corpus is held to
+    the memory bound (above 100k documents) and its graph cannot fit it at this width (128-d: M=8 is
+    the floor and takes 0.28 of the floats) or when
     QKD's pool is off (``qkd_max_pseudo_queries`` 0 and ``qkd_corpus_texts`` 0)."""
-    if sq_graph_ratio(qg, dim) > MEMORY_BOUND:
+    bound = memory_bound_for(n)
+    if bound is not None and sq_graph_ratio(qg, dim) > bound:
         return []
     texts: list[str] = []
     for path in runs.pseudo_queries(cfg, data, out):

@@ -303,9 +303,7 @@ def _run(
     laps.lap("evaluation")
     prog.end("evaluation", laps.seconds["evaluation"])
     elapsed = time.perf_counter() - laps.start
-    # token embeddings: recomputed in a moment if a later step needs them
-    for cache in (out / "features").glob("*-d0-tokens-*"):
-        shutil.rmtree(cache, ignore_errors=True)
+    dropped = drop_feature_cache(out, keep_pooled=cfg.keep_feature_cache)
     choices = {
         **pipeline.summary(readable, family_report, large, teacher, t_why, students),
         "served": fusion,
@@ -318,12 +316,33 @@ def _run(
         "mining_round": mined,
         "retention": kept,
         "output_mb": round(dir_bytes(out) / 2**20, 1),
+        "feature_cache": dropped,
     }
     _write_results(cfg, out, rows, choices, elapsed, laps)
     report.print_table(rows)
     _closing(out, elapsed, laps, plans[1], fusion, index_dir, students, kept)
     print(f"mining round: {mined['reason']}")
     return rows
+
+
+def drop_feature_cache(out: Path, *, keep_pooled: bool = False) -> dict[str, Any]:
+    """Drop ``out/features`` at the end of a finished run: the token embeddings always (recomputed in
+    a moment if a later step needs them), the pooled backbone states unless ``keep_pooled`` (every
+    step that read them is done and marked; a later run with other candidates fills them again).
+    Returns what went: ``{"dropped": [cache names], "dropped_mb", "kept": [names]}``."""
+    root = out / "features"
+    caches = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    gone = [p for p in caches if "-tokens-" in p.name or not keep_pooled]
+    mb = sum(dir_bytes(p) for p in gone) / 2**20
+    for p in gone:
+        shutil.rmtree(p, ignore_errors=True)
+    if root.is_dir() and not any(root.iterdir()):
+        root.rmdir()
+    return {
+        "dropped": [p.name for p in gone],
+        "dropped_mb": round(mb, 1),
+        "kept": [p.name for p in caches if p not in gone],
+    }
 
 
 def _evaluation_rows(

@@ -13,7 +13,13 @@ from scalingnote.cli import app as cli
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
 from scalingnote.index.faiss.methods import default_routing, load_state, query_edge_variants
-from scalingnote.index.routing.method_tune import LATENCY_TIE, choose_method, fastest_within_tie
+from scalingnote.index.routing.method_tune import (
+    LATENCY_TIE,
+    MEMORY_BOUND,
+    choose_method,
+    fastest_within_tie,
+    memory_bound_for,
+)
 from scalingnote.index.routing.routing import RoutedIndex
 from scalingnote.index.tune import exact_topk, recall_vs_exact, save_search_defaults
 
@@ -62,7 +68,7 @@ def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
 
 def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     x, vq, tq = data
-    rep = choose_method(x, vq, tq, target=0.95, seed=0)
+    rep = choose_method(x, vq, tq, target=0.95, seed=0, memory_bound_above=0)  # the bound held at any size
     rows = {r["method"]: r for r in rep["methods"]}
     assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq"}
     assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
@@ -146,10 +152,24 @@ def test_edge_count_variants_are_each_swept_and_the_cheaper_one_is_built(tmp_pat
 
 def test_no_method_within_the_bound_takes_the_least_memory_and_says_why(data):
     x, vq, tq = data
-    rep = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4)
+    rep = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4, memory_bound_above=0)
     assert not rep["met"] and "no method fits" in rep["reason"] and "least memory" in rep["reason"]
     met = [r for r in rep["methods"] if r["met"]]
     assert met and rep["chosen"]["method"] == min(met, key=lambda r: r["memory_ratio"])["method"] == "ivf"
+
+
+def test_the_memory_bound_holds_above_100k_documents_only(data):
+    x, vq, tq = data
+    assert memory_bound_for(100_000) is None and memory_bound_for(100_001) == MEMORY_BOUND == 0.25
+    # 800 documents: no bound, so the graphs that outweigh 32-d floats stay candidates and may be chosen
+    rep = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4)
+    assert rep["memory_bound"] is None and rep["memory_bound_above"] == 100_000
+    assert all(r["within_memory"] for r in rep["methods"]) and all(r["memory_ratio"] > 1e-4 for r in rep["methods"])
+    assert rep["met"] and "no memory bound at this size" in rep["reason"]
+    assert rep["chosen"]["method"] == fastest_within_tie([r for r in rep["methods"] if r["met"]])[0]["method"]
+    # the same corpus held to the bound: none fits
+    held = choose_method(x, vq, tq, methods=("ivf", "hnsw_pq"), target=0.95, memory_bound=1e-4, memory_bound_above=799)
+    assert held["memory_bound"] == 1e-4 and not held["met"] and "no method fits" in held["reason"]
 
 
 def test_query_fitted_methods_without_training_queries_are_skipped_and_routed_refused(data):

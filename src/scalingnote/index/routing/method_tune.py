@@ -9,7 +9,9 @@ may come as several configs, each built and swept: hnsw_sq_qg at 16 and 32 edges
 its graph has room). For each method the settings whose recall@k against exact search reaches
 ``target`` are timed one query at a time, and the fastest is kept. Among the methods whose
 structure searched in memory is at most ``memory_bound`` of the float32 vectors (the
-full-precision re-rank vectors are memory-mapped from disk, not counted), the one with the lowest
+full-precision re-rank vectors are memory-mapped from disk, not counted; the bound holds above
+``memory_bound_above`` documents only — a corpus of 100k 384-d vectors is 150 MB of floats, so below
+it a faster structure is not given up for memory), the one with the lowest
 measured single-query latency that met the target is chosen (the share of the corpus scanned —
 distance computations per query, :attr:`~scalingnote.index.routing.routing.RoutedResult.ndis` / N —
 breaks ties; it is not comparable across engines: a FastScan code costs a tenth of a graph hop's
@@ -38,6 +40,7 @@ SINGLE_QUERIES = 200
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
 EF_SEARCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  #: half-octave steps
 MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors
+MEMORY_BOUND_ABOVE = 100_000  #: ... for corpora of more documents than this; none below
 #: single-query latencies within this share of the fastest are a tie (timing noise on a shared
 #: CPU is of this order); a tie goes to the method listed first (the pre-declared order of
 #: ``methods``: today's IVF before the newer engines), so a re-run on another machine keeps its choice
@@ -126,6 +129,7 @@ def choose_method(
     k: int = 10,
     target: float = 0.99,
     memory_bound: float = MEMORY_BOUND,
+    memory_bound_above: int = MEMORY_BOUND_ABOVE,
     seed: int = 0,
     routing: Mapping[str, RoutingConfig | list[RoutingConfig]] | None = None,
     log: Any = None,
@@ -135,7 +139,8 @@ def choose_method(
     choose (module doc). ``train_queries`` fit ``ivf_qmetric``'s metric (never the validation
     queries); ``edge_queries`` (default ``train_queries``): the fitting queries of ``hnsw_sq_qg``'s
     edges (training + pseudo-queries); ``routing``: a config (or a list of variants) per method instead
-    of :func:`default_routing`. Returns the report: ``chosen`` (method, knob value, rerank, recall, share
+    of :func:`default_routing`; ``memory_bound`` holds only for more than ``memory_bound_above`` documents
+    (:func:`memory_bound_for`). Returns the report: ``chosen`` (method, knob value, rerank, recall, share
     scanned, ...), ``knob``, ``routing`` (the chosen method's config as a dict), ``met``, ``reason``,
     ``methods`` (rows)."""
     if not 0 < target <= 1:
@@ -149,6 +154,7 @@ def choose_method(
     tq = None if train_queries is None or len(train_queries) == 0 else _unit(train_queries, "training queries")
     eq = tq if edge_queries is None or len(edge_queries) == 0 else _unit(edge_queries, "edge-fitting queries")
     n, d = x.shape
+    bound = memory_bound_for(n, memory_bound, memory_bound_above)
     exact = exact_topk(x, q, k)
     rows: list[dict[str, Any]] = []
     cfgs: dict[str, Any] = {}
@@ -170,7 +176,7 @@ def choose_method(
                     "structure": label,
                     "build_seconds": round(r.build_s, 3),
                     "memory_ratio": round(mem, 4),
-                    "within_memory": mem <= memory_bound,
+                    "within_memory": bound is None or mem <= bound,
                     **{
                         key: s[key]
                         for key in (
@@ -194,11 +200,18 @@ def choose_method(
                     f"{100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32"
                 )
     report = _decide(
-        rows, cfgs, k=k, target=target, memory_bound=memory_bound, n_val=len(q), n_train=0 if tq is None else len(tq)
+        rows, cfgs, k=k, target=target, memory_bound=bound, n_val=len(q), n_train=0 if tq is None else len(tq)
     )
+    report["memory_bound_above"] = int(memory_bound_above)
     if "hnsw_sq_qg" in methods and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
     return report
+
+
+def memory_bound_for(n: int, bound: float = MEMORY_BOUND, above: int = MEMORY_BOUND_ABOVE) -> float | None:
+    """The memory bound (share of the float32 vectors) a corpus of ``n`` documents is held to:
+    ``bound`` above ``above`` documents, none (``None``) at or below."""
+    return float(bound) if n > above else None
 
 
 def fitting_queries(method: str, train: np.ndarray | None, edge: np.ndarray | None) -> np.ndarray | None:
@@ -219,7 +232,7 @@ def _decide(
     *,
     k: int,
     target: float,
-    memory_bound: float,
+    memory_bound: float | None,
     n_val: int,
     n_train: int,
 ) -> dict[str, Any]:
@@ -231,11 +244,14 @@ def _decide(
     fits = [r for r in built if r["within_memory"]]
     ok = [r for r in fits if r["met"]]
     where = f"recall@{k} vs exact >= {target} on {n_val} validation queries"
+    within = (
+        "(no memory bound at this size)" if memory_bound is None else f"within {memory_bound:g} of the float vectors"
+    )
     if ok:
         best, tied = fastest_within_tie(ok)
         ties = f"; within {LATENCY_TIE:.0%} of it and listed first of {len(tied)} tied" if len(tied) > 1 else ""
         reason = (
-            f"fastest structure with {where} within {memory_bound:g} of the float vectors{ties}: {best['structure']} "
+            f"fastest structure with {where} {within}{ties}: {best['structure']} "
             f"{_setting(best)} ({best['latency_ms_single']:.3f} ms a query alone, recall {best['recall']}, "
             f"{100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})"
         )
@@ -297,4 +313,14 @@ def _setting(r: dict) -> str:
     return ", ".join(f"{key}={val}" for key, val in r["setting"].items())
 
 
-__all__ = ["DEFAULT_METHODS", "EF_SEARCHES", "MEMORY_BOUND", "RERANKS", "choose_method", "fitting_queries", "sweep"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "EF_SEARCHES",
+    "MEMORY_BOUND",
+    "MEMORY_BOUND_ABOVE",
+    "RERANKS",
+    "choose_method",
+    "fitting_queries",
+    "memory_bound_for",
+    "sweep",
+]
