@@ -104,6 +104,7 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
     student, served, teacher = _row_of(rows, "student"), _row_of(rows, "served"), _row_of(rows, "teacher")
     fam = ch["families"][ch["teacher"]["family"]]
     budget, proxy, kept = ch.get("budget") or {}, ch.get("proxy") or {}, ch.get("retention") or {}
+    pick: dict[str, Any] = (ch.get("index") or {}).get("chosen") or {}
     row: dict[str, Any] = {
         "set": set_name,
         "mode": mode,
@@ -140,6 +141,12 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "retention_test": kept.get("retention_test"),
         "speedup": kept.get("speedup"),
         "output_mb": ch.get("output_mb"),
+        "feature_cache_dropped_mb": (ch.get("feature_cache") or {}).get("dropped_mb"),
+        # the served structure, chosen on validation (recall@10 vs exact, single-query latency)
+        "index_structure": pick.get("structure"),
+        "index_val_recall@10": pick.get("recall"),
+        "index_latency_ms_single": pick.get("latency_ms_single"),
+        "index_memory_ratio": pick.get("memory_ratio"),
         "proxy_drawn": proxy.get("drawn"),
         "proxy_docs": (proxy.get("data") or {}).get("docs"),
         "proxy_agreed": all((proxy.get("agreed") or {}).values()) if proxy.get("agreed") else None,
