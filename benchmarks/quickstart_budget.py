@@ -207,7 +207,8 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
 
 def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per set (budgeted runs of this machine and code): the served configurations seen, the spread
-    of served test nDCG@10 across seeds and machine speeds, and whether both hold the target."""
+    of served test nDCG@10 across seeds and machine speeds, and whether both hold the target (None
+    for a set with a single run)."""
     out = {}
     for s in sorted({r["set"] for r in rows}):
         rs = [r for r in rows if r["set"] == s and r["mode"] == "budgeted" and not r.get("carried")]
@@ -227,7 +228,10 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 (r["retention_val"] for r in rs if r.get("retention_val") is not None), default=None
             ),
             "output_mb_max": max((r["output_mb"] for r in rs if r.get("output_mb") is not None), default=None),
-            "meets_stability_target": len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE,
+            # one run shows nothing about stability: not measured (None), not met
+            "meets_stability_target": None
+            if len(rs) < 2
+            else len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE,
         }
     return out
 

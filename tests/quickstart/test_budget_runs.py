@@ -260,6 +260,7 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
     assert st["served_spread"] == 0.019 and len(st["served_configs"]) == 2 and st["meets_stability_target"] is False
     assert st["seeds"] == [0, 1] and st["cores"] == [1, 2]
     assert stability(rows[:2])["default"]["meets_stability_target"] is True
+    assert stability(rows[:1])["default"]["meets_stability_target"] is None  # one run: not measured
     compare_modes(rows)
     assert rows[2]["within_time_target"] is True  # one core: a machine twice as slow, twice the minutes
     f = tmp_path / "r.json"
