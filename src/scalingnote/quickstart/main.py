@@ -18,6 +18,7 @@ from scalingnote.evaluation import evaluate
 from scalingnote.index import read_manifest
 from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
+from scalingnote.models.prefix.cache import holds_tokens
 from scalingnote.models.towers.store import dir_bytes
 from scalingnote.quickstart import early, index_choice, mining_round, pipeline, proxy, report, runs
 from scalingnote.quickstart.budget import Plan
@@ -332,7 +333,7 @@ def drop_feature_cache(out: Path, *, keep_pooled: bool = False) -> dict[str, Any
     Returns what went: ``{"dropped": [cache names], "dropped_mb", "kept": [names]}``."""
     root = out / "features"
     caches = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-    gone = [p for p in caches if "-tokens-" in p.name or not keep_pooled]
+    gone = [p for p in caches if holds_tokens(p.name) or not keep_pooled]
     mb = sum(dir_bytes(p) for p in gone) / 2**20
     for p in gone:
         shutil.rmtree(p, ignore_errors=True)

@@ -267,11 +267,12 @@ def _decide(
     else:
         pool = fits or built
         best = max(pool, key=lambda r: (r["recall"], -r["share_scanned"]))
-        why = (
-            "no method within the memory bound reached "
-            if fits
-            else f"no method fits {memory_bound:g} of the float vectors and none reached "
-        )
+        if memory_bound is None:
+            why = "no method reached "
+        elif fits:
+            why = "no method within the memory bound reached "
+        else:
+            why = f"no method fits {memory_bound:g} of the float vectors and none reached "
         reason = (
             f"{why}{where}; best recall: {best['structure']} {_setting(best)} (recall {best['recall']}, "
             f"{100 * best['share_scanned']:.2f}% scanned)"

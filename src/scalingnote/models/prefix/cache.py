@@ -95,6 +95,11 @@ def cache_dir_name(key: dict[str, Any]) -> str:
     return f"{key['role']}-d{key['depth']}-{'pooled' if key['pooled'] else 'tokens'}-{key_digest(key)}"
 
 
+def holds_tokens(dir_name: str) -> bool:
+    """Whether a cache directory named by :func:`cache_dir_name` holds token features (not pooled)."""
+    return "-tokens-" in dir_name
+
+
 def key_digest(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()[:24]
 
