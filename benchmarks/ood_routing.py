@@ -17,7 +17,8 @@ pseudo-queries and their exact neighbours), ``hnsw`` / ``hnsw16`` (FAISS HNSW fl
 reference, above the memory bound), ``hnsw_pq`` / ``hnsw16_pq`` (the same graph searched over
 PQ codes + exact re-rank) and ``hnsw_sq`` / ``hnsw16_sq`` (over 4-bit scalar-quantised vectors +
 exact re-rank), ``ivf_rabitq`` / ``ivf_rabitq1`` (FAISS IVF RaBitQ FastScan, 4- / 1-bit codes,
-+ exact re-rank: the refine), ``scann_soar`` / ``scann_soar4`` (ScaNN's tree with SOAR spilling over
++ exact re-rank: the refine), ``ivf_pqfs`` (FAISS IVF PQ FastScan, one 4-bit code a component, + exact
+re-rank), ``scann_soar`` / ``scann_soar4`` (ScaNN's tree with SOAR spilling over
 AH codes of 2 / 4 dimensions a block + exact re-rank; its share scanned is estimated from the leaves
 searched). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
 validation), 4 x sqrt(N) at 1M (today's rule). At 1M the defaults leave out ``ivf_routed`` (exact
@@ -89,6 +90,7 @@ VARIANTS: dict[str, dict] = {
     "hnsw_sq_qg32": {"method": "hnsw_sq_qg", "query_edges": 32},  # up to half of HNSW32's 64 level-0 slots
     "ivf_rabitq": {"method": "ivf_rabitq", "rabitq_bits": 4},  # IVF RaBitQ FastScan (4-bit codes) + exact re-rank
     "ivf_rabitq1": {"method": "ivf_rabitq", "rabitq_bits": 1},  # 1-bit codes: d/8 bytes, a longer re-rank
+    "ivf_pqfs": {"method": "ivf_pqfs"},  # IVF + 4-bit PQ FastScan, one code a component (d/2 bytes) + exact re-rank
     "scann_soar": {
         "method": "scann_soar"
     },  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank

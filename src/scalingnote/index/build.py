@@ -104,7 +104,7 @@ class IndexConfig(IndexBuildSettings):
     method: str | None = field(
         default=None,
         metadata=cli_meta(
-            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, hnsw, hnsw_pq, hnsw_sq or "
+            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, ivf_pqfs, hnsw, hnsw_pq, hnsw_sq or "
             "hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."
         ),
     )
@@ -168,7 +168,8 @@ def build_index(
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
 
-    ``method`` (``ivf``, ``ivf_qmetric``, ``ivf_rabitq``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``, ``hnsw_sq_qg``, see
+    ``method`` (``ivf``, ``ivf_qmetric``, ``ivf_rabitq``, ``ivf_pqfs``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``,
+    ``hnsw_sq_qg``, see
     :mod:`scalingnote.index.faiss.methods`) builds that routed structure instead of ``factory``
     (``routing``: a :class:`~scalingnote.index.routing.routing.RoutingConfig` or its dict, default sizes
     from :func:`~scalingnote.index.faiss.methods.default_routing`; ``train_queries``: query-tower vectors

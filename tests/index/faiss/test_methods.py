@@ -38,7 +38,7 @@ def data():
     return draw(N, 0.3), draw(40, 0.5), draw(200, 0.5)  # documents, validation queries, training queries
 
 
-@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"])
+@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "ivf_pqfs", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"])
 def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     x, vq, tq = data
     cfg = default_routing(method, N, D, seed=0)
@@ -70,7 +70,7 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     x, vq, tq = data
     rep = choose_method(x, vq, tq, target=0.95, seed=0, memory_bound_above=0)  # the bound held at any size
     rows = {r["method"]: r for r in rep["methods"]}
-    assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq"}
+    assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs"}
     assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
     # 32-d: an HNSW graph (32 x 2 x 4-byte neighbours per vector on level 0) outweighs 128-byte float vectors
     assert not rows["hnsw_pq"]["within_memory"] and not rows["hnsw_sq"]["within_memory"]

@@ -10,6 +10,8 @@ Every method that can be served is a plain FAISS index, so :class:`~scalingnote.
   documents added later (live index) and compaction use the same rule;
 * ``ivf_rabitq``: ``IndexIVFRaBitQFastScan`` (``IVF<n>,RaBitQfs<b>``, :mod:`scalingnote.index.faiss.rabitq`),
   re-ranked exactly over the full-precision vectors (FAISS's refine, reading the memory-mapped floats);
+* ``ivf_pqfs``: ``IndexIVFPQFastScan`` (``IVF<n>,PQ<m>x4fs``, :mod:`scalingnote.index.faiss.pq_fastscan`):
+  4-bit PQ codes scanned in SIMD blocks (one a component by default), re-ranked the same way;
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
   built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW
   has no ``remove_ids``: the live index keeps a tombstone set and filters it at search; compaction rebuilds
@@ -33,6 +35,7 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
+from scalingnote.index.faiss.pq_fastscan import PQFS_BITS, pqfs_label, pqfs_m
 from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_label
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing import (
@@ -45,7 +48,16 @@ from scalingnote.index.routing.routing import (
 )
 from scalingnote.index.tune import exact_topk
 
-SERVABLE: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+SERVABLE: tuple[str, ...] = (
+    "ivf",
+    "ivf_qmetric",
+    "ivf_rabitq",
+    "ivf_pqfs",
+    "hnsw",
+    "hnsw_pq",
+    "hnsw_sq",
+    "hnsw_sq_qg",
+)
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
 #: degree of 8) would fit 1/4 of the floats. That graph met recall 0.99 on SciFact's validation
 #: queries only at efSearch 512 (0.9901) and kept 0.988 of the exact top 10 on the test queries,
@@ -77,6 +89,8 @@ def default_routing(
         base["hnsw_m"] = hnsw_m_within(dim, m * bits / 8)
     if method == "ivf_rabitq":  # the most code bits (<= 4) within the memory bound: 4 from 112 dimensions up
         base["rabitq_bits"] = over.get("rabitq_bits") or rabitq_bits_within(dim)
+    if method == "ivf_pqfs":  # one 4-bit code a component: dim / 2 bytes, 1/8 of the floats
+        base.update(pq_m=pqfs_m(dim, over.get("pq_m")), pq_bits=PQFS_BITS)
     if method in SQ_GRAPH_METHODS:  # sq_bits per component (4: dim / 2 bytes); M >= 8 (see SQ_M_CHOICES)
         base["hnsw_m"] = hnsw_m_within(
             dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES
@@ -164,6 +178,8 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
     m = cfg.pq_m or max(1, d // 8)
     if cfg.method == "ivf_rabitq":
         desc = rabitq_label(int(idx.nlist), cfg.rabitq_bits, cfg.rabitq_qb)
+    elif cfg.method == "ivf_pqfs":
+        desc = pqfs_label(int(idx.nlist), pqfs_m(d, cfg.pq_m))
     elif isinstance(idx, faiss.IndexIVF):
         desc = f"IVF{idx.nlist},PQ{m}x{cfg.pq_bits}"
     elif cfg.method == "hnsw_pq":
@@ -263,7 +279,7 @@ def _add_preassigned(ivf: Any, x: np.ndarray, lists: np.ndarray, ids: np.ndarray
     from faiss.contrib.ivf_tools import add_preassigned
 
     if isinstance(faiss.downcast_index(ivf), faiss.IndexIVFFastScan):
-        # FAISS 1.15's FastScan IVFs (ivf_rabitq) leave wrong codes when given their lists (add_core);
+        # FAISS 1.15's FastScan IVFs (ivf_rabitq, ivf_pqfs) leave wrong codes when given their lists (add_core);
         # their lists are the quantiser's own, which add_with_ids assigns the same way
         ivf.add_with_ids(x, ids)
         return

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.faiss.pq_fastscan import search_ivf_counted
 
 #: bits per component of the codes FAISS accepts (``RaBitQfs1`` ... ``RaBitQfs9``)
 RABITQ_BITS: tuple[int, ...] = tuple(range(1, 10))
@@ -82,17 +83,12 @@ def build_ivf_rabitq(
 
 def search_ivf_rabitq(index: Any, q: np.ndarray, depth: int, nprobe: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing
-    ``nprobe`` lists (per-call parameters: the index is not mutated; the codes from FAISS's IVF
-    statistics, as the other IVF methods count them)."""
+    ``nprobe`` lists with the index's own query-table bits (:func:`search_ivf_counted`)."""
     import faiss
 
     params = faiss.IVFRaBitQSearchParameters()
-    params.nprobe = int(min(max(1, nprobe), index.nlist))
     params.qb = int(index.qb)
-    stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
-    stats.indexIVF_stats.reset()
-    scores, ids = index.search(q, depth, params=params)
-    return scores, ids, int(index.nlist) * len(q), int(stats.indexIVF_stats.ndis)
+    return search_ivf_counted(index, q, depth, nprobe, params)
 
 
 __all__ = [

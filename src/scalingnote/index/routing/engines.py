@@ -3,6 +3,7 @@ searched through one pair of functions so :class:`~scalingnote.index.routing.rou
 the method choice and the benchmarks treat them as the other methods.
 
 * ``ivf_rabitq`` — FAISS IVF RaBitQ FastScan (:mod:`scalingnote.index.faiss.rabitq`);
+* ``ivf_pqfs`` — FAISS IVF with 4-bit PQ FastScan codes (:mod:`scalingnote.index.faiss.pq_fastscan`);
 * ``scann_soar`` — ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`).
 
 Both probe partitions (the ``nprobe`` knob) and are re-ranked over the full-precision vectors.
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from scalingnote.index.faiss.pq_fastscan import build_ivf_pqfs, search_ivf_counted
 from scalingnote.index.faiss.rabitq import build_ivf_rabitq, search_ivf_rabitq
 
-ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "scann_soar")
+ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "ivf_pqfs", "scann_soar")
 
 
 def default_nlist(n: int) -> int:
@@ -33,6 +35,15 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
             nlist,
             bits=cfg.rabitq_bits,
             qb=cfg.rabitq_qb,
+            seed=cfg.seed,
+            train_size=cfg.train_size,
+            kmeans_iters=cfg.kmeans_iters,
+        )
+    if cfg.method == "ivf_pqfs":
+        return build_ivf_pqfs(
+            docs,
+            nlist,
+            m=cfg.pq_m,
             seed=cfg.seed,
             train_size=cfg.train_size,
             kmeans_iters=cfg.kmeans_iters,
@@ -55,6 +66,8 @@ def search_engine(
     """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe`` partitions."""
     if method == "ivf_rabitq":
         return search_ivf_rabitq(index, q, depth, nprobe)
+    if method == "ivf_pqfs":
+        return search_ivf_counted(index, q, depth, nprobe)
     return index.search(q, depth, nprobe)
 
 

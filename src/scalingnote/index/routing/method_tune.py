@@ -1,7 +1,7 @@
 """Choose the served structure among the routed methods.
 
 Each candidate method (:mod:`scalingnote.index.faiss.methods`: ``ivf``, ``ivf_qmetric``, ``ivf_rabitq``,
-``hnsw_pq``, ``hnsw_sq`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is built over the document
+``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is built over the document
 vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth (TMJ §6) is swept on
 *validation* query vectors — queries no router was fitted on (``ivf_qmetric`` cuts its lists with the
 training queries' covariance, ``hnsw_sq_qg`` adds edges between their nearest documents; a method
@@ -34,7 +34,7 @@ from scalingnote.index.faiss.methods import SERVABLE, default_routing, structure
 from scalingnote.index.routing.routing import GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
-DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq")
+DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs")
 #: validation queries searched one at a time to measure a setting's single-query latency
 SINGLE_QUERIES = 200
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried

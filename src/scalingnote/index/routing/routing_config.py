@@ -12,13 +12,23 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 
 Method = Literal[
-    "ivf", "ivf_qmetric", "ivf_routed", "ivf_rabitq", "scann_soar", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"
+    "ivf",
+    "ivf_qmetric",
+    "ivf_routed",
+    "ivf_rabitq",
+    "ivf_pqfs",
+    "scann_soar",
+    "hnsw",
+    "hnsw_pq",
+    "hnsw_sq",
+    "hnsw_sq_qg",
 ]
 METHODS: tuple[str, ...] = (
     "ivf",
     "ivf_qmetric",
     "ivf_routed",
     "ivf_rabitq",
+    "ivf_pqfs",
     "scann_soar",
     "hnsw",
     "hnsw_pq",
@@ -37,7 +47,8 @@ SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
 
 @dataclass
 class RoutingConfig:
-    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1); ``pq_m`` None = d/8."""
+    """How to build a routed index. ``nlist`` None = 4 sqrt(N) rounded (at least 1); ``pq_m`` None = d/8
+    (``ivf_pqfs``: d, one 4-bit code a component; its codes are 4-bit whatever ``pq_bits`` says)."""
 
     method: str = "ivf_qmetric"
     nlist: int | None = None
