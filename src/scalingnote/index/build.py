@@ -168,10 +168,8 @@ def build_index(
     replaced (``overwrite``), kept (``reuse``) when built from the same inputs, else refused
     naming the inputs that differ. Returns ``out_dir``.
 
-    ``method`` (``ivf``, ``ivf_qmetric``, ``ivf_rabitq``, ``ivf_pqfs``, ``hnsw``, ``hnsw_pq``, ``hnsw_sq``,
-    ``hnsw_sq_qg``, see
-    :mod:`scalingnote.index.faiss.methods`) builds that routed structure instead of ``factory``
-    (``routing``: a :class:`~scalingnote.index.routing.routing.RoutingConfig` or its dict, default sizes
+    ``method`` (one of :data:`scalingnote.index.faiss.methods.SERVABLE`) builds that routed structure instead of
+    ``factory`` (``routing``: a :class:`~scalingnote.index.routing.routing.RoutingConfig` or its dict, default sizes
     from :func:`~scalingnote.index.faiss.methods.default_routing`; ``train_queries``: query-tower vectors
     of training queries, or a ``.npy`` file of them, for ``ivf_qmetric`` / ``hnsw_sq_qg``; ``routing_state``: the
     stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
