@@ -17,6 +17,7 @@ from scalingnote.index.faiss.methods import add_rows, default_routing, fill_rout
 from scalingnote.index.milvus.milvus_export import _method_index_type
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
+from tests.helpers.vectors import clustered_docs_and_queries
 from tests.live import test_live_methods as scenario
 
 N, D = 3000, 64
@@ -24,14 +25,7 @@ N, D = 3000, 64
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(5)
-    c = rng.standard_normal((40, D)).astype(np.float32)
-
-    def draw(n, noise):
-        x = c[rng.integers(0, len(c), n)] + noise * rng.standard_normal((n, D)).astype(np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    return draw(N, 0.4), draw(60, 0.6)  # documents, (out-of-distribution: noisier) queries
+    return clustered_docs_and_queries(5, N, D)  # documents, (out-of-distribution: noisier) queries
 
 
 def test_default_sizes_spend_one_4bit_code_a_component_within_the_memory_bound():

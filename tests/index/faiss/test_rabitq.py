@@ -17,20 +17,14 @@ from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_code_bytes
 from scalingnote.index.routing.method_tune import choose_method, fastest_within_tie
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
+from tests.helpers.vectors import clustered_docs_and_queries
 
 N, D = 3000, 64
 
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(3)
-    c = rng.standard_normal((40, D)).astype(np.float32)
-
-    def draw(n, noise):
-        x = c[rng.integers(0, len(c), n)] + noise * rng.standard_normal((n, D)).astype(np.float32)
-        return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-    return draw(N, 0.4), draw(60, 0.6)  # documents, (out-of-distribution: noisier) queries
+    return clustered_docs_and_queries(3, N, D)  # documents, (out-of-distribution: noisier) queries
 
 
 def test_default_sizes_keep_the_codes_within_the_memory_bound():

@@ -29,25 +29,11 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
     """The built structure of ``cfg.method`` (a :class:`~scalingnote.index.routing.routing.RoutingConfig`)
     over ``docs``."""
     nlist = cfg.nlist or default_nlist(len(docs))
+    trained = {"seed": cfg.seed, "train_size": cfg.train_size, "kmeans_iters": cfg.kmeans_iters}
     if cfg.method == "ivf_rabitq":
-        return build_ivf_rabitq(
-            docs,
-            nlist,
-            bits=cfg.rabitq_bits,
-            qb=cfg.rabitq_qb,
-            seed=cfg.seed,
-            train_size=cfg.train_size,
-            kmeans_iters=cfg.kmeans_iters,
-        )
+        return build_ivf_rabitq(docs, nlist, bits=cfg.rabitq_bits, qb=cfg.rabitq_qb, **trained)
     if cfg.method == "ivf_pqfs":
-        return build_ivf_pqfs(
-            docs,
-            nlist,
-            m=cfg.pq_m,
-            seed=cfg.seed,
-            train_size=cfg.train_size,
-            kmeans_iters=cfg.kmeans_iters,
-        )
+        return build_ivf_pqfs(docs, nlist, m=cfg.pq_m, **trained)
     from scalingnote.index.scann.soar import ScannSoar  # why: ScaNN loads only when this method is asked for
 
     return ScannSoar.build(

@@ -5,7 +5,7 @@ one search (:class:`RoutedResult`); built and searched by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -23,18 +23,7 @@ Method = Literal[
     "hnsw_sq",
     "hnsw_sq_qg",
 ]
-METHODS: tuple[str, ...] = (
-    "ivf",
-    "ivf_qmetric",
-    "ivf_routed",
-    "ivf_rabitq",
-    "ivf_pqfs",
-    "scann_soar",
-    "hnsw",
-    "hnsw_pq",
-    "hnsw_sq",
-    "hnsw_sq_qg",
-)
+METHODS: tuple[str, ...] = get_args(Method)
 #: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
 #: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
 GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
