@@ -1,7 +1,8 @@
 """``ivf_pqfs`` (FAISS IVF + 4-bit PQ FastScan + exact re-rank) as an index method beside the others:
 its default sizes, recall against exact search with and without the re-rank, built, saved, loaded
-and searched through ``build_index`` / ``DenseIndex``, rows added by the quantiser's rule, deleted and
-refilled on compaction, the live index's scenario, and Milvus's SCANN as its export. Clustered random
+and searched through ``build_index`` / ``DenseIndex``, the live index's scenario, and Milvus's SCANN
+as its export (rows added, deleted and refilled on compaction: ``test_rabitq.py``, both FastScan
+methods). Clustered random
 vectors, real FAISS."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
-from scalingnote.index.faiss.methods import add_rows, default_routing, fill_routed, structure_label
+from scalingnote.index.faiss.methods import default_routing, structure_label
 from scalingnote.index.milvus.milvus_export import _method_index_type
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
@@ -74,24 +75,6 @@ def test_built_saved_loaded_and_served_with_the_knobs_it_declares(tmp_path, data
     assert recall_vs_exact(np.asarray(served.indices), exact_topk(x, q, 10)) >= 0.99
     with pytest.raises(ScalingNoteError, match="has no HNSW graph"):
         idx.search(q, 10, ef_search=64)  # a knob it does not declare is refused, not ignored
-
-
-def test_rows_are_added_by_the_quantiser_deleted_and_refilled_on_compaction(data):
-    import faiss
-
-    x, _ = data
-    cfg = RoutingConfig(method="ivf_pqfs", nlist=16, seed=0)
-    index, state = fill_routed(x[:2000], cfg)
-    add_rows(index, state, x[2000:], np.arange(2000, N, dtype=np.int64))
-    r = RoutedIndex(cfg, index, x)
-    top = r.search(x[2500:2510], 1, nprobe=16, rerank=50).ids[:, 0]
-    assert np.array_equal(top, np.arange(2500, 2510))  # an added row is its own nearest neighbour
-    assert r.remove_ids(np.arange(2500, 2510)) == 10
-    assert not set(r.search(x[2500:2510], 5, nprobe=16).ids.ravel()) & set(range(2500, 2510))
-    empty = faiss.clone_index(index)
-    empty.reset()
-    again, _ = fill_routed(x[:1000], cfg, state=state, empty=empty)
-    assert again.ntotal == 1000 and type(faiss.downcast_index(again)).__name__ == "IndexIVFPQFastScan"
 
 
 def test_milvus_carries_it_as_scann():
