@@ -7,9 +7,58 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
+
 from scalingnote.errors import ScalingNoteError
 
 # --------------------------------------------------------------------------- FAISS helpers
+
+
+def trained_ivf(
+    docs: np.ndarray,
+    factory: str,
+    *,
+    seed: int,
+    train_size: int,
+    kmeans_iters: int,
+    attrs: dict[str, Any] | None = None,
+) -> Any:
+    """A trained and filled inner-product FAISS IVF index of ``factory`` (e.g. ``IVF4000,PQ128x4fs``)
+    over ``docs`` [N, d]: k-means seeded with ``seed`` for ``kmeans_iters`` iterations on at most
+    ``train_size`` sampled rows; ``attrs`` set on the index before training (e.g. RaBitQ's ``qb``)."""
+    import faiss  # why: FAISS loads with the index package's searchers, not at import
+
+    n, d = docs.shape
+    # untyped SWIG objects: faiss's stub has no ``thisown`` and types downcast_index as the base Index
+    made: Any = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    index: Any = faiss.downcast_index(made)
+    made.thisown, index.thisown = False, True  # one owner: the typed wrapper
+    index.cp.seed = int(seed)
+    index.cp.niter = int(kmeans_iters)
+    for key, value in (attrs or {}).items():
+        setattr(index, key, value)
+    rng = np.random.default_rng(seed)
+    sample = np.sort(rng.choice(n, train_size, replace=False)) if n > train_size else np.arange(n)
+    index.train(np.ascontiguousarray(docs[sample]))
+    index.add(docs)
+    return index
+
+
+def search_ivf_counted(
+    index: Any, q: np.ndarray, depth: int, nprobe: int, params: Any = None
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search of a FAISS IVF
+    index probing ``nprobe`` lists (per-call ``params``, default ``SearchParametersIVF``: the index is
+    not mutated; the codes from FAISS's IVF statistics, as the other IVF methods count them)."""
+    import faiss
+
+    if params is None:
+        params = faiss.SearchParametersIVF()
+    params.nprobe = int(min(max(1, nprobe), index.nlist))
+    stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
+    stats.indexIVF_stats.reset()
+    scores, ids = index.search(q, depth, params=params)
+    return scores, ids, int(index.nlist) * len(q), int(stats.indexIVF_stats.ndis)
 
 
 def _faiss_message(e: BaseException) -> str:

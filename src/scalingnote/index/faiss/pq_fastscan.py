@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.faiss.faiss_utils import trained_ivf
 
 #: bits per PQ code FastScan accepts
 PQFS_BITS = 4
@@ -49,39 +50,10 @@ def build_ivf_pqfs(
     """A trained and filled ``IndexIVFPQFastScan`` (inner product) over ``docs`` [N, d]: ``nlist``
     lists and the PQ codebooks (always 4-bit: the routing config's ``pq_bits`` is 8-bit PQ's, not
     read here) trained on at most ``train_size`` sampled rows."""
-    import faiss  # why: FAISS loads with the index package's searchers, not at import
-
     n, d = docs.shape
     m = pqfs_m(d, m)
     nlist = max(1, min(int(nlist), n))
-    # untyped SWIG objects: faiss's stub has no ``thisown`` and types downcast_index as the base Index
-    made: Any = faiss.index_factory(d, pqfs_label(nlist, m), faiss.METRIC_INNER_PRODUCT)
-    index: Any = faiss.downcast_index(made)
-    made.thisown, index.thisown = False, True  # one owner: the typed wrapper
-    index.cp.seed = int(seed)
-    index.cp.niter = int(kmeans_iters)
-    rng = np.random.default_rng(seed)
-    sample = np.sort(rng.choice(n, train_size, replace=False)) if n > train_size else np.arange(n)
-    index.train(np.ascontiguousarray(docs[sample]))
-    index.add(docs)
-    return index
+    return trained_ivf(docs, pqfs_label(nlist, m), seed=seed, train_size=train_size, kmeans_iters=kmeans_iters)
 
 
-def search_ivf_counted(
-    index: Any, q: np.ndarray, depth: int, nprobe: int, params: Any = None
-) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search of a FAISS IVF
-    index probing ``nprobe`` lists (per-call ``params``, default ``SearchParametersIVF``: the index is
-    not mutated; the codes from FAISS's IVF statistics, as the other IVF methods count them)."""
-    import faiss
-
-    if params is None:
-        params = faiss.SearchParametersIVF()
-    params.nprobe = int(min(max(1, nprobe), index.nlist))
-    stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
-    stats.indexIVF_stats.reset()
-    scores, ids = index.search(q, depth, params=params)
-    return scores, ids, int(index.nlist) * len(q), int(stats.indexIVF_stats.ndis)
-
-
-__all__ = ["PQFS_BITS", "build_ivf_pqfs", "pqfs_label", "pqfs_m", "search_ivf_counted"]
+__all__ = ["PQFS_BITS", "build_ivf_pqfs", "pqfs_label", "pqfs_m"]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.faiss.pq_fastscan import search_ivf_counted
+from scalingnote.index.faiss.faiss_utils import search_ivf_counted, trained_ivf
 
 #: bits per component of the codes FAISS accepts (``RaBitQfs1`` ... ``RaBitQfs9``)
 RABITQ_BITS: tuple[int, ...] = tuple(range(1, 10))
@@ -65,20 +65,15 @@ def build_ivf_rabitq(
         raise ScalingNoteError(
             f"ivf_rabitq needs faiss-cpu >= 1.15 (IndexIVFRaBitQFastScan); this is faiss {faiss.__version__}"
         )
-    n, d = docs.shape
-    nlist = max(1, min(int(nlist), n))
-    # untyped SWIG objects: faiss's stub has no ``thisown`` and types downcast_index as the base Index
-    made: Any = faiss.index_factory(d, f"IVF{nlist},RaBitQfs{bits}", faiss.METRIC_INNER_PRODUCT)
-    index: Any = faiss.downcast_index(made)
-    made.thisown, index.thisown = False, True  # one owner: the typed wrapper
-    index.cp.seed = int(seed)
-    index.cp.niter = int(kmeans_iters)
-    index.qb = int(qb)
-    rng = np.random.default_rng(seed)
-    sample = np.sort(rng.choice(n, train_size, replace=False)) if n > train_size else np.arange(n)
-    index.train(np.ascontiguousarray(docs[sample]))
-    index.add(docs)
-    return index
+    nlist = max(1, min(int(nlist), len(docs)))
+    return trained_ivf(
+        docs,
+        f"IVF{nlist},RaBitQfs{bits}",
+        seed=seed,
+        train_size=train_size,
+        kmeans_iters=kmeans_iters,
+        attrs={"qb": int(qb)},
+    )
 
 
 def search_ivf_rabitq(index: Any, q: np.ndarray, depth: int, nprobe: int) -> tuple[np.ndarray, np.ndarray, int, int]:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from scalingnote.index.faiss.pq_fastscan import build_ivf_pqfs, search_ivf_counted
+from scalingnote.index.faiss.faiss_utils import search_ivf_counted
+from scalingnote.index.faiss.pq_fastscan import build_ivf_pqfs
 from scalingnote.index.faiss.rabitq import build_ivf_rabitq, search_ivf_rabitq
 
 ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "ivf_pqfs", "scann_soar")
