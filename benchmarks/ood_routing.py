@@ -20,9 +20,11 @@ exact re-rank), ``ivf_rabitq`` / ``ivf_rabitq1`` (FAISS IVF RaBitQ FastScan, 4- 
 + exact re-rank: the refine), ``ivf_pqfs`` (FAISS IVF PQ FastScan, one 4-bit code a component, + exact
 re-rank), ``scann_soar`` / ``scann_soar4`` (ScaNN's tree with SOAR spilling over
 AH codes of 2 / 4 dimensions a block + exact re-rank; its share scanned is estimated from the leaves
-searched). IVF list counts: 1, 2, 4 x sqrt(N) on the real sets (chosen on
-validation), 4 x sqrt(N) at 1M (today's rule). At 1M the defaults leave out ``ivf_routed`` (exact
-neighbours of its training queries in the 1M corpus) and the HNSW16 variants (build time).
+searched), ``svs_vamana`` (Intel SVS's dynamic Vamana graph over float32 vectors, searched with a beam of
+efSearch; SVS counts no distances: window x degree estimates its share scanned). IVF list counts: 1, 2,
+4 x sqrt(N) on the real sets (chosen on validation), 4 x sqrt(N) at 1M (today's rule). At 1M the
+defaults leave out ``ivf_routed`` (exact neighbours of its training queries in the 1M corpus) and the
+HNSW16 variants (build time).
 
 Protocol: settings (nprobe / efSearch x exact re-rank depth) are swept on validation queries (10%
 of the training queries), the cheapest reaching recall@10 vs exact >= ``--target`` is chosen there
@@ -57,6 +59,7 @@ from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
 from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m, targets
 from benchmarks._ood_simulation import ppca_mixture
+from scalingnote.index.routing.engines import GRAPH_ENGINES
 from scalingnote.index.routing.routing import (
     CODED_GRAPH_METHODS,
     GRAPH_METHODS,
@@ -95,6 +98,7 @@ VARIANTS: dict[str, dict] = {
         "method": "scann_soar"
     },  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank
     "scann_soar4": {"method": "scann_soar", "scann_dims_per_block": 4},  # 4 dims a block: half the codes
+    "svs_vamana": {"method": "svs_vamana"},  # Intel SVS's dynamic Vamana, degree 32, over float32 vectors
 }
 
 
@@ -104,7 +108,7 @@ def sweep(idx: RoutedIndex, q: np.ndarray, truth: np.ndarray, k: int = 10) -> li
     re-scores a prefix of it (the same candidates a search with that depth would return)."""
     n = idx.ntotal
     out = []
-    graph = idx.config.method in GRAPH_METHODS
+    graph = idx.config.method in GRAPH_METHODS or idx.config.method in GRAPH_ENGINES
     if graph:
         knobs = [("ef_search", e) for e in EF]
     else:
@@ -115,8 +119,8 @@ def sweep(idx: RoutedIndex, q: np.ndarray, truth: np.ndarray, k: int = 10) -> li
         rr = idx.routing_recall(deep, truth)
         pq = recall_vs_exact(deep.ids[:, :k], truth)
         for r in RERANKS:
-            if r > depth or (idx.config.method == "hnsw" and r):
-                continue  # HNSW flat already scores with full-precision vectors
+            if r > depth or (idx.config.method in ("hnsw", "svs_vamana") and r):
+                continue  # HNSW flat and SVS's Vamana already score with full-precision vectors
             if r == 0:
                 rec, nre = pq, 0
             else:

@@ -370,13 +370,18 @@ def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_metho
     texts = tuning_texts(ev, stage1, seed=0)
     cfg = _cfg(tiny_models, out)
     data = runs.prepare_data(cfg, out)
-    faiss_file, manifest = out / "index" / "ivfpq" / "index.faiss", out / "index" / "ivfpq" / "manifest.json"
-    built, tuned = faiss_file.stat().st_mtime_ns, manifest.stat().st_mtime_ns
+    manifest = out / "index" / "ivfpq" / "manifest.json"
+
+    def structure() -> tuple[str, int]:  # the searched structure's name (a FAISS file or SVS's directory) and mtime
+        name = json.loads(manifest.read_text())["files"]["index"]
+        return name, (manifest.parent / name).stat().st_mtime_ns
+
+    built, tuned = structure(), manifest.stat().st_mtime_ns
     index_choice.build_ivfpq(
         cfg, out, data, Path(ch["teacher"]["dir"]), student, texts
     )  # the run's own inputs: nothing to do
     assert manifest.stat().st_mtime_ns == tuned
-    assert faiss_file.stat().st_mtime_ns == built
+    assert structure() == built
     first = json.loads(manifest.read_text())["search_tuning"]
     index_choice.build_ivfpq(
         _cfg(tiny_models, out, index_recall=0.5), out, data, Path(ch["teacher"]["dir"]), student, texts
@@ -384,7 +389,7 @@ def test_another_target_rechooses_the_structure_and_rebuilds_only_when_the_metho
     low = json.loads(manifest.read_text())["search_tuning"]
     assert low["target"] == 0.5  # re-chosen for the new target
     same = low["chosen"]["structure"] == first["chosen"]["structure"]
-    assert (faiss_file.stat().st_mtime_ns == built) == same  # rebuilt exactly when the structure changed
+    assert (structure() == built) == same  # rebuilt exactly when the structure changed
     index_choice.build_ivfpq(
         cfg, out, data, Path(ch["teacher"]["dir"]), student, texts
     )  # back to the run's own settings

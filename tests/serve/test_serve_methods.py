@@ -56,3 +56,27 @@ def test_service_serves_a_fastscan_ivf_index_at_its_defaults(tmp_path, serve_ind
             srv.url + "/search", json={"query": texts[0], "k": 5, "ef_search": 32}, trust_env=False, timeout=30
         )
         assert 400 <= r.status_code < 500 and "ef_search" in r.text
+
+
+def test_service_serves_an_svs_vamana_index_and_its_live_writes(tmp_path, serve_index, tiny_bert_dir):
+    """SVS's Vamana graph (not a FAISS index): served over HTTP as offline search answers, its beam
+    taken per request, an IVF knob refused."""
+    idx = build_index(
+        serve_index.parent / "emb", tmp_path / "vam", method="svs_vamana", semantic_ids_layers=0, progress=False
+    )
+    texts = ["quick brown fox", "river delta", "protein folding"]
+    ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(texts, 5, ef_search=40)
+    with running_server(idx, tiny_bert_dir) as srv:
+        health = httpx.get(srv.url + "/healthz", trust_env=False).json()
+        assert health["index"]["factory"] == "svs_vamana:Vamana32,Flat" and health["index"]["nlist"] is None
+        for text, want in zip(texts, ref.doc_ids, strict=True):
+            r = httpx.post(
+                srv.url + "/search",
+                json={"query": text, "k": 5, "mode": "dense", "ef_search": 40},
+                trust_env=False,
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+            assert [h["doc_id"] for h in r.json()["results"]] == want
+        r = httpx.post(srv.url + "/search", json={"query": texts[0], "k": 5, "nprobe": 4}, trust_env=False, timeout=30)
+        assert 400 <= r.status_code < 500 and "nprobe" in r.text

@@ -5,7 +5,8 @@ Index directory layout (``scalingnote-index/1``), built in a temporary directory
 renamed into place, so a reader never sees a half-built index::
 
     <dir>/manifest.json      settings, identity of the document tower, sizes, timings
-    <dir>/index.faiss        the FAISS index (faiss.write_index)
+    <dir>/index.faiss        the FAISS index (faiss.write_index); method svs_vamana: the
+                             directory index.svs/ (SVS's graph; manifest files.index names it)
     <dir>/vectors.npy        full-precision float32 (n, dim) vectors, L2-normalised,
                              memory-mapped at search time for the exact re-rank
     <dir>/doc_ids.json       JSON list: FAISS row i <-> document id doc_ids[i]
@@ -104,8 +105,8 @@ class IndexConfig(IndexBuildSettings):
     method: str | None = field(
         default=None,
         metadata=cli_meta(
-            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, ivf_pqfs, hnsw, hnsw_pq, hnsw_sq or "
-            "hnsw_sq_qg, sizes from the corpus (scalingnote.index.faiss.methods)."
+            "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, ivf_pqfs, hnsw, hnsw_pq, hnsw_sq, "
+            "hnsw_sq_qg or svs_vamana, sizes from the corpus (scalingnote.index.faiss.methods)."
         ),
     )
     train_queries: str | None = field(
@@ -377,7 +378,8 @@ def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | N
         out["nprobe"] = int(min(ivf.nlist, nprobe if nprobe is not None else DEFAULT_NPROBE))
     elif nprobe is not None:
         raise ScalingNoteError(f"nprobe={nprobe} given, but index {factory!r} has no IVF layer")
-    if hnsw is not None or (ivf is not None and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)):
+    graph = hnsw is not None or bool(getattr(index, "graph", False))  # FAISS HNSW or SVS's Vamana
+    if graph or (ivf is not None and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)):
         out["ef_search"] = int(ef_search if ef_search is not None else DEFAULT_EF_SEARCH)
     elif ef_search is not None:
         raise ScalingNoteError(f"ef_search={ef_search} given, but index {factory!r} has no HNSW graph")

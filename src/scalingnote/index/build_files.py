@@ -1,5 +1,5 @@
-"""The files of a built index besides the vectors (see :mod:`scalingnote.index.build`): the FAISS
-index, the document ids, the document store and the manifest."""
+"""The files of a built index besides the vectors (see :mod:`scalingnote.index.build`): the searched
+structure (FAISS index or SVS graph), the document ids, the document store and the manifest."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 
 from scalingnote.index.build_source import BuildSource
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
+from scalingnote.index.engine_files import is_engine, structure_bytes, write_structure
 from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, find_ivf
-from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, FORMAT, INDEX_FILE, MANIFEST, VECTORS_FILE, _now
+from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, FORMAT, MANIFEST, VECTORS_FILE, _now
 from scalingnote.utils import machine_description, package_versions
 
 
@@ -26,12 +27,11 @@ def write_index_files(
     timings: dict[str, float],
     t_start: float,
 ) -> None:
-    """The FAISS index, the document ids, the document store and the manifest into ``tmp_dir``."""
-    import faiss
-
-    faiss.write_index(index, str(tmp_dir / INDEX_FILE))
+    """The searched structure (FAISS; SVS: a directory), the document ids, the document store and the
+    manifest into ``tmp_dir``."""
+    name = write_structure(index, tmp_dir)
     (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
-    files = {"index": INDEX_FILE, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
+    files = {"index": name, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
     docs_info = _write_docs(tmp_dir, src, documents, files)
     manifest = _manifest(index, factory, tmp_dir, src, dim, files, docs_info, sampling, timings, t_start)
     with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
@@ -66,12 +66,12 @@ def _manifest(
 
     n = len(src.ids)
     ivf = find_ivf(index)
-    index_bytes = (tmp_dir / INDEX_FILE).stat().st_size
+    index_bytes = structure_bytes(tmp_dir / files["index"])
     code_bytes = code_bytes_per_vector(index)
     return {
         "format": FORMAT,
         "factory": factory.strip(),
-        "faiss_class": type(faiss.downcast_index(index)).__name__,
+        "faiss_class": type(index if is_engine(index) else faiss.downcast_index(index)).__name__,
         "metric": "inner_product",
         "faiss_metric": "inner_product" if index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2",
         "normalized": True,

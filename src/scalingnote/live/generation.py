@@ -35,8 +35,9 @@ import numpy as np
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
+from scalingnote.index.engine_files import read_structure
 from scalingnote.index.faiss.methods import load_state
-from scalingnote.index.layout import MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
+from scalingnote.index.layout import INDEX_FILE, MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
 from scalingnote.live.wal import WriteAheadLog, fsync_dir
 from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 from scalingnote.utils.io import write_json
@@ -190,8 +191,6 @@ def _write_generation_files(
     progress: bool,
 ) -> None:
     """The files of generation ``gen`` (:func:`write_generation`), fsync-ed."""
-    import faiss
-
     sem_info = manifest.get("semantic_ids") or None
     kw: dict[str, Any] = {
         "doc_ids": list(doc_ids),
@@ -215,7 +214,7 @@ def _write_generation_files(
         )
         build_index(vectors, gen, manifest["factory"], **kw)
     else:
-        empty = faiss.read_index(str(src_gen / manifest.get("files", {}).get("index", "index.faiss")))
+        empty = read_structure(src_gen / manifest.get("files", {}).get("index", INDEX_FILE))
         empty.reset()
         build_index(vectors, gen, manifest["factory"], index=empty, semantic_ids_layers=0, **kw)
         if sem_info is not None and semantic_ids is not None:

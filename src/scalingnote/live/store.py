@@ -70,7 +70,8 @@ class RowStore:
         self.titles: list[str] = list(dense.titles) if dense.titles is not None else [""] * n
         self.snippets: list[str] = list(dense.snippets) if dense.snippets is not None else [""] * n
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids) if self.alive[i]}
-        self.can_remove = find_ivf(dense.index) is not None
+        # IVF lists (FAISS remove_ids) or an engine that deletes in place (SVS's Vamana): no tombstones
+        self.can_remove = find_ivf(dense.index) is not None or bool(getattr(dense.index, "supports_remove", False))
         self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
         self._guide = _guide(dense, self.routing)  # hnsw_sq_qg: (fitting queries, edges per document)
@@ -99,7 +100,7 @@ class RowStore:
         """The live rows as the searches' ID selector (HNSW / Flat with tombstones; none otherwise)."""
         import faiss
 
-        selectable = isinstance(
+        selectable = getattr(self.dense.index, "engine", None) is None and isinstance(
             faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat)
         )  # others: over-fetch + filter
         if self.can_remove or not self.tombstones or not selectable:

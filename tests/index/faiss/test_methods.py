@@ -70,10 +70,11 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     x, vq, tq = data
     rep = choose_method(x, vq, tq, target=0.95, seed=0, memory_bound_above=0)  # the bound held at any size
     rows = {r["method"]: r for r in rep["methods"]}
-    assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs"}
+    assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs", "svs_vamana"}
     assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
     # 32-d: an HNSW graph (32 x 2 x 4-byte neighbours per vector on level 0) outweighs 128-byte float vectors
     assert not rows["hnsw_pq"]["within_memory"] and not rows["hnsw_sq"]["within_memory"]
+    assert not rows["svs_vamana"]["within_memory"]  # float32 vectors + its graph
     fit = [r for r in rows.values() if r["within_memory"] and r["met"]]
     assert all(r["latency_ms_single"] > 0 for r in fit)  # each met setting timed one query at a time
     fastest = min(r["latency_ms_single"] for r in fit)  # the first listed within the tie margin of the fastest

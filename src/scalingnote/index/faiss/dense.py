@@ -15,7 +15,8 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import read_document_store
-from scalingnote.index.faiss.faiss_utils import _faiss_message, _search_params, find_hnsw, find_ivf
+from scalingnote.index.engine_files import read_structure
+from scalingnote.index.faiss.faiss_utils import _search_params, find_hnsw, find_ivf
 from scalingnote.index.layout import DOC_IDS_FILE, INDEX_FILE, MANIFEST, VECTORS_FILE, check_query_tower, read_manifest
 from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
 from scalingnote.index.semantic_ids import ResidualKMeans
@@ -48,7 +49,8 @@ class DenseIndex(VectorSearcher):
         self.query_tower = query_tower
         self.titles = titles  # per FAISS row, from docs.jsonl (None: the index stores no documents)
         self.snippets = snippets
-        self._hnsw_graph = find_hnsw(index) is not None  # top-level HNSW (not an IVF's HNSW quantiser)
+        # a top-level graph ef_search widens (FAISS HNSW, not an IVF's HNSW quantiser; or SVS's Vamana)
+        self._hnsw_graph = find_hnsw(index) is not None or bool(getattr(index, "graph", False))
         #: a FAISS IDSelector of the rows a search may return (the live index's tombstones on HNSW / Flat); None: all
         self.selector: Any = None
 
@@ -61,18 +63,12 @@ class DenseIndex(VectorSearcher):
 
         The FAISS index is read into memory; the full-precision vectors and semantic IDs
         are memory-mapped (``mmap=False`` reads them into memory too)."""
-        import faiss
-
         root = Path(root)
         manifest = read_manifest(root)
         if query_tower is not None:
             check_query_tower(manifest, query_tower, root / MANIFEST)
         files = manifest.get("files", {})
-        ipath = root / files.get("index", INDEX_FILE)
-        try:
-            index = faiss.read_index(str(ipath))
-        except RuntimeError as e:
-            raise ScalingNoteError(f"{ipath}: cannot read FAISS index: {_faiss_message(e)}") from None
+        index = read_structure(root / files.get("index", INDEX_FILE))
         vpath = root / files.get("vectors", VECTORS_FILE)
         try:
             vectors = np.load(vpath, mmap_mode="r" if mmap else None)

@@ -84,9 +84,13 @@ def make_index(dim: int, factory: str):
 
 
 def _layers(index) -> Iterator[Any]:
-    """Walk the wrapper chain: PreTransform -> IVF / HNSW (-> storage / quantizer)."""
+    """Walk the wrapper chain: PreTransform -> IVF / HNSW (-> storage / quantizer). Another engine's
+    structure shaped as a FAISS index (it names its ``engine``) is one layer."""
     import faiss
 
+    if getattr(index, "engine", None) is not None:
+        yield index
+        return
     idx = faiss.downcast_index(index)
     yield idx
     if isinstance(idx, faiss.IndexPreTransform):
@@ -164,6 +168,8 @@ def _search_params(index, nprobe: int | None, ef_search: int | None, factory: st
     """
     import faiss
 
+    if getattr(index, "engine", None) is not None:  # another engine's structure checks its own options
+        return index.search_params(nprobe, ef_search, factory, sel), []
     keep: list[Any] = []
     used = {"nprobe": False, "ef_search": False}
 

@@ -1,8 +1,9 @@
 """Routed structures (:mod:`scalingnote.index.routing.routing`) built and served through the normal index
 path: ``build_index(..., method=...)`` / ``scalingnote index build --method``.
 
-Every method that can be served is a plain FAISS index, so :class:`~scalingnote.index.DenseIndex`,
-``scalingnote search``, ``serve`` and the page search it with the manifest's search defaults:
+Every method that can be served is a FAISS index (or, ``svs_vamana``, shaped as one), so
+:class:`~scalingnote.index.DenseIndex`, ``scalingnote search``, ``serve`` and the page search it with the
+manifest's search defaults:
 
 * ``ivf``: ``IndexIVFPQ`` trained on documents (today's structure);
 * ``ivf_qmetric``: an ``IndexIVFPQ`` whose lists were cut in the query metric x' = A x; the rule
@@ -12,6 +13,8 @@ Every method that can be served is a plain FAISS index, so :class:`~scalingnote.
   re-ranked exactly over the full-precision vectors (FAISS's refine, reading the memory-mapped floats);
 * ``ivf_pqfs``: ``IndexIVFPQFastScan`` (``IVF<n>,PQ<m>x4fs``, :mod:`scalingnote.index.faiss.pq_fastscan`):
   4-bit PQ codes scanned in SIMD blocks (one a component by default), re-ranked the same way;
+* ``svs_vamana``: Intel SVS's dynamic Vamana graph over float32 vectors (:mod:`scalingnote.index.svs.vamana`),
+  not a FAISS index but shaped as one (search, add, in-place delete), saved as ``index.svs/``;
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
   built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW
   has no ``remove_ids``: the live index keeps a tombstone set and filters it at search; compaction rebuilds
@@ -46,6 +49,7 @@ from scalingnote.index.routing.routing import (
     attach_graph,
     flat_graph,
 )
+from scalingnote.index.svs.vamana import svs_label
 from scalingnote.index.tune import exact_topk
 
 SERVABLE: tuple[str, ...] = (
@@ -57,6 +61,7 @@ SERVABLE: tuple[str, ...] = (
     "hnsw_pq",
     "hnsw_sq",
     "hnsw_sq_qg",
+    "svs_vamana",
 )
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
 #: degree of 8) would fit 1/4 of the floats. That graph met recall 0.99 on SciFact's validation
@@ -173,6 +178,8 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
     """``<method>:<FAISS structure>``, e.g. ``ivf_qmetric:IVF181,PQ72x8`` or ``hnsw_pq:HNSW32,PQ72x8``."""
     import faiss
 
+    if cfg.method == "svs_vamana":
+        return f"{cfg.method}:{svs_label(index)}"
     idx: Any = faiss.downcast_index(index)  # the stub types it as the base Index (no nlist)
     d = int(idx.d)
     m = cfg.pq_m or max(1, d // 8)
@@ -238,6 +245,10 @@ def _refill(
     """(the refilled index, the routing state: hnsw_sq_qg's ``kth`` over the new rows)."""
     import faiss
 
+    if cfg.method == "svs_vamana":  # a new graph over the live rows, the earlier generation's shape
+        empty.reset()
+        empty.add(x)
+        return empty, state
     index = faiss.downcast_index(empty)
     if isinstance(index, faiss.IndexIVF):
         lists = assign_lists(state, index, x)

@@ -170,7 +170,8 @@ def default_index_params(
 
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     """The Milvus index type ``auto`` means for an index built with a routed ``method``:
-    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw -> HNSW,
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw and
+    svs_vamana (a graph over float vectors) -> HNSW,
     ivf_rabitq and ivf_pqfs -> SCANN (the same structure: document-trained IVF lists, 4-bit fast-scan codes,
     a re-rank; Lite: IVF_SQ8). ivf_qmetric is refused: Milvus trains its own IVF on the documents, so the query-metric
     lists, and the rule new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
@@ -187,7 +188,7 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
         return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
     if method in ("hnsw_sq", "hnsw_sq_qg"):
         return "HNSW_SQ"  # Lite implements it too
-    if method == "hnsw":
+    if method in ("hnsw", "svs_vamana"):  # Milvus has no in-memory Vamana: HNSW is its graph over float vectors
         return "HNSW"
     if method in ("ivf_rabitq", "ivf_pqfs"):
         return "IVF_SQ8" if lite else "SCANN"

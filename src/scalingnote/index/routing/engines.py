@@ -4,9 +4,11 @@ the method choice and the benchmarks treat them as the other methods.
 
 * ``ivf_rabitq`` — FAISS IVF RaBitQ FastScan (:mod:`scalingnote.index.faiss.rabitq`);
 * ``ivf_pqfs`` — FAISS IVF with 4-bit PQ FastScan codes (:mod:`scalingnote.index.faiss.pq_fastscan`);
-* ``scann_soar`` — ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`).
+* ``scann_soar`` — ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`);
+* ``svs_vamana`` — Intel SVS's dynamic Vamana graph over float32 vectors (:mod:`scalingnote.index.svs.vamana`).
 
-Both probe partitions (the ``nprobe`` knob) and are re-ranked over the full-precision vectors.
+The partition methods probe ``nprobe`` partitions; the graph engines (:data:`GRAPH_ENGINES`) walk a beam
+of ``ef_search``. Every one can be re-ranked over the full-precision vectors.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import numpy as np
 from scalingnote.index.faiss.faiss_utils import search_ivf_counted
 from scalingnote.index.faiss.pq_fastscan import build_ivf_pqfs
 from scalingnote.index.faiss.rabitq import build_ivf_rabitq, search_ivf_rabitq
+from scalingnote.index.svs.vamana import SvsVamanaIndex, VamanaShape, search_svs_counted
 
-ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "ivf_pqfs", "scann_soar")
+ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "ivf_pqfs", "scann_soar", "svs_vamana")
+#: the engines searched by a graph beam (the ``ef_search`` knob) rather than by probed partitions
+GRAPH_ENGINES: tuple[str, ...] = ("svs_vamana",)
 
 
 def default_nlist(n: int) -> int:
@@ -35,6 +40,8 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
         return build_ivf_rabitq(docs, nlist, bits=cfg.rabitq_bits, qb=cfg.rabitq_qb, **trained)
     if cfg.method == "ivf_pqfs":
         return build_ivf_pqfs(docs, nlist, m=cfg.pq_m, **trained)
+    if cfg.method == "svs_vamana":
+        return SvsVamanaIndex.build(docs, VamanaShape(cfg.svs_degree, cfg.svs_window, cfg.svs_alpha))
     from scalingnote.index.scann.soar import ScannSoar  # why: ScaNN loads only when this method is asked for
 
     return ScannSoar.build(
@@ -48,9 +55,13 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
 
 
 def search_engine(
-    index: Any, method: str, q: np.ndarray, depth: int, nprobe: int
+    index: Any, method: str, q: np.ndarray, depth: int, nprobe: int, ef_search: int = 64
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe`` partitions."""
+    """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe``
+    partitions (a graph engine: walking a beam of ``ef_search``)."""
+    if method == "svs_vamana":
+        scores, ids, coarse, codes = search_svs_counted(index, q, depth, ef_search)
+        return scores, ids, int(coarse), int(codes)
     if method == "ivf_rabitq":
         return search_ivf_rabitq(index, q, depth, nprobe)
     if method == "ivf_pqfs":
@@ -58,4 +69,4 @@ def search_engine(
     return index.search(q, depth, nprobe)
 
 
-__all__ = ["ENGINE_METHODS", "build_engine", "search_engine"]
+__all__ = ["ENGINE_METHODS", "GRAPH_ENGINES", "build_engine", "search_engine"]

@@ -1,10 +1,10 @@
 """Choose the served structure among the routed methods.
 
 Each candidate method (:mod:`scalingnote.index.faiss.methods`: ``ivf``, ``ivf_qmetric``, ``ivf_rabitq``,
-``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is built over the document
-vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth (TMJ §6) is swept on
-*validation* query vectors — queries no router was fitted on (``ivf_qmetric`` cuts its lists with the
-training queries' covariance, ``hnsw_sq_qg`` adds edges between their nearest documents; a method
+``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs``, ``svs_vamana`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is
+built over the document vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth
+(TMJ §6) is swept on *validation* query vectors — queries no router was fitted on (``ivf_qmetric`` cuts its
+lists with the training queries' covariance, ``hnsw_sq_qg`` adds edges between their nearest documents; a method
 may come as several configs, each built and swept: hnsw_sq_qg at 16 and 32 edges per document where
 its graph has room). For each method the settings whose recall@k against exact search reaches
 ``target`` are timed one query at a time, and the fastest is kept. Among the methods whose
@@ -31,10 +31,19 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.faiss.methods import SERVABLE, default_routing, structure_label
+from scalingnote.index.routing.engines import GRAPH_ENGINES
 from scalingnote.index.routing.routing import GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
-DEFAULT_METHODS: tuple[str, ...] = ("ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs")
+DEFAULT_METHODS: tuple[str, ...] = (
+    "ivf",
+    "ivf_qmetric",
+    "ivf_rabitq",
+    "hnsw_pq",
+    "hnsw_sq",
+    "ivf_pqfs",
+    "svs_vamana",
+)
 #: validation queries searched one at a time to measure a setting's single-query latency
 SINGLE_QUERIES = 200
 RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
@@ -55,7 +64,7 @@ def _unit(x: Any, what: str) -> np.ndarray:
 
 
 def _knob(r: RoutedIndex) -> tuple[str, list[int]]:
-    if r.config.method in GRAPH_METHODS:
+    if r.config.method in GRAPH_METHODS or r.config.method in GRAPH_ENGINES:
         return "ef_search", list(EF_SEARCHES)
     nlist = int(r.index.nlist)
     return "nprobe", sorted({min(nlist, 2**i) for i in range(0, 31) if 2 ** (i - 1) < nlist} | {nlist})

@@ -27,7 +27,8 @@ Methods (all FAISS; every one returns the same :class:`RoutedResult` with the di
   ``hnsw_sq`` — over 4-bit scalar-quantised vectors (``IndexHNSWSQ``, d/2 bytes: closer to exact
   than PQ's d/8, so beam and re-rank stay short). ``hnsw_sq_qg`` — ``hnsw_sq`` whose level-0 lists
   also hold query-guided edges (:mod:`scalingnote.index.routing.query_graph`, after RoarGraph). FAISS HNSW
-  has no ``remove_ids``. ``ivf_rabitq`` / ``scann_soar``: :mod:`scalingnote.index.routing.engines`.
+  has no ``remove_ids``. ``ivf_rabitq`` / ``ivf_pqfs`` / ``scann_soar`` / ``svs_vamana``:
+  :mod:`scalingnote.index.routing.engines`.
   The IVF methods' coarse step can be an HNSW over the centroids (``coarse="hnsw"``).
 
 Every search can re-rank its top ``rerank`` candidates exactly with the full-precision vectors
@@ -44,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, search_engine
+from scalingnote.index.routing.engines import ENGINE_METHODS, GRAPH_ENGINES, build_engine, search_engine
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing_config import (
     CODED_GRAPH_METHODS,
@@ -293,7 +294,7 @@ class RoutedIndex:
             scores, ids = self.index.search(q, depth)
             coarse, codes = 0, int(stats.hnsw_stats.ndis)
         elif self.config.method in ENGINE_METHODS:
-            scores, ids, coarse, codes = search_engine(self.index, self.config.method, q, depth, nprobe)
+            scores, ids, coarse, codes = search_engine(self.index, self.config.method, q, depth, nprobe, ef_search)
         else:
             nprobe = min(nprobe, self.index.nlist)
             qx = q
@@ -333,6 +334,8 @@ class RoutedIndex:
 
         if self.config.method in GRAPH_METHODS:
             raise ScalingNoteError("FAISS HNSW has no remove_ids: filter deleted ids at search time and rebuild")
+        if self.config.method in GRAPH_ENGINES:
+            return int(self.index.remove_ids(ids))
         return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
 
 

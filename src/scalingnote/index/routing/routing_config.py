@@ -18,6 +18,7 @@ Method = Literal[
     "ivf_rabitq",
     "ivf_pqfs",
     "scann_soar",
+    "svs_vamana",
     "hnsw",
     "hnsw_pq",
     "hnsw_sq",
@@ -55,6 +56,10 @@ class RoutingConfig:
     scann_soar_lambda: float = 1.5
     scann_dims_per_block: int = 2
     scann_aq_threshold: float = 0.2
+    #: svs_vamana: graph degree, construction window and pruning factor alpha (SVS's MIP default)
+    svs_degree: int = 32
+    svs_window: int = 64
+    svs_alpha: float = 0.95
     ef_construction: int = 40
     train_size: int = 131_072
     #: ridge added to the query second moment, relative to its mean eigenvalue (ivf_qmetric)
