@@ -31,10 +31,10 @@ def test_service_serves_an_hnsw_pq_index_at_its_defaults(tmp_path, serve_index, 
         assert 400 <= r.status_code < 500 and "nprobe" in r.text
 
 
-@pytest.mark.parametrize("method", ["ivf_rabitq", "ivf_pqfs"])
-def test_service_serves_a_fastscan_ivf_index_at_its_defaults(tmp_path, serve_index, tiny_bert_dir, method):
-    """IVF RaBitQ / PQ FastScan: served over HTTP as offline search answers, its nprobe and re-rank
-    depth taken per request, an HNSW knob refused."""
+@pytest.mark.parametrize("method", ["ivf_rabitq", "ivf_pqfs", "scann_soar"])
+def test_service_serves_a_partitioned_index_at_its_defaults(tmp_path, serve_index, tiny_bert_dir, method):
+    """IVF RaBitQ / PQ FastScan and ScaNN's SOAR tree (not a FAISS index): served over HTTP as offline
+    search answers, its nprobe and re-rank depth taken per request, an HNSW knob refused."""
     idx = build_index(serve_index.parent / "emb", tmp_path / "rq", method=method, semantic_ids_layers=0, progress=False)
     texts = ["quick brown fox", "river delta", "protein folding"]
     ref = DenseIndex.open(idx, query_tower=load_tower(tiny_bert_dir, role="query")).search(
@@ -42,7 +42,7 @@ def test_service_serves_a_fastscan_ivf_index_at_its_defaults(tmp_path, serve_ind
     )
     with running_server(idx, tiny_bert_dir) as srv:
         health = httpx.get(srv.url + "/healthz", trust_env=False).json()
-        assert health["index"]["factory"].startswith(f"{method}:IVF") and health["index"]["nlist"]
+        assert health["index"]["factory"].startswith(f"{method}:") and health["index"]["nlist"]
         for text, want in zip(texts, ref.doc_ids, strict=True):
             r = httpx.post(
                 srv.url + "/search",

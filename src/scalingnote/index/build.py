@@ -6,7 +6,8 @@ renamed into place, so a reader never sees a half-built index::
 
     <dir>/manifest.json      settings, identity of the document tower, sizes, timings
     <dir>/index.faiss        the FAISS index (faiss.write_index); method svs_vamana: the
-                             directory index.svs/ (SVS's graph; manifest files.index names it)
+                             directory index.svs/ (SVS's graph), scann_soar: index.scann/
+                             (ScaNN's searcher); the manifest's files.index names it
     <dir>/vectors.npy        full-precision float32 (n, dim) vectors, L2-normalised,
                              memory-mapped at search time for the exact re-rank
     <dir>/doc_ids.json       JSON list: FAISS row i <-> document id doc_ids[i]
@@ -106,7 +107,7 @@ class IndexConfig(IndexBuildSettings):
         default=None,
         metadata=cli_meta(
             "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, ivf_pqfs, hnsw, hnsw_pq, hnsw_sq, "
-            "hnsw_sq_qg or svs_vamana, sizes from the corpus (scalingnote.index.faiss.methods)."
+            "hnsw_sq_qg, svs_vamana or scann_soar, sizes from the corpus (scalingnote.index.faiss.methods)."
         ),
     )
     train_queries: str | None = field(
@@ -374,8 +375,9 @@ def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | N
 
     ivf, hnsw = find_ivf(index), find_hnsw(index)
     out: dict[str, int] = {}
-    if ivf is not None:
-        out["nprobe"] = int(min(ivf.nlist, nprobe if nprobe is not None else DEFAULT_NPROBE))
+    parts = ivf if ivf is not None else (index if getattr(index, "partitioned", False) else None)  # ScaNN's tree
+    if parts is not None:
+        out["nprobe"] = int(min(parts.nlist, nprobe if nprobe is not None else DEFAULT_NPROBE))
     elif nprobe is not None:
         raise ScalingNoteError(f"nprobe={nprobe} given, but index {factory!r} has no IVF layer")
     graph = hnsw is not None or bool(getattr(index, "graph", False))  # FAISS HNSW or SVS's Vamana

@@ -79,7 +79,7 @@ def _manifest(
         "source_dim": src.dim,
         "matryoshka_prefix": dim < src.dim,
         "n_vectors": n,
-        "nlist": int(ivf.nlist) if ivf is not None else None,
+        "nlist": int(ivf.nlist) if ivf is not None else (index.nlist if getattr(index, "partitioned", False) else None),
         "tower": src.tower,
         "embeddings_dir": src.embeddings_dir,
         "files": files,

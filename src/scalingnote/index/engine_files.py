@@ -1,7 +1,8 @@
 """Read and write the searched structure of an index directory, whichever engine holds it: a FAISS
 index is one file (``index.faiss``, ``faiss.write_index``); an SVS Vamana graph a directory
-(``index.svs/``, :class:`~scalingnote.index.svs.vamana.SvsVamanaIndex`). The manifest's
-``files.index`` names which."""
+(``index.svs/``, :class:`~scalingnote.index.svs.vamana.SvsVamanaIndex`), a ScaNN searcher another
+(``index.scann/``, :class:`~scalingnote.index.scann.soar.ScannSoar`). The manifest's ``files.index``
+names which."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.faiss.faiss_utils import _faiss_message
 from scalingnote.index.layout import INDEX_FILE
+from scalingnote.index.scann.soar import SCANN_INDEX_DIR, ScannSoar
 from scalingnote.index.svs.vamana import SVS_INDEX_DIR, SvsVamanaIndex, dir_bytes
 
 
@@ -21,9 +23,10 @@ def is_engine(index: Any) -> bool:
 
 def write_structure(index: Any, root: Path) -> str:
     """Write ``index`` into the directory ``root``; returns its name there (``files.index``)."""
-    if isinstance(index, SvsVamanaIndex):
-        index.save(root / SVS_INDEX_DIR)
-        return SVS_INDEX_DIR
+    for kind, name in ((SvsVamanaIndex, SVS_INDEX_DIR), (ScannSoar, SCANN_INDEX_DIR)):
+        if isinstance(index, kind):
+            index.save(root / name)
+            return name
     import faiss  # why: FAISS loads with the index package's searchers, not at import
 
     faiss.write_index(index, str(root / INDEX_FILE))
@@ -31,10 +34,10 @@ def write_structure(index: Any, root: Path) -> str:
 
 
 def read_structure(path: Path) -> Any:
-    """The structure saved at ``path`` (a directory: SVS; a file: FAISS), with a clear error."""
+    """The structure saved at ``path`` (a directory: SVS or ScaNN; a file: FAISS), with a clear error."""
     path = Path(path)
     if path.is_dir():
-        return SvsVamanaIndex.load(path)
+        return ScannSoar.load(path) if (path / "scann_assets.pbtxt").exists() else SvsVamanaIndex.load(path)
     import faiss
 
     try:

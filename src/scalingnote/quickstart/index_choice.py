@@ -228,9 +228,9 @@ def build_ivfpq(
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
     itself is chosen (:func:`tune_index`): the fastest method (ivf, ivf_qmetric, ivf_rabitq, hnsw_pq,
-    hnsw_sq, ivf_pqfs, svs_vamana, hnsw_sq_qg where its graph fits) and setting reaching the recall target on the
-    validation queries (within 1/4 of the float vectors' memory above 100k documents), built and served
-    by default. Otherwise the IVFPQ
+    hnsw_sq, ivf_pqfs, scann_soar, svs_vamana, hnsw_sq_qg where its graph fits) and setting reaching the
+    recall target on the validation queries (within 1/4 of the float vectors' memory above 100k
+    documents), built and served by default. Otherwise the IVFPQ
     ``cfg.index_factory`` (default :func:`default_factory`), its nprobe / re-rank tuned on the queries
     when given.
     The directory stays ``<out>/index/ivfpq`` whatever the method (the printed serve commands)."""

@@ -14,6 +14,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index import DenseIndex, build_index
 from scalingnote.index.faiss.methods import default_routing, load_state, query_edge_variants
 from scalingnote.index.routing.method_tune import (
+    DEFAULT_METHODS,
     LATENCY_TIE,
     MEMORY_BOUND,
     choose_method,
@@ -70,7 +71,16 @@ def test_choice_is_cheapest_within_memory_and_served_by_default(tmp_path, data):
     x, vq, tq = data
     rep = choose_method(x, vq, tq, target=0.95, seed=0, memory_bound_above=0)  # the bound held at any size
     rows = {r["method"]: r for r in rep["methods"]}
-    assert set(rows) == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq", "ivf_pqfs", "svs_vamana"}
+    assert (
+        set(rows)
+        == set(DEFAULT_METHODS)
+        == {"ivf", "ivf_qmetric", "ivf_rabitq", "hnsw_pq", "hnsw_sq"}
+        | {
+            "ivf_pqfs",
+            "scann_soar",
+            "svs_vamana",
+        }
+    )
     assert all(0 < r["share_scanned"] and 0 < r["memory_ratio"] and r["build_seconds"] >= 0 for r in rows.values())
     # 32-d: an HNSW graph (32 x 2 x 4-byte neighbours per vector on level 0) outweighs 128-byte float vectors
     assert not rows["hnsw_pq"]["within_memory"] and not rows["hnsw_sq"]["within_memory"]

@@ -98,6 +98,8 @@ def test_built_saved_loaded_and_served_with_the_knobs_it_declares(tmp_path, data
     assert recall_vs_exact(np.asarray(narrow.indices), exact) <= recall_vs_exact(
         np.asarray(idx.search(q, 10, ef_search=400).indices), exact
     )
+    alone = np.vstack([idx.search(q[i : i + 1], 10, ef_search=16).indices for i in range(len(q))])
+    assert np.array_equal(alone, idx.search(q, 10, ef_search=16).indices)  # a query's answer is its batch's
     reranked = idx.search(q, 10, ef_search=64, rerank=50)
     assert np.allclose(reranked.scores[:, 0], np.einsum("qd,qd->q", q, x[reranked.indices[:, 0]]), atol=1e-5)
     with pytest.raises(ScalingNoteError, match="has no IVF layer"):

@@ -108,7 +108,8 @@ class DenseIndex(VectorSearcher):
 
     @property
     def has_ivf(self) -> bool:
-        return find_ivf(self.index) is not None
+        """Partitions ``nprobe`` applies to: a FAISS IVF, or ScaNN's tree (``partitioned``)."""
+        return find_ivf(self.index) is not None or bool(getattr(self.index, "partitioned", False))
 
     @property
     def has_hnsw(self) -> bool:

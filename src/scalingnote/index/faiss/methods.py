@@ -1,7 +1,7 @@
 """Routed structures (:mod:`scalingnote.index.routing.routing`) built and served through the normal index
 path: ``build_index(..., method=...)`` / ``scalingnote index build --method``.
 
-Every method that can be served is a FAISS index (or, ``svs_vamana``, shaped as one), so
+Every method that can be served is a FAISS index (or, ``svs_vamana`` / ``scann_soar``, shaped as one), so
 :class:`~scalingnote.index.DenseIndex`, ``scalingnote search``, ``serve`` and the page search it with the
 manifest's search defaults:
 
@@ -15,6 +15,8 @@ manifest's search defaults:
   4-bit PQ codes scanned in SIMD blocks (one a component by default), re-ranked the same way;
 * ``svs_vamana``: Intel SVS's dynamic Vamana graph over float32 vectors (:mod:`scalingnote.index.svs.vamana`),
   not a FAISS index but shaped as one (search, add, in-place delete), saved as ``index.svs/``;
+* ``scann_soar``: ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`),
+  shaped as a FAISS IVF (``nprobe`` = leaves searched; in-place add and delete), saved as ``index.scann/``;
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
   built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW
   has no ``remove_ids``: the live index keeps a tombstone set and filters it at search; compaction rebuilds
@@ -49,6 +51,7 @@ from scalingnote.index.routing.routing import (
     attach_graph,
     flat_graph,
 )
+from scalingnote.index.scann.soar import soar_label
 from scalingnote.index.svs.vamana import svs_label
 from scalingnote.index.tune import exact_topk
 
@@ -62,6 +65,7 @@ SERVABLE: tuple[str, ...] = (
     "hnsw_sq",
     "hnsw_sq_qg",
     "svs_vamana",
+    "scann_soar",
 )
 #: hnsw_sq's graph degrees: its codes take d/2 bytes, so at 128 dimensions only M=4 (a level-0
 #: degree of 8) would fit 1/4 of the floats. That graph met recall 0.99 on SciFact's validation
@@ -180,6 +184,8 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
 
     if cfg.method == "svs_vamana":
         return f"{cfg.method}:{svs_label(index)}"
+    if cfg.method == "scann_soar":
+        return f"{cfg.method}:{soar_label(index)}"
     idx: Any = faiss.downcast_index(index)  # the stub types it as the base Index (no nlist)
     d = int(idx.d)
     m = cfg.pq_m or max(1, d // 8)
@@ -245,7 +251,7 @@ def _refill(
     """(the refilled index, the routing state: hnsw_sq_qg's ``kth`` over the new rows)."""
     import faiss
 
-    if cfg.method == "svs_vamana":  # a new graph over the live rows, the earlier generation's shape
+    if getattr(empty, "engine", None) is not None:  # SVS / ScaNN: a new graph / tree over the live rows, same shape
         empty.reset()
         empty.add(x)
         return empty, state

@@ -171,10 +171,11 @@ def default_index_params(
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     """The Milvus index type ``auto`` means for an index built with a routed ``method``:
     ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw and
-    svs_vamana (a graph over float vectors) -> HNSW,
-    ivf_rabitq and ivf_pqfs -> SCANN (the same structure: document-trained IVF lists, 4-bit fast-scan codes,
-    a re-rank; Lite: IVF_SQ8). ivf_qmetric is refused: Milvus trains its own IVF on the documents, so the query-metric
-    lists, and the rule new documents follow, would be lost; an explicit ``--index-type`` exports the vectors anyway."""
+    svs_vamana (a graph over float vectors) -> HNSW, ivf_rabitq, ivf_pqfs and scann_soar -> SCANN (the same
+    structure: document-trained partitions, 4-bit fast-scan codes, a re-rank; Milvus's SCANN has no SOAR
+    spill; Lite: IVF_SQ8). ivf_qmetric is refused: Milvus trains its own IVF on the documents, so the
+    query-metric lists, and the rule new documents follow, would be lost; an explicit ``--index-type``
+    exports the vectors anyway."""
     if not method or (requested or "auto").strip().lower() != "auto":
         return requested
     if method == "ivf_qmetric":
@@ -190,7 +191,7 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
         return "HNSW_SQ"  # Lite implements it too
     if method in ("hnsw", "svs_vamana"):  # Milvus has no in-memory Vamana: HNSW is its graph over float vectors
         return "HNSW"
-    if method in ("ivf_rabitq", "ivf_pqfs"):
+    if method in ("ivf_rabitq", "ivf_pqfs", "scann_soar"):
         return "IVF_SQ8" if lite else "SCANN"
     return requested
 

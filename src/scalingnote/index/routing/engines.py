@@ -20,6 +20,7 @@ import numpy as np
 from scalingnote.index.faiss.faiss_utils import search_ivf_counted
 from scalingnote.index.faiss.pq_fastscan import build_ivf_pqfs
 from scalingnote.index.faiss.rabitq import build_ivf_rabitq, search_ivf_rabitq
+from scalingnote.index.scann.soar import ScannSoar, SoarShape
 from scalingnote.index.svs.vamana import SvsVamanaIndex, VamanaShape, search_svs_counted
 
 ENGINE_METHODS: tuple[str, ...] = ("ivf_rabitq", "ivf_pqfs", "scann_soar", "svs_vamana")
@@ -42,16 +43,8 @@ def build_engine(docs: np.ndarray, cfg: Any) -> Any:
         return build_ivf_pqfs(docs, nlist, m=cfg.pq_m, **trained)
     if cfg.method == "svs_vamana":
         return SvsVamanaIndex.build(docs, VamanaShape(cfg.svs_degree, cfg.svs_window, cfg.svs_alpha))
-    from scalingnote.index.scann.soar import ScannSoar  # why: ScaNN loads only when this method is asked for
-
-    return ScannSoar.build(
-        docs,
-        nlist=nlist,
-        soar_lambda=cfg.scann_soar_lambda,
-        dims_per_block=cfg.scann_dims_per_block,
-        aq_threshold=cfg.scann_aq_threshold,
-        train_size=cfg.train_size,
-    )
+    shape = SoarShape(nlist, cfg.scann_soar_lambda, cfg.scann_dims_per_block, cfg.scann_aq_threshold, cfg.train_size)
+    return ScannSoar.build(docs, shape)
 
 
 def search_engine(
@@ -66,7 +59,7 @@ def search_engine(
         return search_ivf_rabitq(index, q, depth, nprobe)
     if method == "ivf_pqfs":
         return search_ivf_counted(index, q, depth, nprobe)
-    return index.search(q, depth, nprobe)
+    return index.search_counted(q, depth, nprobe)
 
 
 __all__ = ["ENGINE_METHODS", "GRAPH_ENGINES", "build_engine", "search_engine"]

@@ -1,8 +1,8 @@
 """Choose the served structure among the routed methods.
 
 Each candidate method (:mod:`scalingnote.index.faiss.methods`: ``ivf``, ``ivf_qmetric``, ``ivf_rabitq``,
-``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs``, ``svs_vamana`` by default; ``hnsw`` and ``hnsw_sq_qg`` if asked) is
-built over the document vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth
+``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs``, ``scann_soar``, ``svs_vamana`` by default; ``hnsw`` and ``hnsw_sq_qg``
+if asked) is built over the document vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth
 (TMJ §6) is swept on *validation* query vectors — queries no router was fitted on (``ivf_qmetric`` cuts its
 lists with the training queries' covariance, ``hnsw_sq_qg`` adds edges between their nearest documents; a method
 may come as several configs, each built and swept: hnsw_sq_qg at 16 and 32 edges per document where
@@ -42,6 +42,7 @@ DEFAULT_METHODS: tuple[str, ...] = (
     "hnsw_pq",
     "hnsw_sq",
     "ivf_pqfs",
+    "scann_soar",
     "svs_vamana",
 )
 #: validation queries searched one at a time to measure a setting's single-query latency
@@ -175,7 +176,11 @@ def choose_method(
         given = (routing or {}).get(m) or default_routing(m, n, d, seed=seed)
         # variants of one method (e.g. hnsw_sq_qg's edge counts)
         for cfg in list(given) if isinstance(given, (list, tuple)) else [given]:
-            r = RoutedIndex.build(x, cfg, train_queries=fit)
+            try:
+                r = RoutedIndex.build(x, cfg, train_queries=fit)
+            except ScalingNoteError as e:  # e.g. ScaNN's codes on fewer than 16 documents, an engine not installed
+                rows.append({"method": m, "skipped": f"cannot be built here: {e}"})
+                continue
             s = sweep(r, q, exact, k=k, target=target)
             mem = r.memory_bytes() / (n * d * 4)
             label = _structure(r)

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.routing.engines import ENGINE_METHODS, GRAPH_ENGINES, build_engine, search_engine
+from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, search_engine
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing_config import (
     CODED_GRAPH_METHODS,
@@ -334,7 +334,7 @@ class RoutedIndex:
 
         if self.config.method in GRAPH_METHODS:
             raise ScalingNoteError("FAISS HNSW has no remove_ids: filter deleted ids at search time and rebuild")
-        if self.config.method in GRAPH_ENGINES:
+        if getattr(self.index, "engine", None) is not None:  # SVS / ScaNN: their own in-place delete
             return int(self.index.remove_ids(ids))
         return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
 
