@@ -1,7 +1,7 @@
 """The live index over each routed structure the quick start can choose: built
 with the same function the quick start calls (``build_index(..., method=...)``), documents added
 and deleted through ``scalingnote index add / delete / rebuild``, searched as ``scalingnote search``
-searches (the manifest's search defaults, no flags). Tiny random BERT, real FAISS."""
+searches (the manifest's search defaults, no flags). Tiny random BERT, real FAISS, SVS and ScaNN."""
 
 from __future__ import annotations
 
@@ -51,7 +51,11 @@ def routed(tmp_path, _built_index, request):
     return out, vecs, ids
 
 
-@pytest.mark.parametrize("routed", ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"], indirect=True)
+@pytest.mark.parametrize(
+    "routed",
+    ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "ivf_rabitq", "ivf_pqfs", "svs_vamana", "scann_soar"],
+    indirect=True,
+)
 def test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path):
     idx, vecs, ids = routed
     method = json.loads((idx / "manifest.json").read_text())["routing"]["method"]

@@ -1,6 +1,6 @@
 """``ivf_pqfs`` (FAISS IVF + 4-bit PQ FastScan + exact re-rank) as an index method beside the others:
 its default sizes, recall against exact search with and without the re-rank, built, saved, loaded
-and searched through ``build_index`` / ``DenseIndex``, the live index's scenario, and Milvus's SCANN
+and searched through ``build_index`` / ``DenseIndex``, and Milvus's SCANN
 as its export (rows added, deleted and refilled on compaction: ``test_rabitq.py``, both FastScan
 methods). Clustered random
 vectors, real FAISS."""
@@ -19,7 +19,6 @@ from scalingnote.index.milvus.milvus_export import _method_index_type
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 from tests.helpers.vectors import clustered_docs_and_queries
-from tests.live import test_live_methods as scenario
 
 N, D = 3000, 64
 
@@ -81,8 +80,3 @@ def test_milvus_carries_it_as_scann():
     # Milvus's SCANN is this structure (IVF lists, 4-bit fast-scan PQ, a re-rank); Lite has no fast scan
     assert _method_index_type("auto", "ivf_pqfs", lite=False) == "SCANN"
     assert _method_index_type("auto", "ivf_pqfs", lite=True) == "IVF_SQ8"
-
-
-@pytest.mark.parametrize("routed", ["ivf_pqfs"], indirect=True)
-def test_add_delete_compact_rebuild_keep_ivf_pqfs(routed, tiny_bert_dir, tmp_path):
-    scenario.test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path)

@@ -1,7 +1,7 @@
 """``scann_soar`` (ScaNN partition tree + SOAR spilling over AH codes, exact re-rank) as a routed
 method and an index method beside the others: built, searched with the partitions knob, measured,
 rows added and deleted in place, built, saved as ``index.scann/``, loaded and served through
-``build_index`` / ``DenseIndex`` with the knobs it declares, compaction, the live index's scenario,
+``build_index`` / ``DenseIndex`` with the knobs it declares, compaction,
 Milvus's SCANN as its export, its refusals. Real ScaNN (scann-core)."""
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from scalingnote.index.milvus.milvus_export import _method_index_type
 from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.scann.soar import ScannSoar, SoarShape
 from scalingnote.index.tune import exact_topk, recall_vs_exact
-from tests.live import test_live_methods as scenario
 
 pytest.importorskip("scann", reason="the scann-core package")
 
@@ -125,8 +124,3 @@ def test_built_saved_loaded_and_served_with_the_knobs_it_declares(tmp_path, data
 def test_milvus_carries_it_as_scann():
     assert _method_index_type("auto", "scann_soar", lite=False) == "SCANN"
     assert _method_index_type("auto", "scann_soar", lite=True) == "IVF_SQ8"
-
-
-@pytest.mark.parametrize("routed", ["scann_soar"], indirect=True)
-def test_add_delete_compact_rebuild_keep_scann_soar(routed, tiny_bert_dir, tmp_path):
-    scenario.test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path)

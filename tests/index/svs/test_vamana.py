@@ -1,7 +1,7 @@
 """``svs_vamana`` (Intel SVS's dynamic Vamana graph) as an index method beside the others: recall
 against exact search as the beam widens, in-place add and delete, built, saved as ``index.svs/``,
 loaded and served through ``build_index`` / ``DenseIndex`` with the knobs it declares, compaction,
-the live index's scenario, the method choice and Milvus's HNSW as its export. Clustered random
+the method choice and Milvus's HNSW as its export. Clustered random
 vectors, the real SVS library."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig
 from scalingnote.index.svs.vamana import SvsVamanaIndex, VamanaShape
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 from tests.helpers.vectors import clustered_docs_and_queries
-from tests.live import test_live_methods as scenario
 
 N, D = 3000, 64
 
@@ -119,8 +118,3 @@ def test_milvus_carries_it_as_its_in_memory_graph():
     # Milvus has no in-memory Vamana: HNSW is its graph over float vectors (Lite implements it too)
     assert _method_index_type("auto", "svs_vamana", lite=False) == "HNSW"
     assert _method_index_type("auto", "svs_vamana", lite=True) == "HNSW"
-
-
-@pytest.mark.parametrize("routed", ["svs_vamana"], indirect=True)
-def test_add_delete_compact_rebuild_keep_svs_vamana(routed, tiny_bert_dir, tmp_path):
-    scenario.test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path)

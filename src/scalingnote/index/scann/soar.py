@@ -14,12 +14,12 @@ re-rank reads the memory-mapped vectors as every other method's. ``nprobe`` is t
 leaves searched. ScaNN does not report the codes it scores: the share scanned is estimated as the
 searched leaves' share of the assignments (documents x (1 + spill)).
 
-:class:`ScannSoar` has the surface of a FAISS index the rest of the package calls (``d``, ``ntotal``,
-``nlist``, ``search(x, k, params=)``, ``add``, ``add_with_ids``, ``remove_ids``, ``reset``), so the
-index directory (``index.scann/``: ScaNN's own serialisation), the live index and compaction serve
-it as the FAISS methods. Each document is a ScaNN docid (its row number as a string): rows are
-added with ScaNN's ``upsert`` (assigned to leaves by the trained tree, with their SOAR spill) and
-deleted in place with its ``delete``; compaction trains a new tree over the live rows.
+:class:`ScannSoar` is an :class:`~scalingnote.index.engine_index.EngineIndex` (the surface of a FAISS
+index the rest of the package calls, plus ``nlist``), so the index directory (``index.scann/``: ScaNN's
+own serialisation), the live index and compaction serve it as the FAISS methods. Each document is a
+ScaNN docid (its row number as a string): rows are added with ScaNN's ``upsert`` (assigned to leaves
+by the trained tree, with their SOAR spill) and deleted in place with its ``delete``; compaction
+trains a new tree over the live rows.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.engine_index import EngineIndex, EngineParams
 
 #: the directory an index directory keeps the ScaNN searcher in (files.index of the manifest)
 SCANN_INDEX_DIR = "index.scann"
@@ -71,14 +72,7 @@ class SoarShape:
 
 
 @dataclass
-class ScannParams:
-    """Per-call search settings (FAISS's ``SearchParameters`` role): the leaves searched."""
-
-    nprobe: int | None = None
-
-
-@dataclass
-class ScannSoar:
+class ScannSoar(EngineIndex):
     """A ScaNN searcher with docids (FAISS-shaped: module doc); ``searcher`` None = emptied (compaction)."""
 
     searcher: Any
@@ -88,12 +82,8 @@ class ScannSoar:
     _sizes: dict[str, int] | None = field(default=None, repr=False)
     _ids: np.ndarray | None = field(default=None, repr=False)  #: ScaNN's datapoint index -> row id
 
-    engine = "scann"
-    graph = False
-    partitioned = True  #: ``nprobe`` applies (the leaves searched)
-    supports_remove = True  #: deletes in place: no tombstones to filter
-    metric_type = 0  #: faiss.METRIC_INNER_PRODUCT
-    is_trained = True
+    engine = "scann_soar"
+    knob = "nprobe"  #: the leaves searched
 
     @classmethod
     def build(cls, docs: np.ndarray, shape: SoarShape, ids: np.ndarray | None = None) -> ScannSoar:
@@ -145,9 +135,7 @@ class ScannSoar:
 
     def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None:
         """Insert rows ``x`` under ids ``ids`` (never used before); into an emptied index: a new tree."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.d:
-            raise ScalingNoteError(f"scann_soar: expected vectors of shape (n, {self.d}), got {x.shape}")
+        x = self.rows(x)
         if not len(x):
             return
         try:
@@ -158,10 +146,6 @@ class ScannSoar:
                 self._changed()
         except (RuntimeError, ValueError) as e:
             raise ScalingNoteError(f"scann_soar: adding {len(x)} vectors failed: {e}") from None
-
-    def add(self, x: np.ndarray) -> None:
-        """Insert rows under the next ids (``ntotal`` ...): a build's fill."""
-        self.add_with_ids(x, np.arange(self.ntotal, self.ntotal + len(x)))
 
     def remove_ids(self, ids: Any) -> int:
         """Delete rows by id (ids not in the index are skipped); returns how many were deleted."""
@@ -183,37 +167,21 @@ class ScannSoar:
         """Bytes of one document's codes (4 bits a block, once per assignment: with its spill)."""
         return int(round(self.d / self.shape.dims_per_block / 2 * (1 + self.spill)))
 
-    def search_params(self, nprobe: int | None, ef_search: int | None, label: str, sel: Any = None) -> ScannParams:
-        """Per-call parameters; ``ef_search`` and an ID selector are refused (no graph; deletes are in place)."""
-        if ef_search is not None:
-            raise ScalingNoteError(f"ef_search={ef_search} given, but index {label!r} has no HNSW graph")
-        if sel is not None:
-            raise ScalingNoteError(f"index {label!r} deletes in place: it takes no ID selector")
-        if nprobe is not None and nprobe < 1:
-            raise ScalingNoteError(f"nprobe must be >= 1, got {nprobe}")
-        return ScannParams(nprobe)
-
-    def search(self, x: np.ndarray, k: int, params: ScannParams | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, ids)`` [nq, k] by AH-estimated inner product, ``-1`` / ``-inf`` padding."""
-        q = np.ascontiguousarray(x, dtype=np.float32)
-        nq, k = len(q), int(k)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
-        if self.searcher is None or not self.ntotal or not nq or not k:
-            return scores, ids
-        nprobe = params.nprobe if params is not None and params.nprobe is not None else self.nprobe
-        leaves = int(min(max(1, nprobe), self.nlist))
+    def _search(self, q: np.ndarray, k: int, value: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``k`` hits a query from ``value`` leaves (the default when None), AH-estimated scores."""
+        leaves = int(min(max(1, value if value is not None else self.nprobe), self.nlist))
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        ids = np.full((len(q), k), -1, dtype=np.int64)
         assert self._ids is not None  # set with the searcher
-        for r in range(nq):
+        for r in range(len(q)):
             # one query a call: ScaNN's batched kernels score a query differently with other queries beside
             # it, so a query's answer would depend on the batch it came in. The C++ searcher returns
             # datapoint indices; _ids maps them to row ids (the wrapper's Python map is slower).
             idx, dist = self.searcher.searcher.search(q[r], k, k, leaves)
             idx, dist = np.asarray(idx, dtype=np.int64), np.asarray(dist, dtype=np.float32)
             got = ~np.isnan(dist)  # ScaNN pads a short answer with index 0 and a NaN distance
-            w = len(idx)
-            ids[r, :w] = np.where(got, self._ids[np.where(got, idx, 0)], -1)
-            scores[r, :w] = np.where(got, dist, -np.inf)
+            ids[r, : len(idx)] = np.where(got, self._ids[np.where(got, idx, 0)], -1)
+            scores[r, : len(idx)] = dist
         return scores, ids
 
     # ------------------------------------------------------------------ routing study
@@ -240,7 +208,7 @@ class ScannSoar:
         """``(scores, ids, coarse distances, codes scored (estimated))`` of a ``depth``-deep search of
         ``nprobe`` leaves."""
         leaves = int(min(max(1, nprobe), self.nlist))
-        scores, ids = self.search(q, depth, ScannParams(leaves))
+        scores, ids = self.search(q, depth, EngineParams(leaves))
         codes = int(round(len(q) * self.ntotal * (1 + self.spill) * leaves / self.nlist))
         return scores, ids, self.nlist * len(q), codes
 
@@ -276,4 +244,4 @@ def soar_label(index: ScannSoar) -> str:
     return f"Tree{s.nlist},AH{s.dims_per_block}" + (f",SOAR{s.soar_lambda:g}" if s.soar_lambda > 0 else "")
 
 
-__all__ = ["MIN_ROWS", "SCANN_INDEX_DIR", "ScannParams", "ScannSoar", "SoarShape", "soar_label"]
+__all__ = ["MIN_ROWS", "SCANN_INDEX_DIR", "ScannSoar", "SoarShape", "soar_label"]

@@ -10,9 +10,8 @@ so this method keeps float32 vectors (memory about 1.25 of them at 128 dimension
 included): an index-step candidate only where no memory bound applies (corpora up to 100k
 documents); at a million it is measured, not chosen.
 
-:class:`SvsVamanaIndex` has the surface of a FAISS index the rest of the package calls (``d``,
-``ntotal``, ``metric_type``, ``search(x, k, params=)``, ``add``, ``add_with_ids``, ``remove_ids``,
-``reset``, ``sa_code_size``), so :class:`~scalingnote.index.DenseIndex`, the live index (in-place
+:class:`SvsVamanaIndex` is an :class:`~scalingnote.index.engine_index.EngineIndex` (the surface of a
+FAISS index the rest of the package calls), so :class:`~scalingnote.index.DenseIndex`, the live index (in-place
 add and delete: SVS's soft delete), compaction and the method choice serve it as the FAISS
 methods. It is saved as a directory (``index.svs/``: SVS's config, graph and data directories).
 SVS reports no distance count: the share scanned is estimated as ``window x degree`` distances a
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from scalingnote.errors import ScalingNoteError
+from scalingnote.index.engine_index import EngineIndex, EngineParams
 
 #: the directory an index directory keeps the SVS index in (files.index of the manifest)
 SVS_INDEX_DIR = "index.svs"
@@ -54,13 +54,6 @@ def _threads() -> int:
 
 
 @dataclass
-class SvsSearchParams:
-    """Per-call search settings (FAISS's ``SearchParameters`` role): the beam width."""
-
-    window: int | None = None
-
-
-@dataclass
 class VamanaShape:
     """How the graph is built: ``degree`` (graph_max_degree), construction ``window``, ``alpha``."""
 
@@ -77,14 +70,11 @@ class VamanaShape:
         return self
 
 
-class SvsVamanaIndex:
+class SvsVamanaIndex(EngineIndex):
     """A dynamic Vamana graph over float32 unit vectors (inner product), FAISS-shaped (module doc)."""
 
-    engine = "svs"
-    graph = True  #: ``ef_search`` applies (the search window)
-    supports_remove = True  #: deletes in place (SVS soft delete): no tombstones to filter
-    metric_type = 0  #: faiss.METRIC_INNER_PRODUCT
-    is_trained = True
+    engine = "svs_vamana"
+    knob = "ef_search"  #: the search window
 
     def __init__(self, d: int, shape: VamanaShape, impl: Any = None, window: int = 64):
         self.d = int(d)
@@ -112,9 +102,7 @@ class SvsVamanaIndex:
 
     def add_with_ids(self, x: np.ndarray, ids: np.ndarray) -> None:
         """Insert rows ``x`` under ids ``ids`` (unique, never used before); the first add builds the graph."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        if x.ndim != 2 or x.shape[1] != self.d:
-            raise ScalingNoteError(f"svs_vamana: expected vectors of shape (n, {self.d}), got {x.shape}")
+        x = self.rows(x)
         if not len(x):
             return
         uid = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).astype(np.uint64))
@@ -126,10 +114,6 @@ class SvsVamanaIndex:
                 self.impl.add(x, uid)
         except RuntimeError as e:
             raise ScalingNoteError(f"svs_vamana: adding {len(x)} vectors failed: {e}") from None
-
-    def add(self, x: np.ndarray) -> None:
-        """Insert rows under the next ids (``ntotal`` ...): a build's fill."""
-        self.add_with_ids(x, np.arange(self.ntotal, self.ntotal + len(x)))
 
     def remove_ids(self, ids: Any) -> int:
         """Delete rows by id (ids not in the index are skipped); returns how many were deleted."""
@@ -149,32 +133,13 @@ class SvsVamanaIndex:
         return 4 * self.d
 
     # ------------------------------------------------------------------ search
-    def search_params(self, nprobe: int | None, ef_search: int | None, label: str, sel: Any = None) -> SvsSearchParams:
-        """Per-call parameters; ``nprobe`` and an ID selector are refused (no IVF layer; deletes are in place)."""
-        if nprobe is not None:
-            raise ScalingNoteError(f"nprobe={nprobe} given, but index {label!r} has no IVF layer")
-        if sel is not None:
-            raise ScalingNoteError(f"index {label!r} deletes in place: it takes no ID selector")
-        if ef_search is not None and ef_search < 1:
-            raise ScalingNoteError(f"ef_search must be >= 1, got {ef_search}")
-        return SvsSearchParams(ef_search)
-
-    def search(self, x: np.ndarray, k: int, params: SvsSearchParams | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, ids)`` [nq, k] by inner product, ``-1`` / ``-inf`` padding past the live rows."""
-        q = np.ascontiguousarray(x, dtype=np.float32)
-        nq, k = len(q), int(k)
-        scores = np.full((nq, k), -np.inf, dtype=np.float32)
-        ids = np.full((nq, k), -1, dtype=np.int64)
-        n = self.ntotal
-        if not n or not nq or not k:
-            return scores, ids
-        kk = min(k, n)
-        window = params.window if params is not None and params.window is not None else self.window
-        self.impl.search_window_size = max(int(window), kk)
+    def _search(self, q: np.ndarray, k: int, value: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``k`` hits a query (fewer when fewer rows are live) in a beam of ``value`` (the
+        default window when None; at least the hits asked for)."""
+        kk = min(k, self.ntotal)
+        self.impl.search_window_size = max(int(value if value is not None else self.window), kk)
         found, dist = self.impl.search(q, kk)
-        ids[:, :kk] = np.asarray(found, dtype=np.int64)
-        scores[:, :kk] = np.asarray(dist, dtype=np.float32)
-        return scores, ids
+        return np.asarray(dist, dtype=np.float32), np.asarray(found, dtype=np.int64)
 
     def distances_estimate(self, nq: int, window: int) -> int:
         """Distances ``nq`` queries compute at beam ``window`` (estimated: SVS reports none)."""
@@ -243,13 +208,12 @@ def search_svs_counted(index: SvsVamanaIndex, q: np.ndarray, depth: int, ef_sear
     """``(scores, ids, coarse distances (0), distances (estimated))`` of a ``depth``-deep search at
     beam ``ef_search``."""
     window = max(int(ef_search), depth)
-    scores, ids = index.search(q, depth, SvsSearchParams(window))
+    scores, ids = index.search(q, depth, EngineParams(window))
     return scores, ids, 0, index.distances_estimate(len(q), window)
 
 
 __all__ = [
     "SVS_INDEX_DIR",
-    "SvsSearchParams",
     "SvsVamanaIndex",
     "VamanaShape",
     "dir_bytes",
