@@ -58,6 +58,7 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build_files import write_index_files
 from scalingnote.index.build_source import BuildSource, build_inputs, resolve_source, write_vectors
 from scalingnote.index.embeddings import Embeddings
+from scalingnote.index.engine_files import is_engine
 from scalingnote.index.faiss import methods
 from scalingnote.index.faiss.faiss_utils import (
     _faiss_message,
@@ -375,12 +376,12 @@ def _search_defaults(index, factory: str, nprobe: int | None, ef_search: int | N
 
     ivf, hnsw = find_ivf(index), find_hnsw(index)
     out: dict[str, int] = {}
-    parts = ivf if ivf is not None else (index if getattr(index, "partitioned", False) else None)  # ScaNN's tree
+    parts = ivf if ivf is not None else (index if is_engine(index) and index.partitioned else None)  # ScaNN's tree
     if parts is not None:
         out["nprobe"] = int(min(parts.nlist, nprobe if nprobe is not None else DEFAULT_NPROBE))
     elif nprobe is not None:
         raise ScalingNoteError(f"nprobe={nprobe} given, but index {factory!r} has no IVF layer")
-    graph = hnsw is not None or bool(getattr(index, "graph", False))  # FAISS HNSW or SVS's Vamana
+    graph = hnsw is not None or (is_engine(index) and index.graph)  # FAISS HNSW or SVS's Vamana
     if graph or (ivf is not None and isinstance(faiss.downcast_index(ivf.quantizer), faiss.IndexHNSW)):
         out["ef_search"] = int(ef_search if ef_search is not None else DEFAULT_EF_SEARCH)
     elif ef_search is not None:

@@ -1,5 +1,5 @@
 """The files of a built index besides the vectors (see :mod:`scalingnote.index.build`): the searched
-structure (FAISS index or SVS graph), the document ids, the document store and the manifest."""
+structure (a FAISS index, SVS's graph or ScaNN's tree), the document ids, the document store and the manifest."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def write_index_files(
     timings: dict[str, float],
     t_start: float,
 ) -> None:
-    """The searched structure (FAISS; SVS: a directory), the document ids, the document store and the
+    """The searched structure (FAISS: a file; SVS, ScaNN: a directory), the document ids, the document store and the
     manifest into ``tmp_dir``."""
     name = write_structure(index, tmp_dir)
     (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
@@ -48,6 +48,11 @@ def _write_docs(tmp_dir: Path, src: BuildSource, documents: Any, files: dict[str
         return None
     files["docs"] = DOCS_FILE
     return write_document_store(tmp_dir / DOCS_FILE, src.ids, documents)
+
+
+def _partitioned_engine(index: Any) -> bool:
+    """Another engine's structure searched by partitions (ScaNN's tree: its ``nlist`` is the leaves)."""
+    return is_engine(index) and index.partitioned
 
 
 def _manifest(
@@ -79,7 +84,7 @@ def _manifest(
         "source_dim": src.dim,
         "matryoshka_prefix": dim < src.dim,
         "n_vectors": n,
-        "nlist": int(ivf.nlist) if ivf is not None else (index.nlist if getattr(index, "partitioned", False) else None),
+        "nlist": int(ivf.nlist) if ivf is not None else (index.nlist if _partitioned_engine(index) else None),
         "tower": src.tower,
         "embeddings_dir": src.embeddings_dir,
         "files": files,

@@ -24,6 +24,7 @@ import numpy as np
 
 from scalingnote.data.types import Document
 from scalingnote.index.docstore import make_snippet
+from scalingnote.index.engine_files import is_engine
 from scalingnote.index.faiss.dense import DenseIndex
 from scalingnote.index.faiss.faiss_utils import find_ivf
 from scalingnote.index.faiss.methods import add_rows, load_state
@@ -71,7 +72,7 @@ class RowStore:
         self.snippets: list[str] = list(dense.snippets) if dense.snippets is not None else [""] * n
         self.row_of: dict[str, int] = {d: i for i, d in enumerate(self.doc_ids) if self.alive[i]}
         # IVF lists (FAISS remove_ids) or an engine that deletes in place (SVS's Vamana): no tombstones
-        self.can_remove = find_ivf(dense.index) is not None or bool(getattr(dense.index, "supports_remove", False))
+        self.can_remove = find_ivf(dense.index) is not None or (is_engine(dense.index) and dense.index.supports_remove)
         self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
         self._guide = _guide(dense, self.routing)  # hnsw_sq_qg: (fitting queries, edges per document)
@@ -100,7 +101,7 @@ class RowStore:
         """The live rows as the searches' ID selector (HNSW / Flat with tombstones; none otherwise)."""
         import faiss
 
-        selectable = getattr(self.dense.index, "engine", None) is None and isinstance(
+        selectable = not is_engine(self.dense.index) and isinstance(
             faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat)
         )  # others: over-fetch + filter
         if self.can_remove or not self.tombstones or not selectable:

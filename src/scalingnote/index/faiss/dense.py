@@ -15,7 +15,7 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.docstore import read_document_store
-from scalingnote.index.engine_files import read_structure
+from scalingnote.index.engine_files import is_engine, read_structure
 from scalingnote.index.faiss.faiss_utils import _search_params, find_hnsw, find_ivf
 from scalingnote.index.layout import DOC_IDS_FILE, INDEX_FILE, MANIFEST, VECTORS_FILE, check_query_tower, read_manifest
 from scalingnote.index.searcher import Queries, SearchResult, VectorSearcher, gather_rows
@@ -50,7 +50,7 @@ class DenseIndex(VectorSearcher):
         self.titles = titles  # per FAISS row, from docs.jsonl (None: the index stores no documents)
         self.snippets = snippets
         # a top-level graph ef_search widens (FAISS HNSW, not an IVF's HNSW quantiser; or SVS's Vamana)
-        self._hnsw_graph = find_hnsw(index) is not None or bool(getattr(index, "graph", False))
+        self._hnsw_graph = find_hnsw(index) is not None or (is_engine(index) and index.graph)
         #: a FAISS IDSelector of the rows a search may return (the live index's tombstones on HNSW / Flat); None: all
         self.selector: Any = None
 
@@ -109,7 +109,7 @@ class DenseIndex(VectorSearcher):
     @property
     def has_ivf(self) -> bool:
         """Partitions ``nprobe`` applies to: a FAISS IVF, or ScaNN's tree (``partitioned``)."""
-        return find_ivf(self.index) is not None or bool(getattr(self.index, "partitioned", False))
+        return find_ivf(self.index) is not None or (is_engine(self.index) and self.index.partitioned)
 
     @property
     def has_hnsw(self) -> bool:
