@@ -53,8 +53,7 @@ def search_engine(
     """``(scores, ids, coarse distances, codes scanned)`` of a ``depth``-deep search probing ``nprobe``
     partitions (a graph engine: walking a beam of ``ef_search``)."""
     if method == "svs_vamana":
-        scores, ids, coarse, codes = search_svs_counted(index, q, depth, ef_search)
-        return scores, ids, int(coarse), int(codes)
+        return search_svs_counted(index, q, depth, ef_search)
     if method == "ivf_rabitq":
         return search_ivf_rabitq(index, q, depth, nprobe)
     if method == "ivf_pqfs":

@@ -204,7 +204,9 @@ def svs_label(index: SvsVamanaIndex) -> str:
     return f"Vamana{index.shape.degree},Flat"
 
 
-def search_svs_counted(index: SvsVamanaIndex, q: np.ndarray, depth: int, ef_search: int) -> tuple[Any, ...]:
+def search_svs_counted(
+    index: SvsVamanaIndex, q: np.ndarray, depth: int, ef_search: int
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """``(scores, ids, coarse distances (0), distances (estimated))`` of a ``depth``-deep search at
     beam ``ef_search``."""
     window = max(int(ef_search), depth)
