@@ -12,11 +12,13 @@ and on the test frontier.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import Timer
+from benchmarks._common import RESULTS_DIR, Timer
 
 LEVELS = (0.90, 0.95, 0.99)
 KNOBS = ("nprobe", "ef_search", "rerank")
@@ -244,3 +246,32 @@ def targets(rows: list[dict], target: float = 0.99) -> dict[str, str]:
                 v += f"; best within {bound:.0%}: {wb[1]:.4f} ({wb[0]})"
         out[f"{r['set']}/{r['method']}"] = v
     return out
+
+
+def results_name(recipe_runs: Path | None, name: str | None = None) -> str:
+    """The results file a run writes: ``name`` when given, else ``ood_routing`` on the recipes' own
+    towers (the out-of-distribution queries the methods are for), ``ood_routing_standin`` on the
+    stand-in towers (their queries sit much closer to the documents), so no run overwrites another's
+    measurements."""
+    if name:
+        return name
+    return "ood_routing" if recipe_runs is not None else "ood_routing_standin"
+
+
+def keep_earlier(rows: list[dict], info: dict, name: str, methods: list[str]) -> tuple[list[dict], list[str], dict]:
+    """``--keep``: the earlier results file's rows of the (set, method) pairs ``rows`` lack (their
+    own measurement, one machine, an earlier run), then these, ordered by set, then ``methods``;
+    the earlier sets' info."""
+
+    path = RESULTS_DIR / f"{name}.json"
+    if not path.exists():
+        return rows, [], info
+    old = json.loads(path.read_text())
+    have = {(r["set"], r["method"]) for r in rows}
+    keep = [r for r in old["rows"] if (r["set"], r["method"]) not in have]
+    order = {s: i for i, s in enumerate(("scifact", "kuake_qtr", "sim1m"))}
+    merged = sorted(
+        keep + rows,
+        key=lambda r: (order.get(r["set"], 9), methods.index(r["method"]) if r["method"] in methods else 99),
+    )
+    return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}

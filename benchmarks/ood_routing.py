@@ -21,7 +21,11 @@ exact re-rank), ``ivf_rabitq`` / ``ivf_rabitq1`` (FAISS IVF RaBitQ FastScan, 4- 
 re-rank), ``scann_soar`` / ``scann_soar4`` (ScaNN's tree with SOAR spilling over
 AH codes of 2 / 4 dimensions a block + exact re-rank; its share scanned is estimated from the leaves
 searched), ``svs_vamana`` (Intel SVS's dynamic Vamana graph over float32 vectors, searched with a beam of
-efSearch; SVS counts no distances: window x degree estimates its share scanned). IVF list counts: 1, 2,
+efSearch; SVS counts no distances: window x degree estimates its share scanned), ``hnsw_lean`` (the HNSW32
+graph walked over 8-bit codes of a 128-d projection fitted to the fitting queries' and the documents'
+second moments, after SVS's LeanVec-OOD, with 32 query-guided edges; its projected distances are
+counted as scanned, + exact re-rank at full width: ``scalingnote.index.routing.lean``; ``hnsw_lean64``: a
+64-d projection). IVF list counts: 1, 2,
 4 x sqrt(N) on the real sets (chosen on validation), 4 x sqrt(N) at 1M (today's rule). At 1M the
 defaults leave out ``ivf_routed`` (exact neighbours of its training queries in the 1M corpus) and the
 HNSW16 variants (build time).
@@ -57,7 +61,15 @@ import numpy as np
 
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
-from benchmarks._ood_frontier import flatten_frontier, frontier_qps, frontier_targets, plan_10m, targets
+from benchmarks._ood_frontier import (
+    flatten_frontier,
+    frontier_qps,
+    frontier_targets,
+    keep_earlier,
+    plan_10m,
+    results_name,
+    targets,
+)
 from benchmarks._ood_simulation import ppca_mixture
 from scalingnote.index.routing.engines import GRAPH_ENGINES
 from scalingnote.index.routing.routing import (
@@ -99,6 +111,10 @@ VARIANTS: dict[str, dict] = {
     },  # ScaNN tree + SOAR spilling, AH codes (2 dims a 4-bit block) + exact re-rank
     "scann_soar4": {"method": "scann_soar", "scann_dims_per_block": 4},  # 4 dims a block: half the codes
     "svs_vamana": {"method": "svs_vamana"},  # Intel SVS's dynamic Vamana, degree 32, over float32 vectors
+    # the HNSW32 graph walked over 8-bit codes of a 128-d projection fitted to queries and documents
+    # (after LeanVec-OOD), 32 query-guided edges, + exact re-rank at full width
+    "hnsw_lean": {"method": "hnsw_lean", "lean_dim": 128, "query_edges": 32},
+    "hnsw_lean64": {"method": "hnsw_lean", "lean_dim": 64, "query_edges": 32},  # a 64-d projection
 }
 
 
@@ -317,35 +333,6 @@ def _hit_rate(ts, k: int = 10) -> float:
     return round(float(np.mean(hits)), 4)
 
 
-def results_name(recipe_runs: Path | None, name: str | None = None) -> str:
-    """The results file a run writes: ``name`` when given, else ``ood_routing`` on the recipes' own
-    towers (the out-of-distribution queries the methods are for), ``ood_routing_standin`` on the
-    stand-in towers (their queries sit much closer to the documents), so no run overwrites another's
-    measurements."""
-    if name:
-        return name
-    return "ood_routing" if recipe_runs is not None else "ood_routing_standin"
-
-
-def _keep_earlier(rows: list[dict], info: dict, name: str) -> tuple[list[dict], list[str], dict]:
-    """``--keep``: the earlier results file's rows of the (set, method) pairs ``rows`` lack (their
-    own measurement, one machine, an earlier run), then these; the earlier sets' info."""
-    from benchmarks._common import RESULTS_DIR
-
-    path = RESULTS_DIR / f"{name}.json"
-    if not path.exists():
-        return rows, [], info
-    old = json.loads(path.read_text())
-    have = {(r["set"], r["method"]) for r in rows}
-    keep = [r for r in old["rows"] if (r["set"], r["method"]) not in have]
-    order = {s: i for i, s in enumerate(("scifact", "kuake_qtr", "sim1m"))}
-    merged = sorted(
-        keep + rows,
-        key=lambda r: (order.get(r["set"], 9), list(VARIANTS).index(r["method"]) if r["method"] in VARIANTS else 99),
-    )
-    return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="*", default=["scifact", "kuake_qtr", "sim1m"])
@@ -491,7 +478,7 @@ def main(argv: list[str] | None = None) -> None:
         rows += measure_set(name, src, ts, args, info)
     kept: list[str] = []
     if args.keep:
-        rows, kept, info = _keep_earlier(rows, info, results_name(args.recipe_runs, args.results_name))
+        rows, kept, info = keep_earlier(rows, info, results_name(args.recipe_runs, args.results_name), list(VARIANTS))
     config = run_config(args, rows, info, kept, load0, t_all)
     print(f"wrote {write_results(results_name(args.recipe_runs, args.results_name), rows, config)}")
 

@@ -46,6 +46,8 @@ import numpy as np
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.routing.engines import ENGINE_METHODS, build_engine, search_engine
+from scalingnote.index.routing.hnsw_graph import attach_graph, flat_graph
+from scalingnote.index.routing.lean import build_lean, graph_of
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing_config import (
     CODED_GRAPH_METHODS,
@@ -156,7 +158,11 @@ class RoutedIndex:
         if tq is not None and tq.shape[1] != docs.shape[1]:
             raise ScalingNoteError(f"train_queries have dim {tq.shape[1]}, documents {docs.shape[1]}")
         t0 = time.perf_counter()
-        if cfg.method in GRAPH_METHODS:
+        if cfg.method == "hnsw_lean":  # walked in a projection fitted to queries and documents
+            assert tq is not None  # QUERY_FIT_METHODS without train_queries were refused above
+            lean, info, keep = build_lean(docs, tq, cfg, topk=exact_topk)
+            out = cls(cfg, lean, docs, info=info, _keep=keep)
+        elif cfg.method in GRAPH_METHODS:
             if graph is not None and (
                 graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m
             ):
@@ -290,7 +296,7 @@ class RoutedIndex:
         stats: Any = faiss.cvar  # FAISS's global counters; its stub lists none of them
         if self.config.method in GRAPH_METHODS:
             stats.hnsw_stats.reset()
-            self.index.hnsw.efSearch = max(ef_search, depth)
+            graph_of(self.index).hnsw.efSearch = max(ef_search, depth)
             scores, ids = self.index.search(q, depth)
             coarse, codes = 0, int(stats.hnsw_stats.ndis)
         elif self.config.method in ENGINE_METHODS:
@@ -337,25 +343,6 @@ class RoutedIndex:
         if getattr(self.index, "engine", None) is not None:  # SVS / ScaNN: their own in-place delete
             return int(self.index.remove_ids(ids))
         return int(self.index.remove_ids(faiss.IDSelectorBatch(np.asarray(ids, dtype=np.int64))))
-
-
-def flat_graph(docs: np.ndarray, cfg: RoutingConfig) -> Any:
-    """An ``IndexHNSWFlat`` (inner product, ``cfg.hnsw_m``, ``cfg.ef_construction``) over ``docs``."""
-    import faiss
-
-    index = faiss.IndexHNSWFlat(docs.shape[1], cfg.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = cfg.ef_construction
-    index.add(docs)
-    return index
-
-
-def attach_graph(coded: Any, docs: np.ndarray, graph: Any) -> Any:
-    """``coded`` (a trained ``IndexHNSWPQ`` / ``IndexHNSWSQ``) with ``docs`` encoded into its storage
-    and ``graph``'s HNSW (built on the full-precision ``docs``) as its graph."""
-    coded.storage.add(docs)
-    coded.hnsw = graph.hnsw
-    coded.ntotal = graph.ntotal
-    return coded
 
 
 def _coded_hnsw(d: int, cfg: RoutingConfig) -> Any:

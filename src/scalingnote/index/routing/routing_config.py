@@ -23,14 +23,15 @@ Method = Literal[
     "hnsw_pq",
     "hnsw_sq",
     "hnsw_sq_qg",
+    "hnsw_lean",
 ]
 METHODS: tuple[str, ...] = get_args(Method)
 #: searched by walking an HNSW graph (efSearch, no remove_ids); coded: PQ / SQ storage, graph built on
 #: full precision; SQ: scalar-quantised; QUERY_FIT: the build needs training / pseudo-query vectors
-GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
+GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "hnsw_lean")
 CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 SQ_GRAPH_METHODS: tuple[str, ...] = ("hnsw_sq", "hnsw_sq_qg")
-QUERY_FIT_METHODS: tuple[str, ...] = ("ivf_qmetric", "ivf_routed", "hnsw_sq_qg")
+QUERY_FIT_METHODS: tuple[str, ...] = ("ivf_qmetric", "ivf_routed", "hnsw_sq_qg", "hnsw_lean")
 #: FAISS scalar quantisers of ``hnsw_sq`` by bits per component
 SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
 
@@ -49,6 +50,8 @@ class RoutingConfig:
     sq_bits: int = 4
     #: hnsw_sq_qg: query-guided level-0 edges per document (:mod:`scalingnote.index.routing.query_graph`)
     query_edges: int = 16
+    #: hnsw_lean: width of the projection its graph is walked in (:mod:`scalingnote.index.routing.lean`)
+    lean_dim: int = 128
     #: ivf_rabitq: code bits per component (1-9) and bits of the query's lookup tables (1-8)
     rabitq_bits: int = 4
     rabitq_qb: int = 8
@@ -100,6 +103,8 @@ class RoutingConfig:
             raise ScalingNoteError("coarse='hnsw' searches the centroids, not ivf_routed's routing vectors: use 'flat'")
         if self.metric_ridge < 0 or self.map_ridge < 0 or self.query_edges < 1:
             raise ScalingNoteError("metric_ridge and map_ridge must be >= 0, query_edges >= 1")
+        if self.lean_dim < 1:
+            raise ScalingNoteError(f"lean_dim must be >= 1, got {self.lean_dim}")
 
 
 @dataclass
