@@ -112,7 +112,7 @@ def query_edge_variants(cfg: RoutingConfig) -> list[RoutingConfig]:
     """``hnsw_sq_qg``'s candidates for the tuner: ``cfg`` and, where the graph's level-0 lists have
     room (at most half of the 2M slots go to query-guided edges), twice its edges per document (16 and
     32 at M=32: on KUAKE-QTR's recipe towers 32 edges met recall 0.99 at 3.3% of the corpus scanned
-    where 16 needed 4.1%, `benchmarks/results/ood_routing.json`). Same memory: the edges overwrite
+    where 16 needed 4.1%, an earlier `benchmarks.ood_routing` run). Same memory: the edges overwrite
     document neighbours. The tuner keeps whichever is cheaper on validation."""
     out = [cfg]
     if cfg.method == "hnsw_sq_qg" and 2 * cfg.query_edges <= cfg.hnsw_m:
