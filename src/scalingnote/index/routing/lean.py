@@ -54,7 +54,7 @@ def lean_projection(docs: np.ndarray, queries: np.ndarray, dim: int, *, seed: in
 
 def build_lean(docs: np.ndarray, queries: np.ndarray, cfg: Any, *, topk: Any) -> tuple[Any, dict, Any]:
     """``(index, info, keep)``: the ``IndexPreTransform`` of ``cfg`` (``lean_dim``, ``hnsw_m``,
-    ``ef_construction``, ``query_edges``; 0 edges = none) over ``docs``; ``info`` says what was
+    ``ef_construction``, ``query_edges``: at least 1, the config refuses fewer) over ``docs``; ``info`` says what was
     fitted; ``keep``: the FAISS objects the Python side must hold alive."""
     import faiss
 
@@ -66,9 +66,9 @@ def build_lean(docs: np.ndarray, queries: np.ndarray, cfg: Any, *, topk: Any) ->
     coded.train(_sample(xp, _FIT_ROWS, cfg.seed))
     attach_graph(coded, xp, graph)
     del graph, xp
-    info: dict[str, Any] = {"lean_dim": int(cfg.lean_dim)}
-    if cfg.query_edges:  # the true (full-width) neighbours of the fitting queries become edges
-        info["query_edges_added"] = int(add_guided_edges(coded, docs, queries, cfg.query_edges, topk=topk))
+    # the true (full-width) neighbours of the fitting queries become edges
+    added = int(add_guided_edges(coded, docs, queries, cfg.query_edges, topk=topk))
+    info: dict[str, Any] = {"lean_dim": int(cfg.lean_dim), "query_edges_added": added}
     lt = faiss.LinearTransform(docs.shape[1], cfg.lean_dim, False)
     faiss.copy_array_to_vector(np.ascontiguousarray(proj.T).ravel(), lt.A)
     faiss.copy_array_to_vector(np.zeros(cfg.lean_dim, dtype=np.float32), lt.b)
