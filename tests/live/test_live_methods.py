@@ -53,7 +53,18 @@ def routed(tmp_path, _built_index, request):
 
 @pytest.mark.parametrize(
     "routed",
-    ["ivf", "ivf_qmetric", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "ivf_rabitq", "ivf_pqfs", "svs_vamana", "scann_soar"],
+    [
+        "ivf",
+        "ivf_qmetric",
+        "hnsw_pq",
+        "hnsw_sq",
+        "hnsw_sq_qg",
+        "hnsw_lean",
+        "ivf_rabitq",
+        "ivf_pqfs",
+        "svs_vamana",
+        "scann_soar",
+    ],
     indirect=True,
 )
 def test_add_delete_compact_rebuild_keep_the_method(routed, tiny_bert_dir, tmp_path):

@@ -54,3 +54,29 @@ def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():
     assert (
         "skipped" in {r["method"]: r for r in rep["methods"]}["ivf_qmetric"]
     )  # the metric never fits on the edge queries
+
+
+def test_the_lean_graph_is_a_candidate_where_its_codes_and_graph_fit_the_bound(tmp_path, monkeypatch):
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(json.dumps({"_id": "p0", "text": "a b"}) + "\n", encoding="utf-8")
+    monkeypatch.setattr(index_choice.runs, "pseudo_queries", lambda cfg, data, out: [str(pool)])
+    cfg, big = QuickstartConfig(out=str(tmp_path)), 200_000
+    lean576, lean128 = default_routing("hnsw_lean", big, 576), default_routing("hnsw_lean", big, 128)
+    # 576-d: a 128-d projection, one byte a component, M=32 with 32 guided edges (0.18 of the floats)
+    assert (lean576.lean_dim, lean576.hnsw_m, lean576.query_edges) == (128, 32, 32)
+    assert index_choice._graph_fits(lean576, big, 576) and not index_choice._graph_fits(lean128, big, 128)
+    both = [default_routing(m, big, 128) for m in ("hnsw_sq_qg", "hnsw_lean")]
+    assert index_choice._edge_pseudo_queries(cfg, {}, tmp_path, both, big, 128) == []  # neither fits at 128-d
+    assert index_choice._edge_pseudo_queries(cfg, {}, tmp_path, [lean576], big, 576) == ["a b"]
+
+
+def test_the_lean_graph_fits_its_projection_and_edges_on_the_edge_queries():
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((12, 64))
+    docs = _unit(c[rng.integers(0, 12, 1500)] + 0.5 * rng.standard_normal((1500, 64)))
+    val = _unit(c[rng.integers(0, 12, 60)] + 0.7 * rng.standard_normal((60, 64)) + 1.0)
+    pseudo = _unit(c[rng.integers(0, 12, 900)] + 0.7 * rng.standard_normal((900, 64)) + 1.0)
+    rep = choose_method(docs, val, None, methods=("hnsw_lean",), target=0.95, edge_queries=pseudo)
+    row = rep["methods"][0]
+    assert row["structure"] == "hnsw_lean:HNSW8,Lean32,SQ8,QG8" and row["met"], row
+    assert rep["edge_fit_queries"] == 900 and rep["routing"]["lean_dim"] == 32

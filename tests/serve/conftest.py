@@ -4,6 +4,7 @@ and a running service."""
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -87,3 +88,15 @@ def client(server):
 
     with httpx.Client(base_url=server.url, trust_env=False, timeout=30) as c:
         yield c
+
+
+def ready(client, timeout: float = 60.0) -> dict:
+    """The ``/healthz`` answer of a ``TestClient``'s service once it has loaded (fails on a failed load)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        r = client.get("/healthz")
+        if r.status_code == 200:
+            return r.json()
+        assert r.json().get("status") != "failed", r.json()
+        time.sleep(0.05)
+    raise AssertionError("service not ready")

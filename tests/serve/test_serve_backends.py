@@ -5,7 +5,6 @@ no HNSW, no re-rank, no upsert) is served, answers like FAISS Flat, and refuses 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 from scalingnote.index import backends
 from scalingnote.index.layout import check_query_tower, read_manifest
 from scalingnote.index.searcher import SearchResult, VectorSearcher
+from tests.serve.conftest import ready
 
 
 class NumpySearcher(VectorSearcher):
@@ -60,17 +60,6 @@ def flat_index(tmp_path_factory, tiny_bert_dir, serve_beir):
     return build_index(root / "emb", root / "idx", "Flat", semantic_ids_layers=0, progress=False)
 
 
-def _ready(client, timeout: float = 60.0) -> dict:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        r = client.get("/healthz")
-        if r.status_code == 200:
-            return r.json()
-        assert r.json().get("status") != "failed", r.json()
-        time.sleep(0.05)
-    raise AssertionError("service not ready")
-
-
 def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(
     numpy_backend, flat_index, tiny_bert_dir, serve_beir
 ):
@@ -83,7 +72,7 @@ def test_a_registered_back_end_is_served_and_its_flags_drive_the_service(
     texts = [q.text for q in read_search_queries(serve_beir, "test")]
     app = create_app(flat_index, tiny_bert_dir, ServeSettings(port=0, backend="numpy", admin_token="t" * 16))
     with TestClient(app, client=("127.0.0.1", 50000)) as c:  # a loopback peer (the admin rule)
-        health = _ready(c)
+        health = ready(c)
         assert health["index"]["factory"] == "numpy:exact" and health["index"]["path"] == str(flat_index)
         assert health["modes"] == ["dense"]  # no index directory declared (local_dir None): no bm25 / hybrid
         assert type(app.state.service.index) is NumpySearcher
@@ -135,7 +124,7 @@ def test_the_faiss_back_end_serves_its_live_form(flat_index, tiny_bert_dir, tmp_
     for live, kind in ((True, LiveIndex), (False, backends.DenseIndex)):
         app = create_app(idx, tiny_bert_dir, ServeSettings(port=0, live=live, admin_token="t" * 16))
         with TestClient(app, client=("127.0.0.1", 50000)) as c:  # a loopback peer (the admin rule)
-            _ready(c)
+            ready(c)
             index = app.state.service.index
             assert type(index) is kind and index.supports_upsert is live and index.supports_delete is live
             r = c.delete("/documents/d0", headers={"Authorization": "Bearer " + "t" * 16})
@@ -177,7 +166,7 @@ def test_a_back_end_located_by_uri_is_served_from_the_collection_given(flat_inde
         )
         app = create_app("mem://store", tiny_bert_dir, settings)
         with TestClient(app, client=("127.0.0.1", 50000)) as c:
-            assert _ready(c)["index"]["factory"] == "numpy:exact"
+            assert ready(c)["index"]["factory"] == "numpy:exact"
             r = c.post("/search", json={"query": "fox", "k": 3})
             assert r.status_code == 200 and len(r.json()["results"]) == 3, r.text
         assert ("manifest", "other", "s3cret") in seen and ("open", "other", "s3cret") in seen

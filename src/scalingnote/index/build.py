@@ -108,14 +108,14 @@ class IndexConfig(IndexBuildSettings):
         default=None,
         metadata=cli_meta(
             "Routed structure instead of --factory: ivf, ivf_qmetric, ivf_rabitq, ivf_pqfs, hnsw, hnsw_pq, hnsw_sq, "
-            "hnsw_sq_qg, svs_vamana or scann_soar, sizes from the corpus (scalingnote.index.faiss.methods)."
+            "hnsw_sq_qg, hnsw_lean, svs_vamana or scann_soar, sizes from the corpus (scalingnote.index.faiss.methods)."
         ),
     )
     train_queries: str | None = field(
         default=None,
         metadata=cli_meta(
-            "(--method ivf_qmetric / hnsw_sq_qg) .npy of training/pseudo-query vectors of the served query "
-            "tower: lists cut in their metric / query-guided edges."
+            "(--method ivf_qmetric / hnsw_sq_qg / hnsw_lean) .npy of training/pseudo-query vectors of the served "
+            "query tower: lists cut in their metric / query-guided edges (and hnsw_lean's projection)."
         ),
     )
 
@@ -174,8 +174,8 @@ def build_index(
     ``method`` (one of :data:`scalingnote.index.faiss.methods.SERVABLE`) builds that routed structure instead of
     ``factory`` (``routing``: a :class:`~scalingnote.index.routing.routing.RoutingConfig` or its dict, default sizes
     from :func:`~scalingnote.index.faiss.methods.default_routing`; ``train_queries``: query-tower vectors
-    of training queries, or a ``.npy`` file of them, for ``ivf_qmetric`` / ``hnsw_sq_qg``; ``routing_state``: the
-    stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
+    of training queries, or a ``.npy`` file of them, for ``ivf_qmetric`` / ``hnsw_sq_qg`` / ``hnsw_lean``;
+    ``routing_state``: the stored rule of an earlier build, for compaction and rebuild). ``factory`` is then the label
     ``<method>:<structure>`` and the manifest's ``routing`` names the method and its parameters.
     """
     t_start = time.perf_counter()

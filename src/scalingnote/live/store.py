@@ -10,8 +10,9 @@ also removed from the inverted lists (``remove_ids``); on Flat / HNSW / HNSW+PQ 
 compaction rebuilds the graph without them. A new
 row goes to an inverted list by the rule the lists were cut with (``ivf_qmetric``: the nearest
 list centroid in the query metric, :func:`scalingnote.index.faiss.methods.assign_lists`); on HNSW it
-is inserted into the graph (``hnsw_sq_qg``: with the query-guided edges of the stored fitting queries
-whose exact neighbours it enters, :func:`scalingnote.index.routing.query_graph.add_live_edges`). Every
+is inserted into the graph (``hnsw_sq_qg`` / ``hnsw_lean``: with the query-guided edges of the stored fitting
+queries whose exact neighbours it enters, :func:`scalingnote.index.routing.query_graph.add_live_edges`; ``hnsw_lean``
+walks its graph in a projection, found through the ``IndexPreTransform`` it is wrapped in). Every
 mutation happens under the live index's lock, so a search sees a batch entirely or not at all.
 """
 
@@ -26,9 +27,10 @@ from scalingnote.data.types import Document
 from scalingnote.index.docstore import make_snippet
 from scalingnote.index.engine_files import is_engine
 from scalingnote.index.faiss.dense import DenseIndex
-from scalingnote.index.faiss.faiss_utils import find_ivf
+from scalingnote.index.faiss.faiss_utils import find_hnsw, find_ivf
 from scalingnote.index.faiss.methods import add_rows, load_state
 from scalingnote.index.routing.query_graph import add_live_edges
+from scalingnote.index.routing.routing import GUIDED_METHODS
 from scalingnote.index.searcher import SearchResult
 from scalingnote.index.tune import exact_topk
 
@@ -75,7 +77,7 @@ class RowStore:
         self.can_remove = find_ivf(dense.index) is not None or (is_engine(dense.index) and dense.index.supports_remove)
         self.routing = load_state(dense.root, dense.manifest)  # ivf_qmetric: the rule new rows go to lists by
         self.tombstones = int((~self.alive).sum()) if not self.can_remove else 0
-        self._guide = _guide(dense, self.routing)  # hnsw_sq_qg: (fitting queries, edges per document)
+        self._guide = _guide(dense, self.routing)  # hnsw_sq_qg / hnsw_lean: (fitting queries, edges per document)
         # each fitting query's (edges + 1)-th best score so far: from the build (routing state; deletes since
         # leave it high, which only misses an edge a deleted neighbour made room for), else computed at the first add
         guide = self._guide
@@ -101,9 +103,11 @@ class RowStore:
         """The live rows as the searches' ID selector (HNSW / Flat with tombstones; none otherwise)."""
         import faiss
 
-        selectable = not is_engine(self.dense.index) and isinstance(
-            faiss.downcast_index(self.dense.index), (faiss.IndexHNSW, faiss.IndexFlat)
-        )  # others: over-fetch + filter
+        idx = self.dense.index
+        # a graph (hnsw_lean's inside its projection) or a flat index filters by selector; others: over-fetch + filter
+        selectable = not is_engine(idx) and (
+            find_hnsw(idx) is not None or isinstance(faiss.downcast_index(idx), faiss.IndexFlat)
+        )
         if self.can_remove or not self.tombstones or not selectable:
             self.dense.selector, self._bitmap = None, None
             return
@@ -164,10 +168,8 @@ class RowStore:
             self.sem.append(sem)
         self.alive = np.concatenate([self.alive, np.ones(len(docs), dtype=bool)])
         if self._guide is not None and not self.can_remove:
-            import faiss
-
             added, self._kth = add_live_edges(
-                faiss.downcast_index(self.dense.index),
+                find_hnsw(self.dense.index),
                 self.vectors.view,
                 self._guide[0],
                 self._guide[1],
@@ -226,8 +228,8 @@ def filter_rows(res: SearchResult, alive: np.ndarray, k: int) -> SearchResult:
 
 
 def _guide(dense: DenseIndex, state: dict[str, np.ndarray] | None) -> tuple[np.ndarray, int] | None:
-    """``hnsw_sq_qg``'s stored fitting queries and edges per document (None for other structures)."""
+    """``hnsw_sq_qg`` / ``hnsw_lean``'s stored fitting queries and edges per document (None for other structures)."""
     entry = dense.manifest.get("routing") or {}
-    if entry.get("method") != "hnsw_sq_qg" or not state or "queries" not in state:
+    if entry.get("method") not in GUIDED_METHODS or not state or "queries" not in state:
         return None
     return np.asarray(state["queries"], np.float32), int((entry.get("config") or {}).get("query_edges") or 16)

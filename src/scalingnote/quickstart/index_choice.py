@@ -97,8 +97,9 @@ def choose_and_build(
 ) -> None:
     """Choose and build the served structure: :func:`scalingnote.index.routing.method_tune.choose_method`
     over the teacher's document vectors with the student's vectors of ``texts``' validation queries
-    (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` can fit
-    the memory bound, QKD's pseudo-queries (its edges, with the training queries); the chosen method is built
+    (the choice), training queries (``ivf_qmetric``'s query metric) and, where ``hnsw_sq_qg`` / ``hnsw_lean`` can
+    fit the memory bound, QKD's pseudo-queries (their edges and hnsw_lean's projection, with the training queries);
+    the chosen method is built
     into ``index_dir`` (kept when built from the same inputs) with its setting as the search
     defaults and the whole comparison as ``search_tuning``. The same target, teacher, student and
     queries again: nothing to do."""
@@ -109,12 +110,12 @@ def choose_and_build(
     sizes: dict[str, RoutingConfig | list[RoutingConfig]] = {
         m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS
     }
-    qg = default_routing("hnsw_sq_qg", n, dim, seed=cfg.seed)
-    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, qg, n, dim)
-    if pseudo:
-        # 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
-        variants = query_edge_variants(qg)
-        sizes["hnsw_sq_qg"] = variants if len(variants) > 1 else qg  # one variant: the same inputs digest as before
+    guided = [default_routing(m, n, dim, seed=cfg.seed) for m in ("hnsw_sq_qg", "hnsw_lean")]
+    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, guided, n, dim)
+    for g in [g for g in guided if _graph_fits(g, n, dim)] if pseudo else []:
+        # hnsw_sq_qg: 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
+        variants = query_edge_variants(g)
+        sizes[g.method] = variants if len(variants) > 1 else g  # one variant: the same inputs digest as before
     key = _choice_digest(cfg, student_dir, teacher_dir, digests, val, train, pseudo, sizes)
     if (index_dir / "manifest.json").exists() and (read_manifest(index_dir).get("search_tuning") or {}).get(
         "inputs_digest"
@@ -131,7 +132,7 @@ def choose_and_build(
     def echo(line: str) -> None:  # whole lines (a rule would cut them), no rich markup
         console.print(line, markup=False, highlight=False)
 
-    edges = f"; hnsw_sq_qg's edges also fit on {len(pseudo)} pseudo-queries" if pseudo else ""
+    edges = f"; the query-guided graphs' edges also fit on {len(pseudo)} pseudo-queries" if pseudo else ""
     echo(
         f"{', '.join(sizes)}: the cheapest setting with recall@10 vs exact >= {cfg.index_recall} "
         f"({split}; {len(tq)} training queries fit the routers{edges})"
@@ -172,21 +173,26 @@ def choose_and_build(
 
 
 def _edge_pseudo_queries(
-    cfg: QuickstartConfig, data: dict[str, Any], out: Path, qg: Any, n: int, dim: int
+    cfg: QuickstartConfig, data: dict[str, Any], out: Path, graphs: Any, n: int, dim: int
 ) -> list[str]:
-    """The pseudo-queries ``hnsw_sq_qg``'s edges are fitted on besides the training queries: QKD's
-    unlabelled pool (ICT pseudo-queries + corpus titles and sentences, :func:`runs.pseudo_queries`,
-    already made for Stage II). Empty — the method is not a candidate — when the corpus is held to
-    the memory bound (above 100k documents) and its graph cannot fit it at this width (128-d: M=8 is
-    the floor and takes 0.28 of the floats) or when
+    """The pseudo-queries the query-guided graphs (``graphs``: ``hnsw_sq_qg`` / ``hnsw_lean`` configs, or one)
+    are fitted on besides the training queries: QKD's unlabelled pool (ICT pseudo-queries + corpus titles and
+    sentences, :func:`runs.pseudo_queries`, already made for Stage II). Empty — no such graph is a candidate —
+    when the corpus is held to the memory bound (above 100k documents) and none of the graphs can fit it at
+    this width (128-d: M=8 is the floor and takes 0.28 of the floats with 4-bit codes) or when
     QKD's pool is off (``qkd_max_pseudo_queries`` 0 and ``qkd_corpus_texts`` 0)."""
-    bound = memory_bound_for(n)
-    if bound is not None and sq_graph_ratio(qg, dim) > bound:
+    if not any(_graph_fits(g, n, dim) for g in (graphs if isinstance(graphs, (list, tuple)) else [graphs])):
         return []
     texts: list[str] = []
     for path in runs.pseudo_queries(cfg, data, out):
         texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
     return [t for t in texts if t.strip()]
+
+
+def _graph_fits(g: RoutingConfig, n: int, dim: int) -> bool:
+    """Whether a query-guided graph's config fits the memory bound ``n`` documents are held to."""
+    bound = memory_bound_for(n)
+    return bound is None or sq_graph_ratio(g, dim) <= bound
 
 
 def student_vectors(tower: Any, texts: list[str], dim: int) -> np.ndarray:
@@ -228,7 +234,7 @@ def build_ivfpq(
     With ``cfg.index_recall``, a student and ``tune_queries`` (:class:`~scalingnote.quickstart.scoring.TuningTexts`:
     validation + training queries, never test) and no fixed ``cfg.index_factory``, the structure
     itself is chosen (:func:`tune_index`): the fastest method (ivf, ivf_qmetric, ivf_rabitq, hnsw_pq,
-    hnsw_sq, ivf_pqfs, scann_soar, svs_vamana, hnsw_sq_qg where its graph fits) and setting reaching the
+    hnsw_sq, ivf_pqfs, scann_soar, svs_vamana, hnsw_sq_qg and hnsw_lean where their graphs fit) and setting reaching the
     recall target on the validation queries (within 1/4 of the float vectors' memory above 100k
     documents), built and served by default. Otherwise the IVFPQ
     ``cfg.index_factory`` (default :func:`default_factory`), its nprobe / re-rank tuned on the queries

@@ -39,7 +39,7 @@ def data():
     return draw(N, 0.3), draw(40, 0.5), draw(200, 0.5)  # documents, validation queries, training queries
 
 
-@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "ivf_pqfs", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"])
+@pytest.mark.parametrize("method", ["ivf", "ivf_qmetric", "ivf_pqfs", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "hnsw_lean"])
 def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     x, vq, tq = data
     cfg = default_routing(method, N, D, seed=0)
@@ -56,13 +56,14 @@ def test_a_built_method_serves_what_the_tuner_measured(tmp_path, data, method):
     man = json.loads((out / "manifest.json").read_text())
     assert man["routing"]["method"] == method and man["factory"].startswith(f"{method}:")
     assert man["routing"]["config"]["pq_m"] == cfg.pq_m and (man["routing"]["file"] is not None) == (
-        method in ("ivf_qmetric", "hnsw_sq_qg")
+        method in ("ivf_qmetric", "hnsw_sq_qg", "hnsw_lean")
     )
     knob = {"ef_search": 32} if method.startswith("hnsw") else {"nprobe": 4}
     # the structure the tuner measured (built in memory the same way) returns the same hits as the saved one
-    ref = RoutedIndex.build(x, cfg, train_queries=tq if method in ("ivf_qmetric", "hnsw_sq_qg") else None).search(
-        vq, 10, rerank=50, **knob
-    )
+    fit = tq if method in ("ivf_qmetric", "hnsw_sq_qg") else None
+    if method == "hnsw_lean":  # its fitting queries as the index keeps them (float16), as compaction refits
+        fit = np.asarray(np.asarray(tq, np.float16), np.float32)
+    ref = RoutedIndex.build(x, cfg, train_queries=fit).search(vq, 10, rerank=50, **knob)
     got = DenseIndex.open(out).search(vq, 10, rerank=50, **knob)
     assert recall_vs_exact(np.asarray(got.indices), ref.ids) == 1.0
 

@@ -418,6 +418,20 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
         qg, lite_db, "syn_qg", progress=False
     )  # the vectors and M go out; the query-guided edges cannot
     assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]
+    lean = build_index(
+        syn_vectors,
+        tmp_path / "lean",
+        method="hnsw_lean",
+        train_queries=tq,
+        doc_ids=ids,
+        tower_info=TOWER,
+        semantic_ids_layers=0,
+        progress=False,
+    )
+    m = export_to_milvus(lean, lite_db, "syn_lean", progress=False)  # the vectors and M; no projected graph
+    built_m = json.loads((lean / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
+    assert m["index_type"] == "HNSW_SQ" and m["index_params"] == {"M": built_m, "efConstruction": 200, "sq_type": "SQ8"}
+    assert "projection" in m["fallback_reason"] and "query-guided edges" in m["fallback_reason"]
     # ivf_rabitq: Milvus's SCANN (IVF + 4-bit fast-scan codes + re-rank) on a server; Lite has no fast scan:
     # IVF_SQ8, the lists kept
     assert (

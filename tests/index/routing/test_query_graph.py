@@ -1,6 +1,7 @@
-"""Query-guided edges on the FAISS HNSW graph (``hnsw_sq_qg``): the edges chosen
-from the fitting queries' exact neighbours, written into level 0 without breaking the graph, kept
-through save / load and compaction. Tiny random vectors, real FAISS."""
+"""Query-guided edges on the FAISS HNSW graph (``hnsw_sq_qg``, and ``hnsw_lean``'s graph inside its
+projection): the edges chosen from the fitting queries' exact neighbours, written into level 0 without
+breaking the graph, kept through save / load, compaction and the live index's inserts. Tiny random vectors,
+real FAISS."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.faiss.methods import default_routing, fill_routed
+from scalingnote.index.routing.lean import graph_of
 from scalingnote.index.routing.query_graph import add_guided_edges, guided_edges
-from scalingnote.index.routing.routing import RoutedIndex, RoutingConfig, exact_topk, flat_graph
+from scalingnote.index.routing.routing import GUIDED_METHODS, RoutedIndex, RoutingConfig, exact_topk, flat_graph
+
+GUIDED = list(GUIDED_METHODS)
 
 
 def _unit(x):
@@ -21,9 +25,10 @@ def _unit(x):
 def _level0(index):
     import faiss
 
-    nb = faiss.vector_to_array(index.hnsw.neighbors)
-    off = faiss.vector_to_array(index.hnsw.offsets).astype(np.int64)
-    w = index.hnsw.nb_neighbors(0)
+    hnsw = graph_of(faiss.downcast_index(index)).hnsw  # hnsw_lean: the graph inside its projection
+    nb = faiss.vector_to_array(hnsw.neighbors)
+    off = faiss.vector_to_array(hnsw.offsets).astype(np.int64)
+    w = hnsw.nb_neighbors(0)
     return nb[off[:-1, None] + np.arange(w)]
 
 
@@ -101,15 +106,16 @@ def test_query_guided_graph_finds_more_of_the_held_out_queries_neighbours(ood):
         RoutedIndex.build(docs, RoutingConfig(method="hnsw_sq_qg"))
 
 
-def test_state_keeps_the_queries_and_compaction_adds_the_edges_again(ood):
+@pytest.mark.parametrize("method", GUIDED)
+def test_state_keeps_the_queries_and_compaction_adds_the_edges_again(ood, method):
     import faiss
 
     docs, fit, held = ood
-    cfg = default_routing("hnsw_sq_qg", len(docs), docs.shape[1])
+    cfg = default_routing(method, len(docs), docs.shape[1])
     index, state = fill_routed(docs, cfg, train_queries=fit)
     assert state["queries"].dtype == np.float16 and state["queries"].shape == fit.shape
     stored = np.asarray(state["queries"], np.float32)  # the edges and thresholds come from the queries as stored
-    per = min(cfg.query_edges, index.hnsw.nb_neighbors(0) // 2)
+    per = min(cfg.query_edges, graph_of(index).hnsw.nb_neighbors(0) // 2)
     np.testing.assert_allclose(state["kth"], np.sort(stored @ docs.T, axis=1)[:, -(per + 1)], rtol=1e-5)
     clone = faiss.deserialize_index(faiss.serialize_index(index))  # write_index keeps the edges
     assert np.array_equal(_level0(clone), _level0(index))
@@ -162,9 +168,9 @@ def test_live_inserts_get_the_edges_of_the_queries_whose_neighbours_they_enter(o
 N_BUILT = 1000  #: rows in the build; the rest of the ``ood`` documents arrive through the live index
 
 
-def _built_qg(ood, tmp_path):
-    """An hnsw_sq_qg index directory over the first :data:`N_BUILT` documents (edges from the fitting
-    queries) and the documents the live index adds after it."""
+def _built_qg(ood, tmp_path, method="hnsw_sq_qg"):
+    """An ``method`` (hnsw_sq_qg / hnsw_lean) index directory over the first :data:`N_BUILT` documents (edges
+    from the fitting queries) and the documents the live index adds after it."""
     from scalingnote.data import Document
     from scalingnote.index import build_index
 
@@ -173,25 +179,26 @@ def _built_qg(ood, tmp_path):
     out = build_index(
         docs[:N_BUILT],
         tmp_path / "qg",
-        method="hnsw_sq_qg",
+        method=method,
         train_queries=fit,
         doc_ids=ids[:N_BUILT],
         progress=False,
-        routing=default_routing("hnsw_sq_qg", N_BUILT, docs.shape[1]),
+        routing=default_routing(method, N_BUILT, docs.shape[1]),
     )
     return out, [Document(i, i, "", i) for i in ids[N_BUILT:]]
 
 
-def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, tmp_path):
+@pytest.mark.parametrize("method", GUIDED)
+def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, tmp_path, method):
     import shutil
 
     from scalingnote.live import LiveIndex
 
     docs, n0 = ood[0], N_BUILT
-    out, new = _built_qg(ood, tmp_path)
+    out, new = _built_qg(ood, tmp_path, method)
     shutil.copytree(out, tmp_path / "plain")
 
-    cfg = default_routing("hnsw_sq_qg", n0, docs.shape[1])
+    cfg = default_routing(method, n0, docs.shape[1])
 
     def share(index, stored) -> float:
         """Of the edges inserted row -> the pivot of a fitting query it is a neighbour of, the share in level 0."""
@@ -226,11 +233,12 @@ def test_the_live_index_gives_inserted_documents_their_query_guided_edges(ood, t
     assert guided >= rebuilt - 0.05 and guided > plain + 0.3, (guided, rebuilt, plain)
 
 
-def test_a_restart_replays_the_inserts_into_the_same_guided_graph(ood, tmp_path):
+@pytest.mark.parametrize("method", GUIDED)
+def test_a_restart_replays_the_inserts_into_the_same_guided_graph(ood, tmp_path, method):
     from scalingnote.live import LiveIndex
 
     docs, n0 = ood[0], N_BUILT
-    out, new = _built_qg(ood, tmp_path)
+    out, new = _built_qg(ood, tmp_path, method)
     live = LiveIndex.open(out)
     for s in range(0, len(new), 250):
         live.upsert(new[s : s + 250], vectors=docs[n0 + s : n0 + s + 250])

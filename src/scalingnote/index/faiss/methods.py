@@ -17,6 +17,10 @@ manifest's search defaults:
   not a FAISS index but shaped as one (search, add, in-place delete), saved as ``index.svs/``;
 * ``scann_soar``: ScaNN's partition tree with SOAR spilling over AH codes (:mod:`scalingnote.index.scann.soar`),
   shaped as a FAISS IVF (``nprobe`` = leaves searched; in-place add and delete), saved as ``index.scann/``;
+* ``hnsw_lean``: an ``IndexPreTransform`` (a projection fitted to queries and documents, then an
+  ``IndexHNSWSQ`` over 8-bit codes of the projected rows with query-guided edges,
+  :mod:`scalingnote.index.routing.lean`), re-ranked at full width; its fitting queries are kept in
+  ``routing.npz`` as ``hnsw_sq_qg``'s are;
 * ``hnsw`` / ``hnsw_pq`` / ``hnsw_sq``: ``IndexHNSWFlat`` / ``IndexHNSWPQ`` / ``IndexHNSWSQ`` (graph
   built on full-precision vectors, searched over PQ codes or 4-bit scalar-quantised vectors). FAISS HNSW
   has no ``remove_ids``: the live index keeps a tombstone set and filters it at search; compaction rebuilds
@@ -42,9 +46,11 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.faiss.pq_fastscan import PQFS_BITS, pqfs_label, pqfs_m
 from scalingnote.index.faiss.rabitq import rabitq_bits_within, rabitq_label
+from scalingnote.index.routing.lean import lean_label, refill_lean
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing import (
     CODED_GRAPH_METHODS,
+    GUIDED_METHODS,
     SQ_GRAPH_METHODS,
     RoutedIndex,
     RoutingConfig,
@@ -64,6 +70,7 @@ SERVABLE: tuple[str, ...] = (
     "hnsw_pq",
     "hnsw_sq",
     "hnsw_sq_qg",
+    "hnsw_lean",
     "svs_vamana",
     "scann_soar",
 )
@@ -73,6 +80,8 @@ SERVABLE: tuple[str, ...] = (
 #: the served nDCG@10 0.0085 below the IVF it replaced; at M >= 16 (384 / 576 dimensions) served
 #: rows rose. Below M=8 the method is sized at 8 and left above the memory bound (not eligible).
 SQ_M_CHOICES: tuple[int, ...] = (32, 16, 8)
+#: hnsw_lean's widest projection and its query-guided edges a document (:func:`default_routing`)
+LEAN_DIM, LEAN_EDGES = 128, 32
 ROUTING_FILE = "routing.npz"
 
 
@@ -104,6 +113,13 @@ def default_routing(
         base["hnsw_m"] = hnsw_m_within(
             dim, (over.get("sq_bits") or RoutingConfig.sq_bits) * dim / 8, choices=SQ_M_CHOICES
         )
+    if method == "hnsw_lean":
+        # a projection to at most 128 dimensions (half the width below 256), one byte a projected component, the
+        # largest M whose graph + codes fit the bound and 32 guided edges where the level-0 list has room (M >= 32:
+        # the ood_routing rows that met recall 0.99 at a million documents)
+        lean = int(over.get("lean_dim") or min(LEAN_DIM, max(1, dim // 2)))
+        m_lean = int(over.get("hnsw_m") or hnsw_m_within(dim, lean, choices=SQ_M_CHOICES))
+        base.update(lean_dim=lean, hnsw_m=m_lean, query_edges=min(LEAN_EDGES, m_lean))
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
 
@@ -138,7 +154,10 @@ def graph_memory_ratio(m: int, code_bytes: float, dim: int) -> float:
 
 
 def sq_graph_ratio(cfg: RoutingConfig, dim: int) -> float:
-    """:func:`graph_memory_ratio` of an ``hnsw_sq`` / ``hnsw_sq_qg`` config (codes: sq_bits per component)."""
+    """:func:`graph_memory_ratio` of an ``hnsw_sq`` / ``hnsw_sq_qg`` config (codes: sq_bits per component;
+    ``hnsw_lean``: one byte a projected component)."""
+    if cfg.method == "hnsw_lean":
+        return graph_memory_ratio(cfg.hnsw_m, cfg.lean_dim, dim)
     return graph_memory_ratio(cfg.hnsw_m, cfg.sq_bits * dim / 8, dim)
 
 
@@ -186,6 +205,8 @@ def structure_label(index: Any, cfg: RoutingConfig) -> str:
         return f"{cfg.method}:{svs_label(index)}"
     if cfg.method == "scann_soar":
         return f"{cfg.method}:{soar_label(index)}"
+    if cfg.method == "hnsw_lean":
+        return f"{cfg.method}:{lean_label(index, cfg)}"
     idx: Any = faiss.downcast_index(index)  # the stub types it as the base Index (no nlist)
     d = int(idx.d)
     m = cfg.pq_m or max(1, d // 8)
@@ -214,7 +235,7 @@ def fill_routed(
 ) -> tuple[Any, dict[str, np.ndarray]]:
     """The filled FAISS index of ``cfg.method`` over ``vectors`` and its routing state (arrays
     saved as ``routing.npz``: ``a`` and ``centroids`` for ivf_qmetric; the fitting queries (float16)
-    for hnsw_sq_qg; nothing otherwise).
+    and their thresholds ``kth`` for hnsw_sq_qg / hnsw_lean; nothing otherwise).
 
     ``empty``: a trained, emptied index of an earlier generation (compaction): the documents go to
     lists by the stored rule (``state``), the HNSW graph is built again over the live vectors (and
@@ -225,9 +246,9 @@ def fill_routed(
     if empty is not None:
         return _refill(x, cfg, empty, dict(state or {}))
     metric = None if train_queries is not None or not state else state.get("a")
-    if train_queries is None and cfg.method == "hnsw_sq_qg" and state and "queries" in state:
+    if train_queries is None and cfg.method in GUIDED_METHODS and state and "queries" in state:
         train_queries = state["queries"]
-    if cfg.method == "hnsw_sq_qg" and train_queries is not None:
+    if cfg.method in GUIDED_METHODS and train_queries is not None:
         # the edges from the queries as stored (float16), as compaction makes them
         train_queries = np.asarray(np.asarray(train_queries, np.float16), np.float32)
     r = RoutedIndex.build(x, cfg, train_queries=train_queries, metric=metric)
@@ -238,9 +259,9 @@ def fill_routed(
             "a": np.asarray(r.partition["a"], np.float32),
             "centroids": np.asarray(r.partition["centroids"], np.float32),
         }
-    elif cfg.method == "hnsw_sq_qg":
+    elif cfg.method in GUIDED_METHODS:
         # kth: each query's (edges + 1)-th best score, where the live index's inserts start
-        assert r.partition is not None  # the build keeps hnsw_sq_qg's thresholds
+        assert r.partition is not None  # the build keeps the guided graphs' thresholds
         out = {"queries": np.asarray(train_queries, np.float16), "kth": np.asarray(r.partition["kth"], np.float32)}
     return r.index, out
 
@@ -248,13 +269,20 @@ def fill_routed(
 def _refill(
     x: np.ndarray, cfg: RoutingConfig, empty: Any, state: dict[str, np.ndarray]
 ) -> tuple[Any, dict[str, np.ndarray]]:
-    """(the refilled index, the routing state: hnsw_sq_qg's ``kth`` over the new rows)."""
+    """(the refilled index, the routing state: the guided graphs' ``kth`` over the new rows)."""
     import faiss
 
     if getattr(empty, "engine", None) is not None:  # SVS / ScaNN: a new graph / tree over the live rows, same shape
         empty.reset()
         empty.add(x)
         return empty, state
+    if cfg.method in GUIDED_METHODS and "queries" not in state:
+        raise ScalingNoteError(
+            f"{cfg.method}: the routing state keeps no fitting queries: cannot add the query-guided edges again"
+        )
+    if cfg.method == "hnsw_lean":  # the same projection and codes, a new graph, the stored queries' edges
+        lean, kth = refill_lean(empty, x, np.asarray(state["queries"], np.float32), cfg, topk=exact_topk)
+        return lean, {**state, "kth": kth}
     index = faiss.downcast_index(empty)
     if isinstance(index, faiss.IndexIVF):
         lists = assign_lists(state, index, x)
@@ -263,10 +291,6 @@ def _refill(
     if cfg.method in CODED_GRAPH_METHODS:  # the trained PQ / SQ of the earlier generation encodes the live vectors
         index = attach_graph(index, x, flat_graph(x, cfg))
         if cfg.method == "hnsw_sq_qg":
-            if "queries" not in state:
-                raise ScalingNoteError(
-                    "hnsw_sq_qg: the routing state keeps no fitting queries: cannot add the query-guided edges again"
-                )
             _, kth = add_guided_edges(
                 index, x, np.asarray(state["queries"], np.float32), cfg.query_edges, topk=exact_topk, with_kth=True
             )

@@ -170,7 +170,8 @@ def default_index_params(
 
 def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
     """The Milvus index type ``auto`` means for an index built with a routed ``method``:
-    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw and
+    ivf -> IVF_PQ (Lite: HNSW), hnsw_pq -> HNSW_PQ (Lite: HNSW), hnsw_sq / hnsw_sq_qg -> HNSW_SQ, hnsw_lean ->
+    HNSW_SQ with SQ8 over the full vectors (Milvus has no projected graph), hnsw and
     svs_vamana (a graph over float vectors) -> HNSW, ivf_rabitq, ivf_pqfs and scann_soar -> SCANN (the same
     structure: document-trained partitions, 4-bit fast-scan codes, a re-rank; Milvus's SCANN has no SOAR
     spill; Lite: IVF_SQ8). ivf_qmetric is refused: Milvus trains its own IVF on the documents, so the
@@ -187,7 +188,7 @@ def _method_index_type(requested: str, method: str | None, lite: bool) -> str:
         )
     if method == "hnsw_pq":
         return "HNSW" if lite else "HNSW_PQ"  # Milvus Lite has no HNSW_PQ: its graph over the full vectors
-    if method in ("hnsw_sq", "hnsw_sq_qg"):
+    if method in ("hnsw_sq", "hnsw_sq_qg", "hnsw_lean"):
         return "HNSW_SQ"  # Lite implements it too
     if method in ("hnsw", "svs_vamana"):  # Milvus has no in-memory Vamana: HNSW is its graph over float vectors
         return "HNSW"
@@ -351,6 +352,11 @@ def _index_settings(
         fallback = "Milvus's HNSW_SQ has no 4-bit quantiser: SQ6 (the graph's M kept)"
         if info.get("method") == "hnsw_sq_qg":
             fallback += "; the query-guided edges are not exported (Milvus builds its own graph from the documents)"
+    elif info.get("method") == "hnsw_lean" and itype == "HNSW_SQ":
+        fallback = (
+            "Milvus has no graph walked in a projection: HNSW_SQ (SQ8) over the full vectors (the graph's M kept); "
+            "the projection and the query-guided edges are not exported"
+        )
     params = default_index_params(itype, n, d, info)
     params.update(overrides or {})
     if itype == "IVF_PQ" and d % int(params["m"]) != 0:

@@ -20,6 +20,9 @@ only (on other machines its build exits the process), so here is the smallest fo
   of it; the searcher re-ranks the walk's candidates exactly at full width (``rerank``).
 
 ``efSearch`` stays the one knob; the distances the walk computes are counted (projected ones).
+Served as any routed method (:mod:`scalingnote.index.faiss.methods`): the fitting queries are kept in
+``routing.npz``, so the live index gives inserted rows their guided edges and compaction (:func:`refill_lean`)
+builds the graph again under the same projection and codes.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def lean_projection(docs: np.ndarray, queries: np.ndarray, dim: int, *, seed: in
 def build_lean(docs: np.ndarray, queries: np.ndarray, cfg: Any, *, topk: Any) -> tuple[Any, dict, Any]:
     """``(index, info, keep)``: the ``IndexPreTransform`` of ``cfg`` (``lean_dim``, ``hnsw_m``,
     ``ef_construction``, ``query_edges``: at least 1, the config refuses fewer) over ``docs``; ``info`` says what was
-    fitted; ``keep``: the FAISS objects the Python side must hold alive."""
+    fitted (``kth``: each fitting query's (edges + 1)-th best score, where the live index's inserts start);
+    ``keep``: the FAISS objects the Python side must hold alive."""
     import faiss
 
     proj = lean_projection(docs, queries, cfg.lean_dim, seed=cfg.seed)
@@ -66,15 +70,40 @@ def build_lean(docs: np.ndarray, queries: np.ndarray, cfg: Any, *, topk: Any) ->
     coded.train(_sample(xp, _FIT_ROWS, cfg.seed))
     attach_graph(coded, xp, graph)
     del graph, xp
-    # the true (full-width) neighbours of the fitting queries become edges
-    added = int(add_guided_edges(coded, docs, queries, cfg.query_edges, topk=topk))
-    info: dict[str, Any] = {"lean_dim": int(cfg.lean_dim), "query_edges_added": added}
+    # the true (full-width) neighbours of the fitting queries become edges; kth: where live inserts start
+    added, kth = add_guided_edges(coded, docs, queries, cfg.query_edges, topk=topk, with_kth=True)
+    info: dict[str, Any] = {"lean_dim": int(cfg.lean_dim), "query_edges_added": int(added), **kth}
     lt = faiss.LinearTransform(docs.shape[1], cfg.lean_dim, False)
     faiss.copy_array_to_vector(np.ascontiguousarray(proj.T).ravel(), lt.A)
     faiss.copy_array_to_vector(np.zeros(cfg.lean_dim, dtype=np.float32), lt.b)
     lt.is_trained = True
     index = faiss.IndexPreTransform(lt, coded)
     return index, info, (lt, coded)
+
+
+def refill_lean(empty: Any, docs: np.ndarray, queries: np.ndarray, cfg: Any, *, topk: Any) -> tuple[Any, np.ndarray]:
+    """``(index, kth)``: an emptied ``hnsw_lean`` index (compaction) filled with ``docs`` again: the
+    same projection and trained 8-bit quantiser, a new graph over the projected rows and the stored
+    fitting ``queries``' guided edges (``kth``: each query's threshold for live inserts)."""
+    import faiss
+
+    index = faiss.downcast_index(empty)
+    if not isinstance(index, faiss.IndexPreTransform):
+        raise ScalingNoteError("hnsw_lean: the index to refill is not the projection + graph it was built as")
+    coded = graph_of(index)
+    x = np.ascontiguousarray(docs, dtype=np.float32)
+    chain: Any = index.chain  # a SWIG vector (the stub types it as a list)
+    xp = np.ascontiguousarray(faiss.downcast_VectorTransform(chain.at(0)).apply(x), dtype=np.float32)
+    attach_graph(coded, xp, flat_graph(xp, cfg))
+    index.ntotal = coded.ntotal
+    _, kth = add_guided_edges(coded, x, queries, cfg.query_edges, topk=topk, with_kth=True)
+    return index, kth["kth"]
+
+
+def lean_label(index: Any, cfg: Any) -> str:
+    """``HNSW<M>,Lean<k>,SQ8,QG<edges>``: the graph's degree, the projection's width, the 8-bit codes
+    and the query-guided edges a document."""
+    return f"HNSW{cfg.hnsw_m},Lean{int(graph_of(index).d)},SQ8,QG{cfg.query_edges}"
 
 
 def graph_of(index: Any) -> Any:
@@ -91,4 +120,4 @@ def _sample(x: np.ndarray, n: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(x[np.sort(rng.choice(len(x), n, replace=False))])
 
 
-__all__ = ["build_lean", "graph_of", "lean_projection"]
+__all__ = ["build_lean", "graph_of", "lean_label", "lean_projection", "refill_lean"]

@@ -1,11 +1,12 @@
 """Choose the served structure among the routed methods.
 
 Each candidate method (:mod:`scalingnote.index.faiss.methods`: ``ivf``, ``ivf_qmetric``, ``ivf_rabitq``,
-``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs``, ``scann_soar``, ``svs_vamana`` by default; ``hnsw`` and ``hnsw_sq_qg``
-if asked) is built over the document vectors, then its probe knob (``nprobe`` / ``ef_search``) x exact re-rank depth
-(TMJ §6) is swept on *validation* query vectors — queries no router was fitted on (``ivf_qmetric`` cuts its
-lists with the training queries' covariance, ``hnsw_sq_qg`` adds edges between their nearest documents; a method
-may come as several configs, each built and swept: hnsw_sq_qg at 16 and 32 edges per document where
+``hnsw_pq``, ``hnsw_sq``, ``ivf_pqfs``, ``scann_soar``, ``svs_vamana`` by default; ``hnsw``, ``hnsw_sq_qg``
+and ``hnsw_lean`` if asked) is built over the document vectors, then its probe knob (``nprobe`` /
+``ef_search``) x exact re-rank depth (TMJ §6) is swept on *validation* query vectors — queries no router
+was fitted on (``ivf_qmetric`` cuts its lists with the training queries' covariance, ``hnsw_sq_qg`` adds
+edges between their nearest documents, ``hnsw_lean`` fits its projection to them too; a method may come as
+several configs, each built and swept: hnsw_sq_qg at 16 and 32 edges per document where
 its graph has room). For each method the settings whose recall@k against exact search reaches
 ``target`` are timed one query at a time, and the fastest is kept. Among the methods whose
 structure searched in memory is at most ``memory_bound`` of the float32 vectors (the
@@ -32,7 +33,13 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.faiss.methods import SERVABLE, default_routing, structure_label
 from scalingnote.index.routing.engines import GRAPH_ENGINES
-from scalingnote.index.routing.routing import GRAPH_METHODS, QUERY_FIT_METHODS, RoutedIndex, RoutingConfig
+from scalingnote.index.routing.routing import (
+    GRAPH_METHODS,
+    GUIDED_METHODS,
+    QUERY_FIT_METHODS,
+    RoutedIndex,
+    RoutingConfig,
+)
 from scalingnote.index.tune import exact_topk, recall_vs_exact
 
 DEFAULT_METHODS: tuple[str, ...] = (
@@ -217,7 +224,7 @@ def choose_method(
         rows, cfgs, k=k, target=target, memory_bound=bound, n_val=len(q), n_train=0 if tq is None else len(tq)
     )
     report["memory_bound_above"] = int(memory_bound_above)
-    if "hnsw_sq_qg" in methods and eq is not None:
+    if any(m in GUIDED_METHODS for m in methods) and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
     return report
 
@@ -229,11 +236,11 @@ def memory_bound_for(n: int, bound: float = MEMORY_BOUND, above: int = MEMORY_BO
 
 
 def fitting_queries(method: str, train: np.ndarray | None, edge: np.ndarray | None) -> np.ndarray | None:
-    """The queries ``method``'s build fits on: ``edge`` for hnsw_sq_qg's edges, ``train`` for the
-    other query-fitted methods (ivf_qmetric's metric), none for the rest."""
+    """The queries ``method``'s build fits on: ``edge`` for the guided graphs' edges (hnsw_sq_qg; hnsw_lean's
+    edges and projection), ``train`` for the other query-fitted methods (ivf_qmetric's metric), none for the rest."""
     if method not in QUERY_FIT_METHODS:
         return None
-    return edge if method == "hnsw_sq_qg" else train
+    return edge if method in GUIDED_METHODS else train
 
 
 def _structure(r: RoutedIndex) -> str:

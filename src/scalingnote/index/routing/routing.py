@@ -52,6 +52,7 @@ from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing_config import (
     CODED_GRAPH_METHODS,
     GRAPH_METHODS,
+    GUIDED_METHODS,
     METHODS,
     QUERY_FIT_METHODS,
     SQ_GRAPH_METHODS,
@@ -115,7 +116,7 @@ class RoutedIndex:
     list_of: np.ndarray | None = None
     route_bias: np.ndarray | float = 0.0
     #: ivf_qmetric partitions: ``{"a": A, "centroids": c' (x' space), "centroids_orig"}``;
-    #: hnsw_sq_qg: ``{"kth"}`` (build-time only)
+    #: hnsw_sq_qg / hnsw_lean: ``{"kth"}`` (build-time only)
     partition: dict | None = field(default=None, repr=False)
     build_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -161,7 +162,7 @@ class RoutedIndex:
         if cfg.method == "hnsw_lean":  # walked in a projection fitted to queries and documents
             assert tq is not None  # QUERY_FIT_METHODS without train_queries were refused above
             lean, info, keep = build_lean(docs, tq, cfg, topk=exact_topk)
-            out = cls(cfg, lean, docs, info=info, _keep=keep)
+            out = cls(cfg, lean, docs, partition={"kth": info.pop("kth")}, info=info, _keep=keep)
         elif cfg.method in GRAPH_METHODS:
             if graph is not None and (
                 graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m
@@ -447,6 +448,7 @@ def _rerank(vectors: np.ndarray, q: np.ndarray, ids: np.ndarray, k: int) -> tupl
 __all__ = [
     "CODED_GRAPH_METHODS",
     "GRAPH_METHODS",
+    "GUIDED_METHODS",
     "METHODS",
     "QUERY_FIT_METHODS",
     "SQ_GRAPH_METHODS",

@@ -32,6 +32,8 @@ GRAPH_METHODS: tuple[str, ...] = ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "h
 CODED_GRAPH_METHODS: tuple[str, ...] = ("hnsw_pq", "hnsw_sq", "hnsw_sq_qg")
 SQ_GRAPH_METHODS: tuple[str, ...] = ("hnsw_sq", "hnsw_sq_qg")
 QUERY_FIT_METHODS: tuple[str, ...] = ("ivf_qmetric", "ivf_routed", "hnsw_sq_qg", "hnsw_lean")
+#: graphs with query-guided edges: their fitting queries are kept (routing state) for live inserts and compaction
+GUIDED_METHODS: tuple[str, ...] = ("hnsw_sq_qg", "hnsw_lean")
 #: FAISS scalar quantisers of ``hnsw_sq`` by bits per component
 SQ_TYPES = {4: "QT_4bit", 6: "QT_6bit", 8: "QT_8bit"}
 
