@@ -258,20 +258,36 @@ def results_name(recipe_runs: Path | None, name: str | None = None) -> str:
     return "ood_routing" if recipe_runs is not None else "ood_routing_standin"
 
 
-def keep_earlier(rows: list[dict], info: dict, name: str, methods: list[str]) -> tuple[list[dict], list[str], dict]:
-    """``--keep``: the earlier results file's rows of the (set, method) pairs ``rows`` lack (their
-    own measurement, one machine, an earlier run), then these, ordered by set, then ``methods``;
-    the earlier sets' info."""
+def keep_earlier(
+    rows: list[dict], info: dict, name: str, methods: list[str]
+) -> tuple[list[dict], list[str], dict, dict]:
+    """``--keep``: the earlier results file's rows of the sets this run did not measure (their own
+    measurement, one machine, an earlier run and its towers), then these, ordered by set, then ``methods``;
+    the earlier sets' info; what the kept rows came from (``kept_from``: the earlier run's date, machine,
+    methods and settings, and the earlier rows of the re-measured sets that were dropped, because a set
+    re-measured may stand on other towers and one set's rows must come from one run)."""
 
     path = RESULTS_DIR / f"{name}.json"
     if not path.exists():
-        return rows, [], info
+        return rows, [], info, {}
     old = json.loads(path.read_text())
-    have = {(r["set"], r["method"]) for r in rows}
-    keep = [r for r in old["rows"] if (r["set"], r["method"]) not in have]
+    measured = {r["set"] for r in rows}
+    keep = [r for r in old["rows"] if r["set"] not in measured]
     order = {s: i for i, s in enumerate(("scifact", "kuake_qtr", "sim1m"))}
     merged = sorted(
         keep + rows,
         key=lambda r: (order.get(r["set"], 9), methods.index(r["method"]) if r["method"] in methods else 99),
     )
-    return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**old["config"].get("info", {}), **info}
+    oc = old["config"]
+    kept_info = {s: v for s, v in oc.get("info", {}).items() if s.split("_sample")[0] not in measured}
+    kept_from = {
+        "created": old.get("created"),
+        "machine": old.get("machine"),
+        "sets": sorted({r["set"] for r in keep}),
+        **{
+            k: oc.get(k)
+            for k in ("methods", "sim_methods", "sim_n", "sim_components", "sim_rank", "sim_source", "total_s")
+        },
+        "dropped_rows": sorted({f"{r['set']}/{r['method']}" for r in old["rows"] if r["set"] in measured}),
+    }
+    return merged, sorted({f"{r['set']}/{r['method']}" for r in keep}), {**kept_info, **info}, kept_from

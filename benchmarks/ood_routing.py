@@ -372,7 +372,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--keep", action="store_true", help="keep the earlier results' rows of the (set, method) pairs not measured now"
+        "--keep",
+        action="store_true",
+        help="keep the earlier results' rows of the sets not measured now (a set measured now replaces all its rows)",
     )
     ap.add_argument(
         "--recipe-runs",
@@ -477,9 +479,14 @@ def main(argv: list[str] | None = None) -> None:
         ts = cache[src]
         rows += measure_set(name, src, ts, args, info)
     kept: list[str] = []
+    kept_from: dict = {}
     if args.keep:
-        rows, kept, info = keep_earlier(rows, info, results_name(args.recipe_runs, args.results_name), list(VARIANTS))
+        rows, kept, info, kept_from = keep_earlier(
+            rows, info, results_name(args.recipe_runs, args.results_name), list(VARIANTS)
+        )
     config = run_config(args, rows, info, kept, load0, t_all)
+    if kept_from:
+        config["kept_from"] = kept_from
     print(f"wrote {write_results(results_name(args.recipe_runs, args.results_name), rows, config)}")
 
 
