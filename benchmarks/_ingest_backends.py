@@ -75,8 +75,8 @@ def index_for(run, method: str, work: Path) -> Path:
     """The index the phases serve: the run's own (``chosen``, or the method it was built with), or a
     copy rebuilt over its vectors with ``method`` (the method's default sizes, the
     build's search defaults). ivf_qmetric needs the student's training-query vectors: only the
-    quick start's own choice builds it. ``hnsw_sq_qg``'s edges are fitted as the quick start fits
-    them (:func:`edge_queries`)."""
+    quick start's own choice builds it. ``hnsw_sq_qg``'s and ``hnsw_lean``'s edges (and hnsw_lean's
+    projection) are fitted as the quick start fits them (:func:`edge_queries`)."""
     from scalingnote.index import DenseIndex, build_index
 
     built = (run.manifest.get("routing") or {}).get("method")
@@ -92,7 +92,7 @@ def index_for(run, method: str, work: Path) -> Path:
     sem = run.manifest.get("semantic_ids") or {}
     out = work / f"index-{method}"
     X = np.asarray(dense.vectors)
-    edges = {"train_queries": edge_queries(run, X.shape[1])} if method == "hnsw_sq_qg" else {}
+    edges = {"train_queries": edge_queries(run, X.shape[1], method)} if method in ("hnsw_sq_qg", "hnsw_lean") else {}
     build_index(
         X,
         out,
@@ -109,8 +109,8 @@ def index_for(run, method: str, work: Path) -> Path:
     return out
 
 
-def edge_queries(run, dim: int) -> np.ndarray:
-    """The queries ``hnsw_sq_qg``'s edges are fitted on, as the quick start fits them
+def edge_queries(run, dim: int, method: str = "hnsw_sq_qg") -> np.ndarray:
+    """The queries ``method``'s (hnsw_sq_qg / hnsw_lean) edges are fitted on, as the quick start fits them
     (:mod:`scalingnote.quickstart.index_choice`): the run's training queries and QKD's unlabelled
     pool (``pseudo_ict`` + ``corpus_texts`` beside the run), through the served student, unit
     vectors at the index's width. Never a test query: those measure the drift."""
@@ -126,7 +126,7 @@ def edge_queries(run, dim: int) -> np.ndarray:
         path = run.root / name / "queries.jsonl"
         if not path.exists():
             raise SystemExit(
-                f"{path}: missing; --method hnsw_sq_qg fits its edges on the run's QKD pool as the quick start does"
+                f"{path}: missing; --method {method} fits its edges on the run's QKD pool as the quick start does"
             )
         texts += [str(rec.get("text") or "") for _, rec in iter_jsonl(path)]
     texts = [t for t in texts if t.strip() and t not in test]

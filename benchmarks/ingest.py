@@ -314,7 +314,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--method",
         default="chosen",
-        choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg"),
+        choices=("chosen", "ivf", "ivf_qmetric", "hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "hnsw_lean"),
         help="Structure served and drifted: the run's index as the quick start chose and built it (chosen), or a copy "
         "rebuilt over the same vectors with this method (search defaults of the build, not tuned).",
     )
