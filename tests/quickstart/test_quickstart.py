@@ -48,6 +48,9 @@ def _cfg(tiny_models, out, **over):
 def first_run(tiny_models, tmp_path_factory):
     out = tmp_path_factory.mktemp("qs") / "run"
     rows = quickstart(_cfg(tiny_models, out))
+    shutil.copy(
+        out / "results.json", out.parent / "first_results.json"
+    )  # as the first run left it (resumes rewrite it)
     return out, rows
 
 
@@ -161,13 +164,18 @@ def test_quickstart_runs_end_to_end_with_every_choice_recorded(first_run, capsys
     assert any("-pooled-" in name for name in gone["dropped"])
 
 
-def test_rerun_resumes_every_step(first_run, tiny_models, capsys):
+def test_rerun_resumes_every_step(first_run, tiny_models, capsys, monkeypatch):
+    from scalingnote.quickstart import runs
+
     out, rows = first_run
     markers = sorted(out.glob("**/DONE"))
     assert len(markers) >= 10
     stamps = {m: m.stat().st_mtime_ns for m in markers}
     capsys.readouterr()
+    passes: list[object] = []  # the frozen prefix's pass over the corpus: only for a step still to train
+    monkeypatch.setattr(runs, "fill_pooled_depths", lambda *a, **k: passes.append(a))
     again = quickstart(_cfg(tiny_models, out))
+    assert passes == []
     assert {m: m.stat().st_mtime_ns for m in markers} == stamps
     assert [r["method"] for r in again] == [r["method"] for r in rows]
     # the resumed run's towers load from the trained parts over their bases, with the same scores
@@ -340,7 +348,7 @@ def test_one_pass_fills_every_candidate_depth_under_the_stage1_key(first_run, ti
     # the run's Stage I towers of depth 1 and 2 read: they would not have to encode the corpus again
     assert [k.rsplit("-", 1)[0] for k in filled] == ["document-d1-pooled", "document-d2-pooled"]
     assert set(filled.values()) == {n}
-    dropped = json.loads((out / "results.json").read_text())["choices"]["feature_cache"]["dropped"]
+    dropped = json.loads((out.parent / "first_results.json").read_text())["choices"]["feature_cache"]["dropped"]
     assert set(filled) <= set(dropped)
 
 

@@ -43,6 +43,7 @@ from scalingnote.quickstart.step_markers import (
     step_digest,
     step_done,
     step_inputs,
+    step_is_done,
 )
 from scalingnote.training import TrainConfig, train
 from scalingnote.utils import write_json
@@ -178,7 +179,9 @@ def large_tower_runs(
     head learning rate of ``cfg.head_lrs`` (or ``head_lrs[depth]``: the ones still in after the
     proxy) on validation; {depth: metrics (+ ``lr_grid``, ``lr_scores`` {lr: validation nDCG@10})}.
     ``dim``: the embedding size (None: ``cfg.dim``)."""
-    prefill_depth_caches(cfg, fam, data)
+    grid = [(depth, hl) for depth in fam.depths for hl in (head_lrs or {}).get(depth, cfg.head_lrs)]
+    if not all(_large_done(cfg, fam, data, out, depth, hl, dim=dim) for depth, hl in grid):
+        prefill_depth_caches(cfg, fam, data)  # a resumed run whose candidates are all done passes no corpus
     res = {}
     for depth in fam.depths:
         tried, ms, scores = [], {}, {}
@@ -205,6 +208,41 @@ def _dim_tag(cfg: QuickstartConfig, dim: int | None) -> str:
     return "" if dim in (None, cfg.dim) else f"_d{dim}"
 
 
+def _large_done(
+    cfg: QuickstartConfig, fam: Family, data: dict, out: Path, depth: int | None, head_lr: float, *, dim: int | None
+) -> bool:
+    """Whether the heads-only :func:`_large_run` of ``depth`` / ``head_lr`` is finished with today's inputs."""
+    name, q, d = _large_towers(cfg, fam, depth, head_lr, None, dim, "")
+    tc = stage1_config(
+        cfg,
+        family_method(fam),
+        data,
+        out / "stage1" / name,
+        q,
+        d,
+        lr=fam.lr,
+        head_lr=head_lr,
+        max_epochs=cfg.max_epochs,
+        dim=dim,
+    )
+    return step_is_done(Path(tc.output_dir), step_inputs(tc, data=data_fingerprint(data)))
+
+
+def _large_towers(
+    cfg: QuickstartConfig,
+    fam: Family,
+    depth: int | None,
+    head_lr: float,
+    k: int | str | None,
+    dim: int | None,
+    suffix: str,
+) -> tuple[str, dict, dict]:
+    """The run name and the query / document tower specs of :func:`_large_run`."""
+    tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
+    name = f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}"
+    return name, tower, {**tower, "max_length": cfg.doc_max_length}
+
+
 def _large_run(
     cfg: QuickstartConfig,
     fam: Family,
@@ -221,15 +259,15 @@ def _large_run(
 ) -> dict[str, Any]:
     """One Stage I run of the family's large dual tower (both towers ``depth`` layers, the top ``k``
     training; default ``cfg.trainable_layers``), named ``<family>_large_L<depth>_hlr<lr>[_d<dim>]<suffix>``."""
-    tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
+    name, q, d = _large_towers(cfg, fam, depth, head_lr, k, dim, suffix)
     return run_stage1(
         cfg,
-        f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}",
+        name,
         family_method(fam),
         data,
         out,
-        tower,
-        {**tower, "max_length": cfg.doc_max_length},
+        q,
+        d,
         lr=fam.lr,
         head_lr=head_lr,
         max_epochs=cfg.max_epochs if max_epochs is None else max_epochs,

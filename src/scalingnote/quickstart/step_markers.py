@@ -53,6 +53,11 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
     return False
 
 
+def step_is_done(path: Path, inputs: dict[str, Any]) -> bool:
+    """Whether ``path`` finished with these inputs, touching nothing (:func:`step_done` clears a changed step)."""
+    return step_state(path, _canon(path, inputs)) == "done"
+
+
 def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
     """Mark a step finished; a training step's checkpoints go (a finished step is reused, never
     resumed: they would be copies of weights its towers already hold), their record stays."""
