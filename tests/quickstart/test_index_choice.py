@@ -1,4 +1,4 @@
-"""The quick start's index step offers ``hnsw_sq_qg`` only where its graph can fit the
+"""The quick start's index step offers ``hnsw_sq_qg`` and ``hnsw_lean`` only where their graphs can fit the
 memory bound, with QKD's unlabelled pool as the edges' pseudo-queries; ``choose_method`` fits the
 edges on those, the routers on the training queries. Real FAISS, tiny random vectors."""
 
@@ -38,12 +38,17 @@ def test_pseudo_queries_only_where_the_query_guided_graph_fits_the_bound_or_none
     assert small == ["a b", "c d"] and len(calls) == 2
 
 
-def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():
+def _ood_vectors():
+    """1,500 clustered 64-d documents; 60 validation and 900 pseudo-queries shifted off them."""
     rng = np.random.default_rng(0)
     c = rng.standard_normal((12, 64))
     docs = _unit(c[rng.integers(0, 12, 1500)] + 0.5 * rng.standard_normal((1500, 64)))
     val = _unit(c[rng.integers(0, 12, 60)] + 0.7 * rng.standard_normal((60, 64)) + 1.0)
-    pseudo = _unit(c[rng.integers(0, 12, 900)] + 0.7 * rng.standard_normal((900, 64)) + 1.0)
+    return docs, val, _unit(c[rng.integers(0, 12, 900)] + 0.7 * rng.standard_normal((900, 64)) + 1.0)
+
+
+def test_edges_fit_on_the_edge_queries_and_the_metric_on_the_training_queries():
+    docs, val, pseudo = _ood_vectors()
     rep = choose_method(docs, val, None, methods=("hnsw_sq", "hnsw_sq_qg"), target=0.9, edge_queries=pseudo)
     rows = {r["method"]: r for r in rep["methods"]}
     assert "skipped" not in rows["hnsw_sq_qg"] and rows["hnsw_sq_qg"]["structure"].endswith(",QG16")
@@ -71,11 +76,7 @@ def test_the_lean_graph_is_a_candidate_where_its_codes_and_graph_fit_the_bound(t
 
 
 def test_the_lean_graph_fits_its_projection_and_edges_on_the_edge_queries():
-    rng = np.random.default_rng(0)
-    c = rng.standard_normal((12, 64))
-    docs = _unit(c[rng.integers(0, 12, 1500)] + 0.5 * rng.standard_normal((1500, 64)))
-    val = _unit(c[rng.integers(0, 12, 60)] + 0.7 * rng.standard_normal((60, 64)) + 1.0)
-    pseudo = _unit(c[rng.integers(0, 12, 900)] + 0.7 * rng.standard_normal((900, 64)) + 1.0)
+    docs, val, pseudo = _ood_vectors()
     rep = choose_method(docs, val, None, methods=("hnsw_lean",), target=0.95, edge_queries=pseudo)
     row = rep["methods"][0]
     assert row["structure"] == "hnsw_lean:HNSW8,Lean32,SQ8,QG8" and row["met"], row

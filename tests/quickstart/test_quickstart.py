@@ -48,9 +48,7 @@ def _cfg(tiny_models, out, **over):
 def first_run(tiny_models, tmp_path_factory):
     out = tmp_path_factory.mktemp("qs") / "run"
     rows = quickstart(_cfg(tiny_models, out))
-    shutil.copy(
-        out / "results.json", out.parent / "first_results.json"
-    )  # as the first run left it (resumes rewrite it)
+    shutil.copy(out / "results.json", out.parent / "first_results.json")  # as the first run left it
     return out, rows
 
 
@@ -175,8 +173,7 @@ def test_rerun_resumes_every_step(first_run, tiny_models, capsys, monkeypatch):
     passes: list[object] = []  # the frozen prefix's pass over the corpus: only for a step still to train
     monkeypatch.setattr(runs, "fill_pooled_depths", lambda *a, **k: passes.append(a))
     again = quickstart(_cfg(tiny_models, out))
-    assert passes == []
-    assert {m: m.stat().st_mtime_ns for m in markers} == stamps
+    assert passes == [] and {m: m.stat().st_mtime_ns for m in markers} == stamps
     assert [r["method"] for r in again] == [r["method"] for r in rows]
     # the resumed run's towers load from the trained parts over their bases, with the same scores
     assert [r["ndcg@10"] for r in again] == [r["ndcg@10"] for r in rows]
