@@ -357,31 +357,19 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
 
     ids = [f"doc-{i}" for i in range(len(syn_vectors))]
     tq = np.random.default_rng(3).standard_normal((50, syn_vectors.shape[1])).astype(np.float32)
-    qm = build_index(
-        syn_vectors,
-        tmp_path / "qm",
-        method="ivf_qmetric",
-        train_queries=tq,
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+
+    def built(name, method, **kw):
+        opts = dict(doc_ids=ids, tower_info=TOWER, semantic_ids_layers=0, progress=False)
+        return build_index(syn_vectors, tmp_path / name, method=method, **opts, **kw)
+
+    qm = built("qm", "ivf_qmetric", train_queries=tq)
     with pytest.raises(ScalingNoteError, match="ivf_qmetric.*would be lost.*--index-type"):
         export_to_milvus(qm, lite_db, "syn_qm", progress=False)
     m = export_to_milvus(
         qm, lite_db, "syn_qm", index_type="HNSW", progress=False
     )  # explicit: the vectors, with Milvus's own index
     assert m["index_type"] == "HNSW" and "not exported" in m["fallback_reason"]
-    hp = build_index(
-        syn_vectors,
-        tmp_path / "hp",
-        method="hnsw_pq",
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+    hp = built("hp", "hnsw_pq")
     m = export_to_milvus(hp, lite_db, "syn_hp", progress=False)
     built_m = json.loads((hp / "manifest.json").read_text())["routing"]["config"][
         "hnsw_m"
@@ -391,43 +379,17 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
         _method_index_type("auto", "hnsw_pq", lite=False) == "HNSW_PQ"
         and _method_index_type("auto", "ivf", lite=False) == "auto"
     )
-    hs = build_index(
-        syn_vectors,
-        tmp_path / "hs",
-        method="hnsw_sq",
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+    hs = built("hs", "hnsw_sq")
     m = export_to_milvus(hs, lite_db, "syn_hs", progress=False)  # Lite has HNSW_SQ; 4-bit goes out as SQ6, said so
     built_m = json.loads((hs / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
     assert m["index_type"] == "HNSW_SQ" and m["index_params"]["M"] == built_m and m["index_params"]["sq_type"] == "SQ6"
     assert "no 4-bit" in m["fallback_reason"]
-    qg = build_index(
-        syn_vectors,
-        tmp_path / "qg",
-        method="hnsw_sq_qg",
-        train_queries=tq,
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+    qg = built("qg", "hnsw_sq_qg", train_queries=tq)
     m = export_to_milvus(
         qg, lite_db, "syn_qg", progress=False
     )  # the vectors and M go out; the query-guided edges cannot
     assert m["index_type"] == "HNSW_SQ" and "query-guided edges are not exported" in m["fallback_reason"]
-    lean = build_index(
-        syn_vectors,
-        tmp_path / "lean",
-        method="hnsw_lean",
-        train_queries=tq,
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+    lean = built("lean", "hnsw_lean", train_queries=tq)
     m = export_to_milvus(lean, lite_db, "syn_lean", progress=False)  # the vectors and M; no projected graph
     built_m = json.loads((lean / "manifest.json").read_text())["routing"]["config"]["hnsw_m"]
     assert m["index_type"] == "HNSW_SQ" and m["index_params"] == {"M": built_m, "efConstruction": 200, "sq_type": "SQ8"}
@@ -438,15 +400,7 @@ def test_routed_indexes_export_mapped_or_refused(tmp_path, syn_vectors, lite_db)
         _method_index_type("auto", "ivf_rabitq", lite=False) == "SCANN"
         and _method_index_type("auto", "ivf_rabitq", lite=True) == "IVF_SQ8"
     )
-    rq = build_index(
-        syn_vectors,
-        tmp_path / "rq",
-        method="ivf_rabitq",
-        doc_ids=ids,
-        tower_info=TOWER,
-        semantic_ids_layers=0,
-        progress=False,
-    )
+    rq = built("rq", "ivf_rabitq")
     m = export_to_milvus(rq, lite_db, "syn_rq", progress=False)
     assert (
         m["index_type"] == "IVF_SQ8"
