@@ -111,8 +111,9 @@ def choose_and_build(
         m: default_routing(m, n, dim, seed=cfg.seed) for m in DEFAULT_METHODS
     }
     guided = [default_routing(m, n, dim, seed=cfg.seed) for m in ("hnsw_sq_qg", "hnsw_lean")]
-    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, guided, n, dim)
-    for g in [g for g in guided if _graph_fits(g, n, dim)] if pseudo else []:
+    fits = [g for g in guided if _graph_fits(g, n, dim)]
+    pseudo = _edge_pseudo_queries(cfg, data, index_dir.parent.parent, fits, n, dim)
+    for g in fits if pseudo else []:
         # hnsw_sq_qg: 16 and, where the graph has room (M=32: 576-d and up), 32 edges per document
         variants = query_edge_variants(g)
         sizes[g.method] = variants if len(variants) > 1 else g  # one variant: the same inputs digest as before

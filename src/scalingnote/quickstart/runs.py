@@ -150,13 +150,18 @@ def run_stage1(
 def stage1_step(tc: TrainConfig, name: str, data: dict, **more: Any) -> dict[str, Any]:
     """Train (or reuse) the Stage I run ``tc`` (its ``output_dir``) as a step; ``more``: further inputs."""
     run_dir = Path(tc.output_dir)
-    inputs = step_inputs(tc, data=data_fingerprint(data), **more)
+    inputs = _stage1_inputs(tc, data, **more)
     if not step_done(run_dir, inputs):
         banner(f"Stage I: {name}")
         res = train(tc, resume=True, on_change="redo")  # the step's own digest decided: redo, never refuse
         mark_done(run_dir, inputs, {"best_val_score": res.get("best_val_score")})
     m = json.loads((run_dir / "run.json").read_text())["metrics"]
     return dict(m, run_dir=str(run_dir))
+
+
+def _stage1_inputs(tc: TrainConfig, data: dict, **more: Any) -> dict[str, Any]:
+    """A Stage I step's inputs: its config, the data's fingerprint and ``more``."""
+    return step_inputs(tc, data=data_fingerprint(data), **more)
 
 
 def family_method(fam: Family) -> str:
@@ -212,38 +217,11 @@ def _large_done(
     cfg: QuickstartConfig, fam: Family, data: dict, out: Path, depth: int | None, head_lr: float, *, dim: int | None
 ) -> bool:
     """Whether the heads-only :func:`_large_run` of ``depth`` / ``head_lr`` is finished with today's inputs."""
-    name, q, d = _large_towers(cfg, fam, depth, head_lr, None, dim, "")
-    tc = stage1_config(
-        cfg,
-        family_method(fam),
-        data,
-        out / "stage1" / name,
-        q,
-        d,
-        lr=fam.lr,
-        head_lr=head_lr,
-        max_epochs=cfg.max_epochs,
-        dim=dim,
-    )
-    return step_is_done(Path(tc.output_dir), step_inputs(tc, data=data_fingerprint(data)))
+    tc = _large_config(cfg, fam, data, out, depth, head_lr, dim=dim)
+    return step_is_done(Path(tc.output_dir), _stage1_inputs(tc, data))
 
 
-def _large_towers(
-    cfg: QuickstartConfig,
-    fam: Family,
-    depth: int | None,
-    head_lr: float,
-    k: int | str | None,
-    dim: int | None,
-    suffix: str,
-) -> tuple[str, dict, dict]:
-    """The run name and the query / document tower specs of :func:`_large_run`."""
-    tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
-    name = f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}"
-    return name, tower, {**tower, "max_length": cfg.doc_max_length}
-
-
-def _large_run(
+def _large_config(
     cfg: QuickstartConfig,
     fam: Family,
     data: dict,
@@ -256,24 +234,32 @@ def _large_run(
     max_epochs: float | None = None,
     init_heads_from: str | None = None,
     suffix: str = "",
-) -> dict[str, Any]:
-    """One Stage I run of the family's large dual tower (both towers ``depth`` layers, the top ``k``
-    training; default ``cfg.trainable_layers``), named ``<family>_large_L<depth>_hlr<lr>[_d<dim>]<suffix>``."""
-    name, q, d = _large_towers(cfg, fam, depth, head_lr, k, dim, suffix)
-    return run_stage1(
+) -> TrainConfig:
+    """The TrainConfig of one Stage I run of the family's large dual tower (both towers ``depth`` layers, the
+    top ``k`` training; default ``cfg.trainable_layers``), under
+    ``out/stage1/<family>_large_L<depth>_hlr<lr>[_d<dim>]<suffix>``."""
+    tower = fam.tower(depth, cfg.trainable_layers if k is None else k, cfg.query_max_length)
+    return stage1_config(
         cfg,
-        name,
         family_method(fam),
         data,
-        out,
-        q,
-        d,
+        out / "stage1" / f"{fam.name}_large_L{depth or 'all'}_hlr{head_lr:g}{_dim_tag(cfg, dim)}{suffix}",
+        tower,
+        {**tower, "max_length": cfg.doc_max_length},
         lr=fam.lr,
         head_lr=head_lr,
         max_epochs=cfg.max_epochs if max_epochs is None else max_epochs,
         init_heads_from=init_heads_from,
         dim=dim,
     )
+
+
+def _large_run(
+    cfg: QuickstartConfig, fam: Family, data: dict, out: Path, depth: int | None, head_lr: float, **kw: Any
+) -> dict[str, Any]:
+    """Train (or reuse) the Stage I run of :func:`_large_config`; returns its metrics + ``run_dir``."""
+    tc = _large_config(cfg, fam, data, out, depth, head_lr, **kw)
+    return stage1_step(tc, Path(tc.output_dir).name, data)
 
 
 def hidden_size(run_dir: str | Path) -> int:
