@@ -21,9 +21,11 @@ from scalingnote.index import DenseIndex, build_index, read_manifest, tower_iden
 from scalingnote.index.embeddings import l2_normalize
 from scalingnote.index.faiss.methods import default_routing, query_edge_variants, sq_graph_ratio
 from scalingnote.index.layout import record_tower_path
+from scalingnote.index.routing.head_to_head import ALPHA, MIN_GAIN
 from scalingnote.index.routing.method_tune import (
     DEFAULT_METHODS,
     EF_SEARCHES,
+    LATENCY_TIE,
     MEMORY_BOUND,
     MEMORY_BOUND_ABOVE,
     RERANKS,
@@ -80,6 +82,8 @@ def _choice_digest(
             },
             "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
             "memory_bound": {"bound": MEMORY_BOUND, "above": MEMORY_BOUND_ABOVE},
+            # how close latencies are told apart (a changed rule chooses again)
+            "latency_rule": {"band": LATENCY_TIE, "paired": "wilcoxon", "alpha": ALPHA, "min_gain": MIN_GAIN},
         }
     )
 

@@ -12,8 +12,9 @@ its graph has room). For each method the settings whose recall@k against exact s
 structure searched in memory is at most ``memory_bound`` of the float32 vectors (the
 full-precision re-rank vectors are memory-mapped from disk, not counted; the bound holds above
 ``memory_bound_above`` documents only — a corpus of 100k 384-d vectors is 150 MB of floats, so below
-it a faster structure is not given up for memory), the one with the lowest
-measured single-query latency that met the target is chosen (the share of the corpus scanned —
+it a faster structure is not given up for memory), the one with the lowest measured single-query
+latency that met the target is chosen (methods within :data:`LATENCY_TIE` of the fastest are timed
+again head to head, :mod:`~scalingnote.index.routing.head_to_head`; the share of the corpus scanned —
 distance computations per query, :attr:`~scalingnote.index.routing.routing.RoutedResult.ndis` / N —
 breaks ties; it is not comparable across engines: a FastScan code costs a tenth of a graph hop's
 distance); when none met it, the best recall, with the reason. The report (per method: recall,
@@ -33,6 +34,7 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.faiss.methods import SERVABLE, default_routing, structure_label
 from scalingnote.index.routing.engines import GRAPH_ENGINES
+from scalingnote.index.routing.head_to_head import ALPHA, MIN_GAIN, annotate, choose_paired, paired_latencies
 from scalingnote.index.routing.routing import (
     GRAPH_METHODS,
     GUIDED_METHODS,
@@ -58,9 +60,11 @@ RERANKS = (0, 50, 100, 200, 400, 800, 1600)  #: exact re-rank depths tried
 EF_SEARCHES = (16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)  #: half-octave steps
 MEMORY_BOUND = 0.25  #: the structure searched in memory <= 1/4 of the float32 vectors
 MEMORY_BOUND_ABOVE = 100_000  #: ... for corpora of more documents than this; none below
-#: single-query latencies within this share of the fastest are a tie (timing noise on a shared
-#: CPU is of this order); a tie goes to the method listed first (the pre-declared order of
-#: ``methods``: today's IVF before the newer engines), so a re-run on another machine keeps its choice
+#: single-query latencies timed one method after another within this share of the fastest are
+#: within timing noise on a shared CPU: those contenders are timed again head to head
+#: (:mod:`~scalingnote.index.routing.head_to_head`), and a difference that is not separable there
+#: goes to the method listed first (the pre-declared order of ``methods``: today's IVF before the
+#: newer engines), so a re-run on another machine keeps its choice
 LATENCY_TIE = 0.25
 
 
@@ -175,6 +179,7 @@ def choose_method(
     exact = exact_topk(x, q, k)
     rows: list[dict[str, Any]] = []
     cfgs: dict[str, Any] = {}
+    kept: dict[str, RoutedIndex] = {}  # built structures still within the tie margin: timed head to head at the end
     for m in methods:
         fit = fitting_queries(m, tq, eq)
         if m in QUERY_FIT_METHODS and fit is None:
@@ -214,12 +219,15 @@ def choose_method(
                 }
             )
             cfgs[label] = cfg
+            _keep_contenders(kept, rows, label, r)
             if log is not None:
                 log(
                     f"{label}: recall@{k} {s['recall']} at {s['setting']}, "
                     f"{s['latency_ms_single']:.3f} ms a query alone, "
                     f"{100 * s['share_scanned']:.2f}% scanned, memory {mem:.3f} of float32"
                 )
+    _head_to_head(kept, rows, q, k, log)
+    kept.clear()
     report = _decide(
         rows, cfgs, k=k, target=target, memory_bound=bound, n_val=len(q), n_train=0 if tq is None else len(tq)
     )
@@ -227,6 +235,40 @@ def choose_method(
     if any(m in GUIDED_METHODS for m in methods) and eq is not None:
         report["edge_fit_queries"] = int(len(eq))
     return report
+
+
+def _contenders(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows that met the target within the memory bound and whose single-query latency is
+    within :data:`LATENCY_TIE` of the fastest of them, in their listed order."""
+    ok = [r for r in rows if "skipped" not in r and r["within_memory"] and r["met"]]
+    return fastest_within_tie(ok)[1] if ok else []
+
+
+def _keep_contenders(kept: dict[str, RoutedIndex], rows: list[dict[str, Any]], label: str, r: RoutedIndex) -> None:
+    """Hold ``r`` (the structure of ``label``, the last row) while it contends; let go of the ones
+    that no longer do."""
+    alive = {row["structure"] for row in _contenders(rows)}
+    if label in alive:
+        kept[label] = r
+    for gone in [key for key in kept if key not in alive]:
+        del kept[gone]
+
+
+def _head_to_head(kept: dict[str, RoutedIndex], rows: list[dict[str, Any]], q: np.ndarray, k: int, log: Any) -> None:
+    """Time the contenders again, paired query by query (:mod:`~scalingnote.index.routing.head_to_head`),
+    and write the paired latencies and p-values into their rows."""
+    band = [row for row in _contenders(rows) if row["structure"] in kept]
+    if len(band) < 2:
+        return
+    ms = paired_latencies([(kept[row["structure"]], row["setting"]) for row in band], q, k, SINGLE_QUERIES)
+    annotate(band, ms)
+    if log is not None:
+        log(
+            "timed head to head (paired, one query at a time): "
+            + ", ".join(
+                f"{row['structure']} {row['latency_ms_paired']:.3f} ms (p {row['paired_p']:.3g})" for row in band
+            )
+        )
 
 
 def memory_bound_for(n: int, bound: float = MEMORY_BOUND, above: int = MEMORY_BOUND_ABOVE) -> float | None:
@@ -270,10 +312,9 @@ def _decide(
     )
     if ok:
         best, tied = fastest_within_tie(ok)
-        ties = f"; within {LATENCY_TIE:.0%} of it and listed first of {len(tied)} tied" if len(tied) > 1 else ""
         reason = (
-            f"fastest structure with {where} {within}{ties}: {best['structure']} "
-            f"{_setting(best)} ({best['latency_ms_single']:.3f} ms a query alone, recall {best['recall']}, "
+            f"fastest structure with {where} {within}{_tie_words(best, tied)}: {best['structure']} "
+            f"{_setting(best)} ({_latency_words(best)}, recall {best['recall']}, "
             f"{100 * best['share_scanned']:.2f}% of the corpus scanned, memory {best['memory_ratio']})"
         )
     elif not fits and any(
@@ -324,11 +365,33 @@ def _decide(
 
 def fastest_within_tie(ok: list[dict], tie: float = LATENCY_TIE) -> tuple[dict, list[dict]]:
     """The chosen row among ``ok`` (rows in their pre-declared order) and the rows tied with the
-    fastest: every row whose single-query latency is within ``tie`` of the fastest is tied, and the
-    first listed of them wins (a difference below timing noise does not move the choice)."""
+    fastest. Rows timed head to head (``latency_ms_paired``): :func:`.head_to_head.choose_paired` (the
+    fastest unless an earlier-listed one is not separably slower). Otherwise every row whose
+    single-query latency is within ``tie`` of the fastest is tied, and the first listed of them wins (a
+    difference below timing noise does not move the choice)."""
+    paired = [r for r in ok if "latency_ms_paired" in r]
+    if len(paired) > 1:  # the contenders were timed head to head: the paired rule decides among them
+        return choose_paired(paired)
     fastest = min(r["latency_ms_single"] for r in ok)
     tied = [r for r in ok if r["latency_ms_single"] <= fastest * (1 + tie)]
     return tied[0], tied
+
+
+def _tie_words(best: dict, tied: list[dict]) -> str:
+    if "latency_ms_paired" in best:
+        timed = "; the contenders within {:.0%} timed head to head, paired over {} queries".format(
+            LATENCY_TIE, best["paired_queries"]
+        )
+        if len(tied) < 2:
+            return timed
+        rule = f"p >= {ALPHA:g} or within {MIN_GAIN:.0%}"
+        return f"{timed}; not separably slower than the fastest ({rule}) and listed first of {len(tied)}"
+    return f"; within {LATENCY_TIE:.0%} of it and listed first of {len(tied)} tied" if len(tied) > 1 else ""
+
+
+def _latency_words(r: dict) -> str:
+    paired = f", {r['latency_ms_paired']:.3f} ms head to head" if "latency_ms_paired" in r else ""
+    return f"{r['latency_ms_single']:.3f} ms a query alone{paired}"
 
 
 def _setting(r: dict) -> str:
