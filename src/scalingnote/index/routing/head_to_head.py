@@ -63,7 +63,7 @@ def annotate(rows: list[dict], ms: np.ndarray) -> None:
     for j, row in enumerate(rows):
         row["latency_ms_paired"] = round(float(means[j]), 4)
         row["paired_queries"] = int(ms.shape[1])
-        row["paired_p"] = 1.0 if j == f else round(slower_p(ms[j], ms[f]), 6)
+        row["paired_p"] = 1.0 if j == f else float(f"{slower_p(ms[j], ms[f]):.3g}")
 
 
 def choose_paired(rows: list[dict], alpha: float = ALPHA, min_gain: float = MIN_GAIN) -> tuple[dict, list[dict]]:
