@@ -60,3 +60,19 @@ def test_the_first_listed_keeps_its_place_unless_separably_slower():
     rows = [row("hnsw_sq", 0.36, 1e-6), row("scann_soar", 0.30, 1.0), row("hnsw_lean", 0.31, 0.4)]
     best, tied = choose_paired(rows)
     assert best["structure"] == "scann_soar" and [r["structure"] for r in tied] == ["scann_soar", "hnsw_lean"]
+
+
+def test_the_choice_benchmark_judges_one_report_by_each_rule():
+    from benchmarks.index_choice import _judge
+
+    def row(structure, single, paired=None, p=None, met=True):
+        r = {"structure": structure, "within_memory": True, "met": met, "latency_ms_single": single}
+        if paired is not None:
+            r.update(latency_ms_paired=paired, paired_p=p, paired_queries=200)
+        return r
+
+    # timed one after another the ScaNN tree is within a quarter of SVS and listed first; head to head SVS is
+    # separably faster
+    rows = [row("ivf", 1.0), row("scann", 0.195, 0.387, 1e-30), row("svs", 0.173, 0.25, 1.0), row("x", 0.1, met=False)]
+    assert _judge(rows) == {"fastest": "svs", "band": "scann", "paired": "svs"}
+    assert _judge([row("x", 0.1, met=False)]) == {}
