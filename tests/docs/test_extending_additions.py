@@ -429,6 +429,7 @@ def test_registry_cli_and_extension_tests_pass_with_all_four_registered(copy):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3300)  # the whole default suite: the project's 900 s per test is not its budget (3000 s below)
 def test_the_default_suite_passes_with_all_four_registered(copy):
     """The whole default run (this file aside) in the copy with the four additions built in."""
     proc = _pytest_in(copy, ["-m", "not slow", "tests"], timeout=3000)

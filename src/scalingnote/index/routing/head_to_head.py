@@ -10,6 +10,10 @@ is chosen unless a method listed before it is not separably slower — a one-sid
 signed-rank test over the per-query differences does not reject at :data:`ALPHA`, or the paired
 means differ by less than :data:`MIN_GAIN` — in which case the first listed of those wins (the
 pre-declared order of the candidates: today's IVF before the newer engines).
+
+Interleaved, each search runs after another structure's and finds the caches holding that one's
+data, as a service's does after the query tower's forward pass; a loop over one structure alone
+finds them warm. The two orders of measurement can disagree where two structures are close.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ def slower_p(slow: np.ndarray, fast: np.ndarray) -> float:
 
 
 def annotate(rows: list[dict], ms: np.ndarray) -> None:
-    """Write into each of ``rows`` (in the candidates' order of ``ms``) its paired mean latency,
-    the fastest's position and the p that it is slower than the fastest (``paired_p``)."""
+    """Write into each of ``rows`` (in the candidates' order of ``ms``) its paired mean latency, the
+    number of queries paired and the p that it is slower than the fastest (``paired_p``; 1 for the
+    fastest itself)."""
     means = ms.mean(axis=1)
     f = int(np.argmin(means))
     for j, row in enumerate(rows):

@@ -344,7 +344,16 @@ def _decide(
         **best["setting"],
         **{
             key: best[key]
-            for key in ("recall", "share_scanned", "latency_ms", "latency_ms_single", "memory_ratio", "structure")
+            for key in (
+                "recall",
+                "share_scanned",
+                "latency_ms",
+                "latency_ms_single",
+                "latency_ms_paired",
+                "memory_ratio",
+                "structure",
+            )
+            if key in best
         },
     }
     return {
