@@ -29,7 +29,13 @@ import numpy as np
 from benchmarks import _ood_towers as towers
 from benchmarks._common import Timer, write_results
 from scalingnote.index.faiss.methods import default_routing, query_edge_variants
-from scalingnote.index.routing.method_tune import DEFAULT_METHODS, LATENCY_TIE, choose_method, fastest_within_tie
+from scalingnote.index.routing.method_tune import (
+    DEFAULT_METHODS,
+    LATENCY_TIE,
+    choose_method,
+    eligible,
+    fastest_within_tie,
+)
 
 NAME = "index_choice"
 PAIRED_KEYS = ("latency_ms_paired", "paired_p", "paired_queries")
@@ -37,7 +43,7 @@ PAIRED_KEYS = ("latency_ms_paired", "paired_p", "paired_queries")
 
 def _judge(methods: list[dict]) -> dict[str, str]:
     """The structure each rule chooses from one report's method rows."""
-    ok = [r for r in methods if "skipped" not in r and r["within_memory"] and r["met"]]
+    ok = eligible(methods)
     if not ok:
         return {}
     plain = [{k: v for k, v in r.items() if k not in PAIRED_KEYS} for r in ok]

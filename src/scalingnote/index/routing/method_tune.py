@@ -237,10 +237,15 @@ def choose_method(
     return report
 
 
+def eligible(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The report rows that were built, fit the memory bound and met the target, in their listed order."""
+    return [r for r in rows if "skipped" not in r and r["within_memory"] and r["met"]]
+
+
 def _contenders(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows that met the target within the memory bound and whose single-query latency is
-    within :data:`LATENCY_TIE` of the fastest of them, in their listed order."""
-    ok = [r for r in rows if "skipped" not in r and r["within_memory"] and r["met"]]
+    """The :func:`eligible` rows whose single-query latency is within :data:`LATENCY_TIE` of the
+    fastest of them, in their listed order."""
+    ok = eligible(rows)
     return fastest_within_tie(ok)[1] if ok else []
 
 
@@ -305,7 +310,7 @@ def _decide(
             "no candidate method could be built: " + "; ".join(f"{r['method']}: {r['skipped']}" for r in rows)
         )
     fits = [r for r in built if r["within_memory"]]
-    ok = [r for r in fits if r["met"]]
+    ok = eligible(built)
     where = f"recall@{k} vs exact >= {target} on {n_val} validation queries"
     within = (
         "(no memory bound at this size)" if memory_bound is None else f"within {memory_bound:g} of the float vectors"
@@ -414,6 +419,7 @@ __all__ = [
     "MEMORY_BOUND_ABOVE",
     "RERANKS",
     "choose_method",
+    "eligible",
     "fitting_queries",
     "memory_bound_for",
     "sweep",
