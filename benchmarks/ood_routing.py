@@ -25,7 +25,9 @@ efSearch; SVS counts no distances: window x degree estimates its share scanned),
 graph walked over 8-bit codes of a 128-d projection fitted to the fitting queries' and the documents'
 second moments, after SVS's LeanVec-OOD, with 32 query-guided edges; its projected distances are
 counted as scanned, + exact re-rank at full width: ``scalingnote.index.routing.lean``; ``hnsw_lean64``: a
-64-d projection). IVF list counts: 1, 2,
+64-d projection). ``<method>_efc100`` / ``_efc200``: the same graph built with a construction beam
+(efConstruction) of 100 / 200 instead of FAISS's default 40 (``--sets sim1m --sim-methods ivf hnsw_lean64
+hnsw_lean64_efc100 hnsw_lean64_efc200 --results-name ood_efconstruction``). IVF list counts: 1, 2,
 4 x sqrt(N) on the real sets (chosen on validation), 4 x sqrt(N) at 1M (today's rule). At 1M the
 defaults leave out ``ivf_routed`` (exact neighbours of its training queries in the 1M corpus) and the
 HNSW16 variants (build time).
@@ -115,6 +117,9 @@ VARIANTS: dict[str, dict] = {
     # (after LeanVec-OOD), 32 query-guided edges, + exact re-rank at full width
     "hnsw_lean": {"method": "hnsw_lean", "lean_dim": 128, "query_edges": 32},
     "hnsw_lean64": {"method": "hnsw_lean", "lean_dim": 64, "query_edges": 32},  # a 64-d projection
+    # built with a wider construction beam (FAISS's default efConstruction 40; hnswlib's and Milvus's 200)
+    "hnsw_lean64_efc100": {"method": "hnsw_lean", "lean_dim": 64, "query_edges": 32, "ef_construction": 100},
+    "hnsw_lean64_efc200": {"method": "hnsw_lean", "lean_dim": 64, "query_edges": 32, "ef_construction": 200},
 }
 
 
@@ -211,10 +216,11 @@ def _build(label: str, docs, fit_q, nlist: int | None, args, reuse: dict) -> Rou
         idx.build_s = base.build_s + t.seconds
         return idx
     fq = fit_q[: args.map_queries] if kw["method"] == "ivf_routed" else fit_q
-    graph = reuse.get(("hnsw", cfg.hnsw_m)) if kw["method"] in CODED_GRAPH_METHODS else None
+    shape = (cfg.hnsw_m, cfg.ef_construction)  # a graph is reused only as it was built
+    graph = reuse.get(("hnsw", shape)) if kw["method"] in CODED_GRAPH_METHODS else None
     idx = RoutedIndex.build(docs, cfg, train_queries=fq if kw["method"] in QUERY_FIT_METHODS else None, graph=graph)
     if label == "ivf_qmetric" or kw["method"] == "hnsw":
-        reuse[(kw["method"], nlist if label == "ivf_qmetric" else cfg.hnsw_m)] = idx
+        reuse[(kw["method"], nlist if label == "ivf_qmetric" else shape)] = idx
     return idx
 
 

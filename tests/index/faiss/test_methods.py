@@ -347,3 +347,28 @@ def test_a_latency_difference_below_the_tie_margin_keeps_the_first_listed_method
     # outside the margin the fastest wins whatever its position
     best, tied = fastest_within_tie([{"method": "ivf", "latency_ms_single": 1.30}, *rows[1:]], tie=0.25)
     assert best["method"] == "ivf_rabitq" and len(tied) == 1
+
+
+def test_every_graph_the_index_step_builds_has_the_wider_construction_beam(data):
+    import dataclasses
+
+    from scalingnote.index.faiss.methods import GRAPH_EF_CONSTRUCTION
+    from scalingnote.index.routing.lean import graph_of
+    from scalingnote.index.routing.routing import RoutingConfig
+
+    x, _, tq = data
+    assert GRAPH_EF_CONSTRUCTION > RoutingConfig.ef_construction  # wider than FAISS's default
+    for method in ("hnsw", "hnsw_pq", "hnsw_sq", "hnsw_sq_qg", "hnsw_lean"):
+        cfg = default_routing(method, N, D)
+        assert cfg.ef_construction == GRAPH_EF_CONSTRUCTION, method
+        built = RoutedIndex.build(x, cfg, train_queries=tq)
+        assert graph_of(built.index).hnsw.efConstruction == GRAPH_EF_CONSTRUCTION, method  # the graph FAISS built
+    assert default_routing("ivf", N, D).ef_construction == RoutingConfig.ef_construction  # no graph: untouched
+    # a coded graph reuses a flat graph only when it was built with the same beam
+    pq = default_routing("hnsw_pq", N, D)
+    flat = dataclasses.replace(default_routing("hnsw", N, D), hnsw_m=pq.hnsw_m)
+    same = RoutedIndex.build(x, flat)
+    assert graph_of(RoutedIndex.build(x, pq, graph=same).index).hnsw.efConstruction == GRAPH_EF_CONSTRUCTION
+    other = RoutedIndex.build(x, dataclasses.replace(flat, ef_construction=40))
+    with pytest.raises(ScalingNoteError, match="ef_construction"):
+        RoutedIndex.build(x, pq, graph=other)

@@ -50,6 +50,7 @@ from scalingnote.index.routing.lean import lean_label, refill_lean
 from scalingnote.index.routing.query_graph import add_guided_edges
 from scalingnote.index.routing.routing import (
     CODED_GRAPH_METHODS,
+    GRAPH_METHODS,
     GUIDED_METHODS,
     SQ_GRAPH_METHODS,
     RoutedIndex,
@@ -82,6 +83,11 @@ SERVABLE: tuple[str, ...] = (
 SQ_M_CHOICES: tuple[int, ...] = (32, 16, 8)
 #: hnsw_lean's widest projection and its query-guided edges a document (:func:`default_routing`)
 LEAN_DIM, LEAN_EDGES = 128, 32
+#: the construction beam of every HNSW graph the index step builds (FAISS's default is 40; hnswlib's
+#: and Milvus's 200): a better-connected graph reaches the same recall in fewer hops. Measured at a
+#: million 576-d vectors (``benchmarks/results/ood_efconstruction.json``): hnsw_lean's build took
+#: 14% longer at 100 and its test recall at each efSearch rose (0.99 within 1% of the corpus scanned)
+GRAPH_EF_CONSTRUCTION = 200
 ROUTING_FILE = "routing.npz"
 
 
@@ -120,6 +126,8 @@ def default_routing(
         lean = int(over.get("lean_dim") or min(LEAN_DIM, max(1, dim // 2)))
         m_lean = int(over.get("hnsw_m") or hnsw_m_within(dim, lean, choices=SQ_M_CHOICES))
         base.update(lean_dim=lean, hnsw_m=m_lean, query_edges=min(LEAN_EDGES, m_lean))
+    if method in GRAPH_METHODS:
+        base["ef_construction"] = GRAPH_EF_CONSTRUCTION
     base.update({k: v for k, v in over.items() if v is not None})
     return RoutingConfig(**base)
 

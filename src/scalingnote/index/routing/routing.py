@@ -165,9 +165,13 @@ class RoutedIndex:
             out = cls(cfg, lean, docs, partition={"kth": info.pop("kth")}, info=info, _keep=keep)
         elif cfg.method in GRAPH_METHODS:
             if graph is not None and (
-                graph.config.method != "hnsw" or graph.ntotal != len(docs) or graph.config.hnsw_m != cfg.hnsw_m
+                graph.config.method != "hnsw"
+                or graph.ntotal != len(docs)
+                or (graph.config.hnsw_m, graph.config.ef_construction) != (cfg.hnsw_m, cfg.ef_construction)
             ):
-                raise ScalingNoteError("graph must be an 'hnsw' index over the same documents with the same hnsw_m")
+                raise ScalingNoteError(
+                    "graph must be an 'hnsw' index over the same documents with the same hnsw_m and ef_construction"
+                )
             out = cls._build_hnsw(docs, cfg, None if graph is None else graph.index)
             t0 -= 0.0 if graph is None else graph.build_s
             if cfg.method == "hnsw_sq_qg":  # on the coded index's own copy of the graph
