@@ -114,7 +114,7 @@ def run_qkd(
                 "batch_size": cfg.qkd_batch_size,
                 "epochs": cfg.qkd_epochs,
                 "max_steps": cfg.qkd_step_cap(on_gpu()),
-                "lr": 3e-4 if fam.name == "bert" else 1e-4,
+                "lr": cfg.qkd_lr_for(fam.name),
             },
             "target": cfg.qkd_target,
             "patience": cfg.qkd_patience,
