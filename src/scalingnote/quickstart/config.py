@@ -107,8 +107,9 @@ class QuickstartConfig:
     qkd_length_buckets: int = 0
     qkd_dropout: float | None = None  #: the student's dropout during QKD (None = its base model's own)
     #: QKD's peak learning rate; None = :func:`qkd_lr_for` (1e-3 for a BERT student, 1e-4 for an LLM one).
-    #: The paper's 3e-4 (Table 7, stage II) is set for 40,000-query batches; at batch 128 and the 200-600
-    #: steps a CPU budget leaves, 1e-3 fitted the teacher better (``benchmarks/results/qkd_lr_*.json``)
+    #: The paper's 3e-4 (Table 7, stage II) is set for 40,000-query batches; at batch 128 and the steps a
+    #: CPU budget leaves (measured at 200 and 267), 1e-3 fitted the teacher better
+    #: (``benchmarks/results/qkd_lr_*.json``)
     qkd_lr: float | None = None
     qkd_max_pseudo_queries: int = 3000
     #: unlabelled corpus text (titles and sentences, a seeded sample of this many) added to QKD's query
@@ -325,8 +326,8 @@ class QuickstartConfig:
             raise ConfigError(None, None, "qkd_rank_weights", f"needs weights >= 0, got {self.qkd_rank_weights!r}")
 
     def qkd_lr_for(self, family: str) -> float:
-        """``qkd_lr`` resolved for a student of ``family``: 1e-3 for BERT (measured: 200 steps on SciFact
-        and the embedded default, ``benchmarks/results/qkd_lr_*.json``), 1e-4 for an LLM (not re-measured)."""
+        """``qkd_lr`` resolved for a student of ``family``: 1e-3 for BERT (measured: SciFact at 200 steps,
+        the embedded default at 267, ``benchmarks/results/qkd_lr_*.json``), 1e-4 for an LLM (not re-measured)."""
         if self.qkd_lr is not None:
             return self.qkd_lr
         return 1e-3 if family == "bert" else 1e-4
