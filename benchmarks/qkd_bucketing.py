@@ -131,10 +131,32 @@ def token_stats(cfg: DistillConfig, student_dir: Path, seed: int, window: int, s
     return out
 
 
+def quality(sc: Any, metrics: dict[str, Any], t_val: float, t_test: float) -> dict[str, Any]:
+    """A scored student's QKD validation loss, nDCG@10 on validation and test, and its retention of the
+    teacher (student / teacher nDCG@10 on each)."""
+    return {
+        "val_loss": round(float(metrics["qkd_val_loss"]), 5),
+        "val_ndcg@10": round(sc.val_ndcg, 4),
+        "ndcg@10": round(float(sc.metrics["ndcg@10"]), 4),
+        "retention_val": round(sc.val_ndcg / t_val, 4),
+        "retention_test": round(float(sc.metrics["ndcg@10"]) / t_test, 4),
+    }
+
+
+def paired_ps(a: tuple[dict, dict], b: tuple[dict, dict], suffix: str) -> dict[str, float]:
+    """Paired t-tests of two students' per-query nDCG@10 (validation, test): ``val_p_<suffix>``, ``p_<suffix>``."""
+    from scalingnote.evaluation.significance import paired_ttest
+
+    out = {}
+    for i, prefix in enumerate(("val_", "")):
+        keys = sorted(a[i])
+        out[f"{prefix}p_{suffix}"] = round(paired_ttest([a[i][k] for k in keys], [b[i][k] for k in keys]).pvalue, 4)
+    return out
+
+
 def score_rows(records: list[dict], teacher: Path, data_dir: Path, tokens: dict) -> list[dict[str, Any]]:
     """A row per trained student (and the teacher's), with retention and paired tests against the
     unbucketed student of the same setting and seed."""
-    from scalingnote.evaluation.significance import paired_ttest
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set, per_query_ndcg, score
 
     ev, pool = load_eval_set(data_dir, "test", teacher, None), TowerPool()
@@ -161,22 +183,13 @@ def score_rows(records: list[dict], teacher: Path, data_dir: Path, tokens: dict)
             "s_per_step": rec["s_per_step"],
             "s_per_step_mean": rec["s_per_step_mean"],
             **tokens[str(s["seed"])][str(s["length_buckets"])],
-            "val_loss": round(float(m["qkd_val_loss"]), 5),
-            "val_ndcg@10": round(sc.val_ndcg, 4),
-            "ndcg@10": round(float(sc.metrics["ndcg@10"]), 4),
-            "retention_val": round(sc.val_ndcg / t_val, 4),
-            "retention_test": round(float(sc.metrics["ndcg@10"]) / t_test, 4),
+            **quality(sc, m, t_val, t_test),
             "loadavg_before": rec["loadavg_before"],
             "loadavg_after": rec["loadavg_after"],
         }
         ref = f"{s['setting']}_b0_s{s['seed']}"
         if s["length_buckets"] and ref in per_q:
-            for i, prefix in enumerate(("val_", "")):
-                a, b = per_q[rec["label"]][i], per_q[ref][i]
-                keys = sorted(a)
-                row[f"{prefix}p_vs_unbucketed"] = round(
-                    paired_ttest([a[k] for k in keys], [b[k] for k in keys]).pvalue, 4
-                )
+            row.update(paired_ps(per_q[rec["label"]], per_q[ref], "vs_unbucketed"))
             off = next(r for r in rows if r.get("label") == ref)
             row["step_speedup"] = round(off["s_per_step"] / rec["s_per_step"], 3)
         row["label"] = rec["label"]

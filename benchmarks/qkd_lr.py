@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import portable, write_results
-from benchmarks.qkd_bucketing import base_config
+from benchmarks.qkd_bucketing import base_config, paired_ps, quality
 from scalingnote.distill import DistillConfig, distill
 
 NAME = "qkd_lr"
@@ -63,7 +63,6 @@ def train_one(base: DistillConfig, work: Path, lr: float, seed: int, steps: int)
 def score_rows(records: list[dict], teacher: Path, data_dir: Path, ref_lr: float) -> list[dict[str, Any]]:
     """A row per trained student (and the teacher's): nDCG@10 on validation and test, retention, and
     paired tests against the ``ref_lr`` student of the same seed."""
-    from scalingnote.evaluation.significance import paired_ttest
     from scalingnote.quickstart.scoring import TowerPool, load_eval_set, per_query_ndcg, score
 
     ev, pool = load_eval_set(data_dir, "test", teacher, None), TowerPool()
@@ -85,22 +84,13 @@ def score_rows(records: list[dict], teacher: Path, data_dir: Path, ref_lr: float
             "steps": m["steps_run"],
             "best_step": m["best_step"],
             "train_seconds": m["train_seconds"],
-            "val_loss": round(float(m["qkd_val_loss"]), 5),
-            "val_ndcg@10": round(sc.val_ndcg, 4),
-            "ndcg@10": round(float(sc.metrics["ndcg@10"]), 4),
-            "retention_val": round(sc.val_ndcg / t_val, 4),
-            "retention_test": round(float(sc.metrics["ndcg@10"]) / t_test, 4),
+            **quality(sc, m, t_val, t_test),
             "loadavg_before": rec["loadavg_before"],
             "loadavg_after": rec["loadavg_after"],
         }
         ref = per_q.get((ref_lr, s["seed"]))
         if s["lr"] != ref_lr and ref is not None:
-            for i, prefix in enumerate(("val_", "")):
-                a, b = per_q[(s["lr"], s["seed"])][i], ref[i]
-                keys = sorted(a)
-                row[f"{prefix}p_vs_lr{ref_lr:g}"] = round(
-                    paired_ttest([a[k] for k in keys], [b[k] for k in keys]).pvalue, 4
-                )
+            row.update(paired_ps(per_q[(s["lr"], s["seed"])], ref, f"vs_lr{ref_lr:g}"))
         rows.append(row)
     return rows
 

@@ -133,7 +133,9 @@ def test_a_bad_window_names_its_field(stage1, tmp_path):
             _dcfg(stage1, tmp_path / "q", length_buckets=bad)
 
 
-def test_the_quick_start_passes_its_window_to_qkd(stage1, tmp_path, monkeypatch):
+def quick_start_qkd_config(stage1, tmp_path, monkeypatch, **qs_kw):
+    """The DistillConfig the quick start's QKD run builds from ``QuickstartConfig(**qs_kw)`` (a BERT
+    student; training stopped before its first step)."""
     from scalingnote.quickstart import QuickstartConfig, qkd_runs
     from scalingnote.quickstart.config import Family
 
@@ -144,22 +146,19 @@ def test_the_quick_start_passes_its_window_to_qkd(stage1, tmp_path, monkeypatch)
         raise StopTraining
 
     monkeypatch.setattr(qkd_runs, "distill", fake_distill)
+    qs = QuickstartConfig(out=str(tmp_path / "qs"), show_progress=False, **qs_kw)
+    fam = Family("bert", stage1["bert"], (None,), 2, "mean", 1e-4)
+    data = {"beir": stage1["data"], "fingerprint": {}}
+    with pytest.raises(StopTraining):
+        qkd_runs.run_qkd(qs, "s", stage1["stage1"], fam, 2, data, tmp_path, [], rank_weight=0.0)
+    return got["cfg"]
+
+
+def test_the_quick_start_passes_its_window_to_qkd(stage1, tmp_path, monkeypatch):
+    from scalingnote.quickstart import QuickstartConfig
+
     for window in (0, 8):
-        qs = QuickstartConfig(out=str(tmp_path / "qs"), qkd_length_buckets=window, show_progress=False)
-        fam = Family("bert", stage1["bert"], (None,), 2, "mean", 1e-4)
-        with pytest.raises(StopTraining):
-            qkd_runs.run_qkd(
-                qs,
-                "s",
-                stage1["stage1"],
-                fam,
-                2,
-                {"beir": stage1["data"], "fingerprint": {}},
-                tmp_path,
-                [],
-                rank_weight=0.0,
-            )
-        assert got["cfg"].length_buckets == window
+        assert quick_start_qkd_config(stage1, tmp_path, monkeypatch, qkd_length_buckets=window).length_buckets == window
     assert QuickstartConfig().qkd_length_buckets == 0
     with pytest.raises(ConfigError, match="qkd_length_buckets"):
         QuickstartConfig(qkd_length_buckets=1)

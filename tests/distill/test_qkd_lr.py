@@ -5,36 +5,14 @@ from __future__ import annotations
 import pytest
 
 from scalingnote.errors import ConfigError
-from scalingnote.training import StopTraining
+from tests.distill.test_qkd_bucketing import quick_start_qkd_config
 
 
 def test_the_quick_start_passes_its_qkd_learning_rate(stage1, tmp_path, monkeypatch):
-    from scalingnote.quickstart import QuickstartConfig, qkd_runs
-    from scalingnote.quickstart.config import Family
+    from scalingnote.quickstart import QuickstartConfig
 
-    got = {}
-
-    def fake_distill(dc, **kw):
-        got["cfg"] = dc
-        raise StopTraining
-
-    monkeypatch.setattr(qkd_runs, "distill", fake_distill)
     for qkd_lr, want in ((None, 1e-3), (5e-4, 5e-4)):
-        qs = QuickstartConfig(out=str(tmp_path / "qs"), qkd_lr=qkd_lr, show_progress=False)
-        fam = Family("bert", stage1["bert"], (None,), 2, "mean", 1e-4)
-        with pytest.raises(StopTraining):
-            qkd_runs.run_qkd(
-                qs,
-                "s",
-                stage1["stage1"],
-                fam,
-                2,
-                {"beir": stage1["data"], "fingerprint": {}},
-                tmp_path,
-                [],
-                rank_weight=0.0,
-            )
-        assert got["cfg"].optim.lr == want
+        assert quick_start_qkd_config(stage1, tmp_path, monkeypatch, qkd_lr=qkd_lr).optim.lr == want
     # an LLM student keeps its own smaller rate unless one is given
     assert QuickstartConfig().qkd_lr_for("llm") == 1e-4
     assert QuickstartConfig(qkd_lr=2e-4).qkd_lr_for("llm") == 2e-4
