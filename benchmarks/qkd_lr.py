@@ -60,23 +60,46 @@ def train_one(base: DistillConfig, work: Path, lr: float, seed: int, steps: int)
     return rec
 
 
-def score_rows(records: list[dict], teacher: Path, data_dir: Path, ref_lr: float) -> list[dict[str, Any]]:
+class Scorer:
+    """Scores students against the teacher's document embeddings; the evaluation set, the teacher's
+    scores and every student's are computed once per benchmark run."""
+
+    def __init__(self, teacher: Path, data_dir: Path) -> None:
+        from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
+
+        self.teacher, self.ev, self.pool = teacher, load_eval_set(data_dir, "test", teacher, None), TowerPool()
+        t = score(self.pool, teacher / "query_tower", teacher, self.ev)
+        self.t_val, self.t_test = t.val_ndcg, float(t.metrics["ndcg@10"])
+        self._students: dict[str, tuple[Any, tuple[dict, dict]]] = {}
+
+    def student(self, run_dir: Path) -> tuple[Any, tuple[dict, dict]]:
+        """The student's scores and its per-query nDCG@10 (validation, test)."""
+        from scalingnote.quickstart.scoring import per_query_ndcg, score
+
+        key = str(run_dir)
+        if key not in self._students:
+            sc = score(self.pool, run_dir / "query_tower", self.teacher, self.ev)
+            self._students[key] = (sc, (per_query_ndcg(sc.val_run, self.ev.val_qrels), sc.per_query))
+        return self._students[key]
+
+
+def score_rows(records: list[dict], scorer: Scorer, ref_lr: float) -> list[dict[str, Any]]:
     """A row per trained student (and the teacher's): nDCG@10 on validation and test, retention, and
     paired tests against the ``ref_lr`` student of the same seed."""
-    from scalingnote.quickstart.scoring import TowerPool, load_eval_set, per_query_ndcg, score
-
-    ev, pool = load_eval_set(data_dir, "test", teacher, None), TowerPool()
-    t = score(pool, teacher / "query_tower", teacher, ev)
-    t_val, t_test = t.val_ndcg, float(t.metrics["ndcg@10"])
+    t_val, t_test = scorer.t_val, scorer.t_test
     rows: list[dict[str, Any]] = [
-        {"setting": "teacher", "val_ndcg@10": round(t_val, 4), "ndcg@10": round(t_test, 4), "n_val": len(ev.val_qids)}
+        {
+            "setting": "teacher",
+            "val_ndcg@10": round(t_val, 4),
+            "ndcg@10": round(t_test, 4),
+            "n_val": len(scorer.ev.val_qids),
+        }
     ]
     per_q: dict[tuple[float, int], tuple[dict, dict]] = {}
     for rec in records:
         d, s = Path(rec["run_dir"]), rec["settings"]
         m = json.loads((d / "run.json").read_text())["metrics"]
-        sc = score(pool, d / "query_tower", teacher, ev)
-        per_q[(s["lr"], s["seed"])] = (per_query_ndcg(sc.val_run, ev.val_qrels), sc.per_query)
+        sc, per_q[(s["lr"], s["seed"])] = scorer.student(d)
         row: dict[str, Any] = {
             "setting": "student",
             "lr": s["lr"],
@@ -131,9 +154,10 @@ def main() -> None:
     }
     planned = [(lr, seed) for seed in seeds for lr in lrs]
     records: list[dict] = []
+    scorer = Scorer(teacher, data_dir)
     for i, (lr, seed) in enumerate(planned):
         records.append(train_one(base, work, lr, seed, args.steps))
-        rows = score_rows(records, teacher, data_dir, lrs[0])
+        rows = score_rows(records, scorer, lrs[0])
         config["complete"] = i == len(planned) - 1
         config["runs_done"] = f"{i + 1} of {len(planned)}"
         print(json.dumps(rows[-1]), flush=True)
