@@ -1,7 +1,7 @@
 """QKD with and without length-bucketed batches, on a finished quick start's own teacher and data.
 
     python -m benchmarks.qkd_bucketing --run runs/quickstart [--seeds 0,1] [--steps 200] [--seconds 120]
-        [--window 8] [--work runs/bench/qkd_bucketing]
+        [--window 8] [--work runs/bench/qkd_bucketing] [--name qkd_bucketing]
 
 The chosen student's QKD run of ``--run`` (its ``qkd/<student>/config.yaml``: the teacher the run chose,
 its query pool of logged queries, pseudo-queries and corpus texts, its student, loss and schedule) is
@@ -21,7 +21,7 @@ the unbucketed one of the same seed and setting. The teacher cache of ``--run`` 
 ``--work`` (the teacher is not run again); nothing is written into ``--run``. Training runs that
 finished are reused when the benchmark is run again; the results file is rewritten after every run.
 
-Writes ``benchmarks/results/qkd_bucketing.json``.
+Writes ``benchmarks/results/<--name>.json`` (default ``qkd_bucketing.json``).
 """
 
 from __future__ import annotations
@@ -206,6 +206,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=120.0, help="time box of the same-time setting")
     ap.add_argument("--window", type=int, default=8, help="length_buckets of the bucketed runs")
     ap.add_argument("--settings", default="same_steps,same_time")
+    ap.add_argument("--name", default=NAME, help="results file name (benchmarks/results/<name>.json)")
     args = ap.parse_args()
     run, work = args.run.resolve(), args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -219,10 +220,12 @@ def main() -> None:
         "teacher": portable(teacher),
         "student": base.student.model,
         "batch_size": base.optim.batch_size,
+        "lr": base.optim.lr,
         "query_max_length": base.student.max_length,
         "rank_weight": base.rank_weight,
         "target": base.target,
         "seeds": seeds,
+        "settings": settings,
         "same_steps": args.steps,
         "same_time_seconds": args.seconds,
         "same_time_step_cap": CPU_QKD_STEPS,
@@ -245,7 +248,7 @@ def main() -> None:
         config["complete"] = i == len(planned) - 1
         config["runs_done"] = f"{i + 1} of {len(planned)}"
         print(json.dumps(rows[-1]), flush=True)
-        print(write_results(NAME, rows, config), flush=True)
+        print(write_results(args.name, rows, config), flush=True)
 
 
 if __name__ == "__main__":

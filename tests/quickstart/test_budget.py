@@ -304,7 +304,7 @@ def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_f
 def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
     from scalingnote.quickstart.cost import qkd_padded_tokens, qkd_pool, qkd_step_seconds
 
-    cfg = QuickstartConfig(out="unused", query_max_length=64)
+    cfg = QuickstartConfig(out="unused", query_max_length=64, qkd_length_buckets=0)
     fam = family(cfg, "bert")
     base = dict(
         docs=5000,
@@ -321,6 +321,12 @@ def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
     assert qkd_padded_tokens(cfg, mixed, "bert") > 63  # ...but nearly every batch of 128 holds a long one: padded to 64
     assert 17 <= qkd_padded_tokens(cfg, short, "bert") <= 20.5  # the logged queries (20) or the longest sentence (17)
     assert qkd_step_seconds(cfg, mixed, fam, 2) > 2 * qkd_step_seconds(cfg, short, fam, 2) - 0.2
+    # length-bucketed batches (a window of 8 batches sorted by length): the long tenth fills about one
+    # batch of the eight, the others pad to the short texts
+    bucketed = replace(cfg, qkd_length_buckets=8)
+    assert qkd_padded_tokens(bucketed, mixed, "bert") < 0.4 * qkd_padded_tokens(cfg, mixed, "bert")
+    assert qkd_padded_tokens(bucketed, short, "bert") <= qkd_padded_tokens(cfg, short, "bert")
+    assert qkd_step_seconds(bucketed, mixed, fam, 2) < qkd_step_seconds(cfg, mixed, fam, 2)
     assert (
         qkd_padded_tokens(cfg, Sizes(**{**base, "chars_per_token_by": {}}), "bert")
         == qkd_pool(cfg, Sizes(**base), "bert")[1]

@@ -102,8 +102,9 @@ class QuickstartConfig:
     qkd_batch_size: int = 128
     #: QKD's length-bucketed batches (``DistillConfig.length_buckets``): each batch drawn from a window of
     #: this many batches of the epoch's permutation sorted by token length, so it pads little; 0 = off.
-    #: Off by default: on the embedded default 8 made a step 1.45x faster but fitted the teacher a little
-    #: less well at equal steps in both seeds measured (``benchmarks/results/qkd_bucketing.json``)
+    #: Off by default: 8 made a step 1.45x faster on the embedded default and 2.0x on SciFact, but fitted
+    #: the teacher a little less well at equal steps in both seeds measured on each, and validated lower
+    #: (``benchmarks/results/qkd_bucketing.json``, ``qkd_bucketing_scifact.json``)
     qkd_length_buckets: int = 0
     qkd_dropout: float | None = None  #: the student's dropout during QKD (None = its base model's own)
     #: QKD's peak learning rate; None = :func:`qkd_lr_for` (1e-3 for a BERT student, 1e-4 for an LLM one).
