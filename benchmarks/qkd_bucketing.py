@@ -154,24 +154,47 @@ def paired_ps(a: tuple[dict, dict], b: tuple[dict, dict], suffix: str) -> dict[s
     return out
 
 
-def score_rows(records: list[dict], teacher: Path, data_dir: Path, tokens: dict) -> list[dict[str, Any]]:
+class Scorer:
+    """Scores students against the teacher's document embeddings; the evaluation set, the teacher's
+    scores and every student's are computed once per benchmark run."""
+
+    def __init__(self, teacher: Path, data_dir: Path) -> None:
+        from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
+
+        self.teacher, self.ev, self.pool = teacher, load_eval_set(data_dir, "test", teacher, None), TowerPool()
+        t = score(self.pool, teacher / "query_tower", teacher, self.ev)
+        self.t_val, self.t_test = t.val_ndcg, float(t.metrics["ndcg@10"])
+        self._students: dict[str, tuple[Any, tuple[dict, dict]]] = {}
+
+    def student(self, run_dir: Path) -> tuple[Any, tuple[dict, dict]]:
+        """The student's scores and its per-query nDCG@10 (validation, test)."""
+        from scalingnote.quickstart.scoring import per_query_ndcg, score
+
+        key = str(run_dir)
+        if key not in self._students:
+            sc = score(self.pool, run_dir / "query_tower", self.teacher, self.ev)
+            self._students[key] = (sc, (per_query_ndcg(sc.val_run, self.ev.val_qrels), sc.per_query))
+        return self._students[key]
+
+
+def score_rows(records: list[dict], scorer: Scorer, tokens: dict) -> list[dict[str, Any]]:
     """A row per trained student (and the teacher's), with retention and paired tests against the
     unbucketed student of the same setting and seed."""
-    from scalingnote.quickstart.scoring import TowerPool, load_eval_set, per_query_ndcg, score
-
-    ev, pool = load_eval_set(data_dir, "test", teacher, None), TowerPool()
-    t = score(pool, teacher / "query_tower", teacher, ev)
-    t_val, t_test = t.val_ndcg, float(t.metrics["ndcg@10"])
+    t_val, t_test = scorer.t_val, scorer.t_test
     rows: list[dict[str, Any]] = [
-        {"setting": "teacher", "val_ndcg@10": round(t_val, 4), "ndcg@10": round(t_test, 4), "n_val": len(ev.val_qids)}
+        {
+            "setting": "teacher",
+            "val_ndcg@10": round(t_val, 4),
+            "ndcg@10": round(t_test, 4),
+            "n_val": len(scorer.ev.val_qids),
+        }
     ]
     per_q: dict[str, tuple[dict, dict]] = {}
     for rec in records:
         d = Path(rec["run_dir"])
         m = json.loads((d / "run.json").read_text())["metrics"]
-        sc = score(pool, d / "query_tower", teacher, ev)
+        sc, per_q[rec["label"]] = scorer.student(d)
         s = rec["settings"]
-        per_q[rec["label"]] = (per_query_ndcg(sc.val_run, ev.val_qrels), sc.per_query)
         row: dict[str, Any] = {
             "setting": s["setting"],
             "seed": s["seed"],
@@ -236,6 +259,7 @@ def main() -> None:
         "cpus": os.cpu_count(),
     }
     records: list[dict] = []
+    scorer = Scorer(teacher, data_dir)
     tokens: dict[str, dict] = {}
     planned = [(st, seed, w) for seed in seeds for st in settings for w in (0, args.window)]
     for i, (setting, seed, window) in enumerate(planned):
@@ -244,7 +268,7 @@ def main() -> None:
             tokens[str(seed)] = token_stats(
                 base, Path(records[-1]["run_dir"]) / "query_tower", seed, args.window, args.steps
             )
-        rows = score_rows(records, teacher, data_dir, tokens)
+        rows = score_rows(records, scorer, tokens)
         config["complete"] = i == len(planned) - 1
         config["runs_done"] = f"{i + 1} of {len(planned)}"
         print(json.dumps(rows[-1]), flush=True)

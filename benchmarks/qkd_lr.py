@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import portable, write_results
-from benchmarks.qkd_bucketing import base_config, paired_ps, quality
+from benchmarks.qkd_bucketing import Scorer, base_config, paired_ps, quality
 from scalingnote.distill import DistillConfig, distill
 
 NAME = "qkd_lr"
@@ -58,29 +58,6 @@ def train_one(base: DistillConfig, work: Path, lr: float, seed: int, steps: int)
     }
     done.write_text(json.dumps(rec, indent=1))
     return rec
-
-
-class Scorer:
-    """Scores students against the teacher's document embeddings; the evaluation set, the teacher's
-    scores and every student's are computed once per benchmark run."""
-
-    def __init__(self, teacher: Path, data_dir: Path) -> None:
-        from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
-
-        self.teacher, self.ev, self.pool = teacher, load_eval_set(data_dir, "test", teacher, None), TowerPool()
-        t = score(self.pool, teacher / "query_tower", teacher, self.ev)
-        self.t_val, self.t_test = t.val_ndcg, float(t.metrics["ndcg@10"])
-        self._students: dict[str, tuple[Any, tuple[dict, dict]]] = {}
-
-    def student(self, run_dir: Path) -> tuple[Any, tuple[dict, dict]]:
-        """The student's scores and its per-query nDCG@10 (validation, test)."""
-        from scalingnote.quickstart.scoring import per_query_ndcg, score
-
-        key = str(run_dir)
-        if key not in self._students:
-            sc = score(self.pool, run_dir / "query_tower", self.teacher, self.ev)
-            self._students[key] = (sc, (per_query_ndcg(sc.val_run, self.ev.val_qrels), sc.per_query))
-        return self._students[key]
 
 
 def score_rows(records: list[dict], scorer: Scorer, ref_lr: float) -> list[dict[str, Any]]:
