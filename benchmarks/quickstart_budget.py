@@ -52,14 +52,21 @@ STABILITY_TOLERANCE = 0.01
 KEY = ("set", "mode", "seed", "cores")
 
 
+#: what a measured run executes: the package (the quick start runs as the CLI) and the recipe's token
+#: lengths its command passes; a commit that touches neither (docs, another benchmark, this file's
+#: summaries) measures the same code
+CODE_PATHS = ("src", "benchmarks/recipe.py")
+
+
 def code_version() -> str:
-    """The commit the benchmark runs, with ``+changes-<digest>`` when ``src/`` or ``benchmarks/``
-    differ from it (the digest of the differences and of the new files: two runs of the same
-    changes share it)."""
+    """The last commit that changed what a run executes (:data:`CODE_PATHS`), with
+    ``+changes-<digest>`` when those paths differ from it in the working tree (the digest of the
+    differences and of the new files: two runs of the same changes share it). A commit elsewhere (docs,
+    another benchmark) keeps the stamp, so the rows measured before it are still this code's."""
     git = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True).stdout  # noqa: E731
-    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    diff = git("diff", "HEAD", "--", "src", "benchmarks/*.py")
-    new = sorted(git("ls-files", "--others", "--exclude-standard", "--", "src", "benchmarks/*.py").split())
+    head = git("log", "-1", "--format=%h", "--", *CODE_PATHS).strip() or "unknown"
+    diff = git("diff", "HEAD", "--", *CODE_PATHS)
+    new = sorted(git("ls-files", "--others", "--exclude-standard", "--", *CODE_PATHS).split())
     if not diff and not new:
         return head
     h = hashlib.sha256(diff.encode())
