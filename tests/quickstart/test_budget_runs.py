@@ -277,3 +277,32 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
     carried = _old_rows(f, "m", "c", carry=True)
     assert [r.get("carried") for r in carried] == [None, True] and carried[1]["machine"] == "other"
     assert "default" not in stability([carried[1]])  # a carried row is never compared
+
+
+def test_a_row_s_code_is_the_last_commit_that_changed_what_the_run_executes(tmp_path, monkeypatch):
+    import subprocess
+
+    import benchmarks.quickstart_budget as qb
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "code")
+    measured = git("log", "-1", "--format=%h")
+    (tmp_path / "docs" / "notes.md").write_text("words\n")
+    git("add", ".")
+    git("commit", "-qm", "docs")
+    monkeypatch.setattr(qb, "REPO_ROOT", tmp_path)
+    assert qb.code_version() == measured  # a docs commit keeps the stamp: earlier rows stay this code's
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")
+    changed = qb.code_version()
+    assert changed.startswith(f"{measured}+changes-") and qb.code_version() == changed  # the same change, one digest
+    git("commit", "-qam", "code again")
+    assert qb.code_version() == git("log", "-1", "--format=%h") != measured
