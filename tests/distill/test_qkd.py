@@ -241,7 +241,7 @@ def test_the_student_starts_from_the_layers_that_validate_best(stage1, tmp_path)
     dev = torch.device("cpu")
     again = {}
     for layers in ([0], [1]):
-        st, prefix = _student_start(cfg, data, dev, layers)
+        st, prefix = _student_start(cfg, data, dev, layers, scoring=True)
         again[layers[0]] = qkd_validation_loss(cfg, st, prefix, data, dev, False)
     assert [t["val_loss"] for t in choice["tried"]] == pytest.approx([again[0], again[1]], abs=1e-5)
     assert again[0] != pytest.approx(again[1])  # two different starts

@@ -95,6 +95,25 @@ def test_prefix_training_equals_full_forward_with_frozen_bottom(tiny_dirs, tmp_p
         torch.testing.assert_close(got[n], ref[n], atol=1e-5, rtol=1e-4, msg=n)
 
 
+def test_every_layer_trainable_runs_the_embeddings_live_without_dropout(tiny_dirs, tmp_path):
+    """k = L: no cache is written; in train mode the embedding block still runs as the cache's
+    states would have been computed (no dropout), and its own mode is left as it was."""
+    q, _ = _towers(tiny_dirs, "bert", "mean")
+    for m in q.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    q.backbone.embeddings.dropout.p = 0.9  # would change the states if it ran
+    with torch.no_grad():
+        q.eval()
+        ref = q(q.tokenize_queries(QUERIES))
+        pt = PrefixTower(q, int(q.config.num_layers), tmp_path / "cache", show_progress=False)
+        q.train()
+        got = pt.queries(QUERIES)
+    assert pt.live and not (tmp_path / "cache").exists() and q.backbone.embeddings.training
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-5)
+    assert all(not p.requires_grad for n, p in q.backbone.named_parameters() if "embed" in n)
+
+
 @pytest.mark.parametrize("kind,pooling", [("llm", None), ("bert", "mean")])
 def test_float16_token_cache_is_close_to_the_full_forward(tiny_dirs, tmp_path, kind, pooling):
     ref_loss, ref, _ = _step(tiny_dirs, tmp_path, kind, pooling, 1, cached=False)
@@ -237,6 +256,9 @@ def test_multi_depth_fill_equals_separate_fills(tiny_dirs, tmp_path, role):
     for n, k in pairs:
         t = load_tower(tiny_dirs["llama"], role, num_layers=n, **kw)
         sep = PrefixTower(t, k, tmp_path / f"sep-{n}-{k}", show_progress=False)  # its own fill
+        if k == n:  # every layer trainable: the embeddings run live, nothing is cached or read
+            assert sep.live and sep.ensure(items) == 0 and not (tmp_path / f"sep-{n}-{k}").exists()
+            continue
         assert sep.ensure(items) == len(items)
         one = PrefixTower(t, k, tmp_path / "one", show_progress=False)
         assert one.cache.root.name == caches[(n, k)].root.name and one.ensure(items) == 0  # found, nothing recomputed

@@ -361,3 +361,26 @@ def test_a_budget_with_room_for_one_width_trains_the_default_width_not_the_narro
     )
     assert _cut_width(many, cfg) == "the width run (llm)" and many.cands.wide == {"llm": False}
     assert _cut_width(many, cfg) is None  # nothing left to cut
+
+
+def test_the_student_start_and_the_index_phase_are_priced_by_their_work():
+    """Stage II prices the student's head fit and, with layer candidates, each candidate's smaller
+    fit and validation loss; the index phase grows with the corpus it indexes."""
+    from scalingnote.quickstart.cost import index_seconds, qkd_seconds, student_start_seconds
+
+    cfg = QuickstartConfig(out="unused", query_max_length=64)
+    fam = family(cfg, "bert")
+    small = Sizes(docs=1500, doc_tokens=110, train_examples=2000, train_queries=550, val_queries=60)
+    large = replace(small, docs=32_000)
+    one, three = (student_start_seconds(cfg, large, fam, 2, c) for c in (1, 3))
+    assert 0 < one < three
+    assert qkd_seconds(cfg, large, fam, 2, 200, 6, 3) - qkd_seconds(cfg, large, fam, 2, 200, 6, 1) == pytest.approx(
+        three - one
+    )
+    assert index_seconds(small) < index_seconds(large)
+    sizes = Sizes(docs=24_000, doc_tokens=40, train_examples=20_000, train_queries=18_000, val_queries=2000)
+    fams = {f: family(cfg, f) for f in cfg.families}
+    choose, bottom = (
+        make_plan(replace(cfg, student_layers=mode), fams, sizes, ("bert", 2)) for mode in ("choose", "bottom")
+    )
+    assert choose.phases["stage2_students"] > bottom.phases["stage2_students"]  # three starts scored, not one

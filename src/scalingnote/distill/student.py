@@ -26,7 +26,8 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
     """The student (Eq. 13-14) with its initial head, its :class:`PrefixTower` when its bottom
     layers are frozen and cached (``student.trainable_layers != "all"``; else None) and, with
     ``cfg.student_layer_candidates``, which of its base model's layers it starts from: each
-    candidate gets its ``head_init`` head and the QKD validation loss, and the lowest is kept
+    candidate gets a ``head_init`` head fitted on ``layer_choice_samples`` training queries and the
+    QKD validation loss, the lowest is kept and its head fitted again on ``head_init_samples``
     (None when there was nothing to choose)."""
     cands = cfg.student_layer_candidates or []
     if len(cands) < 2 or not len(data.val_idx):
@@ -36,7 +37,7 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
     tried: list[dict[str, Any]] = []
     best: tuple[Any, Any, float, list[int]] | None = None
     for layers in cands:
-        student, prefix = _student_start(cfg, data, device, layers)
+        student, prefix = _student_start(cfg, data, device, layers, scoring=True)
         v = qkd_validation_loss(cfg, student, prefix, data, _device(student), _use_bf16(cfg, _device(student)))
         assert v is not None  # there are validation queries (checked above)
         tried.append({"layers": list(layers), "val_loss": round(float(v), 6)})
@@ -44,11 +45,14 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
             best = (student, prefix, v, list(layers))
         del student, prefix
     assert best is not None  # at least two candidates were scored
+    n_score = min(len(data.train_idx), _scoring_samples(cfg, best[0]))
+    if cfg.head_init == "lstsq" and n_score < min(len(data.train_idx), cfg.head_init_samples):
+        _fit_head(cfg, data, best[0], best[1], cfg.head_init_samples)  # the winner's head on the full sample
     choice = {
         "layers": best[3],
         "tried": tried,
-        "reason": "lowest QKD validation loss at the start (head fitted, before any step): "
-        + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried),
+        "reason": f"lowest QKD validation loss at the start (head fitted on {n_score} training queries, before "
+        "any step): " + ", ".join(f"{t['layers']} {t['val_loss']:.4f}" for t in tried),
     }
     log.info("student layers: %s (%s)", best[3], choice["reason"])
     return best[0], best[1], choice
@@ -62,10 +66,14 @@ def _use_bf16(cfg: DistillConfig, device: torch.device) -> bool:
     return cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
 
 
-def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | None, layers: list[int] | None):
-    """One student start: the student with ``layers`` of its base model, its prefix and its head.
-    Under torchrun rank 0 fills the feature cache and fits the head; the other ranks read the
-    cache after it and receive rank 0's weights, so every replica starts identical."""
+def _student_start(
+    cfg: DistillConfig, data: QKDData, device: torch.device | None, layers: list[int] | None, scoring: bool = False
+):
+    """One student start: the student with ``layers`` of its base model, its prefix and its head
+    (fitted on ``head_init_samples`` training queries, or on :func:`_scoring_samples` when it is
+    ``scoring`` a layer candidate). Under torchrun rank 0
+    fills the feature cache and fits the head; the other ranks read the cache after it and receive
+    rank 0's weights, so every replica starts identical."""
 
     s = cfg.student
     student = _load_student(cfg, data.dim, device, layers)
@@ -86,26 +94,39 @@ def _student_start(cfg: DistillConfig, data: QKDData, device: torch.device | Non
         s_prefix.ensure(list(data.texts))
         if main:
             distributed.barrier()
-    train_idx = data.train_idx
-    if cfg.head_init == "lstsq" and min(len(train_idx), cfg.head_init_samples) < 2 * student.config.hidden_size:
-        log.warning(
-            "head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W",
-            2 * student.config.hidden_size,
-        )
-    elif cfg.head_init == "lstsq":
-        if main:
-            pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[: cfg.head_init_samples])
-            init_student_head(
-                student,
-                [data.texts[i] for i in pick],
-                data.targets[pick],
-                batch_size=forward_batch(cfg),
-                prefix=s_prefix,
-            )
-        distributed.broadcast_module(student)  # rank 0's W and centre
-        if not main:
-            student.set_projection("lstsq")
+    if cfg.head_init == "lstsq":
+        n = _scoring_samples(cfg, student) if scoring else cfg.head_init_samples
+        _fit_head(cfg, data, student, s_prefix, n)
     return student, s_prefix
+
+
+def _scoring_samples(cfg: DistillConfig, student) -> int:
+    """The head fit that scores a layer candidate: ``layer_choice_samples`` training queries, at
+    least twice the student's hidden size (a least-squares fit needs them), at most ``head_init_samples``."""
+    return min(cfg.head_init_samples, max(cfg.layer_choice_samples, 2 * student.config.hidden_size))
+
+
+def _fit_head(cfg: DistillConfig, data: QKDData, student, prefix, n: int) -> None:
+    """The ``lstsq`` head (:func:`init_student_head`) on ``n`` seeded training queries (fewer
+    than twice the student's hidden size keep the random W)."""
+    train_idx = data.train_idx
+    need = 2 * student.config.hidden_size
+    if min(len(train_idx), n) < need:
+        log.warning("head_init=lstsq needs >= 2x hidden size (%d) training queries; keeping the random W", need)
+        return
+    main = distributed.rank() == 0
+    if main:
+        pick = np.sort(np.random.default_rng(cfg.seed).permutation(train_idx)[:n])
+        init_student_head(
+            student,
+            [data.texts[i] for i in pick],
+            data.targets[pick],
+            batch_size=forward_batch(cfg),
+            prefix=prefix,
+        )
+    distributed.broadcast_module(student)  # rank 0's W and centre
+    if not main:
+        student.set_projection("lstsq")
 
 
 def _load_student(cfg: DistillConfig, dim: int, device: torch.device | None, layers: list[int] | None = None):

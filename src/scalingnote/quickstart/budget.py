@@ -15,15 +15,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalingnote.models.layers import start_candidates
 from scalingnote.quickstart.config import Family, QuickstartConfig, family
 from scalingnote.quickstart.cost import (
-    INDEX_S,
     SMALL_EPOCHS_EST,
     SMALL_STEP_S,
     Candidates,
     Sizes,
     depth_layers,
     family_tokens,
+    index_seconds,
     measure_sizes,
     mining_seconds,
     model_layers,
@@ -217,7 +218,10 @@ def _fill_phases(
     t_layers = max(
         (depth_layers(tfam, d) for d in plan.cands.depths.get(student[0], {})), default=model_layers(tfam.model)
     )
-    ph["stage2_students"] = 25.0 + n_students * qkd_seconds(cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers)
+    starts = len(start_candidates(student[1], t_layers)) if cfg.student_layers == "choose" else 1
+    ph["stage2_students"] = 25.0 + n_students * qkd_seconds(
+        cfg, s, tfam, student[1], plan.qkd_steps or 0, t_layers, starts
+    )
     n_cmp = {"teacher": 1, "all": len(plan.cands.depths), "none": 0}[plan.compare]
     u = unit_cost(fams[student[0]]) * s.speed(student[0])
     small = 2 * (
@@ -226,7 +230,7 @@ def _fill_phases(
         + s.docs * s.doc_tok(student[0]) * student[1] * token_layer_s(s, fams[student[0]])
     )
     ph["comparison_runs"] = n_cmp * small
-    ph["index"] = INDEX_S
+    ph["index"] = index_seconds(s) * s.speed(student[0])
     ph["evaluation"] = 15.0 + 1e-3 * s.docs + (_zero_shot_row_s(cfg, s, plan.cands) if plan.zero_shot_row else 0.0)
     for k in ph:
         ph[k] = spent[k] if k in spent else ph[k] * speed

@@ -21,6 +21,7 @@ from typing import Any
 
 from scalingnote.data import load_corpus
 from scalingnote.data.pseudo import text_units
+from scalingnote.distill import DistillConfig
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig
 from scalingnote.training.mining import STORED_SAMPLE
@@ -43,7 +44,12 @@ QKD_LAYER_TOKEN_S = {"bert": 0.0064, "llm": 0.0098}
 QKD_TRAINER_S = 0.06
 QKD_PAD_BATCHES = 256  #: simulated batches behind :func:`qkd_padded_tokens`
 SMALL_STEP_S = 0.09  #: per small-tower layer and step (twinbert_small / scaling_doc, batch 64)
-INDEX_S = 30.0  #: the index phase (build + tuning, a phase of its own)
+#: the index phase (the student encodes the validation and pseudo-queries; every candidate structure
+#: is built and swept on them): fixed + per document, the least-squares line through the budgeted
+#: runs of ``quickstart_budget.json`` at code 0849f86 (2 idle cores): 14-15 s on the embedded
+#: default's 1,500 documents, 31-36 s on SciFact's 5,183, 77-79 s on KUAKE-QTR's 32,176.
+INDEX_FIXED_S = 17.0
+INDEX_DOC_S = 0.0019
 EPOCHS_EST = 12  #: Stage I epochs until early stopping (the embedded default's runs stopped after 8-12)
 SMALL_EPOCHS_EST = 6
 
@@ -304,12 +310,42 @@ def qkd_steps(cfg: QuickstartConfig, s: Sizes, cap: int | None) -> int:
     return steps if cap is None else min(cap, steps)
 
 
-def qkd_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int, steps: int, teacher_layers: int) -> float:
+def index_seconds(s: Sizes) -> float:
+    """The index phase at the model's time (:data:`INDEX_FIXED_S` + :data:`INDEX_DOC_S` per document)."""
+    return INDEX_FIXED_S + INDEX_DOC_S * s.docs
+
+
+def qkd_seconds(
+    cfg: QuickstartConfig,
+    s: Sizes,
+    fam: Family,
+    layers: int,
+    steps: int,
+    teacher_layers: int,
+    candidates: int = 1,
+) -> float:
     """One QKD run: the teacher's query tower encodes the pool once (the teacher cache: length-sorted
-    batches, so its mean tokens), then ``steps`` steps (:func:`qkd_step_seconds`)."""
+    batches, so its mean tokens), the student's start (:func:`student_start_seconds`), then ``steps``
+    steps (:func:`qkd_step_seconds`)."""
     n, tok = qkd_pool(cfg, s, fam.name)
     cache = n * tok * teacher_layers * token_layer_s(s, fam)
-    return 5.0 + cache + steps * qkd_step_seconds(cfg, s, fam, layers)
+    start = student_start_seconds(cfg, s, fam, layers, candidates)
+    return 5.0 + cache + start + steps * qkd_step_seconds(cfg, s, fam, layers)
+
+
+def student_start_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int, candidates: int) -> float:
+    """The student's start before QKD's first step, forward passes of its ``layers`` over the pool's
+    texts: its least-squares head on ``head_init_samples`` training queries and, with ``candidates``
+    starts to choose among, each candidate's head on ``layer_choice_samples`` and its validation loss
+    (:func:`scalingnote.distill.student.build_student`)."""
+    d = DistillConfig  # the quick start's QKD runs keep these defaults
+    n, tok = qkd_pool(cfg, s, fam.name)
+    val = round(n * d.validation_fraction)
+    train = n - val
+    texts = min(train, d.head_init_samples)
+    if candidates > 1:
+        texts += candidates * (min(train, d.layer_choice_samples) + val)
+    return texts * tok * layers * token_layer_s(s, fam)
 
 
 def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) -> float:
@@ -370,7 +406,8 @@ def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
 __all__ = [
     "Candidates",
     "EPOCHS_EST",
-    "INDEX_S",
+    "INDEX_DOC_S",
+    "INDEX_FIXED_S",
     "QKD_FIXED_S",
     "QKD_LAYER_TOKEN_S",
     "QKD_PAD_BATCHES",
@@ -387,7 +424,9 @@ __all__ = [
     "model_shape",
     "qkd_padded_tokens",
     "qkd_pool",
+    "index_seconds",
     "qkd_seconds",
+    "student_start_seconds",
     "qkd_step_seconds",
     "qkd_steps",
     "stage1_seconds",

@@ -100,7 +100,7 @@ def run_qkd(
         "num_layers": layers,
         "max_length": cfg.query_max_length,
         "trainable_layers": layers,
-    }  # embeddings frozen and cached, every layer trains
+    }  # embeddings frozen (run live, not cached), every layer trains
     if fam.pooling:
         student["pooling"] = fam.pooling
     dc = load_config(

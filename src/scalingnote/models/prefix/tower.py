@@ -35,8 +35,12 @@ class PrefixTower:
     but read the frozen part from the cache (filled on demand).
 
     ``dtype``: storage of a token cache (``"float16"``: half the disk and page cache; the step
-    upcasts to the tower's dtype). ``lora``: a LoRA spec (``r``, ``alpha``, ``dropout``,
-    ``target_modules``) — adapters on the top ``k`` layers train instead of their weights.
+    upcasts to the tower's dtype). With every layer trainable (``k = L``) only the embedding block
+    is frozen: it runs live (no dropout, as cached states would have been computed) instead of
+    from a cache, since a lookup costs less than writing and reading its token states.
+
+    ``lora``: a LoRA spec (``r``, ``alpha``, ``dropout``, ``target_modules``) — adapters on the
+    top ``k`` layers train instead of their weights.
     """
 
     def __init__(
@@ -51,24 +55,41 @@ class PrefixTower:
         lora: Any = None,
     ):
         self.tower = tower
-        self.k = check_trainable_layers(trainable_layers, int(tower.config.num_layers))
+        L = int(tower.config.num_layers)
+        self.k = check_trainable_layers(trainable_layers, L)
         self.dtype = dtype
-        self.cache = FeatureCache.for_tower(cache_root, tower, self.k, dtype=dtype)
+        self.live = self.k == L  #: nothing frozen below the trainable layers but the embedding block
+        self._cache = None if self.live else FeatureCache.for_tower(cache_root, tower, self.k, dtype=dtype)
         self.batch_size = batch_size
         self.show_progress = show_progress
-        L = int(tower.config.num_layers)
         self._top = None if self.k == 0 else sub_backbone(tower.backbone, L - self.k, from_hidden=True)
         freeze_prefix(tower, self.k)
         if lora is not None:
             add_top_lora(tower, self.k, lora)
 
+    @property
+    def cache(self) -> FeatureCache:
+        """The feature cache (none when the embedding block runs live, ``k = L``)."""
+        if self._cache is None:
+            raise ScalingNoteError(
+                "a PrefixTower with every layer trainable has no feature cache (its embeddings run live)"
+            )
+        return self._cache
+
     def estimate(self, items: Sequence[Any]) -> dict[str, Any]:
-        """The cache's disk size for ``items`` before filling (``{rows, tokens, bytes, gb}``)."""
+        """The cache's disk size for ``items`` before filling (``{rows, tokens, bytes, gb}``;
+        zero bytes when the embedding block runs live)."""
+        if self.live:
+            est = estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
+            return {**est, "bytes": 0, "gb": 0.0}
         return estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
 
     def ensure(self, items: Sequence[Any]) -> int:
         """Cache the features of ``items`` that are missing (the size to be written is logged
-        first, and kept in ``self.cache.planned``); returns how many were computed."""
+        first, and kept in ``self.cache.planned``); returns how many were computed (0 when the
+        embedding block runs live)."""
+        if self.live:
+            return 0
         return fill_cache(
             self.cache, self.tower, self.k, items, batch_size=self.batch_size, show_progress=self.show_progress
         )
@@ -76,6 +97,8 @@ class PrefixTower:
     def pooled(self, items: Sequence[Any]) -> Tensor:
         """Pooled states before the projection: ``[B, H]`` or ``[B, 3, H]`` (LLM documents)."""
         items = list(items)
+        if self.live:
+            return self._live_pooled(items)
         keys = [item_key(it) for it in items]
         if self.cache.missing(keys):
             self.ensure(items)
@@ -106,6 +129,22 @@ class PrefixTower:
             dev, t.dtype
         )  # row-major: each row's real tokens in order
         out = t.run_layers(batch, backbone=self._top, inputs_embeds=h)
+        return t.pool_hidden(out, batch)
+
+    def _live_pooled(self, items: list[Any]) -> Tensor:
+        """:meth:`pooled` with the frozen embedding block run live: in eval mode (no dropout), as
+        the cache's states are computed, so the result equals a cached float32 state's."""
+        t = self.tower
+        batch = {kk: v.to(t.device) for kk, v in _collate(t, _encodings(t, items)).items()}
+        emb = getattr(t.backbone, "embeddings", None)  # BERT's block (dropout); a decoder's lookup has none
+        was = emb.training if emb is not None else False
+        if emb is not None:
+            emb.eval()
+        try:
+            out = t.run_layers(batch)
+        finally:
+            if emb is not None:
+                emb.train(was)
         return t.pool_hidden(out, batch)
 
     def queries(self, texts: Sequence[Any]) -> Tensor:
