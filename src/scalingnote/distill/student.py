@@ -45,7 +45,10 @@ def build_student(cfg: DistillConfig, data: QKDData, device: torch.device | None
             best = (student, prefix, v, list(layers))
         del student, prefix
     assert best is not None  # at least two candidates were scored
-    n_score = min(len(data.train_idx), _scoring_samples(cfg, best[0]))
+    n_score = min(
+        len(data.train_idx),
+        scoring_samples(best[0].config.hidden_size, cfg.layer_choice_samples, cfg.head_init_samples),
+    )
     if cfg.head_init == "lstsq" and n_score < min(len(data.train_idx), cfg.head_init_samples):
         _fit_head(cfg, data, best[0], best[1], cfg.head_init_samples)  # the winner's head on the full sample
     choice = {
@@ -70,10 +73,10 @@ def _student_start(
     cfg: DistillConfig, data: QKDData, device: torch.device | None, layers: list[int] | None, scoring: bool = False
 ):
     """One student start: the student with ``layers`` of its base model, its prefix and its head
-    (fitted on ``head_init_samples`` training queries, or on :func:`_scoring_samples` when it is
-    ``scoring`` a layer candidate). Under torchrun rank 0
-    fills the feature cache and fits the head; the other ranks read the cache after it and receive
-    rank 0's weights, so every replica starts identical."""
+    (fitted on ``head_init_samples`` training queries, or on :func:`scoring_samples` when it is
+    ``scoring`` a layer candidate). Under torchrun rank 0 fills the feature cache and fits the
+    head; the other ranks read the cache after it and receive rank 0's weights, so every replica
+    starts identical."""
 
     s = cfg.student
     student = _load_student(cfg, data.dim, device, layers)
@@ -95,15 +98,21 @@ def _student_start(
         if main:
             distributed.barrier()
     if cfg.head_init == "lstsq":
-        n = _scoring_samples(cfg, student) if scoring else cfg.head_init_samples
+        hidden = student.config.hidden_size
+        n = (
+            scoring_samples(hidden, cfg.layer_choice_samples, cfg.head_init_samples)
+            if scoring
+            else cfg.head_init_samples
+        )
         _fit_head(cfg, data, student, s_prefix, n)
     return student, s_prefix
 
 
-def _scoring_samples(cfg: DistillConfig, student) -> int:
+def scoring_samples(hidden: int, layer_choice_samples: int, head_init_samples: int) -> int:
     """The head fit that scores a layer candidate: ``layer_choice_samples`` training queries, at
-    least twice the student's hidden size (a least-squares fit needs them), at most ``head_init_samples``."""
-    return min(cfg.head_init_samples, max(cfg.layer_choice_samples, 2 * student.config.hidden_size))
+    least twice the student's ``hidden`` size (a least-squares fit needs them), at most
+    ``head_init_samples`` (the quick start's cost model prices the same count)."""
+    return min(head_init_samples, max(layer_choice_samples, 2 * hidden))
 
 
 def _fit_head(cfg: DistillConfig, data: QKDData, student, prefix, n: int) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from scalingnote.data import load_corpus
 from scalingnote.data.pseudo import text_units
 from scalingnote.distill import DistillConfig
+from scalingnote.distill.student import scoring_samples
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig
 from scalingnote.training.mining import STORED_SAMPLE
@@ -344,7 +345,9 @@ def student_start_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: 
     train = n - val
     texts = min(train, d.head_init_samples)
     if candidates > 1:
-        texts += candidates * (min(train, d.layer_choice_samples) + val)
+        texts += candidates * (
+            min(train, scoring_samples(model_shape(fam.model)[1], d.layer_choice_samples, d.head_init_samples)) + val
+        )
     return texts * tok * layers * token_layer_s(s, fam)
 
 
@@ -418,18 +421,18 @@ __all__ = [
     "TOKEN_LAYER_S",
     "depth_layers",
     "family_tokens",
+    "index_seconds",
     "measure_sizes",
     "mining_seconds",
     "model_layers",
     "model_shape",
     "qkd_padded_tokens",
     "qkd_pool",
-    "index_seconds",
     "qkd_seconds",
-    "student_start_seconds",
     "qkd_step_seconds",
     "qkd_steps",
     "stage1_seconds",
+    "student_start_seconds",
     "token_layer_s",
     "unit_cost",
 ]

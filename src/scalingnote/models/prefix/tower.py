@@ -79,10 +79,8 @@ class PrefixTower:
     def estimate(self, items: Sequence[Any]) -> dict[str, Any]:
         """The cache's disk size for ``items`` before filling (``{rows, tokens, bytes, gb}``;
         zero bytes when the embedding block runs live)."""
-        if self.live:
-            est = estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
-            return {**est, "bytes": 0, "gb": 0.0}
-        return estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
+        est = estimate_cache_bytes(self.tower, self.k, items, dtype=self.dtype)
+        return {**est, "bytes": 0, "gb": 0.0} if self.live else est
 
     def ensure(self, items: Sequence[Any]) -> int:
         """Cache the features of ``items`` that are missing (the size to be written is logged
