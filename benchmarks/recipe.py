@@ -88,7 +88,7 @@ def results_of_run(name: str, out: Path, note: dict[str, Any] | None = None, tim
                 else {}
             ),
         },
-        "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine, best of 5 passes; "
+        "query_qps": "encode_queries, batch 256, 512 queries, torch threads of the machine, best of 3 passes; "
         "every tower of the run timed in the same rounds, taking turns (query_qps_many)",
         "p99_ms": "single-query encode, one intra-op thread, 200 queries one at a time, after 10 warm-up queries",
         **(note or {}),

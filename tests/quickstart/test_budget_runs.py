@@ -65,7 +65,7 @@ def tiny_models(tmp_path_factory):
     )
 
 
-def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_models, tmp_path, capsys):
+def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_models, tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     quickstart(_tiny_cfg(tiny_models, out))
     log = capsys.readouterr().out
@@ -117,9 +117,28 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
         "index",
         "evaluation",
     ]
+    # a re-run goes on with the plan the run made (plan/): a plan made again from a re-run's few spent
+    # seconds is roomier (here: another QKD step cap) and would redo the finished student and its index
+    from scalingnote.quickstart import early
+
+    every, made = {m: m.stat().st_mtime_ns for m in out.glob("**/DONE")}, []
+    real = early.second_plan
+
+    def roomier(*a, **k):
+        made.append(1)
+        plan = real(*a, **k)
+        plan.qkd_steps, plan.skipped = 7, [*plan.skipped, "QKD steps 150 -> 7"]
+        return plan
+
+    monkeypatch.setattr(early, "second_plan", roomier)
+    capsys.readouterr()
+    quickstart(_tiny_cfg(tiny_models, out))
+    assert made == [] and {m: m.stat().st_mtime_ns for m in out.glob("**/DONE")} == every
+    assert "plan: the one this run made before" in capsys.readouterr().out
+    monkeypatch.undo()
     # --full on the same directory: the budgeted run's full-data steps are reused untouched,
-    # the dropped candidates run now
-    stamps = {m: m.stat().st_mtime_ns for m in out.glob("**/DONE") if "proxy" not in m.parts}
+    # the dropped candidates run now (the plan is made again: --full is other settings)
+    stamps = {m: m.stat().st_mtime_ns for m in out.glob("**/DONE") if not {"proxy", "plan"} & set(m.parts)}
     quickstart(_tiny_cfg(tiny_models, out, full=True))
     assert all(m.stat().st_mtime_ns == t for m, t in stamps.items())
     dropped = {

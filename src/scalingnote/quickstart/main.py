@@ -20,7 +20,7 @@ from scalingnote.index.hybrid import hybrid_search_run
 from scalingnote.live import LiveIndex
 from scalingnote.models.prefix.cache import holds_tokens
 from scalingnote.models.towers.store import dir_bytes
-from scalingnote.quickstart import early, index_choice, mining_round, pipeline, proxy, report, runs
+from scalingnote.quickstart import early, index_choice, mining_round, pipeline, plan_record, proxy, report, runs
 from scalingnote.quickstart.budget import Plan
 from scalingnote.quickstart.choose import cross_fit_fusion
 from scalingnote.quickstart.config import QuickstartConfig, family
@@ -213,7 +213,10 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         cands, proxy_result = early.decide(cfg, fams, data, out, plan0)
         laps.lap("proxy")
         prog.end("proxy", laps.seconds["proxy"])
-        plan = early.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
+        key = plan_record.plan_inputs(cfg, data, cands)  # a re-run goes on with the plan it made
+        plan = plan_record.recorded_plan(
+            out, key, lambda: early.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
+        )
         prog.replan(plan.phases)
         kept = None if cfg.full else plan.cands  # the proxy's survivors, less what the budget cut
         return _run(
@@ -228,6 +231,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
             (plan0, plan),
             laps,
             prog,
+            key,
         )
 
 
@@ -243,8 +247,10 @@ def _run(
     plans: tuple[Plan, Plan],
     laps: _Laps,
     prog: Progress,
+    plan_key: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Stage I on the candidates still in, Stage II, the comparison, the index, the evaluation."""
+    """Stage I on the candidates still in, Stage II, the comparison, the index, the evaluation
+    (``plan_key``: what the plan was made for; a cut made late is written into its record)."""
     prog.begin("stage1_large_towers")
     fams = [f for f in fams if cands is None or f.name in cands.depths]  # the families the proxy kept
     contenders = [f.name for f in fams]
@@ -260,6 +266,7 @@ def _run(
     laps.lap("stage1_large_towers")
     prog.end("stage1_large_towers", laps.seconds["stage1_large_towers"])
     go = mining_round.go_now(cfg, plans[1], dict(laps.seconds), prog.ratio(), len(ev.val_qids))
+    plan_record.keep(out, plan_key, plans[1])
     if go[0]:
         prog.begin("mining_round")
     large, mined = mining_round.mining_round(cfg, go, large, teacher, data, out, pool, ev)
@@ -285,6 +292,7 @@ def _run(
     laps.lap("stage2_students")
     prog.end("stage2_students", laps.seconds["stage2_students"])
     cfg = early.late_cut(cfg, plans[1], laps.seconds, prog.ratio())
+    plan_record.keep(out, plan_key, plans[1])
     prog.replan(plans[1].phases)
     prog.begin("comparison_runs")
     compared = {"all": contenders, "teacher": [teacher], "none": []}[str(cfg.compare)]
