@@ -423,6 +423,7 @@ def _pytest_in(copy: Path, args: list[str], timeout: int) -> subprocess.Complete
     )
 
 
+@pytest.mark.slow  # the whole default suite in the copy (the next test) runs these too: 76 s of the default run
 def test_registry_cli_and_extension_tests_pass_with_all_four_registered(copy):
     proc = _pytest_in(copy, ["-x", *REGISTRY_TESTS], timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:]
