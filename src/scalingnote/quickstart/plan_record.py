@@ -16,22 +16,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from scalingnote.quickstart.budget import Plan
 from scalingnote.quickstart.config import QuickstartConfig
 from scalingnote.quickstart.cost import Candidates
+from scalingnote.quickstart.early import say
 from scalingnote.quickstart.run_data import data_fingerprint
 from scalingnote.quickstart.step_markers import mark_done, step_done, step_inputs
 from scalingnote.utils.io import write_json
 
 PLAN_DIR = "plan"
 PLAN_FILE = "plan.json"
-
-
-def say(msg: str) -> None:
-    print(f"[quickstart] {msg}", flush=True)
 
 
 def _cands_json(c: Candidates | None) -> dict[str, Any] | None:
@@ -53,42 +51,16 @@ def _cands_from(d: dict[str, Any]) -> Candidates:
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
-    """Every field of ``plan`` as plain JSON (:func:`plan_from_json` reads it back)."""
-    return {
-        "budget_s": plan.budget_s,
-        "phases": dict(plan.phases),
-        "cands": _cands_json(plan.cands),
-        "skipped": list(plan.skipped),
-        "compare": plan.compare,
-        "qkd_steps": plan.qkd_steps,
-        "proxy": plan.proxy,
-        "speed": plan.speed,
-        "mining": plan.mining,
-        "mining_note": plan.mining_note,
-        "zero_shot_row": plan.zero_shot_row,
-        "unreadable_bert": plan.unreadable_bert,
-        "family_speed": dict(plan.family_speed),
-        "proxy_width": plan.proxy_width,
-    }
+    """Every field of ``plan`` as plain JSON (:func:`plan_from_json` reads it back): the dataclass's
+    own fields, so a field added to :class:`Plan` is recorded without a change here."""
+    rec = {f.name: getattr(plan, f.name) for f in fields(Plan)}
+    return json.loads(json.dumps({**rec, "cands": _cands_json(plan.cands)}))
 
 
 def plan_from_json(d: dict[str, Any]) -> Plan:
-    return Plan(
-        budget_s=d["budget_s"],
-        phases={k: float(v) for k, v in d["phases"].items()},
-        cands=_cands_from(d["cands"]),
-        skipped=list(d["skipped"]),
-        compare=d["compare"],
-        qkd_steps=d["qkd_steps"],
-        proxy=d["proxy"],
-        speed=float(d["speed"]),
-        mining=bool(d["mining"]),
-        mining_note=d["mining_note"],
-        zero_shot_row=bool(d["zero_shot_row"]),
-        unreadable_bert=bool(d["unreadable_bert"]),
-        family_speed={k: float(v) for k, v in d["family_speed"].items()},
-        proxy_width=d["proxy_width"],
-    )
+    """A :class:`Plan` from :func:`plan_json`'s record (a field the record lacks takes its default)."""
+    known = {f.name for f in fields(Plan)}
+    return Plan(**{k: v for k, v in d.items() if k in known and k != "cands"}, cands=_cands_from(d["cands"]))
 
 
 def plan_inputs(cfg: QuickstartConfig, data: dict, cands: Candidates | None) -> dict[str, Any]:
@@ -117,7 +89,7 @@ def keep(out: Path, inputs: dict[str, Any], plan: Plan) -> None:
     d = out / PLAN_DIR
     now = plan_json(plan)
     f = d / PLAN_FILE
-    if f.is_file() and json.loads(f.read_text()) == json.loads(json.dumps(now)):
+    if f.is_file() and json.loads(f.read_text()) == now:
         return
     d.mkdir(parents=True, exist_ok=True)
     write_json(f, now)

@@ -161,9 +161,9 @@ def query_qps(tower, texts: list[str], batch_size: int = 256, repeats: int = 3) 
 
 
 def query_qps_many(
-    towers: dict[str, Any], texts: list[str], batch_size: int = 256, repeats: int = 3, n: int = 512
+    towers: dict[str, Any], texts: list[str], batch_size: int = 256, repeats: int = 3
 ) -> dict[str, float]:
-    """Queries/s of each tower's ``encode_queries`` (``n`` queries, batch 256, the threads torch is
+    """Queries/s of each tower's ``encode_queries`` (512 queries, batch 256, the threads torch is
     set to): the best of ``repeats`` timed passes, as ``timeit`` reports, since a pass is only
     slowed by other work on the machine (3: best of 5 was 24 of a budgeted run's 26 evaluation
     seconds on one core, and on the same three towers best of 5 read speed-ups of 2.61-3.23 over
@@ -171,7 +171,7 @@ def query_qps_many(
     spell of the machine hits every tower alike and their ratio (a speed-up) is not one tower's
     luck (measured one after the other, the same two towers read 2.70x in one run, 3.11x in the
     next; interleaved, 2.6-2.9x across runs)."""
-    texts = (texts * math.ceil(n / max(1, len(texts))))[:n]
+    texts = (texts * math.ceil(512 / max(1, len(texts))))[:512]
     for t in towers.values():
         t.encode_queries(texts[:batch_size], batch_size=batch_size, show_progress=False)  # warm-up
     best = {name: float("inf") for name in towers}
