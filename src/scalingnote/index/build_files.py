@@ -12,7 +12,7 @@ from scalingnote.index.build_source import BuildSource
 from scalingnote.index.docstore import _corpus_of_embeddings, write_document_store
 from scalingnote.index.engine_files import is_engine, structure_bytes, write_structure
 from scalingnote.index.faiss.faiss_utils import code_bytes_per_vector, find_ivf
-from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, FORMAT, MANIFEST, VECTORS_FILE, _now
+from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, FORMAT, MANIFEST, VECTORS_FILE, _now, anchor_paths
 from scalingnote.utils import machine_description, package_versions
 
 
@@ -33,7 +33,10 @@ def write_index_files(
     (tmp_dir / DOC_IDS_FILE).write_text(json.dumps(src.ids, ensure_ascii=False), encoding="utf-8")
     files = {"index": name, "vectors": VECTORS_FILE, "doc_ids": DOC_IDS_FILE}
     docs_info = _write_docs(tmp_dir, src, documents, files)
-    manifest = _manifest(index, factory, tmp_dir, src, dim, files, docs_info, sampling, timings, t_start)
+    # tmp_dir is renamed to the index directory beside it: the same relative paths
+    manifest = anchor_paths(
+        tmp_dir, _manifest(index, factory, tmp_dir, src, dim, files, docs_info, sampling, timings, t_start)
+    )
     with open(tmp_dir / MANIFEST, "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2, ensure_ascii=False)
         fh.write("\n")

@@ -16,7 +16,7 @@ import numpy as np
 from scalingnote.errors import ScalingNoteError
 from scalingnote.index.embeddings import Embeddings, l2_normalize, load_embeddings
 from scalingnote.index.shards import content_digest
-from scalingnote.utils.steps import canonical
+from scalingnote.utils.steps import canonical, content_fingerprint
 
 
 @dataclass
@@ -100,7 +100,8 @@ def build_inputs(src: BuildSource, settings: dict[str, Any], documents: Any, *, 
         h.update(json.dumps(src.ids, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         vectors = {"array_sha256": h.hexdigest()}
     if documents is None or isinstance(documents, (str, Path)):
-        docs: Any = Path(documents) if documents is not None else None
+        # what the corpus holds, not where: an index moved or copied with its corpus is still the same build
+        docs: Any = content_fingerprint(documents) if documents is not None else None
     elif isinstance(documents, (Mapping, list, tuple)):
         docs = {
             "content_sha256": content_digest(list(documents.values() if isinstance(documents, Mapping) else documents))

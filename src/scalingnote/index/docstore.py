@@ -11,7 +11,7 @@ from typing import Any
 from scalingnote.data.corpus import find_corpus
 from scalingnote.data.types import Document
 from scalingnote.errors import ScalingNoteError
-from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, MANIFEST, SNIPPET_CHARS, read_manifest
+from scalingnote.index.layout import DOC_IDS_FILE, DOCS_FILE, MANIFEST, SNIPPET_CHARS, anchor_paths, read_manifest
 from scalingnote.utils.io import atomic_write
 
 # --------------------------------------------------------------------------- document store
@@ -129,6 +129,6 @@ def attach_documents(index_dir: str | Path, documents, snippet_chars: int = SNIP
     man["files"] = {**files, "docs": DOCS_FILE}
     man["documents"] = info
     with atomic_write(root / MANIFEST) as fh:
-        json.dump(man, fh, indent=2, ensure_ascii=False)
+        json.dump(anchor_paths(root, man), fh, indent=2, ensure_ascii=False)
         fh.write("\n")
     return info

@@ -41,6 +41,39 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
         raise ScalingNoteError(f"{path}: unreadable index manifest ({e})") from None
     if man.get("format") != FORMAT:
         raise ScalingNoteError(f"{path}: field 'format' is {man.get('format')!r}, expected {FORMAT!r}")
+    return _reanchor(root, man)
+
+
+#: the manifest's recorded paths (section, field): the document tower's saved directory and the corpus
+#: the document store was written from; each is also recorded relative to the index directory
+#: (``paths_from_index``), so an index moved or copied together with them still finds them
+ANCHORED = {"tower": ("tower", "path"), "documents": ("documents", "source")}
+PATHS_FROM_INDEX = "paths_from_index"
+
+
+def anchor_paths(root: str | Path, man: dict[str, Any]) -> dict[str, Any]:
+    """``man`` with ``paths_from_index``: each recorded path of :data:`ANCHORED` relative to ``root``
+    (the index directory, or a sibling it is renamed from: the same parent gives the same relative path)."""
+    rel: dict[str, str] = {}
+    for name, (section, field) in ANCHORED.items():
+        p = (man.get(section) or {}).get(field)
+        if p:
+            try:
+                rel[name] = os.path.relpath(Path(str(p)).resolve(), Path(root).resolve())
+            except ValueError:  # another drive (Windows): only the absolute path holds
+                continue
+    return {**man, PATHS_FROM_INDEX: rel} if rel else man
+
+
+def _reanchor(root: Path, man: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's recorded paths as they are now: where an index was moved or copied with its tower
+    and corpus, the path relative to the index (``paths_from_index``) names them; else the absolute one."""
+    for name, rel in (man.get(PATHS_FROM_INDEX) or {}).items():
+        section, field = ANCHORED.get(name, (None, None))
+        entry = man.get(section) if section else None
+        there = root / str(rel)
+        if isinstance(entry, dict) and field and there.exists():
+            entry[field] = str(there.resolve())
     return man
 
 
@@ -58,7 +91,7 @@ def record_tower_path(root: str | Path, tower_dir: str | Path) -> bool:
     if "path" in t or not t.get("fingerprint") or saved.get("fingerprint") != t["fingerprint"]:
         return False
     man["tower"] = {**t, "path": str(tower_dir.resolve())}
-    write_json(root / MANIFEST, man)
+    write_json(root / MANIFEST, anchor_paths(root, man))
     return True
 
 

@@ -37,7 +37,14 @@ from scalingnote.errors import ScalingNoteError
 from scalingnote.index.build import build_index
 from scalingnote.index.engine_files import read_structure
 from scalingnote.index.faiss.methods import load_state
-from scalingnote.index.layout import INDEX_FILE, MANIFEST, SEMANTIC_CODEBOOKS_FILE, SEMANTIC_IDS_FILE, read_manifest
+from scalingnote.index.layout import (
+    INDEX_FILE,
+    MANIFEST,
+    SEMANTIC_CODEBOOKS_FILE,
+    SEMANTIC_IDS_FILE,
+    anchor_paths,
+    read_manifest,
+)
 from scalingnote.live.wal import WriteAheadLog, fsync_dir
 from scalingnote.sparse.bm25 import BM25Config, BM25Retriever
 from scalingnote.utils.io import write_json
@@ -237,7 +244,7 @@ def _write_generation_files(
                 fh.write(json.dumps(d.to_beir(), ensure_ascii=False) + "\n")
     man = read_manifest(gen)
     man["documents"] = {**(man.get("documents") or {}), "source": str((gen / CORPUS).resolve())}
-    write_json(gen / MANIFEST, man)
+    write_json(gen / MANIFEST, anchor_paths(gen, man))
     texts = [d for d in documents if d.text.strip()]
     if texts:
         bm_cfg = BM25Config(language=meta.get("bm25_language") or "auto")

@@ -40,6 +40,7 @@ from scalingnote.models import load_tower
 from scalingnote.quickstart import runs
 from scalingnote.quickstart.config import QuickstartConfig
 from scalingnote.quickstart.runs import banner, mark_done, step_digest, step_done
+from scalingnote.quickstart.step_markers import out_relative
 from scalingnote.utils.steps import input_digest
 
 
@@ -64,27 +65,31 @@ def _choice_digest(
     sizes: dict[str, RoutingConfig | list[RoutingConfig]],
 ) -> str:
     """The digest of what the structure is chosen from: the target, the towers, the queries, the
-    candidates' sizes and the swept grid (a change of any chooses again)."""
+    candidates' sizes and the swept grid (a change of any chooses again). Paths under the run's output
+    are written from it (``$OUT``): a run moved or copied whole keeps its choice."""
     return input_digest(
-        {
-            "index_recall": cfg.index_recall,
-            "student": str(student_dir),
-            "teacher": str(teacher_dir),
-            "digests": digests,
-            "validation": val,
-            "train": train,
-            "semantic_id_layers": cfg.semantic_id_layers,
-            "seed": cfg.seed,
-            "pseudo": pseudo,
-            "methods": {
-                m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c))
-                for m, c in sizes.items()
+        out_relative(
+            student_dir,
+            {
+                "index_recall": cfg.index_recall,
+                "student": str(student_dir),
+                "teacher": str(teacher_dir),
+                "digests": digests,
+                "validation": val,
+                "train": train,
+                "semantic_id_layers": cfg.semantic_id_layers,
+                "seed": cfg.seed,
+                "pseudo": pseudo,
+                "methods": {
+                    m: ([dataclasses.asdict(v) for v in c] if isinstance(c, (list, tuple)) else dataclasses.asdict(c))
+                    for m, c in sizes.items()
+                },
+                "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
+                "memory_bound": {"bound": MEMORY_BOUND, "above": MEMORY_BOUND_ABOVE},
+                # how close latencies are told apart (a changed rule chooses again)
+                "latency_rule": {"band": LATENCY_TIE, "paired": "wilcoxon", "alpha": ALPHA, "min_gain": MIN_GAIN},
             },
-            "grid": {"ef": EF_SEARCHES, "rerank": RERANKS},
-            "memory_bound": {"bound": MEMORY_BOUND, "above": MEMORY_BOUND_ABOVE},
-            # how close latencies are told apart (a changed rule chooses again)
-            "latency_rule": {"band": LATENCY_TIE, "paired": "wilcoxon", "alpha": ALPHA, "min_gain": MIN_GAIN},
-        }
+        )
     )
 
 
@@ -288,12 +293,15 @@ def _tune_settings(cfg: QuickstartConfig, index_dir: Path, student_dir: Path, te
     """A fixed ``index_factory``: choose its nprobe / re-rank depth
     (:func:`scalingnote.index.tune.tune_search`) on ``texts``."""
     key = input_digest(
-        {
-            "index_recall": cfg.index_recall,
-            "student": str(student_dir),
-            "student_digest": step_digest(student_dir.parent),
-            "queries": texts,
-        }
+        out_relative(
+            student_dir,
+            {
+                "index_recall": cfg.index_recall,
+                "student": str(student_dir),
+                "student_digest": step_digest(student_dir.parent),
+                "queries": texts,
+            },
+        )
     )
     if (read_manifest(index_dir).get("search_tuning") or {}).get("inputs_digest") == key:
         return

@@ -17,7 +17,7 @@ from scalingnote.evaluation.dense import exact_search, truncate_normalize
 from scalingnote.evaluation.metrics import per_query
 from scalingnote.models import load_tower
 from scalingnote.models.onnx_export import export_onnx, onnx_embed, ort_session
-from scalingnote.training.config import load_train_config
+from scalingnote.training.config import load_run_config
 from scalingnote.training.data import load_training_data
 from scalingnote.training.evaluate import heldout_queries
 
@@ -85,7 +85,7 @@ class TuningTexts(list):
 def tuning_texts(ev: EvalSet, heldout_from: Path, limit: int = 1000, seed: int = 0) -> TuningTexts:
     """Query texts to choose the index on: the validation queries (the choice) and up to ``limit``
     training queries of the Stage I run ``heldout_from`` (router fitting), never a reported query."""
-    cfg = load_train_config(Path(heldout_from) / "config.yaml")
+    cfg = load_run_config(heldout_from)  # a moved run reads its data where it now is
     test_ids, test_texts = set(ev.qids), set(ev.texts)
     seen = set(ev.val_texts)
     train = []

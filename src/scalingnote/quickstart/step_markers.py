@@ -27,7 +27,7 @@ def _root(path: Path) -> Path | None:
     return None
 
 
-def _canon(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+def out_relative(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
     """``inputs`` as plain JSON with the output directory written as ``$OUT``, so a run directory
     that is moved or copied whole still matches its steps."""
     text = json.dumps(inputs, sort_keys=True, default=str)
@@ -41,7 +41,7 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
     """True when ``path`` finished with these inputs (:mod:`scalingnote.utils.steps`); a step
     finished with other inputs is cleared (its directory removed) and redone, with a message
     naming what changed."""
-    canon = _canon(path, inputs)
+    canon = out_relative(path, inputs)
     state = step_state(path, canon)
     if state == "done":
         return True
@@ -55,7 +55,7 @@ def step_done(path: Path, inputs: dict[str, Any]) -> bool:
 
 def step_is_done(path: Path, inputs: dict[str, Any]) -> bool:
     """Whether ``path`` finished with these inputs, touching nothing (:func:`step_done` clears a changed step)."""
-    return step_state(path, _canon(path, inputs)) == "done"
+    return step_state(path, out_relative(path, inputs)) == "done"
 
 
 def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> None:
@@ -63,7 +63,7 @@ def mark_done(path: Path, inputs: dict[str, Any], info: dict | None = None) -> N
     resumed: they would be copies of weights its towers already hold), their record stays."""
     for ck in (path / "checkpoints").glob("step-*"):
         shutil.rmtree(ck, ignore_errors=True)
-    mark_step(path, _canon(path, inputs), info)
+    mark_step(path, out_relative(path, inputs), info)
 
 
 def on_gpu() -> bool:
@@ -97,4 +97,4 @@ def step_inputs(c, **more: Any) -> dict[str, Any]:
     return with_defaults({"config": json.loads(json.dumps(_config_dict(c), default=str)), **more}, c, "config.")
 
 
-__all__ = ["COSMETIC", "banner", "mark_done", "on_gpu", "step_digest", "step_done", "step_inputs"]
+__all__ = ["COSMETIC", "banner", "mark_done", "on_gpu", "out_relative", "step_digest", "step_done", "step_inputs"]

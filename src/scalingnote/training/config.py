@@ -8,7 +8,8 @@ projection W gets its own, larger learning rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -251,3 +252,30 @@ class TrainConfig(RunSettings):
 def load_train_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
     """A :class:`TrainConfig` from a YAML file (or the defaults), with dotted-key ``overrides``."""
     return load_config(TrainConfig, path, **overrides)
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    """The config a finished run recorded (``<run_dir>/config.yaml``), its data paths followed where the run
+    was moved or copied with its data (a quick start's output directory moved whole): a recorded path that
+    no longer exists is read relative to the run's recorded ``output_dir`` and found from ``run_dir``."""
+    run_dir = Path(run_dir)
+    cfg = load_train_config(run_dir / "config.yaml")
+    old = cfg.output_dir
+    if not old or Path(old).resolve() == run_dir.resolve():
+        return cfg
+
+    def follow(p: str | None) -> str | None:
+        if not p or Path(p).exists():
+            return p
+        there = (run_dir / os.path.relpath(p, old)).resolve()
+        return str(there) if there.exists() else p
+
+    d = cfg.data
+    data = replace(
+        d,
+        data_dir=follow(d.data_dir) or d.data_dir,
+        triplets=follow(d.triplets),
+        validation_triplets=follow(d.validation_triplets),
+        mining=replace(d.mining, tower=follow(d.mining.tower)),
+    )
+    return replace(cfg, data=data, output_dir=str(run_dir))

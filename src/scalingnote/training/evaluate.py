@@ -12,7 +12,7 @@ import numpy as np
 from scalingnote.evaluation import contrastive_perplexity
 from scalingnote.evaluation.dense import dense_metrics, exact_search, perplexity_negatives, truncate_normalize
 from scalingnote.evaluation.metrics import per_query
-from scalingnote.training.config import TrainConfig, load_train_config
+from scalingnote.training.config import TrainConfig, load_run_config
 from scalingnote.training.data import load_training_data
 from scalingnote.utils import write_json
 from scalingnote.utils.io import atomic_path
@@ -120,7 +120,7 @@ def heldout_queries(
     """The validation queries of a Stage I output directory (its held-out split, or its
     validation triplets) as ``({query_id: text}, {query_id: {positive_id: 1}})``, minus
     ``exclude``: labels the run never trained on, e.g. to tune a fusion weight."""
-    cfg = load_train_config(Path(run_dir) / "config.yaml")
+    cfg = load_run_config(run_dir)  # a moved run reads its data where it now is
     texts: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
     for e in load_training_data(cfg.data, cfg.seed, show_progress=False).validation:

@@ -115,6 +115,12 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     return {**out, "kind": "dir", "files": n, "size": size, "tree_sha256": h.hexdigest()}
 
 
+def content_fingerprint(path: str | Path) -> dict[str, Any]:
+    """:func:`fingerprint` without the resolved path: what ``path`` holds, wherever it lies (a copy or a
+    move of the same files matches)."""
+    return {k: v for k, v in fingerprint(path).items() if k != _FP}
+
+
 def canonical(obj: Any) -> Any:
     """``obj`` as plain JSON values: dataclasses -> dicts, Paths -> :func:`fingerprint`,
     tuples / sets -> lists, numpy scalars -> numbers, non-finite floats -> strings."""
