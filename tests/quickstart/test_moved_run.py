@@ -12,33 +12,13 @@ from scalingnote.index.docstore import index_corpus
 from scalingnote.index.layout import read_manifest
 from scalingnote.live import LiveIndex
 from scalingnote.quickstart import QuickstartConfig, quickstart
+from tests.helpers.tiny_quickstart import TINY
 
 
 def _cfg(tiny_models, out):
-    llm, bert = tiny_models
+    llm, bert = tiny_models  # the tiny run of tests/helpers/tiny_quickstart.py, in this process
     return QuickstartConfig(
-        out=str(out),
-        llm=llm,
-        bert=bert,
-        llm_depths=[1],
-        llm_small_layers=1,
-        bert_small_layers=1,
-        dim=32,
-        synth_docs=120,
-        synth_queries=60,
-        steps=3,
-        batch_size=4,
-        qkd_epochs=1.0,
-        qkd_batch_size=16,
-        qkd_max_pseudo_queries=60,
-        qkd_corpus_texts=100,
-        semantic_id_layers=2,
-        query_max_length=16,
-        doc_max_length=64,
-        show_progress=False,
-        head_lrs=[1e-3],
-        compare="none",
-        mining_round="off",
+        out=str(out), llm=llm, bert=bert, **{**TINY, "qkd_corpus_texts": 100, "mining_round": "off"}
     )
 
 
