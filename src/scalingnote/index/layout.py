@@ -68,12 +68,11 @@ def anchor_paths(root: str | Path, man: dict[str, Any]) -> dict[str, Any]:
 def _reanchor(root: Path, man: dict[str, Any]) -> dict[str, Any]:
     """The manifest's recorded paths as they are now: where an index was moved or copied with its tower
     and corpus, the path relative to the index (``paths_from_index``) names them; else the absolute one."""
-    for name, rel in (man.get(PATHS_FROM_INDEX) or {}).items():
-        section, field = ANCHORED.get(name, (None, None))
-        entry = man.get(section) if section else None
-        there = root / str(rel)
-        if isinstance(entry, dict) and field and there.exists():
-            entry[field] = str(there.resolve())
+    rels = man.get(PATHS_FROM_INDEX) or {}
+    for name, (section, field) in ANCHORED.items():
+        entry, rel = man.get(section), rels.get(name)
+        if rel and isinstance(entry, dict) and (root / rel).exists():
+            entry[field] = str((root / rel).resolve())
     return man
 
 
