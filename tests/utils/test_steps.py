@@ -87,6 +87,21 @@ def test_large_files_by_size_and_mtime(tmp_path, monkeypatch):
     assert steps.fingerprint(f) != fp
 
 
+def test_content_fingerprint_reads_every_byte(tmp_path, monkeypatch):
+    # a copy that does not keep the times is the same content; one changed byte is not
+    monkeypatch.setattr(steps, "SMALL_FILE", 10)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    (a / "corpus.jsonl").write_bytes(b"x" * 100)
+    b.mkdir()
+    (b / "corpus.jsonl").write_bytes(b"x" * 100)
+    os.utime(b / "corpus.jsonl", ns=(10**18, 10**18))
+    assert steps.content_fingerprint(a) == steps.content_fingerprint(b)
+    assert steps.content_fingerprint(a / "corpus.jsonl") == steps.content_fingerprint(b / "corpus.jsonl")
+    (b / "corpus.jsonl").write_bytes(b"x" * 99 + b"y")
+    assert steps.content_fingerprint(a) != steps.content_fingerprint(b)
+
+
 def test_step_states_and_reuse(tmp_path):
     d = tmp_path / "step"
     inputs = {"data": _beir(tmp_path / "beir"), "cfg": _Cfg()}

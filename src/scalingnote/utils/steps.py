@@ -81,14 +81,15 @@ def file_sha256(p: str | Path) -> str:
     return h.hexdigest()
 
 
-def _file_fp(p: Path, st: os.stat_result) -> dict[str, Any]:
-    if st.st_size <= SMALL_FILE:
+def _file_fp(p: Path, st: os.stat_result, every_byte: bool = False) -> dict[str, Any]:
+    if every_byte or st.st_size <= SMALL_FILE:
         return {"size": st.st_size, "sha256": file_sha256(p)}
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def fingerprint(path: str | Path) -> dict[str, Any]:
-    """What :func:`input_digest` records for a :class:`~pathlib.Path` value (see the module doc)."""
+def fingerprint(path: str | Path, every_byte: bool = False) -> dict[str, Any]:
+    """What :func:`input_digest` records for a :class:`~pathlib.Path` value (see the module doc);
+    ``every_byte``: large files by content too, not by their ``mtime_ns``."""
     p = Path(path).expanduser().resolve()
     out: dict[str, Any] = {_FP: str(p)}
     try:
@@ -96,7 +97,7 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {**out, "kind": "missing"}
     if p.is_file():
-        return {**out, "kind": "file", **_file_fp(p, st)}
+        return {**out, "kind": "file", **_file_fp(p, st, every_byte)}
     h = hashlib.sha256()
     n = size = 0
     for root, dirs, files in os.walk(p):
@@ -106,7 +107,7 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
                 continue
             f = Path(root) / name
             try:
-                fp = _file_fp(f, f.stat())
+                fp = _file_fp(f, f.stat(), every_byte)
             except FileNotFoundError:  # vanished while walking
                 continue
             h.update(json.dumps([str(f.relative_to(p)), fp], sort_keys=True).encode())
@@ -116,9 +117,9 @@ def fingerprint(path: str | Path) -> dict[str, Any]:
 
 
 def content_fingerprint(path: str | Path) -> dict[str, Any]:
-    """:func:`fingerprint` without the resolved path: what ``path`` holds, wherever it lies (a copy or a
-    move of the same files matches)."""
-    return {k: v for k, v in fingerprint(path).items() if k != _FP}
+    """:func:`fingerprint` without the resolved path and by every byte: what ``path`` holds, wherever it
+    lies and whenever it was written (a move, or a copy that does not keep the times, matches)."""
+    return {k: v for k, v in fingerprint(path, every_byte=True).items() if k != _FP}
 
 
 def canonical(obj: Any) -> Any:
