@@ -219,28 +219,39 @@ def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out = {}
     for s in sorted({r["set"] for r in rows}):
         rs = [r for r in rows if r["set"] == s and r["mode"] == "budgeted" and not r.get("carried")]
-        if not rs:
-            continue
-        served = [r["served_ndcg@10"] for r in rs]
-        configs = sorted({r["served_config"] for r in rs})
-        out[s] = {
-            "runs": len(rs),
-            "seeds": sorted({r["seed"] for r in rs}),
-            "cores": sorted({r["cores"] for r in rs}),
-            "served_configs": configs,
-            "served_min": min(served),
-            "served_max": max(served),
-            "served_spread": round(max(served) - min(served), 4),
-            "retention_val_min": min(
-                (r["retention_val"] for r in rs if r.get("retention_val") is not None), default=None
-            ),
-            "output_mb_max": max((r["output_mb"] for r in rs if r.get("output_mb") is not None), default=None),
-            # one run shows nothing about stability: not measured (None), not met
-            "meets_stability_target": None
-            if len(rs) < 2
-            else len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE,
-        }
+        if rs:
+            out[s] = _spread(rs)
     return out
+
+
+def carried_stability(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`stability` of the carried rows, one entry per (set, machine, code): what that code showed
+    on that machine, never mixed with another's."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("carried") and r["mode"] == "budgeted":
+            groups.setdefault((r["set"], r.get("machine"), r.get("code")), []).append(r)
+    return [{"set": s, "machine": m, "code": c, **_spread(rs)} for (s, m, c), rs in sorted(groups.items(), key=str)]
+
+
+def _spread(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    served = [r["served_ndcg@10"] for r in rs]
+    configs = sorted({r["served_config"] for r in rs})
+    return {
+        "runs": len(rs),
+        "seeds": sorted({r["seed"] for r in rs}),
+        "cores": sorted({r["cores"] for r in rs}),
+        "served_configs": configs,
+        "served_min": min(served),
+        "served_max": max(served),
+        "served_spread": round(max(served) - min(served), 4),
+        "retention_val_min": min((r["retention_val"] for r in rs if r.get("retention_val") is not None), default=None),
+        "output_mb_max": max((r["output_mb"] for r in rs if r.get("output_mb") is not None), default=None),
+        # one run shows nothing about stability: not measured (None), not met
+        "meets_stability_target": None
+        if len(rs) < 2
+        else len(configs) == 1 and max(served) - min(served) <= STABILITY_TOLERANCE,
+    }
 
 
 def recipe_row(set_name: str, results: Path) -> dict[str, Any]:
@@ -368,6 +379,7 @@ def main() -> None:
                             "served_tolerance": SERVED_TOLERANCE,
                             "stability_tolerance": STABILITY_TOLERANCE,
                             "stability": stability(out),
+                            "stability_carried": carried_stability(carried),
                             "cpu_count": os.cpu_count(),
                             "root": os.path.relpath(args.root, REPO_ROOT),
                             "note": "budgeted = --budget-minutes <target>; full = --full; each in its own "

@@ -247,7 +247,7 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
 def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_path):
     import json
 
-    from benchmarks.quickstart_budget import _old_rows, compare_modes, stability
+    from benchmarks.quickstart_budget import _old_rows, carried_stability, compare_modes, stability
 
     base = {
         "set": "default",
@@ -296,6 +296,11 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
     carried = _old_rows(f, "m", "c", carry=True)
     assert [r.get("carried") for r in carried] == [None, True] and carried[1]["machine"] == "other"
     assert "default" not in stability([carried[1]])  # a carried row is never compared
+    # ... but what each carried code showed on its machine is summarised on its own
+    old = [dict(r, carried=True, machine="old", code="a") for r in rows[:2]]
+    old.append(dict(rows[2], carried=True, machine="old", code="b"))
+    groups = carried_stability(old)
+    assert [(g["code"], g["runs"], g["meets_stability_target"]) for g in groups] == [("a", 2, True), ("b", 1, None)]
 
 
 def test_a_row_s_code_is_the_last_commit_that_changed_what_the_run_executes(tmp_path, monkeypatch):
