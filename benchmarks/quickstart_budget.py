@@ -145,6 +145,8 @@ def summarize(set_name: str, mode: str, res: dict[str, Any], wall_s: float, resu
         "student_ndcg@10": round(student["ndcg@10"], 4),
         "served_ndcg@10": round(served["ndcg@10"], 4),
         "retention_val": kept.get("retention_val"),
+        "retention_val_low": kept.get("retention_val_low"),
+        "retention_val_high": kept.get("retention_val_high"),
         "retention_test": kept.get("retention_test"),
         "speedup": kept.get("speedup"),
         "output_mb": ch.get("output_mb"),

@@ -102,3 +102,36 @@ def test_compare_runs_on_scifact(shared_data):
         compare_runs(good, partial, qrels, "mrr@10", missing="ignore")
     with pytest.raises(ScalingNoteError, match="not a per-query"):
         compare_runs(good, bad, qrels, "auc")
+
+
+def test_ratio_interval_of_a_retention():
+    from scalingnote.evaluation import ratio_interval
+
+    rng = np.random.default_rng(0)
+    teacher = rng.uniform(0, 1, 62)
+    student = np.clip(teacher - rng.normal(0.03, 0.15, 62), 0, 1)
+    ratio, lo, hi = ratio_interval(list(student), list(teacher), seed=3)
+    assert ratio == pytest.approx(student.mean() / teacher.mean())
+    assert lo < ratio < hi and hi - lo > 0.05  # 62 queries know a retention to a few points, no better
+    assert ratio_interval(list(student), list(teacher), seed=3) == (ratio, lo, hi)  # seeded
+    # four times the queries (the same draws repeated): a narrower interval around the same ratio
+    r4, lo4, hi4 = ratio_interval(list(np.tile(student, 4)), list(np.tile(teacher, 4)), seed=3)
+    assert r4 == pytest.approx(ratio) and hi4 - lo4 < 0.7 * (hi - lo)
+    # keyed by query: aligned by key, not by order
+    a = {f"q{i}": float(v) for i, v in enumerate(student)}
+    b = dict(reversed([(f"q{i}", float(v)) for i, v in enumerate(teacher)]))
+    assert ratio_interval(a, b, seed=3)[0] == pytest.approx(ratio)
+    assert ratio_interval([0.5, 0.5], [1.0, 1.0]) == (0.5, 0.5, 0.5)
+    with pytest.raises(ScalingNoteError, match="denominator"):
+        ratio_interval([0.5, 0.5], [0.0, 0.0])
+
+
+def test_ratio_interval_leaves_out_resamples_without_a_ratio():
+    from scalingnote.evaluation import ratio_interval
+
+    # one query in four has a teacher score: some resamples have none (no ratio) and are left out
+    r, lo, hi = ratio_interval([0.5, 0.0, 0.0, 0.0] * 3, [1.0, 0.0, 0.0, 0.0] * 3, seed=1)  # 3% of resamples
+    assert r == 0.5 and lo == hi == 0.5
+    # most resamples without one: the interval is not known
+    r, lo, hi = ratio_interval([0.5, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], seed=1)
+    assert r == 0.5 and math.isnan(lo) and math.isnan(hi)

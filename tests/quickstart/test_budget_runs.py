@@ -152,6 +152,11 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     quickstart(_tiny_cfg(tiny_models, fresh, full=True))
     assert _steps(out) == _steps(fresh)
     assert json.loads((fresh / "results.json").read_text())["choices"]["proxy"] is None
+    # benchmarks.retention_interval scores the run's teacher and student again, as the run did (else it stops)
+    from benchmarks.retention_interval import measure
+
+    kept, row = json.loads((fresh / "results.json").read_text())["choices"]["retention"], measure(fresh)
+    assert row["retention_val"] == pytest.approx(kept["retention_val"], abs=2e-3) and row["test_queries"] > 1
 
 
 def test_the_cli_takes_the_budget_and_full_and_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch):

@@ -29,6 +29,7 @@ from scalingnote.evaluation.significance import (
     compare_runs,
     paired_bootstrap,
     paired_ttest,
+    ratio_interval,
 )
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "parse_metrics",
     "per_query",
     "rank_documents",
+    "ratio_interval",
     "run_auc",
     "sample_contrastive_set",
 ]

@@ -6,6 +6,8 @@
   difference (:func:`scipy.stats.bootstrap` over the paired differences) and the
   matching two-sided bootstrap p-value.
 * :func:`compare_runs` — both, for two runs on the same qrels and metric.
+* :func:`ratio_interval` — seeded percentile bootstrap interval of ``mean(a) / mean(b)`` over the
+  same queries (a student's retention of its teacher, read with how far its queries let it be known).
 
 Differences are always ``a - b``.
 """
@@ -140,6 +142,51 @@ def paired_bootstrap(
     return BootstrapResult(mean, low, high, confidence, pvalue, len(d), n_resamples, seed)
 
 
+def ratio_interval(
+    a: Mapping[str, float] | Sequence[float],
+    b: Mapping[str, float] | Sequence[float],
+    *,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(ratio, low, high)``: ``mean(a) / mean(b)`` and its percentile bootstrap interval, resampling
+    the queries (pairs) with replacement (:func:`scipy.stats.bootstrap`, ``paired=True``);
+    deterministic for a seed. ``b`` must have a positive mean; a resample whose ``b`` is all zero has
+    no ratio and is left out (few queries, most of them scored 0); when more than 5% of them are, the
+    interval is NaN (not known)."""
+    x, y = _paired(a, b)
+    if y.mean() <= 0:
+        raise ScalingNoteError(f"ratio_interval: the denominator's mean must be positive, got {y.mean():.4g}")
+    ratio = float(x.mean() / y.mean())
+    if np.ptp(x) == 0 and np.ptp(y) == 0:  # every resample gives the same ratio
+        return ratio, ratio, ratio
+    from scipy import stats  # lazy: scipy.stats takes ~0.5 s to import
+
+    def _ratio(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
+        den = v.mean(axis=axis)
+        return u.mean(axis=axis) / np.where(den > 0, den, np.nan)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns of the NaN resamples handled below
+        res = stats.bootstrap(
+            (x, y),
+            _ratio,
+            paired=True,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method="percentile",
+            vectorized=True,
+            rng=np.random.default_rng(seed),
+        )
+    dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
+    if np.isnan(dist).mean() > 0.05:
+        return ratio, float("nan"), float("nan")
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.nanpercentile(dist, [tail, 100 - tail])
+    return ratio, float(low), float(high)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Two runs on one metric: means, t-test and bootstrap CI of ``a - b``."""
@@ -208,4 +255,5 @@ __all__ = [
     "compare_runs",
     "paired_bootstrap",
     "paired_ttest",
+    "ratio_interval",
 ]

@@ -46,6 +46,8 @@ class Scored:
     val_ndcg: float
     run: dict[str, dict[str, float]] = field(repr=False)
     val_run: dict[str, dict[str, float]] = field(repr=False)
+    #: per-query validation nDCG@10 (for the interval of a retention; empty without validation)
+    val_per_query: dict[str, float] = field(default_factory=dict, repr=False)
 
 
 def load_eval_set(beir: Path, split: str, heldout_from: Path, max_queries: int | None) -> EvalSet:
@@ -145,7 +147,12 @@ def score(pool: TowerPool, tower_dir: str | Path, doc_run: str | Path, ev: EvalS
     val_run = exact_search(pool.encode(tower_dir, ev.val_texts), ev.val_qids, d_emb, ids, k=100) if ev.val_qids else {}
     val = float(evaluate(val_run, ev.val_qrels, ["ndcg@10"])["ndcg@10"]) if ev.val_qids else float("nan")
     pool.scored[key] = Scored(
-        evaluate(run, ev.qrels, METRICS), per_query_ndcg(run, ev.qrels), round(val, 4), run, val_run
+        evaluate(run, ev.qrels, METRICS),
+        per_query_ndcg(run, ev.qrels),
+        round(val, 4),
+        run,
+        val_run,
+        per_query_ndcg(val_run, ev.val_qrels) if ev.val_qids else {},
     )
     return pool.scored[key]
 
