@@ -34,13 +34,18 @@ def _run(root, tiny_bert_dir):
 def test_a_moved_run_finds_its_tower_and_corpus_and_keeps_its_index(tmp_path, tiny_bert_dir):
     tower = _run(tmp_path / "a", tiny_bert_dir)
     man = read_manifest(tmp_path / "a" / "index" / "flat")
-    assert man["paths_from_index"] == {"tower": "../../stage1/doc_tower", "documents": "../../data/corpus.jsonl"}
+    assert man["paths_from_index"] == {
+        "tower": "../../stage1/doc_tower",
+        "documents": "../../data/corpus.jsonl",
+        "embeddings": "../../emb",
+    }
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     shutil.rmtree(tmp_path / "a")  # the run was moved: nothing of it is left where it was built
     idx = tmp_path / "b" / "index" / "flat"
     man = read_manifest(idx)
     assert man["tower"]["path"] == str((tmp_path / "b" / "stage1" / "doc_tower").resolve())
     assert index_corpus(man) == (tmp_path / "b" / "data" / "corpus.jsonl").resolve()
+    assert man["embeddings_dir"] == str((tmp_path / "b" / "emb").resolve())
     stamp = (idx / "manifest.json").stat().st_mtime_ns
     # the same inputs in their new place: reused, not built again
     build_index(tmp_path / "b" / "emb", idx, "Flat", documents=tmp_path / "b" / "data", reuse=True, **BUILD)
@@ -60,6 +65,7 @@ def test_an_index_moved_alone_keeps_its_absolute_paths(tmp_path, tiny_bert_dir):
     man = read_manifest(tmp_path / "elsewhere" / "flat")
     assert man["tower"]["path"] == str((tmp_path / "a" / "stage1" / "doc_tower").resolve())
     assert index_corpus(man) == (tmp_path / "a" / "data" / "corpus.jsonl").resolve()
+    assert man["embeddings_dir"] == str((tmp_path / "a" / "emb").resolve())
 
 
 def test_record_tower_path_records_it_from_the_index_too(tmp_path, tiny_bert_dir):

@@ -44,10 +44,15 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     return _reanchor(root, man)
 
 
-#: the manifest's recorded paths (section, field): the document tower's saved directory and the corpus
-#: the document store was written from; each is also recorded relative to the index directory
-#: (``paths_from_index``), so an index moved or copied together with them still finds them
-ANCHORED = {"tower": ("tower", "path"), "documents": ("documents", "source")}
+#: the manifest's recorded paths (section, field; section None: a top-level field): the document tower's
+#: saved directory, the corpus the document store was written from and the embeddings the index was built
+#: from (where a corpus is looked for when none was given); each is also recorded relative to the index
+#: directory (``paths_from_index``), so an index moved or copied together with them still finds them
+ANCHORED: dict[str, tuple[str | None, str]] = {
+    "tower": ("tower", "path"),
+    "documents": ("documents", "source"),
+    "embeddings": (None, "embeddings_dir"),
+}
 PATHS_FROM_INDEX = "paths_from_index"
 
 
@@ -56,7 +61,7 @@ def anchor_paths(root: str | Path, man: dict[str, Any]) -> dict[str, Any]:
     (the index directory, or a sibling it is renamed from: the same parent gives the same relative path)."""
     rel: dict[str, str] = {}
     for name, (section, field) in ANCHORED.items():
-        p = (man.get(section) or {}).get(field)
+        p = (man if section is None else man.get(section) or {}).get(field)
         if p:
             try:
                 rel[name] = os.path.relpath(Path(str(p)).resolve(), Path(root).resolve())
@@ -70,7 +75,7 @@ def _reanchor(root: Path, man: dict[str, Any]) -> dict[str, Any]:
     and corpus, the path relative to the index (``paths_from_index``) names them; else the absolute one."""
     rels = man.get(PATHS_FROM_INDEX) or {}
     for name, (section, field) in ANCHORED.items():
-        entry, rel = man.get(section), rels.get(name)
+        entry, rel = man if section is None else man.get(section), rels.get(name)
         if rel and isinstance(entry, dict) and (root / rel).exists():
             entry[field] = str((root / rel).resolve())
     return man
