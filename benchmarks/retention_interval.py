@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import REPO_ROOT, chosen_student, write_results
 from scalingnote.evaluation.significance import paired_ttest, ratio_interval
-from scalingnote.quickstart.scoring import TowerPool, load_eval_set, score
+from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, load_eval_set, score
 
 NAME = "retention_interval"
 TARGET = 0.97  #: the student keeps >= 97% of its teacher's validation nDCG@10
@@ -49,8 +50,20 @@ def _interval(a: dict[str, float], b: dict[str, float], seed: int) -> tuple[floa
     return round(ratio, 4), round(lo, 4), round(hi, 4)
 
 
-def measure(run: Path) -> dict[str, Any]:
-    """One row for the finished quick start ``run``."""
+@dataclass
+class Rescored:
+    """A finished quick start scored again as it scored itself: its results, data, evaluation set and
+    the chosen teacher's and student's scores (the student's queries against the teacher's documents)."""
+
+    res: dict[str, Any]
+    beir: Path
+    ev: EvalSet
+    teacher: Scored
+    student: Scored
+
+
+def rescore(run: Path) -> Rescored:
+    """Score ``run``'s chosen teacher and student again (:func:`scalingnote.quickstart.scoring.score`)."""
     res = json.loads((run / "results.json").read_text())
     cfg, ch = res["config"], res["choices"]
     teacher_dir = Path(ch["teacher"]["dir"])
@@ -61,7 +74,13 @@ def measure(run: Path) -> dict[str, Any]:
     ev = load_eval_set(beir, cfg.get("eval_split") or "test", teacher_dir, cfg.get("max_eval_queries"))
     pool = TowerPool()
     t = score(pool, teacher_dir / "query_tower", teacher_dir, ev)
-    s = score(pool, student_dir, teacher_dir, ev)
+    return Rescored(res, beir, ev, t, score(pool, student_dir, teacher_dir, ev))
+
+
+def measure(run: Path) -> dict[str, Any]:
+    """One row for the finished quick start ``run``."""
+    sc = rescore(run)
+    cfg, ch, t, s = sc.res["config"], sc.res["choices"], sc.teacher, sc.student
     kept = ch.get("retention") or {}
     recorded = (kept.get("teacher_val"), kept.get("student_val"), chosen_student(ch).get("val"))
     if round(t.val_ndcg, 4) != recorded[0] or round(s.val_ndcg, 4) != recorded[1]:
