@@ -154,9 +154,11 @@ def test_the_budgeted_run_trains_only_the_survivors_and_full_reuses_them(tiny_mo
     assert json.loads((fresh / "results.json").read_text())["choices"]["proxy"] is None
     # benchmarks.retention_interval scores the run's teacher and student again, as the run did (else it stops)
     from benchmarks.retention_interval import measure
+    from benchmarks.served_spread import served_per_query  # ... and its served configuration from its parts
 
     kept, row = json.loads((fresh / "results.json").read_text())["choices"]["retention"], measure(fresh)
     assert row["retention_val"] == pytest.approx(kept["retention_val"], abs=2e-3) and row["test_queries"] > 1
+    assert len(served_per_query(fresh, {})[0]) == row["test_queries"]  # it stops where the run's own row differs
 
 
 def test_the_cli_takes_the_budget_and_full_and_refuses_a_bad_budget_before_any_work(tmp_path, monkeypatch):
