@@ -13,7 +13,8 @@ twice as slow). A row per run: seed, cores, wall minutes of the pipeline and per
 (``phase_<name>_s``), what the plan expected and skipped, the chosen teacher / student / width /
 served configuration, the proxy's agreement with the full runs, test nDCG@10 of the teacher, the
 student and the served row, the student's retention of its teacher (``retention_val``,
-``retention_test``: student / teacher nDCG@10) and speed-up, and the run directory's size
+``retention_test``: student / teacher nDCG@10; ``retention_val_low`` / ``_high``: the validation
+retention's 95% bootstrap interval over the validation queries) and speed-up, and the run directory's size
 (``output_mb``). Once both modes of a (set, seed, cores) are in, whether the budgeted run made the
 same choices as the exhaustive one or served within 0.005 nDCG@10 of it; per set, the spread of
 the served configuration and served test nDCG@10 across seeds and machine speeds (``config.stability``).

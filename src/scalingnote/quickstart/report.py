@@ -186,7 +186,7 @@ def _interval(student: dict | None, teacher: dict | None) -> dict[str, Any]:
     if sum(teacher.values()) <= 0:
         return none
     _, lo, hi = ratio_interval(student, teacher)
-    if lo != lo or hi != hi:  # a resample with no relevant document found by the teacher
+    if lo != lo or hi != hi:  # too many resamples with no query the teacher scored: not known
         return none
     return {"retention_val_low": round(lo, 4), "retention_val_high": round(hi, 4), "val_queries": len(student)}
 
