@@ -34,7 +34,7 @@ TARGET = 0.97  #: the student keeps >= 97% of its teacher's validation nDCG@10
 BUDGET_ROOT = REPO_ROOT / ".cache" / "bench" / "quickstart_budget"
 
 
-def _codes() -> dict[str, dict[str, Any]]:
+def budget_rows_by_out() -> dict[str, dict[str, Any]]:
     """The quickstart_budget row of each run directory (the newest with its name: the output on disk
     is the last run's), for the set, cores, code and machine it ran."""
     path = REPO_ROOT / "benchmarks" / "results" / "quickstart_budget.json"
@@ -112,19 +112,23 @@ def measure(run: Path) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", default=None, help="comma-separated quick-start outputs (default: quickstart_budget's)")
-    ap.add_argument("--name", default=NAME)
+def parse_args(doc: str, name: str, pattern: str) -> tuple[argparse.Namespace, list[Path]]:
+    """``--runs`` (comma-separated finished quick starts; default: those under :data:`BUDGET_ROOT`
+    matching ``pattern``) and ``--name`` (the results file)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--runs", default=None, help=f"comma-separated quick-start outputs (default: {pattern})")
+    ap.add_argument("--name", default=name)
     args = ap.parse_args()
-    runs = (
-        [Path(p) for p in args.runs.split(",")]
-        if args.runs
-        else sorted(p.parent for p in BUDGET_ROOT.glob("*/results.json"))
-    )
+    if args.runs:
+        return args, [Path(p) for p in args.runs.split(",")]
+    return args, sorted(p.parent for p in BUDGET_ROOT.glob(f"{pattern}/results.json"))
+
+
+def main() -> None:
+    args, runs = parse_args(__doc__, NAME, "*")
     if not runs:
         raise SystemExit(f"no finished quick start under {BUDGET_ROOT} (run benchmarks.quickstart_budget first)")
-    measured = _codes()
+    measured = budget_rows_by_out()
     rows = []
     for run in runs:
         row = measure(run)

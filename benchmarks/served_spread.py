@@ -19,13 +19,12 @@ written into the runs. Writes ``benchmarks/results/<--name>.json``.
 
 from __future__ import annotations
 
-import argparse
 from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from benchmarks._common import write_results
-from benchmarks.retention_interval import BUDGET_ROOT, _codes, rescore
+from benchmarks.retention_interval import budget_rows_by_out, parse_args, rescore
 from scalingnote.data import load_corpus
 from scalingnote.evaluation import evaluate
 from scalingnote.evaluation.significance import paired_bootstrap, paired_ttest
@@ -93,18 +92,10 @@ def pair_row(a: dict[str, Any], b: dict[str, Any], pa: dict[str, float], pb: dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", default=None, help="comma-separated quick-start outputs (default: the budgeted runs)")
-    ap.add_argument("--name", default=NAME)
-    args = ap.parse_args()
-    runs = (
-        [Path(p) for p in args.runs.split(",")]
-        if args.runs
-        else sorted(p.parent for p in BUDGET_ROOT.glob("*_budgeted_*/results.json"))
-    )
+    args, runs = parse_args(__doc__, NAME, "*_budgeted_*")
     if len(runs) < 2:
         raise SystemExit(f"fewer than two finished quick starts to compare ({runs})")
-    measured, bm25 = _codes(), {}
+    measured, bm25 = budget_rows_by_out(), {}
     rows, per_query = [], {}
     for run in runs:
         pq, row = served_per_query(run, bm25)
