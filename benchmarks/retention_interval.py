@@ -9,9 +9,10 @@ scored them (:func:`scalingnote.quickstart.scoring.score`: the student's queries
 document embeddings, on the teacher's held-out validation queries and on the reported split), and the
 recomputed validation nDCG@10 is checked against the one the run recorded. A row per run: the
 retention (student / teacher nDCG@10) on validation and test with its 95% percentile bootstrap
-interval over the queries (:func:`scalingnote.evaluation.significance.ratio_interval`, seeded with
-the run's seed), the paired t-test of student against teacher, and whether the 97% target lies inside
-the validation interval (``target_in_interval``: the split cannot tell a miss from a pass).
+interval over the queries (:func:`scalingnote.evaluation.significance.ratio_interval`, seeded as the
+quick start seeds it: a run that recorded its interval must read the same one here), the paired
+t-test of student against teacher, and whether the 97% target lies inside the validation interval
+(``target_in_interval``: the split cannot tell a miss from a pass).
 Nothing is trained; nothing is written into the runs.
 
 Writes ``benchmarks/results/<--name>.json``.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import REPO_ROOT, chosen_student, write_results
+from benchmarks._common import REPO_ROOT, chosen_student, portable, write_results
 from scalingnote.evaluation.significance import paired_ttest, ratio_interval
 from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, load_eval_set, score
 
@@ -45,8 +46,8 @@ def budget_rows_by_out() -> dict[str, dict[str, Any]]:
     return out
 
 
-def _interval(a: dict[str, float], b: dict[str, float], seed: int) -> tuple[float, float, float]:
-    ratio, lo, hi = ratio_interval(a, b, seed=seed)
+def _interval(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, float]:
+    ratio, lo, hi = ratio_interval(a, b)  # the quick start's own seed for it (0)
     return round(ratio, 4), round(lo, 4), round(hi, 4)
 
 
@@ -89,8 +90,13 @@ def measure(run: Path) -> dict[str, Any]:
             f"from the recorded {recorded[0]} / {recorded[1]}: not the run's towers or queries"
         )
     seed = int(cfg.get("seed") or 0)
-    rv, rv_lo, rv_hi = _interval(s.val_per_query, t.val_per_query, seed)
-    rt, rt_lo, rt_hi = _interval(s.per_query, t.per_query, seed)
+    rv, rv_lo, rv_hi = _interval(s.val_per_query, t.val_per_query)
+    rt, rt_lo, rt_hi = _interval(s.per_query, t.per_query)
+    if kept.get("retention_val_low") is not None and (kept["retention_val_low"], kept["retention_val_high"]) != (
+        rv_lo,
+        rv_hi,
+    ):
+        raise SystemExit(f"{run}: the interval differs from the one the run recorded ({kept})")
     return {
         "out": run.name,
         "seed": seed,
@@ -141,7 +147,7 @@ def main() -> None:
             f"test {row['retention_test']} [{row['retention_test_low']}, {row['retention_test_high']}]",
             flush=True,
         )
-    print(f"wrote {write_results(args.name, rows, {'runs': [str(r) for r in runs], 'target': TARGET})}")
+    print(f"wrote {write_results(args.name, rows, {'runs': [portable(r) for r in runs], 'target': TARGET})}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import write_results
+from benchmarks._common import portable, write_results
 from benchmarks.retention_interval import budget_rows_by_out, parse_args, rescore
 from scalingnote.data import load_corpus
 from scalingnote.evaluation import evaluate
@@ -110,7 +110,7 @@ def main() -> None:
             rows.append(pair_row(a, b, per_query[a["out"]], per_query[b["out"]]))
             p = rows[-1]
             print(f"[{NAME}] {a['out']} - {b['out']}: {p['delta']} [{p['delta_low']}, {p['delta_high']}]")
-    print(f"wrote {write_results(args.name, rows, {'runs': [str(r) for r in runs]})}")
+    print(f"wrote {write_results(args.name, rows, {'runs': [portable(r) for r in runs]})}")
 
 
 if __name__ == "__main__":
