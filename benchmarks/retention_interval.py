@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import REPO_ROOT, chosen_student, portable, write_results
+from benchmarks._common import REPO_ROOT, portable, write_results
 from scalingnote.evaluation.significance import paired_ttest, ratio_interval
 from scalingnote.quickstart.scoring import EvalSet, Scored, TowerPool, load_eval_set, score
 
@@ -83,7 +83,7 @@ def measure(run: Path) -> dict[str, Any]:
     sc = rescore(run)
     cfg, ch, t, s = sc.res["config"], sc.res["choices"], sc.teacher, sc.student
     kept = ch.get("retention") or {}
-    recorded = (kept.get("teacher_val"), kept.get("student_val"), chosen_student(ch).get("val"))
+    recorded = (kept.get("teacher_val"), kept.get("student_val"))
     if round(t.val_ndcg, 4) != recorded[0] or round(s.val_ndcg, 4) != recorded[1]:
         raise SystemExit(
             f"{run}: re-scored validation nDCG@10 teacher {t.val_ndcg:.4f} / student {s.val_ndcg:.4f} differs "
