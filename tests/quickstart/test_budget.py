@@ -318,13 +318,19 @@ def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
     short = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (60.0,) * 100)  # 12-17 tokens
     mixed = Sizes(**base, pool_chars_sample=(40.0,) * 900 + (400.0,) * 100)  # one sentence in ten fills the cap
     assert qkd_pool(cfg, mixed, "bert")[1] < 25  # the pool's mean is short...
-    assert qkd_padded_tokens(cfg, mixed, "bert") > 63  # ...but nearly every batch of 128 holds a long one: padded to 64
-    assert 17 <= qkd_padded_tokens(cfg, short, "bert") <= 20.5  # the logged queries (20) or the longest sentence (17)
-    assert qkd_step_seconds(cfg, mixed, fam, 2) > 2 * qkd_step_seconds(cfg, short, fam, 2) - 0.2
+    # ...but nearly every whole batch of 128 holds a long one: padded to 64
+    assert qkd_padded_tokens(cfg, mixed, "bert", chunk=0) > 63
+    # a step in length-sorted chunks of 32 pads only the chunk that holds the long tenth to 64
+    assert 20 < qkd_padded_tokens(cfg, mixed, "bert") < 0.5 * qkd_padded_tokens(cfg, mixed, "bert", chunk=0)
+    assert qkd_padded_tokens(cfg, mixed, "bert") == qkd_padded_tokens(cfg, mixed, "bert", chunk=32)
+    # whole: the logged queries (20) or the longest sentence (17); chunks of the 12-token sentences pad to 12
+    assert 17 <= qkd_padded_tokens(cfg, short, "bert", chunk=0) <= 20.5
+    assert 12 <= qkd_padded_tokens(cfg, short, "bert") < qkd_padded_tokens(cfg, short, "bert", chunk=0)
+    assert qkd_step_seconds(cfg, mixed, fam, 2) > 1.2 * qkd_step_seconds(cfg, short, fam, 2)
     # length-bucketed batches (a window of 8 batches sorted by length): the long tenth fills about one
     # batch of the eight, the others pad to the short texts
     bucketed = replace(cfg, qkd_length_buckets=8)
-    assert qkd_padded_tokens(bucketed, mixed, "bert") < 0.4 * qkd_padded_tokens(cfg, mixed, "bert")
+    assert qkd_padded_tokens(bucketed, mixed, "bert", chunk=0) < 0.4 * qkd_padded_tokens(cfg, mixed, "bert", chunk=0)
     assert qkd_padded_tokens(bucketed, short, "bert") <= qkd_padded_tokens(cfg, short, "bert")
     assert qkd_step_seconds(bucketed, mixed, fam, 2) < qkd_step_seconds(cfg, mixed, fam, 2)
     assert (

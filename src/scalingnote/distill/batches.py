@@ -56,4 +56,14 @@ def padded_tokens(batches: np.ndarray, lengths: np.ndarray) -> int:
     return int(sum(len(b) * int(lengths[b].max()) for b in batches))
 
 
-__all__ = ["bucketed_batches", "epoch_order", "padded_tokens"]
+def length_chunks(idx: np.ndarray, lengths: np.ndarray, chunk: int) -> list[np.ndarray]:
+    """``idx`` sorted by ``lengths`` (stable) and cut into ``ceil(len / chunk)`` near-equal parts:
+    the forward passes of one QKD step (``step_chunk``), each padded to its own longest text.
+    ``chunk`` 0 or at least ``len(idx)``: ``[idx]``."""
+    if chunk <= 0 or len(idx) <= chunk:
+        return [idx]
+    order = idx[np.argsort(lengths[idx], kind="stable")]
+    return [p for p in np.array_split(order, -(-len(idx) // chunk)) if len(p)]
+
+
+__all__ = ["bucketed_batches", "epoch_order", "length_chunks", "padded_tokens"]

@@ -78,6 +78,13 @@ class DistillConfig(RunSettings):
     #: GPU): length-sorted batches of 32 ran 1,500 pool texts through MiniLM-L6 in 5.6 s, batches of 128
     #: in 7.5 s (2 cores). Speed only: the cached vectors do not depend on it.
     cpu_batch_size: int = 32
+    #: a training step's forward and backward in length-sorted chunks of at most this many of its
+    #: queries, each padded to its own longest text, their gradients summed with weight chunk / batch:
+    #: the same step as one forward over the batch (Eq. 15 and the listwise term are means over
+    #: queries; with dropout each chunk draws its own masks), over fewer padded tokens (not in the
+    #: paper). None = ``cpu_batch_size`` on a CPU, the whole batch on a GPU or under FSDP; 0 = the
+    #: whole batch. Speed only: it is not one of the inputs a resumed run is checked against.
+    step_chunk: int | None = None
     #: Initial W_stu (Eq. 14): "lstsq" = centre the student's pooled states and solve a ridge
     #: least-squares fit to the teacher embeddings on ``head_init_samples`` training queries (a
     #: linear probe; not in the paper), or "orthogonal" = random. Training then fits Eq. 15 from there.
@@ -120,6 +127,8 @@ class DistillConfig(RunSettings):
             raise ValueError(f"student_dropout must be in [0, 1) or null, got {self.student_dropout}")
         if isinstance(self.length_buckets, bool) or self.length_buckets < 0 or self.length_buckets == 1:
             raise ValueError(f"length_buckets must be 0 (off) or a window of >= 2 batches, got {self.length_buckets!r}")
+        if self.step_chunk is not None and (isinstance(self.step_chunk, bool) or self.step_chunk < 0):
+            raise ValueError(f"step_chunk must be >= 0 (0 = the whole batch) or null, got {self.step_chunk!r}")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
         if isinstance(self.layer_choice_samples, bool) or self.layer_choice_samples < 1:

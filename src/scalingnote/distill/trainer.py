@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from scalingnote.config import save_config
-from scalingnote.distill.batches import bucketed_batches, epoch_order
+from scalingnote.distill.batches import bucketed_batches, epoch_order, length_chunks
 from scalingnote.distill.config import DistillConfig
 from scalingnote.distill.data import QKDData, prepare_data, token_lengths
 from scalingnote.distill.objective import qkd_batch_loss, qkd_validation_loss
@@ -88,7 +88,8 @@ class QKDLoop(TrainLoop):
         self.device = next(student.parameters()).device
         self.use_bf16 = _use_bf16(cfg, self.device)
         self._on_step = on_step
-        if cfg.length_buckets and data.lengths is None:
+        self.chunk = step_chunk(cfg, self.device)
+        if (cfg.length_buckets or self.chunk) and data.lengths is None:
             data.lengths = token_lengths(student, data.texts)
         self._epoch_batches: tuple[int, np.ndarray] | None = None
         if cfg.distributed == "fsdp":  # shard before the optimizer sees the parameters
@@ -131,9 +132,17 @@ class QKDLoop(TrainLoop):
         return distributed.rank_slice(self._epoch_batches[1][i])
 
     def train_step(self, step: int) -> dict[str, float]:
-        loss = self.batch_loss(self.batch_for_step(step))
-        loss.backward()
-        return {"loss": distributed.mean_over_ranks(float(loss.detach()))}  # the global batch's loss
+        """Forward and backward of the step's batch, in length-sorted chunks (``step_chunk``): each
+        chunk's mean loss weighted by its share of the batch, so the summed gradients and the loss
+        are the batch mean's."""
+        idx = self.batch_for_step(step)
+        lengths = self.data.lengths if self.chunk else None
+        total = 0.0
+        for part in length_chunks(idx, lengths, self.chunk) if lengths is not None else [idx]:
+            loss = self.batch_loss(part) * (len(part) / len(idx))
+            loss.backward()
+            total += float(loss.detach())
+        return {"loss": distributed.mean_over_ranks(total)}  # the global batch's loss
 
     def has_validation(self) -> bool:
         return len(self.val_idx) > 0
@@ -164,6 +173,16 @@ class QKDLoop(TrainLoop):
         return rec
 
 
+def step_chunk(cfg: DistillConfig, device: torch.device) -> int:
+    """``step_chunk`` resolved (0 = one forward over the batch): None = ``cpu_batch_size`` on a CPU,
+    0 on a GPU; 0 under FSDP (its backward reduce-scatters each pass's gradients)."""
+    if cfg.distributed == "fsdp" and distributed.is_distributed():
+        return 0
+    if cfg.step_chunk is None:
+        return cfg.cpu_batch_size if device.type == "cpu" else 0
+    return cfg.step_chunk
+
+
 def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
     """What a QKD run's checkpoints depend on (:mod:`scalingnote.training.resume`): the config
     (teacher-cache location and batch sizes aside) with the teacher's query tower and document
@@ -172,6 +191,7 @@ def qkd_inputs(cfg: DistillConfig) -> dict[str, Any]:
     inputs.pop("cache_dir", None)
     inputs.pop("teacher_batch_size", None)
     inputs.pop("cpu_batch_size", None)
+    inputs.pop("step_chunk", None)
     teacher = Path(cfg.teacher)
     inputs["teacher"] = {
         "dir": str(teacher.resolve()),

@@ -360,45 +360,43 @@ def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) 
     return model * s.speed(fam.name) + QKD_TRAINER_S
 
 
-def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str) -> float:
-    """The mean padded length of a QKD batch: a random batch of ``qkd_batch_size`` pool texts is
-    padded to its longest, so a step costs the batch's maximum, not the pool's mean (SciFact's
-    sentences: mean 35 MiniLM tokens, 64 in nearly every batch). With ``qkd_length_buckets`` a window
-    of that many batches is sorted by length before it is cut (:mod:`scalingnote.distill.batches`), so
-    each batch pays about its own texts' length. Simulated (seed 0) from the sampled titles and
-    sentences through ``fam``'s measured characters per token, cut to ``query_max_length``, and the
-    logged queries' mean; without a sample, the pool's mean."""
+def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | None = None) -> float:
+    """The mean padded length of a QKD batch: a step's forward passes run length-sorted chunks of
+    ``chunk`` texts (None = :attr:`DistillConfig.cpu_batch_size`, a CPU's ``step_chunk``; 0 = the whole
+    batch), each padded to its own longest, so a step costs its chunks' maxima, not the pool's mean
+    (SciFact's sentences: mean 35 MiniLM tokens, 64 in nearly every whole batch of 128). With
+    ``qkd_length_buckets`` a window of that many batches is sorted by length before it is cut
+    (:mod:`scalingnote.distill.batches`). Simulated (seed 0) from the sampled titles and sentences
+    through ``fam``'s measured characters per token, cut to ``query_max_length``, and the logged
+    queries' mean; without a sample, the pool's mean."""
     cpt = s.chars_per_token_by.get(fam, 0.0)
     logged, other = _pool_parts(cfg, s)
     if not s.pool_chars_sample or cpt <= 0 or other == 0:
         return qkd_pool(cfg, s, fam)[1]
     rng = random.Random(0)
     q_len, share = min(float(cfg.query_max_length), s.query_tok(fam)), other / (logged + other)
-    if cfg.qkd_length_buckets > 1:
-        return _bucketed_padded_tokens(cfg, s, cpt, q_len, share, rng)
-    total = 0.0
-    for _ in range(QKD_PAD_BATCHES):
-        n_other = sum(rng.random() < share for _ in range(cfg.qkd_batch_size))
-        longest = max((_unit_tokens(cfg, c, cpt) for c in rng.choices(s.pool_chars_sample, k=n_other)), default=0.0)
-        total += max(longest, q_len if n_other < cfg.qkd_batch_size else 0.0)
-    return total / QKD_PAD_BATCHES
-
-
-def _bucketed_padded_tokens(
-    cfg: QuickstartConfig, s: Sizes, cpt: float, q_len: float, share: float, rng: random.Random
-) -> float:
-    """:func:`qkd_padded_tokens` with length-bucketed batches: windows of ``qkd_length_buckets``
-    batches of pool texts, each sorted by length and cut into batches padded to their longest."""
-    window, bs = cfg.qkd_length_buckets, cfg.qkd_batch_size
+    bs, window = cfg.qkd_batch_size, max(1, cfg.qkd_length_buckets)
+    c = DistillConfig.cpu_batch_size if chunk is None else chunk
     windows = max(1, QKD_PAD_BATCHES // window)
     total = 0.0
     for _ in range(windows):
-        texts = sorted(
+        texts = [
             _unit_tokens(cfg, rng.choice(s.pool_chars_sample), cpt) if rng.random() < share else q_len
             for _ in range(window * bs)
-        )
-        total += sum(max(texts[i : i + bs]) for i in range(0, len(texts), bs)) / window
+        ]
+        if window > 1:
+            texts.sort()
+        total += sum(_chunked_tokens(texts[i : i + bs], c) for i in range(0, len(texts), bs)) / window
     return total / windows
+
+
+def _chunked_tokens(batch: list[float], chunk: int) -> float:
+    """A batch's padded length per text when its step runs in length-sorted chunks of ``chunk``
+    texts (0: one; :func:`scalingnote.distill.batches.length_chunks`)."""
+    xs = sorted(batch)
+    n_chunks = -(-len(xs) // chunk) if chunk > 0 else 1
+    bounds = [round(i * len(xs) / n_chunks) for i in range(n_chunks + 1)]
+    return sum((b - a) * xs[b - 1] for a, b in zip(bounds, bounds[1:], strict=False) if b > a) / len(xs)
 
 
 def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
