@@ -1,13 +1,14 @@
 """QKD steps in length-sorted chunks against one forward over the whole batch, on a finished quick
 start's own teacher and data.
 
-    python -m benchmarks.qkd_step_chunks --run runs/quickstart [--seeds 0] [--steps 200] [--chunks 0,32]
+    python -m benchmarks.qkd_step_chunks --run runs/quickstart [--seeds 0] [--steps 200] [--chunks 0,auto]
         [--work runs/bench/qkd_step_chunks] [--name qkd_step_chunks]
 
 The chosen student's QKD run of ``--run`` (its ``qkd/<student>/config.yaml``: teacher, query pool,
 student, loss and schedule) is trained again for ``--steps`` optimizer steps with everything equal but
 ``step_chunk`` (0 = one forward over the batch, padded to its longest text; ``k`` = length-sorted chunks
-of at most ``k`` queries, each padded to its own longest, gradients summed: the same step) and the seed.
+of at most ``k`` queries, each padded to its own longest, gradients summed: the same step; ``auto`` = the
+count of chunks per step whose padding and passes cost least) and the seed.
 Each run's seconds per step (the median interval between steps; validations and checkpoints excluded),
 the padded tokens a step runs over, and the quality reached: the QKD validation loss, nDCG@10 of the
 teacher's held-out validation queries (what the quick start chooses with) and of the test split, the
@@ -34,14 +35,14 @@ import numpy as np
 from benchmarks._common import portable, write_results
 from benchmarks.qkd_bucketing import Scorer, base_config, paired_ps, quality
 from scalingnote.distill import DistillConfig, distill
-from scalingnote.distill.batches import epoch_order, length_chunks
+from scalingnote.distill.batches import cheapest_chunks, epoch_order, length_chunks
 from scalingnote.distill.data import prepare_data, token_lengths
 from scalingnote.models import load_tower
 
 NAME = "qkd_step_chunks"
 
 
-def train_one(base: DistillConfig, work: Path, seed: int, chunk: int, steps: int) -> dict[str, Any]:
+def train_one(base: DistillConfig, work: Path, seed: int, chunk: int | str, steps: int) -> dict[str, Any]:
     """One QKD run of ``steps`` steps (reused when it finished with the same settings); its timings."""
     label = f"c{chunk}_s{seed}"
     out = work / label
@@ -53,7 +54,7 @@ def train_one(base: DistillConfig, work: Path, seed: int, chunk: int, steps: int
         base,
         output_dir=str(out),
         seed=seed,
-        step_chunk=chunk,
+        step_chunk=None if chunk == "auto" else int(chunk),  # null: auto
         optim=replace(base.optim, max_steps=steps, max_seconds=None),
     )
     stamps: list[float] = []
@@ -75,7 +76,7 @@ def train_one(base: DistillConfig, work: Path, seed: int, chunk: int, steps: int
     return rec
 
 
-def padded_per_step(cfg: DistillConfig, student_dir: Path, seed: int, chunk: int, steps: int) -> dict[str, float]:
+def padded_per_step(cfg: DistillConfig, student_dir: Path, seed: int, chunk: int | str, steps: int) -> dict[str, float]:
     """Mean tokens a step runs over (padded, in chunks of ``chunk``) and holds (real), over the first
     ``steps`` batches of ``seed``'s split and permutations (the student's tokenizer)."""
     data = prepare_data(replace(cfg, seed=seed, rank_weight=0.0))
@@ -85,9 +86,16 @@ def padded_per_step(cfg: DistillConfig, student_dir: Path, seed: int, chunk: int
     batches = np.concatenate([epoch_order(tr, seed, e)[: spe * bs].reshape(spe, bs) for e in range(-(-steps // spe))])[
         :steps
     ]
-    padded = sum(len(p) * int(lengths[p].max()) for b in batches for p in length_chunks(b, lengths, chunk))
+    cut = (
+        (lambda b: cheapest_chunks(b, lengths))
+        if chunk == "auto"
+        else (lambda b: length_chunks(b, lengths, int(chunk)))
+    )
+    parts = [cut(b) for b in batches]
+    padded = sum(len(p) * int(lengths[p].max()) for ps in parts for p in ps)
     real = float(sum(lengths[b].sum() for b in batches))
     return {
+        "chunks_per_step": round(sum(len(ps) for ps in parts) / len(parts), 2),
         "padded_tokens_per_step": round(padded / len(batches), 1),
         "real_tokens_per_step": round(real / len(batches), 1),
         "pad_share": round(1 - real / padded, 4),
@@ -114,13 +122,16 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/bench/qkd_step_chunks"))
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--chunks", default="0,32", help="step_chunk values; the first is the reference")
+    ap.add_argument(
+        "--chunks", default="0,auto", help="step_chunk values (an integer or auto); the first is the reference"
+    )
     ap.add_argument("--name", default=NAME, help="results file name (benchmarks/results/<name>.json)")
     args = ap.parse_args()
     run, work = args.run.resolve(), args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     base, teacher, data_dir = base_config(run, work)
-    seeds, chunks = [int(s) for s in args.seeds.split(",")], [int(c) for c in args.chunks.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    chunks: list[int | str] = [c if c == "auto" else int(c) for c in args.chunks.split(",")]
     config = {
         "run": portable(run),
         "inputs": "the quick start's chosen student's QKD config, teacher and teacher cache (copied), re-run with "

@@ -11,7 +11,13 @@ import torch
 
 from scalingnote.distill import distill
 from scalingnote.distill import trainer as qkd_trainer
-from scalingnote.distill.batches import length_chunks, padded_tokens
+from scalingnote.distill.batches import (
+    CHUNK_OVERHEAD_TOKENS,
+    cheapest_chunks,
+    chunk_padded,
+    length_chunks,
+    padded_tokens,
+)
 from scalingnote.distill.trainer import qkd_inputs, step_chunk
 from scalingnote.errors import ConfigError
 from scalingnote.models import load_tower
@@ -34,6 +40,29 @@ def test_chunks_hold_each_query_once_sorted_by_length(n, chunk):
     assert np.all(np.diff(lengths[flat]) >= 0)  # sorted by length across the chunks
     # the chunks pad less than the whole batch padded to its longest
     assert sum(len(p) * lengths[p].max() for p in parts) < padded_tokens(idx[None, :], lengths)
+
+
+def _padded(parts: list[np.ndarray], lengths: np.ndarray) -> int:
+    return int(sum(len(p) * lengths[p].max() for p in parts))
+
+
+def test_auto_takes_the_count_whose_padding_and_passes_cost_least():
+    lengths = np.array([10] * 120 + [64] * 8, dtype=np.int32)  # a few long texts among short ones
+    idx = np.random.default_rng(0).permutation(128)
+    parts = cheapest_chunks(idx, lengths)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(128))
+    # whole: 128 x 64 = 8192 padded tokens; 2 chunks: 64 x 10 + 64 x 64 = 4736 (+ one pass); 4 chunks:
+    # 3 x 32 x 10 + 32 x 64 = 3008 (+ three passes); 8 chunks: 7 x 16 x 10 + 16 x 64 = 2144 (+ seven passes)
+    costs = {k: chunk_padded(sorted(lengths.tolist()), k) * 128 + CHUNK_OVERHEAD_TOKENS * (k - 1) for k in (1, 2, 4, 8)}
+    assert costs[1] == 8192 and costs[2] == 4736 + CHUNK_OVERHEAD_TOKENS
+    assert len(parts) == min(costs, key=costs.get)
+    assert _padded(parts, lengths) < padded_tokens(idx[None, :], lengths)
+    # texts of one length: no chunk pays for its pass, the batch stays whole and in its order
+    same = np.full(128, 20, dtype=np.int32)
+    whole = cheapest_chunks(idx, same)
+    assert len(whole) == 1 and np.array_equal(whole[0], idx)
+    # a chunk's pass is priced: a free pass would cut the mixed batch as fine as it may
+    assert len(cheapest_chunks(idx, lengths, overhead=0)) == 8
 
 
 def _run(stage1, out, tmp_path, chunk, seen=None, monkeypatch=None):
@@ -81,10 +110,11 @@ def test_a_chunked_step_is_the_whole_batchs_step(stage1, tmp_path, monkeypatch):
 
 def test_step_chunk_resolves_by_device_and_names_a_bad_value(stage1, tmp_path):
     cfg = _dcfg(stage1, tmp_path / "q")
-    assert cfg.step_chunk is None
-    assert step_chunk(cfg, torch.device("cpu")) == cfg.cpu_batch_size
+    assert cfg.step_chunk is None  # auto
+    assert step_chunk(cfg, torch.device("cpu")) == "auto"
     assert step_chunk(cfg, torch.device("cuda")) == 0
     assert step_chunk(_dcfg(stage1, tmp_path / "q", step_chunk=0), torch.device("cpu")) == 0
-    for bad in (-1, True):
+    assert step_chunk(_dcfg(stage1, tmp_path / "q", step_chunk=32), torch.device("cuda")) == 32
+    for bad in (-1, True, "some"):
         with pytest.raises(ConfigError, match="step_chunk"):
             _dcfg(stage1, tmp_path / "q", step_chunk=bad)

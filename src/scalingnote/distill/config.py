@@ -58,7 +58,7 @@ class DistillConfig(RunSettings):
     #: ``length_buckets x batch_size`` texts of the epoch's seeded permutation, sorted by the student's
     #: token length, so it pads little; the order of the epoch's batches is shuffled with the same seed
     #: (:mod:`scalingnote.distill.batches`). The same texts per epoch, a pure function of (seed, epoch,
-    #: step). 0 = off: batches are slices of the permutation, each padded to its longest text
+    #: step). 0 = off: batches are slices of the permutation (see ``step_chunk`` for the padding within one)
     length_buckets: int = 0
     #: drop the teacher's own held-out validation queries (its Stage I validation split) from the
     #: distillation queries, as the evaluation split is dropped: a student's validation nDCG@10 (what
@@ -78,12 +78,14 @@ class DistillConfig(RunSettings):
     #: GPU): length-sorted batches of 32 ran 1,500 pool texts through MiniLM-L6 in 5.6 s, batches of 128
     #: in 7.5 s (2 cores). Speed only: the cached vectors do not depend on it.
     cpu_batch_size: int = 32
-    #: a training step's forward and backward in length-sorted chunks of at most this many of its
-    #: queries, each padded to its own longest text, their gradients summed with weight chunk / batch:
-    #: the same step as one forward over the batch (Eq. 15 and the listwise term are means over
-    #: queries; with dropout each chunk draws its own masks), over fewer padded tokens (not in the
-    #: paper). None = ``cpu_batch_size`` on a CPU, the whole batch on a GPU or under FSDP; 0 = the
-    #: whole batch. Speed only: it is not one of the inputs a resumed run is checked against.
+    #: a training step's forward and backward in length-sorted chunks of its queries, each padded to
+    #: its own longest text, their gradients summed with weight chunk / batch: the same step as one
+    #: forward over the batch (Eq. 15 and the listwise term are means over queries; with dropout each
+    #: chunk draws its own masks), over fewer padded tokens (not in the paper). null (auto): on a CPU, per
+    #: step the number of chunks (1, 2, 4, 8) whose padded tokens plus a pass's own cost are fewest
+    #: (:func:`scalingnote.distill.batches.cheapest_chunks`), the whole batch on a GPU or under FSDP;
+    #: ``k`` >= 1: chunks of at most ``k`` queries; 0 = the whole batch. Speed only: it is not one of
+    #: the inputs a resumed run is checked against.
     step_chunk: int | None = None
     #: Initial W_stu (Eq. 14): "lstsq" = centre the student's pooled states and solve a ridge
     #: least-squares fit to the teacher embeddings on ``head_init_samples`` training queries (a
@@ -128,7 +130,7 @@ class DistillConfig(RunSettings):
         if isinstance(self.length_buckets, bool) or self.length_buckets < 0 or self.length_buckets == 1:
             raise ValueError(f"length_buckets must be 0 (off) or a window of >= 2 batches, got {self.length_buckets!r}")
         if self.step_chunk is not None and (isinstance(self.step_chunk, bool) or self.step_chunk < 0):
-            raise ValueError(f"step_chunk must be >= 0 (0 = the whole batch) or null, got {self.step_chunk!r}")
+            raise ValueError(f"step_chunk must be null (auto) or an integer >= 0, got {self.step_chunk!r}")
         if self.optim.batch_size < 1:
             raise ValueError("optim.batch_size must be >= 1")
         if isinstance(self.layer_choice_samples, bool) or self.layer_choice_samples < 1:

@@ -14,13 +14,13 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from scalingnote.config import save_config
-from scalingnote.distill.batches import bucketed_batches, epoch_order, length_chunks
+from scalingnote.distill.batches import bucketed_batches, cheapest_chunks, epoch_order, length_chunks
 from scalingnote.distill.config import DistillConfig
 from scalingnote.distill.data import QKDData, prepare_data, token_lengths
 from scalingnote.distill.objective import qkd_batch_loss, qkd_validation_loss
@@ -136,9 +136,13 @@ class QKDLoop(TrainLoop):
         chunk's mean loss weighted by its share of the batch, so the summed gradients and the loss
         are the batch mean's."""
         idx = self.batch_for_step(step)
-        lengths = self.data.lengths if self.chunk else None
+        lengths = self.data.lengths
+        if self.chunk == 0 or lengths is None:
+            parts = [idx]
+        else:
+            parts = cheapest_chunks(idx, lengths) if self.chunk == "auto" else length_chunks(idx, lengths, self.chunk)
         total = 0.0
-        for part in length_chunks(idx, lengths, self.chunk) if lengths is not None else [idx]:
+        for part in parts:
             loss = self.batch_loss(part) * (len(part) / len(idx))
             loss.backward()
             total += float(loss.detach())
@@ -173,13 +177,14 @@ class QKDLoop(TrainLoop):
         return rec
 
 
-def step_chunk(cfg: DistillConfig, device: torch.device) -> int:
-    """``step_chunk`` resolved (0 = one forward over the batch): None = ``cpu_batch_size`` on a CPU,
-    0 on a GPU; 0 under FSDP (its backward reduce-scatters each pass's gradients)."""
+def step_chunk(cfg: DistillConfig, device: torch.device) -> int | Literal["auto"]:
+    """``step_chunk`` resolved (0 = one forward over the batch): null is "auto" on a CPU
+    (:func:`cheapest_chunks`) and 0 on a GPU; 0 under FSDP (its backward reduce-scatters each
+    pass's gradients)."""
     if cfg.distributed == "fsdp" and distributed.is_distributed():
         return 0
     if cfg.step_chunk is None:
-        return cfg.cpu_batch_size if device.type == "cpu" else 0
+        return "auto" if device.type == "cpu" else 0
     return cfg.step_chunk
 
 

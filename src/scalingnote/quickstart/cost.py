@@ -22,6 +22,7 @@ from typing import Any
 from scalingnote.data import load_corpus
 from scalingnote.data.pseudo import text_units
 from scalingnote.distill import DistillConfig
+from scalingnote.distill.batches import CHUNK_OVERHEAD_TOKENS, MAX_CHUNKS, chunk_padded
 from scalingnote.distill.student import scoring_samples
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig
@@ -34,8 +35,9 @@ from scalingnote.training.mining import STORED_SAMPLE
 #: before the passes ran length-sorted batches and the proxy's features were reused.
 TOKEN_LAYER_S = {"bert": 15e-6, "llm": 33e-6}
 #: a QKD step of batch ``qkd_batch_size`` (128) costs fixed + per student layer x the batch's
-#: *padded* length (a batch is padded to its longest text: :func:`qkd_padded_tokens`) + the trainer's
-#: own work (tokenising, the cached teacher's rows, the loss, periodic validation). Forward + backward
+#: *padded* length (each length-sorted chunk of the batch is padded to its longest text:
+#: :func:`qkd_padded_tokens`) + the trainer's own work (tokenising, the cached teacher's rows, the
+#: loss, periodic validation). Forward + backward
 #: + AdamW at batch 128, 2 idle cores, fp32 (2026-11-28): MiniLM 2 layers 0.26 / 0.44 / 0.87 s at 16 /
 #: 32 / 64 tokens; SmolLM2 1 layer 0.33 / 0.48 / 0.83 s, 2 layers 0.50 / 0.79 / 1.44 s (its fixed part:
 #: the optimiser over the 28M-parameter embedding matrix). The trainer's own part from the budgeted
@@ -362,13 +364,13 @@ def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) 
 
 def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | None = None) -> float:
     """The mean padded length of a QKD batch: a step's forward passes run length-sorted chunks of
-    ``chunk`` texts (None = :attr:`DistillConfig.cpu_batch_size`, a CPU's ``step_chunk``; 0 = the whole
-    batch), each padded to its own longest, so a step costs its chunks' maxima, not the pool's mean
-    (SciFact's sentences: mean 35 MiniLM tokens, 64 in nearly every whole batch of 128). With
-    ``qkd_length_buckets`` a window of that many batches is sorted by length before it is cut
-    (:mod:`scalingnote.distill.batches`). Simulated (seed 0) from the sampled titles and sentences
-    through ``fam``'s measured characters per token, cut to ``query_max_length``, and the logged
-    queries' mean; without a sample, the pool's mean."""
+    ``chunk`` texts (None = a CPU's ``step_chunk`` auto, the cheapest count with a pass's own cost
+    counted; 0 = the whole batch), each padded to its own longest, so a step costs its chunks' maxima,
+    not the pool's mean (SciFact's sentences: mean 35 MiniLM tokens, 64 in nearly every whole batch
+    of 128). With ``qkd_length_buckets`` a window of that many batches is sorted by length before it
+    is cut (:mod:`scalingnote.distill.batches`). Simulated (seed 0) from the sampled titles and
+    sentences through ``fam``'s measured characters per token, cut to ``query_max_length``, and the
+    logged queries' mean; without a sample, the pool's mean."""
     cpt = s.chars_per_token_by.get(fam, 0.0)
     logged, other = _pool_parts(cfg, s)
     if not s.pool_chars_sample or cpt <= 0 or other == 0:
@@ -376,7 +378,6 @@ def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | No
     rng = random.Random(0)
     q_len, share = min(float(cfg.query_max_length), s.query_tok(fam)), other / (logged + other)
     bs, window = cfg.qkd_batch_size, max(1, cfg.qkd_length_buckets)
-    c = DistillConfig.cpu_batch_size if chunk is None else chunk
     windows = max(1, QKD_PAD_BATCHES // window)
     total = 0.0
     for _ in range(windows):
@@ -386,17 +387,22 @@ def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | No
         ]
         if window > 1:
             texts.sort()
-        total += sum(_chunked_tokens(texts[i : i + bs], c) for i in range(0, len(texts), bs)) / window
+        total += sum(_chunked_tokens(texts[i : i + bs], chunk) for i in range(0, len(texts), bs)) / window
     return total / windows
 
 
-def _chunked_tokens(batch: list[float], chunk: int) -> float:
-    """A batch's padded length per text when its step runs in length-sorted chunks of ``chunk``
-    texts (0: one; :func:`scalingnote.distill.batches.length_chunks`)."""
-    xs = sorted(batch)
-    n_chunks = -(-len(xs) // chunk) if chunk > 0 else 1
-    bounds = [round(i * len(xs) / n_chunks) for i in range(n_chunks + 1)]
-    return sum((b - a) * xs[b - 1] for a, b in zip(bounds, bounds[1:], strict=False) if b > a) / len(xs)
+def _chunked_tokens(batch: list[float], chunk: int | None) -> float:
+    """A batch's padded length per text when its step runs in length-sorted chunks: ``chunk`` None =
+    ``step_chunk`` auto (the cheapest count, each chunk beyond the first priced at
+    :data:`CHUNK_OVERHEAD_TOKENS` tokens: :func:`scalingnote.distill.batches.cheapest_chunks`), ``k``
+    = chunks of at most ``k`` texts, 0 = one."""
+    xs, n = sorted(batch), len(batch)
+    if not n:
+        return 0.0
+    if chunk is not None:
+        return chunk_padded(xs, -(-n // chunk) if chunk > 0 else 1)
+    counts = [k for k in (1, 2, 4, 8) if k <= min(MAX_CHUNKS, n)]
+    return min(chunk_padded(xs, k) + CHUNK_OVERHEAD_TOKENS * (k - 1) / n for k in counts)
 
 
 def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
