@@ -111,7 +111,7 @@ def model_price(fam: str, layers: int, padded_tokens: float) -> float:
     return round(QKD_FIXED_S[fam] + QKD_LAYER_TOKEN_S[fam] * layers * padded_tokens + QKD_TRAINER_S, 4)
 
 
-def sc_kind(run_dir: Path) -> str:
+def student_kind(run_dir: Path) -> str:
     """The saved student's tower kind ("bert" or "llm")."""
     return str(json.loads((run_dir / "query_tower" / "tower.json").read_text()).get("kind", "bert"))
 
@@ -168,7 +168,7 @@ def main() -> None:
                 "s_per_step": rec["s_per_step"],
                 **(tok := padded_per_step(base, d / "query_tower", seed, chunk, args.steps)),
                 "model_s_per_step": model_price(
-                    "bert" if sc_kind(d) == "bert" else "llm",
+                    "bert" if student_kind(d) == "bert" else "llm",
                     int(m["student_layers"]),
                     tok["padded_tokens_per_step"] / base.optim.batch_size,
                 ),
@@ -183,7 +183,7 @@ def main() -> None:
                 row["step_speedup"] = round(ref[0]["s_per_step"] / rec["s_per_step"], 3)
                 row["val_loss_delta"] = round(row["val_loss"] - ref[0]["val_loss"], 6)
             rows.append(row)
-            write_results(NAME if args.name == NAME else args.name, rows, config)
+            write_results(args.name, rows, config)
 
 
 if __name__ == "__main__":
