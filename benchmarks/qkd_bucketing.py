@@ -85,10 +85,22 @@ def train_one(base: DistillConfig, work: Path, setting: str, seed: int, window: 
         else replace(o, max_steps=CPU_QKD_STEPS, max_seconds=seconds)
     )
     cfg = replace(base, output_dir=str(out), seed=seed, length_buckets=window, optim=optim)
+    rec, metrics = timed_distill(cfg, label, want, out, NAME)
+    rec["s_per_step_mean"] = round(float(metrics["train_seconds"]) / max(1, metrics["steps_run"]), 4)
+    done.write_text(json.dumps(rec, indent=1))
+    return rec
+
+
+def timed_distill(
+    cfg: DistillConfig, label: str, want: dict[str, Any], out: Path, name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train ``cfg`` from nothing, timing every optimizer step: the benchmark's record of the run
+    (seconds per step = the median interval between steps, wall time, load before and after) and
+    the run's metrics."""
     stamps: list[float] = []
     load = os.getloadavg()
     t0 = time.perf_counter()
-    print(f"[{NAME}] {label}: training", flush=True)
+    print(f"[{name}] {label}: training", flush=True)
     metrics = distill(cfg, resume=False, on_step=lambda _s: stamps.append(time.perf_counter()))
     gaps = np.diff(stamps)
     rec = {
@@ -97,12 +109,10 @@ def train_one(base: DistillConfig, work: Path, setting: str, seed: int, window: 
         "run_dir": str(out),
         "wall_s": round(time.perf_counter() - t0, 1),
         "s_per_step": round(float(np.median(gaps)), 4) if len(gaps) else float("nan"),
-        "s_per_step_mean": round(float(metrics["train_seconds"]) / max(1, metrics["steps_run"]), 4),
         "loadavg_before": round(load[0], 2),
         "loadavg_after": round(os.getloadavg()[0], 2),
     }
-    done.write_text(json.dumps(rec, indent=1))
-    return rec
+    return rec, metrics
 
 
 def token_stats(cfg: DistillConfig, student_dir: Path, seed: int, window: int, steps: int) -> dict[str, dict]:

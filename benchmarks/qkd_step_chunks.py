@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import portable, write_results
-from benchmarks.qkd_bucketing import Scorer, base_config, paired_ps, quality
-from scalingnote.distill import DistillConfig, distill
+from benchmarks.qkd_bucketing import Scorer, base_config, paired_ps, quality, timed_distill
+from scalingnote.distill import DistillConfig
 from scalingnote.distill.batches import cheapest_chunks, epoch_order, length_chunks
 from scalingnote.distill.data import prepare_data, token_lengths
 from scalingnote.models import load_tower
@@ -57,21 +56,7 @@ def train_one(base: DistillConfig, work: Path, seed: int, chunk: int | str, step
         step_chunk=None if chunk == "auto" else int(chunk),  # null: auto
         optim=replace(base.optim, max_steps=steps, max_seconds=None),
     )
-    stamps: list[float] = []
-    load = os.getloadavg()
-    t0 = time.perf_counter()
-    print(f"[{NAME}] {label}: training", flush=True)
-    distill(cfg, resume=False, on_step=lambda _s: stamps.append(time.perf_counter()))
-    gaps = np.diff(stamps)
-    rec = {
-        "settings": want,
-        "label": label,
-        "run_dir": str(out),
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "s_per_step": round(float(np.median(gaps)), 4) if len(gaps) else float("nan"),
-        "loadavg_before": round(load[0], 2),
-        "loadavg_after": round(os.getloadavg()[0], 2),
-    }
+    rec, _ = timed_distill(cfg, label, want, out, NAME)
     done.write_text(json.dumps(rec, indent=1))
     return rec
 
