@@ -76,9 +76,9 @@ def cheapest_chunks(
     whose padded tokens plus ``overhead`` per chunk beyond the first are fewest (``step_chunk``
     null: auto); one chunk is ``[idx]`` as it came."""
     best: tuple[float, int] = (float(len(idx) * int(lengths[idx].max())) if len(idx) else 0.0, 1)
-    k = 2
+    ascending, k = sorted(lengths[idx].tolist()), 2  # sorted once for every count
     while k <= min(max_chunks, len(idx)):
-        cost = chunk_padded(sorted(lengths[idx].tolist()), k) * len(idx) + overhead * (k - 1)
+        cost = chunk_padded(ascending, k) * len(idx) + overhead * (k - 1)
         best = min(best, (cost, k))
         k *= 2
     if best[1] == 1:
