@@ -320,18 +320,22 @@ def test_a_qkd_step_is_priced_by_its_batchs_padded_length_not_the_pools_mean():
     assert qkd_pool(cfg, mixed, "bert")[1] < 25  # the pool's mean is short...
     # ...but nearly every whole batch of 128 holds a long one: padded to 64
     assert qkd_padded_tokens(cfg, mixed, "bert", chunk=0) > 63
-    # a step in length-sorted chunks pads only the chunk that holds the long tenth to 64; "auto" (the
-    # default) prices each chunk's pass too, so it costs no more than any fixed count
+    # a step in length-sorted chunks pads only the chunk that holds the long tenth to 64; every pass
+    # beyond the first is priced too (256 tokens over the batch), for a fixed size as for "auto" (the
+    # default), which takes the cheapest count and so costs no more than any fixed size
     assert 20 < qkd_padded_tokens(cfg, mixed, "bert", chunk=32) < 0.5 * qkd_padded_tokens(cfg, mixed, "bert", chunk=0)
+    whole = qkd_padded_tokens(cfg, mixed, "bert", chunk=0)
+    assert whole == qkd_padded_tokens(cfg, mixed, "bert", chunk=128)  # one chunk: no pass priced beyond it
     auto = qkd_padded_tokens(cfg, mixed, "bert")
-    assert auto < 0.5 * qkd_padded_tokens(cfg, mixed, "bert", chunk=0)
-    assert auto <= min(
-        qkd_padded_tokens(cfg, mixed, "bert", chunk=c) + 256 * (128 // c - 1) / 128 for c in (64, 32, 16)
-    )
-    # whole: the logged queries (20) or the longest sentence (17); chunks of the 12-token sentences pad to 12
-    assert 17 <= qkd_padded_tokens(cfg, short, "bert", chunk=0) <= 20.5
-    assert 12 <= qkd_padded_tokens(cfg, short, "bert", chunk=32) < qkd_padded_tokens(cfg, short, "bert", chunk=0)
-    assert qkd_padded_tokens(cfg, short, "bert") <= qkd_padded_tokens(cfg, short, "bert", chunk=0)
+    assert auto < 0.5 * whole
+    assert auto <= min(qkd_padded_tokens(cfg, mixed, "bert", chunk=c) for c in (64, 32, 16))
+    # whole: the logged queries (20) or the longest sentence (17); chunks of 16 of the 12-token sentences
+    # pad to 12-17 but cost seven more passes: dearer than the whole batch (as measured on the embedded
+    # default's short texts, ``qkd_step_chunks_default.json``), and auto no dearer than either
+    short_whole = qkd_padded_tokens(cfg, short, "bert", chunk=0)
+    assert 17 <= short_whole <= 20.5
+    assert qkd_padded_tokens(cfg, short, "bert", chunk=16) > short_whole
+    assert qkd_padded_tokens(cfg, short, "bert") <= min(short_whole, qkd_padded_tokens(cfg, short, "bert", chunk=32))
     assert qkd_step_seconds(cfg, mixed, fam, 2) > 1.2 * qkd_step_seconds(cfg, short, fam, 2)
     # length-bucketed batches (a window of 8 batches sorted by length): the long tenth fills about one
     # batch of the eight, the others pad to the short texts

@@ -72,18 +72,34 @@ MAX_CHUNKS = 8
 def cheapest_chunks(
     idx: np.ndarray, lengths: np.ndarray, overhead: float = CHUNK_OVERHEAD_TOKENS, max_chunks: int = MAX_CHUNKS
 ) -> list[np.ndarray]:
-    """``idx`` cut into the number of length-sorted near-equal chunks (1, 2, 4, ... ``max_chunks``)
-    whose padded tokens plus ``overhead`` per chunk beyond the first are fewest (``step_chunk``
-    null: auto); one chunk is ``[idx]`` as it came."""
-    best: tuple[float, int] = (float(len(idx) * int(lengths[idx].max())) if len(idx) else 0.0, 1)
-    ascending, k = sorted(lengths[idx].tolist()), 2  # sorted once for every count
-    while k <= min(max_chunks, len(idx)):
-        cost = chunk_padded(ascending, k) * len(idx) + overhead * (k - 1)
-        best = min(best, (cost, k))
-        k *= 2
-    if best[1] == 1:
+    """``idx`` cut into the number of length-sorted near-equal chunks (:func:`cheapest_count`:
+    ``step_chunk`` null, auto) whose padded tokens plus ``overhead`` per chunk beyond the first are
+    fewest; one chunk is ``[idx]`` as it came."""
+    k = cheapest_count(sorted(lengths[idx].tolist()), overhead, max_chunks)
+    if k == 1:
         return [idx]
-    return list(np.array_split(idx[np.argsort(lengths[idx], kind="stable")], best[1]))
+    return list(np.array_split(idx[np.argsort(lengths[idx], kind="stable")], k))
+
+
+def cheapest_count(
+    ascending: list[float], overhead: float = CHUNK_OVERHEAD_TOKENS, max_chunks: int = MAX_CHUNKS
+) -> int:
+    """The count of chunks (1, 2, 4, ... ``max_chunks``, at most one text each) of a batch whose
+    ascending token lengths are ``ascending`` that costs least by :func:`chunk_cost` (ties: fewer).
+    The trainer's auto rule and the quick start's cost model both choose with it."""
+    counts, k = [1], 2
+    while k <= min(max_chunks, len(ascending)):
+        counts.append(k)
+        k *= 2
+    return min(counts, key=lambda c: (chunk_cost(ascending, c, overhead), c))
+
+
+def chunk_cost(ascending: list[float], k: int, overhead: float = CHUNK_OVERHEAD_TOKENS) -> float:
+    """What ``k`` length-sorted chunks of a batch cost per text, in padded tokens: their padding
+    (:func:`chunk_padded`) plus ``overhead`` for each pass beyond the first, shared over the batch."""
+    if not ascending:
+        return 0.0
+    return chunk_padded(ascending, k) + overhead * (k - 1) / len(ascending)
 
 
 def chunk_padded(sorted_lengths: list[float], k: int) -> float:
@@ -116,6 +132,8 @@ __all__ = [
     "MAX_CHUNKS",
     "bucketed_batches",
     "cheapest_chunks",
+    "cheapest_count",
+    "chunk_cost",
     "chunk_padded",
     "epoch_order",
     "length_chunks",

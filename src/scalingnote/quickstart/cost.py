@@ -22,7 +22,7 @@ from typing import Any
 from scalingnote.data import load_corpus
 from scalingnote.data.pseudo import text_units
 from scalingnote.distill import DistillConfig
-from scalingnote.distill.batches import CHUNK_OVERHEAD_TOKENS, MAX_CHUNKS, chunk_padded
+from scalingnote.distill.batches import cheapest_count, chunk_cost
 from scalingnote.distill.student import scoring_samples
 from scalingnote.models.loading import resolve_source
 from scalingnote.quickstart.config import Family, QuickstartConfig
@@ -364,8 +364,8 @@ def qkd_step_seconds(cfg: QuickstartConfig, s: Sizes, fam: Family, layers: int) 
 
 def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | None = None) -> float:
     """The mean padded length of a QKD batch: a step's forward passes run length-sorted chunks of
-    ``chunk`` texts (None = a CPU's ``step_chunk`` auto, the cheapest count with a pass's own cost
-    counted; 0 = the whole batch), each padded to its own longest, so a step costs its chunks' maxima,
+    ``chunk`` texts (None = a CPU's ``step_chunk`` auto, the cheapest count; 0 = the whole batch), each
+    padded to its own longest and each pass beyond the first priced in tokens, so a step costs its chunks' maxima,
     not the pool's mean (SciFact's sentences: mean 35 MiniLM tokens, 64 in nearly every whole batch
     of 128). With ``qkd_length_buckets`` a window of that many batches is sorted by length before it
     is cut (:mod:`scalingnote.distill.batches`). Simulated (seed 0) from the sampled titles and
@@ -392,17 +392,16 @@ def qkd_padded_tokens(cfg: QuickstartConfig, s: Sizes, fam: str, chunk: int | No
 
 
 def _chunked_tokens(batch: list[float], chunk: int | None) -> float:
-    """A batch's padded length per text when its step runs in length-sorted chunks: ``chunk`` None =
-    ``step_chunk`` auto (the cheapest count, each chunk beyond the first priced at
-    :data:`CHUNK_OVERHEAD_TOKENS` tokens: :func:`scalingnote.distill.batches.cheapest_chunks`), ``k``
-    = chunks of at most ``k`` texts, 0 = one."""
-    xs, n = sorted(batch), len(batch)
-    if not n:
+    """A batch's cost per text, in padded tokens, when its step runs in length-sorted chunks, each
+    pass beyond the first priced at ``CHUNK_OVERHEAD_TOKENS`` (:func:`chunk_cost`): ``chunk``
+    None = ``step_chunk`` auto (the count the trainer takes, :func:`cheapest_count`), ``k`` = chunks of
+    at most ``k`` texts, 0 = one."""
+    xs = sorted(batch)
+    if not xs:
         return 0.0
-    if chunk is not None:
-        return chunk_padded(xs, -(-n // chunk) if chunk > 0 else 1)
-    counts = [k for k in (1, 2, 4, 8) if k <= min(MAX_CHUNKS, n)]
-    return min(chunk_padded(xs, k) + CHUNK_OVERHEAD_TOKENS * (k - 1) / n for k in counts)
+    if chunk is None:
+        return chunk_cost(xs, cheapest_count(xs))
+    return chunk_cost(xs, -(-len(xs) // chunk) if chunk > 0 else 1)
 
 
 def _unit_tokens(cfg: QuickstartConfig, chars: float, cpt: float) -> float:
