@@ -15,7 +15,8 @@ served configuration, the proxy's agreement with the full runs, test nDCG@10 of 
 student and the served row, the student's retention of its teacher (``retention_val``,
 ``retention_test``: student / teacher nDCG@10; ``retention_val_low`` / ``_high``: the validation
 retention's 95% bootstrap interval over the validation queries) and speed-up, and the run directory's size
-(``output_mb``). Once both modes of a (set, seed, cores) are in, whether the budgeted run made the
+(``output_mb``), and whether its wall time held the budget + 10% (``within_time_target``: on one core
+as on two). Once both modes of a (set, seed, cores) are in, whether the budgeted run made the
 same choices as the exhaustive one or served within 0.005 nDCG@10 of it; per set, the spread of
 the served configuration and served test nDCG@10 across seeds and machine speeds (``config.stability``).
 
@@ -48,6 +49,9 @@ NAME = "quickstart_budget"
 #: the targets: minutes of pipeline on 2 idle cores
 TARGET_MINUTES = {"default": 8.0, "scifact": 10.0, "kuake_qtr": 15.0}
 SERVED_TOLERANCE = 0.005
+#: a budgeted run's wall time may exceed its budget by this share, on two cores and on one alike (a
+#: budget is the user's wall time: a slower machine must cut more, not take longer)
+TIME_SLACK = 0.10
 #: the same served configuration and served test nDCG@10 within this across seeds and machine speeds
 STABILITY_TOLERANCE = 0.01
 KEY = ("set", "mode", "seed", "cores")
@@ -187,11 +191,10 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
     the exhaustive row's (same machine and code; carried rows are never compared), and its target."""
     live = [r for r in rows if not r.get("carried")]
     by = {_key(r): r for r in live}
+    time_targets(live)
     for r in live:
         if r["mode"] != "budgeted":
             continue
-        r["within_time_target"] = r["pipeline_minutes"] <= r["target_minutes"] * (2 if r.get("cores") == 1 else 1)
-        r["minutes_over_target"] = round(max(0.0, r["pipeline_minutes"] - r["target_minutes"]), 2)
         f = by.get((r["set"], "full", r.get("seed"), r.get("cores"))) or by.get(
             (r["set"], "recipe_full", r.get("seed"), None)
         )
@@ -213,6 +216,16 @@ def compare_modes(rows: list[dict[str, Any]]) -> None:
         )
         r["full_pipeline_minutes"] = f["pipeline_minutes"]
         r["compared_with"] = f["mode"]
+
+
+def time_targets(rows: list[dict[str, Any]]) -> None:
+    """Each budgeted row's time target: its wall minutes within the budget + :data:`TIME_SLACK` on any
+    number of cores (``within_time_target``), and the minutes over the budget itself. A function of the
+    row alone, so carried rows are judged by the same rule."""
+    for r in rows:
+        if r.get("mode") == "budgeted" and r.get("pipeline_minutes") is not None:
+            r["within_time_target"] = r["pipeline_minutes"] <= round(r["target_minutes"] * (1 + TIME_SLACK), 4)
+            r["minutes_over_target"] = round(max(0.0, r["pipeline_minutes"] - r["target_minutes"]), 2)
 
 
 def stability(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -370,6 +383,7 @@ def main() -> None:
                     rows[k] = r
                     out = list(rows.values())
                     compare_modes(out)
+                    time_targets(carried)
                     report(
                         NAME,
                         out + carried,
@@ -380,6 +394,7 @@ def main() -> None:
                             "cores": cores,
                             "targets_minutes": TARGET_MINUTES,
                             "served_tolerance": SERVED_TOLERANCE,
+                            "time_slack": TIME_SLACK,
                             "stability_tolerance": STABILITY_TOLERANCE,
                             "stability": stability(out),
                             "stability_carried": carried_stability(carried),

@@ -254,7 +254,7 @@ def test_the_benchmark_row_compares_the_budgeted_run_with_the_exhaustive_one():
 def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_path):
     import json
 
-    from benchmarks.quickstart_budget import _old_rows, carried_stability, compare_modes, stability
+    from benchmarks.quickstart_budget import _old_rows, carried_stability, compare_modes, stability, time_targets
 
     base = {
         "set": "default",
@@ -288,7 +288,13 @@ def test_the_benchmark_reports_stability_and_never_mixes_machines_or_code(tmp_pa
     assert stability(rows[:2])["default"]["meets_stability_target"] is True
     assert stability(rows[:1])["default"]["meets_stability_target"] is None  # one run: not measured
     compare_modes(rows)
-    assert rows[2]["within_time_target"] is True  # one core: a machine twice as slow, twice the minutes
+    # the budget + 10% on one core as on two: a slower machine must cut more, not take longer
+    assert rows[2]["within_time_target"] is False and rows[2]["minutes_over_target"] == 5.0
+    assert rows[0]["within_time_target"] is True
+    edge = [dict(base, seed=0, cores=c, pipeline_minutes=m) for c in (1, 2) for m in (8.8, 8.81)]
+    time_targets(edge + [dict(base, mode="full", pipeline_minutes=30.0)])
+    assert [r["within_time_target"] for r in edge] == [True, False, True, False]
+    assert edge[0]["minutes_over_target"] == 0.8
     f = tmp_path / "r.json"
     f.write_text(
         json.dumps(
