@@ -287,6 +287,39 @@ def test_a_budget_that_holds_one_depth_keeps_the_shallowest_survivor():
     assert any(s.startswith("depths beyond the shallowest") for s in plan.skipped)
 
 
+def test_over_the_budget_a_shallower_depth_the_proxy_dropped_takes_the_survivors_place():
+    from scalingnote.quickstart.early import affordable_depth
+
+    sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500)
+    # the proxy ran SmolLM2 at depths 2 and 4 (and 8, deeper than the survivor) and kept only 4
+    rec = [
+        {"family": "llm", "depth": d, "head_lr": lr, "dim": 128, "proxy_val": v}
+        for d, lr, v in ((2, 1e-3, 0.836), (4, 1e-3, 0.856), (4, 3e-3, 0.851), (8, 1e-3, 0.84))
+    ]
+
+    def run(minutes, **over):
+        cfg = QuickstartConfig(out="unused", budget_minutes=minutes, **over)
+        fams = {"llm": family(cfg, "llm")}
+
+        def make(c):
+            spent = {"data": 5.0, "proxy": 150.0}
+            return make_plan(cfg, fams, sizes, ("llm", 1), cands=c, proxy_done=True, spent=spent)
+
+        plan = make(Candidates({"llm": {4: [1e-3]}}, {"llm": False}))
+        return plan, affordable_depth(cfg, plan, rec, make)
+
+    plan, new = run(15)  # depth 4 is over with QKD at its floor; depth 2 fits
+    assert plan.total > plan.limit_s and plan.qkd_steps == 200
+    assert new.cands.depths == {"llm": {2: [1e-3]}} and new.total <= new.limit_s
+    assert "llm depth 4, the proxy's best" in new.skipped[-1] and "0.8360 against 0.8560" in new.skipped[-1]
+    assert "the deepest the proxy ran that fits" in new.skipped[-1]
+    plan, new = run(10)  # nothing fits: the cheaper depth comes nearest
+    assert new.cands.depths == {"llm": {2: [1e-3]}} and plan.total > new.total > new.limit_s
+    assert "comes nearest" in new.skipped[-1]
+    for plan, new in (run(20), run(15, full=True), run(None)):  # within the budget, or no budget: the proxy's best
+        assert new is plan and new.cands.depths == {"llm": {4: [1e-3]}}
+
+
 def test_a_budget_cuts_the_zero_shot_row_of_a_family_that_cannot_read_the_data_first():
     cfg = QuickstartConfig(out="unused", budget_minutes=5)
     sizes = Sizes(docs=32_000, doc_tokens=94, train_examples=13_000, train_queries=4500, val_queries=500)

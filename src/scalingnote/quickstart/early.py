@@ -5,12 +5,14 @@ the speed the proxy measured), and the settings the budget leaves (:mod:`.budget
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from scalingnote.quickstart import budget, proxy
-from scalingnote.quickstart.config import Family, QuickstartConfig
+from scalingnote.quickstart.config import Family, QuickstartConfig, family
+from scalingnote.quickstart.cost import depth_layers
 
 
 def say(msg: str) -> None:
@@ -155,11 +157,14 @@ def second_plan(
     first: budget.Plan,
     cands: budget.Candidates | None,
     spent: dict[str, float],
+    proxy_rec: dict[str, Any] | None = None,
 ) -> budget.Plan:
     """The plan on the survivors, the remaining phases scaled by the proxy's measured / modelled
     time when the machine is slower than the model (never below 1: a proxy that ran faster than
     modelled says little about QKD, and a plan that is too short breaks the budget; measured on the
-    default: proxy 0.79x its model, then QKD 1.8x on a machine that had become busy)."""
+    default: proxy 0.79x its model, then QKD 1.8x on a machine that had become busy). When even the
+    survivors' cheapest plan is over the budget, a shallower depth the proxy ran may take the
+    survivor's place (:func:`affordable_depth`; ``proxy_rec``: the proxy's record)."""
     speed = 1.0
     if (
         cands is not None and first.phases.get("proxy", 0) > 20 and "proxy" in spent
@@ -176,10 +181,69 @@ def second_plan(
         spent=spent,
         speed=speed,
     )
+    if proxy_rec is not None and lead is not None:
+        plan = affordable_depth(
+            cfg,
+            plan,
+            proxy_rec.get("candidates", []),
+            lambda c: budget.make_plan(
+                cfg,
+                {f.name: f for f in fams},
+                sizes,
+                _student(cfg, fams, lead),
+                cands=c,
+                proxy_done=True,
+                spent=spent,
+                speed=speed,
+            ),
+        )
     plan.proxy = first.proxy
     if not cfg.full:
         say(f"after the proxy\n{plan.text()}")
     return plan
+
+
+def affordable_depth(
+    cfg: QuickstartConfig,
+    plan: budget.Plan,
+    proxy_candidates: list[dict[str, Any]],
+    make: Callable[[budget.Candidates], budget.Plan],
+) -> budget.Plan:
+    """``plan``, or — when it is over the budget with every cut made (one candidate left, QKD at its
+    floor) — the plan of a shallower depth of the same family that the proxy ran and dropped: the
+    deepest whose plan fits the budget, else the cheapest if it is cheaper. The proxy ranks the
+    candidates; the budget decides what it can train: a deeper tower the budget cannot hold costs
+    the user the minutes they set (KUAKE-QTR: SmolLM2's depth 4 beat depth 2 on a larger proxy, and
+    its full Stage I planned a 15-minute run at 25). ``make``: the plan of given candidates. The
+    depth trains at the declared default head learning rate (the first of ``head_lrs``)."""
+    limit = plan.limit_s
+    if cfg.full or limit is None or plan.total <= limit or len(plan.cands.depths) != 1:
+        return plan
+    (lead, kept), lr = next(iter(plan.cands.depths.items())), list(cfg.head_lrs)[0]
+    fam = family(cfg, lead)
+    deepest = max(depth_layers(fam, d) for d in kept)
+    val: dict[int | None, float] = {}  # the proxy's best validation nDCG@10 per depth of the family
+    for c in proxy_candidates:
+        if c["family"] == lead and c["dim"] == cfg.dim:
+            val[c["depth"]] = max(val.get(c["depth"], -1.0), float(c["proxy_val"]))
+    shallower = sorted((d for d in val if depth_layers(fam, d) < deepest), key=lambda d: -depth_layers(fam, d))
+    trials = [
+        (d, make(budget.Candidates({lead: {d: [lr]}}, {lead: plan.cands.width.get(lead, False)}))) for d in shallower
+    ]
+    fits = [(d, p) for d, p in trials if p.total <= limit]
+    pick = fits[0] if fits else min(trials, key=lambda t: t[1].total, default=None)
+    if pick is None or pick[1].total >= plan.total:
+        return plan
+    d, new = pick
+    best = max((x for x in kept), key=lambda x: depth_layers(fam, x))
+    new.skipped.append(
+        f"{lead} depth {best or 'all'}, the proxy's best: planned {plan.total / 60:.1f} min with every cut, over the "
+        f"{limit / 60:.1f} the budget may fill; depth {d or 'all'} (proxy validation nDCG@10 {val[d]:.4f} against "
+        f"{val.get(best, float('nan')):.4f}) is the deepest the proxy ran that "
+        + ("fits" if fits else "comes nearest")
+        + "; `--full` or a larger --budget-minutes trains the deeper one"
+    )
+    return new
 
 
 def budgeted(cfg: QuickstartConfig, plan: budget.Plan) -> QuickstartConfig:
@@ -257,4 +321,14 @@ def report(plan0: budget.Plan, plan: budget.Plan, spent: dict[str, float]) -> di
     }
 
 
-__all__ = ["budgeted", "decide", "first_plan", "late_cut", "qkd_deadline", "report", "second_plan", "sized_proxy"]
+__all__ = [
+    "affordable_depth",
+    "budgeted",
+    "decide",
+    "first_plan",
+    "late_cut",
+    "qkd_deadline",
+    "report",
+    "second_plan",
+    "sized_proxy",
+]

@@ -215,7 +215,7 @@ def quickstart(cfg: QuickstartConfig) -> list[dict[str, Any]]:
         prog.end("proxy", laps.seconds["proxy"])
         key = plan_record.plan_inputs(cfg, data, cands)  # a re-run goes on with the plan it made
         plan = plan_record.recorded_plan(
-            out, key, lambda: early.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds))
+            out, key, lambda: early.second_plan(cfg, fams, sizes, plan0, cands, dict(laps.seconds), proxy_result)
         )
         prog.replan(plan.phases)
         kept = None if cfg.full else plan.cands  # the proxy's survivors, less what the budget cut
