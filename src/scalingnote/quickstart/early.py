@@ -171,32 +171,16 @@ def second_plan(
     ):  # the proxy ran: it measured this machine
         speed = min(3.0, max(1.0, spent["proxy"] / first.phases["proxy"]))
     lead = next(iter(cands.depths)) if cands else None
-    plan = budget.make_plan(
-        cfg,
-        {f.name: f for f in fams},
-        sizes,
-        _student(cfg, fams, lead),
-        cands=cands,
-        proxy_done=True,
-        spent=spent,
-        speed=speed,
-    )
-    if proxy_rec is not None and lead is not None:
-        plan = affordable_depth(
-            cfg,
-            plan,
-            proxy_rec.get("candidates", []),
-            lambda c: budget.make_plan(
-                cfg,
-                {f.name: f for f in fams},
-                sizes,
-                _student(cfg, fams, lead),
-                cands=c,
-                proxy_done=True,
-                spent=spent,
-                speed=speed,
-            ),
+    by = {f.name: f for f in fams}
+
+    def make(c: budget.Candidates | None) -> budget.Plan:
+        return budget.make_plan(
+            cfg, by, sizes, _student(cfg, fams, lead), cands=c, proxy_done=True, spent=spent, speed=speed
         )
+
+    plan = make(cands)
+    if proxy_rec is not None and lead is not None:
+        plan = affordable_depth(cfg, plan, proxy_rec.get("candidates", []), make)
     plan.proxy = first.proxy
     if not cfg.full:
         say(f"after the proxy\n{plan.text()}")
