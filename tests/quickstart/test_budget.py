@@ -315,7 +315,7 @@ def test_over_the_budget_a_shallower_depth_the_proxy_dropped_takes_the_survivors
     assert "the deepest the proxy ran that fits" in new.skipped[-1]
     plan, new = run(10)  # nothing fits: the cheaper depth comes nearest
     assert new.cands.depths == {"llm": {2: [1e-3]}} and plan.total > new.total > new.limit_s
-    assert "comes nearest" in new.skipped[-1]
+    assert "the cheapest the proxy ran (none fits)" in new.skipped[-1]
     for plan, new in (run(20), run(15, full=True), run(None)):  # within the budget, or no budget: the proxy's best
         assert new is plan and new.cands.depths == {"llm": {4: [1e-3]}}
 

@@ -223,8 +223,8 @@ def affordable_depth(
     new.skipped.append(
         f"{lead} depth {best or 'all'}, the proxy's best: planned {plan.total / 60:.1f} min with every cut, over the "
         f"{limit / 60:.1f} the budget may fill; depth {d or 'all'} (proxy validation nDCG@10 {val[d]:.4f} against "
-        f"{val.get(best, float('nan')):.4f}) is the deepest the proxy ran that "
-        + ("fits" if fits else "comes nearest")
+        f"{val.get(best, float('nan')):.4f}) is "
+        + ("the deepest the proxy ran that fits" if fits else "the cheapest the proxy ran (none fits)")
         + "; `--full` or a larger --budget-minutes trains the deeper one"
     )
     return new
