@@ -169,8 +169,8 @@ def quickstart_time_table() -> list[str]:
     """How long the quick start takes: the first command from a fresh clone (set-up included) and the
     budgeted runs on each data set, with the served nDCG@10 each run reached."""
     out = [
-        "| run | budget (min) | took (min) | within budget | served nDCG@10 | student / teacher (val) | output (MB) "
-        "| results file |",
+        "| run | budget (min) | took (min) | within budget + 10% | served nDCG@10 | student / teacher (val) "
+        "| output (MB) | results file |",
         "|---|---|---|---|---|---|---|---|",
     ]
     stamps = []
@@ -184,8 +184,9 @@ def quickstart_time_table() -> list[str]:
         pipeline = next(
             (r.get("seconds") for r in clone["rows"] if str(r.get("phase", "")).startswith("pipeline (")), None
         )
-        # the budget bounds the quick start, not the set-up
-        within = pipeline / 60 <= 8 if pipeline is not None else None
+        # the budget bounds the quick start, not the set-up; the target allows a tenth over it, as the
+        # budgeted rows' ``within_time_target`` (benchmarks/quickstart_budget.py: TIME_SLACK)
+        within = pipeline / 60 <= 8 * 1.1 if pipeline is not None else None
         out.append(
             f"| {label} | 8 | {_minutes(total.get('minutes'))} | {_yes(within)} "
             "|  |  |  | `quickstart_fresh_clone.json` |"
