@@ -203,9 +203,10 @@ def affordable_depth(
     limit = plan.limit_s
     if cfg.full or limit is None or plan.total <= limit or len(plan.cands.depths) != 1:
         return plan
-    (lead, kept), lr = next(iter(plan.cands.depths.items())), list(cfg.head_lrs)[0]
+    (lead, kept), lr = next(iter(plan.cands.depths.items())), cfg.head_lrs[0]
     fam = family(cfg, lead)
-    deepest = max(depth_layers(fam, d) for d in kept)
+    best = max(kept, key=lambda x: depth_layers(fam, x))  # the survivor the budget cannot hold
+    deepest = depth_layers(fam, best)
     val: dict[int | None, float] = {}  # the proxy's best validation nDCG@10 per depth of the family
     for c in proxy_candidates:
         if c["family"] == lead and c["dim"] == cfg.dim:
@@ -219,7 +220,6 @@ def affordable_depth(
     if pick is None or pick[1].total >= plan.total:
         return plan
     d, new = pick
-    best = max((x for x in kept), key=lambda x: depth_layers(fam, x))
     new.skipped.append(
         f"{lead} depth {best or 'all'}, the proxy's best: planned {plan.total / 60:.1f} min with every cut, over the "
         f"{limit / 60:.1f} the budget may fill; depth {d or 'all'} (proxy validation nDCG@10 {val[d]:.4f} against "
